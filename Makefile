@@ -1,0 +1,92 @@
+# omniserve - the one build entry.
+#   make            build build/omniserve
+#   make setup      install missing Debian packages (idempotent)
+#   make test       setup, build, run every test suite
+#   make run        setup, build, start omniserve
+#   make asan       build with -fsanitize=address,undefined and run the unit tests
+#   make bench      speed benchmarks (machine-readable, with baseline ratios)
+# Variables: DEBUG=1, SAN=address, CC, EXTRA_CFLAGS.
+
+CC      ?= gcc
+BUILD   ?= build
+SAN     ?=
+PKGS    := libpcre2-8 openblas
+APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
+	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
+	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
+	python3 python3-numpy python3-jinja2 nodejs npm
+
+OPT     := $(if $(DEBUG),-O0,-O2)
+CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
+	   -fno-strict-aliasing $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer) \
+	   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+LDFLAGS := $(if $(SAN),-fsanitize=$(SAN))
+
+# Python interpreter for tools and fixture checks: the first that imports numpy.
+PYTHON  ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' >/dev/null 2>&1 && echo $$p && break; done)
+
+LIB_SRCS  := $(shell find src llm media vision audio ws -name '*.c' ! -path src/main.c 2>/dev/null | sort)
+TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/test_main.c
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
+MAIN_OBJ  := $(BUILD)/src/main.o
+DEPS      := $(LIB_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)
+
+.PHONY: all setup test unit-test tool-test run asan bench clean fixtures
+all: $(BUILD)/omniserve
+
+# Rebuild everything when the flags change.
+$(BUILD)/.flags: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' > $@
+FORCE:
+
+$(BUILD)/%.o: %.c $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libomni.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/omniserve: $(MAIN_OBJ) $(BUILD)/libomni.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test_runner: $(TEST_OBJS) $(BUILD)/libomni.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+setup:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "setup: installing$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	else echo "setup: all packages present"; fi
+
+unit-test: $(BUILD)/test_runner $(BUILD)/omniserve
+	$(BUILD)/test_runner
+
+tool-test: $(BUILD)/omniserve
+	@if [ -z "$(PYTHON)" ]; then echo "tool-test: no python3 with numpy (run make setup)"; exit 1; fi
+	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve sh tests/tools/run_all.sh
+
+test: setup
+	$(MAKE) all $(BUILD)/test_runner
+	$(MAKE) tool-test
+	$(MAKE) unit-test
+
+run: setup all
+	@sh tools/demo_run.sh
+
+asan:
+	$(MAKE) BUILD=build-asan SAN=address,undefined EXTRA_CFLAGS="-O1" build-asan/test_runner build-asan/omniserve
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-asan/test_runner
+
+bench: all
+	$(BUILD)/omniserve bench --suite
+
+clean:
+	rm -rf build build-asan
+
+-include $(DEPS)

@@ -1,0 +1,115 @@
+/* model.h - decoder-only transformer language models loaded from GGUF.
+ *
+ * Architectures: llama (Llama 2/3, TinyLlama, SmolLM2; llama3 rope scaling;
+ * tied or untied output), qwen2 (QKV bias), qwen3 (per-head q/k RMSNorm).
+ *
+ *   struct llm_model *m = llm_model_load("m.gguf", NULL, err, sizeof err);
+ *   struct llm_ctx *ctx = llm_ctx_new(m, 512, tp, err, sizeof err);
+ *   struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 16, n_blocks, err, sizeof err);
+ *   int32_t table[] = { 0, 1, 2 };                 // sequence 0 owns blocks 0..2
+ *   struct llm_seq_view seq = { table, 3 };
+ *   struct llm_batch b = { .n_tokens = n, .token = ids, .pos = pos, .seq = zeros,
+ *                          .want_logits = flags };
+ *   llm_forward(ctx, &b, kv, &seq, logits);        // logits of flagged tokens
+ *
+ * The KV storage is paged: it holds n_blocks blocks of block_size token slots;
+ * each sequence maps its logical block j (positions j*block_size ..) to a
+ * physical block through its block table, and attention reads K/V through that
+ * table (no copying). Token i of a batch writes its K/V into the slot of
+ * (seq[i], pos[i]) first; then it attends to positions 0..pos[i] of its
+ * sequence, which must all be present (earlier steps or this batch).
+ *
+ * Thread safety: a model is read-only after load and can be shared; a
+ * llm_ctx (scratch buffers) and a llm_kv belong to one thread at a time. */
+#ifndef OMNI_MODEL_H
+#define OMNI_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf;
+struct tokenizer;
+struct tpool;
+
+enum llm_arch { LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3 };
+
+struct llm_hparams {
+    enum llm_arch arch;
+    char arch_name[32];      /* general.architecture */
+    int n_vocab;
+    int n_ctx_train;         /* <arch>.context_length */
+    int n_embd;              /* hidden size */
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;            /* <arch>.attention.key_length or n_embd / n_head */
+    int n_ff;                /* feed-forward hidden size */
+    float norm_eps;          /* RMSNorm epsilon */
+    float rope_theta;        /* <arch>.rope.freq_base */
+    /* llama3-style rope scaling (rope_scaling_llama3 false -> plain rope) */
+    bool rope_scaling_llama3;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_orig_ctx;
+    bool tied_output;        /* output.weight absent: reuse token_embd */
+};
+
+struct llm_model_params {
+    bool use_mmap;           /* default true */
+};
+struct llm_model_params llm_model_default_params(void);
+
+/* Load weights, hyper-parameters and tokenizer. NULL + message naming the file
+ * and field on a bad file, unknown architecture or unsupported tensor type. */
+struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
+                                 char *err, size_t errlen);
+void llm_model_free(struct llm_model *m);
+const struct llm_hparams *llm_model_hparams(const struct llm_model *m);
+const struct tokenizer *llm_model_tokenizer(const struct llm_model *m); /* owned by m */
+const struct gguf *llm_model_gguf(const struct llm_model *m);           /* owned by m */
+/* Bytes of weights, for reports. */
+size_t llm_model_weight_bytes(const struct llm_model *m);
+
+/* ---- paged KV storage ---- */
+struct llm_kv {
+    int type;                /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    int block_size;          /* token slots per block */
+    int n_blocks;
+    int n_layer;
+    int kv_dim;              /* n_head_kv * head_dim values per slot */
+    /* Layer l, block b, slot s: element offset ((size_t)b * block_size + s) * kv_dim
+     * into k[l] / v[l]. */
+    void **k, **v;
+};
+struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                          char *err, size_t errlen);
+void llm_kv_free(struct llm_kv *kv);
+
+/* A sequence's block table: logical block j lives in physical block table[j]. */
+struct llm_seq_view {
+    const int32_t *block_table;
+    int n_blocks;
+};
+
+struct llm_batch {
+    int n_tokens;
+    const int32_t *token;     /* [n_tokens] token ids, or NULL when embd is set */
+    const float *embd;        /* [n_tokens][n_embd] input embeddings (multimodal), or NULL */
+    const int32_t *pos;       /* [n_tokens] position within the token's sequence */
+    const int32_t *seq;       /* [n_tokens] index into the seqs array */
+    const bool *want_logits;  /* [n_tokens] or NULL = only the last token */
+};
+
+/* Per-run scratch: buffers for up to max_tokens tokens per forward. */
+struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tpool *tp,
+                            char *err, size_t errlen);
+void llm_ctx_free(struct llm_ctx *ctx);
+
+/* Run the batch. Writes n_vocab logits for each token with want_logits set,
+ * in batch order, into logits (caller sized). Returns the number of logit
+ * rows written, or a negative omni_err (batch too large, position beyond a
+ * block table, bad token id) with no K/V written for an invalid batch. */
+int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,
+                const struct llm_seq_view *seqs, float *logits);
+
+#endif

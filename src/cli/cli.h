@@ -1,0 +1,13 @@
+/* cli.h - the omniserve subcommands; src/main.c dispatches to these.
+ * Each takes the arguments after the subcommand name (argv[0] is the
+ * subcommand) and returns the process exit code. Results go to stdout,
+ * diagnostics and progress to stderr. */
+#ifndef OMNI_CLI_H
+#define OMNI_CLI_H
+
+int cli_inspect(int argc, char **argv);  /* src/cli/inspect.c */
+int cli_tokenize(int argc, char **argv); /* src/cli/tokenize.c */
+int cli_run(int argc, char **argv);      /* src/cli/run.c */
+int cli_bench(int argc, char **argv);    /* src/cli/bench.c */
+
+#endif

@@ -1,0 +1,39 @@
+/* matmul.h - products of quantized weight matrices with float activations.
+ *
+ * A weight matrix W has n_out rows of n_in elements of one ggml type, rows
+ * contiguous (row r at W->data + r * ggml_row_size(type, n_in)); this is the
+ * GGUF layout where ne[0] = n_in and ne[1] = n_out.
+ *
+ *   struct omni_tensor w = { .type = GGML_TYPE_Q4_K, .ne = { n_in, n_out }, .data = p };
+ *   omni_matmul(tp, &w, x, n_batch, y);   // y[b][r] = sum_k W[r][k] * x[b][k]
+ *
+ * Small batches quantize x to the weight type's dot type (Q8_0 or Q8_K) and
+ * use the SIMD dot kernels picked at startup from CPUID/XGETBV (AMX, AVX-512
+ * VNNI, AVX2, scalar); batches of OMNI_MATMUL_BLAS_MIN rows or more dequantize
+ * W a block of rows at a time and call OpenBLAS cblas_sgemm. Rows are split
+ * across the pool's threads. Thread safety: one call at a time per pool. */
+#ifndef OMNI_MATMUL_H
+#define OMNI_MATMUL_H
+
+#include <stdint.h>
+
+struct tpool;
+
+/* A read-only view of a 2-D (or 1-D) weight tensor. */
+struct omni_tensor {
+    int type;          /* enum ggml_type */
+    int64_t ne[2];     /* ne[0] = n_in (row length), ne[1] = n_out (rows) */
+    const void *data;
+};
+
+#define OMNI_MATMUL_BLAS_MIN 32
+
+/* y[n_batch][n_out] = x[n_batch][n_in] * W^T. x and y are row-major floats.
+ * tp may be NULL (single-threaded). */
+void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
+                 int64_t n_batch, float *y);
+
+/* Row r of W as floats (n_in of them) - for embedding lookups. */
+void omni_tensor_get_row(const struct omni_tensor *w, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,60 @@
+/* omni.c - error strings, error formatting, monotonic clock and logging. */
+#include "omni.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+const char *omni_strerror(int err)
+{
+    switch (err) {
+    case OMNI_OK: return "ok";
+    case OMNI_ERR_IO: return "I/O error";
+    case OMNI_ERR_FORMAT: return "malformed data";
+    case OMNI_ERR_UNSUPPORTED: return "unsupported";
+    case OMNI_ERR_NOMEM: return "out of memory";
+    case OMNI_ERR_ARG: return "invalid argument";
+    case OMNI_ERR_LIMIT: return "limit exceeded";
+    case OMNI_ERR_NOTFOUND: return "not found";
+    default: return "unknown error";
+    }
+}
+
+int omni_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+double omni_time_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static enum omni_log_level log_level = OMNI_LOG_INFO;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void omni_log_set_level(enum omni_log_level level) { log_level = level; }
+
+void omni_log(enum omni_log_level level, const char *fmt, ...)
+{
+    static const char *names[] = { "debug", "info", "warn", "error" };
+    if (level < log_level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&log_lock);
+    fprintf(stderr, "omniserve: %s: ", names[level]);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    pthread_mutex_unlock(&log_lock);
+    va_end(ap);
+}

@@ -1,0 +1,47 @@
+/* main.c - the omniserve command line: one binary, one subcommand per task. */
+#include "src/cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define OMNI_VERSION "0.1.0"
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct command commands[] = {
+    { "inspect", cli_inspect, "inspect FILE.gguf            metadata, tokenizer and tensor table" },
+    { "tokenize", cli_tokenize, "tokenize -m FILE.gguf TEXT   token ids and pieces" },
+    { "run", cli_run, "run -m FILE.gguf -p PROMPT   generate text (or --chat QUESTION)" },
+    { "bench", cli_bench, "bench -m FILE.gguf -p N -n N prompt and generation speed" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "omniserve %s - local multimodal inference server\n\nusage: omniserve COMMAND [options]\n\n",
+            OMNI_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %s\n", commands[i].help);
+    fprintf(f, "\nRun 'omniserve COMMAND --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("omniserve %s\n", OMNI_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "omniserve: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

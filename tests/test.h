@@ -1,0 +1,113 @@
+/* test.h - the tiny unit-test framework every tests/test_<module>.c uses.
+ *
+ *   TEST(gguf_rejects_truncated) {
+ *       CHECK(gguf_open_memory(buf, 10, "x", err, sizeof err) == NULL);
+ *       CHECK_STR_CONTAINS(err, "truncated");
+ *   }
+ *
+ * Tests register themselves at load time; tests/test_main.c runs them all (or
+ * those whose name contains argv[1]) and prints "N passed, N failed, N skipped"
+ * as its last line. A failed CHECK reports file:line and ends that test. */
+#ifndef OMNI_TEST_H
+#define OMNI_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, test_fn fn, const char *file);
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void test_skip(const char *why);
+int test_failed_now(void);
+
+/* ../shared (or $OMNI_SHARED) if it exists, else NULL: tests that need real
+ * data call SKIP_IF_NO_SHARED() first. */
+const char *test_shared_dir(void);
+/* Path of a file under tests/fixtures (static buffer per call slot). */
+const char *test_fixture(const char *rel);
+/* Path under ../shared (static buffer per call slot). */
+const char *test_shared(const char *rel);
+/* A fresh temporary directory for this test run (created once). */
+const char *test_tmpdir(void);
+/* Read a whole file; caller frees. NULL if missing. */
+char *test_read_file(const char *path, size_t *len);
+
+#define TEST(name)                                                            \
+    static void name(void);                                                   \
+    __attribute__((constructor)) static void test_reg_##name(void)            \
+    {                                                                         \
+        test_register(#name, name, __FILE__);                                 \
+    }                                                                         \
+    static void name(void)
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);                \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                  \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            test_fail(__FILE__, __LINE__, __VA_ARGS__);                       \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                        \
+    do {                                                                      \
+        long long a_ = (long long)(a), b_ = (long long)(b);                   \
+        if (a_ != b_) {                                                       \
+            test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b,   \
+                      a_, b_);                                                \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                 \
+    do {                                                                      \
+        double a_ = (a), b_ = (b);                                            \
+        if (!(fabs(a_ - b_) <= (tol))) {                                      \
+            test_fail(__FILE__, __LINE__, "%s ~ %s: %.9g vs %.9g (tol %g)",   \
+                      #a, #b, a_, b_, (double)(tol));                         \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_STR_EQ(a, b)                                                    \
+    do {                                                                      \
+        const char *a_ = (a), *b_ = (b);                                      \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0) {                              \
+            test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a,   \
+                      #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");            \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                       \
+    do {                                                                      \
+        const char *h_ = (hay), *n_ = (needle);                               \
+        if (!h_ || !strstr(h_, n_)) {                                         \
+            test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"",   \
+                      h_ ? h_ : "(null)", n_);                                \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
+#define SKIP(why)                                                             \
+    do {                                                                      \
+        test_skip(why);                                                       \
+        return;                                                               \
+    } while (0)
+
+#define SKIP_IF_NO_SHARED()                                                   \
+    do {                                                                      \
+        if (!test_shared_dir())                                               \
+            SKIP("../shared not present");                                    \
+    } while (0)
+
+#endif
