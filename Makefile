@@ -14,7 +14,7 @@ PKGS    := libpcre2-8 openblas
 APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
-	python3 python3-numpy python3-jinja2 nodejs npm
+	python3 python3-numpy python3-jinja2
 
 OPT     := $(if $(DEBUG),-O0,-O2)
 CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
@@ -58,6 +58,8 @@ $(BUILD)/test_runner: $(TEST_OBJS) $(BUILD)/libomni.a
 
 setup:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "setup: installing$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -76,8 +78,9 @@ test: setup
 	$(MAKE) tool-test
 	$(MAKE) unit-test
 
+# MODEL=path.gguf picks the model; default: stories260K converted from ../shared.
 run: setup all
-	@sh tools/demo_run.sh
+	@PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve MODEL=$(MODEL) sh tools/demo_run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=address,undefined EXTRA_CFLAGS="-O1" build-asan/test_runner build-asan/omniserve
