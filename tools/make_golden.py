@@ -1,0 +1,327 @@
+#!/usr/bin/python3
+"""make_golden.py - build the tiny Hugging Face models behind the golden tests.
+
+    python3 tools/make_golden.py --out tests/fixtures/golden
+
+Needs torch, transformers and tokenizers (run it on a machine that has them;
+the test suite itself only needs the committed output). For each case below it
+writes OUT/<case>/ with:
+
+  config.json, *.safetensors   save_pretrained output of a seeded random-weight
+                               model (one case sharded, dtypes F32/BF16/F16)
+  tokenizer.json, tokenizer_config.json (+ chat template)
+                               a small BPE vocabulary built here: SentencePiece
+                               style with byte fallback (Llama 2) or byte-level
+                               (Llama 3 / Qwen regexes)
+  reference.json               text, its token ids from the HF tokenizer, the
+                               rendered chat template, library versions
+  tokens.txt                   the token ids, space separated
+  logits.bin                   float32 little-endian [n_tokens][vocab_size]:
+                               the model's logits at every position, computed
+                               in float32 on the CPU with eager attention
+
+Weights are drawn larger than the HF initialiser would (norm gains and biases
+away from 1 and 0) so that every term of the forward pass moves the logits.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+from collections import Counter
+
+import numpy as np
+import torch
+import transformers
+import tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+TEXT = "Hello world! The quick brown fox jumps over the lazy dog, 42 times. Café ✓"
+
+CORPUS = """Hello world! Hello there, world. The quick brown fox jumps over the lazy dog.
+The dog sleeps; the fox runs. Quick brown foxes and lazy dogs jump over the world.
+Over and over, the quick fox jumps. Hello, hello, hello world! It is 42 times better."""
+
+LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+LLAMA2_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}")
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHAT = [{"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hello world!"}]
+
+
+# ---- BPE vocabularies ----
+
+def learn_merges(words, n_merges):
+    """Greedy BPE on {tuple of symbols: count}; ties broken by the pair itself."""
+    words = dict(words)
+    merges = []
+    for _ in range(n_merges):
+        pairs = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged = {}
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + c
+        words = merged
+    return merges
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map used by byte-level BPE."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def spm_tokenizer(n_merges):
+    """Llama 2 style: <unk> <s> </s>, 256 byte tokens, merges, then single chars."""
+    words = Counter("\u2581" + w for w in CORPUS.split())
+    merges = learn_merges({tuple(w): c for w, c in words.items()}, n_merges)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    for ch in sorted(set("".join(words))):
+        vocab.setdefault(ch, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
+                               byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                           normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return tok
+
+
+def bytelevel_tokenizer(n_merges, regex, specials, bos=None, ignore_merges=False):
+    """Byte-level BPE (Llama 3 / Qwen 2): 256 byte symbols, merges, added specials."""
+    b2u = bytes_to_unicode()
+    pieces = re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", CORPUS)
+    words = Counter("".join(b2u[b] for b in p.encode("utf-8")) for p in pieces)
+    merges = learn_merges({tuple(w): c for w, c in words.items()}, n_merges)
+    vocab = {b2u[b]: b for b in range(256)}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    kw = {"ignore_merges": True} if ignore_merges else {}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, **kw))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(specials)
+    bl = processors.ByteLevel(trim_offsets=False)
+    if bos:
+        tmpl = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                             special_tokens=[(bos, tok.token_to_id(bos))])
+        tok.post_processor = processors.Sequence([bl, tmpl])
+    else:
+        tok.post_processor = bl
+    return tok
+
+
+# ---- cases ----
+
+BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.1)
+
+
+def case_llama():
+    tok = spm_tokenizer(80)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+    cfg = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), rms_norm_eps=1e-5,
+                                   rope_theta=10000.0, tie_word_embeddings=False,
+                                   bos_token_id=1, eos_token_id=2, **BASE)
+    return dict(cls=transformers.LlamaForCausalLM, cfg=cfg, tok=fast, template=LLAMA2_TEMPLATE,
+                tok_config={"add_bos_token": True, "add_eos_token": False},
+                dtype=torch.float32, shard="150KB")
+
+
+def case_llama3():
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                "<|end_header_id|>", "<|eot_id|>"]
+    tok = bytelevel_tokenizer(60, LLAMA3_RE, specials, bos="<|begin_of_text|>", ignore_merges=True)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
+                                   eos_token="<|eot_id|>")
+    n = tok.get_vocab_size()
+    # Llama 3.2: tied embeddings and llama3 rope scaling. original_max_position_embeddings
+    # is chosen so that head_dim 16 has frequencies in all three bands of the formula.
+    cfg = transformers.LlamaConfig(
+        vocab_size=n, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+        bos_token_id=tok.token_to_id("<|begin_of_text|>"),
+        eos_token_id=tok.token_to_id("<|eot_id|>"), **BASE)
+    return dict(cls=transformers.LlamaForCausalLM, cfg=cfg, tok=fast, template=LLAMA3_TEMPLATE,
+                tok_config={}, dtype=torch.bfloat16, shard=None, rope_type="llama3")
+
+
+def qwen_tok():
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = bytelevel_tokenizer(60, QWEN2_RE, specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    return tok, fast
+
+
+def case_qwen2():
+    tok, fast = qwen_tok()
+    # Like Qwen2.5: the embedding has more rows than the tokenizer has tokens.
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    cfg = transformers.Qwen2Config(vocab_size=n, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                   tie_word_embeddings=True,
+                                   eos_token_id=tok.token_to_id("<|im_end|>"), **BASE)
+    return dict(cls=transformers.Qwen2ForCausalLM, cfg=cfg, tok=fast, template=CHATML_TEMPLATE,
+                tok_config={"add_bos_token": False}, dtype=torch.float32, shard=None)
+
+
+def case_qwen3():
+    tok, fast = qwen_tok()
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    # head_dim 32 with 4 heads: q is 128 wide while the hidden size is 64.
+    cfg = transformers.Qwen3Config(vocab_size=n, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                   tie_word_embeddings=False, head_dim=32,
+                                   eos_token_id=tok.token_to_id("<|im_end|>"), **BASE)
+    return dict(cls=transformers.Qwen3ForCausalLM, cfg=cfg, tok=fast, template=CHATML_TEMPLATE,
+                tok_config={"add_bos_token": False}, dtype=torch.float16, shard=None)
+
+
+CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3}
+
+
+def randomize(model, gen):
+    """Norm gains 1 +- 0.2 and biases +- 0.2 (HF initialises them to 1 and 0)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+
+
+def build(name, out, seed):
+    spec = CASES[name]()
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    torch.manual_seed(seed)
+    cfg = spec["cfg"]
+    cfg._attn_implementation = "eager"
+    if spec.get("rope_type"):
+        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        if rope.get("rope_type") != spec["rope_type"]:
+            raise RuntimeError(f"{name}: config lost the rope scaling: {rope}")
+    model = spec["cls"](cfg).float().eval()
+    randomize(model, torch.Generator().manual_seed(seed + 1))
+    # The reference runs in float32 on exactly the values that are stored.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(spec["dtype"]).float())
+
+    fast = spec["tok"]
+    fast.chat_template = spec["template"]
+    ids = fast(TEXT)["input_ids"]
+    chat = fast.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].float().numpy()
+
+    save_kw = {"max_shard_size": spec["shard"]} if spec["shard"] else {}
+    model.to(spec["dtype"]).save_pretrained(d, **save_kw)
+    fast.save_pretrained(d)
+    tc_path = os.path.join(d, "tokenizer_config.json")
+    with open(tc_path) as f:
+        tc = json.load(f)
+    tc.update(spec["tok_config"])
+    tc.setdefault("chat_template", spec["template"])
+    with open(tc_path, "w") as f:
+        json.dump(tc, f, indent=2, ensure_ascii=False)
+    jinja = os.path.join(d, "chat_template.jinja")
+    if os.path.exists(jinja):
+        os.remove(jinja)  # keep one copy of the template, in tokenizer_config.json
+
+    # Reload what was written and check it reproduces the reference exactly.
+    again = spec["cls"].from_pretrained(d, torch_dtype=torch.float32,
+                                        attn_implementation="eager").eval()
+    with torch.no_grad():
+        logits2 = again(torch.tensor([ids])).logits[0].float().numpy()
+    if not np.array_equal(logits, logits2):
+        raise RuntimeError(f"{name}: reloaded model differs by {np.abs(logits - logits2).max()}")
+
+    logits.astype("<f4").tofile(os.path.join(d, "logits.bin"))
+    with open(os.path.join(d, "tokens.txt"), "w") as f:
+        f.write(" ".join(map(str, ids)) + "\n")
+    ref = {"text": TEXT, "ids": ids, "n_tokens": len(ids), "vocab_size": cfg.vocab_size,
+           "chat_messages": CHAT, "chat_rendered": chat, "seed": seed,
+           "torch": torch.__version__, "transformers": transformers.__version__,
+           "tokenizers": tokenizers.__version__,
+           "logits_abs_max": float(np.abs(logits).max()), "logits_std": float(logits.std())}
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    print(f"{name}: {len(ids)} tokens, vocab {cfg.vocab_size}, logits std {logits.std():.3f}, "
+          f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (one subdirectory per case)")
+    ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"tokenizers {tokenizers.__version__}", file=sys.stderr)
+    torch.set_num_threads(1)
+    failed = []
+    for name in args.case or CASES:
+        try:
+            build(name, args.out, seed=1234 + 10 * list(CASES).index(name))
+        except Exception as e:  # report every case, then fail
+            import traceback
+            traceback.print_exc()
+            failed.append(f"{name}: {e}")
+    if failed:
+        sys.exit("make_golden: failed: " + "; ".join(failed))
+
+
+if __name__ == "__main__":
+    main()
