@@ -1,0 +1,52 @@
+/* cpu.h - x86 feature detection and the kernel level in use.
+ *
+ * Features come from CPUID and from XGETBV (the OS must save YMM/ZMM/opmask
+ * state, and for AMX the XTILECFG/XTILEDATA state after an arch_prctl
+ * permission request). The level picks the kernel tables in quant.c and the
+ * matmul paths; the environment variable OMNI_CPU=scalar|avx2|avx512|amx caps
+ * it (tests and benchmarks use it to exercise every path on one machine).
+ *
+ *   char line[128];
+ *   omni_cpu_describe(line, sizeof line);   // "AVX2 FMA F16C AVX512 VNNI BF16 AMX"
+ *   if (omni_cpu_level() >= OMNI_CPU_AVX512) ...
+ *
+ * Thread safety: detection runs once (pthread_once); omni_cpu_set_level must
+ * not race with running kernels. */
+#ifndef OMNI_CPU_H
+#define OMNI_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum omni_cpu_level {
+    OMNI_CPU_SCALAR = 0,
+    OMNI_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    OMNI_CPU_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI */
+    OMNI_CPU_AMX = 3,    /* AVX512 level + AMX tile/int8, OS state and permission */
+    OMNI_CPU_LEVELS = 4,
+};
+
+struct omni_cpu_features {
+    /* CPUID bits */
+    bool avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512_vnni, avx512_bf16;
+    bool avx_vnni, amx_tile, amx_int8, amx_bf16;
+    /* XGETBV / arch_prctl: what the OS lets us use */
+    bool os_ymm, os_zmm, os_amx, amx_permitted;
+    int max_level; /* best level this CPU + OS support */
+};
+
+const struct omni_cpu_features *omni_cpu(void);
+/* Level in use: max_level capped by OMNI_CPU (read at first use). */
+int omni_cpu_level(void);
+/* Cap the level (clamped to max_level); returns the level now in use. */
+int omni_cpu_set_level(int level);
+/* "scalar", "avx2", "avx512", "amx"; "?" otherwise. */
+const char *omni_cpu_level_name(int level);
+/* Parse a level name; -1 when unknown. */
+int omni_cpu_level_from_name(const char *name);
+/* One line for logs listing the usable features, e.g. "AVX2 FMA F16C AVX512
+ * VNNI BF16 AMX (level amx)". */
+void omni_cpu_describe(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,226 @@
+/* matmul.c - y = x * W^T for quantized weights, split over a thread pool.
+ *
+ * Small batches (decode) are bound by reading W: x is quantized once to the
+ * weight type's dot type and each thread streams its own range of W rows,
+ * computing every batch column while the row is in L1. Large batches
+ * (prompts) are compute bound: W is dequantized a chunk of rows at a time
+ * into per-thread scratch and multiplied with single-threaded OpenBLAS sgemm. */
+#include "matmul.h"
+
+#include "omni.h"
+#include "quant.h"
+#include "tensor.h"
+#include "threadpool.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Floats of dequantized weights per sgemm call: 512 KB stays in L2 while
+ * OpenBLAS packs it. */
+#define DEQUANT_CHUNK_FLOATS (128 * 1024)
+/* Batches from this many rows quantize x in parallel. */
+#define PARALLEL_QUANT_MIN 4
+
+// ---- per-thread scratch ----------------------------------------------------
+
+/* Each thread (pool workers and callers alike) keeps its buffers across calls
+ * and frees them when it exits, so no call allocates in the steady state and
+ * concurrent callers with different pools never share a buffer. */
+enum { SCRATCH_XQ, SCRATCH_DEQUANT, SCRATCH_SLOTS };
+
+struct scratch {
+    void *p[SCRATCH_SLOTS];
+    size_t size[SCRATCH_SLOTS];
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
+{
+    struct scratch *s = p;
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(s->p[i]);
+    free(s);
+}
+
+static void matmul_init(void)
+{
+    pthread_key_create(&scratch_key, scratch_free);
+    /* our pool splits the work; OpenBLAS threads on top would oversubscribe */
+    openblas_set_num_threads(1);
+}
+
+/* A 64-byte aligned buffer of at least bytes for this thread; NULL on OOM. */
+static void *scratch_get(int slot, size_t bytes)
+{
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->size[slot] < bytes) {
+        size_t sz = (bytes + 63) & ~(size_t)63;
+        void *p = aligned_alloc(64, sz);
+        if (!p)
+            return NULL;
+        free(s->p[slot]);
+        s->p[slot] = p;
+        s->size[slot] = sz;
+    }
+    return s->p[slot];
+}
+
+// ---- kernels ---------------------------------------------------------------
+
+struct mm_job {
+    const struct omni_quant_ops *op;
+    int w_type;
+    const uint8_t *w;    /* (n_out, w_row bytes) */
+    size_t w_row;
+    const float *x;      /* (n_batch, n_in) */
+    uint8_t *xq;         /* (n_batch, xq_row bytes): x in op->dot_type */
+    size_t xq_row;
+    float *y;            /* (n_batch, n_out) */
+    int64_t n_in, n_out, n_batch;
+    _Atomic int failed;  /* a thread could not get scratch */
+};
+
+static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+static void quantize_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t b0, b1;
+    split(j->n_batch, ith, nth, &b0, &b1);
+    for (int64_t b = b0; b < b1; b++)
+        j->op->from_float(j->x + b * j->n_in, j->xq + (size_t)b * j->xq_row, j->n_in);
+}
+
+static void dot_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t r0, r1;
+    split(j->n_out, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = j->w + (size_t)r * j->w_row;
+        for (int64_t b = 0; b < j->n_batch; b++)
+            j->y[b * j->n_out + r] =
+                j->op->vec_dot(j->n_in, wr, j->xq + (size_t)b * j->xq_row);
+    }
+}
+
+/* y[:, r0:r1] = x * W[r0:r1]^T with W in floats, row stride n_in. */
+static void sgemm_rows(const struct mm_job *j, const float *w, int64_t r0, int64_t r1)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n_batch, (int)(r1 - r0),
+                (int)j->n_in, 1.0f, j->x, (int)j->n_in, w, (int)j->n_in, 0.0f, j->y + r0,
+                (int)j->n_out);
+}
+
+static void blas_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t r0, r1;
+    split(j->n_out, ith, nth, &r0, &r1);
+    if (r0 == r1)
+        return;
+    if (j->w_type == GGML_TYPE_F32) {
+        sgemm_rows(j, (const float *)j->w + r0 * j->n_in, r0, r1);
+        return;
+    }
+    int64_t chunk = DEQUANT_CHUNK_FLOATS / j->n_in;
+    if (chunk < 16)
+        chunk = 16;
+    if (chunk > r1 - r0)
+        chunk = r1 - r0;
+    float *buf = scratch_get(SCRATCH_DEQUANT, (size_t)chunk * (size_t)j->n_in * sizeof(float));
+    if (!buf) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+        int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+        j->op->to_float(j->w + (size_t)c0 * j->w_row, buf, (c1 - c0) * j->n_in);
+        sgemm_rows(j, buf, c0, c1);
+    }
+}
+
+// ---- entry points ----------------------------------------------------------
+
+static void fill_nan(float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = NAN;
+}
+
+void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
+                 int64_t n_batch, float *y)
+{
+    pthread_once(&init_once, matmul_init);
+    if (n_batch <= 0)
+        return;
+    const int64_t n_in = w->ne[0], n_out = w->ne[1] > 0 ? w->ne[1] : 1;
+    const struct omni_quant_ops *op = omni_quant_ops(w->type);
+    const size_t w_row = ggml_row_size(w->type, n_in);
+    if (!op || !w_row || n_in > INT32_MAX || n_out > INT32_MAX || n_batch > INT32_MAX) {
+        OMNI_ERROR("matmul: unsupported weight %s [%lld x %lld]", ggml_type_name(w->type),
+                   (long long)n_in, (long long)n_out);
+        fill_nan(y, n_batch * n_out);
+        return;
+    }
+    struct mm_job j = {
+        .op = op, .w_type = w->type, .w = w->data, .w_row = w_row, .x = x, .y = y,
+        .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
+    };
+    if (n_batch >= OMNI_MATMUL_BLAS_MIN) {
+        tpool_run(tp, blas_rows, &j);
+    } else if (!op->from_float) {
+        j.xq = (uint8_t *)x; /* float activations: no conversion */
+        j.xq_row = (size_t)n_in * sizeof(float);
+        tpool_run(tp, dot_rows, &j);
+    } else {
+        j.xq_row = ggml_row_size(op->dot_type, n_in);
+        j.xq = scratch_get(SCRATCH_XQ, j.xq_row * (size_t)n_batch);
+        if (!j.xq) {
+            atomic_store(&j.failed, 1);
+        } else {
+            if (n_batch >= PARALLEL_QUANT_MIN && tp)
+                tpool_run(tp, quantize_rows, &j);
+            else
+                quantize_rows(&j, 0, 1);
+            tpool_run(tp, dot_rows, &j);
+        }
+    }
+    if (atomic_load(&j.failed)) {
+        OMNI_ERROR("matmul: out of memory for scratch (%lld x %lld)", (long long)n_batch,
+                   (long long)n_in);
+        fill_nan(y, n_batch * n_out);
+    }
+}
+
+void omni_tensor_get_row(const struct omni_tensor *w, int64_t r, float *out)
+{
+    const struct omni_quant_ops *op = omni_quant_ops(w->type);
+    const size_t w_row = ggml_row_size(w->type, w->ne[0]);
+    const int64_t n_out = w->ne[1] > 0 ? w->ne[1] : 1;
+    if (!op || !w_row || r < 0 || r >= n_out) {
+        OMNI_ERROR("tensor: row %lld of %s [%lld x %lld] unavailable", (long long)r,
+                   ggml_type_name(w->type), (long long)w->ne[0], (long long)w->ne[1]);
+        fill_nan(out, w->ne[0]);
+        return;
+    }
+    op->to_float((const uint8_t *)w->data + (size_t)r * w_row, out, w->ne[0]);
+}

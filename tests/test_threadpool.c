@@ -1,0 +1,108 @@
+/* test_threadpool.c - the pool runs every thread index exactly once per
+ * tpool_run, over many back-to-back runs and with sleeps between them. */
+#include "src/core/threadpool.h"
+#include "tests/test.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MAX_T 8
+
+struct count_ctx {
+    _Atomic int calls[MAX_T];
+    _Atomic int bad_nth;
+    int expect_nth;
+    long long *slots; /* each thread adds to its own slot */
+};
+
+static void count_fn(void *p, int ith, int nth)
+{
+    struct count_ctx *c = p;
+    if (nth != c->expect_nth || ith < 0 || ith >= nth)
+        atomic_fetch_add(&c->bad_nth, 1);
+    else
+        atomic_fetch_add(&c->calls[ith], 1);
+}
+
+TEST(threadpool_runs_each_index_once)
+{
+    for (int n = 1; n <= 4; n++) {
+        char err[128];
+        struct tpool *tp = tpool_new(n, err, sizeof err);
+        CHECK(tp != NULL);
+        CHECK_EQ(tpool_size(tp), n);
+        struct count_ctx c = { .expect_nth = n };
+        const int runs = 20000;
+        for (int r = 0; r < runs; r++)
+            tpool_run(tp, count_fn, &c);
+        tpool_free(tp);
+        CHECK_EQ(atomic_load(&c.bad_nth), 0);
+        for (int i = 0; i < n; i++)
+            CHECK_EQ(atomic_load(&c.calls[i]), runs);
+    }
+}
+
+/* Each run sums a slice of an array; the results of a run must be complete
+ * when tpool_run returns (no straggler writes after it). */
+struct sum_ctx {
+    const int *data;
+    int n;
+    long long partial[MAX_T];
+};
+
+static void sum_fn(void *p, int ith, int nth)
+{
+    struct sum_ctx *c = p;
+    long long s = 0;
+    for (int i = c->n * ith / nth; i < c->n * (ith + 1) / nth; i++)
+        s += c->data[i];
+    c->partial[ith] = s;
+}
+
+TEST(threadpool_results_visible_after_run)
+{
+    enum { N = 4099 };
+    static int data[N];
+    long long want = 0;
+    for (int i = 0; i < N; i++) {
+        data[i] = i * 7 - 300;
+        want += data[i];
+    }
+    for (int n = 1; n <= 4; n++) {
+        struct tpool *tp = tpool_new(n, NULL, 0);
+        CHECK(tp != NULL);
+        for (int r = 0; r < 2000; r++) {
+            struct sum_ctx c = { .data = data, .n = N };
+            for (int i = 0; i < MAX_T; i++)
+                c.partial[i] = -1;
+            tpool_run(tp, sum_fn, &c);
+            long long got = 0;
+            for (int i = 0; i < n; i++)
+                got += c.partial[i];
+            CHECK_EQ(got, want);
+            /* now and then let the workers fall asleep on the futex */
+            if (r % 500 == 499) {
+                struct timespec ts = { 0, 2 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+            }
+        }
+        tpool_free(tp);
+    }
+}
+
+TEST(threadpool_rejects_bad_sizes)
+{
+    char err[128] = "";
+    CHECK(tpool_new(0, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "threads");
+    CHECK(tpool_new(-3, NULL, 0) == NULL);
+    tpool_free(NULL);
+    CHECK_EQ(tpool_size(NULL), 1);
+}
+
+TEST(threadpool_physical_cores)
+{
+    int n = omni_physical_cores();
+    CHECK(n >= 1 && n <= 4096);
+}
