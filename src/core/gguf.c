@@ -324,9 +324,9 @@ static int gguf_parse_kv(struct gguf_parse *p, int64_t i)
     return gguf_skip_elems(p, ctx, kv->elem_type, count, kv->str_offs, 0);
 }
 
-/* general.alignment: any integer type, non-zero power of two. */
-static bool gguf_int_value(const struct gguf_kv *kv, __int128 *out);
+static bool gguf_int_value(const struct gguf_kv *kv, __int128 *out); /* accessors below */
 
+/* general.alignment: any integer type, non-zero power of two. */
 static int gguf_read_alignment(struct gguf_parse *p)
 {
     struct gguf *g = p->g;
