@@ -1,0 +1,585 @@
+#!/usr/bin/python3
+"""hf_to_gguf.py - convert a Hugging Face Llama / Qwen2 / Qwen3 checkpoint to GGUF.
+
+    tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
+
+MODEL_DIR is what save_pretrained (or a hub download) leaves: config.json,
+model.safetensors or shards listed in model.safetensors.index.json (F32, F16
+or BF16), tokenizer.json and tokenizer_config.json. Needs Python 3 and numpy
+only; safetensors files are parsed here (8-byte header length, JSON header,
+raw little-endian data) and memory-mapped, so tensors are converted one at a
+time as they are written.
+
+The output matches what llama.cpp's convert_hf_to_gguf.py writes for these
+architectures, so files from either converter load the same way:
+  - tensor names token_embd, blk.N.attn_q/k/v/output, attn_norm, ffn_norm,
+    ffn_gate/up/down, attn_q_norm/attn_k_norm (qwen3), output_norm, output
+    (absent when the embeddings are tied), rope_freqs (llama3 rope scaling);
+  - llama Q/K rows are permuted so that RoPE rotates adjacent pairs (2i, 2i+1);
+    qwen2/qwen3 keep the HF order (NEOX rope rotates halves i, i + d/2);
+  - norm weights, biases and every 1-D tensor stay F32; matrices take --type
+    (Q8_0 bit-exact with ggml's reference quantizer; rows that are not a
+    multiple of 32 fall back to F16, as llama.cpp does);
+  - tokenizer.ggml.*: byte-level BPE ("gpt2", pre-tokenizer named from the
+    tokenizer.json regex) or SentencePiece-style BPE with byte fallback
+    ("llama", with scores from the merge ranks), special token ids, add_bos,
+    and the chat template.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf  # noqa: E402  (tools/gguf.py)
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7)}
+
+# token types stored in tokenizer.ggml.token_type
+TOK_NORMAL, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE = 1, 2, 3, 4, 5, 6
+
+# The regexes of the HF tokenizer.json Split pre-tokenizers llama.cpp knows by name.
+PRE_TOKENIZER_REGEXES = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
+        "llama-bpe",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
+        "qwen2",
+}
+
+
+class ConvertError(Exception):
+    pass
+
+
+def log(msg):
+    sys.stderr.write(f"hf_to_gguf: {msg}\n")
+
+
+def read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: {what} not found")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConvertError(f"{path}: invalid JSON: {e}")
+
+
+# ---- safetensors ----
+
+SAFETENSORS_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+
+
+class SafetensorsFile:
+    """One .safetensors file: header parsed and checked, data memory-mapped."""
+
+    def __init__(self, path):
+        self.path = path
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ConvertError(f"{path}: truncated safetensors file ({size} bytes)")
+            n = int.from_bytes(head, "little")
+            if n > size - 8 or n > 256 << 20:
+                raise ConvertError(f"{path}: header length {n} past end of file ({size} bytes)")
+            try:
+                header = json.loads(f.read(n))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ConvertError(f"{path}: invalid safetensors header: {e}")
+        if not isinstance(header, dict):
+            raise ConvertError(f"{path}: safetensors header is not a JSON object")
+        self.data_start = 8 + n
+        self.tensors = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                raise ConvertError(f"{path}: tensor '{name}': malformed header entry")
+            if dtype not in SAFETENSORS_DTYPES:
+                raise ConvertError(f"{path}: tensor '{name}': unsupported dtype {dtype} "
+                                   f"(supported: {', '.join(SAFETENSORS_DTYPES)})")
+            nbytes = SAFETENSORS_DTYPES[dtype][1] * math.prod(shape)
+            if not (0 <= begin <= end and end - begin == nbytes and self.data_start + end <= size):
+                raise ConvertError(f"{path}: tensor '{name}': data offsets [{begin}, {end}] do not "
+                                   f"fit shape {shape} {dtype} in a {size}-byte file")
+            self.tensors[name] = (dtype, tuple(shape), begin, end)
+        self.map = np.memmap(path, dtype=np.uint8, mode="r") if size else None
+
+    def load(self, name):
+        """The tensor as float32."""
+        dtype, shape, begin, end = self.tensors[name]
+        raw = self.map[self.data_start + begin:self.data_start + end]
+        npt = SAFETENSORS_DTYPES[dtype][0]
+        a = raw.view(npt)
+        if dtype == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        return a.astype(np.float32).reshape(shape)
+
+
+def open_checkpoint(model_dir):
+    """name -> SafetensorsFile for every tensor of the checkpoint."""
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        weight_map = read_json(index_path, "index").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ConvertError(f"{index_path}: no weight_map")
+        files = sorted(set(weight_map.values()))
+    else:
+        files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(model_dir, "*.safetensors")))
+        if not files:
+            bins = glob.glob(os.path.join(model_dir, "*.bin"))
+            extra = " (PyTorch .bin checkpoints are not supported: re-save with safetensors)" if bins else ""
+            raise ConvertError(f"{model_dir}: no *.safetensors files{extra}")
+    tensors = {}
+    for fname in files:
+        path = os.path.join(model_dir, fname)
+        if not os.path.exists(path):
+            raise ConvertError(f"{path}: listed in the index but missing")
+        st = SafetensorsFile(path)
+        for name in st.tensors:
+            tensors[name] = st
+    log(f"{len(tensors)} tensors in {len(files)} safetensors file(s)")
+    return tensors
+
+
+# ---- hyper-parameters ----
+
+class HParams:
+    def __init__(self, model_dir):
+        path = os.path.join(model_dir, "config.json")
+        cfg = read_json(path, "config.json")
+        archs = cfg.get("architectures") or []
+        hf_arch = archs[0] if archs else None
+        if hf_arch not in ARCHITECTURES:
+            raise ConvertError(f"{path}: unsupported architecture {hf_arch!r} "
+                               f"(supported: {', '.join(ARCHITECTURES)})")
+        self.cfg = cfg
+        self.hf_arch = hf_arch
+        self.arch = ARCHITECTURES[hf_arch]
+
+        def need(key):
+            v = cfg.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConvertError(f"{path}: '{key}' missing or not a positive integer")
+            return v
+
+        self.n_vocab = need("vocab_size")
+        self.n_embd = need("hidden_size")
+        self.n_ff = need("intermediate_size")
+        self.n_layer = need("num_hidden_layers")
+        self.n_head = need("num_attention_heads")
+        self.n_head_kv = cfg.get("num_key_value_heads") or self.n_head
+        self.n_ctx = cfg.get("max_position_embeddings")
+        self.head_dim = cfg.get("head_dim") or self.n_embd // self.n_head
+        self.norm_eps = float(cfg.get("rms_norm_eps", 1e-6))
+        self.tied = bool(cfg.get("tie_word_embeddings", False))
+        if self.n_head % self.n_head_kv:
+            raise ConvertError(f"{path}: num_attention_heads {self.n_head} is not a multiple of "
+                               f"num_key_value_heads {self.n_head_kv}")
+        if self.head_dim % 2:
+            raise ConvertError(f"{path}: head_dim {self.head_dim} is odd")
+        act = cfg.get("hidden_act", "silu")
+        if act not in ("silu", "swish"):
+            raise ConvertError(f"{path}: hidden_act {act!r} not supported (only silu)")
+        if cfg.get("mlp_bias"):
+            raise ConvertError(f"{path}: mlp_bias is not supported")
+        # transformers >= 5 keeps rope_theta inside rope_parameters; older
+        # configs have rope_theta at the top and rope_scaling beside it.
+        self.rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        if "full_attention" in self.rope:
+            self.rope = dict(self.rope["full_attention"])
+        self.rope_theta = float(self.rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        self.rope_type = self.rope.get("rope_type", self.rope.get("type", "default"))
+        if self.rope_type not in ("default", "linear", "yarn", "llama3"):
+            raise ConvertError(f"{path}: rope type {self.rope_type!r} not supported")
+
+    def write(self, w, name, file_type):
+        a = self.arch
+        w.add("general.architecture", a)
+        w.add("general.name", name)
+        w.add(f"{a}.block_count", self.n_layer, gguf.GGUF_UINT32)
+        if self.n_ctx:
+            w.add(f"{a}.context_length", int(self.n_ctx), gguf.GGUF_UINT32)
+        w.add(f"{a}.embedding_length", self.n_embd, gguf.GGUF_UINT32)
+        w.add(f"{a}.feed_forward_length", self.n_ff, gguf.GGUF_UINT32)
+        w.add(f"{a}.attention.head_count", self.n_head, gguf.GGUF_UINT32)
+        w.add(f"{a}.attention.head_count_kv", self.n_head_kv, gguf.GGUF_UINT32)
+        factor = self.rope.get("factor")
+        if self.rope_type == "linear" and factor is not None:
+            w.add(f"{a}.rope.scaling.type", "linear")
+            w.add(f"{a}.rope.scaling.factor", float(factor), gguf.GGUF_FLOAT32)
+        elif self.rope_type == "yarn" and factor is not None:
+            w.add(f"{a}.rope.scaling.type", "yarn")
+            w.add(f"{a}.rope.scaling.factor", float(factor), gguf.GGUF_FLOAT32)
+            w.add(f"{a}.rope.scaling.original_context_length",
+                  int(self.rope["original_max_position_embeddings"]), gguf.GGUF_UINT32)
+        # llama3 scaling is stored as the rope_freqs tensor (see rope_freqs()).
+        w.add(f"{a}.rope.freq_base", self.rope_theta, gguf.GGUF_FLOAT32)
+        w.add(f"{a}.attention.layer_norm_rms_epsilon", self.norm_eps, gguf.GGUF_FLOAT32)
+        if "head_dim" in self.cfg:
+            w.add(f"{a}.attention.key_length", self.head_dim, gguf.GGUF_UINT32)
+            w.add(f"{a}.attention.value_length", self.head_dim, gguf.GGUF_UINT32)
+        w.add("general.file_type", file_type, gguf.GGUF_UINT32)
+        if a == "llama":
+            w.add(f"{a}.vocab_size", self.n_vocab, gguf.GGUF_UINT32)
+            w.add(f"{a}.rope.dimension_count", self.head_dim, gguf.GGUF_UINT32)
+        w.add("general.quantization_version", 2, gguf.GGUF_UINT32)
+
+    def rope_freqs(self):
+        """Llama 3 frequency divisors, one per rotated pair: 1 for short wavelengths,
+        factor for long ones, a smooth blend between (the HF llama3 rope formula)."""
+        p = self.rope
+        factor = float(p.get("factor", 8.0))
+        low, high = float(p.get("low_freq_factor", 1.0)), float(p.get("high_freq_factor", 4.0))
+        old_ctx = float(p.get("original_max_position_embeddings", 8192))
+        d = self.head_dim
+        out = []
+        for i in range(0, d, 2):
+            freq = 1.0 / self.rope_theta ** (i / d)
+            wavelen = 2 * math.pi / freq
+            if wavelen < old_ctx / high:
+                out.append(1.0)
+            elif wavelen > old_ctx / low:
+                out.append(factor)
+            else:
+                smooth = (old_ctx / wavelen - low) / (high - low)
+                out.append(1.0 / ((1 - smooth) / factor + smooth))
+        return np.array(out, dtype=np.float32)
+
+
+# ---- tensors ----
+
+def tensor_plan(hp, names):
+    """[(gguf name, hf name, permute heads or None)] in file order; checks that
+    every tensor the architecture needs is present and nothing is left over."""
+    plan = [("token_embd.weight", "model.embed_tokens.weight", None)]
+    for i in range(hp.n_layer):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        qk_perm = hp.arch == "llama"
+        plan += [
+            (b + "attn_norm.weight", p + "input_layernorm.weight", None),
+            (b + "attn_q.weight", p + "self_attn.q_proj.weight", hp.n_head if qk_perm else None),
+            (b + "attn_k.weight", p + "self_attn.k_proj.weight", hp.n_head_kv if qk_perm else None),
+            (b + "attn_v.weight", p + "self_attn.v_proj.weight", None),
+            (b + "attn_output.weight", p + "self_attn.o_proj.weight", None),
+        ]
+        # Biases: qwen2 always has q/k/v biases; llama has them with attention_bias.
+        for proj, perm in (("q", hp.n_head), ("k", hp.n_head_kv), ("v", None)):
+            hf = p + f"self_attn.{proj}_proj.bias"
+            if hf in names or hp.arch == "qwen2":
+                plan.append((b + f"attn_{proj}.bias", hf, perm if qk_perm and proj != "v" else None))
+        if p + "self_attn.o_proj.bias" in names:
+            plan.append((b + "attn_output.bias", p + "self_attn.o_proj.bias", None))
+        if hp.arch == "qwen3":
+            plan += [(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", None),
+                     (b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", None)]
+        plan += [
+            (b + "ffn_norm.weight", p + "post_attention_layernorm.weight", None),
+            (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
+            (b + "ffn_up.weight", p + "mlp.up_proj.weight", None),
+            (b + "ffn_down.weight", p + "mlp.down_proj.weight", None),
+        ]
+    plan.append(("output_norm.weight", "model.norm.weight", None))
+    if "lm_head.weight" in names and not hp.tied:
+        plan.append(("output.weight", "lm_head.weight", None))
+    elif not hp.tied:
+        raise ConvertError("lm_head.weight missing and tie_word_embeddings is false")
+    missing = [hf for _, hf, _ in plan if hf not in names]
+    if missing:
+        raise ConvertError(f"checkpoint lacks {len(missing)} tensor(s) {hp.hf_arch} needs: "
+                           + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    used = {hf for _, hf, _ in plan} | {"lm_head.weight"}
+    extra = [n for n in names if n not in used and not n.endswith("rotary_emb.inv_freq")]
+    if extra:
+        raise ConvertError(f"checkpoint has {len(extra)} tensor(s) this converter does not know: "
+                           + ", ".join(sorted(extra)[:5]))
+    return plan
+
+
+def expected_shape(hp, gname):
+    """numpy-style shape of a GGUF tensor from the hyper-parameters."""
+    base = gname.split(".", 2)[-1] if gname.startswith("blk.") else gname
+    q, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    return {
+        "token_embd.weight": (hp.n_vocab, hp.n_embd), "output.weight": (hp.n_vocab, hp.n_embd),
+        "output_norm.weight": (hp.n_embd,), "attn_norm.weight": (hp.n_embd,),
+        "ffn_norm.weight": (hp.n_embd,),
+        "attn_q.weight": (q, hp.n_embd), "attn_k.weight": (kv, hp.n_embd),
+        "attn_v.weight": (kv, hp.n_embd), "attn_output.weight": (hp.n_embd, q),
+        "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,), "attn_output.bias": (hp.n_embd,),
+        "attn_q_norm.weight": (hp.head_dim,), "attn_k_norm.weight": (hp.head_dim,),
+        "ffn_gate.weight": (hp.n_ff, hp.n_embd), "ffn_up.weight": (hp.n_ff, hp.n_embd),
+        "ffn_down.weight": (hp.n_embd, hp.n_ff),
+    }[base]
+
+
+def permute_rope(w, n_head):
+    """HF stores each head's rotated pairs as (i, i + d/2); GGUF llama wants
+    (2i, 2i + 1): interleave the two halves of every head's rows."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def quantize_q8_0(a):
+    """ggml's Q8_0: blocks of 32, d = max|x| / 127 (stored f16), q = roundf(x / d)."""
+    blocks = a.reshape(-1, 32).astype(np.float32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    x = blocks * inv
+    ax = np.abs(x)
+    whole = np.floor(ax)
+    q = np.sign(x) * (whole + (ax - whole >= 0.5))  # roundf: halves away from zero
+    out = np.empty((blocks.shape[0], 34), dtype=np.uint8)
+    out[:, :2] = d.astype("<f2").view(np.uint8)
+    out[:, 2:] = q.astype(np.int8).view(np.uint8)
+    return out.tobytes()
+
+
+def add_tensors(w, hp, ckpt, ggml_type):
+    names = set(ckpt)
+    plan = tensor_plan(hp, names)
+    if hp.rope_type == "llama3":
+        freqs = hp.rope_freqs()
+        w.add_tensor("rope_freqs.weight", freqs, gguf.GGML_F32)
+    counts = {}
+    for gname, hfname, perm in plan:
+        dtype, shape, _, _ = ckpt[hfname].tensors[hfname]
+        want = expected_shape(hp, gname)
+        if shape != want:
+            raise ConvertError(f"{ckpt[hfname].path}: tensor '{hfname}': shape {list(shape)}, "
+                               f"expected {list(want)} from config.json")
+        t = ggml_type
+        if len(shape) == 1 or gname.endswith("_norm.weight"):
+            t = gguf.GGML_F32
+        elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
+            log(f"{gname}: row length {shape[-1]} is not a multiple of 32, stored as F16")
+            t = gguf.GGML_F16
+        counts[t] = counts.get(t, 0) + 1
+
+        def data(hfname=hfname, perm=perm, t=t):
+            a = ckpt[hfname].load(hfname)
+            if perm:
+                a = permute_rope(a, perm)
+            if t == gguf.GGML_Q8_0:
+                return quantize_q8_0(a)
+            return a.astype("<f4" if t == gguf.GGML_F32 else "<f2").tobytes()
+
+        w.add_tensor_raw(gname, t, shape, data)
+    log("tensor types: " + ", ".join(f"{gguf.GGML_TYPES[t][0]} x{n}" for t, n in sorted(counts.items())))
+
+
+# ---- tokenizer ----
+
+def token_content(entry):
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+        return entry["content"]
+    return None
+
+
+def looks_special(text):
+    return (text.startswith("<|") and text.endswith("|>")) or text in ("<pad>", "<mask>")
+
+
+def template_ends(post):
+    """(first, last) special token of a TemplateProcessing 'single' template."""
+    procs = post.get("processors", [post]) if post else []
+    for p in procs:
+        if p.get("type") == "TemplateProcessing":
+            single = p.get("single") or []
+            first = single[0].get("SpecialToken", {}).get("id") if single else None
+            last = single[-1].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+            return first, last, True
+    return None, None, False
+
+
+def pre_tokenizer_name(tj, path):
+    pre = tj.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    for p in parts:
+        if p.get("type") == "Split":
+            regex = (p.get("pattern") or {}).get("Regex")
+            if regex in PRE_TOKENIZER_REGEXES:
+                return PRE_TOKENIZER_REGEXES[regex]
+            log(f"{path}: unknown pre-tokenizer regex {regex!r}: using 'default'")
+            return "default"
+    kinds = [p.get("type") for p in parts]
+    if "ByteLevel" in kinds and any(p.get("use_regex", True) for p in parts if p.get("type") == "ByteLevel"):
+        if any(p.get("type") == "Digits" and p.get("individual_digits") for p in parts):
+            return "smollm"
+        return "gpt-2"
+    log(f"{path}: pre-tokenizer {kinds} not recognised: using 'default'")
+    return "default"
+
+
+def add_tokenizer(w, hp, model_dir):
+    path = os.path.join(model_dir, "tokenizer.json")
+    tj = read_json(path, "tokenizer.json (tokenizer.model-only checkpoints are not supported)")
+    tc_path = os.path.join(model_dir, "tokenizer_config.json")
+    tc = read_json(tc_path, "tokenizer_config.json") if os.path.exists(tc_path) else {}
+    model = tj.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise ConvertError(f"{path}: tokenizer model {model.get('type')!r} not supported (only BPE)")
+    vocab = dict(model["vocab"])
+    added = {}
+    for t in tj.get("added_tokens") or []:
+        vocab[t["content"]] = t["id"]
+        added[t["id"]] = t
+    n_max = max(vocab.values()) + 1
+    if n_max > hp.n_vocab:
+        raise ConvertError(f"{path}: token id {n_max - 1} is outside the model's vocab_size {hp.n_vocab}")
+    tokens = [None] * hp.n_vocab
+    for text, i in vocab.items():
+        tokens[i] = text
+    types = []
+    merges = model.get("merges") or []
+    merges = [m if isinstance(m, str) else " ".join(
+        "".join(chr(ord(c) + 256) if c == " " else c for c in part) for part in m) for m in merges]
+    spm = bool(model.get("byte_fallback"))
+    unk = model.get("unk_token")
+    for i, text in enumerate(tokens):
+        if text is None:
+            tokens[i] = f"[PAD{i}]"
+            types.append(TOK_UNUSED)
+        elif i in added:
+            types.append(TOK_CONTROL if added[i].get("special") or looks_special(text) else TOK_USER_DEFINED)
+            if spm and text == unk:
+                types[-1] = TOK_UNKNOWN
+        elif spm and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+            types.append(TOK_BYTE)
+        elif spm and text == unk:
+            types.append(TOK_UNKNOWN)
+        else:
+            types.append(TOK_NORMAL)
+    if spm:
+        # SentencePiece BPE merges the pair whose result scores highest; the HF
+        # merge list is that order, so a token's score is minus its merge rank.
+        rank = {}
+        for r, m in enumerate(merges):
+            a, _, b = m.partition(" ")
+            rank.setdefault(a + b, r)
+        scores = [0.0 if t != TOK_NORMAL else -float(rank.get(text, len(merges) + i))
+                  for i, (text, t) in enumerate(zip(tokens, types))]
+        norm = tj.get("normalizer") or {}
+        norms = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+        pre = tj.get("pre_tokenizer") or {}
+        space_prefix = any(n.get("type") == "Prepend" for n in norms) or (
+            pre.get("type") == "Metaspace" and pre.get("prepend_scheme", "always") != "never")
+        w.add("tokenizer.ggml.model", "llama")
+        w.add("tokenizer.ggml.pre", "default")
+        w.add("tokenizer.ggml.tokens", tokens)
+        w.add("tokenizer.ggml.scores", scores, gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+        w.add("tokenizer.ggml.token_type", types, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+        w.add("tokenizer.ggml.add_space_prefix", space_prefix)
+        kind = "SentencePiece-style BPE (llama)"
+    else:
+        pre = pre_tokenizer_name(tj, path)
+        w.add("tokenizer.ggml.model", "gpt2")
+        w.add("tokenizer.ggml.pre", pre)
+        w.add("tokenizer.ggml.tokens", tokens)
+        w.add("tokenizer.ggml.token_type", types, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+        w.add("tokenizer.ggml.merges", merges, gguf.GGUF_ARRAY, gguf.GGUF_STRING)
+        kind = f"byte-level BPE (gpt2, pre '{pre}')"
+
+    # Special tokens: tokenizer_config.json first, then config.json's *_token_id.
+    by_text = {t["content"]: t["id"] for t in tj.get("added_tokens") or []}
+    ids = {}
+    for typ in ("bos", "eos", "unk", "sep", "pad"):
+        text = token_content(tc.get(f"{typ}_token"))
+        if text is not None and text in by_text:
+            ids[typ] = by_text[text]
+    for typ in ("bos", "eos", "unk", "sep", "pad"):
+        v = hp.cfg.get(f"{typ}_token_id")
+        if typ not in ids and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < hp.n_vocab:
+            ids[typ] = v
+    key = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id",
+           "sep": "seperator_token_id", "pad": "padding_token_id"}
+    for typ, i in ids.items():
+        w.add(f"tokenizer.ggml.{key[typ]}", i, gguf.GGUF_UINT32)
+    first, last, has_template = template_ends(tj.get("post_processor"))
+    for typ, end in (("bos", first), ("eos", last)):
+        flag = tc.get(f"add_{typ}_token")
+        if not isinstance(flag, bool) and has_template:
+            flag = end is not None and by_text.get(end) == ids.get(typ)
+        if isinstance(flag, bool):
+            w.add(f"tokenizer.ggml.add_{typ}_token", flag)
+
+    template = tc.get("chat_template")
+    if template is None:
+        jinja = os.path.join(model_dir, "chat_template.jinja")
+        cjson = os.path.join(model_dir, "chat_template.json")
+        if os.path.exists(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                template = f.read()
+        elif os.path.exists(cjson):
+            template = read_json(cjson, "chat_template.json").get("chat_template")
+    if isinstance(template, list):
+        for t in template:
+            if t.get("name") == "default":
+                w.add("tokenizer.chat_template", t["template"])
+            else:
+                w.add(f"tokenizer.chat_template.{t['name']}", t["template"])
+    elif isinstance(template, str):
+        w.add("tokenizer.chat_template", template)
+    log(f"tokenizer: {kind}, {len(tokens)} tokens, special ids {ids}, "
+        f"chat template {'yes' if template else 'no'}")
+
+
+def convert(model_dir, out, type_name):
+    if not os.path.isdir(model_dir):
+        raise ConvertError(f"{model_dir}: not a directory")
+    ggml_type, file_type = FILE_TYPES[type_name]
+    hp = HParams(model_dir)
+    log(f"{hp.hf_arch} -> {hp.arch}: {hp.n_layer} layers, hidden {hp.n_embd}, heads {hp.n_head}/"
+        f"{hp.n_head_kv}, head_dim {hp.head_dim}, ff {hp.n_ff}, vocab {hp.n_vocab}, "
+        f"rope {hp.rope_type} theta {hp.rope_theta:g}, {'tied' if hp.tied else 'untied'} output")
+    ckpt = open_checkpoint(model_dir)
+    name = hp.cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir))
+    w = gguf.GGUFWriter(out)
+    hp.write(w, name, file_type)
+    add_tokenizer(w, hp, model_dir)
+    add_tensors(w, hp, ckpt, ggml_type)
+    tmp = out + ".tmp"
+    w.path = tmp
+    try:
+        total = w.write(progress=True)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    log(f"wrote {out}: {total / 2**20:.1f} MiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Convert a Hugging Face Llama/Qwen2/Qwen3 checkpoint to GGUF.")
+    ap.add_argument("model_dir", help="directory with config.json, *.safetensors, tokenizer.json")
+    ap.add_argument("out", help="output .gguf file")
+    ap.add_argument("--type", choices=sorted(FILE_TYPES), default="f16",
+                    help="type of the weight matrices (default f16); norms and biases stay f32")
+    args = ap.parse_args()
+    try:
+        convert(args.model_dir, args.out, args.type)
+    except ConvertError as e:
+        sys.stderr.write(f"hf_to_gguf: error: {e}\n")
+        sys.exit(1)
+    except OSError as e:
+        sys.stderr.write(f"hf_to_gguf: error: {e}\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
