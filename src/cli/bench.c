@@ -1,0 +1,362 @@
+/* bench.c - `omniserve bench -m FILE.gguf`: prompt and generation speed.
+ *
+ * Each repetition runs p seeded random token ids as prefill (one batch, or
+ * chunks of at most --batch tokens), then n single-token decode steps fed by
+ * the argmax of the previous logits; only llm_forward calls are timed. The
+ * median over --reps is printed for people and as one JSON line for scripts.
+ * Every logit row is checked to be finite, so a broken kernel fails loudly. */
+#include "src/cli/cli.h"
+#include "llm/model.h"
+#include "src/core/cpu.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_KV_BLOCK 16
+
+struct bench_opts {
+    const char *model;
+    int n_prompt;
+    int n_gen;
+    int n_threads;
+    int reps;
+    int batch;           /* max tokens per prefill forward */
+    uint64_t seed;
+    bool json_only;
+};
+
+struct bench_result {
+    double pp_tok_s, tg_tok_s;
+};
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: omniserve bench -m FILE.gguf [options]\n"
+            "  -m FILE.gguf      model to load\n"
+            "  -p N              prompt tokens, run as prefill (default 128)\n"
+            "  -n N              generated tokens, one decode step each (default 64)\n"
+            "  --threads N       worker threads (default: physical cores, %d here)\n"
+            "  --reps R          repetitions; the median is reported (default 3)\n"
+            "  --batch N         at most N tokens per prefill forward (default 512)\n"
+            "  --seed N          seed of the random prompt (default 42)\n"
+            "  --json            print only the JSON line on stdout\n",
+            omni_physical_cores());
+}
+
+/* Parse a decimal int in [lo, hi]; false (with a message) otherwise. */
+static bool bench_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "bench: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* 0 on success, 2 on bad usage, -1 when --help was printed. */
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+    *o = (struct bench_opts){ .n_prompt = 128, .n_gen = 64, .n_threads = omni_physical_cores(),
+                              .reps = 3, .batch = 512, .seed = 42 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json_only = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        long n;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = v;
+            continue;
+        }
+        if (!strcmp(a, "-p")) {
+            if (!bench_int(a, v, 1, 1 << 20, &n)) return 2;
+            o->n_prompt = (int)n;
+        } else if (!strcmp(a, "-n")) {
+            if (!bench_int(a, v, 0, 1 << 20, &n)) return 2;
+            o->n_gen = (int)n;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (!bench_int(a, v, 1, 1024, &n)) return 2;
+            o->n_threads = (int)n;
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
+            if (!bench_int(a, v, 1, 1000, &n)) return 2;
+            o->reps = (int)n;
+        } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
+            if (!bench_int(a, v, 1, 1 << 16, &n)) return 2;
+            o->batch = (int)n;
+        } else if (!strcmp(a, "--seed")) {
+            if (!bench_int(a, v, 0, LONG_MAX, &n)) return 2;
+            o->seed = (uint64_t)n;
+        } else {
+            fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "bench: -m FILE.gguf is required (see --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* splitmix64: a seeded stream for the prompt's token ids. */
+static uint64_t bench_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Argmax of one logit row; -1 if any value is NaN or infinite. */
+static int32_t bench_argmax_finite(const float *row, int n)
+{
+    int32_t best = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(row[i]))
+            return -1;
+        if (row[i] > row[best])
+            best = i;
+    }
+    return best;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One repetition: prefill o->n_prompt tokens in chunks, then o->n_gen decode
+ * steps. Returns 0, or 1 with a message on a failed forward or bad logits. */
+static int bench_once(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_seq_view *seq,
+                      const struct bench_opts *o, const int32_t *prompt, int n_vocab,
+                      float *logits, int32_t *pos, int32_t *zeros, struct bench_result *r)
+{
+    double t_pp = 0, t_tg = 0;
+    for (int done = 0; done < o->n_prompt;) {
+        int n = o->n_prompt - done < o->batch ? o->n_prompt - done : o->batch;
+        for (int i = 0; i < n; i++)
+            pos[i] = done + i;
+        struct llm_batch b = { .n_tokens = n, .token = prompt + done, .pos = pos, .seq = zeros };
+        double t0 = omni_time_s();
+        int rc = llm_forward(ctx, &b, kv, seq, logits);
+        t_pp += omni_time_s() - t0;
+        if (rc != 1) {
+            fprintf(stderr, "bench: prefill at position %d failed: %s\n", done,
+                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
+            return 1;
+        }
+        done += n;
+    }
+    int32_t tok = bench_argmax_finite(logits, n_vocab);
+    for (int i = 0; i < o->n_gen && tok >= 0; i++) {
+        int32_t p = o->n_prompt + i;
+        struct llm_batch b = { .n_tokens = 1, .token = &tok, .pos = &p, .seq = zeros };
+        double t0 = omni_time_s();
+        int rc = llm_forward(ctx, &b, kv, seq, logits);
+        t_tg += omni_time_s() - t0;
+        if (rc != 1) {
+            fprintf(stderr, "bench: decode step %d failed: %s\n", i,
+                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
+            return 1;
+        }
+        tok = bench_argmax_finite(logits, n_vocab);
+    }
+    if (tok < 0) {
+        fprintf(stderr, "bench: non-finite logits (NaN or inf) - the forward pass is broken\n");
+        return 1;
+    }
+    r->pp_tok_s = o->n_prompt / t_pp;
+    r->tg_tok_s = o->n_gen ? o->n_gen / t_tg : 0;
+    return 0;
+}
+
+/* JSON string (quotes included); control bytes escaped, UTF-8 passed through. */
+static void bench_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+        if (*u == '"' || *u == '\\')
+            fprintf(f, "\\%c", *u);
+        else if (*u < 0x20)
+            fprintf(f, "\\u%04x", *u);
+        else
+            fputc(*u, f);
+    }
+    fputc('"', f);
+}
+
+/* Tensor counts per ggml type, e.g. {"q5_0": 132, "f32": 121, ...}, in type
+ * id order; human form "q5_0 132, f32 121" when json is false. */
+static void bench_type_mix(FILE *f, const struct gguf *g, bool json)
+{
+    int64_t count[GGML_TYPE_COUNT] = { 0 };
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        int t = gguf_tensor_at(g, i)->type;
+        if (t >= 0 && t < GGML_TYPE_COUNT)
+            count[t]++;
+    }
+    bool first = true;
+    if (json)
+        fputc('{', f);
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        if (!count[t])
+            continue;
+        if (json)
+            fprintf(f, "%s\"%s\": %lld", first ? "" : ", ", ggml_type_name(t), (long long)count[t]);
+        else
+            fprintf(f, "%s%s %lld", first ? "" : ", ", ggml_type_name(t), (long long)count[t]);
+        first = false;
+    }
+    if (json)
+        fputc('}', f);
+}
+
+int cli_bench(int argc, char **argv)
+{
+    struct bench_opts o;
+    int rc = bench_parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+
+    char err[512];
+    struct llm_model *m = NULL;
+    struct tpool *tp = NULL;
+    struct llm_ctx *ctx = NULL;
+    struct llm_kv *kv = NULL;
+    int32_t *prompt = NULL, *pos = NULL, *zeros = NULL, *table = NULL;
+    float *logits = NULL;
+    double *pp = NULL, *tg = NULL;
+    int ret = 1;
+
+    fprintf(stderr, "bench: loading %s\n", o.model);
+    double t0 = omni_time_s();
+    m = llm_model_load(o.model, NULL, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto done;
+    }
+    double load_s = omni_time_s() - t0;
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    fprintf(stderr, "bench: loaded %s (%d layers, %.1f MiB of weights) in %.2f s\n", hp->arch_name,
+            hp->n_layer, llm_model_weight_bytes(m) / 1048576.0, load_s);
+    if (o.n_prompt + o.n_gen > hp->n_ctx_train)
+        fprintf(stderr, "bench: warning: %d tokens exceed the training context (%d)\n",
+                o.n_prompt + o.n_gen, hp->n_ctx_train);
+
+    if (!(tp = tpool_new(o.n_threads, err, sizeof err))) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto done;
+    }
+    int max_tokens = o.n_prompt < o.batch ? o.n_prompt : o.batch;
+    if (!(ctx = llm_ctx_new(m, max_tokens, tp, err, sizeof err))) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto done;
+    }
+    int n_ctx = o.n_prompt + o.n_gen;
+    int n_blocks = (n_ctx + BENCH_KV_BLOCK - 1) / BENCH_KV_BLOCK;
+    if (!(kv = llm_kv_new(m, GGML_TYPE_F16, BENCH_KV_BLOCK, n_blocks, err, sizeof err))) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto done;
+    }
+    prompt = malloc(sizeof *prompt * (size_t)o.n_prompt);
+    pos = malloc(sizeof *pos * (size_t)max_tokens);
+    zeros = calloc((size_t)max_tokens, sizeof *zeros);
+    table = malloc(sizeof *table * (size_t)n_blocks);
+    logits = malloc(sizeof *logits * (size_t)hp->n_vocab);
+    pp = malloc(sizeof *pp * (size_t)o.reps);
+    tg = malloc(sizeof *tg * (size_t)o.reps);
+    if (!prompt || !pos || !zeros || !table || !logits || !pp || !tg) {
+        fprintf(stderr, "bench: out of memory\n");
+        goto done;
+    }
+    uint64_t state = o.seed;
+    for (int i = 0; i < o.n_prompt; i++)
+        prompt[i] = (int32_t)(bench_rand(&state) % (uint64_t)hp->n_vocab);
+    for (int i = 0; i < n_blocks; i++)
+        table[i] = i;
+    struct llm_seq_view seq = { table, n_blocks };
+
+    for (int r = 0; r < o.reps; r++) {
+        struct bench_result res;
+        if (bench_once(ctx, kv, &seq, &o, prompt, hp->n_vocab, logits, pos, zeros, &res))
+            goto done;
+        pp[r] = res.pp_tok_s;
+        tg[r] = res.tg_tok_s;
+        fprintf(stderr, "bench: rep %d/%d: pp%d %.1f tok/s, tg%d %.1f tok/s\n", r + 1, o.reps,
+                o.n_prompt, res.pp_tok_s, o.n_gen, res.tg_tok_s);
+    }
+    double pp_med = bench_median(pp, o.reps), tg_med = bench_median(tg, o.reps);
+    int level = omni_cpu_level();
+
+    if (!o.json_only) {
+        char cpu[160];
+        omni_cpu_describe(cpu, sizeof cpu);
+        printf("model    %s\n", o.model);
+        printf("arch     %s, %d layers, %.1f MiB of weights, tensors: ", hp->arch_name, hp->n_layer,
+               llm_model_weight_bytes(m) / 1048576.0);
+        bench_type_mix(stdout, llm_model_gguf(m), false);
+        printf("\ncpu      %s, %d threads\n", cpu, o.n_threads);
+        printf("load     %.2f s\n", load_s);
+        printf("pp%-6d %.2f tok/s  (median of %d)\n", o.n_prompt, pp_med, o.reps);
+        if (o.n_gen)
+            printf("tg%-6d %.2f tok/s  (median of %d)\n", o.n_gen, tg_med, o.reps);
+    }
+    printf("{\"model\": ");
+    bench_json_str(stdout, o.model);
+    printf(", \"arch\": ");
+    bench_json_str(stdout, hp->arch_name);
+    printf(", \"n_layer\": %d, \"weight_bytes\": %zu, \"type_mix\": ", hp->n_layer,
+           llm_model_weight_bytes(m));
+    bench_type_mix(stdout, llm_model_gguf(m), true);
+    printf(", \"threads\": %d, \"cpu\": \"%s\", \"p\": %d, \"n\": %d, \"reps\": %d, "
+           "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"load_s\": %.3f}\n",
+           o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
+           load_s);
+    fflush(stdout);
+    ret = 0;
+
+done:
+    free(prompt);
+    free(pos);
+    free(zeros);
+    free(table);
+    free(logits);
+    free(pp);
+    free(tg);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    tpool_free(tp);
+    llm_model_free(m);
+    return ret;
+}
