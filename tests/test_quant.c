@@ -1,0 +1,367 @@
+/* test_quant.c - block (de)quantizers against llama.cpp's gguf-py, and every
+ * SIMD kernel against its scalar _ref twin at every CPU level available.
+ * Fixtures: tests/fixtures/quant/<type>.bin, made by tools/make_quant_fixtures.py. */
+#include "src/core/cpu.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+#include "tests/test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* SIMD dots sum in another order than the scalar reference; the integer
+ * parts are exact, so only float rounding of the partial sums differs. The
+ * bound is relative to sum_k |w_k a_k|. */
+#define TOL_DOT_REL 2e-5
+
+static uint64_t rng_state;
+static uint32_t rnd32(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 32);
+}
+static float frand(void) /* uniform in [-1, 1) */
+{
+    return (float)(rnd32() >> 8) * (1.0f / (1 << 23)) - 1.0f;
+}
+
+// ---- fixtures --------------------------------------------------------------
+
+struct fixture {
+    int type;
+    uint32_t rows, cols, input_rows;
+    size_t row_bytes;
+    float *input;      /* (input_rows, cols) */
+    uint8_t *blocks;   /* (rows, row_bytes) */
+    float *deq;        /* (rows, cols) */
+    char *buf;
+};
+
+static int load_fixture(const char *name, struct fixture *f)
+{
+    char rel[64];
+    size_t len;
+    snprintf(rel, sizeof rel, "quant/%s.bin", name);
+    memset(f, 0, sizeof *f);
+    f->buf = test_read_file(test_fixture(rel), &len);
+    if (!f->buf || len < 24 || memcmp(f->buf, "OMNIQF1", 8) != 0)
+        return -1;
+    uint32_t h[4];
+    memcpy(h, f->buf + 8, sizeof h);
+    f->type = (int)h[0];
+    f->rows = h[1];
+    f->cols = h[2];
+    f->input_rows = h[3];
+    f->row_bytes = ggml_row_size(f->type, f->cols);
+    size_t n_in = (size_t)f->input_rows * f->cols * 4, n_bl = f->rows * f->row_bytes,
+           n_dq = (size_t)f->rows * f->cols * 4;
+    if (!f->row_bytes || f->input_rows > f->rows || len != 24 + n_in + n_bl + n_dq)
+        return -1;
+    /* copy into aligned, typed buffers (the file layout is packed) */
+    f->input = malloc(n_in + 4);
+    f->blocks = malloc(n_bl);
+    f->deq = malloc(n_dq);
+    if (!f->input || !f->blocks || !f->deq)
+        return -1;
+    memcpy(f->input, f->buf + 24, n_in);
+    memcpy(f->blocks, f->buf + 24 + n_in, n_bl);
+    memcpy(f->deq, f->buf + 24 + n_in + n_bl, n_dq);
+    return 0;
+}
+
+static void free_fixture(struct fixture *f)
+{
+    free(f->input);
+    free(f->blocks);
+    free(f->deq);
+    free(f->buf);
+}
+
+static const char *fixture_names[] = {
+    "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K",
+};
+
+/* Our dequantization, at every level, equals gguf-py's bit for bit. */
+TEST(quant_dequantize_matches_gguf_py)
+{
+    for (size_t i = 0; i < sizeof fixture_names / sizeof *fixture_names; i++) {
+        struct fixture f;
+        CHECK_MSG(load_fixture(fixture_names[i], &f) == 0, "fixture %s missing or malformed",
+                  fixture_names[i]);
+        CHECK_STR_EQ(ggml_type_name(f.type), fixture_names[i]);
+        float *out = malloc((size_t)f.rows * f.cols * sizeof(float));
+        CHECK(out);
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            const struct omni_quant_ops *op = omni_quant_ops_at(f.type, level);
+            CHECK(op != NULL);
+            memset(out, 0xff, (size_t)f.rows * f.cols * sizeof(float));
+            op->to_float(f.blocks, out, (int64_t)f.rows * f.cols);
+            for (size_t k = 0; k < (size_t)f.rows * f.cols; k++) {
+                uint32_t a, b;
+                memcpy(&a, &out[k], 4);
+                memcpy(&b, &f.deq[k], 4);
+                if (a != b) {
+                    free(out);
+                    free_fixture(&f);
+                    CHECK_MSG(0, "%s level %s: element %zu: %08x (%.9g) != gguf-py %08x (%.9g)",
+                              fixture_names[i], omni_cpu_level_name(level), k, a, out[k], b,
+                              f.deq[k]);
+                }
+            }
+        }
+        free(out);
+        free_fixture(&f);
+    }
+}
+
+/* Our reference quantizers produce gguf-py's bytes exactly (gguf-py mirrors
+ * ggml's *_ref quantizers, including roundf's ties away from zero). */
+TEST(quant_quantize_matches_gguf_py)
+{
+    for (size_t i = 0; i < sizeof fixture_names / sizeof *fixture_names; i++) {
+        struct fixture f;
+        CHECK(load_fixture(fixture_names[i], &f) == 0);
+        if (f.input_rows == 0) {
+            free_fixture(&f);
+            continue;
+        }
+        uint8_t *q = malloc(f.row_bytes * f.input_rows);
+        CHECK(q);
+        CHECK_EQ(quantize_row(f.type, f.input, q, (int64_t)f.input_rows * f.cols), 0);
+        for (size_t k = 0; k < f.row_bytes * f.input_rows; k++)
+            if (q[k] != f.blocks[k]) {
+                size_t blk = k / ggml_type_traits_of(f.type)->type_size;
+                int got = q[k], want = f.blocks[k];
+                free(q);
+                free_fixture(&f);
+                CHECK_MSG(0, "%s: byte %zu (block %zu): %02x != gguf-py %02x", fixture_names[i],
+                          k, blk, got, want);
+            }
+        free(q);
+        free_fixture(&f);
+    }
+}
+
+TEST(quant_rejects_bad_lengths_and_types)
+{
+    float x[64] = { 0 };
+    uint8_t q[128] = { 0 };
+    CHECK_EQ(dequantize_row(GGML_TYPE_Q4_0, q, x, 33), -5 /* OMNI_ERR_ARG */);
+    CHECK_EQ(quantize_row(GGML_TYPE_Q4_K, x, q, 64), -5);
+    CHECK(dequantize_row(GGML_TYPE_IQ2_XXS, q, x, 256) < 0);
+    CHECK(dequantize_row(999, q, x, 32) < 0);
+    CHECK(quantize_row(GGML_TYPE_Q2_K, x, q, 256) < 0);
+    CHECK(omni_quant_ops(GGML_TYPE_Q3_K) == NULL);
+    CHECK(omni_quant_ops(-1) == NULL);
+}
+
+// ---- round trips -----------------------------------------------------------
+
+/* Quantize -> dequantize error, relative to the RMS of the input. */
+static double roundtrip_rel_rms(int type, const float *x, int64_t n)
+{
+    size_t bytes = ggml_row_size(type, n);
+    uint8_t *q = malloc(bytes);
+    float *y = malloc((size_t)n * sizeof(float));
+    double err = 0, ref = 0;
+    if (!q || !y || quantize_row(type, x, q, n) != 0 || dequantize_row(type, q, y, n) != 0) {
+        free(q);
+        free(y);
+        return INFINITY;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        err += (double)(y[i] - x[i]) * (y[i] - x[i]);
+        ref += (double)x[i] * x[i];
+    }
+    free(q);
+    free(y);
+    return sqrt(err / ref);
+}
+
+TEST(quant_roundtrip_error_bounds)
+{
+    static const struct { int type; double max_rel_rms; } cases[] = {
+        { GGML_TYPE_F16, 1e-3 },  { GGML_TYPE_BF16, 4e-3 }, { GGML_TYPE_Q8_0, 0.007 },
+        { GGML_TYPE_Q6_K, 0.025 }, { GGML_TYPE_Q5_0, 0.05 }, { GGML_TYPE_Q5_1, 0.05 },
+        { GGML_TYPE_Q5_K, 0.05 },  { GGML_TYPE_Q4_0, 0.10 }, { GGML_TYPE_Q4_1, 0.10 },
+        { GGML_TYPE_Q4_K, 0.10 },
+    };
+    enum { N = 4096 };
+    static float x[N];
+    rng_state = 99;
+    for (int i = 0; i < N; i++) /* Gaussian-ish weights with per-block scale changes */
+        x[i] = (frand() + frand() + frand()) * (0.02f + 0.01f * (float)((i / 32) % 5));
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double e = roundtrip_rel_rms(cases[i].type, x, N);
+        CHECK_MSG(e <= cases[i].max_rel_rms, "%s: relative RMS error %.4f > %.4f",
+                  ggml_type_name(cases[i].type), e, cases[i].max_rel_rms);
+    }
+}
+
+TEST(quant_q8_K_bsums_and_zero_block)
+{
+    float x[2 * QK_K];
+    block_q8_K y[2];
+    rng_state = 5;
+    for (int i = 0; i < QK_K; i++)
+        x[i] = frand() * 3;
+    memset(x + QK_K, 0, QK_K * sizeof(float));
+    quantize_row_q8_K_ref(x, y, 2 * QK_K);
+    for (int j = 0; j < QK_K / 16; j++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++)
+            s += y[0].qs[16 * j + l];
+        CHECK_EQ(y[0].bsums[j], s);
+        CHECK_EQ(y[1].bsums[j], 0);
+    }
+    CHECK(y[1].d == 0.0f);
+    for (int i = 0; i < QK_K; i++)
+        CHECK_NEAR(y[0].d * y[0].qs[i], x[i], fabsf(y[0].d) * 0.5f + 1e-7);
+}
+
+// ---- SIMD kernels vs the scalar reference -----------------------------------
+
+/* Random valid blocks: random bytes, then sane values in the scale fields. */
+static void random_weights(int type, void *dst, int64_t n)
+{
+    const struct ggml_type_traits *tr = ggml_type_traits_of(type);
+    uint8_t *p = dst;
+    int64_t nb = n / tr->blck_size;
+    for (size_t i = 0; i < (size_t)nb * tr->type_size; i++)
+        p[i] = (uint8_t)rnd32();
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * tr->type_size;
+        ggml_half d = omni_fp32_to_fp16(frand() * 0.05f), m = omni_fp32_to_fp16(frand() * 0.05f);
+        ggml_half dpos = omni_fp32_to_fp16(fabsf(frand()) * 0.01f);
+        switch (type) {
+        case GGML_TYPE_F32: {
+            float v = frand();
+            memcpy(blk, &v, 4);
+            break;
+        }
+        case GGML_TYPE_F16:
+            memcpy(blk, &d, 2);
+            break;
+        case GGML_TYPE_BF16: {
+            uint16_t v = omni_fp32_to_bf16(frand());
+            memcpy(blk, &v, 2);
+            break;
+        }
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0:
+            memcpy(blk, &d, 2);
+            break;
+        case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
+            break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+            memcpy(blk, &dpos, 2);
+            dpos = omni_fp32_to_fp16(fabsf(frand()) * 0.01f);
+            memcpy(blk + 2, &dpos, 2);
+            break;
+        case GGML_TYPE_Q6_K:
+            memcpy(blk + 208, &dpos, 2);
+            break;
+        }
+    }
+}
+
+/* Activations of a dot type back to floats (q8_1/q8_K are no weight types,
+ * so dequantize_row does not take them). */
+static void act_to_float(int dot_type, const void *a, float *out, int64_t n)
+{
+    if (dot_type == GGML_TYPE_F32) {
+        memcpy(out, a, (size_t)n * sizeof(float));
+    } else if (dot_type == GGML_TYPE_Q8_1) {
+        const block_q8_1 *b = a;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = omni_fp16_to_fp32(b[i / QK8_1].d) * b[i / QK8_1].qs[i % QK8_1];
+    } else if (dot_type == GGML_TYPE_Q8_K) {
+        dequantize_row_q8_K(a, out, n);
+    } else {
+        dequantize_row_q8_0(a, out, n);
+    }
+}
+
+static const int dot_types[] = {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+    GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+    GGML_TYPE_Q6_K,
+};
+
+/* The activation quantizer of every level gives the reference's bytes, and
+ * every level's vec_dot equals the reference within TOL_DOT_REL. */
+TEST(quant_simd_kernels_match_ref)
+{
+    enum { NMAX = 8 * QK_K };
+    static float xf[NMAX], wdeq[NMAX], adeq[NMAX];
+    static uint8_t w[NMAX * 4], a_ref[NMAX * 4 + 64], a_lvl[NMAX * 4 + 64];
+    const int64_t lens_32[] = { 32, 96, 1056, NMAX };
+    const int64_t lens_k[] = { 256, 768, NMAX };
+    const int64_t lens_f[] = { 1, 7, 33, 100, 1000, NMAX };
+    rng_state = 2024;
+    for (size_t ti = 0; ti < sizeof dot_types / sizeof *dot_types; ti++) {
+        const int type = dot_types[ti];
+        const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
+        const int blck = ggml_type_traits_of(type)->blck_size;
+        const int64_t *lens = blck == 1 ? lens_f : blck == 32 ? lens_32 : lens_k;
+        const int n_lens = blck == 1 ? 6 : blck == 32 ? 4 : 3;
+        CHECK(ref != NULL);
+        for (int li = 0; li < n_lens; li++) {
+            const int64_t n = lens[li];
+            for (int trial = 0; trial < 3; trial++) {
+                for (int64_t i = 0; i < n; i++)
+                    xf[i] = frand() * (trial == 2 ? 1e-3f : 2.0f);
+                random_weights(type, w, n);
+                size_t a_bytes = ggml_row_size(ref->dot_type, n);
+                if (ref->from_float)
+                    ref->from_float(xf, a_ref, n);
+                else
+                    memcpy(a_ref, xf, a_bytes);
+                /* magnitude sum_k |w_k a_k| from the dequantized operands */
+                CHECK_EQ(dequantize_row(type, w, wdeq, n), 0);
+                act_to_float(ref->dot_type, a_ref, adeq, n);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    mag += fabs((double)wdeq[i] * adeq[i]);
+                const float s_ref = ref->vec_dot(n, w, a_ref);
+                for (int level = 1; level <= omni_cpu()->max_level; level++) {
+                    const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
+                    if (op->from_float) {
+                        memset(a_lvl, 0x5a, a_bytes);
+                        op->from_float(xf, a_lvl, n);
+                        CHECK_MSG(memcmp(a_lvl, a_ref, a_bytes) == 0,
+                                  "%s level %s n=%lld: activation quantizer differs from ref",
+                                  ggml_type_name(type), omni_cpu_level_name(level), (long long)n);
+                    }
+                    const float s = op->vec_dot(n, w, a_ref);
+                    CHECK_MSG(fabs((double)s - s_ref) <= TOL_DOT_REL * mag + 1e-30,
+                              "%s level %s n=%lld: %.9g vs ref %.9g (|w a| sum %.3g)",
+                              ggml_type_name(type), omni_cpu_level_name(level), (long long)n, s,
+                              s_ref, mag);
+                }
+            }
+        }
+    }
+}
+
+TEST(quant_cpu_levels_and_describe)
+{
+    const struct omni_cpu_features *f = omni_cpu();
+    CHECK(f->max_level >= OMNI_CPU_SCALAR && f->max_level < OMNI_CPU_LEVELS);
+    CHECK(omni_cpu_level() <= f->max_level);
+    char line[160];
+    omni_cpu_describe(line, sizeof line);
+    CHECK_STR_CONTAINS(line, "(level ");
+    if (f->max_level >= OMNI_CPU_AVX2)
+        CHECK_STR_CONTAINS(line, "AVX2 FMA F16C");
+    const int saved = omni_cpu_level();
+    CHECK_EQ(omni_cpu_set_level(OMNI_CPU_SCALAR), OMNI_CPU_SCALAR);
+    CHECK_EQ(omni_cpu_set_level(99), f->max_level);
+    omni_cpu_set_level(saved);
+    CHECK_EQ(omni_cpu_level_from_name("AVX512"), OMNI_CPU_AVX512);
+    CHECK_EQ(omni_cpu_level_from_name("sse"), -1);
+    char tiny[4];
+    omni_cpu_describe(tiny, sizeof tiny); /* truncates, stays terminated */
+    CHECK(strlen(tiny) < sizeof tiny);
+}
