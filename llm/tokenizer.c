@@ -516,6 +516,21 @@ static void tok_init_spm_bytes(struct tokenizer *tok)
     }
 }
 
+/* WordPiece classifies characters with one regex: the group that matches
+ * names the class (see tok_wpm_class). */
+static int tok_init_wpm(struct tokenizer *tok, char *err, size_t errlen)
+{
+    int ecode;
+    PCRE2_SIZE eoff;
+    tok->re[0] = pcre2_compile((PCRE2_SPTR) "(\\s)|(\\p{C})|(\\p{Mn})|(\\p{P})", PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
+    if (!tok->re[0])
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "tokenizer: PCRE2 without Unicode support");
+    tok->n_re = 1;
+    pcre2_jit_compile(tok->re[0], PCRE2_JIT_COMPLETE);
+    return 0;
+}
+
 static bool tok_is_special_type(int t)
 {
     return t == TOK_TYPE_CONTROL || t == TOK_TYPE_USER_DEFINED || t == TOK_TYPE_UNKNOWN;
@@ -650,6 +665,8 @@ struct tokenizer *tokenizer_from_gguf(const struct gguf *g, char *err, size_t er
             goto fail;
         break;
     case TOK_KIND_WPM:
+        if (tok_init_wpm(tok, err, errlen) < 0)
+            goto fail;
         cls = 101;
         tok->unk = 100;
         tok->sep = 102;
@@ -1084,12 +1101,123 @@ static int tok_encode_bpe(struct tok_work *w, const char *text, size_t len)
 
 // ---- WordPiece ---------------------------------------------------------------
 
+/* Character classes BERT's normalizer and pre-tokenizer need, for code
+ * points outside ASCII (PCRE2 knows the Unicode properties). */
+enum { TOK_CC_SPACE = 1, TOK_CC_CONTROL, TOK_CC_MARK, TOK_CC_PUNCT };
+
+static int tok_wpm_class(struct tok_work *w, uint32_t cp)
+{
+    if (cp < 0x80) {
+        if (cp == ' ' || (cp >= '\t' && cp <= '\r'))
+            return TOK_CC_SPACE;
+        if (cp < 0x20 || cp == 0x7F)
+            return TOK_CC_CONTROL;
+        return ispunct((int)cp) ? TOK_CC_PUNCT : 0;
+    }
+    if (cp == 0xFFFD)
+        return TOK_CC_CONTROL;
+    char enc[4];
+    int n = unicode_utf8_encode(cp, enc);
+    if (!w->md && !(w->md = pcre2_match_data_create(5, NULL)))
+        return 0;
+    int rc = pcre2_match(w->tok->re[0], (PCRE2_SPTR)enc, (size_t)n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
+                         w->md, NULL);
+    if (rc <= 1)
+        return 0;
+    return rc - 1; /* the number of the group that matched */
+}
+
+/* BERT's CJK ideograph blocks: each such character is a word of its own. */
+static bool tok_is_cjk(uint32_t cp)
+{
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) ||
+           (cp >= 0x2B920 && cp <= 0x2CEAF) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+/* Greedy longest-match WordPiece over one normalized word held in w->buf
+ * after the 3-byte "▁" that marks a word start in GGUF vocabularies (the
+ * converter turned "##" continuations into bare text and word starts into
+ * "▁" + text). A word with any unmatched part, or longer than 100
+ * characters, becomes [UNK] as in Hugging Face's WordPiece. */
+static int tok_wpm_word(struct tok_work *w, size_t n, size_t n_chars)
+{
+    const struct tokenizer *tok = w->tok;
+    size_t mark = w->n_ids;
+    bool ok = n_chars <= 100;
+    for (size_t i = 0; ok && i < n;) {
+        size_t j = n - i > tok->max_len ? i + tok->max_len : n;
+        int32_t id = -1;
+        for (; j > i; j--)
+            if ((id = tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, w->buf + i, j - i)) >= 0)
+                break;
+        if (id < 0) {
+            ok = false;
+        } else {
+            int rc = tok_emit(w, id);
+            if (rc < 0)
+                return rc;
+            i = j;
+        }
+    }
+    if (ok)
+        return 0;
+    w->n_ids = mark;
+    return tok->unk >= 0 ? tok_emit(w, tok->unk) : 0;
+}
+
+/* BERT normalization (drop controls, split off CJK, strip accents, lower
+ * case) and pre-tokenization (split at whitespace and punctuation), one
+ * word at a time into WordPiece. */
 static int tok_encode_wpm(struct tok_work *w, const char *text, size_t len)
 {
-    (void)w;
-    (void)text;
-    (void)len;
-    return OMNI_ERR_UNSUPPORTED;
+    const struct tokenizer *tok = w->tok;
+    size_t need;
+    /* Worst case per input byte: 3 code points of 4 bytes, plus "▁". */
+    if (omni_mul_size(len, 12, &need) < 0 || omni_add_size(need, 8, &need) < 0 ||
+        !tok_grow((void **)&w->buf, &w->cap_buf, need, 1))
+        return OMNI_ERR_NOMEM;
+    memcpy(w->buf, "\xe2\x96\x81", 3);
+    size_t n = 3, n_chars = 0;
+    int rc = 0;
+    for (size_t i = 0; i < len && rc == 0;) {
+        uint32_t cp;
+        int k = unicode_utf8_decode(text + i, len - i, &cp);
+        i += k > 0 ? (size_t)k : 1;
+        if (k <= 0)
+            continue;
+        int cls = tok_wpm_class(w, cp);
+        if (cls == TOK_CC_SPACE || cls == TOK_CC_CONTROL ||
+            (cls == TOK_CC_MARK && tok->wpm_strip_accents)) {
+            if (cls == TOK_CC_SPACE && n > 3) {
+                rc = tok_wpm_word(w, n, n_chars);
+                n = 3;
+                n_chars = 0;
+            }
+            continue;
+        }
+        uint32_t parts[3] = { cp };
+        int np = tok->wpm_strip_accents ? unicode_strip_accents(cp, parts) : 1;
+        for (int p = 0; p < np && rc == 0; p++) {
+            uint32_t c = tok->wpm_lower ? unicode_tolower(parts[p]) : parts[p];
+            bool alone = tok_is_cjk(c) || (c == cp ? cls : tok_wpm_class(w, c)) == TOK_CC_PUNCT;
+            if (alone && n > 3) {
+                rc = tok_wpm_word(w, n, n_chars);
+                n = 3;
+                n_chars = 0;
+            }
+            n += (size_t)unicode_utf8_encode(c, w->buf + n);
+            n_chars++;
+            if (alone && rc == 0) {
+                rc = tok_wpm_word(w, n, n_chars);
+                n = 3;
+                n_chars = 0;
+            }
+        }
+    }
+    if (rc == 0 && n > 3)
+        rc = tok_wpm_word(w, n, n_chars);
+    return rc;
 }
 
 // ---- encoding entry point ------------------------------------------------------

@@ -1,6 +1,7 @@
 /* unicode.h - the small amount of Unicode the tokenizers need: strict UTF-8
- * decoding and validation, and the GPT-2 byte <-> code point mapping used by
- * byte-level BPE vocabularies.
+ * decoding and validation, the GPT-2 byte <-> code point mapping used by
+ * byte-level BPE vocabularies, and the lower-casing and accent stripping of
+ * BERT's normalizer (WordPiece).
  *
  *   uint32_t cp; int n = unicode_utf8_decode(s, len, &cp); // >0 bytes, 0 short, <0 bad
  *   char enc[4]; int k = unicode_utf8_encode(unicode_byte_to_cp(0x20), enc); // "Ġ"
@@ -34,5 +35,15 @@ int unicode_utf8_encode(uint32_t cp, char out[4]);
 uint32_t unicode_byte_to_cp(uint8_t b);
 /* The inverse: the byte for cp, or -1 when cp is not in the mapping. */
 int unicode_cp_to_byte(uint32_t cp);
+
+/* Simple lower-case mapping of cp (one code point to one; Unicode 14.0). */
+uint32_t unicode_tolower(uint32_t cp);
+
+/* What is left of cp after canonical decomposition (NFD) once the nonspacing
+ * marks (Mn) are dropped, into out[3]; returns the count (1-3). 'Ä' -> 'A',
+ * 'ệ' -> 'e', a Hangul syllable -> its jamo, most code points -> themselves.
+ * (A code point that is itself a mark is returned as is: the caller drops
+ * it.) */
+int unicode_strip_accents(uint32_t cp, uint32_t out[3]);
 
 #endif
