@@ -344,3 +344,303 @@ TEST(tokenizer_speed_100kb)
     CHECK(n > 10000);
     CHECK_MSG(t_load < 1.0 && t_enc < 1.0, "load %.3f s, encode %.3f s", t_load, t_enc);
 }
+
+// ---- vocabularies built in memory ----------------------------------------------
+
+/* A minimal GGUF v3 writer: header, then key/values, no tensors. */
+struct gw {
+    unsigned char buf[1 << 17];
+    size_t len;
+    uint64_t n_kv;
+};
+
+static void gw_raw(struct gw *w, const void *p, size_t n)
+{
+    if (w->len + n <= sizeof w->buf) {
+        memcpy(w->buf + w->len, p, n);
+        w->len += n;
+    }
+}
+
+static void gw_u32v(struct gw *w, uint32_t v) { gw_raw(w, &v, 4); }
+
+static void gw_strv(struct gw *w, const char *s)
+{
+    uint64_t n = strlen(s);
+    gw_raw(w, &n, 8);
+    gw_raw(w, s, n);
+}
+
+static void gw_key(struct gw *w, const char *key, uint32_t type)
+{
+    gw_strv(w, key);
+    gw_u32v(w, type);
+    w->n_kv++;
+}
+
+static void gw_init(struct gw *w)
+{
+    w->len = 24; /* header written by gw_open */
+    w->n_kv = 0;
+}
+
+static void gw_str(struct gw *w, const char *key, const char *v)
+{
+    gw_key(w, key, GGUF_TYPE_STRING);
+    gw_strv(w, v);
+}
+
+static void gw_u32(struct gw *w, const char *key, uint32_t v)
+{
+    gw_key(w, key, GGUF_TYPE_UINT32);
+    gw_u32v(w, v);
+}
+
+static void gw_arr(struct gw *w, const char *key, uint32_t elem, uint64_t n)
+{
+    gw_key(w, key, GGUF_TYPE_ARRAY);
+    gw_u32v(w, elem);
+    gw_raw(w, &n, 8);
+}
+
+static void gw_arr_str(struct gw *w, const char *key, char **v, int n)
+{
+    gw_arr(w, key, GGUF_TYPE_STRING, (uint64_t)n);
+    for (int i = 0; i < n; i++)
+        gw_strv(w, v[i]);
+}
+
+static struct tokenizer *gw_open(struct gw *w, char *err, size_t errlen)
+{
+    uint32_t version = 3;
+    uint64_t n_tensors = 0;
+    memcpy(w->buf, "GGUF", 4);
+    memcpy(w->buf + 4, &version, 4);
+    memcpy(w->buf + 8, &n_tensors, 8);
+    memcpy(w->buf + 16, &w->n_kv, 8);
+    struct gguf *g = gguf_open_memory(w->buf, w->len, "mem.gguf", err, errlen);
+    if (!g)
+        return NULL;
+    struct tokenizer *tok = tokenizer_from_gguf(g, err, errlen);
+    gguf_free(g);
+    return tok;
+}
+
+/* SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then pieces
+ * with scores. */
+#define SPM_N_BASE 259
+static const struct {
+    const char *text;
+    float score;
+} spm_pieces[] = {
+    { "\xe2\x96\x81", -5 }, { "a", -5 }, { "b", -5 }, { "c", -5 },
+    { "\xe2\x96\x81" "a", -1 }, { "ab", -2 }, { "bc", -0.5f }, { "abc", -3 },
+};
+#define SPM_N (SPM_N_BASE + (int)(sizeof spm_pieces / sizeof spm_pieces[0]))
+
+static void gw_spm(struct gw *w, bool bytes, int n_scores)
+{
+    static char names[SPM_N][16];
+    char *tokens[SPM_N];
+    float scores[SPM_N];
+    int32_t types[SPM_N];
+    int n = 0;
+    const char *specials[] = { "<unk>", "<s>", "</s>" };
+    for (int i = 0; i < 3; i++, n++) {
+        snprintf(names[n], sizeof names[n], "%s", specials[i]);
+        types[n] = i == 0 ? TOK_TYPE_UNKNOWN : TOK_TYPE_CONTROL;
+        scores[n] = 0;
+    }
+    for (int b = 0; b < 256; b++, n++) {
+        /* Without byte tokens the slots hold inert unused pieces. */
+        snprintf(names[n], sizeof names[n], bytes ? "<0x%02X>" : "<unused%d>", b);
+        types[n] = bytes ? TOK_TYPE_BYTE : TOK_TYPE_UNUSED;
+        scores[n] = 0;
+    }
+    for (size_t i = 0; i < sizeof spm_pieces / sizeof spm_pieces[0]; i++, n++) {
+        snprintf(names[n], sizeof names[n], "%s", spm_pieces[i].text);
+        types[n] = TOK_TYPE_NORMAL;
+        scores[n] = spm_pieces[i].score;
+    }
+    for (int i = 0; i < n; i++)
+        tokens[i] = names[i];
+    gw_str(w, "tokenizer.ggml.model", "llama");
+    gw_arr_str(w, "tokenizer.ggml.tokens", tokens, n);
+    gw_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, (uint64_t)n_scores);
+    gw_raw(w, scores, (size_t)n_scores * 4);
+    gw_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)n);
+    gw_raw(w, types, (size_t)n * 4);
+}
+
+static int32_t spm_id(const char *text)
+{
+    for (size_t i = 0; i < sizeof spm_pieces / sizeof spm_pieces[0]; i++)
+        if (!strcmp(spm_pieces[i].text, text))
+            return SPM_N_BASE + (int32_t)i;
+    return -1;
+}
+
+TEST(tokenizer_spm_merges_by_score)
+{
+    static struct gw w;
+    char err[256];
+    int32_t ids[16];
+    gw_init(&w);
+    gw_spm(&w, true, SPM_N);
+    struct tokenizer *tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    CHECK_EQ(tokenizer_bos(tok), 1);
+    CHECK_EQ(tokenizer_eos(tok), 2);
+    /* "▁abc": bc (-0.5) merges first, then ▁a (-1); abc (-3) never forms. */
+    CHECK_EQ(enc(tok, "abc", 0, ids, 16), 2);
+    CHECK_EQ(ids[0], spm_id("\xe2\x96\x81" "a"));
+    CHECK_EQ(ids[1], spm_id("bc"));
+    /* Byte fallback for what the vocabulary lacks. */
+    CHECK_EQ(enc(tok, "\xc3\xa9", 0, ids, 16), 3);
+    CHECK(ids[0] == spm_id("\xe2\x96\x81") && ids[1] == 3 + 0xC3 && ids[2] == 3 + 0xA9);
+    char buf[16];
+    CHECK_EQ(tokenizer_decode(tok, ids, 3, false, buf, sizeof buf), 2);
+    CHECK_STR_EQ(buf, "\xc3\xa9");
+    tokenizer_free(tok);
+
+    /* Without byte tokens an unknown character becomes <unk>. */
+    gw_init(&w);
+    gw_spm(&w, false, SPM_N);
+    gw_u32(&w, "tokenizer.ggml.unknown_token_id", 0);
+    tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    CHECK_EQ(enc(tok, "a\xc3\xa9", 0, ids, 16), 2);
+    CHECK(ids[0] == spm_id("\xe2\x96\x81" "a") && ids[1] == 0);
+    tokenizer_free(tok);
+}
+
+/* Byte-level BPE vocabulary: the 256 GPT-2 characters, then merged tokens. */
+static void gw_bpe(struct gw *w, const char *pre, char **merges, int n_merges)
+{
+    static char names[260][8];
+    char *tokens[260];
+    int n = 0;
+    for (int b = 0; b < 256; b++, n++)
+        names[n][unicode_utf8_encode(unicode_byte_to_cp((uint8_t)b), names[n])] = 0;
+    const char *more[] = { "ab", "abc", "\xc4\xa0" "a", "<|end|>" };
+    for (int i = 0; i < 4; i++, n++)
+        snprintf(names[n], sizeof names[n], "%s", more[i]);
+    for (int i = 0; i < n; i++)
+        tokens[i] = names[i];
+    int32_t types[260];
+    for (int i = 0; i < n; i++)
+        types[i] = i == n - 1 ? TOK_TYPE_CONTROL : TOK_TYPE_NORMAL;
+    gw_str(w, "tokenizer.ggml.model", "gpt2");
+    if (pre)
+        gw_str(w, "tokenizer.ggml.pre", pre);
+    gw_arr_str(w, "tokenizer.ggml.tokens", tokens, n);
+    gw_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)n);
+    gw_raw(w, types, (size_t)n * 4);
+    if (merges)
+        gw_arr_str(w, "tokenizer.ggml.merges", merges, n_merges);
+}
+
+TEST(tokenizer_bpe_merges_by_rank)
+{
+    static struct gw w;
+    char err[256];
+    int32_t ids[16];
+    char *merges[] = { "a b", "ab c", "\xc4\xa0 a", "x y" /* "xy" is no token: ignored */ };
+    gw_init(&w);
+    gw_bpe(&w, "gpt-2", merges, 4);
+    struct tokenizer *tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    CHECK(tokenizer_kind(tok) == TOK_KIND_BPE);
+    CHECK_EQ(tokenizer_bos(tok), -1);
+    /* " abc": "a b" (rank 0) beats "Ġ a" (rank 2), then "ab c" (rank 1). */
+    CHECK_EQ(enc(tok, "abc abc", 0, ids, 16), 3);
+    CHECK(ids[0] == 257 && ids[1] == tokenizer_find(tok, "\xc4\xa0", 2) && ids[2] == 257);
+    CHECK_EQ(enc(tok, " a", 0, ids, 16), 1);
+    CHECK_EQ(ids[0], 258);
+    /* Control token text only with parse_special; EOG by name. */
+    CHECK_EQ(enc(tok, "<|end|>", TOK_PARSE_SPECIAL, ids, 16), 1);
+    CHECK_EQ(ids[0], 259);
+    CHECK(enc(tok, "<|end|>", 0, ids, 16) > 1);
+    CHECK(tokenizer_is_eog(tok, 259));
+    char buf[32];
+    int32_t seq[] = { 257, tokenizer_find(tok, "\xc4\xa0", 2), 257, 259 };
+    CHECK_EQ(tokenizer_decode(tok, seq, 4, false, buf, sizeof buf), 7);
+    CHECK_STR_EQ(buf, "abc abc");
+    tokenizer_free(tok);
+}
+
+TEST(tokenizer_rejects_broken_vocab)
+{
+    static struct gw w;
+    char err[256];
+    char *tokens[] = { "a", "b", "ab" };
+
+    gw_init(&w);
+    gw_str(&w, "general.architecture", "llama");
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.model");
+
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "sentencepiece-xl");
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "unsupported tokenizer.ggml.model 'sentencepiece-xl'");
+
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "llama");
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "missing key tokenizer.ggml.tokens");
+
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "llama");
+    gw_arr(&w, "tokenizer.ggml.tokens", GGUF_TYPE_INT32, 1);
+    gw_u32v(&w, 7);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.tokens is not an array of strings");
+
+    gw_init(&w);
+    gw_spm(&w, true, SPM_N - 1);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.scores has");
+
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "llama");
+    gw_arr_str(&w, "tokenizer.ggml.tokens", tokens, 3);
+    gw_arr(&w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, 3);
+    gw_u32v(&w, 1);
+    gw_u32v(&w, 9);
+    gw_u32v(&w, 1);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.token_type[1] = 9");
+
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "llama");
+    gw_arr_str(&w, "tokenizer.ggml.tokens", tokens, 3);
+    gw_u32(&w, "tokenizer.ggml.bos_token_id", 3);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.bos_token_id = 3 is out of range");
+
+    gw_init(&w);
+    gw_bpe(&w, "gpt-2", NULL, 0);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "missing key tokenizer.ggml.merges");
+
+    char *bad_merge[] = { "a b", "ab" };
+    gw_init(&w);
+    gw_bpe(&w, "gpt-2", bad_merge, 2);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.merges[1] = 'ab'");
+
+    char *merges[] = { "a b" };
+    gw_init(&w);
+    gw_bpe(&w, "no-such-pre", merges, 1);
+    CHECK(gw_open(&w, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tokenizer.ggml.pre 'no-such-pre'");
+
+    /* No pre key at all: the default pre-tokenizer. */
+    gw_init(&w);
+    gw_bpe(&w, NULL, merges, 1);
+    struct tokenizer *tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    tokenizer_free(tok);
+    tokenizer_free(NULL);
+}
