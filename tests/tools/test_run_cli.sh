@@ -8,13 +8,13 @@ mkdir -p "$D" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
 
 # A llama2.c checkpoint: dim 16, hidden 40, 2 layers, 4 heads / 2 kv heads,
-# vocab 300 (negative: untied classifier), seq_len 48; tokenizer with the byte
+# vocab 300 (negative: untied classifier), seq_len 256; tokenizer with the byte
 # pieces and a few merges, written the way llama2.c's export writes them.
 $PYTHON - "$D" <<'EOF' || fail "could not write the tiny checkpoint"
 import struct, sys
 import numpy as np
 d = sys.argv[1]
-dim, hid, L, H, KV, V, T = 16, 40, 2, 4, 2, 300, 48
+dim, hid, L, H, KV, V, T = 16, 40, 2, 4, 2, 300, 256
 kvd = dim // H * KV
 rng = np.random.default_rng(5)
 shapes = [(V, dim), (L, dim), (L, dim, dim), (L, kvd, dim), (L, kvd, dim), (L, dim, dim),
@@ -47,7 +47,7 @@ $PYTHON tools/llama2c_to_gguf "$D/tiny.bin" "$D/tok.bin" "$M" 2>"$D/conv.err" ||
 $OMNI inspect "$M" >"$D/inspect.txt" 2>&1 || fail "inspect failed: $(tail -n 3 "$D/inspect.txt")"
 grep -q "output.weight" "$D/inspect.txt" || fail "untied classifier: no output.weight"
 
-run() { $OMNI run -m "$M" --threads 2 "$@"; }
+run() { $OMNI run -m "$M" --threads 1 "$@"; }
 
 # --- seed determinism ---
 run -p "hello world" -n 40 --temp 1 --seed 7 >"$D/a.txt" 2>"$D/a.err" || fail "run: $(cat "$D/a.err")"
@@ -73,12 +73,12 @@ run -p "the" -n 30 --temp 1.5 --top-k 1 --seed 9 >"$D/k1.txt" 2>/dev/null || fai
 cmp -s "$D/g1.txt" "$D/k1.txt" || fail "--top-k 1 differs from greedy"
 
 # --- -n: the context length is accepted, more is capped to it ---
-run -p "hello world" -n 48 --temp 0 >/dev/null 2>"$D/n.err" || fail "-n at the context failed"
+run -p "hello world" -n 256 --temp 0 >/dev/null 2>"$D/n.err" || fail "-n at the context failed"
 run -p "hello world" -n 1000 --temp 0 >/dev/null 2>"$D/n2.err" || fail "-n past the context failed"
-grep -q "48 steps" "$D/n2.err" || fail "-n is not capped at the context: $(head -n 1 "$D/n2.err")"
+grep -q "256 steps" "$D/n2.err" || fail "-n is not capped at the context: $(head -n 1 "$D/n2.err")"
 
 # --- chat ---
-run --chat "hello" --system "be brief" -n 40 --temp 0 >"$D/chat.txt" 2>"$D/chat.err" ||
+run --chat "hello" --system "be brief" --temp 0 >"$D/chat.txt" 2>"$D/chat.err" ||
     fail "--chat: $(cat "$D/chat.err")"
 grep -q "chat format chatml" "$D/chat.err" || fail "--chat did not fall back to chatml"
 
@@ -86,16 +86,17 @@ grep -q "chat format chatml" "$D/chat.err" || fail "--chat did not fall back to 
 expect_error() { # code pattern args...
     code=$1 pat=$2
     shift 2
+    what=$(echo "$*" | cut -c 1-100)
     "$@" >"$D/e.out" 2>"$D/e.err"
     rc=$?
-    [ $rc -eq "$code" ] || fail "$*: exit $rc, want $code ($(cat "$D/e.err"))"
-    grep -q -- "$pat" "$D/e.err" || fail "$*: stderr lacks '$pat': $(cat "$D/e.err")"
-    [ ! -s "$D/e.out" ] || fail "$*: wrote to stdout on error"
+    [ $rc -eq "$code" ] || fail "$what: exit $rc, want $code ($(cat "$D/e.err"))"
+    grep -q -- "$pat" "$D/e.err" || fail "$what: stderr lacks '$pat': $(cat "$D/e.err")"
+    [ ! -s "$D/e.out" ] || fail "$what: wrote to stdout on error"
 }
 expect_error 1 "no-such.gguf" $OMNI run -m "$D/no-such.gguf" -p hi
 printf 'GGUF\003\000\000\000garbage' >"$D/bad.gguf"
 expect_error 1 "bad.gguf" $OMNI run -m "$D/bad.gguf" -p hi
-long=$($PYTHON -c 'print("hello world " * 40)')
+long=$($PYTHON -c 'print("hello world " * 300)')
 expect_error 1 "longer than the context" run -p "$long"
 expect_error 1 "UTF-8" run -p "$(printf 'bad \377 byte')"
 expect_error 1 "leaves no room" run -p "hello world hello" -n 2

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_stories260k.sh - converts ../shared/models/stories260K with tools/llama2c_to_gguf
 # and checks `omniserve run` against all five llama2.c reference outputs byte for byte
-# (reference.json), plus the prompt token ids through `omniserve tokenize`.
+# (reference.json; case 1 also on 3 threads), plus the prompt token ids through
+# `omniserve tokenize`.
 S=../shared/models/stories260K
 if [ ! -f "$S/stories260K.bin" ] || [ ! -f "$S/reference.json" ]; then
     echo "skip: $S not present"
@@ -16,8 +17,9 @@ import json, subprocess, sys
 ref_path, model, omni = sys.argv[1:4]
 cases = json.load(open(ref_path))["cases"]
 bad = 0
-for c in cases:
-    args = [omni, "run", "-m", model, "--temp", "0", "--threads", "2"]
+# the thread count must not change the result: case 1 runs a second time on 3 threads
+for c in cases + [dict(cases[0], name="case1 (3 threads)", threads=3)]:
+    args = [omni, "run", "-m", model, "--temp", "0", "--threads", str(c.get("threads", 1))]
     if c["prompt"] is not None:
         args += ["-p", c["prompt"]]
     if c["steps"] != 256:  # case 5 also checks the default -n
