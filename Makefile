@@ -92,4 +92,28 @@ bench: all
 clean:
 	rm -rf build build-asan
 
+# ---- golden model fixtures (tests/test_model.c) ---------------------------
+# Each tiny Hugging Face checkpoint in tests/fixtures/golden/<model>/ (made by
+# tools/make_golden.py) is converted by tools/hf_to_gguf.py into
+# $(BUILD)/fixtures/<model>-{f32,f16,q8_0}.gguf; the unit tests read them from
+# $$OMNI_GOLDEN_DIR (default build/fixtures).
+GOLDEN_MODELS := $(notdir $(patsubst %/,%,$(dir $(wildcard tests/fixtures/golden/*/config.json))))
+GOLDEN_GGUFS  := $(foreach m,$(GOLDEN_MODELS),$(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/$(m)-$(t).gguf))
+GOLDEN_DEPS   := tests/fixtures/golden/%/config.json tools/hf_to_gguf.py tools/gguf.py
+GOLDEN_CONVERT = @mkdir -p $(dir $@); \
+	$(PYTHON) tools/hf_to_gguf.py tests/fixtures/golden/$* $@ --type $(1) 2>$@.log \
+	&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+
+.PHONY: golden-fixtures
+golden-fixtures: $(GOLDEN_GGUFS)
+$(BUILD)/fixtures/%-f32.gguf: $(GOLDEN_DEPS)
+	$(call GOLDEN_CONVERT,f32)
+$(BUILD)/fixtures/%-f16.gguf: $(GOLDEN_DEPS)
+	$(call GOLDEN_CONVERT,f16)
+$(BUILD)/fixtures/%-q8_0.gguf: $(GOLDEN_DEPS)
+	$(call GOLDEN_CONVERT,q8_0)
+unit-test: golden-fixtures
+unit-test: export OMNI_GOLDEN_DIR = $(BUILD)/fixtures
+asan: golden-fixtures
+
 -include $(DEPS)

@@ -1,0 +1,885 @@
+/* model.c - decoder-only transformer forward (llama, qwen2, qwen3) over GGUF weights.
+ *
+ * Weights stay in the mapped GGUF file and are multiplied in place through
+ * omni_matmul; per-run activations live in a llm_ctx allocated once; K/V live
+ * in a paged llm_kv and attention reads them through each sequence's block
+ * table. One layer is: RMSNorm -> Q/K/V projections (+ bias, qwen2) ->
+ * per-head q/k RMSNorm (qwen3) -> RoPE -> attention -> output projection +
+ * residual -> RMSNorm -> SwiGLU FFN + residual. */
+#include "model.h"
+
+#include "llm/tokenizer.h"
+#include "src/core/gguf.h"
+#include "src/core/matmul.h"
+#include "src/core/omni.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Positions of one (token, head) attention handled per softmax rescale. */
+#define ATTN_CHUNK 64
+
+struct llm_layer {
+    const float *attn_norm;         /* [n_embd] */
+    struct omni_tensor wq;          /* [n_head * head_dim][n_embd] */
+    struct omni_tensor wk, wv;      /* [n_head_kv * head_dim][n_embd] */
+    struct omni_tensor wo;          /* [n_embd][n_head * head_dim] */
+    const float *bq, *bk, *bv, *bo; /* biases (qwen2; llama with attention_bias) or NULL */
+    const float *q_norm, *k_norm;   /* [head_dim] per-head RMSNorm gains (qwen3) or NULL */
+    const float *ffn_norm;          /* [n_embd] */
+    struct omni_tensor w_gate, w_up; /* [n_ff][n_embd] */
+    struct omni_tensor w_down;      /* [n_embd][n_ff] */
+};
+
+struct llm_model {
+    struct gguf *g;
+    void *file_buf;                 /* the file read into memory when use_mmap is false */
+    struct tokenizer *tok;
+    struct llm_hparams hp;
+    bool rope_neox;                 /* rotate halves (i, i + d/2) instead of pairs (2i, 2i+1) */
+    float *rope_inv_freq;           /* [head_dim / 2] angle per position of each rotated pair */
+    struct omni_tensor tok_embd;    /* [n_vocab][n_embd] */
+    struct omni_tensor output;      /* [n_vocab][n_embd], tok_embd when tied */
+    const float *output_norm;       /* [n_embd] */
+    struct llm_layer *layers;       /* [n_layer] */
+    size_t weight_bytes;
+};
+
+// ---- loading ---------------------------------------------------------------
+
+struct loader {
+    struct llm_model *m;
+    const char *path;
+    char *err;
+    size_t errlen;
+};
+
+static const char *arch_names[] = {
+    [LLM_ARCH_LLAMA] = "llama", [LLM_ARCH_QWEN2] = "qwen2", [LLM_ARCH_QWEN3] = "qwen3",
+};
+
+/* Find tensor name with the given numpy-style shape (ne[1], ne[0] for 2-D).
+ * 1-D tensors (norms, biases) must be F32; matrices any supported type. */
+static int get_tensor(struct loader *ld, const char *name, int n_dims, int64_t rows, int64_t cols,
+                      bool required, const struct gguf_tensor **out)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(ld->m->g, name);
+    *out = NULL;
+    if (!t) {
+        if (!required)
+            return 0;
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: tensor '%s' missing",
+                         ld->path, name);
+    }
+    int64_t want0 = n_dims == 1 ? rows : cols, want1 = n_dims == 1 ? 1 : rows;
+    if (t->n_dims != n_dims || t->ne[0] != want0 || t->ne[1] != want1 || t->ne[2] != 1 ||
+        t->ne[3] != 1) {
+        char got[96];
+        int n = snprintf(got, sizeof got, "%lld", (long long)t->ne[0]);
+        for (int d = 1; d < t->n_dims && n > 0 && n < (int)sizeof got; d++)
+            n += snprintf(got + n, sizeof got - n, ", %lld", (long long)t->ne[d]);
+        if (n_dims == 1)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: tensor '%s': shape [%s], expected [%lld]", ld->path,
+                             name, got, (long long)want0);
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: tensor '%s': shape [%s], expected [%lld, %lld]", ld->path,
+                         name, got, (long long)want0, (long long)want1);
+    }
+    const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
+    if (n_dims == 1 ? t->type != GGML_TYPE_F32
+                    : !tr || !tr->supported || !ggml_row_size(t->type, t->ne[0]))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: tensor '%s': type %s not supported%s", ld->path, name,
+                         ggml_type_name(t->type), n_dims == 1 ? " (1-D tensors must be f32)" : "");
+    ld->m->weight_bytes += t->nbytes;
+    *out = t;
+    return 0;
+}
+
+static int get_matrix(struct loader *ld, const char *name, int64_t rows, int64_t cols,
+                      struct omni_tensor *w)
+{
+    const struct gguf_tensor *t;
+    int rc = get_tensor(ld, name, 2, rows, cols, true, &t);
+    if (rc < 0)
+        return rc;
+    *w = (struct omni_tensor){ .type = t->type, .ne = { t->ne[0], t->ne[1] }, .data = t->data };
+    return 0;
+}
+
+static int get_vector(struct loader *ld, const char *name, int64_t n, bool required,
+                      const float **v)
+{
+    const struct gguf_tensor *t;
+    int rc = get_tensor(ld, name, 1, n, 1, required, &t);
+    *v = t ? t->data : NULL;
+    return rc;
+}
+
+/* Integer hyper-parameter <arch>.key, in [1, 1 << 20] (0 when optional and absent). */
+static int get_dim(struct loader *ld, const char *key, bool required, int *out)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", ld->m->hp.arch_name, key);
+    uint32_t v = 0;
+    int rc = gguf_get_u32(ld->m->g, full, &v);
+    if (rc == OMNI_ERR_NOTFOUND && !required)
+        return 0;
+    if (rc == OMNI_ERR_NOTFOUND)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: key %s missing",
+                         ld->path, full);
+    if (rc < 0 || v == 0 || v > (1u << 20))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: key %s: bad value (need an integer in 1..%u)", ld->path, full,
+                         1u << 20);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_float(struct loader *ld, const char *key, float *out)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", ld->m->hp.arch_name, key);
+    float v;
+    int rc = gguf_get_f32(ld->m->g, full, &v);
+    if (rc == OMNI_ERR_NOTFOUND)
+        return 0; /* keep the default */
+    if (rc < 0 || !isfinite(v) || v <= 0)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: key %s: bad value (need a positive float)", ld->path, full);
+    *out = v;
+    return 0;
+}
+
+static int load_hparams(struct loader *ld)
+{
+    struct llm_model *m = ld->m;
+    struct llm_hparams *hp = &m->hp;
+    size_t len = 0;
+    const char *arch = gguf_get_str(m->g, "general.architecture", &len);
+    if (!arch)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: key general.architecture missing", ld->path);
+    int a = -1;
+    for (int i = 0; i < (int)(sizeof arch_names / sizeof *arch_names); i++)
+        if (strlen(arch_names[i]) == len && memcmp(arch, arch_names[i], len) == 0)
+            a = i;
+    if (a < 0)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: general.architecture '%.*s' not supported (llama, qwen2, qwen3)",
+                         ld->path, (int)(len < 64 ? len : 64), arch);
+    hp->arch = (enum llm_arch)a;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch_names[a]);
+    m->rope_neox = hp->arch != LLM_ARCH_LLAMA;
+
+    int rc;
+    if ((rc = get_dim(ld, "context_length", true, &hp->n_ctx_train)) < 0 ||
+        (rc = get_dim(ld, "embedding_length", true, &hp->n_embd)) < 0 ||
+        (rc = get_dim(ld, "block_count", true, &hp->n_layer)) < 0 ||
+        (rc = get_dim(ld, "feed_forward_length", true, &hp->n_ff)) < 0 ||
+        (rc = get_dim(ld, "attention.head_count", true, &hp->n_head)) < 0 ||
+        (rc = get_dim(ld, "attention.head_count_kv", false, &hp->n_head_kv)) < 0 ||
+        (rc = get_dim(ld, "attention.key_length", false, &hp->head_dim)) < 0)
+        return rc;
+    if (!hp->n_head_kv)
+        hp->n_head_kv = hp->n_head;
+    if (!hp->head_dim)
+        hp->head_dim = hp->n_embd / hp->n_head;
+    int v_dim = 0, rope_dim = 0;
+    if ((rc = get_dim(ld, "attention.value_length", false, &v_dim)) < 0 ||
+        (rc = get_dim(ld, "rope.dimension_count", false, &rope_dim)) < 0)
+        return rc;
+    if (hp->n_head % hp->n_head_kv || hp->head_dim % 2 || hp->head_dim == 0 ||
+        (v_dim && v_dim != hp->head_dim) || (rope_dim && rope_dim != hp->head_dim))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: heads %d/%d, head_dim %d, value_length %d, rope dims %d: "
+                         "need n_head a multiple of n_head_kv, an even head_dim and full rotary "
+                         "dims", ld->path, hp->n_head, hp->n_head_kv, hp->head_dim, v_dim, rope_dim);
+
+    hp->norm_eps = 1e-5f;
+    hp->rope_theta = 10000.0f;
+    hp->rope_factor = 1.0f;
+    hp->rope_low_freq_factor = 1.0f;
+    hp->rope_high_freq_factor = 4.0f;
+    if ((rc = get_float(ld, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) < 0 ||
+        (rc = get_float(ld, "rope.freq_base", &hp->rope_theta)) < 0 ||
+        (rc = get_float(ld, "rope.scaling.factor", &hp->rope_factor)) < 0 ||
+        (rc = get_float(ld, "rope.scaling.low_freq_factor", &hp->rope_low_freq_factor)) < 0 ||
+        (rc = get_float(ld, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor)) < 0 ||
+        (rc = get_dim(ld, "rope.scaling.original_context_length", false, &hp->rope_orig_ctx)) < 0)
+        return rc;
+
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
+    const char *scaling = gguf_get_str(m->g, key, &len);
+    if (!scaling || (len == 4 && !memcmp(scaling, "none", 4))) {
+        hp->rope_factor = 1.0f;
+    } else if (len == 6 && !memcmp(scaling, "llama3", 6)) {
+        hp->rope_scaling_llama3 = true;
+        if (!hp->rope_orig_ctx || hp->rope_high_freq_factor <= hp->rope_low_freq_factor)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: llama3 rope scaling needs "
+                             "rope.scaling.original_context_length and high_freq_factor > "
+                             "low_freq_factor", ld->path);
+    } else if (!(len == 6 && !memcmp(scaling, "linear", 6))) {
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: %s '%.*s' not supported (none, linear, llama3)", ld->path,
+                         key, (int)(len < 32 ? len : 32), scaling);
+    }
+    return 0;
+}
+
+/* Angle per position of each rotated pair i: theta^(-2i/d), divided by the
+ * llama3 factor of that pair (from rope_freqs.weight when the file has it, as
+ * llama.cpp's converter writes it, else from the scaling keys) or by the
+ * linear factor. */
+static int init_rope(struct loader *ld)
+{
+    struct llm_model *m = ld->m;
+    struct llm_hparams *hp = &m->hp;
+    const int half = hp->head_dim / 2;
+    const float *freq_factors;
+    int rc = get_vector(ld, "rope_freqs.weight", half, false, &freq_factors);
+    if (rc < 0)
+        return rc;
+    if (freq_factors)
+        hp->rope_scaling_llama3 = true;
+    m->rope_inv_freq = malloc((size_t)half * sizeof(float));
+    if (!m->rope_inv_freq)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
+    for (int i = 0; i < half; i++) {
+        double freq = pow(hp->rope_theta, -2.0 * i / hp->head_dim);
+        if (freq_factors) {
+            freq /= freq_factors[i];
+        } else if (hp->rope_scaling_llama3) {
+            /* wavelengths shorter than orig_ctx / high_freq_factor keep their
+             * frequency, longer than orig_ctx / low_freq_factor are slowed by
+             * factor, and those between blend the two */
+            double wavelen = 2.0 * M_PI / freq;
+            double lo = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+            double hi = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+            if (wavelen > lo) {
+                freq /= hp->rope_factor;
+            } else if (wavelen >= hi) {
+                double smooth = (hp->rope_orig_ctx / wavelen - hp->rope_low_freq_factor) /
+                                (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                freq = (1.0 - smooth) * freq / hp->rope_factor + smooth * freq;
+            }
+        } else {
+            freq /= hp->rope_factor;
+        }
+        m->rope_inv_freq[i] = (float)freq;
+    }
+    return 0;
+}
+
+static int load_weights(struct loader *ld)
+{
+    struct llm_model *m = ld->m;
+    struct llm_hparams *hp = &m->hp;
+    const struct gguf_tensor *emb = gguf_find_tensor(m->g, "token_embd.weight");
+    if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > INT32_MAX)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: tensor 'token_embd.weight' %s", ld->path,
+                         emb ? "is not a [n_embd, n_vocab] matrix" : "missing");
+    hp->n_vocab = (int)emb->ne[1];
+    const int64_t n_embd = hp->n_embd, n_ff = hp->n_ff;
+    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    int rc;
+    if ((rc = get_matrix(ld, "token_embd.weight", hp->n_vocab, n_embd, &m->tok_embd)) < 0 ||
+        (rc = get_vector(ld, "output_norm.weight", n_embd, true, &m->output_norm)) < 0)
+        return rc;
+    hp->tied_output = !gguf_find_tensor(m->g, "output.weight");
+    if (hp->tied_output)
+        m->output = m->tok_embd;
+    else if ((rc = get_matrix(ld, "output.weight", hp->n_vocab, n_embd, &m->output)) < 0)
+        return rc;
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
+    const bool biases_required = hp->arch == LLM_ARCH_QWEN2;
+    const bool qk_norm = hp->arch == LLM_ARCH_QWEN3;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct llm_layer *L = &m->layers[l];
+        char name[64];
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+        if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0 ||
+            (rc = get_matrix(ld, BLK("attn_q.weight"), q_dim, n_embd, &L->wq)) < 0 ||
+            (rc = get_matrix(ld, BLK("attn_k.weight"), kv_dim, n_embd, &L->wk)) < 0 ||
+            (rc = get_matrix(ld, BLK("attn_v.weight"), kv_dim, n_embd, &L->wv)) < 0 ||
+            (rc = get_matrix(ld, BLK("attn_output.weight"), n_embd, q_dim, &L->wo)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_q.bias"), q_dim, biases_required, &L->bq)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_k.bias"), kv_dim, biases_required, &L->bk)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_v.bias"), kv_dim, biases_required, &L->bv)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_output.bias"), n_embd, false, &L->bo)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0 ||
+            (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
+            (rc = get_matrix(ld, BLK("ffn_gate.weight"), n_ff, n_embd, &L->w_gate)) < 0 ||
+            (rc = get_matrix(ld, BLK("ffn_up.weight"), n_ff, n_embd, &L->w_up)) < 0 ||
+            (rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down)) < 0)
+            return rc;
+#undef BLK
+    }
+    return 0;
+}
+
+/* The whole file in memory (use_mmap = false). */
+static void *read_file(const char *path, size_t *size, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        omni_fail(err, errlen, OMNI_ERR_IO, "model: %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    void *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc(n ? (size_t)n : 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        fclose(f);
+        *size = (size_t)n;
+        return buf;
+    }
+    omni_fail(err, errlen, buf || n < 0 ? OMNI_ERR_IO : OMNI_ERR_NOMEM, "model: %s: %s", path,
+              buf || n < 0 ? "read failed" : "out of memory");
+    free(buf);
+    fclose(f);
+    return NULL;
+}
+
+struct llm_model_params llm_model_default_params(void)
+{
+    return (struct llm_model_params){ .use_mmap = true };
+}
+
+struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
+                                 char *err, size_t errlen)
+{
+    struct llm_model_params p = params ? *params : llm_model_default_params();
+    struct llm_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", path);
+        return NULL;
+    }
+    struct loader ld = { m, path, err, errlen };
+    if (p.use_mmap) {
+        m->g = gguf_open(path, err, errlen);
+    } else {
+        size_t size = 0;
+        m->file_buf = read_file(path, &size, err, errlen);
+        if (m->file_buf)
+            m->g = gguf_open_memory(m->file_buf, size, path, err, errlen);
+    }
+    if (!m->g || load_hparams(&ld) < 0 || load_weights(&ld) < 0 || init_rope(&ld) < 0)
+        goto fail;
+    char tok_err[256] = "";
+    m->tok = tokenizer_from_gguf(m->g, tok_err, sizeof tok_err);
+    if (!m->tok) {
+        omni_fail(err, errlen, OMNI_ERR_FORMAT, "model: %s: %s", path, tok_err);
+        goto fail;
+    }
+    if (tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
+        omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                  "model: %s: tokenizer has %d tokens but token_embd.weight has %d rows", path,
+                  tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    return m;
+fail:
+    llm_model_free(m);
+    return NULL;
+}
+
+void llm_model_free(struct llm_model *m)
+{
+    if (!m)
+        return;
+    tokenizer_free(m->tok);
+    free(m->layers);
+    free(m->rope_inv_freq);
+    gguf_free(m->g);
+    free(m->file_buf);
+    free(m);
+}
+
+const struct llm_hparams *llm_model_hparams(const struct llm_model *m) { return &m->hp; }
+const struct tokenizer *llm_model_tokenizer(const struct llm_model *m) { return m->tok; }
+const struct gguf *llm_model_gguf(const struct llm_model *m) { return m->g; }
+size_t llm_model_weight_bytes(const struct llm_model *m) { return m->weight_bytes; }
+
+// ---- paged KV storage ------------------------------------------------------
+
+struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                          char *err, size_t errlen)
+{
+    const struct llm_hparams *hp = &m->hp;
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "kv: type %s not supported (f32, f16)",
+                  ggml_type_name(type));
+        return NULL;
+    }
+    size_t elem = type == GGML_TYPE_F32 ? 4 : 2, bytes;
+    const int kv_dim = hp->n_head_kv * hp->head_dim;
+    if (block_size < 1 || n_blocks < 1 ||
+        omni_mul_size((size_t)block_size, (size_t)n_blocks, &bytes) ||
+        omni_mul_size(bytes, (size_t)kv_dim * elem, &bytes)) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "kv: bad size: %d blocks of %d tokens", n_blocks,
+                  block_size);
+        return NULL;
+    }
+    struct llm_kv *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        goto nomem;
+    *kv = (struct llm_kv){ .type = type, .block_size = block_size, .n_blocks = n_blocks,
+                           .n_layer = hp->n_layer, .kv_dim = kv_dim };
+    kv->k = calloc((size_t)hp->n_layer, sizeof *kv->k);
+    kv->v = calloc((size_t)hp->n_layer, sizeof *kv->v);
+    if (!kv->k || !kv->v)
+        goto nomem;
+    for (int l = 0; l < hp->n_layer; l++) {
+        kv->k[l] = calloc(1, bytes);
+        kv->v[l] = calloc(1, bytes);
+        if (!kv->k[l] || !kv->v[l])
+            goto nomem;
+    }
+    return kv;
+nomem:
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv: out of memory for %d blocks of %d tokens",
+              n_blocks, block_size);
+    llm_kv_free(kv);
+    return NULL;
+}
+
+void llm_kv_free(struct llm_kv *kv)
+{
+    if (!kv)
+        return;
+    for (int l = 0; l < kv->n_layer; l++) {
+        if (kv->k)
+            free(kv->k[l]);
+        if (kv->v)
+            free(kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+// ---- per-run context -------------------------------------------------------
+
+/* Per-thread attention scratch, for the n_rep query heads sharing a kv head. */
+struct attn_scratch {
+    float *k, *v;      /* [ATTN_CHUNK][head_dim] K/V rows converted from F16 */
+    float *score;      /* [n_rep][ATTN_CHUNK] scores, then softmax weights */
+    float *acc;        /* [n_rep][head_dim] weighted sum of V */
+    float *max, *sum;  /* [n_rep] running softmax max and denominator */
+};
+
+struct llm_ctx {
+    const struct llm_model *m;
+    struct tpool *tp;
+    int max_tokens;
+    int n_threads;
+    float *x;          /* [max_tokens][n_embd] residual stream */
+    float *xn;         /* [max_tokens][n_embd] normed input / projection output */
+    float *q;          /* [max_tokens][n_head * head_dim] */
+    float *k, *v;      /* [max_tokens][n_head_kv * head_dim] */
+    float *att;        /* [max_tokens][n_head * head_dim] attention output */
+    float *gate, *up;  /* [max_tokens][n_ff] */
+    float *rope_cos, *rope_sin; /* [max_tokens][head_dim / 2] */
+    int64_t *slot;     /* [max_tokens] K/V element offset of each token's slot */
+    struct attn_scratch *scratch; /* [n_threads] */
+    float *scratch_mem;
+};
+
+struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tpool *tp,
+                            char *err, size_t errlen)
+{
+    const struct llm_hparams *hp = &m->hp;
+    if (max_tokens < 1 || max_tokens > (1 << 20)) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "model: max_tokens %d out of range", max_tokens);
+        return NULL;
+    }
+    struct llm_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        goto nomem;
+    ctx->m = m;
+    ctx->tp = tp;
+    ctx->max_tokens = max_tokens;
+    ctx->n_threads = tp ? tpool_size(tp) : 1;
+    const size_t T = (size_t)max_tokens, hd = (size_t)hp->head_dim;
+    const size_t q_dim = (size_t)hp->n_head * hd, kv_dim = (size_t)hp->n_head_kv * hd;
+    const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
+    /* every size below is at most 2^20 tokens x a few 2^20-bounded dims */
+    ctx->x = malloc(T * hp->n_embd * sizeof(float));
+    ctx->xn = malloc(T * hp->n_embd * sizeof(float));
+    ctx->q = malloc(T * q_dim * sizeof(float));
+    ctx->k = malloc(T * kv_dim * sizeof(float));
+    ctx->v = malloc(T * kv_dim * sizeof(float));
+    ctx->att = malloc(T * q_dim * sizeof(float));
+    ctx->gate = malloc(T * hp->n_ff * sizeof(float));
+    ctx->up = malloc(T * hp->n_ff * sizeof(float));
+    ctx->rope_cos = malloc(T * hd / 2 * sizeof(float));
+    ctx->rope_sin = malloc(T * hd / 2 * sizeof(float));
+    ctx->slot = malloc(T * sizeof(int64_t));
+    ctx->scratch = calloc((size_t)ctx->n_threads, sizeof *ctx->scratch);
+    const size_t per_thread = 2 * ATTN_CHUNK * hd + n_rep * ATTN_CHUNK + n_rep * hd + 2 * n_rep;
+    ctx->scratch_mem = malloc((size_t)ctx->n_threads * per_thread * sizeof(float));
+    if (!ctx->x || !ctx->xn || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->gate ||
+        !ctx->up || !ctx->rope_cos || !ctx->rope_sin || !ctx->slot || !ctx->scratch ||
+        !ctx->scratch_mem)
+        goto nomem;
+    for (int t = 0; t < ctx->n_threads; t++) {
+        struct attn_scratch *s = &ctx->scratch[t];
+        float *p = ctx->scratch_mem + (size_t)t * per_thread;
+        s->k = p, p += ATTN_CHUNK * hd;
+        s->v = p, p += ATTN_CHUNK * hd;
+        s->score = p, p += n_rep * ATTN_CHUNK;
+        s->acc = p, p += n_rep * hd;
+        s->max = p, p += n_rep;
+        s->sum = p;
+    }
+    return ctx;
+nomem:
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "model: out of memory for %d-token buffers", max_tokens);
+    llm_ctx_free(ctx);
+    return NULL;
+}
+
+void llm_ctx_free(struct llm_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    free(ctx->x);
+    free(ctx->xn);
+    free(ctx->q);
+    free(ctx->k);
+    free(ctx->v);
+    free(ctx->att);
+    free(ctx->gate);
+    free(ctx->up);
+    free(ctx->rope_cos);
+    free(ctx->rope_sin);
+    free(ctx->slot);
+    free(ctx->scratch);
+    free(ctx->scratch_mem);
+    free(ctx);
+}
+
+// ---- math ------------------------------------------------------------------
+
+/* out = x / rms(x) * w over n values. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+/* GCC vector extension: 8 floats, lowered to AVX, SSE or scalar code. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static float dot(const float *a, const float *b, int n)
+{
+    v8f acc = { 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f va, vb;
+        memcpy(&va, a + i, sizeof va);
+        memcpy(&vb, b + i, sizeof vb);
+        acc += va * vb;
+    }
+    float s = 0.0f;
+    for (int j = 0; j < 8; j++)
+        s += acc[j];
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* y = y * c + w * x over n values. */
+static void scale_add(float *y, float c, float w, const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = y[i] * c + w * x[i];
+}
+
+/* Rotate one head's vector by the position's angles: pairs (2i, 2i+1) for
+ * GGUF llama (its converter permuted Q/K rows to match), halves (i, i + d/2)
+ * for the NEOX layout of qwen2/qwen3. */
+static void rope(float *v, const float *cos_, const float *sin_, int head_dim, bool neox)
+{
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float *a = neox ? &v[i] : &v[2 * i];
+        float *b = neox ? &v[i + half] : &v[2 * i + 1];
+        const float x0 = *a, x1 = *b;
+        *a = x0 * cos_[i] - x1 * sin_[i];
+        *b = x0 * sin_[i] + x1 * cos_[i];
+    }
+}
+
+// ---- attention -------------------------------------------------------------
+
+struct attn_job {
+    struct llm_ctx *ctx;
+    const struct llm_batch *batch;
+    const struct llm_kv *kv;
+    const struct llm_seq_view *seqs;
+    int layer;
+    int group;        /* query heads per work item (n_rep or 1) */
+    int64_t n_items;  /* n_tokens x n_head / group */
+    omni_to_float_fn f16_to_float; /* SIMD f16 -> f32 of the CPU level in use */
+};
+
+/* K or V rows of positions j0 .. j0+n-1 of a sequence as float pointers:
+ * straight into F32 storage, or converted from F16 into buf. */
+static void kv_rows(const struct attn_job *job, const void *base, const struct llm_seq_view *sv,
+                    int j0, int n, int off, int head_dim, float *buf, const float **rows)
+{
+    const struct llm_kv *kv = job->kv;
+    for (int j = 0; j < n; j++) {
+        const int pos = j0 + j;
+        const int64_t e = ((int64_t)sv->block_table[pos / kv->block_size] * kv->block_size +
+                           pos % kv->block_size) * kv->kv_dim + off;
+        if (kv->type == GGML_TYPE_F32) {
+            rows[j] = (const float *)base + e;
+        } else {
+            job->f16_to_float((const ggml_half *)base + e, buf + (size_t)j * head_dim, head_dim);
+            rows[j] = buf + (size_t)j * head_dim;
+        }
+    }
+}
+
+/* Work item = (token, run of `group` query heads sharing one kv head): scores
+ * over positions 0..pos of the token's sequence, read through its block
+ * table, softmax in F32 computed online a chunk at a time (running max and
+ * denominator, accumulator rescaled when the max grows). */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    struct llm_ctx *ctx = j->ctx;
+    const struct llm_hparams *hp = &ctx->m->hp;
+    const struct llm_kv *kv = j->kv;
+    struct attn_scratch *s = &ctx->scratch[ith];
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd;
+    const int n_rep = hp->n_head / hp->n_head_kv, groups_per_token = hp->n_head / j->group;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
+
+    for (int64_t item = ith; item < j->n_items; item += nth) {
+        const int t = (int)(item / groups_per_token);
+        const int h0 = (int)(item % groups_per_token) * j->group; /* first query head */
+        const int kvh = h0 / n_rep;
+        const int pos = j->batch->pos[t];
+        const struct llm_seq_view *sv = &j->seqs[j->batch->seq[t]];
+        const float *q = ctx->q + (size_t)t * q_dim + (size_t)h0 * hd;
+        for (int r = 0; r < j->group; r++) {
+            s->max[r] = -INFINITY;
+            s->sum[r] = 0.0f;
+            memset(s->acc + (size_t)r * hd, 0, (size_t)hd * sizeof(float));
+        }
+        for (int j0 = 0; j0 <= pos; j0 += ATTN_CHUNK) {
+            const int n = pos + 1 - j0 < ATTN_CHUNK ? pos + 1 - j0 : ATTN_CHUNK;
+            kv_rows(j, kv->k[j->layer], sv, j0, n, kvh * hd, hd, s->k, krows);
+            kv_rows(j, kv->v[j->layer], sv, j0, n, kvh * hd, hd, s->v, vrows);
+            for (int r = 0; r < j->group; r++) {
+                float *sc = s->score + (size_t)r * ATTN_CHUNK, *acc = s->acc + (size_t)r * hd;
+                float cmax = -INFINITY;
+                for (int i = 0; i < n; i++) {
+                    sc[i] = dot(q + (size_t)r * hd, krows[i], hd) * scale;
+                    cmax = sc[i] > cmax ? sc[i] : cmax;
+                }
+                if (cmax > s->max[r]) {
+                    const float c = expf(s->max[r] - cmax); /* 0 on the first chunk */
+                    s->sum[r] *= c;
+                    for (int d = 0; d < hd; d++)
+                        acc[d] *= c;
+                    s->max[r] = cmax;
+                }
+                for (int i = 0; i < n; i++) {
+                    const float w = expf(sc[i] - s->max[r]);
+                    s->sum[r] += w;
+                    scale_add(acc, 1.0f, w, vrows[i], hd);
+                }
+            }
+        }
+        float *out = ctx->att + (size_t)t * q_dim + (size_t)h0 * hd;
+        for (int r = 0; r < j->group; r++)
+            for (int d = 0; d < hd; d++)
+                out[(size_t)r * hd + d] = s->acc[(size_t)r * hd + d] / s->sum[r];
+    }
+}
+
+static void run(struct tpool *tp, tpool_fn fn, void *arg)
+{
+    if (tp)
+        tpool_run(tp, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+// ---- forward ---------------------------------------------------------------
+
+/* Checks everything llm_forward would trust, before anything is written. */
+static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
+                       const struct llm_kv *kv, const struct llm_seq_view *seqs)
+{
+    const struct llm_hparams *hp = &ctx->m->hp;
+    if (!b || !kv || !seqs || b->n_tokens < 1 || b->n_tokens > ctx->max_tokens ||
+        (!b->token && !b->embd) || !b->pos || !b->seq)
+        return OMNI_ERR_ARG;
+    if (kv->n_layer != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
+        return OMNI_ERR_ARG;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->token && (b->token[i] < 0 || b->token[i] >= hp->n_vocab))
+            return OMNI_ERR_ARG;
+        if (b->pos[i] < 0 || b->seq[i] < 0)
+            return OMNI_ERR_ARG;
+        const struct llm_seq_view *sv = &seqs[b->seq[i]];
+        const int last_block = b->pos[i] / kv->block_size;
+        if (!sv->block_table || last_block >= sv->n_blocks)
+            return OMNI_ERR_LIMIT;
+        for (int blk = 0; blk <= last_block; blk++)
+            if (sv->block_table[blk] < 0 || sv->block_table[blk] >= kv->n_blocks)
+                return OMNI_ERR_ARG;
+    }
+    return OMNI_OK;
+}
+
+int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,
+                const struct llm_seq_view *seqs, float *logits)
+{
+    int rc = check_batch(ctx, batch, kv, seqs);
+    if (rc < 0)
+        return rc;
+    const struct llm_model *m = ctx->m;
+    const struct llm_hparams *hp = &m->hp;
+    const int n = batch->n_tokens, n_embd = hp->n_embd, hd = hp->head_dim, half = hd / 2;
+    const int q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, n_ff = hp->n_ff;
+    struct tpool *tp = ctx->tp;
+
+    /* token embeddings */
+    for (int t = 0; t < n; t++) {
+        float *x = ctx->x + (size_t)t * n_embd;
+        if (batch->token)
+            omni_tensor_get_row(&m->tok_embd, batch->token[t], x);
+        else
+            memcpy(x, batch->embd + (size_t)t * n_embd, (size_t)n_embd * sizeof(float));
+    }
+    /* rope angles and K/V slot of every token */
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < half; i++) {
+            const float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
+            ctx->rope_cos[(size_t)t * half + i] = cosf(angle);
+            ctx->rope_sin[(size_t)t * half + i] = sinf(angle);
+        }
+        const int p = batch->pos[t];
+        const int32_t block = seqs[batch->seq[t]].block_table[p / kv->block_size];
+        ctx->slot[t] = ((int64_t)block * kv->block_size + p % kv->block_size) * kv_dim;
+    }
+    /* Items of one token and one kv head's query heads share K/V reads; split
+     * the heads further when that leaves threads idle (short decode batches). */
+    const int n_rep = hp->n_head / hp->n_head_kv;
+    const omni_to_float_fn f16_to_float = omni_quant_ops(GGML_TYPE_F16)->to_float;
+    const int group = (int64_t)n * hp->n_head_kv >= ctx->n_threads ? n_rep : 1;
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct llm_layer *L = &m->layers[l];
+
+        /* attention rmsnorm */
+        for (int t = 0; t < n; t++)
+            rmsnorm(ctx->xn + (size_t)t * n_embd, ctx->x + (size_t)t * n_embd, L->attn_norm,
+                    n_embd, hp->norm_eps);
+
+        /* qkv projections (+ biases) */
+        omni_matmul(tp, &L->wq, ctx->xn, n, ctx->q);
+        omni_matmul(tp, &L->wk, ctx->xn, n, ctx->k);
+        omni_matmul(tp, &L->wv, ctx->xn, n, ctx->v);
+        for (int t = 0; t < n; t++) {
+            float *q = ctx->q + (size_t)t * q_dim, *k = ctx->k + (size_t)t * kv_dim;
+            float *v = ctx->v + (size_t)t * kv_dim;
+            for (int i = 0; L->bq && i < q_dim; i++)
+                q[i] += L->bq[i];
+            for (int i = 0; L->bk && i < kv_dim; i++)
+                k[i] += L->bk[i];
+            for (int i = 0; L->bv && i < kv_dim; i++)
+                v[i] += L->bv[i];
+
+            /* per-head q/k rmsnorm (qwen3), then rope */
+            const float *c = ctx->rope_cos + (size_t)t * half, *s = ctx->rope_sin + (size_t)t * half;
+            for (int h = 0; h < hp->n_head; h++) {
+                if (L->q_norm)
+                    rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+                rope(q + h * hd, c, s, hd, m->rope_neox);
+            }
+            for (int h = 0; h < hp->n_head_kv; h++) {
+                if (L->k_norm)
+                    rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+                rope(k + h * hd, c, s, hd, m->rope_neox);
+            }
+
+            /* store k, v in the token's cache slot */
+            if (kv->type == GGML_TYPE_F32) {
+                memcpy((float *)kv->k[l] + ctx->slot[t], k, (size_t)kv_dim * sizeof(float));
+                memcpy((float *)kv->v[l] + ctx->slot[t], v, (size_t)kv_dim * sizeof(float));
+            } else {
+                quantize_row_f16_ref(k, (ggml_half *)kv->k[l] + ctx->slot[t], kv_dim);
+                quantize_row_f16_ref(v, (ggml_half *)kv->v[l] + ctx->slot[t], kv_dim);
+            }
+        }
+
+        /* attention through the block tables */
+        struct attn_job job = { ctx, batch, kv, seqs, l, group,
+                                (int64_t)n * (hp->n_head / group), f16_to_float };
+        run(tp, attn_worker, &job);
+
+        /* output projection + residual */
+        omni_matmul(tp, &L->wo, ctx->att, n, ctx->xn);
+        for (int t = 0; t < n; t++) {
+            float *x = ctx->x + (size_t)t * n_embd, *o = ctx->xn + (size_t)t * n_embd;
+            for (int i = 0; i < n_embd; i++)
+                x[i] += o[i] + (L->bo ? L->bo[i] : 0.0f);
+        }
+
+        /* ffn rmsnorm */
+        for (int t = 0; t < n; t++)
+            rmsnorm(ctx->xn + (size_t)t * n_embd, ctx->x + (size_t)t * n_embd, L->ffn_norm,
+                    n_embd, hp->norm_eps);
+
+        /* swiglu: down(silu(gate(x)) * up(x)) + residual */
+        omni_matmul(tp, &L->w_gate, ctx->xn, n, ctx->gate);
+        omni_matmul(tp, &L->w_up, ctx->xn, n, ctx->up);
+        for (size_t i = 0; i < (size_t)n * n_ff; i++) {
+            const float g = ctx->gate[i];
+            ctx->gate[i] = g / (1.0f + expf(-g)) * ctx->up[i];
+        }
+        omni_matmul(tp, &L->w_down, ctx->gate, n, ctx->xn);
+        for (size_t i = 0; i < (size_t)n * n_embd; i++)
+            ctx->x[i] += ctx->xn[i];
+    }
+
+    /* output rmsnorm of the tokens that want logits, packed in batch order */
+    int n_out = 0;
+    for (int t = 0; t < n; t++) {
+        const bool want = batch->want_logits ? batch->want_logits[t] : t == n - 1;
+        if (want)
+            rmsnorm(ctx->xn + (size_t)n_out++ * n_embd, ctx->x + (size_t)t * n_embd,
+                    m->output_norm, n_embd, hp->norm_eps);
+    }
+    /* logits */
+    omni_matmul(tp, &m->output, ctx->xn, n_out, logits);
+    return n_out;
+}

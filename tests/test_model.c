@@ -1,0 +1,743 @@
+/* test_model.c - golden tests of the transformer forward against Hugging Face.
+ *
+ * tests/fixtures/golden/<model>/ holds tiny random-weight checkpoints and the
+ * float32 logits transformers computed for a fixed token sequence
+ * (tools/make_golden.py); `make golden-fixtures` converts each with
+ * tools/hf_to_gguf.py into $(BUILD)/fixtures/<model>-{f32,f16,q8_0}.gguf.
+ * Besides the logits at every position these tests check batch invariance
+ * (prefill = chunks = token by token), sequences interleaved in one batch over
+ * scattered KV blocks, and that bad files and bad batches give errors. */
+#include "test.h"
+
+#include "llm/model.h"
+#include "llm/tokenizer.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Named tolerances on |logit difference| against transformers' float32
+ * (the logits have a standard deviation of about 0.8). Measured: F32 ~3e-6;
+ * F16 max ~4e-3, mean ~5e-4; Q8_0 max ~0.14, mean ~0.02 (numpy with the
+ * same dequantized Q8_0 weights and float activations: max ~0.15, mean ~0.016). */
+#define TOL_F32 1e-3       /* F32 weights: only summation order differs */
+#define TOL_F16 2e-2       /* F16 weights or F16 KV (~1e-3 relative rounding) */
+#define TOL_F16_MEAN 2e-3
+#define TOL_Q8_0 0.3       /* Q8_0 weights and Q8_0-quantized activations */
+#define TOL_Q8_0_MEAN 0.03
+#define TOL_SAME 1e-4      /* one model, one computation split differently */
+
+static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3" };
+
+static const char *golden_gguf(const char *model, const char *type)
+{
+    static char buf[4][512];
+    static int next;
+    const char *dir = getenv("OMNI_GOLDEN_DIR");
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s-%s.gguf", dir ? dir : "build/fixtures", model, type);
+    return b;
+}
+
+struct golden {
+    int32_t ids[64];
+    int n_tokens;
+    int n_vocab;
+    float *logits; /* [n_tokens][n_vocab] */
+    char text[256];
+};
+
+/* "text" of reference.json: the JSON string, with \" \\ \n unescaped. */
+static void json_text(const char *json, char *out, size_t cap)
+{
+    const char *p = strstr(json, "\"text\": \"");
+    size_t n = 0;
+    for (p = p ? p + 9 : ""; *p && *p != '"' && n + 1 < cap; p++) {
+        if (*p == '\\' && p[1]) {
+            p++;
+            out[n++] = *p == 'n' ? '\n' : *p;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = 0;
+}
+
+static int golden_load(const char *model, struct golden *g)
+{
+    char rel[128];
+    memset(g, 0, sizeof *g);
+    snprintf(rel, sizeof rel, "golden/%s/tokens.txt", model);
+    char *toks = test_read_file(test_fixture(rel), NULL);
+    snprintf(rel, sizeof rel, "golden/%s/reference.json", model);
+    char *ref = test_read_file(test_fixture(rel), NULL);
+    snprintf(rel, sizeof rel, "golden/%s/logits.bin", model);
+    size_t bytes = 0;
+    g->logits = (float *)test_read_file(test_fixture(rel), &bytes);
+    if (!toks || !ref || !g->logits) {
+        free(toks);
+        free(ref);
+        free(g->logits);
+        return -1;
+    }
+    char *p = toks, *end;
+    for (long v; g->n_tokens < 64 && (v = strtol(p, &end, 10), end != p); p = end)
+        g->ids[g->n_tokens++] = (int32_t)v;
+    g->n_vocab = (int)(bytes / sizeof(float) / (size_t)g->n_tokens);
+    json_text(ref, g->text, sizeof g->text);
+    free(toks);
+    free(ref);
+    return 0;
+}
+
+/* A sequence's KV: a block table over a fresh llm_kv. */
+struct seq {
+    int32_t table[64];
+    struct llm_seq_view view;
+};
+
+static void seq_init(struct seq *s, int n_blocks, int first, int stride, int modulo)
+{
+    for (int i = 0; i < n_blocks; i++)
+        s->table[i] = (first + i * stride) % modulo;
+    s->view = (struct llm_seq_view){ s->table, n_blocks };
+}
+
+/* Run tokens[0..n) of one sequence (positions pos0..) in chunks of `chunk`,
+ * logits of every token into out[n][n_vocab]. Returns 0 or the error. */
+static int run_chunks(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_seq_view *view,
+                      const int32_t *tokens, int n, int chunk, float *out, int n_vocab)
+{
+    int32_t pos[64], seq[64] = { 0 };
+    bool want[64];
+    for (int i = 0; i < 64; i++)
+        want[i] = true;
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        const int m = n - i0 < chunk ? n - i0 : chunk;
+        for (int i = 0; i < m; i++)
+            pos[i] = i0 + i;
+        struct llm_batch b = { .n_tokens = m, .token = tokens + i0, .pos = pos, .seq = seq,
+                               .want_logits = want };
+        int rc = llm_forward(ctx, &b, kv, view, out + (size_t)i0 * n_vocab);
+        if (rc != m)
+            return rc < 0 ? rc : -100;
+    }
+    return 0;
+}
+
+static double mean_diff(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += fabs((double)a[i] - b[i]);
+    return s / (double)n;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d))
+            d = e; /* NaN propagates */
+    }
+    return d;
+}
+
+/* Logits of the whole sequence as one prefill batch vs the reference. */
+static void check_golden(const char *model, const char *type, double tol, double tol_mean,
+                         int kv_type)
+{
+    struct golden g;
+    char err[512];
+    CHECK_MSG(golden_load(model, &g) == 0, "golden fixture %s missing", model);
+    const char *path = golden_gguf(model, type);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    fclose(f);
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    CHECK_EQ(llm_model_hparams(m)->n_vocab, g.n_vocab);
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, tp, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, kv_type, 16, 4, err, sizeof err);
+    CHECK(ctx && kv);
+    struct seq s;
+    seq_init(&s, 4, 0, 1, 4);
+    float *out = malloc((size_t)g.n_tokens * g.n_vocab * sizeof(float));
+    CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
+    const size_t n = (size_t)g.n_tokens * g.n_vocab;
+    const double d = max_diff(out, g.logits, n), dm = mean_diff(out, g.logits, n);
+    fprintf(stderr, "[%s %s, kv %s: |diff| max %.2e mean %.1e] ", model, type,
+            ggml_type_name(kv_type), d, dm);
+    CHECK_MSG(d <= tol && dm <= tol_mean, "%s %s: max diff %g (tol %g), mean %g (tol %g)", model,
+              type, d, tol, dm, tol_mean);
+    free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+    tpool_free(tp);
+}
+
+TEST(model_golden_llama_f32) { check_golden("llama", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_llama3_f32) { check_golden("llama3", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_qwen2_f32) { check_golden("qwen2", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_qwen3_f32) { check_golden("qwen3", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_llama_f16) { check_golden("llama", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_llama3_f16) { check_golden("llama3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen2_f16) { check_golden("qwen2", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen3_f16) { check_golden("qwen3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_llama_q8_0) { check_golden("llama", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_llama3_q8_0) { check_golden("llama3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen2_q8_0) { check_golden("qwen2", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen3_q8_0) { check_golden("qwen3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+/* F32 weights with the default F16 KV: the cache rounding stays small */
+TEST(model_golden_f32_weights_f16_kv)
+{
+    for (int i = 0; i < 4 && !test_failed_now(); i++)
+        check_golden(golden_models[i], "f32", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16);
+}
+
+/* The converted vocabulary tokenizes the text as the HF tokenizer did. */
+TEST(model_golden_tokenizer)
+{
+    char err[512];
+    for (int i = 0; i < 4; i++) {
+        struct golden g;
+        CHECK(golden_load(golden_models[i], &g) == 0);
+        struct llm_model *m = llm_model_load(golden_gguf(golden_models[i], "f32"), NULL, err,
+                                             sizeof err);
+        if (!m) {
+            free(g.logits);
+            SKIP("converted fixture missing (make golden-fixtures)");
+        }
+        int32_t ids[128];
+        int n = tokenizer_encode(llm_model_tokenizer(m), g.text, strlen(g.text), TOK_ADD_SPECIAL,
+                                 ids, 128, NULL);
+        CHECK_MSG(n == g.n_tokens, "%s: %d tokens, HF gave %d", golden_models[i], n, g.n_tokens);
+        for (int k = 0; k < n; k++)
+            CHECK_MSG(ids[k] == g.ids[k], "%s: token %d: %d, HF gave %d", golden_models[i], k,
+                      ids[k], g.ids[k]);
+        free(g.logits);
+        llm_model_free(m);
+    }
+}
+
+/* Prefill in one batch, in chunks of 5, and token by token (no thread pool,
+ * use_mmap off) give the same logits at every position. */
+TEST(model_prefill_equals_decode)
+{
+    char err[512];
+    for (int i = 0; i < 4; i++) {
+        struct golden g;
+        CHECK(golden_load(golden_models[i], &g) == 0);
+        struct llm_model_params mp = llm_model_default_params();
+        mp.use_mmap = false;
+        struct llm_model *m = llm_model_load(golden_gguf(golden_models[i], "f32"), &mp, err,
+                                             sizeof err);
+        if (!m) {
+            free(g.logits);
+            SKIP("converted fixture missing (make golden-fixtures)");
+        }
+        struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+        struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 4, 16, err, sizeof err);
+        CHECK(ctx && kv);
+        struct seq s;
+        seq_init(&s, 16, 3, 5, 16); /* blocks 3, 8, 13, 2, ... */
+        const size_t n = (size_t)g.n_tokens * g.n_vocab;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, a, g.n_vocab), 0);
+        CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, 5, b, g.n_vocab), 0);
+        CHECK_MSG(max_diff(a, b, n) <= TOL_SAME, "%s: chunks of 5: %g", golden_models[i],
+                  max_diff(a, b, n));
+        CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, 1, b, g.n_vocab), 0);
+        CHECK_MSG(max_diff(a, b, n) <= TOL_SAME, "%s: token by token: %g", golden_models[i],
+                  max_diff(a, b, n));
+        CHECK_MSG(max_diff(a, g.logits, n) <= TOL_F32, "%s: vs reference", golden_models[i]);
+        free(a);
+        free(b);
+        free(g.logits);
+        llm_kv_free(kv);
+        llm_ctx_free(ctx);
+        llm_model_free(m);
+    }
+}
+
+/* Two sequences over interleaved, scattered blocks of one KV store, their
+ * tokens interleaved in the same batches (a prompt chunk of one beside the
+ * decode steps of the other), match each sequence run alone. */
+TEST(model_two_sequences_one_batch)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load("qwen2", &g) == 0);
+    struct llm_model *m = llm_model_load(golden_gguf("qwen2", "f32"), NULL, err, sizeof err);
+    if (!m) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    struct tpool *tp = tpool_new(3, err, sizeof err);
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, tp, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 4, 24, err, sizeof err);
+    CHECK(tp && ctx && kv);
+    const int V = g.n_vocab, na = g.n_tokens, nb = 20;
+    int32_t tb[32];
+    for (int i = 0; i < nb; i++) /* sequence B: the text backwards */
+        tb[i] = g.ids[na - 1 - i];
+
+    /* alone, each on its own blocks */
+    struct seq sa, sb;
+    seq_init(&sa, 8, 1, 3, 24); /* 1, 4, 7, ... */
+    seq_init(&sb, 8, 23, 3, 24); /* 23, 2, 5, ... (mod 24) */
+    float *ra = malloc((size_t)na * V * sizeof(float)), *rb = malloc((size_t)nb * V * sizeof(float));
+    CHECK_EQ(run_chunks(ctx, kv, &sa.view, g.ids, na, na, ra, V), 0);
+    CHECK_EQ(run_chunks(ctx, kv, &sb.view, tb, nb, nb, rb, V), 0);
+
+    /* together: step 1 = A[0..12) interleaved with B[0..3); then each step
+     * takes one token of A (decode) and a chunk of up to 6 of B */
+    struct llm_seq_view views[2] = { sb.view, sa.view }; /* seq index 0 = B, 1 = A */
+    float *out = malloc((size_t)64 * V * sizeof(float));
+    int ia = 0, ib = 0, steps = 0;
+    while (ia < na || ib < nb) {
+        int32_t tok[32], pos[32], seq[32], src[32];
+        int n = 0, take_a = steps == 0 ? 12 : 1, take_b = steps == 0 ? 3 : 6;
+        while ((take_a > 0 && ia < na) || (take_b > 0 && ib < nb)) {
+            if (take_a > 0 && ia < na) {
+                tok[n] = g.ids[ia], pos[n] = ia, seq[n] = 1, src[n++] = ia++;
+                take_a--;
+            }
+            if (take_b > 0 && ib < nb) {
+                tok[n] = tb[ib], pos[n] = ib, seq[n] = 0, src[n++] = -1 - ib++;
+                take_b--;
+            }
+        }
+        struct llm_batch b = { .n_tokens = n, .token = tok, .pos = pos, .seq = seq,
+                               .want_logits = (bool[32]){ [0 ... 31] = true } };
+        CHECK_EQ(llm_forward(ctx, &b, kv, views, out), n);
+        for (int i = 0; i < n; i++) {
+            const float *ref = src[i] >= 0 ? ra + (size_t)src[i] * V : rb + (size_t)(-1 - src[i]) * V;
+            double d = max_diff(out + (size_t)i * V, ref, (size_t)V);
+            CHECK_MSG(d <= TOL_SAME, "step %d token %d (%s pos %d): %g", steps, i,
+                      seq[i] ? "A" : "B", pos[i], d);
+        }
+        steps++;
+    }
+    CHECK(steps > 2);
+    free(ra);
+    free(rb);
+    free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    tpool_free(tp);
+    llm_model_free(m);
+}
+
+/* Only flagged tokens get logits, packed in batch order; NULL = last only. */
+TEST(model_logits_for_flagged_tokens)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load("llama", &g) == 0);
+    struct llm_model *m = llm_model_load(golden_gguf("llama", "f32"), NULL, err, sizeof err);
+    if (!m) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 8, 4, err, sizeof err);
+    struct seq s;
+    seq_init(&s, 4, 0, 1, 4);
+    const int V = g.n_vocab, n = g.n_tokens;
+    int32_t pos[64], seq[64] = { 0 };
+    bool want[64] = { false };
+    for (int i = 0; i < n; i++)
+        pos[i] = i;
+    want[3] = want[10] = true;
+    float *out = malloc((size_t)2 * V * sizeof(float));
+    struct llm_batch b = { .n_tokens = n, .token = g.ids, .pos = pos, .seq = seq,
+                           .want_logits = want };
+    CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 2);
+    CHECK(max_diff(out, g.logits + (size_t)3 * V, V) <= TOL_F32);
+    CHECK(max_diff(out + V, g.logits + (size_t)10 * V, V) <= TOL_F32);
+    b.want_logits = NULL;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 1);
+    CHECK(max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
+    /* input embeddings instead of token ids give the same result */
+    float *embd = malloc((size_t)n * llm_model_hparams(m)->n_embd * sizeof(float));
+    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(m), "token_embd.weight");
+    CHECK(te && te->type == GGML_TYPE_F32);
+    for (int i = 0; i < n; i++)
+        memcpy(embd + (size_t)i * te->ne[0], (const float *)te->data + (size_t)g.ids[i] * te->ne[0],
+               (size_t)te->ne[0] * sizeof(float));
+    b.token = NULL;
+    b.embd = embd;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 1);
+    CHECK(max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
+    free(embd);
+    free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+}
+
+/* A bad token id, a position past the block table, a block id out of range or
+ * too many tokens: an error and not one K/V byte written. */
+TEST(model_bad_batch_writes_nothing)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(golden_gguf("qwen3", "f32"), NULL, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    struct llm_ctx *ctx = llm_ctx_new(m, 8, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 4, 4, err, sizeof err);
+    CHECK(ctx && kv);
+    const size_t bytes = (size_t)4 * 4 * kv->kv_dim * 2;
+    for (int l = 0; l < kv->n_layer; l++) {
+        memset(kv->k[l], 0x5a, bytes);
+        memset(kv->v[l], 0x5a, bytes);
+    }
+    int32_t table[2] = { 1, 3 }, bad_table[2] = { 1, 4 };
+    struct llm_seq_view view = { table, 2 }, bad_view = { bad_table, 2 };
+    int32_t tok[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, pos[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+    int32_t seq[9] = { 0 };
+    float *out = malloc((size_t)9 * hp->n_vocab * sizeof(float));
+    struct llm_batch b = { .n_tokens = 3, .token = tok, .pos = pos, .seq = seq };
+
+    tok[1] = hp->n_vocab; /* token id out of range */
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    tok[1] = -1;
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    tok[1] = 2;
+    pos[2] = 8; /* past the 2-block table (positions 0..7) */
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    pos[2] = -1;
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    pos[2] = 5; /* block 4 does not exist */
+    CHECK(llm_forward(ctx, &b, kv, &bad_view, out) < 0);
+    b.n_tokens = 9; /* more than max_tokens */
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    b.n_tokens = 0;
+    CHECK(llm_forward(ctx, &b, kv, &view, out) < 0);
+    for (int l = 0; l < kv->n_layer; l++)
+        for (size_t i = 0; i < bytes; i++)
+            CHECK(((uint8_t *)kv->k[l])[i] == 0x5a && ((uint8_t *)kv->v[l])[i] == 0x5a);
+    b.n_tokens = 3;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, out), 1);
+    free(out);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+}
+
+TEST(model_kv_and_ctx_bad_args)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(golden_gguf("llama", "f32"), NULL, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    CHECK(!llm_kv_new(m, GGML_TYPE_Q8_0, 16, 4, err, sizeof err));
+    CHECK_STR_CONTAINS(err, "not supported");
+    CHECK(!llm_kv_new(m, GGML_TYPE_F16, 0, 4, err, sizeof err));
+    CHECK(!llm_kv_new(m, GGML_TYPE_F16, 1 << 30, 1 << 30, err, sizeof err));
+    CHECK(!llm_ctx_new(m, 0, NULL, err, sizeof err));
+    llm_kv_free(NULL);
+    llm_ctx_free(NULL);
+    llm_model_free(NULL);
+    llm_model_free(m);
+}
+
+// ---- hand-edited GGUF files -------------------------------------------------
+
+/* Copy of a GGUF file with edits, written with the 32-byte default alignment. */
+struct gguf_edit {
+    const char *drop_tensor;     /* leave this tensor out */
+    const char *shrink_tensor;   /* halve ne[0] (and its data) of this tensor */
+    const char *f16_tensor;      /* store this F32 tensor as F16 */
+    const char *drop_key;        /* leave this key out */
+    const char *arch;            /* new general.architecture */
+    const char *str_key, *str_val;             /* add a string key */
+    const char *f32_keys[4]; float f32_vals[4]; /* add float keys */
+    const char *u32_key; uint32_t u32_val;      /* add a u32 key */
+};
+
+static void put(FILE *f, const void *p, size_t n) { fwrite(p, 1, n, f); }
+static void put_u32(FILE *f, uint32_t v) { put(f, &v, 4); }
+static void put_u64(FILE *f, uint64_t v) { put(f, &v, 8); }
+static void put_str(FILE *f, const char *s, size_t n)
+{
+    put_u64(f, n);
+    put(f, s, n);
+}
+
+static size_t gguf_type_size(enum gguf_type t)
+{
+    switch (t) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
+    default: return 8;
+    }
+}
+
+static void put_scalar(FILE *f, enum gguf_type t, double v)
+{
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            float f32; uint64_t u64; int64_t i64; double f64; } u;
+    switch (t) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_BOOL: u.u8 = (uint8_t)v; break;
+    case GGUF_TYPE_INT8: u.i8 = (int8_t)v; break;
+    case GGUF_TYPE_UINT16: u.u16 = (uint16_t)v; break;
+    case GGUF_TYPE_INT16: u.i16 = (int16_t)v; break;
+    case GGUF_TYPE_UINT32: u.u32 = (uint32_t)v; break;
+    case GGUF_TYPE_INT32: u.i32 = (int32_t)v; break;
+    case GGUF_TYPE_FLOAT32: u.f32 = (float)v; break;
+    case GGUF_TYPE_UINT64: u.u64 = (uint64_t)v; break;
+    case GGUF_TYPE_INT64: u.i64 = (int64_t)v; break;
+    default: u.f64 = v; break;
+    }
+    put(f, &u, gguf_type_size(t));
+}
+
+static const char *edited_gguf(const char *src, const char *name, const struct gguf_edit *e)
+{
+    static char out[4][512];
+    static int next;
+    char *path = out[next++ % 4], err[256];
+    snprintf(path, sizeof out[0], "%s/%s.gguf", test_tmpdir(), name);
+    struct gguf *g = gguf_open(src, err, sizeof err);
+    FILE *f = g ? fopen(path, "wb") : NULL;
+    if (!f) {
+        gguf_free(g);
+        return NULL;
+    }
+    int64_t n_kv = 0, n_t = 0;
+    for (int64_t i = 0; i < gguf_n_kv(g); i++)
+        n_kv += !(e->drop_key && !strcmp(gguf_kv_key(g, i), e->drop_key));
+    n_kv += (e->str_key != NULL) + (e->u32_key != NULL);
+    for (int i = 0; i < 4 && e->f32_keys[i]; i++)
+        n_kv++;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++)
+        n_t += !(e->drop_tensor && !strcmp(gguf_tensor_at(g, i)->name, e->drop_tensor));
+    put(f, "GGUF", 4);
+    put_u32(f, 3);
+    put_u64(f, (uint64_t)n_t);
+    put_u64(f, (uint64_t)n_kv);
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        const char *key = gguf_kv_key(g, i);
+        if (e->drop_key && !strcmp(key, e->drop_key))
+            continue;
+        enum gguf_type t = gguf_kv_type(g, i);
+        put_str(f, key, strlen(key));
+        if (e->arch && !strcmp(key, "general.architecture")) {
+            put_u32(f, GGUF_TYPE_STRING);
+            put_str(f, e->arch, strlen(e->arch));
+            continue;
+        }
+        put_u32(f, t);
+        size_t len;
+        if (t == GGUF_TYPE_STRING) {
+            const char *s = gguf_kv_str(g, i, &len);
+            put_str(f, s, len);
+        } else if (t == GGUF_TYPE_ARRAY) {
+            enum gguf_type et;
+            uint64_t count;
+            gguf_kv_arr(g, i, &et, &count);
+            put_u32(f, et);
+            put_u64(f, count);
+            if (et == GGUF_TYPE_STRING) {
+                for (uint64_t j = 0; j < count; j++) {
+                    const char *s = gguf_get_arr_str(g, key, j, &len);
+                    put_str(f, s, len);
+                }
+            } else {
+                put(f, gguf_get_arr_data(g, key), count * gguf_type_size(et));
+            }
+        } else {
+            double v;
+            gguf_kv_number(g, i, &v);
+            put_scalar(f, t, v);
+        }
+    }
+    if (e->str_key) {
+        put_str(f, e->str_key, strlen(e->str_key));
+        put_u32(f, GGUF_TYPE_STRING);
+        put_str(f, e->str_val, strlen(e->str_val));
+    }
+    if (e->u32_key) {
+        put_str(f, e->u32_key, strlen(e->u32_key));
+        put_u32(f, GGUF_TYPE_UINT32);
+        put_u32(f, e->u32_val);
+    }
+    for (int i = 0; i < 4 && e->f32_keys[i]; i++) {
+        put_str(f, e->f32_keys[i], strlen(e->f32_keys[i]));
+        put_u32(f, GGUF_TYPE_FLOAT32);
+        put(f, &e->f32_vals[i], 4);
+    }
+    /* tensor infos, then data at 32-byte aligned offsets */
+    uint64_t off = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            long here = ftell(f);
+            for (long p = here; p % 32; p++)
+                fputc(0, f);
+        }
+        off = 0;
+        for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+            const struct gguf_tensor *t = gguf_tensor_at(g, i);
+            if (e->drop_tensor && !strcmp(t->name, e->drop_tensor))
+                continue;
+            int64_t ne[4] = { t->ne[0], t->ne[1], t->ne[2], t->ne[3] };
+            int type = t->type;
+            size_t nbytes = t->nbytes;
+            if (e->shrink_tensor && !strcmp(t->name, e->shrink_tensor)) {
+                ne[0] /= 2;
+                nbytes /= 2;
+            }
+            const bool to_f16 = e->f16_tensor && !strcmp(t->name, e->f16_tensor);
+            if (to_f16) {
+                type = GGML_TYPE_F16;
+                nbytes /= 2;
+            }
+            if (pass == 0) {
+                put_str(f, t->name, strlen(t->name));
+                put_u32(f, (uint32_t)t->n_dims);
+                for (int d = 0; d < t->n_dims; d++)
+                    put_u64(f, (uint64_t)ne[d]);
+                put_u32(f, (uint32_t)type);
+                put_u64(f, off);
+            } else if (to_f16) {
+                for (size_t k = 0; k < nbytes / 2; k++) {
+                    uint16_t h = omni_fp32_to_fp16(((const float *)t->data)[k]);
+                    put(f, &h, 2);
+                }
+            } else {
+                put(f, t->data, nbytes);
+            }
+            if (pass == 1)
+                for (size_t p = nbytes; p % 32; p++)
+                    fputc(0, f);
+            off += (nbytes + 31) / 32 * 32;
+        }
+    }
+    fclose(f);
+    gguf_free(g);
+    return path;
+}
+
+static void expect_load_error(const char *name, const struct gguf_edit *e, const char *needle)
+{
+    char err[512] = "";
+    const char *path = edited_gguf(golden_gguf("qwen3", "f32"), name, e);
+    CHECK_MSG(path, "could not write %s", name);
+    struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+    if (m)
+        llm_model_free(m);
+    CHECK_MSG(!m, "%s loaded", name);
+    CHECK_STR_CONTAINS(err, needle);
+    CHECK_STR_CONTAINS(err, name); /* the message names the file */
+}
+
+TEST(model_bad_files)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(golden_gguf("qwen3", "f32"), NULL, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    llm_model_free(m);
+    /* the unedited copy loads: the editor itself is faithful */
+    const char *same = edited_gguf(golden_gguf("qwen3", "f32"), "same", &(struct gguf_edit){ 0 });
+    m = llm_model_load(same, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    llm_model_free(m);
+
+    expect_load_error("no_ffn_up", &(struct gguf_edit){ .drop_tensor = "blk.1.ffn_up.weight" },
+                      "'blk.1.ffn_up.weight' missing");
+    expect_load_error("no_k_norm", &(struct gguf_edit){ .drop_tensor = "blk.0.attn_k_norm.weight" },
+                      "'blk.0.attn_k_norm.weight' missing");
+    expect_load_error("no_embd", &(struct gguf_edit){ .drop_tensor = "token_embd.weight" },
+                      "'token_embd.weight' missing");
+    expect_load_error("short_wq", &(struct gguf_edit){ .shrink_tensor = "blk.0.attn_q.weight" },
+                      "'blk.0.attn_q.weight': shape [32, 128], expected [64, 128]");
+    expect_load_error("short_norm", &(struct gguf_edit){ .shrink_tensor = "output_norm.weight" },
+                      "'output_norm.weight': shape [32], expected [64]");
+    expect_load_error("f16_norm", &(struct gguf_edit){ .f16_tensor = "blk.0.ffn_norm.weight" },
+                      "type f16 not supported");
+    expect_load_error("arch_gpt2", &(struct gguf_edit){ .arch = "gpt2" },
+                      "general.architecture 'gpt2' not supported");
+    expect_load_error("no_arch", &(struct gguf_edit){ .drop_key = "general.architecture" },
+                      "general.architecture missing");
+    expect_load_error("no_layers", &(struct gguf_edit){ .drop_key = "qwen3.block_count" },
+                      "qwen3.block_count missing");
+    expect_load_error("yarn", &(struct gguf_edit){ .str_key = "qwen3.rope.scaling.type",
+                                                   .str_val = "yarn" },
+                      "'yarn' not supported");
+    expect_load_error("no_vocab", &(struct gguf_edit){ .drop_key = "tokenizer.ggml.tokens" },
+                      "no_vocab");
+    m = llm_model_load("/nonexistent/model.gguf", NULL, err, sizeof err);
+    CHECK(!m);
+    CHECK_STR_CONTAINS(err, "/nonexistent/model.gguf");
+}
+
+/* Llama 3 rope scaling from the rope.scaling.* keys (files without the
+ * rope_freqs tensor llama.cpp's converter writes) matches the reference. */
+TEST(model_llama3_rope_from_keys)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load("llama3", &g) == 0);
+    struct gguf_edit e = {
+        .drop_tensor = "rope_freqs.weight",
+        .str_key = "llama.rope.scaling.type", .str_val = "llama3",
+        .f32_keys = { "llama.rope.scaling.factor", "llama.rope.scaling.low_freq_factor",
+                      "llama.rope.scaling.high_freq_factor" },
+        .f32_vals = { 8.0f, 1.0f, 4.0f },
+        .u32_key = "llama.rope.scaling.original_context_length", .u32_val = 32,
+    };
+    FILE *f = fopen(golden_gguf("llama3", "f32"), "rb");
+    if (!f) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    fclose(f);
+    const char *path = edited_gguf(golden_gguf("llama3", "f32"), "llama3_keys", &e);
+    struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    CHECK(hp->rope_scaling_llama3 && hp->rope_orig_ctx == 32 && hp->rope_factor == 8.0f);
+    CHECK(hp->tied_output);
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 2, err, sizeof err);
+    struct seq s;
+    seq_init(&s, 2, 0, 1, 2);
+    float *out = malloc((size_t)g.n_tokens * g.n_vocab * sizeof(float));
+    CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
+    double d = max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab);
+    CHECK_MSG(d <= TOL_F32, "max diff %g", d);
+    /* and without any scaling the logits do move: the test has teeth */
+    struct gguf_edit plain = { .drop_tensor = "rope_freqs.weight" };
+    llm_model_free(m);
+    llm_ctx_free(ctx);
+    llm_kv_free(kv);
+    m = llm_model_load(edited_gguf(golden_gguf("llama3", "f32"), "llama3_plain", &plain), NULL, err,
+                       sizeof err);
+    CHECK_MSG(m, "%s", err);
+    ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    kv = llm_kv_new(m, GGML_TYPE_F32, 16, 2, err, sizeof err);
+    CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
+    CHECK(max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab) > 10 * TOL_F32);
+    free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+}
