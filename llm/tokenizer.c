@@ -53,7 +53,7 @@ struct tokenizer {
     int32_t *spec_ix; /* open addressing, text -> id, -1 = free */
     size_t spec_mask;
     uint8_t spec_first[256]; /* bit 0: some always-split token starts with this byte; bit 1: some parse_special one */
-    int32_t spec_lens[64];   /* distinct lengths, longest first */
+    int32_t *spec_lens;      /* distinct lengths, longest first */
     int n_spec_lens;
 
     int32_t bos, eos, unk, sep, eot, eom;
@@ -249,6 +249,7 @@ void tokenizer_free(struct tokenizer *tok)
         pcre2_code_free(tok->re[i]);
     free(tok->merges);
     free(tok->spec_ix);
+    free(tok->spec_lens);
     free(tok->vocab_ix);
     free(tok->blob);
     free(tok->tokens);
@@ -549,7 +550,8 @@ static int tok_init_specials(struct tokenizer *tok, const struct gguf *g, char *
         return 0;
     size_t sz = tok_table_size(count);
     tok->spec_ix = malloc(sz * sizeof *tok->spec_ix);
-    if (!tok->spec_ix)
+    tok->spec_lens = malloc(count * sizeof *tok->spec_lens);
+    if (!tok->spec_ix || !tok->spec_lens)
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "tokenizer: out of memory");
     memset(tok->spec_ix, 0xff, sz * sizeof *tok->spec_ix);
     tok->spec_mask = sz - 1;
@@ -580,7 +582,7 @@ static int tok_init_specials(struct tokenizer *tok, const struct gguf *g, char *
         int k = 0;
         while (k < tok->n_spec_lens && tok->spec_lens[k] > (int32_t)e->len)
             k++;
-        if ((k == tok->n_spec_lens || tok->spec_lens[k] != (int32_t)e->len) && tok->n_spec_lens < 64) {
+        if (k == tok->n_spec_lens || tok->spec_lens[k] != (int32_t)e->len) {
             memmove(&tok->spec_lens[k + 1], &tok->spec_lens[k], (size_t)(tok->n_spec_lens - k) * sizeof(int32_t));
             tok->spec_lens[k] = (int32_t)e->len;
             tok->n_spec_lens++;
@@ -1404,9 +1406,10 @@ size_t tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, int n, 
                         size_t cap)
 {
     struct tok_out o = { buf, cap, 0 };
-    /* The dummy prefix SentencePiece added at the start is removed again:
-     * the first piece after any leading BOS loses one leading space. */
-    bool strip = tok->add_space_prefix;
+    /* The dummy prefix SentencePiece added at the start (and the word-start
+     * mark of WordPiece) is removed again: the first piece after any leading
+     * BOS loses one leading space. */
+    bool strip = tok->add_space_prefix || tok->kind == TOK_KIND_WPM;
     for (int i = 0; i < n; i++) {
         if (strip && ids[i] == tok->bos)
             continue;
