@@ -63,7 +63,8 @@ struct tokenizer {
 
     int32_t byte_ids[256]; /* token of each raw byte: "<0xXX>" (SPM) or the GPT-2 char (BPE) */
 
-    /* BPE */
+    /* BPE: merges and the pre-tokenizer regexes (for WordPiece re[0] is
+     * the character-class regex) */
     struct tok_merge *merges;
     size_t merge_mask;
     pcre2_code *re[TOK_MAX_REGEX];
@@ -682,25 +683,26 @@ struct tokenizer *tokenizer_from_gguf(const struct gguf *g, char *err, size_t er
         if (*defaults[i] >= tok->n_vocab)
             *defaults[i] = -1;
 
-    static const struct {
+    /* Padding and mask ids are not used here; they are read so that a file
+     * with out-of-range ids is rejected. */
+    int32_t pad = -1, mask = -1;
+    const struct {
         const char *key;
-        size_t field;
+        int32_t *id;
     } ids[] = {
-        { "tokenizer.ggml.bos_token_id", offsetof(struct tokenizer, bos) },
-        { "tokenizer.ggml.eos_token_id", offsetof(struct tokenizer, eos) },
-        { "tokenizer.ggml.unknown_token_id", offsetof(struct tokenizer, unk) },
-        { "tokenizer.ggml.seperator_token_id", offsetof(struct tokenizer, sep) },
-        { "tokenizer.ggml.eot_token_id", offsetof(struct tokenizer, eot) },
-        { "tokenizer.ggml.eom_token_id", offsetof(struct tokenizer, eom) },
+        { "tokenizer.ggml.bos_token_id", &tok->bos },
+        { "tokenizer.ggml.eos_token_id", &tok->eos },
+        { "tokenizer.ggml.unknown_token_id", &tok->unk },
+        { "tokenizer.ggml.seperator_token_id", &tok->sep },
+        { "tokenizer.ggml.eot_token_id", &tok->eot },
+        { "tokenizer.ggml.eom_token_id", &tok->eom },
+        { "tokenizer.ggml.cls_token_id", &cls },
+        { "tokenizer.ggml.padding_token_id", &pad },
+        { "tokenizer.ggml.mask_token_id", &mask },
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (tok_read_id(tok, g, ids[i].key, (int32_t *)((char *)tok + ids[i].field), err, errlen) < 0)
+        if (tok_read_id(tok, g, ids[i].key, ids[i].id, err, errlen) < 0)
             goto fail;
-    int32_t pad = -1, mask = -1;
-    if (tok_read_id(tok, g, "tokenizer.ggml.cls_token_id", &cls, err, errlen) < 0 ||
-        tok_read_id(tok, g, "tokenizer.ggml.padding_token_id", &pad, err, errlen) < 0 ||
-        tok_read_id(tok, g, "tokenizer.ggml.mask_token_id", &mask, err, errlen) < 0)
-        goto fail;
     /* BERT's sequence start is [CLS]. */
     if (tok->kind == TOK_KIND_WPM && gguf_find_key(g, "tokenizer.ggml.bos_token_id") < 0)
         tok->bos = cls;
