@@ -1226,11 +1226,14 @@ static int tok_encode_wpm(struct tok_work *w, const char *text, size_t len)
 
 // ---- encoding entry point ------------------------------------------------------
 
-static int tok_encode_fragment(struct tok_work *w, const char *text, size_t len, bool after_special)
+/* Text between special tokens. Every fragment starts the text or follows a
+ * special token, so SentencePiece gives each one the dummy space prefix (as
+ * llama.cpp and HF's legacy Llama tokenizer do). */
+static int tok_encode_fragment(struct tok_work *w, const char *text, size_t len)
 {
     switch (w->tok->kind) {
     case TOK_KIND_SPM:
-        return tok_encode_spm(w, text, len, w->tok->add_space_prefix && after_special);
+        return tok_encode_spm(w, text, len, w->tok->add_space_prefix);
     case TOK_KIND_BPE:
         return tok_encode_bpe(w, text, len);
     case TOK_KIND_WPM:
@@ -1272,7 +1275,6 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
      * between them. */
     int mask = 1 | ((flags & TOK_PARSE_SPECIAL) ? 2 : 0);
     size_t frag = 0;
-    bool after_special = true;
     for (size_t i = 0; i < len && rc == 0;) {
         int32_t id = tok->spec_ix ? tok_special_at(tok, text, len, i, mask) : -1;
         if (id < 0) {
@@ -1280,7 +1282,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
             continue;
         }
         if (i > frag)
-            rc = tok_encode_fragment(&w, text + frag, i - frag, after_special);
+            rc = tok_encode_fragment(&w, text + frag, i - frag);
         if (rc == 0)
             rc = tok_emit(&w, id);
         i += tok->tokens[id].len;
@@ -1288,10 +1290,9 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
             while (i < len && isspace((uint8_t)text[i]))
                 i++;
         frag = i;
-        after_special = true;
     }
     if (rc == 0 && frag < len)
-        rc = tok_encode_fragment(&w, text + frag, len - frag, after_special);
+        rc = tok_encode_fragment(&w, text + frag, len - frag);
     if (rc == 0 && add) {
         if (tok->kind == TOK_KIND_WPM) {
             if (tok->add_eos && tok->sep >= 0)
