@@ -940,8 +940,9 @@ static int tok_encode_spm(struct tok_work *w, const char *text, size_t len, bool
     const struct tokenizer *tok = w->tok;
     /* Spaces become U+2581 "▁" (3 bytes), plus the dummy prefix. */
     size_t need;
-    if (omni_mul_size(len + 1, 3, &need) < 0 || need > INT32_MAX ||
-        !tok_grow((void **)&w->buf, &w->cap_buf, need, 1))
+    if (omni_mul_size(len + 1, 3, &need) < 0 || need > INT32_MAX)
+        return OMNI_ERR_LIMIT; /* symbol offsets are 32-bit */
+    if (!tok_grow((void **)&w->buf, &w->cap_buf, need, 1))
         return OMNI_ERR_NOMEM;
     size_t n = 0;
     if (prefix_space) {
