@@ -10,6 +10,7 @@
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -643,4 +644,49 @@ TEST(tokenizer_rejects_broken_vocab)
     CHECK_MSG(tok, "%s", err);
     tokenizer_free(tok);
     tokenizer_free(NULL);
+}
+
+// ---- concurrency ---------------------------------------------------------------
+
+struct tok_thread_arg {
+    struct tokenizer *tok;
+    const char *text;
+    int32_t ids[512];
+    int n;
+};
+
+static void *tok_thread_main(void *p)
+{
+    struct tok_thread_arg *a = p;
+    for (int r = 0; r < 50; r++)
+        a->n = tokenizer_encode(a->tok, a->text, strlen(a->text), TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, a->ids,
+                                512, NULL);
+    return NULL;
+}
+
+/* One tokenizer, several threads at once: every thread gets the ids a
+ * single-threaded call gets. */
+TEST(tokenizer_shared_between_threads)
+{
+    SKIP_IF_NO_SHARED();
+    char err[256];
+    struct tokenizer *tok = load_vocab("llama-bpe", err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    const char *text = "<|start_header_id|>user<|end_header_id|>\n\nWhat's 12345 + 678? Caf\xc3\xa9 \xf0\x9f\xa6\x99   ok";
+    int32_t want[512];
+    int n = tokenizer_encode(tok, text, strlen(text), TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, want, 512, NULL);
+    CHECK(n > 10);
+    static struct tok_thread_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct tok_thread_arg){ .tok = tok, .text = text };
+        CHECK(pthread_create(&th[i], NULL, tok_thread_main, &args[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(args[i].n, n);
+        CHECK(memcmp(args[i].ids, want, (size_t)n * sizeof *want) == 0);
+    }
+    tokenizer_free(tok);
 }
