@@ -309,9 +309,12 @@ TEST(quant_simd_kernels_match_ref)
         CHECK(ref != NULL);
         for (int li = 0; li < n_lens; li++) {
             const int64_t n = lens[li];
-            for (int trial = 0; trial < 3; trial++) {
+            for (int trial = 0; trial < 4; trial++) {
                 for (int64_t i = 0; i < n; i++)
                     xf[i] = frand() * (trial == 2 ? 1e-3f : 2.0f);
+                if (trial == 3) /* scale 1 with half-integers: every rounding is a tie */
+                    for (int64_t i = 0; i < n; i++)
+                        xf[i] = i % 32 == 0 ? 127.0f : (float)((int)(rnd32() % 255) - 127) * 0.5f;
                 random_weights(type, w, n);
                 size_t a_bytes = ggml_row_size(ref->dot_type, n);
                 if (ref->from_float)

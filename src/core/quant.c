@@ -13,6 +13,10 @@
 #include <pthread.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include "arch/x86/x86.h"
+#endif
+
 
 /* y = d*q - m must be two roundings, as in ggml's scalar code and gguf-py:
  * a fused multiply-add would change the last bit of dequantized weights. */
@@ -716,6 +720,12 @@ static void build_tables(void)
         memcpy(ops_table[lvl], ops_table[lvl - 1], sizeof scalar_ops);
         if (lvl > max_level)
             continue;
+#if defined(__x86_64__)
+        if (lvl == OMNI_CPU_AVX2)
+            omni_x86_register_avx2(ops_table[lvl]);
+        else if (lvl == OMNI_CPU_AVX512)
+            omni_x86_register_avx512(ops_table[lvl]);
+#endif
     }
 }
 

@@ -1,0 +1,440 @@
+/* quants_avx2.c - AVX2/FMA/F16C dot products and activation quantizers.
+ *
+ * Integer parts are exact (products of int8 pairs summed with maddubs/madd),
+ * so results differ from the scalar _ref twins only in float summation order.
+ * The activation quantizers reproduce the reference bytes exactly. */
+#if defined(__x86_64__)
+
+#pragma GCC target("avx2,fma,f16c")
+/* x*id must round before the tie test in round_away (no fused multiply-add) */
+#pragma GCC optimize("fp-contract=off")
+
+#include "x86.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline float h2f(ggml_half h)
+{
+    return _cvtsh_ss(h);
+}
+
+static inline ggml_half f2h(float f)
+{
+    return (ggml_half)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* int32 sums of 4 products of unsigned x (0..255) and signed y bytes. The
+ * int16 pair sums cannot saturate for the weights used here (x <= 128). */
+static inline __m256i dot_u8i8(__m256i x, __m256i y)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+}
+
+/* Signed x signed: move x's sign onto y (y is never -128: our activation
+ * quantizers stay in [-127, 127]). */
+static inline __m256i dot_i8(__m256i x, __m256i y)
+{
+    return dot_u8i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes: low nibbles, then high nibbles
+ * (the q4_0/q4_1/q5 element order). */
+static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* The 32 bits of qh as 32 bytes: 0xff where bit j is set. */
+static inline __m256i bits_to_bytes(const uint8_t qh[4])
+{
+    uint32_t b;
+    memcpy(&b, qh, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)b), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+// ---- float weights ---------------------------------------------------------
+
+static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a)
+{
+    const float *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
+
+static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a)
+{
+    const ggml_half *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++)
+        s += h2f(x[i]) * y[i];
+    return s;
+}
+
+static inline __m256 bf16x8_to_ps(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(bf16x8_to_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(bf16x8_to_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        s += f * y[i];
+    }
+    return s;
+}
+
+// ---- 32-element blocks -----------------------------------------------------
+
+static float vec_dot_q8_0_q8_0_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q8_0 *x = w, *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q4_0_q8_0_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q4_0 *x = w;
+    const block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q4_1_q8_1_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8i8(unpack_nibbles(x[i].qs), qy)), acc);
+        summ += h2f(x[i].m) * h2f(y[i].s);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q5_0 *x = w;
+    const block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q5_1 *x = w;
+    const block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8i8(qx, qy)), acc);
+        summ += h2f(x[i].m) * h2f(y[i].s);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+// ---- K blocks ----------------------------------------------------------------
+
+/* The 8 6-bit scales and mins of a q4_K/q5_K block (layout in quant.h). */
+static inline void unpack_k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0x0f) | ((q[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+/* sum_j m[j] * (bsums[2j] + bsums[2j+1]): the activation sums the mins hit. */
+static inline int mins_dot_bsums(const uint8_t m[8], const int16_t *bsums)
+{
+    __m256i mins = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4], m[4],
+                                     m[5], m[5], m[6], m[6], m[7], m[7]);
+    return hsum_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), mins));
+}
+
+static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q4_K *x = w;
+    const block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_m = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        unpack_k4_scales(x[i].scales, sc, mn);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
+    }
+    return hsum_ps(acc) - acc_m;
+}
+
+static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q5_K *x = w;
+    const block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_m = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        unpack_k4_scales(x[i].scales, sc, mn);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            /* bit 2j of qh[l] is the 5th bit of the low nibble, 2j+1 of the high */
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                         _mm256_slli_epi16(h1, 4));
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
+    }
+    return hsum_ps(acc) - acc_m;
+}
+
+static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q6_K *x = w;
+    const block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = x[i].scales;
+        /* the -32 offset: sum over 16-element sub-blocks of sc * sum(y) */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                   _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_set1_epi8(0x30)));
+            for (int k = 0; k < 4; k++) {
+                const int8_t *yk = y[i].qs + 128 * h + 32 * k;
+                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)yk));
+                /* int16 lanes 0-7 are elements 0-15 (scale 2k), 8-15 the next 16 */
+                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * k + 1]),
+                                             _mm_set1_epi16(sc[8 * h + 2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            }
+        }
+        acc += y[i].d * h2f(x[i].d) * (float)(hsum_epi32(sumi) - 32 * offset);
+    }
+    return acc;
+}
+
+// ---- activation quantizers -------------------------------------------------
+
+/* roundf(): to nearest, ties away from zero. v - trunc(v) is exact. */
+static inline __m256 round_away(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    __m256 tie_or_more = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    return _mm256_add_ps(t, _mm256_and_ps(tie_or_more, step));
+}
+
+/* 32 int32 values (4 vectors, in order) -> 32 int8 bytes. */
+static inline __m256i pack_i32x32(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
+{
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    /* the packs work per 128-bit lane: restore element order */
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256 v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        const float d = hmax_ps(m) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = f2h(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+static void quantize_row_q8_K_avx2(const float *x, void *vy, int64_t n)
+{
+    block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K; k += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        const float amax = hmax_ps(m);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0; /* the reference keeps the sign of the first maximum */
+        while (__builtin_fabsf(x[first]) != amax)
+            first++;
+        const float iscale = -127.f / x[first];
+        const __m256 vs = _mm256_set1_ps(iscale), lim = _mm256_set1_ps(127.f);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int l = 0; l < 4; l++) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * l), vs);
+                v = _mm256_min_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lim);
+                q[l] = _mm256_cvtps_epi32(v);
+            }
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), pack_i32x32(q[0], q[1], q[2], q[3]));
+        }
+        for (int j = 0; j < QK_K / 16; j++) {
+            __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(y[i].qs + 16 * j)));
+            y[i].bsums[j] = (int16_t)hsum_epi32(_mm256_madd_epi16(v, _mm256_set1_epi16(1)));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
+{
+    ops[GGML_TYPE_F32].vec_dot = vec_dot_f32_f32_avx2;
+    ops[GGML_TYPE_F16].vec_dot = vec_dot_f16_f32_avx2;
+    ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx2;
+    ops[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_avx2;
+    ops[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_avx2;
+    ops[GGML_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1_avx2;
+    ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx2;
+    ops[GGML_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1_avx2;
+    ops[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_avx2;
+    ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_avx2;
+    ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx2;
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        if (ops[t].dot_type == GGML_TYPE_Q8_0)
+            ops[t].from_float = quantize_row_q8_0_avx2;
+        else if (ops[t].dot_type == GGML_TYPE_Q8_K)
+            ops[t].from_float = quantize_row_q8_K_avx2;
+    }
+}
+
+#endif /* __x86_64__ */
