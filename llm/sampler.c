@@ -1,10 +1,10 @@
 /* sampler.c - logits -> token (penalties, bias, top-k/top-p/min-p, temperature,
  * seeded draw), log-probabilities, and the stop-string matcher.
  *
- * Candidates are (id, logit) pairs. Truncation keeps them sorted by logit
- * (ties: lower id first) so results never depend on memory order, and sorts
- * only as many as needed: a heap selects the top k, top-p widens its prefix
- * geometrically until the kept mass reaches p. */
+ * Candidates are (id, logit) pairs ranked by logit, ties to the lower id, so
+ * every step is deterministic. Nothing sorts the whole vocabulary: a heap
+ * selects the top k, and top-p without top-k finds its cut with a quickselect
+ * on probability mass. */
 #define _GNU_SOURCE /* memmem */
 #include "llm/sampler.h"
 
@@ -101,6 +101,10 @@ struct sampler *sampler_new(const struct sampler_params *params, int n_vocab, ch
     if (isnan(p.temperature) || isnan(p.top_p) || isnan(p.min_p) || isnan(p.repetition_penalty) ||
         isnan(p.presence_penalty) || isnan(p.frequency_penalty)) {
         omni_fail(err, errlen, OMNI_ERR_ARG, "sampler: NaN parameter");
+        return NULL;
+    }
+    if (p.min_p > 1.0f) { /* would drop even the most likely token */
+        omni_fail(err, errlen, OMNI_ERR_ARG, "sampler: min_p %g must be <= 1", (double)p.min_p);
         return NULL;
     }
     if (p.repetition_penalty <= 0.0f) {
@@ -302,7 +306,7 @@ static void fill_logprobs(const struct sampler *s, int32_t chosen, struct sample
     double sum = 0.0;
     if (mx > -INFINITY)
         for (size_t i = 0; i < n; i++)
-            sum += exp((double)c[i].logit - mx);
+            sum += expf(c[i].logit - mx);
     float log_z = mx > -INFINITY ? mx + (float)log(sum) : INFINITY;
 
     /* Insertion into a short sorted list: mostly one compare per token. */
@@ -323,40 +327,71 @@ static void fill_logprobs(const struct sampler *s, int32_t chosen, struct sample
     lp->chosen.logprob = chosen >= 0 ? c[chosen].logit - log_z : -INFINITY;
 }
 
-/* Keep the smallest best-first prefix of cur[0..n) whose probability reaches
- * top_p. When cur is unsorted, sort only a prefix of it into s->sel, widening
- * it until the mass is reached. Returns the new count; *cur may become sel. */
-static size_t apply_top_p(struct sampler *s, struct sampler_cand **cur, size_t n, bool sorted)
+static void cand_swap(struct sampler_cand *c, size_t i, size_t j)
 {
-    const struct sampler_cand *c = *cur;
+    struct sampler_cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+/* Partition c[lo..hi) (hi - lo >= 2) around a median-of-three pivot: returns
+ * its final index p; everything in [lo, p) ranks before it, [p+1, hi) after. */
+static size_t partition_by_rank(struct sampler_cand *c, size_t lo, size_t hi)
+{
+    size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (cand_before(&c[mid], &c[lo]))
+        cand_swap(c, mid, lo);
+    if (cand_before(&c[last], &c[lo]))
+        cand_swap(c, last, lo);
+    if (cand_before(&c[mid], &c[last]))
+        cand_swap(c, mid, last); /* c[last] is now the median */
+    size_t p = lo;
+    for (size_t i = lo; i < last; i++)
+        if (cand_before(&c[i], &c[last]))
+            cand_swap(c, i, p++);
+    cand_swap(c, p, last);
+    return p;
+}
+
+/* Keep the smallest best-first set of cur[0..n) whose probability reaches
+ * top_p. Sorted input is walked; otherwise a quickselect on probability mass
+ * moves that set to the front in expected O(n), unsorted. Returns its size. */
+static size_t apply_top_p(const struct sampler *s, struct sampler_cand *c, size_t n, bool sorted)
+{
     float mx = -INFINITY;
     for (size_t i = 0; i < n; i++)
         if (c[i].logit > mx)
             mx = c[i].logit;
     double total = 0.0;
     for (size_t i = 0; i < n; i++)
-        total += exp((double)c[i].logit - mx);
-    double want = (double)s->p.top_p * total;
+        total += expf(c[i].logit - mx);
+    double need = (double)s->p.top_p * total;
 
-    size_t m = sorted ? n : (n < 64 ? n : 64);
-    for (;;) {
-        if (!sorted)
-            select_top(c, n, m, s->sel);
-        const struct sampler_cand *q = sorted ? c : s->sel;
+    if (sorted) {
         double cum = 0.0;
-        for (size_t i = 0; i < m; i++) {
-            cum += exp((double)q[i].logit - mx);
-            if (cum >= want) {
-                *cur = (struct sampler_cand *)q;
+        for (size_t i = 0; i < n; i++)
+            if ((cum += expf(c[i].logit - mx)) >= need)
                 return i + 1;
-            }
-        }
-        if (m == n) { /* rounding kept the sum just under p: keep all */
-            *cur = (struct sampler_cand *)q;
-            return n;
-        }
-        m = m * 4 < n ? m * 4 : n;
+        return n; /* rounding kept the sum just under p: keep all */
     }
+    /* Invariant: [0, lo) ranks before [lo, hi), which ranks before [hi, n);
+     * [0, lo) holds less than the mass needed, [0, hi) enough of it. */
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        size_t p = partition_by_rank(c, lo, hi);
+        double upper = 0.0;
+        for (size_t i = lo; i < p; i++)
+            upper += expf(c[i].logit - mx);
+        if (upper >= need) {
+            hi = p;
+            continue;
+        }
+        need -= upper + expf(c[p].logit - mx);
+        if (need <= 0.0)
+            return p + 1;
+        lo = p + 1;
+    }
+    return hi > 0 ? hi : 1;
 }
 
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_logprobs *lp)
@@ -396,9 +431,8 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_lo
         n = (size_t)p->top_k;
         sorted = true;
     }
-    if (p->top_p < 1.0f) {
-        n = apply_top_p(s, &cur, n, sorted);
-    }
+    if (p->top_p < 1.0f)
+        n = apply_top_p(s, cur, n, sorted);
     if (p->min_p > 0.0f) {
         float mx = -INFINITY;
         for (size_t i = 0; i < n; i++)
@@ -420,11 +454,11 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_lo
             mx = cur[i].logit;
     double total = 0.0;
     for (size_t i = 0; i < n; i++)
-        total += exp(((double)cur[i].logit - mx) / p->temperature);
+        total += expf((cur[i].logit - mx) / p->temperature);
     double r = rng_uniform(s->rng) * total, cum = 0.0;
     chosen = cur[n - 1].id; /* if rounding runs past the end */
     for (size_t i = 0; i < n; i++) {
-        cum += exp(((double)cur[i].logit - mx) / p->temperature);
+        cum += expf((cur[i].logit - mx) / p->temperature);
         if (r < cum) {
             chosen = cur[i].id;
             break;

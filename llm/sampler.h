@@ -55,7 +55,7 @@ struct sampler_params sampler_default_params(void);
 struct sampler;
 
 /* NULL + message on bad parameters (n_vocab < 1, bias token out of range,
- * negative top_k is fine, NaN values are not) or when memory runs out. */
+ * min_p > 1, repetition_penalty <= 0, NaN values) or when memory runs out. */
 struct sampler *sampler_new(const struct sampler_params *params, int n_vocab, char *err,
                             size_t errlen);
 void sampler_free(struct sampler *s);

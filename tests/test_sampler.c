@@ -82,6 +82,9 @@ TEST(sampler_rejects_bad_params)
     p.n_logprobs = SAMPLER_MAX_LOGPROBS + 1;
     CHECK(sampler_new(&p, 5, err, sizeof err) == NULL);
     p = sampler_default_params();
+    p.min_p = 1.5f;
+    CHECK(sampler_new(&p, 5, err, sizeof err) == NULL);
+    p = sampler_default_params();
     p.top_p = NAN;
     CHECK(sampler_new(&p, 5, err, sizeof err) == NULL);
 }
