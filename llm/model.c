@@ -98,6 +98,9 @@ static int get_tensor(struct loader *ld, const char *name, int n_dims, int64_t r
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: tensor '%s': type %s not supported%s", ld->path, name,
                          ggml_type_name(t->type), n_dims == 1 ? " (1-D tensors must be f32)" : "");
+    if (n_dims == 1 && (uintptr_t)t->data % sizeof(float))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: tensor '%s': data not aligned to 4 bytes", ld->path, name);
     ld->m->weight_bytes += t->nbytes;
     *out = t;
     return 0;
@@ -196,12 +199,13 @@ static int load_hparams(struct loader *ld)
     if ((rc = get_dim(ld, "attention.value_length", false, &v_dim)) < 0 ||
         (rc = get_dim(ld, "rope.dimension_count", false, &rope_dim)) < 0)
         return rc;
-    if (hp->n_head % hp->n_head_kv || hp->head_dim % 2 || hp->head_dim == 0 ||
+    if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
+        (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
         (v_dim && v_dim != hp->head_dim) || (rope_dim && rope_dim != hp->head_dim))
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: heads %d/%d, head_dim %d, value_length %d, rope dims %d: "
-                         "need n_head a multiple of n_head_kv, an even head_dim and full rotary "
-                         "dims", ld->path, hp->n_head, hp->n_head_kv, hp->head_dim, v_dim, rope_dim);
+                         "need n_head a multiple of n_head_kv, an even head_dim, full rotary "
+                         "dims and n_head * head_dim <= 2^20", ld->path, hp->n_head, hp->n_head_kv, hp->head_dim, v_dim, rope_dim);
 
     hp->norm_eps = 1e-5f;
     hp->rope_theta = 10000.0f;
@@ -609,11 +613,11 @@ static float dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* y = y * c + w * x over n values. */
-static void scale_add(float *y, float c, float w, const float *x, int n)
+/* y += w * x over n values. */
+static void axpy(float *y, float w, const float *x, int n)
 {
     for (int i = 0; i < n; i++)
-        y[i] = y[i] * c + w * x[i];
+        y[i] += w * x[i];
 }
 
 /* Rotate one head's vector by the position's angles: pairs (2i, 2i+1) for
@@ -712,7 +716,7 @@ static void attn_worker(void *arg, int ith, int nth)
                 for (int i = 0; i < n; i++) {
                     const float w = expf(sc[i] - s->max[r]);
                     s->sum[r] += w;
-                    scale_add(acc, 1.0f, w, vrows[i], hd);
+                    axpy(acc, w, vrows[i], hd);
                 }
             }
         }
@@ -732,6 +736,105 @@ static void run(struct tpool *tp, tpool_fn fn, void *arg)
 }
 
 // ---- forward ---------------------------------------------------------------
+
+/* One layer's per-token steps, run over the batch's tokens split across the
+ * pool (the matmuls between them split rows instead). */
+struct token_job {
+    struct llm_ctx *ctx;
+    const struct llm_batch *batch;
+    struct llm_kv *kv;
+    const struct llm_layer *L;
+    int layer;
+    void (*step)(const struct token_job *j, int t);
+};
+
+static void token_worker(void *arg, int ith, int nth)
+{
+    const struct token_job *j = arg;
+    const int n = j->batch->n_tokens;
+    for (int t = (int)((int64_t)n * ith / nth); t < (int)((int64_t)n * (ith + 1) / nth); t++)
+        j->step(j, t);
+}
+
+static void for_each_token(struct token_job *j,
+                           void (*step)(const struct token_job *j, int t))
+{
+    j->step = step;
+    run(j->batch->n_tokens > 1 ? j->ctx->tp : NULL, token_worker, j);
+}
+
+static void attn_norm_step(const struct token_job *j, int t)
+{
+    const struct llm_hparams *hp = &j->ctx->m->hp;
+    const size_t row = (size_t)t * hp->n_embd;
+    rmsnorm(j->ctx->xn + row, j->ctx->x + row, j->L->attn_norm, hp->n_embd, hp->norm_eps);
+}
+
+/* q, k, v biases; per-head q/k rmsnorm (qwen3); rope; k and v into the
+ * token's cache slot (F16 storage rounds here). */
+static void qkv_step(const struct token_job *j, int t)
+{
+    struct llm_ctx *ctx = j->ctx;
+    const struct llm_model *m = ctx->m;
+    const struct llm_hparams *hp = &m->hp;
+    const struct llm_layer *L = j->L;
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    float *q = ctx->q + (size_t)t * q_dim, *k = ctx->k + (size_t)t * kv_dim;
+    float *v = ctx->v + (size_t)t * kv_dim;
+    for (int i = 0; L->bq && i < q_dim; i++)
+        q[i] += L->bq[i];
+    for (int i = 0; L->bk && i < kv_dim; i++)
+        k[i] += L->bk[i];
+    for (int i = 0; L->bv && i < kv_dim; i++)
+        v[i] += L->bv[i];
+    const float *c = ctx->rope_cos + (size_t)t * (hd / 2), *s = ctx->rope_sin + (size_t)t * (hd / 2);
+    for (int h = 0; h < hp->n_head; h++) {
+        if (L->q_norm)
+            rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+        rope(q + h * hd, c, s, hd, m->rope_neox);
+    }
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        if (L->k_norm)
+            rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        rope(k + h * hd, c, s, hd, m->rope_neox);
+    }
+    const struct llm_kv *kv = j->kv;
+    if (kv->type == GGML_TYPE_F32) {
+        memcpy((float *)kv->k[j->layer] + ctx->slot[t], k, (size_t)kv_dim * sizeof(float));
+        memcpy((float *)kv->v[j->layer] + ctx->slot[t], v, (size_t)kv_dim * sizeof(float));
+    } else {
+        quantize_row_f16_ref(k, (ggml_half *)kv->k[j->layer] + ctx->slot[t], kv_dim);
+        quantize_row_f16_ref(v, (ggml_half *)kv->v[j->layer] + ctx->slot[t], kv_dim);
+    }
+}
+
+/* x += attention output projection (+ bias); then the ffn rmsnorm of x. */
+static void attn_residual_ffn_norm_step(const struct token_job *j, int t)
+{
+    const struct llm_hparams *hp = &j->ctx->m->hp;
+    const size_t row = (size_t)t * hp->n_embd;
+    float *x = j->ctx->x + row, *o = j->ctx->xn + row;
+    for (int i = 0; i < hp->n_embd; i++)
+        x[i] += o[i] + (j->L->bo ? j->L->bo[i] : 0.0f);
+    rmsnorm(o, x, j->L->ffn_norm, hp->n_embd, hp->norm_eps);
+}
+
+/* gate = silu(gate) * up */
+static void swiglu_step(const struct token_job *j, int t)
+{
+    const int n_ff = j->ctx->m->hp.n_ff;
+    float *g = j->ctx->gate + (size_t)t * n_ff, *u = j->ctx->up + (size_t)t * n_ff;
+    for (int i = 0; i < n_ff; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void ffn_residual_step(const struct token_job *j, int t)
+{
+    const int n_embd = j->ctx->m->hp.n_embd;
+    float *x = j->ctx->x + (size_t)t * n_embd, *d = j->ctx->xn + (size_t)t * n_embd;
+    for (int i = 0; i < n_embd; i++)
+        x[i] += d[i];
+}
 
 /* Checks everything llm_forward would trust, before anything is written. */
 static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
@@ -767,8 +870,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         return rc;
     const struct llm_model *m = ctx->m;
     const struct llm_hparams *hp = &m->hp;
-    const int n = batch->n_tokens, n_embd = hp->n_embd, hd = hp->head_dim, half = hd / 2;
-    const int q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, n_ff = hp->n_ff;
+    const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->head_dim / 2;
+    const int kv_dim = hp->n_head_kv * hp->head_dim;
     struct tpool *tp = ctx->tp;
 
     /* token embeddings */
@@ -790,85 +893,41 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         const int32_t block = seqs[batch->seq[t]].block_table[p / kv->block_size];
         ctx->slot[t] = ((int64_t)block * kv->block_size + p % kv->block_size) * kv_dim;
     }
-    /* Items of one token and one kv head's query heads share K/V reads; split
-     * the heads further when that leaves threads idle (short decode batches). */
+    /* Attention items of one token and one kv head's query heads share K/V
+     * reads; split the heads further when that leaves threads idle (decode). */
     const int n_rep = hp->n_head / hp->n_head_kv;
-    const omni_to_float_fn f16_to_float = omni_quant_ops(GGML_TYPE_F16)->to_float;
     const int group = (int64_t)n * hp->n_head_kv >= ctx->n_threads ? n_rep : 1;
+    struct attn_job attn = { ctx, batch, kv, seqs, 0, group, (int64_t)n * (hp->n_head / group),
+                             omni_quant_ops(GGML_TYPE_F16)->to_float };
+    struct token_job tj = { .ctx = ctx, .batch = batch, .kv = kv };
 
     for (int l = 0; l < hp->n_layer; l++) {
         const struct llm_layer *L = &m->layers[l];
+        tj.L = L;
+        tj.layer = attn.layer = l;
 
         /* attention rmsnorm */
-        for (int t = 0; t < n; t++)
-            rmsnorm(ctx->xn + (size_t)t * n_embd, ctx->x + (size_t)t * n_embd, L->attn_norm,
-                    n_embd, hp->norm_eps);
+        for_each_token(&tj, attn_norm_step);
 
-        /* qkv projections (+ biases) */
+        /* qkv projections; biases, q/k norm, rope, k/v into the cache */
         omni_matmul(tp, &L->wq, ctx->xn, n, ctx->q);
         omni_matmul(tp, &L->wk, ctx->xn, n, ctx->k);
         omni_matmul(tp, &L->wv, ctx->xn, n, ctx->v);
-        for (int t = 0; t < n; t++) {
-            float *q = ctx->q + (size_t)t * q_dim, *k = ctx->k + (size_t)t * kv_dim;
-            float *v = ctx->v + (size_t)t * kv_dim;
-            for (int i = 0; L->bq && i < q_dim; i++)
-                q[i] += L->bq[i];
-            for (int i = 0; L->bk && i < kv_dim; i++)
-                k[i] += L->bk[i];
-            for (int i = 0; L->bv && i < kv_dim; i++)
-                v[i] += L->bv[i];
-
-            /* per-head q/k rmsnorm (qwen3), then rope */
-            const float *c = ctx->rope_cos + (size_t)t * half, *s = ctx->rope_sin + (size_t)t * half;
-            for (int h = 0; h < hp->n_head; h++) {
-                if (L->q_norm)
-                    rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-                rope(q + h * hd, c, s, hd, m->rope_neox);
-            }
-            for (int h = 0; h < hp->n_head_kv; h++) {
-                if (L->k_norm)
-                    rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-                rope(k + h * hd, c, s, hd, m->rope_neox);
-            }
-
-            /* store k, v in the token's cache slot */
-            if (kv->type == GGML_TYPE_F32) {
-                memcpy((float *)kv->k[l] + ctx->slot[t], k, (size_t)kv_dim * sizeof(float));
-                memcpy((float *)kv->v[l] + ctx->slot[t], v, (size_t)kv_dim * sizeof(float));
-            } else {
-                quantize_row_f16_ref(k, (ggml_half *)kv->k[l] + ctx->slot[t], kv_dim);
-                quantize_row_f16_ref(v, (ggml_half *)kv->v[l] + ctx->slot[t], kv_dim);
-            }
-        }
+        for_each_token(&tj, qkv_step);
 
         /* attention through the block tables */
-        struct attn_job job = { ctx, batch, kv, seqs, l, group,
-                                (int64_t)n * (hp->n_head / group), f16_to_float };
-        run(tp, attn_worker, &job);
+        run(tp, attn_worker, &attn);
 
-        /* output projection + residual */
+        /* output projection + residual, ffn rmsnorm */
         omni_matmul(tp, &L->wo, ctx->att, n, ctx->xn);
-        for (int t = 0; t < n; t++) {
-            float *x = ctx->x + (size_t)t * n_embd, *o = ctx->xn + (size_t)t * n_embd;
-            for (int i = 0; i < n_embd; i++)
-                x[i] += o[i] + (L->bo ? L->bo[i] : 0.0f);
-        }
+        for_each_token(&tj, attn_residual_ffn_norm_step);
 
-        /* ffn rmsnorm */
-        for (int t = 0; t < n; t++)
-            rmsnorm(ctx->xn + (size_t)t * n_embd, ctx->x + (size_t)t * n_embd, L->ffn_norm,
-                    n_embd, hp->norm_eps);
-
-        /* swiglu: down(silu(gate(x)) * up(x)) + residual */
+        /* swiglu ffn + residual: x += down(silu(gate(x)) * up(x)) */
         omni_matmul(tp, &L->w_gate, ctx->xn, n, ctx->gate);
         omni_matmul(tp, &L->w_up, ctx->xn, n, ctx->up);
-        for (size_t i = 0; i < (size_t)n * n_ff; i++) {
-            const float g = ctx->gate[i];
-            ctx->gate[i] = g / (1.0f + expf(-g)) * ctx->up[i];
-        }
+        for_each_token(&tj, swiglu_step);
         omni_matmul(tp, &L->w_down, ctx->gate, n, ctx->xn);
-        for (size_t i = 0; i < (size_t)n * n_embd; i++)
-            ctx->x[i] += ctx->xn[i];
+        for_each_token(&tj, ffn_residual_step);
     }
 
     /* output rmsnorm of the tokens that want logits, packed in batch order */
