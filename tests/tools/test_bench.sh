@@ -56,5 +56,17 @@ bad 2 "not an integer in 1.." -m "$f" -p 0
 bad 2 "not an integer in 1.." -m "$f" --threads x
 bad 2 "unknown option" -m "$f" --frobnicate 1
 bad 1 "$TMP/none.gguf" -m "$TMP/none.gguf"
+
+# --- NaN weights must be reported, not timed: poison output_norm.weight ---
+"$PYTHON" - "$f" <<'PY' || fail "could not poison $f"
+import sys
+sys.path.insert(0, "tools")
+import gguf
+t, shape, off = gguf.GGUFReader(sys.argv[1]).tensors["output_norm.weight"]
+with open(sys.argv[1], "r+b") as fh:
+    fh.seek(off)
+    fh.write(b"\x00\x00\xc0\x7f" * shape[0])   # f32 quiet NaN
+PY
+bad 1 "non-finite logits" -m "$f" -p 4 -n 2 --reps 1
 rm -f "$f"
 [ $fails -eq 0 ]

@@ -46,7 +46,7 @@ rm -f "$TMP"/rm_[abc].gguf
 # Two checks run at a time (each is mostly one Python process); a failing
 # check appends to $TMP/rm_failed, and its log is printed at the end.
 check() { # check SHAPE TYPE [bench]: generate with 2 layers, verify, bench, delete
-    f="$TMP/rm_$1_$2.gguf"
+    f="$TMP/rm_$1_$2.gguf"; fails0=$fails
     $RM --shape "$1" --type "$2" --layers 2 -o "$f" 2>"$f.err" || { fail "random_model exited $?"; cat "$f.err"; }
     "$PYTHON" - "$f" "$1" "$2" <<'PY' || fail "$1 $2: metadata/type checks"
 import sys
@@ -174,7 +174,7 @@ PY
         grep -q '"tg_tok_s": [0-9]' "$f.bench" || fail "$1 $2: no bench result"
     fi
     rm -f "$f" "$f.err" "$f.bench"
-    [ $fails -eq 0 ] || echo "$1 $2" >> "$TMP/rm_failed"
+    [ $fails -eq $fails0 ] || echo "$1 $2" >> "$TMP/rm_failed"
 }
 rm -f "$TMP/rm_failed"
 for pair in "qwen2.5-0.5b q4_k_m bench:qwen2.5-0.5b q8_0" "qwen2.5-1.5b q5_k_m:qwen2.5-1.5b q4_0 bench" \
