@@ -319,31 +319,33 @@ TEST(tokenizer_rejects_invalid_utf8)
     tokenizer_free(tok);
 }
 
-TEST(tokenizer_speed_100kb)
+/* 100 KB of text in one call (speed is measured by benchmarks, not here):
+ * the result must be the paragraph's ids repeated, since every paragraph
+ * boundary is also a pre-tokenizer boundary. */
+TEST(tokenizer_long_text_is_paragraphs_repeated)
 {
     SKIP_IF_NO_SHARED();
     char err[256];
-    double t0 = omni_time_s();
     struct tokenizer *tok = load_vocab("qwen2", err, sizeof err);
-    double t_load = omni_time_s() - t0;
     CHECK_MSG(tok, "%s", err);
     static const char para[] = "The quick brown fox, who wasn't tired, jumped over 13 lazy dogs in 2024.\n"
                                "  It said: \"omniserve serves models locally!\" and then (quietly) left.\n";
     size_t len = 100 * 1024, pl = sizeof para - 1;
     char *text = malloc(len);
-    int32_t *ids = malloc(len * sizeof *ids);
+    int32_t *ids = malloc(len * sizeof *ids), one[128];
     CHECK(text && ids);
     for (size_t i = 0; i < len; i++)
         text[i] = para[i % pl];
     len -= len % pl; /* whole paragraphs */
-    t0 = omni_time_s();
     int n = tokenizer_encode(tok, text, len, 0, ids, (int)len, NULL);
-    double t_enc = omni_time_s() - t0;
+    int n1 = tokenizer_encode(tok, para, pl, 0, one, 128, NULL);
+    int reps = (int)(len / pl), same = n1 > 0 && n == n1 * reps;
+    for (int i = 0; same && i < n; i++)
+        same = ids[i] == one[i % n1];
     free(text);
     free(ids);
     tokenizer_free(tok);
-    CHECK(n > 10000);
-    CHECK_MSG(t_load < 1.0 && t_enc < 1.0, "load %.3f s, encode %.3f s", t_load, t_enc);
+    CHECK_MSG(same, "%d ids for %d paragraphs of %d ids", n, reps, n1);
 }
 
 // ---- vocabularies built in memory ----------------------------------------------
