@@ -603,11 +603,8 @@ TEST(gguf_shared_vocabs)
     for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", facts[i].file);
-        double t0 = omni_time_s();
         struct gguf *g = gguf_open(test_shared(rel), err, sizeof err);
-        double dt = omni_time_s() - t0;
         CHECK_MSG(g != NULL, "%s", err);
-        CHECK_MSG(dt < 0.25, "%s: open took %.3f s", rel, dt);
         CHECK_EQ(gguf_version(g), 3);
         CHECK_EQ(gguf_n_tensors(g), 0);
         size_t len;
