@@ -146,100 +146,150 @@ static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, const void *a)
 
 // ---- 32-element blocks -----------------------------------------------------
 
+/* Each block kernel adds d * dot(block i) to acc. Four accumulators hide the
+ * FMA latency: one chain would cost ~4 cycles a block. */
+typedef __m256 (*block_fn)(const void *w, const void *a, int64_t i, __m256 acc);
+
+static inline __attribute__((always_inline)) float sum_blocks(int64_t nb, const void *w,
+                                                              const void *a, block_fn f)
+{
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        acc0 = f(w, a, i, acc0);
+        acc1 = f(w, a, i + 1, acc1);
+        acc2 = f(w, a, i + 2, acc2);
+        acc3 = f(w, a, i + 3, acc3);
+    }
+    for (; i < nb; i++)
+        acc0 = f(w, a, i, acc0);
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+}
+
+static inline __m256 scale_fma(float d, __m256i dot, __m256 acc)
+{
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot), acc);
+}
+
+static inline __m256 block_q8_0_q8_0(const void *w, const void *a, int64_t i, __m256 acc)
+{
+    const block_q8_0 *x = (const block_q8_0 *)w + i, *y = (const block_q8_0 *)a + i;
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return scale_fma(h2f(x->d) * h2f(y->d), dot_i8(qx, qy), acc);
+}
+
+static inline __m256 block_q4_0_q8_0(const void *w, const void *a, int64_t i, __m256 acc)
+{
+    const block_q4_0 *x = (const block_q4_0 *)w + i;
+    const block_q8_0 *y = (const block_q8_0 *)a + i;
+    __m256i qx = _mm256_sub_epi8(unpack_nibbles(x->qs), _mm256_set1_epi8(8));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return scale_fma(h2f(x->d) * h2f(y->d), dot_i8(qx, qy), acc);
+}
+
+static inline __m256 block_q4_1_q8_1(const void *w, const void *a, int64_t i, __m256 acc)
+{
+    const block_q4_1 *x = (const block_q4_1 *)w + i;
+    const block_q8_1 *y = (const block_q8_1 *)a + i;
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return scale_fma(h2f(x->d) * h2f(y->d), dot_u8i8(unpack_nibbles(x->qs), qy), acc);
+}
+
+static inline __m256 block_q5_0_q8_0(const void *w, const void *a, int64_t i, __m256 acc)
+{
+    const block_q5_0 *x = (const block_q5_0 *)w + i;
+    const block_q8_0 *y = (const block_q8_0 *)a + i;
+    __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    __m256i qx = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x->qs), hi), _mm256_set1_epi8(16));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return scale_fma(h2f(x->d) * h2f(y->d), dot_i8(qx, qy), acc);
+}
+
+static inline __m256 block_q5_1_q8_1(const void *w, const void *a, int64_t i, __m256 acc)
+{
+    const block_q5_1 *x = (const block_q5_1 *)w + i;
+    const block_q8_1 *y = (const block_q8_1 *)a + i;
+    __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    __m256i qx = _mm256_or_si256(unpack_nibbles(x->qs), hi);
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return scale_fma(h2f(x->d) * h2f(y->d), dot_u8i8(qx, qy), acc);
+}
+
 static float vec_dot_q8_0_q8_0_avx2(int64_t n, const void *w, const void *a)
 {
-    const block_q8_0 *x = w, *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    return hsum_ps(acc);
+    return sum_blocks(n / QK8_0, w, a, block_q8_0_q8_0);
 }
 
 static float vec_dot_q4_0_q8_0_avx2(int64_t n, const void *w, const void *a)
 {
-    const block_q4_0 *x = w;
-    const block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    return hsum_ps(acc);
-}
-
-static float vec_dot_q4_1_q8_1_avx2(int64_t n, const void *w, const void *a)
-{
-    const block_q4_1 *x = w;
-    const block_q8_1 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0.0f;
-    for (int64_t i = 0; i < n / QK8_1; i++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8i8(unpack_nibbles(x[i].qs), qy)), acc);
-        summ += h2f(x[i].m) * h2f(y[i].s);
-    }
-    return hsum_ps(acc) + summ;
+    return sum_blocks(n / QK8_0, w, a, block_q4_0_q8_0);
 }
 
 static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *a)
 {
-    const block_q5_0 *x = w;
-    const block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
-        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
-        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    return hsum_ps(acc);
+    return sum_blocks(n / QK8_0, w, a, block_q5_0_q8_0);
+}
+
+/* q4_1/q5_1: the min term m * s of every block, summed apart */
+static float vec_dot_q4_1_q8_1_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    float summ = 0.0f;
+    for (int64_t i = 0; i < n / QK8_1; i++)
+        summ += h2f(x[i].m) * h2f(y[i].s);
+    return sum_blocks(n / QK8_1, w, a, block_q4_1_q8_1) + summ;
 }
 
 static float vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *a)
 {
     const block_q5_1 *x = w;
     const block_q8_1 *y = a;
-    __m256 acc = _mm256_setzero_ps();
     float summ = 0.0f;
-    for (int64_t i = 0; i < n / QK8_1; i++) {
-        __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
-        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8i8(qx, qy)), acc);
+    for (int64_t i = 0; i < n / QK8_1; i++)
         summ += h2f(x[i].m) * h2f(y[i].s);
-    }
-    return hsum_ps(acc) + summ;
+    return sum_blocks(n / QK8_1, w, a, block_q5_1_q8_1) + summ;
 }
 
 // ---- K blocks ----------------------------------------------------------------
 
-/* The 8 6-bit scales and mins of a q4_K/q5_K block (layout in quant.h). */
-static inline void unpack_k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+/* The 8 6-bit scales and 8 mins of a q4_K/q5_K block (layout in quant.h),
+ * one byte each, four at a time: byte lanes of 32-bit words A, B, C = bytes
+ * 0-3, 4-7, 8-11; (a >> 6) << 4 per byte is (A >> 2) & 0x30303030. */
+static inline void unpack_k4_scales(const uint8_t *q, uint64_t *sc, uint64_t *mn)
 {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((q[j + 8] & 0x0f) | ((q[j] >> 6) << 4));
-        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-    }
+    uint32_t A, B, C;
+    memcpy(&A, q, 4);
+    memcpy(&B, q + 4, 4);
+    memcpy(&C, q + 8, 4);
+    const uint32_t sc_lo = A & 0x3f3f3f3f, mn_lo = B & 0x3f3f3f3f;
+    const uint32_t sc_hi = (C & 0x0f0f0f0f) | ((A >> 2) & 0x30303030);
+    const uint32_t mn_hi = ((C >> 4) & 0x0f0f0f0f) | ((B >> 2) & 0x30303030);
+    *sc = sc_lo | (uint64_t)sc_hi << 32;
+    *mn = mn_lo | (uint64_t)mn_hi << 32;
 }
 
-/* sum_j m[j] * (bsums[2j] + bsums[2j+1]): the activation sums the mins hit. */
-static inline int mins_dot_bsums(const uint8_t m[8], const int16_t *bsums)
+/* sum_j m[j] * (bsums[2j] + bsums[2j+1]): the activation sums the mins hit.
+ * A pair sum is at most 32 * 127, so the int16 hadd cannot overflow. */
+static inline int mins_dot_bsums(uint64_t mn, const int16_t *bsums)
 {
-    __m256i mins = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4], m[4],
-                                     m[5], m[5], m[6], m[6], m[7], m[7]);
-    return hsum_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), mins));
+    __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                   _mm_loadu_si128((const __m128i *)(bsums + 8)));
+    __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+    __m128i s = _mm_madd_epi16(pairs, m);
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* int16 broadcasts of scales 2j and 2j+1 out of the 8 scales as int16. */
+static inline void k4_scale_pair(__m256i sc16, int j, __m256i *s0, __m256i *s1)
+{
+    const __m256i b0 = _mm256_set1_epi16((short)(0x0100 + 0x0202 * 2 * j));
+    const __m256i b1 = _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1)));
+    *s0 = _mm256_shuffle_epi8(sc16, b0);
+    *s1 = _mm256_shuffle_epi8(sc16, b1);
 }
 
 static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
@@ -250,18 +300,19 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     __m256 acc = _mm256_setzero_ps();
     float acc_m = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        unpack_k4_scales(x[i].scales, sc, mn);
+        uint64_t sc, mn;
+        unpack_k4_scales(x[i].scales, &sc, &mn);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < QK_K / 64; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             __m256i lo = _mm256_and_si256(q, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i s0, s1;
+            k4_scale_pair(sc16, j, &s0, &s1);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
         acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
@@ -277,8 +328,9 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     __m256 acc = _mm256_setzero_ps();
     float acc_m = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        unpack_k4_scales(x[i].scales, sc, mn);
+        uint64_t sc, mn;
+        unpack_k4_scales(x[i].scales, &sc, &mn);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < QK_K / 64; j++) {
@@ -289,11 +341,11 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
             __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                                          _mm256_slli_epi16(h1, 4));
+            __m256i s0, s1;
+            k4_scale_pair(sc16, j, &s0, &s1);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
         acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
