@@ -11,11 +11,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* Error budget relative to sum_k |w_k x_k|: Q8 activations carry ~1/254 of
- * relative rounding error per element; the float sgemm path only summation
- * error. */
-#define TOL_Q8_ACT 1.0e-2
-#define TOL_FLOAT_ACT 1.0e-5
+/* Error budget relative to sum_k |w_k x_k|. Each output must match one of
+ * two references that closely: the float product (the sgemm path) or the
+ * scalar _ref dot on activations quantized to the dot type (the quantized
+ * paths: vec_dot, AMX). Only float summation order may differ, so a broken
+ * kernel or a wrong routing of rows matches neither. */
+#define TOL_REL 2e-5
 
 static uint64_t rng_state;
 static float frand(void) /* uniform in [-1, 1) */
@@ -57,24 +58,62 @@ static void free_weights(struct wfix *f)
     free(f->deq);
 }
 
-/* Largest violation of |y - ref| <= tol * sum|w x| + 1e-6 (<= 1 passes). */
-static double check_product(const struct wfix *f, const float *x, int64_t nb, const float *y,
-                            double tol)
+/* Both references and the magnitude sum_k |w_k x_k| for nb rows of x. */
+struct refs {
+    double *exact, *quant, *mag; /* (nb, n_out) */
+};
+
+static int make_refs(const struct wfix *f, const float *x, int64_t nb, struct refs *r)
 {
     const int64_t n_in = f->t.ne[0], n_out = f->t.ne[1];
-    double worst = 0;
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t r = 0; r < n_out; r++) {
-            double ref = 0, mag = 0;
+    const struct omni_quant_ops *ref = omni_quant_ops_at(f->t.type, 0);
+    const size_t w_row = ggml_row_size(f->t.type, n_in), n = (size_t)(nb * n_out);
+    uint8_t *xq = malloc(ggml_row_size(GGML_TYPE_F32, n_in));
+    r->exact = malloc(n * sizeof(double));
+    r->quant = malloc(n * sizeof(double));
+    r->mag = malloc(n * sizeof(double));
+    if (!xq || !r->exact || !r->quant || !r->mag) {
+        free(xq);
+        return -1;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        if (ref->from_float)
+            ref->from_float(x + b * n_in, xq, n_in);
+        else
+            memcpy(xq, x + b * n_in, (size_t)n_in * sizeof(float));
+        for (int64_t o = 0; o < n_out; o++) {
+            double exact = 0, mag = 0;
             for (int64_t k = 0; k < n_in; k++) {
-                double p = (double)f->deq[r * n_in + k] * x[b * n_in + k];
-                ref += p;
+                double p = (double)f->deq[o * n_in + k] * x[b * n_in + k];
+                exact += p;
                 mag += fabs(p);
             }
-            double v = fabs(y[b * n_out + r] - ref) / (tol * mag + 1e-6);
-            if (!(v <= worst))
-                worst = v; /* NaN sticks */
+            r->exact[b * n_out + o] = exact;
+            r->mag[b * n_out + o] = mag;
+            r->quant[b * n_out + o] = ref->vec_dot(n_in, (const uint8_t *)f->data + o * w_row, xq);
         }
+    }
+    free(xq);
+    return 0;
+}
+
+static void free_refs(struct refs *r)
+{
+    free(r->exact);
+    free(r->quant);
+    free(r->mag);
+}
+
+/* Largest violation of the budget over nb x n_out outputs (<= 1 passes). */
+static double check_product(const struct refs *r, int64_t nb, int64_t n_out, const float *y)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < nb * n_out; i++) {
+        double e = fmin(fabs(y[i] - r->exact[i]), fabs(y[i] - r->quant[i])) /
+                   (TOL_REL * r->mag[i] + 1e-6);
+        if (!(e <= worst))
+            worst = e; /* NaN sticks */
+    }
     return worst;
 }
 
@@ -84,49 +123,58 @@ static const int types[] = {
     GGML_TYPE_Q6_K,
 };
 
+/* Batches around every switch point (AMX tiles of 16 rows, the BLAS path
+ * at OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
+ * count (uneven thread split, partial 16-row groups) and, for 32-element
+ * types, an odd block count. */
 TEST(matmul_all_types_batches_threads_levels)
 {
-    const int64_t n_in = 512, n_out = 37; /* odd row count: uneven thread split */
-    const int64_t batches[] = { 1, 7, 31, 32, 64 };
-    const int64_t max_nb = 64;
-    float *x = malloc(sizeof(float) * (size_t)(n_in * max_nb));
-    float *y = malloc(sizeof(float) * (size_t)(n_out * max_nb));
-    CHECK(x && y);
+    static const struct { int64_t n_in, n_out; } shapes[] = { { 512, 37 }, { 544, 21 } };
+    const int64_t batches[] = { 1, 7, 16, 17, 31, 32, 40, 64 };
+    const int64_t max_nb = 64, max_in = 544, max_out = 37;
+    float *x = malloc(sizeof(float) * (size_t)(max_in * max_nb));
+    float *y = malloc(sizeof(float) * (size_t)(max_out * max_nb));
+    struct tpool *pools[4] = { NULL, NULL, tpool_new(2, NULL, 0), tpool_new(3, NULL, 0) };
+    CHECK(x && y && pools[2] && pools[3]);
     rng_state = 42;
-    for (int64_t i = 0; i < n_in * max_nb; i++)
+    for (int64_t i = 0; i < max_in * max_nb; i++)
         x[i] = frand();
     const int saved = omni_cpu_level();
-    for (int level = 0; level <= omni_cpu()->max_level; level++) {
-        omni_cpu_set_level(level);
-        for (int nt = 1; nt <= 3; nt++) {
-            struct tpool *tp = nt > 1 ? tpool_new(nt, NULL, 0) : NULL;
-            for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-                struct wfix f;
-                CHECK(make_weights(&f, types[ti], n_in, n_out) == 0);
-                for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
-                    const int64_t nb = batches[bi];
-                    const struct omni_quant_ops *op = omni_quant_ops(types[ti]);
-                    double tol = nb >= OMNI_MATMUL_BLAS_MIN || op->dot_type == GGML_TYPE_F32
-                                     ? TOL_FLOAT_ACT : TOL_Q8_ACT;
-                    omni_matmul(tp, &f.t, x, nb, y);
-                    double v = check_product(&f, x, nb, y, tol);
-                    if (!(v <= 1.0)) {
-                        free_weights(&f);
-                        tpool_free(tp);
-                        omni_cpu_set_level(saved);
-                        CHECK_MSG(0, "%s level %s threads %d batch %lld: error %.3g x budget",
-                                  ggml_type_name(types[ti]), omni_cpu_level_name(level), nt,
-                                  (long long)nb, v);
+    char fail[256] = "";
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] && !fail[0]; si++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !fail[0]; ti++) {
+            const int64_t n_in = shapes[si].n_in, n_out = shapes[si].n_out;
+            if (n_in % ggml_type_traits_of(types[ti])->blck_size)
+                continue;
+            struct wfix f;
+            struct refs r;
+            CHECK(make_weights(&f, types[ti], n_in, n_out) == 0);
+            CHECK(make_refs(&f, x, max_nb, &r) == 0);
+            for (int level = 0; level <= omni_cpu()->max_level && !fail[0]; level++) {
+                omni_cpu_set_level(level);
+                for (int nt = 1; nt <= 3 && !fail[0]; nt++)
+                    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                        const int64_t nb = batches[bi];
+                        omni_matmul(pools[nt], &f.t, x, nb, y);
+                        double v = check_product(&r, nb, n_out, y);
+                        if (!(v <= 1.0)) {
+                            snprintf(fail, sizeof fail,
+                                     "%s [%lld x %lld] level %s threads %d batch %lld: error %.3g x budget",
+                                     ggml_type_name(types[ti]), (long long)n_out, (long long)n_in,
+                                     omni_cpu_level_name(level), nt, (long long)nb, v);
+                            break;
+                        }
                     }
-                }
-                free_weights(&f);
             }
-            tpool_free(tp);
+            free_refs(&r);
+            free_weights(&f);
         }
-    }
     omni_cpu_set_level(saved);
+    tpool_free(pools[2]);
+    tpool_free(pools[3]);
     free(x);
     free(y);
+    CHECK_MSG(!fail[0], "%s", fail);
 }
 
 TEST(matmul_get_row_matches_dequantize)

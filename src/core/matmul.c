@@ -7,6 +7,7 @@
  * into per-thread scratch and multiplied with single-threaded OpenBLAS sgemm. */
 #include "matmul.h"
 
+#include "cpu.h"
 #include "omni.h"
 #include "quant.h"
 #include "tensor.h"
@@ -20,11 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include "arch/x86/x86.h"
+#endif
+
 /* Floats of dequantized weights per sgemm call: 512 KB stays in L2 while
  * OpenBLAS packs it. */
 #define DEQUANT_CHUNK_FLOATS (128 * 1024)
 /* Batches from this many rows quantize x in parallel. */
 #define PARALLEL_QUANT_MIN 4
+/* Q8_0/Q4_0 batches from this many rows use AMX tiles (16 rows each) when
+ * the CPU level allows; below, a tile would be mostly padding. */
+#define AMX_MIN_BATCH 16
 
 // ---- per-thread scratch ----------------------------------------------------
 
@@ -91,6 +99,7 @@ struct mm_job {
     size_t xq_row;
     float *y;            /* (n_batch, n_out) */
     int64_t n_in, n_out, n_batch;
+    int64_t m_pad;       /* AMX: n_batch rounded up to whole tiles */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -158,6 +167,54 @@ static void blas_rows(void *arg, int ith, int nth)
     }
 }
 
+#if defined(__x86_64__)
+/* Whole 16-row groups of W per thread, so only the last group is partial. */
+static void amx_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t g0, g1;
+    split((j->n_out + 15) / 16, ith, nth, &g0, &g1);
+    const int64_t r0 = g0 * 16, r1 = g1 * 16 < j->n_out ? g1 * 16 : j->n_out;
+    if (r0 >= r1)
+        return;
+    void *scratch = scratch_get(SCRATCH_DEQUANT, omni_amx_scratch_bytes(j->n_in, j->m_pad));
+    if (!scratch) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    omni_amx_matmul_q8(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
+                       j->n_batch, j->m_pad, j->y, r0, r1, scratch);
+}
+#endif
+
+static int use_amx(int type, int64_t n_batch)
+{
+#if defined(__x86_64__)
+    return n_batch >= AMX_MIN_BATCH && omni_cpu_level() >= OMNI_CPU_AMX &&
+           (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0);
+#else
+    (void)type;
+    (void)n_batch;
+    return 0;
+#endif
+}
+
+/* x quantized to the dot type in per-thread scratch of the calling thread,
+ * with zero rows from n_batch up to rows. 0, or -1 when out of memory. */
+static int quantize_x(struct tpool *tp, struct mm_job *j, int64_t rows)
+{
+    j->xq_row = ggml_row_size(j->op->dot_type, j->n_in);
+    j->xq = scratch_get(SCRATCH_XQ, j->xq_row * (size_t)rows);
+    if (!j->xq)
+        return -1;
+    memset(j->xq + j->xq_row * (size_t)j->n_batch, 0, j->xq_row * (size_t)(rows - j->n_batch));
+    if (j->n_batch >= PARALLEL_QUANT_MIN && tp)
+        tpool_run(tp, quantize_rows, j);
+    else
+        quantize_rows(j, 0, 1);
+    return 0;
+}
+
 // ---- entry points ----------------------------------------------------------
 
 static void fill_nan(float *y, int64_t n)
@@ -185,24 +242,24 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         .op = op, .w_type = w->type, .w = w->data, .w_row = w_row, .x = x, .y = y,
         .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
     };
-    if (n_batch >= OMNI_MATMUL_BLAS_MIN) {
+    if (use_amx(w->type, n_batch)) {
+#if defined(__x86_64__)
+        j.m_pad = (n_batch + 15) / 16 * 16;
+        if (quantize_x(tp, &j, j.m_pad) != 0)
+            atomic_store(&j.failed, 1);
+        else
+            tpool_run(tp, amx_rows, &j);
+#endif
+    } else if (n_batch >= OMNI_MATMUL_BLAS_MIN) {
         tpool_run(tp, blas_rows, &j);
     } else if (!op->from_float) {
         j.xq = (uint8_t *)x; /* float activations: no conversion */
         j.xq_row = (size_t)n_in * sizeof(float);
         tpool_run(tp, dot_rows, &j);
+    } else if (quantize_x(tp, &j, n_batch) != 0) {
+        atomic_store(&j.failed, 1);
     } else {
-        j.xq_row = ggml_row_size(op->dot_type, n_in);
-        j.xq = scratch_get(SCRATCH_XQ, j.xq_row * (size_t)n_batch);
-        if (!j.xq) {
-            atomic_store(&j.failed, 1);
-        } else {
-            if (n_batch >= PARALLEL_QUANT_MIN && tp)
-                tpool_run(tp, quantize_rows, &j);
-            else
-                quantize_rows(&j, 0, 1);
-            tpool_run(tp, dot_rows, &j);
-        }
+        tpool_run(tp, dot_rows, &j);
     }
     if (atomic_load(&j.failed)) {
         OMNI_ERROR("matmul: out of memory for scratch (%lld x %lld)", (long long)n_batch,

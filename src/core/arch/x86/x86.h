@@ -1,16 +1,29 @@
-/* x86.h - registration of the x86 SIMD kernels into quant.c's per-level
- * tables. Each function overwrites the entries it has a faster kernel for
- * and leaves the others (inherited from the level below) alone. Only call
- * a level's function when omni_cpu() reports that level. */
+/* x86.h - the x86 SIMD kernels: registration into quant.c's per-level
+ * tables (each function overwrites the entries it has a faster kernel for
+ * and leaves the others, inherited from the level below, alone) and the AMX
+ * matmul used by matmul.c. Only call a level's code when omni_cpu() reports
+ * that level. */
 #ifndef OMNI_ARCH_X86_H
 #define OMNI_ARCH_X86_H
 
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 
+#include <stddef.h>
+
 /* AVX2 + FMA + F16C kernels. */
 void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 /* AVX-512 F/BW/VL/DQ + VNNI kernels. */
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
+
+/* AMX int8 (level OMNI_CPU_AMX): y[m][r] for weight rows r0 <= r < r1 of a
+ * Q8_0 or Q4_0 matrix (n_out rows of w_row bytes) and n_batch rows of Q8_0
+ * activations xq (row stride xq_row; m_pad = n_batch rounded up to 16 rows,
+ * the extra rows zero). y is (n_batch, n_out). scratch: at least
+ * omni_amx_scratch_bytes(n_in, m_pad) bytes, 64-byte aligned, per thread. */
+size_t omni_amx_scratch_bytes(int64_t n_in, int64_t m_pad);
+void omni_amx_matmul_q8(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                        const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
+                        int64_t r0, int64_t r1, void *scratch);
 
 #endif
