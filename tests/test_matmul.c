@@ -8,8 +8,10 @@
 #include "src/core/threadpool.h"
 #include "tests/test.h"
 
+#include <cblas.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <strings.h>
 
 /* Error budget relative to sum_k |w_k x_k|. Each output must match one of
  * two references that closely: the float product (the sgemm path) or the
@@ -199,4 +201,17 @@ TEST(matmul_rejects_bad_shapes_without_crashing)
     t = (struct omni_tensor){ .type = GGML_TYPE_IQ2_XXS, .ne = { 256, 1 }, .data = w };
     omni_matmul(NULL, &t, x, 1, y);
     CHECK(isnan(y[0]));
+}
+
+/* matmul.c re-runs OpenBLAS's kernel choice when it fell back to a pre-AVX2
+ * core on a CPU that has AVX2 (Debian's 0.3.21 on Sapphire Rapids). */
+TEST(matmul_openblas_uses_simd_kernels)
+{
+    if (omni_cpu()->max_level < OMNI_CPU_AVX2 || getenv("OPENBLAS_CORETYPE"))
+        SKIP("no AVX2, or OPENBLAS_CORETYPE set by the user");
+    const char *core = openblas_get_corename();
+    CHECK(core != NULL);
+    CHECK_MSG(strcasecmp(core, "prescott") != 0 && strcasecmp(core, "nehalem") != 0 &&
+                  strcasecmp(core, "core2") != 0 && strcasecmp(core, "sandybridge") != 0,
+              "OpenBLAS core %s", core);
 }

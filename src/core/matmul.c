@@ -20,14 +20,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__)
 #include "arch/x86/x86.h"
 #endif
 
-/* Floats of dequantized weights per sgemm call: 512 KB stays in L2 while
- * OpenBLAS packs it. */
-#define DEQUANT_CHUNK_FLOATS (128 * 1024)
+/* Dequantized weights per sgemm call: 2 MB (an L2) of floats, and at least
+ * 64 rows: OpenBLAS ran at half speed on 26-row chunks, near full from 64. */
+#define DEQUANT_CHUNK_FLOATS (512 * 1024)
+#define DEQUANT_CHUNK_MIN_ROWS 64
 /* Batches from this many rows quantize x in parallel. */
 #define PARALLEL_QUANT_MIN 4
 /* Q8_0/Q4_0 batches from this many rows use AMX tiles (16 rows each) when
@@ -55,6 +57,34 @@ static void scratch_free(void *p)
     for (int i = 0; i < SCRATCH_SLOTS; i++)
         free(s->p[i]);
     free(s);
+}
+
+/* Debian 12's OpenBLAS 0.3.21 does not know Sapphire Rapids and falls back to
+ * its Prescott (SSE3) kernels, a third of the sgemm speed of its SkylakeX
+ * ones here. Unless the user picked a core (OPENBLAS_CORETYPE), redo its
+ * dynamic kernel choice for what this CPU can run. This runs before main,
+ * while the process has one thread, after OpenBLAS's own constructor. */
+char *openblas_get_corename(void);
+void gotoblas_dynamic_init(void);
+void gotoblas_dynamic_quit(void);
+
+__attribute__((constructor)) static void openblas_fix_core(void)
+{
+    static const char *weak[] = { "prescott", "core2", "penryn", "dunnington", "nehalem",
+                                  "sandybridge", "atom", "unknown" };
+    const char *core = openblas_get_corename();
+    const int level = omni_cpu()->max_level;
+    if (getenv("OPENBLAS_CORETYPE") || !core || level < OMNI_CPU_AVX2)
+        return;
+    int is_weak = 0;
+    for (size_t i = 0; i < sizeof weak / sizeof weak[0]; i++)
+        is_weak |= strcasecmp(core, weak[i]) == 0;
+    if (!is_weak)
+        return;
+    setenv("OPENBLAS_CORETYPE", level >= OMNI_CPU_AVX512 ? "SkylakeX" : "Haswell", 1);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
 }
 
 static void matmul_init(void)
@@ -151,8 +181,8 @@ static void blas_rows(void *arg, int ith, int nth)
         return;
     }
     int64_t chunk = DEQUANT_CHUNK_FLOATS / j->n_in;
-    if (chunk < 16)
-        chunk = 16;
+    if (chunk < DEQUANT_CHUNK_MIN_ROWS)
+        chunk = DEQUANT_CHUNK_MIN_ROWS;
     if (chunk > r1 - r0)
         chunk = r1 - r0;
     float *buf = scratch_get(SCRATCH_DEQUANT, (size_t)chunk * (size_t)j->n_in * sizeof(float));
