@@ -101,11 +101,11 @@ TEST(quant_dequantize_matches_gguf_py)
                 memcpy(&a, &out[k], 4);
                 memcpy(&b, &f.deq[k], 4);
                 if (a != b) {
+                    const float got = out[k], want = f.deq[k];
                     free(out);
                     free_fixture(&f);
                     CHECK_MSG(0, "%s level %s: element %zu: %08x (%.9g) != gguf-py %08x (%.9g)",
-                              fixture_names[i], omni_cpu_level_name(level), k, a, out[k], b,
-                              f.deq[k]);
+                              fixture_names[i], omni_cpu_level_name(level), k, a, got, b, want);
                 }
             }
         }
