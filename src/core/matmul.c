@@ -35,8 +35,9 @@
 #define PREFETCH_ROWS 4
 /* Batches from this many rows quantize x in parallel. */
 #define PARALLEL_QUANT_MIN 4
-/* Q8_0/Q4_0 batches from this many rows use AMX tiles (16 rows each) when
- * the CPU level allows; below, a tile would be mostly padding. */
+/* Batches from this many rows use AMX tiles (16 rows each) for the weight
+ * types amx.c takes, when the CPU level allows; below, a tile would be
+ * mostly padding. */
 #define AMX_MIN_BATCH 16
 
 // ---- per-thread scratch ----------------------------------------------------
@@ -220,16 +221,15 @@ static void amx_rows(void *arg, int ith, int nth)
         atomic_store(&j->failed, 1);
         return;
     }
-    omni_amx_matmul_q8(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
-                       j->n_batch, j->m_pad, j->y, r0, r1, scratch);
+    omni_amx_matmul(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->n_batch,
+                    j->m_pad, j->y, r0, r1, scratch);
 }
 #endif
 
 static int use_amx(int type, int64_t n_batch)
 {
 #if defined(__x86_64__)
-    return n_batch >= AMX_MIN_BATCH && omni_cpu_level() >= OMNI_CPU_AMX &&
-           (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0);
+    return n_batch >= AMX_MIN_BATCH && omni_cpu_level() >= OMNI_CPU_AMX && omni_amx_supports(type);
 #else
     (void)type;
     (void)n_batch;

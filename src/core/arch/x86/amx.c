@@ -1,14 +1,16 @@
-/* amx.c - int8 AMX (TDPBSSD) products of Q8_0 / Q4_0 weights with Q8_0
+/* amx.c - int8 AMX (TDPBSSD) products of quantized weights with Q8
  * activations, for batches (prompt processing).
  *
- * Every 32-element block has its own weight and activation scale, so one
- * TDPBSSD covers one block: C[16 batch rows][16 weight rows] += A . B with
- * K = 32. C is then scaled by d_act * d_w and added to float accumulators
- * held in 16 zmm registers. Weights are repacked on the fly, 16 rows at a
- * time, into the tile layout (B row r = the r-th 4 bytes of each of the 16
- * weight rows) in per-thread scratch and reused for every 16 batch rows: no
- * weight copy is kept between calls. Activation tiles load straight from the
- * Q8_0 rows (tile stride = the row stride). */
+ * Weights q8_0, q4_0, q5_0, q4_1, q5_1, q4_K, q5_K: every 32 weights of a row
+ * are s_w * q + o_w with int8 q (o_w is 0, the block min, or -dmin * m), and
+ * every 32 activations d_a * q_a; one TDPBSSD per 32-column block gives
+ * C[16 batch rows][16 weight rows] = sum q_a q, and
+ *     y += d_a * s_w * C + o_w * (d_a * sum q_a)
+ * goes into float accumulators held in 16 zmm registers. Weights are
+ * repacked on the fly, 16 rows at a time, into the tile layout (B row r =
+ * the r-th 4 bytes of each of the 16 rows) in per-thread scratch and reused
+ * for every 16 batch rows: no weight copy outlives the call. Activation tiles
+ * load straight from the Q8_0 / Q8_1 / Q8_K rows (tile stride = row stride). */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
@@ -19,8 +21,8 @@
 #include <stddef.h>
 #include <string.h>
 
-#define TILE_M 16 /* batch rows per tile */
-#define TILE_N 16 /* weight rows per tile */
+#define TILE_M 16        /* batch rows per tile */
+#define TILE_N 16        /* weight rows per tile */
 #define B_TILE_BYTES 512 /* 8 rows x 64 bytes: one block of 16 weight rows */
 
 struct tile_config {
@@ -59,121 +61,313 @@ static void tile_setup(void)
     tile_config_load(&cfg);
 }
 
+int omni_amx_supports(int wtype)
+{
+    switch (wtype) {
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int has_offset(int wtype)
+{
+    return wtype == GGML_TYPE_Q4_1 || wtype == GGML_TYPE_Q5_1 || wtype == GGML_TYPE_Q4_K ||
+           wtype == GGML_TYPE_Q5_K;
+}
+
 size_t omni_amx_scratch_bytes(int64_t n_in, int64_t m_pad)
 {
-    const size_t nb = (size_t)(n_in / QK8_0);
-    return nb * B_TILE_BYTES + nb * TILE_N * sizeof(float) /* packed B, d_w */
-           + nb * (size_t)m_pad * sizeof(float)               /* d_act */
+    const size_t nb = (size_t)(n_in / 32);
+    return nb * B_TILE_BYTES + 2 * nb * TILE_N * sizeof(float) /* packed B, s_w, o_w */
+           + 2 * nb * (size_t)m_pad * sizeof(float)           /* d_a, d_a * sum q_a */
            + 2 * TILE_M * TILE_N * sizeof(int32_t) + 64;      /* C buffers */
 }
 
-/* Pack weight rows n0 .. n0+15 (rows >= n_out are zero) of all nb blocks:
- * B[b][r][n] = the r-th dword of row n's 32 int8 weights, and their scales. */
-static void pack_weights(int wtype, const uint8_t *w, size_t w_row, int64_t nb, int64_t n_valid,
-                         uint8_t *bpack, float *dw)
+// ---- weight packing --------------------------------------------------------
+
+/* A gather puts one dword per weight row into the 16 lanes: lane n reads at
+ * p + n * w_row. Lanes of rows past the matrix read nothing and hold 0;
+ * their outputs are never stored. */
+struct rows16 {
+    __m512i offs;
+    __mmask16 valid;
+};
+
+static inline __m512i gather_dw(const struct rows16 *g, const uint8_t *p)
 {
-    const __mmask16 valid = n_valid >= 16 ? 0xffff : (__mmask16)((1u << n_valid) - 1);
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                              11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)w_row));
-    const size_t bsize = wtype == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * bsize;
-        uint8_t *out = bpack + b * B_TILE_BYTES;
-        /* the fp16 scale is the low half of the block's first dword */
-        __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, blk, 1);
-        _mm512_storeu_ps(dw + b * TILE_N, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-        if (wtype == GGML_TYPE_Q8_0) {
-            for (int r = 0; r < 8; r++) {
-                __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows,
-                                                        blk + 2 + 4 * r, 1);
-                _mm512_storeu_si512(out + 64 * r, v);
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), g->valid, g->offs, p, 1);
+}
+
+/* Bits shift .. shift+3 of each lane's 32-bit qh as 0x10 in bytes 0..3: the
+ * 5th bits of 4 consecutive elements of a q5_0/q5_1 block. */
+static inline __m512i q5_bits(__m512i qh, int shift)
+{
+    const __m512i x = _mm512_srl_epi32(qh, _mm_cvtsi32_si128(shift));
+    const __m512i b01 = _mm512_or_si512(_mm512_and_si512(x, _mm512_set1_epi32(1)),
+                                        _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(2)), 7));
+    const __m512i b23 = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(4)), 14),
+                                        _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(8)), 21));
+    return _mm512_slli_epi32(_mm512_or_si512(b01, b23), 4);
+}
+
+/* Block b of a 32-element type for 16 rows: its B tile, s_w and o_w. */
+static void pack_block32(int wtype, const struct rows16 *g, const uint8_t *blk, uint8_t *out,
+                         float *sw, float *ow)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* dword 0 holds d in its low half and, for q4_1/q5_1, m in its high half */
+    const __m512i dm = gather_dw(g, blk);
+    _mm512_storeu_ps(sw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+    if (wtype == GGML_TYPE_Q8_0) {
+        for (int r = 0; r < 8; r++)
+            _mm512_storeu_si512(out + 64 * r, gather_dw(g, blk + offsetof(block_q8_0, qs) + 4 * r));
+        return;
+    }
+    int qs_off, qh_off = -1, zero_point = 0;
+    switch (wtype) {
+    case GGML_TYPE_Q4_0:
+        qs_off = offsetof(block_q4_0, qs);
+        zero_point = 8;
+        break;
+    case GGML_TYPE_Q5_0:
+        qs_off = offsetof(block_q5_0, qs);
+        qh_off = offsetof(block_q5_0, qh);
+        zero_point = 16;
+        break;
+    case GGML_TYPE_Q4_1:
+        qs_off = offsetof(block_q4_1, qs);
+        break;
+    default: /* q5_1 */
+        qs_off = offsetof(block_q5_1, qs);
+        qh_off = offsetof(block_q5_1, qh);
+        break;
+    }
+    if (has_offset(wtype))
+        _mm512_storeu_ps(ow, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    const __m512i qh = qh_off >= 0 ? gather_dw(g, blk + qh_off) : _mm512_setzero_si512();
+    const __m512i zp = _mm512_set1_epi8((char)zero_point);
+    for (int r = 0; r < 4; r++) {
+        /* low nibbles are elements 0-15, high nibbles 16-31 */
+        const __m512i v = gather_dw(g, blk + qs_off + 4 * r);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (qh_off >= 0) {
+            lo = _mm512_or_si512(lo, q5_bits(qh, 4 * r));
+            hi = _mm512_or_si512(hi, q5_bits(qh, 16 + 4 * r));
+        }
+        _mm512_storeu_si512(out + 64 * r, _mm512_sub_epi8(lo, zp));
+        _mm512_storeu_si512(out + 64 * (r + 4), _mm512_sub_epi8(hi, zp));
+    }
+}
+
+/* The 8 6-bit scales and mins of a q4_K/q5_K block (layout in quant.h). */
+static inline void unpack_k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0x0f) | ((q[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+/* Super-block i of q4_K/q5_K for 16 rows: 8 blocks of 32 (B tiles, s_w =
+ * d * sc, o_w = -dmin * m). Sub-blocks 2p and 2p+1 share the 32 qs bytes at
+ * 32p (low and high nibbles); q5_K's 5th bit of element l of sub-block j is
+ * bit j of qh[l]. */
+static void pack_superblock_k(int wtype, const struct rows16 *g, const uint8_t *w0, size_t w_row,
+                              int64_t n_valid, int64_t i, uint8_t *out, float *sw, float *ow)
+{
+    const size_t bsize = wtype == GGML_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
+    const size_t qs_off = wtype == GGML_TYPE_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs);
+    const uint8_t *sb = w0 + i * bsize;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    __m512i qh[8];
+    if (wtype == GGML_TYPE_Q5_K)
+        for (int r = 0; r < 8; r++)
+            qh[r] = gather_dw(g, sb + offsetof(block_q5_K, qh) + 4 * r);
+    for (int p = 0; p < 4; p++)
+        for (int r = 0; r < 8; r++) {
+            const __m512i v = gather_dw(g, sb + qs_off + 32 * p + 4 * r);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (wtype == GGML_TYPE_Q5_K) {
+                __m512i h0 = _mm512_and_si512(_mm512_srl_epi16(qh[r], _mm_cvtsi32_si128(2 * p)), one);
+                __m512i h1 = _mm512_and_si512(_mm512_srl_epi16(qh[r], _mm_cvtsi32_si128(2 * p + 1)), one);
+                lo = _mm512_or_si512(lo, _mm512_slli_epi16(h0, 4));
+                hi = _mm512_or_si512(hi, _mm512_slli_epi16(h1, 4));
             }
-        } else {
-            /* q4_0: low nibbles are elements 0-15, high nibbles 16-31 */
-            const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-            for (int r = 0; r < 4; r++) {
-                __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows,
-                                                        blk + 2 + 4 * r, 1);
-                __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, m4), eight);
-                __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight);
-                /* padded rows must stay 0, not -8 */
-                lo = _mm512_maskz_mov_epi32(valid, lo);
-                hi = _mm512_maskz_mov_epi32(valid, hi);
-                _mm512_storeu_si512(out + 64 * r, lo);
-                _mm512_storeu_si512(out + 64 * (r + 4), hi);
-            }
+            _mm512_storeu_si512(out + (2 * p) * B_TILE_BYTES + 64 * r, lo);
+            _mm512_storeu_si512(out + (2 * p + 1) * B_TILE_BYTES + 64 * r, hi);
+        }
+    for (int n = 0; n < TILE_N; n++) {
+        uint8_t sc[8] = { 0 }, mn[8] = { 0 };
+        float d = 0.0f, dmin = 0.0f;
+        if (n < n_valid) {
+            const uint8_t *blk = w0 + n * w_row + i * bsize;
+            ggml_half h[2];
+            memcpy(h, blk, sizeof h); /* d, dmin lead both block types */
+            d = _cvtsh_ss(h[0]);
+            dmin = _cvtsh_ss(h[1]);
+            unpack_k4_scales(blk + 4, sc, mn);
+        }
+        for (int j = 0; j < 8; j++) {
+            sw[j * TILE_N + n] = d * sc[j];
+            ow[j * TILE_N + n] = -dmin * mn[j];
         }
     }
 }
 
-/* acc[m] += d_w * d_act[m] * C[m] for the 16 rows of one C tile in cbuf. */
-static inline void scale_accumulate(__m512 acc[TILE_M], const int32_t *cbuf, __m512 dw,
-                                    const float *da)
+static void pack_weights(int wtype, const uint8_t *w0, size_t w_row, int64_t nb, int64_t n_valid,
+                         uint8_t *bpack, float *sw, float *ow)
 {
-#pragma GCC unroll 16
-    for (int m = 0; m < TILE_M; m++) {
-        __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + TILE_N * m));
-        acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(dw, _mm512_set1_ps(da[m])), acc[m]);
+    struct rows16 g;
+    g.valid = n_valid >= TILE_N ? 0xffff : (__mmask16)((1u << n_valid) - 1);
+    g.offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                _mm512_set1_epi32((int)w_row));
+    if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K) {
+        for (int64_t i = 0; i < nb / 8; i++)
+            pack_superblock_k(wtype, &g, w0, w_row, n_valid, i, bpack + 8 * i * B_TILE_BYTES,
+                              sw + 8 * i * TILE_N, ow + 8 * i * TILE_N);
+        return;
+    }
+    const size_t bsize = ggml_type_traits_of(wtype)->type_size;
+    for (int64_t b = 0; b < nb; b++)
+        pack_block32(wtype, &g, w0 + b * bsize, bpack + b * B_TILE_BYTES, sw + b * TILE_N,
+                     ow + b * TILE_N);
+}
+
+// ---- activations -----------------------------------------------------------
+
+/* Byte offset, within an activation row, of the 32 int8 of block b. */
+static inline size_t act_qs_offset(int act_type, int64_t b)
+{
+    switch (act_type) {
+    case GGML_TYPE_Q8_1:
+        return (size_t)b * sizeof(block_q8_1) + offsetof(block_q8_1, qs);
+    case GGML_TYPE_Q8_K:
+        return (size_t)(b / 8) * sizeof(block_q8_K) + offsetof(block_q8_K, qs) + 32 * (size_t)(b % 8);
+    default:
+        return (size_t)b * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
     }
 }
 
-void omni_amx_matmul_q8(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
-                        const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
-                        int64_t r0, int64_t r1, void *scratch)
+/* da[b][m] = scale of block b of row m; sa[b][m] = da * sum of its q (only
+ * for weights with an offset). Block-major: 16 rows of a block are adjacent. */
+static void act_scales(int act_type, const uint8_t *act, size_t row, int64_t m_pad, int64_t nb,
+                       float *da, float *sa)
 {
-    const int64_t nb = n_in / QK8_0;
+    for (int64_t m = 0; m < m_pad; m++) {
+        const uint8_t *r = act + m * row;
+        for (int64_t b = 0; b < nb; b++) {
+            float d, s = 0.0f;
+            if (act_type == GGML_TYPE_Q8_K) {
+                const block_q8_K *k = (const block_q8_K *)r + b / 8;
+                d = k->d;
+                s = d * (float)(k->bsums[2 * (b % 8)] + k->bsums[2 * (b % 8) + 1]);
+            } else if (act_type == GGML_TYPE_Q8_1) {
+                const block_q8_1 *q = (const block_q8_1 *)r + b;
+                d = _cvtsh_ss(q->d);
+                s = _cvtsh_ss(q->s);
+            } else {
+                d = _cvtsh_ss(((const block_q8_0 *)r + b)->d);
+            }
+            da[b * m_pad + m] = d;
+            if (sa)
+                sa[b * m_pad + m] = s;
+        }
+    }
+}
+
+// ---- tiles -----------------------------------------------------------------
+
+/* acc[m] += d_a[m] * s_w * C[m] (+ sa[m] * o_w) for the 16 rows of a C tile. */
+static inline __attribute__((always_inline)) void
+scale_accumulate(__m512 acc[TILE_M], const int32_t *cbuf, const float *sw, const float *ow,
+                 const float *da, const float *sa, const int offset)
+{
+    const __m512 vsw = _mm512_loadu_ps(sw);
+    const __m512 vow = offset ? _mm512_loadu_ps(ow) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int m = 0; m < TILE_M; m++) {
+        __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + TILE_N * m));
+        acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(vsw, _mm512_set1_ps(da[m])), acc[m]);
+        if (offset)
+            acc[m] = _mm512_fmadd_ps(vow, _mm512_set1_ps(sa[m]), acc[m]);
+    }
+}
+
+/* All nb blocks of 16 batch rows (A tiles at a0, stride xq_row) against the
+ * packed 16 weight rows; results in acc. */
+static inline __attribute__((always_inline)) void
+tile_row(__m512 acc[TILE_M], int act_type, const uint8_t *a0, size_t xq_row, int64_t nb,
+         const uint8_t *bpack, const float *sw, const float *ow, const float *da, const float *sa,
+         int64_t m_pad, int32_t *cbuf, const int offset)
+{
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        _tile_loadd(2, a0 + act_qs_offset(act_type, b), xq_row);
+        _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_loadd(3, a0 + act_qs_offset(act_type, b + 1), xq_row);
+        _tile_loadd(5, bpack + (b + 1) * B_TILE_BYTES, 64);
+        _tile_zero(1);
+        _tile_dpbssd(1, 3, 5);
+        _tile_stored(0, cbuf, 64);
+        scale_accumulate(acc, cbuf, sw + b * TILE_N, ow + b * TILE_N, da + b * m_pad,
+                         sa + b * m_pad, offset);
+        _tile_stored(1, cbuf + TILE_M * TILE_N, 64);
+        scale_accumulate(acc, cbuf + TILE_M * TILE_N, sw + (b + 1) * TILE_N, ow + (b + 1) * TILE_N,
+                         da + (b + 1) * m_pad, sa + (b + 1) * m_pad, offset);
+    }
+    if (b < nb) {
+        _tile_loadd(2, a0 + act_qs_offset(act_type, b), xq_row);
+        _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_stored(0, cbuf, 64);
+        scale_accumulate(acc, cbuf, sw + b * TILE_N, ow + b * TILE_N, da + b * m_pad,
+                         sa + b * m_pad, offset);
+    }
+}
+
+void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                     const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
+                     int64_t r0, int64_t r1, void *scratch)
+{
+    const int64_t nb = n_in / 32;
+    const int offset = has_offset(wtype);
+    const int act_type = wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K ? GGML_TYPE_Q8_K
+                         : wtype == GGML_TYPE_Q4_1 || wtype == GGML_TYPE_Q5_1 ? GGML_TYPE_Q8_1
+                                                                              : GGML_TYPE_Q8_0;
     uint8_t *bpack = scratch;
-    float *dw = (float *)(bpack + nb * B_TILE_BYTES);
-    float *da = dw + nb * TILE_N; /* [nb][m_pad] */
-    int32_t *cbuf = (int32_t *)(((uintptr_t)(da + nb * m_pad) + 63) & ~(uintptr_t)63);
+    float *sw = (float *)(bpack + nb * B_TILE_BYTES);
+    float *ow = sw + nb * TILE_N;
+    float *da = ow + nb * TILE_N; /* [nb][m_pad] */
+    float *sa = da + nb * m_pad;
+    int32_t *cbuf = (int32_t *)(((uintptr_t)(sa + nb * m_pad) + 63) & ~(uintptr_t)63);
     const uint8_t *act = xq;
 
-    /* activation scales, block-major so 16 rows of a block are contiguous */
-    for (int64_t m = 0; m < m_pad; m++) {
-        const block_q8_0 *row = (const block_q8_0 *)(act + m * xq_row);
-        for (int64_t b = 0; b < nb; b++)
-            da[b * m_pad + m] = _cvtsh_ss(row[b].d);
-    }
-
+    act_scales(act_type, act, xq_row, m_pad, nb, da, offset ? sa : NULL);
     tile_setup();
     for (int64_t n0 = r0; n0 < r1; n0 += TILE_N) {
         const int64_t n_valid = r1 - n0 < TILE_N ? r1 - n0 : TILE_N;
-        pack_weights(wtype, (const uint8_t *)w + n0 * w_row, w_row, nb, n_valid, bpack, dw);
-        /* the packed tiles are read by tileloadd, which gcc does not see as
-         * a memory read: keep the stores above it */
+        pack_weights(wtype, (const uint8_t *)w + n0 * w_row, w_row, nb, n_valid, bpack, sw, ow);
+        /* tileloadd reads the packed tiles behind gcc's back (its asm has no
+         * memory operand): keep the stores above it */
         __asm__ volatile("" ::: "memory");
-        const __mmask16 nmask = n_valid >= 16 ? 0xffff : (__mmask16)((1u << n_valid) - 1);
+        const __mmask16 nmask = n_valid >= TILE_N ? 0xffff : (__mmask16)((1u << n_valid) - 1);
         for (int64_t m0 = 0; m0 < n_batch; m0 += TILE_M) {
             __m512 acc[TILE_M];
             for (int m = 0; m < TILE_M; m++)
                 acc[m] = _mm512_setzero_ps();
-            /* A tile of block b: 16 activation rows' qs, row stride xq_row */
-            const uint8_t *a0 = act + m0 * xq_row + offsetof(block_q8_0, qs);
-            int64_t b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                _tile_loadd(2, a0 + b * sizeof(block_q8_0), xq_row);
-                _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
-                _tile_zero(0);
-                _tile_dpbssd(0, 2, 4);
-                _tile_loadd(3, a0 + (b + 1) * sizeof(block_q8_0), xq_row);
-                _tile_loadd(5, bpack + (b + 1) * B_TILE_BYTES, 64);
-                _tile_zero(1);
-                _tile_dpbssd(1, 3, 5);
-                _tile_stored(0, cbuf, 64);
-                scale_accumulate(acc, cbuf, _mm512_loadu_ps(dw + b * TILE_N), da + b * m_pad + m0);
-                _tile_stored(1, cbuf + TILE_M * TILE_N, 64);
-                scale_accumulate(acc, cbuf + TILE_M * TILE_N, _mm512_loadu_ps(dw + (b + 1) * TILE_N),
-                                 da + (b + 1) * m_pad + m0);
-            }
-            if (b < nb) {
-                _tile_loadd(2, a0 + b * sizeof(block_q8_0), xq_row);
-                _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
-                _tile_zero(0);
-                _tile_dpbssd(0, 2, 4);
-                _tile_stored(0, cbuf, 64);
-                scale_accumulate(acc, cbuf, _mm512_loadu_ps(dw + b * TILE_N), da + b * m_pad + m0);
-            }
+            const uint8_t *a0 = act + m0 * xq_row;
+            if (offset)
+                tile_row(acc, act_type, a0, xq_row, nb, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, 1);
+            else
+                tile_row(acc, act_type, a0, xq_row, nb, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, 0);
             const int64_t m_valid = n_batch - m0 < TILE_M ? n_batch - m0 : TILE_M;
             for (int64_t m = 0; m < m_valid; m++)
                 _mm512_mask_storeu_ps(y + (m0 + m) * n_out + n0, nmask, acc[m]);

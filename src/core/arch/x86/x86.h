@@ -16,14 +16,17 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 /* AVX-512 F/BW/VL/DQ + VNNI kernels. */
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 
-/* AMX int8 (level OMNI_CPU_AMX): y[m][r] for weight rows r0 <= r < r1 of a
- * Q8_0 or Q4_0 matrix (n_out rows of w_row bytes) and n_batch rows of Q8_0
- * activations xq (row stride xq_row; m_pad = n_batch rounded up to 16 rows,
- * the extra rows zero). y is (n_batch, n_out). scratch: at least
- * omni_amx_scratch_bytes(n_in, m_pad) bytes, 64-byte aligned, per thread. */
+/* AMX int8 (level OMNI_CPU_AMX). Weight types it takes: q8_0, q4_0, q5_0,
+ * q4_1, q5_1, q4_K, q5_K (omni_amx_supports), with activations xq in the
+ * type's dot type (Q8_0, Q8_1 or Q8_K; row stride xq_row; m_pad = n_batch
+ * rounded up to 16 rows, the extra rows zero). Computes y[m][r] for weight
+ * rows r0 <= r < r1 (n_out rows of w_row bytes); y is (n_batch, n_out).
+ * scratch: omni_amx_scratch_bytes(n_in, m_pad) bytes, 64-byte aligned, per
+ * thread. */
+int omni_amx_supports(int wtype);
 size_t omni_amx_scratch_bytes(int64_t n_in, int64_t m_pad);
-void omni_amx_matmul_q8(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
-                        const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
-                        int64_t r0, int64_t r1, void *scratch);
+void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                     const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
+                     int64_t r0, int64_t r1, void *scratch);
 
 #endif
