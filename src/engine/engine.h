@@ -1,0 +1,167 @@
+/* engine.h - the one scheduler every language-model request goes through.
+ *
+ * One engine thread runs steps: it admits waiting requests while KV blocks and
+ * the per-step token budget allow, takes one decode token from every running
+ * sequence plus chunked prefill from the admitted ones, runs one batched
+ * llm_forward over the paged KV pool, samples each sequence with its own
+ * sampler, detokenizes, applies stop strings and delivers events.
+ *
+ *   struct engine_params ep = engine_default_params();
+ *   struct engine *e = engine_new(&ep, err, sizeof err);
+ *   int chat = engine_add_model(e, model, "qwen2.5", err, sizeof err);
+ *   engine_start(e, err, sizeof err);
+ *   struct engine_request rq = engine_default_request();
+ *   rq.model = chat; rq.prompt = ids; rq.n_prompt = n; rq.max_tokens = 64;
+ *   rq.on_event = my_cb; rq.user = my_state;
+ *   uint64_t id;
+ *   if (engine_submit(e, &rq, &id, err, sizeof err) == OMNI_ERR_LIMIT) -> 429
+ *   ...  my_cb(my_state, &ev) is called for each token and exactly once with
+ *        ENGINE_EV_DONE (or ENGINE_EV_ERROR) per choice; then never again.
+ *   engine_cancel(e, id);   // any time, any thread; unknown/finished id: no-op
+ *   engine_free(e);         // stops the thread, cancels what is left
+ *
+ * Thread safety: engine_submit, engine_cancel and engine_stats may be called
+ * from any thread. Callbacks run on the engine thread and must not block
+ * (copy the event into your own queue and wake your I/O thread). The
+ * engine does not touch rq.user after the last choice's final event, so the
+ * owner keeps it alive until then - also after engine_cancel, which ends with
+ * a final event whose finish reason is ENGINE_FINISH_CANCELLED. */
+#ifndef OMNI_ENGINE_H
+#define OMNI_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llm/sampler.h"
+
+struct llm_model;
+struct engine;
+
+struct engine_params {
+    int n_threads;           /* compute threads; 0 = physical cores */
+    int kv_block_size;       /* tokens per KV block; default 16 */
+    int kv_type;             /* GGML_TYPE_F16 (default), GGML_TYPE_F32, GGML_TYPE_Q8_0 */
+    size_t kv_memory_bytes;  /* KV pool size; 0 = from available RAM minus weights */
+    int max_batch_tokens;    /* per-step token budget; default 512 */
+    int max_seqs;            /* running sequences; default 16 */
+    int max_queue;           /* waiting requests before submit refuses; default 256 */
+    bool deterministic;      /* batch-invariant results */
+    const char *prefix_cache_dir; /* persist hot prefixes there; NULL = off */
+};
+struct engine_params engine_default_params(void);
+
+/* A run of prompt input: token ids, or precomputed embeddings (an image's
+ * projected patches) with a content hash for the prefix cache. */
+struct engine_segment {
+    const int32_t *tokens;   /* n tokens, or NULL when embd is set */
+    const float *embd;       /* [n][n_embd] */
+    int n;
+    uint64_t media_hash;     /* content hash of the media behind embd; 0 for tokens */
+};
+
+enum engine_finish {
+    ENGINE_FINISH_NONE = 0,  /* not finished (token events) */
+    ENGINE_FINISH_STOP,      /* EOG token or stop string */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or context full */
+    ENGINE_FINISH_CANCELLED, /* engine_cancel or engine_free */
+    ENGINE_FINISH_TIMEOUT,   /* timeout_s elapsed */
+};
+
+enum engine_event_type {
+    ENGINE_EV_TOKEN,         /* one generated token and the text it made safe to emit */
+    ENGINE_EV_DONE,          /* final event of a choice: finish reason and usage */
+    ENGINE_EV_ERROR,         /* final event of a choice: error message */
+};
+
+struct engine_usage {
+    int prompt_tokens;
+    int cached_tokens;       /* prompt tokens whose KV came from the prefix cache */
+    int completion_tokens;
+    double ttft_ms;          /* submit -> first token */
+    double total_ms;
+};
+
+struct engine_event {
+    enum engine_event_type type;
+    uint64_t request_id;
+    int choice;              /* 0..n-1 */
+    int32_t token;           /* TOKEN: the sampled id */
+    const char *text;        /* TOKEN: UTF-8 now safe to emit (may be ""); DONE: any
+                                held-back text to flush; valid during the callback */
+    size_t text_len;
+    const struct sampler_logprobs *logprobs; /* TOKEN with n_logprobs > 0, else NULL */
+    enum engine_finish finish;               /* DONE */
+    int stop_index;          /* DONE by stop string: which one; else -1 */
+    struct engine_usage usage;               /* DONE */
+    const char *error;       /* ERROR */
+};
+
+typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
+
+struct engine_request {
+    int model;                        /* from engine_add_model */
+    const int32_t *prompt;            /* token prompt (copied), or use segments */
+    int n_prompt;
+    const struct engine_segment *segments; /* alternative to prompt (copied) */
+    int n_segments;
+    struct sampler_params sampling;   /* per choice; choice i uses seed + i */
+    int n;                            /* choices sharing the prompt's KV blocks; default 1 */
+    int max_tokens;                   /* generated tokens per choice; <= 0: up to the context */
+    const char *const *stop;          /* stop strings (copied); not part of the output */
+    int n_stop;
+    bool ignore_eog;                  /* keep going past end-of-generation tokens */
+    bool echo_special;                /* detokenize control tokens into text */
+    double timeout_s;                 /* 0 = none */
+    engine_event_fn on_event;
+    void *user;
+};
+struct engine_request engine_default_request(void);
+
+struct engine *engine_new(const struct engine_params *params, char *err, size_t errlen);
+/* Stops the engine thread (cancelling what runs, with final events), frees
+ * everything. Models stay owned by the caller; free them after. */
+void engine_free(struct engine *e);
+
+/* Register a model before engine_start; returns its index (>= 0) or an error.
+ * The engine borrows m (read-only) until engine_free. */
+int engine_add_model(struct engine *e, struct llm_model *m, const char *name, char *err,
+                     size_t errlen);
+int engine_find_model(const struct engine *e, const char *name); /* -1 if unknown */
+int engine_n_models(const struct engine *e);
+const char *engine_model_name(const struct engine *e, int model);
+struct llm_model *engine_model(const struct engine *e, int model);
+
+/* Sizes the KV pool and starts the engine thread. */
+int engine_start(struct engine *e, char *err, size_t errlen);
+
+/* Queue a request. 0 and *id on success; OMNI_ERR_LIMIT when the queue is
+ * full (server busy: retry later); OMNI_ERR_ARG for a prompt longer than the
+ * context or the pool, bad model index or bad sampling parameters - with a
+ * message naming the numbers. No callback runs for a refused request. */
+int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *id,
+                  char *err, size_t errlen);
+void engine_cancel(struct engine *e, uint64_t id);
+
+/* Run one request to completion on the calling thread's behalf (blocks until
+ * its final event): for the CLI and tests. */
+int engine_generate(struct engine *e, const struct engine_request *rq, char *err,
+                    size_t errlen);
+
+struct engine_hist {                  /* latency histogram, milliseconds */
+    double p50, p95, p99;
+    uint64_t count;
+};
+
+struct engine_stats {
+    int running, waiting;
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    uint64_t prefix_hits, prefix_misses, prefix_hit_tokens;
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t preemptions;
+    uint64_t steps;
+    struct engine_hist ttft_ms, itl_ms;
+};
+void engine_stats(struct engine *e, struct engine_stats *out);
+
+#endif
