@@ -36,7 +36,7 @@ def check(cond, what):
 
 def tensor(r, name):
     t, shape, off = r.tensors[name]
-    return np.frombuffer(r.data[off:off + 4 * int(np.prod(shape))].tobytes(), "<f4").reshape(shape)
+    return np.frombuffer(bytes(r.data[off:off + 4 * int(np.prod(shape))]), "<f4").reshape(shape)
 
 def st_tensor(model, name):
     ck = hf_to_gguf.open_checkpoint(f"{G}/{model}")
