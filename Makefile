@@ -87,7 +87,7 @@ asan:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-asan/test_runner
 
 bench: all
-	$(BUILD)/omniserve bench --suite
+	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve BENCH_DIR=$(BUILD)/bench sh tools/bench_suite.sh
 
 clean:
 	rm -rf build build-asan

@@ -1,0 +1,38 @@
+#!/bin/sh
+# bench_suite.sh - `make bench`: language-model speed on real-shape random models.
+# Each model runs twice in the same session: with the AVX2 kernels (the named
+# baseline, OMNI_CPU=avx2) and with the best level this CPU offers, so the ratio
+# is meaningful on a shared, noisy machine. Prints one JSON line per run and
+# one ratio line per model. Models are generated once into $BENCH_DIR.
+set -e
+OMNI=${OMNI:-build/omniserve}
+PYTHON=${PYTHON:-/usr/bin/python3}
+BENCH_DIR=${BENCH_DIR:-build/bench}
+THREADS=${THREADS:-2}
+P=${P:-128}
+N=${N:-32}
+REPS=${REPS:-3}
+SHAPES=${SHAPES:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:q4_k_m"}
+mkdir -p "$BENCH_DIR"
+for st in $SHAPES; do
+    shape=${st%%:*}; type=${st##*:}
+    model="$BENCH_DIR/$shape-$type.gguf"
+    if [ ! -f "$model" ]; then
+        echo "bench: generating $model" >&2
+        "$PYTHON" tools/random_model --shape "$shape" --type "$type" -o "$model"
+    fi
+    echo "bench: $shape $type, baseline avx2 then best kernels ($THREADS threads)" >&2
+    base=$(OMNI_CPU=avx2 "$OMNI" bench -m "$model" -p "$P" -n "$N" --reps "$REPS" --threads "$THREADS" --json)
+    best=$("$OMNI" bench -m "$model" -p "$P" -n "$N" --reps "$REPS" --threads "$THREADS" --json)
+    echo "$base"
+    echo "$best"
+    "$PYTHON" - "$shape" "$type" "$base" "$best" <<'PY'
+import json, sys
+shape, qtype, base, best = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+print(json.dumps({"bench": "llm", "shape": shape, "type": qtype, "baseline": "avx2",
+                  "level": best["cpu"], "threads": best["threads"],
+                  "pp_tok_s": best["pp_tok_s"], "tg_tok_s": best["tg_tok_s"],
+                  "pp_ratio": round(best["pp_tok_s"] / base["pp_tok_s"], 3),
+                  "tg_ratio": round(best["tg_tok_s"] / base["tg_tok_s"], 3)}))
+PY
+done
