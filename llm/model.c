@@ -493,6 +493,7 @@ struct llm_ctx {
     struct tpool *tp;
     int max_tokens;
     int n_threads;
+    bool batch_invariant;  /* llm_ctx_set_batch_invariant */
     float *x;          /* [max_tokens][n_embd] residual stream */
     float *xn;         /* [max_tokens][n_embd] normed input / projection output */
     float *q;          /* [max_tokens][n_head * head_dim] */
@@ -737,6 +738,30 @@ static void run(struct tpool *tp, tpool_fn fn, void *arg)
 
 // ---- forward ---------------------------------------------------------------
 
+/* Rows per omni_matmul call in batch-invariant mode: below matmul.c's AMX
+ * (16 rows) and BLAS (OMNI_MATMUL_BLAS_MIN) switch points, each output row is
+ * one per-row dot-kernel result that no other row of the batch can change. */
+#define INVARIANT_ROWS 15
+_Static_assert(INVARIANT_ROWS < OMNI_MATMUL_BLAS_MIN, "invariant rows must stay on the dot path");
+
+static void matmul(const struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
+                   int n, float *y)
+{
+    if (!ctx->batch_invariant || n <= INVARIANT_ROWS) {
+        omni_matmul(ctx->tp, w, x, n, y);
+        return;
+    }
+    for (int r = 0; r < n; r += INVARIANT_ROWS) {
+        const int rows = n - r < INVARIANT_ROWS ? n - r : INVARIANT_ROWS;
+        omni_matmul(ctx->tp, w, x + (size_t)r * w->ne[0], rows, y + (size_t)r * w->ne[1]);
+    }
+}
+
+void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on)
+{
+    ctx->batch_invariant = on;
+}
+
 /* One layer's per-token steps, run over the batch's tokens split across the
  * pool (the matmuls between them split rows instead). */
 struct token_job {
@@ -910,23 +935,23 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         for_each_token(&tj, attn_norm_step);
 
         /* qkv projections; biases, q/k norm, rope, k/v into the cache */
-        omni_matmul(tp, &L->wq, ctx->xn, n, ctx->q);
-        omni_matmul(tp, &L->wk, ctx->xn, n, ctx->k);
-        omni_matmul(tp, &L->wv, ctx->xn, n, ctx->v);
+        matmul(ctx, &L->wq, ctx->xn, n, ctx->q);
+        matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
+        matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
         for_each_token(&tj, qkv_step);
 
         /* attention through the block tables */
         run(tp, attn_worker, &attn);
 
         /* output projection + residual, ffn rmsnorm */
-        omni_matmul(tp, &L->wo, ctx->att, n, ctx->xn);
+        matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
         for_each_token(&tj, attn_residual_ffn_norm_step);
 
         /* swiglu ffn + residual: x += down(silu(gate(x)) * up(x)) */
-        omni_matmul(tp, &L->w_gate, ctx->xn, n, ctx->gate);
-        omni_matmul(tp, &L->w_up, ctx->xn, n, ctx->up);
+        matmul(ctx, &L->w_gate, ctx->xn, n, ctx->gate);
+        matmul(ctx, &L->w_up, ctx->xn, n, ctx->up);
         for_each_token(&tj, swiglu_step);
-        omni_matmul(tp, &L->w_down, ctx->gate, n, ctx->xn);
+        matmul(ctx, &L->w_down, ctx->gate, n, ctx->xn);
         for_each_token(&tj, ffn_residual_step);
     }
 
@@ -939,6 +964,6 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
                     m->output_norm, n_embd, hp->norm_eps);
     }
     /* logits */
-    omni_matmul(tp, &m->output, ctx->xn, n_out, logits);
+    matmul(ctx, &m->output, ctx->xn, n_out, logits);
     return n_out;
 }

@@ -105,6 +105,12 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
                             char *err, size_t errlen);
 void llm_ctx_free(struct llm_ctx *ctx);
 
+/* Batch-invariant mode (engine --deterministic): every matrix product runs
+ * the same per-row kernel whatever the batch size, so a token's results do
+ * not depend on the other tokens of its batch. Slower for long batches.
+ * Default off. */
+void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on);
+
 /* Run the batch. Writes n_vocab logits for each token with want_logits set,
  * in batch order, into logits (caller sized). Returns the number of logit
  * rows written, or a negative omni_err (batch too large, position beyond a

@@ -1,0 +1,323 @@
+/* kv_pool.c - reference-counted KV blocks, the prefix-cache hash index and
+ * LRU eviction of released cached blocks.
+ *
+ * The free list is a stack through next; the LRU list of cached blocks is
+ * doubly linked (head = least recently released, evicted first); the index is
+ * a power-of-two bucket array with chains through hnext. */
+#include "kv_pool.h"
+
+#include "llm/model.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_block {
+    int32_t ref;
+    int32_t prev, next;  /* LRU links when cached; next = free-list link when free */
+    int32_t hnext;       /* index chain when hashed */
+    bool hashed;
+    uint64_t hash;
+};
+
+struct kv_pool {
+    struct llm_kv *kv;
+    int n_blocks, block_size;
+    size_t slot_bytes;           /* one token slot of one layer's K (or V) */
+    struct kv_block *b;          /* [n_blocks] */
+    int32_t free_head;
+    int n_free, n_cached;
+    int32_t lru_head, lru_tail;
+    int32_t *bucket;             /* [mask + 1] first block of each chain, -1 if none */
+    uint32_t mask;
+};
+
+static size_t elem_bytes(int type)
+{
+    return type == GGML_TYPE_F32 ? 4 : type == GGML_TYPE_F16 ? 2 : 0;
+}
+
+size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
+{
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    size_t bytes;
+    if (!elem_bytes(type) || block_size < 1 ||
+        omni_mul_size((size_t)hp->n_head_kv * hp->head_dim, elem_bytes(type), &bytes) ||
+        omni_mul_size(bytes, (size_t)block_size * 2, &bytes) ||
+        omni_mul_size(bytes, (size_t)hp->n_layer, &bytes))
+        return 0;
+    return bytes;
+}
+
+struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                            char *err, size_t errlen)
+{
+    if (n_blocks < 1 || n_blocks > (1 << 30)) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "kv_pool: %d blocks out of range", n_blocks);
+        return NULL;
+    }
+    struct kv_pool *p = calloc(1, sizeof *p);
+    if (!p) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory");
+        return NULL;
+    }
+    p->kv = llm_kv_new(m, type, block_size, n_blocks, err, errlen);
+    if (!p->kv)
+        goto fail;
+    p->n_blocks = n_blocks;
+    p->block_size = block_size;
+    p->slot_bytes = (size_t)p->kv->kv_dim * elem_bytes(type);
+    uint32_t nb = 1;
+    while (nb < (uint32_t)n_blocks)
+        nb <<= 1;
+    p->mask = nb - 1;
+    p->b = calloc((size_t)n_blocks, sizeof *p->b);
+    p->bucket = malloc((size_t)nb * sizeof *p->bucket);
+    if (!p->b || !p->bucket) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory for %d blocks", n_blocks);
+        goto fail;
+    }
+    memset(p->bucket, 0xff, (size_t)nb * sizeof *p->bucket);
+    /* free list in block order: block 0 is handed out first */
+    for (int i = 0; i < n_blocks; i++)
+        p->b[i] = (struct kv_block){ .prev = -1, .next = i + 1 < n_blocks ? i + 1 : -1,
+                                     .hnext = -1 };
+    p->free_head = 0;
+    p->n_free = n_blocks;
+    p->lru_head = p->lru_tail = -1;
+    return p;
+fail:
+    kv_pool_free(p);
+    return NULL;
+}
+
+void kv_pool_free(struct kv_pool *p)
+{
+    if (!p)
+        return;
+    llm_kv_free(p->kv);
+    free(p->b);
+    free(p->bucket);
+    free(p);
+}
+
+struct llm_kv *kv_pool_kv(struct kv_pool *p) { return p->kv; }
+int kv_pool_n_blocks(const struct kv_pool *p) { return p->n_blocks; }
+int kv_pool_block_size(const struct kv_pool *p) { return p->block_size; }
+int kv_pool_n_free(const struct kv_pool *p) { return p->n_free; }
+int kv_pool_n_cached(const struct kv_pool *p) { return p->n_cached; }
+int kv_pool_n_used(const struct kv_pool *p) { return p->n_blocks - p->n_free - p->n_cached; }
+int kv_pool_n_available(const struct kv_pool *p) { return p->n_free + p->n_cached; }
+
+// ---- index and LRU -----------------------------------------------------------
+
+static uint32_t bucket_of(const struct kv_pool *p, uint64_t hash)
+{
+    return (uint32_t)(hash ^ (hash >> 32)) & p->mask;
+}
+
+static void index_remove(struct kv_pool *p, int block)
+{
+    struct kv_block *b = &p->b[block];
+    int32_t *link = &p->bucket[bucket_of(p, b->hash)];
+    while (*link != block)
+        link = &p->b[*link].hnext;
+    *link = b->hnext;
+    b->hnext = -1;
+    b->hashed = false;
+}
+
+static void lru_unlink(struct kv_pool *p, int block)
+{
+    struct kv_block *b = &p->b[block];
+    if (b->prev >= 0)
+        p->b[b->prev].next = b->next;
+    else
+        p->lru_head = b->next;
+    if (b->next >= 0)
+        p->b[b->next].prev = b->prev;
+    else
+        p->lru_tail = b->prev;
+    b->prev = b->next = -1;
+    p->n_cached--;
+}
+
+static void lru_append(struct kv_pool *p, int block)
+{
+    struct kv_block *b = &p->b[block];
+    b->prev = p->lru_tail;
+    b->next = -1;
+    if (p->lru_tail >= 0)
+        p->b[p->lru_tail].next = block;
+    else
+        p->lru_head = block;
+    p->lru_tail = block;
+    p->n_cached++;
+}
+
+// ---- references --------------------------------------------------------------
+
+int kv_pool_alloc(struct kv_pool *p)
+{
+    int block = p->free_head;
+    if (block >= 0) {
+        p->free_head = p->b[block].next;
+        p->n_free--;
+    } else if ((block = p->lru_head) >= 0) {
+        lru_unlink(p, block);
+        index_remove(p, block);
+    } else {
+        return -1;
+    }
+    p->b[block] = (struct kv_block){ .ref = 1, .prev = -1, .next = -1, .hnext = -1 };
+    return block;
+}
+
+void kv_pool_ref(struct kv_pool *p, int block)
+{
+    struct kv_block *b = &p->b[block];
+    if (b->ref == 0)
+        lru_unlink(p, block); /* only hashed blocks have ref 0 outside the free list */
+    b->ref++;
+}
+
+void kv_pool_unref(struct kv_pool *p, int block)
+{
+    struct kv_block *b = &p->b[block];
+    if (b->ref <= 0)
+        return; /* the engine never does this; ignoring it keeps the lists sound */
+    if (--b->ref > 0)
+        return;
+    if (b->hashed) {
+        lru_append(p, block);
+    } else {
+        b->next = p->free_head;
+        p->free_head = block;
+        p->n_free++;
+    }
+}
+
+int kv_pool_ref_count(const struct kv_pool *p, int block) { return p->b[block].ref; }
+
+bool kv_pool_publish(struct kv_pool *p, int block, uint64_t hash)
+{
+    struct kv_block *b = &p->b[block];
+    if (b->hashed || b->ref <= 0 || kv_pool_lookup(p, hash) >= 0)
+        return false;
+    uint32_t k = bucket_of(p, hash);
+    b->hash = hash;
+    b->hashed = true;
+    b->hnext = p->bucket[k];
+    p->bucket[k] = block;
+    return true;
+}
+
+int kv_pool_lookup(const struct kv_pool *p, uint64_t hash)
+{
+    for (int32_t i = p->bucket[bucket_of(p, hash)]; i >= 0; i = p->b[i].hnext)
+        if (p->b[i].hash == hash)
+            return i;
+    return -1;
+}
+
+bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash)
+{
+    if (!p->b[block].hashed)
+        return false;
+    *hash = p->b[block].hash;
+    return true;
+}
+
+void kv_pool_copy(struct kv_pool *p, int dst, int src, int n_slots)
+{
+    const size_t block_bytes = p->slot_bytes * (size_t)p->block_size;
+    const size_t n = p->slot_bytes * (size_t)n_slots;
+    for (int l = 0; l < p->kv->n_layer; l++) {
+        memcpy((char *)p->kv->k[l] + (size_t)dst * block_bytes,
+               (char *)p->kv->k[l] + (size_t)src * block_bytes, n);
+        memcpy((char *)p->kv->v[l] + (size_t)dst * block_bytes,
+               (char *)p->kv->v[l] + (size_t)src * block_bytes, n);
+    }
+}
+
+// ---- invariants --------------------------------------------------------------
+
+int kv_pool_check(const struct kv_pool *p, char *err, size_t errlen)
+{
+    int n_free = 0, n_cached = 0, n_used = 0, n_hashed = 0;
+    for (int32_t i = p->free_head; i >= 0; i = p->b[i].next) {
+        if (++n_free > p->n_blocks)
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT, "kv_pool: free list has a cycle");
+        if (p->b[i].ref != 0 || p->b[i].hashed)
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                             "kv_pool: free block %d has ref %d, hashed %d", i, p->b[i].ref,
+                             p->b[i].hashed);
+    }
+    int32_t prev = -1;
+    for (int32_t i = p->lru_head; i >= 0; prev = i, i = p->b[i].next) {
+        if (++n_cached > p->n_blocks)
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT, "kv_pool: LRU list has a cycle");
+        if (p->b[i].ref != 0 || !p->b[i].hashed || p->b[i].prev != prev)
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                             "kv_pool: cached block %d: ref %d, hashed %d, prev %d (want %d)", i,
+                             p->b[i].ref, p->b[i].hashed, p->b[i].prev, prev);
+    }
+    if (prev != p->lru_tail)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "kv_pool: LRU tail %d, list ends at %d",
+                         p->lru_tail, prev);
+    for (int i = 0; i < p->n_blocks; i++) {
+        const struct kv_block *b = &p->b[i];
+        if (b->ref < 0)
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT, "kv_pool: block %d has ref %d", i,
+                             b->ref);
+        n_used += b->ref > 0;
+        if (b->hashed) {
+            n_hashed++;
+            if (kv_pool_lookup(p, b->hash) != i)
+                return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                                 "kv_pool: block %d hashed but not found by its hash", i);
+        }
+    }
+    int n_indexed = 0;
+    for (uint32_t k = 0; k <= p->mask; k++)
+        for (int32_t i = p->bucket[k]; i >= 0; i = p->b[i].hnext)
+            if (++n_indexed > p->n_blocks || !p->b[i].hashed || bucket_of(p, p->b[i].hash) != k)
+                return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                                 "kv_pool: index bucket %u holds block %d wrongly", k, i);
+    if (n_free != p->n_free || n_cached != p->n_cached || n_indexed != n_hashed ||
+        n_free + n_cached + n_used != p->n_blocks)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "kv_pool: counts free %d/%d cached %d/%d used %d indexed %d/%d of %d",
+                         n_free, p->n_free, n_cached, p->n_cached, n_used, n_indexed, n_hashed,
+                         p->n_blocks);
+    return 0;
+}
+
+// ---- prefix hashing ------------------------------------------------------------
+
+/* splitmix64's finalizer: a cheap full-avalanche 64-bit mix. */
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t kv_hash_block(uint64_t parent, const uint64_t *keys, int n)
+{
+    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < n; i++)
+        h = mix64(h ^ keys[i]) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    return mix64(h ^ (uint64_t)n);
+}
+
+uint64_t kv_hash_media_key(uint64_t media_hash, int offset)
+{
+    /* the top bit keeps media keys apart from token ids (< 2^31) */
+    return mix64(media_hash + (uint64_t)offset * 0x9e3779b97f4a7c15ull) | (1ull << 63);
+}

@@ -1,0 +1,81 @@
+/* kv_pool.h - the paged KV block pool of one model, with its prefix-cache index.
+ *
+ * A pool owns one llm_kv (n_blocks blocks of block_size token slots, K and V
+ * per layer) and hands out block ids with reference counts. Every block is in
+ * exactly one state:
+ *   free    ref 0, no hash, on the free list
+ *   used    ref > 0 (one reference per block table holding it), maybe hashed
+ *   cached  ref 0 with a hash: still found by kv_pool_lookup, on an LRU list,
+ *           its hash dropped (evicted) when an allocation finds no free block
+ *
+ *   struct kv_pool *p = kv_pool_new(model, GGML_TYPE_F16, 16, 1024, err, sizeof err);
+ *   int b = kv_pool_alloc(p);          // ref 1, or -1 when every block is used
+ *   kv_pool_publish(p, b, h);          // b is full: index it under chain hash h
+ *   int c = kv_pool_lookup(p, h);      // later: a block holding h, or -1
+ *   if (c >= 0) kv_pool_ref(p, c);     // share it
+ *   kv_pool_unref(p, b);               // ref 0: cached when hashed, else free
+ *   kv_pool_free(p);
+ *
+ * Only full blocks are hashed, and a full block is never written again, so a
+ * hashed block may be shared by any number of sequences.
+ * Thread safety: none; the engine thread owns its pools. */
+#ifndef OMNI_KV_POOL_H
+#define OMNI_KV_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct llm_model;
+struct llm_kv;
+struct kv_pool;
+
+/* Bytes one block takes for model m with this KV type and block size (K and
+ * V, all layers); 0 for an unsupported type or overflow. */
+size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size);
+
+struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                            char *err, size_t errlen);
+void kv_pool_free(struct kv_pool *p);
+
+struct llm_kv *kv_pool_kv(struct kv_pool *p); /* owned by p; attention reads it */
+int kv_pool_n_blocks(const struct kv_pool *p);
+int kv_pool_block_size(const struct kv_pool *p);
+int kv_pool_n_free(const struct kv_pool *p);   /* free list only */
+int kv_pool_n_cached(const struct kv_pool *p); /* ref 0 but hashed (evictable) */
+int kv_pool_n_used(const struct kv_pool *p);   /* ref > 0 */
+/* Blocks an allocation can still get: free + cached. */
+int kv_pool_n_available(const struct kv_pool *p);
+
+/* A block with ref 1: from the free list, else the least recently released
+ * cached block (its hash is dropped). -1 when every block is used. */
+int kv_pool_alloc(struct kv_pool *p);
+void kv_pool_ref(struct kv_pool *p, int block);
+void kv_pool_unref(struct kv_pool *p, int block);
+int kv_pool_ref_count(const struct kv_pool *p, int block);
+
+/* Index used block `block` under hash. Returns true when it is now indexed;
+ * false when it already was, or when another block holds that hash (then
+ * this one stays unhashed and goes back to the free list when released). */
+bool kv_pool_publish(struct kv_pool *p, int block, uint64_t hash);
+/* A block (used or cached) holding hash, or -1. Does not take a reference. */
+int kv_pool_lookup(const struct kv_pool *p, uint64_t hash);
+/* The hash a block is indexed under; false when it is not hashed. */
+bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
+
+/* Copy the first n_slots token slots of every layer's K and V from block src
+ * to block dst (copy-on-write of a partially filled block). */
+void kv_pool_copy(struct kv_pool *p, int dst, int src, int n_slots);
+
+/* Check every invariant (states partition the blocks, list links, counts,
+ * index consistency). 0, or OMNI_ERR_FORMAT with the first violation in err. */
+int kv_pool_check(const struct kv_pool *p, char *err, size_t errlen);
+
+/* ---- prefix hashing ----
+ * The hash of a full block chains its parent's hash with the block's keys:
+ * token ids for text positions, kv_hash_media_key() for embedding positions. */
+uint64_t kv_hash_block(uint64_t parent, const uint64_t *keys, int n);
+uint64_t kv_hash_media_key(uint64_t media_hash, int offset);
+#define KV_HASH_ROOT 0x6f6d6e69u /* parent of a sequence's first block */
+
+#endif
