@@ -3,8 +3,10 @@
  * Small batches (decode) are bound by reading W: x is quantized once to the
  * weight type's dot type and each thread streams its own range of W rows,
  * computing every batch column while the row is in L1. Large batches
- * (prompts) are compute bound: W is dequantized a chunk of rows at a time
- * into per-thread scratch and multiplied with single-threaded OpenBLAS sgemm. */
+ * (prompts) are compute bound: with AMX, batches of 16+ rows of the types
+ * amx.c takes run as int8 tile products; otherwise, from 32 rows, W is
+ * dequantized a chunk of rows at a time into per-thread scratch and
+ * multiplied with single-threaded OpenBLAS sgemm. */
 #include "matmul.h"
 
 #include "cpu.h"
