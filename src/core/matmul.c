@@ -71,9 +71,9 @@ static void scratch_free(void *p)
  * ones here. Unless the user picked a core (OPENBLAS_CORETYPE), redo its
  * dynamic kernel choice for what this CPU can run. This runs before main,
  * while the process has one thread, after OpenBLAS's own constructor. */
-char *openblas_get_corename(void);
-void gotoblas_dynamic_init(void);
-void gotoblas_dynamic_quit(void);
+/* Exported by DYNAMIC_ARCH builds only: weak, so other builds still link. */
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 __attribute__((constructor)) static void openblas_fix_core(void)
 {
@@ -81,7 +81,8 @@ __attribute__((constructor)) static void openblas_fix_core(void)
                                   "sandybridge", "atom", "unknown" };
     const char *core = openblas_get_corename();
     const int level = omni_cpu()->max_level;
-    if (getenv("OPENBLAS_CORETYPE") || !core || level < OMNI_CPU_AVX2)
+    if (getenv("OPENBLAS_CORETYPE") || !core || level < OMNI_CPU_AVX2 ||
+        !gotoblas_dynamic_init || !gotoblas_dynamic_quit)
         return;
     int is_weak = 0;
     for (size_t i = 0; i < sizeof weak / sizeof weak[0]; i++)
