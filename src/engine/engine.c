@@ -1,0 +1,1263 @@
+/* engine.c - the engine thread: continuous batching over the paged KV pools.
+ *
+ * Each step (one model at a time, models in turn): one decode token from
+ * every running sequence, then prefill chunks of admitted prompts, then new
+ * admissions with prefix-cache reuse, all within max_batch_tokens; one
+ * batched llm_forward (plus one per embedding chunk); sampling, detokenizing,
+ * stop strings and events. When a decode needs a block and none is left, the
+ * most recently admitted sequence is preempted: its blocks are released and
+ * it is recomputed later from its tokens, with its sampler state kept. */
+#include "engine.h"
+
+#include "kv_pool.h"
+#include "llm/model.h"
+#include "llm/tokenizer.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ENGINE_MAX_MODELS 8
+#define HIST_CAP 8192          /* latency samples kept per histogram (a ring) */
+#define TEXT_CAP 1024          /* bytes of text one event carries at most */
+
+enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_FORK_WAIT, SEQ_DONE };
+
+/* One choice of a request. Engine thread only (created by engine_submit
+ * before the request is queued). */
+struct seq {
+    struct request *rq;
+    int choice;
+    enum seq_state state;
+    int32_t *tok;            /* [n_ctx] prompt then generated ids; -1 at embedding positions */
+    int n_tok;
+    int n_done;              /* positions whose K/V are in the blocks */
+    int32_t *blocks;         /* [max_blocks] block table */
+    uint64_t *hashes;        /* [max_blocks] chain hash of each full block */
+    int n_blocks, n_hashed;
+    bool admitted_once;
+    uint64_t admit_order;
+    int n_gen;
+    double t_last_s;         /* time of the last token */
+    int logit_row;           /* row of this step's logits, or -1 */
+    struct sampler *smp;
+    struct sampler_stop *stop;
+    struct tok_stream ts;
+    struct engine_usage usage;
+    struct seq *prev, *next; /* waiting list links */
+};
+
+struct request {
+    struct request *next;    /* submit queue, then active list, then dead list */
+    uint64_t id;
+    int model;
+    int32_t *prompt;         /* [n_prompt] ids, -1 at embedding positions */
+    uint64_t *keys;          /* [n_prompt] prefix-hash keys */
+    int32_t *embd_row;       /* [n_prompt] row in embd, -1 for tokens; NULL: text only */
+    float *embd;             /* [rows][n_embd] */
+    int n_prompt;
+    int n, n_open;           /* choices, choices without a final event yet */
+    struct seq *seqs;        /* [n] */
+    int max_tokens;
+    bool ignore_eog, echo_special, want_logprobs;
+    double t_submit_s, deadline_s;
+    engine_event_fn on_event;
+    void *user;
+};
+
+struct emodel {
+    struct llm_model *m;
+    char name[64];
+    const struct llm_hparams *hp;
+    const struct tokenizer *tok;
+    int n_ctx, max_blocks;   /* per sequence */
+    struct kv_pool *pool;
+    struct llm_ctx *ctx;
+    struct seq *wait_head, *wait_tail;
+    int n_waiting;
+    struct seq **running;    /* [max_seqs] in admission order */
+    int n_running;
+    /* step scratch */
+    struct item { struct seq *s; int start, n; bool embd; } *items;
+    int n_items;
+    int32_t *b_tok, *b_pos, *b_seq;
+    bool *b_want;
+    struct llm_seq_view *views;
+    float *logits;           /* [max_seqs][n_vocab] */
+};
+
+struct hist {
+    double v[HIST_CAP];
+    uint64_t n;              /* samples ever added; the ring holds the last HIST_CAP */
+};
+
+struct engine {
+    struct engine_params p;
+    struct emodel models[ENGINE_MAX_MODELS];
+    int n_models;
+    struct tpool *tp;
+    bool started;            /* set by engine_start before the thread exists */
+    pthread_t thread;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* {mu} */
+    bool stop;
+    struct request *sub_head, *sub_tail;
+    int n_sub;
+    uint64_t *cancel_ids;
+    int n_cancel, cap_cancel;
+    uint64_t next_id;
+    int n_waiting_seen;      /* waiting sequences at the end of the last step */
+    struct engine_stats stats;
+    struct hist ttft, itl;
+    uint64_t submitted_prompt_tokens;
+
+    /* engine thread only */
+    struct request *active, *dead;
+    int rr;                  /* the model stepped last */
+    uint64_t admit_counter;
+    double *pend_ttft, *pend_itl; /* this step's latency samples, [max_seqs] each */
+    int n_pend_ttft, n_pend_itl;
+    struct engine_stats local;
+};
+
+struct engine_params engine_default_params(void)
+{
+    return (struct engine_params){ .kv_block_size = 16, .kv_type = GGML_TYPE_F16,
+                                   .max_batch_tokens = 512, .max_seqs = 16,
+                                   .max_queue = 256 };
+}
+
+struct engine_request engine_default_request(void)
+{
+    return (struct engine_request){ .sampling = sampler_default_params(), .n = 1 };
+}
+
+// ---- construction ----------------------------------------------------------
+
+struct engine *engine_new(const struct engine_params *params, char *err, size_t errlen)
+{
+    struct engine_params p = params ? *params : engine_default_params();
+    if (p.kv_block_size < 1 || p.kv_block_size > 4096 || p.max_batch_tokens < 1 ||
+        p.max_batch_tokens > (1 << 16) || p.max_seqs < 1 || p.max_seqs > 4096 ||
+        p.max_queue < 0 || p.n_threads < 0 ||
+        (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32)) {
+        omni_fail(err, errlen, OMNI_ERR_ARG,
+                  "engine: bad parameters (kv_block_size %d in 1..4096, kv_type f16/f32, "
+                  "max_batch_tokens %d in 1..65536, max_seqs %d in 1..4096, max_queue %d >= 0)",
+                  p.kv_block_size, p.max_batch_tokens, p.max_seqs, p.max_queue);
+        return NULL;
+    }
+    /* every running sequence must fit one decode token into a step */
+    if (p.max_seqs > p.max_batch_tokens)
+        p.max_seqs = p.max_batch_tokens;
+    struct engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        return NULL;
+    }
+    e->p = p;
+    e->next_id = 1;
+    e->rr = -1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->tp = tpool_new(p.n_threads ? p.n_threads : omni_physical_cores(), err, errlen);
+    e->pend_ttft = malloc((size_t)p.max_seqs * sizeof(double));
+    e->pend_itl = malloc((size_t)p.max_seqs * sizeof(double));
+    if (!e->tp || !e->pend_ttft || !e->pend_itl) {
+        if (e->tp)
+            omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int engine_add_model(struct engine *e, struct llm_model *m, const char *name, char *err,
+                     size_t errlen)
+{
+    if (e->started)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: add models before engine_start");
+    if (e->n_models == ENGINE_MAX_MODELS)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "engine: at most %d models",
+                         ENGINE_MAX_MODELS);
+    if (!m || !name || !*name || strlen(name) >= sizeof e->models[0].name ||
+        engine_find_model(e, name) >= 0)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "engine: model name '%s' empty, too long or taken", name ? name : "");
+    struct emodel *em = &e->models[e->n_models];
+    memset(em, 0, sizeof *em);
+    em->m = m;
+    snprintf(em->name, sizeof em->name, "%s", name);
+    em->hp = llm_model_hparams(m);
+    em->tok = llm_model_tokenizer(m);
+    em->n_ctx = em->hp->n_ctx_train;
+    em->max_blocks = (em->n_ctx + e->p.kv_block_size - 1) / e->p.kv_block_size;
+    return e->n_models++;
+}
+
+int engine_find_model(const struct engine *e, const char *name)
+{
+    for (int i = 0; i < e->n_models; i++)
+        if (!strcmp(e->models[i].name, name))
+            return i;
+    return -1;
+}
+
+int engine_n_models(const struct engine *e) { return e->n_models; }
+
+const char *engine_model_name(const struct engine *e, int model)
+{
+    return model >= 0 && model < e->n_models ? e->models[model].name : NULL;
+}
+
+struct llm_model *engine_model(const struct engine *e, int model)
+{
+    return model >= 0 && model < e->n_models ? e->models[model].m : NULL;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, 0 when unknown. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+/* Blocks per model: the budget is shared so that every model holds the
+ * same number of tokens. Default budget: half of what is available after
+ * the weights, and no more than two full contexts per running sequence. */
+static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
+{
+    const int bs = e->p.kv_block_size;
+    size_t per_block = 0, weights = 0, want = 0;
+    for (int i = 0; i < e->n_models; i++) {
+        size_t b = kv_pool_block_bytes(e->models[i].m, e->p.kv_type, bs);
+        if (!b)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: KV block size overflows");
+        per_block += b;
+        weights += llm_model_weight_bytes(e->models[i].m);
+        size_t blocks = (size_t)e->models[i].max_blocks * (size_t)e->p.max_seqs * 2;
+        if (blocks > want)
+            want = blocks;
+    }
+    size_t budget = e->p.kv_memory_bytes;
+    size_t blocks;
+    if (budget) {
+        blocks = budget / per_block;
+    } else {
+        size_t avail = mem_available();
+        avail = avail > weights ? avail - weights : 0;
+        blocks = avail / 2 / per_block;
+        if (blocks > want)
+            blocks = want;
+        budget = blocks * per_block;
+    }
+    if (blocks > (1u << 30))
+        blocks = 1u << 30;
+    if (blocks < 1)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                         "engine: KV memory of %zu bytes holds no block (one block of every "
+                         "model takes %zu bytes)", budget, per_block);
+    for (int i = 0; i < e->n_models; i++)
+        n_blocks[i] = (int)blocks;
+    return 0;
+}
+
+static void *engine_thread(void *arg);
+static void publish_stats(struct engine *e);
+
+int engine_start(struct engine *e, char *err, size_t errlen)
+{
+    if (e->started)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: already started");
+    if (!e->n_models)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: no model added");
+    int n_blocks[ENGINE_MAX_MODELS];
+    int rc = size_pools(e, n_blocks, err, errlen);
+    if (rc < 0)
+        return rc;
+    const int T = e->p.max_batch_tokens, S = e->p.max_seqs;
+    for (int i = 0; i < e->n_models; i++) {
+        struct emodel *em = &e->models[i];
+        em->pool = kv_pool_new(em->m, e->p.kv_type, e->p.kv_block_size, n_blocks[i], err, errlen);
+        if (!em->pool)
+            return OMNI_ERR_NOMEM;
+        em->ctx = llm_ctx_new(em->m, T, e->tp, err, errlen);
+        if (!em->ctx)
+            return OMNI_ERR_NOMEM;
+        llm_ctx_set_batch_invariant(em->ctx, e->p.deterministic);
+        em->running = calloc((size_t)S, sizeof *em->running);
+        em->items = calloc((size_t)S, sizeof *em->items);
+        em->b_tok = malloc((size_t)T * sizeof(int32_t));
+        em->b_pos = malloc((size_t)T * sizeof(int32_t));
+        em->b_seq = malloc((size_t)T * sizeof(int32_t));
+        em->b_want = malloc((size_t)T * sizeof(bool));
+        em->views = malloc((size_t)S * sizeof *em->views);
+        em->logits = malloc((size_t)S * (size_t)em->hp->n_vocab * sizeof(float));
+        if (!em->running || !em->items || !em->b_tok || !em->b_pos || !em->b_seq ||
+            !em->b_want || !em->views || !em->logits)
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
+                  n_blocks[i], e->p.kv_block_size,
+                  e->p.kv_type == GGML_TYPE_F32 ? "f32" : "f16",
+                  (double)n_blocks[i] * (double)kv_pool_block_bytes(em->m, e->p.kv_type,
+                                                                     e->p.kv_block_size) /
+                      (1 << 20));
+    }
+    publish_stats(e);
+    e->started = true;
+    if (pthread_create(&e->thread, NULL, engine_thread, e) != 0) {
+        e->started = false;
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: cannot start the engine thread");
+    }
+    return 0;
+}
+
+static void request_free(struct request *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; r->seqs && i < r->n; i++) {
+        struct seq *s = &r->seqs[i];
+        free(s->tok);
+        free(s->blocks);
+        free(s->hashes);
+        sampler_free(s->smp);
+        sampler_stop_free(s->stop);
+    }
+    free(r->seqs);
+    free(r->prompt);
+    free(r->keys);
+    free(r->embd_row);
+    free(r->embd);
+    free(r);
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    for (int i = 0; i < e->n_models; i++) {
+        struct emodel *em = &e->models[i];
+        kv_pool_free(em->pool);
+        llm_ctx_free(em->ctx);
+        free(em->running);
+        free(em->items);
+        free(em->b_tok);
+        free(em->b_pos);
+        free(em->b_seq);
+        free(em->b_want);
+        free(em->views);
+        free(em->logits);
+    }
+    tpool_free(e->tp);
+    free(e->cancel_ids);
+    free(e->pend_ttft);
+    free(e->pend_itl);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+// ---- submission (any thread) -------------------------------------------------
+
+/* The prompt as ids, prefix keys and embedding rows, copied from rq. */
+static int copy_prompt(const struct engine *e, const struct emodel *em,
+                       const struct engine_request *rq, struct request *r, char *err,
+                       size_t errlen)
+{
+    const int n_vocab = em->hp->n_vocab, n_embd = em->hp->n_embd;
+    struct engine_segment one = { .tokens = rq->prompt, .n = rq->n_prompt };
+    const struct engine_segment *segs = rq->segments ? rq->segments : &one;
+    const int n_segs = rq->segments ? rq->n_segments : 1;
+    int64_t total = 0, rows = 0;
+    for (int i = 0; i < n_segs; i++) {
+        if (segs[i].n < 0 || (segs[i].n > 0 && !segs[i].tokens && !segs[i].embd))
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: segment %d: no tokens or "
+                             "embeddings for %d positions", i, segs[i].n);
+        total += segs[i].n;
+        rows += segs[i].tokens ? 0 : segs[i].n;
+    }
+    if (total < 1)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: empty prompt");
+    if (total >= em->n_ctx)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "engine: prompt of %lld tokens does not fit the context of %d tokens "
+                         "of model '%s'", (long long)total, em->n_ctx, em->name);
+    const int bs = e->p.kv_block_size, pool_blocks = kv_pool_n_blocks(em->pool);
+    if ((total + bs) / bs > pool_blocks)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "engine: prompt of %lld tokens needs %lld KV blocks of %d tokens; the "
+                         "pool of model '%s' has %d", (long long)total,
+                         (long long)((total + bs) / bs), bs, em->name, pool_blocks);
+    r->n_prompt = (int)total;
+    r->prompt = malloc((size_t)total * sizeof *r->prompt);
+    r->keys = malloc((size_t)total * sizeof *r->keys);
+    if (rows) {
+        r->embd_row = malloc((size_t)total * sizeof *r->embd_row);
+        r->embd = malloc((size_t)rows * (size_t)n_embd * sizeof(float));
+    }
+    if (!r->prompt || !r->keys || (rows && (!r->embd_row || !r->embd)))
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory for the prompt");
+    int p = 0, row = 0;
+    for (int i = 0; i < n_segs; i++) {
+        for (int j = 0; j < segs[i].n; j++, p++) {
+            if (segs[i].tokens) {
+                const int32_t t = segs[i].tokens[j];
+                if (t < 0 || t >= n_vocab)
+                    return omni_fail(err, errlen, OMNI_ERR_ARG,
+                                     "engine: prompt token %d at position %d outside the "
+                                     "vocabulary of %d", t, p, n_vocab);
+                r->prompt[p] = t;
+                r->keys[p] = (uint64_t)t;
+                if (r->embd_row)
+                    r->embd_row[p] = -1;
+            } else {
+                r->prompt[p] = -1;
+                r->keys[p] = kv_hash_media_key(segs[i].media_hash, j);
+                r->embd_row[p] = row;
+                memcpy(r->embd + (size_t)row++ * n_embd, segs[i].embd + (size_t)j * n_embd,
+                       (size_t)n_embd * sizeof(float));
+            }
+        }
+    }
+    return 0;
+}
+
+static int make_seqs(const struct emodel *em, const struct engine_request *rq,
+                     struct request *r, char *err, size_t errlen)
+{
+    r->seqs = calloc((size_t)r->n, sizeof *r->seqs);
+    if (!r->seqs)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < r->n; i++) {
+        struct seq *s = &r->seqs[i];
+        s->rq = r;
+        s->choice = i;
+        s->state = i == 0 ? SEQ_WAITING : SEQ_FORK_WAIT;
+        s->logit_row = -1;
+        s->tok = malloc((size_t)em->n_ctx * sizeof *s->tok);
+        s->blocks = malloc((size_t)em->max_blocks * sizeof *s->blocks);
+        s->hashes = malloc((size_t)em->max_blocks * sizeof *s->hashes);
+        if (!s->tok || !s->blocks || !s->hashes)
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        memcpy(s->tok, r->prompt, (size_t)r->n_prompt * sizeof *s->tok);
+        s->n_tok = r->n_prompt;
+        struct sampler_params sp = rq->sampling;
+        if (sp.seed != SAMPLER_SEED_RANDOM)
+            sp.seed += (uint64_t)i;
+        char serr[256];
+        s->smp = sampler_new(&sp, em->hp->n_vocab, serr, sizeof serr);
+        if (!s->smp)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: %s", serr);
+        for (int p = 0; p < r->n_prompt; p++)
+            if (r->prompt[p] >= 0 && sampler_accept(s->smp, r->prompt[p]) < 0)
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        s->stop = sampler_stop_new(rq->stop, rq->n_stop, serr, sizeof serr);
+        if (!s->stop)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: %s", serr);
+        s->usage.prompt_tokens = r->n_prompt;
+    }
+    return 0;
+}
+
+int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *id, char *err,
+                  size_t errlen)
+{
+    if (!e->started)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: not started");
+    if (!rq || rq->model < 0 || rq->model >= e->n_models)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: model index %d unknown (%d models)",
+                         rq ? rq->model : -1, e->n_models);
+    if (rq->n < 1 || rq->n > e->p.max_seqs || rq->n_stop < 0 || (rq->n_stop && !rq->stop) ||
+        rq->timeout_s < 0 || (!rq->segments && !rq->prompt))
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "engine: bad request (n %d in 1..%d, %d stop strings, timeout %g s, "
+                         "prompt %s)", rq->n, e->p.max_seqs, rq->n_stop, rq->timeout_s,
+                         rq->segments || rq->prompt ? "given" : "missing");
+    const struct emodel *em = &e->models[rq->model];
+    struct request *r = calloc(1, sizeof *r);
+    if (!r)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+    r->model = rq->model;
+    r->n = r->n_open = rq->n;
+    r->max_tokens = rq->max_tokens;
+    r->ignore_eog = rq->ignore_eog;
+    r->echo_special = rq->echo_special;
+    r->want_logprobs = rq->sampling.n_logprobs > 0;
+    r->on_event = rq->on_event;
+    r->user = rq->user;
+    int rc = copy_prompt(e, em, rq, r, err, errlen);
+    if (rc == 0)
+        rc = make_seqs(em, rq, r, err, errlen);
+    if (rc < 0) {
+        request_free(r);
+        return rc;
+    }
+    r->t_submit_s = omni_time_s();
+    r->deadline_s = rq->timeout_s > 0 ? r->t_submit_s + rq->timeout_s : 0;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->n_sub + e->n_waiting_seen >= e->p.max_queue || e->stop) {
+        int waiting = e->n_sub + e->n_waiting_seen;
+        pthread_mutex_unlock(&e->mu);
+        request_free(r);
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                         "engine: server busy: %d requests waiting (max_queue %d); retry later",
+                         waiting, e->p.max_queue);
+    }
+    r->id = e->next_id++;
+    if (e->sub_tail)
+        e->sub_tail->next = r;
+    else
+        e->sub_head = r;
+    e->sub_tail = r;
+    e->n_sub++;
+    e->submitted_prompt_tokens += (uint64_t)r->n_prompt;
+    if (id)
+        *id = r->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void engine_cancel(struct engine *e, uint64_t id)
+{
+    if (!e || !e->started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancel == e->cap_cancel) {
+        int cap = e->cap_cancel ? 2 * e->cap_cancel : 16;
+        uint64_t *ids = realloc(e->cancel_ids, (size_t)cap * sizeof *ids);
+        if (!ids) {
+            pthread_mutex_unlock(&e->mu);
+            OMNI_ERROR("engine: out of memory cancelling request %llu", (unsigned long long)id);
+            return;
+        }
+        e->cancel_ids = ids;
+        e->cap_cancel = cap;
+    }
+    e->cancel_ids[e->n_cancel++] = id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+// ---- sequences (engine thread) ---------------------------------------------
+
+static void wait_push(struct emodel *em, struct seq *s, bool front)
+{
+    s->state = SEQ_WAITING;
+    s->prev = s->next = NULL;
+    if (front) {
+        s->next = em->wait_head;
+        if (em->wait_head)
+            em->wait_head->prev = s;
+        else
+            em->wait_tail = s;
+        em->wait_head = s;
+    } else {
+        s->prev = em->wait_tail;
+        if (em->wait_tail)
+            em->wait_tail->next = s;
+        else
+            em->wait_head = s;
+        em->wait_tail = s;
+    }
+    em->n_waiting++;
+}
+
+static void wait_remove(struct emodel *em, struct seq *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        em->wait_head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        em->wait_tail = s->prev;
+    s->prev = s->next = NULL;
+    em->n_waiting--;
+}
+
+static void running_remove(struct emodel *em, struct seq *s)
+{
+    for (int i = 0; i < em->n_running; i++)
+        if (em->running[i] == s) {
+            memmove(&em->running[i], &em->running[i + 1],
+                    (size_t)(em->n_running - i - 1) * sizeof *em->running);
+            em->n_running--;
+            return;
+        }
+}
+
+static void release_blocks(struct emodel *em, struct seq *s)
+{
+    for (int i = 0; i < s->n_blocks; i++)
+        kv_pool_unref(em->pool, s->blocks[i]);
+    s->n_blocks = s->n_hashed = s->n_done = 0;
+}
+
+static void emit(struct request *r, const struct engine_event *ev)
+{
+    if (r->on_event)
+        r->on_event(r->user, ev);
+}
+
+/* Final event of a choice; its blocks go back to the pool. */
+static void seq_finish(struct engine *e, struct seq *s, enum engine_finish why, int stop_index,
+                       const char *error)
+{
+    struct request *r = s->rq;
+    struct emodel *em = &e->models[r->model];
+    if (s->state == SEQ_DONE)
+        return;
+    if (s->state == SEQ_RUNNING)
+        running_remove(em, s);
+    else if (s->state == SEQ_WAITING)
+        wait_remove(em, s);
+    release_blocks(em, s);
+    s->state = SEQ_DONE;
+    /* choice 0 ending before its first token takes the choices waiting to fork */
+    if (s->choice == 0 && s->n_gen == 0)
+        for (int c = 1; c < r->n; c++)
+            if (r->seqs[c].state == SEQ_FORK_WAIT)
+                seq_finish(e, &r->seqs[c], why, -1, error);
+
+    char text[TEXT_CAP];
+    size_t len = 0;
+    if (!error) {
+        /* release what the detokenizer and the stop matcher still hold */
+        char tail[64];
+        size_t n = tokenizer_stream_flush(em->tok, &s->ts, tail, sizeof tail);
+        const char *t;
+        size_t tl;
+        if (sampler_stop_feed(s->stop, tail, n, &t, &tl) >= 0 && tl <= sizeof text) {
+            memcpy(text, t, tl);
+            len = tl;
+        }
+        sampler_stop_flush(s->stop, &t, &tl);
+        if (len + tl <= sizeof text) {
+            memcpy(text + len, t, tl);
+            len += tl;
+        }
+    }
+    const double now = omni_time_s();
+    s->usage.completion_tokens = s->n_gen;
+    s->usage.total_ms = (now - r->t_submit_s) * 1e3;
+    struct engine_event ev = {
+        .type = error ? ENGINE_EV_ERROR : ENGINE_EV_DONE, .request_id = r->id,
+        .choice = s->choice, .token = -1, .text = text, .text_len = len, .finish = why,
+        .stop_index = stop_index, .usage = s->usage, .error = error,
+    };
+    text[len < sizeof text ? len : sizeof text - 1] = 0;
+    emit(r, &ev);
+    if (--r->n_open == 0) {
+        /* freed at the end of the step: other items of this step may still point here */
+        struct request **link = &e->active;
+        while (*link && *link != r)
+            link = &(*link)->next;
+        if (*link)
+            *link = r->next;
+        r->next = e->dead;
+        e->dead = r;
+    }
+}
+
+static void request_finish(struct engine *e, struct request *r, enum engine_finish why)
+{
+    for (int i = 0; i < r->n; i++)
+        seq_finish(e, &r->seqs[i], why, -1, NULL);
+}
+
+/* Release a running sequence's blocks and queue it first in line: it is
+ * recomputed from its tokens (through the prefix cache where blocks survive),
+ * its sampler untouched, so it continues exactly where it stopped. */
+static void seq_preempt(struct engine *e, struct emodel *em, struct seq *s)
+{
+    running_remove(em, s);
+    release_blocks(em, s);
+    wait_push(em, s, true);
+    e->local.preemptions++;
+}
+
+/* Key of position p for the prefix hash. */
+static uint64_t seq_key(const struct seq *s, int p)
+{
+    return p < s->rq->n_prompt ? s->rq->keys[p] : (uint64_t)s->tok[p];
+}
+
+static uint64_t block_hash(const struct seq *s, int j, int bs, uint64_t parent)
+{
+    uint64_t keys[256];
+    uint64_t h = parent;
+    /* blocks longer than the key buffer hash as a chain of pieces */
+    for (int o = 0; o < bs; o += 256) {
+        const int n = bs - o < 256 ? bs - o : 256;
+        for (int i = 0; i < n; i++)
+            keys[i] = seq_key(s, j * bs + o + i);
+        h = kv_hash_block(h, keys, n);
+    }
+    return h;
+}
+
+/* Index the sequence's newly completed blocks in the prefix cache. */
+static void seq_publish(struct emodel *em, struct seq *s)
+{
+    const int bs = kv_pool_block_size(em->pool);
+    for (int j = s->n_hashed; j < s->n_done / bs; j++) {
+        s->hashes[j] = block_hash(s, j, bs, j ? s->hashes[j - 1] : KV_HASH_ROOT);
+        kv_pool_publish(em->pool, s->blocks[j], s->hashes[j]);
+    }
+    if (s->n_done / bs > s->n_hashed)
+        s->n_hashed = s->n_done / bs;
+}
+
+enum { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NEVER };
+
+/* Give a waiting sequence its blocks: the longest cached chain of full blocks
+ * (never the last token, whose logits are needed) plus fresh ones for the
+ * rest of its tokens. */
+static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
+{
+    struct kv_pool *pool = em->pool;
+    const int bs = kv_pool_block_size(pool);
+    int hits = 0;
+    uint64_t parent = KV_HASH_ROOT;
+    while ((hits + 1) * bs <= s->n_tok - 1) {
+        const uint64_t h = block_hash(s, hits, bs, parent);
+        const int b = kv_pool_lookup(pool, h);
+        if (b < 0)
+            break;
+        kv_pool_ref(pool, b);
+        s->blocks[hits] = b;
+        s->hashes[hits++] = parent = h;
+    }
+    const int need = (s->n_tok + bs - 1) / bs - hits;
+    if (need > kv_pool_n_available(pool)) {
+        for (int i = 0; i < hits; i++)
+            kv_pool_unref(pool, s->blocks[i]);
+        return hits + need > kv_pool_n_blocks(pool) ? ADMIT_NEVER : ADMIT_NO_ROOM;
+    }
+    for (int i = 0; i < need; i++)
+        s->blocks[hits + i] = kv_pool_alloc(pool); /* cannot fail: checked above */
+    s->n_blocks = hits + need;
+    s->n_hashed = hits;
+    s->n_done = hits * bs;
+    if (hits) {
+        e->local.prefix_hits++;
+        e->local.prefix_hit_tokens += (uint64_t)(hits * bs);
+    } else {
+        e->local.prefix_misses++;
+    }
+    if (!s->admitted_once)
+        s->usage.cached_tokens = hits * bs;
+    s->admitted_once = true;
+    wait_remove(em, s);
+    s->state = SEQ_RUNNING;
+    s->admit_order = ++e->admit_counter;
+    em->running[em->n_running++] = s;
+    return ADMIT_OK;
+}
+
+/* Blocks for positions below n_pos, preempting the newest sequences when the
+ * pool is out of blocks. false when s itself was preempted or finished. */
+static bool seq_grow(struct engine *e, struct emodel *em, struct seq *s, int n_pos)
+{
+    const int bs = kv_pool_block_size(em->pool);
+    while (s->n_blocks * bs < n_pos) {
+        const int b = kv_pool_alloc(em->pool);
+        if (b >= 0) {
+            s->blocks[s->n_blocks++] = b;
+            continue;
+        }
+        struct seq *victim = em->running[em->n_running - 1];
+        if (victim == s && em->n_running == 1) {
+            seq_finish(e, s, ENGINE_FINISH_LENGTH, -1, NULL); /* s holds the whole pool */
+            return false;
+        }
+        seq_preempt(e, em, victim);
+        if (victim == s)
+            return false;
+    }
+    return true;
+}
+
+/* Prefill chunk of s starting at n_done: at most budget positions, all text
+ * or all embeddings. */
+static int chunk_len(const struct seq *s, int budget, bool *embd)
+{
+    const int32_t *row = s->rq->embd_row;
+    const int p0 = s->n_done;
+    *embd = row && p0 < s->rq->n_prompt && row[p0] >= 0;
+    int n = 0;
+    while (n < budget && p0 + n < s->n_tok) {
+        const bool is_embd = row && p0 + n < s->rq->n_prompt && row[p0 + n] >= 0;
+        if (is_embd != *embd)
+            break;
+        n++;
+    }
+    return n;
+}
+
+// ---- sampling and events -----------------------------------------------------
+
+static void hist_add(double *pend, int *n, int cap, double ms)
+{
+    if (*n < cap)
+        pend[(*n)++] = ms;
+}
+
+/* Sample s's next token from logits and deliver it. */
+static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits)
+{
+    struct request *r = s->rq;
+    struct sampler_logprobs lp;
+    const int32_t id = sampler_sample(s->smp, logits, r->want_logprobs ? &lp : NULL);
+    if (id < 0) {
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: every token is banned (logit bias)");
+        return;
+    }
+    sampler_accept(s->smp, id);
+    s->tok[s->n_tok++] = id;
+    s->n_gen++;
+    e->local.generated_tokens++;
+    const double now = omni_time_s();
+    if (s->n_gen == 1) {
+        s->usage.ttft_ms = (now - r->t_submit_s) * 1e3;
+        hist_add(e->pend_ttft, &e->n_pend_ttft, e->p.max_seqs, s->usage.ttft_ms);
+    } else {
+        hist_add(e->pend_itl, &e->n_pend_itl, e->p.max_seqs, (now - s->t_last_s) * 1e3);
+    }
+    s->t_last_s = now;
+
+    if (!r->ignore_eog && tokenizer_is_eog(em->tok, id)) {
+        seq_finish(e, s, ENGINE_FINISH_STOP, -1, NULL);
+        return;
+    }
+    char piece[TEXT_CAP / 2];
+    size_t n = tokenizer_stream_piece(em->tok, &s->ts, id, piece, sizeof piece);
+    if (r->echo_special && n == 0)
+        n = tokenizer_piece(em->tok, id, true, piece, sizeof piece);
+    if (n > sizeof piece)
+        n = sizeof piece;
+    const char *text;
+    size_t text_len;
+    const int st = sampler_stop_feed(s->stop, piece, n, &text, &text_len);
+    if (st < 0) {
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: out of memory in the stop matcher");
+        return;
+    }
+    struct engine_event ev = {
+        .type = ENGINE_EV_TOKEN, .request_id = r->id, .choice = s->choice, .token = id,
+        .text = text, .text_len = text_len, .logprobs = r->want_logprobs ? &lp : NULL,
+        .stop_index = -1,
+    };
+    emit(r, &ev);
+    if (st == 1)
+        seq_finish(e, s, ENGINE_FINISH_STOP, sampler_stop_which(s->stop), NULL);
+    else if ((r->max_tokens > 0 && s->n_gen >= r->max_tokens) || s->n_tok >= em->n_ctx)
+        seq_finish(e, s, ENGINE_FINISH_LENGTH, -1, NULL);
+}
+
+/* Choice c of a request starts from choice 0's prompt: full blocks shared by
+ * reference, the partial last block copied (copy-on-write), then its own
+ * sample from the same logits. Without room it queues like any prompt (and
+ * finds the full blocks in the prefix cache). */
+static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, struct seq *c,
+                     const float *logits)
+{
+    struct kv_pool *pool = em->pool;
+    const int bs = kv_pool_block_size(pool), full = parent->n_done / bs;
+    const bool partial = parent->n_done % bs != 0;
+    if (em->n_running >= e->p.max_seqs || (partial && kv_pool_n_available(pool) < 1)) {
+        wait_push(em, c, true);
+        return;
+    }
+    for (int j = 0; j < full; j++) {
+        kv_pool_ref(pool, parent->blocks[j]);
+        c->blocks[j] = parent->blocks[j];
+        c->hashes[j] = parent->hashes[j];
+    }
+    c->n_blocks = c->n_hashed = full;
+    if (partial) {
+        const int b = kv_pool_alloc(pool);
+        kv_pool_copy(pool, b, parent->blocks[full], parent->n_done % bs);
+        c->blocks[c->n_blocks++] = b;
+    }
+    c->n_done = parent->n_done;
+    c->usage.cached_tokens = parent->usage.cached_tokens;
+    c->admitted_once = true;
+    c->state = SEQ_RUNNING;
+    c->admit_order = ++e->admit_counter;
+    em->running[em->n_running++] = c;
+    seq_sample(e, em, c, logits);
+}
+
+// ---- one step ----------------------------------------------------------------
+
+static void add_item(struct emodel *em, struct seq *s, int n, bool embd)
+{
+    em->items[em->n_items++] = (struct item){ s, s->n_done, n, embd };
+}
+
+/* Build this step's work for model em: decodes, prefill chunks, admissions. */
+static void schedule(struct engine *e, struct emodel *em)
+{
+    int budget = e->p.max_batch_tokens;
+    em->n_items = 0;
+    /* one decode token from every sequence whose tokens are all computed but
+     * the last (oldest first: preemption takes the newest) */
+    for (int i = 0; i < em->n_running && budget > 0; i++) {
+        struct seq *s = em->running[i];
+        if (s->n_tok - s->n_done != 1)
+            continue;
+        if (!seq_grow(e, em, s, s->n_tok)) {
+            i--; /* s left the running array */
+            continue;
+        }
+        add_item(em, s, 1, false);
+        budget--;
+    }
+    /* prefill chunks of admitted prompts (their blocks were reserved) */
+    for (int i = 0; i < em->n_running && budget > 0; i++) {
+        struct seq *s = em->running[i];
+        if (s->n_tok - s->n_done <= 1)
+            continue;
+        bool embd;
+        const int n = chunk_len(s, budget, &embd);
+        add_item(em, s, n, embd);
+        budget -= n;
+    }
+    /* admissions, first come first served */
+    while (budget > 0 && em->wait_head && em->n_running < e->p.max_seqs) {
+        struct seq *s = em->wait_head;
+        const int rc = seq_admit(e, em, s);
+        if (rc == ADMIT_NO_ROOM)
+            break;
+        if (rc == ADMIT_NEVER) {
+            seq_finish(e, s, ENGINE_FINISH_LENGTH, -1, NULL);
+            continue;
+        }
+        bool embd;
+        const int n = chunk_len(s, budget, &embd);
+        add_item(em, s, n, embd);
+        budget -= n;
+    }
+}
+
+/* Run the forwards of this step's items; 0 or a negative omni_err. Logit
+ * rows go to em->logits in item order. */
+static int forward(struct emodel *em)
+{
+    int n_tok = 0, n_views = 0, n_rows = 0;
+    for (int k = 0; k < em->n_items; k++) {
+        struct item *it = &em->items[k];
+        it->s->logit_row = -1;
+        if (it->embd)
+            continue;
+        em->views[n_views] = (struct llm_seq_view){ it->s->blocks, it->s->n_blocks };
+        for (int i = 0; i < it->n; i++) {
+            const int p = it->start + i;
+            em->b_tok[n_tok] = it->s->tok[p];
+            em->b_pos[n_tok] = p;
+            em->b_seq[n_tok] = n_views;
+            em->b_want[n_tok] = p == it->s->n_tok - 1;
+            if (em->b_want[n_tok])
+                it->s->logit_row = n_rows++;
+            n_tok++;
+        }
+        n_views++;
+    }
+    const size_t n_vocab = (size_t)em->hp->n_vocab;
+    if (n_tok) {
+        struct llm_batch b = { .n_tokens = n_tok, .token = em->b_tok, .pos = em->b_pos,
+                               .seq = em->b_seq, .want_logits = em->b_want };
+        int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
+        if (rc < 0)
+            return rc;
+    }
+    /* embedding chunks (multimodal prompts) run one by one */
+    for (int k = 0; k < em->n_items; k++) {
+        struct item *it = &em->items[k];
+        if (!it->embd)
+            continue;
+        struct request *r = it->s->rq;
+        for (int i = 0; i < it->n; i++) {
+            em->b_pos[i] = it->start + i;
+            em->b_seq[i] = 0;
+            em->b_want[i] = it->start + i == it->s->n_tok - 1;
+        }
+        struct llm_seq_view view = { it->s->blocks, it->s->n_blocks };
+        struct llm_batch b = {
+            .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
+            .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
+        };
+        int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), &view,
+                             em->logits + (size_t)n_rows * n_vocab);
+        if (rc < 0)
+            return rc;
+        if (rc > 0)
+            it->s->logit_row = n_rows++;
+    }
+    return 0;
+}
+
+static void model_step(struct engine *e, struct emodel *em)
+{
+    schedule(e, em);
+    if (!em->n_items)
+        return;
+    int rc = forward(em);
+    if (rc < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "engine: forward failed: %s", omni_strerror(rc));
+        for (int k = 0; k < em->n_items; k++)
+            seq_finish(e, em->items[k].s, ENGINE_FINISH_NONE, -1, msg);
+        return;
+    }
+    const size_t n_vocab = (size_t)em->hp->n_vocab;
+    for (int k = 0; k < em->n_items; k++) {
+        struct item *it = &em->items[k];
+        struct seq *s = it->s;
+        if (s->state != SEQ_RUNNING)
+            continue;
+        s->n_done += it->n;
+        seq_publish(em, s);
+        if (s->logit_row < 0)
+            continue;
+        const float *logits = em->logits + (size_t)s->logit_row * n_vocab;
+        if (s->choice == 0 && s->n_gen == 0)
+            for (int c = 1; c < s->rq->n; c++)
+                if (s->rq->seqs[c].state == SEQ_FORK_WAIT)
+                    seq_fork(e, em, s, &s->rq->seqs[c], logits);
+        seq_sample(e, em, s, logits);
+    }
+    e->local.steps++;
+}
+
+// ---- the engine thread -------------------------------------------------------
+
+static void hist_push(struct hist *h, const double *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        h->v[h->n++ % HIST_CAP] = v[i];
+}
+
+static bool has_work(const struct engine *e)
+{
+    for (int i = 0; i < e->n_models; i++)
+        if (e->models[i].n_running || e->models[i].wait_head)
+            return true;
+    return false;
+}
+
+/* Statistics of the engine thread copied where engine_stats reads them. */
+static void publish_stats(struct engine *e)
+{
+    struct engine_stats *st = &e->local;
+    st->running = st->waiting = 0;
+    st->kv_blocks_total = st->kv_blocks_used = st->kv_blocks_cached = 0;
+    for (int i = 0; i < e->n_models; i++) {
+        const struct emodel *em = &e->models[i];
+        st->running += em->n_running;
+        st->waiting += em->n_waiting;
+        for (const struct request *r = e->active; r; r = r->next)
+            for (int c = 0; r->model == i && c < r->n; c++)
+                st->waiting += r->seqs[c].state == SEQ_FORK_WAIT;
+        st->kv_blocks_total += kv_pool_n_blocks(em->pool);
+        st->kv_blocks_used += kv_pool_n_used(em->pool);
+        st->kv_blocks_cached += kv_pool_n_cached(em->pool);
+    }
+    pthread_mutex_lock(&e->mu);
+    const uint64_t prompt_tokens = e->submitted_prompt_tokens;
+    e->stats = *st;
+    e->stats.prompt_tokens = prompt_tokens;
+    e->n_waiting_seen = st->waiting;
+    hist_push(&e->ttft, e->pend_ttft, e->n_pend_ttft);
+    hist_push(&e->itl, e->pend_itl, e->n_pend_itl);
+    pthread_mutex_unlock(&e->mu);
+    e->n_pend_ttft = e->n_pend_itl = 0;
+}
+
+static void *engine_thread(void *arg)
+{
+    struct engine *e = arg;
+    uint64_t *cancels = NULL;
+    int cap_cancels = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !e->sub_head && !e->n_cancel && !has_work(e))
+            pthread_cond_wait(&e->cv, &e->mu);
+        const bool stop = e->stop;
+        struct request *subs = e->sub_head;
+        e->sub_head = e->sub_tail = NULL;
+        e->n_sub = 0;
+        int n_cancel = e->n_cancel;
+        if (n_cancel > cap_cancels) {
+            uint64_t *c = realloc(cancels, (size_t)n_cancel * sizeof *c);
+            if (c) {
+                cancels = c;
+                cap_cancels = n_cancel;
+            }
+        }
+        if (n_cancel > cap_cancels)
+            n_cancel = 0; /* out of memory: keep them queued for the next step */
+        else
+            memcpy(cancels, e->cancel_ids, (size_t)n_cancel * sizeof *cancels);
+        e->n_cancel -= n_cancel;
+        memmove(e->cancel_ids, e->cancel_ids + n_cancel, (size_t)e->n_cancel * sizeof *cancels);
+        pthread_mutex_unlock(&e->mu);
+
+        while (subs) {
+            struct request *r = subs;
+            subs = r->next;
+            r->next = e->active;
+            e->active = r;
+            wait_push(&e->models[r->model], &r->seqs[0], false);
+        }
+        if (stop)
+            break;
+        for (int i = 0; i < n_cancel; i++)
+            for (struct request *r = e->active; r; r = r->next)
+                if (r->id == cancels[i]) {
+                    request_finish(e, r, ENGINE_FINISH_CANCELLED);
+                    break;
+                }
+        const double now = omni_time_s();
+        for (struct request *r = e->active, *next; r; r = next) {
+            next = r->next;
+            if (r->deadline_s > 0 && now >= r->deadline_s)
+                request_finish(e, r, ENGINE_FINISH_TIMEOUT);
+        }
+        for (int k = 0; k < e->n_models; k++) {
+            const int i = (e->rr + 1 + k) % e->n_models;
+            if (e->models[i].n_running || e->models[i].wait_head) {
+                e->rr = i;
+                model_step(e, &e->models[i]);
+                break;
+            }
+        }
+        while (e->dead) {
+            struct request *r = e->dead;
+            e->dead = r->next;
+            request_free(r);
+        }
+        publish_stats(e);
+    }
+    /* engine_free: every request still here ends cancelled */
+    while (e->active)
+        request_finish(e, e->active, ENGINE_FINISH_CANCELLED);
+    while (e->dead) {
+        struct request *r = e->dead;
+        e->dead = r->next;
+        request_free(r);
+    }
+    publish_stats(e);
+    free(cancels);
+    return NULL;
+}
+
+// ---- blocking use and statistics -------------------------------------------------
+
+struct gen_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open;
+    int rc;
+    char *err;
+    size_t errlen;
+    engine_event_fn fn;
+    void *user;
+};
+
+static void gen_event(void *user, const struct engine_event *ev)
+{
+    struct gen_wait *w = user;
+    if (w->fn)
+        w->fn(w->user, ev);
+    if (ev->type == ENGINE_EV_TOKEN)
+        return;
+    pthread_mutex_lock(&w->mu);
+    if (ev->type == ENGINE_EV_ERROR && w->rc == 0)
+        w->rc = omni_fail(w->err, w->errlen, OMNI_ERR_ARG, "%s", ev->error);
+    if (--w->open == 0)
+        pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int engine_generate(struct engine *e, const struct engine_request *rq, char *err,
+                    size_t errlen)
+{
+    struct gen_wait w = { .open = rq->n, .err = err, .errlen = errlen, .fn = rq->on_event,
+                          .user = rq->user };
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    struct engine_request r = *rq;
+    r.on_event = gen_event;
+    r.user = &w;
+    int rc = engine_submit(e, &r, NULL, err, errlen);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (w.open > 0)
+            pthread_cond_wait(&w.cv, &w.mu);
+        rc = w.rc;
+        pthread_mutex_unlock(&w.mu);
+    }
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Percentiles of a ring copied out under the lock (nearest rank). */
+static void hist_summary(double *v, uint64_t n_all, struct engine_hist *out)
+{
+    const size_t n = n_all < HIST_CAP ? (size_t)n_all : HIST_CAP;
+    *out = (struct engine_hist){ .count = n_all };
+    if (!n)
+        return;
+    qsort(v, n, sizeof *v, cmp_double);
+    out->p50 = v[(n - 1) * 50 / 100];
+    out->p95 = v[(n - 1) * 95 / 100];
+    out->p99 = v[(n - 1) * 99 / 100];
+}
+
+void engine_stats(struct engine *e, struct engine_stats *out)
+{
+    static __thread double ttft[HIST_CAP], itl[HIST_CAP];
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->waiting += e->n_sub;
+    const uint64_t n_ttft = e->ttft.n, n_itl = e->itl.n;
+    memcpy(ttft, e->ttft.v, sizeof ttft);
+    memcpy(itl, e->itl.v, sizeof itl);
+    pthread_mutex_unlock(&e->mu);
+    hist_summary(ttft, n_ttft, &out->ttft_ms);
+    hist_summary(itl, n_itl, &out->itl_ms);
+}

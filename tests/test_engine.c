@@ -1,0 +1,642 @@
+/* test_engine.c - the engine on the tiny golden models: greedy output equal
+ * to a plain llm_forward loop, prefix-cache reuse, preemption and resume,
+ * n > 1 choices, cancellation and timeouts freeing every block, identical
+ * results at concurrency 8 and 1 with --deterministic, two models at once, a
+ * stress run of hundreds of random requests, and refused bad requests. */
+#include "test.h"
+
+#include "llm/model.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/engine/engine.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MAX_CHOICES 4
+#define MAX_GEN 128
+
+static struct llm_model *golden(const char *name)
+{
+    char path[512], err[256];
+    const char *dir = getenv("OMNI_GOLDEN_DIR");
+    snprintf(path, sizeof path, "%s/%s.gguf", dir ? dir : "build/fixtures", name);
+    return llm_model_load(path, NULL, err, sizeof err);
+}
+
+/* What one request delivered, filled on the engine thread. */
+struct result {
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    int *n_finished;               /* shared by a group of requests */
+    int32_t tok[MAX_CHOICES][MAX_GEN];
+    int n_tok[MAX_CHOICES];
+    int n_final;
+    enum engine_finish finish[MAX_CHOICES];
+    int stop_index[MAX_CHOICES];
+    struct engine_usage usage[MAX_CHOICES];
+    char text[MAX_CHOICES][2048];
+    size_t text_len[MAX_CHOICES];
+    int errors;
+    int events_after_final;
+    uint64_t id;
+    struct engine *cancel_engine;  /* cancel after cancel_after tokens of choice 0 */
+    int cancel_after;
+};
+
+static void on_event(void *user, const struct engine_event *ev)
+{
+    struct result *r = user;
+    pthread_mutex_lock(r->mu);
+    const int c = ev->choice;
+    if (r->finish[c] != ENGINE_FINISH_NONE)
+        r->events_after_final++;
+    if (ev->text_len && r->text_len[c] + ev->text_len < sizeof r->text[c]) {
+        memcpy(r->text[c] + r->text_len[c], ev->text, ev->text_len);
+        r->text_len[c] += ev->text_len;
+    }
+    if (ev->type == ENGINE_EV_TOKEN) {
+        if (r->n_tok[c] < MAX_GEN)
+            r->tok[c][r->n_tok[c]++] = ev->token;
+        if (r->cancel_engine && c == 0 && r->n_tok[0] == r->cancel_after)
+            engine_cancel(r->cancel_engine, ev->request_id);
+    } else {
+        r->errors += ev->type == ENGINE_EV_ERROR;
+        r->finish[c] = ev->type == ENGINE_EV_ERROR ? ENGINE_FINISH_STOP : ev->finish;
+        r->stop_index[c] = ev->stop_index;
+        r->usage[c] = ev->usage;
+        r->n_final++;
+        (*r->n_finished)++;
+        pthread_cond_broadcast(r->cv);
+    }
+    pthread_mutex_unlock(r->mu);
+}
+
+struct group {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_finished;
+};
+
+static void group_init(struct group *g)
+{
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->n_finished = 0;
+}
+
+static void group_wait(struct group *g, int n_final)
+{
+    pthread_mutex_lock(&g->mu);
+    while (g->n_finished < n_final)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void result_init(struct result *r, struct group *g)
+{
+    memset(r, 0, sizeof *r);
+    r->mu = &g->mu;
+    r->cv = &g->cv;
+    r->n_finished = &g->n_finished;
+}
+
+static void random_prompt(int32_t *ids, int n, int n_vocab, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 3 + (int32_t)((seed >> 33) % (uint64_t)(n_vocab - 3));
+    }
+}
+
+static struct engine *start(struct llm_model *m, struct engine_params *ep)
+{
+    char err[256];
+    struct engine *e = engine_new(ep, err, sizeof err);
+    if (!e)
+        return NULL;
+    if (engine_add_model(e, m, "m", err, sizeof err) != 0 || engine_start(e, err, sizeof err)) {
+        fprintf(stderr, "engine: %s\n", err);
+        engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static struct engine_request greedy(const int32_t *ids, int n, int max_tokens,
+                                    struct result *res)
+{
+    struct engine_request rq = engine_default_request();
+    rq.prompt = ids;
+    rq.n_prompt = n;
+    rq.max_tokens = max_tokens;
+    rq.sampling.temperature = 0;
+    rq.ignore_eog = true;
+    rq.on_event = on_event;
+    rq.user = res;
+    return rq;
+}
+
+/* Blocks still used once everything has ended (the engine publishes its
+ * statistics at the end of each step, right after the final events). */
+static int blocks_used_when_idle(struct engine *e)
+{
+    struct engine_stats st;
+    for (int i = 0; i < 2000; i++) {
+        engine_stats(e, &st);
+        if (!st.running && !st.waiting && !st.kv_blocks_used)
+            return 0;
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return st.kv_blocks_used + 1000 * (st.running + st.waiting);
+}
+
+// ---- tests ---------------------------------------------------------------------
+
+/* Greedy tokens through the engine equal a plain prefill + decode loop over
+ * one contiguous block table. */
+TEST(engine_matches_plain_forward)
+{
+    struct llm_model *m = golden("llama-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    enum { NP = 21, NG = 30 };
+    int32_t ids[NP + NG];
+    random_prompt(ids, NP, hp->n_vocab, 7);
+
+    /* reference */
+    char err[256];
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 16, 8, err, sizeof err);
+    CHECK(ctx && kv);
+    llm_ctx_set_batch_invariant(ctx, true);
+    int32_t table[8] = { 7, 3, 5, 1, 0, 2, 4, 6 }, pos[NP], seq[NP] = { 0 };
+    struct llm_seq_view view = { table, 8 };
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    int32_t want[NG];
+    for (int i = 0; i < NP; i++)
+        pos[i] = i;
+    int n = NP;
+    for (int g = 0; g < NG; g++) {
+        struct llm_batch b = { .n_tokens = g ? 1 : NP, .token = g ? &ids[n - 1] : ids,
+                               .pos = g ? &(int32_t){ n - 1 } : pos, .seq = seq };
+        CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), 1);
+        int best = 0;
+        for (int v = 1; v < hp->n_vocab; v++)
+            best = logits[v] > logits[best] ? v : best;
+        want[g] = ids[n++] = best;
+    }
+    free(logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    struct group g;
+    group_init(&g);
+    struct result res;
+    result_init(&res, &g);
+    struct engine_request rq = greedy(ids, NP, NG, &res);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(res.n_tok[0], NG);
+    for (int i = 0; i < NG; i++)
+        CHECK_MSG(res.tok[0][i] == want[i], "token %d: %d, want %d", i, res.tok[0][i], want[i]);
+    CHECK_EQ(res.finish[0], ENGINE_FINISH_LENGTH);
+    CHECK_EQ(res.usage[0].prompt_tokens, NP);
+    CHECK_EQ(res.usage[0].completion_tokens, NG);
+    CHECK(res.usage[0].ttft_ms > 0 && res.usage[0].total_ms >= res.usage[0].ttft_ms);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* A repeated prompt reuses its full blocks (all but the last token). */
+TEST(engine_prefix_cache_reuse)
+{
+    struct llm_model *m = golden("qwen2-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[50];
+    random_prompt(ids, 50, llm_model_hparams(m)->n_vocab, 3);
+    struct group g;
+    group_init(&g);
+    struct result a, b, c;
+    result_init(&a, &g);
+    result_init(&b, &g);
+    result_init(&c, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 48, 10, &a);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(a.usage[0].cached_tokens, 0);
+    rq.user = &b; /* 48 tokens: blocks 0-1 reused, block 2 holds the last token */
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(b.usage[0].cached_tokens, 32);
+    CHECK(memcmp(a.tok[0], b.tok[0], sizeof a.tok[0]) == 0);
+    rq.n_prompt = 50; /* longer: the first request's 3 full blocks */
+    rq.user = &c;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(c.usage[0].cached_tokens, 48);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    CHECK_EQ(st.prefix_hits, 2);
+    CHECK_EQ(st.prefix_hit_tokens, 80);
+    CHECK(st.kv_blocks_cached > 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* Solo greedy runs of count prompts, then all at once: identical tokens. */
+static void concurrency_identity(const char *model, int count, size_t kv_bytes, int block_size,
+                                 bool expect_preemption)
+{
+    struct llm_model *m = golden(model);
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = kv_bytes;
+    ep.kv_block_size = block_size;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    enum { NP = 24, NG = 40 };
+    int32_t ids[16][NP];
+    struct result *solo = calloc(16, sizeof *solo), *all = calloc(16, sizeof *all);
+    struct group g;
+    group_init(&g);
+    char err[256];
+    for (int i = 0; i < count; i++) {
+        random_prompt(ids[i], NP, llm_model_hparams(m)->n_vocab, 100 + (uint64_t)i);
+        result_init(&solo[i], &g);
+        struct engine_request rq = greedy(ids[i], NP - i % 5, NG, &solo[i]);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    }
+    struct engine_stats before;
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_stats(e, &before);
+    group_init(&g);
+    for (int i = 0; i < count; i++) {
+        result_init(&all[i], &g);
+        struct engine_request rq = greedy(ids[i], NP - i % 5, NG, &all[i]);
+        CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    }
+    group_wait(&g, count);
+    for (int i = 0; i < count; i++) {
+        CHECK_EQ(all[i].n_tok[0], NG);
+        CHECK_MSG(memcmp(solo[i].tok[0], all[i].tok[0], sizeof solo[i].tok[0]) == 0,
+                  "sequence %d differs from its solo run", i);
+        CHECK_EQ(all[i].events_after_final, 0);
+    }
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    if (expect_preemption)
+        CHECK_MSG(st.preemptions > before.preemptions, "no preemption happened");
+    free(solo);
+    free(all);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+TEST(engine_deterministic_concurrency_8)
+{
+    concurrency_identity("llama-q8_0", 8, 1 << 20, 16, false);
+}
+
+/* A pool of 24 blocks of 4 tokens cannot hold 6 sequences of 64 tokens:
+ * the newest are preempted, recomputed, and still give the solo tokens. */
+TEST(engine_preemption_same_output)
+{
+    struct llm_model *m = golden("qwen3-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    /* layers x (K, V) x kv_dim x f16 x 4 tokens */
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+    llm_model_free(m);
+    concurrency_identity("qwen3-f32", 6, 24 * block, 4, true);
+}
+
+/* n choices share the prompt's blocks; greedy choices all equal the n = 1 run;
+ * sampled ones use seeds seed + i. */
+TEST(engine_n_choices)
+{
+    struct llm_model *m = golden("llama3-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[37];
+    random_prompt(ids, 37, llm_model_hparams(m)->n_vocab, 11);
+    struct group g;
+    group_init(&g);
+    struct result one, three, hot;
+    result_init(&one, &g);
+    result_init(&three, &g);
+    result_init(&hot, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 37, 20, &one);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    rq.n = 3;
+    rq.user = &three;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    for (int c = 0; c < 3; c++) {
+        CHECK_EQ(three.n_tok[c], 20);
+        CHECK(memcmp(three.tok[c], one.tok[0], sizeof one.tok[0]) == 0);
+        CHECK_EQ(three.usage[c].prompt_tokens, 37);
+    }
+    rq.sampling.temperature = 1.5f;
+    rq.sampling.top_k = 0;
+    rq.sampling.top_p = 1.0f;
+    rq.sampling.min_p = 0;
+    rq.sampling.seed = 5;
+    rq.user = &hot;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK(memcmp(hot.tok[0], hot.tok[1], sizeof hot.tok[0]) != 0);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* Cancel from the event callback, a timeout, and engine_free with requests
+ * in flight: each choice gets one final event and every block comes back. */
+TEST(engine_cancel_timeout_free_blocks)
+{
+    struct llm_model *m = golden("llama-f16");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[30];
+    random_prompt(ids, 30, llm_model_hparams(m)->n_vocab, 5);
+    struct group g;
+    group_init(&g);
+    struct result c, t;
+    result_init(&c, &g);
+    result_init(&t, &g);
+    c.cancel_engine = e;
+    c.cancel_after = 3;
+    char err[256];
+    struct engine_request rq = greedy(ids, 30, 0, &c);
+    rq.n = 2;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    group_wait(&g, 2);
+    CHECK_EQ(c.finish[0], ENGINE_FINISH_CANCELLED);
+    CHECK_EQ(c.finish[1], ENGINE_FINISH_CANCELLED);
+    CHECK(c.n_tok[0] >= 3 && c.n_tok[0] <= 4); /* cancelled within one step */
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+
+    rq = greedy(ids, 30, 0, &t);
+    rq.timeout_s = 1e-6;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    group_wait(&g, 3);
+    CHECK_EQ(t.finish[0], ENGINE_FINISH_TIMEOUT);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_cancel(e, 987654); /* unknown id: nothing happens */
+
+    struct result f[3];
+    for (int i = 0; i < 3; i++) {
+        result_init(&f[i], &g);
+        rq = greedy(ids, 30 - i, 0, &f[i]);
+        CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    }
+    engine_free(e);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(f[i].n_final, 1);
+        CHECK(f[i].finish[0] == ENGINE_FINISH_CANCELLED || f[i].finish[0] == ENGINE_FINISH_LENGTH);
+    }
+    llm_model_free(m);
+}
+
+/* Two models with their own queues, stepped in turn, share the budget. */
+TEST(engine_two_models)
+{
+    struct llm_model *a = golden("llama-q8_0"), *b = golden("qwen3-q8_0");
+    if (!a || !b) {
+        llm_model_free(a);
+        llm_model_free(b);
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    }
+    char err[256];
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK(e);
+    CHECK_EQ(engine_add_model(e, a, "a", err, sizeof err), 0);
+    CHECK_EQ(engine_add_model(e, b, "b", err, sizeof err), 1);
+    CHECK(engine_add_model(e, b, "b", err, sizeof err) < 0);
+    CHECK_EQ(engine_find_model(e, "b"), 1);
+    CHECK_EQ(engine_find_model(e, "c"), -1);
+    CHECK_STR_EQ(engine_model_name(e, 0), "a");
+    CHECK_EQ(engine_start(e, err, sizeof err), 0);
+    int32_t ids[20];
+    random_prompt(ids, 20, 300, 9);
+    struct group g;
+    group_init(&g);
+    struct result solo[2], both[4];
+    for (int i = 0; i < 2; i++) {
+        result_init(&solo[i], &g);
+        struct engine_request rq = greedy(ids, 20, 25, &solo[i]);
+        rq.model = i;
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    }
+    CHECK(memcmp(solo[0].tok[0], solo[1].tok[0], sizeof solo[0].tok[0]) != 0);
+    group_init(&g);
+    for (int i = 0; i < 4; i++) {
+        result_init(&both[i], &g);
+        struct engine_request rq = greedy(ids, 20, 25, &both[i]);
+        rq.model = i % 2;
+        CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    }
+    group_wait(&g, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(memcmp(both[i].tok[0], solo[i % 2].tok[0], sizeof solo[0].tok[0]) == 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    CHECK(st.kv_blocks_total > 0 && st.kv_blocks_total % 2 == 0); /* equal shares */
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_free(e);
+    llm_model_free(a);
+    llm_model_free(b);
+}
+
+/* Stop strings end a choice without being part of its text. */
+TEST(engine_stop_string)
+{
+    struct llm_model *m = golden("llama-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[10];
+    random_prompt(ids, 10, llm_model_hparams(m)->n_vocab, 1);
+    struct group g;
+    group_init(&g);
+    struct result full, cut;
+    result_init(&full, &g);
+    result_init(&cut, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 10, 40, &full);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK(full.text_len[0] > 6);
+    /* a stop string made of text from the middle of the full output */
+    char stop[4];
+    memcpy(stop, full.text[0] + full.text_len[0] / 2, 3);
+    stop[3] = 0;
+    const char *stops[] = { "never-there", stop };
+    rq.user = &cut;
+    rq.stop = stops;
+    rq.n_stop = 2;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(cut.finish[0], ENGINE_FINISH_STOP);
+    CHECK_EQ(cut.stop_index[0], 1);
+    cut.text[0][cut.text_len[0]] = 0;
+    CHECK(strstr(cut.text[0], stop) == NULL);
+    CHECK(cut.text_len[0] < full.text_len[0]);
+    CHECK(memcmp(cut.text[0], full.text[0], cut.text_len[0]) == 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* Hundreds of short random requests (random lengths, n, sampling, stops,
+ * cancels) on a small pool; afterwards every block is free. */
+TEST(engine_stress_random_requests)
+{
+    struct llm_model *m = golden("qwen2-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 60 * 4096; /* 60 blocks of 16 tokens: preemption happens */
+    ep.max_seqs = 8;
+    ep.max_batch_tokens = 64;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    enum { N = 300 };
+    struct result *res = calloc(N, sizeof *res);
+    int32_t ids[64];
+    struct group g;
+    group_init(&g);
+    uint64_t rng = 77;
+    int finals = 0, submitted = 0;
+    char err[256];
+    const char *stops[] = { "a", "e " };
+    for (int i = 0; i < N; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const unsigned r = (unsigned)(rng >> 33);
+        random_prompt(ids, 64, llm_model_hparams(m)->n_vocab, rng);
+        result_init(&res[i], &g);
+        struct engine_request rq = greedy(ids, 1 + r % 60, 1 + (r >> 8) % 24, &res[i]);
+        rq.n = 1 + (r >> 13) % 3;
+        rq.ignore_eog = (r >> 15) & 1;
+        if ((r >> 16) & 1)
+            rq.sampling.temperature = 0.9f, rq.sampling.seed = r;
+        if ((r >> 17) % 4 == 0)
+            rq.stop = stops, rq.n_stop = 2;
+        if ((r >> 19) % 8 == 0)
+            res[i].cancel_engine = e, res[i].cancel_after = 2;
+        if ((r >> 22) % 16 == 0)
+            rq.timeout_s = 1e-3;
+        int rc = engine_submit(e, &rq, NULL, err, sizeof err);
+        CHECK_MSG(rc == 0 || rc == OMNI_ERR_LIMIT, "%s", err);
+        if (rc == 0) {
+            finals += rq.n;
+            submitted++;
+        }
+        if (i % 50 == 49)
+            group_wait(&g, finals); /* keep the queue below max_queue */
+    }
+    group_wait(&g, finals);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(res[i].events_after_final, 0);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    CHECK(st.generated_tokens > 0);
+    CHECK(st.ttft_ms.count > 0 && st.ttft_ms.p50 <= st.ttft_ms.p95 &&
+          st.ttft_ms.p95 <= st.ttft_ms.p99);
+    CHECK(st.itl_ms.count > 0);
+    free(res);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* Refused at submit with a message naming the numbers; no callback runs. */
+TEST(engine_bad_requests)
+{
+    struct llm_model *m = golden("llama-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    char err[256];
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 4 * 4096; /* 4 blocks of 16 tokens */
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK(e);
+    int32_t ids[200];
+    random_prompt(ids, 200, llm_model_hparams(m)->n_vocab, 2);
+    struct group g;
+    group_init(&g);
+    struct result r;
+    result_init(&r, &g);
+    struct engine_request rq = greedy(ids, 10, 5, &r);
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG); /* not started */
+    CHECK_EQ(engine_add_model(e, m, "m", err, sizeof err), 0);
+    CHECK_EQ(engine_start(e, err, sizeof err), 0);
+    rq.n_prompt = 128;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_STR_CONTAINS(err, "context of 128");
+    rq.n_prompt = 70;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_STR_CONTAINS(err, "pool");
+    rq.n_prompt = 10;
+    rq.model = 3;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    rq.model = 0;
+    rq.sampling.min_p = 2;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    rq.sampling.min_p = 0;
+    ids[3] = 1 << 20;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_STR_CONTAINS(err, "vocabulary");
+    ids[3] = 5;
+    rq.n = 0;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    rq.n = 1;
+    /* a sequence that outgrows the pool ends with "length", not a failure */
+    rq.n_prompt = 40;
+    rq.max_tokens = 100;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r.finish[0], ENGINE_FINISH_LENGTH);
+    CHECK_EQ(r.n_tok[0], 64 - 40 + 1); /* the token that found no slot is still delivered */
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_free(e);
+
+    ep.max_queue = 0;
+    e = start(m, &ep);
+    CHECK(e);
+    rq.n_prompt = 10;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_LIMIT);
+    CHECK_STR_CONTAINS(err, "busy");
+    engine_free(e);
+    CHECK_EQ(r.n_final, 1);
+    llm_model_free(m);
+}
