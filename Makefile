@@ -10,11 +10,11 @@
 CC      ?= gcc
 BUILD   ?= build
 SAN     ?=
-PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample
+PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample zlib
 APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
-	python3 python3-numpy python3-jinja2
+	zlib1g-dev python3 python3-numpy python3-jinja2
 
 OPT     := $(if $(DEBUG),-O0,-O2)
 CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
@@ -115,5 +115,14 @@ $(BUILD)/fixtures/%-q8_0.gguf: $(GOLDEN_DEPS)
 unit-test: golden-fixtures
 unit-test: export OMNI_GOLDEN_DIR = $(BUILD)/fixtures
 asan: golden-fixtures
+
+# The tiny Whisper of tests/fixtures/whisper (tools/make_whisper_golden.py),
+# converted by tools/hf_whisper_to_ggml.py for tests/test_whisper.c.
+WHISPER_GOLDEN := $(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/whisper-golden-$(t).bin)
+golden-fixtures: $(WHISPER_GOLDEN)
+$(BUILD)/fixtures/whisper-golden-%.bin: tests/fixtures/whisper/config.json tools/hf_whisper_to_ggml.py tools/hf_to_gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/hf_whisper_to_ggml.py tests/fixtures/whisper $@ --type $* 2>$@.log \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
 -include $(DEPS)

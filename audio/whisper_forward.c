@@ -1,0 +1,351 @@
+/* whisper_forward.c - the Whisper encoder and decoder passes.
+ * Encoder: two conv1d (k 3, strides 1 and 2) + GELU, sinusoidal positions,
+ * pre-LN transformer blocks, final LN; then each decoder layer's cross-attention
+ * K/V of the window. Decoder: token + position embeddings, pre-LN blocks of
+ * causal self-attention over a cached K/V, cross-attention and MLP, final LN,
+ * logits through the tied token embedding. Matmuls go through omni_matmul. */
+#include "audio/whisper_impl.h"
+
+#include "src/core/omni.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LN_EPS 1e-5f
+
+// ---- per-row steps, split across the pool ----------------------------------
+
+struct rows_job {
+    float *y;            /* [n][d] */
+    const float *x;      /* [n][d] input (layer norm) or addend */
+    const float *w, *b;  /* (d) */
+    int n, d;
+};
+
+#define FOR_ROWS(j, ith, nth, r) \
+    for (int r = (int)((int64_t)(j)->n * (ith) / (nth)); r < (int)((int64_t)(j)->n * ((ith) + 1) / (nth)); r++)
+
+static void layer_norm_worker(void *arg, int ith, int nth)
+{
+    const struct rows_job *j = arg;
+    FOR_ROWS(j, ith, nth, r) {
+        const float *x = j->x + (size_t)r * j->d;
+        float *y = j->y + (size_t)r * j->d;
+        float mean = 0.0f, var = 0.0f;
+        for (int i = 0; i < j->d; i++)
+            mean += x[i];
+        mean /= j->d;
+        for (int i = 0; i < j->d; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        const float inv = 1.0f / sqrtf(var / j->d + LN_EPS);
+        for (int i = 0; i < j->d; i++)
+            y[i] = (x[i] - mean) * inv * j->w[i] + j->b[i];
+    }
+}
+
+static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+
+/* y = gelu(y + b) */
+static void bias_gelu_worker(void *arg, int ith, int nth)
+{
+    const struct rows_job *j = arg;
+    FOR_ROWS(j, ith, nth, r) {
+        float *y = j->y + (size_t)r * j->d;
+        for (int i = 0; i < j->d; i++)
+            y[i] = gelu(y[i] + j->b[i]);
+    }
+}
+
+/* y += x + b (residual of a projection x with bias b; b may be NULL) */
+static void add_bias_worker(void *arg, int ith, int nth)
+{
+    const struct rows_job *j = arg;
+    FOR_ROWS(j, ith, nth, r) {
+        float *y = j->y + (size_t)r * j->d;
+        const float *x = j->x ? j->x + (size_t)r * j->d : NULL;
+        for (int i = 0; i < j->d; i++)
+            y[i] += (x ? x[i] : 0.0f) + (j->b ? j->b[i] : 0.0f);
+    }
+}
+
+static void layer_norm(struct whisper_state *s, float *y, const float *x, int n, int d, const float *w,
+                       const float *b)
+{
+    struct rows_job j = { y, x, w, b, n, d };
+    whisper_run(s, layer_norm_worker, &j);
+}
+
+/* y[n][n_out] = W x (+ b) */
+static void linear(struct whisper_state *s, const struct omni_tensor *w, const float *b, const float *x, int n,
+                   float *y)
+{
+    omni_matmul(s->tp, w, x, n, y);
+    if (b) {
+        struct rows_job j = { y, NULL, NULL, b, n, (int)w->ne[1] };
+        whisper_run(s, add_bias_worker, &j);
+    }
+}
+
+/* y += x + b: the residual connection after a projection */
+static void residual(struct whisper_state *s, float *y, const float *x, const float *b, int n, int d)
+{
+    struct rows_job j = { y, x, NULL, b, n, d };
+    whisper_run(s, add_bias_worker, &j);
+}
+
+static void bias_gelu(struct whisper_state *s, float *y, const float *b, int n, int d)
+{
+    struct rows_job j = { y, NULL, NULL, b, n, d };
+    whisper_run(s, bias_gelu_worker, &j);
+}
+
+// ---- attention --------------------------------------------------------------
+
+struct softmax_job {
+    float *x;  /* [n][len] */
+    int n, len;
+};
+
+static void softmax_worker(void *arg, int ith, int nth)
+{
+    const struct softmax_job *j = arg;
+    FOR_ROWS(j, ith, nth, r) {
+        float *x = j->x + (size_t)r * j->len;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < j->len; i++)
+            mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < j->len; i++)
+            sum += (x[i] = expf(x[i] - mx));
+        for (int i = 0; i < j->len; i++)
+            x[i] /= sum;
+    }
+}
+
+/* Full (non-causal) attention of n_ctx queries over n_ctx keys, one head at a
+ * time as two GEMMs: scores = (q_h / sqrt(d_h)) k_h^T, out_h = softmax(scores) v_h. */
+static void encoder_attention(struct whisper_state *s, const float *q, const float *k, const float *v, float *out,
+                              int n_ctx, int d, int n_head)
+{
+    const int dh = d / n_head;
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int h = 0; h < n_head; h++) {
+        for (int t = 0; t < n_ctx; t++)
+            for (int i = 0; i < dh; i++) {
+                s->e_qh[(size_t)t * dh + i] = q[(size_t)t * d + h * dh + i] * scale;
+                s->e_kh[(size_t)t * dh + i] = k[(size_t)t * d + h * dh + i];
+                s->e_vt[(size_t)i * n_ctx + t] = v[(size_t)t * d + h * dh + i];
+            }
+        const struct omni_tensor kt = { .type = 0 /* F32 */, .ne = { dh, n_ctx }, .data = s->e_kh };
+        const struct omni_tensor vt = { .type = 0, .ne = { n_ctx, dh }, .data = s->e_vt };
+        omni_matmul(s->tp, &kt, s->e_qh, n_ctx, s->e_scores);
+        struct softmax_job sj = { s->e_scores, n_ctx, n_ctx };
+        whisper_run(s, softmax_worker, &sj);
+        omni_matmul(s->tp, &vt, s->e_scores, n_ctx, s->e_oh);
+        for (int t = 0; t < n_ctx; t++)
+            memcpy(out + (size_t)t * d + h * dh, s->e_oh + (size_t)t * dh, dh * sizeof(float));
+    }
+}
+
+/* Decoder attention: query t (absolute position n_past + t) over keys
+ * 0 .. n_keys(t) - 1 of K/V [n][d]; causal when `causal` (self-attention). */
+struct dec_attn_job {
+    struct whisper_state *s;
+    const float *q, *k, *v;
+    float *out;
+    int n_tokens, n_past, n_keys, d, n_head;
+    bool causal;
+};
+
+static void dec_attn_worker(void *arg, int ith, int nth)
+{
+    const struct dec_attn_job *j = arg;
+    const int dh = j->d / j->n_head, n_items = j->n_tokens * j->n_head;
+    const float scale = 1.0f / sqrtf((float)dh);
+    const int max_keys = j->s->m->hp.n_audio_ctx > j->s->m->hp.n_text_ctx ? j->s->m->hp.n_audio_ctx
+                                                                           : j->s->m->hp.n_text_ctx;
+    float *sc = j->s->d_scores + (size_t)ith * max_keys;
+    for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
+        const int t = it / j->n_head, h = it % j->n_head;
+        const int n_keys = j->causal ? j->n_past + t + 1 : j->n_keys;
+        const float *q = j->q + (size_t)t * j->d + h * dh;
+        float mx = -INFINITY;
+        for (int i = 0; i < n_keys; i++) {
+            const float *k = j->k + (size_t)i * j->d + h * dh;
+            float dot = 0.0f;
+            for (int c = 0; c < dh; c++)
+                dot += q[c] * k[c];
+            sc[i] = dot * scale;
+            mx = sc[i] > mx ? sc[i] : mx;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < n_keys; i++)
+            sum += (sc[i] = expf(sc[i] - mx));
+        float *o = j->out + (size_t)t * j->d + h * dh;
+        memset(o, 0, dh * sizeof(float));
+        for (int i = 0; i < n_keys; i++) {
+            const float p = sc[i] / sum, *v = j->v + (size_t)i * j->d + h * dh;
+            for (int c = 0; c < dh; c++)
+                o[c] += p * v[c];
+        }
+    }
+}
+
+// ---- encoder ------------------------------------------------------------------
+
+/* im2col for a kernel-3, padding-1 conv1d: col[t][i*3 + k] = in(i, stride*t + k - 1). */
+struct im2col_job {
+    float *col;
+    const float *in;
+    int n_out, n_in, stride, in_len;
+    bool channels_first;     /* in is [n_in][row_stride] (mel) instead of [len][n_in] */
+    int row_stride, offset;  /* mel: frames per row, first frame */
+};
+
+static void im2col_worker(void *arg, int ith, int nth)
+{
+    const struct im2col_job *j = arg;
+    for (int t = (int)((int64_t)j->n_out * ith / nth); t < (int)((int64_t)j->n_out * (ith + 1) / nth); t++) {
+        float *c = j->col + (size_t)t * j->n_in * 3;
+        for (int k = 0; k < 3; k++) {
+            const int p = j->stride * t + k - 1;
+            const bool inside = p >= 0 && p < j->in_len;
+            for (int i = 0; i < j->n_in; i++) {
+                float x = 0.0f;
+                if (inside && j->channels_first)
+                    x = j->offset + p < j->row_stride ? j->in[(size_t)i * j->row_stride + j->offset + p] : 0.0f;
+                else if (inside)
+                    x = j->in[(size_t)p * j->n_in + i];
+                c[i * 3 + k] = x;
+            }
+        }
+    }
+}
+
+int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err, size_t errlen)
+{
+    const struct whisper_model *m = s->m;
+    const struct whisper_hparams *hp = &m->hp;
+    const int d = hp->n_audio_state, nc = hp->n_audio_ctx, n_in = 2 * nc;
+    if (!mel || n_frames < 1 || offset < 0 || offset >= n_frames)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: encode: offset %d outside %d mel frames", offset,
+                         n_frames);
+
+    /* conv1 (stride 1) + GELU: [2 nc][d] */
+    struct im2col_job c1 = { s->e_col, mel, n_in, hp->n_mels, 1, n_in, true, n_frames, offset };
+    whisper_run(s, im2col_worker, &c1);
+    omni_matmul(s->tp, &m->conv1_w, s->e_col, n_in, s->e_mlp);
+    bias_gelu(s, s->e_mlp, m->conv1_b, n_in, d);
+    /* conv2 (stride 2) + GELU: [nc][d], then positions */
+    struct im2col_job c2 = { s->e_col, s->e_mlp, nc, d, 2, n_in, false, 0, 0 };
+    whisper_run(s, im2col_worker, &c2);
+    omni_matmul(s->tp, &m->conv2_w, s->e_col, nc, s->e_x);
+    bias_gelu(s, s->e_x, m->conv2_b, nc, d);
+    residual(s, s->e_x, m->enc_pos, NULL, nc, d);
+
+    for (int l = 0; l < hp->n_audio_layer; l++) {
+        const struct whisper_enc_layer *L = &m->enc[l];
+        /* self-attention */
+        layer_norm(s, s->e_h, s->e_x, nc, d, L->attn_ln_w, L->attn_ln_b);
+        linear(s, &L->attn_q, L->attn_q_b, s->e_h, nc, s->e_q);
+        linear(s, &L->attn_k, NULL, s->e_h, nc, s->e_k);
+        linear(s, &L->attn_v, L->attn_v_b, s->e_h, nc, s->e_v);
+        encoder_attention(s, s->e_q, s->e_k, s->e_v, s->e_att, nc, d, hp->n_audio_head);
+        linear(s, &L->attn_out, NULL, s->e_att, nc, s->e_h);
+        residual(s, s->e_x, s->e_h, L->attn_out_b, nc, d);
+        /* MLP */
+        layer_norm(s, s->e_h, s->e_x, nc, d, L->mlp_ln_w, L->mlp_ln_b);
+        linear(s, &L->mlp_0, NULL, s->e_h, nc, s->e_mlp);
+        bias_gelu(s, s->e_mlp, L->mlp_0_b, nc, 4 * d);
+        linear(s, &L->mlp_2, NULL, s->e_mlp, nc, s->e_h);
+        residual(s, s->e_x, s->e_h, L->mlp_2_b, nc, d);
+    }
+    layer_norm(s, s->enc_out, s->e_x, nc, d, m->enc_ln_w, m->enc_ln_b);
+
+    /* cross-attention keys and values of every decoder layer, once per window */
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        const struct whisper_dec_layer *L = &m->dec[l];
+        linear(s, &L->cross_k, NULL, s->enc_out, nc, s->cross_k + (size_t)l * nc * d);
+        linear(s, &L->cross_v, L->cross_v_b, s->enc_out, nc, s->cross_v + (size_t)l * nc * d);
+    }
+    return OMNI_OK;
+}
+
+const float *whisper_encoder_output(const struct whisper_state *s) { return s->enc_out; }
+
+// ---- decoder ------------------------------------------------------------------
+
+int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, int n_tokens, int n_past,
+                   bool all_logits, char *err, size_t errlen)
+{
+    const struct whisper_model *m = s->m;
+    const struct whisper_hparams *hp = &m->hp;
+    const int d = hp->n_text_state, nt = hp->n_text_ctx, nc = hp->n_audio_ctx, nv = hp->n_vocab;
+    if (decoder < 0 || decoder >= WHISPER_MAX_DECODERS || n_tokens < 1 || n_past < 0 || n_past + n_tokens > nt)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "whisper: decode: decoder %d, %d tokens at %d exceed the %d-token text context", decoder,
+                         n_tokens, n_past, nt);
+    for (int t = 0; t < n_tokens; t++)
+        if (tokens[t] < 0 || tokens[t] >= nv)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: token %d out of range (n_vocab %d)",
+                             tokens[t], nv);
+    const size_t cache = (size_t)hp->n_text_layer * nt * d;
+    if (!s->self_k[decoder] && (!(s->self_k[decoder] = malloc(cache * sizeof(float))) ||
+                                !(s->self_v[decoder] = malloc(cache * sizeof(float))))) {
+        free(s->self_k[decoder]);
+        s->self_k[decoder] = NULL;
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for a K/V cache");
+    }
+    const int n_out = all_logits ? n_tokens : 1;
+    if (n_out > s->logits_cap) {
+        float *l = realloc(s->logits, (size_t)n_out * nv * sizeof(float));
+        if (!l)
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for logits");
+        s->logits = l;
+        s->logits_cap = n_out;
+    }
+
+    /* token + position embeddings */
+    for (int t = 0; t < n_tokens; t++) {
+        float *x = s->d_x + (size_t)t * d;
+        omni_tensor_get_row(&m->tok_emb, tokens[t], x);
+        const float *pe = m->dec_pos + (size_t)(n_past + t) * d;
+        for (int i = 0; i < d; i++)
+            x[i] += pe[i];
+    }
+    for (int l = 0; l < hp->n_text_layer; l++) {
+        const struct whisper_dec_layer *L = &m->dec[l];
+        float *kc = s->self_k[decoder] + (size_t)l * nt * d, *vc = s->self_v[decoder] + (size_t)l * nt * d;
+        /* causal self-attention; this step's K/V go into the cache first */
+        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->self.attn_ln_w, L->self.attn_ln_b);
+        linear(s, &L->self.attn_q, L->self.attn_q_b, s->d_h, n_tokens, s->d_q);
+        linear(s, &L->self.attn_k, NULL, s->d_h, n_tokens, kc + (size_t)n_past * d);
+        linear(s, &L->self.attn_v, L->self.attn_v_b, s->d_h, n_tokens, vc + (size_t)n_past * d);
+        struct dec_attn_job sa = { s, s->d_q, kc, vc, s->d_att, n_tokens, n_past, 0, d, hp->n_text_head, true };
+        whisper_run(s, dec_attn_worker, &sa);
+        linear(s, &L->self.attn_out, NULL, s->d_att, n_tokens, s->d_h);
+        residual(s, s->d_x, s->d_h, L->self.attn_out_b, n_tokens, d);
+        /* cross-attention over the window's encoder output */
+        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->cross_ln_w, L->cross_ln_b);
+        linear(s, &L->cross_q, L->cross_q_b, s->d_h, n_tokens, s->d_q);
+        struct dec_attn_job ca = { s, s->d_q, s->cross_k + (size_t)l * nc * d, s->cross_v + (size_t)l * nc * d,
+                                   s->d_att, n_tokens, n_past, nc, d, hp->n_text_head, false };
+        whisper_run(s, dec_attn_worker, &ca);
+        linear(s, &L->cross_out, NULL, s->d_att, n_tokens, s->d_h);
+        residual(s, s->d_x, s->d_h, L->cross_out_b, n_tokens, d);
+        /* MLP */
+        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->self.mlp_ln_w, L->self.mlp_ln_b);
+        linear(s, &L->self.mlp_0, NULL, s->d_h, n_tokens, s->d_mlp);
+        bias_gelu(s, s->d_mlp, L->self.mlp_0_b, n_tokens, 4 * d);
+        linear(s, &L->self.mlp_2, NULL, s->d_mlp, n_tokens, s->d_h);
+        residual(s, s->d_x, s->d_h, L->self.mlp_2_b, n_tokens, d);
+    }
+    /* final norm, then logits through the token embedding */
+    const float *last = s->d_x + (size_t)(n_tokens - n_out) * d;
+    layer_norm(s, s->d_h, last, n_out, d, m->dec_ln_w, m->dec_ln_b);
+    omni_matmul(s->tp, &m->tok_emb, s->d_h, n_out, s->logits);
+    s->n_logits = n_out;
+    return OMNI_OK;
+}
+
+const float *whisper_logits(const struct whisper_state *s) { return s->logits; }
