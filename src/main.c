@@ -17,6 +17,8 @@ static const struct command commands[] = {
     { "tokenize", cli_tokenize, "tokenize -m FILE.gguf TEXT   token ids and pieces" },
     { "run", cli_run, "run -m FILE.gguf -p PROMPT   generate text (or --chat QUESTION)" },
     { "bench", cli_bench, "bench -m FILE.gguf -p N -n N prompt and generation speed" },
+    { "serve", cli_serve, "serve -m FILE.gguf [--port N]  OpenAI/Anthropic HTTP server" },
+    { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
 };
 
 static void usage(FILE *f)

@@ -9,5 +9,7 @@ int cli_inspect(int argc, char **argv);  /* src/cli/inspect.c */
 int cli_tokenize(int argc, char **argv); /* src/cli/tokenize.c */
 int cli_run(int argc, char **argv);      /* src/cli/run.c */
 int cli_bench(int argc, char **argv);    /* src/cli/bench.c */
+int cli_serve(int argc, char **argv);    /* src/cli/serve.c */
+int cli_bench_engine(int argc, char **argv); /* src/cli/bench_engine.c */
 
 #endif

@@ -1025,10 +1025,14 @@ static int forward(struct emodel *em)
 
 static void model_step(struct engine *e, struct emodel *em)
 {
+    const double t0 = omni_time_s();
     schedule(e, em);
     if (!em->n_items)
         return;
+    const double t1 = omni_time_s();
     int rc = forward(em);
+    const double t2 = omni_time_s();
+    e->local.forward_ms += (t2 - t1) * 1e3;
     if (rc < 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "engine: forward failed: %s", omni_strerror(rc));
@@ -1054,6 +1058,7 @@ static void model_step(struct engine *e, struct emodel *em)
         seq_sample(e, em, s, logits);
     }
     e->local.steps++;
+    e->local.step_ms += (omni_time_s() - t0) * 1e3;
 }
 
 // ---- the engine thread -------------------------------------------------------

@@ -161,6 +161,8 @@ struct engine_stats {
     uint64_t preemptions;
     uint64_t steps;
     struct engine_hist ttft_ms, itl_ms;
+    double step_ms;          /* total time spent in steps */
+    double forward_ms;       /* of which in llm_forward (the rest: scheduling, sampling, events) */
 };
 void engine_stats(struct engine *e, struct engine_stats *out);
 
