@@ -1,0 +1,633 @@
+/* api.c - routing, API key, model state, request log and metrics, and the
+ * generation call shared by the OpenAI and Anthropic routes: it defers the
+ * HTTP response, submits to the engine, turns engine events (engine thread)
+ * into protocol output through the api_proto hooks, and cancels the engine
+ * request when the client leaves. */
+#include "src/api/api.h"
+
+#include "llm/model.h"
+#include "llm/tokenizer.h"
+#include "src/api/anthropic.h"
+#include "src/api/metrics.h"
+#include "src/api/openai.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum api_state { API_LOADING, API_READY, API_UNAVAILABLE };
+
+struct api {
+    struct api_params p;
+    char *api_key, *served_name, *version;   /* owned copies */
+    long long started_at;
+    _Atomic int state;                       /* enum api_state; set once from LOADING */
+    struct api_model model;                  /* written before state becomes READY */
+    char unavailable_why[512];               /* written before state becomes UNAVAILABLE */
+    struct metrics *metrics;
+    pthread_mutex_t reg_lock;
+    struct api_call *calls;                  /* {reg_lock} in-flight calls, for cancel */
+};
+
+struct api_params api_default_params(void)
+{
+    return (struct api_params){ .version = "" };
+}
+
+struct api *api_new(const struct api_params *p, char *err, size_t errlen)
+{
+    if (!p->served_model_name || !*p->served_model_name) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "api: no served model name");
+        return NULL;
+    }
+    struct api *a = calloc(1, sizeof *a);
+    if (!a)
+        goto nomem;
+    a->p = *p;
+    a->started_at = (long long)time(NULL);
+    pthread_mutex_init(&a->reg_lock, NULL);
+    if (!(a->served_name = strdup(p->served_model_name)) ||
+        !(a->version = strdup(p->version ? p->version : "")) ||
+        (p->api_key && *p->api_key && !(a->api_key = strdup(p->api_key))) ||
+        !(a->metrics = metrics_new()))
+        goto nomem;
+    a->p.served_model_name = a->served_name;
+    a->p.api_key = a->api_key;
+    a->p.version = a->version;
+    atomic_store(&a->state, API_LOADING);
+    return a;
+nomem:
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "api: out of memory");
+    api_free(a);
+    return NULL;
+}
+
+void api_free(struct api *a)
+{
+    if (!a)
+        return;
+    metrics_free(a->metrics);
+    pthread_mutex_destroy(&a->reg_lock);
+    free(a->api_key);
+    free(a->served_name);
+    free(a->version);
+    free(a);
+}
+
+void api_set_engine(struct api *a, struct engine *e, int model)
+{
+    struct llm_model *m = engine_model(e, model);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    size_t tlen = 0;
+    const char *tmpl = gguf_get_str(llm_model_gguf(m), "tokenizer.chat_template", &tlen);
+    char *tz = tmpl ? strndup(tmpl, tlen) : NULL;
+    a->model = (struct api_model){
+        .engine = e,
+        .index = model,
+        .tok = llm_model_tokenizer(m),
+        .n_ctx = hp->n_ctx_train,
+        .n_vocab = hp->n_vocab,
+        .fmt = chat_format_detect(tz),
+        .name = a->served_name,
+    };
+    free(tz);
+    atomic_store(&a->state, API_READY);
+}
+
+void api_set_unavailable(struct api *a, const char *why)
+{
+    snprintf(a->unavailable_why, sizeof a->unavailable_why, "%s", why ? why : "no model loaded");
+    atomic_store(&a->state, API_UNAVAILABLE);
+}
+
+long long api_started_at(const struct api *a) { return a->started_at; }
+struct metrics *api_metrics(struct api *a) { return a->metrics; }
+
+// ---- responses ------------------------------------------------------------
+
+void api_respond_json(struct ws_req *r, int status, cJSON *body)
+{
+    char *s = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":null}}";
+        ws_req_respond(r, 500, "application/json", oom, sizeof oom - 1);
+        return;
+    }
+    ws_req_respond(r, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+void api_respond_error(struct ws_req *r, enum api_flavor f, const struct api_error *e)
+{
+    size_t len = 0;
+    char *s = api_error_json(f, e, &len);
+    if (!s) {
+        ws_req_respond(r, 500, "text/plain", "out of memory", 13);
+        return;
+    }
+    ws_req_respond(r, e->status, "application/json", s, len);
+    free(s);
+}
+
+const struct api_model *api_model(struct api *a)
+{
+    return atomic_load(&a->state) == API_READY ? &a->model : NULL;
+}
+
+const char *api_served_name(const struct api *a) { return a->served_name; }
+
+const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum api_flavor f)
+{
+    int st = atomic_load(&a->state);
+    if (st == API_READY)
+        return &a->model;
+    struct api_error e;
+    if (st == API_LOADING)
+        api_error_set(&e, 503, NULL, "the model is still loading; retry in a moment");
+    else
+        api_error_set(&e, 503, NULL, "no model is loaded: %s", a->unavailable_why);
+    ws_req_add_header(r, "retry-after", "5");
+    api_respond_error(r, f, &e);
+    return NULL;
+}
+
+int api_check_model(struct api *a, const char *requested, struct api_error *e)
+{
+    if (!requested || !a->p.strict_model_id || !strcmp(requested, a->served_name))
+        return 0;
+    api_error_set(e, 404, "model", "The model '%s' does not exist (this server serves '%s')",
+                  requested, a->served_name);
+    e->code = "model_not_found";
+    return -1;
+}
+
+// ---- prompts ----------------------------------------------------------------
+
+int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32_t **ids, int *n,
+                 struct api_error *e)
+{
+    size_t len = strlen(text);
+    if (len > (1u << 30))
+        return api_error_set(e, 400, NULL, "prompt is too long (%zu bytes)", len);
+    int cap = (int)len + 16, needed = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *buf = malloc((size_t)cap * sizeof *buf);
+        if (!buf)
+            return api_error_set(e, 500, NULL, "out of memory");
+        int got = tokenizer_encode(tok, text, len, flags, buf, cap, &needed);
+        if (got >= 0) {
+            *ids = buf;
+            *n = got;
+            return 0;
+        }
+        free(buf);
+        if (got == OMNI_ERR_FORMAT)
+            return api_error_set(e, 400, NULL, "the text is not valid UTF-8");
+        if (got != OMNI_ERR_LIMIT || needed <= cap)
+            return api_error_set(e, 500, NULL, "cannot tokenize: %s", omni_strerror(got));
+        cap = needed;
+    }
+    return api_error_set(e, 500, NULL, "cannot tokenize the prompt");
+}
+
+int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, int n_msgs,
+                    int32_t **ids, int *n, struct api_error *e)
+{
+    size_t need = 0;
+    if (chat_format_apply(m->fmt, msgs, n_msgs, true, NULL, 0, &need) != 0)
+        return api_error_set(e, 400, "messages", "cannot format the messages");
+    char *text = malloc(need + 1);
+    if (!text)
+        return api_error_set(e, 500, NULL, "out of memory");
+    chat_format_apply(m->fmt, msgs, n_msgs, true, text, need + 1, &need);
+    /* The turn markers in the rendered text are special tokens. */
+    int rc = api_tokenize(m->tok, text, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, ids, n, e);
+    free(text);
+    return rc;
+}
+
+int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
+                      struct api_error *e)
+{
+    long want = (long)n_prompt + (g->max_tokens_set ? g->max_tokens : 1);
+    if (want <= m->n_ctx)
+        return 0;
+    if (g->max_tokens_set)
+        api_error_set(e, 400, "max_tokens",
+                      "This model's maximum context length is %d tokens. However, you requested "
+                      "%ld tokens (%d in the prompt, %d for the completion). Please reduce the "
+                      "prompt or max_tokens.",
+                      m->n_ctx, want, n_prompt, g->max_tokens);
+    else
+        api_error_set(e, 400, "messages",
+                      "This model's maximum context length is %d tokens. However, your prompt is "
+                      "%d tokens, which leaves no room for the completion.",
+                      m->n_ctx, n_prompt);
+    e->code = "context_length_exceeded";
+    return -1;
+}
+
+// ---- the generation call ------------------------------------------------------
+
+static void api_register(struct api_call *c)
+{
+    struct api *a = c->api;
+    pthread_mutex_lock(&a->reg_lock);
+    c->reg_next = a->calls;
+    a->calls = c;
+    pthread_mutex_unlock(&a->reg_lock);
+}
+
+static void api_unregister(struct api_call *c)
+{
+    struct api *a = c->api;
+    pthread_mutex_lock(&a->reg_lock);
+    for (struct api_call **pp = &a->calls; *pp; pp = &(*pp)->reg_next)
+        if (*pp == c) {
+            *pp = c->reg_next;
+            break;
+        }
+    pthread_mutex_unlock(&a->reg_lock);
+}
+
+struct api_call *api_call_new(struct api *a, struct ws_req *r, const struct api_proto *proto,
+                              enum api_flavor f, const char *id_prefix,
+                              const struct apireq_gen *g)
+{
+    struct api_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    c->api = a;
+    c->proto = proto;
+    c->flavor = f;
+    c->tok = a->model.tok;
+    c->model_name = a->served_name;
+    c->created = (long long)time(NULL);
+    c->stream = g->stream;
+    c->include_usage = g->include_usage;
+    c->logprobs = g->logprobs;
+    c->top_logprobs = g->top_logprobs;
+    c->n = g->n;
+    snprintf(c->req_id, sizeof c->req_id, "%s", ws_req_id(r));
+    snprintf(c->id, sizeof c->id, "%s%s", id_prefix, c->req_id);
+    if (!(c->choices = calloc((size_t)g->n, sizeof *c->choices)))
+        goto fail;
+    if (g->n_stop > 0) {
+        if (!(c->stops = calloc((size_t)g->n_stop, sizeof *c->stops)))
+            goto fail;
+        for (c->n_stops = 0; c->n_stops < g->n_stop; c->n_stops++)
+            if (!(c->stops[c->n_stops] = strdup(g->stop[c->n_stops])))
+                goto fail;
+    }
+    return c;
+fail:
+    api_call_free(c);
+    return NULL;
+}
+
+void api_call_free(struct api_call *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; c->choices && i < c->n; i++) {
+        free(c->choices[i].text);
+        free(c->choices[i].lps);
+    }
+    free(c->choices);
+    for (int i = 0; i < c->n_stops; i++)
+        free(c->stops[i]);
+    free(c->stops);
+    free(c->echo_text);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static void api_call_free_cb(void *user) { api_call_free(user); }
+
+/* The client left (or shutdown gave up): stop generating (service thread). */
+static void api_call_abort(void *user)
+{
+    struct api_call *c = user;
+    engine_cancel(c->api->model.engine, c->engine_id);
+}
+
+static void api_choice_append(struct api_choice *ch, const char *text, size_t len)
+{
+    if (len == 0)
+        return;
+    if (ch->len + len + 1 > ch->cap) {
+        size_t cap = ch->cap ? ch->cap * 2 : 256;
+        while (cap < ch->len + len + 1)
+            cap *= 2;
+        char *nt = realloc(ch->text, cap);
+        if (!nt)
+            return;   /* the response loses text rather than the server crashing */
+        ch->text = nt;
+        ch->cap = cap;
+    }
+    memcpy(ch->text + ch->len, text, len);
+    ch->len += len;
+    ch->text[ch->len] = 0;
+}
+
+static void api_choice_add_lp(struct api_choice *ch, int32_t token, const struct sampler_logprobs *lp)
+{
+    if (ch->n_lps == ch->cap_lps) {
+        int cap = ch->cap_lps ? ch->cap_lps * 2 : 32;
+        struct api_lp *n = realloc(ch->lps, (size_t)cap * sizeof *n);
+        if (!n)
+            return;
+        ch->lps = n;
+        ch->cap_lps = cap;
+    }
+    ch->lps[ch->n_lps].token = token;
+    ch->lps[ch->n_lps].lp = *lp;
+    ch->n_lps++;
+}
+
+/* Engine thread: one event of one choice. */
+static void api_call_event(void *user, const struct engine_event *ev)
+{
+    struct api_call *c = user;
+    if (ev->choice < 0 || ev->choice >= c->n)
+        return;
+    struct api_choice *ch = &c->choices[ev->choice];
+    struct metrics *m = c->api->metrics;
+    double now = omni_time_s();
+    bool last = false;
+    pthread_mutex_lock(&c->lock);
+    if (ev->type == ENGINE_EV_TOKEN) {
+        if (!c->first_token_seen) {
+            c->first_token_seen = true;
+            metrics_ttft(m, now - c->t_submit);
+        } else if (ch->tokens > 0) {
+            metrics_itl(m, now - ch->last_token_s);
+        }
+        ch->last_token_s = now;
+        ch->tokens++;
+        if (c->logprobs && ev->logprobs)
+            api_choice_add_lp(ch, ev->token, ev->logprobs);
+        api_choice_append(ch, ev->text, ev->text_len);
+        if (ev->text_len > 0 || (c->logprobs && ev->logprobs))
+            c->proto->text(c, ev->choice, ev->text ? ev->text : "", ev->text_len,
+                           c->logprobs ? ev->logprobs : NULL, ev->token);
+    } else if (!ch->done) {
+        if (ev->type == ENGINE_EV_DONE && ev->text_len > 0) {
+            api_choice_append(ch, ev->text, ev->text_len);
+            c->proto->text(c, ev->choice, ev->text, ev->text_len, NULL, -1);
+        }
+        ch->done = true;
+        ch->finish = ev->finish;
+        ch->stop_index = ev->stop_index;
+        if (ev->type == ENGINE_EV_ERROR) {
+            ch->error = true;
+            if (!c->error[0])
+                snprintf(c->error, sizeof c->error, "%s", ev->error ? ev->error : "engine error");
+        } else {
+            c->prompt_tokens = ev->usage.prompt_tokens;
+            c->cached_tokens = ev->usage.cached_tokens;
+            c->completion_tokens += ev->usage.completion_tokens;
+            if (ev->finish == ENGINE_FINISH_TIMEOUT)
+                c->timed_out = true;
+        }
+        c->proto->choice_done(c, ev->choice);
+        if (++c->n_done == c->n) {
+            c->proto->finish(c);
+            ws_out_set_tokens(c->out, c->prompt_tokens, c->completion_tokens);
+            metrics_tokens(m, c->prompt_tokens, c->completion_tokens);
+            ws_out_end(c->out);
+            last = true;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (last) {
+        api_unregister(c);
+        ws_out_release(c->out);   /* may free c */
+    }
+}
+
+int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
+                    void (*start)(struct api_call *c))
+{
+    struct ws_out *o = ws_req_defer(r, api_call_abort, api_call_free_cb, c);
+    if (!o) {
+        api_call_free(c);
+        struct api_error e;
+        api_error_set(&e, 500, NULL, "out of memory");
+        api_respond_error(r, c->flavor, &e);
+        return -1;
+    }
+    c->out = o;
+    rq->on_event = api_call_event;
+    rq->user = c;
+    char err[512] = "";
+    pthread_mutex_lock(&c->lock);
+    c->t_submit = omni_time_s();
+    int rc = engine_submit(c->api->model.engine, rq, &c->engine_id, err, sizeof err);
+    if (rc == 0) {
+        if (start)
+            start(c);
+        api_register(c);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        return 0;
+
+    struct api_error e;
+    if (rc == OMNI_ERR_LIMIT) {
+        api_error_set(&e, 429, NULL, "the server is busy (request queue full); retry shortly");
+        e.code = "rate_limit_exceeded";
+        ws_req_add_header(r, "retry-after", "1");
+    } else if (rc == OMNI_ERR_ARG) {
+        api_error_set(&e, 400, NULL, "%s", err[0] ? err : "invalid request");
+        if (strstr(err, "context"))
+            e.code = "context_length_exceeded";
+    } else {
+        api_error_set(&e, 500, NULL, "cannot start generation: %s",
+                      err[0] ? err : omni_strerror(rc));
+    }
+    size_t len = 0;
+    char *body = api_error_json(c->flavor, &e, &len);
+    ws_out_start(o, e.status, "application/json", false);
+    if (body)
+        ws_out_write(o, body, len);
+    ws_out_end(o);
+    free(body);
+    ws_out_release(o);   /* the connection's reference frees the call */
+    return -1;
+}
+
+// ---- small routes -----------------------------------------------------------
+
+static void api_health(struct api *a, struct ws_req *r, const char *arg)
+{
+    (void)arg;
+    int st = atomic_load(&a->state);
+    cJSON *o = cJSON_CreateObject();
+    if (st == API_READY) {
+        cJSON_AddStringToObject(o, "status", "ok");
+        cJSON_AddStringToObject(o, "model", a->served_name);
+    } else if (st == API_LOADING) {
+        cJSON_AddStringToObject(o, "status", "loading");
+    } else {
+        cJSON_AddStringToObject(o, "status", "no_model");
+        cJSON_AddStringToObject(o, "message", a->unavailable_why);
+    }
+    api_respond_json(r, st == API_LOADING ? 503 : 200, o);
+}
+
+static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
+{
+    (void)arg;
+    struct engine_stats es;
+    bool ready = atomic_load(&a->state) == API_READY;
+    if (ready)
+        engine_stats(a->model.engine, &es);
+    size_t len = 0;
+    char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, &len);
+    if (!text) {
+        ws_req_respond(r, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    ws_req_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+/* POST /v1/requests/{id}/cancel: id is the x-request-id or a response id. */
+static void api_cancel_route(struct api *a, struct ws_req *r, const char *arg)
+{
+    bool found = false;
+    uint64_t eid = 0;
+    pthread_mutex_lock(&a->reg_lock);
+    for (struct api_call *c = a->calls; c && !found; c = c->reg_next)
+        if (!strcmp(c->req_id, arg) || !strcmp(c->id, arg)) {
+            found = true;
+            eid = c->engine_id;
+        }
+    pthread_mutex_unlock(&a->reg_lock);
+    if (!found) {
+        struct api_error e;
+        api_error_set(&e, 404, NULL, "no request '%s' in flight", arg);
+        api_respond_error(r, API_OPENAI, &e);
+        return;
+    }
+    engine_cancel(a->model.engine, eid);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", arg);
+    cJSON_AddStringToObject(o, "object", "request.cancel");
+    cJSON_AddBoolToObject(o, "cancelled", true);
+    api_respond_json(r, 200, o);
+}
+
+// ---- routing ------------------------------------------------------------------
+
+typedef void (*api_route_fn)(struct api *a, struct ws_req *r, const char *arg);
+
+struct api_route {
+    const char *prefix;       /* path, or the part before {arg} */
+    const char *suffix;       /* after {arg}; NULL: exact path */
+    const char *label;        /* for logs and metrics */
+    enum ws_method method;
+    enum api_flavor flavor;
+    bool open;                /* no API key needed */
+    api_route_fn fn;
+};
+
+static const struct api_route api_routes[] = {
+    { "/health", NULL, "/health", WS_GET, API_OPENAI, true, api_health },
+    { "/metrics", NULL, "/metrics", WS_GET, API_OPENAI, false, api_metrics_route },
+    { "/v1/models", NULL, "/v1/models", WS_GET, API_OPENAI, false, openai_models },
+    { "/v1/models/", "", "/v1/models/{id}", WS_GET, API_OPENAI, false, openai_model },
+    { "/v1/chat/completions", NULL, "/v1/chat/completions", WS_POST, API_OPENAI, false, openai_chat },
+    { "/v1/completions", NULL, "/v1/completions", WS_POST, API_OPENAI, false, openai_completions },
+    { "/tokenize", NULL, "/tokenize", WS_POST, API_OPENAI, false, openai_tokenize },
+    { "/detokenize", NULL, "/detokenize", WS_POST, API_OPENAI, false, openai_detokenize },
+    { "/v1/requests/", "/cancel", "/v1/requests/{id}/cancel", WS_POST, API_OPENAI, false, api_cancel_route },
+    { "/v1/messages", NULL, "/v1/messages", WS_POST, API_ANTHROPIC, false, anthropic_messages },
+    { "/v1/messages/count_tokens", NULL, "/v1/messages/count_tokens", WS_POST, API_ANTHROPIC, false,
+      anthropic_count_tokens },
+};
+
+/* Does path match route? *arg gets the {arg} part (malloc'd) for patterns. */
+static bool api_route_match(const struct api_route *rt, const char *path, char **arg)
+{
+    size_t pl = strlen(rt->prefix), len = strlen(path);
+    if (!rt->suffix)
+        return !strcmp(path, rt->prefix);
+    size_t sl = strlen(rt->suffix);
+    if (len <= pl + sl || strncmp(path, rt->prefix, pl) || strcmp(path + len - sl, rt->suffix))
+        return false;
+    size_t al = len - pl - sl;
+    if (memchr(path + pl, '/', al) && sl > 0)
+        return false;   /* {id} of /v1/requests/{id}/cancel is one segment */
+    *arg = strndup(path + pl, al);
+    return *arg != NULL;
+}
+
+void api_handle(void *user, struct ws_req *r)
+{
+    struct api *a = user;
+    const char *path = ws_req_path(r);
+    enum ws_method method = ws_req_method(r);
+    const struct api_route *hit = NULL, *wrong_method = NULL;
+    char *arg = NULL;
+    for (size_t i = 0; i < sizeof api_routes / sizeof api_routes[0] && !hit; i++) {
+        char *x = NULL;
+        if (!api_route_match(&api_routes[i], path, &x))
+            continue;
+        if (api_routes[i].method == method) {
+            hit = &api_routes[i];
+            arg = x;
+        } else {
+            wrong_method = wrong_method ? wrong_method : &api_routes[i];
+            free(x);
+        }
+    }
+    struct api_error e;
+    enum api_flavor f = !strncmp(path, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
+    if (!hit) {
+        if (wrong_method) {
+            ws_req_set_route(r, wrong_method->label);
+            ws_req_add_header(r, "allow", wrong_method->method == WS_GET ? "GET" : "POST");
+            api_error_set(&e, 405, NULL, "%s is not allowed on %s (use %s)", ws_req_method_name(r),
+                          path, wrong_method->method == WS_GET ? "GET" : "POST");
+        } else {
+            ws_req_set_route(r, "unmatched");
+            api_error_set(&e, 404, NULL, "no route %s %s", ws_req_method_name(r), path);
+        }
+        api_respond_error(r, f, &e);
+        return;
+    }
+    ws_req_set_route(r, hit->label);
+    if (a->api_key && !hit->open &&
+        !apireq_key_ok(ws_req_header(r, "authorization"), ws_req_header(r, "x-api-key"),
+                       a->api_key)) {
+        api_error_set(&e, 401, NULL, "missing or invalid API key (send 'Authorization: Bearer KEY' "
+                                     "or 'x-api-key: KEY')");
+        e.code = "invalid_api_key";
+        api_respond_error(r, hit->flavor, &e);
+    } else if (ws_req_body_too_large(r)) {
+        api_error_set(&e, 413, NULL, "request body is larger than the server's limit (--max-body)");
+        api_respond_error(r, hit->flavor, &e);
+    } else {
+        hit->fn(a, r, arg ? arg : "");
+    }
+    free(arg);
+}
+
+void api_on_done(void *user, const struct ws_done_info *d)
+{
+    struct api *a = user;
+    metrics_http(a->metrics, d->route, d->method, d->status, d->duration_ms / 1e3);
+    omni_log(OMNI_LOG_INFO, "http: %s %s %d %s%.1f ms tokens %d/%d id %s", d->method, d->path,
+             d->status, d->aborted ? "(client left) " : "", d->duration_ms, d->tokens_in,
+             d->tokens_out, d->request_id);
+}

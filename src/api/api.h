@@ -1,0 +1,175 @@
+/* api.h - the HTTP API on top of ws/ and the engine: routing, API key, CORS
+ * (through ws), one log line and metrics per request, and the generation
+ * "call" that carries a request to the engine and its events back to the
+ * client. The protocol mappings live in openai.c and anthropic.c.
+ *
+ *   struct api_params ap = api_default_params();
+ *   ap.served_model_name = "qwen2.5"; ap.api_key = key_or_NULL;
+ *   struct api *a = api_new(&ap, err, sizeof err);
+ *   wp.handler = api_handle; wp.on_done = api_on_done; wp.user = a;  // ws_server_params
+ *   ... later, from the loader thread: api_set_engine(a, engine, model_index);
+ *   ... or: api_set_unavailable(a, "no model: pass -m FILE.gguf");
+ *
+ * Thread safety: api_handle and api_on_done run on the lws service thread;
+ * api_set_engine / api_set_unavailable may be called once from any thread;
+ * engine events arrive on the engine thread and touch only their own call
+ * (under its lock) and the metrics (their own lock). */
+#ifndef OMNI_API_H
+#define OMNI_API_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llm/chat.h"
+#include "llm/sampler.h"
+#include "src/api/apireq.h"
+#include "src/api/errors.h"
+#include "src/engine/engine.h"
+#include "ws/ws_http.h"
+
+struct cJSON;
+struct tokenizer;
+struct api;
+
+struct api_params {
+    const char *api_key;           /* NULL or "": no key needed */
+    const char *served_model_name; /* id in /v1/models and in responses; required */
+    bool strict_model_id;          /* unknown "model" -> 404 (else served anyway) */
+    const char *version;           /* for omniserve_build_info */
+};
+struct api_params api_default_params(void);
+
+struct api *api_new(const struct api_params *p, char *err, size_t errlen);
+/* After the ws server is gone (no more handlers, no calls in flight). */
+void api_free(struct api *a);
+
+/* The model is loaded and the engine started: generation routes work and
+ * /health answers 200. The api borrows e until api_free. */
+void api_set_engine(struct api *a, struct engine *e, int model);
+/* No model will come: generation routes answer 503 with why (copied). */
+void api_set_unavailable(struct api *a, const char *why);
+
+/* ws_server_params.handler and .on_done (service thread). */
+void api_handle(void *api, struct ws_req *r);
+void api_on_done(void *api, const struct ws_done_info *d);
+
+// ---- for the protocol files (openai.c, anthropic.c) ------------------------
+
+/* The served model; fixed once api_set_engine ran. */
+struct api_model {
+    struct engine *engine;
+    int index;                     /* engine model index */
+    const struct tokenizer *tok;
+    int n_ctx;
+    int n_vocab;
+    enum chat_format fmt;
+    const char *name;              /* served name */
+};
+
+/* The model, or NULL while none is ready (no response is sent). */
+const struct api_model *api_model(struct api *a);
+const char *api_served_name(const struct api *a);
+/* The model, or NULL after answering 503 in flavor f (loading / unavailable). */
+const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum api_flavor f);
+/* The "model" field against the served name: 0, or -1 with a 404 when
+ * --strict-model-id is on and the name is unknown. NULL/absent is fine. */
+int api_check_model(struct api *a, const char *requested, struct api_error *e);
+long long api_started_at(const struct api *a); /* unix seconds */
+struct metrics *api_metrics(struct api *a);
+
+void api_respond_error(struct ws_req *r, enum api_flavor f, const struct api_error *e);
+/* Prints body (then deletes it) as the response. */
+void api_respond_json(struct ws_req *r, int status, struct cJSON *body);
+
+/* text -> malloc'd ids (*ids, *n). flags: TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL. */
+int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32_t **ids, int *n,
+                 struct api_error *e);
+/* Render messages with the model's chat format and tokenize them. */
+int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, int n_msgs,
+                    int32_t **ids, int *n, struct api_error *e);
+/* 400 "context_length_exceeded" naming both numbers when the prompt (plus
+ * max_tokens when set) does not fit the model's context. */
+int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
+                      struct api_error *e);
+
+struct api_lp {                    /* one generated token with its log-probabilities */
+    int32_t token;
+    struct sampler_logprobs lp;
+};
+
+struct api_choice {                /* engine thread, under the call's lock */
+    char *text;                    /* everything generated so far */
+    size_t len, cap;
+    struct api_lp *lps;            /* when logprobs were asked for */
+    int n_lps, cap_lps;
+    bool done, error;
+    enum engine_finish finish;
+    int stop_index;
+    int tokens;
+    double last_token_s;           /* for inter-token latency */
+};
+
+struct api_call;
+/* Protocol hooks, called on the engine thread under the call's lock. */
+struct api_proto {
+    /* Text now safe to show for one choice (stream deltas); lp/token may be
+     * NULL/-1 for text flushed at the end. */
+    void (*text)(struct api_call *c, int choice, const char *text, size_t len,
+                 const struct sampler_logprobs *lp, int32_t token);
+    /* A choice ended (c->choices[choice] tells how). */
+    void (*choice_done)(struct api_call *c, int choice);
+    /* Every choice ended: write the rest (the whole body when not streaming).
+     * The caller then ends the response. */
+    void (*finish)(struct api_call *c);
+};
+
+/* One generation request from submission to its last event. Owned by its
+ * ws_out: freed when both the connection and the engine side let go. Fields
+ * below `lock` are written on the engine thread under it. */
+struct api_call {
+    struct api *api;
+    const struct api_proto *proto;
+    enum api_flavor flavor;
+    struct ws_out *out;
+    const struct tokenizer *tok;
+    uint64_t engine_id;            /* service thread */
+    struct api_call *reg_next;     /* {api registry lock} */
+    char id[96];                   /* response id: "chatcmpl-<request id>", ... */
+    char req_id[72];               /* x-request-id */
+    const char *model_name;
+    long long created;             /* unix seconds */
+    bool stream, include_usage, logprobs, echo;
+    int top_logprobs;
+    int n;
+    char **stops;                  /* the client's stop strings (copied), for reports */
+    int n_stops;
+    char *echo_text;               /* /v1/completions echo: the prompt text */
+    double t_submit;
+    pthread_mutex_t lock;
+    struct api_choice *choices;    /* [n] */
+    int n_done;
+    int prompt_tokens, cached_tokens, completion_tokens;
+    bool first_token_seen;
+    bool timed_out;
+    char error[256];               /* first ENGINE_EV_ERROR message */
+    int state;                     /* the protocol's own progress marker */
+};
+
+/* A call for n choices with the id "<id_prefix><request id>"; stream,
+ * include_usage and logprobs come from g. NULL when out of memory. */
+struct api_call *api_call_new(struct api *a, struct ws_req *r, const struct api_proto *proto,
+                              enum api_flavor f, const char *id_prefix,
+                              const struct apireq_gen *g);
+/* Frees a call that was never submitted. */
+void api_call_free(struct api_call *c);
+/* Defer the response, submit rq (on_event/user are filled in) and, once the
+ * engine took it, run start(c) under the call's lock so its output (role
+ * chunk, message_start) precedes every token. On refusal answers 429 with
+ * Retry-After (queue full), 400 (context, bad parameters) or 500 itself.
+ * The call belongs to the response from here on, also on failure. */
+int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
+                    void (*start)(struct api_call *c));
+
+#endif

@@ -1,0 +1,36 @@
+/* metrics.h - Prometheus counters and histograms for the server: HTTP
+ * requests by route, method and status, request duration, time to first
+ * token, inter-token latency, tokens in and out; rendered as the Prometheus
+ * text format (version 0.0.4) together with the engine's gauges.
+ *
+ *   struct metrics *m = metrics_new();
+ *   metrics_http(m, "/v1/chat/completions", "POST", 200, 0.42);
+ *   metrics_ttft(m, 0.05); metrics_itl(m, 0.01); metrics_tokens(m, 12, 30);
+ *   char *text = metrics_render(m, &engine_stats_or_NULL, "0.1.0", &len);  // caller frees
+ *   metrics_free(m);
+ *
+ * Thread safety: every function may be called from any thread (one mutex);
+ * route and method must be static strings. */
+#ifndef OMNI_API_METRICS_H
+#define OMNI_API_METRICS_H
+
+#include <stddef.h>
+
+struct metrics;
+struct engine_stats;
+
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *m);
+
+void metrics_http(struct metrics *m, const char *route, const char *method, int status,
+                  double seconds);
+void metrics_ttft(struct metrics *m, double seconds);
+void metrics_itl(struct metrics *m, double seconds);
+void metrics_tokens(struct metrics *m, long prompt_tokens, long completion_tokens);
+
+/* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
+ * NULL when out of memory. es may be NULL (no engine yet). */
+char *metrics_render(struct metrics *m, const struct engine_stats *es, const char *version,
+                     size_t *len);
+
+#endif

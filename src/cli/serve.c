@@ -1,0 +1,328 @@
+/* serve.c - `omniserve serve`: the HTTP server. The main thread becomes the
+ * lws service thread and answers at once (/health says "loading"); a loader
+ * thread loads the model and starts the engine, then hands it to the API.
+ * SIGINT/SIGTERM start a graceful shutdown; the process exits 0 after it. */
+#include "src/cli/cli.h"
+
+#include "llm/model.h"
+#include "src/api/api.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/engine/engine.h"
+#include "ws/ws_http.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SERVE_VERSION "0.1.0"
+
+struct serve_opts {
+    const char *model;
+    const char *served_name;
+    const char *api_key;
+    bool strict_model_id;
+    struct ws_server_params wp;
+    struct engine_params ep;
+};
+
+/* Loader thread state: written by the loader, read by main after join. */
+struct serve_loader {
+    const struct serve_opts *o;
+    struct api *api;
+    struct ws_server *srv;
+    struct llm_model *model;
+    struct engine *engine;
+    int failed;
+};
+
+static struct ws_server *serve_server; /* for the signal handler */
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: omniserve serve -m FILE.gguf [options]\n"
+            "  -m, --model FILE           GGUF language model (without it the server starts and\n"
+            "                             answers generation routes with 503)\n"
+            "  --host ADDR                listen address (default 127.0.0.1)\n"
+            "  --port N                   port (default 8000)\n"
+            "  --api-key KEY              require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "                             (also $OMNISERVE_API_KEY); /health stays open\n"
+            "  --cors-origin ORIGIN       send CORS headers for ORIGIN ('*' for any); default off\n"
+            "  --served-model-name NAME   model id for clients (default: file name without .gguf)\n"
+            "  --strict-model-id          unknown 'model' in a request -> 404\n"
+            "  --max-body BYTES           request body limit, K/M/G suffixes (default 32M) -> 413\n"
+            "  --shutdown-timeout S       on SIGINT/SIGTERM wait S seconds for requests (default 10)\n"
+            "  --sse-keepalive S          comment on idle streams every S seconds (default 15)\n"
+            "engine:\n"
+            "  --threads N                compute threads (default: physical cores)\n"
+            "  --kv-block-size N          tokens per KV block (default 16)\n"
+            "  --kv-type f16|f32          KV cache type (default f16)\n"
+            "  --kv-memory BYTES          KV pool size, K/M/G suffixes (default: from free RAM)\n"
+            "  --max-batch-tokens N       tokens per engine step (default 512)\n"
+            "  --max-seqs N               sequences generated at once (default 16)\n"
+            "  --max-queue N              waiting requests before 429 (default 256)\n"
+            "  --deterministic            results independent of batch composition\n"
+            "  --prefix-cache-dir DIR     keep hot prompt prefixes on disk across restarts\n");
+}
+
+static int serve_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "serve: %s expects an integer in %ld..%ld, got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int serve_seconds(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0 && v <= 86400)) {
+        fprintf(stderr, "serve: %s expects seconds in 0..86400, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* "512", "64K", "32M", "2G" (binary units). */
+static int serve_bytes(const char *opt, const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == s || *end || *s == '-' || v > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "serve: %s expects a size like 512, 64K, 32M or 2G, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = (size_t)v << shift;
+    return 0;
+}
+
+/* 0 ok, 1 help printed, 2 usage error (message printed). */
+static int serve_parse(int argc, char **argv, struct serve_opts *o)
+{
+    o->wp = ws_default_params();
+    o->ep = engine_default_params();
+    o->api_key = getenv("OMNISERVE_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--strict-model-id")) {
+            o->strict_model_id = true;
+            continue;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            o->ep.deterministic = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "serve: %s: %s\n", a,
+                    a[0] == '-' ? "unknown option or missing value" : "unexpected argument");
+            return 2;
+        }
+        const char *v = argv[++i];
+        long n = 0;
+        double d = 0;
+        int rc = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            o->model = v;
+        else if (!strcmp(a, "--host"))
+            o->wp.host = v;
+        else if (!strcmp(a, "--port")) {
+            rc = serve_long(a, v, 1, 65535, &n);
+            o->wp.port = (int)n;
+        } else if (!strcmp(a, "--api-key"))
+            o->api_key = v;
+        else if (!strcmp(a, "--cors-origin"))
+            o->wp.cors_origin = v;
+        else if (!strcmp(a, "--served-model-name"))
+            o->served_name = v;
+        else if (!strcmp(a, "--max-body"))
+            rc = serve_bytes(a, v, &o->wp.max_body_bytes);
+        else if (!strcmp(a, "--shutdown-timeout"))
+            rc = serve_seconds(a, v, &o->wp.shutdown_timeout_s);
+        else if (!strcmp(a, "--sse-keepalive")) {
+            rc = serve_seconds(a, v, &d);
+            o->wp.sse_keepalive_ms = (int)(d * 1000);
+        } else if (!strcmp(a, "--threads")) {
+            rc = serve_long(a, v, 1, 1024, &n);
+            o->ep.n_threads = (int)n;
+        } else if (!strcmp(a, "--kv-block-size")) {
+            rc = serve_long(a, v, 1, 4096, &n);
+            o->ep.kv_block_size = (int)n;
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!strcmp(v, "f16"))
+                o->ep.kv_type = GGML_TYPE_F16;
+            else if (!strcmp(v, "f32"))
+                o->ep.kv_type = GGML_TYPE_F32;
+            else {
+                fprintf(stderr, "serve: --kv-type expects f16 or f32, got '%s'\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--kv-memory"))
+            rc = serve_bytes(a, v, &o->ep.kv_memory_bytes);
+        else if (!strcmp(a, "--max-batch-tokens")) {
+            rc = serve_long(a, v, 1, 65536, &n);
+            o->ep.max_batch_tokens = (int)n;
+        } else if (!strcmp(a, "--max-seqs")) {
+            rc = serve_long(a, v, 1, 4096, &n);
+            o->ep.max_seqs = (int)n;
+        } else if (!strcmp(a, "--max-queue")) {
+            rc = serve_long(a, v, 0, 1L << 20, &n);
+            o->ep.max_queue = (int)n;
+        } else if (!strcmp(a, "--prefix-cache-dir"))
+            o->ep.prefix_cache_dir = v;
+        else {
+            fprintf(stderr, "serve: unknown option '%s'\n", a);
+            return 2;
+        }
+        if (rc)
+            return 2;
+    }
+    return 0;
+}
+
+/* "dir/Qwen2.5-0.5B.Q4_K_M.gguf" -> "Qwen2.5-0.5B.Q4_K_M" */
+static void serve_default_name(const char *path, char *out, size_t cap)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+        n -= 5;
+    snprintf(out, cap, "%.*s", (int)n, base);
+}
+
+static void *serve_load(void *arg)
+{
+    struct serve_loader *L = arg;
+    char err[512];
+    double t0 = omni_time_s();
+    L->model = llm_model_load(L->o->model, NULL, err, sizeof err);
+    if (L->model && (L->engine = engine_new(&L->o->ep, err, sizeof err)) &&
+        engine_add_model(L->engine, L->model, L->o->served_name, err, sizeof err) >= 0 &&
+        engine_start(L->engine, err, sizeof err) == 0) {
+        api_set_engine(L->api, L->engine, 0);
+        OMNI_INFO("serve: model '%s' ready in %.1f s", L->o->served_name, omni_time_s() - t0);
+        return NULL;
+    }
+    /* A model the user named that cannot be served is fatal: say why, stop. */
+    fprintf(stderr, "serve: %s\n", err);
+    L->failed = 1;
+    api_set_unavailable(L->api, err);
+    ws_server_stop(L->srv);
+    return NULL;
+}
+
+static void serve_on_signal(int sig)
+{
+    (void)sig;
+    if (serve_server)
+        ws_server_stop(serve_server);
+}
+
+int cli_serve(int argc, char **argv)
+{
+    struct serve_opts o = { 0 };
+    int rc = serve_parse(argc, argv, &o);
+    if (rc == 1)
+        return 0;
+    if (rc == 2) {
+        fprintf(stderr, "serve: see 'omniserve serve --help'\n");
+        return 2;
+    }
+    char name[256], err[512];
+    if (!o.served_name) {
+        serve_default_name(o.model ? o.model : "none", name, sizeof name);
+        o.served_name = name;
+    }
+    struct api_params ap = api_default_params();
+    ap.api_key = o.api_key;
+    ap.served_model_name = o.served_name;
+    ap.strict_model_id = o.strict_model_id;
+    ap.version = SERVE_VERSION;
+    struct api *api = api_new(&ap, err, sizeof err);
+    if (!api) {
+        fprintf(stderr, "serve: %s\n", err);
+        return 1;
+    }
+    o.wp.handler = api_handle;
+    o.wp.on_done = api_on_done;
+    o.wp.user = api;
+    struct ws_server *srv = ws_server_new(&o.wp, err, sizeof err);
+    if (!srv) {
+        fprintf(stderr, "serve: %s\n", err);
+        api_free(api);
+        return 1;
+    }
+
+    /* Only the service thread takes the signals: block them while the
+     * loader (and through it the engine and its workers) are created. */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    struct serve_loader L = { .o = &o, .api = api, .srv = srv };
+    pthread_t loader;
+    bool have_loader = false;
+    if (o.model) {
+        have_loader = pthread_create(&loader, NULL, serve_load, &L) == 0;
+        if (!have_loader) {
+            fprintf(stderr, "serve: cannot start the loader thread\n");
+            L.failed = 1;
+            ws_server_stop(srv);
+        }
+    } else {
+        api_set_unavailable(api, "the server was started without a model; restart it with "
+                                 "'omniserve serve -m FILE.gguf' (or 'make run MODEL=FILE.gguf')");
+    }
+    serve_server = srv;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = serve_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    OMNI_INFO("serve: listening on http://%s:%d (model %s)", o.wp.host, o.wp.port,
+              o.model ? o.model : "none");
+    ws_server_run(srv);
+    OMNI_INFO("serve: stopped");
+
+    if (have_loader)
+        pthread_join(loader, NULL);
+    /* The engine first: its final events still find their responses, which
+     * the server's teardown then releases. */
+    engine_free(L.engine);
+    serve_server = NULL;
+    ws_server_free(srv);
+    api_free(api);
+    llm_model_free(L.model);
+    return L.failed ? 1 : 0;
+}

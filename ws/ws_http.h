@@ -1,0 +1,131 @@
+/* ws_http.h - the HTTP/1.1 front door on libwebsockets: routing hook, request
+ * bodies with a size limit, responses produced later by other threads, SSE
+ * streams with backpressure, keep-alive, CORS and graceful shutdown.
+ *
+ *   struct ws_server_params p = ws_default_params();
+ *   p.port = 8000; p.handler = my_handler; p.user = my_state;
+ *   struct ws_server *s = ws_server_new(&p, err, sizeof err);
+ *   ws_server_run(s);            // service loop on this thread until shutdown
+ *   ws_server_free(s);
+ *
+ *   my_handler(user, r):         // service thread, once the whole body is in
+ *     ws_req_respond(r, 200, "application/json", body, len);      // at once, or
+ *     struct ws_out *o = ws_req_defer(r, on_abort, on_free, st);  // later:
+ *     ... any thread: ws_out_start(o, 200, "text/event-stream", true);
+ *                     ws_out_sse(o, NULL, json, len); ws_out_end(o); ws_out_release(o);
+ *
+ * Thread safety: the service thread (the one inside ws_server_run) owns the
+ * lws context, every socket and every struct ws_req; handlers and callbacks
+ * run there. struct ws_out is the only object other threads touch: its
+ * functions take its lock and wake the service thread with
+ * lws_cancel_service(), which then writes in WRITEABLE callbacks.
+ * ws_server_stop() may be called from any thread or a signal handler. */
+#ifndef OMNI_WS_HTTP_H
+#define OMNI_WS_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ws_server;
+struct ws_req;  /* one HTTP transaction; service thread only, valid during the handler */
+struct ws_out;  /* a response produced by any thread; reference counted */
+
+enum ws_method { WS_GET, WS_POST, WS_OPTIONS, WS_PUT, WS_PATCH, WS_DELETE, WS_HEAD, WS_OTHER };
+
+/* What on_done hears when a transaction ends (service thread). */
+struct ws_done_info {
+    const char *request_id;
+    const char *method;
+    const char *path;
+    const char *route;       /* ws_req_set_route() label, else "unmatched" */
+    int status;
+    double duration_ms;      /* headers in -> last byte out */
+    int tokens_in, tokens_out; /* ws_out_set_tokens() */
+    bool aborted;            /* the client left (or shutdown cut it) before the end */
+};
+
+typedef void (*ws_handler_fn)(void *user, struct ws_req *r);
+typedef void (*ws_done_fn)(void *user, const struct ws_done_info *d);
+/* Per-response callbacks: on_abort runs on the service thread when the client
+ * disconnects before ws_out_end (or shutdown gives up waiting); on_free runs
+ * on whichever thread drops the last reference. */
+typedef void (*ws_abort_fn)(void *user);
+typedef void (*ws_free_fn)(void *user);
+
+struct ws_server_params {
+    const char *host;          /* listen address; default "127.0.0.1" */
+    int port;                  /* default 8000; must be > 0 */
+    size_t max_body_bytes;     /* larger bodies get 413; default 32 MiB */
+    const char *cors_origin;   /* NULL: no CORS headers; "*" or one origin */
+    int sse_keepalive_ms;      /* ": keep-alive" comment on idle streams; default 15000 */
+    size_t max_pending_bytes;  /* unsent bytes per response before the client counts
+                                  as stuck and is dropped; default 16 MiB */
+    double shutdown_timeout_s; /* graceful drain before in-flight work is aborted; default 10 */
+    ws_handler_fn handler;     /* required */
+    ws_done_fn on_done;        /* optional: one call per finished transaction */
+    void *user;                /* passed to handler and on_done */
+};
+struct ws_server_params ws_default_params(void);
+
+/* Binds the socket. NULL + message when the address is taken or bad. */
+struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, size_t errlen);
+/* Serves on the calling thread (which becomes the service thread) until
+ * ws_server_stop, then drains: stops taking new connections, waits up to
+ * shutdown_timeout_s for in-flight responses, aborts the rest (on_abort) and
+ * gives them a short grace to end. Returns 0. */
+int ws_server_run(struct ws_server *s);
+/* Begin the graceful shutdown. Any thread; async-signal-safe. */
+void ws_server_stop(struct ws_server *s);
+/* After ws_server_run returned (or instead of it). NULL is a no-op. */
+void ws_server_free(struct ws_server *s);
+
+/* ---- the request (service thread, inside the handler) ---- */
+enum ws_method ws_req_method(const struct ws_req *r);
+const char *ws_req_method_name(const struct ws_req *r);
+const char *ws_req_path(const struct ws_req *r);   /* without the query string */
+/* Header value by lower-case name ("authorization", "x-api-key"), or NULL.
+ * The string lives until the handler returns. */
+const char *ws_req_header(struct ws_req *r, const char *name);
+/* The body, NUL-terminated (len excludes the NUL); "" for none. */
+const char *ws_req_body(const struct ws_req *r, size_t *len);
+/* The body went over max_body_bytes and was dropped: answer 413. */
+bool ws_req_body_too_large(const struct ws_req *r);
+/* The id in the x-request-id response header: the client's x-request-id when
+ * it is short and plain, else a fresh one. */
+const char *ws_req_id(const struct ws_req *r);
+/* Label for logs and metrics ("/v1/models/{id}"); must be a static string. */
+void ws_req_set_route(struct ws_req *r, const char *route);
+/* Extra response header (e.g. "retry-after"); copied; up to 8 per response. */
+void ws_req_add_header(struct ws_req *r, const char *name, const char *value);
+/* Answer now with a complete body (copied). */
+void ws_req_respond(struct ws_req *r, int status, const char *content_type, const char *body,
+                    size_t len);
+/* Answer later from any thread. The returned out holds two references: the
+ * connection's (dropped by the server when the response is done or the client
+ * leaves) and the caller's (dropped with ws_out_release). NULL when out of
+ * memory (the server then answers 500). */
+struct ws_out *ws_req_defer(struct ws_req *r, ws_abort_fn on_abort, ws_free_fn on_free,
+                            void *user);
+
+/* ---- the deferred response (any thread) ---- */
+/* Status line and content type. stream: chunked transfer, each write is
+ * flushed as it comes; otherwise the body is collected and sent with a
+ * Content-Length at ws_out_end. Only the first call counts. */
+void ws_out_start(struct ws_out *o, int status, const char *content_type, bool stream);
+void ws_out_write(struct ws_out *o, const char *data, size_t len);
+/* One server-sent event: "event: NAME\n" (when event is non-NULL) and one
+ * "data: " line per line of data, then a blank line. */
+void ws_out_sse(struct ws_out *o, const char *event, const char *data, size_t len);
+void ws_out_end(struct ws_out *o);
+/* Token counts for the request's log line and metrics. */
+void ws_out_set_tokens(struct ws_out *o, int tokens_in, int tokens_out);
+/* True once the client is gone: producers may stop early. */
+bool ws_out_gone(struct ws_out *o);
+void ws_out_release(struct ws_out *o);
+
+/* ---- SSE framing (pure; exposed for tests) ----
+ * Writes the event into dst[cap] (not NUL-terminated) and returns its full
+ * length; cap 0 measures. */
+size_t ws_sse_frame(char *dst, size_t cap, const char *event, const char *data, size_t len);
+
+#endif
