@@ -19,6 +19,8 @@ static const struct command commands[] = {
     { "bench", cli_bench, "bench -m FILE.gguf -p N -n N prompt and generation speed" },
     { "serve", cli_serve, "serve -m FILE.gguf [--port N]  OpenAI/Anthropic HTTP server" },
     { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
+    { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
+    { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
 };
 
 static void usage(FILE *f)

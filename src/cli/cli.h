@@ -11,5 +11,8 @@ int cli_run(int argc, char **argv);      /* src/cli/run.c */
 int cli_bench(int argc, char **argv);    /* src/cli/bench.c */
 int cli_serve(int argc, char **argv);    /* src/cli/serve.c */
 int cli_bench_engine(int argc, char **argv); /* src/cli/bench_engine.c */
+int cli_template(int argc, char **argv);  /* src/cli/template.c */
+
+int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 
 #endif
