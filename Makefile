@@ -77,6 +77,14 @@ test: setup
 	$(MAKE) all $(BUILD)/test_runner
 	$(MAKE) tool-test
 	$(MAKE) unit-test
+	$(MAKE) client-test
+
+# The HTTP server driven by the official openai / @anthropic-ai/sdk npm
+# packages (tests/clients, lockfile committed); skips without a model.
+.PHONY: client-test
+client-test: $(BUILD)/omniserve
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error && \
+		OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test
 
 # MODEL=path.gguf picks the model; default: stories260K converted from ../shared.
 run: setup all

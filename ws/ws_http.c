@@ -784,7 +784,9 @@ static int ws_on_writeable(struct ws_server *s, struct ws_conn *c)
         return 0;
     if (stream && !r->final_sent) {
         memcpy(body, "0\r\n\r\n", 5);
-        if (lws_write(c->wsi, body, 5, LWS_WRITE_HTTP_FINAL) < 5)
+        /* Plain HTTP write: with _FINAL lws ends the transaction itself once
+         * buffered output drains, and without a Content-Length it closes. */
+        if (lws_write(c->wsi, body, 5, LWS_WRITE_HTTP) < 5)
             return -1;
         r->final_sent = true;
         lws_callback_on_writable(c->wsi);
@@ -818,8 +820,17 @@ static void ws_on_timer(struct ws_server *s, struct ws_conn *c)
 static void ws_conn_closed(struct ws_server *s, struct ws_conn *c)
 {
     if (c->active) {
-        ws_abort(c);
-        ws_finish(s, c, true);
+        /* Everything was sent and only the bookkeeping was left: not an abort. */
+        bool complete = false;
+        struct ws_out *o = c->req.out;
+        if (o && c->req.headers_sent) {
+            pthread_mutex_lock(&o->lock);
+            complete = o->ended && o->off == o->len && (!o->stream || c->req.final_sent);
+            pthread_mutex_unlock(&o->lock);
+        }
+        if (!complete)
+            ws_abort(c);
+        ws_finish(s, c, !complete);
     }
     ws_req_reset(&c->req);
     ws_unlink(s, c);

@@ -1,0 +1,110 @@
+// ops.test.mjs - the operational side: API keys (Bearer and x-api-key, /health
+// open), --strict-model-id, --max-body (413), a full queue (429 with
+// Retry-After), keep-alive comments while queued, a server without a model,
+// /metrics, and graceful shutdown on SIGTERM with a stream in flight.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer, testModel, modelSkip, metric, rawSSE } from './server.mjs';
+
+const skip = testModel() ? false : modelSkip;
+const say = [{ role: 'user', content: 'Once upon a time' }];
+const openai = (srv, apiKey = 'unused') => new OpenAI({ baseURL: `${srv.url}/v1`, apiKey, maxRetries: 0 });
+
+test('api key, strict model id, body limit', { skip }, async () => {
+  const srv = await startServer(['--api-key', 'k1', '--strict-model-id', '--served-model-name', 'tiny', '--max-body', '2K']);
+  try {
+    assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+    await assert.rejects(openai(srv, 'nope').models.list(), (e) => e.status === 401 && e.code === 'invalid_api_key');
+    assert.equal((await fetch(`${srv.url}/v1/models`)).status, 401);
+    assert.equal((await fetch(`${srv.url}/metrics`)).status, 401);
+    const ok = await openai(srv, 'k1').models.list();
+    assert.equal(ok.data[0].id, 'tiny');
+    assert.equal((await fetch(`${srv.url}/v1/models`, { headers: { 'x-api-key': 'k1' } })).status, 200);
+    const c = openai(srv, 'k1');
+    const r = await c.chat.completions.create({ model: 'tiny', messages: say, max_tokens: 3 });
+    assert.equal(r.model, 'tiny');
+    await assert.rejects(c.chat.completions.create({ model: 'gpt-4o', messages: say, max_tokens: 3 }),
+      (e) => e.status === 404 && e.code === 'model_not_found' && /gpt-4o/.test(e.message));
+    await assert.rejects(c.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x'.repeat(4000) }] }),
+      (e) => e.status === 413);
+    assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('queue full -> 429 with Retry-After', { skip }, async () => {
+  const srv = await startServer(['--max-queue', '0']);
+  try {
+    await assert.rejects(openai(srv).chat.completions.create({ model: 'x', messages: say, max_tokens: 3 }), (e) => {
+      assert.equal(e.status, 429);
+      assert.equal(e.headers.get('retry-after'), '1');
+      return true;
+    });
+    assert.equal(await metric(srv.url, 'omniserve_http_requests_total{route="/v1/chat/completions",method="POST",status="429"}'), 1);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('keep-alive comments while a stream waits in the queue', { skip }, async () => {
+  const srv = await startServer(['--max-seqs', '1', '--sse-keepalive', '0.005']);
+  try {
+    const body = { messages: say, max_tokens: 460, stream: true };
+    const [first, second] = await Promise.all([rawSSE(`${srv.url}/v1/chat/completions`, body),
+      rawSSE(`${srv.url}/v1/chat/completions`, body)]);
+    assert.equal(first.frames.at(-1).data, '[DONE]');
+    assert.equal(second.frames.at(-1).data, '[DONE]');
+    assert.ok([first, second].some((r) => r.frames.some((f) => f.comment === 'keep-alive')), 'no keep-alive comment');
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('without a model: health, metrics and models work, generation is 503', { skip: modelSkip.includes('not built') ? modelSkip : false }, async () => {
+  const srv = await startServer([], { model: null });
+  try {
+    const h = await (await fetch(`${srv.url}/health`)).json();
+    assert.equal(h.status, 'no_model');
+    assert.match(h.message, /-m FILE.gguf/);
+    assert.deepEqual((await openai(srv).models.list()).data, []);
+    await assert.rejects(openai(srv).chat.completions.create({ model: 'x', messages: say }), (e) => e.status === 503 && /no model/.test(e.message));
+    const a = await fetch(`${srv.url}/v1/messages`, { method: 'POST', body: '{}' });
+    assert.equal(a.status, 503);
+    assert.equal((await a.json()).error.type, 'overloaded_error');
+    assert.match(await (await fetch(`${srv.url}/metrics`)).text(), /omniserve_build_info/);
+  } finally {
+    const { code } = await srv.stop();
+    assert.equal(code, 0);
+  }
+});
+
+test('metrics: counters, histograms and engine gauges', { skip }, async () => {
+  const srv = await startServer();
+  try {
+    await openai(srv).chat.completions.create({ model: 'x', messages: say, max_tokens: 5 });
+    const text = await (await fetch(`${srv.url}/metrics`)).text();
+    for (const name of ['omniserve_http_requests_total{route="/v1/chat/completions",method="POST",status="200"} 1',
+      'omniserve_http_request_duration_seconds_bucket{le="+Inf"}', 'omniserve_time_to_first_token_seconds_count 1',
+      'omniserve_inter_token_latency_seconds_count 4', 'omniserve_generation_tokens_total 5',
+      'omniserve_requests_running ', 'omniserve_kv_blocks_total', 'omniserve_build_info{version='])
+      assert.ok(text.includes(name), `missing ${name}`);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('SIGTERM: in-flight stream completes, exit code 0', { skip }, async () => {
+  const srv = await startServer(['--shutdown-timeout', '20']);
+  const stream = await openai(srv).chat.completions.create({ model: 'x', messages: say, max_tokens: 450, stream: true });
+  let n = 0, finish;
+  for await (const c of stream) {
+    if (n++ === 1) srv.proc.kill('SIGTERM');
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'length');
+  const { code } = await srv.exited;
+  assert.equal(code, 0, srv.log());
+  assert.match(srv.log(), /shutting down/);
+});
