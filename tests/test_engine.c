@@ -640,3 +640,51 @@ TEST(engine_bad_requests)
     CHECK_EQ(r.n_final, 1);
     llm_model_free(m);
 }
+
+/* --prefix-cache-dir: blocks saved at engine_free come back at the next
+ * start; a corrupt file or other KV settings are ignored. */
+TEST(engine_prefix_store_roundtrip)
+{
+    struct llm_model *m = golden("qwen2-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s", test_tmpdir());
+    snprintf(path, sizeof path, "%s/m.kvcache", dir);
+    remove(path);
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    ep.prefix_cache_dir = dir;
+    int32_t ids[40];
+    random_prompt(ids, 40, llm_model_hparams(m)->n_vocab, 21);
+    struct group g;
+    group_init(&g);
+    struct result r[4];
+    char err[256];
+    for (int run = 0; run < 4; run++) {
+        if (run == 2) { /* flip one byte in the middle */
+            size_t len = 0;
+            char *buf = test_read_file(path, &len);
+            CHECK(buf && len > 100);
+            buf[len / 2] ^= 1;
+            FILE *f = fopen(path, "wb");
+            CHECK(f && fwrite(buf, 1, len, f) == len);
+            fclose(f);
+            free(buf);
+        }
+        ep.kv_type = run == 3 ? GGML_TYPE_F32 : GGML_TYPE_F16;
+        struct engine *e = start(m, &ep);
+        CHECK(e);
+        result_init(&r[run], &g);
+        struct engine_request rq = greedy(ids, 40, 8, &r[run]);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        engine_free(e);
+        CHECK(memcmp(r[run].tok[0], r[0].tok[0], sizeof r[0].tok[0]) == 0 || run == 3);
+    }
+    CHECK_EQ(r[0].usage[0].cached_tokens, 0);
+    CHECK_EQ(r[1].usage[0].cached_tokens, 32);  /* reloaded from the file */
+    CHECK_EQ(r[2].usage[0].cached_tokens, 0);   /* corrupt: ignored */
+    CHECK_EQ(r[3].usage[0].cached_tokens, 0);   /* f16 file, f32 pool: ignored */
+    llm_model_free(m);
+}

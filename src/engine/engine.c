@@ -10,6 +10,7 @@
 #include "engine.h"
 
 #include "kv_pool.h"
+#include "prefix_store.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 #include "src/core/omni.h"
@@ -72,6 +73,7 @@ struct request {
 struct emodel {
     struct llm_model *m;
     char name[64];
+    char file_name[64];      /* name with only [A-Za-z0-9._-], for the prefix store */
     const struct llm_hparams *hp;
     const struct tokenizer *tok;
     int n_ctx, max_blocks;   /* per sequence */
@@ -96,7 +98,8 @@ struct hist {
 };
 
 struct engine {
-    struct engine_params p;
+    struct engine_params p;  /* p.prefix_cache_dir points to cache_dir */
+    char *cache_dir;         /* owned copy */
     struct emodel models[ENGINE_MAX_MODELS];
     int n_models;
     struct tpool *tp;
@@ -162,6 +165,11 @@ struct engine *engine_new(const struct engine_params *params, char *err, size_t 
         return NULL;
     }
     e->p = p;
+    if (p.prefix_cache_dir && !(e->p.prefix_cache_dir = e->cache_dir = strdup(p.prefix_cache_dir))) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        free(e);
+        return NULL;
+    }
     e->next_id = 1;
     e->rr = -1;
     pthread_mutex_init(&e->mu, NULL);
@@ -194,6 +202,12 @@ int engine_add_model(struct engine *e, struct llm_model *m, const char *name, ch
     memset(em, 0, sizeof *em);
     em->m = m;
     snprintf(em->name, sizeof em->name, "%s", name);
+    for (size_t i = 0; name[i]; i++) {
+        const char c = name[i];
+        const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        em->file_name[i] = plain && !(i == 0 && c == '.') ? c : '_';
+    }
     em->hp = llm_model_hparams(m);
     em->tok = llm_model_tokenizer(m);
     em->n_ctx = em->hp->n_ctx_train;
@@ -299,6 +313,12 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         if (!em->ctx)
             return OMNI_ERR_NOMEM;
         llm_ctx_set_batch_invariant(em->ctx, e->p.deterministic);
+        if (e->p.prefix_cache_dir) {
+            int n = prefix_store_load(em->pool, em->m, e->p.prefix_cache_dir, em->file_name);
+            if (n > 0)
+                OMNI_INFO("engine: model '%s': %d prefix blocks loaded from %s", em->name, n,
+                          e->p.prefix_cache_dir);
+        }
         em->running = calloc((size_t)S, sizeof *em->running);
         em->items = calloc((size_t)S, sizeof *em->items);
         em->b_tok = malloc((size_t)T * sizeof(int32_t));
@@ -359,6 +379,8 @@ void engine_free(struct engine *e)
     }
     for (int i = 0; i < e->n_models; i++) {
         struct emodel *em = &e->models[i];
+        if (e->started && e->p.prefix_cache_dir)
+            prefix_store_save(em->pool, em->m, e->p.prefix_cache_dir, em->file_name);
         kv_pool_free(em->pool);
         llm_ctx_free(em->ctx);
         free(em->running);
@@ -372,6 +394,7 @@ void engine_free(struct engine *e)
     }
     tpool_free(e->tp);
     free(e->cancel_ids);
+    free(e->cache_dir);
     free(e->pend_ttft);
     free(e->pend_itl);
     pthread_mutex_destroy(&e->mu);
