@@ -21,6 +21,7 @@ static const struct command commands[] = {
     { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
+    { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
 };
 
 static void usage(FILE *f)

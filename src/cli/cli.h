@@ -14,5 +14,6 @@ int cli_bench_engine(int argc, char **argv); /* src/cli/bench_engine.c */
 int cli_template(int argc, char **argv);  /* src/cli/template.c */
 
 int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
+int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 
 #endif
