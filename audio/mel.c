@@ -1,16 +1,24 @@
-/* mel.c - Whisper log-mel spectrogram: windowed frames -> av_tx real FFT ->
+/* mel.c - Whisper log-mel spectrogram: windowed frames -> 400-point DFT ->
  * power -> mel filters -> log10, clamped to (max - 8) and scaled (x + 4) / 4.
- * Frames are independent, so each pool thread takes a contiguous range with
- * its own av_tx context (contexts hold scratch and are not shared). */
+ * av_tx (FFmpeg 5.1) computes 400-point transforms as a naive O(n^2) DFT
+ * (0.7 ms a frame), so the DFT is Bluestein's chirp-z transform over 1024-point
+ * av_tx FFTs: X[k] = w[k] * IFFT(FFT(x w) FFT(conj w))[k], w[n] = e^(-i pi n^2 / N).
+ * Frames are independent; each pool thread takes a range with its own av_tx
+ * contexts (they hold scratch and are not shared). */
 #include "audio/mel.h"
 
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
+#include <libavutil/mem.h>
 #include <libavutil/tx.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+
+#define DFT_M 1024  /* power of two >= 2 * MEL_N_FFT - 1 */
 
 struct mel_job {
     const float *filters;   /* [n_mels][MEL_N_FREQ] */
@@ -19,6 +27,8 @@ struct mel_job {
     int64_t n_total;        /* n_samples + zero padding */
     int n_mels, n_frames;
     float window[MEL_N_FFT];
+    AVComplexFloat chirp[MEL_N_FFT];  /* w[n] = e^(-i pi n^2 / N) */
+    AVComplexFloat chirp_fft[DFT_M];  /* FFT of conj(w) laid out circularly, / DFT_M */
     float *out;             /* [n_mels][n_frames] */
     float *thread_max;      /* [nth] */
     atomic_int failed;
@@ -35,35 +45,55 @@ static float padded_sample(const struct mel_job *j, int64_t i)
     return i < j->n_samples ? j->pcm[i] : 0.0f;
 }
 
+static inline AVComplexFloat cmul(AVComplexFloat a, AVComplexFloat b)
+{
+    return (AVComplexFloat){ a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re };
+}
+
 static void mel_worker(void *arg, int ith, int nth)
 {
     struct mel_job *j = arg;
     const int t0 = (int)((int64_t)j->n_frames * ith / nth);
-    const int t1 = (int)((int64_t)j->n_frames * (ith + 1) / nth);
+    int t1 = (int)((int64_t)j->n_frames * (ith + 1) / nth);
     float vmax = -INFINITY;
-    AVTXContext *tx = NULL;
-    av_tx_fn fft;
+    AVTXContext *fwd = NULL, *inv = NULL;
+    av_tx_fn fft, ifft;
     const float scale = 1.0f;
-    if (t0 < t1 && av_tx_init(&tx, &fft, AV_TX_FLOAT_RDFT, 0, MEL_N_FFT, &scale, AV_TX_UNALIGNED) < 0) {
+    if (t0 < t1 && (av_tx_init(&fwd, &fft, AV_TX_FLOAT_FFT, 0, DFT_M, &scale, 0) < 0 ||
+                    av_tx_init(&inv, &ifft, AV_TX_FLOAT_FFT, 1, DFT_M, &scale, 0) < 0)) {
         atomic_store(&j->failed, 1);
+        av_tx_uninit(&fwd);
         return;
     }
-    float frame[MEL_N_FFT];
-    AVComplexFloat spec[MEL_N_FREQ];
+    AVComplexFloat *a = av_malloc(2 * DFT_M * sizeof *a), *b = a ? a + DFT_M : NULL;
     float power[MEL_N_FREQ];
+    if (t0 < t1 && !a) {
+        atomic_store(&j->failed, 1);
+        t1 = t0;
+    }
     for (int t = t0; t < t1; t++) {
-        /* frame t is centred on sample t * hop */
+        /* frame t is centred on sample t * hop; a = windowed frame * chirp */
         const int64_t start = (int64_t)t * MEL_HOP - MEL_N_FFT / 2;
-        if (start >= 0 && start + MEL_N_FFT <= j->n_samples) {
-            for (int i = 0; i < MEL_N_FFT; i++)
-                frame[i] = j->window[i] * j->pcm[start + i];
-        } else {
-            for (int i = 0; i < MEL_N_FFT; i++)
-                frame[i] = j->window[i] * padded_sample(j, start + i);
+        if (start >= j->n_samples && start + MEL_N_FFT <= j->n_total) { /* all padding: silence */
+            for (int m = 0; m < j->n_mels; m++)
+                j->out[(size_t)m * j->n_frames + t] = -10.0f;
+            vmax = vmax > -10.0f ? vmax : -10.0f;
+            continue;
         }
-        fft(tx, spec, frame, sizeof(float));
-        for (int k = 0; k < MEL_N_FREQ; k++)
-            power[k] = spec[k].re * spec[k].re + spec[k].im * spec[k].im;
+        const bool inside = start >= 0 && start + MEL_N_FFT <= j->n_samples;
+        for (int i = 0; i < MEL_N_FFT; i++) {
+            const float x = j->window[i] * (inside ? j->pcm[start + i] : padded_sample(j, start + i));
+            a[i] = (AVComplexFloat){ x * j->chirp[i].re, x * j->chirp[i].im };
+        }
+        memset(a + MEL_N_FFT, 0, (DFT_M - MEL_N_FFT) * sizeof *a);
+        fft(fwd, b, a, sizeof *a);
+        for (int i = 0; i < DFT_M; i++)
+            b[i] = cmul(b[i], j->chirp_fft[i]);
+        ifft(inv, a, b, sizeof *a);
+        for (int k = 0; k < MEL_N_FREQ; k++) {
+            const AVComplexFloat X = cmul(a[k], j->chirp[k]);
+            power[k] = X.re * X.re + X.im * X.im;
+        }
         for (int m = 0; m < j->n_mels; m++) {
             const float *f = j->filters + (size_t)m * MEL_N_FREQ;
             float s = 0.0f;
@@ -75,7 +105,36 @@ static void mel_worker(void *arg, int ith, int nth)
         }
     }
     j->thread_max[ith] = vmax;
+    av_free(a);
+    av_tx_uninit(&fwd);
+    av_tx_uninit(&inv);
+}
+
+/* The chirp and the transform of its conjugate, shared by every frame. */
+static int chirp_init(struct mel_job *j)
+{
+    AVTXContext *tx = NULL;
+    av_tx_fn fft;
+    const float scale = 1.0f;
+    AVComplexFloat *b = av_mallocz(DFT_M * sizeof *b);
+    if (!b || av_tx_init(&tx, &fft, AV_TX_FLOAT_FFT, 0, DFT_M, &scale, AV_TX_UNALIGNED) < 0) {
+        av_free(b);
+        return -1;
+    }
+    for (int n = 0; n < MEL_N_FFT; n++) {
+        /* n^2 mod 2N keeps the angle exact for large n */
+        const double ang = M_PI * (double)(((int64_t)n * n) % (2 * MEL_N_FFT)) / MEL_N_FFT;
+        j->chirp[n] = (AVComplexFloat){ (float)cos(ang), (float)-sin(ang) };
+        b[n] = (AVComplexFloat){ (float)cos(ang), (float)sin(ang) };
+        if (n > 0)
+            b[DFT_M - n] = b[n];
+    }
+    fft(tx, j->chirp_fft, b, sizeof *b);
+    for (int i = 0; i < DFT_M; i++) /* the inverse FFT is unnormalised */
+        j->chirp_fft[i] = (AVComplexFloat){ j->chirp_fft[i].re / DFT_M, j->chirp_fft[i].im / DFT_M };
     av_tx_uninit(&tx);
+    av_free(b);
+    return 0;
 }
 
 struct norm_job {
@@ -138,15 +197,16 @@ int mel_compute(struct tpool *tp, const float *filters, int n_mels, const float 
     j->n_frames = (int)n_frames;
     for (int i = 0; i < MEL_N_FFT; i++) /* periodic Hann */
         j->window[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / MEL_N_FFT));
-    atomic_init(&j->failed, 0);
+    atomic_init(&j->failed, chirp_init(j) < 0);
     for (int i = 0; i < nth; i++)
         j->thread_max[i] = -INFINITY;
-    run(tp, mel_worker, j);
+    if (!atomic_load(&j->failed))
+        run(tp, mel_worker, j);
     if (atomic_load(&j->failed)) {
         free(j->out);
         free(j->thread_max);
         free(j);
-        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "mel: av_tx has no %d-point real FFT", MEL_N_FFT);
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "mel: av_tx failed for a %d-point FFT", DFT_M);
     }
     float vmax = -INFINITY;
     for (int i = 0; i < nth; i++)

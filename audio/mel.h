@@ -1,7 +1,7 @@
 /* mel.h - Whisper's log-mel spectrogram of 16 kHz mono audio.
  *
  * 25 ms periodic Hann window (n_fft 400), hop 160 (10 ms), power spectrum by
- * libavutil's av_tx real FFT, n_mels triangular filters (those stored in the
+ * libavutil's av_tx FFTs (chirp-z, see mel.c), n_mels triangular filters (those stored in the
  * model file), log10 clamped at 1e-10 and at (max - 8), then (x + 4) / 4, as
  * OpenAI's whisper and transformers' WhisperFeatureExtractor compute it.
  *

@@ -24,7 +24,8 @@ struct whisper_state;
 
 #define WHISPER_SAMPLE_RATE_HZ 16000
 #define WHISPER_CHUNK_FRAMES 3000  /* mel frames in one 30 s window */
-#define WHISPER_MAX_DECODERS 8     /* beams, or candidates when sampling */
+#define WHISPER_MAX_DECODERS 16    /* K/V cache slots: 2 per beam, 1 per sampled candidate */
+#define WHISPER_MAX_BEAMS (WHISPER_MAX_DECODERS / 2)
 
 // ---- model ------------------------------------------------------------------
 
@@ -138,14 +139,15 @@ struct whisper_full_params {
     bool no_timestamps;         /* decode with <|notimestamps|>: one segment per window */
     bool no_context;            /* do not condition on the previous window's text */
     bool suppress_blank;        /* no blank or EOT as the first sampled token (OpenAI) */
-    bool suppress_non_speech;   /* OpenAI's "-1" list of symbols, off by default as in whisper.cpp */
+    bool suppress_special;      /* never sample <|startoftranscript|>, task, <|startofprev|>,
+                                   <|startoflm|>, <|nospeech|> (OpenAI) */
     const char *initial_prompt; /* text before the first window (<|startofprev|> ...) */
     int offset_ms;              /* start decoding this far into the audio */
     int duration_ms;            /* decode at most this much audio; 0: all */
     int max_tokens;             /* sampled tokens per window; 0: n_text_ctx / 2 */
     float max_initial_ts_s;     /* first timestamp at most this (1.0 s) */
-    int greedy_best_of;         /* candidates when sampling at temperature > 0 (5) */
-    int beam_size;              /* beams for WHISPER_SAMPLING_BEAM_SEARCH (5) */
+    int greedy_best_of;         /* candidates when sampling at temperature > 0 (5, <= 16) */
+    int beam_size;              /* beams for WHISPER_SAMPLING_BEAM_SEARCH (5, <= 8) */
     float length_penalty;       /* < 0: rank by sum logprob / length (OpenAI default) */
     float temperature;          /* first attempt (0 = greedy argmax) */
     float temperature_inc;      /* fallback step; <= 0 disables fallback (0.2) */

@@ -1,0 +1,276 @@
+/* transcribe.c - `omniserve transcribe`: speech to text with a whisper.cpp
+ * ggml model. Audio of any format ffmpeg reads is decoded to 16 kHz mono
+ * (media/audio.h); the result is printed as plain text, OpenAI's json /
+ * verbose_json response bodies, or SRT / WebVTT subtitles. */
+#include "src/cli/cli.h"
+
+#include "audio/whisper.h"
+#include "media/audio.h"
+#include "src/core/omni.h"
+#include "src/core/threadpool.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum fmt { FMT_TEXT, FMT_JSON, FMT_VERBOSE_JSON, FMT_SRT, FMT_VTT };
+static const char *const fmt_names[] = { "text", "json", "verbose_json", "srt", "vtt" };
+
+static void transcribe_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: omniserve transcribe -m ggml-MODEL.bin FILE [options]\n"
+            "  -m, --model FILE        whisper.cpp ggml model (any size, f16/f32/q4_0..q8_0)\n"
+            "  --format F              text | json | verbose_json | srt | vtt (default text)\n"
+            "  --language L            spoken language code (en, de, ...) or auto (default: auto;\n"
+            "                          English-only models always use en)\n"
+            "  --translate             translate to English instead of transcribing\n"
+            "  --beam-size N           beam search with N beams (1..%d; default greedy)\n"
+            "  --best-of N             candidates when sampling at temperature > 0 (default 5)\n"
+            "  --temperature T         first decoding temperature (default 0)\n"
+            "  --no-fallback           no retries at higher temperatures\n"
+            "  --prompt TEXT           initial prompt (spelling, names, style)\n"
+            "  --no-timestamps         decode without timestamp tokens (one segment per 30 s)\n"
+            "  --no-suppress           sample blank, EOT and special tokens like any other\n"
+            "  --max-tokens N          tokens per 30 s window (default: half the text context)\n"
+            "  --threads N             worker threads (default: physical cores)\n",
+            WHISPER_MAX_BEAMS);
+}
+
+/* "00:01:02,345" (SRT) or "00:01:02.345" (VTT) */
+static void print_time(int64_t ms, char sep)
+{
+    printf("%02lld:%02lld:%02lld%c%03lld", (long long)(ms / 3600000), (long long)(ms / 60000 % 60),
+           (long long)(ms / 1000 % 60), sep, (long long)(ms % 1000));
+}
+
+static const char *skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+/* All segment texts joined, leading space removed (OpenAI's "text"). */
+static char *full_text(const struct whisper_state *s)
+{
+    size_t len = 1;
+    for (int i = 0; i < whisper_full_n_segments(s); i++)
+        len += strlen(whisper_full_get_segment(s, i)->text);
+    char *t = malloc(len);
+    if (!t)
+        return NULL;
+    t[0] = 0;
+    for (int i = 0; i < whisper_full_n_segments(s); i++)
+        strcat(t, whisper_full_get_segment(s, i)->text);
+    memmove(t, skip_space(t), strlen(skip_space(t)) + 1);
+    return t;
+}
+
+static int print_json(const struct whisper_state *s, bool verbose, bool translate, double duration_s)
+{
+    char *text = full_text(s);
+    cJSON *o = cJSON_CreateObject();
+    if (!text || !o)
+        goto nomem;
+    if (verbose) {
+        cJSON_AddStringToObject(o, "task", translate ? "translate" : "transcribe");
+        cJSON_AddStringToObject(o, "language", whisper_full_lang(s));
+        cJSON_AddNumberToObject(o, "duration", duration_s);
+    }
+    cJSON_AddStringToObject(o, "text", text);
+    if (verbose) {
+        cJSON *segs = cJSON_AddArrayToObject(o, "segments");
+        for (int i = 0; segs && i < whisper_full_n_segments(s); i++) {
+            const struct whisper_segment *g = whisper_full_get_segment(s, i);
+            cJSON *j = cJSON_CreateObject();
+            if (!j)
+                goto nomem;
+            cJSON_AddItemToArray(segs, j);
+            cJSON_AddNumberToObject(j, "id", i);
+            cJSON_AddNumberToObject(j, "seek", (double)(g->t0_ms / 10));
+            cJSON_AddNumberToObject(j, "start", g->t0_ms / 1000.0);
+            cJSON_AddNumberToObject(j, "end", g->t1_ms / 1000.0);
+            cJSON_AddStringToObject(j, "text", g->text);
+            cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
+            for (int k = 0; toks && k < g->n_tokens; k++)
+                cJSON_AddItemToArray(toks, cJSON_CreateNumber(g->tokens[k].id));
+            cJSON_AddNumberToObject(j, "temperature", g->temperature);
+            cJSON_AddNumberToObject(j, "avg_logprob", g->avg_logprob);
+            cJSON_AddNumberToObject(j, "compression_ratio", g->compression_ratio);
+            cJSON_AddNumberToObject(j, "no_speech_prob", g->no_speech_prob);
+        }
+    }
+    char *out = cJSON_PrintUnformatted(o);
+    if (!out)
+        goto nomem;
+    puts(out);
+    cJSON_free(out);
+    cJSON_Delete(o);
+    free(text);
+    return 0;
+nomem:
+    cJSON_Delete(o);
+    free(text);
+    fprintf(stderr, "transcribe: out of memory\n");
+    return 1;
+}
+
+static int print_result(const struct whisper_state *s, enum fmt fmt, bool translate, double duration_s)
+{
+    const int n = whisper_full_n_segments(s);
+    switch (fmt) {
+    case FMT_TEXT: {
+        char *t = full_text(s);
+        if (!t)
+            return 1;
+        puts(t);
+        free(t);
+        return 0;
+    }
+    case FMT_JSON:
+    case FMT_VERBOSE_JSON:
+        return print_json(s, fmt == FMT_VERBOSE_JSON, translate, duration_s);
+    case FMT_SRT:
+    case FMT_VTT:
+        if (fmt == FMT_VTT)
+            printf("WEBVTT\n\n");
+        for (int i = 0; i < n; i++) {
+            const struct whisper_segment *g = whisper_full_get_segment(s, i);
+            if (fmt == FMT_SRT)
+                printf("%d\n", i + 1);
+            print_time(g->t0_ms, fmt == FMT_SRT ? ',' : '.');
+            printf(" --> ");
+            print_time(g->t1_ms, fmt == FMT_SRT ? ',' : '.');
+            printf("\n%s\n\n", skip_space(g->text));
+        }
+        return 0;
+    }
+    return 1;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+int cli_transcribe(int argc, char **argv)
+{
+    const char *model = NULL, *file = NULL;
+    enum fmt fmt = FMT_TEXT;
+    long threads = 0, v;
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            transcribe_usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && val) {
+            model = argv[++i];
+        } else if (!strcmp(a, "--format") && val) {
+            int k = -1;
+            for (int j = 0; j < (int)(sizeof fmt_names / sizeof fmt_names[0]); j++)
+                if (!strcmp(val, fmt_names[j]))
+                    k = j;
+            if (k < 0) {
+                fprintf(stderr, "transcribe: unknown --format '%s' (text, json, verbose_json, srt, vtt)\n", val);
+                return 2;
+            }
+            fmt = (enum fmt)k;
+            i++;
+        } else if (!strcmp(a, "--language") && val) {
+            p.language = argv[++i];
+        } else if (!strcmp(a, "--translate")) {
+            p.translate = true;
+        } else if (!strcmp(a, "--beam-size") && val) {
+            if (!parse_int(argv[++i], 1, WHISPER_MAX_BEAMS, &v)) {
+                fprintf(stderr, "transcribe: --beam-size must be 1..%d\n", WHISPER_MAX_BEAMS);
+                return 2;
+            }
+            p.strategy = WHISPER_SAMPLING_BEAM_SEARCH;
+            p.beam_size = (int)v;
+        } else if (!strcmp(a, "--best-of") && val) {
+            if (!parse_int(argv[++i], 1, WHISPER_MAX_DECODERS, &v)) {
+                fprintf(stderr, "transcribe: --best-of must be 1..%d\n", WHISPER_MAX_DECODERS);
+                return 2;
+            }
+            p.greedy_best_of = (int)v;
+        } else if (!strcmp(a, "--temperature") && val) {
+            char *end;
+            p.temperature = strtof(argv[++i], &end);
+            if (*end || !(p.temperature >= 0 && p.temperature <= 2)) {
+                fprintf(stderr, "transcribe: --temperature must be 0..2\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-fallback")) {
+            p.temperature_inc = 0;
+        } else if (!strcmp(a, "--prompt") && val) {
+            p.initial_prompt = argv[++i];
+        } else if (!strcmp(a, "--no-timestamps")) {
+            p.no_timestamps = true;
+        } else if (!strcmp(a, "--no-suppress")) {
+            p.suppress_blank = p.suppress_special = false;
+        } else if (!strcmp(a, "--max-tokens") && val) {
+            if (!parse_int(argv[++i], 1, 1 << 16, &v)) {
+                fprintf(stderr, "transcribe: --max-tokens must be a positive integer\n");
+                return 2;
+            }
+            p.max_tokens = (int)v;
+        } else if (!strcmp(a, "--threads") && val) {
+            if (!parse_int(argv[++i], 1, 1024, &threads)) {
+                fprintf(stderr, "transcribe: --threads must be 1..1024\n");
+                return 2;
+            }
+        } else if (a[0] != '-' && !file) {
+            file = a;
+        } else {
+            fprintf(stderr, "transcribe: unknown or incomplete option '%s'\n", a);
+            transcribe_usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !file) {
+        transcribe_usage(stderr);
+        return 2;
+    }
+
+    char err[512];
+    float *pcm = NULL;
+    size_t n = 0;
+    struct whisper_model *m = NULL;
+    struct whisper_state *s = NULL;
+    struct tpool *tp = NULL;
+    int rc = 1;
+    struct media_audio_params ap = media_audio_default_params();
+    ap.sample_rate_hz = WHISPER_SAMPLE_RATE_HZ;
+    if (media_audio_decode_file(file, &ap, &pcm, &n, err, sizeof err) < 0 ||
+        !(m = whisper_model_load(model, err, sizeof err)) ||
+        !(tp = tpool_new(threads > 0 ? (int)threads : omni_physical_cores(), err, sizeof err)) ||
+        !(s = whisper_state_new(m, tp, err, sizeof err))) {
+        fprintf(stderr, "transcribe: %s\n", err);
+        goto out;
+    }
+    const double t0 = omni_time_s();
+    if (whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err) < 0) {
+        fprintf(stderr, "transcribe: %s\n", err);
+        goto out;
+    }
+    const double dur = (double)n / WHISPER_SAMPLE_RATE_HZ;
+    OMNI_INFO("transcribe: %.2f s of audio in %.2f s (%d segments, language %s)", dur, omni_time_s() - t0,
+              whisper_full_n_segments(s), whisper_full_lang(s));
+    rc = print_result(s, fmt, p.translate, dur);
+out:
+    whisper_state_free(s);
+    tpool_free(tp);
+    whisper_model_free(m);
+    free(pcm);
+    return rc;
+}
