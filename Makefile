@@ -86,7 +86,8 @@ client-test: $(BUILD)/omniserve
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error && \
 		OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test
 
-# MODEL=path.gguf picks the model; default: stories260K converted from ../shared.
+# `omniserve serve` on 127.0.0.1:8000 with MODEL=path.gguf (tools/demo_run.sh;
+# without MODEL: the cached default model, else a server that explains).
 run: setup all
 	@PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve MODEL=$(MODEL) sh tools/demo_run.sh
 
