@@ -342,3 +342,45 @@ TEST(media_resampler_limit_and_args)
     media_resampler_free(rs);
     media_resampler_free(NULL);
 }
+
+/* A 16-bit PCM WAV file built by hand: n frames of ch channels at rate. */
+static uint8_t *make_wav(const int16_t *frames, uint32_t n, uint16_t ch, uint32_t rate, size_t *len)
+{
+    uint32_t data = n * ch * 2;
+    uint8_t *b = malloc(44 + data);
+    uint32_t v32[] = { 36 + data, 16, rate, rate * ch * 2, data };
+    uint16_t v16[] = { 1, ch, (uint16_t)(ch * 2), 16 };
+    memcpy(b, "RIFF", 4), memcpy(b + 4, &v32[0], 4), memcpy(b + 8, "WAVEfmt ", 8);
+    memcpy(b + 16, &v32[1], 4), memcpy(b + 20, &v16[0], 2), memcpy(b + 22, &v16[1], 2);
+    memcpy(b + 24, &v32[2], 4), memcpy(b + 28, &v32[3], 4), memcpy(b + 32, &v16[2], 2);
+    memcpy(b + 34, &v16[3], 2), memcpy(b + 36, "data", 4), memcpy(b + 40, &v32[4], 4);
+    memcpy(b + 44, frames, data);
+    *len = 44 + data;
+    return b;
+}
+
+TEST(media_decode_stereo_44k_averages_channels)
+{
+    const uint32_t n = 44100;
+    int16_t *fr = malloc(n * 2 * sizeof *fr);
+    for (uint32_t i = 0; i < n; i++) {
+        int16_t s = (int16_t)lrint(16000 * sin(2 * M_PI * 440 * i / 44100.0));
+        fr[2 * i] = s;                                                     /* left: tone */
+        fr[2 * i + 1] = (int16_t)lrint(8000 * sin(2 * M_PI * 1000 * i / 44100.0)); /* right: other tone */
+    }
+    size_t len, ny;
+    uint8_t *wav = make_wav(fr, n, 2, 44100, &len);
+    free(fr);
+    char err[256] = "";
+    float *y;
+    int rc = media_audio_decode_memory(wav, len, NULL, &y, &ny, err, sizeof err);
+    free(wav);
+    CHECK_MSG(rc == OMNI_OK, "%s", err);
+    CHECK_MSG(fabs((double)ny - 16000) < 4, "%zu samples", ny);
+    /* Mono = (L + R) / 2: tone amplitudes 16000/2 and 8000/2 of 32768. */
+    double a440 = 2 * sqrt(tone_power(y + 1000, 14000, 440, 16000));
+    double a1000 = 2 * sqrt(tone_power(y + 1000, 14000, 1000, 16000));
+    free(y);
+    CHECK_NEAR(a440, 8000 / 32768.0, 0.01);
+    CHECK_NEAR(a1000, 4000 / 32768.0, 0.01);
+}
