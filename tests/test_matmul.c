@@ -125,14 +125,15 @@ static const int types[] = {
     GGML_TYPE_Q6_K,
 };
 
-/* Batches around every switch point (AMX tiles of 16 rows, the BLAS path
- * at OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
+/* Batches around every switch point (AMX from OMNI_MATMUL_QUANT_MAX rows and
+ * the per-type omni_amx_min_batch, AMX tiles of 4, 8 and 16 rows, the BLAS
+ * path at OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
  * count (uneven thread split, partial 16-row groups) and, for 32-element
  * types, an odd block count. */
 TEST(matmul_all_types_batches_threads_levels)
 {
     static const struct { int64_t n_in, n_out; } shapes[] = { { 512, 37 }, { 544, 21 } };
-    const int64_t batches[] = { 1, 7, 16, 17, 31, 32, 40, 64 };
+    const int64_t batches[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 32, 40, 64 };
     const int64_t max_nb = 64, max_in = 544, max_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(max_in * max_nb));
     float *y = malloc(sizeof(float) * (size_t)(max_out * max_nb));

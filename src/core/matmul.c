@@ -2,11 +2,12 @@
  *
  * Small batches (decode) are bound by reading W: x is quantized once to the
  * weight type's dot type and each thread streams its own range of W rows,
- * computing every batch column while the row is in L1. Large batches
- * (prompts) are compute bound: with AMX, batches of 16+ rows of the types
- * amx.c takes run as int8 tile products; otherwise, from 32 rows, W is
- * dequantized a chunk of rows at a time into per-thread scratch and
- * multiplied with single-threaded OpenBLAS sgemm. */
+ * computing every batch column while the row is in L1. Batches of several
+ * rows are compute bound: with AMX, from OMNI_MATMUL_QUANT_MAX rows up (more for some types,
+ * see omni_amx_min_batch), the types amx.c takes run as int8 tile products
+ * on 4-, 8- or 16-row tiles; otherwise, from 32 rows, W is dequantized a
+ * chunk of rows at a time into per-thread scratch and multiplied with
+ * single-threaded OpenBLAS sgemm. */
 #include "matmul.h"
 
 #include "cpu.h"
@@ -38,10 +39,6 @@
 #define PREFETCH_ROWS 4
 /* Batches from this many rows quantize x in parallel. */
 #define PARALLEL_QUANT_MIN 4
-/* Batches from this many rows use AMX tiles (16 rows each) for the weight
- * types amx.c takes, when the CPU level allows; below, a tile would be
- * mostly padding. */
-#define AMX_MIN_BATCH 16
 
 // ---- per-thread scratch ----------------------------------------------------
 
@@ -137,7 +134,7 @@ struct mm_job {
     size_t xq_row;
     float *y;            /* (n_batch, n_out) */
     int64_t n_in, n_out, n_batch;
-    int64_t m_pad;       /* AMX: n_batch rounded up to whole tiles */
+    int64_t m_pad;       /* AMX: n_batch rounded up to whole tiles (omni_amx_m_pad) */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -233,7 +230,8 @@ static void amx_rows(void *arg, int ith, int nth)
 static int use_amx(int type, int64_t n_batch)
 {
 #if defined(__x86_64__)
-    return n_batch >= AMX_MIN_BATCH && omni_cpu_level() >= OMNI_CPU_AMX && omni_amx_supports(type);
+    const int min_batch = omni_amx_min_batch(type);
+    return min_batch && n_batch >= min_batch && omni_cpu_level() >= OMNI_CPU_AMX;
 #else
     (void)type;
     (void)n_batch;
@@ -286,7 +284,7 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
     };
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
-        j.m_pad = (n_batch + 15) / 16 * 16;
+        j.m_pad = omni_amx_m_pad(n_batch);
         if (quantize_x(tp, &j, j.m_pad) != 0)
             atomic_store(&j.failed, 1);
         else

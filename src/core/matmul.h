@@ -8,10 +8,12 @@
  *   omni_matmul(tp, &w, x, n_batch, y);   // y[b][r] = sum_k W[r][k] * x[b][k]
  *
  * Small batches quantize x to the weight type's dot type (Q8_0 or Q8_K) and
- * use the SIMD dot kernels picked at startup from CPUID/XGETBV (AMX, AVX-512
- * VNNI, AVX2, scalar); batches of OMNI_MATMUL_BLAS_MIN rows or more dequantize
- * W a block of rows at a time and call OpenBLAS cblas_sgemm. Rows are split
- * across the pool's threads. Thread safety: one call at a time per pool. */
+ * use the SIMD dot kernels picked at startup from CPUID/XGETBV (AVX-512
+ * VNNI, AVX2, scalar); with AMX, batches of OMNI_MATMUL_QUANT_MAX rows or
+ * more of the quantized types it takes run as int8 tile products; other
+ * batches of OMNI_MATMUL_BLAS_MIN rows or more dequantize W a block of rows
+ * at a time and call OpenBLAS cblas_sgemm. Rows are split across the pool's
+ * threads. Thread safety: one call at a time per pool. */
 #ifndef OMNI_MATMUL_H
 #define OMNI_MATMUL_H
 
@@ -27,6 +29,13 @@ struct omni_tensor {
 };
 
 #define OMNI_MATMUL_BLAS_MIN 32
+/* Batches of fewer rows than this always take the per-row quantized dot
+ * path: each output is one vec_dot of its weight row and activation row,
+ * whatever else is in the batch. Larger batches may take AMX tiles, which
+ * also compute every row on its own but sum in another order; a caller that
+ * needs results independent of the batch (a deterministic mode) splits its
+ * rows into calls of fewer than this many. */
+#define OMNI_MATMUL_QUANT_MAX 2
 
 /* y[n_batch][n_out] = x[n_batch][n_in] * W^T. x and y are row-major floats.
  * tp may be NULL (single-threaded). */

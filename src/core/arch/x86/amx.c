@@ -1,16 +1,18 @@
 /* amx.c - int8 AMX (TDPBSSD) products of quantized weights with Q8
- * activations, for batches (prompt processing).
+ * activations, for batches (decode of several sequences, prompts).
  *
- * Weights q8_0, q4_0, q5_0, q4_1, q5_1, q4_K, q5_K: every 32 weights of a row
- * are s_w * q + o_w with int8 q (o_w is 0, the block min, or -dmin * m), and
- * every 32 activations d_a * q_a; one TDPBSSD per 32-column block gives
- * C[16 batch rows][16 weight rows] = sum q_a q, and
+ * Weights q8_0, q4_0, q5_0, q4_1, q5_1, q4_K, q5_K (blocks of 32) and q6_K
+ * (blocks of 16): every block of a row is s_w * q + o_w with int8 q (o_w is
+ * 0, the block min, or -dmin * m), and every 32 activations d_a * q_a; one
+ * TDPBSSD per block gives C[batch rows][16 weight rows] = sum q_a q, and
  *     y += d_a * s_w * C + o_w * (d_a * sum q_a)
- * goes into float accumulators held in 16 zmm registers. Weights are
- * repacked on the fly, 16 rows at a time, into the tile layout (B row r =
- * the r-th 4 bytes of each of the 16 rows) in per-thread scratch and reused
- * for every 16 batch rows: no weight copy outlives the call. Activation tiles
- * load straight from the Q8_0 / Q8_1 / Q8_K rows (tile stride = row stride). */
+ * goes into float accumulators held in zmm registers. Weights are repacked
+ * on the fly, 16 rows at a time, into the tile layout (B row r = the r-th 4
+ * bytes of each of the 16 rows) in per-thread scratch and reused for every
+ * tile of batch rows: no weight copy outlives the call. Activation tiles
+ * load straight from the Q8_0 / Q8_1 / Q8_K rows (tile stride = row stride).
+ * The result of a batch row depends only on that row (C is exact, the float
+ * accumulation order is fixed), not on the batch size. */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
@@ -42,18 +44,19 @@ static void tile_config_load(const struct tile_config *cfg)
     __asm__ volatile("ldtilecfg %0" ::"m"(*cfg));
 }
 
-/* tmm0, tmm1: C (16 x 16 int32); tmm2, tmm3: A (16 rows x 32 bytes);
+/* tmm0, tmm1: C (m_rows x 16 int32); tmm2, tmm3: A (m_rows x 32 bytes);
  * tmm4, tmm5: B (8 rows x 64 bytes). Two of each so that one block's
- * TDPBSSD can run while the previous block's C is being scaled. */
-static void tile_setup(void)
+ * TDPBSSD can run while the previous block's C is being scaled. Small
+ * batches use 4- or 8-row tiles: TDPBSSD and the scaling cost per row. */
+static void tile_setup(int m_rows)
 {
     struct tile_config cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette_id = 1;
     for (int t = 0; t < 2; t++) {
-        cfg.rows[t] = 16;
+        cfg.rows[t] = (uint8_t)m_rows;
         cfg.colsb[t] = 64;
-        cfg.rows[2 + t] = 16;
+        cfg.rows[2 + t] = (uint8_t)m_rows;
         cfg.colsb[2 + t] = 32;
         cfg.rows[4 + t] = 8;
         cfg.colsb[4 + t] = 64;
@@ -61,15 +64,28 @@ static void tile_setup(void)
     tile_config_load(&cfg);
 }
 
-int omni_amx_supports(int wtype)
+/* Where AMX beat the per-row dot kernels here (2 threads, 896 x 4864 and
+ * 4864 x 896 matrices): from 2 rows for the 32-element types, whose tiles
+ * pack cheaply; q4_K/q5_K from 4; q6_K, with two tile products per 32
+ * elements, from 6. */
+int omni_amx_min_batch(int wtype)
 {
     switch (wtype) {
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-        return 1;
+    case GGML_TYPE_Q5_1:
+        return 2;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        return 4;
+    case GGML_TYPE_Q6_K:
+        return 6;
     default:
         return 0;
     }
+}
+
+int64_t omni_amx_m_pad(int64_t n_batch)
+{
+    return n_batch <= 4 ? 4 : n_batch <= 8 ? 8 : (n_batch + TILE_M - 1) / TILE_M * TILE_M;
 }
 
 static int has_offset(int wtype)
@@ -78,11 +94,12 @@ static int has_offset(int wtype)
            wtype == GGML_TYPE_Q5_K;
 }
 
+/* Sized for the worst case, q6_K's n_in / 16 tile blocks. */
 size_t omni_amx_scratch_bytes(int64_t n_in, int64_t m_pad)
 {
-    const size_t nb = (size_t)(n_in / 32);
-    return nb * B_TILE_BYTES + 2 * nb * TILE_N * sizeof(float) /* packed B, s_w, o_w */
-           + 2 * nb * (size_t)m_pad * sizeof(float)           /* d_a, d_a * sum q_a */
+    const size_t nbt = (size_t)(n_in / 16);
+    return nbt * B_TILE_BYTES + 2 * nbt * TILE_N * sizeof(float) /* packed B, s_w, o_w */
+           + 2 * nbt * (size_t)m_pad * sizeof(float)           /* d_a, d_a * sum q_a */
            + 2 * TILE_M * TILE_N * sizeof(int32_t) + 64;      /* C buffers */
 }
 
@@ -219,6 +236,59 @@ static void pack_superblock_k(int wtype, const struct rows16 *g, const uint8_t *
     }
 }
 
+/* Super-block i of q6_K for 16 rows: 16 blocks of 16 (s_w = d * sc, no
+ * offset: q - 32 fits int8). The tile of block 2p+k holds it in half k of
+ * the 32 activations of pair p, the other half zero. Element l of group g (32
+ * elements, g = 0..3) of half h is nibble g >> 1 of ql[64h + 32(g & 1) + l]
+ * with bits 2g, 2g+1 of qh[32h + l] on top. */
+static void pack_superblock_q6_K(const struct rows16 *g, const uint8_t *w0, size_t w_row,
+                                 int64_t n_valid, int64_t i, uint8_t *out, float *sw)
+{
+    const uint8_t *sb = w0 + i * sizeof(block_q6_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3), off = _mm512_set1_epi8(32);
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < 8; r++) {
+            /* elements l = 4r .. 4r + 3 of each group of 32 */
+            const __m512i ql0 = gather_dw(g, sb + offsetof(block_q6_K, ql) + 64 * h + 4 * r);
+            const __m512i ql1 = gather_dw(g, sb + offsetof(block_q6_K, ql) + 64 * h + 32 + 4 * r);
+            const __m512i qh = gather_dw(g, sb + offsetof(block_q6_K, qh) + 32 * h + 4 * r);
+            const __m512i e[4] = {
+                _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m3), 4)),
+                _mm512_or_si512(_mm512_and_si512(ql1, m4),
+                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2), m3), 4)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4),
+                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m3), 4)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4),
+                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 6), m3), 4)),
+            };
+            for (int k = 0; k < 4; k++) {
+                /* group k of half h = 16-blocks 8h + 2k (l < 16) and 8h + 2k + 1;
+                 * a block's 16 elements are dword rows 4 * (blk & 1) .. + 3 */
+                const int blk = 8 * h + 2 * k + (r >= 4);
+                _mm512_storeu_si512(out + blk * B_TILE_BYTES + 64 * (4 * (blk & 1) + (r & 3)),
+                                    _mm512_sub_epi8(e[k], off));
+            }
+        }
+    for (int blk = 0; blk < 16; blk++) /* the other block's half: zero */
+        for (int row = 0; row < 4; row++)
+            _mm512_storeu_si512(out + blk * B_TILE_BYTES + 64 * (4 * (~blk & 1) + row),
+                                _mm512_setzero_si512());
+    for (int n = 0; n < TILE_N; n++) {
+        const block_q6_K *x = n < n_valid ? (const block_q6_K *)(w0 + n * w_row) + i : NULL;
+        for (int j = 0; j < 16; j++)
+            sw[j * TILE_N + n] = x ? _cvtsh_ss(x->d) * x->scales[j] : 0.0f;
+    }
+}
+
+/* Elements per scale block: 32, or 16 for q6_K (whose B tiles hold the 16
+ * weights of one block in their half of the 32-element tile and zeros in the
+ * other, so that every TDPBSSD sees a single weight scale). */
+static int block_elems(int wtype)
+{
+    return wtype == GGML_TYPE_Q6_K ? 16 : 32;
+}
+
+/* nb tile blocks of n_valid (<= 16) rows from w0: B tiles, s_w, o_w. */
 static void pack_weights(int wtype, const uint8_t *w0, size_t w_row, int64_t nb, int64_t n_valid,
                          uint8_t *bpack, float *sw, float *ow)
 {
@@ -226,6 +296,12 @@ static void pack_weights(int wtype, const uint8_t *w0, size_t w_row, int64_t nb,
     g.valid = n_valid >= TILE_N ? 0xffff : (__mmask16)((1u << n_valid) - 1);
     g.offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                 _mm512_set1_epi32((int)w_row));
+    if (wtype == GGML_TYPE_Q6_K) {
+        for (int64_t i = 0; i < nb / 16; i++)
+            pack_superblock_q6_K(&g, w0, w_row, n_valid, i, bpack + 16 * i * B_TILE_BYTES,
+                                 sw + 16 * i * TILE_N);
+        return;
+    }
     if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K) {
         for (int64_t i = 0; i < nb / 8; i++)
             pack_superblock_k(wtype, &g, w0, w_row, n_valid, i, bpack + 8 * i * B_TILE_BYTES,
@@ -253,25 +329,28 @@ static inline size_t act_qs_offset(int act_type, int64_t b)
     }
 }
 
-/* da[b][m] = scale of block b of row m; sa[b][m] = da * sum of its q (only
- * for weights with an offset). Block-major: 16 rows of a block are adjacent. */
-static void act_scales(int act_type, const uint8_t *act, size_t row, int64_t m_pad, int64_t nb,
-                       float *da, float *sa)
+/* da[b][m] = scale of the activations of tile block b (32-element block
+ * b >> shift) of row m; sa[b][m] = da * sum of its q (only for weights with
+ * an offset, whose blocks are 32 elements). Block-major: the rows of a block
+ * are adjacent. */
+static void act_scales(int act_type, const uint8_t *act, size_t row, int64_t m_pad, int64_t nbt,
+                       int shift, float *da, float *sa)
 {
     for (int64_t m = 0; m < m_pad; m++) {
         const uint8_t *r = act + m * row;
-        for (int64_t b = 0; b < nb; b++) {
+        for (int64_t b = 0; b < nbt; b++) {
+            const int64_t a = b >> shift;
             float d, s = 0.0f;
             if (act_type == GGML_TYPE_Q8_K) {
-                const block_q8_K *k = (const block_q8_K *)r + b / 8;
+                const block_q8_K *k = (const block_q8_K *)r + a / 8;
                 d = k->d;
-                s = d * (float)(k->bsums[2 * (b % 8)] + k->bsums[2 * (b % 8) + 1]);
+                s = d * (float)(k->bsums[2 * (a % 8)] + k->bsums[2 * (a % 8) + 1]);
             } else if (act_type == GGML_TYPE_Q8_1) {
-                const block_q8_1 *q = (const block_q8_1 *)r + b;
+                const block_q8_1 *q = (const block_q8_1 *)r + a;
                 d = _cvtsh_ss(q->d);
                 s = _cvtsh_ss(q->s);
             } else {
-                d = _cvtsh_ss(((const block_q8_0 *)r + b)->d);
+                d = _cvtsh_ss(((const block_q8_0 *)r + a)->d);
             }
             da[b * m_pad + m] = d;
             if (sa)
@@ -282,15 +361,15 @@ static void act_scales(int act_type, const uint8_t *act, size_t row, int64_t m_p
 
 // ---- tiles -----------------------------------------------------------------
 
-/* acc[m] += d_a[m] * s_w * C[m] (+ sa[m] * o_w) for the 16 rows of a C tile. */
+/* acc[m] += d_a[m] * s_w * C[m] (+ sa[m] * o_w) for the M rows of a C tile. */
 static inline __attribute__((always_inline)) void
 scale_accumulate(__m512 acc[TILE_M], const int32_t *cbuf, const float *sw, const float *ow,
-                 const float *da, const float *sa, const int offset)
+                 const float *da, const float *sa, const int offset, const int M)
 {
     const __m512 vsw = _mm512_loadu_ps(sw);
     const __m512 vow = offset ? _mm512_loadu_ps(ow) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int m = 0; m < TILE_M; m++) {
+    for (int m = 0; m < M; m++) {
         __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + TILE_N * m));
         acc[m] = _mm512_fmadd_ps(c, _mm512_mul_ps(vsw, _mm512_set1_ps(da[m])), acc[m]);
         if (offset)
@@ -298,38 +377,38 @@ scale_accumulate(__m512 acc[TILE_M], const int32_t *cbuf, const float *sw, const
     }
 }
 
-/* All nb blocks of 16 batch rows (A tiles at a0, stride xq_row) against the
- * packed 16 weight rows; results in acc. */
+/* All nbt tile blocks of M batch rows (A tiles at a0, stride xq_row)
+ * against the packed 16 weight rows; results in acc. */
 static inline __attribute__((always_inline)) void
-tile_row(__m512 acc[TILE_M], int act_type, const uint8_t *a0, size_t xq_row, int64_t nb,
+tile_row(__m512 acc[TILE_M], int act_type, const uint8_t *a0, size_t xq_row, int64_t nbt,
          const uint8_t *bpack, const float *sw, const float *ow, const float *da, const float *sa,
-         int64_t m_pad, int32_t *cbuf, const int offset)
+         int64_t m_pad, int32_t *cbuf, const int offset, const int M, const int shift)
 {
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        _tile_loadd(2, a0 + act_qs_offset(act_type, b), xq_row);
+    for (; b + 2 <= nbt; b += 2) {
+        _tile_loadd(2, a0 + act_qs_offset(act_type, b >> shift), xq_row);
         _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
         _tile_zero(0);
         _tile_dpbssd(0, 2, 4);
-        _tile_loadd(3, a0 + act_qs_offset(act_type, b + 1), xq_row);
+        _tile_loadd(3, a0 + act_qs_offset(act_type, (b + 1) >> shift), xq_row);
         _tile_loadd(5, bpack + (b + 1) * B_TILE_BYTES, 64);
         _tile_zero(1);
         _tile_dpbssd(1, 3, 5);
         _tile_stored(0, cbuf, 64);
         scale_accumulate(acc, cbuf, sw + b * TILE_N, ow + b * TILE_N, da + b * m_pad,
-                         sa + b * m_pad, offset);
+                         sa + b * m_pad, offset, M);
         _tile_stored(1, cbuf + TILE_M * TILE_N, 64);
         scale_accumulate(acc, cbuf + TILE_M * TILE_N, sw + (b + 1) * TILE_N, ow + (b + 1) * TILE_N,
-                         da + (b + 1) * m_pad, sa + (b + 1) * m_pad, offset);
+                         da + (b + 1) * m_pad, sa + (b + 1) * m_pad, offset, M);
     }
-    if (b < nb) {
-        _tile_loadd(2, a0 + act_qs_offset(act_type, b), xq_row);
+    if (b < nbt) {
+        _tile_loadd(2, a0 + act_qs_offset(act_type, b >> shift), xq_row);
         _tile_loadd(4, bpack + b * B_TILE_BYTES, 64);
         _tile_zero(0);
         _tile_dpbssd(0, 2, 4);
         _tile_stored(0, cbuf, 64);
         scale_accumulate(acc, cbuf, sw + b * TILE_N, ow + b * TILE_N, da + b * m_pad,
-                         sa + b * m_pad, offset);
+                         sa + b * m_pad, offset, M);
     }
 }
 
@@ -337,38 +416,46 @@ void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64
                      const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
                      int64_t r0, int64_t r1, void *scratch)
 {
-    const int64_t nb = n_in / 32;
+    const int shift = block_elems(wtype) == 16;
+    const int64_t nbt = n_in / block_elems(wtype);
     const int offset = has_offset(wtype);
-    const int act_type = wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K ? GGML_TYPE_Q8_K
+    const int m_tile = m_pad < TILE_M ? (int)m_pad : TILE_M;
+    const int act_type = wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K ||
+                                 wtype == GGML_TYPE_Q6_K ? GGML_TYPE_Q8_K
                          : wtype == GGML_TYPE_Q4_1 || wtype == GGML_TYPE_Q5_1 ? GGML_TYPE_Q8_1
                                                                               : GGML_TYPE_Q8_0;
     uint8_t *bpack = scratch;
-    float *sw = (float *)(bpack + nb * B_TILE_BYTES);
-    float *ow = sw + nb * TILE_N;
-    float *da = ow + nb * TILE_N; /* [nb][m_pad] */
-    float *sa = da + nb * m_pad;
-    int32_t *cbuf = (int32_t *)(((uintptr_t)(sa + nb * m_pad) + 63) & ~(uintptr_t)63);
+    float *sw = (float *)(bpack + nbt * B_TILE_BYTES);
+    float *ow = sw + nbt * TILE_N;
+    float *da = ow + nbt * TILE_N; /* [nbt][m_pad] */
+    float *sa = da + nbt * m_pad;
+    int32_t *cbuf = (int32_t *)(((uintptr_t)(sa + nbt * m_pad) + 63) & ~(uintptr_t)63);
     const uint8_t *act = xq;
 
-    act_scales(act_type, act, xq_row, m_pad, nb, da, offset ? sa : NULL);
-    tile_setup();
+    act_scales(act_type, act, xq_row, m_pad, nbt, shift, da, offset ? sa : NULL);
+    tile_setup(m_tile);
     for (int64_t n0 = r0; n0 < r1; n0 += TILE_N) {
         const int64_t n_valid = r1 - n0 < TILE_N ? r1 - n0 : TILE_N;
-        pack_weights(wtype, (const uint8_t *)w + n0 * w_row, w_row, nb, n_valid, bpack, sw, ow);
+        pack_weights(wtype, (const uint8_t *)w + n0 * w_row, w_row, nbt, n_valid, bpack, sw, ow);
         /* tileloadd reads the packed tiles behind gcc's back (its asm has no
          * memory operand): keep the stores above it */
         __asm__ volatile("" ::: "memory");
         const __mmask16 nmask = n_valid >= TILE_N ? 0xffff : (__mmask16)((1u << n_valid) - 1);
-        for (int64_t m0 = 0; m0 < n_batch; m0 += TILE_M) {
+        for (int64_t m0 = 0; m0 < n_batch; m0 += m_tile) {
             __m512 acc[TILE_M];
             for (int m = 0; m < TILE_M; m++)
                 acc[m] = _mm512_setzero_ps();
             const uint8_t *a0 = act + m0 * xq_row;
+#define TILE_ROW(OFFSET, M, SHIFT) \
+    tile_row(acc, act_type, a0, xq_row, nbt, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, OFFSET, M, SHIFT)
             if (offset)
-                tile_row(acc, act_type, a0, xq_row, nb, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, 1);
+                m_tile == 4 ? TILE_ROW(1, 4, 0) : m_tile == 8 ? TILE_ROW(1, 8, 0) : TILE_ROW(1, 16, 0);
+            else if (shift)
+                m_tile == 4 ? TILE_ROW(0, 4, 1) : m_tile == 8 ? TILE_ROW(0, 8, 1) : TILE_ROW(0, 16, 1);
             else
-                tile_row(acc, act_type, a0, xq_row, nb, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, 0);
-            const int64_t m_valid = n_batch - m0 < TILE_M ? n_batch - m0 : TILE_M;
+                m_tile == 4 ? TILE_ROW(0, 4, 0) : m_tile == 8 ? TILE_ROW(0, 8, 0) : TILE_ROW(0, 16, 0);
+#undef TILE_ROW
+            const int64_t m_valid = n_batch - m0 < m_tile ? n_batch - m0 : m_tile;
             for (int64_t m = 0; m < m_valid; m++)
                 _mm512_mask_storeu_ps(y + (m0 + m) * n_out + n0, nmask, acc[m]);
         }
