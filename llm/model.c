@@ -738,10 +738,11 @@ static void run(struct tpool *tp, tpool_fn fn, void *arg)
 
 // ---- forward ---------------------------------------------------------------
 
-/* Rows per omni_matmul call in batch-invariant mode: below matmul.c's AMX
- * (16 rows) and BLAS (OMNI_MATMUL_BLAS_MIN) switch points, each output row is
- * one per-row dot-kernel result that no other row of the batch can change. */
-#define INVARIANT_ROWS 15
+/* Rows per omni_matmul call in batch-invariant mode: below matmul.c's
+ * OMNI_MATMUL_QUANT_MAX (AMX) and BLAS (OMNI_MATMUL_BLAS_MIN) switch points,
+ * each output row is one per-row dot-kernel result that no other row of the
+ * batch can change. */
+#define INVARIANT_ROWS (OMNI_MATMUL_QUANT_MAX - 1)
 _Static_assert(INVARIANT_ROWS < OMNI_MATMUL_BLAS_MIN, "invariant rows must stay on the dot path");
 
 static void matmul(const struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
