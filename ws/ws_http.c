@@ -477,8 +477,10 @@ static void ws_done(struct ws_server *s, struct ws_conn *c, bool aborted)
     s->p.on_done(s->p.user, &d);
 }
 
-/* The client left or shutdown gave up: stop the producer (once). */
-static void ws_abort(struct ws_conn *c)
+/* The client left (client_gone) or shutdown gave up waiting: stop the
+ * producer, once. At shutdown the client is still there, so the producer's
+ * closing output (finish chunk, [DONE]) still reaches it. */
+static void ws_abort(struct ws_conn *c, bool client_gone)
 {
     struct ws_out *o = c->req.out;
     if (!o || c->req.aborted)
@@ -486,7 +488,7 @@ static void ws_abort(struct ws_conn *c)
     c->req.aborted = true;
     pthread_mutex_lock(&o->lock);
     bool ended = o->ended;
-    o->gone = true;
+    o->gone |= client_gone;
     pthread_mutex_unlock(&o->lock);
     if (!ended && o->on_abort)
         o->on_abort(o->user);
@@ -829,7 +831,7 @@ static void ws_conn_closed(struct ws_server *s, struct ws_conn *c)
             pthread_mutex_unlock(&o->lock);
         }
         if (!complete)
-            ws_abort(c);
+            ws_abort(c, true);
         ws_finish(s, c, !complete);
     }
     ws_req_reset(&c->req);
@@ -984,7 +986,7 @@ static void ws_check_drain(struct ws_server *s)
         OMNI_INFO("http: shutdown timeout: cancelling %d request(s)", s->n_active);
         for (struct ws_conn *c = s->conns; c; c = c->next)
             if (c->active)
-                ws_abort(c);
+                ws_abort(c, false);
         s->aborted_all = true;
         s->abort_deadline = now + WS_ABORT_GRACE_S;
     } else if (s->aborted_all && now >= s->abort_deadline) {

@@ -108,3 +108,21 @@ test('SIGTERM: in-flight stream completes, exit code 0', { skip }, async () => {
   assert.equal(code, 0, srv.log());
   assert.match(srv.log(), /shutting down/);
 });
+
+test('SIGTERM with --shutdown-timeout 0: the stream still ends properly, exit code 0', { skip }, async () => {
+  const srv = await startServer(['--shutdown-timeout', '0', '--max-seqs', '1']);
+  const body = { messages: say, max_tokens: 460, stream: true };
+  const runs = [rawSSE(`${srv.url}/v1/chat/completions`, body), rawSSE(`${srv.url}/v1/chat/completions`, body)];
+  await new Promise((r) => setTimeout(r, 20));
+  srv.proc.kill('SIGTERM');
+  for (const run of await Promise.all(runs)) {
+    if (run.status === 503) continue; // arrived after the shutdown began: refused, also correct
+    assert.equal(run.status, 200);
+    const data = run.frames.filter((f) => f.data).map((f) => f.data);
+    assert.equal(data.at(-1), '[DONE]');
+    const finish = JSON.parse(data.at(-2)).choices[0].finish_reason;
+    assert.ok(['cancelled', 'length'].includes(finish), finish);
+  }
+  const { code } = await srv.exited;
+  assert.equal(code, 0, srv.log());
+});
