@@ -99,3 +99,209 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
 TEST(whisper_golden_f32) { check_golden("f32", 1e-3, 1e-3); }
 TEST(whisper_golden_f16) { check_golden("f16", 2e-2, 5e-2); }
 TEST(whisper_golden_q8_0) { check_golden("q8_0", 1e-1, 5e-1); } /* activations are Q8_0 too */
+
+// ---- hand-broken model files ---------------------------------------------------
+
+static void write_file(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(data, 1, len, f);
+        fclose(f);
+    }
+}
+
+/* Load data[0..len) from a temp file; the load must fail naming the file and
+ * containing `what`. Returns 0 when it did. */
+static int expect_load_failure(const char *data, size_t len, const char *what)
+{
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/broken-whisper.bin", test_tmpdir());
+    write_file(path, data, len);
+    struct whisper_model *m = whisper_model_load(path, err, sizeof err);
+    if (m) {
+        whisper_model_free(m);
+        fprintf(stderr, "\n    loaded a broken file (%zu bytes, expected '%s')", len, what);
+        return -1;
+    }
+    if (!strstr(err, path) || !strstr(err, what)) {
+        fprintf(stderr, "\n    message '%s' lacks the path or '%s'", err, what);
+        return -1;
+    }
+    return 0;
+}
+
+TEST(whisper_rejects_broken_files)
+{
+    size_t len;
+    char *good = test_read_file(golden_model("f32"), &len);
+    if (!good)
+        SKIP("golden whisper model not converted (make golden-fixtures)");
+    char *buf = malloc(len);
+    CHECK(buf);
+    /* offset of the first tensor: magic, hparams, filters, vocab */
+    size_t off = 4 + 44 + 8 + 80 * 201 * 4;
+    int32_t n_pieces;
+    memcpy(&n_pieces, good + off, 4);
+    off += 4;
+    for (int i = 0; i < n_pieces; i++) {
+        uint32_t l;
+        memcpy(&l, good + off, 4);
+        off += 4 + l;
+    }
+    const size_t first_tensor = off;
+
+    /* truncated anywhere */
+    const size_t cuts[] = { 0, 3, 20, 50, 60000, 64380, first_tensor - 3, first_tensor + 5, first_tensor + 40,
+                            len / 2, len - 1 };
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        CHECK_MSG(expect_load_failure(good, cuts[i], "whisper: ") == 0, "cut at %zu", cuts[i]);
+    CHECK(expect_load_failure(good, 20, "truncated") == 0);
+    CHECK(expect_load_failure(good, len - 1, "past end of file") == 0);
+
+    /* one field broken at a time */
+    struct {
+        size_t at;
+        int32_t value;
+        const char *what;
+    } edits[] = {
+        { 0, 0x12345678, "bad magic" },
+        { 4, 0, "n_vocab" },
+        { 8, 1499, "n_audio_ctx" },
+        { 12, 63, "n_audio_state" },
+        { 16, 3, "divisible" },
+        { 40, 1 << 20, "n_mels" },
+        { 48, 81, "mel filters" },
+        { 4 + 44 + 8 + 80 * 201 * 4, 1 << 30, "vocab" },
+        { first_tensor, 7, "n_dims" },
+        { first_tensor + 4, 1000, "name length" },
+        { first_tensor + 8, 14, "not allowed" },        /* q6_K conv kernel */
+        { first_tensor + 12, 4, "shape" },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        memcpy(buf, good, len);
+        memcpy(buf + edits[i].at, &edits[i].value, 4);
+        CHECK_MSG(expect_load_failure(buf, len, edits[i].what) == 0, "edit %zu (%s)", i, edits[i].what);
+    }
+    /* a renamed tensor, and a duplicated file tail */
+    memcpy(buf, good, len);
+    int32_t name_len;
+    memcpy(&name_len, good + first_tensor + 4, 4);
+    int32_t n_dims;
+    memcpy(&n_dims, good + first_tensor, 4);
+    buf[first_tensor + 12 + 4 * n_dims] ^= 0x20;
+    CHECK(expect_load_failure(buf, len, "unknown tensor") == 0);
+    char *twice = malloc(len + (len - first_tensor));
+    CHECK(twice);
+    memcpy(twice, good, len);
+    memcpy(twice + len, good + first_tensor, len - first_tensor);
+    CHECK(expect_load_failure(twice, len + (len - first_tensor), "twice") == 0);
+    free(twice);
+    CHECK(expect_load_failure("", 0, "truncated") == 0);
+    char err[256];
+    CHECK(whisper_model_load("/nonexistent/ggml.bin", err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "cannot open");
+    free(buf);
+    free(good);
+}
+
+TEST(whisper_golden_model_has_no_specials_for_full)
+{
+    char err[256];
+    struct whisper_model *m = whisper_model_load(golden_model("f32"), err, sizeof err);
+    if (!m)
+        SKIP("golden whisper model not converted (make golden-fixtures)");
+    struct whisper_state *s = whisper_state_new(m, NULL, err, sizeof err);
+    CHECK(s);
+    float pcm[1600] = { 0 };
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    CHECK_EQ(whisper_full(s, &p, pcm, 1600, err, sizeof err), OMNI_ERR_UNSUPPORTED);
+    CHECK_EQ(whisper_decode(s, 0, (int32_t[]){ 512 }, 1, 0, false, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_EQ(whisper_decode(s, 0, (int32_t[]){ 1 }, 1, 64, false, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_EQ(whisper_decode(s, WHISPER_MAX_DECODERS, (int32_t[]){ 1 }, 1, 0, false, err, sizeof err), OMNI_ERR_ARG);
+    whisper_state_free(s);
+    whisper_model_free(m);
+}
+
+TEST(whisper_languages_and_tokens)
+{
+    CHECK_EQ(whisper_lang_id("en"), 0);
+    CHECK_EQ(whisper_lang_id("german"), 2);
+    CHECK_EQ(whisper_lang_id("yue"), 99);
+    CHECK_EQ(whisper_lang_id("xx"), -1);
+    CHECK_STR_EQ(whisper_lang_str(6), "fr");
+    CHECK(whisper_lang_str(100) == NULL);
+}
+
+// ---- the trained espeak model (../shared) -------------------------------------
+
+#include <cJSON.h>
+
+/* Greedy with the prompt [<|startoftranscript|>, <|notimestamps|>], no
+ * suppression or fallback, at most 60 tokens: transformers' tokens on every
+ * clip whose margin is >= 0.25 (every fourth clip here; the CLI test
+ * tests/tools/test_whisper_espeak.sh takes all 30 and the WER). */
+TEST(whisper_espeak_matches_transformers)
+{
+    SKIP_IF_NO_SHARED();
+    char err[512];
+    char *json = test_read_file(test_shared("models/whisper-tiny-espeak/reference.json"), NULL);
+    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
+                                                 err, sizeof err);
+    if (!json || !m) {
+        free(json);
+        whisper_model_free(m);
+        SKIP("whisper-tiny-espeak not present");
+    }
+    CHECK(!whisper_is_multilingual(m));
+    CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_SOT), 50257);
+    CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_NOT), 50362);
+    CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_BEG), 50363);
+    size_t tl;
+    CHECK(!memcmp(whisper_token_bytes(m, 50257, &tl), "[_SOT_]", 7) && tl == 7);
+    CHECK(!memcmp(whisper_token_bytes(m, 50363 + 50, &tl), "[_TT_50]", 8) && tl == 8);
+    int32_t ids[8];
+    CHECK_EQ(whisper_tokenize(m, " where is", ids, 8), 2);
+    CHECK_EQ(ids[0], 810);
+    CHECK_EQ(ids[1], 318);
+
+    cJSON *ref = cJSON_Parse(json);
+    cJSON *tests = cJSON_GetObjectItem(ref, "tests");
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    struct whisper_state *s = whisper_state_new(m, tp, err, sizeof err);
+    CHECK(ref && cJSON_IsArray(tests) && tp && s);
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    p.no_timestamps = true;
+    p.temperature_inc = 0;
+    p.suppress_blank = p.suppress_special = false;
+    p.max_tokens = 60;
+    int checked = 0;
+    for (int i = 0; i < cJSON_GetArraySize(tests); i += 4) {
+        const cJSON *t = cJSON_GetArrayItem(tests, i);
+        if (cJSON_GetObjectItem(t, "hf_min_top2_margin")->valuedouble < 0.25)
+            continue;
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/whisper-tiny-espeak/test/%s", cJSON_GetObjectItem(t, "wav")->valuestring);
+        float *pcm;
+        size_t n;
+        CHECK_MSG(media_audio_decode_file(test_shared(rel), NULL, &pcm, &n, err, sizeof err) == OMNI_OK, "%s", err);
+        const int rc = whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err);
+        free(pcm);
+        CHECK_MSG(rc == OMNI_OK, "%s", err);
+        CHECK_EQ(whisper_full_n_segments(s), 1);
+        const struct whisper_segment *g = whisper_full_get_segment(s, 0);
+        const cJSON *want = cJSON_GetObjectItem(t, "hf_tokens");
+        const int n_want = cJSON_GetArraySize(want) - 1; /* without the final <|endoftext|> */
+        CHECK_MSG(g->n_tokens == n_want, "%s: %d tokens, want %d (\"%s\")", rel, g->n_tokens, n_want, g->text);
+        for (int k = 0; k < n_want; k++)
+            CHECK_MSG(g->tokens[k].id == cJSON_GetArrayItem(want, k)->valueint, "%s: token %d", rel, k);
+        CHECK_STR_EQ(g->text, cJSON_GetObjectItem(t, "hf_text")->valuestring);
+        checked++;
+    }
+    CHECK(checked >= 6);
+    cJSON_Delete(ref);
+    whisper_state_free(s);
+    tpool_free(tp);
+    whisper_model_free(m);
+    free(json);
+}

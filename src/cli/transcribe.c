@@ -21,7 +21,8 @@ static const char *const fmt_names[] = { "text", "json", "verbose_json", "srt", 
 static void transcribe_usage(FILE *f)
 {
     fprintf(f,
-            "usage: omniserve transcribe -m ggml-MODEL.bin FILE [options]\n"
+            "usage: omniserve transcribe -m ggml-MODEL.bin FILE... [options]\n"
+            "  (several files: one result after another, one line each with json formats)\n"
             "  -m, --model FILE        whisper.cpp ggml model (any size, f16/f32/q4_0..q8_0)\n"
             "  --format F              text | json | verbose_json | srt | vtt (default text)\n"
             "  --language L            spoken language code (en, de, ...) or auto (default: auto;\n"
@@ -163,7 +164,9 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
 
 int cli_transcribe(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL;
+    const char *model = NULL;
+    const char **files = calloc(argc, sizeof *files);
+    int n_files = 0;
     enum fmt fmt = FMT_TEXT;
     long threads = 0, v;
     struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
@@ -229,16 +232,18 @@ int cli_transcribe(int argc, char **argv)
                 fprintf(stderr, "transcribe: --threads must be 1..1024\n");
                 return 2;
             }
-        } else if (a[0] != '-' && !file) {
-            file = a;
+        } else if (a[0] != '-' && files) {
+            files[n_files++] = a;
         } else {
             fprintf(stderr, "transcribe: unknown or incomplete option '%s'\n", a);
             transcribe_usage(stderr);
+            free(files);
             return 2;
         }
     }
-    if (!model || !file) {
+    if (!model || n_files == 0) {
         transcribe_usage(stderr);
+        free(files);
         return 2;
     }
 
@@ -251,26 +256,36 @@ int cli_transcribe(int argc, char **argv)
     int rc = 1;
     struct media_audio_params ap = media_audio_default_params();
     ap.sample_rate_hz = WHISPER_SAMPLE_RATE_HZ;
-    if (media_audio_decode_file(file, &ap, &pcm, &n, err, sizeof err) < 0 ||
-        !(m = whisper_model_load(model, err, sizeof err)) ||
+    if (!(m = whisper_model_load(model, err, sizeof err)) ||
         !(tp = tpool_new(threads > 0 ? (int)threads : omni_physical_cores(), err, sizeof err)) ||
         !(s = whisper_state_new(m, tp, err, sizeof err))) {
         fprintf(stderr, "transcribe: %s\n", err);
         goto out;
     }
-    const double t0 = omni_time_s();
-    if (whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err) < 0) {
-        fprintf(stderr, "transcribe: %s\n", err);
-        goto out;
+    for (int f = 0; f < n_files; f++) {
+        free(pcm);
+        pcm = NULL;
+        if (media_audio_decode_file(files[f], &ap, &pcm, &n, err, sizeof err) < 0) {
+            fprintf(stderr, "transcribe: %s\n", err);
+            goto out;
+        }
+        const double t0 = omni_time_s();
+        if (whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err) < 0) {
+            fprintf(stderr, "transcribe: %s: %s\n", files[f], err);
+            goto out;
+        }
+        const double dur = (double)n / WHISPER_SAMPLE_RATE_HZ;
+        OMNI_INFO("transcribe: %s: %.2f s of audio in %.2f s (%d segments, language %s)", files[f], dur,
+                  omni_time_s() - t0, whisper_full_n_segments(s), whisper_full_lang(s));
+        if (print_result(s, fmt, p.translate, dur) != 0)
+            goto out;
     }
-    const double dur = (double)n / WHISPER_SAMPLE_RATE_HZ;
-    OMNI_INFO("transcribe: %.2f s of audio in %.2f s (%d segments, language %s)", dur, omni_time_s() - t0,
-              whisper_full_n_segments(s), whisper_full_lang(s));
-    rc = print_result(s, fmt, p.translate, dur);
+    rc = 0;
 out:
     whisper_state_free(s);
     tpool_free(tp);
     whisper_model_free(m);
     free(pcm);
+    free(files);
     return rc;
 }

@@ -14,12 +14,9 @@ TMP=${TMP:-$(mktemp -d)}
 OUT=$TMP/whisper_espeak
 mkdir -p "$OUT"
 
-for wav in "$DIR"/test/test_*.wav; do
-    name=$(basename "$wav" .wav)
-    "$OMNI" transcribe -m "$DIR/ggml-tiny-espeak-q8_0.bin" "$wav" --format json --threads 2 \
-        --no-timestamps --no-fallback --no-suppress --max-tokens 60 >"$OUT/$name.json" 2>"$OUT/$name.err" || {
-        echo "FAIL: transcribe $name: $(cat "$OUT/$name.err")"; exit 1; }
-done
+"$OMNI" transcribe -m "$DIR/ggml-tiny-espeak-q8_0.bin" "$DIR"/test/test_*.wav --format json --threads 2 \
+    --no-timestamps --no-fallback --no-suppress --max-tokens 60 >"$OUT/results.jsonl" 2>"$OUT/err" || {
+    echo "FAIL: transcribe: $(tail -3 "$OUT/err")"; exit 1; }
 
 "$PYTHON" - "$DIR/reference.json" "$OUT" <<'PY'
 import json, os, re, sys
@@ -37,10 +34,14 @@ def edits(a, b):
             prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] != b[j - 1]))
     return d[len(b)]
 
+lines = open(os.path.join(out, "results.jsonl")).read().splitlines()
+if len(lines) != len(ref["tests"]):
+    print(f"FAIL: {len(lines)} results for {len(ref['tests'])} clips")
+    sys.exit(1)
 errs = ours_err = ref_err = n_words = 0
-for t in ref["tests"]:
+for t, line in zip(sorted(ref["tests"], key=lambda t: t["wav"]), lines):
     name = os.path.splitext(t["wav"])[0]
-    got = json.load(open(os.path.join(out, name + ".json")))["text"]
+    got = json.loads(line)["text"]
     want = t["hf_text"].strip()
     n_words += len(words(t["text"]))
     ours_err += edits(words(t["text"]), words(got))
