@@ -573,6 +573,8 @@ size_t media_resampler_pull(struct media_resampler *rs, float *out, size_t max)
     size_t n = rs->out.n - rs->out.head;
     if (n > max)
         n = max;
+    if (n == 0)
+        return 0;
     memcpy(out, rs->out.v + rs->out.head, n * sizeof(float));
     rs->out.head += n;
     if (rs->out.head == rs->out.n)
