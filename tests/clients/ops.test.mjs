@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, testModel, modelSkip, metric, rawSSE } from './server.mjs';
+import { startServer, testModel, modelSkip, metric, rawSSE, waitFor } from './server.mjs';
 
 const skip = testModel() ? false : modelSkip;
 const say = [{ role: 'user', content: 'Once upon a time' }];
@@ -42,7 +42,8 @@ test('queue full -> 429 with Retry-After', { skip }, async () => {
       assert.equal(e.headers.get('retry-after'), '1');
       return true;
     });
-    assert.equal(await metric(srv.url, 'omniserve_http_requests_total{route="/v1/chat/completions",method="POST",status="429"}'), 1);
+    await waitFor(async () => (await metric(srv.url,
+      'omniserve_http_requests_total{route="/v1/chat/completions",method="POST",status="429"}')) === 1, 'the 429 in /metrics');
   } finally {
     await srv.stop();
   }
@@ -84,7 +85,11 @@ test('metrics: counters, histograms and engine gauges', { skip }, async () => {
   const srv = await startServer();
   try {
     await openai(srv).chat.completions.create({ model: 'x', messages: say, max_tokens: 5 });
-    const text = await (await fetch(`${srv.url}/metrics`)).text();
+    // The request is counted when its transaction closes, just after the
+    // client has the last byte.
+    let text = '';
+    await waitFor(async () => (text = await (await fetch(`${srv.url}/metrics`)).text())
+      .includes('route="/v1/chat/completions",method="POST",status="200"} 1'), 'the request in /metrics');
     for (const name of ['omniserve_http_requests_total{route="/v1/chat/completions",method="POST",status="200"} 1',
       'omniserve_http_request_duration_seconds_bucket{le="+Inf"}', 'omniserve_time_to_first_token_seconds_count 1',
       'omniserve_inter_token_latency_seconds_count 4', 'omniserve_generation_tokens_total 5',
