@@ -28,8 +28,7 @@
  * Everything else (hls, concat, image2, network formats, ...) is refused. */
 #define MEDIA_AUDIO_DEMUXERS                                                                   \
     "wav,w64,mp3,mov,mp4,m4a,3gp,3g2,mj2,ogg,flac,matroska,webm,aac,aiff,caf,amr,au,avi,"    \
-    "mpeg,mpegts,asf,wv,ape,tta,mpc,mpc8,ac3,eac3,dts,truehd,mlp,gsm,voc,sox,rm,flv,"          \
-    "s16le,f32le"
+    "mpeg,mpegts,asf,wv,ape,tta,mpc,mpc8,ac3,eac3,dts,truehd,mlp,gsm,voc,sox,rm,flv"
 
 struct media_audio_params media_audio_default_params(void)
 {
