@@ -1,10 +1,10 @@
 /* main.c - the omniserve command line: one binary, one subcommand per task. */
 #include "src/cli/cli.h"
+#include "src/core/omni.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define OMNI_VERSION "0.1.0"
 
 struct command {
     const char *name;

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SERVE_VERSION "0.1.0"
 
 struct serve_opts {
     const char *model;
@@ -263,7 +262,7 @@ int cli_serve(int argc, char **argv)
     ap.api_key = o.api_key;
     ap.served_model_name = o.served_name;
     ap.strict_model_id = o.strict_model_id;
-    ap.version = SERVE_VERSION;
+    ap.version = OMNI_VERSION;
     struct api *api = api_new(&ap, err, sizeof err);
     if (!api) {
         fprintf(stderr, "serve: %s\n", err);

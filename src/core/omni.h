@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define OMNI_VERSION "0.1.0"
+
 enum omni_err {
     OMNI_OK = 0,
     OMNI_ERR_IO = -1,          /* open/read/mmap failed */
