@@ -5,7 +5,7 @@
  * --shared-prefix of them common to all), --gen-tokens generated. Reported:
  * aggregate decode tok/s (tokens generated while all c sequences decode
  * together, over that window), per-sequence tok/s, TTFT p50/p95, prefix-cache
- * reuse, and the engine's time outside llm_forward per step. With
+ * reuse, and the share of step time spent scheduling (and outside llm_forward). With
  * --shared-prefix, one request alone on the empty cache (cold) and one alone
  * after it (warm) time the first token first. --verify reruns every sequence
  * alone and counts those whose tokens differ. */
@@ -315,7 +315,7 @@ struct be_level {
     double agg_tok_s, per_seq_tok_s, ttft_p50, ttft_p95, ttft_cold, ttft_warm;
     long cached_tokens;
     int mismatches;
-    double sched_pct, step_ms;
+    double sched_pct, host_pct, step_ms;
     uint64_t preemptions;
 };
 
@@ -396,7 +396,8 @@ static int be_measure(struct llm_model *m, const struct be_opts *o, int c, struc
     }
     const double step_ms = st1.step_ms - st0.step_ms, fwd_ms = st1.forward_ms - st0.forward_ms;
     const uint64_t steps = st1.steps - st0.steps;
-    out->sched_pct = step_ms > 0 ? 100.0 * (step_ms - fwd_ms) / step_ms : 0;
+    out->sched_pct = step_ms > 0 ? 100.0 * (st1.sched_ms - st0.sched_ms) / step_ms : 0;
+    out->host_pct = step_ms > 0 ? 100.0 * (step_ms - fwd_ms) / step_ms : 0;
     out->step_ms = steps ? step_ms / (double)steps : 0;
     out->preemptions = st1.preemptions - st0.preemptions;
     if (o->verify) {
@@ -451,9 +452,10 @@ int cli_bench_engine(int argc, char **argv)
         if (o.json) {
             printf("{\"concurrency\":%d,\"aggregate_tok_s\":%.2f,\"per_seq_tok_s\":%.2f,"
                    "\"ttft_ms_p50\":%.2f,\"ttft_ms_p95\":%.2f,\"cached_tokens\":%ld,"
-                   "\"sched_overhead_pct\":%.3f,\"step_ms\":%.3f,\"preemptions\":%llu",
+                   "\"sched_overhead_pct\":%.3f,\"outside_forward_pct\":%.3f,\"step_ms\":%.3f,"
+                   "\"preemptions\":%llu",
                    L.c, L.agg_tok_s, L.per_seq_tok_s, L.ttft_p50, L.ttft_p95, L.cached_tokens,
-                   L.sched_pct, L.step_ms, (unsigned long long)L.preemptions);
+                   L.sched_pct, L.host_pct, L.step_ms, (unsigned long long)L.preemptions);
             if (o.shared_prefix)
                 printf(",\"ttft_ms_cold\":%.2f,\"ttft_ms_warm\":%.2f", L.ttft_cold, L.ttft_warm);
             if (o.verify)

@@ -1053,6 +1053,7 @@ static void model_step(struct engine *e, struct emodel *em)
     if (!em->n_items)
         return;
     const double t1 = omni_time_s();
+    e->local.sched_ms += (t1 - t0) * 1e3;
     int rc = forward(em);
     const double t2 = omni_time_s();
     e->local.forward_ms += (t2 - t1) * 1e3;

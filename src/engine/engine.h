@@ -163,6 +163,7 @@ struct engine_stats {
     struct engine_hist ttft_ms, itl_ms;
     double step_ms;          /* total time spent in steps */
     double forward_ms;       /* of which in llm_forward (the rest: scheduling, sampling, events) */
+    double sched_ms;         /* of which in scheduling (admission, prefix lookup, preemption) */
 };
 void engine_stats(struct engine *e, struct engine_stats *out);
 
