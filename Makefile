@@ -10,11 +10,11 @@
 CC      ?= gcc
 BUILD   ?= build
 SAN     ?=
-PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample zlib libwebsockets libcjson
+PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample zlib libwebsockets libcjson libcurl
 APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
-	zlib1g-dev python3 python3-numpy python3-jinja2
+	zlib1g-dev python3 python3-numpy python3-jinja2 libcurl4-openssl-dev
 
 OPT     := $(if $(DEBUG),-O0,-O2)
 CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
