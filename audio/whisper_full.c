@@ -746,14 +746,14 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
         for (float t = p->temperature;; t += p->temperature_inc) {
             if ((rc = decode_window(&c, prompt, np, sot_index, t, p->seed + (uint64_t)seek * 131, pool, &w)) < 0)
                 goto out;
-            const bool silent = w.no_speech_prob > p->no_speech_thold;
+            const bool silent = w.no_speech_prob > p->no_speech_thold && w.avg_logprob < p->logprob_thold;
             const bool fallback = (w.compression_ratio > p->compression_ratio_thold ||
                                    w.avg_logprob < p->logprob_thold) && !silent;
             if (!fallback || p->temperature_inc <= 0 || t + p->temperature_inc > 1.0f + 1e-6f)
                 break;
         }
         if (w.no_speech_prob > p->no_speech_thold && w.avg_logprob < p->logprob_thold) {
-            seek += segment_size; /* silence: skip the window */
+            seek += segment_size; /* silence: skip the window (OpenAI) */
             continue;
         }
         const int before = s->n_segs;

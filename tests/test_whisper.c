@@ -305,3 +305,60 @@ TEST(whisper_espeak_matches_transformers)
     whisper_model_free(m);
     free(json);
 }
+
+// ---- one model, several sessions -------------------------------------------
+
+#include <pthread.h>
+
+struct session_job {
+    const struct whisper_model *m;
+    const float *pcm;
+    size_t n;
+    char text[256];
+    int rc;
+};
+
+static void *session_thread(void *arg)
+{
+    struct session_job *j = arg;
+    char err[256];
+    struct whisper_state *s = whisper_state_new(j->m, NULL, err, sizeof err);
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    p.no_timestamps = true;
+    j->rc = s ? whisper_full(s, &p, j->pcm, (int64_t)j->n, err, sizeof err) : OMNI_ERR_NOMEM;
+    if (j->rc == OMNI_OK && whisper_full_n_segments(s) > 0)
+        snprintf(j->text, sizeof j->text, "%s", whisper_full_get_segment(s, 0)->text);
+    whisper_state_free(s);
+    return NULL;
+}
+
+/* Two states on two threads share one loaded model and hear the same words. */
+TEST(whisper_states_share_a_model)
+{
+    SKIP_IF_NO_SHARED();
+    char err[512];
+    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
+                                                 err, sizeof err);
+    if (!m)
+        SKIP("whisper-tiny-espeak not present");
+    struct session_job jobs[2] = { { .m = m }, { .m = m } };
+    const char *wavs[2] = { "audio/turn-on-the-kitchen-lights.wav", "audio/what-is-the-weather-like-today.wav" };
+    float *pcm[2] = { NULL, NULL };
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(media_audio_decode_file(test_shared(wavs[i]), NULL, &pcm[i], &jobs[i].n, err, sizeof err) == OMNI_OK,
+                  "%s", err);
+        jobs[i].pcm = pcm[i];
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&th[i], NULL, session_thread, &jobs[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(jobs[0].rc, OMNI_OK);
+    CHECK_EQ(jobs[1].rc, OMNI_OK);
+    CHECK_STR_EQ(jobs[0].text, " turn on the kitchen lights.");
+    CHECK_STR_EQ(jobs[1].text, " what is the weather like in dublin?"); /* what whisper.cpp hears too */
+    free(pcm[0]);
+    free(pcm[1]);
+    whisper_model_free(m);
+}
