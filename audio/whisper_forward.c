@@ -125,7 +125,7 @@ static inline float exp_nonpos(float x)
     p = p * f + 1.0f;
     int32_t bits;
     memcpy(&bits, &p, 4);
-    bits += (int32_t)k << 23;
+    bits += (int32_t)k * (1 << 23); /* k <= 0: a shift would be undefined */
     memcpy(&p, &bits, 4);
     return p;
 }
