@@ -422,20 +422,39 @@ size_t llm_model_weight_bytes(const struct llm_model *m) { return m->weight_byte
 
 // ---- paged KV storage ------------------------------------------------------
 
+size_t llm_kv_slot_bytes(int type, int kv_dim)
+{
+    if (kv_dim < 1)
+        return 0;
+    switch (type) {
+    case GGML_TYPE_F32: return (size_t)kv_dim * sizeof(float);
+    case GGML_TYPE_F16: return (size_t)kv_dim * sizeof(ggml_half);
+    case GGML_TYPE_Q8_0:
+        return kv_dim % QK8_0 ? 0 : (size_t)(kv_dim / QK8_0) * sizeof(block_q8_0);
+    default: return 0;
+    }
+}
+
 struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                           char *err, size_t errlen)
 {
     const struct llm_hparams *hp = &m->hp;
-    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16) {
-        omni_fail(err, errlen, OMNI_ERR_ARG, "kv: type %s not supported (f32, f16)",
+    const int kv_dim = hp->n_head_kv * hp->head_dim;
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "kv: type %s not supported (f32, f16, q8_0)",
                   ggml_type_name(type));
         return NULL;
     }
-    size_t elem = type == GGML_TYPE_F32 ? 4 : 2, bytes;
-    const int kv_dim = hp->n_head_kv * hp->head_dim;
+    if (type == GGML_TYPE_Q8_0 && kv_dim % QK8_0) {
+        omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                  "kv: q8_0 needs n_head_kv * head_dim (%d x %d = %d) a multiple of %d; "
+                  "use f16", hp->n_head_kv, hp->head_dim, kv_dim, QK8_0);
+        return NULL;
+    }
+    size_t bytes;
     if (block_size < 1 || n_blocks < 1 ||
         omni_mul_size((size_t)block_size, (size_t)n_blocks, &bytes) ||
-        omni_mul_size(bytes, (size_t)kv_dim * elem, &bytes)) {
+        omni_mul_size(bytes, llm_kv_slot_bytes(type, kv_dim), &bytes)) {
         omni_fail(err, errlen, OMNI_ERR_ARG, "kv: bad size: %d blocks of %d tokens", n_blocks,
                   block_size);
         return NULL;
@@ -647,10 +666,27 @@ struct attn_job {
     int group;        /* query heads per work item (n_rep or 1) */
     int64_t n_items;  /* n_tokens x n_head / group */
     omni_to_float_fn f16_to_float; /* SIMD f16 -> f32 of the CPU level in use */
+    omni_to_float_fn q8_0_to_float; /* SIMD q8_0 -> f32 (whole blocks) */
 };
 
+/* Values off .. off+n-1 of a Q8_0 slot row into y. A head starts inside a
+ * block when head_dim is not a multiple of 32 (kv_dim is); whole blocks go
+ * through the SIMD kernel, which gives the same bits as this loop. */
+static void q8_0_range(const struct attn_job *job, const block_q8_0 *row, int off, int n,
+                       float *y)
+{
+    if (off % QK8_0 == 0 && n % QK8_0 == 0) {
+        job->q8_0_to_float(row + off / QK8_0, y, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const block_q8_0 *b = &row[(off + i) / QK8_0];
+        y[i] = (float)b->qs[(off + i) % QK8_0] * omni_fp16_to_fp32(b->d);
+    }
+}
+
 /* K or V rows of positions j0 .. j0+n-1 of a sequence as float pointers:
- * straight into F32 storage, or converted from F16 into buf. */
+ * straight into F32 storage, or converted from F16 or Q8_0 into buf. */
 static void kv_rows(const struct attn_job *job, const void *base, const struct llm_seq_view *sv,
                     int j0, int n, int off, int head_dim, float *buf, const float **rows)
 {
@@ -661,10 +697,17 @@ static void kv_rows(const struct attn_job *job, const void *base, const struct l
                            pos % kv->block_size) * kv->kv_dim + off;
         if (kv->type == GGML_TYPE_F32) {
             rows[j] = (const float *)base + e;
-        } else {
-            job->f16_to_float((const ggml_half *)base + e, buf + (size_t)j * head_dim, head_dim);
-            rows[j] = buf + (size_t)j * head_dim;
+            continue;
         }
+        if (kv->type == GGML_TYPE_F16) {
+            job->f16_to_float((const ggml_half *)base + e, buf + (size_t)j * head_dim, head_dim);
+        } else {
+            /* the slot's row starts at a block boundary (kv_dim % 32 == 0) */
+            const int64_t row = e - off;
+            q8_0_range(job, (const block_q8_0 *)base + row / QK8_0, off, head_dim,
+                       buf + (size_t)j * head_dim);
+        }
+        rows[j] = buf + (size_t)j * head_dim;
     }
 }
 
@@ -797,7 +840,7 @@ static void attn_norm_step(const struct token_job *j, int t)
 }
 
 /* q, k, v biases; per-head q/k rmsnorm (qwen3); rope; k and v into the
- * token's cache slot (F16 storage rounds here). */
+ * token's cache slot (F16 storage rounds here, Q8_0 quantizes per 32 values). */
 static void qkv_step(const struct token_job *j, int t)
 {
     struct llm_ctx *ctx = j->ctx;
@@ -828,9 +871,12 @@ static void qkv_step(const struct token_job *j, int t)
     if (kv->type == GGML_TYPE_F32) {
         memcpy((float *)kv->k[j->layer] + ctx->slot[t], k, (size_t)kv_dim * sizeof(float));
         memcpy((float *)kv->v[j->layer] + ctx->slot[t], v, (size_t)kv_dim * sizeof(float));
-    } else {
+    } else if (kv->type == GGML_TYPE_F16) {
         quantize_row_f16_ref(k, (ggml_half *)kv->k[j->layer] + ctx->slot[t], kv_dim);
         quantize_row_f16_ref(v, (ggml_half *)kv->v[j->layer] + ctx->slot[t], kv_dim);
+    } else {
+        quantize_row_q8_0_ref(k, (block_q8_0 *)kv->k[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
+        quantize_row_q8_0_ref(v, (block_q8_0 *)kv->v[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
     }
 }
 
@@ -924,7 +970,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     const int n_rep = hp->n_head / hp->n_head_kv;
     const int group = (int64_t)n * hp->n_head_kv >= ctx->n_threads ? n_rep : 1;
     struct attn_job attn = { ctx, batch, kv, seqs, 0, group, (int64_t)n * (hp->n_head / group),
-                             omni_quant_ops(GGML_TYPE_F16)->to_float };
+                             omni_quant_ops(GGML_TYPE_F16)->to_float,
+                             omni_quant_ops(GGML_TYPE_Q8_0)->to_float };
     struct token_job tj = { .ctx = ctx, .batch = batch, .kv = kv };
 
     for (int l = 0; l < hp->n_layer; l++) {

@@ -72,17 +72,23 @@ size_t llm_model_weight_bytes(const struct llm_model *m);
 
 /* ---- paged KV storage ---- */
 struct llm_kv {
-    int type;                /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    int type;                /* GGML_TYPE_F32, GGML_TYPE_F16 or GGML_TYPE_Q8_0 */
     int block_size;          /* token slots per block */
     int n_blocks;
     int n_layer;
     int kv_dim;              /* n_head_kv * head_dim values per slot */
     /* Layer l, block b, slot s: element offset ((size_t)b * block_size + s) * kv_dim
-     * into k[l] / v[l]. */
+     * into k[l] / v[l]. Q8_0 stores each slot's kv_dim values as kv_dim / 32
+     * block_q8_0 (src/core/quant.h), so element e lives in block e / 32. */
     void **k, **v;
 };
+/* KV storage types: F32, F16 or Q8_0 (the last needs n_head_kv * head_dim a
+ * multiple of 32; a clear error otherwise). */
 struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                           char *err, size_t errlen);
+/* Bytes of one token slot of one layer's K (or V): kv_dim values of type.
+ * 0 when the type is not a KV type or kv_dim does not fit it. */
+size_t llm_kv_slot_bytes(int type, int kv_dim);
 void llm_kv_free(struct llm_kv *kv);
 
 /* A sequence's block table: logical block j lives in physical block table[j]. */

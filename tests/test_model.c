@@ -13,6 +13,7 @@
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
+#include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
@@ -29,6 +30,11 @@
 #define TOL_Q8_0 0.3       /* Q8_0 weights and Q8_0-quantized activations */
 #define TOL_Q8_0_MEAN 0.03
 #define TOL_SAME 1e-4      /* one model, one computation split differently */
+/* Q8_0 KV: each K/V value rounds to within 1/254 of its 32-value block's
+ * max. Measured with F32 weights: max ~5e-2, mean ~8e-3, the same bits as F32
+ * KV whose values went through quantize/dequantize_row_q8_0. */
+#define TOL_Q8_0_KV 0.1
+#define TOL_Q8_0_KV_MEAN 0.015
 
 static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3" };
 
@@ -203,6 +209,14 @@ TEST(model_golden_f32_weights_f16_kv)
 {
     for (int i = 0; i < 4 && !test_failed_now(); i++)
         check_golden(golden_models[i], "f32", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16);
+}
+
+/* F32 weights with Q8_0 KV: heads of 16 values (inside a block, llama/qwen2)
+ * and of 32 (whole blocks, qwen3) */
+TEST(model_golden_f32_weights_q8_0_kv)
+{
+    for (int i = 0; i < 4 && !test_failed_now(); i++)
+        check_golden(golden_models[i], "f32", TOL_Q8_0_KV, TOL_Q8_0_KV_MEAN, GGML_TYPE_Q8_0);
 }
 
 /* The converted vocabulary tokenizes the text as the HF tokenizer did. */
@@ -445,8 +459,13 @@ TEST(model_kv_and_ctx_bad_args)
     struct llm_model *m = llm_model_load(golden_gguf("llama", "f32"), NULL, err, sizeof err);
     if (!m)
         SKIP("converted fixture missing (make golden-fixtures)");
-    CHECK(!llm_kv_new(m, GGML_TYPE_Q8_0, 16, 4, err, sizeof err));
+    CHECK(!llm_kv_new(m, GGML_TYPE_Q4_0, 16, 4, err, sizeof err));
     CHECK_STR_CONTAINS(err, "not supported");
+    /* Q8_0 KV needs whole 32-value blocks per slot */
+    CHECK_EQ(llm_kv_slot_bytes(GGML_TYPE_Q8_0, 64), 2 * sizeof(block_q8_0));
+    CHECK_EQ(llm_kv_slot_bytes(GGML_TYPE_Q8_0, 48), 0);
+    CHECK_EQ(llm_kv_slot_bytes(GGML_TYPE_F16, 48), 96);
+    CHECK_EQ(llm_kv_slot_bytes(GGML_TYPE_Q4_0, 64), 0);
     CHECK(!llm_kv_new(m, GGML_TYPE_F16, 0, 4, err, sizeof err));
     CHECK(!llm_kv_new(m, GGML_TYPE_F16, 1 << 30, 1 << 30, err, sizeof err));
     CHECK(!llm_ctx_new(m, 0, NULL, err, sizeof err));
