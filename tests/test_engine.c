@@ -157,10 +157,10 @@ static int blocks_used_when_idle(struct engine *e)
 // ---- tests ---------------------------------------------------------------------
 
 /* Greedy tokens through the engine equal a plain prefill + decode loop over
- * one contiguous block table. */
-TEST(engine_matches_plain_forward)
+ * one scattered block table, both with K/V stored as kv_type. */
+static void check_matches_plain_forward(const char *model, int kv_type)
 {
-    struct llm_model *m = golden("llama-q8_0");
+    struct llm_model *m = golden(model);
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
     const struct llm_hparams *hp = llm_model_hparams(m);
@@ -171,7 +171,7 @@ TEST(engine_matches_plain_forward)
     /* reference */
     char err[256];
     struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
-    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 16, 8, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, kv_type, 16, 8, err, sizeof err);
     CHECK(ctx && kv);
     llm_ctx_set_batch_invariant(ctx, true);
     int32_t table[8] = { 7, 3, 5, 1, 0, 2, 4, 6 }, pos[NP], seq[NP] = { 0 };
@@ -197,6 +197,7 @@ TEST(engine_matches_plain_forward)
     struct engine_params ep = engine_default_params();
     ep.deterministic = true;
     ep.kv_memory_bytes = 1 << 20;
+    ep.kv_type = kv_type;
     struct engine *e = start(m, &ep);
     CHECK(e);
     struct group g;
@@ -212,6 +213,49 @@ TEST(engine_matches_plain_forward)
     CHECK_EQ(res.usage[0].prompt_tokens, NP);
     CHECK_EQ(res.usage[0].completion_tokens, NG);
     CHECK(res.usage[0].ttft_ms > 0 && res.usage[0].total_ms >= res.usage[0].ttft_ms);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+TEST(engine_matches_plain_forward) { check_matches_plain_forward("llama-q8_0", GGML_TYPE_F16); }
+
+/* --kv-type q8_0: heads inside a 32-value block (llama, head_dim 16) and of
+ * whole blocks (qwen3, head_dim 32); then n > 1 choices (copy of a partial
+ * Q8_0 block) and prefix-cache reuse give the solo greedy tokens. */
+TEST(engine_q8_0_kv)
+{
+    check_matches_plain_forward("llama-f32", GGML_TYPE_Q8_0);
+    check_matches_plain_forward("qwen3-q8_0", GGML_TYPE_Q8_0);
+    struct llm_model *m = golden("qwen2-f16");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = true;
+    ep.kv_memory_bytes = 1 << 20;
+    ep.kv_type = GGML_TYPE_Q8_0;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[37];
+    random_prompt(ids, 37, llm_model_hparams(m)->n_vocab, 13);
+    struct group g;
+    group_init(&g);
+    struct result one, three, again;
+    result_init(&one, &g);
+    result_init(&three, &g);
+    result_init(&again, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 37, 20, &one);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    rq.user = &again;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(again.usage[0].cached_tokens, 32);
+    CHECK(memcmp(again.tok[0], one.tok[0], sizeof one.tok[0]) == 0);
+    rq.n = 3;
+    rq.user = &three;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    for (int c = 0; c < 3; c++)
+        CHECK(memcmp(three.tok[c], one.tok[0], sizeof one.tok[0]) == 0);
     CHECK_EQ(blocks_used_when_idle(e), 0);
     engine_free(e);
     llm_model_free(m);

@@ -12,7 +12,6 @@
 #include "src/cli/cli.h"
 #include "llm/model.h"
 #include "src/core/omni.h"
-#include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "src/engine/engine.h"
 
@@ -72,7 +71,7 @@ static void be_usage(FILE *f)
             "  --json                one JSON object per level on stdout\n"
             "  --threads N           compute threads (default: physical cores, %d here)\n"
             "  --kv-block-size N     tokens per KV block (default 16)\n"
-            "  --kv-type f16|f32     KV storage (default f16)\n"
+            "  --kv-type T           KV storage: f16 (default), f32, q8_0\n"
             "  --kv-memory SIZE      KV pool size, e.g. 512MiB, 2GiB (default: from free RAM)\n"
             "  --max-batch-tokens N  per-step token budget (default 512)\n"
             "  --seed N              seed of the random prompts (default 42)\n",
@@ -186,12 +185,8 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
             if (!be_int(a, v, 0, LONG_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16")) {
-                o->ep.kv_type = GGML_TYPE_F16;
-            } else if (!strcmp(v, "f32")) {
-                o->ep.kv_type = GGML_TYPE_F32;
-            } else {
-                fprintf(stderr, "bench-engine: --kv-type: '%s' is not f16 or f32\n", v);
+            if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
+                fprintf(stderr, "bench-engine: --kv-type: '%s' is not f16, f32 or q8_0\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--kv-memory")) {

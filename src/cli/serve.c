@@ -7,7 +7,6 @@
 #include "llm/model.h"
 #include "src/api/api.h"
 #include "src/core/omni.h"
-#include "src/core/tensor.h"
 #include "src/engine/engine.h"
 #include "ws/ws_http.h"
 
@@ -59,7 +58,7 @@ static void serve_usage(FILE *f)
             "engine:\n"
             "  --threads N                compute threads (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
-            "  --kv-type f16|f32          KV cache type (default f16)\n"
+            "  --kv-type f16|f32|q8_0     KV cache type (default f16; q8_0 about half)\n"
             "  --kv-memory BYTES          KV pool size, K/M/G suffixes (default: from free RAM)\n"
             "  --max-batch-tokens N       tokens per engine step (default 512)\n"
             "  --max-seqs N               sequences generated at once (default 16)\n"
@@ -173,12 +172,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             rc = serve_long(a, v, 1, 4096, &n);
             o->ep.kv_block_size = (int)n;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16"))
-                o->ep.kv_type = GGML_TYPE_F16;
-            else if (!strcmp(v, "f32"))
-                o->ep.kv_type = GGML_TYPE_F32;
-            else {
-                fprintf(stderr, "serve: --kv-type expects f16 or f32, got '%s'\n", v);
+            if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
+                fprintf(stderr, "serve: --kv-type expects f16, f32 or q8_0, got '%s'\n", v);
                 rc = -1;
             }
         } else if (!strcmp(a, "--kv-memory"))

@@ -141,6 +141,26 @@ struct engine_request engine_default_request(void)
     return (struct engine_request){ .sampling = sampler_default_params(), .n = 1 };
 }
 
+static const struct { int type; const char *name; } kv_types[] = {
+    { GGML_TYPE_F16, "f16" }, { GGML_TYPE_F32, "f32" }, { GGML_TYPE_Q8_0, "q8_0" },
+};
+
+int engine_kv_type_from_name(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof kv_types / sizeof *kv_types; i++)
+        if (!strcmp(name, kv_types[i].name))
+            return kv_types[i].type;
+    return -1;
+}
+
+const char *engine_kv_type_name(int kv_type)
+{
+    for (size_t i = 0; i < sizeof kv_types / sizeof *kv_types; i++)
+        if (kv_type == kv_types[i].type)
+            return kv_types[i].name;
+    return NULL;
+}
+
 // ---- construction ----------------------------------------------------------
 
 struct engine *engine_new(const struct engine_params *params, char *err, size_t errlen)
@@ -148,10 +168,9 @@ struct engine *engine_new(const struct engine_params *params, char *err, size_t 
     struct engine_params p = params ? *params : engine_default_params();
     if (p.kv_block_size < 1 || p.kv_block_size > 4096 || p.max_batch_tokens < 1 ||
         p.max_batch_tokens > (1 << 16) || p.max_seqs < 1 || p.max_seqs > 4096 ||
-        p.max_queue < 0 || p.n_threads < 0 ||
-        (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32)) {
+        p.max_queue < 0 || p.n_threads < 0 || !engine_kv_type_name(p.kv_type)) {
         omni_fail(err, errlen, OMNI_ERR_ARG,
-                  "engine: bad parameters (kv_block_size %d in 1..4096, kv_type f16/f32, "
+                  "engine: bad parameters (kv_block_size %d in 1..4096, kv_type f16/f32/q8_0, "
                   "max_batch_tokens %d in 1..65536, max_seqs %d in 1..4096, max_queue %d >= 0)",
                   p.kv_block_size, p.max_batch_tokens, p.max_seqs, p.max_queue);
         return NULL;
@@ -258,6 +277,13 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
     const int bs = e->p.kv_block_size;
     size_t per_block = 0, weights = 0, want = 0;
     for (int i = 0; i < e->n_models; i++) {
+        const struct llm_hparams *hp = e->models[i].hp;
+        const int kv_dim = hp->n_head_kv * hp->head_dim;
+        if (!llm_kv_slot_bytes(e->p.kv_type, kv_dim))
+            return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                             "engine: model '%s': KV type %s needs n_head_kv * head_dim (%d) "
+                             "a multiple of 32; use f16", e->models[i].name,
+                             engine_kv_type_name(e->p.kv_type), kv_dim);
         size_t b = kv_pool_block_bytes(e->models[i].m, e->p.kv_type, bs);
         if (!b)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: KV block size overflows");
@@ -332,7 +358,7 @@ int engine_start(struct engine *e, char *err, size_t errlen)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
         OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
                   n_blocks[i], e->p.kv_block_size,
-                  e->p.kv_type == GGML_TYPE_F32 ? "f32" : "f16",
+                  engine_kv_type_name(e->p.kv_type),
                   (double)n_blocks[i] * (double)kv_pool_block_bytes(em->m, e->p.kv_type,
                                                                      e->p.kv_block_size) /
                       (1 << 20));

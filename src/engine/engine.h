@@ -41,7 +41,8 @@ struct engine;
 struct engine_params {
     int n_threads;           /* compute threads; 0 = physical cores */
     int kv_block_size;       /* tokens per KV block; default 16 */
-    int kv_type;             /* GGML_TYPE_F16 (default), GGML_TYPE_F32, GGML_TYPE_Q8_0 */
+    int kv_type;             /* GGML_TYPE_F16 (default), GGML_TYPE_F32, GGML_TYPE_Q8_0
+                                (needs every model's n_head_kv * head_dim % 32 == 0) */
     size_t kv_memory_bytes;  /* KV pool size; 0 = from available RAM minus weights */
     int max_batch_tokens;    /* per-step token budget; default 512 */
     int max_seqs;            /* running sequences; default 16 */
@@ -50,6 +51,10 @@ struct engine_params {
     const char *prefix_cache_dir; /* persist hot prefixes there; NULL = off */
 };
 struct engine_params engine_default_params(void);
+/* --kv-type names: "f16", "f32", "q8_0" -> GGML type, -1 when unknown; and
+ * back, NULL for a type the engine does not store K/V in. */
+int engine_kv_type_from_name(const char *name);
+const char *engine_kv_type_name(int kv_type);
 
 /* A run of prompt input: token ids, or precomputed embeddings (an image's
  * projected patches) with a content hash for the prefix cache. */

@@ -8,7 +8,6 @@
 
 #include "llm/model.h"
 #include "src/core/omni.h"
-#include "src/core/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,17 +33,11 @@ struct kv_pool {
     uint32_t mask;
 };
 
-static size_t elem_bytes(int type)
-{
-    return type == GGML_TYPE_F32 ? 4 : type == GGML_TYPE_F16 ? 2 : 0;
-}
-
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
 {
     const struct llm_hparams *hp = llm_model_hparams(m);
-    size_t bytes;
-    if (!elem_bytes(type) || block_size < 1 ||
-        omni_mul_size((size_t)hp->n_head_kv * hp->head_dim, elem_bytes(type), &bytes) ||
+    size_t bytes = llm_kv_slot_bytes(type, hp->n_head_kv * hp->head_dim);
+    if (!bytes || block_size < 1 ||
         omni_mul_size(bytes, (size_t)block_size * 2, &bytes) ||
         omni_mul_size(bytes, (size_t)hp->n_layer, &bytes))
         return 0;
@@ -68,7 +61,7 @@ struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size,
         goto fail;
     p->n_blocks = n_blocks;
     p->block_size = block_size;
-    p->slot_bytes = (size_t)p->kv->kv_dim * elem_bytes(type);
+    p->slot_bytes = llm_kv_slot_bytes(type, p->kv->kv_dim);
     uint32_t nb = 1;
     while (nb < (uint32_t)n_blocks)
         nb <<= 1;

@@ -9,7 +9,6 @@
 #include "llm/model.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
-#include "src/core/tensor.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,8 +54,7 @@ static uint64_t model_fingerprint(const struct llm_model *m)
 
 static size_t block_layer_bytes(const struct llm_kv *kv)
 {
-    return (size_t)kv->block_size * (size_t)kv->kv_dim *
-           (kv->type == GGML_TYPE_F32 ? sizeof(float) : sizeof(uint16_t));
+    return (size_t)kv->block_size * llm_kv_slot_bytes(kv->type, kv->kv_dim);
 }
 
 static void store_path(char *out, size_t cap, const char *dir, const char *name, bool tmp)
