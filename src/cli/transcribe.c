@@ -175,6 +175,7 @@ int cli_transcribe(int argc, char **argv)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             transcribe_usage(stdout);
+            free(files);
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && val) {
             model = argv[++i];
@@ -185,7 +186,7 @@ int cli_transcribe(int argc, char **argv)
                     k = j;
             if (k < 0) {
                 fprintf(stderr, "transcribe: unknown --format '%s' (text, json, verbose_json, srt, vtt)\n", val);
-                return 2;
+                goto bad;
             }
             fmt = (enum fmt)k;
             i++;
@@ -196,14 +197,14 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--beam-size") && val) {
             if (!parse_int(argv[++i], 1, WHISPER_MAX_BEAMS, &v)) {
                 fprintf(stderr, "transcribe: --beam-size must be 1..%d\n", WHISPER_MAX_BEAMS);
-                return 2;
+                goto bad;
             }
             p.strategy = WHISPER_SAMPLING_BEAM_SEARCH;
             p.beam_size = (int)v;
         } else if (!strcmp(a, "--best-of") && val) {
             if (!parse_int(argv[++i], 1, WHISPER_MAX_DECODERS, &v)) {
                 fprintf(stderr, "transcribe: --best-of must be 1..%d\n", WHISPER_MAX_DECODERS);
-                return 2;
+                goto bad;
             }
             p.greedy_best_of = (int)v;
         } else if (!strcmp(a, "--temperature") && val) {
@@ -211,7 +212,7 @@ int cli_transcribe(int argc, char **argv)
             p.temperature = strtof(argv[++i], &end);
             if (*end || !(p.temperature >= 0 && p.temperature <= 2)) {
                 fprintf(stderr, "transcribe: --temperature must be 0..2\n");
-                return 2;
+                goto bad;
             }
         } else if (!strcmp(a, "--no-fallback")) {
             p.temperature_inc = 0;
@@ -224,28 +225,23 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--max-tokens") && val) {
             if (!parse_int(argv[++i], 1, 1 << 16, &v)) {
                 fprintf(stderr, "transcribe: --max-tokens must be a positive integer\n");
-                return 2;
+                goto bad;
             }
             p.max_tokens = (int)v;
         } else if (!strcmp(a, "--threads") && val) {
             if (!parse_int(argv[++i], 1, 1024, &threads)) {
                 fprintf(stderr, "transcribe: --threads must be 1..1024\n");
-                return 2;
+                goto bad;
             }
         } else if (a[0] != '-' && files) {
             files[n_files++] = a;
         } else {
             fprintf(stderr, "transcribe: unknown or incomplete option '%s'\n", a);
-            transcribe_usage(stderr);
-            free(files);
-            return 2;
+            goto usage;
         }
     }
-    if (!model || n_files == 0) {
-        transcribe_usage(stderr);
-        free(files);
-        return 2;
-    }
+    if (!model || n_files == 0)
+        goto usage;
 
     char err[512];
     float *pcm = NULL;
@@ -288,4 +284,9 @@ out:
     free(pcm);
     free(files);
     return rc;
+usage:
+    transcribe_usage(stderr);
+bad:
+    free(files);
+    return 2;
 }
