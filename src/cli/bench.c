@@ -5,7 +5,10 @@
  * the argmax of the previous logits; only llm_forward calls are timed. An
  * untimed warm-up (one prefill chunk, one decode step) first pages the mapped
  * weights in. The median over --reps is printed for people and as one JSON
- * line for scripts.
+ * line for scripts. With --batch-decode B, each repetition also prefills B
+ * sequences the same way and times n decode steps of B tokens (one per
+ * sequence, all wanting logits): the aggregate tok/s of continuous batching,
+ * reported beside its ratio to the single-sequence decode speed.
  * Every logit row is checked to be finite, so a broken kernel fails loudly. */
 #include "src/cli/cli.h"
 #include "llm/model.h"
@@ -32,12 +35,14 @@ struct bench_opts {
     int n_threads;
     int reps;
     int batch;           /* max tokens per prefill forward */
+    int batch_decode;    /* sequences decoded together (0: off) */
     uint64_t seed;
     bool json_only;
 };
 
 struct bench_result {
     double pp_tok_s, tg_tok_s;
+    double bd_tok_s;     /* aggregate over batch_decode sequences */
 };
 
 static void bench_usage(FILE *f)
@@ -50,6 +55,7 @@ static void bench_usage(FILE *f)
             "  --threads N       worker threads (default: physical cores, %d here)\n"
             "  --reps R          repetitions; the median is reported (default 3)\n"
             "  --batch N         at most N tokens per prefill forward (default 512)\n"
+            "  --batch-decode B  also decode B sequences together (aggregate tok/s)\n"
             "  --seed N          seed of the random prompt (default 42)\n"
             "  --json            print only the JSON line on stdout\n",
             omni_physical_cores());
@@ -109,6 +115,9 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
             if (!bench_int(a, v, 1, 1 << 16, &n)) return 2;
             o->batch = (int)n;
+        } else if (!strcmp(a, "--batch-decode")) {
+            if (!bench_int(a, v, 0, 256, &n)) return 2;
+            o->batch_decode = (int)n;
         } else if (!strcmp(a, "--seed")) {
             if (!bench_int(a, v, 0, LONG_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
@@ -158,28 +167,87 @@ static double bench_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Prefill o->n_prompt tokens of sequence s (seq ids: one per token, all s)
+ * in chunks of o->batch; logits of the last token. Returns the seconds spent
+ * in llm_forward, or -1 with a message on failure. */
+static double bench_prefill(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_seq_view *seqs,
+                            const struct bench_opts *o, const int32_t *prompt, float *logits,
+                            int32_t *pos, const int32_t *seq_ids)
+{
+    double t = 0;
+    for (int done = 0; done < o->n_prompt;) {
+        int n = o->n_prompt - done < o->batch ? o->n_prompt - done : o->batch;
+        for (int i = 0; i < n; i++)
+            pos[i] = done + i;
+        struct llm_batch b = { .n_tokens = n, .token = prompt + done, .pos = pos, .seq = seq_ids };
+        double t0 = omni_time_s();
+        int rc = llm_forward(ctx, &b, kv, seqs, logits);
+        t += omni_time_s() - t0;
+        if (rc != 1) {
+            fprintf(stderr, "bench: prefill at position %d failed: %s\n", done,
+                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
+            return -1;
+        }
+        done += n;
+    }
+    return t;
+}
+
+/* B = o->batch_decode sequences (seqs[0..B-1]) prefilled one after the
+ * other (untimed), then o->n_gen steps of one forward with a token of each.
+ * bufs: pos/seq/tok (B + max prefill chunk), want (B). 0, or 1 with a
+ * message. */
+static int bench_batch_decode(struct llm_ctx *ctx, struct llm_kv *kv,
+                              const struct llm_seq_view *seqs, const struct bench_opts *o,
+                              const int32_t *prompt, int n_vocab, float *logits, int32_t *pos,
+                              int32_t *seq_ids, int32_t *tok, bool *want, struct bench_result *r)
+{
+    const int B = o->batch_decode;
+    for (int s = 0; s < B; s++) {
+        for (int i = 0; i < o->batch && i < o->n_prompt; i++)
+            seq_ids[i] = s;
+        if (bench_prefill(ctx, kv, seqs, o, prompt, logits + (size_t)s * n_vocab, pos, seq_ids) < 0)
+            return 1;
+        tok[s] = bench_argmax_finite(logits + (size_t)s * n_vocab, n_vocab);
+    }
+    double t = 0;
+    for (int i = 0; i < o->n_gen; i++) {
+        for (int s = 0; s < B; s++) {
+            if (tok[s] < 0) {
+                fprintf(stderr, "bench: non-finite logits (NaN or inf) in batch decode\n");
+                return 1;
+            }
+            pos[s] = o->n_prompt + i;
+            seq_ids[s] = s;
+            want[s] = true;
+        }
+        struct llm_batch b = { .n_tokens = B, .token = tok, .pos = pos, .seq = seq_ids,
+                               .want_logits = want };
+        double t0 = omni_time_s();
+        int rc = llm_forward(ctx, &b, kv, seqs, logits);
+        t += omni_time_s() - t0;
+        if (rc != B) {
+            fprintf(stderr, "bench: batch decode step %d failed: %s\n", i,
+                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
+            return 1;
+        }
+        for (int s = 0; s < B; s++)
+            tok[s] = bench_argmax_finite(logits + (size_t)s * n_vocab, n_vocab);
+    }
+    r->bd_tok_s = o->n_gen ? (double)B * o->n_gen / t : 0;
+    return 0;
+}
+
 /* One repetition: prefill o->n_prompt tokens in chunks, then o->n_gen decode
  * steps. Returns 0, or 1 with a message on a failed forward or bad logits. */
 static int bench_once(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_seq_view *seq,
                       const struct bench_opts *o, const int32_t *prompt, int n_vocab,
                       float *logits, int32_t *pos, int32_t *zeros, struct bench_result *r)
 {
-    double t_pp = 0, t_tg = 0;
-    for (int done = 0; done < o->n_prompt;) {
-        int n = o->n_prompt - done < o->batch ? o->n_prompt - done : o->batch;
-        for (int i = 0; i < n; i++)
-            pos[i] = done + i;
-        struct llm_batch b = { .n_tokens = n, .token = prompt + done, .pos = pos, .seq = zeros };
-        double t0 = omni_time_s();
-        int rc = llm_forward(ctx, &b, kv, seq, logits);
-        t_pp += omni_time_s() - t0;
-        if (rc != 1) {
-            fprintf(stderr, "bench: prefill at position %d failed: %s\n", done,
-                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
-            return 1;
-        }
-        done += n;
-    }
+    double t_tg = 0;
+    double t_pp = bench_prefill(ctx, kv, seq, o, prompt, logits, pos, zeros);
+    if (t_pp < 0)
+        return 1;
     int32_t tok = bench_argmax_finite(logits, n_vocab);
     for (int i = 0; i < o->n_gen && tok >= 0; i++) {
         int32_t p = o->n_prompt + i;
@@ -257,8 +325,11 @@ int cli_bench(int argc, char **argv)
     struct llm_ctx *ctx = NULL;
     struct llm_kv *kv = NULL;
     int32_t *prompt = NULL, *pos = NULL, *zeros = NULL, *table = NULL;
+    int32_t *seq_ids = NULL, *bd_tok = NULL;
+    bool *want = NULL;
+    struct llm_seq_view *seqs = NULL;
     float *logits = NULL;
-    double *pp = NULL, *tg = NULL;
+    double *pp = NULL, *tg = NULL, *bd = NULL;
     int ret = 1;
 
     fprintf(stderr, "bench: loading %s\n", o.model);
@@ -281,33 +352,43 @@ int cli_bench(int argc, char **argv)
         goto done;
     }
     int max_tokens = o.n_prompt < o.batch ? o.n_prompt : o.batch;
-    if (!(ctx = llm_ctx_new(m, max_tokens, tp, err, sizeof err))) {
+    const int n_seqs = o.batch_decode > 0 ? o.batch_decode : 1;
+    const int ctx_tokens = max_tokens > o.batch_decode ? max_tokens : o.batch_decode;
+    if (!(ctx = llm_ctx_new(m, ctx_tokens, tp, err, sizeof err))) {
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
     int n_ctx = o.n_prompt + o.n_gen;
     int n_blocks = (n_ctx + BENCH_KV_BLOCK - 1) / BENCH_KV_BLOCK;
-    if (!(kv = llm_kv_new(m, GGML_TYPE_F16, BENCH_KV_BLOCK, n_blocks, err, sizeof err))) {
+    if (!(kv = llm_kv_new(m, GGML_TYPE_F16, BENCH_KV_BLOCK, n_blocks * n_seqs, err, sizeof err))) {
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
     prompt = malloc(sizeof *prompt * (size_t)o.n_prompt);
-    pos = malloc(sizeof *pos * (size_t)max_tokens);
+    pos = malloc(sizeof *pos * (size_t)ctx_tokens);
     zeros = calloc((size_t)max_tokens, sizeof *zeros);
-    table = malloc(sizeof *table * (size_t)n_blocks);
-    logits = malloc(sizeof *logits * (size_t)hp->n_vocab);
+    seq_ids = malloc(sizeof *seq_ids * (size_t)ctx_tokens);
+    bd_tok = malloc(sizeof *bd_tok * (size_t)n_seqs);
+    want = malloc(sizeof *want * (size_t)n_seqs);
+    table = malloc(sizeof *table * (size_t)n_blocks * (size_t)n_seqs);
+    seqs = malloc(sizeof *seqs * (size_t)n_seqs);
+    logits = malloc(sizeof *logits * (size_t)hp->n_vocab * (size_t)n_seqs);
     pp = malloc(sizeof *pp * (size_t)o.reps);
     tg = malloc(sizeof *tg * (size_t)o.reps);
-    if (!prompt || !pos || !zeros || !table || !logits || !pp || !tg) {
+    bd = malloc(sizeof *bd * (size_t)o.reps);
+    if (!prompt || !pos || !zeros || !seq_ids || !bd_tok || !want || !table || !seqs || !logits ||
+        !pp || !tg || !bd) {
         fprintf(stderr, "bench: out of memory\n");
         goto done;
     }
     uint64_t state = o.seed;
     for (int i = 0; i < o.n_prompt; i++)
         prompt[i] = (int32_t)(bench_rand(&state) % (uint64_t)hp->n_vocab);
-    for (int i = 0; i < n_blocks; i++)
+    for (int i = 0; i < n_blocks * n_seqs; i++)
         table[i] = i;
-    struct llm_seq_view seq = { table, n_blocks };
+    for (int s = 0; s < n_seqs; s++)
+        seqs[s] = (struct llm_seq_view){ table + (size_t)s * n_blocks, n_blocks };
+    struct llm_seq_view seq = seqs[0];
 
     struct bench_opts warm = o;
     warm.n_prompt = max_tokens;
@@ -318,12 +399,21 @@ int cli_bench(int argc, char **argv)
     for (int r = 0; r < o.reps; r++) {
         if (bench_once(ctx, kv, &seq, &o, prompt, hp->n_vocab, logits, pos, zeros, &res))
             goto done;
+        res.bd_tok_s = 0;
+        if (o.batch_decode && bench_batch_decode(ctx, kv, seqs, &o, prompt, hp->n_vocab, logits,
+                                                 pos, seq_ids, bd_tok, want, &res))
+            goto done;
         pp[r] = res.pp_tok_s;
         tg[r] = res.tg_tok_s;
-        fprintf(stderr, "bench: rep %d/%d: pp%d %.1f tok/s, tg%d %.1f tok/s\n", r + 1, o.reps,
+        bd[r] = res.bd_tok_s;
+        fprintf(stderr, "bench: rep %d/%d: pp%d %.1f tok/s, tg%d %.1f tok/s", r + 1, o.reps,
                 o.n_prompt, res.pp_tok_s, o.n_gen, res.tg_tok_s);
+        if (o.batch_decode)
+            fprintf(stderr, ", %d x tg%d %.1f tok/s", o.batch_decode, o.n_gen, res.bd_tok_s);
+        fputc('\n', stderr);
     }
     double pp_med = bench_median(pp, o.reps), tg_med = bench_median(tg, o.reps);
+    double bd_med = bench_median(bd, o.reps);
     int level = omni_cpu_level();
 
     if (!o.json_only) {
@@ -338,6 +428,9 @@ int cli_bench(int argc, char **argv)
         printf("pp%-6d %.2f tok/s  (median of %d)\n", o.n_prompt, pp_med, o.reps);
         if (o.n_gen)
             printf("tg%-6d %.2f tok/s  (median of %d)\n", o.n_gen, tg_med, o.reps);
+        if (o.n_gen && o.batch_decode)
+            printf("%d x tg%-3d %.2f tok/s aggregate, %.2fx one sequence  (median of %d)\n",
+                   o.batch_decode, o.n_gen, bd_med, tg_med > 0 ? bd_med / tg_med : 0, o.reps);
     }
     printf("{\"model\": ");
     bench_json_str(stdout, o.model);
@@ -347,9 +440,10 @@ int cli_bench(int argc, char **argv)
            llm_model_weight_bytes(m));
     bench_type_mix(stdout, llm_model_gguf(m), true);
     printf(", \"threads\": %d, \"cpu\": \"%s\", \"p\": %d, \"n\": %d, \"reps\": %d, "
-           "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"load_s\": %.3f}\n",
+           "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"batch_decode\": %d, \"bd_tok_s\": %.3f, "
+           "\"load_s\": %.3f}\n",
            o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
-           load_s);
+           o.batch_decode, bd_med, load_s);
     fflush(stdout);
     ret = 0;
 
@@ -357,10 +451,15 @@ done:
     free(prompt);
     free(pos);
     free(zeros);
+    free(seq_ids);
+    free(bd_tok);
+    free(want);
     free(table);
+    free(seqs);
     free(logits);
     free(pp);
     free(tg);
+    free(bd);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
     tpool_free(tp);
