@@ -18,6 +18,7 @@ static const struct command commands[] = {
     { "run", cli_run, "run -m FILE.gguf -p PROMPT   generate text (or --chat QUESTION)" },
     { "bench", cli_bench, "bench -m FILE.gguf -p N -n N prompt and generation speed" },
     { "serve", cli_serve, "serve -m FILE.gguf [--port N]  OpenAI/Anthropic HTTP server" },
+    { "pull", cli_pull, "pull REPO[:FILE]              download a GGUF from Hugging Face into the cache" },
     { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },

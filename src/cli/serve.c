@@ -1,11 +1,15 @@
 /* serve.c - `omniserve serve`: the HTTP server. The main thread becomes the
  * lws service thread and answers at once (/health says "loading"); a loader
  * thread loads the model and starts the engine, then hands it to the API.
+ * A hub model (-m hf://REPO/FILE, --hf-repo/--hf-file) is fetched into the
+ * model cache first; when that fails the server keeps running without a
+ * model and says why (503 on generation routes).
  * SIGINT/SIGTERM start a graceful shutdown; the process exits 0 after it. */
 #include "src/cli/cli.h"
 
 #include "llm/model.h"
 #include "src/api/api.h"
+#include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
 #include "ws/ws_http.h"
@@ -20,6 +24,7 @@
 
 struct serve_opts {
     const char *model;
+    const char *hf_repo, *hf_file; /* a hub model, fetched into the cache by the loader */
     const char *served_name;
     const char *api_key;
     bool strict_model_id;
@@ -38,13 +43,17 @@ struct serve_loader {
 };
 
 static struct ws_server *serve_server; /* for the signal handler */
+static volatile sig_atomic_t serve_stopping; /* set by the signal handler: stops a download */
 
 static void serve_usage(FILE *f)
 {
     fprintf(f,
             "usage: omniserve serve -m FILE.gguf [options]\n"
             "  -m, --model FILE           GGUF language model (without it the server starts and\n"
-            "                             answers generation routes with 503)\n"
+            "                             answers generation routes with 503); hf://REPO/FILE\n"
+            "                             fetches it from Hugging Face into ~/.cache/omniserve\n"
+            "  --hf-repo REPO             a hub model: owner/name ($HF_ENDPOINT, $HF_TOKEN)\n"
+            "  --hf-file FILE             its GGUF file (default: its only or its Q4_K_M GGUF)\n"
             "  --host ADDR                listen address (default 127.0.0.1)\n"
             "  --port N                   port (default 8000)\n"
             "  --api-key KEY              require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
@@ -147,6 +156,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         int rc = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             o->model = v;
+        else if (!strcmp(a, "--hf-repo"))
+            o->hf_repo = v;
+        else if (!strcmp(a, "--hf-file"))
+            o->hf_file = v;
         else if (!strcmp(a, "--host"))
             o->wp.host = v;
         else if (!strcmp(a, "--port")) {
@@ -210,12 +223,65 @@ static void serve_default_name(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)n, base);
 }
 
+static int serve_cancel_download(void *user)
+{
+    (void)user;
+    return serve_stopping;
+}
+
+/* Fetch the hub model into the cache; its path into path. On failure the
+ * server stays up without a model and says so in one paragraph (on stderr
+ * and in every 503). */
+static int serve_fetch(struct serve_loader *L, char *path, size_t cap)
+{
+    char repo[512], file[1024], err[1024];
+    struct download_params dp = download_default_params();
+    dp.cancel = serve_cancel_download;
+    int rc = 0;
+    if (L->o->hf_repo) {
+        snprintf(repo, sizeof repo, "%s", L->o->hf_repo);
+        snprintf(file, sizeof file, "%s", L->o->hf_file ? L->o->hf_file : "");
+    } else {
+        rc = download_parse_ref(L->o->model, repo, sizeof repo, file, sizeof file, err,
+                                sizeof err);
+    }
+    if (!rc)
+        rc = download_hf_file(&dp, repo, file, path, cap, err, sizeof err);
+    if (!rc)
+        return 0;
+    if (serve_stopping)
+        return -1;
+    const char *cause = strncmp(err, "download: ", 10) ? err : err + 10;
+    char why[3072];
+    snprintf(why, sizeof why,
+             "could not download the model %.200s%s%.200s from %.200s (%.600s). The server "
+             "runs without it: /health, /metrics and /v1/models answer, generation routes "
+             "return 503. To serve a local GGUF, restart with 'omniserve serve -m "
+             "path/to/model.gguf' (or 'make run MODEL=path/to/model.gguf'). To get this one, "
+             "check the network (HF_ENDPOINT names a mirror, HF_TOKEN a token for gated repos) "
+             "and restart, or run 'omniserve pull %.200s%s%.200s'; downloads resume.",
+             repo, *file ? "/" : "", file, dp.endpoint, cause, repo, *file ? ":" : "", file);
+    fprintf(stderr, "serve: %s\n", why);
+    /* the API's message is shorter: the cause and the way out */
+    snprintf(why, sizeof why, "could not download %.200s%s%.200s (%.300s); restart with "
+             "'omniserve serve -m path/to/model.gguf' to serve a local GGUF",
+             repo, *file ? "/" : "", file, cause);
+    api_set_unavailable(L->api, why);
+    return -1;
+}
+
 static void *serve_load(void *arg)
 {
     struct serve_loader *L = arg;
-    char err[512];
+    char err[512], path[4096];
     double t0 = omni_time_s();
-    L->model = llm_model_load(L->o->model, NULL, err, sizeof err);
+    const char *model = L->o->model;
+    if (L->o->hf_repo || download_is_hf_ref(model)) {
+        if (serve_fetch(L, path, sizeof path))
+            return NULL;
+        model = path;
+    }
+    L->model = llm_model_load(model, NULL, err, sizeof err);
     if (L->model && (L->engine = engine_new(&L->o->ep, err, sizeof err)) &&
         engine_add_model(L->engine, L->model, L->o->served_name, err, sizeof err) >= 0 &&
         engine_start(L->engine, err, sizeof err) == 0) {
@@ -234,6 +300,7 @@ static void *serve_load(void *arg)
 static void serve_on_signal(int sig)
 {
     (void)sig;
+    serve_stopping = 1;
     if (serve_server)
         ws_server_stop(serve_server);
 }
@@ -249,8 +316,17 @@ int cli_serve(int argc, char **argv)
         return 2;
     }
     char name[256], err[512];
+    if (o.hf_repo && o.model) {
+        fprintf(stderr, "serve: give -m or --hf-repo, not both\n");
+        return 2;
+    }
+    if (o.hf_file && !o.hf_repo) {
+        fprintf(stderr, "serve: --hf-file needs --hf-repo\n");
+        return 2;
+    }
     if (!o.served_name) {
-        serve_default_name(o.model ? o.model : "none", name, sizeof name);
+        serve_default_name(o.hf_repo ? (o.hf_file ? o.hf_file : o.hf_repo)
+                                     : o.model ? o.model : "none", name, sizeof name);
         o.served_name = name;
     }
     struct api_params ap = api_default_params();
@@ -283,7 +359,7 @@ int cli_serve(int argc, char **argv)
     struct serve_loader L = { .o = &o, .api = api, .srv = srv };
     pthread_t loader;
     bool have_loader = false;
-    if (o.model) {
+    if (o.model || o.hf_repo) {
         have_loader = pthread_create(&loader, NULL, serve_load, &L) == 0;
         if (!have_loader) {
             fprintf(stderr, "serve: cannot start the loader thread\n");
@@ -304,9 +380,11 @@ int cli_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
-    OMNI_INFO("serve: listening on http://%s:%d (model %s)", o.wp.host, o.wp.port,
-              o.model ? o.model : "none");
+    OMNI_INFO("serve: listening on http://%s:%d (model %s%s%s)", o.wp.host, o.wp.port,
+              o.hf_repo ? o.hf_repo : o.model ? o.model : "none", o.hf_file ? "/" : "",
+              o.hf_file ? o.hf_file : "");
     ws_server_run(srv);
+    serve_stopping = 1; /* a download still running gives up (the .part stays) */
     OMNI_INFO("serve: stopped");
 
     if (have_loader)
