@@ -1,0 +1,522 @@
+/* tools.c - tool-call formats (markers per model family, detection from the
+ * chat template) and the streaming splitter: content passes through except
+ * the tail that could still become a call marker; call regions are buffered
+ * until they close and then reported as calls (tools_parse.c reads them).
+ * The formats are the families' documented output spellings. */
+#include "llm/tools/tools_int.h"
+
+#include "src/core/omni.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+// ---- formats ----------------------------------------------------------------------
+
+struct tools_marker {
+    const char *open;
+    const char *close;       /* NULL: the call runs to the next open marker or the end */
+    bool keep;               /* the markers belong to the body (<function=N>...) */
+    bool strict;             /* names must be tools of the request (``` fences) */
+};
+
+struct tools_fmt_info {
+    const char *name;
+    struct tools_marker m[3];
+    const char *swallow[2];  /* wrappers around call lists, dropped from the content */
+    bool bare;               /* a call may open the output without a marker */
+    struct tools_wire wire;
+};
+
+/* DeepSeek's markers: fullwidth bars (U+FF5C) and U+2581 as the word separator. */
+#define DS_BAR "\xef\xbd\x9c"
+#define DS_SP "\xe2\x96\x81"
+#define DS_CALLS_BEGIN "<" DS_BAR "tool" DS_SP "calls" DS_SP "begin" DS_BAR ">"
+#define DS_CALLS_END "<" DS_BAR "tool" DS_SP "calls" DS_SP "end" DS_BAR ">"
+#define DS_CALL_BEGIN "<" DS_BAR "tool" DS_SP "call" DS_SP "begin" DS_BAR ">"
+#define DS_CALL_END "<" DS_BAR "tool" DS_SP "call" DS_SP "end" DS_BAR ">"
+#define FENCE_JSON { "```json", "```", true, true }
+
+static const struct tools_fmt_info tools_fmts[TOOLS_FMT_COUNT] = {
+    [TOOLS_FMT_JSON] = { "json", { FENCE_JSON }, { NULL }, true,
+                         { "", "[", "]", "", "", ", ", "name", "arguments" } },
+    [TOOLS_FMT_HERMES] = { "hermes", { { "<tool_call>", "</tool_call>", false, false }, FENCE_JSON },
+                           { NULL }, true,
+                           { "<tool_call>", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "name", "arguments" } },
+    [TOOLS_FMT_QWEN3_CODER] = { "qwen3_coder",
+                                { { "<tool_call>", "</tool_call>", false, false },
+                                  { "<function=", "</function>", true, false }, FENCE_JSON },
+                                { NULL }, true,
+                                { "<tool_call>", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "name", "arguments" } },
+    [TOOLS_FMT_LLAMA3] = { "llama3", { { "<|python_tag|>", NULL, false, false }, FENCE_JSON }, { NULL }, true,
+                           { "", "", "", "", "", "; ", "name", "parameters" } },
+    [TOOLS_FMT_MISTRAL] = { "mistral", { { "[TOOL_CALLS]", NULL, false, false }, FENCE_JSON }, { NULL }, true,
+                            { "[TOOL_CALLS]", "[TOOL_CALLS][", "]", "", "", ", ", "name", "arguments" } },
+    [TOOLS_FMT_DEEPSEEK] = { "deepseek", { { DS_CALL_BEGIN, DS_CALL_END, false, false }, FENCE_JSON },
+                             { DS_CALLS_BEGIN, DS_CALLS_END }, true,
+                             { DS_CALLS_BEGIN, DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, "",
+                               "name", "arguments" } },
+    [TOOLS_FMT_FUNCTIONARY] = { "functionary",
+                                { { ">>>", NULL, false, false }, { "<function=", "</function>", true, false } },
+                                { NULL }, true,
+                                { ">>>", "", "", ">>>", "", "\n", "name", "arguments" } },
+    [TOOLS_FMT_GRANITE] = { "granite", { { "<|tool_call|>", NULL, false, false }, FENCE_JSON }, { NULL }, true,
+                            { "<|tool_call|>", "<|tool_call|>[", "]", "", "", ", ", "name", "arguments" } },
+    [TOOLS_FMT_GEMMA] = { "gemma",
+                          { { "```tool_code", "```", true, false },
+                            { "<start_function_call>", "<end_function_call>", false, false }, FENCE_JSON },
+                          { NULL }, true,
+                          { "```tool_code", "", "", "```tool_code\n", "\n```", "\n", "name", "arguments" } },
+    [TOOLS_FMT_PYTHONIC] = { "pythonic",
+                             { { "<|tool_call_start|>", "<|tool_call_end|>", false, false }, FENCE_JSON },
+                             { NULL }, true,
+                             { "", "[", "]", "", "", ", ", "name", "arguments" } },
+    [TOOLS_FMT_NONE] = { "none", { { NULL } }, { NULL }, false, { "", "", "", "", "", "", "name", "arguments" } },
+};
+
+const char *tools_format_name(enum tools_format f)
+{
+    return (unsigned)f < TOOLS_FMT_COUNT ? tools_fmts[f].name : "?";
+}
+
+int tools_format_from_name(const char *name)
+{
+    for (int f = 0; name && f < TOOLS_FMT_COUNT; f++)
+        if (!strcmp(name, tools_fmts[f].name))
+            return f;
+    if (name && (!strcmp(name, "qwen") || !strcmp(name, "qwen2.5") || !strcmp(name, "qwen3")))
+        return TOOLS_FMT_HERMES;
+    if (name && (!strcmp(name, "llama4") || !strcmp(name, "lfm2")))
+        return TOOLS_FMT_PYTHONIC;
+    return -1;
+}
+
+const char *tools_format_names(void)
+{
+    return "json, hermes (qwen), qwen3_coder, llama3, mistral, deepseek, functionary, granite, "
+           "gemma, pythonic (llama4, lfm2), none";
+}
+
+void tools_wire_of(enum tools_format f, struct tools_wire *out)
+{
+    *out = tools_fmts[(unsigned)f < TOOLS_FMT_COUNT ? f : TOOLS_FMT_JSON].wire;
+}
+
+enum tools_format tools_format_detect(const char *t)
+{
+    if (!t || !*t)
+        return TOOLS_FMT_JSON;
+    if (strstr(t, "<parameter=") && strstr(t, "<function="))
+        return TOOLS_FMT_QWEN3_CODER;
+    if (strstr(t, "<tool_call>"))
+        return TOOLS_FMT_HERMES;
+    if (strstr(t, "tool" DS_SP "call"))
+        return TOOLS_FMT_DEEPSEEK;
+    if (strstr(t, "[TOOL_CALLS]"))
+        return TOOLS_FMT_MISTRAL;
+    if (strstr(t, "<|tool_call|>"))
+        return TOOLS_FMT_GRANITE;
+    if (strstr(t, "<|tool_call_start|>"))
+        return TOOLS_FMT_PYTHONIC;
+    if (strstr(t, ">>>all") || strstr(t, "<function="))
+        return TOOLS_FMT_FUNCTIONARY;
+    if (strstr(t, "<|header_start|>"))   /* Llama 4: pythonic lists */
+        return TOOLS_FMT_PYTHONIC;
+    if (strstr(t, "<|python_tag|>") || strstr(t, "<|start_header_id|>"))
+        return TOOLS_FMT_LLAMA3;
+    if (strstr(t, "tool_code") || strstr(t, "<start_function_call>") || strstr(t, "<start_of_turn>"))
+        return TOOLS_FMT_GEMMA;
+    return TOOLS_FMT_JSON;
+}
+
+// ---- the streaming splitter ----------------------------------------------------------
+
+enum tools_mode {
+    TM_START,                /* only blanks so far: a bare call may still open the output */
+    TM_TEXT,
+    TM_CALL,                 /* inside marker m of the format */
+    TM_BARE,                 /* a bare call: buffered to the end */
+};
+
+struct tools_parser {
+    struct tools_parser_params p;
+    const struct tools_fmt_info *fi;
+    cJSON *tools;            /* parsed p.tools_json, or NULL */
+    char *buf;               /* text not yet resolved */
+    size_t len, cap;
+    enum tools_mode mode;
+    int marker;              /* TM_CALL: which */
+    size_t body_from;        /* TM_CALL: where to look for the close marker */
+    bool after_call;         /* drop blanks between and after calls */
+    int n_calls;
+    uint64_t rng;
+    bool oom;
+};
+
+struct tools_parser_params tools_parser_default_params(void)
+{
+    return (struct tools_parser_params){ .fmt = TOOLS_FMT_JSON, .parallel = true };
+}
+
+struct tools_parser *tools_parser_new(const struct tools_parser_params *pp)
+{
+    struct tools_parser *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->p = *pp;
+    p->p.tools_json = NULL;
+    if ((unsigned)p->p.fmt >= TOOLS_FMT_COUNT)
+        p->p.fmt = TOOLS_FMT_JSON;
+    p->fi = &tools_fmts[p->p.fmt];
+    if (pp->tools_json) {
+        p->tools = cJSON_Parse(pp->tools_json);
+        if (p->tools && !cJSON_IsArray(p->tools)) {
+            cJSON_Delete(p->tools);
+            p->tools = NULL;
+        }
+    }
+    p->rng = pp->id_seed ? pp->id_seed
+                         : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)p ^ ((uint64_t)clock() << 32);
+    return p;
+}
+
+void tools_parser_free(struct tools_parser *p)
+{
+    if (!p)
+        return;
+    cJSON_Delete(p->tools);
+    free(p->buf);
+    free(p);
+}
+
+int tools_parser_n_calls(const struct tools_parser *p) { return p->n_calls; }
+
+static void tools_emit_content(tools_event_fn fn, void *user, const char *s, size_t n)
+{
+    if (n == 0)
+        return;
+    struct tools_event ev = { .type = TOOLS_EV_CONTENT, .text = s, .len = n };
+    fn(user, &ev);
+}
+
+static void tools_make_id(struct tools_parser *p, char id[32])
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(id, "call_", 5);
+    for (int i = 0; i < 24; i++) {
+        /* splitmix64: ids only need to be unique, not secret */
+        uint64_t z = (p->rng += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        id[5 + i] = al[z % (sizeof al - 1)];
+    }
+    id[29] = 0;
+}
+
+static bool tools_known(const struct tools_parser *p, const char *name)
+{
+    if (!p->tools)
+        return true;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p->tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : t, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+            return true;
+    }
+    return false;
+}
+
+/* Parse one call region; report its calls. false when it holds no call (or,
+ * strict, a call of an unknown tool): the caller shows it as content. */
+static bool tools_region(struct tools_parser *p, const char *s, size_t n, bool strict,
+                         tools_event_fn fn, void *user)
+{
+    struct tools_calls calls = { 0 };
+    int got = tools_body_calls(s, n, &calls);
+    for (int i = 0; strict && i < got; i++)
+        if (!tools_known(p, calls.v[i].name))
+            got = 0;
+    for (int i = 0; i < got; i++) {
+        if (!p->p.parallel && p->n_calls >= 1)
+            break;
+        if (p->tools)
+            tools_coerce_args(calls.v[i].args, tools_find_schema(p->tools, calls.v[i].name));
+        char *args = cJSON_PrintUnformatted(calls.v[i].args);
+        char id[32];
+        tools_make_id(p, id);
+        struct tools_event ev = { .type = TOOLS_EV_CALL_START, .index = p->n_calls, .id = id,
+                                  .name = calls.v[i].name };
+        fn(user, &ev);
+        ev = (struct tools_event){ .type = TOOLS_EV_CALL_ARGS, .index = p->n_calls,
+                                   .text = args ? args : "{}", .len = args ? strlen(args) : 2 };
+        fn(user, &ev);
+        free(args);
+        p->n_calls++;
+    }
+    tools_calls_clear(&calls);
+    return got > 0;
+}
+
+static const char *tools_memmem(const char *h, size_t hn, const char *n)
+{
+    size_t nn = strlen(n);
+    for (size_t i = 0; nn <= hn && i + nn <= hn; i++)
+        if (h[i] == n[0] && !memcmp(h + i, n, nn))
+            return h + i;
+    return NULL;
+}
+
+/* Earliest marker (open or swallow) in buf: its offset, which one (kind 0:
+ * open m[which], 1: swallow[which]); SIZE_MAX when none. */
+static size_t tools_next_marker(const struct tools_parser *p, int *kind, int *which)
+{
+    size_t best = SIZE_MAX;
+    for (int k = 0; k < 3; k++) {
+        const char *o = p->fi->m[k].open;
+        const char *at = o ? tools_memmem(p->buf, p->len, o) : NULL;
+        if (at && (size_t)(at - p->buf) < best) {
+            best = (size_t)(at - p->buf);
+            *kind = 0;
+            *which = k;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *o = p->fi->swallow[k];
+        const char *at = o ? tools_memmem(p->buf, p->len, o) : NULL;
+        if (at && (size_t)(at - p->buf) < best) {
+            best = (size_t)(at - p->buf);
+            *kind = 1;
+            *which = k;
+        }
+    }
+    return best;
+}
+
+/* Longest tail of buf that is the start of some marker (held back). */
+static size_t tools_hold(const struct tools_parser *p)
+{
+    size_t hold = 0;
+    const char *ms[5];
+    int nm = 0;
+    for (int k = 0; k < 3; k++)
+        if (p->fi->m[k].open)
+            ms[nm++] = p->fi->m[k].open;
+    for (int k = 0; k < 2; k++)
+        if (p->fi->swallow[k])
+            ms[nm++] = p->fi->swallow[k];
+    for (int k = 0; k < nm; k++) {
+        size_t ml = strlen(ms[k]);
+        for (size_t l = ml - 1; l > hold; l--)
+            if (l <= p->len && !memcmp(p->buf + p->len - l, ms[k], l)) {
+                hold = l;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* Does a marker start at buf[i]? 1 yes, 0 no, -1 the text so far is the
+ * start of one. */
+static int tools_marker_at(const struct tools_parser *p, size_t i)
+{
+    int r = 0;
+    for (int k = 0; k < 5; k++) {
+        const char *o = k < 3 ? p->fi->m[k].open : p->fi->swallow[k - 3];
+        if (!o)
+            continue;
+        size_t ol = strlen(o), have = p->len - i;
+        if (!memcmp(p->buf + i, o, have < ol ? have : ol)) {
+            if (have >= ol)
+                return 1;
+            r = -1;
+        }
+    }
+    return r;
+}
+
+static void tools_consume(struct tools_parser *p, size_t n)
+{
+    memmove(p->buf, p->buf + n, p->len - n);
+    p->len -= n;
+}
+
+static void tools_run(struct tools_parser *p, bool final, tools_event_fn fn, void *user)
+{
+    for (;;) {
+        if (p->mode == TM_START || (p->mode == TM_TEXT && p->after_call)) {
+            size_t i = 0;
+            while (i < p->len && isspace((unsigned char)p->buf[i]))
+                i++;
+            if (i == p->len) {
+                if (final && p->mode == TM_START)
+                    tools_emit_content(fn, user, p->buf, p->len);
+                if (final || p->after_call)
+                    p->len = 0;
+                return;
+            }
+            if (p->after_call) {
+                tools_consume(p, i);
+                p->after_call = false;
+                continue;
+            }
+            /* a marker of the format wins over a bare call */
+            int mk = tools_marker_at(p, i);
+            if (mk < 0 && !final)
+                return;
+            if (mk > 0) {
+                tools_consume(p, i);
+                p->mode = TM_TEXT;
+                continue;
+            }
+            int bare = p->fi->bare ? tools_bare_check(p->buf + i, p->len - i,
+                                                      p->p.fmt == TOOLS_FMT_FUNCTIONARY)
+                                   : 0;
+            if (bare < 0 && !final)
+                return;
+            if (bare > 0 && p->p.fmt == TOOLS_FMT_FUNCTIONARY && p->buf[i] != '{' &&
+                p->buf[i] != '[' && p->buf[i] != '`') {
+                /* the template ended with ">>>": the output starts inside a call */
+                tools_consume(p, i);
+                p->mode = TM_CALL;
+                p->marker = 0;
+                p->body_from = 0;
+            } else if (bare > 0) {
+                tools_consume(p, i);
+                p->mode = TM_BARE;
+            } else {
+                if (p->p.fmt == TOOLS_FMT_FUNCTIONARY && p->len - i >= 4 &&
+                    !memcmp(p->buf + i, "all\n", 4))
+                    tools_consume(p, i + 4);   /* Functionary's "text follows" */
+                p->mode = TM_TEXT;
+            }
+            continue;
+        }
+        if (p->mode == TM_TEXT) {
+            int kind = 0, which = 0;
+            size_t at = tools_next_marker(p, &kind, &which);
+            if (at == SIZE_MAX) {
+                size_t keep = final ? 0 : tools_hold(p);
+                tools_emit_content(fn, user, p->buf, p->len - keep);
+                tools_consume(p, p->len - keep);
+                return;
+            }
+            tools_emit_content(fn, user, p->buf, at);
+            tools_consume(p, at);
+            if (kind == 1) {
+                tools_consume(p, strlen(p->fi->swallow[which]));
+                p->after_call = true;
+                continue;
+            }
+            const struct tools_marker *m = &p->fi->m[which];
+            size_t ol = strlen(m->open);
+            if (!m->keep)
+                tools_consume(p, ol);
+            p->mode = TM_CALL;
+            p->marker = which;
+            p->body_from = m->keep ? ol : 0;
+            continue;
+        }
+        if (p->mode == TM_CALL) {
+            const struct tools_marker *m = &p->fi->m[p->marker];
+            const char *close = m->close ? m->close : m->open;
+            const char *at = tools_memmem(p->buf + p->body_from, p->len - p->body_from, close);
+            if (!at && !final)
+                return;
+            size_t end = at ? (size_t)(at - p->buf) : p->len;
+            size_t body = end + (at && m->keep && m->close ? strlen(close) : 0);
+            size_t used = end + (at && m->close ? strlen(close) : 0);
+            if (!tools_region(p, p->buf, body, m->strict, fn, user)) {
+                /* not a call after all: the text stays, without our own markers */
+                size_t b = 0;
+                if (!m->keep && p->p.fmt == TOOLS_FMT_FUNCTIONARY && body >= 4 &&
+                    !memcmp(p->buf, "all\n", 4))
+                    b = 4;
+                tools_emit_content(fn, user, p->buf + b, body - b);
+                p->after_call = false;
+            } else {
+                p->after_call = true;
+            }
+            tools_consume(p, used);
+            p->mode = TM_TEXT;
+            continue;
+        }
+        /* TM_BARE: the whole rest of the output decides */
+        if (!final)
+            return;
+        if (!tools_region(p, p->buf, p->len, true, fn, user))
+            tools_emit_content(fn, user, p->buf, p->len);
+        p->len = 0;
+        p->mode = TM_TEXT;
+        return;
+    }
+}
+
+int tools_parser_feed(struct tools_parser *p, const char *text, size_t len, tools_event_fn fn,
+                      void *user)
+{
+    if (p->oom) {
+        tools_emit_content(fn, user, text, len);
+        return OMNI_ERR_NOMEM;
+    }
+    if (p->len + len + 1 > p->cap) {
+        size_t cap = p->cap ? p->cap : 256;
+        while (cap < p->len + len + 1)
+            cap *= 2;
+        char *nb = realloc(p->buf, cap);
+        if (!nb) {
+            /* pass everything through rather than lose the answer */
+            p->oom = true;
+            tools_emit_content(fn, user, p->buf, p->len);
+            tools_emit_content(fn, user, text, len);
+            p->len = 0;
+            return OMNI_ERR_NOMEM;
+        }
+        p->buf = nb;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->len, text, len);
+    p->len += len;
+    tools_run(p, false, fn, user);
+    return 0;
+}
+
+int tools_parser_finish(struct tools_parser *p, tools_event_fn fn, void *user)
+{
+    if (!p->oom)
+        tools_run(p, true, fn, user);
+    return p->oom ? OMNI_ERR_NOMEM : 0;
+}
+
+struct tools_calls_only {
+    tools_event_fn fn;
+    void *user;
+};
+
+static void tools_drop_content(void *user, const struct tools_event *ev)
+{
+    struct tools_calls_only *co = user;
+    if (ev->type != TOOLS_EV_CONTENT)
+        co->fn(co->user, ev);
+}
+
+int tools_parse_calls_only(const struct tools_parser_params *pp, const char *text, size_t len,
+                           tools_event_fn fn, void *user)
+{
+    struct tools_parser *p = tools_parser_new(pp);
+    if (!p)
+        return OMNI_ERR_NOMEM;
+    struct tools_calls_only co = { fn, user };
+    /* Reasoning is prose: calls there are only those with markers. */
+    p->mode = TM_TEXT;
+    int rc = tools_parser_feed(p, text, len, tools_drop_content, &co);
+    if (rc == 0)
+        rc = tools_parser_finish(p, tools_drop_content, &co);
+    int n = p->n_calls;
+    tools_parser_free(p);
+    return rc < 0 ? rc : n;
+}

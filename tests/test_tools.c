@@ -1,0 +1,321 @@
+/* test_tools.c - tool-call parsing on recorded raw outputs of each format
+ * (tests/fixtures/tools/cases.json: clean, broken, parallel, not-a-call),
+ * fed whole and in chunks of many sizes: the same content and calls every
+ * time, and no markup in the content. Also the lenient JSON reader, schema
+ * coercion, format detection and the wire spelling for forced calls. */
+#include "test.h"
+
+#include "llm/tools/tools.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct collect {
+    char content[4096];
+    size_t clen;
+    cJSON *calls;            /* [{"id","name","arguments"(text)}] */
+    int bad_order;           /* ARGS before START, index jumps, ... */
+};
+
+static void collect_fn(void *user, const struct tools_event *ev)
+{
+    struct collect *c = user;
+    if (ev->type == TOOLS_EV_CONTENT) {
+        if (c->clen + ev->len < sizeof c->content) {
+            memcpy(c->content + c->clen, ev->text, ev->len);
+            c->clen += ev->len;
+            c->content[c->clen] = 0;
+        }
+    } else if (ev->type == TOOLS_EV_CALL_START) {
+        if (ev->index != cJSON_GetArraySize(c->calls) || strncmp(ev->id, "call_", 5) != 0 ||
+            strlen(ev->id) != 29)
+            c->bad_order++;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", ev->id);
+        cJSON_AddStringToObject(o, "name", ev->name);
+        cJSON_AddStringToObject(o, "arguments", "");
+        cJSON_AddItemToArray(c->calls, o);
+    } else {
+        cJSON *o = cJSON_GetArrayItem(c->calls, ev->index);
+        if (!o || ev->index != cJSON_GetArraySize(c->calls) - 1) {
+            c->bad_order++;
+            return;
+        }
+        cJSON *a = cJSON_GetObjectItem(o, "arguments");
+        size_t ol = strlen(a->valuestring);
+        char *s = malloc(ol + ev->len + 1);
+        memcpy(s, a->valuestring, ol);
+        memcpy(s + ol, ev->text, ev->len);
+        s[ol + ev->len] = 0;
+        cJSON_SetValuestring(a, s);
+        free(s);
+    }
+}
+
+/* Run text through a parser in chunks of `chunk` bytes (0: all at once). */
+static void run_parser(const struct tools_parser_params *pp, const char *text, size_t chunk,
+                       struct collect *c)
+{
+    memset(c, 0, sizeof *c);
+    c->calls = cJSON_CreateArray();
+    struct tools_parser *p = tools_parser_new(pp);
+    size_t n = strlen(text);
+    if (!chunk)
+        chunk = n ? n : 1;
+    for (size_t i = 0; i < n; i += chunk)
+        tools_parser_feed(p, text + i, i + chunk > n ? n - i : chunk, collect_fn, c);
+    tools_parser_finish(p, collect_fn, c);
+    tools_parser_free(p);
+}
+
+/* Does the parsed call list equal the expected [{"name","arguments":{}}]? */
+static bool calls_equal(const cJSON *got, const cJSON *want, char *why, size_t whylen)
+{
+    if (cJSON_GetArraySize(got) != cJSON_GetArraySize(want)) {
+        snprintf(why, whylen, "%d calls, want %d", cJSON_GetArraySize(got), cJSON_GetArraySize(want));
+        return false;
+    }
+    for (int i = 0; i < cJSON_GetArraySize(want); i++) {
+        const cJSON *g = cJSON_GetArrayItem(got, i), *w = cJSON_GetArrayItem(want, i);
+        const char *gn = cJSON_GetObjectItem(g, "name")->valuestring;
+        const char *args = cJSON_GetObjectItem(g, "arguments")->valuestring;
+        cJSON *ga = cJSON_Parse(args);
+        bool ok = !strcmp(gn, cJSON_GetObjectItem(w, "name")->valuestring) &&
+                  cJSON_Compare(ga, cJSON_GetObjectItem(w, "arguments"), true);
+        cJSON_Delete(ga);
+        if (!ok) {
+            snprintf(why, whylen, "call %d: %s %s", i, gn, args);
+            return false;
+        }
+    }
+    return true;
+}
+
+static const char *const markup[] = {
+    "<tool_call>", "</tool_call>", "<function=", "<parameter=", "<|python_tag|>", "[TOOL_CALLS]",
+    "[ARGS]", "tool\xe2\x96\x81", ">>>", "<|tool_call|>", "```tool_code", "<start_function_call>",
+    "<|tool_call_start|>", "<|tool_call_end|>",
+};
+
+TEST(tools_recorded_outputs_all_chunkings)
+{
+    char *manifest = test_read_file(test_fixture("tools/cases.json"), NULL);
+    char *tools = test_read_file(test_fixture("tools/tools.json"), NULL);
+    CHECK(manifest && tools);
+    cJSON *cases = cJSON_Parse(manifest);
+    CHECK(cJSON_IsArray(cases) && cJSON_GetArraySize(cases) >= 25);
+    const cJSON *tc;
+    int k = 0;
+    cJSON_ArrayForEach(tc, cases) {
+        const char *file = cJSON_GetObjectItem(tc, "file")->valuestring;
+        const char *fmt = cJSON_GetObjectItem(tc, "format")->valuestring;
+        char rel[128];
+        snprintf(rel, sizeof rel, "tools/%s", file);
+        char *raw = test_read_file(test_fixture(rel), NULL);
+        CHECK_MSG(raw, "missing %s", rel);
+        struct tools_parser_params pp = tools_parser_default_params();
+        CHECK_MSG(tools_format_from_name(fmt) >= 0, "format %s", fmt);
+        pp.fmt = (enum tools_format)tools_format_from_name(fmt);
+        pp.tools_json = tools;
+        const cJSON *par = cJSON_GetObjectItem(tc, "parallel");
+        pp.parallel = !cJSON_IsFalse(par);
+        pp.id_seed = 7;
+        static const size_t chunks[] = { 0, 1, 2, 3, 5, 7, 11, 16, 64 };
+        for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+            struct collect c;
+            run_parser(&pp, raw, chunks[ci], &c);
+            char why[512] = "";
+            bool ok = calls_equal(c.calls, cJSON_GetObjectItem(tc, "calls"), why, sizeof why);
+            const char *want = cJSON_GetObjectItem(tc, "content")->valuestring;
+            bool content_ok = !strcmp(c.content, want);
+            bool leak = false;
+            if (cJSON_GetArraySize(cJSON_GetObjectItem(tc, "calls")) > 0)
+                for (size_t m = 0; m < sizeof markup / sizeof markup[0]; m++)
+                    leak |= strstr(c.content, markup[m]) != NULL;
+            int bad = c.bad_order;
+            cJSON_Delete(c.calls);
+            CHECK_MSG(ok, "case %d (%s as %s, chunk %zu): %s", k, file, fmt, chunks[ci], why);
+            CHECK_MSG(content_ok, "case %d (%s as %s, chunk %zu): content '%s', want '%s'", k,
+                      file, fmt, chunks[ci], c.content, want);
+            CHECK_MSG(!leak, "case %d: markup in content '%s'", k, c.content);
+            CHECK_MSG(bad == 0, "case %d: events out of order", k);
+        }
+        free(raw);
+        k++;
+    }
+    cJSON_Delete(cases);
+    free(manifest);
+    free(tools);
+}
+
+TEST(tools_ids_stable_and_unique)
+{
+    char *raw = test_read_file(test_fixture("tools/hermes_parallel.txt"), NULL);
+    CHECK(raw);
+    struct tools_parser_params pp = tools_parser_default_params();
+    pp.fmt = TOOLS_FMT_HERMES;
+    struct collect c;
+    run_parser(&pp, raw, 3, &c);
+    CHECK_EQ(cJSON_GetArraySize(c.calls), 2);
+    const char *a = cJSON_GetObjectItem(cJSON_GetArrayItem(c.calls, 0), "id")->valuestring;
+    const char *b = cJSON_GetObjectItem(cJSON_GetArrayItem(c.calls, 1), "id")->valuestring;
+    CHECK(strcmp(a, b) != 0);
+    CHECK_EQ(c.bad_order, 0);
+    cJSON_Delete(c.calls);
+    free(raw);
+}
+
+TEST(tools_content_streams_before_the_call)
+{
+    /* Text before a marker comes out as soon as it cannot be a marker. */
+    struct tools_parser_params pp = tools_parser_default_params();
+    pp.fmt = TOOLS_FMT_HERMES;
+    struct tools_parser *p = tools_parser_new(&pp);
+    struct collect c;
+    memset(&c, 0, sizeof c);
+    c.calls = cJSON_CreateArray();
+    tools_parser_feed(p, "Hello there <tool", 17, collect_fn, &c);
+    CHECK_STR_EQ(c.content, "Hello there ");
+    tools_parser_feed(p, "_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", 45, collect_fn, &c);
+    CHECK_EQ(cJSON_GetArraySize(c.calls), 1);
+    tools_parser_finish(p, collect_fn, &c);
+    CHECK_STR_EQ(c.content, "Hello there ");
+    tools_parser_free(p);
+    cJSON_Delete(c.calls);
+}
+
+TEST(tools_calls_inside_reasoning)
+{
+    const char *r = "I should call the tool.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+                    "{\"tz\": \"UTC\"}}\n</tool_call>";
+    struct tools_parser_params pp = tools_parser_default_params();
+    pp.fmt = TOOLS_FMT_HERMES;
+    struct collect c;
+    memset(&c, 0, sizeof c);
+    c.calls = cJSON_CreateArray();
+    CHECK_EQ(tools_parse_calls_only(&pp, r, strlen(r), collect_fn, &c), 1);
+    CHECK_EQ(c.clen, 0);
+    CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(c.calls, 0), "name")->valuestring, "get_time");
+    cJSON_Delete(c.calls);
+}
+
+TEST(tools_lenient_json)
+{
+    static const struct { const char *in, *want; } cases[] = {
+        { "{\"a\": 1}", "{\"a\":1}" },
+        { "{'a': 'x', 'b': [1, 2,],}", "{\"a\":\"x\",\"b\":[1,2]}" },
+        { "{\"s\": \"line\nbreak\"}", "{\"s\":\"line\\nbreak\"}" },
+        { "{\"a\": {\"b\": [1, {\"c\": tru", "{\"a\":{\"b\":[1,{}]}}" },
+        { "{\"a\": {\"b\": [1, 2", "{\"a\":{\"b\":[1,2]}}" },
+        { "{\"s\": \"unterminated", "{\"s\":\"unterminated\"}" },
+        { "{a: True, b: None, c: False}", "{\"a\":true,\"b\":null,\"c\":false}" },
+        { "{\"u\": \"\\u00e9\\ud83d\\ude00\"}", "{\"u\":\"\xc3\xa9\xf0\x9f\x98\x80\"}" },
+        { "{\"a\": 1 \"b\": 2}", "{\"a\":1,\"b\":2}" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *v = tools_json_parse_lenient(cases[i].in, strlen(cases[i].in), NULL);
+        char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+        bool ok = s && !strcmp(s, cases[i].want);
+        char got[256];
+        snprintf(got, sizeof got, "%s", s ? s : "(null)");
+        free(s);
+        cJSON_Delete(v);
+        CHECK_MSG(ok, "case %zu: %s -> %s", i, cases[i].in, got);
+    }
+    /* hostile: never crash, bounded depth */
+    static const char *const bad[] = { "", "}", "{:", "[[[[", "{\"a\" 1}", "nul", "-", "{'a': @}" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cJSON_Delete(tools_json_parse_lenient(bad[i], strlen(bad[i]), NULL));
+    char deep[300];
+    memset(deep, '[', sizeof deep);
+    cJSON_Delete(tools_json_parse_lenient(deep, sizeof deep, NULL));
+}
+
+TEST(tools_coercion_to_schema)
+{
+    cJSON *schema = cJSON_Parse(
+        "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"x\":{\"type\":\"number\"},"
+        "\"b\":{\"type\":\"boolean\"},\"s\":{\"type\":\"string\"},\"o\":{\"type\":\"object\","
+        "\"properties\":{\"k\":{\"type\":\"integer\"}}},\"l\":{\"type\":\"array\",\"items\":"
+        "{\"type\":\"integer\"}},\"bad\":{\"type\":\"integer\"}}}");
+    cJSON *args = cJSON_Parse("{\"n\":\"42\",\"x\":\" 2.5 \",\"b\":\"True\",\"s\":7,\"o\":\"{'k': '3'}\","
+                              "\"l\":[\"1\",2],\"bad\":\"abc\",\"extra\":\"1\"}");
+    tools_coerce_args(args, schema);
+    char *s = cJSON_PrintUnformatted(args);
+    CHECK_STR_EQ(s, "{\"n\":42,\"x\":2.5,\"b\":true,\"s\":\"7\",\"o\":{\"k\":3},\"l\":[1,2],"
+                    "\"bad\":\"abc\",\"extra\":\"1\"}");
+    free(s);
+    cJSON_Delete(args);
+    cJSON_Delete(schema);
+}
+
+TEST(tools_format_detection_and_names)
+{
+    CHECK_EQ(tools_format_detect(NULL), TOOLS_FMT_JSON);
+    CHECK_EQ(tools_format_detect("{{'<|im_start|>'}}<tool_call>"), TOOLS_FMT_HERMES);
+    CHECK_EQ(tools_format_detect("<tool_call>\n<function=x>\n<parameter=y>"), TOOLS_FMT_QWEN3_CODER);
+    CHECK_EQ(tools_format_detect("<|start_header_id|>ipython<|python_tag|>"), TOOLS_FMT_LLAMA3);
+    CHECK_EQ(tools_format_detect("[AVAILABLE_TOOLS][TOOL_CALLS]"), TOOLS_FMT_MISTRAL);
+    CHECK_EQ(tools_format_detect("<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"),
+             TOOLS_FMT_DEEPSEEK);
+    CHECK_EQ(tools_format_detect(">>>all\n"), TOOLS_FMT_FUNCTIONARY);
+    CHECK_EQ(tools_format_detect("<|start_of_role|><|tool_call|>"), TOOLS_FMT_GRANITE);
+    CHECK_EQ(tools_format_detect("<start_of_turn>model\n"), TOOLS_FMT_GEMMA);
+    CHECK_EQ(tools_format_detect("<|tool_call_start|>"), TOOLS_FMT_PYTHONIC);
+    CHECK_EQ(tools_format_detect("<|header_start|>assistant<|header_end|>"), TOOLS_FMT_PYTHONIC);
+    for (int f = 0; f < TOOLS_FMT_COUNT; f++)
+        CHECK_EQ(tools_format_from_name(tools_format_name((enum tools_format)f)), f);
+    CHECK_EQ(tools_format_from_name("qwen"), TOOLS_FMT_HERMES);
+    CHECK_EQ(tools_format_from_name("nope"), -1);
+}
+
+/* What a grammar forces (tools_wire_of) must be read back by every parser. */
+TEST(tools_wire_round_trips)
+{
+    for (int f = 0; f < TOOLS_FMT_COUNT; f++) {
+        if (f == TOOLS_FMT_NONE)
+            continue;
+        struct tools_wire w;
+        tools_wire_of((enum tools_format)f, &w);
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "%s%s{\"%s\": \"get_weather\", \"%s\": {\"city\": \"Oslo\"}}%s%s%s{\"%s\": "
+                 "\"get_time\", \"%s\": {}}%s%s",
+                 w.list_open, w.call_open, w.name_key, w.args_key, w.call_close, w.sep,
+                 w.call_open, w.name_key, w.args_key, w.call_close, w.list_close);
+        struct tools_parser_params pp = tools_parser_default_params();
+        pp.fmt = (enum tools_format)f;
+        pp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
+        struct collect c;
+        run_parser(&pp, text, 4, &c);
+        int n = cJSON_GetArraySize(c.calls);
+        const cJSON *c0 = cJSON_GetArrayItem(c.calls, 0);
+        bool ok = n == 2 && !strcmp(cJSON_GetObjectItem(c0, "name")->valuestring, "get_weather") &&
+                  !strcmp(cJSON_GetObjectItem(c0, "arguments")->valuestring, "{\"city\":\"Oslo\"}");
+        char content[256];
+        snprintf(content, sizeof content, "%.200s", c.content);
+        cJSON_Delete(c.calls);
+        CHECK_MSG(ok && content[0] == 0, "%s: %d calls, content '%s' from %s",
+                  tools_format_name((enum tools_format)f), n, content, text);
+    }
+}
+
+TEST(tools_hostile_inputs_never_crash)
+{
+    static const char *const inputs[] = {
+        "<tool_call>", "<tool_call></tool_call>", "<tool_call>{\"name\": 5}</tool_call>",
+        "[TOOL_CALLS]", "[TOOL_CALLS][ARGS]", "<function=>", "<function=x><parameter=",
+        "```", "```json", "```json\n{", "[f(", "[f(a=", "[f(a=1", ">>>", "{\"name\"",
+        "<|python_tag|>", "\xef\xbd\x9c", "call:", "<start_function_call>call:{",
+    };
+    for (int f = 0; f < TOOLS_FMT_COUNT; f++)
+        for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+            struct tools_parser_params pp = tools_parser_default_params();
+            pp.fmt = (enum tools_format)f;
+            struct collect c;
+            run_parser(&pp, inputs[i], 1, &c);
+            cJSON_Delete(c.calls);
+        }
+}
