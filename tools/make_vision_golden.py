@@ -109,7 +109,7 @@ def case_llava():
                                    projector_hidden_act="gelu", tie_word_embeddings=False)
     cfg.image_token_index = image_id
     cfg.image_token_id = image_id
-    ip = transformers.CLIPImageProcessor(
+    ip = pil_processor("CLIPImageProcessor")(
         do_resize=True, size={"shortest_edge": 112}, resample=Image.BICUBIC, do_center_crop=True,
         crop_size={"height": 112, "width": 112}, do_rescale=True, do_normalize=True,
         image_mean=[0.48145466, 0.4578275, 0.40821073],
@@ -144,7 +144,7 @@ def case_idefics3():
                                     eos_token_id=tok.token_to_id("<|end_of_text|>"), **TEXT_BASE)
     cfg = transformers.Idefics3Config(vision_config=vcfg, text_config=tcfg, scale_factor=2,
                                       image_token_id=image_id, tie_word_embeddings=False)
-    ip = transformers.Idefics3ImageProcessor(
+    ip = pil_processor("Idefics3ImageProcessor")(
         do_convert_rgb=True, do_resize=True, size={"longest_edge": 128}, resample=Image.LANCZOS,
         do_image_splitting=True, max_image_size={"longest_edge": 64}, do_rescale=True,
         do_normalize=True, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_pad=True)
@@ -152,6 +152,13 @@ def case_idefics3():
                                           chat_template=TEMPLATE)
     return dict(cls=transformers.Idefics3ForConditionalGeneration, cfg=cfg, proc=proc, fast=fast,
                 image_id=image_id, prompt="<|begin_of_text|>user: <image>What is this?\nassistant:")
+
+
+def pil_processor(name):
+    """The Pillow-backed image processor (transformers >= 5 names it <name>Pil;
+    its default backend resizes with torchvision, which is not Pillow's filter)."""
+    import transformers
+    return getattr(transformers, name + "Pil", None) or getattr(transformers, name)
 
 
 CASES = {"llava": case_llava, "idefics3": case_idefics3}
