@@ -11,6 +11,7 @@
 
 #include "kv_pool.h"
 #include "prefix_store.h"
+#include "llm/grammar/grammar.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 #include "src/core/omni.h"
@@ -47,6 +48,7 @@ struct seq {
     int logit_row;           /* row of this step's logits, or -1 */
     struct sampler *smp;
     struct sampler_stop *stop;
+    struct grammar_matcher *gm; /* request with a grammar: made at the first sample */
     struct tok_stream ts;
     struct engine_usage usage;
     struct seq *prev, *next; /* waiting list links */
@@ -68,6 +70,7 @@ struct request {
     double t_submit_s, deadline_s;
     engine_event_fn on_event;
     void *user;
+    struct grammar *grammar; /* own reference, or NULL */
 };
 
 struct emodel {
@@ -79,6 +82,7 @@ struct emodel {
     int n_ctx, max_blocks;   /* per sequence */
     struct kv_pool *pool;
     struct llm_ctx *ctx;
+    struct grammar_vocab *gvocab; /* token trie, made by the first grammar request */
     struct seq *wait_head, *wait_tail;
     int n_waiting;
     struct seq **running;    /* [max_seqs] in admission order */
@@ -383,7 +387,9 @@ static void request_free(struct request *r)
         free(s->hashes);
         sampler_free(s->smp);
         sampler_stop_free(s->stop);
+        grammar_matcher_free(s->gm);
     }
+    grammar_free(r->grammar);
     free(r->seqs);
     free(r->prompt);
     free(r->keys);
@@ -409,6 +415,7 @@ void engine_free(struct engine *e)
             prefix_store_save(em->pool, em->m, e->p.prefix_cache_dir, em->file_name);
         kv_pool_free(em->pool);
         llm_ctx_free(em->ctx);
+        grammar_vocab_free(em->gvocab);
         free(em->running);
         free(em->items);
         free(em->b_tok);
@@ -556,6 +563,7 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->want_logprobs = rq->sampling.n_logprobs > 0;
     r->on_event = rq->on_event;
     r->user = rq->user;
+    r->grammar = grammar_ref(rq->grammar);
     int rc = copy_prompt(e, em, rq, r, err, errlen);
     if (rc == 0)
         rc = make_seqs(em, rq, r, err, errlen);
@@ -877,17 +885,41 @@ static void hist_add(double *pend, int *n, int cap, double ms)
         pend[(*n)++] = ms;
 }
 
+/* logits with what the request's grammar forbids at -inf (the matcher and
+ * the model's token trie are made on first use); NULL with the reason. */
+static const float *seq_constrain(struct emodel *em, struct seq *s, const float *logits,
+                                  char *err, size_t errlen)
+{
+    if (!em->gvocab && !(em->gvocab = grammar_vocab_new(em->tok, err, errlen)))
+        return NULL;
+    if (!s->gm && !(s->gm = grammar_matcher_new(s->rq->grammar, em->gvocab, err, errlen)))
+        return NULL;
+    const float *out = grammar_matcher_apply(s->gm, logits);
+    if (!out)
+        snprintf(err, errlen, "engine: %s", grammar_matcher_error(s->gm));
+    return out;
+}
+
 /* Sample s's next token from logits and deliver it. */
 static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits)
 {
     struct request *r = s->rq;
     struct sampler_logprobs lp;
+    char gerr[256];
+    if (r->grammar && !(logits = seq_constrain(em, s, logits, gerr, sizeof gerr))) {
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, gerr);
+        return;
+    }
     const int32_t id = sampler_sample(s->smp, logits, r->want_logprobs ? &lp : NULL);
     if (id < 0) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: every token is banned (logit bias)");
         return;
     }
     sampler_accept(s->smp, id);
+    if (s->gm && grammar_matcher_accept(s->gm, id) < 0) {
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: sampled a token the grammar forbids");
+        return;
+    }
     s->tok[s->n_tok++] = id;
     s->n_gen++;
     e->local.generated_tokens++;

@@ -37,6 +37,7 @@
 
 struct llm_model;
 struct engine;
+struct grammar;
 
 struct engine_params {
     int n_threads;           /* compute threads; 0 = physical cores */
@@ -120,6 +121,8 @@ struct engine_request {
     double timeout_s;                 /* 0 = none */
     engine_event_fn on_event;
     void *user;
+    struct grammar *grammar;          /* constrain every choice to it (llm/grammar); the
+                                         engine takes its own reference. NULL: free text */
 };
 struct engine_request engine_default_request(void);
 
