@@ -165,9 +165,14 @@ class Cdn(Base):
         self.serve_blob(path[7:])
 
 
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # clients that leave early and the connections we drop on purpose
+
+
 def main():
-    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    cdn = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Cdn)
+    hub = Server(("127.0.0.1", 0), Hub)
+    cdn = Server(("127.0.0.1", 0), Cdn)
     hub.daemon_threads = cdn.daemon_threads = True
     PORTS["hub"], PORTS["cdn"] = hub.server_address[1], cdn.server_address[1]
     threading.Thread(target=cdn.serve_forever, daemon=True).start()
