@@ -1,0 +1,102 @@
+/* test_reasoning.c - the reasoning splitter on recorded outputs: <think>
+ * blocks opened by the model or by the template, [THINK] blocks, Harmony
+ * channels with a tool call, unterminated reasoning; every text in chunks
+ * of many sizes gives the same reasoning and answer, tags never in either. */
+#include "test.h"
+
+#include "llm/reasoning.h"
+
+#include <string.h>
+
+struct split {
+    char r[1024], a[1024];
+    size_t rn, an;
+};
+
+static void split_fn(void *user, bool reasoning, const char *s, size_t n)
+{
+    struct split *sp = user;
+    char *dst = reasoning ? sp->r : sp->a;
+    size_t *dn = reasoning ? &sp->rn : &sp->an;
+    if (*dn + n < sizeof sp->r) {
+        memcpy(dst + *dn, s, n);
+        *dn += n;
+        dst[*dn] = 0;
+    }
+}
+
+static void run_split(enum reasoning_format f, bool open, const char *text, size_t chunk,
+                      struct split *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    struct reasoning_parser *p = reasoning_parser_new(f, open);
+    size_t n = strlen(text);
+    if (!chunk)
+        chunk = n ? n : 1;
+    for (size_t i = 0; i < n; i += chunk)
+        reasoning_parser_feed(p, text + i, i + chunk > n ? n - i : chunk, split_fn, sp);
+    reasoning_parser_finish(p, split_fn, sp);
+    reasoning_parser_free(p);
+}
+
+TEST(reasoning_recorded_outputs_all_chunkings)
+{
+    static const struct {
+        enum reasoning_format f;
+        bool open;
+        const char *text, *reasoning, *answer;
+    } cases[] = {
+        { REASONING_THINK, false, "<think>\nThe user greets me.\n</think>\n\nHello!",
+          "The user greets me.", "Hello!" },
+        { REASONING_THINK, true, "Okay, 2+2 is 4.\n</think>\n\nThe answer is 4.", "Okay, 2+2 is 4.",
+          "The answer is 4." },
+        { REASONING_THINK, true, "<think>\nrepeated tag\n</think>\nok", "repeated tag", "ok" },
+        { REASONING_THINK, false, "No thinking here, 1 < 2 and <thin is not a tag.", "",
+          "No thinking here, 1 < 2 and <thin is not a tag." },
+        { REASONING_THINK, false, "<think>\nnever closed, cut by max_tokens", "never closed, cut by max_tokens", "" },
+        { REASONING_THINK, true, "\n</think>\n\n", "", "" },
+        { REASONING_THINK_BRACKET, false, "[THINK]Check units.[/THINK]It is 5 km.", "Check units.", "It is 5 km." },
+        { REASONING_NONE, false, "<think>x</think>y", "", "<think>x</think>y" },
+        { REASONING_HARMONY, false,
+          "<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.",
+          "User wants weather.", "It is sunny." },
+        { REASONING_HARMONY, false,
+          "<|channel|>analysis<|message|>Need the tool.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+          "Need the tool.", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}</tool_call>" },
+        { REASONING_HARMONY, false, "Plain text from a model that skipped the channels.", "",
+          "Plain text from a model that skipped the channels." },
+    };
+    static const size_t chunks[] = { 0, 1, 2, 3, 4, 7, 13 };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+            struct split sp;
+            run_split(cases[i].f, cases[i].open, cases[i].text, chunks[c], &sp);
+            CHECK_MSG(!strcmp(sp.r, cases[i].reasoning) && !strcmp(sp.a, cases[i].answer),
+                      "case %zu chunk %zu: reasoning '%s' answer '%s'", i, chunks[c], sp.r, sp.a);
+        }
+}
+
+TEST(reasoning_detection_and_prompt_opening)
+{
+    CHECK_EQ(reasoning_format_detect(NULL), REASONING_THINK);
+    CHECK_EQ(reasoning_format_detect("{{'<|channel|>analysis'}}"), REASONING_HARMONY);
+    CHECK_EQ(reasoning_format_detect("[THINK]"), REASONING_THINK_BRACKET);
+    CHECK(reasoning_prompt_opens(REASONING_THINK, "<|im_start|>assistant\n<think>\n", 30));
+    CHECK(!reasoning_prompt_opens(REASONING_THINK, "<|im_start|>assistant\n<think>\n\n</think>\n\n", 42));
+    CHECK(!reasoning_prompt_opens(REASONING_NONE, "<think>", 7));
+    CHECK_STR_EQ(reasoning_close_text(REASONING_THINK), "\n</think>\n\n");
+    for (int f = 0; f < REASONING_FMT_COUNT; f++)
+        CHECK_EQ(reasoning_format_from_name(reasoning_format_name((enum reasoning_format)f)), f);
+    CHECK_EQ(reasoning_format_from_name("nope"), -1);
+}
+
+TEST(reasoning_in_reasoning_tracks_state)
+{
+    struct split sp;
+    memset(&sp, 0, sizeof sp);
+    struct reasoning_parser *p = reasoning_parser_new(REASONING_THINK, true);
+    CHECK(reasoning_parser_in_reasoning(p));
+    reasoning_parser_feed(p, "abc</think>", 11, split_fn, &sp);
+    CHECK(!reasoning_parser_in_reasoning(p));
+    reasoning_parser_free(p);
+}
