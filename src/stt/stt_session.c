@@ -1,0 +1,524 @@
+/* stt_session.c - a live transcription stream behind stt_session.h.
+ *
+ * The owner thread resamples pushed PCM to 16 kHz, keeps it in a buffer and
+ * runs the VAD stream over it; VAD start/stop events open and close turns.
+ * Decoding runs on the stt workers, one job per session at a time: a job
+ * picks the oldest committed turn (final) or, failing that, the turn still
+ * being spoken (partial, over everything heard so far), then re-queues itself
+ * while work remains, so sessions take turns on the workers. */
+#include "src/stt/stt_session.h"
+
+#include "media/audio.h"
+#include "src/core/omni.h"
+#include "src/stt/stt.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SS_RATE 16000
+#define SS_MS(samples) ((samples) * 1000 / SS_RATE)
+#define SS_KEEP_IDLE (2 * SS_RATE)            /* audio kept before a turn starts */
+#define SS_MAX_BUFFER ((int64_t)15 * 60 * SS_RATE) /* uncommitted audio without server VAD */
+#define SS_MIN_COMMIT (SS_RATE / 10)          /* 100 ms, as OpenAI requires */
+
+struct ss_final {                 /* a committed turn waiting for its decode */
+    int item;
+    float *pcm;
+    size_t n;
+    struct ss_final *next;
+};
+
+struct stt_session {
+    struct stt *svc;
+    /* owner thread */
+    struct stt_session_params p;
+    struct media_resampler *rs;
+    struct vad_stream *vs;
+    int64_t vad_base;             /* absolute sample of the VAD stream's position 0 */
+    int64_t pos;                  /* absolute samples received */
+    bool in_speech;
+    int64_t seg_start;
+    int64_t last_partial;         /* where the last partial was asked for */
+    int item;
+    /* shared */
+    atomic_bool closed;
+    pthread_mutex_t lock;
+    int refs;                     /* {lock} owner + a queued or running job */
+    float *audio;                 /* {lock} samples [audio_start, audio_start + audio_len) */
+    size_t audio_len, audio_cap;  /* {lock} */
+    int64_t audio_start;          /* {lock} */
+    struct ss_final *finals, *finals_tail; /* {lock} */
+    bool partial_wanted;          /* {lock} */
+    int partial_item;             /* {lock} */
+    int64_t partial_from;         /* {lock} */
+    bool running;                 /* {lock} a job is queued or running */
+    char *language, *prompt;      /* {lock} */
+    /* the running job (one at a time) */
+    char *hyp;                    /* last partial hypothesis */
+    char *emitted;                /* deltas sent for hyp_item */
+    int hyp_item;
+};
+
+struct stt_session_params stt_session_default_params(void)
+{
+    struct stt_session_params p = {
+        .input_rate_hz = 24000,
+        .server_vad = true,
+        .vad = vad_default_params(),
+        .partial_ms = 500,
+    };
+    p.vad.max_speech_duration_s = 29.0f;   /* a turn fits one Whisper window */
+    return p;
+}
+
+static void ss_emit(struct stt_session *ss, enum stt_event_type type, int item, int64_t samples,
+                    const char *text, const char *delta)
+{
+    if (atomic_load(&ss->closed) || !ss->p.on_event)
+        return;
+    struct stt_event ev = { type, item, SS_MS(samples), text, delta };
+    ss->p.on_event(ss->p.user, &ev);
+}
+
+static void ss_unref(struct stt_session *ss)
+{
+    pthread_mutex_lock(&ss->lock);
+    bool last = --ss->refs == 0;
+    pthread_mutex_unlock(&ss->lock);
+    if (!last)
+        return;
+    if (ss->p.on_free)
+        ss->p.on_free(ss->p.user);
+    for (struct ss_final *f = ss->finals, *next; f; f = next) {
+        next = f->next;
+        free(f->pcm);
+        free(f);
+    }
+    media_resampler_free(ss->rs);
+    vad_stream_free(ss->vs);
+    pthread_mutex_destroy(&ss->lock);
+    free(ss->audio);
+    free(ss->language);
+    free(ss->prompt);
+    free(ss->hyp);
+    free(ss->emitted);
+    free(ss);
+}
+
+// ---- agreement between partial hypotheses ---------------------------------------
+
+char *stt_session_agree(const char *prev, const char *cur, char **emitted)
+{
+    prev = prev ? prev : "";
+    size_t lp = strlen(prev), lc = strlen(cur), l = 0;
+    while (l < lp && l < lc && prev[l] == cur[l])
+        l++;
+    /* The longest common prefix that ends at a word boundary in both. */
+    size_t k = l;
+    while (k > 0 && !((k == lc || cur[k] == ' ') && (k == lp || prev[k] == ' ')))
+        k--;
+    size_t le = *emitted ? strlen(*emitted) : 0;
+    if (k <= le || (le && strncmp(*emitted, cur, le)))
+        return strdup("");
+    char *stable = strndup(cur, k), *delta = strdup(cur + le);
+    if (!stable || !delta) {
+        free(stable);
+        free(delta);
+        return NULL;
+    }
+    delta[k - le] = 0;
+    free(*emitted);
+    *emitted = stable;
+    return delta;
+}
+
+// ---- decoding jobs (stt workers) ------------------------------------------------------
+
+static bool ss_abort(void *user) { return atomic_load(&((struct stt_session *)user)->closed); }
+
+static void ss_kick_locked(struct stt_session *ss, bool *submit)
+{
+    *submit = false;
+    if (ss->running || atomic_load(&ss->closed) || (!ss->finals && !ss->partial_wanted))
+        return;
+    ss->running = true;
+    ss->refs++;
+    *submit = true;
+}
+
+static void ss_job(struct whisper_state *ws, void *user);
+
+/* Queue the next job when there is work. A full queue drops the waiting work
+ * with an error event rather than stalling the session. */
+static void ss_kick(struct stt_session *ss)
+{
+    bool submit;
+    pthread_mutex_lock(&ss->lock);
+    ss_kick_locked(ss, &submit);
+    pthread_mutex_unlock(&ss->lock);
+    if (!submit || stt_submit(ss->svc, ss_job, ss) == 0)
+        return;
+    pthread_mutex_lock(&ss->lock);
+    ss->running = false;
+    ss->partial_wanted = false;
+    struct ss_final *f = ss->finals;
+    ss->finals = ss->finals_tail = NULL;
+    pthread_mutex_unlock(&ss->lock);
+    for (struct ss_final *next; f; f = next) {
+        next = f->next;
+        char msg[96];
+        snprintf(msg, sizeof msg, "the server is busy: turn %d was not transcribed", f->item);
+        ss_emit(ss, STT_EV_ERROR, f->item, 0, msg, NULL);
+        free(f->pcm);
+        free(f);
+    }
+    ss_unref(ss);
+}
+
+static void ss_job(struct whisper_state *ws, void *user)
+{
+    struct stt_session *ss = user;
+    pthread_mutex_lock(&ss->lock);
+    struct ss_final *f = NULL;
+    float *pcm = NULL;
+    size_t n = 0;
+    int item = 0;
+    if (ws && !atomic_load(&ss->closed)) {
+        if ((f = ss->finals)) {
+            ss->finals = f->next;
+            if (!ss->finals)
+                ss->finals_tail = NULL;
+            pcm = f->pcm;
+            n = f->n;
+            item = f->item;
+        } else if (ss->partial_wanted) {
+            ss->partial_wanted = false;
+            int64_t from = ss->partial_from > ss->audio_start ? ss->partial_from : ss->audio_start;
+            size_t skip = (size_t)(from - ss->audio_start);
+            n = skip < ss->audio_len ? ss->audio_len - skip : 0;
+            if (n && (pcm = malloc(n * sizeof *pcm)))
+                memcpy(pcm, ss->audio + skip, n * sizeof *pcm);
+            item = ss->partial_item;
+        }
+    }
+    char *language = ss->language ? strdup(ss->language) : NULL;
+    char *prompt = ss->prompt ? strdup(ss->prompt) : NULL;
+    pthread_mutex_unlock(&ss->lock);
+
+    if (pcm) {
+        struct whisper_full_params wp = stt_full_params(false);
+        wp.language = language;
+        wp.initial_prompt = prompt;
+        wp.abort_callback = ss_abort;
+        wp.abort_callback_user_data = ss;
+        char err[256];
+        char *text = NULL;
+        if (whisper_full(ws, &wp, pcm, (int64_t)n, err, sizeof err) == 0)
+            text = stt_full_text(ws);
+        else if (!atomic_load(&ss->closed))
+            ss_emit(ss, STT_EV_ERROR, item, 0, err, NULL);
+        if (text && f) {
+            ss_emit(ss, STT_EV_FINAL, item, 0, text, NULL);
+        } else if (text) {
+            if (ss->hyp_item != item) {
+                free(ss->hyp);
+                free(ss->emitted);
+                ss->hyp = ss->emitted = NULL;
+                ss->hyp_item = item;
+            }
+            char *delta = stt_session_agree(ss->hyp, text, &ss->emitted);
+            ss_emit(ss, STT_EV_PARTIAL, item, 0, text, delta ? delta : "");
+            free(delta);
+            free(ss->hyp);
+            ss->hyp = text;
+            text = NULL;
+        }
+        free(text);
+    }
+    free(language);
+    free(prompt);
+    if (f) {
+        free(f->pcm);
+        free(f);
+    } else {
+        free(pcm);
+    }
+    pthread_mutex_lock(&ss->lock);
+    ss->running = false;
+    pthread_mutex_unlock(&ss->lock);
+    if (ws)
+        ss_kick(ss);
+    ss_unref(ss);
+}
+
+// ---- the owner's side --------------------------------------------------------------
+
+static char *ss_strdup_or_null(const char *s, bool *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    if (s && !d)
+        *oom = true;
+    return d;
+}
+
+int stt_session_update(struct stt_session *ss, const struct stt_session_params *p, char *err,
+                       size_t errlen)
+{
+    if (p->input_rate_hz < 8000 || p->input_rate_hz > 96000)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "the input audio rate must be 8000..96000 Hz, got %d", p->input_rate_hz);
+    if (p->server_vad && !stt_vad(ss->svc))
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "server VAD needs a VAD model (serve --vad-model silero.bin); "
+                         "set turn_detection to null and commit turns instead");
+    bool oom = false;
+    char *lang = ss_strdup_or_null(p->language, &oom), *prompt = ss_strdup_or_null(p->prompt, &oom);
+    if (oom) {
+        free(lang);
+        free(prompt);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "out of memory");
+    }
+    if (!ss->rs || p->input_rate_hz != ss->p.input_rate_hz) {
+        struct media_audio_params ap = media_audio_default_params();
+        ap.sample_rate_hz = SS_RATE;
+        struct media_resampler *rs =
+            media_resampler_new(MEDIA_PCM_S16LE, p->input_rate_hz, &ap, err, errlen);
+        if (!rs) {
+            free(lang);
+            free(prompt);
+            return OMNI_ERR_NOMEM;
+        }
+        media_resampler_free(ss->rs);
+        ss->rs = rs;
+    }
+    bool vad_changed = !ss->vs || memcmp(&p->vad, &ss->p.vad, sizeof p->vad);
+    if (p->server_vad && vad_changed) {
+        struct vad_stream *vs = vad_stream_new(stt_vad(ss->svc), &p->vad, err, errlen);
+        if (!vs) {
+            free(lang);
+            free(prompt);
+            return OMNI_ERR_ARG;
+        }
+        vad_stream_free(ss->vs);
+        ss->vs = vs;
+        ss->vad_base = ss->pos;
+        ss->in_speech = false;
+    }
+    void (*on_event)(void *, const struct stt_event *) = ss->p.on_event;
+    void (*on_free)(void *) = ss->p.on_free;
+    void *user = ss->p.user;
+    ss->p = *p;
+    ss->p.on_event = on_event;   /* the callbacks are fixed at creation */
+    ss->p.on_free = on_free;
+    ss->p.user = user;
+    ss->p.language = ss->p.prompt = NULL;
+    pthread_mutex_lock(&ss->lock);
+    free(ss->language);
+    free(ss->prompt);
+    ss->language = lang;
+    ss->prompt = prompt;
+    pthread_mutex_unlock(&ss->lock);
+    return 0;
+}
+
+struct stt_session *stt_session_new(struct stt *svc, const struct stt_session_params *p,
+                                    char *err, size_t errlen)
+{
+    struct stt_session *ss = calloc(1, sizeof *ss);
+    if (!ss) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    ss->svc = svc;
+    ss->refs = 1;
+    pthread_mutex_init(&ss->lock, NULL);
+    ss->p.on_event = p->on_event;
+    ss->p.on_free = p->on_free;
+    ss->p.user = p->user;
+    if (stt_session_update(ss, p, err, errlen) < 0) {
+        ss->p.on_free = NULL;   /* a failed constructor does not call back */
+        ss_unref(ss);
+        return NULL;
+    }
+    return ss;
+}
+
+/* Turn audio [from, to) (absolute samples) as a new committed final. */
+static int ss_queue_final(struct stt_session *ss, int item, int64_t from, int64_t to)
+{
+    struct ss_final *f = calloc(1, sizeof *f);
+    pthread_mutex_lock(&ss->lock);
+    if (from < ss->audio_start)
+        from = ss->audio_start;
+    if (to > ss->audio_start + (int64_t)ss->audio_len)
+        to = ss->audio_start + (int64_t)ss->audio_len;
+    size_t n = to > from ? (size_t)(to - from) : 0;
+    if (f && n && (f->pcm = malloc(n * sizeof *f->pcm))) {
+        memcpy(f->pcm, ss->audio + (from - ss->audio_start), n * sizeof *f->pcm);
+        f->n = n;
+        f->item = item;
+        if (ss->finals_tail)
+            ss->finals_tail->next = f;
+        else
+            ss->finals = f;
+        ss->finals_tail = f;
+        f = NULL;
+    }
+    ss->partial_wanted = false;   /* the final supersedes any partial of this turn */
+    pthread_mutex_unlock(&ss->lock);
+    bool failed = f != NULL && n > 0;
+    free(f);
+    return failed ? OMNI_ERR_NOMEM : 0;
+}
+
+/* Forget audio the session can no longer need. */
+static void ss_trim(struct stt_session *ss)
+{
+    pthread_mutex_lock(&ss->lock);
+    int64_t keep_from = ss->in_speech ? ss->seg_start : ss->pos - SS_KEEP_IDLE;
+    if (!ss->p.server_vad)
+        keep_from = ss->audio_start;   /* everything until the next commit */
+    if (keep_from > ss->audio_start) {
+        size_t drop = (size_t)(keep_from - ss->audio_start);
+        if (drop > ss->audio_len)
+            drop = ss->audio_len;
+        memmove(ss->audio, ss->audio + drop, (ss->audio_len - drop) * sizeof *ss->audio);
+        ss->audio_len -= drop;
+        ss->audio_start += (int64_t)drop;
+    }
+    pthread_mutex_unlock(&ss->lock);
+}
+
+static void ss_on_vad_event(struct stt_session *ss, const struct vad_event *ev)
+{
+    int64_t at = ss->vad_base + ev->sample;
+    if (at > ss->pos)
+        at = ss->pos;
+    if (ev->type == VAD_SPEECH_START) {
+        ss->in_speech = true;
+        ss->item++;
+        ss->seg_start = at;
+        ss->last_partial = at;
+        ss_emit(ss, STT_EV_SPEECH_STARTED, ss->item, at, NULL, NULL);
+    } else if (ss->in_speech) {
+        ss->in_speech = false;
+        ss_emit(ss, STT_EV_SPEECH_STOPPED, ss->item, at, NULL, NULL);
+        ss_emit(ss, STT_EV_COMMITTED, ss->item, at, NULL, NULL);
+        if (ss_queue_final(ss, ss->item, ss->seg_start, at) < 0)
+            ss_emit(ss, STT_EV_ERROR, ss->item, at, "out of memory", NULL);
+    }
+}
+
+int stt_session_push(struct stt_session *ss, const void *pcm16, size_t len, char *err,
+                     size_t errlen)
+{
+    int rc = media_resampler_push(ss->rs, pcm16, len, err, errlen);
+    if (rc < 0)
+        return rc;
+    float chunk[4096];
+    size_t got;
+    while ((got = media_resampler_pull(ss->rs, chunk, sizeof chunk / sizeof chunk[0])) > 0) {
+        pthread_mutex_lock(&ss->lock);
+        if (ss->audio_len + got > SS_MAX_BUFFER) {
+            pthread_mutex_unlock(&ss->lock);
+            return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                             "more than 15 minutes of uncommitted audio; commit or clear it");
+        }
+        if (ss->audio_len + got > ss->audio_cap) {
+            size_t cap = ss->audio_cap ? ss->audio_cap * 2 : SS_RATE * 4;
+            while (cap < ss->audio_len + got)
+                cap *= 2;
+            float *na = realloc(ss->audio, cap * sizeof *na);
+            if (!na) {
+                pthread_mutex_unlock(&ss->lock);
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "out of memory");
+            }
+            ss->audio = na;
+            ss->audio_cap = cap;
+        }
+        memcpy(ss->audio + ss->audio_len, chunk, got * sizeof *chunk);
+        ss->audio_len += got;
+        pthread_mutex_unlock(&ss->lock);
+        ss->pos += (int64_t)got;
+        if (!ss->p.server_vad)
+            continue;
+        if ((rc = vad_stream_push(ss->vs, chunk, got, err, errlen)) < 0)
+            return rc;
+        struct vad_event ev;
+        while (vad_stream_next_event(ss->vs, &ev))
+            ss_on_vad_event(ss, &ev);
+        if (ss->in_speech && ss->p.partial_ms > 0 &&
+            ss->pos - ss->last_partial >= (int64_t)ss->p.partial_ms * (SS_RATE / 1000)) {
+            ss->last_partial = ss->pos;
+            pthread_mutex_lock(&ss->lock);
+            ss->partial_wanted = true;
+            ss->partial_item = ss->item;
+            ss->partial_from = ss->seg_start;
+            pthread_mutex_unlock(&ss->lock);
+        }
+    }
+    ss_kick(ss);
+    ss_trim(ss);
+    return 0;
+}
+
+int stt_session_commit(struct stt_session *ss, char *err, size_t errlen)
+{
+    int64_t from;
+    if (ss->p.server_vad) {
+        if (!ss->in_speech)
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "no speech in the buffer to commit (server VAD commits turns itself)");
+        from = ss->seg_start;
+        ss->in_speech = false;
+        ss_emit(ss, STT_EV_SPEECH_STOPPED, ss->item, ss->pos, NULL, NULL);
+        /* The VAD must not close this turn again later. */
+        vad_stream_reset(ss->vs);
+        ss->vad_base = ss->pos;
+    } else {
+        pthread_mutex_lock(&ss->lock);
+        from = ss->audio_start;
+        pthread_mutex_unlock(&ss->lock);
+        if (ss->pos - from < SS_MIN_COMMIT)
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "buffer too small: expected at least 100 ms of audio, got %lld ms",
+                             (long long)SS_MS(ss->pos - from));
+        ss->item++;
+    }
+    ss_emit(ss, STT_EV_COMMITTED, ss->item, ss->pos, NULL, NULL);
+    int rc = ss_queue_final(ss, ss->item, from, ss->pos);
+    if (!ss->p.server_vad) {
+        pthread_mutex_lock(&ss->lock);
+        ss->audio_len = 0;
+        ss->audio_start = ss->pos;
+        pthread_mutex_unlock(&ss->lock);
+    }
+    ss_kick(ss);
+    ss_trim(ss);
+    return rc < 0 ? omni_fail(err, errlen, rc, "out of memory") : 0;
+}
+
+void stt_session_clear(struct stt_session *ss)
+{
+    pthread_mutex_lock(&ss->lock);
+    ss->audio_len = 0;
+    ss->audio_start = ss->pos;
+    ss->partial_wanted = false;
+    pthread_mutex_unlock(&ss->lock);
+    ss->in_speech = false;
+    if (ss->vs) {
+        vad_stream_reset(ss->vs);
+        ss->vad_base = ss->pos;
+    }
+}
+
+void stt_session_close(struct stt_session *ss)
+{
+    if (!ss)
+        return;
+    atomic_store(&ss->closed, true);
+    ss_unref(ss);
+}
