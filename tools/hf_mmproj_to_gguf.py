@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""hf_mmproj_to_gguf.py - convert the vision half of a Hugging Face LLaVA or
+Idefics3/SmolVLM checkpoint to a llama.cpp mmproj GGUF (and the language half
+to an LM GGUF with --lm).
+
+    tools/hf_mmproj_to_gguf.py MODEL_DIR MMPROJ.gguf [--type f32|f16] [--lm LM.gguf [--lm-type T]]
+
+MODEL_DIR is save_pretrained output: config.json, *.safetensors,
+preprocessor_config.json or processor_config.json (image mean/std, sizes),
+tokenizer files (for --lm). The mmproj layout is the one llama.cpp's
+converters write:
+  - clip.projector_type "mlp" (LlavaForConditionalGeneration: CLIP tower,
+    linear_1 / GELU / linear_2 as mm.0 / mm.2) or "idefics3" (SigLIP tower,
+    pixel shuffle, connector proj as mm.model.fc);
+  - clip.vision.{image_size, patch_size, embedding_length,
+    feed_forward_length, block_count, attention.head_count,
+    attention.layer_norm_epsilon, projection_dim (the LM width), image_mean,
+    image_std}, clip.use_gelu (else quick GELU), clip.has_vision_encoder;
+    llava: clip.has_llava_projector and clip.vision.feature_layer (the layer
+    whose output the projector reads; later layers and the post-norm are not
+    stored); idefics3: clip.vision.projector.scale_factor and
+    clip.vision.preproc_image_size (the processor's longest edge);
+  - tensors v.patch_embd.weight (always F16/F32 4-D), v.class_embd,
+    v.position_embd.weight, v.pre_ln, v.blk.N.{ln1, attn_q, attn_k, attn_v,
+    attn_out, ln2, ffn_up (fc1), ffn_down (fc2)}, v.post_ln; biases, norms
+    and embeddings F32.
+--lm writes the language model (Llama text config) through hf_to_gguf.py.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf  # noqa: E402
+import hf_to_gguf  # noqa: E402
+from hf_to_gguf import ConvertError, open_checkpoint, read_json  # noqa: E402
+
+FAMILIES = {"LlavaForConditionalGeneration": "llava",
+            "Idefics3ForConditionalGeneration": "idefics3",
+            "SmolVLMForConditionalGeneration": "idefics3"}
+# Where each family keeps its parts (transformers 4.x and 5.x checkpoints differ).
+VISION_PREFIXES = ("vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.",
+                   "model.vision_tower.", "model.vision_model.", "vision_model.")
+LM_RENAMES = (("model.language_model.", "model."), ("language_model.model.", "model."),
+              ("language_model.lm_head.", "lm_head."), ("model.text_model.", "model."),
+              ("lm_head.", "lm_head."))
+
+
+def log(msg):
+    sys.stderr.write(f"hf_mmproj_to_gguf: {msg}\n")
+
+
+def preprocessor_config(model_dir):
+    cfg = {}
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            c = read_json(path, name)
+            cfg.update(c.get("image_processor", c))
+    if "image_mean" not in cfg or "image_std" not in cfg:
+        raise ConvertError(f"{model_dir}: no image_mean/image_std in preprocessor_config.json "
+                           "or processor_config.json")
+    return cfg
+
+
+def vision_name(name):
+    """HF vision tensor name -> GGUF name, or None for tensors not in the mmproj."""
+    if name.startswith(("multi_modal_projector.linear_1.", "model.multi_modal_projector.linear_1.")):
+        return "mm.0." + name.rsplit(".", 1)[1]
+    if name.startswith(("multi_modal_projector.linear_2.", "model.multi_modal_projector.linear_2.")):
+        return "mm.2." + name.rsplit(".", 1)[1]
+    if name.endswith("connector.modality_projection.proj.weight"):
+        return "mm.model.fc.weight"
+    rest = next((name[len(p):] for p in VISION_PREFIXES if name.startswith(p)), None)
+    if rest is None:
+        return None
+    fixed = {"embeddings.class_embedding": "v.class_embd",
+             "embeddings.patch_embedding.weight": "v.patch_embd.weight",
+             "embeddings.patch_embedding.bias": "v.patch_embd.bias",
+             "embeddings.position_embedding.weight": "v.position_embd.weight",
+             "pre_layrnorm.weight": "v.pre_ln.weight", "pre_layrnorm.bias": "v.pre_ln.bias",
+             "post_layernorm.weight": "v.post_ln.weight", "post_layernorm.bias": "v.post_ln.bias"}
+    if rest in fixed:
+        return fixed[rest]
+    parts = rest.split(".")
+    if parts[:2] == ["encoder", "layers"] and len(parts) >= 5:
+        sub = {"layer_norm1": "ln1", "layer_norm2": "ln2", "self_attn.q_proj": "attn_q",
+               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.out_proj": "attn_out", "mlp.fc1": "ffn_up", "mlp.fc2": "ffn_down"}
+        key = ".".join(parts[3:-1])
+        if key in sub:
+            return f"v.blk.{parts[2]}.{sub[key]}.{parts[-1]}"
+    raise ConvertError(f"vision tensor '{name}' is not known to this converter")
+
+
+def convert_mmproj(model_dir, out, type_name):
+    path = os.path.join(model_dir, "config.json")
+    cfg = read_json(path, "config.json")
+    arch = (cfg.get("architectures") or [None])[0]
+    if arch not in FAMILIES:
+        raise ConvertError(f"{path}: unsupported architecture {arch!r} (supported: {', '.join(FAMILIES)})")
+    family = FAMILIES[arch]
+    v, t = cfg.get("vision_config") or {}, cfg.get("text_config") or {}
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "image_size", "patch_size"):
+        if not isinstance(v.get(key), int) or v[key] <= 0:
+            raise ConvertError(f"{path}: vision_config.{key} missing or not a positive integer")
+    if not isinstance(t.get("hidden_size"), int):
+        raise ConvertError(f"{path}: text_config.hidden_size missing")
+    pp = preprocessor_config(model_dir)
+    act = v.get("hidden_act", "quick_gelu" if family == "llava" else "gelu_pytorch_tanh")
+    if act not in ("quick_gelu", "gelu", "gelu_pytorch_tanh"):
+        raise ConvertError(f"{path}: vision hidden_act {act!r} not supported")
+
+    n_layer = v["num_hidden_layers"]
+    keep_layers = n_layer
+    w = gguf.GGUFWriter(out)
+    w.add("general.architecture", "clip")
+    w.add("general.type", "mmproj")
+    w.add("general.name", cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)))
+    w.add("general.file_type", 0 if type_name == "f32" else 1, gguf.GGUF_UINT32)
+    w.add("clip.has_vision_encoder", True)
+    w.add("clip.use_gelu", act != "quick_gelu")
+    if family == "llava":
+        if cfg.get("projector_hidden_act", "gelu") != "gelu":
+            raise ConvertError(f"{path}: projector_hidden_act {cfg['projector_hidden_act']!r} not supported")
+        if cfg.get("vision_feature_select_strategy", "default") != "default":
+            raise ConvertError(f"{path}: vision_feature_select_strategy "
+                               f"{cfg['vision_feature_select_strategy']!r} not supported")
+        layer = cfg.get("vision_feature_layer", -2)
+        if not isinstance(layer, int):
+            raise ConvertError(f"{path}: several vision_feature_layer values are not supported")
+        keep_layers = layer if layer >= 0 else n_layer + layer + 1
+        if not 0 < keep_layers <= n_layer:
+            raise ConvertError(f"{path}: vision_feature_layer {layer} out of range")
+        w.add("clip.projector_type", "mlp")
+        w.add("clip.has_llava_projector", True)
+        w.add("clip.vision.feature_layer", [keep_layers], gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+    else:
+        w.add("clip.projector_type", "idefics3")
+        w.add("clip.vision.projector.scale_factor", int(cfg.get("scale_factor", 2)), gguf.GGUF_UINT32)
+        longest = (pp.get("size") or {}).get("longest_edge", v["image_size"])
+        w.add("clip.vision.preproc_image_size", int(longest), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_size", v["image_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.patch_size", v["patch_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.embedding_length", v["hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.feed_forward_length", v["intermediate_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.block_count", keep_layers, gguf.GGUF_UINT32)
+    w.add("clip.vision.attention.head_count", v["num_attention_heads"], gguf.GGUF_UINT32)
+    w.add("clip.vision.attention.layer_norm_epsilon",
+          float(v.get("layer_norm_eps", 1e-5 if family == "llava" else 1e-6)), gguf.GGUF_FLOAT32)
+    w.add("clip.vision.projection_dim", t["hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.image_mean", [float(x) for x in pp["image_mean"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+    w.add("clip.vision.image_std", [float(x) for x in pp["image_std"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+
+    ckpt = open_checkpoint(model_dir)
+    mat_type = gguf.GGML_F32 if type_name == "f32" else gguf.GGML_F16
+    plan = []
+    for name in ckpt:
+        gname = vision_name(name)
+        if gname is None:
+            continue
+        layer = int(gname.split(".")[2]) if gname.startswith("v.blk.") else -1
+        if layer >= keep_layers:
+            continue
+        if family == "llava" and gname.startswith("v.post_ln"):
+            continue  # the projector reads an inner layer, before any final norm
+        plan.append((layer, gname, name))
+    for _, gname, name in sorted(plan):
+        shape = ckpt[name].tensors[name][1]
+        gtype = mat_type if len(shape) >= 2 and gname != "v.position_embd.weight" else gguf.GGML_F32
+
+        def data(name=name, gtype=gtype):
+            a = ckpt[name].load(name)
+            return a.astype("<f4" if gtype == gguf.GGML_F32 else "<f2").tobytes()
+
+        w.add_tensor_raw(gname, gtype, shape, data)
+    log(f"{family}: {len(plan)} tensors, {keep_layers}/{n_layer} vision layers")
+    w.write()
+    log(f"wrote {out}")
+
+
+class RenamedTensors:
+    """A view of a SafetensorsFile under other tensor names (for hf_to_gguf.add_tensors)."""
+
+    def __init__(self, st, names):
+        self.path, self.st, self.names = st.path, st, names  # new name -> old name
+        self.tensors = {new: st.tensors[old] for new, old in names.items()}
+
+    def load(self, new):
+        return self.st.load(self.names[new])
+
+
+def convert_lm(model_dir, out, type_name):
+    """The language model alone: a temporary directory holding its config and
+    the tokenizer, and the checkpoint's LM tensors under standalone names."""
+    cfg = read_json(os.path.join(model_dir, "config.json"), "config.json")
+    text = dict(cfg.get("text_config") or {})
+    if text.get("model_type", "llama") != "llama":
+        raise ConvertError(f"{model_dir}: text model type {text.get('model_type')!r} not supported")
+    text["architectures"] = ["LlamaForCausalLM"]
+    ckpt = open_checkpoint(model_dir)
+    renamed = {}
+    for name in ckpt:
+        for old, new in LM_RENAMES:
+            if name.startswith(old):
+                renamed[new + name[len(old):]] = name
+                break
+    views = {}
+    for new, old in renamed.items():
+        st = ckpt[old]
+        views.setdefault(id(st), (st, {}))[1][new] = old
+    lm_ckpt = {}
+    for st, names in views.values():
+        view = RenamedTensors(st, names)
+        for new in names:
+            lm_ckpt[new] = view
+    tmp = tempfile.mkdtemp(prefix="mmproj_lm_")
+    try:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(text, f)
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(model_dir, name)):
+                shutil.copy(os.path.join(model_dir, name), tmp)
+        ggml_type, file_type = hf_to_gguf.FILE_TYPES[type_name]
+        hp = hf_to_gguf.HParams(tmp)
+        w = gguf.GGUFWriter(out)
+        hp.write(w, cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)), file_type)
+        hf_to_gguf.add_tokenizer(w, hp, tmp)
+        hf_to_gguf.add_tensors(w, hp, lm_ckpt, ggml_type)
+        w.write()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"wrote {out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Convert a HF LLaVA / Idefics3 checkpoint's vision "
+                                             "encoder to a llama.cpp mmproj GGUF.")
+    ap.add_argument("model_dir")
+    ap.add_argument("out", help="output mmproj .gguf")
+    ap.add_argument("--type", choices=("f32", "f16"), default="f16",
+                    help="type of the weight matrices (default f16)")
+    ap.add_argument("--lm", help="also write the language model to this GGUF")
+    ap.add_argument("--lm-type", choices=sorted(hf_to_gguf.FILE_TYPES), default="f16")
+    args = ap.parse_args()
+    try:
+        convert_mmproj(args.model_dir, args.out, args.type)
+        if args.lm:
+            convert_lm(args.model_dir, args.lm, args.lm_type)
+    except (ConvertError, OSError) as e:
+        sys.stderr.write(f"hf_mmproj_to_gguf: error: {e}\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
