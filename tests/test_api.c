@@ -283,7 +283,8 @@ TEST(api_metrics_text)
     metrics_ttft(m, 0.02);
     metrics_itl(m, 0.003);
     metrics_tokens(m, 10, 20);
-    struct engine_stats es = { .running = 2, .kv_blocks_total = 8, .kv_blocks_used = 2 };
+    struct engine_stats es = { .running = 2, .kv_blocks_total = 8, .kv_blocks_used = 2,
+                               .kernel_switches = 5 };
     size_t len;
     char *t = metrics_render(m, &es, "9.9", &len);
     CHECK(t && strlen(t) == len);
@@ -297,6 +298,7 @@ TEST(api_metrics_text)
     CHECK_STR_CONTAINS(t, "omniserve_generation_tokens_total 20\n");
     CHECK_STR_CONTAINS(t, "omniserve_requests_running 2\n");
     CHECK_STR_CONTAINS(t, "omniserve_kv_usage_ratio 0.25\n");
+    CHECK_STR_CONTAINS(t, "omniserve_engine_kernel_switches_total 5\n");
     CHECK_STR_CONTAINS(t, "omniserve_build_info{version=\"9.9\"} 1\n");
     free(t);
     t = metrics_render(m, NULL, "x", &len);   /* no engine yet: no gauges */

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include "llm/model.h"
+#include "src/core/matmul.h"
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/engine/engine.h"
@@ -523,6 +524,123 @@ TEST(engine_two_models)
 }
 
 /* Stop strings end a choice without being part of its text. */
+static bool occurs(const int32_t *ids, int n, int32_t id)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+/* Extra stop token ids end a choice like EOG (also with ignore_eog) and are
+ * not delivered. */
+TEST(engine_stop_tokens)
+{
+    struct llm_model *m = golden("llama-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[10];
+    random_prompt(ids, 10, llm_model_hparams(m)->n_vocab, 3);
+    struct group g;
+    group_init(&g);
+    struct result full, cut;
+    result_init(&full, &g);
+    result_init(&cut, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 10, 30, &full);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    /* the first token past the first few that did not occur before it */
+    int at = 3;
+    while (at < full.n_tok[0] && occurs(full.tok[0], at, full.tok[0][at]))
+        at++;
+    if (at == full.n_tok[0])
+        SKIP("greedy output repeats one token");
+    const int32_t stop_ids[] = { -5, full.tok[0][at] };
+    rq.stop_tokens = stop_ids;
+    rq.n_stop_tokens = 2;
+    rq.user = &cut;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(cut.finish[0], ENGINE_FINISH_STOP);
+    CHECK_EQ(cut.n_tok[0], at);
+    CHECK(memcmp(cut.tok[0], full.tok[0], (size_t)at * sizeof(int32_t)) == 0);
+    rq.stop_tokens = NULL; /* a count without ids is refused */
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* Submits `next` from the engine thread at the first token of the request
+ * it watches, so that both meet in the next step. */
+struct chain {
+    struct result *first;
+    struct engine *e;
+    struct engine_request next;
+    bool sent;
+};
+
+static void submit_on_first_token(void *user, const struct engine_event *ev)
+{
+    struct chain *c = user;
+    if (ev->type == ENGINE_EV_TOKEN && !c->sent) {
+        char err[256];
+        c->sent = engine_submit(c->e, &c->next, NULL, err, sizeof err) == 0;
+    }
+    on_event(c->first, ev);
+}
+
+/* A decode token joining another request's prefill of BLAS_MIN + 8 tokens
+ * ran in a batch past OMNI_MATMUL_BLAS_MIN rows where alone it would take
+ * the per-row path: kernel_switches counts it (and steps after it on AMX
+ * CPUs, where 2-row decodes take tiles). Solo runs count nothing, nor does
+ * deterministic mode. */
+TEST(engine_kernel_switches)
+{
+    struct llm_model *m = golden("qwen2-q8_0");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    enum { NB = OMNI_MATMUL_BLAS_MIN + 8 };
+    int32_t a_ids[12], b_ids[NB];
+    random_prompt(a_ids, 12, llm_model_hparams(m)->n_vocab, 31);
+    random_prompt(b_ids, NB, llm_model_hparams(m)->n_vocab, 32);
+    for (int det = 0; det < 2; det++) {
+        struct engine_params ep = engine_default_params();
+        ep.kv_memory_bytes = 1 << 20;
+        ep.deterministic = det;
+        struct engine *e = start(m, &ep);
+        CHECK(e);
+        struct group g;
+        group_init(&g);
+        struct result a, b;
+        result_init(&a, &g);
+        result_init(&b, &g);
+        char err[256];
+        struct engine_request rq = greedy(b_ids, NB, 4, &b);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        struct engine_stats st;
+        engine_stats(e, &st);
+        CHECK_EQ(st.kernel_switches, 0);
+        result_init(&b, &g);
+        struct chain c = { &a, e, greedy(b_ids, NB, 4, &b), false };
+        rq = greedy(a_ids, 12, 8, &a);
+        rq.on_event = submit_on_first_token;
+        rq.user = &c;
+        CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+        group_wait(&g, 2);
+        CHECK(c.sent);
+        CHECK_EQ(blocks_used_when_idle(e), 0);
+        engine_stats(e, &st);
+        CHECK_MSG(det ? st.kernel_switches == 0 : st.kernel_switches >= 1,
+                  "deterministic %d: %llu kernel switches", det,
+                  (unsigned long long)st.kernel_switches);
+        engine_free(e);
+    }
+    llm_model_free(m);
+}
+
 TEST(engine_stop_string)
 {
     struct llm_model *m = golden("llama-f32");

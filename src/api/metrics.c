@@ -221,6 +221,7 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
         metrics_gauge(&b, "omniserve_engine_generated_tokens_total", "counter", "Tokens the engine generated.", (double)es->generated_tokens);
         metrics_gauge(&b, "omniserve_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", (double)es->preemptions);
         metrics_gauge(&b, "omniserve_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
+        metrics_gauge(&b, "omniserve_engine_kernel_switches_total", "counter", "Sequence steps batched across a matmul kernel switch point (results may differ from a solo run).", (double)es->kernel_switches);
     }
     if (b.failed) {
         free(b.p);

@@ -14,6 +14,8 @@
 #include "llm/grammar/grammar.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
+#include "src/core/cpu.h"
+#include "src/core/matmul.h"
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
@@ -66,6 +68,8 @@ struct request {
     int n, n_open;           /* choices, choices without a final event yet */
     struct seq *seqs;        /* [n] */
     int max_tokens;
+    int32_t *stop_tokens;    /* [n_stop_tokens] */
+    int n_stop_tokens;
     bool ignore_eog, echo_special, want_logprobs;
     double t_submit_s, deadline_s;
     engine_event_fn on_event;
@@ -391,6 +395,7 @@ static void request_free(struct request *r)
     }
     grammar_free(r->grammar);
     free(r->seqs);
+    free(r->stop_tokens);
     free(r->prompt);
     free(r->keys);
     free(r->embd_row);
@@ -546,10 +551,12 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
         return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: model index %d unknown (%d models)",
                          rq ? rq->model : -1, e->n_models);
     if (rq->n < 1 || rq->n > e->p.max_seqs || rq->n_stop < 0 || (rq->n_stop && !rq->stop) ||
+        rq->n_stop_tokens < 0 || (rq->n_stop_tokens && !rq->stop_tokens) ||
         rq->timeout_s < 0 || (!rq->segments && !rq->prompt))
         return omni_fail(err, errlen, OMNI_ERR_ARG,
-                         "engine: bad request (n %d in 1..%d, %d stop strings, timeout %g s, "
-                         "prompt %s)", rq->n, e->p.max_seqs, rq->n_stop, rq->timeout_s,
+                         "engine: bad request (n %d in 1..%d, %d stop strings, %d stop tokens, "
+                         "timeout %g s, prompt %s)", rq->n, e->p.max_seqs, rq->n_stop,
+                         rq->n_stop_tokens, rq->timeout_s,
                          rq->segments || rq->prompt ? "given" : "missing");
     const struct emodel *em = &e->models[rq->model];
     struct request *r = calloc(1, sizeof *r);
@@ -564,6 +571,15 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->on_event = rq->on_event;
     r->user = rq->user;
     r->grammar = grammar_ref(rq->grammar);
+    if (rq->n_stop_tokens) {
+        r->stop_tokens = malloc((size_t)rq->n_stop_tokens * sizeof *r->stop_tokens);
+        if (!r->stop_tokens) {
+            free(r);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        }
+        memcpy(r->stop_tokens, rq->stop_tokens, (size_t)rq->n_stop_tokens * sizeof(int32_t));
+        r->n_stop_tokens = rq->n_stop_tokens;
+    }
     int rc = copy_prompt(e, em, rq, r, err, errlen);
     if (rc == 0)
         rc = make_seqs(em, rq, r, err, errlen);
@@ -932,7 +948,10 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     }
     s->t_last_s = now;
 
-    if (!r->ignore_eog && tokenizer_is_eog(em->tok, id)) {
+    bool stop_token = !r->ignore_eog && tokenizer_is_eog(em->tok, id);
+    for (int i = 0; i < r->n_stop_tokens && !stop_token; i++)
+        stop_token = id == r->stop_tokens[i];
+    if (stop_token) {
         seq_finish(e, s, ENGINE_FINISH_STOP, -1, NULL);
         return;
     }
@@ -1047,9 +1066,37 @@ static void schedule(struct engine *e, struct emodel *em)
     }
 }
 
+/* Which family of matmul kernels a batch of n rows takes (matmul.h): the
+ * per-row dot path below OMNI_MATMUL_QUANT_MAX rows, AMX tiles from there on
+ * CPUs with AMX, BLAS from OMNI_MATMUL_BLAS_MIN. Coarse on purpose (the exact
+ * switch also depends on the weight type): within a family a row's result
+ * does not depend on the other rows, across families its bits may. */
+static int kernel_family(int n, bool amx)
+{
+    if (n < OMNI_MATMUL_QUANT_MAX)
+        return 0;
+    return n < OMNI_MATMUL_BLAS_MIN ? (amx ? 1 : 0) : 2;
+}
+
+/* Count the text items of a batch of n_tok tokens and n_rows logit rows
+ * whose matmuls took another kernel family than the item alone would. */
+static void count_kernel_switches(struct engine *e, const struct emodel *em, int n_tok,
+                                  int n_rows)
+{
+    const bool amx = omni_cpu_level() >= OMNI_CPU_AMX;
+    const int batch = kernel_family(n_tok, amx), rows = kernel_family(n_rows, amx);
+    for (int k = 0; k < em->n_items; k++) {
+        const struct item *it = &em->items[k];
+        if (it->embd)
+            continue;
+        e->local.kernel_switches += batch != kernel_family(it->n, amx) ||
+                                    (it->s->logit_row >= 0 && rows != kernel_family(1, amx));
+    }
+}
+
 /* Run the forwards of this step's items; 0 or a negative omni_err. Logit
  * rows go to em->logits in item order. */
-static int forward(struct emodel *em)
+static int forward(struct engine *e, struct emodel *em)
 {
     int n_tok = 0, n_views = 0, n_rows = 0;
     for (int k = 0; k < em->n_items; k++) {
@@ -1077,6 +1124,8 @@ static int forward(struct emodel *em)
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
         if (rc < 0)
             return rc;
+        if (!e->p.deterministic) /* deterministic: every matmul row runs on its own */
+            count_kernel_switches(e, em, n_tok, n_rows);
     }
     /* embedding chunks (multimodal prompts) run one by one */
     for (int k = 0; k < em->n_items; k++) {
@@ -1112,7 +1161,7 @@ static void model_step(struct engine *e, struct emodel *em)
         return;
     const double t1 = omni_time_s();
     e->local.sched_ms += (t1 - t0) * 1e3;
-    int rc = forward(em);
+    int rc = forward(e, em);
     const double t2 = omni_time_s();
     e->local.forward_ms += (t2 - t1) * 1e3;
     if (rc < 0) {

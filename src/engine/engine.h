@@ -117,6 +117,10 @@ struct engine_request {
     const char *const *stop;          /* stop strings (copied); not part of the output */
     int n_stop;
     bool ignore_eog;                  /* keep going past end-of-generation tokens */
+    const int32_t *stop_tokens;       /* more ids that end a choice like an EOG token, not
+                                         delivered, also with ignore_eog (copied); e.g. the
+                                         BOS that ends llama2.c's run */
+    int n_stop_tokens;
     bool echo_special;                /* detokenize control tokens into text */
     double timeout_s;                 /* 0 = none */
     engine_event_fn on_event;
@@ -168,6 +172,10 @@ struct engine_stats {
     uint64_t prompt_tokens, generated_tokens;
     uint64_t preemptions;
     uint64_t steps;
+    /* Sequence-steps whose batch took another matmul kernel family (per-row
+     * dot, AMX tiles, BLAS) than the sequence's own tokens alone would: its
+     * logits may differ in the last bits from a solo run. 0 when deterministic. */
+    uint64_t kernel_switches;
     struct engine_hist ttft_ms, itl_ms;
     double step_ms;          /* total time spent in steps */
     double forward_ms;       /* of which in llm_forward (the rest: scheduling, sampling, events) */
