@@ -147,6 +147,59 @@ st = [(s["start"], s["end"]) for s in r["segments"]]
 ok = len(st) == 3 and st[0] == (0, 30) and st[1] == (30, 60) and st[2] == (60, 70) and len(r["text"].split()) > 10
 sys.exit(0 if ok else print(st, r["text"]) or 1)' || fail "long recording"
 
+# random multilingual models (large-v2 layout: 51865 tokens, 80 mels; large-v3:
+# 51866 tokens, 128 mels) in tiny shapes: language detection, task tokens,
+# timestamp rules and beam search on arbitrary logits keep their invariants
+for v in 51865:80 51866:128; do
+"$PYTHON" - "$D/multi.bin" "${v%:*}" "${v#*:}" <<'PY' || fail "write random multilingual model $v"
+import struct, sys
+sys.path.insert(0, "tools")
+import numpy as np
+import hf_whisper_to_ggml as cv
+out, nv, nm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d, L, rng = 64, 2, np.random.default_rng(7)
+with open(out, "wb") as f:
+    f.write(struct.pack("<I11i", 0x67676D6C, nv, 1500, d, 4, L, 448, d, 4, L, nm, 1))
+    filt = cv.mel_filters(nm)
+    f.write(struct.pack("<ii", *filt.shape) + filt.tobytes())
+    f.write(struct.pack("<i", 256))
+    for b in range(256):
+        f.write(struct.pack("<I", 1) + bytes([b]))
+    def t(name, a, f16=False):
+        a = np.asarray(a, np.float32)
+        f.write(struct.pack("<iii", a.ndim, len(name), 1 if f16 else 0) + struct.pack(f"<{a.ndim}i", *a.shape[::-1]))
+        f.write(name.encode() + a.astype("<f2" if f16 else "<f4").tobytes())
+    r = lambda *s: rng.standard_normal(s).astype(np.float32) * 0.1
+    for name, shape in cv.tensor_names(L, L).items():
+        hp = {"d_model": d, "num_mel_bins": nm, "max_source_positions": 1500, "max_target_positions": 448,
+              "vocab_size": nv, "encoder_ffn_dim": 4 * d, "decoder_ffn_dim": 4 * d}
+        s = cv.expected_shape(name, hp)
+        a = 1 + r(*s) if name.endswith("ln.weight") or name.endswith("_ln.weight") or "ln_post.weight" in name else r(*s)
+        if name.endswith("conv1.bias") or name.endswith("conv2.bias"):
+            a = a.reshape(-1, 1)
+        t(name, a, f16=a.ndim >= 2 and "positional" not in name and a.shape[-1] != 1)
+PY
+for args in "--language auto" "--language de --translate" "--beam-size 3 --language fr" \
+            "--temperature 0.5 --best-of 2 --language en --prompt hello"; do
+    # the long recording once (timestamps seek through its windows), a short clip otherwise
+    wav=$K; case $args in *auto*) wav=$D/long.wav ;; esac
+    "$OMNI" transcribe -m "$D/multi.bin" "$wav" --threads 2 --max-tokens 24 --no-fallback $args --format verbose_json \
+        2>"$D/multi.err" >"$D/multi.json" || { fail "random $v model, $args: $(tail -1 "$D/multi.err")"; continue; }
+    "$PYTHON" - "$D/multi.json" "$args" <<'PY' || fail "random $v model, $args: invariants"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["segments"]
+want_lang = {"auto": None, "de": "de", "fr": "fr", "en": "en"}[sys.argv[2].split("--language ")[1].split()[0]]
+ok = (r["task"] == ("translate" if "--translate" in sys.argv[2] else "transcribe") and len(r["language"]) >= 2
+      and (want_lang is None or r["language"] == want_lang)
+      and all(0 <= x["start"] < x["end"] <= 100 for x in s)
+      and all(a["start"] <= b["start"] for a, b in zip(s, s[1:]))
+      and all(t < 50257 for x in s for t in x["tokens"]))
+sys.exit(0 if ok else print(json.dumps(r)[:800]) or 1)
+PY
+done
+done
+
 # errors: one line on stderr, non-zero exit
 "$OMNI" transcribe -m "$D/none.bin" "$K" >/dev/null 2>"$D/e1" && fail "missing model accepted"
 grep -q "cannot open" "$D/e1" || fail "missing model message: $(cat "$D/e1")"
