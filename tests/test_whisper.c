@@ -362,3 +362,136 @@ TEST(whisper_states_share_a_model)
     free(pcm[1]);
     whisper_model_free(m);
 }
+
+// ---- other weight types ----------------------------------------------------
+
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+
+/* The golden f32 file with every 2-D matrix re-quantized to `type` (ggml's
+ * reference quantizers); NULL when the f32 file is missing. */
+static char *requantize_golden(int type, size_t *out_len)
+{
+    size_t len;
+    char *in = test_read_file(golden_model("f32"), &len);
+    char *out = in ? malloc(len) : NULL;
+    if (!out) {
+        free(in);
+        return NULL;
+    }
+    size_t o = 4 + 44 + 8 + 80 * 201 * 4, w;
+    int32_t n_pieces;
+    memcpy(&n_pieces, in + o, 4);
+    o += 4;
+    for (int i = 0; i < n_pieces; i++) {
+        uint32_t l;
+        memcpy(&l, in + o, 4);
+        o += 4 + l;
+    }
+    memcpy(out, in, o);
+    w = o;
+    while (o < len) {
+        int32_t hdr[3], ne[3] = { 1, 1, 1 };
+        memcpy(hdr, in + o, 12);
+        memcpy(ne, in + o + 12, 4 * hdr[0]);
+        const char *name = in + o + 12 + 4 * hdr[0];
+        const size_t head = 12 + 4 * (size_t)hdr[0] + hdr[1], n = (size_t)ne[0] * ne[1] * ne[2];
+        const bool quant = hdr[0] == 2 && ne[0] % 32 == 0 && ne[1] > 1 && strncmp(name, "encoder.positional", 18) &&
+                           strncmp(name, "decoder.positional", 18);
+        memcpy(out + w, in + o, head);
+        if (quant) {
+            memcpy(out + w + 8, &type, 4);
+            quantize_row(type, (const float *)(in + o + head), out + w + head, (int64_t)n);
+            w += head + ggml_row_size(type, ne[0]) * ne[1];
+        } else {
+            memcpy(out + w + head, in + o + head, n * 4);
+            w += head + n * 4;
+        }
+        o += head + n * 4;
+    }
+    free(in);
+    *out_len = w;
+    return out;
+}
+
+TEST(whisper_quantized_weights)
+{
+    const int types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1 };
+    float *feats = golden_features();
+    float *ref = read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        size_t len;
+        char *bin = requantize_golden(types[i], &len);
+        if (!bin) {
+            free(feats);
+            free(ref);
+            SKIP("golden whisper model not converted (make golden-fixtures)");
+        }
+        char path[512], err[256];
+        snprintf(path, sizeof path, "%s/whisper-%s.bin", test_tmpdir(), ggml_type_name(types[i]));
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(bin, 1, len, f) == len);
+        fclose(f);
+        free(bin);
+        struct whisper_model *m = whisper_model_load(path, err, sizeof err);
+        CHECK_MSG(m, "%s", err);
+        struct whisper_state *s = whisper_state_new(m, NULL, err, sizeof err);
+        CHECK(s && feats && ref);
+        CHECK_EQ(whisper_encode(s, feats, 3000, 0, err, sizeof err), OMNI_OK);
+        CHECK_EQ(whisper_decode(s, 0, golden_tokens, N_GOLDEN_TOKENS, 0, true, err, sizeof err), OMNI_OK);
+        const double d = max_abs_diff(whisper_logits(s), ref, (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+        fprintf(stderr, "[%s %.2f] ", ggml_type_name(types[i]), d);
+        CHECK(d < 4.0); /* 4-5 bit weights, Q8 activations, random weights: logits reach 15.8 */
+        whisper_state_free(s);
+        whisper_model_free(m);
+    }
+    free(feats);
+    free(ref);
+}
+
+// ---- callbacks -----------------------------------------------------------------
+
+static void count_segments(struct whisper_state *s, int n_new, void *user)
+{
+    (void)s;
+    *(int *)user += n_new;
+}
+
+static bool abort_now(void *user)
+{
+    return ++*(int *)user > 2;
+}
+
+TEST(whisper_callbacks)
+{
+    SKIP_IF_NO_SHARED();
+    char err[512];
+    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
+                                                 err, sizeof err);
+    if (!m)
+        SKIP("whisper-tiny-espeak not present");
+    float *pcm;
+    size_t n;
+    CHECK(media_audio_decode_file(test_shared("audio/turn-on-the-kitchen-lights.wav"), NULL, &pcm, &n, err,
+                                  sizeof err) == OMNI_OK);
+    struct whisper_state *s = whisper_state_new(m, NULL, err, sizeof err);
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    int segs = 0, calls = 0;
+    p.no_timestamps = true;
+    p.new_segment_callback = count_segments;
+    p.new_segment_callback_user_data = &segs;
+    CHECK_EQ(whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err), OMNI_OK);
+    CHECK_EQ(segs, 1);
+    p.abort_callback = abort_now;
+    p.abort_callback_user_data = &calls;
+    CHECK_EQ(whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err), OMNI_ERR_LIMIT);
+    CHECK_STR_CONTAINS(err, "aborted");
+    /* offset past the end: nothing to do */
+    p.abort_callback = NULL;
+    p.offset_ms = 5000;
+    CHECK_EQ(whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err), OMNI_OK);
+    CHECK_EQ(whisper_full_n_segments(s), 0);
+    whisper_state_free(s);
+    whisper_model_free(m);
+    free(pcm);
+}
