@@ -1,10 +1,14 @@
 /* run.c - `omniserve run`: generate text from a prompt (or answer one chat
- * question) with a GGUF model, streaming tokens to stdout.
+ * question) with a GGUF model, streaming tokens to stdout. One request
+ * through the engine (src/engine/engine.h), printed from its event callback.
  *
  * Mirrors llama2.c's run.c so its reference outputs reproduce byte for byte:
  * -n counts forward positions including the prompt (BOS included), the prompt
- * is echoed as its tokens decode, a sampled BOS ends generation, and a final
- * newline closes the output. Diagnostics and timings go to stderr. */
+ * is echoed as its tokens decode, a sampled BOS ends generation (a stop
+ * token), F32 K/V by default, and a final newline closes the output. One
+ * difference: the engine keeps prompt + output within the context, so at
+ * -n = context the last token (llama2.c's, past the context) is not printed.
+ * Diagnostics and timings go to stderr. */
 #include "src/cli/cli.h"
 
 #include "llm/chat.h"
@@ -15,6 +19,7 @@
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
+#include "src/engine/engine.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +28,6 @@
 
 #define RUN_DEFAULT_STEPS 256     /* llama2.c's default -n */
 #define RUN_CHAT_ANSWER_TOKENS 512 /* --chat without -n: room for the answer */
-#define RUN_KV_BLOCK 16
 #define RUN_PREFILL_CHUNK 512     /* prompt tokens per forward */
 
 struct run_opts {
@@ -32,8 +36,9 @@ struct run_opts {
     const char *chat;
     const char *system;
     long steps;                   /* -1: default */
-    int threads;                  /* 0: physical cores */
     struct sampler_params sp;
+    struct engine_params ep;      /* n_threads 0: physical cores; kv_memory_bytes 0: the
+                                     blocks -n needs */
 };
 
 static void run_usage(FILE *f)
@@ -55,7 +60,11 @@ static void run_usage(FILE *f)
             "  --top-p P               nucleus sampling, 1 = off (default 0.95)\n"
             "  --min-p P               drop tokens below P x the top probability (default 0.05)\n"
             "  --repeat-penalty R      penalise the last 64 tokens, 1 = off (default 1)\n"
-            "  --threads N             worker threads (default: physical cores)\n",
+            "  --threads N             worker threads (default: physical cores)\n"
+            "  --kv-type T             K/V storage: f32 (default, as llama2.c), f16, q8_0\n"
+            "  --kv-block-size N       tokens per KV block (default 16)\n"
+            "  --kv-memory SIZE        KV pool size, K/M/G suffixes (default: what -n needs)\n"
+            "  --deterministic         batch-invariant kernels (as the server's option)\n",
             RUN_DEFAULT_STEPS, RUN_CHAT_ANSWER_TOKENS);
 }
 
@@ -100,15 +109,43 @@ static int run_parse_seed(const char *s, uint64_t *out)
     return 0;
 }
 
+static int run_parse_size(const char *opt, const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == s || *end || *s == '-' || !v || v > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "run: %s expects a size like 64K, 32M or 2G, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = (size_t)v << shift;
+    return 0;
+}
+
 /* 0 ok, 1 help printed, 2 usage error (message printed). */
 static int run_parse_args(int argc, char **argv, struct run_opts *o)
 {
-    *o = (struct run_opts){ .steps = -1, .sp = sampler_default_params() };
+    *o = (struct run_opts){ .steps = -1, .sp = sampler_default_params(),
+                            .ep = engine_default_params() };
+    o->ep.kv_type = GGML_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             run_usage(stdout);
             return 1;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            o->ep.deterministic = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "run: %s: %s\n", a,
@@ -143,8 +180,18 @@ static int run_parse_args(int argc, char **argv, struct run_opts *o)
             rc = run_parse_float(a, v, 1e-3f, 1e3f, &o->sp.repetition_penalty);
         else if (!strcmp(a, "--threads")) {
             rc = run_parse_long(a, v, 1, 1024, &n);
-            o->threads = (int)n;
-        } else {
+            o->ep.n_threads = (int)n;
+        } else if (!strcmp(a, "--kv-type")) {
+            if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
+                fprintf(stderr, "run: --kv-type expects f32, f16 or q8_0, got '%s'\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--kv-block-size")) {
+            rc = run_parse_long(a, v, 1, 4096, &n);
+            o->ep.kv_block_size = (int)n;
+        } else if (!strcmp(a, "--kv-memory"))
+            rc = run_parse_size(a, v, &o->ep.kv_memory_bytes);
+        else {
             fprintf(stderr, "run: unknown option '%s'\n", a);
             return 2;
         }
@@ -220,25 +267,57 @@ static int run_encode(const struct tokenizer *tok, const char *text, int flags, 
     return OMNI_ERR_LIMIT;
 }
 
-/* Write text to stdout, through the stop matcher when there is one.
- * Returns 1 when a stop string completed (text after it is dropped). */
-static int run_write(struct sampler_stop *stop, const char *text, size_t len)
+/* What the event callback keeps; written on the engine thread, read by
+ * cli_run after engine_generate returns. */
+struct run_out {
+    bool strip_space;             /* drop the leading space of the first text (after BOS) */
+    bool first;                   /* no token event yet */
+    int n_gen;                    /* tokens printed */
+    struct engine_usage usage;
+};
+
+/* Token text straight to stdout; the engine already held back incomplete
+ * UTF-8 and text that may begin a stop string, and flushes it at the end. */
+static void run_event(void *user, const struct engine_event *ev)
 {
-    int hit = 0;
-    if (stop)
-        hit = sampler_stop_feed(stop, text, len, &text, &len) == 1;
+    struct run_out *o = user;
+    const char *text = ev->text;
+    size_t len = ev->text_len;
+    switch (ev->type) {
+    case ENGINE_EV_TOKEN:
+        /* llama2.c's decoder drops the leading space of the first piece after
+         * BOS; the engine detokenizes from the end of the prompt on, so the
+         * prompt's BOS is ours to account for */
+        if (o->first && o->strip_space && len && text[0] == ' ') {
+            text++;
+            len--;
+        }
+        o->first = false;
+        o->n_gen++;
+        break;
+    case ENGINE_EV_DONE:
+        o->usage = ev->usage;
+        break;
+    case ENGINE_EV_ERROR: /* engine_generate returns it */
+        return;
+    }
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    return hit;
 }
 
-/* Stream one token's text (complete UTF-8 characters only). */
-static int run_emit(const struct tokenizer *tok, struct tok_stream *ts, struct sampler_stop *stop,
-                    int32_t id)
+/* Bytes of KV for the first `steps` positions (a block more for the engine's
+ * admission check), or 0 to let the engine decide (it reports a bad type). */
+static size_t run_kv_bytes(const struct llm_hparams *hp, const struct engine_params *ep,
+                           long steps)
 {
-    char piece[4096];
-    size_t n = tokenizer_stream_piece(tok, ts, id, piece, sizeof piece);
-    return run_write(stop, piece, n < sizeof piece ? n : sizeof piece);
+    const size_t slot = llm_kv_slot_bytes(ep->kv_type, hp->n_head_kv * hp->head_dim);
+    const size_t blocks = (size_t)steps / (size_t)ep->kv_block_size + 2;
+    size_t bytes;
+    if (!slot || omni_mul_size(slot, (size_t)ep->kv_block_size * 2, &bytes) ||
+        omni_mul_size(bytes, (size_t)hp->n_layer, &bytes) ||
+        omni_mul_size(bytes, blocks, &bytes))
+        return 0;
+    return bytes;
 }
 
 int cli_run(int argc, char **argv)
@@ -255,14 +334,10 @@ int cli_run(int argc, char **argv)
     char err[512];
     int status = 1;
     struct llm_model *m = NULL;
-    struct tpool *tp = NULL;
-    struct llm_ctx *ctx = NULL;
-    struct llm_kv *kv = NULL;
-    struct sampler *smp = NULL;
-    struct sampler_stop *stop = NULL;
-    int32_t *prompt = NULL, *table = NULL, *pos = NULL, *seq = NULL;
-    float *logits = NULL;
+    struct engine *e = NULL;
+    int32_t *prompt = NULL;
     char *chat_text = NULL;
+    const char *eot = NULL;
 
     double t0 = omni_time_s();
     m = llm_model_load(o.model, NULL, err, sizeof err);
@@ -286,11 +361,7 @@ int cli_run(int argc, char **argv)
         text = chat_text;
         flags |= TOK_PARSE_SPECIAL; /* the turn markers are special tokens */
         /* Vocabularies that do not mark the end-of-turn token as EOG still stop. */
-        const char *eot = chat_format_end_of_turn(fmt);
-        if (!(stop = sampler_stop_new(&eot, 1, err, sizeof err))) {
-            fprintf(stderr, "run: %s\n", err);
-            goto out;
-        }
+        eot = chat_format_end_of_turn(fmt);
     }
     int n_prompt = 0;
     rc = run_encode(tok, text, flags, &prompt, &n_prompt);
@@ -317,120 +388,84 @@ int cli_run(int argc, char **argv)
         fprintf(stderr, "run: -n %ld leaves no room after the %d-token prompt\n", steps, n_prompt);
         goto out;
     }
-
-    /* ---- per-run state: KV for exactly `steps` positions, identity table ---- */
-    int threads = o.threads > 0 ? o.threads : omni_physical_cores();
-    if (!(tp = tpool_new(threads, err, sizeof err))) {
-        fprintf(stderr, "run: %s\n", err);
-        goto out;
-    }
-    int chunk = n_prompt < RUN_PREFILL_CHUNK ? n_prompt : RUN_PREFILL_CHUNK;
-    if (!(ctx = llm_ctx_new(m, chunk, tp, err, sizeof err))) {
-        fprintf(stderr, "run: %s\n", err);
-        goto out;
-    }
-    int n_blocks = (int)((steps + RUN_KV_BLOCK - 1) / RUN_KV_BLOCK);
-    /* F32 K/V, as llama2.c keeps them, so greedy outputs match it exactly. */
-    if (!(kv = llm_kv_new(m, GGML_TYPE_F32, RUN_KV_BLOCK, n_blocks, err, sizeof err))) {
-        fprintf(stderr, "run: %s\n", err);
-        goto out;
-    }
-    if (!(smp = sampler_new(&o.sp, hp->n_vocab, err, sizeof err))) {
-        fprintf(stderr, "run: %s\n", err);
-        goto out;
-    }
-    table = malloc((size_t)n_blocks * sizeof *table);
-    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
-    pos = malloc((size_t)chunk * sizeof *pos);
-    seq = calloc((size_t)chunk, sizeof *seq); /* every token in sequence 0 */
-    if (!table || !logits || !pos || !seq) {
-        fprintf(stderr, "run: out of memory\n");
-        goto out;
-    }
-    for (int i = 0; i < n_blocks; i++)
-        table[i] = i;
-    struct llm_seq_view view = { table, n_blocks };
-    fprintf(stderr, "run: %s: %s, %d layers, vocab %d, context %d; %d prompt tokens, %ld steps, "
-                    "%d threads, seed %llu%s%s\n",
-            o.model, hp->arch_name, hp->n_layer, hp->n_vocab, n_ctx, n_prompt, steps, threads,
-            (unsigned long long)sampler_seed(smp), o.chat ? ", chat format " : "",
-            o.chat ? chat_format_name(fmt) : "");
-
-    /* ---- prompt: echo it as its tokens decode (plain mode) and prefill ---- */
-    double t1 = omni_time_s();
-    struct tok_stream ts = { 0 };
-    for (int i = 0; i < n_prompt; i++) {
-        sampler_accept(smp, prompt[i]);
-        if (!o.chat)
-            run_emit(tok, &ts, NULL, prompt[i]);
-    }
-    for (int done = 0; done < n_prompt; done += chunk) {
-        int nb = n_prompt - done < chunk ? n_prompt - done : chunk;
-        for (int i = 0; i < nb; i++)
-            pos[i] = done + i;
-        struct llm_batch b = { .n_tokens = nb, .token = prompt + done, .pos = pos, .seq = seq };
-        rc = llm_forward(ctx, &b, kv, &view, logits);
-        if (rc < 0) {
-            fprintf(stderr, "\nrun: forward failed on the prompt: %s\n", omni_strerror(rc));
+    /* the seed drawn here, so that it can be reported */
+    if (o.sp.seed == SAMPLER_SEED_RANDOM) {
+        struct sampler *smp = sampler_new(&o.sp, hp->n_vocab, err, sizeof err);
+        if (!smp) {
+            fprintf(stderr, "run: %s\n", err);
             goto out;
         }
+        o.sp.seed = sampler_seed(smp);
+        sampler_free(smp);
     }
+
+    /* ---- an engine for one sequence ---- */
+    struct engine_params ep = o.ep;
+    if (!ep.n_threads)
+        ep.n_threads = omni_physical_cores();
+    ep.max_seqs = 1;
+    ep.max_queue = 1;
+    ep.max_batch_tokens = RUN_PREFILL_CHUNK;
+    if (!ep.kv_memory_bytes)
+        ep.kv_memory_bytes = run_kv_bytes(hp, &ep, steps);
+    if (!(e = engine_new(&ep, err, sizeof err)) ||
+        engine_add_model(e, m, "run", err, sizeof err) < 0 ||
+        engine_start(e, err, sizeof err) < 0) {
+        fprintf(stderr, "run: %s\n", err);
+        goto out;
+    }
+    fprintf(stderr, "run: %s: %s, %d layers, vocab %d, context %d; %d prompt tokens, %ld steps, "
+                    "%d threads, KV %s, seed %llu%s%s\n",
+            o.model, hp->arch_name, hp->n_layer, hp->n_vocab, n_ctx, n_prompt, steps,
+            ep.n_threads, engine_kv_type_name(ep.kv_type), (unsigned long long)o.sp.seed,
+            o.chat ? ", chat format " : "", o.chat ? chat_format_name(fmt) : "");
+
+    /* ---- echo the prompt as its tokens decode (plain mode) ---- */
+    double t1 = omni_time_s();
+    struct tok_stream ts = { 0 };
+    for (int i = 0; !o.chat && i < n_prompt; i++) {
+        char piece[4096];
+        size_t n = tokenizer_stream_piece(tok, &ts, prompt[i], piece, sizeof piece);
+        fwrite(piece, 1, n < sizeof piece ? n : sizeof piece, stdout);
+    }
+    fflush(stdout);
 
     /* ---- generation: the token at position p is printed iff p <= steps
      * (llama2.c prints the successor of each of its `steps` forwards) ---- */
-    double t2 = omni_time_s();
-    int n_gen = 0, stopped = 0;
-    int32_t bos = tokenizer_bos(tok);
-    for (;;) {
-        int32_t next = sampler_sample(smp, logits, NULL);
-        if (next < 0 || next == bos || tokenizer_is_eog(tok, next))
-            break;
-        sampler_accept(smp, next);
-        n_gen++;
-        if ((stopped = run_emit(tok, &ts, stop, next)))
-            break;
-        int32_t p = n_prompt + n_gen - 1;
-        if (p >= steps)
-            break;
-        struct llm_batch b = { .n_tokens = 1, .token = &next, .pos = &p, .seq = seq };
-        rc = llm_forward(ctx, &b, kv, &view, logits);
-        if (rc < 0) {
-            fprintf(stderr, "\nrun: forward failed at position %d: %s\n", p, omni_strerror(rc));
-            goto out;
-        }
-    }
-    if (!stopped) { /* release an incomplete character, then what the matcher held */
-        char tail[16];
-        size_t nt = tokenizer_stream_flush(tok, &ts, tail, sizeof tail);
-        stopped = run_write(stop, tail, nt < sizeof tail ? nt : sizeof tail);
-        if (stop && !stopped) {
-            const char *held;
-            size_t nh;
-            sampler_stop_flush(stop, &held, &nh);
-            fwrite(held, 1, nh, stdout);
-        }
+    const int32_t bos = tokenizer_bos(tok);
+    struct run_out out = {
+        .strip_space = tokenizer_kind(tok) == TOK_KIND_SPM && ts.after_bos && !ts.n_pending,
+        .first = true,
+    };
+    struct engine_request rq = engine_default_request();
+    rq.prompt = prompt;
+    rq.n_prompt = n_prompt;
+    rq.sampling = o.sp;
+    rq.max_tokens = (int)(steps - n_prompt + 1);
+    rq.stop = &eot;
+    rq.n_stop = eot ? 1 : 0;
+    rq.stop_tokens = &bos;
+    rq.n_stop_tokens = bos >= 0 ? 1 : 0;
+    rq.on_event = run_event;
+    rq.user = &out;
+    if (engine_generate(e, &rq, err, sizeof err) < 0) {
+        fprintf(stderr, "\nrun: %s\n", err);
+        goto out;
     }
     fputc('\n', stdout);
     fflush(stdout);
-    double t3 = omni_time_s();
-    fprintf(stderr, "run: load %.0f ms; prompt %d tokens in %.1f ms (%.1f tok/s); "
-                    "generated %d tokens in %.1f ms (%.1f tok/s)\n",
-            (t1 - t0) * 1e3, n_prompt, (t2 - t1) * 1e3, n_prompt / (t2 - t1 > 0 ? t2 - t1 : 1e-9),
-            n_gen, (t3 - t2) * 1e3, n_gen / (t3 - t2 > 0 ? t3 - t2 : 1e-9));
+    const double prompt_s = out.usage.ttft_ms / 1e3;
+    const double gen_s = (out.usage.total_ms - out.usage.ttft_ms) / 1e3;
+    fprintf(stderr, "run: load %.0f ms; prompt %d tokens in %.1f ms to the first token "
+                    "(%.1f tok/s); generated %d tokens in %.1f ms (%.1f tok/s)\n",
+            (t1 - t0) * 1e3, n_prompt, prompt_s * 1e3, n_prompt / (prompt_s > 0 ? prompt_s : 1e-9),
+            out.n_gen, gen_s * 1e3, out.n_gen / (gen_s > 0 ? gen_s : 1e-9));
     status = 0;
 
 out:
+    engine_free(e);
     free(chat_text);
     free(prompt);
-    free(table);
-    free(pos);
-    free(seq);
-    free(logits);
-    sampler_stop_free(stop);
-    sampler_free(smp);
-    llm_kv_free(kv);
-    llm_ctx_free(ctx);
-    tpool_free(tp);
     llm_model_free(m);
     return status;
 }
