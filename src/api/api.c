@@ -6,6 +6,7 @@
 #include "src/api/api.h"
 
 #include "llm/model.h"
+#include "llm/template/template.h"
 #include "llm/tokenizer.h"
 #include "src/api/anthropic.h"
 #include "src/api/metrics.h"
@@ -25,6 +26,7 @@ enum api_state { API_LOADING, API_READY, API_UNAVAILABLE };
 struct api {
     struct api_params p;
     char *api_key, *served_name, *version;   /* owned copies */
+    char *tool_parser, *reasoning_format;    /* owned copies or NULL */
     long long started_at;
     _Atomic int state;                       /* enum api_state; set once from LOADING */
     struct api_model model;                  /* written before state becomes READY */
@@ -54,6 +56,8 @@ struct api *api_new(const struct api_params *p, char *err, size_t errlen)
     if (!(a->served_name = strdup(p->served_model_name)) ||
         !(a->version = strdup(p->version ? p->version : "")) ||
         (p->api_key && *p->api_key && !(a->api_key = strdup(p->api_key))) ||
+        (p->tool_parser && !(a->tool_parser = strdup(p->tool_parser))) ||
+        (p->reasoning_format && !(a->reasoning_format = strdup(p->reasoning_format))) ||
         !(a->metrics = metrics_new()))
         goto nomem;
     a->p.served_model_name = a->served_name;
@@ -76,6 +80,8 @@ void api_free(struct api *a)
     free(a->api_key);
     free(a->served_name);
     free(a->version);
+    free(a->tool_parser);
+    free(a->reasoning_format);
     free(a);
 }
 
@@ -94,7 +100,23 @@ void api_set_engine(struct api *a, struct engine *e, int model)
         .n_vocab = hp->n_vocab,
         .fmt = chat_format_detect(tz),
         .name = a->served_name,
+        .gguf = llm_model_gguf(m),
+        .tools_fmt = tools_format_detect(tz),
+        .rfmt = reasoning_format_detect(tz),
     };
+    /* Harmony's tool messages come out of the reasoning splitter as hermes calls. */
+    if (a->model.rfmt == REASONING_HARMONY)
+        a->model.tools_fmt = TOOLS_FMT_HERMES;
+    int f;
+    if (a->tool_parser && (f = tools_format_from_name(a->tool_parser)) >= 0)
+        a->model.tools_fmt = (enum tools_format)f;
+    if (a->reasoning_format && (f = reasoning_format_from_name(a->reasoning_format)) >= 0)
+        a->model.rfmt = (enum reasoning_format)f;
+    /* Templates that speak of these markers use them as (often control) tokens. */
+    a->model.special_markup = tz && (strstr(tz, "<think>") || strstr(tz, "[THINK]") ||
+                                     strstr(tz, "<|channel|>") || strstr(tz, "tool_call") ||
+                                     strstr(tz, "<|python_tag|>") || strstr(tz, "[TOOL_CALLS]") ||
+                                     strstr(tz, "tool\xe2\x96\x81"));
     free(tz);
     atomic_store(&a->state, API_READY);
 }
@@ -213,6 +235,51 @@ int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, 
     return rc;
 }
 
+int api_chat_prompt_json(const struct api_model *m, const cJSON *messages, const cJSON *tools,
+                         const cJSON *kwargs, int32_t **ids, int *n, char **text_out,
+                         struct api_error *e)
+{
+    char *mj = cJSON_PrintUnformatted(messages);
+    char *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    char *kj = kwargs ? cJSON_PrintUnformatted(kwargs) : NULL;
+    char *text = NULL, err[512] = "";
+    size_t len = 0;
+    int rc = -1;
+    if (!mj || (tools && !tj) || (kwargs && !kj)) {
+        api_error_set(e, 500, NULL, "out of memory");
+        goto out;
+    }
+    int r = tpl_render_gguf(m->gguf, m->tok, mj, tj, kj, true, &text, &len, NULL, err, sizeof err);
+    if (r == OMNI_ERR_NOMEM) {
+        api_error_set(e, 500, NULL, "out of memory");
+        goto out;
+    }
+    if (r < 0) {
+        api_error_set(e, 400, "messages", "the model's chat template cannot render these messages: %s",
+                      err[0] ? err : omni_strerror(r));
+        goto out;
+    }
+    /* The turn markers in the rendered text are special tokens; a template
+     * that writes the BOS itself gets no second one. */
+    int flags = TOK_PARSE_SPECIAL;
+    char bos[64];
+    int32_t bos_id = tokenizer_bos(m->tok);
+    size_t bl = bos_id >= 0 ? tokenizer_piece(m->tok, bos_id, true, bos, sizeof bos) : 0;
+    if (!(bl > 0 && bl < sizeof bos && len >= bl && !memcmp(text, bos, bl)))
+        flags |= TOK_ADD_SPECIAL;
+    rc = api_tokenize(m->tok, text, flags, ids, n, e);
+    if (rc == 0 && text_out) {
+        *text_out = text;
+        text = NULL;
+    }
+out:
+    free(mj);
+    free(tj);
+    free(kj);
+    free(text);
+    return rc;
+}
+
 int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
                       struct api_error *e)
 {
@@ -300,6 +367,7 @@ void api_call_free(struct api_call *c)
     for (int i = 0; c->choices && i < c->n; i++) {
         free(c->choices[i].text);
         free(c->choices[i].lps);
+        chatout_free(c->choices[i].chat);
     }
     free(c->choices);
     for (int i = 0; i < c->n_stops; i++)

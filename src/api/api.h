@@ -23,14 +23,18 @@
 #include <stdint.h>
 
 #include "llm/chat.h"
+#include "llm/reasoning.h"
+#include "llm/tools/tools.h"
 #include "llm/sampler.h"
 #include "src/api/apireq.h"
+#include "src/api/chatout.h"
 #include "src/api/errors.h"
 #include "src/engine/engine.h"
 #include "ws/ws_http.h"
 
 struct cJSON;
 struct tokenizer;
+struct gguf;
 struct api;
 
 struct api_params {
@@ -38,6 +42,8 @@ struct api_params {
     const char *served_model_name; /* id in /v1/models and in responses; required */
     bool strict_model_id;          /* unknown "model" -> 404 (else served anyway) */
     const char *version;           /* for omniserve_build_info */
+    const char *tool_parser;       /* tools_format name; NULL: from the chat template */
+    const char *reasoning_format;  /* reasoning_format name; NULL: from the chat template */
 };
 struct api_params api_default_params(void);
 
@@ -66,6 +72,10 @@ struct api_model {
     int n_vocab;
     enum chat_format fmt;
     const char *name;              /* served name */
+    const struct gguf *gguf;       /* for the chat template */
+    enum tools_format tools_fmt;   /* how the model writes tool calls */
+    enum reasoning_format rfmt;    /* how it marks reasoning */
+    bool special_markup;           /* its tool/reasoning markers are control tokens to keep */
 };
 
 /* The model, or NULL while none is ready (no response is sent). */
@@ -89,6 +99,14 @@ int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32
 /* Render messages with the model's chat format and tokenize them. */
 int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, int n_msgs,
                     int32_t **ids, int *n, struct api_error *e);
+/* Render an OpenAI-shaped messages array (tool_calls, tool turns), the
+ * tools array (NULL: none) and template kwargs (enable_thinking, ...; NULL)
+ * with the model's chat template (built-in format as the fallback), and
+ * tokenize. *text (may be NULL) gets the rendered prompt (caller frees). A
+ * template that raises gives a 400 with its message. */
+int api_chat_prompt_json(const struct api_model *m, const struct cJSON *messages,
+                         const struct cJSON *tools, const struct cJSON *kwargs, int32_t **ids,
+                         int *n, char **text, struct api_error *e);
 /* 400 "context_length_exceeded" naming both numbers when the prompt (plus
  * max_tokens when set) does not fit the model's context. */
 int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
@@ -109,6 +127,7 @@ struct api_choice {                /* engine thread, under the call's lock */
     int stop_index;
     int tokens;
     double last_token_s;           /* for inter-token latency */
+    struct chatout *chat;          /* chat routes: reasoning / tool-call split (freed with the call) */
 };
 
 struct api_call;

@@ -19,6 +19,8 @@
 
 static const char *openai_finish_reason(const struct api_choice *ch)
 {
+    if (ch->chat && chatout_n_calls(ch->chat) > 0 && ch->finish == ENGINE_FINISH_STOP)
+        return "tool_calls";
     switch (ch->finish) {
     case ENGINE_FINISH_LENGTH: return "length";
     case ENGINE_FINISH_CANCELLED: return "cancelled";
@@ -117,6 +119,13 @@ static cJSON *openai_usage(const struct api_call *c)
     cJSON_AddNumberToObject(u, "total_tokens", c->prompt_tokens + c->completion_tokens);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", c->cached_tokens);
+    if (c->choices[0].chat) {
+        int rt = 0;
+        for (int i = 0; i < c->n; i++)
+            rt += c->choices[i].chat ? chatout_reasoning_tokens(c->choices[i].chat) : 0;
+        cJSON *cd = cJSON_AddObjectToObject(u, "completion_tokens_details");
+        cJSON_AddNumberToObject(cd, "reasoning_tokens", rt);
+    }
     return u;
 }
 
@@ -255,32 +264,88 @@ static void openai_chat_start(struct api_call *c)
     }
 }
 
+/* One chunk of a choice with one delta field set by the caller. */
+static cJSON *openai_chat_chunk(struct api_call *c, int choice, cJSON **delta, cJSON **item)
+{
+    cJSON *choices;
+    cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
+    *item = cJSON_CreateObject();
+    cJSON_AddNumberToObject(*item, "index", choice);
+    *delta = cJSON_AddObjectToObject(*item, "delta");
+    cJSON_AddItemToArray(choices, *item);
+    return chunk;
+}
+
+struct openai_delta_ctx {
+    struct api_call *c;
+    int choice;
+    const struct sampler_logprobs *lp;   /* goes with the first delta of the token */
+    int32_t token;
+};
+
+/* A chatout delta as OpenAI streams it: content, reasoning_content, or
+ * tool_calls (the first with id, type, name and "" arguments, then
+ * argument fragments under the same index). */
+static void openai_chat_delta(void *user, const struct chatout_delta *d)
+{
+    struct openai_delta_ctx *x = user;
+    struct api_call *c = x->c;
+    cJSON *delta, *item;
+    cJSON *chunk = openai_chat_chunk(c, x->choice, &delta, &item);
+    if (d->kind == CHATOUT_CONTENT || d->kind == CHATOUT_REASONING) {
+        cJSON_AddItemToObject(delta, d->kind == CHATOUT_CONTENT ? "content" : "reasoning_content",
+                              openai_string_n(d->text, d->len));
+    } else {
+        cJSON *tc = cJSON_AddArrayToObject(delta, "tool_calls");
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "index", d->index);
+        if (d->kind == CHATOUT_CALL_START) {
+            cJSON_AddStringToObject(t, "id", d->id);
+            cJSON_AddStringToObject(t, "type", "function");
+        }
+        cJSON *f = cJSON_AddObjectToObject(t, "function");
+        if (d->kind == CHATOUT_CALL_START) {
+            cJSON_AddStringToObject(f, "name", d->name);
+            cJSON_AddStringToObject(f, "arguments", "");
+        } else {
+            cJSON_AddItemToObject(f, "arguments", openai_string_n(d->text, d->len));
+        }
+        cJSON_AddItemToArray(tc, t);
+    }
+    if (x->lp && x->token >= 0) {
+        cJSON *l = cJSON_AddObjectToObject(item, "logprobs");
+        cJSON *content = cJSON_AddArrayToObject(l, "content");
+        cJSON_AddItemToArray(content, openai_chat_lp_entry(c, x->token, x->lp));
+        x->lp = NULL;
+    } else {
+        cJSON_AddNullToObject(item, "logprobs");
+    }
+    cJSON_AddNullToObject(item, "finish_reason");
+    openai_send(c, chunk);
+}
+
 static void openai_chat_text(struct api_call *c, int choice, const char *text, size_t len,
                              const struct sampler_logprobs *lp, int32_t token)
 {
+    struct openai_delta_ctx x = { c, choice, lp, token };
+    struct chatout *o = c->choices[choice].chat;
+    if (o) {
+        chatout_feed(o, text, len, token >= 0, c->stream ? openai_chat_delta : NULL, &x);
+        return;
+    }
     if (!c->stream)
         return;
-    cJSON *choices;
-    cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", choice);
-    cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
-    cJSON_AddItemToObject(delta, "content", openai_string_n(text, len));
-    if (lp && token >= 0) {
-        cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-        cJSON *content = cJSON_AddArrayToObject(l, "content");
-        cJSON_AddItemToArray(content, openai_chat_lp_entry(c, token, lp));
-    } else {
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
-    cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
-    openai_send(c, chunk);
+    struct chatout_delta d = { .kind = CHATOUT_CONTENT, .text = text, .len = len };
+    openai_chat_delta(&x, &d);
 }
 
 static void openai_chat_choice_done(struct api_call *c, int choice)
 {
     const struct api_choice *ch = &c->choices[choice];
+    if (ch->chat) {
+        struct openai_delta_ctx x = { c, choice, NULL, -1 };
+        chatout_finish(ch->chat, c->stream && !ch->error ? openai_chat_delta : NULL, &x);
+    }
     if (!c->stream || ch->error)
         return;
     cJSON *choices;
@@ -310,7 +375,19 @@ static void openai_chat_finish(struct api_call *c)
         cJSON_AddNumberToObject(item, "index", i);
         cJSON *msg = cJSON_AddObjectToObject(item, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+        if (ch->chat) {
+            const char *content = chatout_content(ch->chat), *r = chatout_reasoning(ch->chat);
+            if (!*content && chatout_n_calls(ch->chat) > 0)
+                cJSON_AddNullToObject(msg, "content");
+            else
+                cJSON_AddStringToObject(msg, "content", content);
+            if (*r)
+                cJSON_AddStringToObject(msg, "reasoning_content", r);
+            if (chatout_n_calls(ch->chat) > 0)
+                cJSON_AddItemToObject(msg, "tool_calls", cJSON_Duplicate(chatout_calls(ch->chat), true));
+        } else {
+            cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+        }
         if (c->logprobs) {
             cJSON *l = cJSON_AddObjectToObject(item, "logprobs");
             cJSON *content = cJSON_AddArrayToObject(l, "content");
@@ -401,6 +478,135 @@ static int openai_reject_unsupported(const cJSON *root, struct api_error *e)
     return 0;
 }
 
+/* messages[] as the chat template wants them: string contents, assistant
+ * tool_calls with their arguments as objects (templates apply tojson to
+ * them), tool turns with tool_call_id. Validated by openai_messages first. */
+static cJSON *openai_template_messages(const cJSON *root, struct api_error *e)
+{
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *m;
+    int i = 0;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(root, "messages")) {
+        char field[64], *text = NULL;
+        snprintf(field, sizeof field, "messages[%d].content", i);
+        const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
+        if (apireq_text_content(cJSON_GetObjectItemCaseSensitive(m, "content"), field, &text, e) < 0)
+            goto fail;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(out, o);
+        cJSON_AddStringToObject(o, "role", !strcmp(role, "developer") ? "system" : role);
+        cJSON_AddStringToObject(o, "content", text);
+        free(text);
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (calls && !cJSON_IsNull(calls)) {
+            snprintf(field, sizeof field, "messages[%d].tool_calls", i);
+            if (!cJSON_IsArray(calls)) {
+                api_error_set(e, 400, field, "'%s' must be an array", field);
+                goto fail;
+            }
+            cJSON *tc = cJSON_AddArrayToObject(o, "tool_calls");
+            const cJSON *c;
+            cJSON_ArrayForEach(c, calls) {
+                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+                const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+                if (!cJSON_IsString(name)) {
+                    api_error_set(e, 400, field, "'%s[].function.name' must be a string", field);
+                    goto fail;
+                }
+                cJSON *x = cJSON_CreateObject();
+                const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+                if (cJSON_IsString(id))
+                    cJSON_AddStringToObject(x, "id", id->valuestring);
+                cJSON_AddStringToObject(x, "type", "function");
+                cJSON *f = cJSON_AddObjectToObject(x, "function");
+                cJSON_AddStringToObject(f, "name", name->valuestring);
+                cJSON *av = cJSON_IsString(args) ? cJSON_Parse(args->valuestring)
+                                                 : args ? cJSON_Duplicate(args, true) : NULL;
+                cJSON_AddItemToObject(f, "arguments", av ? av : cJSON_CreateObject());
+                cJSON_AddItemToArray(tc, x);
+            }
+        }
+        const char *keys[] = { "tool_call_id", "name" };
+        for (int k = 0; k < 2; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[k]);
+            if (cJSON_IsString(v))
+                cJSON_AddStringToObject(o, keys[k], v->valuestring);
+        }
+        i++;
+    }
+    return out;
+fail:
+    cJSON_Delete(out);
+    return NULL;
+}
+
+/* tools, tool_choice, parallel_tool_calls, enable_thinking,
+ * chat_template_kwargs, reasoning_effort. */
+static int openai_agent_fields(const cJSON *root, cJSON **tools, cJSON **kwargs, bool *tools_on,
+                               bool *parallel, struct api_error *e)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    *tools = NULL;
+    *kwargs = NULL;
+    *tools_on = false;
+    *parallel = true;
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsArray(t))
+            return api_error_set(e, 400, "tools", "'tools' must be an array of function tools");
+        const cJSON *x;
+        int i = 0;
+        cJSON_ArrayForEach(x, t) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x, "function");
+            if (!cJSON_IsObject(fn) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+                return api_error_set(e, 400, "tools", "'tools[%d]' must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+            i++;
+        }
+        if (i > 0) {
+            *tools = cJSON_Duplicate(t, true);
+            *tools_on = true;
+        }
+    }
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (cJSON_IsString(tc)) {
+        if (!strcmp(tc->valuestring, "none"))
+            *tools_on = false;
+        else if (strcmp(tc->valuestring, "auto") != 0 && strcmp(tc->valuestring, "required") != 0)
+            return api_error_set(e, 400, "tool_choice", "'tool_choice' must be none, auto, required or a function, got '%s'",
+                                 tc->valuestring);
+    } else if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) {
+        return api_error_set(e, 400, "tool_choice", "'tool_choice' must be a string or an object");
+    }
+    if (apireq_bool(root, "parallel_tool_calls", parallel, e) < 0)
+        return -1;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
+        return api_error_set(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    *kwargs = cJSON_IsObject(kw) ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
+    bool think;
+    int r = apireq_bool(root, "enable_thinking", &think, e);
+    if (r < 0)
+        return -1;
+    if (r) {
+        cJSON_DeleteItemFromObjectCaseSensitive(*kwargs, "enable_thinking");
+        cJSON_AddBoolToObject(*kwargs, "enable_thinking", think);
+    }
+    const char *effort = NULL;
+    if (apireq_string(root, "reasoning_effort", &effort, e) < 0)
+        return -1;
+    if (effort) {
+        if (strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high") &&
+            strcmp(effort, "minimal") && strcmp(effort, "none"))
+            return api_error_set(e, 400, "reasoning_effort", "'reasoning_effort' must be minimal, low, medium or high");
+        cJSON_DeleteItemFromObjectCaseSensitive(*kwargs, "reasoning_effort");
+        cJSON_AddStringToObject(*kwargs, "reasoning_effort", effort);
+        /* "none" turns thinking off where the template has the switch */
+        if (!strcmp(effort, "none") && !r)
+            cJSON_AddBoolToObject(*kwargs, "enable_thinking", false);
+    }
+    return 0;
+}
+
 void openai_chat(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -413,12 +619,17 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     int n_msgs = 0, n_ids = 0;
     int32_t *ids = NULL;
     const char **stops = NULL;
+    cJSON *tmsgs = NULL, *tools = NULL, *kwargs = NULL;
+    char *ptext = NULL, *tools_text = NULL;
+    bool tools_on = false, parallel = true;
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
     if (openai_reject_unsupported(root, &e) < 0 ||
         openai_messages(root, &msgs, &texts, &n_msgs, &e) < 0 ||
-        api_chat_prompt(m, msgs, n_msgs, &ids, &n_ids, &e) < 0 ||
+        openai_agent_fields(root, &tools, &kwargs, &tools_on, &parallel, &e) < 0 ||
+        !(tmsgs = openai_template_messages(root, &e)) ||
+        api_chat_prompt_json(m, tmsgs, tools, kwargs, &ids, &n_ids, &ptext, &e) < 0 ||
         api_check_context(m, n_ids, &g, &e) < 0)
         goto fail;
     /* The client's stops, then the end-of-turn text for vocabularies that
@@ -435,13 +646,34 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
+    struct chatout_params cp = chatout_default_params();
+    cp.rfmt = m->rfmt;
+    cp.starts_open = reasoning_prompt_opens(m->rfmt, ptext, strlen(ptext));
+    cp.tools = tools_on;
+    cp.tp.fmt = m->tools_fmt;
+    cp.tp.parallel = parallel;
+    tools_text = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    cp.tp.tools_json = tools_text;
+    for (int i = 0; i < g.n; i++)
+        if (!(c->choices[i].chat = chatout_new(&cp))) {
+            api_call_free(c);
+            api_error_set(&e, 500, NULL, "out of memory");
+            goto fail;
+        }
     struct engine_request rq;
     openai_engine_request(m, &g, ids, n_ids, stops, g.n_stop + 1, &rq);
+    /* tool and reasoning markers are often control tokens: keep their text */
+    rq.echo_special = tools_on || m->special_markup;
     api_call_submit(c, r, &rq, openai_chat_start);
     goto out;
 fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
+    free(tools_text);
+    free(ptext);
+    cJSON_Delete(tmsgs);
+    cJSON_Delete(tools);
+    cJSON_Delete(kwargs);
     free(stops);
     free(ids);
     free(msgs);

@@ -28,6 +28,8 @@ struct serve_opts {
     const char *served_name;
     const char *api_key;
     bool strict_model_id;
+    const char *tool_parser;      /* --tool-parser NAME, or NULL */
+    const char *reasoning_format; /* --reasoning-format NAME, or NULL */
     struct ws_server_params wp;
     struct engine_params ep;
 };
@@ -61,6 +63,10 @@ static void serve_usage(FILE *f)
             "  --cors-origin ORIGIN       send CORS headers for ORIGIN ('*' for any); default off\n"
             "  --served-model-name NAME   model id for clients (default: file name without .gguf)\n"
             "  --strict-model-id          unknown 'model' in a request -> 404\n"
+            "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
+            "                             deepseek, functionary, granite, gemma, pythonic, none\n"
+            "                             (default: from the chat template)\n"
+            "  --reasoning-format NAME    none, think, mistral, harmony (default: from the chat template)\n"
             "  --max-body BYTES           request body limit, K/M/G suffixes (default 32M) -> 413\n"
             "  --shutdown-timeout S       on SIGINT/SIGTERM wait S seconds for requests (default 10)\n"
             "  --sse-keepalive S          comment on idle streams every S seconds (default 15)\n"
@@ -171,6 +177,20 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->wp.cors_origin = v;
         else if (!strcmp(a, "--served-model-name"))
             o->served_name = v;
+        else if (!strcmp(a, "--tool-parser")) {
+            o->tool_parser = v;
+            if (tools_format_from_name(v) < 0) {
+                fprintf(stderr, "serve: --tool-parser expects one of %s; got '%s'\n",
+                        tools_format_names(), v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--reasoning-format")) {
+            o->reasoning_format = v;
+            if (reasoning_format_from_name(v) < 0) {
+                fprintf(stderr, "serve: --reasoning-format expects none, think, mistral or harmony; got '%s'\n", v);
+                rc = -1;
+            }
+        }
         else if (!strcmp(a, "--max-body"))
             rc = serve_bytes(a, v, &o->wp.max_body_bytes);
         else if (!strcmp(a, "--shutdown-timeout"))
@@ -333,6 +353,8 @@ int cli_serve(int argc, char **argv)
     ap.api_key = o.api_key;
     ap.served_model_name = o.served_name;
     ap.strict_model_id = o.strict_model_id;
+    ap.tool_parser = o.tool_parser;
+    ap.reasoning_format = o.reasoning_format;
     ap.version = OMNI_VERSION;
     struct api *api = api_new(&ap, err, sizeof err);
     if (!api) {
