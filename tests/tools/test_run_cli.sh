@@ -1,8 +1,10 @@
 #!/bin/sh
 # test_run_cli.sh - `omniserve run` on a tiny random llama2.c checkpoint (untied
 # classifier) converted by tools/llama2c_to_gguf: --seed determinism, sampling
-# options, --chat, -n accounting, and the error cases (missing or bad files,
-# prompt longer than the context, invalid UTF-8, bad options, broken checkpoints).
+# options, --chat, -n accounting, the engine options (--kv-type, --kv-block-size,
+# --kv-memory, --deterministic), and the error cases (missing or bad files, prompt
+# longer than the context, invalid UTF-8, bad options, q8_0 K/V on a kv_dim of 8,
+# a pool too small for one block, broken checkpoints).
 D="$TMP/run_cli"
 mkdir -p "$D" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -82,6 +84,13 @@ run --chat "hello" --system "be brief" --temp 0 >"$D/chat.txt" 2>"$D/chat.err" |
     fail "--chat: $(cat "$D/chat.err")"
 grep -q "chat format chatml" "$D/chat.err" || fail "--chat did not fall back to chatml"
 
+# --- engine options: F32 K/V by default (as llama2.c); f16 and a block size run ---
+run -p "the" -n 30 --temp 0 >/dev/null 2>"$D/kvd.err" || fail "default run failed"
+grep -q "KV f32" "$D/kvd.err" || fail "no F32 K/V by default: $(head -n 1 "$D/kvd.err")"
+run -p "the" -n 30 --temp 0 --kv-type f16 --kv-block-size 4 --kv-memory 64K --deterministic \
+    >"$D/kv.txt" 2>"$D/kv.err" || fail "engine options: $(cat "$D/kv.err")"
+case "$(head -c 3 "$D/kv.txt")" in "the") ;; *) fail "engine options: output lacks the prompt" ;; esac
+
 # --- errors: exit 1 with one line on stderr ---
 expect_error() { # code pattern args...
     code=$1 pat=$2
@@ -100,6 +109,9 @@ long=$($PYTHON -c 'print("hello world " * 300)')
 expect_error 1 "longer than the context" run -p "$long"
 expect_error 1 "UTF-8" run -p "$(printf 'bad \377 byte')"
 expect_error 1 "leaves no room" run -p "hello world hello" -n 2
+expect_error 1 "multiple of 32" run -p hi --kv-type q8_0
+expect_error 1 "holds no block" run -p hi --kv-memory 1K
+expect_error 2 "kv-type" run -p hi --kv-type q4
 expect_error 2 "unknown option" run -p hi --bogus 1
 expect_error 2 "--temp" run -p hi --temp warm
 expect_error 2 "no model" $OMNI run -p hi
