@@ -319,3 +319,74 @@ TEST(tools_hostile_inputs_never_crash)
             cJSON_Delete(c.calls);
         }
 }
+
+// ---- the API's output builder (src/api/chatout.h) ---------------------------------
+
+#include "src/api/chatout.h"
+
+struct deltas {
+    char kinds[256];         /* one letter per delta: c r S A */
+    int n;
+    char content[512], reasoning[512];
+};
+
+static void delta_fn(void *user, const struct chatout_delta *d)
+{
+    struct deltas *x = user;
+    if (x->n < 255)
+        x->kinds[x->n++] = "crSA"[d->kind];
+    char *dst = d->kind == CHATOUT_CONTENT ? x->content : d->kind == CHATOUT_REASONING ? x->reasoning : NULL;
+    if (dst && strlen(dst) + d->len < 512)
+        strncat(dst, d->text, d->len);
+}
+
+/* Qwen3 with a template-opened <think>, a call written after the reasoning,
+ * fed one character at a time as a stream would be. */
+TEST(chatout_reasoning_then_tool_call_stream)
+{
+    const char *raw = "The user wants Paris weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+                      "\"arguments\": {\"city\": \"Paris\", \"days\": \"2\"}}\n</tool_call>";
+    struct chatout_params cp = chatout_default_params();
+    cp.rfmt = REASONING_THINK;
+    cp.starts_open = true;
+    cp.tools = true;
+    cp.tp.fmt = TOOLS_FMT_HERMES;
+    cp.tp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                       "{\"type\":\"object\",\"properties\":{\"days\":{\"type\":\"integer\"}}}}}]";
+    struct chatout *o = chatout_new(&cp);
+    struct deltas x;
+    memset(&x, 0, sizeof x);
+    for (size_t i = 0; raw[i]; i++)
+        chatout_feed(o, raw + i, 1, true, delta_fn, &x);
+    chatout_finish(o, delta_fn, &x);
+    CHECK_STR_EQ(x.reasoning, "The user wants Paris weather.");
+    CHECK_STR_EQ(x.content, "");
+    CHECK_STR_EQ(chatout_content(o), "");
+    CHECK_STR_EQ(chatout_reasoning(o), "The user wants Paris weather.");
+    /* reasoning deltas, then exactly one call start and its arguments */
+    const char *sa = strchr(x.kinds, 'S');
+    CHECK(sa && sa[1] == 'A' && !strchr(sa + 2, 'S') && !strchr(x.kinds, 'c'));
+    CHECK_EQ(chatout_n_calls(o), 1);
+    const cJSON *f = cJSON_GetObjectItem(cJSON_GetArrayItem(chatout_calls(o), 0), "function");
+    CHECK_STR_EQ(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"city\":\"Paris\",\"days\":2}");
+    CHECK(chatout_reasoning_tokens(o) > 20);
+    chatout_free(o);
+}
+
+/* A call the model wrote inside its reasoning only is still reported. */
+TEST(chatout_call_inside_reasoning)
+{
+    const char *raw = "<think>I'll call it: <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call></think>";
+    struct chatout_params cp = chatout_default_params();
+    cp.rfmt = REASONING_THINK;
+    cp.tools = true;
+    cp.tp.fmt = TOOLS_FMT_HERMES;
+    struct chatout *o = chatout_new(&cp);
+    struct deltas x;
+    memset(&x, 0, sizeof x);
+    chatout_feed(o, raw, strlen(raw), false, delta_fn, &x);
+    chatout_finish(o, delta_fn, &x);
+    CHECK_EQ(chatout_n_calls(o), 1);
+    CHECK_STR_EQ(chatout_content(o), "");
+    chatout_free(o);
+}
