@@ -685,7 +685,7 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     const int content_frames = (int)(n / MEL_HOP);
 
     /* language: given, or detected on the first window */
-    int lang = 0;
+    int lang = 0, encoded = -1; /* the window the encoder output belongs to */
     if (m->n_langs > 0) {
         if (p->language && strcmp(p->language, "auto")) {
             lang = whisper_lang_id(p->language);
@@ -694,6 +694,7 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
                 (rc = whisper_lang_detect(s, NULL, err, errlen)) < 0)
                 goto out;
             lang = rc;
+            encoded = 0;
         }
         snprintf(s->lang, sizeof s->lang, "%s", whisper_lang_str(lang));
     }
@@ -721,8 +722,9 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     for (int seek = 0; seek < content_frames;) {
         const int segment_size = content_frames - seek < WHISPER_CHUNK_FRAMES ? content_frames - seek
                                                                                : WHISPER_CHUNK_FRAMES;
-        if ((rc = whisper_encode(s, mel.data, mel.n_frames, seek, err, errlen)) < 0)
+        if (encoded != seek && (rc = whisper_encode(s, mel.data, mel.n_frames, seek, err, errlen)) < 0)
             goto out;
+        encoded = seek;
         /* <|startofprev|> + the tail of earlier text, then the sot sequence */
         int np = 0;
         if (n_hist > 0) {
