@@ -11,7 +11,7 @@
 #include "llm/tools/tools.h"
 #include "src/core/omni.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

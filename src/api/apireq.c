@@ -3,6 +3,9 @@
  * expected, because that message is all a client developer gets to see. */
 #include "src/api/apireq.h"
 
+#include "llm/grammar/grammar.h"
+#include "llm/grammar/json_schema.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -396,4 +399,81 @@ bool apireq_key_ok(const char *authorization, const char *x_api_key, const char 
     if (x_api_key)
         ok |= apireq_ct_equal(x_api_key, strlen(x_api_key), key, klen);
     return ok;
+}
+
+// ---- constrained output ---------------------------------------------------------
+
+/* Compile GBNF text into *out; a 400 on param when it does not parse. */
+static int apireq_compile(char *gbnf, const char *param, struct grammar **out,
+                          struct api_error *e)
+{
+    if (!gbnf)
+        return api_error_set(e, 500, NULL, "out of memory");
+    char err[256];
+    *out = grammar_parse(gbnf, strlen(gbnf), err, sizeof err);
+    free(gbnf);
+    return *out ? 0 : api_error_set(e, 400, param, "'%s': %s", param, err);
+}
+
+int apireq_grammar(const cJSON *root, struct grammar **out, struct api_error *e)
+{
+    *out = NULL;
+    const char *text = NULL;
+    if (apireq_string(root, "grammar", &text, e) < 0)
+        return -1;
+    if (text && *text)
+        return apireq_compile(strdup(text), "grammar", out, e);
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    if (!rf || cJSON_IsNull(rf))
+        return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+        return api_error_set(e, 400, "response_format",
+                             "'response_format' must be an object with a string 'type'");
+    if (!strcmp(type->valuestring, "text"))
+        return 0;
+    if (!strcmp(type->valuestring, "json_object"))
+        return apireq_compile(jschema_object_gbnf(), "response_format", out, e);
+    if (strcmp(type->valuestring, "json_schema") != 0)
+        return api_error_set(e, 400, "response_format",
+                             "'response_format.type' must be text, json_object or json_schema, "
+                             "got '%s'", type->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!cJSON_IsObject(js) || !schema)
+        return api_error_set(e, 400, "response_format.json_schema",
+                             "'response_format.json_schema.schema' is required for type "
+                             "json_schema");
+    char err[256];
+    char *gbnf = jschema_to_gbnf(schema, err, sizeof err);
+    if (!gbnf)
+        return api_error_set(e, 400, "response_format.json_schema.schema", "%s", err);
+    return apireq_compile(gbnf, "response_format.json_schema.schema", out, e);
+}
+
+int apireq_tool_grammar(const cJSON *root, const struct tools_wire *wire, bool parallel,
+                        struct grammar **out, struct api_error *e)
+{
+    *out = NULL;
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const char *name = NULL;
+    if (cJSON_IsObject(tc)) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(n))
+            return api_error_set(e, 400, "tool_choice",
+                                 "'tool_choice.function.name' must be a string");
+        name = n->valuestring;
+    } else if (!cJSON_IsString(tc) || strcmp(tc->valuestring, "required") != 0) {
+        return 0;
+    }
+    if (!cJSON_IsArray(tools) || !cJSON_GetArraySize(tools))
+        return api_error_set(e, 400, "tool_choice", "'tool_choice' %s needs 'tools'",
+                             name ? "naming a function" : "'required'");
+    char err[256];
+    char *gbnf = jschema_tool_call_gbnf(tools, name, wire, parallel, err, sizeof err);
+    if (!gbnf)
+        return api_error_set(e, 400, name ? "tool_choice" : "tools", "%s", err);
+    return apireq_compile(gbnf, "tools", out, e);
 }

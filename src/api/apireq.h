@@ -78,6 +78,21 @@ int apireq_sampling(const struct cJSON *root, enum api_flavor f, bool completion
 int apireq_text_content(const struct cJSON *content, const char *field, char **out,
                         struct api_error *e);
 
+/* The output constraint a request asks for: "grammar" (GBNF text, a
+ * llama.cpp server extension) or "response_format" json_object / json_schema
+ * ({"json_schema": {"name", "schema", "strict"}}). 0 with *out NULL when the
+ * output is free; 0 with a grammar (caller frees with grammar_free); -1 with
+ * a 400 naming the grammar position or the schema keyword. */
+struct grammar;
+struct tools_wire;
+int apireq_grammar(const struct cJSON *root, struct grammar **out, struct api_error *e);
+
+/* The grammar that forces a tool call when tool_choice is "required" or
+ * names a function ({"type":"function","function":{"name":N}}), spelled as
+ * wire says; 0 with *out NULL for other tool_choice values or no tools. */
+int apireq_tool_grammar(const struct cJSON *root, const struct tools_wire *wire, bool parallel,
+                        struct grammar **out, struct api_error *e);
+
 /* The API key check: "Authorization: Bearer KEY" or "x-api-key: KEY",
  * compared in constant time for a given key length. */
 bool apireq_key_ok(const char *authorization, const char *x_api_key, const char *key);

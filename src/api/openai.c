@@ -5,6 +5,7 @@
  * optional usage chunk with empty choices, and "data: [DONE]". */
 #include "src/api/openai.h"
 
+#include "llm/grammar/grammar.h"
 #include "llm/tokenizer.h"
 #include "src/api/api.h"
 
@@ -464,20 +465,6 @@ static void openai_free_texts(char **texts, int n)
     free(texts);
 }
 
-/* Unsupported-for-now fields get a clear 400 rather than silence. */
-static int openai_reject_unsupported(const cJSON *root, struct api_error *e)
-{
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
-    if (cJSON_IsObject(rf)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "text") != 0)
-            return api_error_set(e, 400, "response_format",
-                                 "'response_format' type '%s' is not supported yet (only 'text')",
-                                 t->valuestring);
-    }
-    return 0;
-}
-
 /* messages[] as the chat template wants them: string contents, assistant
  * tool_calls with their arguments as objects (templates apply tojson to
  * them), tool turns with tool_call_id. Validated by openai_messages first. */
@@ -622,16 +609,30 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     cJSON *tmsgs = NULL, *tools = NULL, *kwargs = NULL;
     char *ptext = NULL, *tools_text = NULL;
     bool tools_on = false, parallel = true;
+    struct grammar *gram = NULL;
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
-    if (openai_reject_unsupported(root, &e) < 0 ||
+    if (apireq_grammar(root, &gram, &e) < 0 ||
         openai_messages(root, &msgs, &texts, &n_msgs, &e) < 0 ||
         openai_agent_fields(root, &tools, &kwargs, &tools_on, &parallel, &e) < 0 ||
         !(tmsgs = openai_template_messages(root, &e)) ||
         api_chat_prompt_json(m, tmsgs, tools, kwargs, &ids, &n_ids, &ptext, &e) < 0 ||
         api_check_context(m, n_ids, &g, &e) < 0)
         goto fail;
+    if (tools_on) {
+        /* tool_choice required or a named function: a grammar spells the call
+         * the way this model's tool parser reads it */
+        struct tools_wire w;
+        struct grammar *tg;
+        tools_wire_of(m->tools_fmt, &w);
+        if (apireq_tool_grammar(root, &w, parallel, &tg, &e) < 0)
+            goto fail;
+        if (tg) {
+            grammar_free(gram);
+            gram = tg;
+        }
+    }
     /* The client's stops, then the end-of-turn text for vocabularies that
      * do not mark it as end-of-generation. */
     if (!(stops = calloc((size_t)g.n_stop + 1, sizeof *stops))) {
@@ -664,6 +665,7 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     openai_engine_request(m, &g, ids, n_ids, stops, g.n_stop + 1, &rq);
     /* tool and reasoning markers are often control tokens: keep their text */
     rq.echo_special = tools_on || m->special_markup;
+    rq.grammar = gram;
     api_call_submit(c, r, &rq, openai_chat_start);
     goto out;
 fail:
@@ -674,6 +676,7 @@ out:
     cJSON_Delete(tmsgs);
     cJSON_Delete(tools);
     cJSON_Delete(kwargs);
+    grammar_free(gram);
     free(stops);
     free(ids);
     free(msgs);
@@ -818,6 +821,7 @@ void openai_completions(struct api *a, struct ws_req *r, const char *arg)
     int n_ids = 0;
     bool echo = false;
     long best_of = 1;
+    struct grammar *gram = NULL;
     cJSON *root = openai_begin(a, r, true, &m, &g, &e);
     if (!root)
         goto out;
@@ -828,7 +832,8 @@ void openai_completions(struct api *a, struct ws_req *r, const char *arg)
     }
     if (apireq_bool(root, "echo", &echo, &e) < 0 ||
         apireq_int(root, "best_of", 1, 1, &best_of, &e) < 0 ||
-        openai_prompt(m, root, &ids, &n_ids, &e) < 0 || api_check_context(m, n_ids, &g, &e) < 0)
+        openai_prompt(m, root, &ids, &n_ids, &e) < 0 || api_check_context(m, n_ids, &g, &e) < 0 ||
+        apireq_grammar(root, &gram, &e) < 0)
         goto fail;
     struct api_call *c = api_call_new(a, r, &openai_cmpl_proto, API_OPENAI, "cmpl-", &g);
     if (!c) {
@@ -842,11 +847,13 @@ void openai_completions(struct api *a, struct ws_req *r, const char *arg)
     }
     struct engine_request rq;
     openai_engine_request(m, &g, ids, n_ids, (const char *const *)g.stop, g.n_stop, &rq);
+    rq.grammar = gram;
     api_call_submit(c, r, &rq, openai_cmpl_start);
     goto out;
 fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
+    grammar_free(gram);
     free(ids);
     apireq_gen_free(&g);
     cJSON_Delete(root);
