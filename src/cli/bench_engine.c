@@ -312,6 +312,7 @@ struct be_level {
     int mismatches;
     double sched_pct, host_pct, step_ms;
     uint64_t preemptions;
+    uint64_t kernel_switches;
 };
 
 static int be_measure(struct llm_model *m, const struct be_opts *o, int c, struct be_level *out)
@@ -395,6 +396,7 @@ static int be_measure(struct llm_model *m, const struct be_opts *o, int c, struc
     out->host_pct = step_ms > 0 ? 100.0 * (step_ms - fwd_ms) / step_ms : 0;
     out->step_ms = steps ? step_ms / (double)steps : 0;
     out->preemptions = st1.preemptions - st0.preemptions;
+    out->kernel_switches = st1.kernel_switches - st0.kernel_switches;
     if (o->verify) {
         out->mismatches = 0;
         struct be_seq solo = { .tok = seqs[c].tok, .t = seqs[c].t };
@@ -448,9 +450,10 @@ int cli_bench_engine(int argc, char **argv)
             printf("{\"concurrency\":%d,\"aggregate_tok_s\":%.2f,\"per_seq_tok_s\":%.2f,"
                    "\"ttft_ms_p50\":%.2f,\"ttft_ms_p95\":%.2f,\"cached_tokens\":%ld,"
                    "\"sched_overhead_pct\":%.3f,\"outside_forward_pct\":%.3f,\"step_ms\":%.3f,"
-                   "\"preemptions\":%llu",
+                   "\"preemptions\":%llu,\"kernel_switches\":%llu",
                    L.c, L.agg_tok_s, L.per_seq_tok_s, L.ttft_p50, L.ttft_p95, L.cached_tokens,
-                   L.sched_pct, L.host_pct, L.step_ms, (unsigned long long)L.preemptions);
+                   L.sched_pct, L.host_pct, L.step_ms, (unsigned long long)L.preemptions,
+                   (unsigned long long)L.kernel_switches);
             if (o.shared_prefix)
                 printf(",\"ttft_ms_cold\":%.2f,\"ttft_ms_warm\":%.2f", L.ttft_cold, L.ttft_warm);
             if (o.verify)
