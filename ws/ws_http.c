@@ -8,6 +8,7 @@
 #include "ws/ws_http.h"
 
 #include "src/core/omni.h"
+#include "ws/ws_socket.h"
 
 #include <libwebsockets.h>
 #include <pthread.h>
@@ -74,13 +75,14 @@ struct ws_conn {                          /* lws per-session data: zeroed by lws
     bool active;                          /* a transaction is dispatched and not done */
     bool close_after;                     /* close instead of keep-alive */
     struct ws_req req;
+    struct ws_sock *sock;                 /* after a WebSocket upgrade: the connection's reference */
 };
 
 struct ws_server {
     struct ws_server_params p;
     char *host, *cors;                    /* owned copies */
     struct lws_context *ctx;
-    struct lws_protocols protocols[2];
+    struct lws_protocols protocols[3];
     struct ws_conn *conns;                /* service thread */
     int n_active;                         /* service thread */
     volatile sig_atomic_t stop_requested; /* any thread / signal handler */
@@ -368,6 +370,31 @@ const char *ws_req_header(struct ws_req *r, const char *name)
     if (v)
         r->copies[r->n_copies++] = v;
     return v;
+}
+
+const char *ws_req_query(struct ws_req *r, const char *name)
+{
+    char key[64], buf[1024];
+    int kl = snprintf(key, sizeof key, "%s=", name);
+    if (!r->conn || !r->conn->wsi || kl <= 0 || (size_t)kl >= sizeof key ||
+        r->n_copies >= WS_MAX_HEADER_COPIES ||
+        !lws_get_urlarg_by_name(r->conn->wsi, key, buf, (int)sizeof buf))
+        return NULL;
+    /* lws copies "name=value"; keep the value. */
+    char *v = strdup(buf + kl);
+    if (v)
+        r->copies[r->n_copies++] = v;
+    return v;
+}
+
+struct ws_sock *ws_req_accept_websocket(struct ws_req *r, const struct ws_sock_handler *h,
+                                        void *user)
+{
+    struct ws_conn *c = r->conn;
+    if (!c || !c->wsi || c->sock)
+        return NULL;
+    c->sock = ws_sock_new(lws_get_context(c->wsi), h, user);
+    return c->sock;
 }
 
 void ws_req_add_header(struct ws_req *r, const char *name, const char *value)
@@ -839,10 +866,49 @@ static void ws_conn_closed(struct ws_server *s, struct ws_conn *c)
     c->wsi = NULL;
 }
 
+/* A WebSocket handshake: the upgrade hook sees it as a request without a
+ * body and may accept it; the connection then joins the list so that
+ * senders' wake-ups reach it. Nonzero refuses. */
+static int ws_on_upgrade(struct ws_server *s, struct ws_conn *c, struct lws *wsi)
+{
+    if (!c || s->draining || !s->p.upgrade || c->sock || c->active)
+        return 1;
+    ws_link(s, c, wsi);
+    struct ws_req *r = &c->req;
+    ws_req_reset(r);
+    r->t_start = omni_time_s();
+    r->method = WS_GET;
+    int ulen = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+    r->path = ulen > 0 ? malloc((size_t)ulen + 1) : NULL;
+    if (r->path && lws_hdr_copy(wsi, r->path, ulen + 1, WSI_TOKEN_GET_URI) < 0) {
+        free(r->path);
+        r->path = NULL;
+    }
+    if (r->path) {
+        char *q = strchr(r->path, '?');
+        if (q)
+            *q = 0;
+        ws_assign_id(s, r, wsi);
+        r->dispatched = true;
+        s->p.upgrade(s->p.user, r);
+    }
+    ws_req_reset(r);
+    if (!c->sock) {
+        ws_unlink(s, c);
+        return 1;
+    }
+    return 0;
+}
+
 /* Producers changed some responses: ask for WRITEABLE on those connections. */
 static void ws_wake_dirty(struct ws_server *s)
 {
     for (struct ws_conn *c = s->conns; c; c = c->next) {
+        if (c->sock) {
+            if (ws_sock_take_dirty(c->sock))
+                lws_callback_on_writable(c->wsi);
+            continue;
+        }
         struct ws_out *o = c->req.out;
         if (!c->active || !o)
             continue;
@@ -881,9 +947,25 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         ws_wake_dirty(s);
         return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return ws_on_upgrade(s, c, wsi);
+    case LWS_CALLBACK_ESTABLISHED:
+        return c && c->sock ? ws_sock_on_established(c->sock, wsi) : -1;
+    case LWS_CALLBACK_RECEIVE:
+        return c && c->sock ? ws_sock_on_receive(c->sock, wsi, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return c && c->sock ? ws_sock_on_writeable(c->sock, wsi) : 0;
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_WSI_DESTROY:
+        if (c && c->sock) {
+            ws_sock_on_closed(c->sock);   /* drops the connection's reference */
+            c->sock = NULL;
+            ws_unlink(s, c);
+        }
+        break;
     case LWS_CALLBACK_CLOSED_HTTP:
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
-        if (c && c->linked)
+        if (c && c->linked && !c->sock)
             ws_conn_closed(s, c);
         break;
     default:
@@ -927,6 +1009,10 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
         .callback = ws_callback,
         .per_session_data_size = sizeof(struct ws_conn),
     };
+    /* Clients that name a subprotocol (OpenAI's Realtime clients send
+     * "realtime") land here; the rest upgrade on "http", the default. */
+    s->protocols[1] = s->protocols[0];
+    s->protocols[1].name = "realtime";
     lws_set_log_level(LLL_ERR | LLL_WARN, ws_log_emit);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
@@ -976,6 +1062,9 @@ static void ws_check_drain(struct ws_server *s)
         s->drain_deadline = now + s->p.shutdown_timeout_s;
         OMNI_INFO("http: shutting down: %d request(s) in flight, waiting up to %.0f s",
                   s->n_active, s->p.shutdown_timeout_s);
+        for (struct ws_conn *c = s->conns; c; c = c->next)
+            if (c->sock)
+                ws_sock_close(c->sock, 1001, "server shutting down");
         lws_sul_schedule(s->ctx, 0, &s->tick, ws_tick, WS_TICK_US);
     }
     if (!s->draining)

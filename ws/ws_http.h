@@ -45,6 +45,9 @@ struct ws_done_info {
 };
 
 typedef void (*ws_handler_fn)(void *user, struct ws_req *r);
+/* A WebSocket handshake (service thread): r has the path, query and headers
+ * but no body; accept with ws_req_accept_websocket, else it is refused. */
+typedef void (*ws_upgrade_fn)(void *user, struct ws_req *r);
 typedef void (*ws_done_fn)(void *user, const struct ws_done_info *d);
 /* Per-response callbacks: on_abort runs on the service thread when the client
  * disconnects before ws_out_end (or shutdown gives up waiting); on_free runs
@@ -63,6 +66,7 @@ struct ws_server_params {
     double shutdown_timeout_s; /* graceful drain before in-flight work is aborted; default 10 */
     ws_handler_fn handler;     /* required */
     ws_done_fn on_done;        /* optional: one call per finished transaction */
+    ws_upgrade_fn upgrade;     /* optional: WebSocket handshakes (none: all refused) */
     void *user;                /* passed to handler and on_done */
 };
 struct ws_server_params ws_default_params(void);
@@ -106,6 +110,16 @@ void ws_req_respond(struct ws_req *r, int status, const char *content_type, cons
  * memory (the server then answers 500). */
 struct ws_out *ws_req_defer(struct ws_req *r, ws_abort_fn on_abort, ws_free_fn on_free,
                             void *user);
+
+/* Query-string argument by name ("intent"), or NULL. Lives until the
+ * handler returns. */
+const char *ws_req_query(struct ws_req *r, const char *name);
+/* Inside an upgrade handler: accept the WebSocket with handler h (see
+ * ws/ws_socket.h). The socket comes with a reference for the caller (drop it
+ * with ws_sock_release). NULL when out of memory (refused). */
+struct ws_sock_handler;
+struct ws_sock *ws_req_accept_websocket(struct ws_req *r, const struct ws_sock_handler *h,
+                                        void *user);
 
 /* ---- the deferred response (any thread) ---- */
 /* Status line and content type. stream: chunked transfer, each write is

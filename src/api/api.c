@@ -9,8 +9,10 @@
 #include "llm/template/template.h"
 #include "llm/tokenizer.h"
 #include "src/api/anthropic.h"
+#include "src/api/audio.h"
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
+#include "src/api/realtime.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 
@@ -34,6 +36,7 @@ struct api {
     struct metrics *metrics;
     pthread_mutex_t reg_lock;
     struct api_call *calls;                  /* {reg_lock} in-flight calls, for cancel */
+    struct stt *stt;                         /* set before serving; NULL: no speech model */
 };
 
 struct api_params api_default_params(void)
@@ -125,6 +128,15 @@ void api_set_unavailable(struct api *a, const char *why)
 {
     snprintf(a->unavailable_why, sizeof a->unavailable_why, "%s", why ? why : "no model loaded");
     atomic_store(&a->state, API_UNAVAILABLE);
+}
+
+void api_set_stt(struct api *a, struct stt *stt) { a->stt = stt; }
+struct stt *api_stt(struct api *a) { return a->stt; }
+
+bool api_key_ok(struct api *a, struct ws_req *r)
+{
+    return !a->api_key || apireq_key_ok(ws_req_header(r, "authorization"),
+                                        ws_req_header(r, "x-api-key"), a->api_key);
 }
 
 long long api_started_at(const struct api *a) { return a->started_at; }
@@ -620,6 +632,10 @@ static const struct api_route api_routes[] = {
     { "/detokenize", NULL, "/detokenize", WS_POST, API_OPENAI, false, openai_detokenize },
     { "/v1/requests/", "/cancel", "/v1/requests/{id}/cancel", WS_POST, API_OPENAI, false, api_cancel_route },
     { "/v1/messages", NULL, "/v1/messages", WS_POST, API_ANTHROPIC, false, anthropic_messages },
+    { "/v1/audio/transcriptions", NULL, "/v1/audio/transcriptions", WS_POST, API_OPENAI, false,
+      audio_transcriptions },
+    { "/v1/audio/translations", NULL, "/v1/audio/translations", WS_POST, API_OPENAI, false,
+      audio_translations },
     { "/v1/messages/count_tokens", NULL, "/v1/messages/count_tokens", WS_POST, API_ANTHROPIC, false,
       anthropic_count_tokens },
 };
@@ -689,6 +705,16 @@ void api_handle(void *user, struct ws_req *r)
         hit->fn(a, r, arg ? arg : "");
     }
     free(arg);
+}
+
+/* WebSocket handshakes: only the Realtime endpoint takes them. */
+void api_upgrade(void *user, struct ws_req *r)
+{
+    struct api *a = user;
+    if (!strcmp(ws_req_path(r), "/v1/realtime"))
+        realtime_upgrade(a, r);
+    else
+        OMNI_INFO("http: WebSocket upgrade refused: no WebSocket endpoint at %s", ws_req_path(r));
 }
 
 void api_on_done(void *user, const struct ws_done_info *d)

@@ -57,8 +57,15 @@ void api_set_engine(struct api *a, struct engine *e, int model);
 /* No model will come: generation routes answer 503 with why (copied). */
 void api_set_unavailable(struct api *a, const char *why);
 
-/* ws_server_params.handler and .on_done (service thread). */
+/* The speech service (serve --stt-model) for the audio and realtime routes;
+ * set once before the server runs; the api borrows it. */
+struct stt;
+void api_set_stt(struct api *a, struct stt *stt);
+struct stt *api_stt(struct api *a);   /* NULL: no speech model */
+
+/* ws_server_params.handler, .upgrade and .on_done (service thread). */
 void api_handle(void *api, struct ws_req *r);
+void api_upgrade(void *api, struct ws_req *r);
 void api_on_done(void *api, const struct ws_done_info *d);
 
 // ---- for the protocol files (openai.c, anthropic.c) ------------------------
@@ -81,6 +88,8 @@ struct api_model {
 /* The model, or NULL while none is ready (no response is sent). */
 const struct api_model *api_model(struct api *a);
 const char *api_served_name(const struct api *a);
+/* The API key check of a request (true when no key is configured). */
+bool api_key_ok(struct api *a, struct ws_req *r);
 /* The model, or NULL after answering 503 in flavor f (loading / unavailable). */
 const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum api_flavor f);
 /* The "model" field against the served name: 0, or -1 with a 404 when

@@ -12,6 +12,7 @@
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
+#include "src/stt/stt.h"
 #include "ws/ws_http.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ struct serve_opts {
     const char *reasoning_format; /* --reasoning-format NAME, or NULL */
     struct ws_server_params wp;
     struct engine_params ep;
+    struct stt_params sp;
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -70,6 +72,12 @@ static void serve_usage(FILE *f)
             "  --max-body BYTES           request body limit, K/M/G suffixes (default 32M) -> 413\n"
             "  --shutdown-timeout S       on SIGINT/SIGTERM wait S seconds for requests (default 10)\n"
             "  --sse-keepalive S          comment on idle streams every S seconds (default 15)\n"
+            "speech:\n"
+            "  --stt-model FILE           whisper.cpp ggml model for /v1/audio/transcriptions,\n"
+            "                             /v1/audio/translations and /v1/realtime (with or without -m)\n"
+            "  --vad-model FILE           Silero VAD (whisper.cpp ggml): trims silence, segments turns\n"
+            "  --stt-workers N            transcriptions decoded in parallel (default 2)\n"
+            "  --stt-threads N            compute threads per speech worker (default: cores / workers)\n"
             "engine:\n"
             "  --threads N                compute threads (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
@@ -136,6 +144,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
 {
     o->wp = ws_default_params();
     o->ep = engine_default_params();
+    o->sp = stt_default_params();
     o->api_key = getenv("OMNISERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -220,6 +229,16 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--max-queue")) {
             rc = serve_long(a, v, 0, 1L << 20, &n);
             o->ep.max_queue = (int)n;
+        } else if (!strcmp(a, "--stt-model"))
+            o->sp.model_path = v;
+        else if (!strcmp(a, "--vad-model"))
+            o->sp.vad_path = v;
+        else if (!strcmp(a, "--stt-workers")) {
+            rc = serve_long(a, v, 1, 64, &n);
+            o->sp.n_workers = (int)n;
+        } else if (!strcmp(a, "--stt-threads")) {
+            rc = serve_long(a, v, 1, 1024, &n);
+            o->sp.n_threads = (int)n;
         } else if (!strcmp(a, "--prefix-cache-dir"))
             o->ep.prefix_cache_dir = v;
         else {
@@ -363,10 +382,29 @@ int cli_serve(int argc, char **argv)
     }
     o.wp.handler = api_handle;
     o.wp.on_done = api_on_done;
+    o.wp.upgrade = api_upgrade;
     o.wp.user = api;
+    if (o.sp.vad_path && !o.sp.model_path) {
+        fprintf(stderr, "serve: --vad-model needs --stt-model\n");
+        api_free(api);
+        return 2;
+    }
+    struct stt *stt = NULL;
+    if (o.sp.model_path) {
+        double t0 = omni_time_s();
+        if (!(stt = stt_new(&o.sp, err, sizeof err))) {
+            fprintf(stderr, "serve: %s\n", err);
+            api_free(api);
+            return 1;
+        }
+        api_set_stt(api, stt);
+        OMNI_INFO("serve: speech model %s ready in %.1f s (%d workers%s)", o.sp.model_path,
+                  omni_time_s() - t0, stt_n_workers(stt), o.sp.vad_path ? ", VAD" : "");
+    }
     struct ws_server *srv = ws_server_new(&o.wp, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "serve: %s\n", err);
+        stt_free(stt);
         api_free(api);
         return 1;
     }
@@ -414,6 +452,9 @@ int cli_serve(int argc, char **argv)
     /* The engine first: its final events still find their responses, which
      * the server's teardown then releases. */
     engine_free(L.engine);
+    /* Speech workers finish or fail their jobs while the responses and
+     * sockets they write to still exist. */
+    stt_free(stt);
     serve_server = NULL;
     ws_server_free(srv);
     api_free(api);

@@ -1,0 +1,529 @@
+/* realtime.c - the OpenAI Realtime transcription protocol on a WebSocket.
+ * Client events arrive on the service thread and drive the connection's
+ * stt_session; session events (VAD turns on the service thread, transcripts
+ * on stt workers) become server events queued on the socket, which is safe
+ * from any thread. A connection lives until both the socket closed and the
+ * session released it (its last decode may still be running). */
+#include "src/api/realtime.h"
+
+#include "src/api/api.h"
+#include "src/core/omni.h"
+#include "src/stt/stt.h"
+#include "src/stt/stt_session.h"
+#include "ws/ws_socket.h"
+
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RT_DEFAULT_RATE 24000   /* OpenAI's pcm16 */
+
+struct rt_conn {
+    struct stt *stt;
+    struct ws_sock *sock;          /* our reference, dropped when the connection is freed */
+    atomic_int refs;               /* the socket side + the session side */
+    atomic_ullong next_event;
+    char id[48];                   /* session id, also in item ids */
+    /* service thread */
+    struct stt_session *ss;
+    struct stt_session_params sp;
+    char *model, *language, *prompt;
+    int prefix_padding_ms;
+    bool ga;                       /* last update was session.update (GA naming) */
+    char err[256];                 /* the message of a refused update */
+};
+
+static void rt_unref(struct rt_conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    ws_sock_release(c->sock);
+    free(c->model);
+    free(c->language);
+    free(c->prompt);
+    free(c);
+}
+
+static void rt_send(struct rt_conn *c, cJSON *ev)
+{
+    char eid[96];
+    snprintf(eid, sizeof eid, "event_%s_%llu", c->id,
+             (unsigned long long)atomic_fetch_add(&c->next_event, 1));
+    cJSON_AddStringToObject(ev, "event_id", eid);
+    char *s = cJSON_PrintUnformatted(ev);
+    cJSON_Delete(ev);
+    if (s) {
+        ws_sock_send(c->sock, s, strlen(s));
+        free(s);
+    }
+}
+
+static cJSON *rt_event(const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+static void rt_error(struct rt_conn *c, const char *type, const char *code, const char *param,
+                     const char *client_event_id, const char *msg)
+{
+    cJSON *ev = rt_event("error");
+    cJSON *e = cJSON_AddObjectToObject(ev, "error");
+    cJSON_AddStringToObject(e, "type", type);
+    if (code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
+    cJSON_AddStringToObject(e, "message", msg);
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (client_event_id)
+        cJSON_AddStringToObject(e, "event_id", client_event_id);
+    else
+        cJSON_AddNullToObject(e, "event_id");
+    rt_send(c, ev);
+}
+
+static void rt_item_id(const struct rt_conn *c, int item, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "item_%s_%d", c->id, item);
+}
+
+// ---- session events (service thread or stt worker) ------------------------------------
+
+static void rt_on_event(void *user, const struct stt_event *ev)
+{
+    struct rt_conn *c = user;
+    char item[80];
+    rt_item_id(c, ev->item, item, sizeof item);
+    cJSON *o = NULL;
+    switch (ev->type) {
+    case STT_EV_SPEECH_STARTED:
+        o = rt_event("input_audio_buffer.speech_started");
+        cJSON_AddNumberToObject(o, "audio_start_ms", (double)ev->audio_ms);
+        cJSON_AddStringToObject(o, "item_id", item);
+        break;
+    case STT_EV_SPEECH_STOPPED:
+        o = rt_event("input_audio_buffer.speech_stopped");
+        cJSON_AddNumberToObject(o, "audio_end_ms", (double)ev->audio_ms);
+        cJSON_AddStringToObject(o, "item_id", item);
+        break;
+    case STT_EV_COMMITTED: {
+        o = rt_event("input_audio_buffer.committed");
+        char prev[80];
+        rt_item_id(c, ev->item - 1, prev, sizeof prev);
+        if (ev->item > 1)
+            cJSON_AddStringToObject(o, "previous_item_id", prev);
+        else
+            cJSON_AddNullToObject(o, "previous_item_id");
+        cJSON_AddStringToObject(o, "item_id", item);
+        break;
+    }
+    case STT_EV_PARTIAL:
+        o = rt_event("conversation.item.input_audio_transcription.delta");
+        cJSON_AddStringToObject(o, "item_id", item);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "delta", ev->delta ? ev->delta : "");
+        /* omniserve extension: the whole current hypothesis, for displays
+         * that redraw the line (deltas only carry words that are stable). */
+        cJSON_AddStringToObject(o, "partial", ev->text ? ev->text : "");
+        break;
+    case STT_EV_FINAL:
+        o = rt_event("conversation.item.input_audio_transcription.completed");
+        cJSON_AddStringToObject(o, "item_id", item);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "transcript", ev->text ? ev->text : "");
+        break;
+    case STT_EV_ERROR:
+        rt_error(c, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
+        return;
+    }
+    if (o)
+        rt_send(c, o);
+}
+
+static void rt_on_session_free(void *user) { rt_unref(user); }
+
+// ---- session configuration ---------------------------------------------------------
+
+static cJSON *rt_turn_detection_json(const struct rt_conn *c)
+{
+    if (!c->sp.server_vad)
+        return cJSON_CreateNull();
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "type", "server_vad");
+    cJSON_AddNumberToObject(t, "threshold", c->sp.vad.threshold);
+    cJSON_AddNumberToObject(t, "prefix_padding_ms", c->prefix_padding_ms);
+    cJSON_AddNumberToObject(t, "silence_duration_ms", c->sp.vad.min_silence_duration_ms);
+    return t;
+}
+
+static cJSON *rt_transcription_json(const struct rt_conn *c)
+{
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "model", c->model ? c->model : "whisper-1");
+    if (c->language)
+        cJSON_AddStringToObject(t, "language", c->language);
+    else
+        cJSON_AddNullToObject(t, "language");
+    cJSON_AddStringToObject(t, "prompt", c->prompt ? c->prompt : "");
+    return t;
+}
+
+/* The effective session, in the shape of the event that asked (beta
+ * transcription_session.* or GA session.*). */
+static void rt_send_session(struct rt_conn *c, const char *type)
+{
+    cJSON *ev = rt_event(type);
+    cJSON *s = cJSON_AddObjectToObject(ev, "session");
+    cJSON_AddStringToObject(s, "id", c->id);
+    cJSON_AddStringToObject(s, "object", "realtime.transcription_session");
+    if (c->ga) {
+        cJSON_AddStringToObject(s, "type", "transcription");
+        cJSON *in = cJSON_AddObjectToObject(cJSON_AddObjectToObject(s, "audio"), "input");
+        cJSON *fmt = cJSON_AddObjectToObject(in, "format");
+        cJSON_AddStringToObject(fmt, "type", "audio/pcm");
+        cJSON_AddNumberToObject(fmt, "rate", c->sp.input_rate_hz);
+        cJSON_AddItemToObject(in, "transcription", rt_transcription_json(c));
+        cJSON_AddItemToObject(in, "turn_detection", rt_turn_detection_json(c));
+        cJSON_AddNullToObject(in, "noise_reduction");
+    } else {
+        cJSON_AddStringToObject(s, "input_audio_format", "pcm16");
+        cJSON_AddNumberToObject(s, "input_audio_sample_rate", c->sp.input_rate_hz);
+        cJSON_AddItemToObject(s, "input_audio_transcription", rt_transcription_json(c));
+        cJSON_AddItemToObject(s, "turn_detection", rt_turn_detection_json(c));
+        cJSON_AddNullToObject(s, "input_audio_noise_reduction");
+    }
+    cJSON_AddNullToObject(s, "include");
+    rt_send(c, ev);
+}
+
+/* Replace *dst with a copy of the string item (NULL or "" clears). */
+static int rt_set_str(char **dst, const cJSON *item)
+{
+    if (!item || cJSON_IsNull(item)) {
+        free(*dst);
+        *dst = NULL;
+        return 0;
+    }
+    if (!cJSON_IsString(item))
+        return -1;
+    char *v = *item->valuestring ? strdup(item->valuestring) : NULL;
+    free(*dst);
+    *dst = v;
+    return 0;
+}
+
+/* Applies the fields present in one update to a copy of the settings; the
+ * session takes them only when all are valid. Returns NULL, or the message
+ * for an error event (param set to the offending field). */
+static const char *rt_apply(struct rt_conn *c, const cJSON *format, const cJSON *rate,
+                            const cJSON *transcription, const cJSON *turn, bool turn_present,
+                            const char **param)
+{
+    struct stt_session_params sp = c->sp;
+    int pad = c->prefix_padding_ms;
+    if (format) {
+        const char *f = cJSON_IsString(format) ? format->valuestring : NULL;
+        if (cJSON_IsObject(format)) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(format, "type");
+            f = cJSON_IsString(t) ? t->valuestring : "";
+            if (!rate)
+                rate = cJSON_GetObjectItemCaseSensitive(format, "rate");
+        }
+        if (!f || (strcmp(f, "pcm16") && strcmp(f, "audio/pcm"))) {
+            *param = "input_audio_format";
+            return "only 16-bit PCM input is supported ('pcm16' / 'audio/pcm')";
+        }
+    }
+    if (rate) {
+        if (!cJSON_IsNumber(rate) || rate->valuedouble < 8000 || rate->valuedouble > 96000) {
+            *param = "rate";
+            return "the sample rate must be a number in 8000..96000";
+        }
+        sp.input_rate_hz = (int)rate->valuedouble;
+    }
+    if (turn_present) {
+        if (!turn || cJSON_IsNull(turn)) {
+            sp.server_vad = false;
+        } else if (!cJSON_IsObject(turn)) {
+            *param = "turn_detection";
+            return "turn_detection must be an object or null";
+        } else {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(turn, "type");
+            const cJSON *th = cJSON_GetObjectItemCaseSensitive(turn, "threshold");
+            const cJSON *sil = cJSON_GetObjectItemCaseSensitive(turn, "silence_duration_ms");
+            const cJSON *pre = cJSON_GetObjectItemCaseSensitive(turn, "prefix_padding_ms");
+            if (type && (!cJSON_IsString(type) || (strcmp(type->valuestring, "server_vad") &&
+                                                   strcmp(type->valuestring, "semantic_vad")))) {
+                *param = "turn_detection.type";
+                return "turn_detection.type must be server_vad";
+            }
+            if (th && (!cJSON_IsNumber(th) || th->valuedouble < 0 || th->valuedouble > 1)) {
+                *param = "turn_detection.threshold";
+                return "threshold must be a number in 0..1";
+            }
+            if (sil && (!cJSON_IsNumber(sil) || sil->valuedouble < 0 || sil->valuedouble > 10000)) {
+                *param = "turn_detection.silence_duration_ms";
+                return "silence_duration_ms must be a number in 0..10000";
+            }
+            if (pre && (!cJSON_IsNumber(pre) || pre->valuedouble < 0 || pre->valuedouble > 10000)) {
+                *param = "turn_detection.prefix_padding_ms";
+                return "prefix_padding_ms must be a number in 0..10000";
+            }
+            sp.server_vad = true;
+            if (th)
+                sp.vad.threshold = (float)th->valuedouble;
+            if (sil)
+                sp.vad.min_silence_duration_ms = (int)sil->valuedouble;
+            if (pre) {
+                pad = (int)pre->valuedouble;
+                /* The streaming VAD pads at most 100 ms (so a turn's start
+                 * never waits for the next one). */
+                sp.vad.speech_pad_ms = pad < 100 ? pad : 100;
+            }
+        }
+    }
+    char *model = c->model ? strdup(c->model) : NULL, *lang = c->language ? strdup(c->language) : NULL,
+         *prompt = c->prompt ? strdup(c->prompt) : NULL;
+    const char *msg = NULL;
+    if (transcription && !cJSON_IsNull(transcription)) {
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(transcription, "language");
+        if (!cJSON_IsObject(transcription)) {
+            *param = "input_audio_transcription";
+            msg = "the transcription settings must be an object";
+        } else if (rt_set_str(&model, cJSON_GetObjectItemCaseSensitive(transcription, "model")) ||
+                   rt_set_str(&lang, l) ||
+                   rt_set_str(&prompt, cJSON_GetObjectItemCaseSensitive(transcription, "prompt"))) {
+            *param = "input_audio_transcription";
+            msg = "model, language and prompt must be strings";
+        } else if (lang && whisper_lang_id(lang) < 0) {
+            *param = "input_audio_transcription.language";
+            msg = "unknown language";
+        }
+    }
+    char err[256];
+    if (!msg) {
+        sp.language = lang;
+        sp.prompt = prompt;
+        if (stt_session_update(c->ss, &sp, err, sizeof err) < 0) {
+            *param = "turn_detection";
+            msg = err;   /* copied into the error event before returning */
+        }
+    }
+    if (msg) {
+        snprintf(c->err, sizeof c->err, "%s", msg);
+        free(model);
+        free(lang);
+        free(prompt);
+        return c->err;
+    }
+    sp.language = sp.prompt = NULL;   /* the session copied them; ours are below */
+    c->sp = sp;
+    c->prefix_padding_ms = pad;
+    free(c->model);
+    free(c->language);
+    free(c->prompt);
+    c->model = model;
+    c->language = lang;
+    c->prompt = prompt;
+    return NULL;
+}
+
+static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *client_eid)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(msg, "session");
+    if (!cJSON_IsObject(s)) {
+        rt_error(c, "invalid_request_error", "invalid_value", "session", client_eid,
+                 "'session' must be an object");
+        return;
+    }
+    const char *param = NULL, *err;
+    if (ga) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "transcription"))) {
+            rt_error(c, "invalid_request_error", "invalid_value", "session.type", client_eid,
+                     "this endpoint serves transcription sessions only (session.type "
+                     "\"transcription\")");
+            return;
+        }
+        const cJSON *audio = cJSON_GetObjectItemCaseSensitive(s, "audio");
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(audio, "input");
+        err = rt_apply(c, cJSON_GetObjectItemCaseSensitive(in, "format"), NULL,
+                       cJSON_GetObjectItemCaseSensitive(in, "transcription"),
+                       cJSON_GetObjectItemCaseSensitive(in, "turn_detection"),
+                       cJSON_HasObjectItem(in, "turn_detection"), &param);
+    } else {
+        err = rt_apply(c, cJSON_GetObjectItemCaseSensitive(s, "input_audio_format"),
+                       cJSON_GetObjectItemCaseSensitive(s, "input_audio_sample_rate"),
+                       cJSON_GetObjectItemCaseSensitive(s, "input_audio_transcription"),
+                       cJSON_GetObjectItemCaseSensitive(s, "turn_detection"),
+                       cJSON_HasObjectItem(s, "turn_detection"), &param);
+    }
+    if (err) {
+        rt_error(c, "invalid_request_error", "invalid_value", param, client_eid, err);
+        return;
+    }
+    c->ga = ga;
+    rt_send_session(c, ga ? "session.updated" : "transcription_session.updated");
+}
+
+// ---- client events (service thread) --------------------------------------------------
+
+/* Standard base64 (padding optional; whitespace skipped) into out, which
+ * holds at least len * 3 / 4 + 3 bytes. Returns the byte count or -1. */
+static long rt_base64(const char *in, size_t len, unsigned char *out)
+{
+    static signed char map[256];
+    static atomic_bool ready;
+    if (!atomic_load(&ready)) {
+        memset(map, -1, sizeof map);
+        const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for (int i = 0; i < 64; i++)
+            map[(unsigned char)abc[i]] = (signed char)i;
+        atomic_store(&ready, true);
+    }
+    unsigned acc = 0;
+    int bits = 0;
+    long n = 0;
+    size_t i = 0;
+    for (; i < len && in[i] != '='; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t')
+            continue;
+        if (map[ch] < 0)
+            return -1;
+        acc = (acc << 6) | (unsigned)map[ch];
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    for (; i < len; i++)
+        if (in[i] != '=' && in[i] != '\n' && in[i] != '\r')
+            return -1;
+    return n;
+}
+
+static void rt_append(struct rt_conn *c, const cJSON *msg, const char *eid)
+{
+    const cJSON *audio = cJSON_GetObjectItemCaseSensitive(msg, "audio");
+    if (!cJSON_IsString(audio)) {
+        rt_error(c, "invalid_request_error", "invalid_value", "audio", eid,
+                 "'audio' must be a base64 string of PCM16 samples");
+        return;
+    }
+    size_t len = strlen(audio->valuestring);
+    unsigned char *pcm = malloc(len / 4 * 3 + 3);
+    long n = pcm ? rt_base64(audio->valuestring, len, pcm) : -1;
+    char err[256];
+    if (n < 0) {
+        rt_error(c, "invalid_request_error", "invalid_value", "audio", eid,
+                 pcm ? "'audio' is not valid base64" : "out of memory");
+    } else if (stt_session_push(c->ss, pcm, (size_t)n, err, sizeof err) < 0) {
+        rt_error(c, "invalid_request_error", "input_audio_buffer_append_failed", "audio", eid, err);
+    }
+    free(pcm);
+}
+
+static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_t len,
+                          bool binary)
+{
+    (void)s;
+    struct rt_conn *c = user;
+    if (binary) {
+        rt_error(c, "invalid_request_error", "invalid_event", NULL, NULL,
+                 "binary messages are not part of the protocol: send JSON events as text");
+        return;
+    }
+    cJSON *msg = cJSON_ParseWithLength(data, len);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(msg, "type");
+    if (!cJSON_IsObject(msg) || !cJSON_IsString(type)) {
+        rt_error(c, "invalid_request_error", "invalid_json", NULL, NULL,
+                 "each message must be a JSON object with a string 'type'");
+        cJSON_Delete(msg);
+        return;
+    }
+    const cJSON *eid_item = cJSON_GetObjectItemCaseSensitive(msg, "event_id");
+    const char *eid = cJSON_IsString(eid_item) ? eid_item->valuestring : NULL;
+    const char *t = type->valuestring;
+    char err[256];
+    if (!strcmp(t, "input_audio_buffer.append")) {
+        rt_append(c, msg, eid);
+    } else if (!strcmp(t, "input_audio_buffer.commit")) {
+        if (stt_session_commit(c->ss, err, sizeof err) < 0)
+            rt_error(c, "invalid_request_error", "input_audio_buffer_commit_empty", NULL, eid, err);
+    } else if (!strcmp(t, "input_audio_buffer.clear")) {
+        stt_session_clear(c->ss);
+        rt_send(c, rt_event("input_audio_buffer.cleared"));
+    } else if (!strcmp(t, "transcription_session.update")) {
+        rt_update(c, msg, false, eid);
+    } else if (!strcmp(t, "session.update")) {
+        rt_update(c, msg, true, eid);
+    } else {
+        char m[160];
+        snprintf(m, sizeof m, "unknown or unsupported event type '%.60s'", t);
+        rt_error(c, "invalid_request_error", "invalid_event", "type", eid, m);
+    }
+    cJSON_Delete(msg);
+}
+
+static void rt_on_close(void *user)
+{
+    struct rt_conn *c = user;
+    OMNI_INFO("realtime: session %s closed", c->id);
+    stt_session_close(c->ss);   /* its on_free drops the session side */
+    c->ss = NULL;
+    rt_unref(c);
+}
+
+static const struct ws_sock_handler rt_handler = {
+    .on_message = rt_on_message,
+    .on_close = rt_on_close,
+};
+
+void realtime_upgrade(struct api *a, struct ws_req *r)
+{
+    ws_req_set_route(r, "/v1/realtime");
+    struct stt *stt = api_stt(a);
+    const char *intent = ws_req_query(r, "intent");
+    if (!stt || (intent && strcmp(intent, "transcription")) || !api_key_ok(a, r)) {
+        OMNI_INFO("realtime: %s refused: %s", ws_req_id(r),
+                  !stt ? "no speech model (serve --stt-model)"
+                  : intent && strcmp(intent, "transcription") ? "only intent=transcription is served"
+                                                              : "missing or invalid API key");
+        return;
+    }
+    struct rt_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->stt = stt;
+    atomic_init(&c->refs, 2);
+    snprintf(c->id, sizeof c->id, "sess_%s", ws_req_id(r));
+    c->sp = stt_session_default_params();
+    c->sp.input_rate_hz = RT_DEFAULT_RATE;
+    c->sp.server_vad = stt_vad(stt) != NULL;
+    c->sp.on_event = rt_on_event;
+    c->sp.on_free = rt_on_session_free;
+    c->sp.user = c;
+    c->prefix_padding_ms = c->sp.vad.speech_pad_ms;
+    char err[256];
+    if (!(c->ss = stt_session_new(stt, &c->sp, err, sizeof err))) {
+        OMNI_WARN("realtime: %s: %s", ws_req_id(r), err);
+        free(c);
+        return;
+    }
+    if (!(c->sock = ws_req_accept_websocket(r, &rt_handler, c))) {
+        stt_session_close(c->ss);   /* drops the session side; then ours */
+        rt_unref(c);
+        return;
+    }
+    OMNI_INFO("realtime: session %s opened", c->id);
+    rt_send_session(c, "transcription_session.created");
+}
