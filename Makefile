@@ -10,7 +10,7 @@
 CC      ?= gcc
 BUILD   ?= build
 SAN     ?=
-PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample zlib libwebsockets libcjson libcurl
+PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample libswscale libpng libjpeg zlib libwebsockets libcjson libcurl
 APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
@@ -132,6 +132,16 @@ golden-fixtures: $(WHISPER_GOLDEN)
 $(BUILD)/fixtures/whisper-golden-%.bin: tests/fixtures/whisper/config.json tools/hf_whisper_to_ggml.py tools/hf_to_gguf.py
 	@mkdir -p $(dir $@)
 	@$(PYTHON) tools/hf_whisper_to_ggml.py tests/fixtures/whisper $@ --type $* 2>$@.log \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+
+# The tiny LLaVA and Idefics3 of tests/fixtures/vision (tools/make_vision_golden.py),
+# converted by tools/hf_mmproj_to_gguf.py (mmproj + LM) for tests/test_vision.c.
+VISION_GOLDEN := $(foreach m,llava idefics3,$(BUILD)/fixtures/vision-$(m)-mmproj-f32.gguf)
+golden-fixtures: $(VISION_GOLDEN)
+$(BUILD)/fixtures/vision-%-mmproj-f32.gguf: tests/fixtures/vision/%/config.json tools/hf_mmproj_to_gguf.py tools/hf_to_gguf.py tools/gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f32 \
+		--lm $(BUILD)/fixtures/vision-$*-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
 -include $(DEPS)

@@ -1,0 +1,331 @@
+/* image.c - still-image decoding to RGB8: libpng's simplified API for PNG,
+ * libjpeg-turbo for JPEG (with the EXIF Orientation tag applied, as
+ * browsers and PIL's exif_transpose do), ffmpeg (media/video.c) for the
+ * rest; libswscale for resizing. Sizes come from the header and are checked
+ * before the pixel buffer exists. */
+#include "media/image.h"
+
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jpeglib.h>
+#include <libswscale/swscale.h>
+
+#include "media/video.h"
+#include "src/core/omni.h"
+
+struct media_image_params media_image_default_params(void)
+{
+    return (struct media_image_params){
+        .max_pixels = 50000000,
+        .max_side = 32768,
+        .max_input_bytes = (size_t)64 << 20,
+    };
+}
+
+int media_image_check_size(int64_t width, int64_t height, const struct media_image_params *p,
+                           char *err, size_t errlen)
+{
+    struct media_image_params def = media_image_default_params();
+    if (!p)
+        p = &def;
+    if (width <= 0 || height <= 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: invalid size %lldx%lld",
+                         (long long)width, (long long)height);
+    if (width > p->max_side || height > p->max_side || width * height > p->max_pixels)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                         "image: %lldx%lld pixels exceeds the limit of %lld pixels (%d per side)",
+                         (long long)width, (long long)height, (long long)p->max_pixels,
+                         p->max_side);
+    return OMNI_OK;
+}
+
+int media_image_alloc(struct media_image *img, int width, int height, char *err, size_t errlen)
+{
+    size_t n;
+    memset(img, 0, sizeof *img);
+    if (width <= 0 || height <= 0 || omni_mul_size((size_t)width, (size_t)height, &n) ||
+        omni_mul_size(n, 3, &n))
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "image: invalid size %dx%d", width, height);
+    img->rgb = calloc(n, 1);
+    if (!img->rgb)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "image: out of memory for %dx%d", width,
+                         height);
+    img->width = width;
+    img->height = height;
+    return OMNI_OK;
+}
+
+void media_image_release(struct media_image *img)
+{
+    if (!img)
+        return;
+    free(img->rgb);
+    memset(img, 0, sizeof *img);
+}
+
+enum media_image_format media_image_sniff(const void *data, size_t len)
+{
+    const uint8_t *b = data;
+    if (len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8))
+        return MEDIA_IMAGE_PNG;
+    if (len >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF)
+        return MEDIA_IMAGE_JPEG;
+    if (len >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4))
+        return MEDIA_IMAGE_WEBP;
+    if (len >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6)))
+        return MEDIA_IMAGE_GIF;
+    if (len >= 2 && b[0] == 'B' && b[1] == 'M')
+        return MEDIA_IMAGE_BMP;
+    if (len >= 4 && (!memcmp(b, "II*\0", 4) || !memcmp(b, "MM\0*", 4)))
+        return MEDIA_IMAGE_TIFF;
+    return MEDIA_IMAGE_UNKNOWN;
+}
+
+const char *media_image_format_name(enum media_image_format f)
+{
+    static const char *names[] = { "unknown", "png", "jpeg", "webp", "gif", "bmp", "tiff" };
+    return (unsigned)f < sizeof names / sizeof *names ? names[f] : "unknown";
+}
+
+// ---- PNG ---------------------------------------------------------------------
+
+static int decode_png(const void *data, size_t len, const struct media_image_params *p,
+                      struct media_image *out, char *err, size_t errlen)
+{
+    png_image png;
+    memset(&png, 0, sizeof png);
+    png.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&png, data, len))
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad PNG: %s", png.message);
+    int rc = media_image_check_size(png.width, png.height, p, err, errlen);
+    if (rc < 0) {
+        png_image_free(&png);
+        return rc;
+    }
+    png.format = PNG_FORMAT_RGB;
+    if ((rc = media_image_alloc(out, (int)png.width, (int)png.height, err, errlen)) < 0) {
+        png_image_free(&png);
+        return rc;
+    }
+    png_color white = { 255, 255, 255 };
+    if (!png_image_finish_read(&png, &white, out->rgb, 0, NULL)) {
+        media_image_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad PNG: %s", png.message);
+    }
+    return OMNI_OK;
+}
+
+// ---- JPEG --------------------------------------------------------------------
+
+struct jpeg_fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jmp;
+    char msg[JMSG_LENGTH_MAX];
+};
+
+static void jpeg_fail_exit(j_common_ptr cinfo)
+{
+    struct jpeg_fail *f = (struct jpeg_fail *)cinfo->err;
+    cinfo->err->format_message(cinfo, f->msg);
+    longjmp(f->jmp, 1);
+}
+
+static void jpeg_quiet(j_common_ptr cinfo, int level)
+{
+    (void)cinfo, (void)level; /* corrupt-data warnings: decode what is there */
+}
+
+/* The EXIF Orientation (1..8) from an APP1 "Exif\0\0" + TIFF payload; 1 if absent. */
+static int exif_orientation(const uint8_t *b, size_t n)
+{
+    if (n < 14 || memcmp(b, "Exif\0\0", 6))
+        return 1;
+    b += 6, n -= 6;
+    int le = b[0] == 'I' && b[1] == 'I';
+    if (!le && !(b[0] == 'M' && b[1] == 'M'))
+        return 1;
+#define U16(o) (le ? (uint32_t)b[o] | (uint32_t)b[(o) + 1] << 8 : (uint32_t)b[o] << 8 | b[(o) + 1])
+#define U32(o) (le ? U16(o) | U16((o) + 2) << 16 : U16(o) << 16 | U16((o) + 2))
+    uint32_t ifd = U32(4);
+    if (ifd > n - 2 || ifd < 8)
+        return 1;
+    uint32_t count = U16(ifd);
+    for (uint32_t i = 0; i < count; i++) {
+        size_t e = ifd + 2 + (size_t)i * 12;
+        if (e + 12 > n)
+            break;
+        if (U16(e) == 0x0112 && U16(e + 2) == 3) { /* Orientation, SHORT */
+            uint32_t v = U16(e + 8);
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+    }
+#undef U16
+#undef U32
+    return 1;
+}
+
+/* Apply EXIF orientation o: 2 mirror, 3 rotate 180, 4 flip, 5 transpose,
+ * 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise. */
+static int orient(struct media_image *img, int o, char *err, size_t errlen)
+{
+    if (o <= 1)
+        return OMNI_OK;
+    int w = img->width, h = img->height, swap = o >= 5;
+    struct media_image t;
+    int rc = media_image_alloc(&t, swap ? h : w, swap ? w : h, err, errlen);
+    if (rc < 0)
+        return rc;
+    for (int y = 0; y < t.height; y++)
+        for (int x = 0; x < t.width; x++) {
+            int sx, sy; /* source pixel of output (x, y) */
+            switch (o) {
+            case 2: sx = w - 1 - x, sy = y; break;
+            case 3: sx = w - 1 - x, sy = h - 1 - y; break;
+            case 4: sx = x, sy = h - 1 - y; break;
+            case 5: sx = y, sy = x; break;
+            case 6: sx = y, sy = h - 1 - x; break;
+            case 7: sx = w - 1 - y, sy = h - 1 - x; break;
+            default: sx = w - 1 - y, sy = x; break; /* 8 */
+            }
+            memcpy(t.rgb + ((size_t)y * t.width + x) * 3, img->rgb + ((size_t)sy * w + sx) * 3, 3);
+        }
+    media_image_release(img);
+    *img = t;
+    return OMNI_OK;
+}
+
+static int decode_jpeg(const void *data, size_t len, const struct media_image_params *p,
+                       struct media_image *out, char *err, size_t errlen)
+{
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_fail fail;
+    /* volatile: assigned between setjmp and a possible longjmp */
+    volatile int rc = OMNI_OK;
+    memset(out, 0, sizeof *out);
+    cinfo.err = jpeg_std_error(&fail.mgr);
+    fail.mgr.error_exit = jpeg_fail_exit;
+    fail.mgr.emit_message = jpeg_quiet;
+    if (setjmp(fail.jmp)) {
+        jpeg_destroy_decompress(&cinfo);
+        media_image_release(out);
+        return rc < 0 ? rc : omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad JPEG: %s", fail.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+    jpeg_read_header(&cinfo, TRUE);
+    if ((rc = media_image_check_size(cinfo.image_width, cinfo.image_height, p, err, errlen)) < 0)
+        goto done;
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        rc = omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "image: CMYK JPEG is not supported");
+        goto done;
+    }
+    int o = 1;
+    for (jpeg_saved_marker_ptr m = cinfo.marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && (o = exif_orientation(m->data, m->data_length)) != 1)
+            break;
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    if ((rc = media_image_alloc(out, (int)cinfo.output_width, (int)cinfo.output_height, err,
+                                errlen)) < 0)
+        goto done;
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = out->rgb + (size_t)cinfo.output_scanline * out->width * 3;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+    rc = orient(out, o, err, errlen);
+done:
+    jpeg_destroy_decompress(&cinfo);
+    if (rc < 0)
+        media_image_release(out);
+    return rc;
+}
+
+// ---- entry points ------------------------------------------------------------
+
+int media_image_decode(const void *data, size_t len, const struct media_image_params *p,
+                       struct media_image *out, char *err, size_t errlen)
+{
+    struct media_image_params def = media_image_default_params();
+    if (!p)
+        p = &def;
+    memset(out, 0, sizeof *out);
+    if (!data || len == 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: empty input");
+    if (len > p->max_input_bytes)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "image: %zu bytes exceeds the limit of %zu",
+                         len, p->max_input_bytes);
+    switch (media_image_sniff(data, len)) {
+    case MEDIA_IMAGE_PNG: return decode_png(data, len, p, out, err, errlen);
+    case MEDIA_IMAGE_JPEG: return decode_jpeg(data, len, p, out, err, errlen);
+    case MEDIA_IMAGE_UNKNOWN:
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "image: unrecognised format (PNG, JPEG, WebP, GIF, BMP, TIFF)");
+    default: return media_video_first_frame(data, len, p, out, err, errlen);
+    }
+}
+
+int media_image_decode_file(const char *path, const struct media_image_params *p,
+                            struct media_image *out, char *err, size_t errlen)
+{
+    struct media_image_params def = media_image_default_params();
+    if (!p)
+        p = &def;
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0) {
+        if (f)
+            fclose(f);
+        return omni_fail(err, errlen, OMNI_ERR_IO, "image: %s: cannot open", path);
+    }
+    if ((uint64_t)st.st_size > p->max_input_bytes) {
+        fclose(f);
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "image: %s: %lld bytes exceeds the limit of %zu",
+                         path, (long long)st.st_size, p->max_input_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf || fread(buf, 1, n, f) != n) {
+        free(buf);
+        fclose(f);
+        return omni_fail(err, errlen, buf ? OMNI_ERR_IO : OMNI_ERR_NOMEM, "image: %s: read failed",
+                         path);
+    }
+    fclose(f);
+    char e[256];
+    int rc = media_image_decode(buf, n, p, out, e, sizeof e);
+    free(buf);
+    if (rc < 0)
+        omni_fail(err, errlen, rc, "%s (%s)", e, path);
+    return rc;
+}
+
+int media_image_resize(const struct media_image *in, int width, int height,
+                       struct media_image *out, char *err, size_t errlen)
+{
+    int rc = media_image_alloc(out, width, height, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct SwsContext *sws = sws_getContext(in->width, in->height, AV_PIX_FMT_RGB24, width, height,
+                                            AV_PIX_FMT_RGB24, SWS_BICUBIC | SWS_ACCURATE_RND,
+                                            NULL, NULL, NULL);
+    if (!sws) {
+        media_image_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "image: cannot scale %dx%d to %dx%d", in->width,
+                         in->height, width, height);
+    }
+    const uint8_t *src[4] = { in->rgb };
+    int src_stride[4] = { in->width * 3 };
+    uint8_t *dst[4] = { out->rgb };
+    int dst_stride[4] = { width * 3 };
+    sws_scale(sws, src, src_stride, 0, in->height, dst, dst_stride);
+    sws_freeContext(sws);
+    return OMNI_OK;
+}

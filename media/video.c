@@ -1,0 +1,446 @@
+/* video.c - video frame sampling and ffmpeg still-image decoding.
+ * A clip is opened from memory (custom AVIO, no protocols) or a path (file
+ * protocol only), both limited to a whitelist of demuxers; frames are taken
+ * at uniformly spread target times by seeking back to the keyframe before
+ * each target and decoding forward, or by one sequential pass when the
+ * container cannot seek; libswscale converts them to RGB. */
+#include "media/video.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+
+#include "media/audio.h"
+#include "src/core/omni.h"
+
+#define MEDIA_VIDEO_DEMUXERS                                                                   \
+    "mov,matroska,webm,avi,mpegts,flv,ogg,mpeg,gif,webp_pipe,bmp_pipe,tiff_pipe,png_pipe,"     \
+    "jpeg_pipe,image2"
+
+struct media_video_params media_video_default_params(void)
+{
+    return (struct media_video_params){
+        .fps = 1.0,
+        .max_frames = 16,
+        .max_duration_s = 3600.0,
+        .max_input_bytes = (size_t)512 << 20,
+        .image = media_image_default_params(),
+    };
+}
+
+int media_video_sample_times(double duration_s, double fps, int max_frames, double *times,
+                             int max_out)
+{
+    double want = floor(duration_s * fps);
+    int n = want < 1 ? 1 : want > max_frames ? max_frames : (int)want;
+    if (n < 1)
+        n = 1;
+    for (int i = 0; i < n && i < max_out; i++)
+        times[i] = (i + 0.5) * duration_s / n;
+    return n;
+}
+
+void media_video_frames_release(struct media_video_frames *v)
+{
+    if (!v)
+        return;
+    for (int i = 0; i < v->n_frames; i++)
+        media_image_release(&v->frames[i]);
+    free(v->frames);
+    free(v->time_s);
+    memset(v, 0, sizeof *v);
+}
+
+// ---- demux + decode ----------------------------------------------------------
+
+struct mem_reader {
+    const uint8_t *data;
+    size_t len, pos;
+};
+
+static int mem_read(void *opaque, uint8_t *buf, int size)
+{
+    struct mem_reader *r = opaque;
+    size_t left = r->len - r->pos;
+    if (left == 0)
+        return AVERROR_EOF;
+    size_t n = (size_t)size < left ? (size_t)size : left;
+    memcpy(buf, r->data + r->pos, n);
+    r->pos += n;
+    return (int)n;
+}
+
+static int64_t mem_seek(void *opaque, int64_t offset, int whence)
+{
+    struct mem_reader *r = opaque;
+    int64_t base;
+    switch (whence & ~AVSEEK_FORCE) {
+    case AVSEEK_SIZE: return (int64_t)r->len;
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = (int64_t)r->pos; break;
+    case SEEK_END: base = (int64_t)r->len; break;
+    default: return AVERROR(EINVAL);
+    }
+    if (offset < -base || offset > (int64_t)r->len - base)
+        return AVERROR(EINVAL);
+    r->pos = (size_t)(base + offset);
+    return (int64_t)r->pos;
+}
+
+static int refuse_io_open(struct AVFormatContext *s, AVIOContext **pb, const char *url, int flags,
+                          AVDictionary **options)
+{
+    (void)s, (void)pb, (void)url, (void)flags, (void)options;
+    return AVERROR(EPERM);
+}
+
+struct vdec {
+    struct mem_reader mem;
+    AVFormatContext *fmt;
+    AVIOContext *avio;
+    AVCodecContext *dec;
+    AVFrame *frame;
+    AVPacket *pkt;
+    struct SwsContext *sws;
+    int si;           /* video stream index */
+    double tb;        /* stream time base, seconds */
+    int64_t start;    /* stream start time in tb units (0 if unknown) */
+    bool eof_sent;
+    int n_decoded;
+};
+
+static void vdec_close(struct vdec *d)
+{
+    sws_freeContext(d->sws);
+    av_frame_free(&d->frame);
+    av_packet_free(&d->pkt);
+    avcodec_free_context(&d->dec);
+    avformat_close_input(&d->fmt);
+    if (d->avio) {
+        av_freep(&d->avio->buffer);
+        avio_context_free(&d->avio);
+    }
+}
+
+/* Open from memory (data) or a path; check the frame size against limits. */
+static int vdec_open(struct vdec *d, const void *data, size_t len, const char *path,
+                     const struct media_image_params *ip, char *err, size_t errlen)
+{
+    char e[AV_ERROR_MAX_STRING_SIZE];
+    media_log_init();
+    memset(d, 0, sizeof *d);
+    d->fmt = avformat_alloc_context();
+    if (!d->fmt)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+    AVDictionary *opts = NULL;
+    if (data) {
+        d->mem = (struct mem_reader){ data, len, 0 };
+        uint8_t *buf = av_malloc(32768);
+        if (!buf || !(d->avio = avio_alloc_context(buf, 32768, 0, &d->mem, mem_read, NULL, mem_seek))) {
+            av_free(buf);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+        }
+        d->fmt->pb = d->avio;
+        d->fmt->protocol_whitelist = av_strdup("none");
+    } else {
+        d->fmt->protocol_whitelist = av_strdup("file");
+    }
+    d->fmt->io_open = data ? refuse_io_open : d->fmt->io_open;
+    d->fmt->format_whitelist = av_strdup(MEDIA_VIDEO_DEMUXERS);
+    int rc = avformat_open_input(&d->fmt, data ? NULL : path, NULL, &opts);
+    av_dict_free(&opts);
+    if (rc < 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: not an image or video ffmpeg can read (%s)",
+                         av_make_error_string(e, sizeof e, rc));
+    if ((rc = avformat_find_stream_info(d->fmt, NULL)) < 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: cannot read stream info (%s)",
+                         av_make_error_string(e, sizeof e, rc));
+    d->si = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    if (d->si < 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: no video stream");
+    AVStream *st = d->fmt->streams[d->si];
+    for (unsigned i = 0; i < d->fmt->nb_streams; i++)
+        d->fmt->streams[i]->discard = (int)i == d->si ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
+    if ((rc = media_image_check_size(st->codecpar->width, st->codecpar->height, ip, err, errlen)) < 0)
+        return rc;
+    const AVCodec *codec = avcodec_find_decoder(st->codecpar->codec_id);
+    if (!codec)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "video: no decoder for codec '%s'",
+                         avcodec_get_name(st->codecpar->codec_id));
+    d->dec = avcodec_alloc_context3(codec);
+    d->frame = av_frame_alloc();
+    d->pkt = av_packet_alloc();
+    if (!d->dec || !d->frame || !d->pkt)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+    if ((rc = avcodec_parameters_to_context(d->dec, st->codecpar)) < 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: bad codec parameters (%s)",
+                         av_make_error_string(e, sizeof e, rc));
+    d->dec->pkt_timebase = st->time_base;
+    d->dec->thread_count = 1;
+    if ((rc = avcodec_open2(d->dec, codec, NULL)) < 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: cannot open %s decoder (%s)",
+                         codec->name, av_make_error_string(e, sizeof e, rc));
+    d->tb = av_q2d(st->time_base);
+    d->start = st->start_time == AV_NOPTS_VALUE ? 0 : st->start_time;
+    return OMNI_OK;
+}
+
+/* Next decoded frame into d->frame: 1, 0 at end of stream, or an error. */
+static int vdec_next(struct vdec *d, char *err, size_t errlen)
+{
+    char e[AV_ERROR_MAX_STRING_SIZE];
+    for (;;) {
+        int rc = avcodec_receive_frame(d->dec, d->frame);
+        if (rc == 0) {
+            d->n_decoded++;
+            return 1;
+        }
+        if (rc == AVERROR_EOF)
+            return 0;
+        if (rc != AVERROR(EAGAIN))
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: decoding failed (%s)",
+                             av_make_error_string(e, sizeof e, rc));
+        if (d->eof_sent)
+            return 0;
+        rc = av_read_frame(d->fmt, d->pkt);
+        if (rc < 0) {
+            d->eof_sent = true;
+            avcodec_send_packet(d->dec, NULL);
+            continue;
+        }
+        if (d->pkt->stream_index == d->si) {
+            rc = avcodec_send_packet(d->dec, d->pkt);
+            if (rc < 0 && rc != AVERROR(EAGAIN) && rc != AVERROR_INVALIDDATA) {
+                av_packet_unref(d->pkt);
+                return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: decoding failed (%s)",
+                                 av_make_error_string(e, sizeof e, rc));
+            }
+        }
+        av_packet_unref(d->pkt);
+    }
+}
+
+static double vdec_frame_time(const struct vdec *d)
+{
+    int64_t ts = d->frame->best_effort_timestamp;
+    return ts == AV_NOPTS_VALUE ? 0.0 : (double)(ts - d->start) * d->tb;
+}
+
+/* d->frame as RGB; pixels with alpha are composited onto white. */
+static int vdec_to_rgb(struct vdec *d, const struct media_image_params *ip, struct media_image *out,
+                       char *err, size_t errlen)
+{
+    AVFrame *f = d->frame;
+    int rc = media_image_check_size(f->width, f->height, ip, err, errlen);
+    if (rc < 0)
+        return rc;
+    const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(f->format);
+    bool alpha = desc && (desc->flags & AV_PIX_FMT_FLAG_ALPHA);
+    d->sws = sws_getCachedContext(d->sws, f->width, f->height, f->format, f->width, f->height,
+                                  alpha ? AV_PIX_FMT_RGBA : AV_PIX_FMT_RGB24,
+                                  SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL,
+                                  NULL);
+    if (!d->sws)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "video: cannot convert pixel format %s",
+                         desc ? desc->name : "?");
+    if ((rc = media_image_alloc(out, f->width, f->height, err, errlen)) < 0)
+        return rc;
+    uint8_t *rgba = NULL;
+    if (alpha && !(rgba = malloc((size_t)f->width * f->height * 4))) {
+        media_image_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+    }
+    uint8_t *dst[4] = { alpha ? rgba : out->rgb };
+    int stride[4] = { f->width * (alpha ? 4 : 3) };
+    sws_scale(d->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+    if (alpha) {
+        for (size_t i = 0, n = (size_t)f->width * f->height; i < n; i++) {
+            unsigned a = rgba[i * 4 + 3];
+            for (int c = 0; c < 3; c++)
+                out->rgb[i * 3 + c] = (uint8_t)((rgba[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
+        }
+        free(rgba);
+    }
+    return OMNI_OK;
+}
+
+int media_video_first_frame(const void *data, size_t len, const struct media_image_params *p,
+                            struct media_image *out, char *err, size_t errlen)
+{
+    struct vdec d;
+    memset(out, 0, sizeof *out);
+    int rc = vdec_open(&d, data, len, NULL, p, err, errlen);
+    if (rc >= 0) {
+        rc = vdec_next(&d, err, errlen);
+        if (rc == 0)
+            rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: no picture could be decoded");
+        if (rc > 0)
+            rc = vdec_to_rgb(&d, p, out, err, errlen);
+    }
+    vdec_close(&d);
+    return rc;
+}
+
+// ---- sampling ----------------------------------------------------------------
+
+static double clip_duration(const struct vdec *d)
+{
+    AVStream *st = d->fmt->streams[d->si];
+    if (st->duration > 0 && st->duration != AV_NOPTS_VALUE)
+        return (double)st->duration * d->tb;
+    if (d->fmt->duration > 0 && d->fmt->duration != AV_NOPTS_VALUE)
+        return (double)d->fmt->duration / AV_TIME_BASE;
+    return 0.0;
+}
+
+static int take(struct vdec *d, const struct media_video_params *p, struct media_video_frames *v,
+                char *err, size_t errlen)
+{
+    int rc = vdec_to_rgb(d, &p->image, &v->frames[v->n_frames], err, errlen);
+    if (rc < 0)
+        return rc;
+    v->time_s[v->n_frames++] = vdec_frame_time(d);
+    return OMNI_OK;
+}
+
+/* Seek to the keyframe at or before each target and decode up to it; a
+ * target past the last frame takes the last frame. */
+static int sample_seeking(struct vdec *d, const struct media_video_params *p, const double *times,
+                          int n, struct media_video_frames *v, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        int64_t ts = d->start + (int64_t)(times[i] / d->tb);
+        if (av_seek_frame(d->fmt, d->si, ts, AVSEEK_FLAG_BACKWARD) < 0)
+            return i == 0 ? 1 : omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: seek failed");
+        avcodec_flush_buffers(d->dec);
+        d->eof_sent = false;
+        int got = 0, rc;
+        while ((rc = vdec_next(d, err, errlen)) > 0) {
+            got = 1;
+            if (vdec_frame_time(d) + 1e-6 >= times[i])
+                break;
+            /* keep the latest frame in case the stream ends before the target */
+            if ((rc = media_image_check_size(d->frame->width, d->frame->height, &p->image, err,
+                                             errlen)) < 0)
+                return rc;
+        }
+        if (rc < 0)
+            return rc;
+        if (!got)
+            return i == 0 ? 1 : omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: no frame at %.2f s", times[i]);
+        if ((rc = take(d, p, v, err, errlen)) < 0)
+            return rc;
+    }
+    v->seeked = true;
+    return OMNI_OK;
+}
+
+/* One pass from the start: the first frame at or after each target. */
+static int sample_sequential(struct vdec *d, const struct media_video_params *p,
+                             const double *times, int n, struct media_video_frames *v, char *err,
+                             size_t errlen)
+{
+    int rc = 0;
+    while (v->n_frames < n && (rc = vdec_next(d, err, errlen)) > 0)
+        if (vdec_frame_time(d) + 1e-6 >= times[v->n_frames] &&
+            (rc = take(d, p, v, err, errlen)) < 0)
+            return rc;
+    if (rc < 0)
+        return rc;
+    if (v->n_frames == 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: no frame could be decoded");
+    return OMNI_OK;
+}
+
+static int sample(const void *data, size_t len, const char *path, const struct media_video_params *p,
+                  struct media_video_frames *v, char *err, size_t errlen)
+{
+    struct media_video_params def = media_video_default_params();
+    if (!p)
+        p = &def;
+    memset(v, 0, sizeof *v);
+    if (!(p->fps > 0) || p->max_frames < 1)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "video: fps must be > 0 and max_frames >= 1");
+    struct vdec d;
+    int rc = vdec_open(&d, data, len, path, &p->image, err, errlen);
+    if (rc < 0)
+        goto fail;
+    double dur = clip_duration(&d);
+    if (dur > p->max_duration_s) {
+        rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "video: %.1f s exceeds the limit of %.1f s", dur,
+                       p->max_duration_s);
+        goto fail;
+    }
+    v->duration_s = dur;
+    double *times = malloc(sizeof *times * p->max_frames);
+    v->frames = calloc(p->max_frames, sizeof *v->frames);
+    v->time_s = calloc(p->max_frames, sizeof *v->time_s);
+    if (!times || !v->frames || !v->time_s) {
+        free(times);
+        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+        goto fail;
+    }
+    int n = media_video_sample_times(dur, p->fps, p->max_frames, times, p->max_frames);
+    rc = dur > 0 ? sample_seeking(&d, p, times, n, v, err, errlen) : 1;
+    if (rc == 1) { /* cannot seek (or unknown duration): decode from the start */
+        for (int i = 0; i < v->n_frames; i++)
+            media_image_release(&v->frames[i]);
+        v->n_frames = 0;
+        if (dur <= 0)
+            for (int i = 0; i < p->max_frames; i++)
+                times[i] = i / p->fps;
+        else if (av_seek_frame(d.fmt, d.si, d.start, AVSEEK_FLAG_BACKWARD) < 0) {
+            vdec_close(&d);
+            if ((rc = vdec_open(&d, data, len, path, &p->image, err, errlen)) < 0) {
+                free(times);
+                goto fail;
+            }
+        }
+        avcodec_flush_buffers(d.dec);
+        d.eof_sent = false;
+        rc = sample_sequential(&d, p, times, dur > 0 ? n : p->max_frames, v, err, errlen);
+    }
+    free(times);
+    if (rc < 0)
+        goto fail;
+    v->n_decoded = d.n_decoded;
+    vdec_close(&d);
+    return OMNI_OK;
+fail:
+    vdec_close(&d);
+    media_video_frames_release(v);
+    return rc;
+}
+
+int media_video_sample(const void *data, size_t len, const struct media_video_params *p,
+                       struct media_video_frames *out, char *err, size_t errlen)
+{
+    size_t max = p ? p->max_input_bytes : media_video_default_params().max_input_bytes;
+    memset(out, 0, sizeof *out);
+    if (!data || len == 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: empty input");
+    if (len > max)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "video: %zu bytes exceeds the limit of %zu",
+                         len, max);
+    return sample(data, len, NULL, p, out, err, errlen);
+}
+
+int media_video_sample_file(const char *path, const struct media_video_params *p,
+                            struct media_video_frames *out, char *err, size_t errlen)
+{
+    size_t max = p ? p->max_input_bytes : media_video_default_params().max_input_bytes;
+    struct stat st;
+    memset(out, 0, sizeof *out);
+    if (stat(path, &st) != 0)
+        return omni_fail(err, errlen, OMNI_ERR_IO, "video: %s: cannot open", path);
+    if ((uint64_t)st.st_size > max)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "video: %s: %lld bytes exceeds the limit of %zu",
+                         path, (long long)st.st_size, max);
+    return sample(NULL, 0, path, p, out, err, errlen);
+}

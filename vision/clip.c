@@ -1,0 +1,710 @@
+/* clip.c - the ViT encoders of mmproj GGUF files (CLIP for LLaVA, SigLIP for
+ * Idefics3/SmolVLM), their projectors and the families' prompt layouts.
+ * The forward pass follows the Hugging Face modules the files are converted
+ * from: CLIP puts a class token before the patches and has a pre-norm;
+ * SigLIP has a patch bias and a post-norm; LLaVA reads the output of layer
+ * clip.vision.feature_layer without the class token. Matrix products go
+ * through omni_matmul on the caller's thread pool. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "media/image.h"
+#include "src/core/gguf.h"
+#include "src/core/matmul.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "vision/vision.h"
+
+struct clip_layer {
+    float *ln1_w, *ln1_b, *ln2_w, *ln2_b;                 /* (n_embd) */
+    struct omni_tensor q, k, v, o;                        /* (n_embd, n_embd) */
+    float *q_b, *k_b, *v_b, *o_b;                         /* (n_embd) */
+    struct omni_tensor up, down;                          /* (n_ff, n_embd), (n_embd, n_ff) */
+    float *up_b, *down_b;                                 /* (n_ff), (n_embd) */
+};
+
+struct vision_model {
+    struct gguf *g;
+    struct vision_info info;
+    char marker[16];
+    int n_ff;
+    float eps;
+    bool gelu;                       /* GELU (tanh form) in the ViT MLP; else quick GELU */
+    struct omni_tensor patch;        /* (n_embd, 3 * patch * patch) conv kernel as a matrix */
+    float *patch_b;                  /* (n_embd) or NULL */
+    float *cls;                      /* (n_embd) or NULL */
+    float *pos;                      /* (n_pos, n_embd) */
+    float *pre_w, *pre_b, *post_w, *post_b; /* (n_embd) or NULL */
+    struct clip_layer *layers;       /* (n_layer) */
+    struct omni_tensor mm0, mm2;     /* llava: (n_mid, n_embd), (n_embd_lm, n_mid) */
+    float *mm0_b, *mm2_b;
+    struct omni_tensor fc;           /* idefics3: (n_embd_lm, n_embd * scale^2) */
+    int n_patches, n_pos;
+};
+
+struct vision_ctx {
+    const struct vision_model *m;
+    struct tpool *tp;
+    float *patches;                  /* (n_patches, 3 * patch^2) */
+    float *x, *h, *q, *k, *v, *att;  /* (n_pos, n_embd) */
+    float *qh, *kh, *vt, *oh;        /* one head: (n_pos, d_head), vt (d_head, n_pos) */
+    float *scores;                   /* (n_pos, n_pos) */
+    float *ff;                       /* (n_pos, max(n_ff, projector widths)) */
+    float *shuf;                     /* (tokens_per_image, n_embd * scale^2) */
+};
+
+// ---- loading -------------------------------------------------------------------
+
+struct loader {
+    struct vision_model *m;
+    const char *path;
+    char *err;
+    size_t errlen;
+    int rc;
+};
+
+static int lfail(struct loader *l, int code, const char *fmt, const char *a, long long x, long long y)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, a, x, y);
+    l->rc = omni_fail(l->err, l->errlen, code, "vision: %s: %s", l->path, msg);
+    return l->rc;
+}
+
+static int get_u32(struct loader *l, const char *key, int *out, bool required)
+{
+    uint32_t v;
+    int rc = gguf_get_u32(l->m->g, key, &v);
+    if (rc == OMNI_ERR_NOTFOUND && !required)
+        return 0;
+    if (rc < 0 || v == 0 || v > 1u << 20)
+        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or out of range", key, 0, 0);
+    *out = (int)v;
+    return 0;
+}
+
+static const struct gguf_tensor *find(struct loader *l, const char *name, bool required)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(l->m->g, name);
+    if (!t && required)
+        lfail(l, OMNI_ERR_FORMAT, "tensor '%s' missing", name, 0, 0);
+    if (t) {
+        const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
+        if (!tr || !tr->supported) {
+            lfail(l, OMNI_ERR_UNSUPPORTED, "tensor '%s': unsupported type", name, 0, 0);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+/* A weight matrix of n_out rows of n_in; absent optional ones give type -1. */
+static int get_mat(struct loader *l, const char *name, int64_t n_in, int64_t n_out,
+                   struct omni_tensor *out, bool required)
+{
+    out->type = -1;
+    const struct gguf_tensor *t = find(l, name, required);
+    if (!t)
+        return l->rc;
+    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] * t->ne[3] != n_out)
+        return lfail(l, OMNI_ERR_FORMAT, "tensor '%s': shape [%lld x ...], expected [%lld x ...]",
+                     name, (long long)t->ne[0], (long long)n_in);
+    *out = (struct omni_tensor){ .type = t->type, .ne = { n_in, n_out }, .data = t->data };
+    return 0;
+}
+
+/* A vector (or n_rows x n) as floats, malloc'ed; NULL for an absent optional one. */
+static float *get_vec(struct loader *l, const char *name, int64_t n, int64_t n_rows, bool required)
+{
+    const struct gguf_tensor *t = find(l, name, required);
+    if (!t)
+        return NULL;
+    if (t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != n_rows) {
+        lfail(l, OMNI_ERR_FORMAT, "tensor '%s': %lld elements per row, expected %lld", name,
+              (long long)t->ne[0], (long long)n);
+        return NULL;
+    }
+    float *v = malloc(sizeof *v * (size_t)(n * n_rows));
+    if (!v) {
+        l->rc = omni_fail(l->err, l->errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        return NULL;
+    }
+    struct omni_tensor w = { .type = t->type, .ne = { n, n_rows }, .data = t->data };
+    for (int64_t r = 0; r < n_rows; r++)
+        omni_tensor_get_row(&w, r, v + r * n);
+    return v;
+}
+
+static int get_f32_array3(struct loader *l, const char *key, float out[3])
+{
+    enum gguf_type et;
+    uint64_t n;
+    const void *p = gguf_get_arr_data(l->m->g, key);
+    if (gguf_get_arr(l->m->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n < 3 || !p)
+        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or not 3 floats", key, 0, 0);
+    memcpy(out, p, 3 * sizeof(float));
+    return 0;
+}
+
+static void free_layers(struct vision_model *m)
+{
+    for (int i = 0; m->layers && i < m->info.n_layer; i++) {
+        struct clip_layer *L = &m->layers[i];
+        float *v[] = { L->ln1_w, L->ln1_b, L->ln2_w, L->ln2_b, L->q_b, L->k_b, L->v_b, L->o_b,
+                       L->up_b, L->down_b };
+        for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+            free(v[j]);
+    }
+    free(m->layers);
+}
+
+void vision_model_free(struct vision_model *m)
+{
+    if (!m)
+        return;
+    free_layers(m);
+    float *v[] = { m->patch_b, m->cls, m->pos, m->pre_w, m->pre_b, m->post_w, m->post_b,
+                   m->mm0_b, m->mm2_b };
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+        free(v[j]);
+    gguf_free(m->g);
+    free(m);
+}
+
+static uint64_t file_hash(const char *path, struct loader *l)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        lfail(l, OMNI_ERR_IO, "cannot read%s", "", 0, 0);
+        return 0;
+    }
+    static _Thread_local uint8_t buf[1 << 16];
+    uint64_t h = 0x6d6d70726f6aULL; /* "mmproj" */
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        h = vision_hash(h, buf, n);
+    fclose(f);
+    return h;
+}
+
+static int load_layers(struct loader *l)
+{
+    struct vision_model *m = l->m;
+    const int D = m->info.n_embd, F = m->n_ff;
+    m->layers = calloc((size_t)m->info.n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return l->rc = omni_fail(l->err, l->errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    char n[64];
+#define NAME(s) (snprintf(n, sizeof n, "v.blk.%d.%s", i, s), n)
+    for (int i = 0; i < m->info.n_layer && !l->rc; i++) {
+        struct clip_layer *L = &m->layers[i];
+        L->ln1_w = get_vec(l, NAME("ln1.weight"), D, 1, true);
+        L->ln1_b = get_vec(l, NAME("ln1.bias"), D, 1, true);
+        L->ln2_w = get_vec(l, NAME("ln2.weight"), D, 1, true);
+        L->ln2_b = get_vec(l, NAME("ln2.bias"), D, 1, true);
+        get_mat(l, NAME("attn_q.weight"), D, D, &L->q, true);
+        get_mat(l, NAME("attn_k.weight"), D, D, &L->k, true);
+        get_mat(l, NAME("attn_v.weight"), D, D, &L->v, true);
+        get_mat(l, NAME("attn_out.weight"), D, D, &L->o, true);
+        L->q_b = get_vec(l, NAME("attn_q.bias"), D, 1, false);
+        L->k_b = get_vec(l, NAME("attn_k.bias"), D, 1, false);
+        L->v_b = get_vec(l, NAME("attn_v.bias"), D, 1, false);
+        L->o_b = get_vec(l, NAME("attn_out.bias"), D, 1, false);
+        if (l->rc)
+            break;
+        /* Files from llama.cpp's older converters name fc1 "ffn_down" and fc2
+         * "ffn_up"; the shapes tell which is which. */
+        const struct gguf_tensor *up = find(l, NAME("ffn_up.weight"), true);
+        const struct gguf_tensor *down = find(l, NAME("ffn_down.weight"), true);
+        if (!up || !down)
+            break;
+        bool swapped = up->ne[0] == F && down->ne[0] == D;
+        const char *up_name = swapped ? "ffn_down" : "ffn_up", *down_name = swapped ? "ffn_up" : "ffn_down";
+        char b[24];
+        snprintf(b, sizeof b, "%s.weight", up_name);
+        get_mat(l, NAME(b), D, F, &L->up, true);
+        snprintf(b, sizeof b, "%s.bias", up_name);
+        L->up_b = get_vec(l, NAME(b), F, 1, false);
+        snprintf(b, sizeof b, "%s.weight", down_name);
+        get_mat(l, NAME(b), F, D, &L->down, true);
+        snprintf(b, sizeof b, "%s.bias", down_name);
+        L->down_b = get_vec(l, NAME(b), D, 1, false);
+    }
+#undef NAME
+    return l->rc;
+}
+
+struct vision_model *vision_model_load(const char *path, char *err, size_t errlen)
+{
+    struct vision_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        return NULL;
+    }
+    struct loader l = { m, path, err, errlen, 0 };
+    struct vision_info *in = &m->info;
+    if (!(m->g = gguf_open(path, err, errlen)))
+        goto fail;
+    size_t len;
+    const char *proj = gguf_get_str(m->g, "clip.projector_type", &len);
+    bool llava_flag = false;
+    gguf_get_bool(m->g, "clip.has_llava_projector", &llava_flag);
+    if ((proj && len == 3 && !memcmp(proj, "mlp", 3)) || (!proj && llava_flag)) {
+        in->family = VISION_LLAVA, in->projector = "mlp";
+    } else if (proj && len == 8 && !memcmp(proj, "idefics3", 8)) {
+        in->family = VISION_IDEFICS3, in->projector = "idefics3";
+    } else {
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%s' not supported (mlp, idefics3)",
+              proj ? "" : "(none)", 0, 0);
+        if (proj)
+            omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                      "vision: %s: clip.projector_type '%.*s' not supported (mlp, idefics3)", path,
+                      (int)(len > 40 ? 40 : len), proj);
+        goto fail;
+    }
+    snprintf(m->marker, sizeof m->marker, "<image>");
+    int n_block = 0;
+    if (get_u32(&l, "clip.vision.embedding_length", &in->n_embd, true) ||
+        get_u32(&l, "clip.vision.feed_forward_length", &m->n_ff, true) ||
+        get_u32(&l, "clip.vision.block_count", &n_block, true) ||
+        get_u32(&l, "clip.vision.attention.head_count", &in->n_head, true) ||
+        get_u32(&l, "clip.vision.image_size", &in->image_size, true) ||
+        get_u32(&l, "clip.vision.patch_size", &in->patch_size, true) ||
+        get_u32(&l, "clip.vision.projection_dim", &in->n_embd_lm, true) ||
+        get_f32_array3(&l, "clip.vision.image_mean", in->image_mean) ||
+        get_f32_array3(&l, "clip.vision.image_std", in->image_std))
+        goto fail;
+    m->eps = 1e-6f;
+    gguf_get_f32(m->g, "clip.vision.attention.layer_norm_epsilon", &m->eps);
+    gguf_get_bool(m->g, "clip.use_gelu", &m->gelu);
+    if (in->n_embd % in->n_head || in->image_size % in->patch_size || in->image_size > 4096) {
+        lfail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding %lld, heads %lld, ...)", "",
+              in->n_embd, in->n_head);
+        goto fail;
+    }
+    int side = in->image_size / in->patch_size;
+    m->n_patches = side * side;
+    in->scale_factor = 1;
+    in->n_layer = n_block;
+    if (in->family == VISION_LLAVA) {
+        /* The projector reads the output of layer feature_layer (1-based); files
+         * without the key hold one layer past it, as llama.cpp assumes. */
+        enum gguf_type et;
+        uint64_t n_fl;
+        in->n_layer = n_block - 1;
+        if (gguf_get_arr(m->g, "clip.vision.feature_layer", &et, &n_fl) == 0) {
+            const uint8_t *p = gguf_get_arr_data(m->g, "clip.vision.feature_layer");
+            int32_t v;
+            if (n_fl != 1 || (et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32) || !p) {
+                lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.vision.feature_layer: one layer supported%s", "", 0, 0);
+                goto fail;
+            }
+            memcpy(&v, p, 4);
+            in->n_layer = v;
+        }
+        if (in->n_layer < 1 || in->n_layer > n_block) {
+            lfail(&l, OMNI_ERR_FORMAT, "feature layer %lld outside the %lld blocks%s", "",
+                  in->n_layer, n_block);
+            goto fail;
+        }
+        in->tokens_per_image = m->n_patches;
+    } else {
+        in->scale_factor = 2;
+        if (get_u32(&l, "clip.vision.projector.scale_factor", &in->scale_factor, false))
+            goto fail;
+        in->longest_edge = in->image_size;
+        if (get_u32(&l, "clip.vision.preproc_image_size", &in->longest_edge, false))
+            goto fail;
+        if (side % in->scale_factor || in->longest_edge > 16384) {
+            lfail(&l, OMNI_ERR_FORMAT, "patch grid %lld not divisible by scale factor %lld%s", "",
+                  side, in->scale_factor);
+            goto fail;
+        }
+        in->tokens_per_image = m->n_patches / (in->scale_factor * in->scale_factor);
+    }
+    const int D = in->n_embd, P = in->patch_size;
+    const struct gguf_tensor *pe = find(&l, "v.patch_embd.weight", true);
+    if (!pe)
+        goto fail;
+    if (pe->ne[0] * pe->ne[1] * pe->ne[2] != 3LL * P * P || pe->ne[3] * (pe->n_dims == 4) != D) {
+        lfail(&l, OMNI_ERR_FORMAT, "tensor 'v.patch_embd.weight': not [%lld x %lld x 3 x n_embd]", "",
+              P, P);
+        goto fail;
+    }
+    m->patch = (struct omni_tensor){ .type = pe->type, .ne = { 3LL * P * P, D }, .data = pe->data };
+    if (!ggml_row_size(pe->type, 3LL * P * P)) {
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "tensor 'v.patch_embd.weight': type %s", ggml_type_name(pe->type), 0, 0);
+        goto fail;
+    }
+    m->patch_b = get_vec(&l, "v.patch_embd.bias", D, 1, false);
+    if (in->family == VISION_LLAVA)
+        m->cls = get_vec(&l, "v.class_embd", D, 1, true);
+    m->n_pos = m->n_patches + (m->cls ? 1 : 0);
+    m->pos = get_vec(&l, "v.position_embd.weight", D, m->n_pos, true);
+    m->pre_w = get_vec(&l, "v.pre_ln.weight", D, 1, false);
+    m->pre_b = get_vec(&l, "v.pre_ln.bias", D, 1, m->pre_w != NULL);
+    if (in->family == VISION_IDEFICS3) {
+        m->post_w = get_vec(&l, "v.post_ln.weight", D, 1, true);
+        m->post_b = get_vec(&l, "v.post_ln.bias", D, 1, true);
+    }
+    if (l.rc || load_layers(&l))
+        goto fail;
+    if (in->family == VISION_LLAVA) {
+        const struct gguf_tensor *t0 = find(&l, "mm.0.weight", true);
+        if (!t0)
+            goto fail;
+        int64_t mid = t0->ne[1];
+        if (get_mat(&l, "mm.0.weight", D, mid, &m->mm0, true) ||
+            get_mat(&l, "mm.2.weight", mid, in->n_embd_lm, &m->mm2, true))
+            goto fail;
+        m->mm0_b = get_vec(&l, "mm.0.bias", mid, 1, false);
+        m->mm2_b = get_vec(&l, "mm.2.bias", in->n_embd_lm, 1, false);
+    } else if (get_mat(&l, "mm.model.fc.weight", (int64_t)D * in->scale_factor * in->scale_factor,
+                       in->n_embd_lm, &m->fc, true)) {
+        goto fail;
+    }
+    if (l.rc)
+        goto fail;
+    in->file_hash = file_hash(path, &l);
+    if (l.rc)
+        goto fail;
+    int pp[] = { in->family, in->image_size, in->patch_size, in->scale_factor, in->longest_edge };
+    in->preprocess_hash = vision_hash(vision_hash(0x70726570ULL, pp, sizeof pp), in->image_mean,
+                                      sizeof in->image_mean + sizeof in->image_std);
+    return m;
+fail:
+    vision_model_free(m);
+    return NULL;
+}
+
+const struct vision_info *vision_model_info(const struct vision_model *m) { return &m->info; }
+
+const char *vision_image_marker(const struct vision_model *m) { return m->marker; }
+
+// ---- scratch ---------------------------------------------------------------------
+
+void vision_ctx_free(struct vision_ctx *c)
+{
+    if (!c)
+        return;
+    float *v[] = { c->patches, c->x, c->h, c->q, c->k, c->v, c->att, c->qh, c->kh, c->vt, c->oh,
+                   c->scores, c->ff, c->shuf };
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+        free(v[j]);
+    free(c);
+}
+
+struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp, char *err,
+                                  size_t errlen)
+{
+    struct vision_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        goto oom;
+    c->m = m, c->tp = tp;
+    const struct vision_info *in = &m->info;
+    const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd, dh = D / in->n_head;
+    const size_t s2 = (size_t)in->scale_factor * in->scale_factor;
+    size_t wide = (size_t)m->n_ff;
+    if (m->mm0.type >= 0 && (size_t)m->mm0.ne[1] > wide)
+        wide = (size_t)m->mm0.ne[1];
+    if ((size_t)in->n_embd_lm > wide)
+        wide = (size_t)in->n_embd_lm;
+    c->patches = malloc(sizeof(float) * (size_t)m->n_patches * 3 * in->patch_size * in->patch_size);
+    float **nd[] = { &c->x, &c->h, &c->q, &c->k, &c->v, &c->att };
+    for (size_t j = 0; j < sizeof nd / sizeof *nd; j++)
+        *nd[j] = malloc(sizeof(float) * n * D);
+    c->qh = malloc(sizeof(float) * n * dh);
+    c->kh = malloc(sizeof(float) * n * dh);
+    c->vt = malloc(sizeof(float) * n * dh);
+    c->oh = malloc(sizeof(float) * n * dh);
+    c->scores = malloc(sizeof(float) * n * n);
+    c->ff = malloc(sizeof(float) * n * wide);
+    c->shuf = malloc(sizeof(float) * (size_t)in->tokens_per_image * D * s2);
+    if (!c->patches || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->qh || !c->kh ||
+        !c->vt || !c->oh || !c->scores || !c->ff || !c->shuf)
+        goto oom;
+    return c;
+oom:
+    vision_ctx_free(c);
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for encoder scratch");
+    return NULL;
+}
+
+// ---- forward -----------------------------------------------------------------------
+
+static void layer_norm(float *x, const float *w, const float *b, int n_rows, int n, float eps,
+                       float *out)
+{
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *o = out + (size_t)r * n;
+        double mean = 0, var = 0;
+        for (int i = 0; i < n; i++)
+            mean += xr[i];
+        mean /= n;
+        for (int i = 0; i < n; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        float inv = (float)(1.0 / sqrt(var / n + eps));
+        for (int i = 0; i < n; i++)
+            o[i] = (float)(xr[i] - mean) * inv * w[i] + b[i];
+    }
+}
+
+static void add_bias(float *y, const float *b, int n_rows, int n)
+{
+    if (b)
+        for (int r = 0; r < n_rows; r++)
+            for (int i = 0; i < n; i++)
+                y[(size_t)r * n + i] += b[i];
+}
+
+static void linear(struct vision_ctx *c, const struct omni_tensor *w, const float *b,
+                   const float *x, int n_rows, float *y)
+{
+    omni_matmul(c->tp, w, x, n_rows, y);
+    add_bias(y, b, n_rows, (int)w->ne[1]);
+}
+
+static float gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+static float gelu_quick(float x) { return x / (1.0f + expf(-1.702f * x)); }
+static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
+
+/* softmax(Q K^T / sqrt(d)) V, head by head; att = concatenated heads. */
+static void attention(struct vision_ctx *c, int n)
+{
+    const int D = c->m->info.n_embd, H = c->m->info.n_head, dh = D / H;
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int hd = 0; hd < H; hd++) {
+        for (int i = 0; i < n; i++)
+            for (int d = 0; d < dh; d++) {
+                c->qh[(size_t)i * dh + d] = c->q[(size_t)i * D + hd * dh + d] * scale;
+                c->kh[(size_t)i * dh + d] = c->k[(size_t)i * D + hd * dh + d];
+                c->vt[(size_t)d * n + i] = c->v[(size_t)i * D + hd * dh + d];
+            }
+        struct omni_tensor kt = { GGML_TYPE_F32, { dh, n }, c->kh };
+        omni_matmul(c->tp, &kt, c->qh, n, c->scores); /* scores[i][j] = q_i . k_j */
+        for (int i = 0; i < n; i++) {
+            float *s = c->scores + (size_t)i * n, mx = s[0], sum = 0;
+            for (int j = 1; j < n; j++)
+                mx = s[j] > mx ? s[j] : mx;
+            for (int j = 0; j < n; j++)
+                sum += s[j] = expf(s[j] - mx);
+            for (int j = 0; j < n; j++)
+                s[j] /= sum;
+        }
+        struct omni_tensor vw = { GGML_TYPE_F32, { n, dh }, c->vt };
+        omni_matmul(c->tp, &vw, c->scores, n, c->oh); /* oh[i][d] = sum_j p_ij v_j[d] */
+        for (int i = 0; i < n; i++)
+            memcpy(c->att + (size_t)i * D + hd * dh, c->oh + (size_t)i * dh, sizeof(float) * dh);
+    }
+}
+
+/* One image plane [3][S][S] through the ViT; leaves the tokens in c->x and
+ * returns the index of the first patch token (after a class token). */
+static int vit_forward(struct vision_ctx *c, const float *plane)
+{
+    const struct vision_model *m = c->m;
+    const int D = m->info.n_embd, P = m->info.patch_size, S = m->info.image_size, side = S / P;
+    const int n = m->n_pos, first = m->cls ? 1 : 0, F = m->n_ff;
+    // patch embedding: the conv kernel as a matrix over (channel, ky, kx)
+    for (int py = 0; py < side; py++)
+        for (int px = 0; px < side; px++) {
+            float *row = c->patches + (size_t)(py * side + px) * 3 * P * P;
+            for (int ch = 0; ch < 3; ch++)
+                for (int ky = 0; ky < P; ky++)
+                    memcpy(row + (ch * P + ky) * P,
+                           plane + ((size_t)ch * S + py * P + ky) * S + px * P, sizeof(float) * P);
+        }
+    linear(c, &m->patch, m->patch_b, c->patches, m->n_patches, c->x + (size_t)first * D);
+    if (m->cls)
+        memcpy(c->x, m->cls, sizeof(float) * D);
+    // position embeddings, pre-norm
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        c->x[i] += m->pos[i];
+    if (m->pre_w)
+        layer_norm(c->x, m->pre_w, m->pre_b, n, D, m->eps, c->x);
+    for (int l = 0; l < m->info.n_layer; l++) {
+        const struct clip_layer *L = &m->layers[l];
+        // attention block: x += out(attn(ln1(x)))
+        layer_norm(c->x, L->ln1_w, L->ln1_b, n, D, m->eps, c->h);
+        linear(c, &L->q, L->q_b, c->h, n, c->q);
+        linear(c, &L->k, L->k_b, c->h, n, c->k);
+        linear(c, &L->v, L->v_b, c->h, n, c->v);
+        attention(c, n);
+        linear(c, &L->o, L->o_b, c->att, n, c->h);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            c->x[i] += c->h[i];
+        // MLP block: x += down(act(up(ln2(x))))
+        layer_norm(c->x, L->ln2_w, L->ln2_b, n, D, m->eps, c->h);
+        linear(c, &L->up, L->up_b, c->h, n, c->ff);
+        for (size_t i = 0; i < (size_t)n * F; i++)
+            c->ff[i] = m->gelu ? gelu_tanh(c->ff[i]) : gelu_quick(c->ff[i]);
+        linear(c, &L->down, L->down_b, c->ff, n, c->h);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            c->x[i] += c->h[i];
+    }
+    if (m->post_w)
+        layer_norm(c->x, m->post_w, m->post_b, n, D, m->eps, c->x);
+    return first;
+}
+
+/* Features [n_patches][D] -> rows [tokens_per_image][n_embd_lm]. */
+static void project(struct vision_ctx *c, const float *feat, float *out)
+{
+    const struct vision_model *m = c->m;
+    const int D = m->info.n_embd;
+    if (m->info.family == VISION_LLAVA) {
+        // linear_1, GELU (erf form, as the HF projector), linear_2
+        const int mid = (int)m->mm0.ne[1];
+        linear(c, &m->mm0, m->mm0_b, feat, m->n_patches, c->ff);
+        for (size_t i = 0; i < (size_t)m->n_patches * mid; i++)
+            c->ff[i] = gelu_erf(c->ff[i]);
+        linear(c, &m->mm2, m->mm2_b, c->ff, m->n_patches, out);
+        return;
+    }
+    // pixel shuffle: token (i2, j2) gathers the s x s block below it,
+    // out[i2][j2][(di * s + dj) * D + d] = x[i2 * s + di][j2 * s + dj][d]
+    const int s = m->info.scale_factor, side = m->info.image_size / m->info.patch_size;
+    const int so = side / s;
+    for (int i2 = 0; i2 < so; i2++)
+        for (int j2 = 0; j2 < so; j2++)
+            for (int di = 0; di < s; di++)
+                for (int dj = 0; dj < s; dj++)
+                    memcpy(c->shuf + ((size_t)(i2 * so + j2) * s * s + di * s + dj) * D,
+                           feat + ((size_t)(i2 * s + di) * side + j2 * s + dj) * D,
+                           sizeof(float) * D);
+    linear(c, &m->fc, NULL, c->shuf, so * so, out);
+}
+
+int vision_encode_pixels(struct vision_ctx *c, const float *pixels, int n_images, float *features,
+                         struct vision_embd *out, char *err, size_t errlen)
+{
+    const struct vision_model *m = c->m;
+    const struct vision_info *in = &m->info;
+    const size_t plane = (size_t)3 * in->image_size * in->image_size;
+    const size_t rows = (size_t)in->tokens_per_image;
+    memset(out, 0, sizeof *out);
+    if (n_images < 1 || n_images > 1024)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images per encode", n_images);
+    out->data = malloc(sizeof(float) * rows * n_images * in->n_embd_lm);
+    if (!out->data)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for embeddings");
+    out->n_tokens = (int)rows * n_images;
+    out->n_embd = in->n_embd_lm;
+    out->n_images = n_images;
+    for (int i = 0; i < n_images; i++) {
+        int first = vit_forward(c, pixels + plane * i);
+        const float *feat = c->x + (size_t)first * in->n_embd;
+        if (features)
+            memcpy(features + (size_t)i * m->n_patches * in->n_embd, feat,
+                   sizeof(float) * m->n_patches * in->n_embd);
+        project(c, feat, out->data + rows * i * in->n_embd_lm);
+    }
+    return OMNI_OK;
+}
+
+int vision_encode_image(struct vision_ctx *c, const struct media_image *img,
+                        struct vision_embd *out, char *err, size_t errlen)
+{
+    float *pixels;
+    int n_images, rows, cols;
+    memset(out, 0, sizeof *out);
+    int rc = vision_preprocess(c->m, img, &pixels, &n_images, &rows, &cols, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = vision_encode_pixels(c, pixels, n_images, NULL, out, err, errlen);
+    free(pixels);
+    out->tile_rows = rows, out->tile_cols = cols;
+    return rc;
+}
+
+int vision_encode_bytes(struct vision_ctx *c, struct vision_cache *cache, const void *data,
+                        size_t len, const struct media_image_params *ip, struct vision_embd *out,
+                        bool *hit, char *err, size_t errlen)
+{
+    uint64_t key = vision_cache_key(c->m, data, len);
+    memset(out, 0, sizeof *out);
+    if (hit)
+        *hit = false;
+    if (cache && vision_cache_get(cache, key, out)) {
+        if (hit)
+            *hit = true;
+        return OMNI_OK;
+    }
+    double t0 = omni_time_s();
+    struct media_image img;
+    int rc = media_image_decode(data, len, ip, &img, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = vision_encode_image(c, &img, out, err, errlen);
+    media_image_release(&img);
+    if (rc < 0)
+        return rc;
+    out->key_hash = key;
+    if (cache)
+        vision_cache_put(cache, key, out, (omni_time_s() - t0) * 1e3);
+    return OMNI_OK;
+}
+
+void vision_embd_release(struct vision_embd *e)
+{
+    if (!e)
+        return;
+    free(e->data);
+    memset(e, 0, sizeof *e);
+}
+
+// ---- prompt layout ------------------------------------------------------------------
+
+void vision_layout_release(struct vision_layout *l)
+{
+    if (!l)
+        return;
+    free(l->seg);
+    free(l->storage);
+    memset(l, 0, sizeof *l);
+}
+
+int vision_layout_build(const struct vision_model *m, const struct vision_embd *e,
+                        struct vision_layout *out, char *err, size_t errlen)
+{
+    const int per = m->info.tokens_per_image;
+    const int R = e->tile_rows, C = e->tile_cols;
+    memset(out, 0, sizeof *out);
+    if (e->n_tokens != per * e->n_images || (m->info.family == VISION_IDEFICS3 && R * C + 1 != e->n_images) ||
+        (m->info.family == VISION_LLAVA && e->n_images != 1))
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: embeddings do not match the model");
+    const int max_seg = 2 * e->n_images + R + 2;
+    out->seg = calloc((size_t)max_seg, sizeof *out->seg);
+    out->storage = malloc((size_t)max_seg * 64);
+    if (!out->seg || !out->storage) {
+        vision_layout_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    }
+    char *p = out->storage;
+#define TEXT(...) (out->seg[out->n++].text = p, p += sprintf(p, __VA_ARGS__) + 1)
+#define ROWS(r0) (out->seg[out->n].row0 = (r0), out->seg[out->n++].n_rows = per)
+    if (m->info.family == VISION_LLAVA) {
+        ROWS(0);
+        return OMNI_OK;
+    }
+    const char *fake = "<fake_token_around_image>";
+    for (int r = 0; r < R; r++) {
+        for (int c = 0; c < C; c++) {
+            TEXT("%s<row_%d_col_%d>", fake, r + 1, c + 1);
+            ROWS((r * C + c) * per);
+        }
+        TEXT("\n");
+    }
+    TEXT("%s%s<global-img>", R ? "\n" : "", fake);
+    ROWS(R * C * per);
+    TEXT("%s", fake);
+#undef TEXT
+#undef ROWS
+    return OMNI_OK;
+}

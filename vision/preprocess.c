@@ -1,0 +1,259 @@
+/* preprocess.c - image -> encoder input planes, per model family, as the
+ * Hugging Face processors of the reference models compute them: CLIP
+ * (resize the shortest edge to the input size with bicubic, centre crop)
+ * and Idefics3 (resize the longest edge, round up to whole tiles, split into
+ * tiles plus a global view, Lanczos). The processors resize with Pillow, so
+ * the resampler here computes what Pillow's 8-bit resize computes:
+ * separable passes (horizontal first) with filter support widened by the
+ * downscale factor, weights normalised per output pixel and applied in
+ * 22-bit fixed point; a size left unchanged is a plain copy. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "media/image.h"
+#include "src/core/omni.h"
+#include "vision/vision.h"
+
+// ---- Pillow-compatible resampling ---------------------------------------------
+
+#define PRECISION_BITS 22
+
+static double filter_support(enum vision_filter f)
+{
+    return f == VISION_FILTER_LANCZOS ? 3.0 : f == VISION_FILTER_BICUBIC ? 2.0 : 1.0;
+}
+
+static double sinc(double x)
+{
+    if (x == 0.0)
+        return 1.0;
+    x *= M_PI;
+    return sin(x) / x;
+}
+
+static double filter_eval(enum vision_filter f, double x)
+{
+    switch (f) {
+    case VISION_FILTER_LANCZOS: return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3.0) : 0.0;
+    case VISION_FILTER_BICUBIC: {
+        const double a = -0.5;
+        x = fabs(x);
+        if (x < 1.0)
+            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+        if (x < 2.0)
+            return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+        return 0.0;
+    }
+    default: x = fabs(x); return x < 1.0 ? 1.0 - x : 0.0;
+    }
+}
+
+/* Per output pixel: first input index, count, and fixed-point weights
+ * (ksize per pixel). Returns ksize, or 0 when out of memory. */
+static int coeffs(int in_size, int out_size, enum vision_filter f, int **bounds, int **kk)
+{
+    double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = filter_support(f) * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    double *pre = malloc(sizeof *pre * (size_t)out_size * ksize);
+    *bounds = malloc(sizeof **bounds * 2 * (size_t)out_size);
+    *kk = malloc(sizeof **kk * (size_t)out_size * ksize);
+    if (!pre || !*bounds || !*kk) {
+        free(pre), free(*bounds), free(*kk);
+        return 0;
+    }
+    for (int xx = 0; xx < out_size; xx++) {
+        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+        if (xmin < 0)
+            xmin = 0;
+        if (xmax > in_size)
+            xmax = in_size;
+        xmax -= xmin;
+        double *k = pre + (size_t)xx * ksize;
+        for (int x = 0; x < xmax; x++)
+            ww += k[x] = filter_eval(f, (x + xmin - center + 0.5) * ss);
+        for (int x = 0; x < ksize; x++) {
+            double w = x < xmax && ww != 0.0 ? k[x] / ww : 0.0;
+            (*kk)[(size_t)xx * ksize + x] = (int)(w * (1 << PRECISION_BITS) + (w < 0 ? -0.5 : 0.5));
+        }
+        (*bounds)[2 * xx] = xmin, (*bounds)[2 * xx + 1] = xmax;
+    }
+    free(pre);
+    return ksize;
+}
+
+static uint8_t clip8(int v)
+{
+    return v >= (1 << PRECISION_BITS << 8) ? 255 : v <= 0 ? 0 : (uint8_t)(v >> PRECISION_BITS);
+}
+
+/* One pass along x (horizontal) or y: step between taps is 3 or 3 * width. */
+static int pass(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh, bool horizontal,
+                enum vision_filter f)
+{
+    int *bounds, *kk;
+    int ksize = horizontal ? coeffs(sw, dw, f, &bounds, &kk) : coeffs(sh, dh, f, &bounds, &kk);
+    if (!ksize)
+        return -1;
+    for (int y = 0; y < dh; y++)
+        for (int x = 0; x < dw; x++) {
+            int o = horizontal ? x : y, xmin = bounds[2 * o], n = bounds[2 * o + 1];
+            const int *k = kk + (size_t)o * ksize;
+            const uint8_t *s = horizontal ? src + ((size_t)y * sw + xmin) * 3
+                                          : src + ((size_t)xmin * sw + x) * 3;
+            size_t step = horizontal ? 3 : (size_t)sw * 3;
+            for (int c = 0; c < 3; c++) {
+                int acc = 1 << (PRECISION_BITS - 1);
+                for (int i = 0; i < n; i++)
+                    acc += s[i * step + c] * k[i];
+                dst[((size_t)y * dw + x) * 3 + c] = clip8(acc);
+            }
+        }
+    free(bounds), free(kk);
+    return 0;
+}
+
+void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh,
+                     enum vision_filter filter)
+{
+    if (sw == dw && sh == dh) {
+        memcpy(dst, src, (size_t)sw * sh * 3);
+        return;
+    }
+    if (sh == dh) {
+        pass(src, sw, sh, dst, dw, dh, true, filter);
+        return;
+    }
+    if (sw == dw) {
+        pass(src, sw, sh, dst, dw, dh, false, filter);
+        return;
+    }
+    uint8_t *tmp = malloc((size_t)dw * sh * 3);
+    if (!tmp || pass(src, sw, sh, tmp, dw, sh, true, filter) < 0 ||
+        pass(tmp, dw, sh, dst, dw, dh, false, filter) < 0)
+        memset(dst, 0, (size_t)dw * dh * 3);
+    free(tmp);
+}
+
+// ---- per-family preprocessing -----------------------------------------------
+
+static int resized(const struct media_image *in, int w, int h, enum vision_filter f,
+                   struct media_image *out, char *err, size_t errlen)
+{
+    int rc = media_image_alloc(out, w, h, err, errlen);
+    if (rc == OMNI_OK)
+        vision_resample(in->rgb, in->width, in->height, out->rgb, w, h, f);
+    return rc;
+}
+
+/* The S x S window at (x0, y0) of img, rescaled to [0, 1] and normalised. */
+static void to_plane(const struct vision_info *in, const struct media_image *img, int x0, int y0,
+                     float *plane)
+{
+    const int S = in->image_size;
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                float v = (float)(img->rgb[((size_t)(y0 + y) * img->width + x0 + x) * 3 + c] *
+                                  (1.0 / 255.0));
+                plane[((size_t)c * S + y) * S + x] = (v - in->image_mean[c]) / in->image_std[c];
+            }
+}
+
+/* Python's int(a / b) of the reference size arithmetic. */
+static int trunc_div(double a, double b) { return (int)(a / b); }
+
+int vision_preprocess(const struct vision_model *m, const struct media_image *img, float **pixels,
+                      int *n_images, int *tile_rows, int *tile_cols, char *err, size_t errlen)
+{
+    const struct vision_info *in = vision_model_info(m);
+    const int S = in->image_size;
+    const size_t plane = (size_t)3 * S * S;
+    struct media_image a = { 0 }, b = { 0 };
+    int rc, w = img->width, h = img->height;
+    *pixels = NULL;
+    *n_images = 1, *tile_rows = *tile_cols = 0;
+    if (w <= 0 || h <= 0 || !img->rgb)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: empty image");
+    if (in->family == VISION_LLAVA) {
+        // shortest edge -> S (bicubic), centre crop S x S
+        int nw = w <= h ? S : trunc_div((double)S * w, h);
+        int nh = w <= h ? trunc_div((double)S * h, w) : S;
+        if (nw < S || nh < S)
+            nw = nh = S; /* extreme aspect ratios: truncation undershoots */
+        if ((rc = resized(img, nw, nh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
+            return rc;
+        if (!(*pixels = malloc(sizeof(float) * plane))) {
+            media_image_release(&a);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        }
+        to_plane(in, &a, (nw - S) / 2, (nh - S) / 2, *pixels);
+        media_image_release(&a);
+        return OMNI_OK;
+    }
+    // Idefics3: longest edge -> L (even other side), capped at 4096
+    const int L = in->longest_edge;
+    double aspect = (double)w / h;
+    int nw, nh;
+    if (w >= h) {
+        nw = L, nh = trunc_div(nw, aspect);
+        nh += nh % 2;
+    } else {
+        nh = L, nw = (int)(nh * aspect);
+        nw += nw % 2;
+    }
+    nw = nw < 1 ? 1 : nw, nh = nh < 1 ? 1 : nh;
+    aspect = (double)nw / nh;
+    if (nw >= nh && nw > 4096)
+        nw = 4096, nh = trunc_div(nw, aspect);
+    else if (nh > nw && nh > 4096)
+        nh = 4096, nw = (int)(nh * aspect);
+    nw = nw < 1 ? 1 : nw, nh = nh < 1 ? 1 : nh;
+    // round up to whole S x S tiles
+    aspect = (double)nw / nh;
+    int tw, th;
+    if (nw >= nh) {
+        tw = (nw + S - 1) / S * S;
+        th = trunc_div(tw, aspect);
+        th = (th + S - 1) / S * S;
+    } else {
+        th = (nh + S - 1) / S * S;
+        tw = (int)(th * aspect);
+        tw = (tw + S - 1) / S * S;
+    }
+    th = th < S ? S : th, tw = tw < S ? S : tw;
+    if ((rc = media_image_check_size(tw, th, NULL, err, errlen)) < 0)
+        return rc;
+    if ((rc = resized(img, nw, nh, VISION_FILTER_LANCZOS, &a, err, errlen)) < 0 ||
+        (rc = resized(&a, tw, th, VISION_FILTER_LANCZOS, &b, err, errlen)) < 0)
+        goto done;
+    int R = th / S, C = tw / S;
+    *n_images = R * C > 1 ? R * C + 1 : 1;
+    if (!(*pixels = malloc(sizeof(float) * plane * *n_images))) {
+        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        goto done;
+    }
+    if (*n_images == 1) {
+        to_plane(in, &b, 0, 0, *pixels);
+        goto done;
+    }
+    *tile_rows = R, *tile_cols = C;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            to_plane(in, &b, c * S, r * S, *pixels + plane * (r * C + c));
+    // the global view: the whole (tiled) image resized to S x S
+    media_image_release(&a);
+    if ((rc = resized(&b, S, S, VISION_FILTER_LANCZOS, &a, err, errlen)) < 0)
+        goto done;
+    to_plane(in, &a, 0, 0, *pixels + plane * R * C);
+done:
+    media_image_release(&a);
+    media_image_release(&b);
+    if (rc < 0) {
+        free(*pixels);
+        *pixels = NULL;
+    }
+    return rc;
+}

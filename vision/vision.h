@@ -1,0 +1,159 @@
+/* vision.h - image encoders for vision-language models, loaded from llama.cpp
+ * mmproj GGUF files: LLaVA-1.5-style CLIP ViT + 2-layer MLP projector
+ * (clip.projector_type "mlp") and SmolVLM / Idefics3 SigLIP + pixel shuffle +
+ * linear connector with tiling ("idefics3"); per-family preprocessing; a
+ * content-keyed LRU cache of the projected embeddings.
+ *
+ *   struct vision_model *vm = vision_model_load("mmproj.gguf", err, sizeof err);
+ *   struct vision_ctx *vc = vision_ctx_new(vm, tp, err, sizeof err);
+ *   struct vision_cache *cache = vision_cache_new(256 << 20);         // --vision-cache-mb
+ *   struct vision_embd e;
+ *   vision_encode_bytes(vc, cache, jpeg, len, NULL, &e, err, sizeof err);
+ *   struct vision_layout lay;                       // where e's rows go in the prompt
+ *   vision_layout_build(vm, &e, &lay, err, sizeof err);
+ *   for (int i = 0; i < lay.n; i++)                 // text: tokenize with special tokens;
+ *       ...                                         // else rows [row0, row0 + n_rows) of e
+ *   vision_layout_release(&lay); vision_embd_release(&e);
+ *
+ * The embeddings have the language model's width (vision_model_info()->
+ * n_embd_lm) and replace token embeddings in llm_batch.embd at the layout's
+ * image positions. Thread safety: a vision_model is read-only after load and
+ * shared; a vision_ctx (scratch) belongs to one thread at a time; a
+ * vision_cache is internally locked and shared by every thread. */
+#ifndef OMNI_VISION_H
+#define OMNI_VISION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct media_image;
+struct media_image_params;
+struct tpool;
+struct vision_cache;
+struct vision_ctx;
+struct vision_model;
+
+enum vision_family {
+    VISION_LLAVA,    /* CLIP ViT (CLS + patches), layer feature_layer, MLP projector */
+    VISION_IDEFICS3, /* SigLIP ViT, post-norm, pixel shuffle, linear connector, tiles */
+};
+
+struct vision_info {
+    enum vision_family family;
+    const char *projector;   /* "mlp" / "idefics3" */
+    int n_embd_lm;           /* width of the projected embeddings (clip.vision.projection_dim) */
+    int image_size;          /* encoder input side, pixels */
+    int patch_size;
+    int n_embd;              /* ViT width */
+    int n_layer;             /* ViT layers run */
+    int n_head;
+    int scale_factor;        /* idefics3 pixel shuffle (1 for llava) */
+    int longest_edge;        /* idefics3: images are first resized to this longest edge */
+    int tokens_per_image;    /* embeddings per encoder pass (per tile) */
+    float image_mean[3], image_std[3];
+    uint64_t file_hash;      /* content hash of the mmproj file (cache key part) */
+    uint64_t preprocess_hash;/* hash of every preprocessing parameter above */
+};
+
+struct vision_model *vision_model_load(const char *path, char *err, size_t errlen);
+void vision_model_free(struct vision_model *m);
+const struct vision_info *vision_model_info(const struct vision_model *m);
+
+/* Projected embeddings of one image. */
+struct vision_embd {
+    int n_tokens;            /* rows */
+    int n_embd;              /* = n_embd_lm */
+    float *data;             /* [n_tokens][n_embd], malloc'ed, owned by the struct */
+    int tile_rows, tile_cols;/* idefics3 grid (0 x 0: the image was one tile, no grid) */
+    int n_images;            /* encoder passes: tiles + global view (llava: 1) */
+    uint64_t key_hash;       /* the cache key this came from (media hash for prefix caching) */
+};
+void vision_embd_release(struct vision_embd *e);
+
+/* ---- encoding ------------------------------------------------------------- */
+
+/* Scratch for encoding with m on the threads of tp (tp may be NULL). */
+struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp, char *err,
+                                  size_t errlen);
+void vision_ctx_free(struct vision_ctx *ctx);
+
+/* Preprocess (per family) and encode a decoded image. */
+int vision_encode_image(struct vision_ctx *ctx, const struct media_image *img,
+                        struct vision_embd *out, char *err, size_t errlen);
+
+/* Decode encoded image bytes (media_image_decode with ip, NULL = defaults)
+ * and encode them, through cache when it is not NULL: a hit copies the
+ * stored embeddings and skips decoding and the encoder. *hit (may be NULL)
+ * says which happened. */
+int vision_encode_bytes(struct vision_ctx *ctx, struct vision_cache *cache, const void *data,
+                        size_t len, const struct media_image_params *ip, struct vision_embd *out,
+                        bool *hit, char *err, size_t errlen);
+
+/* ---- the family's prompt layout -------------------------------------------
+ * llava: the image's rows replace the "<image>" marker as one run.
+ * idefics3: for each tile row r, col c: "<fake_token_around_image><row_r_col_c>"
+ * + tokens_per_image rows; "\n" after each tile row; then
+ * "\n<fake_token_around_image><global-img>" + the global view's rows +
+ * "<fake_token_around_image>" (without tiles: "<fake_token_around_image>
+ * <global-img>" + rows + "<fake_token_around_image>"). Text segments are
+ * tokenized with special tokens parsed. */
+struct vision_segment {
+    const char *text;        /* NUL-terminated text, or NULL for an embedding run */
+    int row0, n_rows;        /* embedding rows (when text is NULL) */
+};
+struct vision_layout {
+    int n;
+    struct vision_segment *seg;
+    char *storage;           /* the texts */
+};
+/* The marker a chat message carries where an image goes ("<image>"). */
+const char *vision_image_marker(const struct vision_model *m);
+int vision_layout_build(const struct vision_model *m, const struct vision_embd *e,
+                        struct vision_layout *out, char *err, size_t errlen);
+void vision_layout_release(struct vision_layout *l);
+
+/* ---- cache ------------------------------------------------------------------ */
+
+/* The 64-bit content hash behind the keys (and the mmproj file hash):
+ * fold len bytes of data into seed. */
+uint64_t vision_hash(uint64_t seed, const void *data, size_t len);
+
+struct vision_cache_stats {
+    uint64_t hits, misses, evictions;
+    size_t bytes, entries, max_bytes;
+    double encode_ms_total;  /* encoder time spent on misses */
+};
+
+struct vision_cache *vision_cache_new(size_t max_bytes);
+void vision_cache_free(struct vision_cache *c);
+/* Key = hash(model file hash, preprocessing hash, image bytes). */
+uint64_t vision_cache_key(const struct vision_model *m, const void *data, size_t len);
+/* Copy the entry for key into *out: true on a hit. Counts a hit or miss. */
+bool vision_cache_get(struct vision_cache *c, uint64_t key, struct vision_embd *out);
+/* Store a copy (evicting least recently used entries to fit); entries larger
+ * than the whole cache are not stored. encode_ms feeds the stats. */
+void vision_cache_put(struct vision_cache *c, uint64_t key, const struct vision_embd *e,
+                      double encode_ms);
+struct vision_cache_stats vision_cache_stats(struct vision_cache *c);
+
+/* ---- preprocessing (exposed for tests and tools) ---------------------------- */
+
+enum vision_filter { VISION_FILTER_BILINEAR, VISION_FILTER_BICUBIC, VISION_FILTER_LANCZOS };
+
+/* Resample RGB8 src (sw x sh) to dst (dw x dh) exactly as Pillow's
+ * Image.resize does for 8-bit images (the reference processors use it). */
+void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh,
+                     enum vision_filter filter);
+
+/* The encoder inputs for img: n_images planes of float [3][S][S] (S =
+ * image_size), normalized; *pixels malloc'ed. Also the tile grid. */
+int vision_preprocess(const struct vision_model *m, const struct media_image *img, float **pixels,
+                      int *n_images, int *tile_rows, int *tile_cols, char *err, size_t errlen);
+
+/* Encode n_images preprocessed planes; features (may be NULL) receives the
+ * ViT output the projector reads, [n_images][n_patches][n_embd]. */
+int vision_encode_pixels(struct vision_ctx *ctx, const float *pixels, int n_images,
+                         float *features, struct vision_embd *out, char *err, size_t errlen);
+
+#endif
