@@ -114,6 +114,29 @@ TEST(quant_dequantize_matches_gguf_py)
     }
 }
 
+/* The SIMD f16/bf16 -> f32 conversions of every level give the scalar bits
+ * for every length (vector bodies and scalar tails). */
+TEST(quant_float_conversions_match_scalar_all_lengths)
+{
+    static const int types[] = { GGML_TYPE_F16, GGML_TYPE_BF16 };
+    uint16_t src[100];
+    float want[100], got[100];
+    rng_state = 99;
+    for (int i = 0; i < 100; i++)
+        src[i] = (uint16_t)rnd32();
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (int n = 1; n <= 100; n++) {
+            omni_quant_ops_at(types[ti], OMNI_CPU_SCALAR)->to_float(src, want, n);
+            for (int level = 1; level <= omni_cpu()->max_level; level++) {
+                memset(got, 0xff, sizeof got);
+                omni_quant_ops_at(types[ti], level)->to_float(src, got, n);
+                CHECK_MSG(memcmp(got, want, (size_t)n * sizeof(float)) == 0,
+                          "%s level %s n=%d differs from scalar", ggml_type_name(types[ti]),
+                          omni_cpu_level_name(level), n);
+            }
+        }
+}
+
 /* Our reference quantizers produce gguf-py's bytes exactly (gguf-py mirrors
  * ggml's *_ref quantizers, including roundf's ties away from zero). */
 TEST(quant_quantize_matches_gguf_py)

@@ -144,6 +144,32 @@ static float vec_dot_bf16_f32_avx2(int64_t n, const void *w, const void *a)
     return s;
 }
 
+/* f16/bf16 -> f32 conversions are exact, so these give the scalar bits; the
+ * f16 one serves the attention's F16 K/V rows and the BLAS path. */
+static void dequantize_row_f16_avx2(const void *vx, float *y, int64_t n)
+{
+    const ggml_half *x = vx;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+        _mm256_storeu_ps(y + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8))));
+    }
+    for (; i < n; i++)
+        y[i] = h2f(x[i]);
+}
+
+static void dequantize_row_bf16_avx2(const void *vx, float *y, int64_t n)
+{
+    const uint16_t *x = vx;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, bf16x8_to_ps(x + i));
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        memcpy(&y[i], &u, 4);
+    }
+}
+
 // ---- 32-element blocks -----------------------------------------------------
 
 /* Each block kernel adds d * dot(block i) to acc. Four accumulators hide the
@@ -473,6 +499,8 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_F32].vec_dot = vec_dot_f32_f32_avx2;
     ops[GGML_TYPE_F16].vec_dot = vec_dot_f16_f32_avx2;
     ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx2;
+    ops[GGML_TYPE_F16].to_float = dequantize_row_f16_avx2;
+    ops[GGML_TYPE_BF16].to_float = dequantize_row_bf16_avx2;
     ops[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_avx2;
     ops[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_avx2;
     ops[GGML_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1_avx2;
