@@ -628,7 +628,7 @@ static int parse_sequence(struct parser *p, int rule, bool nested)
             if (parse_alternates(p, sub, true) < 0)
                 return -1;
             if (p->pos >= p->len || p->s[p->pos] != ')')
-                return perr(p, p->pos, "expected ')' to close the group at line offset %zu", at);
+                return perr(p, at, "group without its closing ')'");
             p->pos++;
             last = p->rules[rule].n;
             if (push_el(p, rule, EL(E_REF, sub)) < 0)
@@ -1437,6 +1437,21 @@ int grammar_matcher_accept_bytes(struct grammar_matcher *m, const char *s, size_
             return cur == -3 ? OMNI_ERR_NOMEM : OMNI_ERR_ARG;
     }
     m->cur = cur;
+    return 0;
+}
+
+int grammar_matcher_next_bytes(struct grammar_matcher *m, uint32_t set[8])
+{
+    memset(set, 0, 8 * sizeof *set);
+    if (m->failed || m->ended)
+        return m->failed ? OMNI_ERR_NOMEM : 0;
+    for (unsigned b = 0; b < 256; b++) {
+        const int32_t t = step(m, m->cur, b);
+        if (t == -3)
+            return OMNI_ERR_NOMEM;
+        if (t >= 0)
+            set[b >> 5] |= 1u << (b & 31);
+    }
     return 0;
 }
 

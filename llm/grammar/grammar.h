@@ -68,6 +68,9 @@ const float *grammar_matcher_apply(struct grammar_matcher *m, const float *logit
 int grammar_matcher_accept(struct grammar_matcher *m, int32_t token);
 /* Advance by raw bytes (tests, forced prefixes); same returns. */
 int grammar_matcher_accept_bytes(struct grammar_matcher *m, const char *s, size_t len);
+/* Bytes that may come next: bit b of set[b / 32] (tests, forced text).
+ * 0, or OMNI_ERR_NOMEM when the state limit is hit. */
+int grammar_matcher_next_bytes(struct grammar_matcher *m, uint32_t set[8]);
 /* The grammar may end here / must end here (nothing can follow). */
 bool grammar_matcher_can_end(const struct grammar_matcher *m);
 bool grammar_matcher_must_end(const struct grammar_matcher *m);

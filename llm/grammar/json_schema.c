@@ -122,7 +122,7 @@ static int rule_begin(struct jb *b)
 }
 
 static const char *const primitives =
-    "ws ::= [ \\t\\n]{0,8}\n"
+    "ws ::= (\" \" | \"\\n\" [ \\t]{0,16})?\n"
     "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"
     "json-int ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
