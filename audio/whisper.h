@@ -164,7 +164,9 @@ struct whisper_full_params whisper_full_default_params(enum whisper_sampling_str
 
 /* Transcribe (or translate) pcm[n_samples] (16 kHz mono floats): log-mel,
  * then 30 s windows seeked by the last timestamp token of each. Results
- * replace the state's previous ones. */
+ * replace the state's previous ones. p NULL: greedy defaults. Memory: the
+ * state holds the cross-attention K/V of every decoder layer (f32) and one
+ * self-attention cache per decoder slot in use (2 per beam). */
 int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, const float *pcm,
                  int64_t n_samples, char *err, size_t errlen);
 int whisper_full_n_segments(const struct whisper_state *s);

@@ -645,6 +645,9 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
 {
     const struct whisper_model *m = s->m;
     const struct whisper_hparams *hp = &m->hp;
+    const struct whisper_full_params defaults = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    if (!p)
+        p = &defaults;
     int rc = check_params(m, p, err, errlen);
     if (rc < 0)
         return rc;
