@@ -106,6 +106,7 @@ struct vdec {
     AVIOContext *avio;
     AVCodecContext *dec;
     AVFrame *frame;
+    AVFrame *last;    /* the most recent decoded frame (kept past end of stream) */
     AVPacket *pkt;
     struct SwsContext *sws;
     int si;           /* video stream index */
@@ -119,6 +120,7 @@ static void vdec_close(struct vdec *d)
 {
     sws_freeContext(d->sws);
     av_frame_free(&d->frame);
+    av_frame_free(&d->last);
     av_packet_free(&d->pkt);
     avcodec_free_context(&d->dec);
     avformat_close_input(&d->fmt);
@@ -175,8 +177,9 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
                          avcodec_get_name(st->codecpar->codec_id));
     d->dec = avcodec_alloc_context3(codec);
     d->frame = av_frame_alloc();
+    d->last = av_frame_alloc();
     d->pkt = av_packet_alloc();
-    if (!d->dec || !d->frame || !d->pkt)
+    if (!d->dec || !d->frame || !d->last || !d->pkt)
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
     if ((rc = avcodec_parameters_to_context(d->dec, st->codecpar)) < 0)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: bad codec parameters (%s)",
@@ -191,7 +194,7 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
     return OMNI_OK;
 }
 
-/* Next decoded frame into d->frame: 1, 0 at end of stream, or an error. */
+/* Next decoded frame into d->last: 1, 0 at end of stream, or an error. */
 static int vdec_next(struct vdec *d, char *err, size_t errlen)
 {
     char e[AV_ERROR_MAX_STRING_SIZE];
@@ -199,6 +202,8 @@ static int vdec_next(struct vdec *d, char *err, size_t errlen)
         int rc = avcodec_receive_frame(d->dec, d->frame);
         if (rc == 0) {
             d->n_decoded++;
+            av_frame_unref(d->last);
+            av_frame_move_ref(d->last, d->frame);
             return 1;
         }
         if (rc == AVERROR_EOF)
@@ -228,15 +233,15 @@ static int vdec_next(struct vdec *d, char *err, size_t errlen)
 
 static double vdec_frame_time(const struct vdec *d)
 {
-    int64_t ts = d->frame->best_effort_timestamp;
+    int64_t ts = d->last->best_effort_timestamp;
     return ts == AV_NOPTS_VALUE ? 0.0 : (double)(ts - d->start) * d->tb;
 }
 
-/* d->frame as RGB; pixels with alpha are composited onto white. */
+/* d->last as RGB; pixels with alpha are composited onto white. */
 static int vdec_to_rgb(struct vdec *d, const struct media_image_params *ip, struct media_image *out,
                        char *err, size_t errlen)
 {
-    AVFrame *f = d->frame;
+    AVFrame *f = d->last;
     int rc = media_image_check_size(f->width, f->height, ip, err, errlen);
     if (rc < 0)
         return rc;
@@ -309,31 +314,32 @@ static int take(struct vdec *d, const struct media_video_params *p, struct media
     return OMNI_OK;
 }
 
-/* Seek to the keyframe at or before each target and decode up to it; a
- * target past the last frame takes the last frame. */
+/* Seek to the keyframe at or before each target and decode up to it (or
+ * keep decoding forward when that keyframe is not past the frames already
+ * decoded); a target past the last frame takes the last frame. */
 static int sample_seeking(struct vdec *d, const struct media_video_params *p, const double *times,
                           int n, struct media_video_frames *v, char *err, size_t errlen)
 {
+    AVStream *st = d->fmt->streams[d->si];
+    int64_t cur = AV_NOPTS_VALUE; /* timestamp of the last decoded frame */
     for (int i = 0; i < n; i++) {
         int64_t ts = d->start + (int64_t)(times[i] / d->tb);
-        if (av_seek_frame(d->fmt, d->si, ts, AVSEEK_FLAG_BACKWARD) < 0)
-            return i == 0 ? 1 : omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: seek failed");
-        avcodec_flush_buffers(d->dec);
-        d->eof_sent = false;
-        int got = 0, rc;
-        while ((rc = vdec_next(d, err, errlen)) > 0) {
-            got = 1;
-            if (vdec_frame_time(d) + 1e-6 >= times[i])
-                break;
-            /* keep the latest frame in case the stream ends before the target */
-            if ((rc = media_image_check_size(d->frame->width, d->frame->height, &p->image, err,
-                                             errlen)) < 0)
-                return rc;
+        int k = av_index_search_timestamp(st, ts, AVSEEK_FLAG_BACKWARD);
+        const AVIndexEntry *key = k >= 0 ? avformat_index_get_entry(st, k) : NULL;
+        if (cur == AV_NOPTS_VALUE || !key || key->timestamp > cur) {
+            if (av_seek_frame(d->fmt, d->si, ts, AVSEEK_FLAG_BACKWARD) < 0)
+                return i == 0 ? 1 : omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: seek failed");
+            avcodec_flush_buffers(d->dec);
+            d->eof_sent = false;
         }
+        int rc;
+        while ((rc = vdec_next(d, err, errlen)) > 0 && vdec_frame_time(d) + 1e-6 < times[i])
+            ;
         if (rc < 0)
             return rc;
-        if (!got)
+        if (!d->last->buf[0])
             return i == 0 ? 1 : omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: no frame at %.2f s", times[i]);
+        cur = d->last->best_effort_timestamp;
         if ((rc = take(d, p, v, err, errlen)) < 0)
             return rc;
     }
