@@ -33,7 +33,11 @@ static void transcribe_usage(FILE *f)
             "  --temperature T         first decoding temperature (default 0)\n"
             "  --no-fallback           no retries at higher temperatures\n"
             "  --prompt TEXT           initial prompt (spelling, names, style)\n"
-            "  --no-timestamps         decode without timestamp tokens (one segment per 30 s)\n"
+            "  --timestamps, --no-timestamps\n"
+            "                          decode with / without timestamp tokens; default: with\n"
+            "                          them for the formats that show times (verbose_json,\n"
+            "                          srt, vtt), without for text and json, as the\n"
+            "                          OpenAI API does\n"
             "  --no-suppress           sample blank, EOT and special tokens like any other\n"
             "  --max-tokens N          tokens per 30 s window (default: half the text context)\n"
             "  --threads N             worker threads (default: physical cores)\n",
@@ -169,6 +173,7 @@ int cli_transcribe(int argc, char **argv)
     int n_files = 0;
     enum fmt fmt = FMT_TEXT;
     long threads = 0, v;
+    int timestamps = -1; /* -1: by format */
     struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -218,8 +223,8 @@ int cli_transcribe(int argc, char **argv)
             p.temperature_inc = 0;
         } else if (!strcmp(a, "--prompt") && val) {
             p.initial_prompt = argv[++i];
-        } else if (!strcmp(a, "--no-timestamps")) {
-            p.no_timestamps = true;
+        } else if (!strcmp(a, "--no-timestamps") || !strcmp(a, "--timestamps")) {
+            timestamps = !strcmp(a, "--timestamps");
         } else if (!strcmp(a, "--no-suppress")) {
             p.suppress_blank = p.suppress_special = false;
         } else if (!strcmp(a, "--max-tokens") && val) {
@@ -242,6 +247,7 @@ int cli_transcribe(int argc, char **argv)
     }
     if (!model || n_files == 0)
         goto usage;
+    p.no_timestamps = timestamps < 0 ? fmt == FMT_TEXT || fmt == FMT_JSON : !timestamps;
 
     char err[512];
     float *pcm = NULL;
