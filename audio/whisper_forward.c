@@ -387,7 +387,6 @@ int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, 
     const float *last = s->d_x + (size_t)(n_tokens - n_out) * d;
     layer_norm(s, s->d_h, last, n_out, d, m->dec_ln_w, m->dec_ln_b);
     omni_matmul(s->tp, &m->tok_emb, s->d_h, n_out, s->logits);
-    s->n_logits = n_out;
     return OMNI_OK;
 }
 

@@ -80,7 +80,7 @@ struct whisper_state {
     float *d_mlp;                           /* [n_text_ctx][4 n_state] */
     float *d_scores;                        /* [nth][max(n_audio_ctx, n_text_ctx)] */
     float *logits;                          /* [logits_cap][n_vocab] */
-    int logits_cap, n_logits;
+    int logits_cap;
 
     /* whisper_full results */
     struct whisper_segment *segs;
