@@ -573,6 +573,60 @@ TEST(engine_stop_tokens)
     llm_model_free(m);
 }
 
+/* Forces two tokens after the first two sampled ones (res first: on_event
+ * takes the same user pointer). */
+struct forcer {
+    struct result res;
+    int32_t ids[2];
+    int calls;
+};
+
+static int32_t force_two(void *user, int choice)
+{
+    struct forcer *f = user;
+    (void)choice;
+    int k = f->calls++ - 2;
+    return k >= 0 && k < 2 ? f->ids[k] : -1;
+}
+
+/* Forced tokens are delivered in place of samples (without logprobs), count
+ * towards max_tokens, and the model continues from them as from a prompt. */
+TEST(engine_force_token)
+{
+    struct llm_model *m = golden("llama-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = engine_default_params();
+    ep.kv_memory_bytes = 1 << 20;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    const int n_vocab = llm_model_hparams(m)->n_vocab;
+    int32_t ids[16];
+    random_prompt(ids, 10, n_vocab, 5);
+    struct group g;
+    group_init(&g);
+    struct forcer f = { .ids = { 7, 11 } };
+    result_init(&f.res, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 10, 8, &f.res);
+    rq.force_token = force_two;
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(f.res.n_tok[0], 8);
+    CHECK_EQ(f.res.finish[0], ENGINE_FINISH_LENGTH);
+    CHECK_EQ(f.res.tok[0][2], 7);
+    CHECK_EQ(f.res.tok[0][3], 11);
+    /* the same continuation as a prompt that ends with the forced tokens */
+    memcpy(ids + 10, f.res.tok[0], 4 * sizeof(int32_t));
+    struct result plain;
+    result_init(&plain, &g);
+    rq = greedy(ids, 14, 4, &plain);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK(memcmp(plain.tok[0], f.res.tok[0] + 4, 4 * sizeof(int32_t)) == 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
 /* Submits `next` from the engine thread at the first token of the request
  * it watches, so that both meet in the next step. */
 struct chain {

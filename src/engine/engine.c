@@ -73,6 +73,7 @@ struct request {
     bool ignore_eog, echo_special, want_logprobs;
     double t_submit_s, deadline_s;
     engine_event_fn on_event;
+    int32_t (*force_token)(void *user, int choice);
     void *user;
     struct grammar *grammar; /* own reference, or NULL */
 };
@@ -569,6 +570,7 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->echo_special = rq->echo_special;
     r->want_logprobs = rq->sampling.n_logprobs > 0;
     r->on_event = rq->on_event;
+    r->force_token = rq->force_token;
     r->user = rq->user;
     r->grammar = grammar_ref(rq->grammar);
     if (rq->n_stop_tokens) {
@@ -922,17 +924,21 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     struct request *r = s->rq;
     struct sampler_logprobs lp;
     char gerr[256];
-    if (r->grammar && !(logits = seq_constrain(em, s, logits, gerr, sizeof gerr))) {
+    int32_t forced = r->force_token ? r->force_token(r->user, s->choice) : -1;
+    if (forced >= em->hp->n_vocab)
+        forced = -1;
+    if (forced < 0 && r->grammar && !(logits = seq_constrain(em, s, logits, gerr, sizeof gerr))) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, gerr);
         return;
     }
-    const int32_t id = sampler_sample(s->smp, logits, r->want_logprobs ? &lp : NULL);
+    const bool want_lp = r->want_logprobs && forced < 0;
+    const int32_t id = forced >= 0 ? forced : sampler_sample(s->smp, logits, want_lp ? &lp : NULL);
     if (id < 0) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: every token is banned (logit bias)");
         return;
     }
     sampler_accept(s->smp, id);
-    if (s->gm && grammar_matcher_accept(s->gm, id) < 0) {
+    if (forced < 0 && s->gm && grammar_matcher_accept(s->gm, id) < 0) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: sampled a token the grammar forbids");
         return;
     }
@@ -970,7 +976,7 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     }
     struct engine_event ev = {
         .type = ENGINE_EV_TOKEN, .request_id = r->id, .choice = s->choice, .token = id,
-        .text = text, .text_len = text_len, .logprobs = r->want_logprobs ? &lp : NULL,
+        .text = text, .text_len = text_len, .logprobs = want_lp ? &lp : NULL,
         .stop_index = -1,
     };
     emit(r, &ev);
@@ -1324,8 +1330,15 @@ struct gen_wait {
     char *err;
     size_t errlen;
     engine_event_fn fn;
+    int32_t (*force)(void *user, int choice);
     void *user;
 };
+
+static int32_t gen_force(void *user, int choice)
+{
+    struct gen_wait *w = user;
+    return w->force(w->user, choice);
+}
 
 static void gen_event(void *user, const struct engine_event *ev)
 {
@@ -1346,11 +1359,12 @@ int engine_generate(struct engine *e, const struct engine_request *rq, char *err
                     size_t errlen)
 {
     struct gen_wait w = { .open = rq->n, .err = err, .errlen = errlen, .fn = rq->on_event,
-                          .user = rq->user };
+                          .force = rq->force_token, .user = rq->user };
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     struct engine_request r = *rq;
     r.on_event = gen_event;
+    r.force_token = rq->force_token ? gen_force : NULL;
     r.user = &w;
     int rc = engine_submit(e, &r, NULL, err, errlen);
     if (rc == 0) {

@@ -127,6 +127,12 @@ struct engine_request {
     void *user;
     struct grammar *grammar;          /* constrain every choice to it (llm/grammar); the
                                          engine takes its own reference. NULL: free text */
+    /* Forced tokens (a reasoning budget's closing tag): called with user on
+     * the engine thread before each sample of a choice; a token id >= 0 is
+     * that choice's next token instead of a sampled one, -1 samples. A forced
+     * token bypasses the grammar and counts, stops and is reported (TOKEN
+     * event, logprobs NULL) like a sampled one. NULL: always sample. */
+    int32_t (*force_token)(void *user, int choice);
 };
 struct engine_request engine_default_request(void);
 
