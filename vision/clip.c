@@ -6,6 +6,7 @@
  * clip.vision.feature_layer without the class token. Matrix products go
  * through omni_matmul on the caller's thread pool. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,10 +66,14 @@ struct loader {
     int rc;
 };
 
-static int lfail(struct loader *l, int code, const char *fmt, const char *a, long long x, long long y)
+static int lfail(struct loader *l, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int lfail(struct loader *l, int code, const char *fmt, ...)
 {
     char msg[200];
-    snprintf(msg, sizeof msg, fmt, a, x, y);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     l->rc = omni_fail(l->err, l->errlen, code, "vision: %s: %s", l->path, msg);
     return l->rc;
 }
@@ -80,7 +85,7 @@ static int get_u32(struct loader *l, const char *key, int *out, bool required)
     if (rc == OMNI_ERR_NOTFOUND && !required)
         return 0;
     if (rc < 0 || v == 0 || v > 1u << 20)
-        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or out of range", key, 0, 0);
+        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or out of range", key);
     *out = (int)v;
     return 0;
 }
@@ -89,11 +94,11 @@ static const struct gguf_tensor *find(struct loader *l, const char *name, bool r
 {
     const struct gguf_tensor *t = gguf_find_tensor(l->m->g, name);
     if (!t && required)
-        lfail(l, OMNI_ERR_FORMAT, "tensor '%s' missing", name, 0, 0);
+        lfail(l, OMNI_ERR_FORMAT, "tensor '%s' missing", name);
     if (t) {
         const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
         if (!tr || !tr->supported) {
-            lfail(l, OMNI_ERR_UNSUPPORTED, "tensor '%s': unsupported type", name, 0, 0);
+            lfail(l, OMNI_ERR_UNSUPPORTED, "tensor '%s': unsupported type", name);
             return NULL;
         }
     }
@@ -143,7 +148,7 @@ static int get_f32_array3(struct loader *l, const char *key, float out[3])
     uint64_t n;
     const void *p = gguf_get_arr_data(l->m->g, key);
     if (gguf_get_arr(l->m->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n < 3 || !p)
-        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or not 3 floats", key, 0, 0);
+        return lfail(l, OMNI_ERR_FORMAT, "key '%s' missing or not 3 floats", key);
     memcpy(out, p, 3 * sizeof(float));
     return 0;
 }
@@ -177,7 +182,7 @@ static uint64_t file_hash(const char *path, struct loader *l)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        lfail(l, OMNI_ERR_IO, "cannot read%s", "", 0, 0);
+        lfail(l, OMNI_ERR_IO, "cannot read");
         return 0;
     }
     static _Thread_local uint8_t buf[1 << 16];
@@ -256,12 +261,8 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     } else if (proj && len == 8 && !memcmp(proj, "idefics3", 8)) {
         in->family = VISION_IDEFICS3, in->projector = "idefics3";
     } else {
-        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%s' not supported (mlp, idefics3)",
-              proj ? "" : "(none)", 0, 0);
-        if (proj)
-            omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
-                      "vision: %s: clip.projector_type '%.*s' not supported (mlp, idefics3)", path,
-                      (int)(len > 40 ? 40 : len), proj);
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3)",
+              proj ? (int)(len > 40 ? 40 : len) : 6, proj ? proj : "(none)");
         goto fail;
     }
     snprintf(m->marker, sizeof m->marker, "<image>");
@@ -280,8 +281,8 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     gguf_get_f32(m->g, "clip.vision.attention.layer_norm_epsilon", &m->eps);
     gguf_get_bool(m->g, "clip.use_gelu", &m->gelu);
     if (in->n_embd % in->n_head || in->image_size % in->patch_size || in->image_size > 4096) {
-        lfail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding %lld, heads %lld, ...)", "",
-              in->n_embd, in->n_head);
+        lfail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding %d, heads %d, image %d, patch %d)",
+              in->n_embd, in->n_head, in->image_size, in->patch_size);
         goto fail;
     }
     int side = in->image_size / in->patch_size;
@@ -298,14 +299,14 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
             const uint8_t *p = gguf_get_arr_data(m->g, "clip.vision.feature_layer");
             int32_t v;
             if (n_fl != 1 || (et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32) || !p) {
-                lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.vision.feature_layer: one layer supported%s", "", 0, 0);
+                lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.vision.feature_layer: only one layer is supported");
                 goto fail;
             }
             memcpy(&v, p, 4);
             in->n_layer = v;
         }
         if (in->n_layer < 1 || in->n_layer > n_block) {
-            lfail(&l, OMNI_ERR_FORMAT, "feature layer %lld outside the %lld blocks%s", "",
+            lfail(&l, OMNI_ERR_FORMAT, "feature layer %d outside the %d blocks",
                   in->n_layer, n_block);
             goto fail;
         }
@@ -318,7 +319,7 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
         if (get_u32(&l, "clip.vision.preproc_image_size", &in->longest_edge, false))
             goto fail;
         if (side % in->scale_factor || in->longest_edge > 16384) {
-            lfail(&l, OMNI_ERR_FORMAT, "patch grid %lld not divisible by scale factor %lld%s", "",
+            lfail(&l, OMNI_ERR_FORMAT, "patch grid %d not divisible by scale factor %d",
                   side, in->scale_factor);
             goto fail;
         }
@@ -329,13 +330,13 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     if (!pe)
         goto fail;
     if (pe->ne[0] * pe->ne[1] * pe->ne[2] != 3LL * P * P || pe->ne[3] * (pe->n_dims == 4) != D) {
-        lfail(&l, OMNI_ERR_FORMAT, "tensor 'v.patch_embd.weight': not [%lld x %lld x 3 x n_embd]", "",
-              P, P);
+        lfail(&l, OMNI_ERR_FORMAT, "tensor 'v.patch_embd.weight': not [%d x %d x 3 x %d]",
+              P, P, D);
         goto fail;
     }
     m->patch = (struct omni_tensor){ .type = pe->type, .ne = { 3LL * P * P, D }, .data = pe->data };
     if (!ggml_row_size(pe->type, 3LL * P * P)) {
-        lfail(&l, OMNI_ERR_UNSUPPORTED, "tensor 'v.patch_embd.weight': type %s", ggml_type_name(pe->type), 0, 0);
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "tensor 'v.patch_embd.weight': type %s", ggml_type_name(pe->type));
         goto fail;
     }
     m->patch_b = get_vec(&l, "v.patch_embd.bias", D, 1, false);
