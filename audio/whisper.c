@@ -666,6 +666,8 @@ struct whisper_state *whisper_state_new(const struct whisper_model *m, struct tp
     ALLOC(s->d_mlp, nt * 4 * d);
     ALLOC(s->d_scores, (size_t)s->nth * max_keys);
 #undef ALLOC
+    if (!(s->d_slot = malloc(nt * sizeof(int))) || !(s->d_pos = malloc(nt * sizeof(int))))
+        goto nomem;
     return s;
 nomem:
     whisper_state_free(s);
@@ -691,5 +693,7 @@ void whisper_state_free(struct whisper_state *s)
         free(s->segs[i].tokens);
     }
     free(s->segs);
+    free(s->d_slot);
+    free(s->d_pos);
     free(s);
 }

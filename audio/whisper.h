@@ -97,7 +97,13 @@ const float *whisper_encoder_output(const struct whisper_state *s);
  * (or of every token with all_logits) are then at whisper_logits(). */
 int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, int n_tokens,
                    int n_past, bool all_logits, char *err, size_t errlen);
-/* [n][n_vocab] floats from the last whisper_decode (n = 1 or n_tokens). */
+/* One token for each of n distinct decoders (tokens[i] at position
+ * n_past[i] of decoders[i]) in one pass: the weights are read once for all
+ * beams or candidates. Logits [n][n_vocab] at whisper_logits(). */
+int whisper_decode_batch(struct whisper_state *s, const int *decoders, const int32_t *tokens, const int *n_past,
+                         int n, char *err, size_t errlen);
+/* [n][n_vocab] floats from the last whisper_decode (n = 1 or n_tokens) or
+ * whisper_decode_batch. */
 const float *whisper_logits(const struct whisper_state *s);
 
 /* After whisper_encode: probabilities of every language (probs[lang_id],

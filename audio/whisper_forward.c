@@ -190,31 +190,36 @@ static void encoder_attention(struct whisper_state *s, const float *q, const flo
     }
 }
 
-/* Decoder attention: query t (absolute position n_past + t) over keys
- * 0 .. n_keys(t) - 1 of K/V [n][d]; causal when `causal` (self-attention). */
+/* Decoder attention of row t's query. Self-attention (causal): over keys
+ * 0 .. pos[t] of its decoder slot's cache in layer `layer`; cross-attention:
+ * over the n_keys rows of k/v. */
 struct dec_attn_job {
     struct whisper_state *s;
-    const float *q, *k, *v;
+    const float *q, *k, *v;   /* k, v: cross-attention only */
     float *out;
-    int n_tokens, n_past, n_keys, d, n_head;
+    const int *slot, *pos;    /* self-attention: row t's cache slot and position */
+    int layer, n_rows, n_keys, d, n_head;
     bool causal;
 };
 
 static void dec_attn_worker(void *arg, int ith, int nth)
 {
     const struct dec_attn_job *j = arg;
-    const int dh = j->d / j->n_head, n_items = j->n_tokens * j->n_head;
+    const struct whisper_hparams *hp = &j->s->m->hp;
+    const int dh = j->d / j->n_head, n_items = j->n_rows * j->n_head;
     const float scale = 1.0f / sqrtf((float)dh);
-    const int max_keys = j->s->m->hp.n_audio_ctx > j->s->m->hp.n_text_ctx ? j->s->m->hp.n_audio_ctx
-                                                                           : j->s->m->hp.n_text_ctx;
+    const int max_keys = hp->n_audio_ctx > hp->n_text_ctx ? hp->n_audio_ctx : hp->n_text_ctx;
+    const size_t layer_off = (size_t)j->layer * hp->n_text_ctx * j->d;
     float *sc = j->s->d_scores + (size_t)ith * max_keys;
     for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
         const int t = it / j->n_head, h = it % j->n_head;
-        const int n_keys = j->causal ? j->n_past + t + 1 : j->n_keys;
+        const int n_keys = j->causal ? j->pos[t] + 1 : j->n_keys;
+        const float *K = j->causal ? j->s->self_k[j->slot[t]] + layer_off : j->k;
+        const float *V = j->causal ? j->s->self_v[j->slot[t]] + layer_off : j->v;
         const float *q = j->q + (size_t)t * j->d + h * dh;
         float mx = -INFINITY;
         for (int i = 0; i < n_keys; i++) {
-            const float *k = j->k + (size_t)i * j->d + h * dh;
+            const float *k = K + (size_t)i * j->d + h * dh;
             float dot = 0.0f;
             for (int c = 0; c < dh; c++)
                 dot += q[c] * k[c];
@@ -227,7 +232,7 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         float *o = j->out + (size_t)t * j->d + h * dh;
         memset(o, 0, dh * sizeof(float));
         for (int i = 0; i < n_keys; i++) {
-            const float p = sc[i] / sum, *v = j->v + (size_t)i * j->d + h * dh;
+            const float p = sc[i] / sum, *v = V + (size_t)i * j->d + h * dh;
             for (int c = 0; c < dh; c++)
                 o[c] += p * v[c];
         }
@@ -318,28 +323,34 @@ const float *whisper_encoder_output(const struct whisper_state *s) { return s->e
 
 // ---- decoder ------------------------------------------------------------------
 
-int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, int n_tokens, int n_past,
-                   bool all_logits, char *err, size_t errlen)
+static int ensure_cache(struct whisper_state *s, int slot, char *err, size_t errlen)
+{
+    const struct whisper_hparams *hp = &s->m->hp;
+    const size_t cache = (size_t)hp->n_text_layer * hp->n_text_ctx * hp->n_text_state;
+    if (s->self_k[slot])
+        return OMNI_OK;
+    if (!(s->self_k[slot] = malloc(cache * sizeof(float))) || !(s->self_v[slot] = malloc(cache * sizeof(float)))) {
+        free(s->self_k[slot]);
+        s->self_k[slot] = NULL;
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for a K/V cache");
+    }
+    return OMNI_OK;
+}
+
+/* Rows t = 0 .. n-1: tokens[t] at position pos[t] of decoder slot slot[t]
+ * (arguments checked by the callers); logits of the last n_out rows. Rows of
+ * one slot must come in position order: each row's K/V are cached before
+ * any row attends. */
+static int decode_rows(struct whisper_state *s, const int *slot, const int32_t *tokens, const int *pos, int n,
+                       int n_out, char *err, size_t errlen)
 {
     const struct whisper_model *m = s->m;
     const struct whisper_hparams *hp = &m->hp;
     const int d = hp->n_text_state, nt = hp->n_text_ctx, nc = hp->n_audio_ctx, nv = hp->n_vocab;
-    if (decoder < 0 || decoder >= WHISPER_MAX_DECODERS || n_tokens < 1 || n_past < 0 || n_past + n_tokens > nt)
-        return omni_fail(err, errlen, OMNI_ERR_ARG,
-                         "whisper: decode: decoder %d, %d tokens at %d exceed the %d-token text context", decoder,
-                         n_tokens, n_past, nt);
-    for (int t = 0; t < n_tokens; t++)
-        if (tokens[t] < 0 || tokens[t] >= nv)
-            return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: token %d out of range (n_vocab %d)",
-                             tokens[t], nv);
-    const size_t cache = (size_t)hp->n_text_layer * nt * d;
-    if (!s->self_k[decoder] && (!(s->self_k[decoder] = malloc(cache * sizeof(float))) ||
-                                !(s->self_v[decoder] = malloc(cache * sizeof(float))))) {
-        free(s->self_k[decoder]);
-        s->self_k[decoder] = NULL;
-        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for a K/V cache");
-    }
-    const int n_out = all_logits ? n_tokens : 1;
+    int rc;
+    for (int t = 0; t < n; t++)
+        if ((rc = ensure_cache(s, slot[t], err, errlen)) < 0)
+            return rc;
     if (n_out > s->logits_cap) {
         float *l = realloc(s->logits, (size_t)n_out * nv * sizeof(float));
         if (!l)
@@ -349,45 +360,96 @@ int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, 
     }
 
     /* token + position embeddings */
-    for (int t = 0; t < n_tokens; t++) {
+    for (int t = 0; t < n; t++) {
         float *x = s->d_x + (size_t)t * d;
         omni_tensor_get_row(&m->tok_emb, tokens[t], x);
-        const float *pe = m->dec_pos + (size_t)(n_past + t) * d;
+        const float *pe = m->dec_pos + (size_t)pos[t] * d;
         for (int i = 0; i < d; i++)
             x[i] += pe[i];
     }
     for (int l = 0; l < hp->n_text_layer; l++) {
         const struct whisper_dec_layer *L = &m->dec[l];
-        float *kc = s->self_k[decoder] + (size_t)l * nt * d, *vc = s->self_v[decoder] + (size_t)l * nt * d;
-        /* causal self-attention; this step's K/V go into the cache first */
-        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->self.attn_ln_w, L->self.attn_ln_b);
-        linear(s, &L->self.attn_q, L->self.attn_q_b, s->d_h, n_tokens, s->d_q);
-        linear(s, &L->self.attn_k, NULL, s->d_h, n_tokens, kc + (size_t)n_past * d);
-        linear(s, &L->self.attn_v, L->self.attn_v_b, s->d_h, n_tokens, vc + (size_t)n_past * d);
-        struct dec_attn_job sa = { s, s->d_q, kc, vc, s->d_att, n_tokens, n_past, 0, d, hp->n_text_head, true };
+        /* causal self-attention; every row's K/V go into its cache first */
+        layer_norm(s, s->d_h, s->d_x, n, d, L->self.attn_ln_w, L->self.attn_ln_b);
+        linear(s, &L->self.attn_q, L->self.attn_q_b, s->d_h, n, s->d_q);
+        linear(s, &L->self.attn_k, NULL, s->d_h, n, s->d_k);
+        linear(s, &L->self.attn_v, L->self.attn_v_b, s->d_h, n, s->d_v);
+        for (int t = 0; t < n; t++) {
+            const size_t at = ((size_t)l * nt + pos[t]) * d;
+            memcpy(s->self_k[slot[t]] + at, s->d_k + (size_t)t * d, d * sizeof(float));
+            memcpy(s->self_v[slot[t]] + at, s->d_v + (size_t)t * d, d * sizeof(float));
+        }
+        struct dec_attn_job sa = { s, s->d_q, NULL, NULL, s->d_att, slot, pos, l, n, 0, d, hp->n_text_head, true };
         whisper_run(s, dec_attn_worker, &sa);
-        linear(s, &L->self.attn_out, NULL, s->d_att, n_tokens, s->d_h);
-        residual(s, s->d_x, s->d_h, L->self.attn_out_b, n_tokens, d);
+        linear(s, &L->self.attn_out, NULL, s->d_att, n, s->d_h);
+        residual(s, s->d_x, s->d_h, L->self.attn_out_b, n, d);
         /* cross-attention over the window's encoder output */
-        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->cross_ln_w, L->cross_ln_b);
-        linear(s, &L->cross_q, L->cross_q_b, s->d_h, n_tokens, s->d_q);
+        layer_norm(s, s->d_h, s->d_x, n, d, L->cross_ln_w, L->cross_ln_b);
+        linear(s, &L->cross_q, L->cross_q_b, s->d_h, n, s->d_q);
         struct dec_attn_job ca = { s, s->d_q, s->cross_k + (size_t)l * nc * d, s->cross_v + (size_t)l * nc * d,
-                                   s->d_att, n_tokens, n_past, nc, d, hp->n_text_head, false };
+                                   s->d_att, NULL, NULL, l, n, nc, d, hp->n_text_head, false };
         whisper_run(s, dec_attn_worker, &ca);
-        linear(s, &L->cross_out, NULL, s->d_att, n_tokens, s->d_h);
-        residual(s, s->d_x, s->d_h, L->cross_out_b, n_tokens, d);
+        linear(s, &L->cross_out, NULL, s->d_att, n, s->d_h);
+        residual(s, s->d_x, s->d_h, L->cross_out_b, n, d);
         /* MLP */
-        layer_norm(s, s->d_h, s->d_x, n_tokens, d, L->self.mlp_ln_w, L->self.mlp_ln_b);
-        linear(s, &L->self.mlp_0, NULL, s->d_h, n_tokens, s->d_mlp);
-        bias_gelu(s, s->d_mlp, L->self.mlp_0_b, n_tokens, 4 * d);
-        linear(s, &L->self.mlp_2, NULL, s->d_mlp, n_tokens, s->d_h);
-        residual(s, s->d_x, s->d_h, L->self.mlp_2_b, n_tokens, d);
+        layer_norm(s, s->d_h, s->d_x, n, d, L->self.mlp_ln_w, L->self.mlp_ln_b);
+        linear(s, &L->self.mlp_0, NULL, s->d_h, n, s->d_mlp);
+        bias_gelu(s, s->d_mlp, L->self.mlp_0_b, n, 4 * d);
+        linear(s, &L->self.mlp_2, NULL, s->d_mlp, n, s->d_h);
+        residual(s, s->d_x, s->d_h, L->self.mlp_2_b, n, d);
     }
     /* final norm, then logits through the token embedding */
-    const float *last = s->d_x + (size_t)(n_tokens - n_out) * d;
+    const float *last = s->d_x + (size_t)(n - n_out) * d;
     layer_norm(s, s->d_h, last, n_out, d, m->dec_ln_w, m->dec_ln_b);
     omni_matmul(s->tp, &m->tok_emb, s->d_h, n_out, s->logits);
     return OMNI_OK;
+}
+
+static int check_token(const struct whisper_state *s, int32_t tok, char *err, size_t errlen)
+{
+    if (tok < 0 || tok >= s->m->hp.n_vocab)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: token %d out of range (n_vocab %d)", tok,
+                         s->m->hp.n_vocab);
+    return OMNI_OK;
+}
+
+int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, int n_tokens, int n_past,
+                   bool all_logits, char *err, size_t errlen)
+{
+    const int nt = s->m->hp.n_text_ctx;
+    if (decoder < 0 || decoder >= WHISPER_MAX_DECODERS || n_tokens < 1 || n_past < 0 || n_past + n_tokens > nt)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "whisper: decode: decoder %d, %d tokens at %d exceed the %d-token text context", decoder,
+                         n_tokens, n_past, nt);
+    for (int t = 0; t < n_tokens; t++) {
+        int rc = check_token(s, tokens[t], err, errlen);
+        if (rc < 0)
+            return rc;
+        s->d_slot[t] = decoder;
+        s->d_pos[t] = n_past + t;
+    }
+    return decode_rows(s, s->d_slot, tokens, s->d_pos, n_tokens, all_logits ? n_tokens : 1, err, errlen);
+}
+
+int whisper_decode_batch(struct whisper_state *s, const int *decoders, const int32_t *tokens, const int *n_past,
+                         int n, char *err, size_t errlen)
+{
+    if (n < 1 || n > WHISPER_MAX_DECODERS)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: batch of %d (1..%d)", n, WHISPER_MAX_DECODERS);
+    for (int t = 0; t < n; t++) {
+        int rc = check_token(s, tokens[t], err, errlen);
+        if (rc < 0)
+            return rc;
+        bool dup = false;
+        for (int u = 0; u < t; u++)
+            dup = dup || decoders[u] == decoders[t];
+        if (decoders[t] < 0 || decoders[t] >= WHISPER_MAX_DECODERS || dup || n_past[t] < 0 ||
+            n_past[t] >= s->m->hp.n_text_ctx)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: decoder %d at %d (distinct slots "
+                             "0..%d, positions below %d)", decoders[t], n_past[t], WHISPER_MAX_DECODERS - 1,
+                             s->m->hp.n_text_ctx);
+    }
+    return decode_rows(s, decoders, tokens, n_past, n, n, err, errlen);
 }
 
 const float *whisper_logits(const struct whisper_state *s) { return s->logits; }

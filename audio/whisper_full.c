@@ -231,12 +231,20 @@ static void seq_push(struct ctx *c, struct seq *q, int tok)
         q->done = true;
 }
 
-/* Feed the last token of q to its decoder slot and keep the new logits. */
-static int step(struct ctx *c, struct seq *q, int n_prompt)
+/* Feed the last token of each of qs[0..n) to its decoder slot, all in one
+ * batched pass, and keep each one's new logits. */
+static int step(struct ctx *c, struct seq *const *qs, int n, int n_prompt)
 {
-    int rc = whisper_decode(c->s, q->slot, &q->tok[q->n - 1], 1, n_prompt + q->n - 1, false, c->err, c->errlen);
-    if (rc == OMNI_OK)
-        memcpy(q->logits, whisper_logits(c->s), (size_t)c->nv * sizeof(float));
+    int slots[WHISPER_MAX_DECODERS] = { 0 }, pos[WHISPER_MAX_DECODERS] = { 0 };
+    int32_t toks[WHISPER_MAX_DECODERS] = { 0 };
+    for (int i = 0; i < n; i++) {
+        slots[i] = qs[i]->slot;
+        toks[i] = qs[i]->tok[qs[i]->n - 1];
+        pos[i] = n_prompt + qs[i]->n - 1;
+    }
+    int rc = whisper_decode_batch(c->s, slots, toks, pos, n, c->err, c->errlen);
+    for (int i = 0; i < n && rc == OMNI_OK; i++)
+        memcpy(qs[i]->logits, whisper_logits(c->s) + (size_t)i * c->nv, (size_t)c->nv * sizeof(float));
     return rc;
 }
 
@@ -265,8 +273,9 @@ static int run_sampling(struct ctx *c, struct seq *seqs, int n, float temperatur
             }
         }
     }
-    for (bool active = true; active;) {
-        active = false;
+    for (int n_active = n; n_active > 0;) {
+        struct seq *active[WHISPER_MAX_DECODERS];
+        n_active = 0;
         for (int i = 0; i < n; i++) {
             struct seq *q = &seqs[i];
             if (q->done)
@@ -277,10 +286,11 @@ static int run_sampling(struct ctx *c, struct seq *seqs, int n, float temperatur
             if (tok < 0)
                 tok = c->eot;
             seq_push(c, q, tok);
-            if (!q->done && (rc = step(c, q, n_prompt)) < 0)
-                goto out;
-            active = active || !q->done;
+            if (!q->done)
+                active[n_active++] = q;
         }
+        if (n_active > 0 && (rc = step(c, active, n_active, n_prompt)) < 0)
+            goto out;
         if (aborted(c)) {
             rc = omni_fail(c->err, c->errlen, OMNI_ERR_LIMIT, "whisper: aborted");
             goto out;
@@ -364,16 +374,21 @@ static int run_beam(struct ctx *c, struct seq *beams, struct seq *next, struct s
                 goto out;
             n_next++;
         }
-        /* sequences at the length limit finish as they are */
+        /* sequences at the length limit finish as they are; the rest step together */
+        struct seq *go[WHISPER_MAX_BEAMS];
+        int n_go = 0;
+        for (int k = 0; k < n_next; k++) {
+            if (!next[k].done)
+                go[n_go++] = &next[k];
+            else if (*n_finished < B)
+                seq_copy(&finished[(*n_finished)++], &next[k]);
+        }
+        if (n_go > 0 && (rc = step(c, go, n_go, n_prompt)) < 0)
+            goto out;
         n_beams = 0;
         for (int k = 0; k < n_next; k++) {
-            if (next[k].done) {
-                if (*n_finished < B)
-                    seq_copy(&finished[(*n_finished)++], &next[k]);
+            if (next[k].done)
                 continue;
-            }
-            if ((rc = step(c, &next[k], n_prompt)) < 0)
-                goto out;
             struct seq tmp = beams[n_beams];
             beams[n_beams] = next[k];
             next[k] = tmp;

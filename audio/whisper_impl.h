@@ -79,6 +79,7 @@ struct whisper_state {
     float *d_x, *d_h, *d_q, *d_k, *d_v, *d_att; /* [n_text_ctx][n_state] */
     float *d_mlp;                           /* [n_text_ctx][4 n_state] */
     float *d_scores;                        /* [nth][max(n_audio_ctx, n_text_ctx)] */
+    int *d_slot, *d_pos;                    /* [n_text_ctx]: whisper_decode's rows */
     float *logits;                          /* [logits_cap][n_vocab] */
     int logits_cap;
 

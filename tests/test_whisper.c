@@ -83,6 +83,16 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
         CHECK_EQ(whisper_decode(s, 3, golden_tokens + t, 1, t, false, err, sizeof err), OMNI_OK);
         d_step = fmax(d_step, max_abs_diff(whisper_logits(s), ref_logits + (size_t)t * GOLDEN_VOCAB, GOLDEN_VOCAB));
     }
+    /* two sequences of different lengths stepped in one batch */
+    CHECK_EQ(whisper_decode(s, 4, golden_tokens, 5, 0, false, err, sizeof err), OMNI_OK);
+    CHECK_EQ(whisper_decode(s, 5, golden_tokens, 7, 0, false, err, sizeof err), OMNI_OK);
+    const int slots[2] = { 5, 4 }, pos[2] = { 7, 5 };
+    const int32_t toks[2] = { golden_tokens[7], golden_tokens[5] };
+    CHECK_EQ(whisper_decode_batch(s, slots, toks, pos, 2, err, sizeof err), OMNI_OK);
+    d_step = fmax(d_step, max_abs_diff(whisper_logits(s), ref_logits + 7 * GOLDEN_VOCAB, GOLDEN_VOCAB));
+    d_step = fmax(d_step, max_abs_diff(whisper_logits(s) + GOLDEN_VOCAB, ref_logits + 5 * GOLDEN_VOCAB, GOLDEN_VOCAB));
+    const int dup[2] = { 4, 4 };
+    CHECK_EQ(whisper_decode_batch(s, dup, toks, pos, 2, err, sizeof err), OMNI_ERR_ARG);
     fprintf(stderr, "[%s: encoder %.2e, logits %.2e, cached %.2e] ", type, d_enc, d_all, d_step);
     CHECK(d_enc < tol_enc);
     CHECK(d_all < tol_logits);
