@@ -5,6 +5,7 @@
  * SigLIP has a patch bias and a post-norm; LLaVA reads the output of layer
  * clip.vision.feature_layer without the class token. Matrix products go
  * through omni_matmul on the caller's thread pool. */
+#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
+#include "src/core/threadpool.h"
 #include "vision/vision.h"
 
 struct clip_layer {
@@ -50,8 +52,7 @@ struct vision_ctx {
     struct tpool *tp;
     float *patches;                  /* (n_patches, 3 * patch^2) */
     float *x, *h, *q, *k, *v, *att;  /* (n_pos, n_embd) */
-    float *qh, *kh, *vt, *oh;        /* one head: (n_pos, d_head), vt (d_head, n_pos) */
-    float *scores;                   /* (n_pos, n_pos) */
+    float *scores;                   /* (threads, n_pos, n_pos): one score matrix per thread */
     float *ff;                       /* (n_pos, max(n_ff, projector widths)) */
     float *shuf;                     /* (tokens_per_image, n_embd * scale^2) */
 };
@@ -390,8 +391,7 @@ void vision_ctx_free(struct vision_ctx *c)
 {
     if (!c)
         return;
-    float *v[] = { c->patches, c->x, c->h, c->q, c->k, c->v, c->att, c->qh, c->kh, c->vt, c->oh,
-                   c->scores, c->ff, c->shuf };
+    float *v[] = { c->patches, c->x, c->h, c->q, c->k, c->v, c->att, c->scores, c->ff, c->shuf };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
         free(v[j]);
     free(c);
@@ -405,7 +405,7 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
         goto oom;
     c->m = m, c->tp = tp;
     const struct vision_info *in = &m->info;
-    const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd, dh = D / in->n_head;
+    const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd;
     const size_t s2 = (size_t)in->scale_factor * in->scale_factor;
     size_t wide = (size_t)m->n_ff;
     if (m->mm0.type >= 0 && (size_t)m->mm0.ne[1] > wide)
@@ -416,15 +416,10 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
     float **nd[] = { &c->x, &c->h, &c->q, &c->k, &c->v, &c->att };
     for (size_t j = 0; j < sizeof nd / sizeof *nd; j++)
         *nd[j] = malloc(sizeof(float) * n * D);
-    c->qh = malloc(sizeof(float) * n * dh);
-    c->kh = malloc(sizeof(float) * n * dh);
-    c->vt = malloc(sizeof(float) * n * dh);
-    c->oh = malloc(sizeof(float) * n * dh);
-    c->scores = malloc(sizeof(float) * n * n);
+    c->scores = malloc(sizeof(float) * n * n * (size_t)(tp ? tpool_size(tp) : 1));
     c->ff = malloc(sizeof(float) * n * wide);
     c->shuf = malloc(sizeof(float) * (size_t)in->tokens_per_image * D * s2);
-    if (!c->patches || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->qh || !c->kh ||
-        !c->vt || !c->oh || !c->scores || !c->ff || !c->shuf)
+    if (!c->patches || !c->x || !c->h || !c->q || !c->k || !c->v || !c->att || !c->scores || !c->ff || !c->shuf)
         goto oom;
     return c;
 oom:
@@ -468,41 +463,54 @@ static void linear(struct vision_ctx *c, const struct omni_tensor *w, const floa
     add_bias(y, b, n_rows, (int)w->ne[1]);
 }
 
+/* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): one expf instead of tanhf */
 static float gelu_tanh(float x)
 {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    return x / (1.0f + expf(-1.5957691216f * (x + 0.044715f * x * x * x)));
 }
 static float gelu_quick(float x) { return x / (1.0f + expf(-1.702f * x)); }
 static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 
-/* softmax(Q K^T / sqrt(d)) V, head by head; att = concatenated heads. */
+struct attn_job {
+    struct vision_ctx *c;
+    int n;
+};
+
+/* softmax(Q K^T / sqrt(d)) V for heads ith, ith + nth, ...: strided sgemm
+ * calls straight on the [n][n_embd] Q/K/V rows (no per-head copies), one
+ * score matrix per thread; att = the heads side by side. */
+static void attention_heads(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    struct vision_ctx *c = j->c;
+    const int n = j->n, D = c->m->info.n_embd, H = c->m->info.n_head, dh = D / H;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *scores = c->scores + (size_t)ith * n * n;
+    for (int hd = ith; hd < H; hd += nth) {
+        const float *q = c->q + hd * dh, *k = c->k + hd * dh, *v = c->v + hd * dh;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dh, scale, q, D, k, D, 0.0f,
+                    scores, n);
+        for (int i = 0; i < n; i++) {
+            float *s = scores + (size_t)i * n, mx = s[0], sum = 0;
+            for (int t = 1; t < n; t++)
+                mx = s[t] > mx ? s[t] : mx;
+            for (int t = 0; t < n; t++)
+                sum += s[t] = expf(s[t] - mx);
+            for (int t = 0; t < n; t++)
+                s[t] /= sum;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dh, n, 1.0f, scores, n, v, D,
+                    0.0f, c->att + hd * dh, D);
+    }
+}
+
 static void attention(struct vision_ctx *c, int n)
 {
-    const int D = c->m->info.n_embd, H = c->m->info.n_head, dh = D / H;
-    const float scale = 1.0f / sqrtf((float)dh);
-    for (int hd = 0; hd < H; hd++) {
-        for (int i = 0; i < n; i++)
-            for (int d = 0; d < dh; d++) {
-                c->qh[(size_t)i * dh + d] = c->q[(size_t)i * D + hd * dh + d] * scale;
-                c->kh[(size_t)i * dh + d] = c->k[(size_t)i * D + hd * dh + d];
-                c->vt[(size_t)d * n + i] = c->v[(size_t)i * D + hd * dh + d];
-            }
-        struct omni_tensor kt = { GGML_TYPE_F32, { dh, n }, c->kh };
-        omni_matmul(c->tp, &kt, c->qh, n, c->scores); /* scores[i][j] = q_i . k_j */
-        for (int i = 0; i < n; i++) {
-            float *s = c->scores + (size_t)i * n, mx = s[0], sum = 0;
-            for (int j = 1; j < n; j++)
-                mx = s[j] > mx ? s[j] : mx;
-            for (int j = 0; j < n; j++)
-                sum += s[j] = expf(s[j] - mx);
-            for (int j = 0; j < n; j++)
-                s[j] /= sum;
-        }
-        struct omni_tensor vw = { GGML_TYPE_F32, { n, dh }, c->vt };
-        omni_matmul(c->tp, &vw, c->scores, n, c->oh); /* oh[i][d] = sum_j p_ij v_j[d] */
-        for (int i = 0; i < n; i++)
-            memcpy(c->att + (size_t)i * D + hd * dh, c->oh + (size_t)i * dh, sizeof(float) * dh);
-    }
+    struct attn_job j = { c, n };
+    if (c->tp)
+        tpool_run(c->tp, attention_heads, &j);
+    else
+        attention_heads(&j, 0, 1);
 }
 
 /* One image plane [3][S][S] through the ViT; leaves the tokens in c->x and
