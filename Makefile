@@ -136,8 +136,13 @@ $(BUILD)/fixtures/whisper-golden-%.bin: tests/fixtures/whisper/config.json tools
 
 # The tiny LLaVA and Idefics3 of tests/fixtures/vision (tools/make_vision_golden.py),
 # converted by tools/hf_mmproj_to_gguf.py (mmproj + LM) for tests/test_vision.c.
-VISION_GOLDEN := $(foreach m,llava idefics3,$(BUILD)/fixtures/vision-$(m)-mmproj-f32.gguf)
+VISION_GOLDEN := $(foreach m,llava idefics3,$(BUILD)/fixtures/vision-$(m)-mmproj-f32.gguf \
+	$(BUILD)/fixtures/vision-$(m)-mmproj-f16.gguf)
 golden-fixtures: $(VISION_GOLDEN)
+$(BUILD)/fixtures/vision-%-mmproj-f16.gguf: tests/fixtures/vision/%/config.json tools/hf_mmproj_to_gguf.py tools/hf_to_gguf.py tools/gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f16 2>$@.log \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 $(BUILD)/fixtures/vision-%-mmproj-f32.gguf: tests/fixtures/vision/%/config.json tools/hf_mmproj_to_gguf.py tools/hf_to_gguf.py tools/gguf.py
 	@mkdir -p $(dir $@)
 	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f32 \

@@ -89,15 +89,17 @@ static int load_ref(const char *c, struct ref *r)
     return r->n_ids > 0 && r->image_token >= 0 ? 0 : -1;
 }
 
-static struct vision_model *load_golden(const char *c)
+static struct vision_model *load_golden_type(const char *c, const char *type)
 {
     char err[256], name[96];
-    snprintf(name, sizeof name, "vision-%s-mmproj-f32.gguf", c);
+    snprintf(name, sizeof name, "vision-%s-mmproj-%s.gguf", c, type);
     struct vision_model *m = vision_model_load(golden(name), err, sizeof err);
     if (!m)
         fprintf(stderr, "    %s\n", err);
     return m;
 }
+
+static struct vision_model *load_golden(const char *c) { return load_golden_type(c, "f32"); }
 
 /* Preprocessing of the fixture picture equals the processor's pixel_values
  * (Pillow resize reproduced: only float rounding may differ). */
@@ -179,6 +181,35 @@ static void check_encode(const char *c)
 
 TEST(vision_llava_encoder_matches_reference) { check_encode("llava"); }
 TEST(vision_idefics3_encoder_matches_reference) { check_encode("idefics3"); }
+
+/* F16 matrices (the usual download): the same path within f16 rounding. */
+static void check_f16(const char *c)
+{
+    char err[256], rel[96];
+    struct vision_model *m = load_golden_type(c, "f16");
+    CHECK(m);
+    const struct vision_info *in = vision_model_info(m);
+    struct vision_ctx *vc = vision_ctx_new(m, NULL, err, sizeof err);
+    CHECK(vc);
+    size_t len;
+    char *png = test_read_file(test_fixture("vision/image.png"), &len);
+    struct vision_embd e;
+    CHECK_EQ(vision_encode_bytes(vc, NULL, png, len, NULL, &e, NULL, err, sizeof err), 0);
+    size_t ne = (size_t)e.n_tokens * in->n_embd_lm;
+    snprintf(rel, sizeof rel, "vision/%s/embeddings.bin", c);
+    float *ref = read_floats(test_fixture(rel), ne);
+    CHECK(ref);
+    double d = max_diff(e.data, ref, ne);
+    printf("    %s f16: embeddings max diff %.3g\n", c, d);
+    CHECK_MSG(d < 0.05, "%s f16 embeddings differ by %g", c, d);
+    free(ref), free(png);
+    vision_embd_release(&e);
+    vision_ctx_free(vc);
+    vision_model_free(m);
+}
+
+TEST(vision_llava_f16_close_to_reference) { check_f16("llava"); }
+TEST(vision_idefics3_f16_close_to_reference) { check_f16("idefics3"); }
 
 /* The layout, written out with "<image>" per row, is the processor's prompt text. */
 static void check_layout(const char *c)
@@ -374,6 +405,25 @@ TEST(vision_rejects_broken_mmproj)
     fclose(f);
     CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "'ldp' not supported");
+    memcpy(p, "mlp", 3);
+    /* a missing tensor, and one of the wrong shape (the class token renamed) */
+    p = memmem(buf, len, "v.blk.1.attn_q.weight", 21);
+    CHECK(p);
+    p[8] = 'x';
+    f = fopen(tmp, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "'v.blk.1.attn_q.weight' missing");
+    p[8] = 'a';
+    p = memmem(buf, len, "clip.vision.patch_size", 22);
+    CHECK(p);
+    p[17] = 'X'; /* the key disappears */
+    f = fopen(tmp, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "clip.vision.patch_size");
     free(buf);
     CHECK(vision_model_load("/nonexistent/mmproj.gguf", err, sizeof err) == NULL);
 }
