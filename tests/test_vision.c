@@ -50,12 +50,28 @@ static double max_diff(const float *a, const float *b, size_t n)
     return m;
 }
 
-/* The reference's input ids and rendered prompt (reference.json). */
+/* The reference's input ids, prompt and rendered prompt (reference.json). */
 struct ref {
     int ids[256], n_ids;
-    char rendered[4096];
+    char prompt[256], rendered[4096];
     int image_token;
 };
+
+/* A JSON string field (\n and \" unescaped; enough for these files). */
+static void json_str(const char *js, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *p = strstr(js, pat);
+    size_t n = 0;
+    for (p = p ? p + strlen(pat) : NULL; p && *p && *p != '"' && n + 1 < cap; p++) {
+        if (*p == '\\')
+            p++, out[n++] = *p == 'n' ? '\n' : *p;
+        else
+            out[n++] = *p;
+    }
+    out[n] = 0;
+}
 
 static int load_ref(const char *c, struct ref *r)
 {
@@ -74,19 +90,10 @@ static int load_ref(const char *c, struct ref *r)
     }
     p = strstr(js, "\"image_token_id\": ");
     r->image_token = p ? atoi(p + 18) : -1;
-    p = strstr(js, "\"rendered\": \"");
-    size_t n = 0;
-    for (p = p ? p + 13 : NULL; p && *p && *p != '"' && n + 1 < sizeof r->rendered; p++) {
-        if (*p == '\\') {
-            p++;
-            r->rendered[n++] = *p == 'n' ? '\n' : *p;
-        } else {
-            r->rendered[n++] = *p;
-        }
-    }
-    r->rendered[n] = 0;
+    json_str(js, "prompt", r->prompt, sizeof r->prompt);
+    json_str(js, "rendered", r->rendered, sizeof r->rendered);
     free(js);
-    return r->n_ids > 0 && r->image_token >= 0 ? 0 : -1;
+    return r->n_ids > 0 && r->image_token >= 0 && r->prompt[0] ? 0 : -1;
 }
 
 static struct vision_model *load_golden_type(const char *c, const char *type)
@@ -249,8 +256,9 @@ static void check_layout(const char *c)
 TEST(vision_llava_layout_matches_processor) { check_layout("llava"); }
 TEST(vision_idefics3_layout_matches_processor) { check_layout("idefics3"); }
 
-/* Fusion: token embeddings with the image rows substituted, through the
- * language model, give the full model's logits. */
+/* Fusion: the reference prompt through vision_prompt_build (the processor's
+ * ids, image rows where its image tokens are), token embeddings and image
+ * rows through the language model: the full model's logits. */
 static void check_logits(const char *c)
 {
     char err[256], rel[96], name[96];
@@ -268,6 +276,10 @@ static void check_logits(const char *c)
     char *png = test_read_file(test_fixture("vision/image.png"), &len);
     struct vision_embd e;
     CHECK_EQ(vision_encode_bytes(vc, NULL, png, len, NULL, &e, NULL, err, sizeof err), 0);
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), true, &e, 1,
+                                 &vp, err, sizeof err), 0);
+    CHECK_EQ(vp.n_positions, r.n_ids);
     const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
     CHECK(te);
     struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
@@ -275,15 +287,22 @@ static void check_logits(const char *c)
     float *x = malloc(sizeof(float) * n * D), *logits = malloc(sizeof(float) * n * V);
     int32_t pos[256], seq[256] = { 0 }, table[64];
     bool want[256];
-    int row = 0;
-    for (int i = 0; i < n; i++) {
-        pos[i] = i, want[i] = true;
-        if (r.ids[i] == r.image_token)
-            memcpy(x + (size_t)i * D, e.data + (size_t)row++ * D, sizeof(float) * D);
-        else
-            omni_tensor_get_row(&tok, r.ids[i], x + (size_t)i * D);
+    for (int i = 0, k = 0; k < vp.n_parts; k++) {
+        const struct vision_prompt_part *pt = &vp.parts[k];
+        CHECK(pt->embd ? pt->media_hash == e.key_hash : pt->media_hash == 0);
+        for (int j = 0; j < pt->n; j++, i++) {
+            if (pt->embd) {
+                CHECK_MSG(r.ids[i] == r.image_token, "position %d: image row where the "
+                          "processor has token %d", i, r.ids[i]);
+                memcpy(x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
+            } else {
+                CHECK_MSG(pt->tokens[j] == r.ids[i], "position %d: token %d, processor %d", i,
+                          pt->tokens[j], r.ids[i]);
+                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * D);
+            }
+            pos[i] = i, want[i] = true;
+        }
     }
-    CHECK_EQ(row, e.n_tokens);
     for (int i = 0; i < 64; i++)
         table[i] = i;
     struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
@@ -298,7 +317,14 @@ static void check_logits(const char *c)
     double d = max_diff(logits, ref, (size_t)n * V);
     printf("    %s: fused logits max diff %.3g\n", c, d);
     CHECK_MSG(d < 1e-3, "%s: logits differ by %g", c, d);
+    /* marker and image counts must agree */
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), true, &e,
+                                 2, &vp, err, sizeof err), OMNI_ERR_ARG);
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), "no image", 8, true, &e, 1, &vp, err,
+                                 sizeof err), OMNI_ERR_ARG);
+    CHECK(vp.parts == NULL);
     free(ref), free(x), free(logits), free(png);
+    vision_prompt_release(&vp);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
     vision_embd_release(&e);

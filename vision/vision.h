@@ -113,6 +113,32 @@ int vision_layout_build(const struct vision_model *m, const struct vision_embd *
                         struct vision_layout *out, char *err, size_t errlen);
 void vision_layout_release(struct vision_layout *l);
 
+/* ---- whole prompts ------------------------------------------------------------
+ * A rendered chat prompt with one vision_image_marker() per image, turned
+ * into the runs an engine request takes (engine_segment): token ids of the
+ * text between images (special tokens parsed) and, per image, its layout -
+ * marker texts as ids, embedding rows by pointer into images[i].data (keep
+ * the images alive while the prompt is used). add_bos prepends the
+ * tokenizer's BOS when its vocabulary asks for one. */
+struct tokenizer;
+struct vision_prompt_part {
+    const int32_t *tokens;   /* n ids, or NULL for embedding rows */
+    const float *embd;       /* [n][n_embd_lm] */
+    int n;
+    uint64_t media_hash;     /* the image's key_hash for rows; 0 for tokens */
+};
+struct vision_prompt {
+    int n_parts;
+    int n_positions;         /* tokens + embedding rows: usage.prompt_tokens */
+    struct vision_prompt_part *parts;
+    int32_t *ids;            /* storage of every part's tokens */
+};
+int vision_prompt_build(const struct vision_model *m, const struct tokenizer *tok,
+                        const char *text, size_t len, bool add_bos,
+                        const struct vision_embd *images, int n_images, struct vision_prompt *out,
+                        char *err, size_t errlen);
+void vision_prompt_release(struct vision_prompt *p);
+
 /* ---- cache ------------------------------------------------------------------ */
 
 /* The 64-bit content hash behind the keys (and the mmproj file hash):
