@@ -231,22 +231,6 @@ int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32
     return api_error_set(e, 500, NULL, "cannot tokenize the prompt");
 }
 
-int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, int n_msgs,
-                    int32_t **ids, int *n, struct api_error *e)
-{
-    size_t need = 0;
-    if (chat_format_apply(m->fmt, msgs, n_msgs, true, NULL, 0, &need) != 0)
-        return api_error_set(e, 400, "messages", "cannot format the messages");
-    char *text = malloc(need + 1);
-    if (!text)
-        return api_error_set(e, 500, NULL, "out of memory");
-    chat_format_apply(m->fmt, msgs, n_msgs, true, text, need + 1, &need);
-    /* The turn markers in the rendered text are special tokens. */
-    int rc = api_tokenize(m->tok, text, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, ids, n, e);
-    free(text);
-    return rc;
-}
-
 int api_chat_prompt_json(const struct api_model *m, const cJSON *messages, const cJSON *tools,
                          const cJSON *kwargs, int32_t **ids, int *n, char **text_out,
                          struct api_error *e)
@@ -386,6 +370,9 @@ void api_call_free(struct api_call *c)
         free(c->stops[i]);
     free(c->stops);
     free(c->echo_text);
+    free(c->force_ids);
+    if (c->proto_state_free)
+        c->proto_state_free(c->proto_state);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -494,6 +481,22 @@ static void api_call_event(void *user, const struct engine_event *ev)
     }
 }
 
+/* Engine thread: the next token of a choice whose reasoning ran over its
+ * budget is the next token of the closing text (once). */
+static int32_t api_call_force(void *user, int choice)
+{
+    struct api_call *c = user;
+    int32_t id = -1;
+    pthread_mutex_lock(&c->lock);
+    struct api_choice *ch = &c->choices[choice];
+    if (ch->chat && ch->n_forced < c->n_force_ids &&
+        (ch->n_forced > 0 || (chatout_reasoning_tokens(ch->chat) >= c->reasoning_budget &&
+                              chatout_in_reasoning(ch->chat))))
+        id = c->force_ids[ch->n_forced++];
+    pthread_mutex_unlock(&c->lock);
+    return id;
+}
+
 int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
                     void (*start)(struct api_call *c))
 {
@@ -507,6 +510,7 @@ int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request 
     }
     c->out = o;
     rq->on_event = api_call_event;
+    rq->force_token = c->n_force_ids > 0 ? api_call_force : NULL;
     rq->user = c;
     char err[512] = "";
     pthread_mutex_lock(&c->lock);

@@ -28,6 +28,7 @@
 #include "llm/sampler.h"
 #include "src/api/apireq.h"
 #include "src/api/chatout.h"
+#include "src/api/chatreq.h"
 #include "src/api/errors.h"
 #include "src/engine/engine.h"
 #include "ws/ws_http.h"
@@ -105,9 +106,6 @@ void api_respond_json(struct ws_req *r, int status, struct cJSON *body);
 /* text -> malloc'd ids (*ids, *n). flags: TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL. */
 int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32_t **ids, int *n,
                  struct api_error *e);
-/* Render messages with the model's chat format and tokenize them. */
-int api_chat_prompt(const struct api_model *m, const struct chat_message *msgs, int n_msgs,
-                    int32_t **ids, int *n, struct api_error *e);
 /* Render an OpenAI-shaped messages array (tool_calls, tool turns), the
  * tools array (NULL: none) and template kwargs (enable_thinking, ...; NULL)
  * with the model's chat template (built-in format as the fallback), and
@@ -137,6 +135,7 @@ struct api_choice {                /* engine thread, under the call's lock */
     int tokens;
     double last_token_s;           /* for inter-token latency */
     struct chatout *chat;          /* chat routes: reasoning / tool-call split (freed with the call) */
+    int n_forced;                  /* reasoning budget: closing tokens forced so far */
 };
 
 struct api_call;
@@ -183,6 +182,12 @@ struct api_call {
     bool timed_out;
     char error[256];               /* first ENGINE_EV_ERROR message */
     int state;                     /* the protocol's own progress marker */
+    void *proto_state;             /* the protocol's own object, freed with proto_state_free */
+    void (*proto_state_free)(void *);
+    /* Reasoning budget: once a choice has generated reasoning_budget tokens
+     * inside its reasoning, force_ids (the closing text) are fed to it. */
+    int32_t *force_ids;
+    int n_force_ids, reasoning_budget;
 };
 
 /* A call for n choices with the id "<id_prefix><request id>"; stream,

@@ -164,5 +164,6 @@ void chatout_finish(struct chatout *o, chatout_fn fn, void *user)
 const char *chatout_content(const struct chatout *o) { return o->content.s ? o->content.s : ""; }
 const char *chatout_reasoning(const struct chatout *o) { return o->reasoning.s ? o->reasoning.s : ""; }
 int chatout_reasoning_tokens(const struct chatout *o) { return o->reasoning_tokens; }
+bool chatout_in_reasoning(const struct chatout *o) { return reasoning_parser_in_reasoning(o->rp); }
 int chatout_n_calls(const struct chatout *o) { return cJSON_GetArraySize(o->calls); }
 const cJSON *chatout_calls(const struct chatout *o) { return o->calls; }

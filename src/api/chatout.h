@@ -55,6 +55,7 @@ void chatout_finish(struct chatout *o, chatout_fn fn, void *user);
 const char *chatout_content(const struct chatout *o);     /* never NULL */
 const char *chatout_reasoning(const struct chatout *o);   /* never NULL */
 int chatout_reasoning_tokens(const struct chatout *o);
+bool chatout_in_reasoning(const struct chatout *o);        /* inside reasoning now */
 int chatout_n_calls(const struct chatout *o);
 /* OpenAI tool_calls: [{"id","type":"function","function":{"name","arguments"}}] (owned by o). */
 const struct cJSON *chatout_calls(const struct chatout *o);

@@ -1,5 +1,5 @@
 /* openai.c - OpenAI-compatible routes. Requests become engine requests (the
- * chat prompt rendered with the model's built-in chat format); engine events
+ * chat prompt rendered with the model's chat template, chatreq.h); engine events
  * become responses in the exact shape OpenAI sends: for streams a role chunk
  * per choice first, then content deltas, a finish chunk per choice, an
  * optional usage chunk with empty choices, and "data: [DONE]". */
@@ -203,15 +203,12 @@ static void openai_write_json(struct api_call *c, cJSON *body)
     free(s);
 }
 
-/* Message and sampling fields -> engine request; the prompt stays owned by the caller. */
+/* Sampling fields -> engine request (the caller adds prompt and stops). */
 static void openai_engine_request(const struct api_model *m, const struct apireq_gen *g,
-                                  const int32_t *ids, int n_ids, const char *const *stops,
-                                  int n_stops, struct engine_request *rq)
+                                  struct engine_request *rq)
 {
     *rq = engine_default_request();
     rq->model = m->index;
-    rq->prompt = ids;
-    rq->n_prompt = n_ids;
     rq->sampling = g->sp;
     /* The engine reports log-probabilities only when alternatives are asked
      * for; the chosen token's value comes with them. */
@@ -219,8 +216,6 @@ static void openai_engine_request(const struct api_model *m, const struct apireq
         rq->sampling.n_logprobs = 1;
     rq->n = g->n;
     rq->max_tokens = g->max_tokens;
-    rq->stop = stops;
-    rq->n_stop = n_stops;
     rq->timeout_s = g->timeout_s;
 }
 
@@ -409,191 +404,6 @@ static const struct api_proto openai_chat_proto = {
     openai_chat_text, openai_chat_choice_done, openai_chat_finish,
 };
 
-static const char *const openai_roles[] = { "system", "developer", "user", "assistant", "tool" };
-
-/* messages[] -> chat messages (contents malloc'd into texts[]). */
-static int openai_messages(const cJSON *root, struct chat_message **out, char ***texts, int *n,
-                           struct api_error *e)
-{
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!msgs || cJSON_IsNull(msgs))
-        return api_error_set(e, 400, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-        return api_error_set(e, 400, "messages", "'messages' must be a non-empty array");
-    int count = cJSON_GetArraySize(msgs);
-    *out = calloc((size_t)count, sizeof **out);
-    *texts = calloc((size_t)count, sizeof **texts);
-    *n = 0;
-    if (!*out || !*texts)
-        return api_error_set(e, 500, NULL, "out of memory");
-    const cJSON *m;
-    cJSON_ArrayForEach(m, msgs) {
-        int i = *n;
-        char field[64];
-        snprintf(field, sizeof field, "messages[%d]", i);
-        if (!cJSON_IsObject(m))
-            return api_error_set(e, 400, field, "'%s' must be an object", field);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role))
-            return api_error_set(e, 400, field, "'%s.role' must be a string", field);
-        const char *rname = NULL;
-        for (size_t k = 0; k < sizeof openai_roles / sizeof openai_roles[0]; k++)
-            if (!strcmp(role->valuestring, openai_roles[k]))
-                rname = openai_roles[k];
-        if (!rname)
-            return api_error_set(e, 400, field,
-                                 "'%s.role' must be system, developer, user, assistant or tool; got '%s'",
-                                 field, role->valuestring);
-        snprintf(field, sizeof field, "messages[%d].content", i);
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if ((!content || cJSON_IsNull(content)) && strcmp(rname, "assistant") != 0)
-            return api_error_set(e, 400, field, "'%s' is required", field);
-        if (apireq_text_content(content, field, &(*texts)[i], e) < 0)
-            return -1;
-        /* "developer" is the newer name of "system"; the chat formats know system. */
-        (*out)[i].role = !strcmp(rname, "developer") ? "system" : rname;
-        (*out)[i].content = (*texts)[i];
-        (*n)++;
-    }
-    return 0;
-}
-
-static void openai_free_texts(char **texts, int n)
-{
-    for (int i = 0; texts && i < n; i++)
-        free(texts[i]);
-    free(texts);
-}
-
-/* messages[] as the chat template wants them: string contents, assistant
- * tool_calls with their arguments as objects (templates apply tojson to
- * them), tool turns with tool_call_id. Validated by openai_messages first. */
-static cJSON *openai_template_messages(const cJSON *root, struct api_error *e)
-{
-    cJSON *out = cJSON_CreateArray();
-    const cJSON *m;
-    int i = 0;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(root, "messages")) {
-        char field[64], *text = NULL;
-        snprintf(field, sizeof field, "messages[%d].content", i);
-        const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
-        if (apireq_text_content(cJSON_GetObjectItemCaseSensitive(m, "content"), field, &text, e) < 0)
-            goto fail;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(out, o);
-        cJSON_AddStringToObject(o, "role", !strcmp(role, "developer") ? "system" : role);
-        cJSON_AddStringToObject(o, "content", text);
-        free(text);
-        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-        if (calls && !cJSON_IsNull(calls)) {
-            snprintf(field, sizeof field, "messages[%d].tool_calls", i);
-            if (!cJSON_IsArray(calls)) {
-                api_error_set(e, 400, field, "'%s' must be an array", field);
-                goto fail;
-            }
-            cJSON *tc = cJSON_AddArrayToObject(o, "tool_calls");
-            const cJSON *c;
-            cJSON_ArrayForEach(c, calls) {
-                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-                const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-                const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-                if (!cJSON_IsString(name)) {
-                    api_error_set(e, 400, field, "'%s[].function.name' must be a string", field);
-                    goto fail;
-                }
-                cJSON *x = cJSON_CreateObject();
-                const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
-                if (cJSON_IsString(id))
-                    cJSON_AddStringToObject(x, "id", id->valuestring);
-                cJSON_AddStringToObject(x, "type", "function");
-                cJSON *f = cJSON_AddObjectToObject(x, "function");
-                cJSON_AddStringToObject(f, "name", name->valuestring);
-                cJSON *av = cJSON_IsString(args) ? cJSON_Parse(args->valuestring)
-                                                 : args ? cJSON_Duplicate(args, true) : NULL;
-                cJSON_AddItemToObject(f, "arguments", av ? av : cJSON_CreateObject());
-                cJSON_AddItemToArray(tc, x);
-            }
-        }
-        const char *keys[] = { "tool_call_id", "name" };
-        for (int k = 0; k < 2; k++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[k]);
-            if (cJSON_IsString(v))
-                cJSON_AddStringToObject(o, keys[k], v->valuestring);
-        }
-        i++;
-    }
-    return out;
-fail:
-    cJSON_Delete(out);
-    return NULL;
-}
-
-/* tools, tool_choice, parallel_tool_calls, enable_thinking,
- * chat_template_kwargs, reasoning_effort. */
-static int openai_agent_fields(const cJSON *root, cJSON **tools, cJSON **kwargs, bool *tools_on,
-                               bool *parallel, struct api_error *e)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    *tools = NULL;
-    *kwargs = NULL;
-    *tools_on = false;
-    *parallel = true;
-    if (t && !cJSON_IsNull(t)) {
-        if (!cJSON_IsArray(t))
-            return api_error_set(e, 400, "tools", "'tools' must be an array of function tools");
-        const cJSON *x;
-        int i = 0;
-        cJSON_ArrayForEach(x, t) {
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x, "function");
-            if (!cJSON_IsObject(fn) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
-                return api_error_set(e, 400, "tools", "'tools[%d]' must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
-            i++;
-        }
-        if (i > 0) {
-            *tools = cJSON_Duplicate(t, true);
-            *tools_on = true;
-        }
-    }
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
-    if (cJSON_IsString(tc)) {
-        if (!strcmp(tc->valuestring, "none"))
-            *tools_on = false;
-        else if (strcmp(tc->valuestring, "auto") != 0 && strcmp(tc->valuestring, "required") != 0)
-            return api_error_set(e, 400, "tool_choice", "'tool_choice' must be none, auto, required or a function, got '%s'",
-                                 tc->valuestring);
-    } else if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) {
-        return api_error_set(e, 400, "tool_choice", "'tool_choice' must be a string or an object");
-    }
-    if (apireq_bool(root, "parallel_tool_calls", parallel, e) < 0)
-        return -1;
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
-    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
-        return api_error_set(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    *kwargs = cJSON_IsObject(kw) ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
-    bool think;
-    int r = apireq_bool(root, "enable_thinking", &think, e);
-    if (r < 0)
-        return -1;
-    if (r) {
-        cJSON_DeleteItemFromObjectCaseSensitive(*kwargs, "enable_thinking");
-        cJSON_AddBoolToObject(*kwargs, "enable_thinking", think);
-    }
-    const char *effort = NULL;
-    if (apireq_string(root, "reasoning_effort", &effort, e) < 0)
-        return -1;
-    if (effort) {
-        if (strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high") &&
-            strcmp(effort, "minimal") && strcmp(effort, "none"))
-            return api_error_set(e, 400, "reasoning_effort", "'reasoning_effort' must be minimal, low, medium or high");
-        cJSON_DeleteItemFromObjectCaseSensitive(*kwargs, "reasoning_effort");
-        cJSON_AddStringToObject(*kwargs, "reasoning_effort", effort);
-        /* "none" turns thinking off where the template has the switch */
-        if (!strcmp(effort, "none") && !r)
-            cJSON_AddBoolToObject(*kwargs, "enable_thinking", false);
-    }
-    return 0;
-}
-
 void openai_chat(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -601,86 +411,29 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     struct apireq_gen g;
     apireq_gen_init(&g);
     const struct api_model *m;
-    struct chat_message *msgs = NULL;
-    char **texts = NULL;
-    int n_msgs = 0, n_ids = 0;
-    int32_t *ids = NULL;
-    const char **stops = NULL;
-    cJSON *tmsgs = NULL, *tools = NULL, *kwargs = NULL;
-    char *ptext = NULL, *tools_text = NULL;
-    bool tools_on = false, parallel = true;
-    struct grammar *gram = NULL;
+    struct chatreq cr = { .reasoning_budget = -1 };
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
-    if (apireq_grammar(root, &gram, &e) < 0 ||
-        openai_messages(root, &msgs, &texts, &n_msgs, &e) < 0 ||
-        openai_agent_fields(root, &tools, &kwargs, &tools_on, &parallel, &e) < 0 ||
-        !(tmsgs = openai_template_messages(root, &e)) ||
-        api_chat_prompt_json(m, tmsgs, tools, kwargs, &ids, &n_ids, &ptext, &e) < 0 ||
-        api_check_context(m, n_ids, &g, &e) < 0)
+    if (chatreq_build(m, root, &g, &cr, &e) < 0)
         goto fail;
-    if (tools_on) {
-        /* tool_choice required or a named function: a grammar spells the call
-         * the way this model's tool parser reads it */
-        struct tools_wire w;
-        struct grammar *tg;
-        tools_wire_of(m->tools_fmt, &w);
-        if (apireq_tool_grammar(root, &w, parallel, &tg, &e) < 0)
-            goto fail;
-        if (tg) {
-            grammar_free(gram);
-            gram = tg;
-        }
-    }
-    /* The client's stops, then the end-of-turn text for vocabularies that
-     * do not mark it as end-of-generation. */
-    if (!(stops = calloc((size_t)g.n_stop + 1, sizeof *stops))) {
-        api_error_set(&e, 500, NULL, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < g.n_stop; i++)
-        stops[i] = g.stop[i];
-    stops[g.n_stop] = chat_format_end_of_turn(m->fmt);
     struct api_call *c = api_call_new(a, r, &openai_chat_proto, API_OPENAI, "chatcmpl-", &g);
     if (!c) {
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
-    struct chatout_params cp = chatout_default_params();
-    cp.rfmt = m->rfmt;
-    cp.starts_open = reasoning_prompt_opens(m->rfmt, ptext, strlen(ptext));
-    cp.tools = tools_on;
-    cp.tp.fmt = m->tools_fmt;
-    cp.tp.parallel = parallel;
-    tools_text = tools ? cJSON_PrintUnformatted(tools) : NULL;
-    cp.tp.tools_json = tools_text;
-    for (int i = 0; i < g.n; i++)
-        if (!(c->choices[i].chat = chatout_new(&cp))) {
-            api_call_free(c);
-            api_error_set(&e, 500, NULL, "out of memory");
-            goto fail;
-        }
     struct engine_request rq;
-    openai_engine_request(m, &g, ids, n_ids, stops, g.n_stop + 1, &rq);
-    /* tool and reasoning markers are often control tokens: keep their text */
-    rq.echo_special = tools_on || m->special_markup;
-    rq.grammar = gram;
+    openai_engine_request(m, &g, &rq);
+    if (chatreq_attach(&cr, m, c, &rq, &e) < 0) {
+        api_call_free(c);
+        goto fail;
+    }
     api_call_submit(c, r, &rq, openai_chat_start);
     goto out;
 fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
-    free(tools_text);
-    free(ptext);
-    cJSON_Delete(tmsgs);
-    cJSON_Delete(tools);
-    cJSON_Delete(kwargs);
-    grammar_free(gram);
-    free(stops);
-    free(ids);
-    free(msgs);
-    openai_free_texts(texts, n_msgs);
+    chatreq_free(&cr);
     apireq_gen_free(&g);
     cJSON_Delete(root);
 }
@@ -846,7 +599,11 @@ void openai_completions(struct api *a, struct ws_req *r, const char *arg)
             tokenizer_decode(m->tok, ids, n_ids, false, c->echo_text, need + 1);
     }
     struct engine_request rq;
-    openai_engine_request(m, &g, ids, n_ids, (const char *const *)g.stop, g.n_stop, &rq);
+    openai_engine_request(m, &g, &rq);
+    rq.prompt = ids;
+    rq.n_prompt = n_ids;
+    rq.stop = (const char *const *)g.stop;
+    rq.n_stop = g.n_stop;
     rq.grammar = gram;
     api_call_submit(c, r, &rq, openai_cmpl_start);
     goto out;
@@ -898,7 +655,8 @@ void openai_model(struct api *a, struct ws_req *r, const char *arg)
     api_respond_json(r, 200, openai_model_object(a, m));
 }
 
-/* {"prompt": TEXT} or {"messages": [...]} (rendered with the chat format);
+/* {"prompt": TEXT} or {"messages": [...]} (rendered with the chat template,
+ * with "tools" and the template fields of chat completions);
  * "add_special_tokens" (default true). */
 void openai_tokenize(struct api *a, struct ws_req *r, const char *arg)
 {
@@ -910,9 +668,8 @@ void openai_tokenize(struct api *a, struct ws_req *r, const char *arg)
     size_t len;
     const char *body = ws_req_body(r, &len);
     cJSON *root = apireq_parse(body, len, &e);
-    struct chat_message *msgs = NULL;
-    char **texts = NULL;
-    int n_msgs = 0, n_ids = 0;
+    struct chatreq cr = { .reasoning_budget = -1 };
+    int n_ids = 0;
     int32_t *ids = NULL;
     bool add_special = true;
     const char *prompt = NULL;
@@ -924,9 +681,11 @@ void openai_tokenize(struct api *a, struct ws_req *r, const char *arg)
                          &ids, &n_ids, &e) < 0)
             goto fail;
     } else if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
-        if (openai_messages(root, &msgs, &texts, &n_msgs, &e) < 0 ||
-            api_chat_prompt(m, msgs, n_msgs, &ids, &n_ids, &e) < 0)
+        if (chatreq_render(m, root, &cr, &e) < 0)
             goto fail;
+        ids = cr.ids;
+        n_ids = cr.n_ids;
+        cr.ids = NULL;
     } else {
         api_error_set(&e, 400, "prompt", "give 'prompt' (a string) or 'messages'");
         goto fail;
@@ -941,8 +700,7 @@ fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
     free(ids);
-    free(msgs);
-    openai_free_texts(texts, n_msgs);
+    chatreq_free(&cr);
     cJSON_Delete(root);
 }
 
