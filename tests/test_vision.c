@@ -120,7 +120,7 @@ static void check_preprocess(const char *c, int want_images, int want_rows, int 
     CHECK_EQ(media_image_decode_file(test_fixture("vision/image.png"), NULL, &img, err, sizeof err), 0);
     float *pix;
     int n, rows, cols;
-    CHECK_EQ(vision_preprocess(m, &img, &pix, &n, &rows, &cols, err, sizeof err), 0);
+    CHECK_EQ(vision_preprocess(m, &img, true, &pix, &n, &rows, &cols, err, sizeof err), 0);
     CHECK_EQ(n, want_images);
     CHECK_EQ(rows, want_rows);
     CHECK_EQ(cols, want_cols);
@@ -380,6 +380,51 @@ TEST(vision_cache_hits_skip_the_encoder_and_evict_lru)
     vision_embd_release(&a);
     vision_embd_release(&b);
     free(png);
+    vision_cache_free(cache);
+    vision_ctx_free(vc);
+    vision_model_free(m);
+}
+
+TEST(vision_video_frames_encoded_once)
+{
+    SKIP_IF_NO_SHARED();
+    char err[256];
+    struct vision_model *m = load_golden("idefics3");
+    CHECK(m);
+    struct vision_ctx *vc = vision_ctx_new(m, NULL, err, sizeof err);
+    struct vision_cache *cache = vision_cache_new(16 << 20);
+    size_t len;
+    char *mp4 = test_read_file(test_shared("video/sample.mp4"), &len);
+    CHECK(vc && cache && mp4);
+    struct vision_embd *f;
+    double *t;
+    int n, hits;
+    CHECK_EQ(vision_encode_video(vc, cache, mp4, len, NULL, &f, &n, &t, &hits, err, sizeof err), 0);
+    CHECK_EQ(n, 4);
+    CHECK_EQ(hits, 0);
+    const int per = vision_model_info(m)->tokens_per_image;
+    for (int i = 0; i < n; i++) {
+        /* one global view per frame, no tiles */
+        CHECK(f[i].n_images == 1 && f[i].n_tokens == per && f[i].tile_rows == 0);
+        CHECK_NEAR(t[i], i + 0.5, 0.051);
+    }
+    CHECK(memcmp(f[0].data, f[3].data, sizeof(float) * per * f[0].n_embd) != 0);
+    struct vision_layout lay;
+    CHECK_EQ(vision_layout_build(m, &f[0], &lay, err, sizeof err), 0);
+    CHECK(lay.n == 3 && strcmp(lay.seg[0].text, "<fake_token_around_image><global-img>") == 0);
+    vision_layout_release(&lay);
+    struct vision_embd *g;
+    CHECK_EQ(vision_encode_video(vc, cache, mp4, len, NULL, &g, &n, NULL, &hits, err, sizeof err), 0);
+    CHECK_EQ(hits, 4);
+    for (int i = 0; i < n; i++) {
+        CHECK(memcmp(f[i].data, g[i].data, sizeof(float) * per * f[i].n_embd) == 0);
+        vision_embd_release(&f[i]);
+        vision_embd_release(&g[i]);
+    }
+    free(f), free(g), free(t);
+    CHECK(vision_encode_video(vc, cache, mp4, 1000, NULL, &f, &n, NULL, NULL, err, sizeof err) < 0);
+    CHECK(f == NULL && n == 0);
+    free(mp4);
     vision_cache_free(cache);
     vision_ctx_free(vc);
     vision_model_free(m);

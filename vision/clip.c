@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "media/image.h"
+#include "media/video.h"
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
@@ -617,13 +618,13 @@ int vision_encode_pixels(struct vision_ctx *c, const float *pixels, int n_images
     return OMNI_OK;
 }
 
-int vision_encode_image(struct vision_ctx *c, const struct media_image *img,
+int vision_encode_image(struct vision_ctx *c, const struct media_image *img, bool tiles,
                         struct vision_embd *out, char *err, size_t errlen)
 {
     float *pixels;
     int n_images, rows, cols;
     memset(out, 0, sizeof *out);
-    int rc = vision_preprocess(c->m, img, &pixels, &n_images, &rows, &cols, err, errlen);
+    int rc = vision_preprocess(c->m, img, tiles, &pixels, &n_images, &rows, &cols, err, errlen);
     if (rc < 0)
         return rc;
     rc = vision_encode_pixels(c, pixels, n_images, NULL, out, err, errlen);
@@ -650,7 +651,7 @@ int vision_encode_bytes(struct vision_ctx *c, struct vision_cache *cache, const 
     int rc = media_image_decode(data, len, ip, &img, err, errlen);
     if (rc < 0)
         return rc;
-    rc = vision_encode_image(c, &img, out, err, errlen);
+    rc = vision_encode_image(c, &img, true, out, err, errlen);
     media_image_release(&img);
     if (rc < 0)
         return rc;
@@ -658,6 +659,58 @@ int vision_encode_bytes(struct vision_ctx *c, struct vision_cache *cache, const 
     if (cache)
         vision_cache_put(cache, key, out, (omni_time_s() - t0) * 1e3);
     return OMNI_OK;
+}
+
+int vision_encode_video(struct vision_ctx *c, struct vision_cache *cache, const void *data,
+                        size_t len, const struct media_video_params *vp, struct vision_embd **frames,
+                        int *n_frames, double **times_s, int *n_hits, char *err, size_t errlen)
+{
+    struct media_video_params def = media_video_default_params();
+    struct media_video_frames v;
+    if (!vp)
+        vp = &def;
+    *frames = NULL, *n_frames = 0;
+    if (times_s)
+        *times_s = NULL;
+    if (n_hits)
+        *n_hits = 0;
+    int rc = media_video_sample(data, len, vp, &v, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct vision_embd *out = calloc((size_t)v.n_frames, sizeof *out);
+    if (!out) {
+        media_video_frames_release(&v);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    }
+    /* the clip's key, then one per frame: index and sampling settings */
+    uint64_t base = vision_cache_key(c->m, data, len);
+    int i;
+    for (i = 0; i < v.n_frames; i++) {
+        struct { uint64_t base; int index, max_frames; double fps; } k = { base, i, vp->max_frames, vp->fps };
+        uint64_t key = vision_hash(0x766964656fULL, &k, sizeof k);
+        if (cache && vision_cache_get(cache, key, &out[i])) {
+            if (n_hits)
+                ++*n_hits;
+            continue;
+        }
+        double t0 = omni_time_s();
+        if ((rc = vision_encode_image(c, &v.frames[i], false, &out[i], err, errlen)) < 0)
+            break;
+        out[i].key_hash = key;
+        if (cache)
+            vision_cache_put(cache, key, &out[i], (omni_time_s() - t0) * 1e3);
+    }
+    if (rc < 0) {
+        for (int j = 0; j < i; j++)
+            vision_embd_release(&out[j]);
+        free(out);
+    } else {
+        *frames = out, *n_frames = v.n_frames;
+        if (times_s && (*times_s = malloc(sizeof **times_s * v.n_frames)))
+            memcpy(*times_s, v.time_s, sizeof **times_s * v.n_frames);
+    }
+    media_video_frames_release(&v);
+    return rc;
 }
 
 void vision_embd_release(struct vision_embd *e)

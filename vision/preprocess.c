@@ -165,8 +165,9 @@ static void to_plane(const struct vision_info *in, const struct media_image *img
 /* Python's int(a / b) of the reference size arithmetic. */
 static int trunc_div(double a, double b) { return (int)(a / b); }
 
-int vision_preprocess(const struct vision_model *m, const struct media_image *img, float **pixels,
-                      int *n_images, int *tile_rows, int *tile_cols, char *err, size_t errlen)
+int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
+                      float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
+                      size_t errlen)
 {
     const struct vision_info *in = vision_model_info(m);
     const int S = in->image_size;
@@ -211,14 +212,14 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
     else if (nh > nw && nh > 4096)
         nh = 4096, nw = (int)(nh * aspect);
     nw = nw < 1 ? 1 : nw, nh = nh < 1 ? 1 : nh;
-    // round up to whole S x S tiles
+    // round up to whole S x S tiles (one S x S view without tiles)
     aspect = (double)nw / nh;
-    int tw, th;
-    if (nw >= nh) {
+    int tw = S, th = S;
+    if (tiles && nw >= nh) {
         tw = (nw + S - 1) / S * S;
         th = trunc_div(tw, aspect);
         th = (th + S - 1) / S * S;
-    } else {
+    } else if (tiles) {
         th = (nh + S - 1) / S * S;
         tw = (int)(th * aspect);
         tw = (tw + S - 1) / S * S;

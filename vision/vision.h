@@ -78,8 +78,10 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
                                   size_t errlen);
 void vision_ctx_free(struct vision_ctx *ctx);
 
-/* Preprocess (per family) and encode a decoded image. */
-int vision_encode_image(struct vision_ctx *ctx, const struct media_image *img,
+/* Preprocess (per family) and encode a decoded image. tiles = false keeps
+ * an Idefics3 image to the single global view (video frames, as the
+ * reference processors do without image splitting); llava ignores it. */
+int vision_encode_image(struct vision_ctx *ctx, const struct media_image *img, bool tiles,
                         struct vision_embd *out, char *err, size_t errlen);
 
 /* Decode encoded image bytes (media_image_decode with ip, NULL = defaults)
@@ -89,6 +91,18 @@ int vision_encode_image(struct vision_ctx *ctx, const struct media_image *img,
 int vision_encode_bytes(struct vision_ctx *ctx, struct vision_cache *cache, const void *data,
                         size_t len, const struct media_image_params *ip, struct vision_embd *out,
                         bool *hit, char *err, size_t errlen);
+
+/* Sample a clip (media_video_sample with vp, NULL = defaults) and encode
+ * each frame as one global view: *frames (malloc'ed, release each with
+ * vision_embd_release, then free the array) gets *n_frames embeddings,
+ * *times_s (malloc'ed, may be NULL) their times. Through cache when not
+ * NULL, keyed per frame by the clip's bytes, vp's sampling and the index:
+ * a repeated clip is decoded again but not encoded. *n_hits (may be NULL)
+ * counts frames the cache had. */
+struct media_video_params;
+int vision_encode_video(struct vision_ctx *ctx, struct vision_cache *cache, const void *data,
+                        size_t len, const struct media_video_params *vp, struct vision_embd **frames,
+                        int *n_frames, double **times_s, int *n_hits, char *err, size_t errlen);
 
 /* ---- the family's prompt layout -------------------------------------------
  * llava: the image's rows replace the "<image>" marker as one run.
@@ -174,8 +188,9 @@ void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, i
 
 /* The encoder inputs for img: n_images planes of float [3][S][S] (S =
  * image_size), normalized; *pixels malloc'ed. Also the tile grid. */
-int vision_preprocess(const struct vision_model *m, const struct media_image *img, float **pixels,
-                      int *n_images, int *tile_rows, int *tile_cols, char *err, size_t errlen);
+int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
+                      float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
+                      size_t errlen);
 
 /* Encode n_images preprocessed planes; features (may be NULL) receives the
  * ViT output the projector reads, [n_images][n_patches][n_embd]. */
