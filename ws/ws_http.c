@@ -325,6 +325,7 @@ static int ws_token_of(const char *name)
         { "accept", WSI_TOKEN_HTTP_ACCEPT },
         { "user-agent", WSI_TOKEN_HTTP_USER_AGENT },
         { "connection", WSI_TOKEN_CONNECTION },
+        { "transfer-encoding", WSI_TOKEN_HTTP_TRANSFER_ENCODING },
         { "access-control-request-headers", WSI_TOKEN_HTTP_AC_REQUEST_HEADERS },
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -641,12 +642,26 @@ static int ws_on_http(struct ws_server *s, struct ws_conn *c, struct lws *wsi)
     bool has_body = r->method == WS_POST || r->method == WS_PUT || r->method == WS_PATCH;
     long long clen = 0;
     char *cl = ws_header_dup(wsi, "content-length");
+    bool have_length = cl != NULL;
     if (cl) {
         char *end;
         clen = strtoll(cl, &end, 10);
         if (end == cl || *end || clen < 0)
             clen = -1;
         free(cl);
+    }
+    char *te = have_length ? NULL : ws_header_dup(wsi, "transfer-encoding");
+    bool chunked = te && strstr(te, "chunked");
+    free(te);
+    if (has_body && !have_length && chunked) {
+        /* lws delivers request bodies by Content-Length only: say so rather
+         * than wait for a body that never comes. */
+        c->close_after = true;
+        r->dispatched = true;
+        ws_respond_plain_json(r, 411, "chunked request bodies are not supported: send a "
+                              "Content-Length", "invalid_request_error");
+        lws_callback_on_writable(wsi);
+        return 0;
     }
     if (!has_body || clen == 0) {
         ws_dispatch(s, c);
