@@ -1265,10 +1265,12 @@ static void *engine_thread(void *arg)
         }
         if (n_cancel > cap_cancels)
             n_cancel = 0; /* out of memory: keep them queued for the next step */
-        else
+        if (n_cancel) { /* both arrays may still be NULL otherwise */
             memcpy(cancels, e->cancel_ids, (size_t)n_cancel * sizeof *cancels);
-        e->n_cancel -= n_cancel;
-        memmove(e->cancel_ids, e->cancel_ids + n_cancel, (size_t)e->n_cancel * sizeof *cancels);
+            e->n_cancel -= n_cancel;
+            memmove(e->cancel_ids, e->cancel_ids + n_cancel,
+                    (size_t)e->n_cancel * sizeof *cancels);
+        }
         pthread_mutex_unlock(&e->mu);
 
         while (subs) {
