@@ -23,6 +23,7 @@ static const struct command commands[] = {
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
+    { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
 };
 
 static void usage(FILE *f)

@@ -16,5 +16,6 @@ int cli_pull(int argc, char **argv);      /* src/cli/pull.c */
 
 int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
+int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 
 #endif
