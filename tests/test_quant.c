@@ -371,6 +371,64 @@ TEST(quant_simd_kernels_match_ref)
     }
 }
 
+/* Every level's multi-row kernel equals, bit for bit, its vec_dot of each
+ * activation row (so a row's result does not depend on its neighbours), and
+ * the scalar reference within TOL_DOT_REL; output stride and row stride as
+ * matmul.c uses them. */
+TEST(quant_vec_dot_n_matches_vec_dot)
+{
+    enum { N = 4 * QK_K, STRIDE = 3 };
+    static float xf[N], wdeq[N], adeq[N];
+    static uint8_t w[N * 4], a[OMNI_DOT_COLS_MAX][N * 4];
+    rng_state = 77;
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof dot_types / sizeof *dot_types; ti++) {
+        const int type = dot_types[ti];
+        const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
+        const size_t a_row = sizeof a[0];
+        random_weights(type, w, N);
+        CHECK_EQ(dequantize_row(type, w, wdeq, N), 0);
+        float want_ref[OMNI_DOT_COLS_MAX];
+        double mag[OMNI_DOT_COLS_MAX];
+        for (int c = 0; c < OMNI_DOT_COLS_MAX; c++) {
+            for (int64_t i = 0; i < N; i++)
+                xf[i] = frand() * 2.0f;
+            if (ref->from_float)
+                ref->from_float(xf, a[c], N);
+            else
+                memcpy(a[c], xf, sizeof xf);
+            act_to_float(ref->dot_type, a[c], adeq, N);
+            mag[c] = 0;
+            for (int64_t i = 0; i < N; i++)
+                mag[c] += fabs((double)wdeq[i] * adeq[i]);
+            want_ref[c] = ref->vec_dot(N, w, a[c]);
+        }
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
+            if (!op->vec_dot_n)
+                continue;
+            tested++;
+            for (int nc = 1; nc <= OMNI_DOT_COLS_MAX; nc++) {
+                float s[OMNI_DOT_COLS_MAX * STRIDE];
+                memset(s, 0xff, sizeof s);
+                op->vec_dot_n(N, w, a[0], a_row, nc, s, STRIDE);
+                for (int c = 0; c < nc; c++) {
+                    const float one = op->vec_dot(N, w, a[c]);
+                    CHECK_MSG(memcmp(&s[c * STRIDE], &one, sizeof one) == 0,
+                              "%s level %s cols %d: column %d %.9g != vec_dot %.9g",
+                              ggml_type_name(type), omni_cpu_level_name(level), nc, c,
+                              s[c * STRIDE], one);
+                    CHECK_MSG(fabs((double)one - want_ref[c]) <= TOL_DOT_REL * mag[c] + 1e-30,
+                              "%s level %s: %.9g vs ref %.9g", ggml_type_name(type),
+                              omni_cpu_level_name(level), one, want_ref[c]);
+                }
+            }
+        }
+    }
+    if (omni_cpu()->max_level >= OMNI_CPU_AVX2)
+        CHECK(tested > 0);
+}
+
 TEST(quant_cpu_levels_and_describe)
 {
     const struct omni_cpu_features *f = omni_cpu();

@@ -165,7 +165,14 @@ static void dot_rows(void *arg, int ith, int nth)
             for (size_t o = 0; o < j->w_row; o += 64)
                 __builtin_prefetch(next + o, 0, 3);
         }
-        for (int64_t b = 0; b < j->n_batch; b++)
+        int64_t b = 0;
+        if (j->op->vec_dot_n && j->n_batch > 1) /* several columns per pass over the row */
+            for (; b < j->n_batch; b += OMNI_DOT_COLS_MAX) {
+                const int64_t nc = j->n_batch - b < OMNI_DOT_COLS_MAX ? j->n_batch - b : OMNI_DOT_COLS_MAX;
+                j->op->vec_dot_n(j->n_in, wr, j->xq + (size_t)b * j->xq_row, j->xq_row, (int)nc,
+                                 j->y + b * j->n_out + r, (size_t)j->n_out);
+            }
+        for (; b < j->n_batch; b++)
             j->y[b * j->n_out + r] =
                 j->op->vec_dot(j->n_in, wr, j->xq + (size_t)b * j->xq_row);
     }

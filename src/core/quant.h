@@ -22,6 +22,7 @@
 #define OMNI_QUANT_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef uint16_t ggml_half; /* IEEE binary16 bits */
@@ -145,6 +146,12 @@ void quantize_row_q6_K_ref(const float *x, block_q6_K *y, int64_t n);
 /* Dot product of a weight row w (n elements of the weight type) with an
  * activation row a of the op's dot_type. */
 typedef float (*omni_vec_dot_fn)(int64_t n, const void *w, const void *a);
+/* The dot products of one weight row w with n_cols (1..OMNI_DOT_COLS_MAX)
+ * activation rows a + c * a_row bytes, into s[c * s_stride], reading w once.
+ * Each equals the same level's vec_dot of that column. */
+#define OMNI_DOT_COLS_MAX 4
+typedef void (*omni_vec_dot_n_fn)(int64_t n, const void *w, const void *a, size_t a_row,
+                                  int n_cols, float *s, size_t s_stride);
 typedef void (*omni_from_float_fn)(const float *x, void *y, int64_t n);
 typedef void (*omni_to_float_fn)(const void *x, float *y, int64_t n);
 
@@ -167,6 +174,7 @@ struct omni_quant_ops {
     omni_from_float_fn from_float; /* floats -> dot_type; NULL when F32 */
     omni_vec_dot_fn vec_dot;
     omni_to_float_fn to_float;
+    omni_vec_dot_n_fn vec_dot_n;   /* several activation rows at once, or NULL */
 };
 
 /* Kernels of type for the level in use (omni_cpu_level()); NULL when the

@@ -346,6 +346,60 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     return hsum_ps(acc) - acc_m;
 }
 
+/* vec_dot_q4_K_q8_K_avx2 for NC activation rows: nibbles and scales are
+ * unpacked once per super-block; every column then runs the single-row
+ * kernel's integer and float steps in its order. */
+static inline __attribute__((always_inline)) void
+dot_n_q4_K(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_row, float *s,
+           size_t s_stride, const int NC)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[OMNI_DOT_COLS_MAX];
+    float acc_m[OMNI_DOT_COLS_MAX] = { 0 };
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[OMNI_DOT_COLS_MAX];
+        for (int c = 0; c < NC; c++)
+            y[c] = (const block_q8_K *)(a + c * a_row) + i;
+        uint64_t sc, mn;
+        unpack_k4_scales(x[i].scales, &sc, &mn);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m256i sumi[OMNI_DOT_COLS_MAX];
+        for (int c = 0; c < NC; c++)
+            sumi[c] = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i s0, s1;
+            k4_scale_pair(sc16, j, &s0, &s1);
+            for (int c = 0; c < NC; c++) {
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[c]->qs + 64 * j)));
+                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[c]->qs + 64 * j + 32)));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+            }
+        }
+        for (int c = 0; c < NC; c++) {
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c]->d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc_m[c] += y[c]->d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[c]->bsums);
+        }
+    }
+    for (int c = 0; c < NC; c++)
+        s[c * s_stride] = hsum_ps(acc[c]) - acc_m[c];
+}
+
+static void vec_dot_n_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a, size_t a_row,
+                                     int n_cols, float *s, size_t s_stride)
+{
+    switch (n_cols) {
+    case 1: dot_n_q4_K(n, w, a, a_row, s, s_stride, 1); break;
+    case 2: dot_n_q4_K(n, w, a, a_row, s, s_stride, 2); break;
+    case 3: dot_n_q4_K(n, w, a, a_row, s, s_stride, 3); break;
+    default: dot_n_q4_K(n, w, a, a_row, s, s_stride, 4); break;
+    }
+}
+
 static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 {
     const block_q5_K *x = w;
@@ -507,6 +561,7 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx2;
     ops[GGML_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1_avx2;
     ops[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_avx2;
+    ops[GGML_TYPE_Q4_K].vec_dot_n = vec_dot_n_q4_K_q8_K_avx2;
     ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_avx2;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx2;
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {

@@ -2,7 +2,8 @@
  *
  * Only the kernels that measured faster than their AVX2 versions on Sapphire
  * Rapids: float weights (16 lanes, masked tails), q5_0 (VNNI + mask moves)
- * and q6_K; the AVX512 level inherits the AVX2 kernels for the rest. Results
+ * and q6_K (also for several activation rows at once); the AVX512 level
+ * inherits the AVX2 kernels for the rest. Results
  * differ from the scalar _ref twins only in float summation order. */
 #if defined(__x86_64__)
 
@@ -183,6 +184,68 @@ static float vec_dot_q6_K_q8_K_avx512(int64_t n, const void *w, const void *a)
     return acc;
 }
 
+/* vec_dot_q6_K_q8_K_avx512 for NC activation rows: the weights are unpacked
+ * and their scales permuted once per super-block; every column then runs
+ * the single-row kernel's integer and float steps in its order. */
+static inline __attribute__((always_inline)) void
+dot_n_q6_K(int64_t n, const block_q6_K *x, const uint8_t *a, size_t a_row, float *s,
+           size_t s_stride, const int NC)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
+    float acc[OMNI_DOT_COLS_MAX] = { 0 };
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[OMNI_DOT_COLS_MAX];
+        for (int c = 0; c < NC; c++)
+            y[c] = (const block_q8_K *)(a + c * a_row) + i;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m512i sc512 = _mm512_castsi256_si512(sc16);
+        __m512i sumi[OMNI_DOT_COLS_MAX];
+        for (int c = 0; c < NC; c++)
+            sumi[c] = _mm512_setzero_si512();
+        /* unrolled: the scale permutes must be constants */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m256i qh256 = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(qh256), _mm256_srli_epi16(qh256, 2), 1);
+            __m512i q[2];
+            q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+#pragma GCC unroll 2
+            for (int k = 0; k < 2; k++) {
+                const int s0 = 8 * h + 4 * k;
+                const __m512i idx = _mm512_set_epi16(
+                    s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 3,
+                    s0 + 2, s0 + 2, s0 + 2, s0 + 2, s0 + 2, s0 + 2, s0 + 2, s0 + 2,
+                    s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0 + 1,
+                    s0, s0, s0, s0, s0, s0, s0, s0);
+                const __m512i sc = _mm512_permutexvar_epi16(idx, sc512);
+                for (int c = 0; c < NC; c++) {
+                    __m512i p = _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(y[c]->qs + 128 * h + 64 * k));
+                    sumi[c] = _mm512_add_epi32(sumi[c], _mm512_madd_epi16(p, sc));
+                }
+            }
+        }
+        for (int c = 0; c < NC; c++) {
+            const int offset = hsum_epi32_256(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[c]->bsums)));
+            acc[c] += y[c]->d * h2f(x[i].d) * (float)(_mm512_reduce_add_epi32(sumi[c]) - 32 * offset);
+        }
+    }
+    for (int c = 0; c < NC; c++)
+        s[c * s_stride] = acc[c];
+}
+
+static void vec_dot_n_q6_K_q8_K_avx512(int64_t n, const void *w, const void *a, size_t a_row,
+                                        int n_cols, float *s, size_t s_stride)
+{
+    switch (n_cols) {
+    case 1: dot_n_q6_K(n, w, a, a_row, s, s_stride, 1); break;
+    case 2: dot_n_q6_K(n, w, a, a_row, s, s_stride, 2); break;
+    case 3: dot_n_q6_K(n, w, a, a_row, s, s_stride, 3); break;
+    default: dot_n_q6_K(n, w, a, a_row, s, s_stride, 4); break;
+    }
+}
+
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT])
 {
     ops[GGML_TYPE_F32].vec_dot = vec_dot_f32_f32_avx512;
@@ -190,6 +253,7 @@ void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx512;
     ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx512;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx512;
+    ops[GGML_TYPE_Q6_K].vec_dot_n = vec_dot_n_q6_K_q8_K_avx512;
 }
 
 #endif /* __x86_64__ */
