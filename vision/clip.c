@@ -275,7 +275,6 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
         get_u32(&l, "clip.vision.attention.head_count", &in->n_head, true) ||
         get_u32(&l, "clip.vision.image_size", &in->image_size, true) ||
         get_u32(&l, "clip.vision.patch_size", &in->patch_size, true) ||
-        get_u32(&l, "clip.vision.projection_dim", &in->n_embd_lm, true) ||
         get_f32_array3(&l, "clip.vision.image_mean", in->image_mean) ||
         get_f32_array3(&l, "clip.vision.image_std", in->image_std))
         goto fail;
@@ -354,10 +353,19 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     }
     if (l.rc || load_layers(&l))
         goto fail;
+    /* The output width comes from the projector's last matrix: files from
+     * llama.cpp's LLaVA converter store CLIP's own projection width (768)
+     * in clip.vision.projection_dim, not the language model's. */
+    const struct gguf_tensor *last = find(&l, in->family == VISION_LLAVA ? "mm.2.weight" : "mm.model.fc.weight", true);
+    const struct gguf_tensor *t0 = in->family == VISION_LLAVA ? find(&l, "mm.0.weight", true) : last;
+    if (!last || !t0)
+        goto fail;
+    if (last->ne[1] < 1 || last->ne[1] > 65536 || t0->ne[1] < 1 || t0->ne[1] > 65536) {
+        lfail(&l, OMNI_ERR_FORMAT, "projector output width %lld out of range", (long long)last->ne[1]);
+        goto fail;
+    }
+    in->n_embd_lm = (int)last->ne[1];
     if (in->family == VISION_LLAVA) {
-        const struct gguf_tensor *t0 = find(&l, "mm.0.weight", true);
-        if (!t0)
-            goto fail;
         int64_t mid = t0->ne[1];
         if (get_mat(&l, "mm.0.weight", D, mid, &m->mm0, true) ||
             get_mat(&l, "mm.2.weight", mid, in->n_embd_lm, &m->mm2, true))

@@ -42,7 +42,7 @@ enum vision_family {
 struct vision_info {
     enum vision_family family;
     const char *projector;   /* "mlp" / "idefics3" */
-    int n_embd_lm;           /* width of the projected embeddings (clip.vision.projection_dim) */
+    int n_embd_lm;           /* width of the projected embeddings (the projector's output rows) */
     int image_size;          /* encoder input side, pixels */
     int patch_size;
     int n_embd;              /* ViT width */
