@@ -18,6 +18,8 @@
 // ---- Pillow-compatible resampling ---------------------------------------------
 
 #define PRECISION_BITS 22
+/* Tiles per image at most (SmolVLM's 2048 / 512 px makes 16). */
+#define VISION_MAX_TILES 256
 
 static double filter_support(enum vision_filter f)
 {
@@ -225,6 +227,9 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
         tw = (tw + S - 1) / S * S;
     }
     th = th < S ? S : th, tw = tw < S ? S : tw;
+    if ((int64_t)(th / S) * (tw / S) > VISION_MAX_TILES)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: %dx%d tiles exceed the limit of %d",
+                         tw / S, th / S, VISION_MAX_TILES);
     if ((rc = media_image_check_size(tw, th, NULL, err, errlen)) < 0)
         return rc;
     if ((rc = resized(img, nw, nh, VISION_FILTER_LANCZOS, &a, err, errlen)) < 0 ||
