@@ -411,7 +411,17 @@ static char *requantize_golden(int type, size_t *out_len)
         memcpy(out + w, in + o, head);
         if (quant) {
             memcpy(out + w + 8, &type, 4);
-            quantize_row(type, (const float *)(in + o + head), out + w + head, (int64_t)n);
+            /* the file's data is not aligned: quantize between aligned copies */
+            const size_t qbytes = ggml_row_size(type, ne[0]) * ne[1];
+            float *x = malloc(n * sizeof(float));
+            void *q = malloc(qbytes);
+            if (x && q) {
+                memcpy(x, in + o + head, n * sizeof(float));
+                quantize_row(type, x, q, (int64_t)n);
+                memcpy(out + w + head, q, qbytes);
+            }
+            free(x);
+            free(q);
             w += head + ggml_row_size(type, ne[0]) * ne[1];
         } else {
             memcpy(out + w + head, in + o + head, n * 4);
