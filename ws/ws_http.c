@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #define WS_WRITE_CHUNK 16384         /* body bytes per WRITEABLE callback */
 #define WS_MAX_EXTRA_HEADERS 8
+#define WS_CHUNKED_INITIAL 65536     /* first buffer of a body of unknown length */
 #define WS_MAX_HEADER_COPIES 16      /* ws_req_header results kept per transaction */
 #define WS_ID_MAX 64
 #define WS_ABORT_GRACE_S 2.0         /* after aborting at shutdown, wait this long for final events */
@@ -48,6 +50,20 @@ struct ws_out {
 
 // ---- connections and transactions (service thread only) -------------------
 
+/* Where the chunked-body decoder is (RFC 9112 7.1): size line (hex digits,
+ * optional ;extensions, CRLF), data, CRLF, ... a zero size, trailer lines,
+ * an empty line. */
+enum ws_dechunk_state {
+    WS_CH_SIZE, WS_CH_EXT, WS_CH_SIZE_LF, WS_CH_DATA, WS_CH_DATA_CR, WS_CH_DATA_LF,
+    WS_CH_TRAILER, WS_CH_TRAILER_LINE, WS_CH_TRAILER_LF, WS_CH_END_LF, WS_CH_DONE,
+};
+
+struct ws_dechunk {
+    enum ws_dechunk_state state;
+    uint64_t size;                        /* of the chunk being read */
+    int digits;
+};
+
 struct ws_req {
     struct ws_conn *conn;
     enum ws_method method;
@@ -57,6 +73,8 @@ struct ws_req {
     char *body;
     size_t body_len, body_cap;
     bool too_large;
+    bool chunked;                         /* Transfer-Encoding: chunked, decoded by ws_dechunk */
+    struct ws_dechunk dechunk;
     bool dispatched;
     double t_start;
     char *extra_name[WS_MAX_EXTRA_HEADERS], *extra_value[WS_MAX_EXTRA_HEADERS];
@@ -654,13 +672,19 @@ static int ws_on_http(struct ws_server *s, struct ws_conn *c, struct lws *wsi)
     bool chunked = te && strstr(te, "chunked");
     free(te);
     if (has_body && !have_length && chunked) {
-        /* lws delivers request bodies by Content-Length only: say so rather
-         * than wait for a body that never comes. */
+        /* lws 4.1 passes a body without Content-Length on raw, framing
+         * included, and never reports its end: ws_on_body decodes the chunks
+         * and dispatches at the last one. lws still expects more body bytes
+         * afterwards, so this connection closes after the response. */
+        r->chunked = true;
         c->close_after = true;
-        r->dispatched = true;
-        ws_respond_plain_json(r, 411, "chunked request bodies are not supported: send a "
-                              "Content-Length", "invalid_request_error");
-        lws_callback_on_writable(wsi);
+        r->body_cap = WS_CHUNKED_INITIAL;
+        r->body = malloc(r->body_cap);
+        if (!r->body) {
+            r->dispatched = true;
+            ws_respond_plain_json(r, 500, "out of memory", "server_error");
+            lws_callback_on_writable(wsi);
+        }
         return 0;
     }
     if (!has_body || clen == 0) {
@@ -692,11 +716,135 @@ static int ws_on_http(struct ws_server *s, struct ws_conn *c, struct lws *wsi)
     return 0;
 }
 
+/* Append n body bytes, growing the buffer up to max_body_bytes. false when
+ * the body is over the limit (or memory ran out): it is dropped, too_large. */
+static bool ws_body_append(struct ws_server *s, struct ws_req *r, const char *in, size_t n)
+{
+    if (n > s->p.max_body_bytes - r->body_len) {
+        r->too_large = true;
+        return false;
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap * 2 > r->body_len + n + 1 ? r->body_cap * 2 : r->body_len + n + 1;
+        if (cap > s->p.max_body_bytes + 1)
+            cap = s->p.max_body_bytes + 1;
+        char *nb = realloc(r->body, cap);
+        if (!nb) {
+            r->too_large = true;
+            return false;
+        }
+        r->body = nb;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, in, n);
+    r->body_len += n;
+    return true;
+}
+
+/* Feed raw chunked-encoded bytes. 1 once the last chunk and the trailer are
+ * in, 0 for more, -1 on broken framing; data goes through ws_body_append
+ * (its failure also ends with -1, too_large set). */
+static int ws_dechunk_feed(struct ws_server *s, struct ws_req *r, const char *in, size_t len)
+{
+    struct ws_dechunk *d = &r->dechunk;
+    for (size_t i = 0; i < len && d->state != WS_CH_DONE; i++) {
+        char ch = in[i];
+        switch (d->state) {
+        case WS_CH_SIZE: {
+            int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+            if (v >= 0) {
+                if (++d->digits > 15)      /* over 2^60: not a size anyone means */
+                    return -1;
+                d->size = d->size * 16 + (uint64_t)v;
+            } else if (d->digits && (ch == ';' || ch == ' ' || ch == '\t')) {
+                d->state = WS_CH_EXT;
+            } else if (d->digits && ch == '\r') {
+                d->state = WS_CH_SIZE_LF;
+            } else {
+                return -1;
+            }
+            break;
+        }
+        case WS_CH_EXT:                    /* chunk extensions are ignored */
+            if (ch == '\r')
+                d->state = WS_CH_SIZE_LF;
+            else if (ch == '\n')
+                return -1;
+            break;
+        case WS_CH_SIZE_LF:
+            if (ch != '\n')
+                return -1;
+            d->state = d->size ? WS_CH_DATA : WS_CH_TRAILER;
+            break;
+        case WS_CH_DATA: {
+            size_t n = len - i < d->size ? len - i : (size_t)d->size;
+            if (!ws_body_append(s, r, in + i, n))
+                return -1;
+            d->size -= n;
+            i += n - 1;
+            if (!d->size)
+                d->state = WS_CH_DATA_CR;
+            break;
+        }
+        case WS_CH_DATA_CR:
+            if (ch != '\r')
+                return -1;
+            d->state = WS_CH_DATA_LF;
+            break;
+        case WS_CH_DATA_LF:
+            if (ch != '\n')
+                return -1;
+            d->state = WS_CH_SIZE;
+            d->digits = 0;
+            break;
+        case WS_CH_TRAILER:                /* trailer fields are ignored */
+            d->state = ch == '\r' ? WS_CH_END_LF : WS_CH_TRAILER_LINE;
+            break;
+        case WS_CH_TRAILER_LINE:
+            if (ch == '\r')
+                d->state = WS_CH_TRAILER_LF;
+            break;
+        case WS_CH_TRAILER_LF:
+            if (ch != '\n')
+                return -1;
+            d->state = WS_CH_TRAILER;
+            break;
+        case WS_CH_END_LF:
+            if (ch != '\n')
+                return -1;
+            d->state = WS_CH_DONE;
+            break;
+        case WS_CH_DONE:
+            break;
+        }
+    }
+    return d->state == WS_CH_DONE;
+}
+
 static int ws_on_body(struct ws_server *s, struct ws_conn *c, const void *in, size_t len)
 {
     struct ws_req *r = &c->req;
     if (r->dispatched || !r->body)
         return 0;
+    if (r->chunked) {
+        int rc = ws_dechunk_feed(s, r, in, len);
+        if (rc == 0)
+            return 0;
+        if (rc < 0 && !r->too_large) {
+            r->dispatched = true;
+            ws_respond_plain_json(r, 400, "malformed chunked request body", "invalid_request_error");
+            lws_callback_on_writable(c->wsi);
+            return 0;
+        }
+        if (r->too_large) {
+            free(r->body);
+            r->body = NULL;
+            r->body_len = 0;
+        }
+        ws_dispatch(s, c);
+        return 0;
+    }
     if (r->body_len + len + 1 > r->body_cap) { /* more than Content-Length promised */
         free(r->body);
         r->body = NULL;
@@ -951,8 +1099,17 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
     case LWS_CALLBACK_HTTP_BODY:
         return ws_on_body(s, c, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c->active && !c->req.dispatched)
+        if (c->active && !c->req.dispatched) {
+            if (c->req.chunked) {
+                /* lws' own cap on a body without a length (100 MiB) came
+                 * before the last chunk: too large, not a truncated body. */
+                free(c->req.body);
+                c->req.body = NULL;
+                c->req.body_len = 0;
+                c->req.too_large = true;
+            }
             ws_dispatch(s, c);
+        }
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return ws_on_writeable(s, c);
