@@ -19,6 +19,7 @@ static const struct command commands[] = {
     { "bench", cli_bench, "bench -m FILE.gguf -p N -n N prompt and generation speed" },
     { "serve", cli_serve, "serve -m FILE.gguf [--port N]  OpenAI/Anthropic HTTP server" },
     { "pull", cli_pull, "pull REPO[:FILE]              download a GGUF from Hugging Face into the cache" },
+    { "bench-serve", cli_bench_serve, "bench-serve --url URL        HTTP load generator against a running server" },
     { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },

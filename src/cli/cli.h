@@ -13,6 +13,7 @@ int cli_serve(int argc, char **argv);    /* src/cli/serve.c */
 int cli_bench_engine(int argc, char **argv); /* src/cli/bench_engine.c */
 int cli_template(int argc, char **argv);  /* src/cli/template.c */
 int cli_pull(int argc, char **argv);      /* src/cli/pull.c */
+int cli_bench_serve(int argc, char **argv); /* src/cli/bench_serve.c */
 
 int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
