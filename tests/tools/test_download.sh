@@ -8,6 +8,7 @@ set -u
 : "${OMNI:=build/omniserve}" "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}"
 [ -x "$OMNI" ] || { echo "no $OMNI"; exit 77; }
 fails=0
+export no_proxy=127.0.0.1 NO_PROXY=127.0.0.1  # the fake hub is local, never a proxy's
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 D="$TMP/download"
 rm -rf "$D" && mkdir -p "$D"
