@@ -7,6 +7,7 @@
 
 #include <png.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,15 @@ const char *media_image_format_name(enum media_image_format f)
     return (unsigned)f < sizeof names / sizeof *names ? names[f] : "unknown";
 }
 
+void media_image_composite_white(const uint8_t *rgba, struct media_image *out)
+{
+    for (size_t i = 0, n = (size_t)out->width * out->height; i < n; i++) {
+        unsigned a = rgba[i * 4 + 3];
+        for (int c = 0; c < 3; c++)
+            out->rgb[i * 3 + c] = (uint8_t)((rgba[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
+    }
+}
+
 // ---- PNG ---------------------------------------------------------------------
 
 static int decode_png(const void *data, size_t len, const struct media_image_params *p,
@@ -107,16 +117,28 @@ static int decode_png(const void *data, size_t len, const struct media_image_par
         png_image_free(&png);
         return rc;
     }
-    png.format = PNG_FORMAT_RGB;
+    /* Alpha is composited onto white here, in 8-bit sRGB values as PIL's
+     * alpha_composite does (libpng would blend in linear light). */
+    const bool alpha = png.format & PNG_FORMAT_FLAG_ALPHA;
+    png.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
     if ((rc = media_image_alloc(out, (int)png.width, (int)png.height, err, errlen)) < 0) {
         png_image_free(&png);
         return rc;
     }
-    png_color white = { 255, 255, 255 };
-    if (!png_image_finish_read(&png, &white, out->rgb, 0, NULL)) {
+    uint8_t *rgba = alpha ? malloc((size_t)png.width * png.height * 4) : NULL;
+    if (alpha && !rgba) {
+        png_image_free(&png);
+        media_image_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "image: out of memory");
+    }
+    if (!png_image_finish_read(&png, NULL, alpha ? rgba : out->rgb, 0, NULL)) {
+        free(rgba);
         media_image_release(out);
         return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad PNG: %s", png.message);
     }
+    if (alpha)
+        media_image_composite_white(rgba, out);
+    free(rgba);
     return OMNI_OK;
 }
 

@@ -59,6 +59,10 @@ int media_image_decode_file(const char *path, const struct media_image_params *p
 int media_image_resize(const struct media_image *in, int width, int height,
                        struct media_image *out, char *err, size_t errlen);
 
+/* Composite [width][height][4] RGBA pixels onto white into out's RGB (sized
+ * already), in 8-bit sRGB values like PIL's alpha_composite. */
+void media_image_composite_white(const uint8_t *rgba, struct media_image *out);
+
 /* A new black width x height image (checked against nothing: callers size it). */
 int media_image_alloc(struct media_image *img, int width, int height, char *err, size_t errlen);
 

@@ -265,11 +265,7 @@ static int vdec_to_rgb(struct vdec *d, const struct media_image_params *ip, stru
     int stride[4] = { f->width * (alpha ? 4 : 3) };
     sws_scale(d->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
     if (alpha) {
-        for (size_t i = 0, n = (size_t)f->width * f->height; i < n; i++) {
-            unsigned a = rgba[i * 4 + 3];
-            for (int c = 0; c < 3; c++)
-                out->rgb[i * 3 + c] = (uint8_t)((rgba[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
-        }
+        media_image_composite_white(rgba, out);
         free(rgba);
     }
     return OMNI_OK;

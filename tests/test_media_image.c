@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <png.h>
 #include <zlib.h>
 
 #include "media/image.h"
@@ -159,6 +160,53 @@ TEST(media_image_rejects_bombs_before_allocating)
     p.max_input_bytes = 100;
     CHECK_EQ(media_image_decode(j, len, &p, &img, err, sizeof err), OMNI_ERR_LIMIT);
     free(j);
+}
+
+/* A PNG of the given libpng format written in memory; caller frees. */
+static uint8_t *make_png(const void *pixels, int w, int h, png_uint_32 format, size_t *len)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION, im.width = w, im.height = h, im.format = format;
+    png_alloc_size_t n = 0;
+    if (!png_image_write_to_memory(&im, NULL, &n, 0, pixels, 0, NULL))
+        return NULL;
+    uint8_t *buf = malloc(n);
+    if (buf && !png_image_write_to_memory(&im, buf, &n, 0, pixels, 0, NULL)) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+TEST(media_image_png_alpha_and_gray)
+{
+    char err[256];
+    size_t len;
+    struct media_image img;
+    /* RGBA: opaque red, fully transparent black (-> white), half-transparent blue */
+    const uint8_t rgba[] = { 255, 0, 0, 255, 0, 0, 0, 0, 0, 0, 255, 128 };
+    uint8_t *png = make_png(rgba, 3, 1, PNG_FORMAT_RGBA, &len);
+    CHECK(png);
+    CHECK_EQ(media_image_decode(png, len, NULL, &img, err, sizeof err), 0);
+    CHECK(px(&img, 0, 0)[0] == 255 && px(&img, 0, 0)[1] == 0);
+    CHECK(px(&img, 1, 0)[0] == 255 && px(&img, 1, 0)[1] == 255 && px(&img, 1, 0)[2] == 255);
+    CHECK(px(&img, 2, 0)[0] > 100 && px(&img, 2, 0)[0] < 160 && px(&img, 2, 0)[2] == 255);
+    media_image_release(&img);
+    free(png);
+    const uint8_t gray[] = { 0, 64, 200, 255 };
+    png = make_png(gray, 2, 2, PNG_FORMAT_GRAY, &len);
+    CHECK(png);
+    CHECK_EQ(media_image_decode(png, len, NULL, &img, err, sizeof err), 0);
+    CHECK(img.width == 2 && img.height == 2);
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *p = px(&img, i % 2, i / 2);
+        CHECK(p[0] == p[1] && p[1] == p[2]);
+    }
+    CHECK(px(&img, 1, 1)[0] == 255 && px(&img, 0, 0)[0] == 0);
+    media_image_release(&img);
+    free(png);
 }
 
 TEST(media_image_rejects_broken_input)

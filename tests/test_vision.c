@@ -464,6 +464,12 @@ TEST(vision_rejects_broken_mmproj)
     fclose(f);
     CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "broken-mmproj.gguf");
+    for (size_t cut = 0; cut < len; cut += len / 37 + 1) { /* truncated anywhere */
+        f = fopen(tmp, "wb");
+        fwrite(buf, 1, cut, f);
+        fclose(f);
+        CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
+    }
     /* an LM GGUF is no mmproj */
     CHECK(vision_model_load(golden("vision-llava-lm-f32.gguf"), err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "projector_type");
