@@ -633,10 +633,20 @@ static float dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* y += w * x over n values. */
+/* y += w * x over n values (8 at a time: gcc -O2 leaves the plain loop
+ * scalar, and attention spends most of its time here). */
 static void axpy(float *y, float w, const float *x, int n)
 {
-    for (int i = 0; i < n; i++)
+    const v8f vw = { w, w, w, w, w, w, w, w };
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f vx, vy;
+        memcpy(&vx, x + i, sizeof vx);
+        memcpy(&vy, y + i, sizeof vy);
+        vy += vw * vx;
+        memcpy(y + i, &vy, sizeof vy);
+    }
+    for (; i < n; i++)
         y[i] += w * x[i];
 }
 
