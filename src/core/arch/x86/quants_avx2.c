@@ -170,6 +170,20 @@ static void dequantize_row_bf16_avx2(const void *vx, float *y, int64_t n)
     }
 }
 
+/* q8_0 -> f32: d * q is one rounding, as in the scalar code (the attention's
+ * Q8_0 K/V rows). */
+static void dequantize_row_q8_0_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d));
+        for (int k = 0; k < QK8_0; k += 8) {
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + k)));
+            _mm256_storeu_ps(y + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+        }
+    }
+}
+
 // ---- 32-element blocks -----------------------------------------------------
 
 /* Each block kernel adds d * dot(block i) to acc. Four accumulators hide the
@@ -555,6 +569,7 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx2;
     ops[GGML_TYPE_F16].to_float = dequantize_row_f16_avx2;
     ops[GGML_TYPE_BF16].to_float = dequantize_row_bf16_avx2;
+    ops[GGML_TYPE_Q8_0].to_float = dequantize_row_q8_0_avx2;
     ops[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_avx2;
     ops[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_avx2;
     ops[GGML_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1_avx2;
