@@ -318,6 +318,7 @@ static void check_logits(const char *c)
     printf("    %s: fused logits max diff %.3g\n", c, d);
     CHECK_MSG(d < 1e-3, "%s: logits differ by %g", c, d);
     /* marker and image counts must agree */
+    vision_prompt_release(&vp);
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), true, &e,
                                  2, &vp, err, sizeof err), OMNI_ERR_ARG);
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), "no image", 8, true, &e, 1, &vp, err,
