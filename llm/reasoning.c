@@ -221,7 +221,8 @@ static void rp_run(struct reasoning_parser *p, bool final, reasoning_fn fn, void
             while (i < p->len && isspace((unsigned char)p->buf[i]))
                 i++;
             size_t have = p->len - i;
-            if (have < ol && !memcmp(p->buf + i, open, have) && !final)
+            /* buf is NULL before any text: no memcmp on it */
+            if (have < ol && (have == 0 || !memcmp(p->buf + i, open, have)) && !final)
                 return;   /* blanks, or the start of the tag */
             if (have >= ol && !memcmp(p->buf + i, open, ol)) {
                 rp_consume(p, i + ol);
