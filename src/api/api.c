@@ -37,6 +37,9 @@ struct api {
     pthread_mutex_t reg_lock;
     struct api_call *calls;                  /* {reg_lock} in-flight calls, for cancel */
     struct stt *stt;                         /* set before serving; NULL: no speech model */
+    struct vision_model *vision;             /* set before serving; NULL: no vision model */
+    struct vision_ctx *vision_ctx;
+    struct vision_cache *vision_cache;
 };
 
 struct api_params api_default_params(void)
@@ -132,6 +135,15 @@ void api_set_unavailable(struct api *a, const char *why)
 
 void api_set_stt(struct api *a, struct stt *stt) { a->stt = stt; }
 struct stt *api_stt(struct api *a) { return a->stt; }
+
+void api_set_vision(struct api *a, struct vision_model *vm, struct vision_ctx *vc,
+                    struct vision_cache *cache)
+{
+    a->vision = vm, a->vision_ctx = vc, a->vision_cache = cache;
+}
+struct vision_model *api_vision(struct api *a) { return a->vision; }
+struct vision_ctx *api_vision_ctx(struct api *a) { return a->vision_ctx; }
+struct vision_cache *api_vision_cache(struct api *a) { return a->vision_cache; }
 
 bool api_key_ok(struct api *a, struct ws_req *r)
 {

@@ -64,6 +64,18 @@ struct stt;
 void api_set_stt(struct api *a, struct stt *stt);
 struct stt *api_stt(struct api *a);   /* NULL: no speech model */
 
+/* The vision model (serve --mmproj), its encoder scratch (used on the
+ * service thread only) and its embedding cache; set once before the server
+ * runs; the api borrows them. */
+struct vision_model;
+struct vision_ctx;
+struct vision_cache;
+void api_set_vision(struct api *a, struct vision_model *vm, struct vision_ctx *vc,
+                    struct vision_cache *cache);
+struct vision_model *api_vision(struct api *a);    /* NULL: no vision model */
+struct vision_ctx *api_vision_ctx(struct api *a);
+struct vision_cache *api_vision_cache(struct api *a);
+
 /* ws_server_params.handler, .upgrade and .on_done (service thread). */
 void api_handle(void *api, struct ws_req *r);
 void api_upgrade(void *api, struct ws_req *r);

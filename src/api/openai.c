@@ -8,6 +8,7 @@
 #include "llm/grammar/grammar.h"
 #include "llm/tokenizer.h"
 #include "src/api/api.h"
+#include "src/api/images.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -412,10 +413,11 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     apireq_gen_init(&g);
     const struct api_model *m;
     struct chatreq cr = { .reasoning_budget = -1 };
+    struct api_images im = { 0 };
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
-    if (chatreq_build(m, root, &g, &cr, &e) < 0)
+    if (api_images_take(a, root, &im, &e) < 0 || chatreq_build(m, root, &g, &cr, &e) < 0)
         goto fail;
     struct api_call *c = api_call_new(a, r, &openai_chat_proto, API_OPENAI, "chatcmpl-", &g);
     if (!c) {
@@ -424,7 +426,8 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     }
     struct engine_request rq;
     openai_engine_request(m, &g, &rq);
-    if (chatreq_attach(&cr, m, c, &rq, &e) < 0) {
+    if (chatreq_attach(&cr, m, c, &rq, &e) < 0 ||
+        (im.n && api_images_attach(a, m, &cr, &g, &im, &rq, &e) < 0)) {
         api_call_free(c);
         goto fail;
     }
@@ -433,6 +436,7 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
 fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
+    api_images_free(&im);
     chatreq_free(&cr);
     apireq_gen_free(&g);
     cJSON_Delete(root);

@@ -12,7 +12,9 @@
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
+#include "src/core/threadpool.h"
 #include "src/stt/stt.h"
+#include "vision/vision.h"
 #include "ws/ws_http.h"
 
 #include <errno.h>
@@ -34,6 +36,8 @@ struct serve_opts {
     struct ws_server_params wp;
     struct engine_params ep;
     struct stt_params sp;
+    const char *mmproj;           /* --mmproj FILE: vision encoder for image parts */
+    long vision_cache_mb;         /* --vision-cache-mb N */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -45,6 +49,45 @@ struct serve_loader {
     struct engine *engine;
     int failed;
 };
+
+/* serve --mmproj: the vision model, its encoder threads and scratch, the cache. */
+struct serve_vision {
+    struct vision_model *vm;
+    struct tpool *tp;
+    struct vision_ctx *vc;
+    struct vision_cache *cache;
+};
+
+static void serve_vision_free(struct serve_vision *v)
+{
+    vision_cache_free(v->cache);
+    vision_ctx_free(v->vc);
+    tpool_free(v->tp);
+    vision_model_free(v->vm);
+}
+
+static int serve_vision_load(const struct serve_opts *o, struct api *api, struct serve_vision *v)
+{
+    char err[512];
+    double t0 = omni_time_s();
+    int n = o->ep.n_threads > 0 ? o->ep.n_threads : omni_physical_cores();
+    if (!(v->vm = vision_model_load(o->mmproj, err, sizeof err)) ||
+        !(v->tp = tpool_new(n, err, sizeof err)) ||
+        !(v->vc = vision_ctx_new(v->vm, v->tp, err, sizeof err))) {
+        fprintf(stderr, "serve: %s\n", err);
+        serve_vision_free(v);
+        return -1;
+    }
+    if (!(v->cache = vision_cache_new((size_t)o->vision_cache_mb << 20))) {
+        fprintf(stderr, "serve: out of memory for the vision cache\n");
+        serve_vision_free(v);
+        return -1;
+    }
+    api_set_vision(api, v->vm, v->vc, v->cache);
+    OMNI_INFO("serve: vision model %s (%s) ready in %.1f s", o->mmproj,
+              vision_model_info(v->vm)->projector, omni_time_s() - t0);
+    return 0;
+}
 
 static struct ws_server *serve_server; /* for the signal handler */
 static volatile sig_atomic_t serve_stopping; /* set by the signal handler: stops a download */
@@ -78,6 +121,10 @@ static void serve_usage(FILE *f)
             "  --vad-model FILE           Silero VAD (whisper.cpp ggml): trims silence, segments turns\n"
             "  --stt-workers N            transcriptions decoded in parallel (default 2)\n"
             "  --stt-threads N            compute threads per speech worker (default: cores / workers)\n"
+            "vision:\n"
+            "  --mmproj FILE              llama.cpp mmproj GGUF (LLaVA CLIP+MLP, SmolVLM/Idefics3):\n"
+            "                             image_url parts with data: URLs in chat messages\n"
+            "  --vision-cache-mb N        cache of image embeddings, by content (default 256)\n"
             "engine:\n"
             "  --threads N                compute threads (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
@@ -145,6 +192,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->wp = ws_default_params();
     o->ep = engine_default_params();
     o->sp = stt_default_params();
+    o->vision_cache_mb = 256;
     o->api_key = getenv("OMNISERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -239,6 +287,11 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--stt-threads")) {
             rc = serve_long(a, v, 1, 1024, &n);
             o->sp.n_threads = (int)n;
+        } else if (!strcmp(a, "--mmproj"))
+            o->mmproj = v;
+        else if (!strcmp(a, "--vision-cache-mb")) {
+            rc = serve_long(a, v, 0, 1L << 20, &n);
+            o->vision_cache_mb = n;
         } else if (!strcmp(a, "--prefix-cache-dir"))
             o->ep.prefix_cache_dir = v;
         else {
@@ -401,11 +454,18 @@ int cli_serve(int argc, char **argv)
         OMNI_INFO("serve: speech model %s ready in %.1f s (%d workers%s)", o.sp.model_path,
                   omni_time_s() - t0, stt_n_workers(stt), o.sp.vad_path ? ", VAD" : "");
     }
+    struct serve_vision vis = { 0 };
+    if (o.mmproj && serve_vision_load(&o, api, &vis) < 0) {
+        stt_free(stt);
+        api_free(api);
+        return 1;
+    }
     struct ws_server *srv = ws_server_new(&o.wp, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "serve: %s\n", err);
         stt_free(stt);
         api_free(api);
+        serve_vision_free(&vis);
         return 1;
     }
 
@@ -458,6 +518,7 @@ int cli_serve(int argc, char **argv)
     serve_server = NULL;
     ws_server_free(srv);
     api_free(api);
+    serve_vision_free(&vis);
     llm_model_free(L.model);
     return L.failed ? 1 : 0;
 }

@@ -1,0 +1,153 @@
+/* images.c - chat image parts -> vision embeddings -> engine segments (see
+ * images.h). Only data: URLs are read here; file:// and http(s) fetching
+ * are answered with a 400 that says so. */
+#include "src/api/images.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <libavutil/base64.h>
+
+#include "media/image.h"
+#include "src/api/api.h"
+#include "src/api/chatreq.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+
+/* The URL of an image part, or NULL when the part is no image. */
+static const char *image_url(const cJSON *part)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsString(type) || (strcmp(type->valuestring, "image_url") != 0 &&
+                                  strcmp(type->valuestring, "input_image") != 0))
+        return NULL;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    if (cJSON_IsObject(u))
+        u = cJSON_GetObjectItemCaseSensitive(u, "url");
+    return cJSON_IsString(u) ? u->valuestring : "";
+}
+
+/* data:[mime];base64,PAYLOAD -> malloc'ed bytes. */
+static int decode_data_url(const char *url, const char *field, uint8_t **out, int *n,
+                           struct api_error *e)
+{
+    const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
+    if (!comma)
+        return api_error_set(e, 400, field, "'%s': only data: URLs are supported "
+                             "(data:image/png;base64,...)", field);
+    if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
+        return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
+    size_t len = strlen(comma + 1);
+    if (len > (size_t)INT32_MAX / 2)
+        return api_error_set(e, 400, field, "'%s': image too large", field);
+    int cap = (int)AV_BASE64_DECODE_SIZE(len);
+    *out = malloc(cap > 0 ? cap : 1);
+    if (!*out)
+        return api_error_set(e, 500, NULL, "out of memory");
+    *n = av_base64_decode(*out, comma + 1, cap);
+    if (*n <= 0) {
+        free(*out);
+        *out = NULL;
+        return api_error_set(e, 400, field, "'%s': invalid base64", field);
+    }
+    return 0;
+}
+
+int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api_error *e)
+{
+    struct vision_model *vm = api_vision(a);
+    if (!vm)
+        return 0;
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(req, "messages"), *msg;
+    int i = 0;
+    if (!cJSON_IsArray(msgs))
+        return 0; /* chatreq_build says what is wrong */
+    cJSON_ArrayForEach(msg, msgs) {
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        for (int k = 0; cJSON_IsArray(content) && k < cJSON_GetArraySize(content); k++) {
+            const char *url = image_url(cJSON_GetArrayItem(content, k));
+            if (!url)
+                continue;
+            char field[64], err[256];
+            snprintf(field, sizeof field, "messages[%d].content[%d]", i, k);
+            if (im->n == API_MAX_IMAGES)
+                return api_error_set(e, 400, field, "more than %d images in one request",
+                                     API_MAX_IMAGES);
+            uint8_t *bytes = NULL;
+            int n = 0;
+            if (decode_data_url(url, field, &bytes, &n, e) < 0)
+                return -1;
+            struct media_image_params ip = media_image_default_params();
+            bool hit;
+            int rc = vision_encode_bytes(api_vision_ctx(a), api_vision_cache(a), bytes, (size_t)n,
+                                         &ip, &im->e[im->n], &hit, err, sizeof err);
+            free(bytes);
+            if (rc < 0)
+                return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
+            im->n++;
+            cJSON *text = cJSON_CreateObject();
+            if (!text || !cJSON_AddStringToObject(text, "type", "text") ||
+                !cJSON_AddStringToObject(text, "text", vision_image_marker(vm)) ||
+                !cJSON_ReplaceItemInArray(content, k, text)) {
+                cJSON_Delete(text);
+                return api_error_set(e, 500, NULL, "out of memory");
+            }
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* The language model's width, from its GGUF (<arch>.embedding_length). */
+static int lm_n_embd(const struct api_model *m)
+{
+    size_t len;
+    const char *arch = gguf_get_str(m->gguf, "general.architecture", &len);
+    char key[96];
+    uint32_t n = 0;
+    if (arch && len < 64) {
+        snprintf(key, sizeof key, "%.*s.embedding_length", (int)len, arch);
+        gguf_get_u32(m->gguf, key, &n);
+    }
+    return (int)n;
+}
+
+int api_images_attach(struct api *a, const struct api_model *m, const struct chatreq *cr,
+                      const struct apireq_gen *g, struct api_images *im,
+                      struct engine_request *rq, struct api_error *e)
+{
+    char err[256];
+    struct vision_model *vm = api_vision(a);
+    if (vision_model_info(vm)->n_embd_lm != lm_n_embd(m))
+        return api_error_set(e, 500, NULL, "the vision model's output width (%d) is not the "
+                             "language model's (%d): wrong --mmproj for this model",
+                             vision_model_info(vm)->n_embd_lm, lm_n_embd(m));
+    if (vision_prompt_build(vm, m->tok, cr->prompt, strlen(cr->prompt), true, im->e, im->n, &im->vp,
+                            err, sizeof err) < 0)
+        return api_error_set(e, 400, "messages", "%s", err);
+    if (api_check_context(m, im->vp.n_positions, g, e) < 0)
+        return -1;
+    im->segs = calloc((size_t)im->vp.n_parts, sizeof *im->segs);
+    if (!im->segs)
+        return api_error_set(e, 500, NULL, "out of memory");
+    for (int i = 0; i < im->vp.n_parts; i++) {
+        const struct vision_prompt_part *p = &im->vp.parts[i];
+        im->segs[i] = (struct engine_segment){ p->tokens, p->embd, p->n, p->media_hash };
+    }
+    rq->prompt = NULL;
+    rq->n_prompt = 0;
+    rq->segments = im->segs;
+    rq->n_segments = im->vp.n_parts;
+    return 0;
+}
+
+void api_images_free(struct api_images *im)
+{
+    for (int i = 0; i < im->n; i++)
+        vision_embd_release(&im->e[i]);
+    vision_prompt_release(&im->vp);
+    free(im->segs);
+    memset(im, 0, sizeof *im);
+}

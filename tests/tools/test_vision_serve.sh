@@ -1,0 +1,105 @@
+#!/bin/sh
+# test_vision_serve.sh - `omniserve serve --mmproj`: a chat message with an
+# image_url part (data: URL of the fixture picture) through the tiny LLaVA
+# and Idefics3 of tests/fixtures/vision: 200 with the image rows counted in
+# usage.prompt_tokens, the repeated request served from the prefix cache,
+# clear 400s for URLs we do not fetch, bad base64 and non-images, and image
+# parts refused without --mmproj.
+set -u
+: "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}" "${OMNI:=build/omniserve}"
+"$PYTHON" -c 'import numpy' 2>/dev/null || { echo "no numpy"; exit 77; }
+[ -x "$OMNI" ] || { echo "no $OMNI"; exit 77; }
+V=tests/fixtures/vision
+D="$TMP/vision-serve"
+rm -rf "$D" && mkdir -p "$D"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+pid=
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
+trap stop EXIT
+
+# serve CASE [--mmproj]: start on a free port, wait for /health
+serve() {
+    port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$OMNI" serve -m "$D/$1-lm.gguf" $2 --port "$port" >"$D/serve-$1.log" 2>&1 &
+    pid=$!
+    "$PYTHON" - "$port" <<'PY' || { fail "server did not start"; cat "$D/serve-$1.log"; }
+import sys, time, urllib.request
+for _ in range(100):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1)
+        sys.exit(0)
+    except Exception:
+        time.sleep(0.1)
+sys.exit(1)
+PY
+}
+
+# ask PORT CASE EXPECT: the requests and checks, in Python
+ask() {
+    "$PYTHON" - "$port" "$V/image.png" "$1" "$2" <<'PY'
+import base64, json, sys, urllib.error, urllib.request
+port, png, case, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+url = f"http://127.0.0.1:{port}/v1/chat/completions"
+def post(content):
+    body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": 3,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(url, body, {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+data = "data:image/png;base64," + base64.b64encode(open(png, "rb").read()).decode()
+image = {"type": "image_url", "image_url": {"url": data}}
+bad = []
+st, text_only = post("What is this?")
+if st != 200:
+    bad.append(f"text-only {st}")
+st, r = post([{"type": "text", "text": "What is this?"}, image])
+if mode == "off":
+    if st != 400 or "image_url" not in r["error"]["message"]:
+        bad.append(f"without --mmproj: {st} {r}")
+else:
+    rows = {"llava": 64, "idefics3": 80}[case]
+    if st != 200:
+        bad.append(f"image request {st} {r}")
+    else:
+        # the marker (a few tokens) becomes the image rows and the layout's marker tokens
+        extra = r["usage"]["prompt_tokens"] - text_only["usage"]["prompt_tokens"]
+        if extra < rows:
+            bad.append(f"prompt_tokens grew by {extra}, expected at least {rows} image rows")
+        st2, r2 = post([{"type": "text", "text": "What is this?"}, image])
+        if st2 != 200 or r2["usage"]["prompt_tokens_details"]["cached_tokens"] < rows:
+            bad.append(f"repeat not served from the prefix cache: {r2.get('usage')}")
+        if r2["choices"][0]["message"] != r["choices"][0]["message"]:
+            bad.append("repeat gave another answer at temperature 0")
+    for content, want in (([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}], "only data: URLs"),
+                          ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}], "invalid base64"),
+                          ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}}], "unrecognised format"),
+                          ([image] * 17, "more than 16 images")):
+        st, r = post(content)
+        if st != 400 or want not in r["error"]["message"]:
+            bad.append(f"{want}: {st} {r}")
+if bad:
+    sys.exit("; ".join(bad))
+PY
+}
+
+for c in llava idefics3; do
+    "$PYTHON" tools/hf_mmproj_to_gguf.py "$V/$c" "$D/$c-mmproj.gguf" --type f16 \
+        --lm "$D/$c-lm.gguf" --lm-type f32 2>"$D/$c.log" || { fail "convert $c"; cat "$D/$c.log"; continue; }
+    serve $c "--mmproj $D/$c-mmproj.gguf"
+    ask $c on || fail "$c with --mmproj"
+    stop
+done
+serve llava ""
+ask llava off || fail "llava without --mmproj"
+stop
+
+# a wrong --mmproj: the server refuses to start, naming the file
+"$OMNI" serve -m "$D/llava-lm.gguf" --mmproj "$D/llava-lm.gguf" --port 1 >"$D/bad.log" 2>&1 &&
+    fail "serve started with an LM as --mmproj"
+grep -q "projector_type" "$D/bad.log" || fail "bad --mmproj message: $(cat "$D/bad.log")"
+
+[ $fails -eq 0 ]
