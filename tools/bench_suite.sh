@@ -6,6 +6,10 @@
 # sequences together (continuous batching): bd_x is that aggregate tok/s over
 # the single-sequence decode speed of the same run. Prints one JSON line per
 # run and one ratio line per model. Models are generated once into $BENCH_DIR.
+# Then speech: `omniserve bench-stt` on real-shape random Whisper files
+# (STT_SHAPES) over STT_AUDIO (default: 10 s of generated noise), the same two
+# kernel levels; its ratio line gives baseline ms / best ms (and baseline RTF /
+# best RTF), so above 1 means faster than the baseline.
 set -e
 OMNI=${OMNI:-build/omniserve}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -40,5 +44,41 @@ print(json.dumps({"bench": "llm", "shape": shape, "type": qtype, "baseline": "av
                   "pp_ratio": round(best["pp_tok_s"] / base["pp_tok_s"], 3),
                   "tg_ratio": round(best["tg_tok_s"] / base["tg_tok_s"], 3),
                   "bd_ratio": round(best["bd_tok_s"] / base["bd_tok_s"], 3) if base["bd_tok_s"] else 0}))
+PY
+done
+
+STT_SHAPES=${STT_SHAPES:-"whisper-tiny.en:q8_0"}
+STT_AUDIO=${STT_AUDIO:-$BENCH_DIR/noise-10s.wav}
+if [ ! -f "$STT_AUDIO" ]; then
+    "$PYTHON" - "$STT_AUDIO" <<'PY'
+import sys, wave
+import numpy as np
+x = (0.05 * np.random.default_rng(0).standard_normal(160000) * 32767).astype("<i2")
+with wave.open(sys.argv[1], "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); w.writeframes(x.tobytes())
+PY
+fi
+for st in $STT_SHAPES; do
+    shape=${st%%:*}; type=${st##*:}
+    model="$BENCH_DIR/$shape-$type.bin"
+    if [ ! -f "$model" ]; then
+        echo "bench: generating $model" >&2
+        "$PYTHON" tools/random_model --shape "$shape" --type "$type" -o "$model"
+    fi
+    echo "bench: $shape $type speech, baseline avx2 then best kernels ($THREADS threads)" >&2
+    base=$(OMNI_CPU=avx2 "$OMNI" bench-stt -m "$model" --file "$STT_AUDIO" -t "$THREADS" --reps "$REPS" --json)
+    best=$("$OMNI" bench-stt -m "$model" --file "$STT_AUDIO" -t "$THREADS" --reps "$REPS" --json)
+    echo "$base"
+    echo "$best"
+    "$PYTHON" - "$shape" "$type" "$base" "$best" <<'PY'
+import json, sys
+shape, qtype, base, best = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+print(json.dumps({"bench": "stt", "shape": shape, "type": qtype, "baseline": "avx2",
+                  "level": best["cpu"], "threads": best["threads"],
+                  "encoder_ms": best["encoder_ms"], "decoder_ms_per_token": best["decoder_ms_per_token"],
+                  "rtf": best["rtf"],
+                  "encoder_ratio": round(base["encoder_ms"] / best["encoder_ms"], 3),
+                  "decoder_ratio": round(base["decoder_ms_per_token"] / best["decoder_ms_per_token"], 3),
+                  "rtf_ratio": round(base["rtf"] / best["rtf"], 3)}))
 PY
 done

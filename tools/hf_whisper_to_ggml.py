@@ -21,7 +21,9 @@ and the tokenizer's vocab.json. The output is the file layout whisper.cpp reads:
 
 Types follow whisper.cpp: with f16, matrices and conv kernels are F16 and
 biases, norms, positional embeddings F32; with q8_0, 2-D matrices are Q8_0
-(bit-exact with ggml's reference quantizer), conv kernels F16.
+(bit-exact with ggml's reference quantizer), conv kernels F16. The layout
+helpers (write_header, tensor_type, write_tensor, ...) also serve
+tools/random_model, which writes real-shape files with random weights.
 """
 import argparse
 import json
@@ -35,8 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_to_gguf import ConvertError, open_checkpoint, quantize_q8_0, read_json  # noqa: E402
 
 GGML_MAGIC = 0x67676D6C
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
-FTYPES = {"f32": 0, "f16": 1, "q8_0": 7}
+GGML_F32, GGML_F16, GGML_Q5_1, GGML_Q8_0 = 0, 1, 7, 8
+FILE_FTYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q5_1": 9}   # whisper.cpp's ftype of a file
+QUANT_TYPES = {"q8_0": GGML_Q8_0, "q5_1": GGML_Q5_1}
+FTYPES = ("f32", "f16", "q8_0")                              # what this converter writes
 QNT_VERSION = 2
 N_FFT = 400
 SAMPLE_RATE = 16000
@@ -81,6 +85,18 @@ def byte_decoder():
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
+def pieces_to_bytes(pieces):
+    """Byte-level BPE pieces (GPT-2's printable stand-ins) -> raw bytes."""
+    dec = byte_decoder()
+    out = []
+    for piece in pieces:
+        try:
+            out.append(bytes(dec[c] for c in piece))
+        except KeyError:
+            out.append(piece.encode("utf-8"))  # an added token spelled in plain text
+    return out
+
+
 def vocab_bytes(model_dir, n_vocab):
     path = os.path.join(model_dir, "vocab.json")
     vocab = read_json(path, "tokenizer vocabulary")
@@ -93,15 +109,7 @@ def vocab_bytes(model_dir, n_vocab):
         by_id[i] = piece
     if sorted(by_id) != list(range(len(by_id))):
         raise ConvertError(f"{path}: ids are not contiguous from 0")
-    dec = byte_decoder()
-    out = []
-    for i in range(len(by_id)):
-        piece = by_id[i]
-        try:
-            out.append(bytes(dec[c] for c in piece))
-        except KeyError:
-            out.append(piece.encode("utf-8"))  # an added token spelled in plain text
-    return out
+    return pieces_to_bytes(by_id[i] for i in range(len(by_id)))
 
 
 def tensor_names(n_enc, n_dec):
@@ -163,17 +171,63 @@ def expected_shape(name, hp):
     return (d,)
 
 
-def tensor_data(name, a, type_name):
-    """(ggml type, numpy shape to store, bytes)."""
+def stored_shape(name, shape):
+    """whisper.cpp keeps the conv biases as [1, n_state]: numpy shape (n_state, 1)."""
     if name in ("encoder.conv1.bias", "encoder.conv2.bias"):
-        a = a.reshape(a.shape[0], 1)  # whisper.cpp keeps these as [1, n_state]
-    keep_f32 = a.ndim < 2 or name.endswith("positional_embedding") or name.endswith("conv1.bias") \
+        return (shape[0], 1)
+    return tuple(shape)
+
+
+def tensor_type(name, shape, type_name):
+    """ggml type of a tensor (stored shape) in a file of type_name."""
+    keep_f32 = len(shape) < 2 or name.endswith("positional_embedding") or name.endswith("conv1.bias") \
         or name.endswith("conv2.bias")
     if type_name == "f32" or keep_f32:
-        return GGML_F32, a.shape, a.astype("<f4").tobytes()
-    if type_name == "q8_0" and a.ndim == 2 and a.shape[-1] % 32 == 0:
-        return GGML_Q8_0, a.shape, quantize_q8_0(a)
+        return GGML_F32
+    if type_name in QUANT_TYPES and len(shape) == 2 and shape[-1] % 32 == 0:
+        return QUANT_TYPES[type_name]
+    return GGML_F16
+
+
+def tensor_data(name, a, type_name):
+    """(ggml type, numpy shape to store, bytes)."""
+    a = a.reshape(stored_shape(name, a.shape))
+    ttype = tensor_type(name, a.shape, type_name)
+    if ttype == GGML_F32:
+        return ttype, a.shape, a.astype("<f4").tobytes()
+    if ttype == GGML_Q8_0:
+        return ttype, a.shape, quantize_q8_0(a)
     return GGML_F16, a.shape, a.astype("<f2").tobytes()
+
+
+def file_ftype(type_name):
+    """The hparams' ftype: whisper.cpp's, plus 1000 * quantization version when quantized."""
+    return FILE_FTYPES[type_name] + (QNT_VERSION * 1000 if type_name in QUANT_TYPES else 0)
+
+
+def write_header(f, hp, ftype, tokens):
+    """Parts 1-4 of the layout: magic, hparams (hp: config.json's keys), mel filters, vocab."""
+    f.write(struct.pack("<I", GGML_MAGIC))
+    f.write(struct.pack("<11i", hp["vocab_size"], hp["max_source_positions"], hp["d_model"],
+                        hp["encoder_attention_heads"], hp["encoder_layers"], hp["max_target_positions"],
+                        hp["d_model"], hp["decoder_attention_heads"], hp["decoder_layers"],
+                        hp["num_mel_bins"], ftype))
+    filters = mel_filters(hp["num_mel_bins"])
+    f.write(struct.pack("<ii", *filters.shape))
+    f.write(filters.astype("<f4").tobytes())
+    f.write(struct.pack("<i", len(tokens)))
+    for t in tokens:
+        f.write(struct.pack("<I", len(t)))
+        f.write(t)
+
+
+def write_tensor(f, name, ttype, shape, data):
+    """Part 5, one tensor: header with ne reversed from the numpy shape, name, data."""
+    name = name.encode()
+    f.write(struct.pack("<iii", len(shape), len(name), ttype))
+    f.write(struct.pack(f"<{len(shape)}i", *reversed(shape)))
+    f.write(name)
+    f.write(data)
 
 
 def convert(model_dir, out, type_name):
@@ -205,31 +259,14 @@ def convert(model_dir, out, type_name):
             raise ConvertError(f"{model_dir}: tensor '{h}' (for '{g}') not in the checkpoint")
     tokens = vocab_bytes(model_dir, hp["vocab_size"])
 
-    ftype = FTYPES[type_name] + (QNT_VERSION * 1000 if type_name == "q8_0" else 0)
     with open(out, "wb") as f:
-        f.write(struct.pack("<I", GGML_MAGIC))
-        f.write(struct.pack("<11i", hp["vocab_size"], hp["max_source_positions"], hp["d_model"],
-                            hp["encoder_attention_heads"], hp["encoder_layers"], hp["max_target_positions"],
-                            hp["d_model"], hp["decoder_attention_heads"], hp["decoder_layers"],
-                            hp["num_mel_bins"], ftype))
-        filters = mel_filters(hp["num_mel_bins"])
-        f.write(struct.pack("<ii", *filters.shape))
-        f.write(filters.astype("<f4").tobytes())
-        f.write(struct.pack("<i", len(tokens)))
-        for t in tokens:
-            f.write(struct.pack("<I", len(t)))
-            f.write(t)
+        write_header(f, hp, file_ftype(type_name), tokens)
         for g, h in names.items():
             a = ckpt[h].load(h)
             want = expected_shape(g, hp)
             if tuple(a.shape) != want:
                 raise ConvertError(f"{model_dir}: tensor '{h}': shape {tuple(a.shape)}, expected {want}")
-            ttype, shape, data = tensor_data(g, a, type_name)
-            name = g.encode()
-            f.write(struct.pack("<iii", len(shape), len(name), ttype))
-            f.write(struct.pack(f"<{len(shape)}i", *reversed(shape)))
-            f.write(name)
-            f.write(data)
+            write_tensor(f, g, *tensor_data(g, a, type_name))
     log(f"wrote {out}: {len(names)} tensors, {len(tokens)} vocab pieces, {hp['num_mel_bins']} mel filters, "
         f"type {type_name}")
 
@@ -238,7 +275,7 @@ def main():
     ap = argparse.ArgumentParser(description="Convert a Hugging Face Whisper checkpoint to whisper.cpp ggml.")
     ap.add_argument("model_dir", help="directory with config.json, *.safetensors, vocab.json")
     ap.add_argument("out", help="output ggml .bin file")
-    ap.add_argument("--type", choices=sorted(FTYPES), default="f16",
+    ap.add_argument("--type", choices=FTYPES, default="f16",
                     help="type of the weight matrices (default f16); biases and norms stay f32")
     args = ap.parse_args()
     try:

@@ -29,6 +29,7 @@ struct bstt_opts {
     int n_threads;
     int reps;
     int n_tokens;     /* decoder steps timed per repetition */
+    int max_tokens;   /* per window in the RTF run; 0: the model's (half the text context) */
     bool json_only;
 };
 
@@ -41,6 +42,8 @@ static void bstt_usage(FILE *f)
             "  -t, --threads N   compute threads (default: physical cores, %d here)\n"
             "  --reps R          repetitions; medians are reported (default 3)\n"
             "  --tokens N        decoder steps timed per repetition (default 32)\n"
+            "  --max-tokens N    tokens per 30 s window in the RTF run (default: half the\n"
+            "                    text context; random weights never stop earlier)\n"
             "  --json            print only {\"encoder_ms\":..,\"decoder_ms_per_token\":..,\"rtf\":..}\n",
             omni_physical_cores());
 }
@@ -89,6 +92,9 @@ static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
                 return 2;
         } else if (!strcmp(a, "--tokens")) {
             if (!bstt_int(a, v, 1, 400, &o->n_tokens))
+                return 2;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (!bstt_int(a, v, 1, 400, &o->max_tokens))
                 return 2;
         } else {
             fprintf(stderr, "bench-stt: unknown option '%s' (see --help)\n", a);
@@ -230,6 +236,7 @@ int cli_bench_stt(int argc, char **argv)
     fp.language = "en";
     fp.no_timestamps = true;
     fp.temperature_inc = 0;   /* one pass per window: random weights would retry every time */
+    fp.max_tokens = o.max_tokens;
     int n_tokens_out = 0;
     for (int r = -1; r < o.reps; r++) {   /* r = -1: warm-up */
         double t0 = omni_time_s();

@@ -5,6 +5,9 @@
 # per-tensor type rules (Q6_K layers of Q4_K_M/Q5_K_M, fallbacks for rows that
 # are not a multiple of 256). One model per architecture, together covering
 # every tensor type written, must run through `omniserve bench` (finite logits).
+# Whisper shapes: 1-layer ggml files checked against whisper.cpp's layout and
+# the real hparams, loaded by `omniserve bench-stt` (English-only Q8_0 and
+# multilingual Q5_1).
 set -u
 : "${OMNI:=build/omniserve}" "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}"
 [ -d ../shared/vocab ] || { echo "no ../shared/vocab"; exit 77; }
@@ -185,6 +188,78 @@ for pair in "qwen2.5-0.5b q4_k_m bench:qwen2.5-0.5b q8_0" "qwen2.5-1.5b q5_k_m:q
     wait
     cat "$TMP/rm_log1" "$TMP/rm_log2"
 done
+# --- whisper.cpp ggml files ---
+for s in whisper-tiny.en whisper-base.en whisper-tiny; do
+    echo "$list" | grep -q "^$s " || fail "--list lacks $s"
+done
+bad "whisper shapes take" --shape whisper-tiny.en --type q4_k_m -o "$TMP/x.bin"
+bad "whisper files only" --shape smollm2-135m --type q5_1 -o "$TMP/x.gguf"
+bad "--layers must be 1..6" --shape whisper-base.en --type f16 --layers 7 -o "$TMP/x.bin"
+for st in whisper-tiny.en:q8_0 whisper-tiny:q5_1 whisper-base.en:f16; do
+    shape=${st%%:*}; type=${st##*:}; f="$TMP/rm_$shape.bin"
+    gen --shape "$shape" --type "$type" --layers 1 -o "$f"
+    "$PYTHON" - "$f" "$shape" "$type" <<'PY' || fail "$shape $type: ggml layout checks"
+import struct, sys
+sys.path.insert(0, "tools")
+import numpy as np
+import hf_whisper_to_ggml as w
+
+path, shape, qtype = sys.argv[1:]
+b = open(path, "rb").read()
+bad = []
+d, heads, vocab = {"whisper-tiny.en": (384, 6, 51864), "whisper-tiny": (384, 6, 51865),
+                   "whisper-base.en": (512, 8, 51864)}[shape]
+ftype = {"f16": 1, "q8_0": 2007, "q5_1": 2009}[qtype]
+magic, *hp = struct.unpack_from("<I11i", b, 0)
+if magic != 0x67676D6C:
+    bad.append(f"magic {magic:#x}")
+if hp != [vocab, 1500, d, heads, 1, 448, d, heads, 1, 80, ftype]:
+    bad.append(f"hparams {hp}")
+off = 48
+n_mel, n_fft = struct.unpack_from("<ii", b, off)
+filt = np.frombuffer(b, "<f4", n_mel * n_fft, off + 8).reshape(n_mel, n_fft)
+if (n_mel, n_fft) != (80, 201) or not np.array_equal(filt, w.mel_filters(80)):
+    bad.append("mel filters are not the slaney filters")
+off += 8 + 4 * n_mel * n_fft
+n_tok, = struct.unpack_from("<i", b, off)
+off += 4
+pieces = []
+for _ in range(n_tok):
+    n, = struct.unpack_from("<I", b, off)
+    pieces.append(b[off + 4:off + 4 + n])
+    off += 4 + n
+if n_tok != 50257 or pieces[0] != b"!" or pieces[50256] != b"<|endoftext|>" or pieces[220] != b" ":
+    bad.append(f"vocab: {n_tok} pieces, {pieces[:1]}, {pieces[220:221]}, {pieces[-1:]}")
+types = {}
+while off < len(b):
+    nd, nl, t = struct.unpack_from("<iii", b, off)
+    ne = struct.unpack_from(f"<{nd}i", b, off + 12)
+    name = b[off + 12 + 4 * nd:off + 12 + 4 * nd + nl].decode()
+    types[name] = (t, ne)
+    from gguf import tensor_nbytes
+    off += 12 + 4 * nd + nl + tensor_nbytes(t, tuple(reversed(ne)))
+q = {"f16": 1, "q8_0": 8, "q5_1": 7}[qtype]
+want = {"decoder.token_embedding.weight": (q, (d, vocab)), "encoder.conv1.weight": (1, (3, 80, d)),
+        "encoder.conv1.bias": (0, (1, d)), "encoder.positional_embedding": (0, (d, 1500)),
+        "decoder.blocks.0.mlp.0.weight": (q, (d, 4 * d)), "decoder.blocks.0.attn.query.bias": (0, (d,))}
+for name, exp in want.items():
+    if types.get(name) != exp:
+        bad.append(f"{name}: {types.get(name)}, want {exp}")
+if len(types) != len(w.tensor_names(1, 1)) or off != len(b):
+    bad.append(f"{len(types)} tensors, end at {off} of {len(b)}")
+for x in bad:
+    print(f"  {shape} {qtype}: {x}")
+sys.exit(1 if bad else 0)
+PY
+    if [ -x "$OMNI" ] && [ "$shape" != whisper-base.en ] && [ -f ../shared/audio/turn-on-the-kitchen-lights.wav ]; then
+        "$OMNI" bench-stt -m "$f" --file ../shared/audio/turn-on-the-kitchen-lights.wav -t 1 --reps 1 --tokens 2 \
+            --max-tokens 2 --json >"$f.bench" 2>&1 || { fail "$shape: bench-stt exited $?"; tail -n 5 "$f.bench"; }
+        grep -q '"encoder_ms":[0-9].*"decoder_ms_per_token":[0-9].*"rtf":[0-9]' "$f.bench" \
+            || fail "$shape $type: no bench-stt result: $(tail -n 2 "$f.bench")"
+    fi
+    rm -f "$f" "$f.bench"
+done
+
 [ -f "$TMP/rm_failed" ] && fail "checks failed for: $(tr '\n' ',' < "$TMP/rm_failed")"
 [ -x "$OMNI" ] || echo "note: no $OMNI, forward passes not run"
 [ $fails -eq 0 ]
