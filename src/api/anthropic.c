@@ -10,6 +10,7 @@
 #include "src/api/anthropic.h"
 
 #include "src/api/api.h"
+#include "src/api/images.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -712,8 +713,10 @@ fail:
 }
 
 /* Common front: model ready, JSON, model id, the request rendered. */
+/* im (NULL: leave image blocks to the translation's 400) gets the images of
+ * the messages, encoded, their blocks replaced by the image marker. */
 static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_model **m,
-                              cJSON **req, struct api_error *e)
+                              cJSON **req, struct api_images *im, struct api_error *e)
 {
     *req = NULL;
     if (!(*m = api_model_or_503(a, r, API_ANTHROPIC)))
@@ -723,7 +726,7 @@ static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_
     cJSON *root = apireq_parse(body, len, e);
     const char *model = NULL;
     if (root && apireq_string(root, "model", &model, e) >= 0 && api_check_model(a, model, e) >= 0 &&
-        (*req = anthropic_chat_request(root, e)))
+        (!im || api_images_take(a, root, im, e) >= 0) && (*req = anthropic_chat_request(root, e)))
         return root;
     api_respond_error(r, API_ANTHROPIC, e);
     cJSON_Delete(root);
@@ -740,8 +743,9 @@ void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
     apireq_gen_init(&g);
     const struct api_model *m;
     struct chatreq cr = { .reasoning_budget = -1 };
+    struct api_images im = { 0 };
     cJSON *req;
-    cJSON *root = anthropic_begin(a, r, &m, &req, &e);
+    cJSON *root = anthropic_begin(a, r, &m, &req, &im, &e);
     if (!root)
         goto out;
     if (apireq_sampling(root, API_ANTHROPIC, false, m->n_vocab, &g, &e) < 0 ||
@@ -765,15 +769,19 @@ void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
         api_call_free(c);
         goto fail;
     }
-    if (chatreq_attach(&cr, m, c, &rq, &e) < 0) {
+    if (chatreq_attach(&cr, m, c, &rq, &e) < 0 ||
+        (im.n && api_images_attach(a, m, &cr, &g, &im, &rq, &e) < 0)) {
         api_call_free(c);
         goto fail;
     }
+    if (im.n)
+        c->prompt_tokens = im.vp.n_positions;
     api_call_submit(c, r, &rq, anthropic_start);
     goto out;
 fail:
     api_respond_error(r, API_ANTHROPIC, &e);
 out:
+    api_images_free(&im);
     chatreq_free(&cr);
     apireq_gen_free(&g);
     cJSON_Delete(req);
@@ -788,7 +796,7 @@ void anthropic_count_tokens(struct api *a, struct ws_req *r, const char *arg)
     const struct api_model *m;
     struct chatreq cr;
     cJSON *req;
-    cJSON *root = anthropic_begin(a, r, &m, &req, &e);
+    cJSON *root = anthropic_begin(a, r, &m, &req, NULL, &e);
     if (!root)
         return;
     if (chatreq_render(m, req, &cr, &e) < 0) {

@@ -16,43 +16,58 @@
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 
-/* The URL of an image part, or NULL when the part is no image. */
-static const char *image_url(const cJSON *part)
+/* base64 text -> malloc'ed bytes. */
+static int decode_base64(const char *b64, const char *field, uint8_t **out, int *n,
+                         struct api_error *e)
 {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-    if (!cJSON_IsString(type) || (strcmp(type->valuestring, "image_url") != 0 &&
-                                  strcmp(type->valuestring, "input_image") != 0))
-        return NULL;
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image_url");
-    if (cJSON_IsObject(u))
-        u = cJSON_GetObjectItemCaseSensitive(u, "url");
-    return cJSON_IsString(u) ? u->valuestring : "";
-}
-
-/* data:[mime];base64,PAYLOAD -> malloc'ed bytes. */
-static int decode_data_url(const char *url, const char *field, uint8_t **out, int *n,
-                           struct api_error *e)
-{
-    const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
-    if (!comma)
-        return api_error_set(e, 400, field, "'%s': only data: URLs are supported "
-                             "(data:image/png;base64,...)", field);
-    if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
-        return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
-    size_t len = strlen(comma + 1);
+    size_t len = strlen(b64);
     if (len > (size_t)INT32_MAX / 2)
         return api_error_set(e, 400, field, "'%s': image too large", field);
     int cap = (int)AV_BASE64_DECODE_SIZE(len);
     *out = malloc(cap > 0 ? cap : 1);
     if (!*out)
         return api_error_set(e, 500, NULL, "out of memory");
-    *n = av_base64_decode(*out, comma + 1, cap);
+    *n = av_base64_decode(*out, b64, cap);
     if (*n <= 0) {
         free(*out);
         *out = NULL;
         return api_error_set(e, 400, field, "'%s': invalid base64", field);
     }
     return 0;
+}
+
+/* The bytes of an image part: 1 (*out malloc'ed), 0 when the part is no
+ * image, -1 with a 400. OpenAI: {"type": "image_url" | "input_image",
+ * "image_url": {"url": "data:...;base64,..."} or the URL string};
+ * Anthropic: {"type": "image", "source": {"type": "base64", "data": ...}}. */
+static int image_bytes(const cJSON *part, const char *field, uint8_t **out, int *n,
+                       struct api_error *e)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsString(type))
+        return 0;
+    if (!strcmp(type->valuestring, "image")) {
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(part, "source");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(src, "type");
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(src, "data");
+        if (!cJSON_IsString(st) || strcmp(st->valuestring, "base64") != 0 || !cJSON_IsString(data))
+            return api_error_set(e, 400, field, "'%s': only base64 image sources are supported",
+                                 field);
+        return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
+    }
+    if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0)
+        return 0;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    if (cJSON_IsObject(u))
+        u = cJSON_GetObjectItemCaseSensitive(u, "url");
+    const char *url = cJSON_IsString(u) ? u->valuestring : "";
+    const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
+    if (!comma)
+        return api_error_set(e, 400, field, "'%s': only data: URLs are supported "
+                             "(data:image/png;base64,...)", field);
+    if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
+        return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
+    return decode_base64(comma + 1, field, out, n, e) < 0 ? -1 : 1;
 }
 
 int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api_error *e)
@@ -67,18 +82,20 @@ int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api
     cJSON_ArrayForEach(msg, msgs) {
         cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         for (int k = 0; cJSON_IsArray(content) && k < cJSON_GetArraySize(content); k++) {
-            const char *url = image_url(cJSON_GetArrayItem(content, k));
-            if (!url)
-                continue;
             char field[64], err[256];
             snprintf(field, sizeof field, "messages[%d].content[%d]", i, k);
-            if (im->n == API_MAX_IMAGES)
+            uint8_t *bytes = NULL;
+            int n = 0, is = image_bytes(cJSON_GetArrayItem(content, k), field, &bytes, &n, e);
+            if (is <= 0) {
+                if (is < 0)
+                    return -1;
+                continue;
+            }
+            if (im->n == API_MAX_IMAGES) {
+                free(bytes);
                 return api_error_set(e, 400, field, "more than %d images in one request",
                                      API_MAX_IMAGES);
-            uint8_t *bytes = NULL;
-            int n = 0;
-            if (decode_data_url(url, field, &bytes, &n, e) < 0)
-                return -1;
+            }
             struct media_image_params ip = media_image_default_params();
             bool hit;
             int rc = vision_encode_bytes(api_vision_ctx(a), api_vision_cache(a), bytes, (size_t)n,

@@ -1,5 +1,6 @@
 /* images.h - image parts of chat requests (serve --mmproj): OpenAI
- * "image_url" / "input_image" parts carrying data: URLs are decoded and
+ * "image_url" / "input_image" parts carrying data: URLs and Anthropic
+ * "image" blocks with base64 sources are decoded and
  * encoded by the vision model (through its embedding cache) and replaced by
  * the model's image marker, so the chat template renders the prompt as
  * text; after rendering, the prompt becomes engine segments with the
@@ -38,7 +39,7 @@ struct api_images {
     struct engine_segment *segs;      /* [vp.n_parts] */
 };
 
-/* Replace every image part of req's messages (data: URLs) by a text part
+/* Replace every image part of req's messages (OpenAI or Anthropic shape) by a text part
  * holding the image marker, encoding the images into im. Without a vision
  * model, image parts are left for chatreq_build to refuse. 0, or -1 with a
  * 400 naming the field. */

@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_vision_serve.sh - `omniserve serve --mmproj`: a chat message with an
 # image_url part (data: URL of the fixture picture) through the tiny LLaVA
-# and Idefics3 of tests/fixtures/vision: 200 with the image rows counted in
-# usage.prompt_tokens, the repeated request served from the prefix cache,
+# and Idefics3 of tests/fixtures/vision (and an Anthropic image block): 200
+# with the image rows counted in usage.prompt_tokens, the repeated request served from the prefix cache,
 # clear 400s for URLs we do not fetch, bad base64 and non-images, and image
 # parts refused without --mmproj.
 set -u
@@ -74,6 +74,20 @@ else:
             bad.append(f"repeat not served from the prefix cache: {r2.get('usage')}")
         if r2["choices"][0]["message"] != r["choices"][0]["message"]:
             bad.append("repeat gave another answer at temperature 0")
+    # the Anthropic route: an image block with a base64 source
+    areq = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", json.dumps({
+        "model": "x", "max_tokens": 3, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": data.split(",", 1)[1]}},
+            {"type": "text", "text": "What is this?"}]}]}).encode(),
+        {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(areq, timeout=60) as resp:
+            ar = json.load(resp)
+        if ar["usage"]["input_tokens"] < rows:
+            bad.append(f"anthropic input_tokens {ar['usage']}")
+    except urllib.error.HTTPError as e:
+        bad.append(f"anthropic image: {e.code} {e.read()[:300]}")
     for content, want in (([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}], "only data: URLs"),
                           ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}], "invalid base64"),
                           ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}}], "unrecognised format"),
