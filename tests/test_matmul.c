@@ -8,6 +8,12 @@
 #include "src/core/threadpool.h"
 #include "tests/test.h"
 
+#if defined(__x86_64__)
+#include "src/core/arch/x86/x86.h"
+#else
+static int omni_amx_min_batch(int wtype) { (void)wtype; return 0; }
+#endif
+
 #include <cblas.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -176,6 +182,56 @@ TEST(matmul_all_types_batches_threads_levels)
     tpool_free(pools[2]);
     tpool_free(pools[3]);
     free(x);
+    free(y);
+    CHECK_MSG(!fail[0], "%s", fail);
+}
+
+/* Each output row depends on its own activation row only: a row computed in
+ * a batch has the bits of the same row computed alone when the batch takes
+ * the per-row dot path (vec_dot, vec_dot_n), and of the same row in a batch
+ * of 16 when it takes AMX tiles (of 4, 8 or 16 rows). The batch-invariant
+ * mode builds on this. */
+TEST(matmul_rows_independent_of_batch_size)
+{
+    static const int wtypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
+    enum { NB = 16 };
+    const int64_t n_in = 512, n_out = 37;
+    float *x = malloc(sizeof(float) * (size_t)(n_in * NB));
+    float *y1 = malloc(sizeof(float) * (size_t)(n_out * NB));  /* rows one at a time */
+    float *y16 = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *y = malloc(sizeof(float) * (size_t)(n_out * NB));
+    struct tpool *tp = tpool_new(2, NULL, 0);
+    CHECK(x && y1 && y16 && y && tp);
+    rng_state = 11;
+    for (int64_t i = 0; i < n_in * NB; i++)
+        x[i] = frand();
+    const int saved = omni_cpu_level();
+    char fail[160] = "";
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes && !fail[0]; ti++) {
+        struct wfix f;
+        CHECK(make_weights(&f, wtypes[ti], n_in, n_out) == 0);
+        for (int level = 0; level <= omni_cpu()->max_level && !fail[0]; level++) {
+            omni_cpu_set_level(level);
+            for (int64_t m = 0; m < NB; m++)
+                omni_matmul(tp, &f.t, x + m * n_in, 1, y1 + m * n_out);
+            omni_matmul(tp, &f.t, x, NB, y16);
+            const int64_t amx_from = level >= OMNI_CPU_AMX ? omni_amx_min_batch(wtypes[ti]) : 0;
+            for (int64_t b = 2; b < NB && !fail[0]; b++) {
+                const float *want = amx_from && b >= amx_from ? y16 : y1;
+                omni_matmul(tp, &f.t, x, b, y);
+                if (memcmp(y, want, sizeof(float) * (size_t)(b * n_out)) != 0)
+                    snprintf(fail, sizeof fail, "%s level %s batch %lld: rows differ from %s",
+                             ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
+                             want == y16 ? "batch 16" : "single rows");
+            }
+        }
+        free_weights(&f);
+    }
+    omni_cpu_set_level(saved);
+    tpool_free(tp);
+    free(x);
+    free(y1);
+    free(y16);
     free(y);
     CHECK_MSG(!fail[0], "%s", fail);
 }

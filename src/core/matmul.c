@@ -238,7 +238,8 @@ static int use_amx(int type, int64_t n_batch)
 {
 #if defined(__x86_64__)
     const int min_batch = omni_amx_min_batch(type);
-    return min_batch && n_batch >= min_batch && omni_cpu_level() >= OMNI_CPU_AMX;
+    return min_batch && n_batch >= min_batch && n_batch >= OMNI_MATMUL_QUANT_MAX &&
+           omni_cpu_level() >= OMNI_CPU_AMX;
 #else
     (void)type;
     (void)n_batch;
