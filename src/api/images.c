@@ -55,19 +55,68 @@ static int image_bytes(const cJSON *part, const char *field, uint8_t **out, int 
                                  field);
         return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
     }
-    if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0)
+    const char *key = !strcmp(type->valuestring, "video_url") ? "video_url" : "image_url";
+    if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0 &&
+        strcmp(type->valuestring, "video_url") != 0)
         return 0;
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, key);
     if (cJSON_IsObject(u))
         u = cJSON_GetObjectItemCaseSensitive(u, "url");
     const char *url = cJSON_IsString(u) ? u->valuestring : "";
     const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
     if (!comma)
         return api_error_set(e, 400, field, "'%s': only data: URLs are supported "
-                             "(data:image/png;base64,...)", field);
+                             "(data:image/png;base64,..., data:video/mp4;base64,...)", field);
     if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
         return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
-    return decode_base64(comma + 1, field, out, n, e) < 0 ? -1 : 1;
+    if (decode_base64(comma + 1, field, out, n, e) < 0)
+        return -1;
+    return strcmp(key, "video_url") ? 1 : 2;
+}
+
+/* A clip's frames into im (each an image; those past API_MAX_IMAGES are
+ * dropped, the caller refuses the request); *n_frames of them. */
+static int take_video(struct api *a, const uint8_t *bytes, int n, const char *field,
+                      struct api_images *im, int *n_frames, struct api_error *e)
+{
+    char err[256];
+    struct vision_embd *frames;
+    int rc = vision_encode_video(api_vision_ctx(a), api_vision_cache(a), bytes, (size_t)n, NULL,
+                                 &frames, n_frames, NULL, NULL, err, sizeof err);
+    if (rc < 0)
+        return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
+    for (int f = 0; f < *n_frames; f++) {
+        if (im->n < API_MAX_IMAGES)
+            im->e[im->n++] = frames[f];
+        else
+            vision_embd_release(&frames[f]);
+    }
+    free(frames);
+    return 0;
+}
+
+/* content[k] := a text part of n markers, one per line. */
+static int replace_with_markers(cJSON *content, int k, const char *marker, int n)
+{
+    size_t ml = strlen(marker);
+    char *t = malloc((ml + 1) * (size_t)(n > 0 ? n : 1) + 1);
+    if (!t)
+        return -1;
+    size_t len = 0;
+    for (int f = 0; f < n; f++) {
+        if (f)
+            t[len++] = '\n';
+        memcpy(t + len, marker, ml);
+        len += ml;
+    }
+    t[len] = 0;
+    cJSON *text = cJSON_CreateObject();
+    int ok = text && cJSON_AddStringToObject(text, "type", "text") &&
+             cJSON_AddStringToObject(text, "text", t) && cJSON_ReplaceItemInArray(content, k, text);
+    free(t);
+    if (!ok)
+        cJSON_Delete(text);
+    return ok ? 0 : -1;
 }
 
 int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api_error *e)
@@ -93,8 +142,21 @@ int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api
             }
             if (im->n == API_MAX_IMAGES) {
                 free(bytes);
-                return api_error_set(e, 400, field, "more than %d images in one request",
-                                     API_MAX_IMAGES);
+                return api_error_set(e, 400, field, "more than %d images or video frames in one "
+                                     "request", API_MAX_IMAGES);
+            }
+            if (is == 2) { /* a video: one marker per frame, a line each */
+                int before = im->n, n_frames = 0;
+                int rc = take_video(a, bytes, n, field, im, &n_frames, e);
+                free(bytes);
+                if (rc < 0)
+                    return -1;
+                if (before + n_frames > API_MAX_IMAGES)
+                    return api_error_set(e, 400, field, "more than %d images or video frames in "
+                                         "one request", API_MAX_IMAGES);
+                if (replace_with_markers(content, k, vision_image_marker(vm), n_frames) < 0)
+                    return api_error_set(e, 500, NULL, "out of memory");
+                continue;
             }
             struct media_image_params ip = media_image_default_params();
             bool hit;
@@ -104,13 +166,8 @@ int api_images_take(struct api *a, cJSON *req, struct api_images *im, struct api
             if (rc < 0)
                 return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
             im->n++;
-            cJSON *text = cJSON_CreateObject();
-            if (!text || !cJSON_AddStringToObject(text, "type", "text") ||
-                !cJSON_AddStringToObject(text, "text", vision_image_marker(vm)) ||
-                !cJSON_ReplaceItemInArray(content, k, text)) {
-                cJSON_Delete(text);
+            if (replace_with_markers(content, k, vision_image_marker(vm), 1) < 0)
                 return api_error_set(e, 500, NULL, "out of memory");
-            }
         }
         i++;
     }

@@ -1,6 +1,7 @@
 /* images.h - image parts of chat requests (serve --mmproj): OpenAI
  * "image_url" / "input_image" parts carrying data: URLs and Anthropic
- * "image" blocks with base64 sources are decoded and
+ * "image" blocks with base64 sources are decoded (and "video_url" parts
+ * sampled into frames: 1 per second, at most 16, each an image) and
  * encoded by the vision model (through its embedding cache) and replaced by
  * the model's image marker, so the chat template renders the prompt as
  * text; after rendering, the prompt becomes engine segments with the
@@ -30,7 +31,7 @@ struct cJSON;
 struct engine_request;
 struct engine_segment;
 
-#define API_MAX_IMAGES 16 /* per request */
+#define API_MAX_IMAGES 64 /* images and video frames per request */
 
 struct api_images {
     int n;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_vision_serve.sh - `omniserve serve --mmproj`: a chat message with an
 # image_url part (data: URL of the fixture picture) through the tiny LLaVA
-# and Idefics3 of tests/fixtures/vision (and an Anthropic image block): 200
+# and Idefics3 of tests/fixtures/vision (an Anthropic image block, a
+# video_url clip from ../shared sampled into frames): 200
 # with the image rows counted in usage.prompt_tokens, the repeated request served from the prefix cache,
 # clear 400s for URLs we do not fetch, bad base64 and non-images, and image
 # parts refused without --mmproj.
@@ -88,10 +89,20 @@ else:
             bad.append(f"anthropic input_tokens {ar['usage']}")
     except urllib.error.HTTPError as e:
         bad.append(f"anthropic image: {e.code} {e.read()[:300]}")
+    # a video clip: one image per sampled frame (1 fps, 4 s -> 4 frames)
+    import os
+    clip = "../shared/video/sample.mp4"
+    if os.path.exists(clip):
+        vdata = "data:video/mp4;base64," + base64.b64encode(open(clip, "rb").read()).decode()
+        st, r = post([{"type": "video_url", "video_url": {"url": vdata}},
+                      {"type": "text", "text": "What happens?"}])
+        per_frame = {"llava": 64, "idefics3": 16}[case]
+        if st != 200 or r["usage"]["prompt_tokens"] < text_only["usage"]["prompt_tokens"] + 4 * per_frame:
+            bad.append(f"video: {st} {r.get('usage', r)}")
     for content, want in (([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}], "only data: URLs"),
                           ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}], "invalid base64"),
                           ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}}], "unrecognised format"),
-                          ([image] * 17, "more than 16 images")):
+                          ([image] * 65, "more than 64 images")):
         st, r = post(content)
         if st != 400 or want not in r["error"]["message"]:
             bad.append(f"{want}: {st} {r}")
