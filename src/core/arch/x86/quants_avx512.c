@@ -2,8 +2,9 @@
  *
  * Only the kernels that measured faster than their AVX2 versions on Sapphire
  * Rapids: float weights (16 lanes, masked tails), q5_0 (VNNI + mask moves)
- * and q6_K (also for several activation rows at once); the AVX512 level
- * inherits the AVX2 kernels for the rest. Results
+ * and q6_K (also for several activation rows at once), and q8_0 for several
+ * rows (VNNI, 32 registers of accumulators); the AVX512 level inherits the
+ * AVX2 kernels for the rest. Results
  * differ from the scalar _ref twins only in float summation order. */
 #if defined(__x86_64__)
 
@@ -141,6 +142,64 @@ static float vec_dot_q5_0_q8_0_avx512(int64_t n, const void *w, const void *a)
     return _mm512_reduce_add_ps(s);
 }
 
+/* The AVX2 q8_0 kernel (which this level keeps for one row) for NC
+ * activation rows: the same four accumulators per row, block i into i % 4,
+ * the same float steps, so each row's result has the single-row bits; the
+ * weight block and its sign are loaded once, and 32 registers hold the
+ * accumulators of four rows. y is never -128 (see the AVX2 dot_i8). */
+static inline __attribute__((always_inline)) void
+q8_0_block_n(const block_q8_0 *x, const uint8_t *a, size_t a_row, int64_t i,
+             __m256 acc[OMNI_DOT_COLS_MAX][4], const int k, const int NC)
+{
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    const __m256i ax = _mm256_sign_epi8(qx, qx);
+    const float dx = h2f(x[i].d);
+    for (int c = 0; c < NC; c++) {
+        const block_q8_0 *y = (const block_q8_0 *)(a + c * a_row) + i;
+        const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
+        acc[c][k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(dot), acc[c][k]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dot_n_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *a, size_t a_row, float *s,
+           size_t s_stride, const int NC)
+{
+    const int64_t nb = n / QK8_0;
+    __m256 acc[OMNI_DOT_COLS_MAX][4];
+    for (int c = 0; c < NC; c++)
+        for (int k = 0; k < 4; k++)
+            acc[c][k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
+        q8_0_block_n(x, a, a_row, i + 1, acc, 1, NC);
+        q8_0_block_n(x, a, a_row, i + 2, acc, 2, NC);
+        q8_0_block_n(x, a, a_row, i + 3, acc, 3, NC);
+    }
+    for (; i < nb; i++)
+        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
+    for (int c = 0; c < NC; c++) {
+        const __m256 t = _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3]));
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        v = _mm_add_ss(v, _mm_movehdup_ps(v));
+        s[c * s_stride] = _mm_cvtss_f32(v);
+    }
+}
+
+static void vec_dot_n_q8_0_q8_0_avx512(int64_t n, const void *w, const void *a, size_t a_row,
+                                        int n_cols, float *s, size_t s_stride)
+{
+    switch (n_cols) {
+    case 1: dot_n_q8_0(n, w, a, a_row, s, s_stride, 1); break;
+    case 2: dot_n_q8_0(n, w, a, a_row, s, s_stride, 2); break;
+    case 3: dot_n_q8_0(n, w, a, a_row, s, s_stride, 3); break;
+    default: dot_n_q8_0(n, w, a, a_row, s, s_stride, 4); break;
+    }
+}
+
 // ---- K blocks ----------------------------------------------------------------
 
 /* q6_K in 512 bits: a half block's 64 ql bytes and its qh bytes (shifted by
@@ -252,6 +311,7 @@ void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_F16].vec_dot = vec_dot_f16_f32_avx512;
     ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx512;
     ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx512;
+    ops[GGML_TYPE_Q8_0].vec_dot_n = vec_dot_n_q8_0_q8_0_avx512;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx512;
     ops[GGML_TYPE_Q6_K].vec_dot_n = vec_dot_n_q6_K_q8_K_avx512;
 }
