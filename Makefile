@@ -5,6 +5,7 @@
 #   make run        setup, build, start omniserve
 #   make asan       build with -fsanitize=address,undefined and run the unit tests
 #   make bench      speed benchmarks (machine-readable, with baseline ratios)
+#   make samples    build/samples/*: programs on the library (mic_transcribe, portaudio)
 # Variables: DEBUG=1, SAN=address, CC, EXTRA_CFLAGS.
 
 CC      ?= gcc
@@ -69,12 +70,12 @@ setup:
 unit-test: $(BUILD)/test_runner $(BUILD)/omniserve
 	$(BUILD)/test_runner
 
-tool-test: $(BUILD)/omniserve
+tool-test: $(BUILD)/omniserve samples
 	@if [ -z "$(PYTHON)" ]; then echo "tool-test: no python3 with numpy (run make setup)"; exit 1; fi
 	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve sh tests/tools/run_all.sh
 
 test: setup
-	$(MAKE) all $(BUILD)/test_runner
+	$(MAKE) all $(BUILD)/test_runner samples
 	$(MAKE) tool-test
 	$(MAKE) unit-test
 	$(MAKE) client-test
@@ -148,5 +149,16 @@ $(BUILD)/fixtures/vision-%-mmproj-f32.gguf: tests/fixtures/vision/%/config.json 
 	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f32 \
 		--lm $(BUILD)/fixtures/vision-$*-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+
+# ---- samples ----------------------------------------------------------------
+# samples/mic_transcribe.c: the realtime WebSocket client with the microphone;
+# portaudio is linked here only.
+SAMPLES := $(BUILD)/samples/mic_transcribe
+.PHONY: samples
+samples: $(SAMPLES)
+$(BUILD)/samples/mic_transcribe.o: CFLAGS += $(shell pkg-config --cflags portaudio-2.0 2>/dev/null)
+$(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libomni.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs portaudio-2.0 2>/dev/null)
+DEPS += $(SAMPLES:=.d)
 
 -include $(DEPS)
