@@ -9,6 +9,7 @@
  * difference: the engine keeps prompt + output within the context, so at
  * -n = context the last token (llama2.c's, past the context) is not printed.
  * Diagnostics and timings go to stderr. */
+#include "src/cli/args.h"
 #include "src/cli/cli.h"
 
 #include "llm/chat.h"
@@ -68,69 +69,6 @@ static void run_usage(FILE *f)
             RUN_DEFAULT_STEPS, RUN_CHAT_ANSWER_TOKENS);
 }
 
-static int run_parse_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "run: %s expects an integer in %ld..%ld, got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int run_parse_float(const char *opt, const char *s, float lo, float hi, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "run: %s expects a number in %g..%g, got '%s'\n", opt, (double)lo,
-                (double)hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int run_parse_seed(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v == SAMPLER_SEED_RANDOM) {
-        fprintf(stderr, "run: --seed expects an integer in 0..%llu, got '%s'\n",
-                (unsigned long long)SAMPLER_SEED_RANDOM - 1, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int run_parse_size(const char *opt, const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    int shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift)
-        end++;
-    if (errno || end == s || *end || *s == '-' || !v || v > (SIZE_MAX >> shift)) {
-        fprintf(stderr, "run: %s expects a size like 64K, 32M or 2G, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = (size_t)v << shift;
-    return 0;
-}
-
 /* 0 ok, 1 help printed, 2 usage error (message printed). */
 static int run_parse_args(int argc, char **argv, struct run_opts *o)
 {
@@ -164,22 +102,22 @@ static int run_parse_args(int argc, char **argv, struct run_opts *o)
         else if (!strcmp(a, "--system"))
             o->system = v;
         else if (!strcmp(a, "-n"))
-            rc = run_parse_long(a, v, 0, 1L << 30, &o->steps);
+            rc = cli_long("run", a, v, 0, 1L << 30, &o->steps);
         else if (!strcmp(a, "--temp"))
-            rc = run_parse_float(a, v, 0.0f, 1e6f, &o->sp.temperature);
+            rc = cli_float("run", a, v, 0.0f, 1e6f, &o->sp.temperature);
         else if (!strcmp(a, "--seed"))
-            rc = run_parse_seed(v, &o->sp.seed);
+            rc = cli_u64("run", a, v, SAMPLER_SEED_RANDOM, &o->sp.seed);
         else if (!strcmp(a, "--top-k")) {
-            rc = run_parse_long(a, v, 0, 1L << 30, &n);
+            rc = cli_long("run", a, v, 0, 1L << 30, &n);
             o->sp.top_k = (int)n;
         } else if (!strcmp(a, "--top-p"))
-            rc = run_parse_float(a, v, 0.0f, 1.0f, &o->sp.top_p);
+            rc = cli_float("run", a, v, 0.0f, 1.0f, &o->sp.top_p);
         else if (!strcmp(a, "--min-p"))
-            rc = run_parse_float(a, v, 0.0f, 1.0f, &o->sp.min_p);
+            rc = cli_float("run", a, v, 0.0f, 1.0f, &o->sp.min_p);
         else if (!strcmp(a, "--repeat-penalty"))
-            rc = run_parse_float(a, v, 1e-3f, 1e3f, &o->sp.repetition_penalty);
+            rc = cli_float("run", a, v, 1e-3f, 1e3f, &o->sp.repetition_penalty);
         else if (!strcmp(a, "--threads")) {
-            rc = run_parse_long(a, v, 1, 1024, &n);
+            rc = cli_long("run", a, v, 1, 1024, &n);
             o->ep.n_threads = (int)n;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
@@ -187,10 +125,10 @@ static int run_parse_args(int argc, char **argv, struct run_opts *o)
                 rc = -1;
             }
         } else if (!strcmp(a, "--kv-block-size")) {
-            rc = run_parse_long(a, v, 1, 4096, &n);
+            rc = cli_long("run", a, v, 1, 4096, &n);
             o->ep.kv_block_size = (int)n;
         } else if (!strcmp(a, "--kv-memory"))
-            rc = run_parse_size(a, v, &o->ep.kv_memory_bytes);
+            rc = cli_size("run", a, v, 1, &o->ep.kv_memory_bytes);
         else {
             fprintf(stderr, "run: unknown option '%s'\n", a);
             return 2;

@@ -5,6 +5,7 @@
  * model cache first; when that fails the server keeps running without a
  * model and says why (503 on generation routes).
  * SIGINT/SIGTERM start a graceful shutdown; the process exits 0 after it. */
+#include "src/cli/args.h"
 #include "src/cli/cli.h"
 
 #include "llm/model.h"
@@ -137,55 +138,6 @@ static void serve_usage(FILE *f)
             "  --prefix-cache-dir DIR     keep hot prompt prefixes on disk across restarts\n");
 }
 
-static int serve_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "serve: %s expects an integer in %ld..%ld, got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int serve_seconds(const char *opt, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0 && v <= 86400)) {
-        fprintf(stderr, "serve: %s expects seconds in 0..86400, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* "512", "64K", "32M", "2G" (binary units). */
-static int serve_bytes(const char *opt, const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    int shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift)
-        end++;
-    if (errno || end == s || *end || *s == '-' || v > (SIZE_MAX >> shift)) {
-        fprintf(stderr, "serve: %s expects a size like 512, 64K, 32M or 2G, got '%s'\n", opt, s);
-        return -1;
-    }
-    *out = (size_t)v << shift;
-    return 0;
-}
-
 /* 0 ok, 1 help printed, 2 usage error (message printed). */
 static int serve_parse(int argc, char **argv, struct serve_opts *o)
 {
@@ -226,7 +178,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--host"))
             o->wp.host = v;
         else if (!strcmp(a, "--port")) {
-            rc = serve_long(a, v, 1, 65535, &n);
+            rc = cli_long("serve", a, v, 1, 65535, &n);
             o->wp.port = (int)n;
         } else if (!strcmp(a, "--api-key"))
             o->api_key = v;
@@ -249,17 +201,17 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             }
         }
         else if (!strcmp(a, "--max-body"))
-            rc = serve_bytes(a, v, &o->wp.max_body_bytes);
+            rc = cli_size("serve", a, v, 0, &o->wp.max_body_bytes);
         else if (!strcmp(a, "--shutdown-timeout"))
-            rc = serve_seconds(a, v, &o->wp.shutdown_timeout_s);
+            rc = cli_double("serve", a, v, 0, 86400, &o->wp.shutdown_timeout_s);
         else if (!strcmp(a, "--sse-keepalive")) {
-            rc = serve_seconds(a, v, &d);
+            rc = cli_double("serve", a, v, 0, 86400, &d);
             o->wp.sse_keepalive_ms = (int)(d * 1000);
         } else if (!strcmp(a, "--threads")) {
-            rc = serve_long(a, v, 1, 1024, &n);
+            rc = cli_long("serve", a, v, 1, 1024, &n);
             o->ep.n_threads = (int)n;
         } else if (!strcmp(a, "--kv-block-size")) {
-            rc = serve_long(a, v, 1, 4096, &n);
+            rc = cli_long("serve", a, v, 1, 4096, &n);
             o->ep.kv_block_size = (int)n;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
@@ -267,30 +219,30 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                 rc = -1;
             }
         } else if (!strcmp(a, "--kv-memory"))
-            rc = serve_bytes(a, v, &o->ep.kv_memory_bytes);
+            rc = cli_size("serve", a, v, 0, &o->ep.kv_memory_bytes);
         else if (!strcmp(a, "--max-batch-tokens")) {
-            rc = serve_long(a, v, 1, 65536, &n);
+            rc = cli_long("serve", a, v, 1, 65536, &n);
             o->ep.max_batch_tokens = (int)n;
         } else if (!strcmp(a, "--max-seqs")) {
-            rc = serve_long(a, v, 1, 4096, &n);
+            rc = cli_long("serve", a, v, 1, 4096, &n);
             o->ep.max_seqs = (int)n;
         } else if (!strcmp(a, "--max-queue")) {
-            rc = serve_long(a, v, 0, 1L << 20, &n);
+            rc = cli_long("serve", a, v, 0, 1L << 20, &n);
             o->ep.max_queue = (int)n;
         } else if (!strcmp(a, "--stt-model"))
             o->sp.model_path = v;
         else if (!strcmp(a, "--vad-model"))
             o->sp.vad_path = v;
         else if (!strcmp(a, "--stt-workers")) {
-            rc = serve_long(a, v, 1, 64, &n);
+            rc = cli_long("serve", a, v, 1, 64, &n);
             o->sp.n_workers = (int)n;
         } else if (!strcmp(a, "--stt-threads")) {
-            rc = serve_long(a, v, 1, 1024, &n);
+            rc = cli_long("serve", a, v, 1, 1024, &n);
             o->sp.n_threads = (int)n;
         } else if (!strcmp(a, "--mmproj"))
             o->mmproj = v;
         else if (!strcmp(a, "--vision-cache-mb")) {
-            rc = serve_long(a, v, 0, 1L << 20, &n);
+            rc = cli_long("serve", a, v, 0, 1L << 20, &n);
             o->vision_cache_mb = n;
         } else if (!strcmp(a, "--prefix-cache-dir"))
             o->ep.prefix_cache_dir = v;

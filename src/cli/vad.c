@@ -4,6 +4,7 @@
  * {"probabilities":N,"segments":[{"start":s,"end":s},...]}. */
 #include "audio/vad.h"
 #include "media/audio.h"
+#include "src/cli/args.h"
 #include "src/cli/cli.h"
 #include "src/core/omni.h"
 
@@ -26,19 +27,6 @@ static void vad_usage(FILE *f)
             "FILE is any audio (or video with audio) ffmpeg reads; it is resampled to 16 kHz mono.\n");
 }
 
-/* Parse a number option; 0 on success. */
-static int vad_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "omniserve vad: %s wants a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 int cli_vad(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL;
@@ -57,23 +45,23 @@ int cli_vad(int argc, char **argv)
         } else if (!strcmp(a, "--probs")) {
             show_probs = 1;
         } else if (!strcmp(a, "--threshold") && i + 1 < argc) {
-            if (vad_num(a, argv[++i], 0, 1, &v))
+            if (cli_double("vad", a, argv[++i], 0, 1, &v))
                 return 2;
             vp.threshold = (float)v;
         } else if (!strcmp(a, "--min-speech-ms") && i + 1 < argc) {
-            if (vad_num(a, argv[++i], 0, 3600000, &v))
+            if (cli_double("vad", a, argv[++i], 0, 3600000, &v))
                 return 2;
             vp.min_speech_duration_ms = (int)v;
         } else if (!strcmp(a, "--min-silence-ms") && i + 1 < argc) {
-            if (vad_num(a, argv[++i], 0, 3600000, &v))
+            if (cli_double("vad", a, argv[++i], 0, 3600000, &v))
                 return 2;
             vp.min_silence_duration_ms = (int)v;
         } else if (!strcmp(a, "--max-speech-s") && i + 1 < argc) {
-            if (vad_num(a, argv[++i], 0.1, 1e9, &v))
+            if (cli_double("vad", a, argv[++i], 0.1, 1e9, &v))
                 return 2;
             vp.max_speech_duration_s = (float)v;
         } else if (!strcmp(a, "--pad-ms") && i + 1 < argc) {
-            if (vad_num(a, argv[++i], 0, 60000, &v))
+            if (cli_double("vad", a, argv[++i], 0, 60000, &v))
                 return 2;
             vp.speech_pad_ms = (int)v;
         } else if (a[0] == '-' && a[1]) {
