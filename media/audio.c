@@ -6,6 +6,7 @@
 #include "media/audio.h"
 
 #include "src/core/omni.h"
+#include "media/ffio.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -179,51 +180,6 @@ static int check_params(const struct media_audio_params *p, char *err, size_t er
     return OMNI_OK;
 }
 
-// ---- memory AVIOContext ----------------------------------------------------
-
-struct mem_reader {
-    const uint8_t *data;
-    size_t len, pos;
-};
-
-static int mem_read(void *opaque, uint8_t *buf, int size)
-{
-    struct mem_reader *r = opaque;
-    size_t left = r->len - r->pos;
-    if (left == 0)
-        return AVERROR_EOF;
-    size_t n = (size_t)size < left ? (size_t)size : left;
-    memcpy(buf, r->data + r->pos, n);
-    r->pos += n;
-    return (int)n;
-}
-
-static int64_t mem_seek(void *opaque, int64_t offset, int whence)
-{
-    struct mem_reader *r = opaque;
-    int64_t base;
-    switch (whence & ~AVSEEK_FORCE) {
-    case AVSEEK_SIZE: return (int64_t)r->len;
-    case SEEK_SET: base = 0; break;
-    case SEEK_CUR: base = (int64_t)r->pos; break;
-    case SEEK_END: base = (int64_t)r->len; break;
-    default: return AVERROR(EINVAL);
-    }
-    if (offset < -base || offset > (int64_t)r->len - base)
-        return AVERROR(EINVAL);
-    r->pos = (size_t)(base + offset);
-    return (int64_t)r->pos;
-}
-
-/* Demuxers that reference other files (playlists, concat lists) call io_open;
- * an uploaded file must not make us open anything. */
-static int refuse_io_open(struct AVFormatContext *s, AVIOContext **pb, const char *url, int flags,
-                          AVDictionary **options)
-{
-    (void)s, (void)pb, (void)url, (void)flags, (void)options;
-    return AVERROR(EPERM);
-}
-
 // ---- decoding --------------------------------------------------------------
 
 struct decoder {
@@ -283,7 +239,7 @@ static int decoder_drain(struct decoder *d, char *err, size_t errlen)
     }
 }
 
-static int decoder_open(struct decoder *d, struct mem_reader *r, char *err, size_t errlen)
+static int decoder_open(struct decoder *d, struct media_mem *r, char *err, size_t errlen)
 {
     char e[AV_ERROR_MAX_STRING_SIZE];
     const size_t avio_size = 32768;
@@ -293,13 +249,13 @@ static int decoder_open(struct decoder *d, struct mem_reader *r, char *err, size
         av_free(avio_buf);
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "media: out of memory");
     }
-    d->avio = avio_alloc_context(avio_buf, (int)avio_size, 0, r, mem_read, NULL, mem_seek);
+    d->avio = avio_alloc_context(avio_buf, (int)avio_size, 0, r, media_mem_read, NULL, media_mem_seek);
     if (!d->avio) {
         av_free(avio_buf);
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "media: out of memory");
     }
     d->fmt->pb = d->avio;
-    d->fmt->io_open = refuse_io_open;
+    d->fmt->io_open = media_refuse_io_open;
     d->fmt->format_whitelist = av_strdup(MEDIA_AUDIO_DEMUXERS);
     d->fmt->protocol_whitelist = av_strdup("none");
     int rc = avformat_open_input(&d->fmt, NULL, NULL, NULL);
@@ -386,7 +342,7 @@ static int decode(const void *data, size_t len, const struct media_audio_params 
                          name, len, p->max_input_bytes);
     media_log_init();
 
-    struct mem_reader r = { .data = data, .len = len };
+    struct media_mem r = { .data = data, .len = len };
     struct decoder d = { .p = p, .name = name };
     d.out.max = (size_t)(p->max_duration_s * p->sample_rate_hz);
     rc = decoder_open(&d, &r, err, errlen);

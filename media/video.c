@@ -18,6 +18,7 @@
 
 #include "media/audio.h"
 #include "src/core/omni.h"
+#include "media/ffio.h"
 
 #define MEDIA_VIDEO_DEMUXERS                                                                   \
     "mov,matroska,webm,avi,mpegts,flv,ogg,mpeg,gif,webp_pipe,bmp_pipe,tiff_pipe,png_pipe,"     \
@@ -59,49 +60,8 @@ void media_video_frames_release(struct media_video_frames *v)
 
 // ---- demux + decode ----------------------------------------------------------
 
-struct mem_reader {
-    const uint8_t *data;
-    size_t len, pos;
-};
-
-static int mem_read(void *opaque, uint8_t *buf, int size)
-{
-    struct mem_reader *r = opaque;
-    size_t left = r->len - r->pos;
-    if (left == 0)
-        return AVERROR_EOF;
-    size_t n = (size_t)size < left ? (size_t)size : left;
-    memcpy(buf, r->data + r->pos, n);
-    r->pos += n;
-    return (int)n;
-}
-
-static int64_t mem_seek(void *opaque, int64_t offset, int whence)
-{
-    struct mem_reader *r = opaque;
-    int64_t base;
-    switch (whence & ~AVSEEK_FORCE) {
-    case AVSEEK_SIZE: return (int64_t)r->len;
-    case SEEK_SET: base = 0; break;
-    case SEEK_CUR: base = (int64_t)r->pos; break;
-    case SEEK_END: base = (int64_t)r->len; break;
-    default: return AVERROR(EINVAL);
-    }
-    if (offset < -base || offset > (int64_t)r->len - base)
-        return AVERROR(EINVAL);
-    r->pos = (size_t)(base + offset);
-    return (int64_t)r->pos;
-}
-
-static int refuse_io_open(struct AVFormatContext *s, AVIOContext **pb, const char *url, int flags,
-                          AVDictionary **options)
-{
-    (void)s, (void)pb, (void)url, (void)flags, (void)options;
-    return AVERROR(EPERM);
-}
-
 struct vdec {
-    struct mem_reader mem;
+    struct media_mem mem;
     AVFormatContext *fmt;
     AVIOContext *avio;
     AVCodecContext *dec;
@@ -142,9 +102,9 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
     AVDictionary *opts = NULL;
     if (data) {
-        d->mem = (struct mem_reader){ data, len, 0 };
+        d->mem = (struct media_mem){ data, len, 0 };
         uint8_t *buf = av_malloc(32768);
-        if (!buf || !(d->avio = avio_alloc_context(buf, 32768, 0, &d->mem, mem_read, NULL, mem_seek))) {
+        if (!buf || !(d->avio = avio_alloc_context(buf, 32768, 0, &d->mem, media_mem_read, NULL, media_mem_seek))) {
             av_free(buf);
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
         }
@@ -153,7 +113,7 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
     } else {
         d->fmt->protocol_whitelist = av_strdup("file");
     }
-    d->fmt->io_open = data ? refuse_io_open : d->fmt->io_open;
+    d->fmt->io_open = data ? media_refuse_io_open : d->fmt->io_open;
     d->fmt->format_whitelist = av_strdup(MEDIA_VIDEO_DEMUXERS);
     int rc = avformat_open_input(&d->fmt, data ? NULL : path, NULL, &opts);
     av_dict_free(&opts);
