@@ -17,7 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -887,6 +890,8 @@ done:
 struct dl_buf {
     char *data;
     size_t len, cap;
+    size_t max;     /* refuse bodies longer than this; 0: 64 MiB */
+    bool too_big;   /* the body went over max */
 };
 
 static size_t dl_on_buf(char *data, size_t size, size_t n, void *user)
@@ -894,8 +899,10 @@ static size_t dl_on_buf(char *data, size_t size, size_t n, void *user)
     struct dl_buf *b = user;
     const size_t len = size * n;
     if (b->len + len + 1 > b->cap) {
-        if (b->len + len + 1 > (64u << 20))
-            return 0; /* a listing is never that large */
+        if (b->len + len > (b->max ? b->max : (64u << 20))) {
+            b->too_big = true; /* a listing is never that large */
+            return 0;
+        }
         size_t cap = b->cap ? b->cap * 2 : 65536;
         while (cap < b->len + len + 1)
             cap *= 2;
@@ -1035,4 +1042,130 @@ int download_hf_file(const struct download_params *p_in, const char *repo, const
         return rc;
     const char *base = strrchr(file, '/');
     return dl_fetch(&p, &m, base ? base + 1 : file, part, path, err, errlen);
+}
+
+// ---- fetching a URL into memory (media for chat requests) --------------------
+
+struct download_fetch_params download_fetch_default_params(void)
+{
+    return (struct download_fetch_params){ .max_bytes = 64u << 20, .timeout_s = 30 };
+}
+
+bool download_addr_is_private(const struct sockaddr *sa)
+{
+    uint32_t v4;
+    if (sa->sa_family == AF_INET) {
+        v4 = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+    } else if (sa->sa_family == AF_INET6) {
+        const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+        static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+        static const uint8_t zero[16] = { 0 };
+        if (!memcmp(b, zero, 15))
+            return true;                           /* :: and ::1 */
+        if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff)
+            return true;                           /* fc00::/7, fe80::/10, multicast */
+        if (memcmp(b, mapped, 12) && memcmp(b, nat64, 12))
+            return false;
+        v4 = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+    } else {
+        return true;                               /* no other families */
+    }
+    const uint8_t a = v4 >> 24, b2 = (v4 >> 16) & 0xff;
+    return a == 0 || a == 10 || a == 127 || a >= 224 ||   /* this net, private, loopback, mcast */
+           (a == 100 && (b2 & 0xc0) == 64) ||             /* 100.64/10 carrier NAT */
+           (a == 169 && b2 == 254) ||                     /* link-local */
+           (a == 172 && (b2 & 0xf0) == 16) ||             /* 172.16/12 */
+           (a == 192 && b2 == 168) ||                     /* 192.168/16 */
+           (a == 192 && b2 == 0 && ((v4 >> 8) & 0xff) == 0) ||  /* 192.0.0/24 */
+           (a == 198 && (b2 & 0xfe) == 18);               /* 198.18/15 benchmarking */
+}
+
+struct dl_fetch {
+    const struct download_fetch_params *p;
+    char refused[96];      /* the address a connection was refused to */
+};
+
+/* Every connection curl opens (to the first host and after each redirect,
+ * for each address a name resolved to) passes here with the address it is
+ * about to use: checking the socket address itself, not a name resolved
+ * earlier, leaves no room for DNS rebinding. */
+static curl_socket_t dl_open_socket(void *user, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    struct dl_fetch *f = user;
+    (void)purpose;
+    if (!f->p->allow_private && download_addr_is_private(&a->addr)) {
+        const void *in = a->family == AF_INET6
+                             ? (const void *)&((const struct sockaddr_in6 *)&a->addr)->sin6_addr
+                             : (const void *)&((const struct sockaddr_in *)&a->addr)->sin_addr;
+        if (!inet_ntop(a->family, in, f->refused, sizeof f->refused))
+            snprintf(f->refused, sizeof f->refused, "the address");
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype, a->protocol);
+}
+
+static int dl_fetch_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                             curl_off_t ulnow)
+{
+    const struct dl_fetch *f = user;
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return f->p->cancel && f->p->cancel(f->p->cancel_user);
+}
+
+int download_fetch(const struct download_fetch_params *p, const char *url, uint8_t **data,
+                   size_t *len, char *err, size_t errlen)
+{
+    *data = NULL;
+    *len = 0;
+    if (strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8))
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "fetch: only http(s) URLs");
+    struct download_params dp = { .endpoint = "", .connect_timeout_s = p->timeout_s,
+                                  .stall_timeout_s = p->timeout_s };
+    struct dl_req r;
+    struct dl_headers h;
+    struct dl_buf b = { .max = p->max_bytes };
+    struct dl_fetch f = { .p = p };
+    dl_headers_reset(&h);
+    int rc = dl_req_init(&r, &dp, url, err, errlen);
+    if (rc)
+        return rc;
+    curl_easy_setopt(r.c, CURLOPT_PROXY, "");   /* a proxy would hide the address we check */
+    curl_easy_setopt(r.c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(r.c, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(r.c, CURLOPT_TIMEOUT, p->timeout_s);
+    curl_easy_setopt(r.c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)p->max_bytes);
+    curl_easy_setopt(r.c, CURLOPT_OPENSOCKETFUNCTION, dl_open_socket);
+    curl_easy_setopt(r.c, CURLOPT_OPENSOCKETDATA, &f);
+    curl_easy_setopt(r.c, CURLOPT_HEADERFUNCTION, dl_on_header);
+    curl_easy_setopt(r.c, CURLOPT_HEADERDATA, &h);
+    curl_easy_setopt(r.c, CURLOPT_WRITEFUNCTION, dl_on_buf);
+    curl_easy_setopt(r.c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(r.c, CURLOPT_XFERINFOFUNCTION, dl_fetch_progress);
+    curl_easy_setopt(r.c, CURLOPT_XFERINFODATA, &f);
+    curl_easy_setopt(r.c, CURLOPT_NOPROGRESS, 0L);
+    const CURLcode cc = curl_easy_perform(r.c);
+    if (f.refused[0])
+        rc = omni_fail(err, errlen, OMNI_ERR_ARG, "fetch: %s is a loopback, private or link-local "
+                       "address (the server refuses those unless started with --allow-private-urls)",
+                       f.refused);
+    else if (b.too_big || cc == CURLE_FILESIZE_EXCEEDED)
+        rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "fetch: larger than the limit of %zu bytes",
+                       p->max_bytes);
+    else if (cc == CURLE_ABORTED_BY_CALLBACK)
+        rc = omni_fail(err, errlen, OMNI_ERR_IO, "fetch: cancelled");
+    else if (cc != CURLE_OK)
+        rc = omni_fail(err, errlen, OMNI_ERR_IO, "fetch: %s", dl_curl_msg(&r, cc));
+    else if (h.status != 200)
+        rc = omni_fail(err, errlen, OMNI_ERR_IO, "fetch: HTTP status %ld", h.status);
+    else if (b.len == 0)
+        rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "fetch: empty body");
+    dl_req_free(&r);
+    if (rc) {
+        free(b.data);
+        return rc;
+    }
+    *data = (uint8_t *)b.data;
+    *len = b.len;
+    return 0;
 }

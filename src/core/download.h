@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define DOWNLOAD_DEFAULT_REPO "Qwen/Qwen2.5-0.5B-Instruct-GGUF"
 #define DOWNLOAD_DEFAULT_FILE "qwen2.5-0.5b-instruct-q4_k_m.gguf"
@@ -67,5 +68,29 @@ int download_cache_path(const struct download_params *p, const char *repo, const
  * downloading it), OMNI_ERR_ARG (bad names). err gets one line. */
 int download_hf_file(const struct download_params *p, const char *repo, const char *file,
                      char *path, size_t cap, char *err, size_t errlen);
+
+/* ---- a URL into memory (media of chat requests) ----------------------------
+ * GET an http(s) URL (redirects followed) into a malloc'ed buffer, with a
+ * size and a time limit. Unless allow_private, every connection, also after
+ * a redirect, is checked at the socket address curl is about to connect to
+ * (so DNS rebinding cannot slip a private address in): loopback, private,
+ * link-local, carrier-NAT, multicast and unspecified addresses (IPv4, IPv6,
+ * v4-mapped) are refused. No proxy is used. */
+struct sockaddr;
+struct download_fetch_params {
+    size_t max_bytes;        /* larger bodies fail (OMNI_ERR_LIMIT); default 64 MiB */
+    long timeout_s;          /* the whole transfer; default 30 */
+    bool allow_private;      /* let loopback / private addresses through (tests, LANs) */
+    int (*cancel)(void *user); /* polled during the transfer; nonzero stops it */
+    void *cancel_user;
+};
+struct download_fetch_params download_fetch_default_params(void);
+/* 0 with *data (malloc'ed, caller frees) and *len; OMNI_ERR_ARG (not http(s),
+ * refused address), OMNI_ERR_LIMIT (too large), OMNI_ERR_IO (network, HTTP
+ * status, timeout, cancelled), OMNI_ERR_FORMAT (empty). err gets one line. */
+int download_fetch(const struct download_fetch_params *p, const char *url, uint8_t **data,
+                   size_t *len, char *err, size_t errlen);
+/* Loopback, private, link-local, ... (what download_fetch refuses). */
+bool download_addr_is_private(const struct sockaddr *sa);
 
 #endif
