@@ -6,6 +6,7 @@
  *
  *   build/samples/mic_transcribe [--url ws://127.0.0.1:8000/v1/realtime?intent=transcription]
  *                                [--rate 16000|24000] [--file talk.wav]
+ *   (MT_DEBUG=1 in the environment shows libwebsockets' own log)
  *
  * Threads: the lws service thread (main) owns the socket and everything in
  * struct mt_app not tagged {lock}; the portaudio callback only appends to the
