@@ -712,13 +712,13 @@ fail:
     return NULL;
 }
 
-/* Common front: model ready, JSON, model id, the request rendered. */
-/* im (NULL: leave image blocks to the translation's 400) gets the images of
- * the messages, encoded, their blocks replaced by the image marker. */
+/* Common front: model ready, JSON, model id, and (req not NULL) the
+ * request translated into the OpenAI shape. */
 static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_model **m,
-                              cJSON **req, struct api_images *im, struct api_error *e)
+                              cJSON **req, struct api_error *e)
 {
-    *req = NULL;
+    if (req)
+        *req = NULL;
     if (!(*m = api_model_or_503(a, r, API_ANTHROPIC)))
         return NULL;
     size_t len;
@@ -726,7 +726,7 @@ static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_
     cJSON *root = apireq_parse(body, len, e);
     const char *model = NULL;
     if (root && apireq_string(root, "model", &model, e) >= 0 && api_check_model(a, model, e) >= 0 &&
-        (!im || api_images_take(a, root, im, e) >= 0) && (*req = anthropic_chat_request(root, e)))
+        (!req || (*req = anthropic_chat_request(root, e))))
         return root;
     api_respond_error(r, API_ANTHROPIC, e);
     cJSON_Delete(root);
@@ -735,6 +735,36 @@ static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_
 
 static void anthropic_blocks_free_cb(void *b) { anthropic_blocks_free(b); }
 
+/* The request past its images (the handler's thread, or a vision worker's
+ * with r NULL; image blocks are image markers by now): translate, render,
+ * attach, submit. */
+static int anthropic_then(struct api_call *c, struct ws_req *r, cJSON *root,
+                          const struct apireq_gen *g, struct api_images *im, struct api_error *e)
+{
+    const struct api_model *m = api_model(c->api);
+    struct chatreq cr = { .reasoning_budget = -1 };
+    cJSON *req = anthropic_chat_request(root, e);
+    int rc = -1;
+    if (req && chatreq_build(m, req, g, &cr, e) >= 0) {
+        c->prompt_tokens = cr.n_ids;   /* message_start reports it before the engine does */
+        struct engine_request rq = engine_default_request();
+        rq.model = m->index;
+        rq.sampling = g->sp;
+        rq.max_tokens = g->max_tokens;
+        rq.timeout_s = g->timeout_s;
+        if (chatreq_attach(&cr, m, c, &rq, e) >= 0 &&
+            (!im || !im->n || api_images_attach(api_images(c->api), m, &cr, g, im, &rq, e) >= 0)) {
+            if (im && im->n)
+                c->prompt_tokens = im->vp.n_positions;
+            api_call_submit(c, r, &rq, anthropic_start);
+            rc = 0;
+        }
+    }
+    chatreq_free(&cr);
+    cJSON_Delete(req);
+    return rc;
+}
+
 void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -742,26 +772,16 @@ void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
     struct apireq_gen g;
     apireq_gen_init(&g);
     const struct api_model *m;
-    struct chatreq cr = { .reasoning_budget = -1 };
-    struct api_images im = { 0 };
-    cJSON *req;
-    cJSON *root = anthropic_begin(a, r, &m, &req, &im, &e);
+    cJSON *root = anthropic_begin(a, r, &m, NULL, &e);
     if (!root)
         goto out;
-    if (apireq_sampling(root, API_ANTHROPIC, false, m->n_vocab, &g, &e) < 0 ||
-        chatreq_build(m, req, &g, &cr, &e) < 0)
+    if (apireq_sampling(root, API_ANTHROPIC, false, m->n_vocab, &g, &e) < 0)
         goto fail;
     struct api_call *c = api_call_new(a, r, &anthropic_proto, API_ANTHROPIC, "msg_", &g);
     if (!c) {
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
-    c->prompt_tokens = cr.n_ids;   /* message_start reports it before the engine does */
-    struct engine_request rq = engine_default_request();
-    rq.model = m->index;
-    rq.sampling = g.sp;
-    rq.max_tokens = g.max_tokens;
-    rq.timeout_s = g.timeout_s;
     c->proto_state = anthropic_blocks_new(c->stream ? anthropic_sink : NULL, c);
     c->proto_state_free = anthropic_blocks_free_cb;
     if (!c->proto_state) {
@@ -769,22 +789,18 @@ void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
         api_call_free(c);
         goto fail;
     }
-    if (chatreq_attach(&cr, m, c, &rq, &e) < 0 ||
-        (im.n && api_images_attach(a, m, &cr, &g, &im, &rq, &e) < 0)) {
+    int rc = api_images_defer(api_images(a), c, r, &root, &g, anthropic_then, &e);
+    if (rc == 0)
+        rc = anthropic_then(c, r, root, &g, NULL, &e);
+    if (rc < 0) {
         api_call_free(c);
         goto fail;
     }
-    if (im.n)
-        c->prompt_tokens = im.vp.n_positions;
-    api_call_submit(c, r, &rq, anthropic_start);
     goto out;
 fail:
     api_respond_error(r, API_ANTHROPIC, &e);
 out:
-    api_images_free(&im);
-    chatreq_free(&cr);
     apireq_gen_free(&g);
-    cJSON_Delete(req);
     cJSON_Delete(root);
 }
 
@@ -796,7 +812,7 @@ void anthropic_count_tokens(struct api *a, struct ws_req *r, const char *arg)
     const struct api_model *m;
     struct chatreq cr;
     cJSON *req;
-    cJSON *root = anthropic_begin(a, r, &m, &req, NULL, &e);
+    cJSON *root = anthropic_begin(a, r, &m, &req, &e);
     if (!root)
         return;
     if (chatreq_render(m, req, &cr, &e) < 0) {

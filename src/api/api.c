@@ -37,9 +37,7 @@ struct api {
     pthread_mutex_t reg_lock;
     struct api_call *calls;                  /* {reg_lock} in-flight calls, for cancel */
     struct stt *stt;                         /* set before serving; NULL: no speech model */
-    struct vision_model *vision;             /* set before serving; NULL: no vision model */
-    struct vision_ctx *vision_ctx;
-    struct vision_cache *vision_cache;
+    struct api_images_pool *images;          /* set before serving; NULL: no vision model */
 };
 
 struct api_params api_default_params(void)
@@ -136,14 +134,8 @@ void api_set_unavailable(struct api *a, const char *why)
 void api_set_stt(struct api *a, struct stt *stt) { a->stt = stt; }
 struct stt *api_stt(struct api *a) { return a->stt; }
 
-void api_set_vision(struct api *a, struct vision_model *vm, struct vision_ctx *vc,
-                    struct vision_cache *cache)
-{
-    a->vision = vm, a->vision_ctx = vc, a->vision_cache = cache;
-}
-struct vision_model *api_vision(struct api *a) { return a->vision; }
-struct vision_ctx *api_vision_ctx(struct api *a) { return a->vision_ctx; }
-struct vision_cache *api_vision_cache(struct api *a) { return a->vision_cache; }
+void api_set_images(struct api *a, struct api_images_pool *p) { a->images = p; }
+struct api_images_pool *api_images(struct api *a) { return a->images; }
 
 bool api_key_ok(struct api *a, struct ws_req *r)
 {
@@ -391,11 +383,17 @@ void api_call_free(struct api_call *c)
 
 static void api_call_free_cb(void *user) { api_call_free(user); }
 
-/* The client left (or shutdown gave up): stop generating (service thread). */
+/* The client left (or shutdown gave up): stop generating (service thread).
+ * A call still with a vision worker has no engine id yet: the worker sees
+ * ws_out_gone, before or right after it submits. */
 static void api_call_abort(void *user)
 {
     struct api_call *c = user;
-    engine_cancel(c->api->model.engine, c->engine_id);
+    pthread_mutex_lock(&c->lock);
+    uint64_t id = c->engine_id;
+    pthread_mutex_unlock(&c->lock);
+    if (id)
+        engine_cancel(c->api->model.engine, id);
 }
 
 static void api_choice_append(struct api_choice *ch, const char *text, size_t len)
@@ -509,18 +507,39 @@ static int32_t api_call_force(void *user, int choice)
     return id;
 }
 
-int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
-                    void (*start)(struct api_call *c))
+int api_call_defer(struct api_call *c, struct ws_req *r)
 {
+    enum api_flavor f = c->flavor;
     struct ws_out *o = ws_req_defer(r, api_call_abort, api_call_free_cb, c);
     if (!o) {
         api_call_free(c);
         struct api_error e;
         api_error_set(&e, 500, NULL, "out of memory");
-        api_respond_error(r, c->flavor, &e);
+        api_respond_error(r, f, &e);
         return -1;
     }
     c->out = o;
+    return 0;
+}
+
+void api_call_fail(struct api_call *c, const struct api_error *e)
+{
+    struct ws_out *o = c->out;
+    size_t len = 0;
+    char *body = api_error_json(c->flavor, e, &len);
+    ws_out_start(o, e->status, "application/json", false);
+    if (body)
+        ws_out_write(o, body, len);
+    ws_out_end(o);
+    free(body);
+    ws_out_release(o);   /* the connection's reference frees the call */
+}
+
+int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
+                    void (*start)(struct api_call *c))
+{
+    if (r && api_call_defer(c, r) < 0)
+        return -1;
     rq->on_event = api_call_event;
     rq->force_token = c->n_force_ids > 0 ? api_call_force : NULL;
     rq->user = c;
@@ -534,14 +553,18 @@ int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request 
         api_register(c);
     }
     pthread_mutex_unlock(&c->lock);
-    if (rc == 0)
+    if (rc == 0) {
+        if (!r && ws_out_gone(c->out)) /* left while a worker prepared it */
+            engine_cancel(c->api->model.engine, c->engine_id);
         return 0;
+    }
 
     struct api_error e;
     if (rc == OMNI_ERR_LIMIT) {
         api_error_set(&e, 429, NULL, "the server is busy (request queue full); retry shortly");
         e.code = "rate_limit_exceeded";
-        ws_req_add_header(r, "retry-after", "1");
+        if (r)
+            ws_req_add_header(r, "retry-after", "1");
     } else if (rc == OMNI_ERR_ARG) {
         api_error_set(&e, 400, NULL, "%s", err[0] ? err : "invalid request");
         if (strstr(err, "context"))
@@ -550,14 +573,7 @@ int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request 
         api_error_set(&e, 500, NULL, "cannot start generation: %s",
                       err[0] ? err : omni_strerror(rc));
     }
-    size_t len = 0;
-    char *body = api_error_json(c->flavor, &e, &len);
-    ws_out_start(o, e.status, "application/json", false);
-    if (body)
-        ws_out_write(o, body, len);
-    ws_out_end(o);
-    free(body);
-    ws_out_release(o);   /* the connection's reference frees the call */
+    api_call_fail(c, &e);
     return -1;
 }
 

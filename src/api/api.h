@@ -64,17 +64,11 @@ struct stt;
 void api_set_stt(struct api *a, struct stt *stt);
 struct stt *api_stt(struct api *a);   /* NULL: no speech model */
 
-/* The vision model (serve --mmproj), its encoder scratch (used on the
- * service thread only) and its embedding cache; set once before the server
- * runs; the api borrows them. */
-struct vision_model;
-struct vision_ctx;
-struct vision_cache;
-void api_set_vision(struct api *a, struct vision_model *vm, struct vision_ctx *vc,
-                    struct vision_cache *cache);
-struct vision_model *api_vision(struct api *a);    /* NULL: no vision model */
-struct vision_ctx *api_vision_ctx(struct api *a);
-struct vision_cache *api_vision_cache(struct api *a);
+/* The image workers over the vision model (serve --mmproj, src/api/images.h);
+ * set once before the server runs; the api borrows them. */
+struct api_images_pool;
+void api_set_images(struct api *a, struct api_images_pool *p);
+struct api_images_pool *api_images(struct api *a);   /* NULL: no vision model */
 
 /* ws_server_params.handler, .upgrade and .on_done (service thread). */
 void api_handle(void *api, struct ws_req *r);
@@ -209,12 +203,21 @@ struct api_call *api_call_new(struct api *a, struct ws_req *r, const struct api_
                               const struct apireq_gen *g);
 /* Frees a call that was never submitted. */
 void api_call_free(struct api_call *c);
-/* Defer the response, submit rq (on_event/user are filled in) and, once the
- * engine took it, run start(c) under the call's lock so its output (role
- * chunk, message_start) precedes every token. On refusal answers 429 with
+/* Defer the response (r NULL: api_call_defer did; then any thread), submit
+ * rq (on_event/user are filled in) and, once the engine took it, run
+ * start(c) under the call's lock so its output (role chunk, message_start)
+ * precedes every token. On refusal answers 429 with
  * Retry-After (queue full), 400 (context, bad parameters) or 500 itself.
  * The call belongs to the response from here on, also on failure. */
 int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
                     void (*start)(struct api_call *c));
+/* The first half of api_call_submit (service thread): the response is
+ * deferred, so that another thread can call api_call_submit(c, NULL, ...)
+ * later (a 429 then has no Retry-After) or answer with api_call_fail.
+ * 0, or -1 after answering 500 (the call is freed). */
+int api_call_defer(struct api_call *c, struct ws_req *r);
+/* Answer a deferred call that was not submitted with e (any thread); the
+ * call belongs to its response from here on. */
+void api_call_fail(struct api_call *c, const struct api_error *e);
 
 #endif

@@ -1,55 +1,99 @@
 /* images.h - image parts of chat requests (serve --mmproj): OpenAI
- * "image_url" / "input_image" parts carrying data: URLs and Anthropic
- * "image" blocks with base64 sources are decoded (and "video_url" parts
- * sampled into frames: 1 per second, at most 16, each an image) and
- * encoded by the vision model (through its embedding cache) and replaced by
- * the model's image marker, so the chat template renders the prompt as
- * text; after rendering, the prompt becomes engine segments with the
- * image embeddings at the marker positions (vision_prompt_build).
+ * "image_url" / "input_image" / "video_url" parts and Anthropic "image"
+ * blocks (base64 sources) are read (data: URLs; http(s) through
+ * download_fetch with size/time limits and no private addresses unless
+ * allowed; file:// under --media-root only), decoded, encoded by the vision
+ * model (through its embedding cache) on a small worker pool, and replaced
+ * by the model's image marker, so the chat template renders the prompt as
+ * text; then the prompt becomes engine segments with the embeddings at the
+ * marker positions (vision_prompt_build) and the request is submitted from
+ * the worker. A video is sampled into frames (1 per second, at most 16),
+ * each an image.
  *
- *   struct api_images im = { 0 };
- *   if (api_images_take(a, root, &im, &e) < 0) -> respond e   // before chatreq_build
- *   ... chatreq_build, api_call_new, chatreq_attach ...
- *   if (im.n && api_images_attach(a, m, &cr, &g, &im, &rq, &e) < 0) -> respond e
- *   api_call_submit(...);
- *   api_images_free(&im);             // after submit: the engine copied the segments
+ *   c = api_call_new(...);                                  // service thread
+ *   rc = api_images_defer(pool, c, r, &root, &g, then, &e); // 1: a worker has it
+ *   if (rc == 0) rc = then(c, r, root, &g, NULL, &e);      // no images: go on here
+ *   if (rc < 0) -> api_call_free(c), respond e
  *
- * Thread safety: the lws service thread (the vision context is its own).
- * Encoding runs there too, so a new image holds other requests for the
- * encoder's time; a cached one costs a copy. */
+ *   then(c, r, root, g, im, e):     // r NULL on a worker (the response is deferred)
+ *     ... chatreq_build, chatreq_attach ...
+ *     if (im && im->n && api_images_attach(pool, m, &cr, g, im, &rq, e) < 0) return -1;
+ *     return api_call_submit(c, r, &rq, start), 0;
+ *
+ * Thread safety: api_images_defer on the service thread; the workers read
+ * and encode (one encoder pass at a time: the vision context is shared
+ * under a lock), never touch lws, and answer through the call's ws_out. A
+ * client that leaves stops the job between fetches, images and frames (an
+ * encoder pass that started finishes). */
 #ifndef OMNI_API_IMAGES_H
 #define OMNI_API_IMAGES_H
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "src/api/errors.h"
 #include "vision/vision.h"
 
-struct api;
+struct api_call;
+struct api_images_pool;
 struct api_model;
 struct apireq_gen;
 struct chatreq;
 struct cJSON;
 struct engine_request;
 struct engine_segment;
+struct ws_req;
 
-#define API_MAX_IMAGES 64 /* images and video frames per request */
+struct api_images_params {
+    int max_images;            /* images + video frames per request (default 64: --max-images) */
+    int64_t max_image_pixels;  /* per image / frame (default 50 M: --max-image-pixels) */
+    double max_video_seconds;  /* longer clips fail (default 3600: --max-video-seconds) */
+    const char *media_root;    /* file:// URLs resolve inside it; NULL: refused (--media-root) */
+    bool allow_private_urls;   /* http(s) to loopback/private addresses (--allow-private-urls) */
+    size_t max_url_bytes;      /* fetched or read bytes per URL (default 64 MiB) */
+    long url_timeout_s;        /* per fetch (default 30) */
+    int n_workers;             /* default 2: one can fetch while another encodes */
+};
+struct api_images_params api_images_default_params(void);
+
+/* Workers over a vision model, its encoder scratch and cache (borrowed
+ * until api_images_pool_free, which answers queued jobs with 503 and joins
+ * the workers: call it while the engine still runs). NULL + err. */
+struct api_images_pool *api_images_pool_new(struct vision_model *vm, struct vision_ctx *vc,
+                                            struct vision_cache *cache,
+                                            const struct api_images_params *p, char *err,
+                                            size_t errlen);
+void api_images_pool_free(struct api_images_pool *p);
+struct vision_model *api_images_model(struct api_images_pool *p);
+struct vision_cache *api_images_cache(struct api_images_pool *p);
 
 struct api_images {
     int n;
-    struct vision_embd e[API_MAX_IMAGES];
+    struct vision_embd *e;            /* [n] (capacity max_images) */
     struct vision_prompt vp;          /* set by api_images_attach */
     struct engine_segment *segs;      /* [vp.n_parts] */
 };
 
-/* Replace every image part of req's messages (OpenAI or Anthropic shape) by a text part
- * holding the image marker, encoding the images into im. Without a vision
- * model, image parts are left for chatreq_build to refuse. 0, or -1 with a
- * 400 naming the field. */
-int api_images_take(struct api *a, struct cJSON *req, struct api_images *im, struct api_error *e);
+/* The protocol's rest of a chat request once its image parts are markers
+ * and im holds their embeddings (im NULL: no images). r is NULL on a worker.
+ * 0 when api_call_submit answered (the call is gone), -1 with e when the
+ * call was not submitted. */
+typedef int (*api_images_then_fn)(struct api_call *c, struct ws_req *r, struct cJSON *root,
+                                  const struct apireq_gen *g, struct api_images *im,
+                                  struct api_error *e);
+/* Service thread. 0: no image parts (or no pool: chatreq_build refuses
+ * them), nothing done; -1 with a 400 (more image parts than max_images) or
+ * 500; 1: the call's response is deferred and a worker reads and encodes
+ * the images, then runs then(); *root and *g now belong to the job
+ * (*root = NULL, *g re-initialised). */
+int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_req *r,
+                     struct cJSON **root, struct apireq_gen *g, api_images_then_fn then,
+                     struct api_error *e);
 /* rq's token prompt -> segments over cr's rendered prompt with the images;
  * checks the context with the image rows counted. */
-int api_images_attach(struct api *a, const struct api_model *m, const struct chatreq *cr,
-                      const struct apireq_gen *g, struct api_images *im,
-                      struct engine_request *rq, struct api_error *e);
+int api_images_attach(struct api_images_pool *p, const struct api_model *m,
+                      const struct chatreq *cr, const struct apireq_gen *g,
+                      struct api_images *im, struct engine_request *rq, struct api_error *e);
 void api_images_free(struct api_images *im);
 
 #endif

@@ -405,6 +405,25 @@ static const struct api_proto openai_chat_proto = {
     openai_chat_text, openai_chat_choice_done, openai_chat_finish,
 };
 
+/* The chat request past its images (the handler's thread, or a vision
+ * worker's with r NULL): render, attach, submit. */
+static int openai_chat_then(struct api_call *c, struct ws_req *r, cJSON *root,
+                            const struct apireq_gen *g, struct api_images *im, struct api_error *e)
+{
+    const struct api_model *m = api_model(c->api);
+    struct chatreq cr = { .reasoning_budget = -1 };
+    struct engine_request rq;
+    openai_engine_request(m, g, &rq);
+    int rc = -1;
+    if (chatreq_build(m, root, g, &cr, e) >= 0 && chatreq_attach(&cr, m, c, &rq, e) >= 0 &&
+        (!im || !im->n || api_images_attach(api_images(c->api), m, &cr, g, im, &rq, e) >= 0)) {
+        api_call_submit(c, r, &rq, openai_chat_start);
+        rc = 0;
+    }
+    chatreq_free(&cr);
+    return rc;
+}
+
 void openai_chat(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -412,32 +431,25 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     struct apireq_gen g;
     apireq_gen_init(&g);
     const struct api_model *m;
-    struct chatreq cr = { .reasoning_budget = -1 };
-    struct api_images im = { 0 };
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
-    if (api_images_take(a, root, &im, &e) < 0 || chatreq_build(m, root, &g, &cr, &e) < 0)
-        goto fail;
     struct api_call *c = api_call_new(a, r, &openai_chat_proto, API_OPENAI, "chatcmpl-", &g);
     if (!c) {
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
-    struct engine_request rq;
-    openai_engine_request(m, &g, &rq);
-    if (chatreq_attach(&cr, m, c, &rq, &e) < 0 ||
-        (im.n && api_images_attach(a, m, &cr, &g, &im, &rq, &e) < 0)) {
+    int rc = api_images_defer(api_images(a), c, r, &root, &g, openai_chat_then, &e);
+    if (rc == 0)
+        rc = openai_chat_then(c, r, root, &g, NULL, &e);
+    if (rc < 0) {
         api_call_free(c);
         goto fail;
     }
-    api_call_submit(c, r, &rq, openai_chat_start);
     goto out;
 fail:
     api_respond_error(r, API_OPENAI, &e);
 out:
-    api_images_free(&im);
-    chatreq_free(&cr);
     apireq_gen_free(&g);
     cJSON_Delete(root);
 }

@@ -15,6 +15,7 @@
 #include "src/engine/engine.h"
 #include "src/core/threadpool.h"
 #include "src/stt/stt.h"
+#include "src/api/images.h"
 #include "vision/vision.h"
 #include "ws/ws_http.h"
 
@@ -39,6 +40,7 @@ struct serve_opts {
     struct stt_params sp;
     const char *mmproj;           /* --mmproj FILE: vision encoder for image parts */
     long vision_cache_mb;         /* --vision-cache-mb N */
+    struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -57,10 +59,12 @@ struct serve_vision {
     struct tpool *tp;
     struct vision_ctx *vc;
     struct vision_cache *cache;
+    struct api_images_pool *pool; /* its workers: freed while the engine still runs */
 };
 
 static void serve_vision_free(struct serve_vision *v)
 {
+    api_images_pool_free(v->pool);
     vision_cache_free(v->cache);
     vision_ctx_free(v->vc);
     tpool_free(v->tp);
@@ -84,7 +88,12 @@ static int serve_vision_load(const struct serve_opts *o, struct api *api, struct
         serve_vision_free(v);
         return -1;
     }
-    api_set_vision(api, v->vm, v->vc, v->cache);
+    if (!(v->pool = api_images_pool_new(v->vm, v->vc, v->cache, &o->ip, err, sizeof err))) {
+        fprintf(stderr, "serve: %s\n", err);
+        serve_vision_free(v);
+        return -1;
+    }
+    api_set_images(api, v->pool);
     OMNI_INFO("serve: vision model %s (%s) ready in %.1f s", o->mmproj,
               vision_model_info(v->vm)->projector, omni_time_s() - t0);
     return 0;
@@ -124,8 +133,13 @@ static void serve_usage(FILE *f)
             "  --stt-threads N            compute threads per speech worker (default: cores / workers)\n"
             "vision:\n"
             "  --mmproj FILE              llama.cpp mmproj GGUF (LLaVA CLIP+MLP, SmolVLM/Idefics3):\n"
-            "                             image_url parts with data: URLs in chat messages\n"
+            "                             image_url / video_url parts in chat messages\n"
             "  --vision-cache-mb N        cache of image embeddings, by content (default 256)\n"
+            "  --max-images N             images + video frames per request (default 64)\n"
+            "  --max-image-pixels N       pixels per image or frame (default 50000000)\n"
+            "  --max-video-seconds S      longer clips are refused (default 3600)\n"
+            "  --media-root DIR           file:// URLs are read from inside DIR (default: refused)\n"
+            "  --allow-private-urls       http(s) URLs may reach loopback/private addresses\n"
             "engine:\n"
             "  --threads N                compute threads (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
@@ -145,6 +159,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->ep = engine_default_params();
     o->sp = stt_default_params();
     o->vision_cache_mb = 256;
+    o->ip = api_images_default_params();
     o->api_key = getenv("OMNISERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -158,6 +173,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         }
         if (!strcmp(a, "--deterministic")) {
             o->ep.deterministic = true;
+            continue;
+        }
+        if (!strcmp(a, "--allow-private-urls")) {
+            o->ip.allow_private_urls = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -244,7 +263,17 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--vision-cache-mb")) {
             rc = cli_long("serve", a, v, 0, 1L << 20, &n);
             o->vision_cache_mb = n;
-        } else if (!strcmp(a, "--prefix-cache-dir"))
+        } else if (!strcmp(a, "--max-images")) {
+            rc = cli_long("serve", a, v, 1, 4096, &n);
+            o->ip.max_images = (int)n;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            rc = cli_long("serve", a, v, 1, 1L << 40, &n);
+            o->ip.max_image_pixels = n;
+        } else if (!strcmp(a, "--max-video-seconds")) {
+            rc = cli_double("serve", a, v, 0.001, 1e7, &d);
+            o->ip.max_video_seconds = d;
+        } else if (!strcmp(a, "--media-root"))
+            o->ip.media_root = v; else if (!strcmp(a, "--prefix-cache-dir"))
             o->ep.prefix_cache_dir = v;
         else {
             fprintf(stderr, "serve: unknown option '%s'\n", a);
@@ -461,8 +490,11 @@ int cli_serve(int argc, char **argv)
 
     if (have_loader)
         pthread_join(loader, NULL);
-    /* The engine first: its final events still find their responses, which
-     * the server's teardown then releases. */
+    /* Vision workers first (one may be submitting), then the engine: its
+     * final events still find their responses, which the server's teardown
+     * then releases. */
+    api_images_pool_free(vis.pool);
+    vis.pool = NULL;
     engine_free(L.engine);
     /* Speech workers finish or fail their jobs while the responses and
      * sockets they write to still exist. */

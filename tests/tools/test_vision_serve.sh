@@ -4,8 +4,10 @@
 # and Idefics3 of tests/fixtures/vision (an Anthropic image block, a
 # video_url clip from ../shared sampled into frames): 200
 # with the image rows counted in usage.prompt_tokens, the repeated request served from the prefix cache,
-# clear 400s for URLs we do not fetch, bad base64 and non-images, and image
-# parts refused without --mmproj.
+# clear 400s for bad base64 and non-images, and image parts refused without
+# --mmproj. URLs: http:// from a local server on 127.0.0.1 refused without
+# --allow-private-urls (llava run) and fetched with it (idefics3 run);
+# file:// inside --media-root read, outside it and through a symlink out refused.
 set -u
 : "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}" "${OMNI:=build/omniserve}"
 "$PYTHON" -c 'import numpy' 2>/dev/null || { echo "no numpy"; exit 77; }
@@ -17,7 +19,14 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 pid=
 stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
-trap stop EXIT
+hpid=
+trap 'stop; [ -n "$hpid" ] && kill "$hpid" 2>/dev/null' EXIT
+# the media: a root with the fixture picture and a symlink that leads out of it
+mkdir -p "$D/media" && cp "$V/image.png" "$D/media/pic.png" && cp "$V/image.png" "$D/outside.png"
+ln -s ../outside.png "$D/media/escape.png"
+hport=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$PYTHON" -m http.server --bind 127.0.0.1 --directory "$D/media" "$hport" >"$D/http.log" 2>&1 &
+hpid=$!
 
 # serve CASE [--mmproj]: start on a free port, wait for /health
 serve() {
@@ -38,9 +47,9 @@ PY
 
 # ask PORT CASE EXPECT: the requests and checks, in Python
 ask() {
-    "$PYTHON" - "$port" "$V/image.png" "$1" "$2" <<'PY'
+    "$PYTHON" - "$port" "$V/image.png" "$1" "$2" "$hport" "$D" <<'PY'
 import base64, json, sys, urllib.error, urllib.request
-port, png, case, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+port, png, case, mode, hport, D = sys.argv[1:7]
 url = f"http://127.0.0.1:{port}/v1/chat/completions"
 def post(content):
     body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": 3,
@@ -99,10 +108,32 @@ else:
         per_frame = {"llava": 64, "idefics3": 16}[case]
         if st != 200 or r["usage"]["prompt_tokens"] < text_only["usage"]["prompt_tokens"] + 4 * per_frame:
             bad.append(f"video: {st} {r.get('usage', r)}")
-    for content, want in (([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}], "only data: URLs"),
-                          ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}], "invalid base64"),
+    def url_part(u):
+        return [{"type": "image_url", "image_url": {"url": u}}, {"type": "text", "text": "What is this?"}]
+    local = f"http://127.0.0.1:{hport}/pic.png"
+    st, r = post(url_part(local))
+    if case == "llava" and (st != 400 or "--allow-private-urls" not in r["error"]["message"]):
+        bad.append(f"loopback URL without --allow-private-urls: {st} {r}")
+    if case == "idefics3" and (st != 200 or r["usage"]["prompt_tokens"] < text_only["usage"]["prompt_tokens"] + rows):
+        bad.append(f"loopback URL with --allow-private-urls: {st} {r}")
+    if case == "llava":
+        st, r = post(url_part(f"file://{D}/media/pic.png"))
+        if st != 200:
+            bad.append(f"file:// inside --media-root: {st} {r}")
+        for u in (f"file://{D}/outside.png", f"file://{D}/media/escape.png", f"file://{D}/media/../outside.png"):
+            st, r = post(url_part(u))
+            if st != 400 or "media root" not in r["error"]["message"]:
+                bad.append(f"{u}: {st} {r}")
+    else:
+        st, r = post(url_part(f"file://{D}/media/pic.png"))
+        if st != 400 or "--media-root" not in r["error"]["message"]:
+            bad.append(f"file:// without --media-root: {st} {r}")
+        st, r = post(url_part(f"http://127.0.0.1:{hport}/missing.png"))
+        if st != 400 or "404" not in r["error"]["message"]:
+            bad.append(f"missing URL: {st} {r}")
+    for content, want in (([{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}], "invalid base64"),
                           ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}}], "unrecognised format"),
-                          ([image] * 65, "more than 64 images")):
+                          ([image] * 65, "the limit is 64")):
         st, r = post(content)
         if st != 400 or want not in r["error"]["message"]:
             bad.append(f"{want}: {st} {r}")
@@ -114,7 +145,8 @@ PY
 for c in llava idefics3; do
     "$PYTHON" tools/hf_mmproj_to_gguf.py "$V/$c" "$D/$c-mmproj.gguf" --type f16 \
         --lm "$D/$c-lm.gguf" --lm-type f32 2>"$D/$c.log" || { fail "convert $c"; cat "$D/$c.log"; continue; }
-    serve $c "--mmproj $D/$c-mmproj.gguf"
+    if [ $c = llava ]; then extra="--media-root $D/media"; else extra=--allow-private-urls; fi
+    serve $c "--mmproj $D/$c-mmproj.gguf $extra"
     ask $c on || fail "$c with --mmproj"
     stop
 done
