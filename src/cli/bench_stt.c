@@ -9,6 +9,7 @@
  * transcription of the file (whisper_full without temperature fallback,
  * wall time / audio duration; below 1 is faster than real time). */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 
 #include "audio/mel.h"
 #include "audio/whisper.h"
@@ -17,7 +18,6 @@
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,15 +48,12 @@ static void bstt_usage(FILE *f)
             omni_physical_cores());
 }
 
+/* cli_long into an int field. */
 static bool bstt_int(const char *opt, const char *s, long lo, long hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench-stt: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
+    long v;
+    if (cli_long("bench-stt", opt, s, lo, hi, &v))
         return false;
-    }
     *out = (int)v;
     return true;
 }
