@@ -10,6 +10,7 @@
 #include "llm/tokenizer.h"
 #include "src/api/anthropic.h"
 #include "src/api/audio.h"
+#include "src/api/images.h"
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
 #include "src/api/realtime.h"
@@ -603,6 +604,10 @@ static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
     bool ready = atomic_load(&a->state) == API_READY;
     if (ready)
         engine_stats(a->model.engine, &es);
+    if (a->images) {
+        struct vision_cache_stats vs = vision_cache_stats(api_images_cache(a->images));
+        metrics_vision(a->metrics, &vs);
+    }
     size_t len = 0;
     char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, &len);
     if (!text) {

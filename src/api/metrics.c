@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vision/vision.h"
+
 #define METRICS_MAX_SERIES 256
 
 static const double metrics_latency_buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -40,6 +42,8 @@ struct metrics {
     int n_series;                                     /* {lock} */
     struct metrics_hist duration, ttft, itl;          /* {lock} */
     uint64_t prompt_tokens, completion_tokens;        /* {lock} */
+    bool has_vision;                                  /* {lock} serve --mmproj */
+    struct vision_cache_stats vision;                 /* {lock} last metrics_vision */
 };
 
 static void metrics_hist_init(struct metrics_hist *h, const double *b, int n)
@@ -111,6 +115,14 @@ void metrics_itl(struct metrics *m, double seconds)
 {
     pthread_mutex_lock(&m->lock);
     metrics_observe(&m->itl, seconds);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_vision(struct metrics *m, const struct vision_cache_stats *s)
+{
+    pthread_mutex_lock(&m->lock);
+    m->has_vision = true;
+    m->vision = *s;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -205,6 +217,19 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
                   "Prompt tokens of finished requests.", (double)m->prompt_tokens);
     metrics_gauge(&b, "omniserve_generation_tokens_total", "counter",
                   "Generated tokens of finished requests.", (double)m->completion_tokens);
+    if (m->has_vision) {
+        const struct vision_cache_stats *v = &m->vision;
+        metrics_gauge(&b, "omniserve_vision_cache_hits_total", "counter",
+                      "Images and frames whose embeddings came from the vision cache.", (double)v->hits);
+        metrics_gauge(&b, "omniserve_vision_cache_misses_total", "counter",
+                      "Images and frames the vision encoder ran on.", (double)v->misses);
+        metrics_gauge(&b, "omniserve_vision_cache_evictions_total", "counter",
+                      "Vision cache entries evicted to make room.", (double)v->evictions);
+        metrics_gauge(&b, "omniserve_vision_cache_bytes", "gauge",
+                      "Bytes of embeddings held by the vision cache.", (double)v->bytes);
+        metrics_gauge(&b, "omniserve_vision_encoder_seconds_total", "counter",
+                      "Vision encoder time spent on cache misses.", v->encode_ms_total / 1e3);
+    }
     pthread_mutex_unlock(&m->lock);
     if (es) {
         metrics_gauge(&b, "omniserve_requests_running", "gauge", "Sequences being generated.", es->running);

@@ -27,6 +27,9 @@ void metrics_http(struct metrics *m, const char *route, const char *method, int 
 void metrics_ttft(struct metrics *m, double seconds);
 void metrics_itl(struct metrics *m, double seconds);
 void metrics_tokens(struct metrics *m, long prompt_tokens, long completion_tokens);
+/* The vision cache's counters (serve --mmproj) for the renders from now on. */
+struct vision_cache_stats;
+void metrics_vision(struct metrics *m, const struct vision_cache_stats *s);
 
 /* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
  * NULL when out of memory. es may be NULL (no engine yet). */

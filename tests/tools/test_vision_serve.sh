@@ -137,6 +137,13 @@ else:
         st, r = post(content)
         if st != 400 or want not in r["error"]["message"]:
             bad.append(f"{want}: {st} {r}")
+if mode != "off":
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    vals = {l.split()[0]: float(l.split()[1]) for l in metrics.splitlines()
+            if l.startswith("omniserve_vision_")}
+    if vals.get("omniserve_vision_cache_hits_total", 0) < 1 or vals.get("omniserve_vision_cache_misses_total", 0) < 1 \
+            or "omniserve_vision_encoder_seconds_total" not in vals:
+        bad.append(f"vision metrics: {vals}")
 if bad:
     sys.exit("; ".join(bad))
 PY
