@@ -7,7 +7,14 @@
  * fed their own argmax so EOT never ends a run early: random-weight models
  * time the same as real ones), and the real-time factor of a whole greedy
  * transcription of the file (whisper_full without temperature fallback,
- * wall time / audio duration; below 1 is faster than real time). */
+ * wall time / audio duration; below 1 is faster than real time).
+ *
+ * --stream VAD.bin measures streaming latency instead: the file is pushed
+ * into an stt session (server VAD, partials every 500 ms, as /v1/realtime
+ * runs it) in 20 ms chunks paced by the wall clock (--speed times real
+ * time), then 1.5 s of silence; for each turn it reports the time from the
+ * speech_stopped event to the final transcript, and from the moment the
+ * speech's end (the stopped event's audio time) was pushed to the final. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 
@@ -17,12 +24,16 @@
 #include "src/core/cpu.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
+#include "src/stt/stt.h"
+#include "src/stt/stt_session.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct bstt_opts {
     const char *model, *file;
@@ -31,6 +42,8 @@ struct bstt_opts {
     int n_tokens;     /* decoder steps timed per repetition */
     int max_tokens;   /* per window in the RTF run; 0: the model's (half the text context) */
     bool json_only;
+    const char *vad;  /* --stream: the Silero VAD model; measure streaming latency */
+    double speed;     /* --stream: feed this many times faster than real time */
 };
 
 static void bstt_usage(FILE *f)
@@ -44,7 +57,10 @@ static void bstt_usage(FILE *f)
             "  --tokens N        decoder steps timed per repetition (default 32)\n"
             "  --max-tokens N    tokens per 30 s window in the RTF run (default: half the\n"
             "                    text context; random weights never stop earlier)\n"
-            "  --json            print only {\"encoder_ms\":..,\"decoder_ms_per_token\":..,\"rtf\":..}\n",
+            "  --json            print only {\"encoder_ms\":..,\"decoder_ms_per_token\":..,\"rtf\":..}\n"
+            "  --stream VAD.bin  streaming latency instead: the file fed to an stt session with\n"
+            "                    this Silero VAD model; per turn, speech end to final transcript\n"
+            "  --speed X         --stream: feed X times real time (default 1)\n",
             omni_physical_cores());
 }
 
@@ -61,7 +77,8 @@ static bool bstt_int(const char *opt, const char *s, long lo, long hi, int *out)
 /* 0 on success, 2 on bad usage, -1 when --help was printed. */
 static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
 {
-    *o = (struct bstt_opts){ .n_threads = omni_physical_cores(), .reps = 3, .n_tokens = 32 };
+    *o = (struct bstt_opts){ .n_threads = omni_physical_cores(), .reps = 3, .n_tokens = 32,
+                             .speed = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -93,6 +110,15 @@ static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
         } else if (!strcmp(a, "--max-tokens")) {
             if (!bstt_int(a, v, 1, 400, &o->max_tokens))
                 return 2;
+        } else if (!strcmp(a, "--stream")) {
+            o->vad = v;
+        } else if (!strcmp(a, "--speed")) {
+            char *end;
+            o->speed = strtod(v, &end);
+            if (*end || !(o->speed >= 0.1 && o->speed <= 100)) {
+                fprintf(stderr, "bench-stt: --speed wants a number in [0.1, 100], not '%s'\n", v);
+                return 2;
+            }
         } else {
             fprintf(stderr, "bench-stt: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -179,12 +205,195 @@ static double bstt_decode(struct whisper_state *s, const struct whisper_model *m
     return t * 1e3 / n_tokens;
 }
 
+// ---- --stream: speech end to final transcript ---------------------------------
+
+#define BSTT_MAX_TURNS 256
+
+/* What the session reported, per turn (item 1.. at index item-1). */
+struct bstt_rec {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    double t0;                                 /* wall time the first sample was pushed */
+    double speed;
+    double stopped_s[BSTT_MAX_TURNS];          /* wall time of speech_stopped; {lock} */
+    double speech_end_s[BSTT_MAX_TURNS];       /* wall time the speech's end was pushed; {lock} */
+    double final_s[BSTT_MAX_TURNS];            /* wall time of the final; {lock} */
+    int n_stopped, n_final;                    /* {lock} */
+    bool freed;                                /* {lock} */
+};
+
+static void bstt_on_event(void *user, const struct stt_event *ev)
+{
+    struct bstt_rec *r = user;
+    double now = omni_time_s();
+    int i = ev->item - 1;
+    if (i < 0 || i >= BSTT_MAX_TURNS)
+        return;
+    pthread_mutex_lock(&r->lock);
+    if (ev->type == STT_EV_SPEECH_STOPPED) {
+        r->stopped_s[i] = now;
+        r->speech_end_s[i] = r->t0 + ev->audio_ms / 1e3 / r->speed;
+        r->n_stopped++;
+    } else if (ev->type == STT_EV_FINAL) {
+        r->final_s[i] = now;
+        r->n_final++;
+        fprintf(stderr, "bench-stt: turn %d: %.0f ms after speech_stopped:%s\n", ev->item,
+                (now - r->stopped_s[i]) * 1e3, ev->text);
+    } else if (ev->type == STT_EV_ERROR) {
+        fprintf(stderr, "bench-stt: turn %d: %s\n", ev->item, ev->text);
+    }
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void bstt_on_free(void *user)
+{
+    struct bstt_rec *r = user;
+    pthread_mutex_lock(&r->lock);
+    r->freed = true;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void bstt_sleep_until(double t)
+{
+    double d = t - omni_time_s();
+    if (d > 0) {
+        struct timespec ts = { (time_t)d, (long)((d - (time_t)d) * 1e9) };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Push n samples (silence when pcm is NULL) in 20 ms chunks, each once the
+ * wall clock reaches its time; *pushed counts the samples of the stream. */
+static int bstt_feed(struct stt_session *ss, const struct bstt_rec *r, const float *pcm,
+                     size_t n, int64_t *pushed, char *err, size_t errlen)
+{
+    enum { CHUNK = WHISPER_SAMPLE_RATE_HZ / 50 };
+    int16_t buf[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t k = n - i < CHUNK ? n - i : CHUNK;
+        for (size_t j = 0; j < k; j++) {
+            float v = pcm ? pcm[i + j] * 32767.0f : 0.0f;
+            buf[j] = (int16_t)(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);
+        }
+        *pushed += (int64_t)k;
+        bstt_sleep_until(r->t0 + (double)*pushed / WHISPER_SAMPLE_RATE_HZ / r->speed);
+        if (stt_session_push(ss, buf, k * sizeof *buf, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static double bstt_max(const double *v, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* The file --reps times into one session, 1.5 s of silence after each. */
+static int bstt_stream(const struct bstt_opts *o)
+{
+    char err[512];
+    struct stt *svc = NULL;
+    struct stt_session *ss = NULL;
+    float *pcm = NULL;
+    size_t n_pcm = 0;
+    int ret = 1;
+    static struct bstt_rec r;
+    pthread_mutex_init(&r.lock, NULL);
+    pthread_cond_init(&r.cond, NULL);
+    r.speed = o->speed;
+
+    struct stt_params sp = stt_default_params();
+    sp.model_path = o->model;
+    sp.vad_path = o->vad;
+    sp.n_workers = 1;
+    sp.n_threads = o->n_threads;
+    struct media_audio_params ap = media_audio_default_params();
+    if (!(svc = stt_new(&sp, err, sizeof err)) ||
+        media_audio_decode_file(o->file, &ap, &pcm, &n_pcm, err, sizeof err) < 0) {
+        fprintf(stderr, "bench-stt: %s\n", err);
+        goto done;
+    }
+    struct stt_session_params p = stt_session_default_params();
+    p.input_rate_hz = WHISPER_SAMPLE_RATE_HZ;
+    p.language = "en";
+    p.on_event = bstt_on_event;
+    p.on_free = bstt_on_free;
+    p.user = &r;
+    if (!(ss = stt_session_new(svc, &p, err, sizeof err))) {
+        fprintf(stderr, "bench-stt: %s\n", err);
+        goto done;
+    }
+    fprintf(stderr, "bench-stt: streaming %s %d times at %.1fx real time, %d threads\n", o->file,
+            o->reps, o->speed, o->n_threads);
+    int64_t pushed = 0;
+    r.t0 = omni_time_s();
+    for (int rep = 0; rep < o->reps; rep++)
+        if (bstt_feed(ss, &r, pcm, n_pcm, &pushed, err, sizeof err) < 0 ||
+            bstt_feed(ss, &r, NULL, WHISPER_SAMPLE_RATE_HZ * 3 / 2, &pushed, err, sizeof err) < 0) {
+            fprintf(stderr, "bench-stt: %s\n", err);
+            goto done;
+        }
+    pthread_mutex_lock(&r.lock);
+    double deadline = omni_time_s() + 120;
+    while (r.n_final < r.n_stopped && omni_time_s() < deadline) {
+        pthread_mutex_unlock(&r.lock);
+        bstt_sleep_until(omni_time_s() + 0.01);
+        pthread_mutex_lock(&r.lock);
+    }
+    int n = r.n_stopped < BSTT_MAX_TURNS ? r.n_stopped : BSTT_MAX_TURNS;
+    double from_stop[BSTT_MAX_TURNS], from_end[BSTT_MAX_TURNS];
+    int n_ok = 0;
+    for (int i = 0; i < n; i++)
+        if (r.final_s[i] > 0 && r.stopped_s[i] > 0) {
+            from_stop[n_ok] = (r.final_s[i] - r.stopped_s[i]) * 1e3;
+            from_end[n_ok++] = (r.final_s[i] - r.speech_end_s[i]) * 1e3;
+        }
+    pthread_mutex_unlock(&r.lock);
+    if (!n_ok) {
+        fprintf(stderr, "bench-stt: no turn got a final transcript (%d stopped)\n", n);
+        goto done;
+    }
+    double max_stop = bstt_max(from_stop, n_ok), max_end = bstt_max(from_end, n_ok);
+    double med_stop = bstt_median(from_stop, n_ok), med_end = bstt_median(from_end, n_ok);
+    if (!o->json_only) {
+        printf("model    %s, %d threads, %.1fx real time\n", o->model, o->n_threads, o->speed);
+        printf("final    %.0f ms after speech_stopped (median of %d turns; max %.0f)\n",
+               med_stop, n_ok, max_stop);
+        printf("final    %.0f ms after the speech's end was pushed (median; max %.0f)\n", med_end,
+               max_end);
+    }
+    printf("{\"final_after_stopped_ms\":%.1f,\"final_after_stopped_max_ms\":%.1f,"
+           "\"final_after_speech_end_ms\":%.1f,\"final_after_speech_end_max_ms\":%.1f,"
+           "\"turns\":%d,\"threads\":%d,\"speed\":%.2f}\n",
+           med_stop, max_stop, med_end, max_end, n_ok, o->n_threads, o->speed);
+    fflush(stdout);
+    ret = 0;
+done:
+    if (ss) {
+        stt_session_close(ss);
+        pthread_mutex_lock(&r.lock);
+        while (!r.freed)
+            pthread_cond_wait(&r.cond, &r.lock);
+        pthread_mutex_unlock(&r.lock);
+    }
+    stt_free(svc);
+    free(pcm);
+    return ret;
+}
+
 int cli_bench_stt(int argc, char **argv)
 {
     struct bstt_opts o;
     int rc = bstt_parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (o.vad)
+        return bstt_stream(&o);
 
     char err[512];
     struct whisper_model *m = NULL;
