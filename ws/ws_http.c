@@ -21,6 +21,7 @@
 #include <sys/random.h>
 
 #define WS_WRITE_CHUNK 16384         /* body bytes per WRITEABLE callback */
+#define WS_HEADERS_MAX 4096          /* status line and response headers */
 #define WS_MAX_EXTRA_HEADERS 8
 #define WS_CHUNKED_INITIAL 65536     /* first buffer of a body of unknown length */
 #define WS_MAX_HEADER_COPIES 16      /* ws_req_header results kept per transaction */
@@ -76,6 +77,7 @@ struct ws_req {
     bool chunked;                         /* Transfer-Encoding: chunked, decoded by ws_dechunk */
     struct ws_dechunk dechunk;
     bool dispatched;
+    bool body_complete;                   /* lws said BODY_COMPLETION (see ws_on_body_completion) */
     double t_start;
     char *extra_name[WS_MAX_EXTRA_HEADERS], *extra_value[WS_MAX_EXTRA_HEADERS];
     int n_extra;
@@ -822,11 +824,27 @@ static int ws_dechunk_feed(struct ws_server *s, struct ws_req *r, const char *in
     return d->state == WS_CH_DONE;
 }
 
+/* Does the body start with this request's own request line? lws 4.1 does
+ * that to a request it parses out of bytes it stashed (one pipelined behind
+ * another): it hands the stash from its start, headers included, as the
+ * body. No real body begins with "POST /path". */
+static bool ws_body_is_own_headers(const struct ws_req *r, const char *in, size_t len)
+{
+    const char *m = ws_method_names[r->method], *path = ws_req_path(r);
+    size_t ml = strlen(m), pl = strlen(path);
+    return r->body_len == 0 && len > ml + 1 + pl && !memcmp(in, m, ml) && in[ml] == ' ' &&
+           !memcmp(in + ml + 1, path, pl);
+}
+
 static int ws_on_body(struct ws_server *s, struct ws_conn *c, const void *in, size_t len)
 {
     struct ws_req *r = &c->req;
     if (r->dispatched || !r->body)
         return 0;
+    if (ws_body_is_own_headers(r, in, len)) {
+        OMNI_INFO("http: %s: pipelined request (not supported): closing the connection", r->id);
+        return -1;
+    }
     if (r->chunked) {
         int rc = ws_dechunk_feed(s, r, in, len);
         if (rc == 0)
@@ -859,46 +877,86 @@ static int ws_on_body(struct ws_server *s, struct ws_conn *c, const void *in, si
     return 0;
 }
 
-/* Status line and headers. Returns 0, or -1 when the connection must close. */
-static int ws_write_headers(struct ws_server *s, struct ws_conn *c, int status, const char *ctype,
-                            bool stream, size_t content_len)
+/* The end of a request body - or, the second time in one transaction, lws
+ * 4.1 telling that bytes past it arrived before the transaction completed
+ * (a pipelined request). It has stashed them and offers them again on every
+ * service pass, each time as another BODY_COMPLETION, while this
+ * connection's WRITEABLE never comes; completing the transaction would
+ * parse the next request from the stash with the wrong bytes as its body.
+ * The connection cannot go on: -1 closes it (the current request counts as
+ * aborted). Clients that wait for each response never get here:
+ * ws_on_writeable completes the transaction in the callback that writes
+ * its last byte, before the service thread reads again. */
+static int ws_on_body_completion(struct ws_server *s, struct ws_conn *c)
+{
+    struct ws_req *r = &c->req;
+    if (!c->active)
+        return 0;
+    if (r->body_complete) {
+        OMNI_INFO("http: %s: pipelined request (not supported): closing the connection", r->id);
+        return -1;
+    }
+    r->body_complete = true;
+    if (r->dispatched)
+        return 0;
+    if (r->chunked) {
+        /* lws' own cap on a body without a length (100 MiB) came before
+         * the last chunk: too large, not a truncated body. */
+        free(r->body);
+        r->body = NULL;
+        r->body_len = 0;
+        r->too_large = true;
+    }
+    ws_dispatch(s, c);
+    return 0;
+}
+
+/* Status line and headers into *pp (up to end), ready to go out with the
+ * first body bytes in one write. The Content-Length is a plain header (not
+ * lws_add_http_header_content_length): lws counts nothing, and the
+ * transaction ends when ws_on_writeable says so. Returns 0, or -1 when the
+ * connection must close. */
+static int ws_put_headers(struct ws_server *s, struct ws_conn *c, int status, const char *ctype,
+                          bool stream, size_t content_len, unsigned char **pp, unsigned char *end)
 {
     struct lws *wsi = c->wsi;
     struct ws_req *r = &c->req;
-    unsigned char buf[LWS_PRE + 4096];
-    unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
-    if (lws_add_http_header_status(wsi, (unsigned)status | LWSAHH_FLAG_NO_SERVER_NAME, &p, end) ||
+    if (lws_add_http_header_status(wsi, (unsigned)status | LWSAHH_FLAG_NO_SERVER_NAME, pp, end) ||
         lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
-                                     (const unsigned char *)ctype, (int)strlen(ctype), &p, end) ||
+                                     (const unsigned char *)ctype, (int)strlen(ctype), pp, end) ||
         lws_add_http_header_by_name(wsi, (const unsigned char *)"x-request-id:",
-                                    (const unsigned char *)r->id, (int)strlen(r->id), &p, end))
+                                    (const unsigned char *)r->id, (int)strlen(r->id), pp, end))
         return -1;
     if (stream) {
         /* Chunked framing is ours (ws_on_writeable): the connection stays
          * reusable after the terminating zero-length chunk. */
         static const char te[] = "chunked", cc[] = "no-cache";
         if (lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING,
-                                         (const unsigned char *)te, sizeof te - 1, &p, end) ||
+                                         (const unsigned char *)te, sizeof te - 1, pp, end) ||
             lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
-                                         (const unsigned char *)cc, sizeof cc - 1, &p, end))
+                                         (const unsigned char *)cc, sizeof cc - 1, pp, end))
             return -1;
-    } else if (lws_add_http_header_content_length(wsi, content_len, &p, end)) {
-        return -1;
+    } else {
+        char cl[24];
+        int n = snprintf(cl, sizeof cl, "%zu", content_len);
+        if (lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH,
+                                         (const unsigned char *)cl, n, pp, end))
+            return -1;
     }
     if (c->close_after || s->draining) {
         static const char cl[] = "close";
         if (lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)cl,
-                                         sizeof cl - 1, &p, end))
+                                         sizeof cl - 1, pp, end))
             return -1;
     }
     if (s->cors) {
         static const char expose[] = "x-request-id, retry-after";
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)"access-control-allow-origin:",
-                                        (const unsigned char *)s->cors, (int)strlen(s->cors), &p,
+                                        (const unsigned char *)s->cors, (int)strlen(s->cors), pp,
                                         end) ||
             lws_add_http_header_by_name(wsi,
                                         (const unsigned char *)"access-control-expose-headers:",
-                                        (const unsigned char *)expose, sizeof expose - 1, &p, end))
+                                        (const unsigned char *)expose, sizeof expose - 1, pp, end))
             return -1;
     }
     for (int i = 0; i < r->n_extra; i++) {
@@ -906,28 +964,36 @@ static int ws_write_headers(struct ws_server *s, struct ws_conn *c, int status, 
         snprintf(name, sizeof name, "%s:", r->extra_name[i]);
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)name,
                                         (const unsigned char *)r->extra_value[i],
-                                        (int)strlen(r->extra_value[i]), &p, end))
+                                        (int)strlen(r->extra_value[i]), pp, end))
             return -1;
     }
-    if (lws_finalize_write_http_header(wsi, start, &p, end))
+    if (lws_finalize_http_header(wsi, pp, end))
         return -1;
     r->headers_sent = true;
-    r->last_write = omni_time_s();
     if (stream && s->p.sse_keepalive_ms > 0)
         lws_set_timer_usecs(wsi, (lws_usec_t)s->p.sse_keepalive_ms * 1000);
     return 0;
 }
 
-/* One step of sending the response: headers, then one body chunk per call,
- * then (streams) the last chunk, then the end of the transaction. */
+/* One step of sending the response, one write per call: the headers with
+ * the first body bytes, then up to WS_WRITE_CHUNK body bytes per call (a
+ * stream's chunk framing around them and, at the end, the last chunk), and
+ * the end of the transaction right after the last byte.
+ *
+ * Ending the transaction in the same callback as the last write matters
+ * for keep-alive: the client sends its next request as soon as it has the
+ * response, and lws 4.1 must not read it before lws_http_transaction_completed
+ * (it would stash it and later parse it wrongly; see ws_on_body_completion). */
 static int ws_on_writeable(struct ws_server *s, struct ws_conn *c)
 {
     struct ws_req *r = &c->req;
     struct ws_out *o = r->out;
     if (!c->active || !o)
         return 0;
-    unsigned char buf[LWS_PRE + 16 + WS_WRITE_CHUNK + 2];
-    unsigned char *body = buf + LWS_PRE + 16; /* room for a chunk-size line in front */
+    if (r->final_sent)
+        goto complete;       /* lws has flushed what it buffered of the last write */
+    unsigned char buf[LWS_PRE + WS_HEADERS_MAX + 16 + WS_WRITE_CHUNK + 2 + 5];
+    unsigned char *start = buf + LWS_PRE, *p = start;
 
     pthread_mutex_lock(&o->lock);
     o->dirty = false;
@@ -935,12 +1001,7 @@ static int ws_on_writeable(struct ws_server *s, struct ws_conn *c)
     int status = o->status;
     char ctype[sizeof o->ctype];
     memcpy(ctype, o->ctype, sizeof ctype);
-    size_t pending = o->len - o->off, total = pending, n = 0;
-    if (r->headers_sent && pending > 0 && (stream || ended)) {
-        n = pending < WS_WRITE_CHUNK ? pending : WS_WRITE_CHUNK;
-        memcpy(body, o->buf + o->off, n);
-        o->off += n;
-    }
+    size_t total = o->len - o->off;
     pthread_mutex_unlock(&o->lock);
 
     if (overflow) {
@@ -949,43 +1010,46 @@ static int ws_on_writeable(struct ws_server *s, struct ws_conn *c)
     }
     if (!started || (!stream && !ended))
         return 0;  /* nothing to send yet; the producer will wake us */
-    if (!r->headers_sent) {
-        if (ws_write_headers(s, c, status, ctype, stream, total) < 0)
-            return -1;
-        lws_callback_on_writable(c->wsi);
-        return 0;
+    if (!r->headers_sent &&
+        ws_put_headers(s, c, status, ctype, stream, total, &p, start + WS_HEADERS_MAX) < 0)
+        return -1;
+
+    pthread_mutex_lock(&o->lock);
+    size_t n = o->len - o->off < WS_WRITE_CHUNK ? o->len - o->off : WS_WRITE_CHUNK;
+    if (stream && n > 0)
+        p += snprintf((char *)p, 16, "%zx\r\n", n);
+    memcpy(p, o->buf + o->off, n);
+    p += n;
+    o->off += n;
+    bool more = o->off < o->len, done = o->ended && !more;
+    pthread_mutex_unlock(&o->lock);
+    if (stream && n > 0) {
+        memcpy(p, "\r\n", 2);
+        p += 2;
     }
-    if (n > 0) {
-        unsigned char *from = body;
-        size_t wlen = n;
-        if (stream) {
-            char head[16];
-            int hl = snprintf(head, sizeof head, "%zx\r\n", n);
-            from = body - hl;
-            memcpy(from, head, (size_t)hl);
-            memcpy(body + n, "\r\n", 2);
-            wlen = n + (size_t)hl + 2;
-        }
-        if (lws_write(c->wsi, from, wlen, LWS_WRITE_HTTP) < (int)wlen)
+    if (stream && done) {
+        memcpy(p, "0\r\n\r\n", 5);
+        p += 5;
+    }
+    if (p > start) {
+        if (lws_write(c->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP) < (int)(p - start))
             return -1;
         r->last_write = omni_time_s();
+    }
+    if (!done) {
+        if (more)
+            lws_callback_on_writable(c->wsi);
+        return 0;
+    }
+    r->final_sent = true;
+    if (lws_send_pipe_choked(c->wsi)) {
+        /* lws holds part of it: end once that is out (the client cannot
+         * have the whole response yet, so no next request comes before). */
         lws_callback_on_writable(c->wsi);
         return 0;
     }
-    if (!ended)
-        return 0;
-    if (stream && !r->final_sent) {
-        memcpy(body, "0\r\n\r\n", 5);
-        /* Plain HTTP write: with _FINAL lws ends the transaction itself once
-         * buffered output drains, and without a Content-Length it closes. */
-        if (lws_write(c->wsi, body, 5, LWS_WRITE_HTTP) < 5)
-            return -1;
-        r->final_sent = true;
-        lws_callback_on_writable(c->wsi);
-        return 0;
-    }
-    if (stream)
-        lws_set_timer_usecs(c->wsi, LWS_SET_TIMER_USEC_CANCEL);
+complete:
+    lws_set_timer_usecs(c->wsi, LWS_SET_TIMER_USEC_CANCEL);  /* a stream's keep-alive timer */
     bool close = c->close_after || s->draining;
     ws_finish(s, c, false);
     if (close)
@@ -1099,18 +1163,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
     case LWS_CALLBACK_HTTP_BODY:
         return ws_on_body(s, c, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c->active && !c->req.dispatched) {
-            if (c->req.chunked) {
-                /* lws' own cap on a body without a length (100 MiB) came
-                 * before the last chunk: too large, not a truncated body. */
-                free(c->req.body);
-                c->req.body = NULL;
-                c->req.body_len = 0;
-                c->req.too_large = true;
-            }
-            ws_dispatch(s, c);
-        }
-        return 0;
+        return ws_on_body_completion(s, c);
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return ws_on_writeable(s, c);
     case LWS_CALLBACK_TIMER:
