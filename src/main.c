@@ -25,6 +25,7 @@ static const struct command commands[] = {
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
+    { "bench-vision", cli_bench_vision, "bench-vision -m LM --mmproj MM --image F  vision encoder, cache and fused-turn speed" },
 };
 
 static void usage(FILE *f)

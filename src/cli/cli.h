@@ -19,4 +19,6 @@ int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 
+int cli_bench_vision(int argc, char **argv); /* src/cli/bench_vision.c */
+
 #endif
