@@ -1,7 +1,9 @@
 /* test_tools.c - tool-call parsing on recorded raw outputs of each format
  * (tests/fixtures/tools/cases.json: clean, broken, parallel, not-a-call),
  * fed whole and in chunks of many sizes: the same content and calls every
- * time, and no markup in the content. Also the lenient JSON reader, schema
+ * time, no markup in the content, the same arguments text to the byte, and
+ * for clean JSON calls ("streams" in the manifest) arguments that arrive in
+ * several fragments when they are longer than a chunk. Also the lenient JSON reader, schema
  * coercion, format detection and the wire spelling for forced calls. */
 #include "test.h"
 
@@ -16,6 +18,7 @@ struct collect {
     size_t clen;
     cJSON *calls;            /* [{"id","name","arguments"(text)}] */
     int bad_order;           /* ARGS before START, index jumps, ... */
+    int frags[8];            /* CALL_ARGS fragments per call */
 };
 
 static void collect_fn(void *user, const struct tools_event *ev)
@@ -42,6 +45,8 @@ static void collect_fn(void *user, const struct tools_event *ev)
             c->bad_order++;
             return;
         }
+        if (ev->index < 8)
+            c->frags[ev->index]++;
         cJSON *a = cJSON_GetObjectItem(o, "arguments");
         size_t ol = strlen(a->valuestring);
         char *s = malloc(ol + ev->len + 1);
@@ -121,12 +126,24 @@ TEST(tools_recorded_outputs_all_chunkings)
         const cJSON *par = cJSON_GetObjectItem(tc, "parallel");
         pp.parallel = !cJSON_IsFalse(par);
         pp.id_seed = 7;
+        bool streams = cJSON_IsTrue(cJSON_GetObjectItem(tc, "streams"));
+        struct collect whole;
+        run_parser(&pp, raw, 0, &whole);
         static const size_t chunks[] = { 0, 1, 2, 3, 5, 7, 11, 16, 64 };
         for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
             struct collect c;
             run_parser(&pp, raw, chunks[ci], &c);
             char why[512] = "";
             bool ok = calls_equal(c.calls, cJSON_GetObjectItem(tc, "calls"), why, sizeof why);
+            for (int i = 0; ok && i < cJSON_GetArraySize(c.calls); i++) {
+                const char *a = cJSON_GetObjectItem(cJSON_GetArrayItem(c.calls, i), "arguments")->valuestring;
+                const char *w = cJSON_GetObjectItem(cJSON_GetArrayItem(whole.calls, i), "arguments")->valuestring;
+                if (strcmp(a, w) != 0)
+                    snprintf(why, sizeof why, "call %d: arguments %s, whole %s", i, a, w);
+                else if (streams && chunks[ci] > 0 && strlen(a) > chunks[ci] && i < 8 && c.frags[i] < 2)
+                    snprintf(why, sizeof why, "call %d: %d fragment(s) of %s", i, c.frags[i], a);
+                ok = !*why;
+            }
             const char *want = cJSON_GetObjectItem(tc, "content")->valuestring;
             bool content_ok = !strcmp(c.content, want);
             bool leak = false;
@@ -141,6 +158,7 @@ TEST(tools_recorded_outputs_all_chunkings)
             CHECK_MSG(!leak, "case %d: markup in content '%s'", k, c.content);
             CHECK_MSG(bad == 0, "case %d: events out of order", k);
         }
+        cJSON_Delete(whole.calls);
         free(raw);
         k++;
     }

@@ -152,6 +152,9 @@ struct tools_parser {
     size_t body_from;        /* TM_CALL: where to look for the close marker */
     bool after_call;         /* drop blanks between and after calls */
     int n_calls;
+    struct tools_partials sent;  /* calls of the open region announced so far, with the
+                                    arguments text sent for each */
+    int region_base;         /* the index of its first */
     uint64_t rng;
     bool oom;
 };
@@ -188,6 +191,7 @@ void tools_parser_free(struct tools_parser *p)
     if (!p)
         return;
     cJSON_Delete(p->tools);
+    tools_partials_clear(&p->sent);
     free(p->buf);
     free(p);
 }
@@ -231,8 +235,52 @@ static bool tools_known(const struct tools_parser *p, const char *name)
     return false;
 }
 
-/* Parse one call region; report its calls. false when it holds no call (or,
- * strict, a call of an unknown tool): the caller shows it as content. */
+static void tools_emit_args(tools_event_fn fn, void *user, int index, const char *s, size_t n)
+{
+    if (n == 0)
+        return;
+    struct tools_event ev = { .type = TOOLS_EV_CALL_ARGS, .index = index, .text = s, .len = n };
+    fn(user, &ev);
+}
+
+static void tools_emit_start(struct tools_parser *p, const char *name, tools_event_fn fn, void *user)
+{
+    char id[32];
+    tools_make_id(p, id);
+    struct tools_event ev = { .type = TOOLS_EV_CALL_START, .index = p->n_calls++, .id = id, .name = name };
+    fn(user, &ev);
+}
+
+/* The end of announced call i of the region: what its final arguments add
+ * to the text already sent. When the final reading disagrees with what was
+ * sent (the text stopped being a call after the name and part of the
+ * arguments went out), the announced call stands: its arguments are the
+ * sent text, closed. */
+static void tools_finish_sent(struct tools_parser *p, int i, const char *name, const char *args,
+                              tools_event_fn fn, void *user)
+{
+    const struct tools_partial *s = &p->sent.v[i];
+    const char *sent = s->len ? s->args : "";
+    char *fix = NULL;
+    const char *rest = "";
+    if (args && !strcmp(name, s->name) && !strncmp(args, sent, s->len)) {
+        rest = args + s->len;
+    } else if (s->len == 0) {
+        rest = "{}";
+    } else {
+        cJSON *v = tools_json_parse_lenient(sent, s->len, NULL);
+        fix = v ? cJSON_PrintUnformatted(v) : NULL;
+        cJSON_Delete(v);
+        if (fix && !strncmp(fix, sent, s->len))
+            rest = fix + s->len;
+    }
+    tools_emit_args(fn, user, p->region_base + i, rest, strlen(rest));
+    free(fix);
+}
+
+/* Parse one call region; report its calls (finishing those announced while
+ * it streamed). false when it holds no call (or, strict, a call of an
+ * unknown tool): the caller shows it as content. */
 static bool tools_region(struct tools_parser *p, const char *s, size_t n, bool strict,
                          tools_event_fn fn, void *user)
 {
@@ -242,24 +290,80 @@ static bool tools_region(struct tools_parser *p, const char *s, size_t n, bool s
         if (!tools_known(p, calls.v[i].name))
             got = 0;
     for (int i = 0; i < got; i++) {
-        if (!p->p.parallel && p->n_calls >= 1)
+        if (i >= p->sent.n && !p->p.parallel && p->n_calls >= 1)
             break;
         if (p->tools)
             tools_coerce_args(calls.v[i].args, tools_find_schema(p->tools, calls.v[i].name));
         char *args = cJSON_PrintUnformatted(calls.v[i].args);
-        char id[32];
-        tools_make_id(p, id);
-        struct tools_event ev = { .type = TOOLS_EV_CALL_START, .index = p->n_calls, .id = id,
-                                  .name = calls.v[i].name };
-        fn(user, &ev);
-        ev = (struct tools_event){ .type = TOOLS_EV_CALL_ARGS, .index = p->n_calls,
-                                   .text = args ? args : "{}", .len = args ? strlen(args) : 2 };
-        fn(user, &ev);
+        if (i < p->sent.n) {
+            tools_finish_sent(p, i, calls.v[i].name, args, fn, user);
+        } else {
+            tools_emit_start(p, calls.v[i].name, fn, user);
+            tools_emit_args(fn, user, p->n_calls - 1, args ? args : "{}", args ? strlen(args) : 2);
+        }
         free(args);
-        p->n_calls++;
     }
+    for (int i = got; i < p->sent.n; i++)
+        tools_finish_sent(p, i, NULL, NULL, fn, user);
+    bool any = got > 0 || p->sent.n > 0;
+    tools_partials_clear(&p->sent);
     tools_calls_clear(&calls);
-    return got > 0;
+    return any;
+}
+
+/* Longest tail of buf that is a proper start of marker m. */
+static size_t tools_tail_of(const char *buf, size_t len, const char *m)
+{
+    for (size_t l = strlen(m) - 1; l > 0; l--)
+        if (l <= len && !memcmp(buf + len - l, m, l))
+            return l;
+    return 0;
+}
+
+/* An open call region, not closed yet: announce its calls as soon as their
+ * names are known and send what is certain of their arguments (see
+ * tools_partial_scan); a tail that could be the close marker waits. */
+static void tools_progress(struct tools_parser *p, tools_event_fn fn, void *user)
+{
+    size_t n = p->len;
+    bool strict = p->mode == TM_BARE;
+    if (p->mode == TM_CALL) {
+        const struct tools_marker *m = &p->fi->m[p->marker];
+        if (m->keep)
+            return;
+        n -= tools_tail_of(p->buf, p->len, m->close ? m->close : m->open);
+    }
+    struct tools_partials now = { 0 };
+    tools_partial_scan(p->buf, n, p->tools, &now);
+    for (int k = 0; k < now.n; k++) {
+        struct tools_partial *c = &now.v[k];
+        if (k == p->sent.n) {
+            if ((!p->p.parallel && p->n_calls >= 1) || (strict && !tools_known(p, c->name)))
+                break;
+            if (p->sent.n == p->sent.cap) {
+                int cap = p->sent.cap ? p->sent.cap * 2 : 4;
+                struct tools_partial *v = realloc(p->sent.v, (size_t)cap * sizeof *v);
+                if (!v)
+                    break;   /* the call is reported whole when the region ends */
+                p->sent.v = v;
+                p->sent.cap = cap;
+            }
+            if (k == 0)
+                p->region_base = p->n_calls;
+            p->sent.v[p->sent.n++] = (struct tools_partial){ .name = c->name };
+            c->name = NULL;
+            tools_emit_start(p, p->sent.v[k].name, fn, user);
+        }
+        struct tools_partial *s = &p->sent.v[k];
+        if (c->len > s->len && (s->len == 0 || !memcmp(c->args, s->args, s->len))) {
+            tools_emit_args(fn, user, p->region_base + k, c->args + s->len, c->len - s->len);
+            free(s->args);
+            s->args = c->args;
+            s->len = c->len;
+            c->args = NULL;
+        }
+    }
+    tools_partials_clear(&now);
 }
 
 static const char *tools_memmem(const char *h, size_t hn, const char *n)
@@ -301,21 +405,11 @@ static size_t tools_next_marker(const struct tools_parser *p, int *kind, int *wh
 static size_t tools_hold(const struct tools_parser *p)
 {
     size_t hold = 0;
-    const char *ms[5];
-    int nm = 0;
-    for (int k = 0; k < 3; k++)
-        if (p->fi->m[k].open)
-            ms[nm++] = p->fi->m[k].open;
-    for (int k = 0; k < 2; k++)
-        if (p->fi->swallow[k])
-            ms[nm++] = p->fi->swallow[k];
-    for (int k = 0; k < nm; k++) {
-        size_t ml = strlen(ms[k]);
-        for (size_t l = ml - 1; l > hold; l--)
-            if (l <= p->len && !memcmp(p->buf + p->len - l, ms[k], l)) {
-                hold = l;
-                break;
-            }
+    for (int k = 0; k < 5; k++) {
+        const char *o = k < 3 ? p->fi->m[k].open : p->fi->swallow[k - 3];
+        size_t l = o ? tools_tail_of(p->buf, p->len, o) : 0;
+        if (l > hold)
+            hold = l;
     }
     return hold;
 }
@@ -425,8 +519,10 @@ static void tools_run(struct tools_parser *p, bool final, tools_event_fn fn, voi
             const struct tools_marker *m = &p->fi->m[p->marker];
             const char *close = m->close ? m->close : m->open;
             const char *at = tools_memmem(p->buf + p->body_from, p->len - p->body_from, close);
-            if (!at && !final)
+            if (!at && !final) {
+                tools_progress(p, fn, user);
                 return;
+            }
             size_t end = at ? (size_t)(at - p->buf) : p->len;
             size_t body = end + (at && m->keep && m->close ? strlen(close) : 0);
             size_t used = end + (at && m->close ? strlen(close) : 0);
@@ -446,8 +542,10 @@ static void tools_run(struct tools_parser *p, bool final, tools_event_fn fn, voi
             continue;
         }
         /* TM_BARE: the whole rest of the output decides */
-        if (!final)
+        if (!final) {
+            tools_progress(p, fn, user);
             return;
+        }
         if (!tools_region(p, p->buf, p->len, true, fn, user))
             tools_emit_content(fn, user, p->buf, p->len);
         p->len = 0;

@@ -14,7 +14,10 @@
  *
  * on_event gets CONTENT text (never any tool-call markup), then for each call
  * one CALL_START (index, id "call_...", name) followed by CALL_ARGS fragments
- * whose concatenation is the arguments as a JSON object text.
+ * whose concatenation is the arguments as a JSON object text (cJSON's compact
+ * print of the coerced object, whatever the chunking). Calls are announced as
+ * soon as their name is known and their arguments stream while the text is
+ * strict JSON; the rest comes when the call's region ends (docs/tools.md).
  *
  * Thread safety: the format functions are stateless; a parser belongs to one
  * thread at a time. */

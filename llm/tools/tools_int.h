@@ -24,6 +24,31 @@ struct tools_calls {
 int tools_body_calls(const char *text, size_t len, struct tools_calls *out);
 void tools_calls_clear(struct tools_calls *c);
 
+/* A call of an unfinished region as far as it can be streamed: its name,
+ * and the start of its arguments as the final arguments text will spell
+ * them (cJSON's unformatted print of the coerced object), cut where no later
+ * text can change what came before. */
+struct tools_partial {
+    char *name;              /* malloc'd */
+    char *args;              /* malloc'd, len bytes (+ NUL) */
+    size_t len;
+};
+
+struct tools_partials {
+    struct tools_partial *v;
+    int n, cap;
+};
+
+/* The calls of the text so far of a JSON call region ({"name":..,"arguments":
+ * {..}} objects, a list or ';'-separated run of them, N[ARGS]{..}, N\n{..}),
+ * scanned as strict JSON: the scan stops at the first byte that is not, and
+ * at anything the body parser could read differently. Arguments values of a
+ * string-typed (or untyped) property stream as they come; other values once
+ * complete, coerced to tools' schemas (may be NULL). Appends to out. */
+void tools_partial_scan(const char *text, size_t len, const struct cJSON *tools,
+                        struct tools_partials *out);
+void tools_partials_clear(struct tools_partials *ps);
+
 /* Is text (starting at its first non-blank) the start of a bare call?
  * 1 yes, 0 no, -1 cannot tell yet (needs more text). */
 int tools_bare_check(const char *text, size_t len, bool functionary);

@@ -848,3 +848,343 @@ void tools_coerce_args(cJSON *args, const cJSON *schema)
         free(key);
     }
 }
+
+// ---- streaming scan ---------------------------------------------------------------
+
+void tools_partials_clear(struct tools_partials *ps)
+{
+    for (int i = 0; i < ps->n; i++) {
+        free(ps->v[i].name);
+        free(ps->v[i].args);
+    }
+    free(ps->v);
+    memset(ps, 0, sizeof *ps);
+}
+
+/* End of the string whose opening quote is at s[i] (past its closing quote),
+ * or 0 while it is not closed. */
+static size_t ts_string_end(const char *s, size_t n, size_t i)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return 0;
+}
+
+/* Where a string's content (from i) can be cut so that decoding the prefix
+ * gives what decoding the whole gives: never inside an escape, a surrogate
+ * pair or a UTF-8 sequence. Stops at the closing quote. */
+static size_t ts_string_safe(const char *s, size_t n, size_t i)
+{
+    while (i < n && s[i] != '"') {
+        size_t u = 1;
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\') {
+            u = i + 1 < n && s[i + 1] == 'u' ? 6 : 2;
+            if (u == 6 && i + 6 <= n && lj_hex4(s + i + 2, 4) >= 0xD800 && lj_hex4(s + i + 2, 4) < 0xDC00)
+                u = 12;   /* a high surrogate: lj_string looks at the next six bytes */
+        } else if (c >= 0xC0) {
+            u = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        }
+        if (i + u > n)
+            break;
+        i += u;
+    }
+    return i;
+}
+
+/* The decoded content of s[i..end) (i at the opening quote) printed as cJSON
+ * prints strings; closed: with the closing quote. malloc'd, NULL on no memory. */
+static char *ts_print_string(const char *s, size_t i, size_t end, bool closed)
+{
+    struct lj l = { s, end, i, 0 };
+    char *raw = lj_string(&l);
+    cJSON *str = raw ? cJSON_CreateString(raw) : NULL;
+    char *out = str ? cJSON_PrintUnformatted(str) : NULL;
+    free(raw);
+    cJSON_Delete(str);
+    if (out && !closed)
+        out[strlen(out) - 1] = 0;
+    return out;
+}
+
+/* End of a complete JSON value at s[i], 0 while it may still grow. */
+static size_t ts_value_end(const char *s, size_t n, size_t i)
+{
+    if (s[i] == '"')
+        return ts_string_end(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        int depth = 0;
+        for (; i < n; i++) {
+            if (s[i] == '"') {
+                size_t e = ts_string_end(s, n, i);
+                if (!e)
+                    return 0;
+                i = e - 1;
+            } else if (s[i] == '{' || s[i] == '[') {
+                depth++;
+            } else if ((s[i] == '}' || s[i] == ']') && --depth == 0) {
+                return i + 1;
+            }
+        }
+        return 0;
+    }
+    while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '-' || s[i] == '+' || s[i] == '.'))
+        i++;
+    return i < n ? i : 0;
+}
+
+struct ts_out {
+    char *s;
+    size_t len;
+    bool oom;
+};
+
+static void ts_put(struct ts_out *o, const char *s, size_t n)
+{
+    char *ns = o->oom ? NULL : realloc(o->s, o->len + n + 1);
+    if (!ns) {
+        o->oom = true;
+        return;
+    }
+    memcpy(ns + o->len, s, n);
+    o->len += n;
+    ns[o->len] = 0;
+    o->s = ns;
+}
+
+static void ts_put_owned(struct ts_out *o, char *s)
+{
+    if (s)
+        ts_put(o, s, strlen(s));
+    else
+        o->oom = true;
+    free(s);
+}
+
+/* Would tools_coerce_args leave a string under key alone? */
+static bool ts_string_kept(const cJSON *schema, const char *key)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
+    if (!cJSON_IsObject(props))
+        return true;
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(props, key);
+    return !cJSON_IsObject(ps) || !tools_has_type(ps) || tools_type_allows(ps, "string");
+}
+
+/* The arguments object at s[*ip] ('{'): what is certain of its print goes
+ * to o. true when it closed (*ip past it). */
+static bool ts_args(const char *s, size_t n, size_t *ip, const cJSON *schema, struct ts_out *o)
+{
+    size_t i = *ip + 1;
+    ts_put(o, "{", 1);
+    for (bool first = true;; first = false) {
+        while (i < n && isspace((unsigned char)s[i]))
+            i++;
+        if (i >= n)
+            return false;
+        if (s[i] == '}') {
+            ts_put(o, "}", 1);
+            *ip = i + 1;
+            return true;
+        }
+        if (!first) {
+            if (s[i] != ',')
+                return false;
+            for (i++; i < n && isspace((unsigned char)s[i]); i++) {}
+        }
+        size_t ke = i < n && s[i] == '"' ? ts_string_end(s, n, i) : 0;
+        size_t v = ke;
+        while (v && v < n && isspace((unsigned char)s[v]))
+            v++;
+        if (!ke || v >= n || s[v] != ':')
+            return false;
+        for (v++; v < n && isspace((unsigned char)s[v]); v++) {}
+        if (v >= n)
+            return false;
+        struct lj kl = { s, ke, i, 0 };
+        char *key = lj_string(&kl);
+        if (!key) {
+            o->oom = true;
+            return false;
+        }
+        size_t ve = ts_value_end(s, n, v);
+        if (s[v] == '"' && ts_string_kept(schema, key)) {
+            /* a string value streams as it comes */
+            if (!first)
+                ts_put(o, ",", 1);
+            ts_put_owned(o, ts_print_string(s, i, ke, true));
+            ts_put(o, ":", 1);
+            ts_put_owned(o, ts_print_string(s, v, ve ? ve : ts_string_safe(s, n, v + 1), ve != 0));
+            free(key);
+            if (!ve)
+                return false;
+            i = ve;
+            continue;
+        }
+        cJSON *val = ve ? cJSON_ParseWithLength(s + v, ve - v) : NULL;
+        cJSON *one = val ? cJSON_CreateObject() : NULL;
+        if (!one) {
+            cJSON_Delete(val);
+            free(key);
+            return false;
+        }
+        cJSON_AddItemToObject(one, key, val);
+        tools_coerce_args(one, schema);
+        char *pr = cJSON_PrintUnformatted(one);   /* {"key":value} */
+        if (pr) {
+            if (!first)
+                ts_put(o, ",", 1);
+            ts_put(o, pr + 1, strlen(pr) - 2);
+        } else {
+            o->oom = true;
+        }
+        free(pr);
+        cJSON_Delete(one);
+        free(key);
+        i = ve;
+    }
+}
+
+/* Adds a call named s[b..e) (a JSON string when quoted) to out; its schema. */
+static struct tools_partial *ts_call(const char *s, size_t b, size_t e, bool quoted,
+                                     struct tools_partials *out)
+{
+    struct lj l = { s, e, b, 0 };
+    char *name = quoted ? lj_string(&l) : strndup(s + b, e - b);
+    if (!name)
+        return NULL;
+    /* as tools_calls_add trims it */
+    size_t nb = 0, nl = strlen(name);
+    while (nb < nl && isspace((unsigned char)name[nb]))
+        nb++;
+    while (nl > nb && isspace((unsigned char)name[nl - 1]))
+        nl--;
+    memmove(name, name + nb, nl - nb);
+    name[nl - nb] = 0;
+    if (!*name) {
+        free(name);
+        return NULL;
+    }
+    if (out->n == out->cap) {
+        int cap = out->cap ? out->cap * 2 : 4;
+        struct tools_partial *v = realloc(out->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            free(name);
+            return NULL;
+        }
+        out->v = v;
+        out->cap = cap;
+    }
+    struct tools_partial *c = &out->v[out->n++];
+    *c = (struct tools_partial){ .name = name };
+    return c;
+}
+
+static void ts_done(struct tools_partial *c, struct ts_out *o)
+{
+    c->args = o->s;
+    c->len = o->oom ? 0 : o->len;
+    if (o->oom && c->args)
+        c->args[0] = 0;
+}
+
+/* {"name": "N", "arguments": {...}} at s[*ip]; true when it closed. */
+static bool ts_call_object(const char *s, size_t n, size_t *ip, const cJSON *tools,
+                           struct tools_partials *out)
+{
+    size_t i = *ip + 1;
+    struct tools_partial *c = NULL;
+    bool had_args = false;
+    for (bool first = true;; first = false) {
+        while (i < n && isspace((unsigned char)s[i]))
+            i++;
+        if (i >= n)
+            return false;
+        if (s[i] == '}') {
+            *ip = i + 1;
+            return c != NULL;
+        }
+        if (!first) {
+            if (s[i] != ',')
+                return false;
+            for (i++; i < n && isspace((unsigned char)s[i]); i++) {}
+        }
+        size_t ke = i < n && s[i] == '"' ? ts_string_end(s, n, i) : 0;
+        size_t v = ke;
+        while (v && v < n && isspace((unsigned char)s[v]))
+            v++;
+        if (!ke || v >= n || s[v] != ':')
+            return false;
+        for (v++; v < n && isspace((unsigned char)s[v]); v++) {}
+        if (v >= n)
+            return false;
+        size_t ve = ts_value_end(s, n, v);
+        size_t kl = ke - i - 2;
+        const char *k = s + i + 1;
+        if (kl == 4 && !memcmp(k, "name", 4) && !c && s[v] == '"') {
+            if (!ve || !(c = ts_call(s, v, ve, true, out)))
+                return false;
+        } else if (((kl == 9 && !memcmp(k, "arguments", 9)) || (kl == 10 && !memcmp(k, "parameters", 10))) &&
+                   c && !had_args && s[v] == '{') {
+            /* the body parser prefers "arguments": a later one would win */
+            had_args = true;
+            struct ts_out o = { 0 };
+            size_t a = v;
+            bool closed = ts_args(s, n, &a, tools ? tools_find_schema(tools, c->name) : NULL, &o);
+            ts_done(c, &o);
+            if (!closed)
+                return false;
+            ve = a;
+        } else if (!((kl == 4 && !memcmp(k, "type", 4)) || (kl == 2 && !memcmp(k, "id", 2))) ||
+                   s[v] != '"' || !ve) {
+            return false;   /* a shape the body parser may read otherwise */
+        }
+        i = ve;
+    }
+}
+
+void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tools_partials *out)
+{
+    size_t i = 0;
+    while (i < n && isspace((unsigned char)s[i]))
+        i++;
+    if (i >= n)
+        return;
+    if (tools_ident_start(s[i])) {
+        /* N[ARGS]{...} (Mistral v11) or N\n{...} (Functionary) */
+        size_t b = i;
+        while (i < n && tools_ident_char(s[i]))
+            i++;
+        size_t e = i;
+        if (n - i >= 6 && !memcmp(s + i, "[ARGS]", 6))
+            i += 6;
+        else if (i < n && s[i] == '\n')
+            i++;
+        else
+            return;
+        while (i < n && isspace((unsigned char)s[i]))
+            i++;
+        if (i >= n || s[i] != '{')
+            return;
+        struct tools_partial *c = ts_call(s, b, e, false, out);
+        if (!c)
+            return;
+        struct ts_out o = { 0 };
+        ts_args(s, n, &i, tools ? tools_find_schema(tools, c->name) : NULL, &o);
+        ts_done(c, &o);
+        return;
+    }
+    bool list = s[i] == '[';
+    if (list)
+        i++;
+    for (;;) {
+        while (i < n && (isspace((unsigned char)s[i]) || (out->n > 0 && (s[i] == ',' || s[i] == ';'))))
+            i++;
+        if (i >= n || s[i] != '{' || !ts_call_object(s, n, &i, tools, out))
+            return;
+    }
+}
