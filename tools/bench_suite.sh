@@ -10,6 +10,7 @@
 # (STT_SHAPES) over STT_AUDIO (default: 10 s of generated noise), the same two
 # kernel levels; its ratio line gives baseline ms / best ms (and baseline RTF /
 # best RTF), so above 1 means faster than the baseline.
+# Then vision: `omniserve bench-vision` on smolvlm-256m and its mmproj (below).
 set -e
 OMNI=${OMNI:-build/omniserve}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -82,3 +83,36 @@ print(json.dumps({"bench": "stt", "shape": shape, "type": qtype, "baseline": "av
                   "rtf_ratio": round(base["rtf"] / best["rtf"], 3)}))
 PY
 done
+
+# Vision: `omniserve bench-vision` on smolvlm-256m (VISION_LM_TYPE) with its
+# SigLIP mmproj over VISION_IMAGE and 8 frames of VISION_VIDEO at 2 fps, the
+# same two kernel levels; the ratio line gives baseline / best encoder ms and
+# best / baseline prompt tok/s, and the repeated image's cost over the first
+# encode (must stay below 0.05).
+VISION_IMAGE=${VISION_IMAGE:-../shared/images/test-1.jpeg}
+VISION_VIDEO=${VISION_VIDEO:-../shared/video/sample.mp4}
+VISION_LM_TYPE=${VISION_LM_TYPE:-q8_0}
+vlm="$BENCH_DIR/smolvlm-256m-$VISION_LM_TYPE.gguf"
+vmm="$BENCH_DIR/smolvlm-256m-mmproj-f16.gguf"
+[ -f "$vlm" ] || "$PYTHON" tools/random_model --shape smolvlm-256m --type "$VISION_LM_TYPE" -o "$vlm"
+[ -f "$vmm" ] || "$PYTHON" tools/random_model --shape smolvlm-256m-mmproj --type f16 -o "$vmm"
+echo "bench: smolvlm-256m vision, baseline avx2 then best kernels ($THREADS threads)" >&2
+base=$(OMNI_CPU=avx2 "$OMNI" bench-vision -m "$vlm" --mmproj "$vmm" --image "$VISION_IMAGE" --video "$VISION_VIDEO" --threads "$THREADS" --reps "$REPS" -n "$N" --json)
+best=$("$OMNI" bench-vision -m "$vlm" --mmproj "$vmm" --image "$VISION_IMAGE" --video "$VISION_VIDEO" --threads "$THREADS" --reps "$REPS" -n "$N" --json)
+echo "$base"
+echo "$best"
+"$PYTHON" - "$base" "$best" <<'PY'
+import json, sys
+base, best = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(json.dumps({"bench": "vision", "shape": "smolvlm-256m", "baseline": "avx2",
+                  "level": best["cpu"], "threads": best["threads"],
+                  "encode_first_ms": best["encode_first_ms"], "encoder_passes": best["encoder_passes"],
+                  "repeat_ratio": best["repeat_ratio"], "repeat_ok": best["repeat_ratio"] < 0.05,
+                  "pp_tok_s": best["pp_tok_s"], "tg_tok_s": best["tg_tok_s"],
+                  "video_frames": best["video_frames"], "video_frames_decoded": best["video_frames_decoded"],
+                  "video_encode_ms": best["video_encode_ms"],
+                  "encoder_ratio": round(base["encode_first_ms"] / best["encode_first_ms"], 3),
+                  "video_encoder_ratio": round(base["video_encode_ms"] / best["video_encode_ms"], 3),
+                  "pp_ratio": round(best["pp_tok_s"] / base["pp_tok_s"], 3),
+                  "tg_ratio": round(best["tg_tok_s"] / base["tg_tok_s"], 3)}))
+PY
