@@ -767,10 +767,12 @@ static void attn_worker(void *arg, int ith, int nth)
                         acc[d] *= c;
                     s->max[r] = cmax;
                 }
+                for (int i = 0; i < n; i++)
+                    sc[i] -= s->max[r];
+                omni_vec_expf(n, sc, sc);
                 for (int i = 0; i < n; i++) {
-                    const float w = expf(sc[i] - s->max[r]);
-                    s->sum[r] += w;
-                    axpy(acc, w, vrows[i], hd);
+                    s->sum[r] += sc[i];
+                    axpy(acc, sc[i], vrows[i], hd);
                 }
             }
         }
@@ -901,13 +903,21 @@ static void attn_residual_ffn_norm_step(const struct token_job *j, int t)
     rmsnorm(o, x, j->L->ffn_norm, hp->n_embd, hp->norm_eps);
 }
 
-/* gate = silu(gate) * up */
+/* gate = silu(gate) * up, silu(g) = g / (1 + e^-g): e^-g a chunk at a time
+ * through the vector expf (libm's scalar expf was most of this step). */
 static void swiglu_step(const struct token_job *j, int t)
 {
     const int n_ff = j->ctx->m->hp.n_ff;
     float *g = j->ctx->gate + (size_t)t * n_ff, *u = j->ctx->up + (size_t)t * n_ff;
-    for (int i = 0; i < n_ff; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    float e[256];
+    for (int i0 = 0; i0 < n_ff; i0 += 256) {
+        const int n = n_ff - i0 < 256 ? n_ff - i0 : 256;
+        for (int i = 0; i < n; i++)
+            e[i] = -g[i0 + i];
+        omni_vec_expf(n, e, e);
+        for (int i = 0; i < n; i++)
+            g[i0 + i] = g[i0 + i] / (1.0f + e[i]) * u[i0 + i];
+    }
 }
 
 static void ffn_residual_step(const struct token_job *j, int t)

@@ -449,3 +449,37 @@ TEST(quant_cpu_levels_and_describe)
     omni_cpu_describe(tiny, sizeof tiny); /* truncates, stays terminated */
     CHECK(strlen(tiny) < sizeof tiny);
 }
+
+/* omni_vec_expf against libm's expf (the scalar reference) over the range it
+ * promises, random and on a grid, every tail length, in place; and the
+ * clamped ends. */
+TEST(quant_vec_expf_matches_libm)
+{
+    rng_state = 7;
+    enum { N = 4099 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    CHECK(x && y);
+    for (int i = 0; i < N; i++)
+        x[i] = i % 2 ? -87.0f + 175.0f * (float)i / N : 20.0f * frand();
+    double worst = 0.0;
+    for (int n = N - 17; n <= N; n++) {
+        omni_vec_expf(n, y, x);
+        for (int i = 0; i < n; i++) {
+            const double want = expf(x[i]), rel = fabs(y[i] - want) / want;
+            worst = rel > worst ? rel : worst;
+        }
+    }
+    CHECK_MSG(worst <= OMNI_EXPF_REL_ERR, "worst relative error %g", worst);
+    memcpy(y, x, N * sizeof *x);
+    omni_vec_expf(N, y, y);
+    for (int i = 0; i < N; i++)
+        CHECK(fabs(y[i] - expf(x[i])) <= OMNI_EXPF_REL_ERR * expf(x[i]));
+    const float ends[4] = { -1000.0f, -INFINITY, 1000.0f, 0.0f };
+    float e[4];
+    omni_vec_expf(4, e, ends);
+    CHECK(e[0] >= 0.0f && e[0] < 1e-37f && e[1] >= 0.0f && e[1] < 1e-37f);
+    CHECK(isfinite(e[2]) && e[2] > 1e38f);
+    CHECK_EQ(e[3], 1.0f);
+    free(x);
+    free(y);
+}

@@ -784,3 +784,53 @@ int quantize_row(int type, const float *src, void *dst, int64_t n)
     quantizers[type](src, dst, n);
     return OMNI_OK;
 }
+
+// ---- elementwise float math ------------------------------------------------
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* a where mask (all ones per lane), b elsewhere (C has no vector ?:). */
+static inline v16f select16(v16i mask, v16f a, v16f b)
+{
+    return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
+}
+
+/* e^x = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in [-ln2/2,
+ * ln2/2] (ln 2 split in two so that n ln 2 is exact), e^r by Cephes'
+ * expf polynomial, 2^n built in the exponent bits. n is rounded by adding
+ * 1.5 * 2^23, which leaves it in the low mantissa bits. */
+static v16f expf16(v16f x)
+{
+    const v16f x_max = (v16f){ 0 } + 88.0f, x_min = (v16f){ 0 } - 87.3f;
+    x = select16(x > x_max, x_max, x);
+    x = select16(x < x_min, x_min, x);
+    const float magic = 12582912.0f; /* 1.5 * 2^23, bits 0x4b400000 */
+    const v16f t = x * 1.44269504088896341f + magic;
+    const v16f n = t - magic;
+    const v16f r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    v16f p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (v16f)(((v16i)t - 0x4b400000 + 127) << 23);
+}
+
+void omni_vec_expf(int64_t n, float *y, const float *x)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v;
+        memcpy(&v, x + i, sizeof v);
+        v = expf16(v);
+        memcpy(y + i, &v, sizeof v);
+    }
+    if (i < n) { /* the tail padded with zeros: the same code for every element */
+        v16f v = { 0 };
+        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
+        v = expf16(v);
+        memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
+    }
+}

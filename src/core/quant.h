@@ -167,6 +167,17 @@ float vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q5_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a);
 
+/* ---- elementwise float math ---- */
+
+/* y[i] = e^x[i] for n floats (y may be x), 16 at a time in GCC vector code
+ * (AVX-512 with -march=native): Cephes' expf range reduction and degree-6
+ * polynomial, at most OMNI_EXPF_REL_ERR relative error against libm's expf
+ * for x in [-87, 88]; x below is clamped to -87.3 (e^x about 1.2e-38),
+ * x above to 88 (e^x about 1.65e38). The result of an element depends only on its
+ * value, not on n or its position. */
+void omni_vec_expf(int64_t n, float *y, const float *x);
+#define OMNI_EXPF_REL_ERR 4e-7
+
 /* ---- per-type kernels for a CPU level (see cpu.h) ---- */
 
 struct omni_quant_ops {
