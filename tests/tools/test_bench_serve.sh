@@ -27,9 +27,9 @@ U="http://127.0.0.1:$port"
 
 # --- JSON levels and the overhead pairs ---
 bs() { "$OMNI" bench-serve --url "$U" --timeout 60 "$@"; }
-{ bs --concurrency 1 --requests 4 --max-tokens 4 --prompt-tokens 8 --json -m "$G" --threads 1 &&
-  bs --concurrency 1,3 --requests 6 --max-tokens 4 --prompt-tokens 8 --json --stream \
-      --new-connections; } >"$TMP/bs.out" 2>"$TMP/bs.err" || { fail "bench-serve exited $?"; cat "$TMP/bs.err"; }
+{ bs --concurrency 1 --requests 4 --max-tokens 4 --prompt-tokens 8 --json -m "$G" --threads 1 \
+      --new-connections &&
+  bs --concurrency 1,3 --requests 6 --max-tokens 4 --prompt-tokens 8 --json --stream; } >"$TMP/bs.out" 2>"$TMP/bs.err" || { fail "bench-serve exited $?"; cat "$TMP/bs.err"; }
 "$PYTHON" - "$TMP/bs.out" <<'PY' || fail "JSON lines"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]
