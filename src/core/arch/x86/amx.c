@@ -378,12 +378,21 @@ scale_accumulate(__m512 acc[TILE_M], const int32_t *cbuf, const float *sw, const
 }
 
 /* All nbt tile blocks of M batch rows (A tiles at a0, stride xq_row)
- * against the packed 16 weight rows; results in acc. */
+ * against the packed 16 weight rows; the first m_valid rows of the result
+ * into y (row stride n_out), the lanes of nmask. acc is indexed by constants
+ * only (M is one, the loops unroll), so gcc keeps it in zmm registers: a
+ * runtime index would put it on the stack, a load and a store per row and
+ * block. */
 static inline __attribute__((always_inline)) void
-tile_row(__m512 acc[TILE_M], int act_type, const uint8_t *a0, size_t xq_row, int64_t nbt,
-         const uint8_t *bpack, const float *sw, const float *ow, const float *da, const float *sa,
-         int64_t m_pad, int32_t *cbuf, const int offset, const int M, const int shift)
+tile_row(int act_type, const uint8_t *a0, size_t xq_row, int64_t nbt, const uint8_t *bpack,
+         const float *sw, const float *ow, const float *da, const float *sa, int64_t m_pad,
+         int32_t *cbuf, float *y, int64_t n_out, int64_t m_valid, __mmask16 nmask,
+         const int offset, const int M, const int shift)
 {
+    __m512 acc[TILE_M];
+#pragma GCC unroll 16
+    for (int m = 0; m < M; m++)
+        acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nbt; b += 2) {
         _tile_loadd(2, a0 + act_qs_offset(act_type, b >> shift), xq_row);
@@ -410,6 +419,10 @@ tile_row(__m512 acc[TILE_M], int act_type, const uint8_t *a0, size_t xq_row, int
         scale_accumulate(acc, cbuf, sw + b * TILE_N, ow + b * TILE_N, da + b * m_pad,
                          sa + b * m_pad, offset, M);
     }
+#pragma GCC unroll 16
+    for (int m = 0; m < M; m++)
+        if (m < m_valid)
+            _mm512_mask_storeu_ps(y + m * n_out, nmask, acc[m]);
 }
 
 void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
@@ -442,12 +455,11 @@ void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64
         __asm__ volatile("" ::: "memory");
         const __mmask16 nmask = n_valid >= TILE_N ? 0xffff : (__mmask16)((1u << n_valid) - 1);
         for (int64_t m0 = 0; m0 < n_batch; m0 += m_tile) {
-            __m512 acc[TILE_M];
-            for (int m = 0; m < TILE_M; m++)
-                acc[m] = _mm512_setzero_ps();
             const uint8_t *a0 = act + m0 * xq_row;
-#define TILE_ROW(OFFSET, M, SHIFT) \
-    tile_row(acc, act_type, a0, xq_row, nbt, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf, OFFSET, M, SHIFT)
+            const int64_t m_valid = n_batch - m0 < m_tile ? n_batch - m0 : m_tile;
+#define TILE_ROW(OFFSET, M, SHIFT)                                                                 \
+    tile_row(act_type, a0, xq_row, nbt, bpack, sw, ow, da + m0, sa + m0, m_pad, cbuf,             \
+             y + m0 * n_out + n0, n_out, m_valid, nmask, OFFSET, M, SHIFT)
             if (offset)
                 m_tile == 4 ? TILE_ROW(1, 4, 0) : m_tile == 8 ? TILE_ROW(1, 8, 0) : TILE_ROW(1, 16, 0);
             else if (shift)
@@ -455,9 +467,6 @@ void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64
             else
                 m_tile == 4 ? TILE_ROW(0, 4, 0) : m_tile == 8 ? TILE_ROW(0, 8, 0) : TILE_ROW(0, 16, 0);
 #undef TILE_ROW
-            const int64_t m_valid = n_batch - m0 < m_tile ? n_batch - m0 : m_tile;
-            for (int64_t m = 0; m < m_valid; m++)
-                _mm512_mask_storeu_ps(y + (m0 + m) * n_out + n0, nmask, acc[m]);
         }
     }
     _tile_release();
