@@ -193,7 +193,7 @@ for s in whisper-tiny.en whisper-base.en whisper-tiny; do
     echo "$list" | grep -q "^$s " || fail "--list lacks $s"
 done
 bad "whisper shapes take" --shape whisper-tiny.en --type q4_k_m -o "$TMP/x.bin"
-bad "whisper files only" --shape smollm2-135m --type q5_1 -o "$TMP/x.gguf"
+bad "smollm2-135m takes f16" --shape smollm2-135m --type q5_1 -o "$TMP/x.gguf"
 bad "--layers must be 1..6" --shape whisper-base.en --type f16 --layers 7 -o "$TMP/x.bin"
 for st in whisper-tiny.en:q8_0 whisper-tiny:q5_1 whisper-base.en:f16; do
     shape=${st%%:*}; type=${st##*:}; f="$TMP/rm_$shape.bin"
