@@ -33,6 +33,15 @@ const char *test_shared(const char *rel);
 const char *test_tmpdir(void);
 /* Read a whole file; caller frees. NULL if missing. */
 char *test_read_file(const char *path, size_t *len);
+/* Path of a generated golden fixture: $OMNI_GOLDEN_DIR/rel, else
+ * build/fixtures/rel (make golden-fixtures); static buffer per call slot. */
+const char *test_golden(const char *rel);
+/* A file of exactly n native floats; caller frees. NULL if missing or of
+ * another size. */
+float *test_read_floats(const char *path, size_t n);
+/* Largest |a[i] - b[i]| over n values; a NaN anywhere makes it NaN, so a
+ * `<= tol` check fails. */
+double test_max_diff(const float *a, const float *b, size_t n);
 
 #define TEST(name)                                                            \
     static void name(void);                                                   \

@@ -21,10 +21,9 @@
 
 static struct llm_model *golden(const char *name)
 {
-    char path[512], err[256];
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    snprintf(path, sizeof path, "%s/%s.gguf", dir ? dir : "build/fixtures", name);
-    return llm_model_load(path, NULL, err, sizeof err);
+    char file[256], err[256];
+    snprintf(file, sizeof file, "%s.gguf", name);
+    return llm_model_load(test_golden(file), NULL, err, sizeof err);
 }
 
 /* What one request delivered, filled on the engine thread. */

@@ -13,10 +13,8 @@
 
 static struct llm_model *tiny_model(void)
 {
-    char path[512], err[256];
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    snprintf(path, sizeof path, "%s/llama-f32.gguf", dir ? dir : "build/fixtures");
-    return llm_model_load(path, NULL, err, sizeof err);
+    char err[256];
+    return llm_model_load(test_golden("llama-f32.gguf"), NULL, err, sizeof err);
 }
 
 TEST(kv_pool_alloc_ref_evict)

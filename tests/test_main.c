@@ -70,6 +70,12 @@ static const char *slot_path(const char *base, const char *rel)
 const char *test_fixture(const char *rel) { return slot_path("tests/fixtures", rel); }
 const char *test_shared(const char *rel) { return slot_path(test_shared_dir(), rel); }
 
+const char *test_golden(const char *rel)
+{
+    const char *dir = getenv("OMNI_GOLDEN_DIR");
+    return slot_path(dir ? dir : "build/fixtures", rel);
+}
+
 const char *test_tmpdir(void)
 {
     static char dir[256];
@@ -101,6 +107,28 @@ char *test_read_file(const char *path, size_t *len)
             *len = (size_t)n;
     }
     return buf;
+}
+
+float *test_read_floats(const char *path, size_t n)
+{
+    size_t len;
+    char *buf = test_read_file(path, &len);
+    if (!buf || len != n * sizeof(float)) {
+        free(buf);
+        return NULL;
+    }
+    return (float *)buf;
+}
+
+double test_max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m))
+            m = d; /* NaN propagates */
+    }
+    return m;
 }
 
 int main(int argc, char **argv)

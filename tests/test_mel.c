@@ -11,17 +11,6 @@
 
 #define MEL_REF_FRAMES 400
 
-static float *read_floats(const char *path, size_t n)
-{
-    size_t len;
-    char *buf = test_read_file(path, &len);
-    if (!buf || len != n * sizeof(float)) {
-        free(buf);
-        return NULL;
-    }
-    return (float *)buf;
-}
-
 /* tools/make_whisper_golden.py test_waveform(): 3 s at 16 kHz */
 static float *golden_waveform(int64_t *n)
 {
@@ -37,8 +26,8 @@ static float *golden_waveform(int64_t *n)
 
 TEST(mel_matches_whisper_feature_extractor)
 {
-    float *filters = read_floats(test_fixture("whisper/mel_filters_80.bin"), 80 * MEL_N_FREQ);
-    float *ref = read_floats(test_fixture("whisper/mel_80.bin"), 80 * MEL_REF_FRAMES);
+    float *filters = test_read_floats(test_fixture("whisper/mel_filters_80.bin"), 80 * MEL_N_FREQ);
+    float *ref = test_read_floats(test_fixture("whisper/mel_80.bin"), 80 * MEL_REF_FRAMES);
     int64_t n;
     float *pcm = golden_waveform(&n);
     CHECK(filters && ref && pcm);
@@ -91,14 +80,11 @@ TEST(mel_converter_filters_match_transformers)
 {
     /* tools/hf_whisper_to_ggml.py writes its numpy filters into the model
      * file; the golden f32 model's must equal WhisperFeatureExtractor's. */
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    char path[512];
-    snprintf(path, sizeof path, "%s/whisper-golden-f32.bin", dir ? dir : "build/fixtures");
     size_t len;
-    char *bin = test_read_file(path, &len);
+    char *bin = test_read_file(test_golden("whisper-golden-f32.bin"), &len);
     if (!bin)
         SKIP("golden whisper model not converted (make golden-fixtures)");
-    float *ref = read_floats(test_fixture("whisper/mel_filters_80.bin"), 80 * MEL_N_FREQ);
+    float *ref = test_read_floats(test_fixture("whisper/mel_filters_80.bin"), 80 * MEL_N_FREQ);
     CHECK(ref && len > 4 + 44 + 8 + 80 * MEL_N_FREQ * 4);
     const float *f = (const float *)(bin + 4 + 44 + 8);
     double max_diff = 0;

@@ -40,12 +40,9 @@ static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3" };
 
 static const char *golden_gguf(const char *model, const char *type)
 {
-    static char buf[4][512];
-    static int next;
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    char *b = buf[next++ % 4];
-    snprintf(b, sizeof buf[0], "%s/%s-%s.gguf", dir ? dir : "build/fixtures", model, type);
-    return b;
+    char name[256];
+    snprintf(name, sizeof name, "%s-%s.gguf", model, type);
+    return test_golden(name);
 }
 
 struct golden {
@@ -142,17 +139,6 @@ static double mean_diff(const float *a, const float *b, size_t n)
     return s / (double)n;
 }
 
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        if (!(e <= d))
-            d = e; /* NaN propagates */
-    }
-    return d;
-}
-
 /* Logits of the whole sequence as one prefill batch vs the reference. */
 static void check_golden(const char *model, const char *type, double tol, double tol_mean,
                          int kv_type)
@@ -179,7 +165,7 @@ static void check_golden(const char *model, const char *type, double tol, double
     float *out = malloc((size_t)g.n_tokens * g.n_vocab * sizeof(float));
     CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
     const size_t n = (size_t)g.n_tokens * g.n_vocab;
-    const double d = max_diff(out, g.logits, n), dm = mean_diff(out, g.logits, n);
+    const double d = test_max_diff(out, g.logits, n), dm = mean_diff(out, g.logits, n);
     fprintf(stderr, "[%s %s, kv %s: |diff| max %.2e mean %.1e] ", model, type,
             ggml_type_name(kv_type), d, dm);
     CHECK_MSG(d <= tol && dm <= tol_mean, "%s %s: max diff %g (tol %g), mean %g (tol %g)", model,
@@ -269,12 +255,12 @@ TEST(model_prefill_equals_decode)
         float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
         CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, a, g.n_vocab), 0);
         CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, 5, b, g.n_vocab), 0);
-        CHECK_MSG(max_diff(a, b, n) <= TOL_SAME, "%s: chunks of 5: %g", golden_models[i],
-                  max_diff(a, b, n));
+        CHECK_MSG(test_max_diff(a, b, n) <= TOL_SAME, "%s: chunks of 5: %g", golden_models[i],
+                  test_max_diff(a, b, n));
         CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, 1, b, g.n_vocab), 0);
-        CHECK_MSG(max_diff(a, b, n) <= TOL_SAME, "%s: token by token: %g", golden_models[i],
-                  max_diff(a, b, n));
-        CHECK_MSG(max_diff(a, g.logits, n) <= TOL_F32, "%s: vs reference", golden_models[i]);
+        CHECK_MSG(test_max_diff(a, b, n) <= TOL_SAME, "%s: token by token: %g", golden_models[i],
+                  test_max_diff(a, b, n));
+        CHECK_MSG(test_max_diff(a, g.logits, n) <= TOL_F32, "%s: vs reference", golden_models[i]);
         free(a);
         free(b);
         free(g.logits);
@@ -337,7 +323,7 @@ TEST(model_two_sequences_one_batch)
         CHECK_EQ(llm_forward(ctx, &b, kv, views, out), n);
         for (int i = 0; i < n; i++) {
             const float *ref = src[i] >= 0 ? ra + (size_t)src[i] * V : rb + (size_t)(-1 - src[i]) * V;
-            double d = max_diff(out + (size_t)i * V, ref, (size_t)V);
+            double d = test_max_diff(out + (size_t)i * V, ref, (size_t)V);
             CHECK_MSG(d <= TOL_SAME, "step %d token %d (%s pos %d): %g", steps, i,
                       seq[i] ? "A" : "B", pos[i], d);
         }
@@ -379,11 +365,11 @@ TEST(model_logits_for_flagged_tokens)
     struct llm_batch b = { .n_tokens = n, .token = g.ids, .pos = pos, .seq = seq,
                            .want_logits = want };
     CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 2);
-    CHECK(max_diff(out, g.logits + (size_t)3 * V, V) <= TOL_F32);
-    CHECK(max_diff(out + V, g.logits + (size_t)10 * V, V) <= TOL_F32);
+    CHECK(test_max_diff(out, g.logits + (size_t)3 * V, V) <= TOL_F32);
+    CHECK(test_max_diff(out + V, g.logits + (size_t)10 * V, V) <= TOL_F32);
     b.want_logits = NULL;
     CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 1);
-    CHECK(max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
+    CHECK(test_max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
     /* input embeddings instead of token ids give the same result */
     float *embd = malloc((size_t)n * llm_model_hparams(m)->n_embd * sizeof(float));
     const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(m), "token_embd.weight");
@@ -394,7 +380,7 @@ TEST(model_logits_for_flagged_tokens)
     b.token = NULL;
     b.embd = embd;
     CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 1);
-    CHECK(max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
+    CHECK(test_max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
     free(embd);
     free(out);
     free(g.logits);
@@ -740,7 +726,7 @@ TEST(model_llama3_rope_from_keys)
     seq_init(&s, 2, 0, 1, 2);
     float *out = malloc((size_t)g.n_tokens * g.n_vocab * sizeof(float));
     CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
-    double d = max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab);
+    double d = test_max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab);
     CHECK_MSG(d <= TOL_F32, "max diff %g", d);
     /* and without any scaling the logits do move: the test has teeth */
     struct gguf_edit plain = { .drop_tensor = "rope_freqs.weight" };
@@ -753,7 +739,7 @@ TEST(model_llama3_rope_from_keys)
     ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
     kv = llm_kv_new(m, GGML_TYPE_F32, 16, 2, err, sizeof err);
     CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, g.n_tokens, g.n_tokens, out, g.n_vocab), 0);
-    CHECK(max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab) > 10 * TOL_F32);
+    CHECK(test_max_diff(out, g.logits, (size_t)g.n_tokens * g.n_vocab) > 10 * TOL_F32);
     free(out);
     free(g.logits);
     llm_kv_free(kv);

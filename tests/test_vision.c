@@ -19,37 +19,6 @@
 #include "test.h"
 #include "vision/vision.h"
 
-static const char *golden(const char *name)
-{
-    static char path[4][512];
-    static int slot;
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    char *p = path[slot++ % 4];
-    snprintf(p, 512, "%s/%s", dir ? dir : "build/fixtures", name);
-    return p;
-}
-
-static float *read_floats(const char *path, size_t n)
-{
-    size_t len;
-    char *buf = test_read_file(path, &len);
-    if (!buf || len != n * sizeof(float)) {
-        free(buf);
-        return NULL;
-    }
-    return (float *)buf;
-}
-
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        m = d > m || d != d ? d : m;
-    }
-    return m;
-}
-
 /* The reference's input ids, prompt and rendered prompt (reference.json). */
 struct ref {
     int ids[256], n_ids;
@@ -100,7 +69,7 @@ static struct vision_model *load_golden_type(const char *c, const char *type)
 {
     char err[256], name[96];
     snprintf(name, sizeof name, "vision-%s-mmproj-%s.gguf", c, type);
-    struct vision_model *m = vision_model_load(golden(name), err, sizeof err);
+    struct vision_model *m = vision_model_load(test_golden(name), err, sizeof err);
     if (!m)
         fprintf(stderr, "    %s\n", err);
     return m;
@@ -126,9 +95,9 @@ static void check_preprocess(const char *c, int want_images, int want_rows, int 
     CHECK_EQ(cols, want_cols);
     size_t np = (size_t)n * 3 * in->image_size * in->image_size;
     snprintf(rel, sizeof rel, "vision/%s/pixels.bin", c);
-    float *ref = read_floats(test_fixture(rel), np);
+    float *ref = test_read_floats(test_fixture(rel), np);
     CHECK(ref);
-    double d = max_diff(pix, ref, np);
+    double d = test_max_diff(pix, ref, np);
     printf("    %s preprocessing: max diff %.3g\n", c, d);
     CHECK_MSG(d < 1e-5, "%s pixels differ by %g", c, d);
     free(ref);
@@ -157,17 +126,17 @@ static void check_encode(const char *c)
     size_t nf = (size_t)n_img * side * side * in->n_embd;
     size_t ne = (size_t)n_img * in->tokens_per_image * in->n_embd_lm;
     snprintf(rel, sizeof rel, "vision/%s/pixels.bin", c);
-    float *pix = read_floats(test_fixture(rel), np);
+    float *pix = test_read_floats(test_fixture(rel), np);
     snprintf(rel, sizeof rel, "vision/%s/features.bin", c);
-    float *feat_ref = read_floats(test_fixture(rel), nf);
+    float *feat_ref = test_read_floats(test_fixture(rel), nf);
     snprintf(rel, sizeof rel, "vision/%s/embeddings.bin", c);
-    float *emb_ref = read_floats(test_fixture(rel), ne);
+    float *emb_ref = test_read_floats(test_fixture(rel), ne);
     CHECK(pix && feat_ref && emb_ref);
     float *feat = malloc(sizeof(float) * nf);
     struct vision_embd e;
     CHECK_EQ(vision_encode_pixels(vc, pix, n_img, feat, &e, err, sizeof err), 0);
     CHECK_EQ((size_t)e.n_tokens * e.n_embd, ne);
-    double df = max_diff(feat, feat_ref, nf), de = max_diff(e.data, emb_ref, ne);
+    double df = test_max_diff(feat, feat_ref, nf), de = test_max_diff(e.data, emb_ref, ne);
     printf("    %s: features max diff %.3g, embeddings max diff %.3g\n", c, df, de);
     CHECK_MSG(df < 1e-3 && de < 1e-3, "%s: features %g, embeddings %g", c, df, de);
     vision_embd_release(&e);
@@ -176,7 +145,7 @@ static void check_encode(const char *c)
     char *png = test_read_file(test_fixture("vision/image.png"), &len);
     CHECK(png);
     CHECK_EQ(vision_encode_bytes(vc, NULL, png, len, NULL, &e, NULL, err, sizeof err), 0);
-    double dp = max_diff(e.data, emb_ref, ne);
+    double dp = test_max_diff(e.data, emb_ref, ne);
     printf("    %s: embeddings from the PNG file max diff %.3g\n", c, dp);
     CHECK_MSG(dp < 1e-3, "%s: embeddings from the file differ by %g", c, dp);
     vision_embd_release(&e);
@@ -204,9 +173,9 @@ static void check_f16(const char *c)
     CHECK_EQ(vision_encode_bytes(vc, NULL, png, len, NULL, &e, NULL, err, sizeof err), 0);
     size_t ne = (size_t)e.n_tokens * in->n_embd_lm;
     snprintf(rel, sizeof rel, "vision/%s/embeddings.bin", c);
-    float *ref = read_floats(test_fixture(rel), ne);
+    float *ref = test_read_floats(test_fixture(rel), ne);
     CHECK(ref);
-    double d = max_diff(e.data, ref, ne);
+    double d = test_max_diff(e.data, ref, ne);
     printf("    %s f16: embeddings max diff %.3g\n", c, d);
     CHECK_MSG(d < 0.05, "%s f16 embeddings differ by %g", c, d);
     free(ref), free(png);
@@ -267,7 +236,7 @@ static void check_logits(const char *c)
     struct vision_model *vm = load_golden(c);
     CHECK(vm);
     snprintf(name, sizeof name, "vision-%s-lm-f32.gguf", c);
-    struct llm_model *lm = llm_model_load(golden(name), NULL, err, sizeof err);
+    struct llm_model *lm = llm_model_load(test_golden(name), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
     const struct llm_hparams *hp = llm_model_hparams(lm);
     CHECK_EQ(hp->n_embd, vision_model_info(vm)->n_embd_lm);
@@ -312,9 +281,9 @@ static void check_logits(const char *c)
     struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want };
     CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
     snprintf(rel, sizeof rel, "vision/%s/logits.bin", c);
-    float *ref = read_floats(test_fixture(rel), (size_t)n * V);
+    float *ref = test_read_floats(test_fixture(rel), (size_t)n * V);
     CHECK(ref);
-    double d = max_diff(logits, ref, (size_t)n * V);
+    double d = test_max_diff(logits, ref, (size_t)n * V);
     printf("    %s: fused logits max diff %.3g\n", c, d);
     CHECK_MSG(d < 1e-3, "%s: logits differ by %g", c, d);
     /* marker and image counts must agree */
@@ -455,7 +424,7 @@ TEST(vision_rejects_broken_mmproj)
 {
     char err[256];
     size_t len;
-    const char *path = golden("vision-llava-mmproj-f32.gguf");
+    const char *path = test_golden("vision-llava-mmproj-f32.gguf");
     char *buf = test_read_file(path, &len);
     CHECK(buf);
     char tmp[512];
@@ -472,7 +441,7 @@ TEST(vision_rejects_broken_mmproj)
         CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
     }
     /* an LM GGUF is no mmproj */
-    CHECK(vision_model_load(golden("vision-llava-lm-f32.gguf"), err, sizeof err) == NULL);
+    CHECK(vision_model_load(test_golden("vision-llava-lm-f32.gguf"), err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "projector_type");
     /* a projector type we do not run */
     char *p = memmem(buf, len, "mlp", 3);

@@ -20,23 +20,9 @@ static const int32_t golden_tokens[] = { 1, 5, 17, 300, 42, 7, 99, 511, 256, 3 }
 
 static const char *golden_model(const char *type)
 {
-    static char path[4][512];
-    static int slot;
-    const char *dir = getenv("OMNI_GOLDEN_DIR");
-    char *p = path[slot++ % 4];
-    snprintf(p, 512, "%s/whisper-golden-%s.bin", dir ? dir : "build/fixtures", type);
-    return p;
-}
-
-static float *read_floats(const char *path, size_t n)
-{
-    size_t len;
-    char *buf = test_read_file(path, &len);
-    if (!buf || len != n * sizeof(float)) {
-        free(buf);
-        return NULL;
-    }
-    return (float *)buf;
+    char name[64];
+    snprintf(name, sizeof name, "whisper-golden-%s.bin", type);
+    return test_golden(name);
 }
 
 /* tools/make_whisper_golden.py input_features(): [80][3000] */
@@ -49,14 +35,6 @@ static float *golden_features(void)
     return x;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
-
 /* Encoder output and the decoder's logits (all positions at once, then one
  * token at a time through the K/V cache of another decoder slot). */
 static void check_golden(const char *type, double tol_enc, double tol_logits)
@@ -66,8 +44,8 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
     if (!m)
         SKIP("golden whisper model not converted (make golden-fixtures)");
     float *feats = golden_features();
-    float *ref_enc = read_floats(test_fixture("whisper/encoder_out.bin"), (size_t)GOLDEN_CTX * GOLDEN_STATE);
-    float *ref_logits = read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+    float *ref_enc = test_read_floats(test_fixture("whisper/encoder_out.bin"), (size_t)GOLDEN_CTX * GOLDEN_STATE);
+    float *ref_logits = test_read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
     struct tpool *tp = tpool_new(2, err, sizeof err);
     struct whisper_state *s = whisper_state_new(m, tp, err, sizeof err);
     CHECK(feats && ref_enc && ref_logits && tp && s);
@@ -75,13 +53,13 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
     CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_SOT), -1); /* too small a vocab for specials */
 
     CHECK_EQ(whisper_encode(s, feats, 3000, 0, err, sizeof err), OMNI_OK);
-    const double d_enc = max_abs_diff(whisper_encoder_output(s), ref_enc, (size_t)GOLDEN_CTX * GOLDEN_STATE);
+    const double d_enc = test_max_diff(whisper_encoder_output(s), ref_enc, (size_t)GOLDEN_CTX * GOLDEN_STATE);
     CHECK_EQ(whisper_decode(s, 0, golden_tokens, N_GOLDEN_TOKENS, 0, true, err, sizeof err), OMNI_OK);
-    const double d_all = max_abs_diff(whisper_logits(s), ref_logits, (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+    const double d_all = test_max_diff(whisper_logits(s), ref_logits, (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
     double d_step = 0;
     for (int t = 0; t < N_GOLDEN_TOKENS; t++) {
         CHECK_EQ(whisper_decode(s, 3, golden_tokens + t, 1, t, false, err, sizeof err), OMNI_OK);
-        d_step = fmax(d_step, max_abs_diff(whisper_logits(s), ref_logits + (size_t)t * GOLDEN_VOCAB, GOLDEN_VOCAB));
+        d_step = fmax(d_step, test_max_diff(whisper_logits(s), ref_logits + (size_t)t * GOLDEN_VOCAB, GOLDEN_VOCAB));
     }
     /* two sequences of different lengths stepped in one batch */
     CHECK_EQ(whisper_decode(s, 4, golden_tokens, 5, 0, false, err, sizeof err), OMNI_OK);
@@ -89,8 +67,8 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
     const int slots[2] = { 5, 4 }, pos[2] = { 7, 5 };
     const int32_t toks[2] = { golden_tokens[7], golden_tokens[5] };
     CHECK_EQ(whisper_decode_batch(s, slots, toks, pos, 2, err, sizeof err), OMNI_OK);
-    d_step = fmax(d_step, max_abs_diff(whisper_logits(s), ref_logits + 7 * GOLDEN_VOCAB, GOLDEN_VOCAB));
-    d_step = fmax(d_step, max_abs_diff(whisper_logits(s) + GOLDEN_VOCAB, ref_logits + 5 * GOLDEN_VOCAB, GOLDEN_VOCAB));
+    d_step = fmax(d_step, test_max_diff(whisper_logits(s), ref_logits + 7 * GOLDEN_VOCAB, GOLDEN_VOCAB));
+    d_step = fmax(d_step, test_max_diff(whisper_logits(s) + GOLDEN_VOCAB, ref_logits + 5 * GOLDEN_VOCAB, GOLDEN_VOCAB));
     const int dup[2] = { 4, 4 };
     CHECK_EQ(whisper_decode_batch(s, dup, toks, pos, 2, err, sizeof err), OMNI_ERR_ARG);
     fprintf(stderr, "[%s: encoder %.2e, logits %.2e, cached %.2e] ", type, d_enc, d_all, d_step);
@@ -438,7 +416,7 @@ TEST(whisper_quantized_weights)
 {
     const int types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1 };
     float *feats = golden_features();
-    float *ref = read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+    float *ref = test_read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         size_t len;
         char *bin = requantize_golden(types[i], &len);
@@ -459,7 +437,7 @@ TEST(whisper_quantized_weights)
         CHECK(s && feats && ref);
         CHECK_EQ(whisper_encode(s, feats, 3000, 0, err, sizeof err), OMNI_OK);
         CHECK_EQ(whisper_decode(s, 0, golden_tokens, N_GOLDEN_TOKENS, 0, true, err, sizeof err), OMNI_OK);
-        const double d = max_abs_diff(whisper_logits(s), ref, (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
+        const double d = test_max_diff(whisper_logits(s), ref, (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
         fprintf(stderr, "[%s %.2f] ", ggml_type_name(types[i]), d);
         CHECK(d < 4.0); /* 4-5 bit weights, Q8 activations, random weights: logits reach 15.8 */
         whisper_state_free(s);
