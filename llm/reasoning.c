@@ -330,20 +330,12 @@ int reasoning_parser_feed(struct reasoning_parser *p, const char *text, size_t l
         rp_emit(fn, user, false, text, len);
         return OMNI_ERR_NOMEM;
     }
-    if (p->len + len + 1 > p->cap) {
-        size_t cap = p->cap ? p->cap : 256;
-        while (cap < p->len + len + 1)
-            cap *= 2;
-        char *nb = realloc(p->buf, cap);
-        if (!nb) {
-            p->oom = true;
-            rp_emit(fn, user, false, p->buf, p->len);
-            rp_emit(fn, user, false, text, len);
-            p->len = 0;
-            return OMNI_ERR_NOMEM;
-        }
-        p->buf = nb;
-        p->cap = cap;
+    if (omni_reserve(&p->buf, &p->cap, p->len + len + 1) < 0) {
+        p->oom = true;
+        rp_emit(fn, user, false, p->buf, p->len);
+        rp_emit(fn, user, false, text, len);
+        p->len = 0;
+        return OMNI_ERR_NOMEM;
     }
     memcpy(p->buf + p->len, text, len);
     p->len += len;

@@ -561,21 +561,13 @@ int tools_parser_feed(struct tools_parser *p, const char *text, size_t len, tool
         tools_emit_content(fn, user, text, len);
         return OMNI_ERR_NOMEM;
     }
-    if (p->len + len + 1 > p->cap) {
-        size_t cap = p->cap ? p->cap : 256;
-        while (cap < p->len + len + 1)
-            cap *= 2;
-        char *nb = realloc(p->buf, cap);
-        if (!nb) {
-            /* pass everything through rather than lose the answer */
-            p->oom = true;
-            tools_emit_content(fn, user, p->buf, p->len);
-            tools_emit_content(fn, user, text, len);
-            p->len = 0;
-            return OMNI_ERR_NOMEM;
-        }
-        p->buf = nb;
-        p->cap = cap;
+    if (omni_reserve(&p->buf, &p->cap, p->len + len + 1) < 0) {
+        /* pass everything through rather than lose the answer */
+        p->oom = true;
+        tools_emit_content(fn, user, p->buf, p->len);
+        tools_emit_content(fn, user, text, len);
+        p->len = 0;
+        return OMNI_ERR_NOMEM;
     }
     memcpy(p->buf + p->len, text, len);
     p->len += len;

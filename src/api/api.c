@@ -401,16 +401,8 @@ static void api_choice_append(struct api_choice *ch, const char *text, size_t le
 {
     if (len == 0)
         return;
-    if (ch->len + len + 1 > ch->cap) {
-        size_t cap = ch->cap ? ch->cap * 2 : 256;
-        while (cap < ch->len + len + 1)
-            cap *= 2;
-        char *nt = realloc(ch->text, cap);
-        if (!nt)
-            return;   /* the response loses text rather than the server crashing */
-        ch->text = nt;
-        ch->cap = cap;
-    }
+    if (omni_reserve(&ch->text, &ch->cap, ch->len + len + 1) < 0)
+        return;   /* the response loses text rather than the server crashing */
     memcpy(ch->text + ch->len, text, len);
     ch->len += len;
     ch->text[ch->len] = 0;

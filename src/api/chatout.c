@@ -3,6 +3,8 @@
  * the answer; every piece is both reported as a delta and kept. */
 #include "src/api/chatout.h"
 
+#include "src/core/omni.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,16 +33,8 @@ struct chatout_params chatout_default_params(void)
 
 static void chatout_append(struct chatout_buf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns)
-            return;   /* the message loses text rather than the server crashing */
-        b->s = ns;
-        b->cap = cap;
-    }
+    if (omni_reserve(&b->s, &b->cap, b->len + n + 1) < 0)
+        return;   /* the message loses text rather than the server crashing */
     memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = 0;

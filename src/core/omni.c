@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 const char *omni_strerror(int err)
@@ -30,6 +31,24 @@ int omni_fail(char *err, size_t errlen, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+int omni_reserve(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 256;
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            return OMNI_ERR_NOMEM;
+        n *= 2;
+    }
+    char *nb = realloc(*buf, n);
+    if (!nb)
+        return OMNI_ERR_NOMEM;
+    *buf = nb;
+    *cap = n;
+    return 0;
 }
 
 double omni_time_s(void)

@@ -41,6 +41,11 @@ static inline int omni_add_size(size_t a, size_t b, size_t *out)
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* Make the realloc'd buffer *buf of *cap bytes hold at least need bytes,
+ * doubling from 256. Returns 0, or OMNI_ERR_NOMEM with *buf and *cap
+ * unchanged (the old buffer still belongs to the caller). */
+int omni_reserve(char **buf, size_t *cap, size_t need);
+
 /* Monotonic time in seconds. */
 double omni_time_s(void);
 
