@@ -56,6 +56,21 @@ int cli_u64(const char *cmd, const char *opt, const char *s, uint64_t limit, uin
     return 0;
 }
 
+int cli_int_list(const char *s, long lo, long hi, int *out, int max)
+{
+    int n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < lo || v > hi || n == max || (*end && *end != ','))
+            return -1;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n > 0 ? n : -1;
+}
+
 int cli_size(const char *cmd, const char *opt, const char *s, size_t min, size_t *out)
 {
     char *end;

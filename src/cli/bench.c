@@ -11,6 +11,7 @@
  * reported beside its ratio to the single-sequence decode speed.
  * Every logit row is checked to be finite, so a broken kernel fails loudly. */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 #include "llm/model.h"
 #include "src/core/cpu.h"
 #include "src/core/gguf.h"
@@ -18,7 +19,6 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -61,20 +61,6 @@ static void bench_usage(FILE *f)
             omni_physical_cores());
 }
 
-/* Parse a decimal int in [lo, hi]; false (with a message) otherwise. */
-static bool bench_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* 0 on success, 2 on bad usage, -1 when --help was printed. */
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
@@ -101,25 +87,25 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             continue;
         }
         if (!strcmp(a, "-p")) {
-            if (!bench_int(a, v, 1, 1 << 20, &n)) return 2;
+            if (cli_long("bench", a, v, 1, 1 << 20, &n)) return 2;
             o->n_prompt = (int)n;
         } else if (!strcmp(a, "-n")) {
-            if (!bench_int(a, v, 0, 1 << 20, &n)) return 2;
+            if (cli_long("bench", a, v, 0, 1 << 20, &n)) return 2;
             o->n_gen = (int)n;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!bench_int(a, v, 1, 1024, &n)) return 2;
+            if (cli_long("bench", a, v, 1, 1024, &n)) return 2;
             o->n_threads = (int)n;
         } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
-            if (!bench_int(a, v, 1, 1000, &n)) return 2;
+            if (cli_long("bench", a, v, 1, 1000, &n)) return 2;
             o->reps = (int)n;
         } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
-            if (!bench_int(a, v, 1, 1 << 16, &n)) return 2;
+            if (cli_long("bench", a, v, 1, 1 << 16, &n)) return 2;
             o->batch = (int)n;
         } else if (!strcmp(a, "--batch-decode")) {
-            if (!bench_int(a, v, 0, 256, &n)) return 2;
+            if (cli_long("bench", a, v, 0, 256, &n)) return 2;
             o->batch_decode = (int)n;
         } else if (!strcmp(a, "--seed")) {
-            if (!bench_int(a, v, 0, LONG_MAX, &n)) return 2;
+            if (cli_long("bench", a, v, 0, LONG_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
         } else {
             fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a);

@@ -10,6 +10,7 @@
  * after it (warm) time the first token first. --verify reruns every sequence
  * alone and counts those whose tokens differ. */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 #include "llm/model.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
@@ -78,19 +79,6 @@ static void be_usage(FILE *f)
             omni_physical_cores());
 }
 
-static bool be_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench-engine: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* "1024", "512MiB", "2GiB", "64KiB" (also MB/GB/KB, read as binary units). */
 static bool be_size(const char *s, size_t *out)
 {
@@ -112,21 +100,6 @@ static bool be_size(const char *s, size_t *out)
         return false;
     *out = (size_t)v << shift;
     return true;
-}
-
-static bool be_levels(const char *s, struct be_opts *o)
-{
-    o->n_levels = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 256 || o->n_levels == BE_MAX_LEVELS ||
-            (*end && *end != ','))
-            return false;
-        o->levels[o->n_levels++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    return o->n_levels > 0;
 }
 
 /* 0 on success, 2 on bad usage, -1 when --help was printed. */
@@ -158,31 +131,31 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--concurrency") || !strcmp(a, "-c")) {
-            if (!be_levels(v, o)) {
+            if ((o->n_levels = cli_int_list(v, 1, 256, o->levels, BE_MAX_LEVELS)) < 0) {
                 fprintf(stderr, "bench-engine: --concurrency: '%s' is not a list like 1,4,8 "
                         "(levels 1..256, at most %d)\n", v, BE_MAX_LEVELS);
                 return 2;
             }
         } else if (!strcmp(a, "--prompt-tokens")) {
-            if (!be_int(a, v, 1, 1 << 20, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 1, 1 << 20, &n)) return 2;
             o->n_prompt = (int)n;
         } else if (!strcmp(a, "--gen-tokens")) {
-            if (!be_int(a, v, 1, 1 << 20, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 1, 1 << 20, &n)) return 2;
             o->n_gen = (int)n;
         } else if (!strcmp(a, "--shared-prefix")) {
-            if (!be_int(a, v, 0, 1 << 20, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 0, 1 << 20, &n)) return 2;
             o->shared_prefix = (int)n;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!be_int(a, v, 1, 1024, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 1, 1024, &n)) return 2;
             o->ep.n_threads = (int)n;
         } else if (!strcmp(a, "--kv-block-size")) {
-            if (!be_int(a, v, 1, 4096, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 1, 4096, &n)) return 2;
             o->ep.kv_block_size = (int)n;
         } else if (!strcmp(a, "--max-batch-tokens")) {
-            if (!be_int(a, v, 1, 1 << 16, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 1, 1 << 16, &n)) return 2;
             o->ep.max_batch_tokens = (int)n;
         } else if (!strcmp(a, "--seed")) {
-            if (!be_int(a, v, 0, LONG_MAX, &n)) return 2;
+            if (cli_long("bench-engine", a, v, 0, LONG_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {

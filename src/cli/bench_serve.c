@@ -11,6 +11,7 @@
  * open for --hold seconds (behind `serve --max-seqs 1` they wait in the queue
  * and get keep-alive comments) and counts errors. Loopback targets only. */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 
 #include "llm/model.h"
 #include "src/core/omni.h"
@@ -18,7 +19,6 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,44 +79,16 @@ static void bs_usage(FILE *f)
             "  --json               one JSON object per line on stdout\n");
 }
 
-static bool bs_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench-serve: %s: '%s' is not an integer in %ld..%ld\n", opt, s, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
+/* Seconds in (0, 86400]. */
 static bool bs_secs(const char *opt, const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0 && v <= 86400)) {
-        fprintf(stderr, "bench-serve: %s: '%s' is not a number of seconds\n", opt, s);
+    if (cli_double("bench-serve", opt, s, 0, 86400, out))
+        return false;
+    if (*out == 0) {
+        fprintf(stderr, "bench-serve: %s must be more than 0 seconds\n", opt);
         return false;
     }
-    *out = v;
     return true;
-}
-
-static bool bs_levels(const char *s, struct bs_opts *o)
-{
-    o->n_levels = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 1024 || o->n_levels == BS_MAX_LEVELS || (*end && *end != ','))
-            return false;
-        o->levels[o->n_levels++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    return o->n_levels > 0;
 }
 
 /* The benchmark only ever talks to this machine. */
@@ -163,25 +135,25 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
         else if (!strcmp(a, "--api-key"))
             o->api_key = v;
         else if (!strcmp(a, "--concurrency") || !strcmp(a, "-c")) {
-            if (!bs_levels(v, o)) {
+            if ((o->n_levels = cli_int_list(v, 1, 1024, o->levels, BS_MAX_LEVELS)) < 0) {
                 fprintf(stderr, "bench-serve: --concurrency: '%s' is not a list like 1,8,32 "
                         "(levels 1..1024, at most %d)\n", v, BS_MAX_LEVELS);
                 return 2;
             }
         } else if (!strcmp(a, "--requests") || !strcmp(a, "-n")) {
-            if (!bs_int(a, v, 1, 1 << 20, &n)) return 2;
+            if (cli_long("bench-serve", a, v, 1, 1 << 20, &n)) return 2;
             o->n_requests = (int)n;
         } else if (!strcmp(a, "--max-tokens")) {
-            if (!bs_int(a, v, 1, 1 << 20, &n)) return 2;
+            if (cli_long("bench-serve", a, v, 1, 1 << 20, &n)) return 2;
             o->max_tokens = (int)n;
         } else if (!strcmp(a, "--prompt-tokens")) {
-            if (!bs_int(a, v, 1, 1 << 16, &n)) return 2;
+            if (cli_long("bench-serve", a, v, 1, 1 << 16, &n)) return 2;
             o->n_prompt = (int)n;
         } else if (!strcmp(a, "--threads")) {
-            if (!bs_int(a, v, 1, 1024, &n)) return 2;
+            if (cli_long("bench-serve", a, v, 1, 1024, &n)) return 2;
             o->n_threads = (int)n;
         } else if (!strcmp(a, "--idle-streams")) {
-            if (!bs_int(a, v, 1, 4096, &n)) return 2;
+            if (cli_long("bench-serve", a, v, 1, 4096, &n)) return 2;
             o->idle_streams = (int)n;
         } else if (!strcmp(a, "--hold")) {
             if (!bs_secs(a, v, &o->hold_s)) return 2;

@@ -52,8 +52,8 @@ bad() { # bad RC TEXT ARGS...
     grep -qF -- "$text" "$TMP/bench.out" || { fail "bench $* did not say '$text'"; cat "$TMP/bench.out"; }
 }
 bad 2 "-m FILE.gguf is required" -p 8
-bad 2 "not an integer in 1.." -m "$f" -p 0
-bad 2 "not an integer in 1.." -m "$f" --threads x
+bad 2 "an integer in 1.." -m "$f" -p 0
+bad 2 "an integer in 1.." -m "$f" --threads x
 bad 2 "unknown option" -m "$f" --frobnicate 1
 bad 1 "$TMP/none.gguf" -m "$TMP/none.gguf"
 
