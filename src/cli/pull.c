@@ -3,10 +3,10 @@
  * the cached file's path on stdout (so scripts can `MODEL=$(omniserve pull ...)`).
  * Without a REPO it fetches the default chat model. */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 #include "src/core/download.h"
 #include "src/core/omni.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,13 +61,9 @@ int cli_pull(int argc, char **argv)
         else if (!strcmp(a, "--cache-dir"))
             p.cache_dir = v;
         else if (!strcmp(a, "--retries")) {
-            char *end;
-            errno = 0;
-            long n = strtol(v, &end, 10);
-            if (errno || end == v || *end || n < 0 || n > 100) {
-                fprintf(stderr, "pull: --retries expects 0..100, got '%s'\n", v);
+            long n;
+            if (cli_long("pull", a, v, 0, 100, &n))
                 return 2;
-            }
             p.max_retries = (int)n;
         } else {
             fprintf(stderr, "pull: unknown option '%s' (see --help)\n", a);

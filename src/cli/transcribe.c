@@ -3,6 +3,7 @@
  * (media/audio.h); the result is printed as plain text, OpenAI's json /
  * verbose_json response bodies, or SRT / WebVTT subtitles. */
 #include "src/cli/cli.h"
+#include "src/cli/args.h"
 
 #include "audio/whisper.h"
 #include "media/audio.h"
@@ -156,16 +157,6 @@ static int print_result(const struct whisper_state *s, enum fmt fmt, bool transl
     return 1;
 }
 
-static bool parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 int cli_transcribe(int argc, char **argv)
 {
     const char *model = NULL;
@@ -200,25 +191,17 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--translate")) {
             p.translate = true;
         } else if (!strcmp(a, "--beam-size") && val) {
-            if (!parse_int(argv[++i], 1, WHISPER_MAX_BEAMS, &v)) {
-                fprintf(stderr, "transcribe: --beam-size must be 1..%d\n", WHISPER_MAX_BEAMS);
+            if (cli_long("transcribe", a, argv[++i], 1, WHISPER_MAX_BEAMS, &v))
                 goto bad;
-            }
             p.strategy = WHISPER_SAMPLING_BEAM_SEARCH;
             p.beam_size = (int)v;
         } else if (!strcmp(a, "--best-of") && val) {
-            if (!parse_int(argv[++i], 1, WHISPER_MAX_DECODERS, &v)) {
-                fprintf(stderr, "transcribe: --best-of must be 1..%d\n", WHISPER_MAX_DECODERS);
+            if (cli_long("transcribe", a, argv[++i], 1, WHISPER_MAX_DECODERS, &v))
                 goto bad;
-            }
             p.greedy_best_of = (int)v;
         } else if (!strcmp(a, "--temperature") && val) {
-            char *end;
-            p.temperature = strtof(argv[++i], &end);
-            if (*end || !(p.temperature >= 0 && p.temperature <= 2)) {
-                fprintf(stderr, "transcribe: --temperature must be 0..2\n");
+            if (cli_float("transcribe", a, argv[++i], 0, 2, &p.temperature))
                 goto bad;
-            }
         } else if (!strcmp(a, "--no-fallback")) {
             p.temperature_inc = 0;
         } else if (!strcmp(a, "--prompt") && val) {
@@ -228,16 +211,12 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--no-suppress")) {
             p.suppress_blank = p.suppress_special = false;
         } else if (!strcmp(a, "--max-tokens") && val) {
-            if (!parse_int(argv[++i], 1, 1 << 16, &v)) {
-                fprintf(stderr, "transcribe: --max-tokens must be a positive integer\n");
+            if (cli_long("transcribe", a, argv[++i], 1, 1 << 16, &v))
                 goto bad;
-            }
             p.max_tokens = (int)v;
         } else if (!strcmp(a, "--threads") && val) {
-            if (!parse_int(argv[++i], 1, 1024, &threads)) {
-                fprintf(stderr, "transcribe: --threads must be 1..1024\n");
+            if (cli_long("transcribe", a, argv[++i], 1, 1024, &threads))
                 goto bad;
-            }
         } else if (a[0] != '-' && files) {
             files[n_files++] = a;
         } else {
