@@ -5,7 +5,13 @@
  * Decoding runs on the stt workers, one job per session at a time: a job
  * picks the oldest committed turn (final) or, failing that, the turn still
  * being spoken (partial, over everything heard so far), then re-queues itself
- * while work remains, so sessions take turns on the workers. */
+ * while work remains, so sessions take turns on the workers.
+ *
+ * Latency: a queued final aborts the partial in flight (its audio is stale);
+ * no partial is asked for while the VAD hears silence (the turn may be
+ * ending); every decode caps its tokens by the audio's length, and only a
+ * final may spend one sampled fallback pass, when the greedy pass left room
+ * in SS_FALLBACK_BUDGET_MS (see docs/audio.md). */
 #include "src/stt/stt_session.h"
 
 #include "media/audio.h"
@@ -23,6 +29,14 @@
 #define SS_KEEP_IDLE (2 * SS_RATE)            /* audio kept before a turn starts */
 #define SS_MAX_BUFFER ((int64_t)15 * 60 * SS_RATE) /* uncommitted audio without server VAD */
 #define SS_MIN_COMMIT (SS_RATE / 10)          /* 100 ms, as OpenAI requires */
+/* Tokens a decode may sample: speech runs about 3-5 tokens/s, so this leaves
+ * room for fast talkers while a hallucinating model stops early. */
+#define SS_TOKENS_MIN 16
+#define SS_TOKENS_PER_S 10
+/* A final's greedy pass may be followed by one sampled pass (temperature
+ * 0.2, best of 5) when its result looks wrong, but only if twice the greedy
+ * pass's time fits in this budget: the sampled pass costs about as much. */
+#define SS_FALLBACK_BUDGET_MS 300
 
 struct ss_final {                 /* a committed turn waiting for its decode */
     int item;
@@ -42,6 +56,7 @@ struct stt_session {
     bool in_speech;
     int64_t seg_start;
     int64_t last_partial;         /* where the last partial was asked for */
+    bool vad_quiet;               /* the VAD's last window was below its threshold */
     int item;
     /* shared */
     atomic_bool closed;
@@ -51,6 +66,7 @@ struct stt_session {
     size_t audio_len, audio_cap;  /* {lock} */
     int64_t audio_start;          /* {lock} */
     struct ss_final *finals, *finals_tail; /* {lock} */
+    atomic_int n_finals;          /* length of finals, read by the abort callback */
     bool partial_wanted;          /* {lock} */
     int partial_item;             /* {lock} */
     int64_t partial_from;         /* {lock} */
@@ -137,7 +153,59 @@ char *stt_session_agree(const char *prev, const char *cur, char **emitted)
 
 // ---- decoding jobs (stt workers) ------------------------------------------------------
 
-static bool ss_abort(void *user) { return atomic_load(&((struct stt_session *)user)->closed); }
+/* What the abort callback of a running decode sees. */
+struct ss_run {
+    struct stt_session *ss;
+    bool partial;
+};
+
+/* Stop on close, and stop a partial as soon as a final waits: the final is
+ * what the client is waiting for and the partial's audio is stale. */
+static bool ss_abort(void *user)
+{
+    const struct ss_run *run = user;
+    return atomic_load(&run->ss->closed) || (run->partial && atomic_load(&run->ss->n_finals) > 0);
+}
+
+static int ss_max_tokens(size_t n_samples)
+{
+    int64_t t = SS_TOKENS_MIN + (int64_t)n_samples * SS_TOKENS_PER_S / SS_RATE;
+    return t < 1000 ? (int)t : 1000;   /* whisper_full caps it at the text context anyway */
+}
+
+/* Whether whisper's temperature fallback would retry the last result. */
+static bool ss_wants_fallback(const struct whisper_state *ws, const struct whisper_full_params *wp)
+{
+    for (int i = 0; i < whisper_full_n_segments(ws); i++) {
+        const struct whisper_segment *seg = whisper_full_get_segment(ws, i);
+        bool silent = seg->no_speech_prob > wp->no_speech_thold && seg->avg_logprob < wp->logprob_thold;
+        if ((seg->compression_ratio > wp->compression_ratio_thold ||
+             seg->avg_logprob < wp->logprob_thold) && !silent)
+            return true;
+    }
+    return false;
+}
+
+/* Decode pcm[n] into ws: greedy with capped tokens; a final may add one
+ * sampled pass within SS_FALLBACK_BUDGET_MS. */
+static int ss_decode(struct whisper_state *ws, struct ss_run *run, const char *language,
+                     const char *prompt, const float *pcm, size_t n, char *err, size_t errlen)
+{
+    struct whisper_full_params wp = stt_full_params(false);
+    wp.language = language;
+    wp.initial_prompt = prompt;
+    wp.abort_callback = ss_abort;
+    wp.abort_callback_user_data = run;
+    wp.max_tokens = ss_max_tokens(n);
+    wp.temperature_inc = 0;
+    double t0 = omni_time_s();
+    int rc = whisper_full(ws, &wp, pcm, (int64_t)n, err, errlen);
+    if (rc < 0 || run->partial || !ss_wants_fallback(ws, &wp) ||
+        (omni_time_s() - t0) * 1e3 * 2 > SS_FALLBACK_BUDGET_MS)
+        return rc;
+    wp.temperature = 0.2f;
+    return whisper_full(ws, &wp, pcm, (int64_t)n, err, errlen);
+}
 
 static void ss_kick_locked(struct stt_session *ss, bool *submit)
 {
@@ -166,6 +234,7 @@ static void ss_kick(struct stt_session *ss)
     ss->partial_wanted = false;
     struct ss_final *f = ss->finals;
     ss->finals = ss->finals_tail = NULL;
+    atomic_store(&ss->n_finals, 0);
     pthread_mutex_unlock(&ss->lock);
     for (struct ss_final *next; f; f = next) {
         next = f->next;
@@ -189,6 +258,7 @@ static void ss_job(struct whisper_state *ws, void *user)
     if (ws && !atomic_load(&ss->closed)) {
         if ((f = ss->finals)) {
             ss->finals = f->next;
+            atomic_fetch_sub(&ss->n_finals, 1);
             if (!ss->finals)
                 ss->finals_tail = NULL;
             pcm = f->pcm;
@@ -209,16 +279,12 @@ static void ss_job(struct whisper_state *ws, void *user)
     pthread_mutex_unlock(&ss->lock);
 
     if (pcm) {
-        struct whisper_full_params wp = stt_full_params(false);
-        wp.language = language;
-        wp.initial_prompt = prompt;
-        wp.abort_callback = ss_abort;
-        wp.abort_callback_user_data = ss;
+        struct ss_run run = { ss, f == NULL };
         char err[256];
         char *text = NULL;
-        if (whisper_full(ws, &wp, pcm, (int64_t)n, err, sizeof err) == 0)
+        if (ss_decode(ws, &run, language, prompt, pcm, n, err, sizeof err) == 0)
             text = stt_full_text(ws);
-        else if (!atomic_load(&ss->closed))
+        else if (!ss_abort(&run))
             ss_emit(ss, STT_EV_ERROR, item, 0, err, NULL);
         if (text && f) {
             ss_emit(ss, STT_EV_FINAL, item, 0, text, NULL);
@@ -306,6 +372,7 @@ int stt_session_update(struct stt_session *ss, const struct stt_session_params *
         ss->vs = vs;
         ss->vad_base = ss->pos;
         ss->in_speech = false;
+        ss->vad_quiet = false;
     }
     void (*on_event)(void *, const struct stt_event *) = ss->p.on_event;
     void (*on_free)(void *) = ss->p.on_free;
@@ -365,6 +432,7 @@ static int ss_queue_final(struct stt_session *ss, int item, int64_t from, int64_
         else
             ss->finals = f;
         ss->finals_tail = f;
+        atomic_fetch_add(&ss->n_finals, 1);
         f = NULL;
     }
     ss->partial_wanted = false;   /* the final supersedes any partial of this turn */
@@ -447,10 +515,16 @@ int stt_session_push(struct stt_session *ss, const void *pcm16, size_t len, char
             continue;
         if ((rc = vad_stream_push(ss->vs, chunk, got, err, errlen)) < 0)
             return rc;
+        float probs[64];
+        size_t n_probs;
+        while ((n_probs = vad_stream_pull_probs(ss->vs, probs, 64)) > 0)
+            ss->vad_quiet = probs[n_probs - 1] < ss->p.vad.threshold;
         struct vad_event ev;
         while (vad_stream_next_event(ss->vs, &ev))
             ss_on_vad_event(ss, &ev);
-        if (ss->in_speech && ss->p.partial_ms > 0 &&
+        /* No partial while the VAD hears silence: the turn may be ending, and
+         * a partial would hold the worker when its final arrives. */
+        if (ss->in_speech && !ss->vad_quiet && ss->p.partial_ms > 0 &&
             ss->pos - ss->last_partial >= (int64_t)ss->p.partial_ms * (SS_RATE / 1000)) {
             ss->last_partial = ss->pos;
             pthread_mutex_lock(&ss->lock);
@@ -478,6 +552,7 @@ int stt_session_commit(struct stt_session *ss, char *err, size_t errlen)
         /* The VAD must not close this turn again later. */
         vad_stream_reset(ss->vs);
         ss->vad_base = ss->pos;
+        ss->vad_quiet = false;
     } else {
         pthread_mutex_lock(&ss->lock);
         from = ss->audio_start;
@@ -512,6 +587,7 @@ void stt_session_clear(struct stt_session *ss)
     if (ss->vs) {
         vad_stream_reset(ss->vs);
         ss->vad_base = ss->pos;
+        ss->vad_quiet = false;
     }
 }
 
