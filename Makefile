@@ -89,7 +89,12 @@ client-test: $(BUILD)/omniserve
 
 # `omniserve serve` on 127.0.0.1:8000 with MODEL=path.gguf (tools/demo_run.sh;
 # without MODEL: the cached default model, else a server that explains).
-run: setup all
+# A fresh make after setup: pkg-config flags and PYTHON are read when the
+# Makefile is parsed, so packages setup installs are seen only by a new make.
+run: setup
+	@$(MAKE) --no-print-directory run-installed
+.PHONY: run-installed
+run-installed: all
 	@PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve MODEL=$(MODEL) sh tools/demo_run.sh
 
 asan:
