@@ -12,6 +12,7 @@
  * Every logit row is checked to be finite, so a broken kernel fails loudly. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/bench_util.h"
 #include "llm/model.h"
 #include "src/core/cpu.h"
 #include "src/core/gguf.h"
@@ -20,7 +21,6 @@
 #include "src/core/threadpool.h"
 
 #include <limits.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,31 +128,6 @@ static uint64_t bench_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Argmax of one logit row; -1 if any value is NaN or infinite. */
-static int32_t bench_argmax_finite(const float *row, int n)
-{
-    int32_t best = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(row[i]))
-            return -1;
-        if (row[i] > row[best])
-            best = i;
-    }
-    return best;
-}
-
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bench_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Prefill o->n_prompt tokens of sequence s (seq ids: one per token, all s)
  * in chunks of o->batch; logits of the last token. Returns the seconds spent
  * in llm_forward, or -1 with a message on failure. */
@@ -230,28 +205,13 @@ static int bench_once(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_s
                       const struct bench_opts *o, const int32_t *prompt, int n_vocab,
                       float *logits, int32_t *pos, int32_t *zeros, struct bench_result *r)
 {
-    double t_tg = 0;
     double t_pp = bench_prefill(ctx, kv, seq, o, prompt, logits, pos, zeros);
     if (t_pp < 0)
         return 1;
-    int32_t tok = bench_argmax_finite(logits, n_vocab);
-    for (int i = 0; i < o->n_gen && tok >= 0; i++) {
-        int32_t p = o->n_prompt + i;
-        struct llm_batch b = { .n_tokens = 1, .token = &tok, .pos = &p, .seq = zeros };
-        double t0 = omni_time_s();
-        int rc = llm_forward(ctx, &b, kv, seq, logits);
-        t_tg += omni_time_s() - t0;
-        if (rc != 1) {
-            fprintf(stderr, "bench: decode step %d failed: %s\n", i,
-                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
-            return 1;
-        }
-        tok = bench_argmax_finite(logits, n_vocab);
-    }
-    if (tok < 0) {
-        fprintf(stderr, "bench: non-finite logits (NaN or inf) - the forward pass is broken\n");
+    double t_tg = bench_decode("bench", ctx, kv, seq, bench_argmax_finite(logits, n_vocab),
+                               o->n_prompt, o->n_gen, logits, n_vocab, zeros);
+    if (t_tg < 0)
         return 1;
-    }
     r->pp_tok_s = o->n_prompt / t_pp;
     r->tg_tok_s = o->n_gen ? o->n_gen / t_tg : 0;
     return 0;

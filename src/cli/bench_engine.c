@@ -11,6 +11,7 @@
  * alone and counts those whose tokens differ. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/bench_util.h"
 #include "llm/model.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
@@ -266,15 +267,9 @@ static int be_run(struct engine *e, const struct be_opts *o, int32_t **prompts, 
     return rc;
 }
 
-static int be_cmp(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double be_pct(double *v, int n, int pct)
 {
-    qsort(v, (size_t)n, sizeof *v, be_cmp);
+    bench_sort(v, n);
     return v[(n - 1) * pct / 100];
 }
 

@@ -12,6 +12,7 @@
  * and get keep-alive comments) and counts errors. Loopback targets only. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/bench_util.h"
 
 #include "llm/model.h"
 #include "src/core/omni.h"
@@ -336,12 +337,6 @@ static int bs_xfer_run(CURLM *m, struct bs_xfer *x, char *err, size_t errlen)
 
 // ---- statistics ---------------------------------------------------------------------
 
-static int bs_cmp(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 struct bs_pct {
     double p50, p95, p99;
 };
@@ -351,7 +346,7 @@ static struct bs_pct bs_pcts(double *v, int n)
 {
     if (n <= 0)
         return (struct bs_pct){ 0 };
-    qsort(v, (size_t)n, sizeof *v, bs_cmp);
+    bench_sort(v, n);
     return (struct bs_pct){ v[(n - 1) * 50 / 100], v[(n - 1) * 95 / 100], v[(n - 1) * 99 / 100] };
 }
 

@@ -17,6 +17,7 @@
  * speech's end (the stopped event's audio time) was pushed to the final. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/bench_util.h"
 
 #include "audio/mel.h"
 #include "audio/whisper.h"
@@ -129,18 +130,6 @@ static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
         return 2;
     }
     return 0;
-}
-
-static int bstt_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bstt_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bstt_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Argmax of the last logits; -1 when one is NaN or infinite (a broken pass). */
@@ -359,7 +348,7 @@ static int bstt_stream(const struct bstt_opts *o)
         goto done;
     }
     double max_stop = bstt_max(from_stop, n_ok), max_end = bstt_max(from_end, n_ok);
-    double med_stop = bstt_median(from_stop, n_ok), med_end = bstt_median(from_end, n_ok);
+    double med_stop = bench_median(from_stop, n_ok), med_end = bench_median(from_end, n_ok);
     if (!o->json_only) {
         printf("model    %s, %d threads, %.1fx real time\n", o->model, o->n_threads, o->speed);
         printf("final    %.0f ms after speech_stopped (median of %d turns; max %.0f)\n",
@@ -467,8 +456,8 @@ int cli_bench_stt(int argc, char **argv)
         fprintf(stderr, "bench-stt: rep %d/%d: encoder %.1f ms, decoder %.2f ms/token, "
                 "rtf %.3f (%d tokens)\n", r + 1, o.reps, e, d, rtf[r], n_tokens_out);
     }
-    double enc_ms = bstt_median(enc, o.reps), dec_ms = bstt_median(dec, o.reps),
-           rtf_med = bstt_median(rtf, o.reps);
+    double enc_ms = bench_median(enc, o.reps), dec_ms = bench_median(dec, o.reps),
+           rtf_med = bench_median(rtf, o.reps);
     if (!o.json_only) {
         char cpu[160];
         omni_cpu_describe(cpu, sizeof cpu);

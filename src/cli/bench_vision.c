@@ -14,6 +14,7 @@
  * the rest), sampling ms and encoder ms. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/bench_util.h"
 
 #include "llm/model.h"
 #include "media/image.h"
@@ -26,7 +27,6 @@
 #include "src/core/threadpool.h"
 #include "vision/vision.h"
 
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,31 +148,6 @@ static char *bvis_read(const char *path, size_t *len)
     return NULL;
 }
 
-static int bvis_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bvis_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bvis_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Argmax of one logit row; -1 if any value is NaN or infinite. */
-static int32_t bvis_argmax_finite(const float *row, int n)
-{
-    int32_t best = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(row[i]))
-            return -1;
-        if (row[i] > row[best])
-            best = i;
-    }
-    return best;
-}
-
 /* Everything one chat turn needs, sized for the prompt and its generation. */
 struct bvis_turn {
     int n_prompt, n_gen, n_vocab;
@@ -194,30 +169,17 @@ static int bvis_turn_run(struct bvis_turn *t, double *pp_tok_s, double *tg_tok_s
     struct llm_batch b = { .n_tokens = t->n_prompt, .embd = t->x, .pos = t->pos, .seq = t->zeros };
     double t0 = omni_time_s();
     int rc = llm_forward(t->ctx, &b, t->kv, &t->seq, t->logits);
-    double t_pp = omni_time_s() - t0, t_tg = 0;
+    double t_pp = omni_time_s() - t0;
     if (rc != 1) {
         fprintf(stderr, "bench-vision: prefill failed: %s\n",
                 rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
         return 1;
     }
-    int32_t tok = bvis_argmax_finite(t->logits, t->n_vocab);
-    for (int i = 0; i < t->n_gen && tok >= 0; i++) {
-        int32_t p = t->n_prompt + i;
-        struct llm_batch d = { .n_tokens = 1, .token = &tok, .pos = &p, .seq = t->zeros };
-        t0 = omni_time_s();
-        rc = llm_forward(t->ctx, &d, t->kv, &t->seq, t->logits);
-        t_tg += omni_time_s() - t0;
-        if (rc != 1) {
-            fprintf(stderr, "bench-vision: decode step %d failed: %s\n", i,
-                    rc < 0 ? omni_strerror(rc) : "wrong number of logit rows");
-            return 1;
-        }
-        tok = bvis_argmax_finite(t->logits, t->n_vocab);
-    }
-    if (tok < 0) {
-        fprintf(stderr, "bench-vision: non-finite logits (NaN or inf) - the forward pass is broken\n");
+    double t_tg = bench_decode("bench-vision", t->ctx, t->kv, &t->seq,
+                               bench_argmax_finite(t->logits, t->n_vocab), t->n_prompt, t->n_gen,
+                               t->logits, t->n_vocab, t->zeros);
+    if (t_tg < 0)
         return 1;
-    }
     *pp_tok_s = t->n_prompt / t_pp;
     *tg_tok_s = t->n_gen ? t->n_gen / t_tg : 0;
     return 0;
@@ -393,7 +355,7 @@ int cli_bench_vision(int argc, char **argv)
         }
     }
     struct vision_cache_stats cs = vision_cache_stats(cache);
-    double repeat_ms = bvis_median(rep_ms, o.reps);
+    double repeat_ms = bench_median(rep_ms, o.reps);
 
     if (bvis_turn_new(lm, vm, tp, &first, o.n_gen, &turn))
         goto done;
@@ -403,7 +365,7 @@ int cli_bench_vision(int argc, char **argv)
         fprintf(stderr, "bench-vision: turn %d/%d: %d prompt positions %.1f tok/s, %d generated "
                 "%.1f tok/s\n", r + 1, o.reps, turn.n_prompt, pp[r], o.n_gen, tg[r]);
     }
-    double pp_med = bvis_median(pp, o.reps), tg_med = bvis_median(tg, o.reps);
+    double pp_med = bench_median(pp, o.reps), tg_med = bench_median(tg, o.reps);
 
     struct bvis_video vid = { 0 };
     if (o.video && bvis_video_run(vc, &o, &vid))

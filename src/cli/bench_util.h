@@ -1,0 +1,31 @@
+/* bench_util.h - statistics and decode timing shared by the bench subcommands.
+ *
+ *   double med = bench_median(samples, n);          // sorts samples
+ *   int32_t tok = bench_argmax_finite(logits, n_vocab);
+ *   double t = bench_decode("bench", ctx, kv, &seq, tok, n_prompt, n_gen, logits, n_vocab, zeros);
+ *
+ * No shared state: safe from any thread on distinct arguments. */
+#ifndef OMNI_CLI_BENCH_UTIL_H
+#define OMNI_CLI_BENCH_UTIL_H
+
+#include <stdint.h>
+
+struct llm_ctx;
+struct llm_kv;
+struct llm_seq_view;
+
+/* Sorts v[0..n-1] ascending. */
+void bench_sort(double *v, int n);
+/* Median of v[0..n-1] (n > 0); sorts v. */
+double bench_median(double *v, int n);
+/* Argmax of one logit row; -1 if any value is NaN or infinite. */
+int32_t bench_argmax_finite(const float *row, int n);
+/* n_gen single-token decode steps of sequence seq, the first fed tok at
+ * position pos0, each next one the argmax of the previous logits; seq_id
+ * holds one sequence id (0). Returns the seconds spent in llm_forward, or -1
+ * with a message prefixed by cmd on a failed step or non-finite logits. */
+double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
+                    const struct llm_seq_view *seq, int32_t tok, int pos0, int n_gen,
+                    float *logits, int n_vocab, const int32_t *seq_id);
+
+#endif
