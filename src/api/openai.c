@@ -204,6 +204,28 @@ static void openai_write_json(struct api_call *c, cJSON *body)
     free(s);
 }
 
+/* The envelope of a non-streamed response (object: its "object"), or NULL
+ * when there is none to fill: a stream is ended (its chunks are
+ * stream_object) or the error response was sent. */
+static cJSON *openai_final_body(struct api_call *c, const char *stream_object, const char *object,
+                                cJSON **choices)
+{
+    if (c->stream) {
+        openai_stream_end(c, stream_object);
+        return NULL;
+    }
+    if (openai_error_response(c))
+        return NULL;
+    return openai_envelope(c, object, choices);
+}
+
+/* Adds "usage" to the filled response body and sends it (takes body). */
+static void openai_final_send(struct api_call *c, cJSON *body)
+{
+    cJSON_AddItemToObject(body, "usage", openai_usage(c));
+    openai_write_json(c, body);
+}
+
 /* Sampling fields -> engine request (the caller adds prompt and stops). */
 static void openai_engine_request(const struct api_model *m, const struct apireq_gen *g,
                                   struct engine_request *rq)
@@ -241,26 +263,6 @@ static cJSON *openai_begin(struct api *a, struct ws_req *r, bool completions,
 
 // ---- chat completions -------------------------------------------------------------
 
-static void openai_chat_start(struct api_call *c)
-{
-    if (!c->stream)
-        return;
-    ws_out_start(c->out, 200, "text/event-stream", true);
-    for (int i = 0; i < c->n; i++) {
-        cJSON *choices;
-        cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
-        cJSON *ch = cJSON_CreateObject();
-        cJSON_AddNumberToObject(ch, "index", i);
-        cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
-        cJSON_AddStringToObject(delta, "role", "assistant");
-        cJSON_AddStringToObject(delta, "content", "");
-        cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddNullToObject(ch, "finish_reason");
-        cJSON_AddItemToArray(choices, ch);
-        openai_send(c, chunk);
-    }
-}
-
 /* One chunk of a choice with one delta field set by the caller. */
 static cJSON *openai_chat_chunk(struct api_call *c, int choice, cJSON **delta, cJSON **item)
 {
@@ -271,6 +273,22 @@ static cJSON *openai_chat_chunk(struct api_call *c, int choice, cJSON **delta, c
     *delta = cJSON_AddObjectToObject(*item, "delta");
     cJSON_AddItemToArray(choices, *item);
     return chunk;
+}
+
+static void openai_chat_start(struct api_call *c)
+{
+    if (!c->stream)
+        return;
+    ws_out_start(c->out, 200, "text/event-stream", true);
+    for (int i = 0; i < c->n; i++) {
+        cJSON *delta, *item;
+        cJSON *chunk = openai_chat_chunk(c, i, &delta, &item);
+        cJSON_AddStringToObject(delta, "role", "assistant");
+        cJSON_AddStringToObject(delta, "content", "");
+        cJSON_AddNullToObject(item, "logprobs");
+        cJSON_AddNullToObject(item, "finish_reason");
+        openai_send(c, chunk);
+    }
 }
 
 struct openai_delta_ctx {
@@ -345,27 +363,19 @@ static void openai_chat_choice_done(struct api_call *c, int choice)
     }
     if (!c->stream || ch->error)
         return;
-    cJSON *choices;
-    cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
-    cJSON *item = cJSON_CreateObject();
-    cJSON_AddNumberToObject(item, "index", choice);
-    cJSON_AddObjectToObject(item, "delta");
+    cJSON *delta, *item;
+    cJSON *chunk = openai_chat_chunk(c, choice, &delta, &item);
     cJSON_AddNullToObject(item, "logprobs");
     cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
-    cJSON_AddItemToArray(choices, item);
     openai_send(c, chunk);
 }
 
 static void openai_chat_finish(struct api_call *c)
 {
-    if (c->stream) {
-        openai_stream_end(c, "chat.completion.chunk");
-        return;
-    }
-    if (openai_error_response(c))
-        return;
     cJSON *choices;
-    cJSON *body = openai_envelope(c, "chat.completion", &choices);
+    cJSON *body = openai_final_body(c, "chat.completion.chunk", "chat.completion", &choices);
+    if (!body)
+        return;
     for (int i = 0; i < c->n; i++) {
         const struct api_choice *ch = &c->choices[i];
         cJSON *item = cJSON_CreateObject();
@@ -397,8 +407,7 @@ static void openai_chat_finish(struct api_call *c)
         cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
         cJSON_AddItemToArray(choices, item);
     }
-    cJSON_AddItemToObject(body, "usage", openai_usage(c));
-    openai_write_json(c, body);
+    openai_final_send(c, body);
 }
 
 static const struct api_proto openai_chat_proto = {
@@ -508,14 +517,10 @@ static void openai_cmpl_choice_done(struct api_call *c, int choice)
 
 static void openai_cmpl_finish(struct api_call *c)
 {
-    if (c->stream) {
-        openai_stream_end(c, "text_completion");
-        return;
-    }
-    if (openai_error_response(c))
-        return;
     cJSON *choices;
-    cJSON *body = openai_envelope(c, "text_completion", &choices);
+    cJSON *body = openai_final_body(c, "text_completion", "text_completion", &choices);
+    if (!body)
+        return;
     size_t echo_len = c->echo_text ? strlen(c->echo_text) : 0;
     for (int i = 0; i < c->n; i++) {
         const struct api_choice *ch = &c->choices[i];
@@ -537,8 +542,7 @@ static void openai_cmpl_finish(struct api_call *c)
         cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
         cJSON_AddItemToArray(choices, item);
     }
-    cJSON_AddItemToObject(body, "usage", openai_usage(c));
-    openai_write_json(c, body);
+    openai_final_send(c, body);
 }
 
 static const struct api_proto openai_cmpl_proto = {
