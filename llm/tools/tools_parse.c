@@ -975,6 +975,41 @@ static bool ts_string_kept(const cJSON *schema, const char *key)
     return !cJSON_IsObject(ps) || !tools_has_type(ps) || tools_type_allows(ps, "string");
 }
 
+/* The next member of an object being scanned, from s[*ip] (just past '{'
+ * when first, else past the previous value): 1 with *ip at the key's opening
+ * quote, *ke past its closing one and *v at the value; 0 with *ip at the
+ * closing '}'; -1 when s ends first or the text is no member. */
+static int ts_member(const char *s, size_t n, size_t *ip, bool first, size_t *ke, size_t *v)
+{
+    size_t i = *ip;
+    while (i < n && isspace((unsigned char)s[i]))
+        i++;
+    if (i >= n)
+        return -1;
+    if (s[i] == '}') {
+        *ip = i;
+        return 0;
+    }
+    if (!first) {
+        if (s[i] != ',')
+            return -1;
+        for (i++; i < n && isspace((unsigned char)s[i]); i++) {}
+    }
+    size_t e = i < n && s[i] == '"' ? ts_string_end(s, n, i) : 0;
+    size_t w = e;
+    while (w && w < n && isspace((unsigned char)s[w]))
+        w++;
+    if (!e || w >= n || s[w] != ':')
+        return -1;
+    for (w++; w < n && isspace((unsigned char)s[w]); w++) {}
+    if (w >= n)
+        return -1;
+    *ip = i;
+    *ke = e;
+    *v = w;
+    return 1;
+}
+
 /* The arguments object at s[*ip] ('{'): what is certain of its print goes
  * to o. true when it closed (*ip past it). */
 static bool ts_args(const char *s, size_t n, size_t *ip, const cJSON *schema, struct ts_out *o)
@@ -982,29 +1017,15 @@ static bool ts_args(const char *s, size_t n, size_t *ip, const cJSON *schema, st
     size_t i = *ip + 1;
     ts_put(o, "{", 1);
     for (bool first = true;; first = false) {
-        while (i < n && isspace((unsigned char)s[i]))
-            i++;
-        if (i >= n)
+        size_t ke, v;
+        int m = ts_member(s, n, &i, first, &ke, &v);
+        if (m < 0)
             return false;
-        if (s[i] == '}') {
+        if (m == 0) {
             ts_put(o, "}", 1);
             *ip = i + 1;
             return true;
         }
-        if (!first) {
-            if (s[i] != ',')
-                return false;
-            for (i++; i < n && isspace((unsigned char)s[i]); i++) {}
-        }
-        size_t ke = i < n && s[i] == '"' ? ts_string_end(s, n, i) : 0;
-        size_t v = ke;
-        while (v && v < n && isspace((unsigned char)s[v]))
-            v++;
-        if (!ke || v >= n || s[v] != ':')
-            return false;
-        for (v++; v < n && isspace((unsigned char)s[v]); v++) {}
-        if (v >= n)
-            return false;
         struct lj kl = { s, ke, i, 0 };
         char *key = lj_string(&kl);
         if (!key) {
@@ -1100,28 +1121,14 @@ static bool ts_call_object(const char *s, size_t n, size_t *ip, const cJSON *too
     struct tools_partial *c = NULL;
     bool had_args = false;
     for (bool first = true;; first = false) {
-        while (i < n && isspace((unsigned char)s[i]))
-            i++;
-        if (i >= n)
+        size_t ke, v;
+        int m = ts_member(s, n, &i, first, &ke, &v);
+        if (m < 0)
             return false;
-        if (s[i] == '}') {
+        if (m == 0) {
             *ip = i + 1;
             return c != NULL;
         }
-        if (!first) {
-            if (s[i] != ',')
-                return false;
-            for (i++; i < n && isspace((unsigned char)s[i]); i++) {}
-        }
-        size_t ke = i < n && s[i] == '"' ? ts_string_end(s, n, i) : 0;
-        size_t v = ke;
-        while (v && v < n && isspace((unsigned char)s[v]))
-            v++;
-        if (!ke || v >= n || s[v] != ':')
-            return false;
-        for (v++; v < n && isspace((unsigned char)s[v]); v++) {}
-        if (v >= n)
-            return false;
         size_t ve = ts_value_end(s, n, v);
         size_t kl = ke - i - 2;
         const char *k = s + i + 1;
