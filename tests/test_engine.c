@@ -111,6 +111,16 @@ static void random_prompt(int32_t *ids, int n, int n_vocab, uint64_t seed)
     }
 }
 
+/* Default engine settings with 1 MiB of KV cache, batch-invariant
+ * (deterministic) or not. */
+static struct engine_params small_params(bool deterministic)
+{
+    struct engine_params ep = engine_default_params();
+    ep.deterministic = deterministic;
+    ep.kv_memory_bytes = 1 << 20;
+    return ep;
+}
+
 static struct engine *start(struct llm_model *m, struct engine_params *ep)
 {
     char err[256];
@@ -194,9 +204,7 @@ static void check_matches_plain_forward(const char *model, int kv_type)
     llm_kv_free(kv);
     llm_ctx_free(ctx);
 
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     ep.kv_type = kv_type;
     struct engine *e = start(m, &ep);
     CHECK(e);
@@ -230,9 +238,7 @@ TEST(engine_q8_0_kv)
     struct llm_model *m = golden("qwen2-f16");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     ep.kv_type = GGML_TYPE_Q8_0;
     struct engine *e = start(m, &ep);
     CHECK(e);
@@ -267,9 +273,7 @@ TEST(engine_prefix_cache_reuse)
     struct llm_model *m = golden("qwen2-q8_0");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[50];
@@ -380,9 +384,7 @@ TEST(engine_n_choices)
     struct llm_model *m = golden("llama3-q8_0");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[37];
@@ -424,8 +426,7 @@ TEST(engine_cancel_timeout_free_blocks)
     struct llm_model *m = golden("llama-f16");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(false);
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[30];
@@ -479,9 +480,7 @@ TEST(engine_two_models)
         SKIP("golden fixtures missing (make golden-fixtures)");
     }
     char err[256];
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     struct engine *e = engine_new(&ep, err, sizeof err);
     CHECK(e);
     CHECK_EQ(engine_add_model(e, a, "a", err, sizeof err), 0);
@@ -538,8 +537,7 @@ TEST(engine_stop_tokens)
     struct llm_model *m = golden("llama-f32");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(false);
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[10];
@@ -595,8 +593,7 @@ TEST(engine_force_token)
     struct llm_model *m = golden("llama-f32");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(false);
     struct engine *e = start(m, &ep);
     CHECK(e);
     const int n_vocab = llm_model_hparams(m)->n_vocab;
@@ -660,9 +657,7 @@ TEST(engine_kernel_switches)
     random_prompt(a_ids, 12, llm_model_hparams(m)->n_vocab, 31);
     random_prompt(b_ids, NB, llm_model_hparams(m)->n_vocab, 32);
     for (int det = 0; det < 2; det++) {
-        struct engine_params ep = engine_default_params();
-        ep.kv_memory_bytes = 1 << 20;
-        ep.deterministic = det;
+        struct engine_params ep = small_params(det);
         struct engine *e = start(m, &ep);
         CHECK(e);
         struct group g;
@@ -699,8 +694,7 @@ TEST(engine_stop_string)
     struct llm_model *m = golden("llama-f32");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    struct engine_params ep = engine_default_params();
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(false);
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[10];
@@ -867,9 +861,7 @@ TEST(engine_prefix_store_roundtrip)
     snprintf(dir, sizeof dir, "%s", test_tmpdir());
     snprintf(path, sizeof path, "%s/m.kvcache", dir);
     remove(path);
-    struct engine_params ep = engine_default_params();
-    ep.deterministic = true;
-    ep.kv_memory_bytes = 1 << 20;
+    struct engine_params ep = small_params(true);
     ep.prefix_cache_dir = dir;
     int32_t ids[40];
     random_prompt(ids, 40, llm_model_hparams(m)->n_vocab, 21);
