@@ -219,6 +219,19 @@ static cJSON *openai_final_body(struct api_call *c, const char *stream_object, c
     return openai_envelope(c, object, choices);
 }
 
+/* Closes one choice of a non-streamed response: "logprobs" (lps, taken;
+ * null when NULL) and "finish_reason", then item goes into choices. */
+static void openai_final_choice(cJSON *choices, cJSON *item, const struct api_choice *ch,
+                                cJSON *lps)
+{
+    if (lps)
+        cJSON_AddItemToObject(item, "logprobs", lps);
+    else
+        cJSON_AddNullToObject(item, "logprobs");
+    cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
+    cJSON_AddItemToArray(choices, item);
+}
+
 /* Adds "usage" to the filled response body and sends it (takes body). */
 static void openai_final_send(struct api_call *c, cJSON *body)
 {
@@ -395,17 +408,15 @@ static void openai_chat_finish(struct api_call *c)
         } else {
             cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
         }
+        cJSON *l = NULL;
         if (c->logprobs) {
-            cJSON *l = cJSON_AddObjectToObject(item, "logprobs");
+            l = cJSON_CreateObject();
             cJSON *content = cJSON_AddArrayToObject(l, "content");
             for (int k = 0; k < ch->n_lps; k++)
                 cJSON_AddItemToArray(content, openai_chat_lp_entry(c, ch->lps[k].token,
                                                                    &ch->lps[k].lp));
-        } else {
-            cJSON_AddNullToObject(item, "logprobs");
         }
-        cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
-        cJSON_AddItemToArray(choices, item);
+        openai_final_choice(choices, item, ch, l);
     }
     openai_final_send(c, body);
 }
@@ -535,12 +546,8 @@ static void openai_cmpl_finish(struct api_call *c)
         cJSON_AddStringToObject(item, "text", text ? text : "");
         free(text);
         cJSON_AddNumberToObject(item, "index", i);
-        if (c->logprobs)
-            cJSON_AddItemToObject(item, "logprobs", openai_legacy_lps(c, ch->lps, ch->n_lps, echo_len));
-        else
-            cJSON_AddNullToObject(item, "logprobs");
-        cJSON_AddStringToObject(item, "finish_reason", openai_finish_reason(ch));
-        cJSON_AddItemToArray(choices, item);
+        openai_final_choice(choices, item, ch,
+                            c->logprobs ? openai_legacy_lps(c, ch->lps, ch->n_lps, echo_len) : NULL);
     }
     openai_final_send(c, body);
 }
