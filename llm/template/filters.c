@@ -797,6 +797,20 @@ static int f_map(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, 
     return 0;
 }
 
+/* A whole string (trailing whitespace allowed) as a number, as Python's
+ * float() reads it for the int and float filters. */
+static bool str_to_double(const char *buf, double *out)
+{
+    char *end;
+    double x = strtod(buf, &end);
+    while (*end == ' ' || *end == '\t' || *end == '\n')
+        end++;
+    if (end == buf || *end)
+        return false;
+    *out = x;
+    return true;
+}
+
 static int f_int(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, struct tpl_val *out)
 {
     int64_t dflt, base;
@@ -826,10 +840,9 @@ static int f_int(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, 
             *out = tpl_int(i);
             return 0;
         }
-        double d = strtod(buf, &end);
-        while (*end == ' ' || *end == '\t' || *end == '\n')
-            end++;
-        *out = end != buf && !*end && isfinite(d) && fabs(d) < 9.2e18 ? tpl_int((int64_t)d) : tpl_int(dflt);
+        double d;
+        *out = str_to_double(buf, &d) && isfinite(d) && fabs(d) < 9.2e18 ? tpl_int((int64_t)d)
+                                                                          : tpl_int(dflt);
         return 0;
     }
     default: *out = tpl_int(dflt); return 0;
@@ -850,11 +863,8 @@ static int f_float(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a
         size_t n = v.s.n < sizeof buf - 1 ? v.s.n : sizeof buf - 1;
         memcpy(buf, v.s.p, n);
         buf[n] = 0;
-        char *end;
-        double x = strtod(buf, &end);
-        while (*end == ' ' || *end == '\t' || *end == '\n')
-            end++;
-        *out = tpl_float(end != buf && !*end ? x : dflt);
+        double x;
+        *out = tpl_float(str_to_double(buf, &x) ? x : dflt);
         return 0;
     }
     default: *out = tpl_float(dflt); return 0;
