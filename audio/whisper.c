@@ -617,56 +617,20 @@ int whisper_tokenize(const struct whisper_model *m, const char *text, int32_t *i
 
 // ---- state --------------------------------------------------------------------
 
-void whisper_run(struct whisper_state *s, void (*fn)(void *, int, int), void *arg)
+/* The memory every state keeps between passes: encoder output, cross K/V
+ * and row lists (self-attention caches come per decoder slot on first use). */
+struct whisper_state *whisper_state_alloc(const struct whisper_model *m, char *err, size_t errlen)
 {
-    if (s->tp)
-        tpool_run(s->tp, fn, arg);
-    else
-        fn(arg, 0, 1);
-}
-
-struct whisper_state *whisper_state_new(const struct whisper_model *m, struct tpool *tp, char *err, size_t errlen)
-{
+    const struct whisper_hparams *hp = &m->hp;
+    const size_t d = hp->n_audio_state, nc = hp->n_audio_ctx, nt = hp->n_text_ctx;
     struct whisper_state *s = calloc(1, sizeof *s);
     if (!s)
         goto nomem;
-    const struct whisper_hparams *hp = &m->hp;
-    const size_t d = hp->n_audio_state, nc = hp->n_audio_ctx, nt = hp->n_text_ctx;
-    const size_t dh = d / hp->n_audio_head;
-    const size_t col_w = 3 * (size_t)(hp->n_mels > hp->n_audio_state ? hp->n_mels : hp->n_audio_state);
     s->m = m;
-    s->tp = tp;
-    s->nth = tp ? tpool_size(tp) : 1;
-    const size_t max_keys = nc > nt ? nc : nt;
-#define ALLOC(p, n) \
-    if (!((p) = malloc((n) * sizeof(float)))) \
-        goto nomem
-    ALLOC(s->enc_out, nc * d);
-    ALLOC(s->cross_k, hp->n_text_layer * nc * d);
-    ALLOC(s->cross_v, hp->n_text_layer * nc * d);
-    ALLOC(s->e_col, 2 * nc * col_w);
-    ALLOC(s->e_x, nc * d);
-    ALLOC(s->e_h, nc * d);
-    ALLOC(s->e_q, nc * d);
-    ALLOC(s->e_k, nc * d);
-    ALLOC(s->e_v, nc * d);
-    ALLOC(s->e_att, nc * d);
-    ALLOC(s->e_mlp, nc * 4 * d); /* >= conv1's [2 nc][d] */
-    ALLOC(s->e_qh, nc * dh);
-    ALLOC(s->e_kh, nc * dh);
-    ALLOC(s->e_vt, nc * dh);
-    ALLOC(s->e_oh, nc * dh);
-    ALLOC(s->e_scores, nc * nc);
-    ALLOC(s->d_x, nt * d);
-    ALLOC(s->d_h, nt * d);
-    ALLOC(s->d_q, nt * d);
-    ALLOC(s->d_k, nt * d);
-    ALLOC(s->d_v, nt * d);
-    ALLOC(s->d_att, nt * d);
-    ALLOC(s->d_mlp, nt * 4 * d);
-    ALLOC(s->d_scores, (size_t)s->nth * max_keys);
-#undef ALLOC
-    if (!(s->d_slot = malloc(nt * sizeof(int))) || !(s->d_pos = malloc(nt * sizeof(int))))
+    if (!(s->enc_out = malloc(nc * d * sizeof(float))) ||
+        !(s->cross_k = malloc(hp->n_text_layer * nc * d * sizeof(float))) ||
+        !(s->cross_v = malloc(hp->n_text_layer * nc * d * sizeof(float))) ||
+        !(s->d_slot = malloc(nt * sizeof(int))) || !(s->d_pos = malloc(nt * sizeof(int))))
         goto nomem;
     return s;
 nomem:
@@ -675,15 +639,40 @@ nomem:
     return NULL;
 }
 
+struct whisper_state *whisper_state_new(const struct whisper_model *m, struct tpool *tp, char *err, size_t errlen)
+{
+    struct whisper_state *s = whisper_state_alloc(m, err, errlen);
+    if (s && !(s->work = whisper_work_new(m, tp))) {
+        whisper_state_free(s);
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: out of memory for a state");
+        return NULL;
+    }
+    if (s)
+        s->tp = tp;
+    return s;
+}
+
+int whisper_state_logits_reserve(struct whisper_state *s, int n, char *err, size_t errlen)
+{
+    if (n <= s->logits_cap)
+        return OMNI_OK;
+    float *l = realloc(s->logits, (size_t)n * s->m->hp.n_vocab * sizeof(float));
+    if (!l)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for logits");
+    s->logits = l;
+    s->logits_cap = n;
+    return OMNI_OK;
+}
+
 void whisper_state_free(struct whisper_state *s)
 {
     if (!s)
         return;
-    float *bufs[] = { s->enc_out, s->cross_k, s->cross_v, s->e_col, s->e_x, s->e_h, s->e_q, s->e_k, s->e_v,
-                      s->e_att, s->e_mlp, s->e_qh, s->e_kh, s->e_vt, s->e_oh, s->e_scores, s->d_x, s->d_h,
-                      s->d_q, s->d_k, s->d_v, s->d_att, s->d_mlp, s->d_scores, s->logits };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    whisper_work_free(s->work);
+    free(s->enc_out);
+    free(s->cross_k);
+    free(s->cross_v);
+    free(s->logits);
     for (int i = 0; i < WHISPER_MAX_DECODERS; i++) {
         free(s->self_k[i]);
         free(s->self_v[i]);

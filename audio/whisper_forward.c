@@ -3,10 +3,14 @@
  * pre-LN transformer blocks, final LN; then each decoder layer's cross-attention
  * K/V of the window. Decoder: token + position embeddings, pre-LN blocks of
  * causal self-attention over a cached K/V, cross-attention and MLP, final LN,
- * logits through the tied token embedding. Matmuls go through omni_matmul. */
+ * logits through the tied token embedding. Matmuls go through omni_matmul.
+ * A pass takes several windows or token rows at once, of one state or of
+ * many (the batcher's): the weights are read once for all of them, and only
+ * attention looks at each row's own state (its caches, its window). */
 #include "audio/whisper_impl.h"
 
 #include "src/core/omni.h"
+#include "src/core/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -69,35 +73,35 @@ static void add_bias_worker(void *arg, int ith, int nth)
     }
 }
 
-static void layer_norm(struct whisper_state *s, float *y, const float *x, int n, int d, const float *w,
+static void layer_norm(struct whisper_work *wk, float *y, const float *x, int n, int d, const float *w,
                        const float *b)
 {
     struct rows_job j = { y, x, w, b, n, d };
-    whisper_run(s, layer_norm_worker, &j);
+    whisper_run(wk, layer_norm_worker, &j);
 }
 
 /* y[n][n_out] = W x (+ b) */
-static void linear(struct whisper_state *s, const struct omni_tensor *w, const float *b, const float *x, int n,
+static void linear(struct whisper_work *wk, const struct omni_tensor *w, const float *b, const float *x, int n,
                    float *y)
 {
-    omni_matmul(s->tp, w, x, n, y);
+    omni_matmul(wk->tp, w, x, n, y);
     if (b) {
         struct rows_job j = { y, NULL, NULL, b, n, (int)w->ne[1] };
-        whisper_run(s, add_bias_worker, &j);
+        whisper_run(wk, add_bias_worker, &j);
     }
 }
 
 /* y += x + b: the residual connection after a projection */
-static void residual(struct whisper_state *s, float *y, const float *x, const float *b, int n, int d)
+static void residual(struct whisper_work *wk, float *y, const float *x, const float *b, int n, int d)
 {
     struct rows_job j = { y, x, NULL, b, n, d };
-    whisper_run(s, add_bias_worker, &j);
+    whisper_run(wk, add_bias_worker, &j);
 }
 
-static void bias_gelu(struct whisper_state *s, float *y, const float *b, int n, int d)
+static void bias_gelu(struct whisper_work *wk, float *y, const float *b, int n, int d)
 {
     struct rows_job j = { y, NULL, NULL, b, n, d };
-    whisper_run(s, bias_gelu_worker, &j);
+    whisper_run(wk, bias_gelu_worker, &j);
 }
 
 // ---- attention --------------------------------------------------------------
@@ -167,7 +171,7 @@ static void softmax_worker(void *arg, int ith, int nth)
 
 /* Full (non-causal) attention of n_ctx queries over n_ctx keys, one head at a
  * time as two GEMMs: scores = (q_h / sqrt(d_h)) k_h^T, out_h = softmax(scores) v_h. */
-static void encoder_attention(struct whisper_state *s, const float *q, const float *k, const float *v, float *out,
+static void encoder_attention(struct whisper_work *wk, const float *q, const float *k, const float *v, float *out,
                               int n_ctx, int d, int n_head)
 {
     const int dh = d / n_head;
@@ -175,51 +179,59 @@ static void encoder_attention(struct whisper_state *s, const float *q, const flo
     for (int h = 0; h < n_head; h++) {
         for (int t = 0; t < n_ctx; t++)
             for (int i = 0; i < dh; i++) {
-                s->e_qh[(size_t)t * dh + i] = q[(size_t)t * d + h * dh + i] * scale;
-                s->e_kh[(size_t)t * dh + i] = k[(size_t)t * d + h * dh + i];
-                s->e_vt[(size_t)i * n_ctx + t] = v[(size_t)t * d + h * dh + i];
+                wk->e_qh[(size_t)t * dh + i] = q[(size_t)t * d + h * dh + i] * scale;
+                wk->e_kh[(size_t)t * dh + i] = k[(size_t)t * d + h * dh + i];
+                wk->e_vt[(size_t)i * n_ctx + t] = v[(size_t)t * d + h * dh + i];
             }
-        const struct omni_tensor kt = { .type = 0 /* F32 */, .ne = { dh, n_ctx }, .data = s->e_kh };
-        const struct omni_tensor vt = { .type = 0, .ne = { n_ctx, dh }, .data = s->e_vt };
-        omni_matmul(s->tp, &kt, s->e_qh, n_ctx, s->e_scores);
-        struct softmax_job sj = { s->e_scores, n_ctx, n_ctx };
-        whisper_run(s, softmax_worker, &sj);
-        omni_matmul(s->tp, &vt, s->e_scores, n_ctx, s->e_oh);
+        const struct omni_tensor kt = { .type = 0 /* F32 */, .ne = { dh, n_ctx }, .data = wk->e_kh };
+        const struct omni_tensor vt = { .type = 0, .ne = { n_ctx, dh }, .data = wk->e_vt };
+        omni_matmul(wk->tp, &kt, wk->e_qh, n_ctx, wk->e_scores);
+        struct softmax_job sj = { wk->e_scores, n_ctx, n_ctx };
+        whisper_run(wk, softmax_worker, &sj);
+        omni_matmul(wk->tp, &vt, wk->e_scores, n_ctx, wk->e_oh);
         for (int t = 0; t < n_ctx; t++)
-            memcpy(out + (size_t)t * d + h * dh, s->e_oh + (size_t)t * dh, dh * sizeof(float));
+            memcpy(out + (size_t)t * d + h * dh, wk->e_oh + (size_t)t * dh, dh * sizeof(float));
     }
 }
 
 /* Decoder attention of row t's query. Self-attention (causal): over keys
- * 0 .. pos[t] of its decoder slot's cache in layer `layer`; cross-attention:
- * over the n_keys rows of k/v. */
+ * 0 .. pos of its state's cache of its decoder slot in layer `layer`;
+ * cross-attention: over its state's window (n_audio_ctx keys). */
 struct dec_attn_job {
-    struct whisper_state *s;
-    const float *q, *k, *v;   /* k, v: cross-attention only */
+    struct whisper_work *w;
+    const struct whisper_row *rows;
+    const float *q;
     float *out;
-    const int *slot, *pos;    /* self-attention: row t's cache slot and position */
-    int layer, n_rows, n_keys, d, n_head;
+    int layer, n_rows;
     bool causal;
 };
 
 static void dec_attn_worker(void *arg, int ith, int nth)
 {
     const struct dec_attn_job *j = arg;
-    const struct whisper_hparams *hp = &j->s->m->hp;
-    const int dh = j->d / j->n_head, n_items = j->n_rows * j->n_head;
+    const struct whisper_hparams *hp = &j->w->m->hp;
+    const int d = hp->n_text_state, n_head = hp->n_text_head, nc = hp->n_audio_ctx;
+    const int dh = d / n_head, n_items = j->n_rows * n_head;
     const float scale = 1.0f / sqrtf((float)dh);
-    const int max_keys = hp->n_audio_ctx > hp->n_text_ctx ? hp->n_audio_ctx : hp->n_text_ctx;
-    const size_t layer_off = (size_t)j->layer * hp->n_text_ctx * j->d;
-    float *sc = j->s->d_scores + (size_t)ith * max_keys;
+    const int max_keys = nc > hp->n_text_ctx ? nc : hp->n_text_ctx;
+    float *sc = j->w->d_scores + (size_t)ith * max_keys;
     for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
-        const int t = it / j->n_head, h = it % j->n_head;
-        const int n_keys = j->causal ? j->pos[t] + 1 : j->n_keys;
-        const float *K = j->causal ? j->s->self_k[j->slot[t]] + layer_off : j->k;
-        const float *V = j->causal ? j->s->self_v[j->slot[t]] + layer_off : j->v;
-        const float *q = j->q + (size_t)t * j->d + h * dh;
+        const int t = it / n_head, h = it % n_head;
+        const struct whisper_row *r = &j->rows[t];
+        const int n_keys = j->causal ? r->pos + 1 : nc;
+        const float *K, *V;
+        if (j->causal) {
+            const size_t layer_off = (size_t)j->layer * hp->n_text_ctx * d;
+            K = r->s->self_k[r->slot] + layer_off;
+            V = r->s->self_v[r->slot] + layer_off;
+        } else {
+            K = r->s->cross_k + (size_t)j->layer * nc * d;
+            V = r->s->cross_v + (size_t)j->layer * nc * d;
+        }
+        const float *q = j->q + (size_t)t * d + h * dh;
         float mx = -INFINITY;
         for (int i = 0; i < n_keys; i++) {
-            const float *k = K + (size_t)i * j->d + h * dh;
+            const float *k = K + (size_t)i * d + h * dh;
             float dot = 0.0f;
             for (int c = 0; c < dh; c++)
                 dot += q[c] * k[c];
@@ -229,14 +241,108 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         float sum = 0.0f;
         for (int i = 0; i < n_keys; i++)
             sum += (sc[i] = expf(sc[i] - mx));
-        float *o = j->out + (size_t)t * j->d + h * dh;
+        float *o = j->out + (size_t)t * d + h * dh;
         memset(o, 0, dh * sizeof(float));
         for (int i = 0; i < n_keys; i++) {
-            const float p = sc[i] / sum, *v = V + (size_t)i * j->d + h * dh;
+            const float p = sc[i] / sum, *v = V + (size_t)i * d + h * dh;
             for (int c = 0; c < dh; c++)
                 o[c] += p * v[c];
         }
     }
+}
+
+// ---- scratch ------------------------------------------------------------------
+
+void whisper_run(struct whisper_work *w, void (*fn)(void *, int, int), void *arg)
+{
+    if (w->tp)
+        tpool_run(w->tp, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+static size_t max_keys(const struct whisper_hparams *hp)
+{
+    return (size_t)(hp->n_audio_ctx > hp->n_text_ctx ? hp->n_audio_ctx : hp->n_text_ctx);
+}
+
+/* im2col floats of one window: conv1's [2 nc][3 n_mels] or conv2's [nc][3 d] */
+static size_t col_floats(const struct whisper_hparams *hp)
+{
+    const size_t c1 = (size_t)2 * hp->n_audio_ctx * 3 * hp->n_mels;
+    const size_t c2 = (size_t)hp->n_audio_ctx * 3 * hp->n_audio_state;
+    return c1 > c2 ? c1 : c2;
+}
+
+struct whisper_work *whisper_work_new(const struct whisper_model *m, struct tpool *tp)
+{
+    struct whisper_work *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->m = m;
+    w->tp = tp;
+    w->nth = tp ? tpool_size(tp) : 1;
+    if (!(w->d_scores = malloc((size_t)w->nth * max_keys(&m->hp) * sizeof(float)))) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void whisper_work_free(struct whisper_work *w)
+{
+    if (!w)
+        return;
+    float *bufs[] = { w->e_col, w->e_x, w->e_h, w->e_q, w->e_k, w->e_v, w->e_att, w->e_mlp,
+                      w->e_qh, w->e_kh, w->e_vt, w->e_oh, w->e_scores, w->d_x, w->d_h, w->d_q,
+                      w->d_k, w->d_v, w->d_att, w->d_mlp, w->d_scores, w->logits };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(w);
+}
+
+/* Each buffer of list grown to per[i] * n floats (contents not kept). */
+static bool grow(float **const *list, const size_t *per, int k, int n)
+{
+    for (int i = 0; i < k; i++) {
+        free(*list[i]);
+        if (!(*list[i] = malloc(per[i] * (size_t)n * sizeof(float))))
+            return false;
+    }
+    return true;
+}
+
+static int reserve_windows(struct whisper_work *w, int n, char *err, size_t errlen)
+{
+    const struct whisper_hparams *hp = &w->m->hp;
+    const size_t nc = hp->n_audio_ctx, d = hp->n_audio_state, dh = d / hp->n_audio_head;
+    if (n <= w->cap_windows)
+        return OMNI_OK;
+    float **const list[] = { &w->e_col, &w->e_x, &w->e_h, &w->e_q, &w->e_k, &w->e_v, &w->e_att, &w->e_mlp,
+                             &w->e_qh, &w->e_kh, &w->e_vt, &w->e_oh, &w->e_scores };
+    const size_t per[] = { col_floats(hp), nc * d, nc * d, nc * d, nc * d, nc * d, nc * d, nc * 4 * d,
+                           0, 0, 0, 0, 0 };
+    const size_t once[] = { nc * dh, nc * dh, nc * dh, nc * dh, nc * nc }; /* one head at a time */
+    w->cap_windows = 0;
+    if (!grow(list, per, 8, n) || !grow(list + 8, once, 5, 1))
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: encode: out of memory for %d windows", n);
+    w->cap_windows = n;
+    return OMNI_OK;
+}
+
+static int reserve_rows(struct whisper_work *w, int n, char *err, size_t errlen)
+{
+    const struct whisper_hparams *hp = &w->m->hp;
+    const size_t d = hp->n_text_state;
+    if (n <= w->cap_rows)
+        return OMNI_OK;
+    float **const list[] = { &w->d_x, &w->d_h, &w->d_q, &w->d_k, &w->d_v, &w->d_att, &w->d_mlp, &w->logits };
+    const size_t per[] = { d, d, d, d, d, d, 4 * d, (size_t)hp->n_vocab };
+    w->cap_rows = 0;
+    if (!grow(list, per, 8, n))
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for %d rows", n);
+    w->cap_rows = n;
+    return OMNI_OK;
 }
 
 // ---- encoder ------------------------------------------------------------------
@@ -270,53 +376,80 @@ static void im2col_worker(void *arg, int ith, int nth)
     }
 }
 
-int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err, size_t errlen)
+int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,
+                           const int *n_frames, const int *offset, int n, char *err, size_t errlen)
 {
-    const struct whisper_model *m = s->m;
+    const struct whisper_model *m = w->m;
     const struct whisper_hparams *hp = &m->hp;
-    const int d = hp->n_audio_state, nc = hp->n_audio_ctx, n_in = 2 * nc;
-    if (!mel || n_frames < 1 || offset < 0 || offset >= n_frames)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: encode: offset %d outside %d mel frames", offset,
-                         n_frames);
+    const int d = hp->n_audio_state, nc = hp->n_audio_ctx, n_in = 2 * nc, rows = n * nc;
+    const size_t win = (size_t)nc * d;
+    int rc = reserve_windows(w, n, err, errlen);
+    if (rc < 0)
+        return rc;
 
-    /* conv1 (stride 1) + GELU: [2 nc][d] */
-    struct im2col_job c1 = { s->e_col, mel, n_in, hp->n_mels, 1, n_in, true, n_frames, offset };
-    whisper_run(s, im2col_worker, &c1);
-    omni_matmul(s->tp, &m->conv1_w, s->e_col, n_in, s->e_mlp);
-    bias_gelu(s, s->e_mlp, m->conv1_b, n_in, d);
-    /* conv2 (stride 2) + GELU: [nc][d], then positions */
-    struct im2col_job c2 = { s->e_col, s->e_mlp, nc, d, 2, n_in, false, 0, 0 };
-    whisper_run(s, im2col_worker, &c2);
-    omni_matmul(s->tp, &m->conv2_w, s->e_col, nc, s->e_x);
-    bias_gelu(s, s->e_x, m->conv2_b, nc, d);
-    residual(s, s->e_x, m->enc_pos, NULL, nc, d);
+    /* conv1 (stride 1) + GELU: [n][2 nc][d] */
+    for (int i = 0; i < n; i++) {
+        struct im2col_job c1 = { w->e_col + (size_t)i * n_in * 3 * hp->n_mels, mel[i], n_in, hp->n_mels, 1, n_in,
+                                 true, n_frames[i], offset[i] };
+        whisper_run(w, im2col_worker, &c1);
+    }
+    omni_matmul(w->tp, &m->conv1_w, w->e_col, (int64_t)n * n_in, w->e_mlp);
+    bias_gelu(w, w->e_mlp, m->conv1_b, n * n_in, d);
+    /* conv2 (stride 2) + GELU: [n][nc][d], then positions */
+    for (int i = 0; i < n; i++) {
+        struct im2col_job c2 = { w->e_col + (size_t)i * nc * 3 * d, w->e_mlp + (size_t)i * n_in * d, nc, d, 2,
+                                 n_in, false, 0, 0 };
+        whisper_run(w, im2col_worker, &c2);
+    }
+    omni_matmul(w->tp, &m->conv2_w, w->e_col, rows, w->e_x);
+    bias_gelu(w, w->e_x, m->conv2_b, rows, d);
+    for (int i = 0; i < n; i++)
+        residual(w, w->e_x + i * win, m->enc_pos, NULL, nc, d);
 
     for (int l = 0; l < hp->n_audio_layer; l++) {
         const struct whisper_enc_layer *L = &m->enc[l];
-        /* self-attention */
-        layer_norm(s, s->e_h, s->e_x, nc, d, L->attn_ln_w, L->attn_ln_b);
-        linear(s, &L->attn_q, L->attn_q_b, s->e_h, nc, s->e_q);
-        linear(s, &L->attn_k, NULL, s->e_h, nc, s->e_k);
-        linear(s, &L->attn_v, L->attn_v_b, s->e_h, nc, s->e_v);
-        encoder_attention(s, s->e_q, s->e_k, s->e_v, s->e_att, nc, d, hp->n_audio_head);
-        linear(s, &L->attn_out, NULL, s->e_att, nc, s->e_h);
-        residual(s, s->e_x, s->e_h, L->attn_out_b, nc, d);
+        /* self-attention, each window over itself */
+        layer_norm(w, w->e_h, w->e_x, rows, d, L->attn_ln_w, L->attn_ln_b);
+        linear(w, &L->attn_q, L->attn_q_b, w->e_h, rows, w->e_q);
+        linear(w, &L->attn_k, NULL, w->e_h, rows, w->e_k);
+        linear(w, &L->attn_v, L->attn_v_b, w->e_h, rows, w->e_v);
+        for (int i = 0; i < n; i++)
+            encoder_attention(w, w->e_q + i * win, w->e_k + i * win, w->e_v + i * win, w->e_att + i * win, nc, d,
+                              hp->n_audio_head);
+        linear(w, &L->attn_out, NULL, w->e_att, rows, w->e_h);
+        residual(w, w->e_x, w->e_h, L->attn_out_b, rows, d);
         /* MLP */
-        layer_norm(s, s->e_h, s->e_x, nc, d, L->mlp_ln_w, L->mlp_ln_b);
-        linear(s, &L->mlp_0, NULL, s->e_h, nc, s->e_mlp);
-        bias_gelu(s, s->e_mlp, L->mlp_0_b, nc, 4 * d);
-        linear(s, &L->mlp_2, NULL, s->e_mlp, nc, s->e_h);
-        residual(s, s->e_x, s->e_h, L->mlp_2_b, nc, d);
+        layer_norm(w, w->e_h, w->e_x, rows, d, L->mlp_ln_w, L->mlp_ln_b);
+        linear(w, &L->mlp_0, NULL, w->e_h, rows, w->e_mlp);
+        bias_gelu(w, w->e_mlp, L->mlp_0_b, rows, 4 * d);
+        linear(w, &L->mlp_2, NULL, w->e_mlp, rows, w->e_h);
+        residual(w, w->e_x, w->e_h, L->mlp_2_b, rows, d);
     }
-    layer_norm(s, s->enc_out, s->e_x, nc, d, m->enc_ln_w, m->enc_ln_b);
+    layer_norm(w, w->e_h, w->e_x, rows, d, m->enc_ln_w, m->enc_ln_b);
+    for (int i = 0; i < n; i++)
+        memcpy(states[i]->enc_out, w->e_h + i * win, win * sizeof(float));
 
     /* cross-attention keys and values of every decoder layer, once per window */
     for (int l = 0; l < hp->n_text_layer; l++) {
         const struct whisper_dec_layer *L = &m->dec[l];
-        linear(s, &L->cross_k, NULL, s->enc_out, nc, s->cross_k + (size_t)l * nc * d);
-        linear(s, &L->cross_v, L->cross_v_b, s->enc_out, nc, s->cross_v + (size_t)l * nc * d);
+        linear(w, &L->cross_k, NULL, w->e_h, rows, w->e_k);
+        linear(w, &L->cross_v, L->cross_v_b, w->e_h, rows, w->e_v);
+        for (int i = 0; i < n; i++) {
+            memcpy(states[i]->cross_k + l * win, w->e_k + i * win, win * sizeof(float));
+            memcpy(states[i]->cross_v + l * win, w->e_v + i * win, win * sizeof(float));
+        }
     }
     return OMNI_OK;
+}
+
+int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err, size_t errlen)
+{
+    if (!mel || n_frames < 1 || offset < 0 || offset >= n_frames)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: encode: offset %d outside %d mel frames", offset,
+                         n_frames);
+    if (s->batcher)
+        return whisper_batcher_encode(s->batcher, s, mel, n_frames, offset, err, errlen);
+    return whisper_forward_encode(s->work, &s, &mel, &n_frames, &offset, 1, err, errlen);
 }
 
 const float *whisper_encoder_output(const struct whisper_state *s) { return s->enc_out; }
@@ -337,71 +470,68 @@ static int ensure_cache(struct whisper_state *s, int slot, char *err, size_t err
     return OMNI_OK;
 }
 
-/* Rows t = 0 .. n-1: tokens[t] at position pos[t] of decoder slot slot[t]
- * (arguments checked by the callers); logits of the last n_out rows. Rows of
- * one slot must come in position order: each row's K/V are cached before
- * any row attends. */
-static int decode_rows(struct whisper_state *s, const int *slot, const int32_t *tokens, const int *pos, int n,
-                       int n_out, char *err, size_t errlen)
+int whisper_forward_decode(struct whisper_work *w, const struct whisper_row *rows, int n, char *err, size_t errlen)
 {
-    const struct whisper_model *m = s->m;
+    const struct whisper_model *m = w->m;
     const struct whisper_hparams *hp = &m->hp;
-    const int d = hp->n_text_state, nt = hp->n_text_ctx, nc = hp->n_audio_ctx, nv = hp->n_vocab;
-    int rc;
-    for (int t = 0; t < n; t++)
-        if ((rc = ensure_cache(s, slot[t], err, errlen)) < 0)
-            return rc;
-    if (n_out > s->logits_cap) {
-        float *l = realloc(s->logits, (size_t)n_out * nv * sizeof(float));
-        if (!l)
-            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory for logits");
-        s->logits = l;
-        s->logits_cap = n_out;
-    }
+    const int d = hp->n_text_state, nt = hp->n_text_ctx, nv = hp->n_vocab;
+    int rc = reserve_rows(w, n, err, errlen);
+    for (int t = 0; t < n && rc == OMNI_OK; t++)
+        rc = ensure_cache(rows[t].s, rows[t].slot, err, errlen);
+    if (rc < 0)
+        return rc;
 
     /* token + position embeddings */
     for (int t = 0; t < n; t++) {
-        float *x = s->d_x + (size_t)t * d;
-        omni_tensor_get_row(&m->tok_emb, tokens[t], x);
-        const float *pe = m->dec_pos + (size_t)pos[t] * d;
+        float *x = w->d_x + (size_t)t * d;
+        omni_tensor_get_row(&m->tok_emb, rows[t].token, x);
+        const float *pe = m->dec_pos + (size_t)rows[t].pos * d;
         for (int i = 0; i < d; i++)
             x[i] += pe[i];
     }
     for (int l = 0; l < hp->n_text_layer; l++) {
         const struct whisper_dec_layer *L = &m->dec[l];
         /* causal self-attention; every row's K/V go into its cache first */
-        layer_norm(s, s->d_h, s->d_x, n, d, L->self.attn_ln_w, L->self.attn_ln_b);
-        linear(s, &L->self.attn_q, L->self.attn_q_b, s->d_h, n, s->d_q);
-        linear(s, &L->self.attn_k, NULL, s->d_h, n, s->d_k);
-        linear(s, &L->self.attn_v, L->self.attn_v_b, s->d_h, n, s->d_v);
+        layer_norm(w, w->d_h, w->d_x, n, d, L->self.attn_ln_w, L->self.attn_ln_b);
+        linear(w, &L->self.attn_q, L->self.attn_q_b, w->d_h, n, w->d_q);
+        linear(w, &L->self.attn_k, NULL, w->d_h, n, w->d_k);
+        linear(w, &L->self.attn_v, L->self.attn_v_b, w->d_h, n, w->d_v);
         for (int t = 0; t < n; t++) {
-            const size_t at = ((size_t)l * nt + pos[t]) * d;
-            memcpy(s->self_k[slot[t]] + at, s->d_k + (size_t)t * d, d * sizeof(float));
-            memcpy(s->self_v[slot[t]] + at, s->d_v + (size_t)t * d, d * sizeof(float));
+            const size_t at = ((size_t)l * nt + rows[t].pos) * d;
+            memcpy(rows[t].s->self_k[rows[t].slot] + at, w->d_k + (size_t)t * d, d * sizeof(float));
+            memcpy(rows[t].s->self_v[rows[t].slot] + at, w->d_v + (size_t)t * d, d * sizeof(float));
         }
-        struct dec_attn_job sa = { s, s->d_q, NULL, NULL, s->d_att, slot, pos, l, n, 0, d, hp->n_text_head, true };
-        whisper_run(s, dec_attn_worker, &sa);
-        linear(s, &L->self.attn_out, NULL, s->d_att, n, s->d_h);
-        residual(s, s->d_x, s->d_h, L->self.attn_out_b, n, d);
-        /* cross-attention over the window's encoder output */
-        layer_norm(s, s->d_h, s->d_x, n, d, L->cross_ln_w, L->cross_ln_b);
-        linear(s, &L->cross_q, L->cross_q_b, s->d_h, n, s->d_q);
-        struct dec_attn_job ca = { s, s->d_q, s->cross_k + (size_t)l * nc * d, s->cross_v + (size_t)l * nc * d,
-                                   s->d_att, NULL, NULL, l, n, nc, d, hp->n_text_head, false };
-        whisper_run(s, dec_attn_worker, &ca);
-        linear(s, &L->cross_out, NULL, s->d_att, n, s->d_h);
-        residual(s, s->d_x, s->d_h, L->cross_out_b, n, d);
+        struct dec_attn_job sa = { w, rows, w->d_q, w->d_att, l, n, true };
+        whisper_run(w, dec_attn_worker, &sa);
+        linear(w, &L->self.attn_out, NULL, w->d_att, n, w->d_h);
+        residual(w, w->d_x, w->d_h, L->self.attn_out_b, n, d);
+        /* cross-attention over each row's window */
+        layer_norm(w, w->d_h, w->d_x, n, d, L->cross_ln_w, L->cross_ln_b);
+        linear(w, &L->cross_q, L->cross_q_b, w->d_h, n, w->d_q);
+        struct dec_attn_job ca = { w, rows, w->d_q, w->d_att, l, n, false };
+        whisper_run(w, dec_attn_worker, &ca);
+        linear(w, &L->cross_out, NULL, w->d_att, n, w->d_h);
+        residual(w, w->d_x, w->d_h, L->cross_out_b, n, d);
         /* MLP */
-        layer_norm(s, s->d_h, s->d_x, n, d, L->self.mlp_ln_w, L->self.mlp_ln_b);
-        linear(s, &L->self.mlp_0, NULL, s->d_h, n, s->d_mlp);
-        bias_gelu(s, s->d_mlp, L->self.mlp_0_b, n, 4 * d);
-        linear(s, &L->self.mlp_2, NULL, s->d_mlp, n, s->d_h);
-        residual(s, s->d_x, s->d_h, L->self.mlp_2_b, n, d);
+        layer_norm(w, w->d_h, w->d_x, n, d, L->self.mlp_ln_w, L->self.mlp_ln_b);
+        linear(w, &L->self.mlp_0, NULL, w->d_h, n, w->d_mlp);
+        bias_gelu(w, w->d_mlp, L->self.mlp_0_b, n, 4 * d);
+        linear(w, &L->self.mlp_2, NULL, w->d_mlp, n, w->d_h);
+        residual(w, w->d_x, w->d_h, L->self.mlp_2_b, n, d);
     }
-    /* final norm, then logits through the token embedding */
-    const float *last = s->d_x + (size_t)(n - n_out) * d;
-    layer_norm(s, s->d_h, last, n_out, d, m->dec_ln_w, m->dec_ln_b);
-    omni_matmul(s->tp, &m->tok_emb, s->d_h, n_out, s->logits);
+    /* final norm of the rows that want logits, then the token embedding */
+    int n_out = 0;
+    for (int t = 0; t < n; t++)
+        if (rows[t].logits >= 0)
+            memmove(w->d_x + (size_t)n_out++ * d, w->d_x + (size_t)t * d, d * sizeof(float));
+    if (n_out == 0)
+        return OMNI_OK;
+    layer_norm(w, w->d_h, w->d_x, n_out, d, m->dec_ln_w, m->dec_ln_b);
+    omni_matmul(w->tp, &m->tok_emb, w->d_h, n_out, w->logits);
+    for (int t = 0, o = 0; t < n; t++)
+        if (rows[t].logits >= 0)
+            memcpy(rows[t].s->logits + (size_t)rows[t].logits * nv, w->logits + (size_t)o++ * nv,
+                   (size_t)nv * sizeof(float));
     return OMNI_OK;
 }
 
@@ -411,6 +541,24 @@ static int check_token(const struct whisper_state *s, int32_t tok, char *err, si
         return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: token %d out of range (n_vocab %d)", tok,
                          s->m->hp.n_vocab);
     return OMNI_OK;
+}
+
+/* Rows t of s (slot[t], tokens[t], pos[t]); logits of the last n_out. */
+static int decode_rows(struct whisper_state *s, const int *slot, const int32_t *tokens, const int *pos, int n,
+                       int n_out, char *err, size_t errlen)
+{
+    int rc = whisper_state_logits_reserve(s, n_out, err, errlen);
+    struct whisper_row *rows = rc == OMNI_OK ? malloc((size_t)n * sizeof *rows) : NULL;
+    if (rc == OMNI_OK && !rows)
+        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: decode: out of memory");
+    if (rc < 0)
+        return rc;
+    for (int t = 0; t < n; t++)
+        rows[t] = (struct whisper_row){ s, slot[t], pos[t], t >= n - n_out ? t - (n - n_out) : -1, tokens[t] };
+    rc = s->batcher ? whisper_batcher_decode(s->batcher, rows, n, err, errlen)
+                    : whisper_forward_decode(s->work, rows, n, err, errlen);
+    free(rows);
+    return rc;
 }
 
 int whisper_decode(struct whisper_state *s, int decoder, const int32_t *tokens, int n_tokens, int n_past,

@@ -679,6 +679,8 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     if (n < MEL_HOP)
         return OMNI_OK;
 
+    if (s->batcher) /* the batcher waits for this state's requests while it is busy */
+        whisper_batcher_busy(s->batcher, +1);
     const int nt = hp->n_text_ctx;
     struct ctx c = { .s = s, .p = p, .m = m, .nv = hp->n_vocab, .err = err, .errlen = errlen };
     c.eot = m->special[WHISPER_TOKEN_EOT];
@@ -802,6 +804,8 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     }
     rc = OMNI_OK;
 out:
+    if (s->batcher)
+        whisper_batcher_busy(s->batcher, -1);
     mel_spec_free(&mel);
     for (int i = 0; i < WHISPER_MAX_DECODERS + WHISPER_MAX_BEAMS; i++)
         seq_free(&pool[i]);

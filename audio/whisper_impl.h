@@ -7,6 +7,8 @@
 #include "audio/whisper.h"
 #include "src/core/matmul.h"
 
+struct whisper_batcher;
+
 #define WHISPER_N_SPECIAL 9
 
 struct whisper_enc_layer {
@@ -60,25 +62,40 @@ struct whisper_model {
     const float *dec_ln_w, *dec_ln_b;
 };
 
-struct whisper_state {
+/* Scratch memory of forward passes and the pool they run on: a standalone
+ * state's own, or a batcher's, shared by every state it serves. Grown on
+ * demand to the windows and rows of a pass. */
+struct whisper_work {
     const struct whisper_model *m;
     struct tpool *tp;
     int nth;
-
-    /* encoder */
-    float *enc_out;                         /* [n_audio_ctx][n_state] */
-    float *cross_k, *cross_v;               /* [n_text_layer][n_audio_ctx][n_state] */
-    float *e_col;                           /* im2col: [2 n_ctx][3 max(n_mels, n_state)] */
-    float *e_x, *e_h, *e_q, *e_k, *e_v, *e_att; /* [n_audio_ctx][n_state] */
-    float *e_mlp;                           /* [n_audio_ctx][4 n_state] (also conv1 out) */
-    float *e_qh, *e_kh, *e_vt, *e_oh;       /* one head: [n_ctx][d_head], v^T [d_head][n_ctx] */
+    /* encoder, cap_windows windows side by side */
+    int cap_windows;
+    float *e_col;                           /* im2col: [w][col_floats] */
+    float *e_x, *e_h, *e_q, *e_k, *e_v, *e_att; /* [w][n_audio_ctx][n_state] */
+    float *e_mlp;                           /* [w][n_audio_ctx][4 n_state] (also conv1 out) */
+    float *e_qh, *e_kh, *e_vt, *e_oh;       /* one head of one window: [n_ctx][d_head], v^T */
     float *e_scores;                        /* [n_ctx][n_ctx] */
+    /* decoder, cap_rows token rows of any states */
+    int cap_rows;
+    float *d_x, *d_h, *d_q, *d_k, *d_v, *d_att; /* [rows][n_state] */
+    float *d_mlp;                           /* [rows][4 n_state] */
+    float *d_scores;                        /* [nth][max(n_audio_ctx, n_text_ctx)] */
+    float *logits;                          /* [rows][n_vocab]: the pass's logits rows */
+};
+
+struct whisper_state {
+    const struct whisper_model *m;
+    struct tpool *tp;                       /* standalone: the pool (mel too); batched: NULL */
+    struct whisper_work *work;              /* standalone passes; NULL when batched */
+    struct whisper_batcher *batcher;        /* batched passes; NULL when standalone */
+
+    /* encoder output of the window last encoded */
+    float *enc_out;                         /* [n_audio_ctx][n_audio_state] */
+    float *cross_k, *cross_v;               /* [n_text_layer][n_audio_ctx][n_state] */
 
     /* decoder */
     float *self_k[WHISPER_MAX_DECODERS], *self_v[WHISPER_MAX_DECODERS]; /* [layer][n_text_ctx][n_state] */
-    float *d_x, *d_h, *d_q, *d_k, *d_v, *d_att; /* [n_text_ctx][n_state] */
-    float *d_mlp;                           /* [n_text_ctx][4 n_state] */
-    float *d_scores;                        /* [nth][max(n_audio_ctx, n_text_ctx)] */
     int *d_slot, *d_pos;                    /* [n_text_ctx]: whisper_decode's rows */
     float *logits;                          /* [logits_cap][n_vocab] */
     int logits_cap;
@@ -89,7 +106,40 @@ struct whisper_state {
     char lang[8];
 };
 
+/* One token row of a decoder pass: token at position pos of decoder slot
+ * slot of state s; its logits go to row `logits` of s's logits (-1: none). */
+struct whisper_row {
+    struct whisper_state *s;
+    int slot, pos, logits;
+    int32_t token;
+};
+
+/* A state without a pool or scratch (whisper.c); whisper_state_new adds them. */
+struct whisper_state *whisper_state_alloc(const struct whisper_model *m, char *err, size_t errlen);
+
+struct whisper_work *whisper_work_new(const struct whisper_model *m, struct tpool *tp);
+void whisper_work_free(struct whisper_work *w);
 /* The pool call every per-row step goes through (single-threaded without a pool). */
-void whisper_run(struct whisper_state *s, void (*fn)(void *, int, int), void *arg);
+void whisper_run(struct whisper_work *w, void (*fn)(void *, int, int), void *arg);
+
+/* The passes themselves (whisper_forward.c), arguments already checked:
+ * the encoder over n windows (window i: mel[i] of n_frames[i] frames from
+ * offset[i], results into states[i]), and the decoder over n rows. Rows of
+ * one decoder slot come in position order. */
+int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,
+                           const int *n_frames, const int *offset, int n, char *err, size_t errlen);
+int whisper_forward_decode(struct whisper_work *w, const struct whisper_row *rows, int n, char *err, size_t errlen);
+/* Room for n logits rows in s->logits. */
+int whisper_state_logits_reserve(struct whisper_state *s, int n, char *err, size_t errlen);
+
+/* Batched states (whisper_batch.c): run one pass through the batcher with
+ * whatever other states have pending, and wait for it. */
+int whisper_batcher_encode(struct whisper_batcher *b, struct whisper_state *s, const float *mel, int n_frames,
+                           int offset, char *err, size_t errlen);
+int whisper_batcher_decode(struct whisper_batcher *b, const struct whisper_row *rows, int n, char *err,
+                           size_t errlen);
+/* A state of b starts (+1) or ends (-1) a transcription: the batcher waits
+ * briefly for busy states' next requests before it runs a pass. */
+void whisper_batcher_busy(struct whisper_batcher *b, int delta);
 
 #endif

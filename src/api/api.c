@@ -14,6 +14,8 @@
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
 #include "src/api/realtime.h"
+#include "audio/whisper_batch.h"
+#include "src/stt/stt.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 
@@ -599,6 +601,11 @@ static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
     if (a->images) {
         struct vision_cache_stats vs = vision_cache_stats(api_images_cache(a->images));
         metrics_vision(a->metrics, &vs);
+    }
+    if (a->stt) {
+        struct whisper_batcher_stats ts;
+        stt_batch_stats(a->stt, &ts);
+        metrics_stt(a->metrics, &ts);
     }
     size_t len = 0;
     char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, &len);

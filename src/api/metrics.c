@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "vision/vision.h"
+#include "audio/whisper_batch.h"
 
 #define METRICS_MAX_SERIES 256
 
@@ -44,6 +45,8 @@ struct metrics {
     uint64_t prompt_tokens, completion_tokens;        /* {lock} */
     bool has_vision;                                  /* {lock} serve --mmproj */
     struct vision_cache_stats vision;                 /* {lock} last metrics_vision */
+    bool has_stt;                                     /* {lock} serve --stt-model */
+    struct whisper_batcher_stats stt;                 /* {lock} last metrics_stt */
 };
 
 static void metrics_hist_init(struct metrics_hist *h, const double *b, int n)
@@ -123,6 +126,14 @@ void metrics_vision(struct metrics *m, const struct vision_cache_stats *s)
     pthread_mutex_lock(&m->lock);
     m->has_vision = true;
     m->vision = *s;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_stt(struct metrics *m, const struct whisper_batcher_stats *s)
+{
+    pthread_mutex_lock(&m->lock);
+    m->has_stt = true;
+    m->stt = *s;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -217,6 +228,24 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
                   "Prompt tokens of finished requests.", (double)m->prompt_tokens);
     metrics_gauge(&b, "omniserve_generation_tokens_total", "counter",
                   "Generated tokens of finished requests.", (double)m->completion_tokens);
+    if (m->has_stt) {
+        const struct whisper_batcher_stats *t = &m->stt;
+        metrics_gauge(&b, "omniserve_stt_encoder_passes_total", "counter",
+                      "Whisper encoder passes (each runs the windows of every waiting request).",
+                      (double)t->enc_passes);
+        metrics_gauge(&b, "omniserve_stt_encoder_windows_total", "counter",
+                      "30 s windows the Whisper encoder ran.", (double)t->enc_windows);
+        metrics_gauge(&b, "omniserve_stt_decoder_passes_total", "counter",
+                      "Whisper decoder passes (each runs the steps of every waiting request).",
+                      (double)t->dec_passes);
+        metrics_gauge(&b, "omniserve_stt_decoder_requests_total", "counter",
+                      "Decoder steps of transcriptions merged into those passes.", (double)t->dec_requests);
+        metrics_gauge(&b, "omniserve_stt_decoder_rows_total", "counter",
+                      "Token rows the Whisper decoder ran.", (double)t->dec_rows);
+        metrics_gauge(&b, "omniserve_stt_decoder_batch_max", "gauge",
+                      "Most transcriptions any one decoder pass held.", t->max_dec_requests);
+        metrics_gauge(&b, "omniserve_stt_busy", "gauge", "Transcriptions being decoded now.", t->busy);
+    }
     if (m->has_vision) {
         const struct vision_cache_stats *v = &m->vision;
         metrics_gauge(&b, "omniserve_vision_cache_hits_total", "counter",

@@ -31,6 +31,10 @@ void metrics_tokens(struct metrics *m, long prompt_tokens, long completion_token
 struct vision_cache_stats;
 void metrics_vision(struct metrics *m, const struct vision_cache_stats *s);
 
+/* The speech model's batching counters (serve --stt-model) for the renders from now on. */
+struct whisper_batcher_stats;
+void metrics_stt(struct metrics *m, const struct whisper_batcher_stats *s);
+
 /* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
  * NULL when out of memory. es may be NULL (no engine yet). */
 char *metrics_render(struct metrics *m, const struct engine_stats *es, const char *version,

@@ -1,11 +1,13 @@
 /* stt.c - the speech-to-text service: shared models, a FIFO of jobs and N
- * worker threads that each own a whisper_state (encoder output, K/V caches)
- * and a compute pool, so N requests decode at once on one copy of the
- * weights. Also the VAD "speech only" helper the HTTP route uses. */
+ * worker threads ("lanes") that each own a whisper_state (encoder output,
+ * K/V caches). Every lane's forward passes go through one batcher, so N
+ * transcriptions share each encoder and decoder pass on one copy of the
+ * weights and one compute pool. Also the VAD "speech only" helper the HTTP
+ * route uses. */
 #include "src/stt/stt.h"
 
 #include "src/core/omni.h"
-#include "src/core/threadpool.h"
+#include "audio/whisper_batch.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -23,7 +25,6 @@ struct stt_worker {
     struct stt *svc;
     pthread_t thread;
     bool started;
-    struct tpool *tp;
     struct whisper_state *ws;
 };
 
@@ -31,6 +32,7 @@ struct stt {
     struct stt_params p;
     struct whisper_model *model;
     struct vad_model *vad;
+    struct whisper_batcher *batcher;
     struct stt_worker *workers;
     int n_workers;
     pthread_mutex_t lock;
@@ -42,7 +44,7 @@ struct stt {
 
 struct stt_params stt_default_params(void)
 {
-    return (struct stt_params){ .n_workers = 2, .max_queue = 64 };
+    return (struct stt_params){ .n_workers = 4, .max_queue = 64 };
 }
 
 static void *stt_worker_main(void *arg)
@@ -84,16 +86,15 @@ struct stt *stt_new(const struct stt_params *p, char *err, size_t errlen)
         s->p.n_workers = 1;
     if (s->p.max_queue < 0)
         s->p.max_queue = 0;
-    int threads = s->p.n_threads;
-    if (threads < 1) {
-        threads = omni_physical_cores() / s->p.n_workers;
-        threads = threads < 1 ? 1 : threads;
-    }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     if (!(s->model = whisper_model_load(p->model_path, err, errlen)))
         goto fail;
     if (p->vad_path && !(s->vad = vad_model_load(p->vad_path, err, errlen)))
+        goto fail;
+    struct whisper_batcher_params bp = whisper_batcher_default_params();
+    bp.n_threads = s->p.n_threads; /* < 1: every core */
+    if (!(s->batcher = whisper_batcher_new(s->model, &bp, err, errlen)))
         goto fail;
     if (!(s->workers = calloc((size_t)s->p.n_workers, sizeof *s->workers))) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "stt: out of memory");
@@ -103,8 +104,7 @@ struct stt *stt_new(const struct stt_params *p, char *err, size_t errlen)
         struct stt_worker *w = &s->workers[i];
         w->svc = s;
         s->n_workers++;
-        if (!(w->tp = tpool_new(threads, err, errlen)) ||
-            !(w->ws = whisper_state_new(s->model, w->tp, err, errlen)))
+        if (!(w->ws = whisper_state_new_batched(s->batcher, err, errlen)))
             goto fail;
         if (pthread_create(&w->thread, NULL, stt_worker_main, w) != 0) {
             omni_fail(err, errlen, OMNI_ERR_NOMEM, "stt: cannot start a worker thread");
@@ -131,7 +131,6 @@ void stt_free(struct stt *s)
         if (w->started)
             pthread_join(w->thread, NULL);
         whisper_state_free(w->ws);
-        tpool_free(w->tp);
     }
     /* Jobs nobody will run still own their data: let them clean up. */
     for (struct stt_job *j = s->head, *next; j; j = next) {
@@ -140,6 +139,7 @@ void stt_free(struct stt *s)
         free(j);
     }
     free(s->workers);
+    whisper_batcher_free(s->batcher);
     whisper_model_free(s->model);
     vad_model_free(s->vad);
     pthread_cond_destroy(&s->cond);
@@ -150,6 +150,11 @@ void stt_free(struct stt *s)
 const struct whisper_model *stt_model(const struct stt *s) { return s->model; }
 const struct vad_model *stt_vad(const struct stt *s) { return s->vad; }
 int stt_n_workers(const struct stt *s) { return s->n_workers; }
+
+void stt_batch_stats(struct stt *s, struct whisper_batcher_stats *out)
+{
+    whisper_batcher_stats(s->batcher, out);
+}
 
 int stt_submit(struct stt *s, stt_job_fn fn, void *user)
 {

@@ -1,11 +1,13 @@
 /* stt.h - the speech-to-text service behind the audio routes and realtime
- * sessions: one shared Whisper model (and optional Silero VAD model) and N
- * worker threads, each owning a whisper_state and its own compute pool. Jobs
- * run on whichever worker is free, so concurrent requests decode in parallel
- * instead of queueing behind one lock.
+ * sessions: one shared Whisper model (and optional Silero VAD model), one
+ * batcher with the compute pool, and N worker threads ("lanes"), each owning
+ * a whisper_state. Jobs run on whichever lane is free; the forward passes of
+ * all running jobs are batched together (audio/whisper_batch.h), so
+ * concurrent requests share every encoder and decoder pass instead of
+ * queueing behind one lock.
  *
  *   struct stt_params p = stt_default_params();
- *   p.model_path = "ggml-base.en.bin"; p.vad_path = "silero.bin"; p.n_workers = 2;
+ *   p.model_path = "ggml-base.en.bin"; p.vad_path = "silero.bin"; p.n_workers = 4;
  *   struct stt *s = stt_new(&p, err, sizeof err);
  *   stt_submit(s, my_job, my_data);     // my_job(ws, my_data) on a worker thread
  *   stt_free(s);
@@ -28,8 +30,8 @@ struct stt;
 struct stt_params {
     const char *model_path;  /* whisper.cpp ggml .bin; required */
     const char *vad_path;    /* Silero VAD ggml .bin; NULL: no VAD */
-    int n_workers;           /* parallel decoders (default 2) */
-    int n_threads;           /* compute threads per worker (default: cores / workers, >= 1) */
+    int n_workers;           /* transcriptions in flight at once, batched together (default 4) */
+    int n_threads;           /* compute threads of the shared pool (default: physical cores) */
     int max_queue;           /* waiting jobs before stt_submit refuses (default 64) */
 };
 struct stt_params stt_default_params(void);
@@ -42,6 +44,9 @@ void stt_free(struct stt *s);
 const struct whisper_model *stt_model(const struct stt *s);
 const struct vad_model *stt_vad(const struct stt *s);   /* NULL without one */
 int stt_n_workers(const struct stt *s);
+/* Counters of the shared passes (how many requests each one merged). */
+struct whisper_batcher_stats;
+void stt_batch_stats(struct stt *s, struct whisper_batcher_stats *out);
 
 typedef void (*stt_job_fn)(struct whisper_state *ws, void *user);
 /* Queue a job. OMNI_ERR_LIMIT when max_queue jobs wait already (the caller
