@@ -14,13 +14,20 @@
  * runs it) in 20 ms chunks paced by the wall clock (--speed times real
  * time), then 1.5 s of silence; for each turn it reports the time from the
  * speech_stopped event to the final transcript, and from the moment the
- * speech's end (the stopped event's audio time) was pushed to the final. */
+ * speech's end (the stopped event's audio time) was pushed to the final.
+ *
+ * --concurrency N measures batching instead: N greedy transcriptions of the
+ * file started together on N states of one batcher (as the server's speech
+ * lanes run them) against the baseline of the same N transcriptions one
+ * after another on one standalone state, same threads; it reports both wall
+ * times, their ratio, and how many requests the passes merged. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
 
 #include "audio/mel.h"
 #include "audio/whisper.h"
+#include "audio/whisper_batch.h"
 #include "media/audio.h"
 #include "src/core/cpu.h"
 #include "src/core/omni.h"
@@ -45,6 +52,7 @@ struct bstt_opts {
     bool json_only;
     const char *vad;  /* --stream: the Silero VAD model; measure streaming latency */
     double speed;     /* --stream: feed this many times faster than real time */
+    int concurrency;  /* --concurrency: batched transcriptions against serial ones */
 };
 
 static void bstt_usage(FILE *f)
@@ -61,7 +69,10 @@ static void bstt_usage(FILE *f)
             "  --json            print only {\"encoder_ms\":..,\"decoder_ms_per_token\":..,\"rtf\":..}\n"
             "  --stream VAD.bin  streaming latency instead: the file fed to an stt session with\n"
             "                    this Silero VAD model; per turn, speech end to final transcript\n"
-            "  --speed X         --stream: feed X times real time (default 1)\n",
+            "  --speed X         --stream: feed X times real time (default 1)\n"
+            "  --concurrency N   batching instead: N transcriptions at once through one batcher\n"
+            "                    against the same N one after another (the baseline);\n"
+            "                    prints {\"serial_s\":..,\"batched_s\":..,\"speedup\":..}\n",
             omni_physical_cores());
 }
 
@@ -110,6 +121,9 @@ static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
                 return 2;
         } else if (!strcmp(a, "--max-tokens")) {
             if (!bstt_int(a, v, 1, 400, &o->max_tokens))
+                return 2;
+        } else if (!strcmp(a, "--concurrency")) {
+            if (!bstt_int(a, v, 2, 64, &o->concurrency))
                 return 2;
         } else if (!strcmp(a, "--stream")) {
             o->vad = v;
@@ -375,6 +389,151 @@ done:
     return ret;
 }
 
+// ---- --concurrency: batched transcriptions against serial ones -------------------
+
+struct bstt_lane {
+    struct whisper_state *s;
+    const struct whisper_full_params *fp;
+    const float *pcm;
+    size_t n;
+    int rc;
+    char err[256];
+    char *text;      /* the transcript, to compare with the serial one */
+};
+
+static char *bstt_text(const struct whisper_state *s)
+{
+    size_t len = 1;
+    for (int i = 0; i < whisper_full_n_segments(s); i++)
+        len += strlen(whisper_full_get_segment(s, i)->text);
+    char *t = calloc(1, len);
+    for (int i = 0; t && i < whisper_full_n_segments(s); i++)
+        strcat(t, whisper_full_get_segment(s, i)->text);
+    return t;
+}
+
+static void *bstt_lane_main(void *arg)
+{
+    struct bstt_lane *l = arg;
+    l->rc = whisper_full(l->s, l->fp, l->pcm, (int64_t)l->n, l->err, sizeof l->err);
+    free(l->text);
+    l->text = l->rc < 0 ? NULL : bstt_text(l->s);
+    return NULL;
+}
+
+static int bstt_concurrent(const struct bstt_opts *o)
+{
+    const int n = o->concurrency;
+    char err[512];
+    struct whisper_model *m = NULL;
+    struct whisper_batcher *b = NULL;
+    struct tpool *tp = NULL;
+    struct whisper_state *solo = NULL;
+    struct bstt_lane lanes[64] = { 0 };
+    float *pcm = NULL;
+    size_t n_pcm = 0;
+    double *serial = calloc((size_t)o->reps, sizeof *serial), *batched = calloc((size_t)o->reps, sizeof *batched);
+    char *serial_text = NULL;
+    int ret = 1, identical = 0;
+
+    fprintf(stderr, "bench-stt: loading %s\n", o->model);
+    struct whisper_batcher_params bp = whisper_batcher_default_params();
+    bp.n_threads = o->n_threads;
+    struct media_audio_params ap = media_audio_default_params();
+    if (!serial || !batched || !(m = whisper_model_load(o->model, err, sizeof err)) ||
+        !(tp = tpool_new(o->n_threads, err, sizeof err)) || !(solo = whisper_state_new(m, tp, err, sizeof err)) ||
+        !(b = whisper_batcher_new(m, &bp, err, sizeof err)) ||
+        media_audio_decode_file(o->file, &ap, &pcm, &n_pcm, err, sizeof err) < 0)
+        goto fail;
+    struct whisper_full_params fp = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    fp.language = "en";
+    fp.no_timestamps = true;
+    fp.temperature_inc = 0;
+    fp.max_tokens = o->max_tokens;
+    for (int i = 0; i < n; i++) {
+        lanes[i] = (struct bstt_lane){ .s = whisper_state_new_batched(b, err, sizeof err), .fp = &fp, .pcm = pcm,
+                                       .n = n_pcm };
+        if (!lanes[i].s)
+            goto fail;
+    }
+    const double audio_s = (double)n_pcm / WHISPER_SAMPLE_RATE_HZ;
+    fprintf(stderr, "bench-stt: %d transcriptions of %.2f s of audio, %d threads: serial, then batched\n", n,
+            audio_s, o->n_threads);
+    for (int r = -1; r < o->reps; r++) {   /* r = -1: warm-up */
+        double t0 = omni_time_s();
+        for (int i = 0; i < n; i++)
+            if (whisper_full(solo, &fp, pcm, (int64_t)n_pcm, err, sizeof err) < 0)
+                goto fail;
+        const double t_serial = omni_time_s() - t0;
+        free(serial_text);
+        if (!(serial_text = bstt_text(solo)))
+            goto nomem;
+        pthread_t th[64];
+        int started = 0;
+        t0 = omni_time_s();
+        for (; started < n; started++)
+            if (pthread_create(&th[started], NULL, bstt_lane_main, &lanes[started]) != 0)
+                break;
+        for (int i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        const double t_batched = omni_time_s() - t0;
+        if (started < n) {
+            snprintf(err, sizeof err, "cannot start %d threads", n);
+            goto fail;
+        }
+        identical = 0;
+        for (int i = 0; i < n; i++) {
+            if (lanes[i].rc < 0) {
+                snprintf(err, sizeof err, "%s", lanes[i].err);
+                goto fail;
+            }
+            identical += lanes[i].text && !strcmp(lanes[i].text, serial_text);
+        }
+        if (r < 0)
+            continue;
+        serial[r] = t_serial;
+        batched[r] = t_batched;
+        fprintf(stderr, "bench-stt: rep %d/%d: serial %.3f s, batched %.3f s (%.2fx), %d/%d transcripts "
+                "identical\n", r + 1, o->reps, t_serial, t_batched, t_serial / t_batched, identical, n);
+    }
+    struct whisper_batcher_stats st;
+    whisper_batcher_stats(b, &st);
+    const double ts = bench_median(serial, o->reps), tb = bench_median(batched, o->reps);
+    const double per_pass = st.dec_passes ? (double)st.dec_requests / st.dec_passes : 0;
+    if (!o->json_only) {
+        printf("model    %s, %d threads, %d transcriptions of %.2f s\n", o->model, o->n_threads, n, audio_s);
+        printf("serial   %.3f s (baseline: one after another; median of %d)\n", ts, o->reps);
+        printf("batched  %.3f s (all at once through one batcher) = %.2fx the baseline's speed\n", tb, ts / tb);
+        printf("passes   %.2f requests per decoder pass (at most %d), %.2f windows per encoder pass\n", per_pass,
+               st.max_dec_requests, st.enc_passes ? (double)st.enc_windows / st.enc_passes : 0);
+    }
+    printf("{\"concurrency\":%d,\"serial_s\":%.4f,\"batched_s\":%.4f,\"speedup\":%.3f,"
+           "\"requests_per_decoder_pass\":%.2f,\"decoder_batch_max\":%d,\"identical\":%d,\"threads\":%d,"
+           "\"audio_s\":%.3f,\"reps\":%d}\n",
+           n, ts, tb, ts / tb, per_pass, st.max_dec_requests, identical, o->n_threads, audio_s, o->reps);
+    fflush(stdout);
+    ret = 0;
+    goto done;
+nomem:
+    snprintf(err, sizeof err, "out of memory");
+fail:
+    fprintf(stderr, "bench-stt: %s\n", err);
+done:
+    for (int i = 0; i < n; i++) {
+        whisper_state_free(lanes[i].s);
+        free(lanes[i].text);
+    }
+    whisper_batcher_free(b);
+    whisper_state_free(solo);
+    tpool_free(tp);
+    whisper_model_free(m);
+    free(pcm);
+    free(serial);
+    free(batched);
+    free(serial_text);
+    return ret;
+}
+
 int cli_bench_stt(int argc, char **argv)
 {
     struct bstt_opts o;
@@ -383,6 +542,8 @@ int cli_bench_stt(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (o.vad)
         return bstt_stream(&o);
+    if (o.concurrency)
+        return bstt_concurrent(&o);
 
     char err[512];
     struct whisper_model *m = NULL;

@@ -5,6 +5,7 @@
 // transcription protocol over WebSocket (`ws` package): a clip streamed in
 // real time gives speech_started/stopped, committed, deltas and a completed
 // transcript equal to the HTTP one, also for two sessions at once.
+// Concurrent requests must share (batched) encoder and decoder passes.
 // Skips without ../shared.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,7 +29,7 @@ before(async () => {
   if (skip) return;
   const stt = ['--stt-model', path.join(espeak, 'ggml-tiny-espeak-q8_0.bin'), '--stt-threads', '1'];
   [plain, vad] = await Promise.all([
-    startServer([...stt, '--stt-workers', '2'], { model: null }),
+    startServer([...stt, '--stt-workers', '4'], { model: null }),
     startServer([...stt, '--stt-workers', '2', '--vad-model', vadModel], { model: null }),
   ]);
   client = new OpenAI({ baseURL: `${plain.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -56,6 +57,13 @@ test('transcriptions: references on every clip with margin >= 0.25 (json, concur
     assert.equal(got[i].text, t.hf_text.trim(), t.wav);
     assert.equal(got[i].usage.type, 'duration');
   }
+  // the concurrent requests shared encoder and decoder passes
+  const metrics = await (await fetch(`${plain.url}/metrics`)).text();
+  const value = (name) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1]);
+  assert.ok(value('omniserve_stt_decoder_batch_max') >= 2, metrics);
+  assert.ok(value('omniserve_stt_decoder_passes_total') < value('omniserve_stt_decoder_requests_total'), metrics);
+  assert.ok(value('omniserve_stt_encoder_windows_total') >= cases.length, metrics);
+  assert.equal(value('omniserve_stt_busy'), 0);
 });
 
 test('transcriptions: text, srt, vtt, verbose_json with words', { skip }, async () => {
