@@ -82,6 +82,15 @@ print(json.dumps({"bench": "stt", "shape": shape, "type": qtype, "baseline": "av
                   "decoder_ratio": round(base["decoder_ms_per_token"] / best["decoder_ms_per_token"], 3),
                   "rtf_ratio": round(base["rtf"] / best["rtf"], 3)}))
 PY
+    # batching: 4 transcriptions through one batcher against the same 4 serially
+    echo "bench: $shape $type speech, 4 batched transcriptions against 4 serial ones" >&2
+    conc=$("$OMNI" bench-stt -m "$model" --file "$STT_AUDIO" -t "$THREADS" --reps "$REPS" --concurrency 4 \
+        --max-tokens 64 --json)
+    echo "$conc"
+    "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[3]); print(json.dumps({"bench": "stt-batch",
+        "shape": sys.argv[1], "type": sys.argv[2], "baseline": "serial", "concurrency": r["concurrency"],
+        "speedup": r["speedup"], "requests_per_decoder_pass": r["requests_per_decoder_pass"]}))' \
+        "$shape" "$type" "$conc"
 done
 
 # Vision: `omniserve bench-vision` on smolvlm-256m (VISION_LM_TYPE) with its

@@ -256,6 +256,12 @@ PY
             --max-tokens 2 --json >"$f.bench" 2>&1 || { fail "$shape: bench-stt exited $?"; tail -n 5 "$f.bench"; }
         grep -q '"encoder_ms":[0-9].*"decoder_ms_per_token":[0-9].*"rtf":[0-9]' "$f.bench" \
             || fail "$shape $type: no bench-stt result: $(tail -n 2 "$f.bench")"
+        if [ "$shape" = whisper-tiny.en ]; then # batched against serial transcriptions
+            "$OMNI" bench-stt -m "$f" --file ../shared/audio/turn-on-the-kitchen-lights.wav -t 1 --reps 1 \
+                --max-tokens 2 --concurrency 2 --json >"$f.bench" 2>&1 || fail "$shape: bench-stt --concurrency"
+            grep -q '"concurrency":2,"serial_s":[0-9].*"speedup":[0-9].*"decoder_batch_max":[12],"identical":[0-2]' \
+                "$f.bench" || fail "$shape $type: no bench-stt --concurrency result: $(tail -n 2 "$f.bench")"
+        fi
     fi
     rm -f "$f" "$f.bench"
 done
