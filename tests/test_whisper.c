@@ -6,10 +6,13 @@
 
 #include "audio/mel.h"
 #include "audio/whisper.h"
+#include "audio/whisper_batch.h"
 #include "media/audio.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
+#include <cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #define GOLDEN_VOCAB 512
@@ -221,26 +224,64 @@ TEST(whisper_languages_and_tokens)
     CHECK(whisper_lang_str(100) == NULL);
 }
 
-// ---- the trained espeak model (../shared) -------------------------------------
+// ---- the trained espeak model (../shared) -----------------------------------------
 
-#include <cJSON.h>
+/* The model and its parsed reference.json, or NULL (both) when absent. */
+static struct whisper_model *espeak_load(cJSON **ref)
+{
+    char err[512];
+    char *json = test_read_file(test_shared("models/whisper-tiny-espeak/reference.json"), NULL);
+    struct whisper_model *m = json ? whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
+                                                        err, sizeof err) : NULL;
+    *ref = m ? cJSON_Parse(json) : NULL;
+    free(json);
+    if (m && !*ref) {
+        whisper_model_free(m);
+        m = NULL;
+    }
+    return m;
+}
 
-/* Greedy with the prompt [<|startoftranscript|>, <|notimestamps|>], no
- * suppression or fallback, at most 60 tokens: transformers' tokens on every
- * clip whose margin is >= 0.25 (every fourth clip here; the CLI test
- * tests/tools/test_whisper_espeak.sh takes all 30 and the WER). */
+/* How the references were made: greedy, forced [sot, notimestamps], no
+ * suppression, no fallback, at most 60 tokens. */
+static struct whisper_full_params espeak_params(void)
+{
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    p.no_timestamps = true;
+    p.temperature_inc = 0;
+    p.suppress_blank = p.suppress_special = false;
+    p.max_tokens = 60;
+    return p;
+}
+
+/* Clip t of the reference through whisper_full on s. */
+static int espeak_transcribe(struct whisper_state *s, const cJSON *t, char *err, size_t errlen)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/whisper-tiny-espeak/test/%s", cJSON_GetObjectItem(t, "wav")->valuestring);
+    const struct whisper_full_params p = espeak_params();
+    float *pcm;
+    size_t n;
+    int rc = media_audio_decode_file(test_shared(rel), NULL, &pcm, &n, err, errlen);
+    if (rc == OMNI_OK)
+        rc = whisper_full(s, &p, pcm, (int64_t)n, err, errlen);
+    free(pcm);
+    return rc;
+}
+
+static bool espeak_clear(const cJSON *t) { return cJSON_GetObjectItem(t, "hf_min_top2_margin")->valuedouble >= 0.25; }
+
+/* transformers' tokens on every clip whose margin is >= 0.25 (every fourth
+ * clip here; the CLI test tests/tools/test_whisper_espeak.sh takes all 30
+ * and the WER). */
 TEST(whisper_espeak_matches_transformers)
 {
     SKIP_IF_NO_SHARED();
     char err[512];
-    char *json = test_read_file(test_shared("models/whisper-tiny-espeak/reference.json"), NULL);
-    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
-                                                 err, sizeof err);
-    if (!json || !m) {
-        free(json);
-        whisper_model_free(m);
+    cJSON *ref;
+    struct whisper_model *m = espeak_load(&ref);
+    if (!m)
         SKIP("whisper-tiny-espeak not present");
-    }
     CHECK(!whisper_is_multilingual(m));
     CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_SOT), 50257);
     CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_NOT), 50362);
@@ -253,36 +294,24 @@ TEST(whisper_espeak_matches_transformers)
     CHECK_EQ(ids[0], 810);
     CHECK_EQ(ids[1], 318);
 
-    cJSON *ref = cJSON_Parse(json);
     cJSON *tests = cJSON_GetObjectItem(ref, "tests");
     struct tpool *tp = tpool_new(2, err, sizeof err);
     struct whisper_state *s = whisper_state_new(m, tp, err, sizeof err);
-    CHECK(ref && cJSON_IsArray(tests) && tp && s);
-    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
-    p.no_timestamps = true;
-    p.temperature_inc = 0;
-    p.suppress_blank = p.suppress_special = false;
-    p.max_tokens = 60;
+    CHECK(cJSON_IsArray(tests) && tp && s);
     int checked = 0;
     for (int i = 0; i < cJSON_GetArraySize(tests); i += 4) {
         const cJSON *t = cJSON_GetArrayItem(tests, i);
-        if (cJSON_GetObjectItem(t, "hf_min_top2_margin")->valuedouble < 0.25)
+        if (!espeak_clear(t))
             continue;
-        char rel[256];
-        snprintf(rel, sizeof rel, "models/whisper-tiny-espeak/test/%s", cJSON_GetObjectItem(t, "wav")->valuestring);
-        float *pcm;
-        size_t n;
-        CHECK_MSG(media_audio_decode_file(test_shared(rel), NULL, &pcm, &n, err, sizeof err) == OMNI_OK, "%s", err);
-        const int rc = whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err);
-        free(pcm);
-        CHECK_MSG(rc == OMNI_OK, "%s", err);
+        const char *wav = cJSON_GetObjectItem(t, "wav")->valuestring;
+        CHECK_MSG(espeak_transcribe(s, t, err, sizeof err) == OMNI_OK, "%s: %s", wav, err);
         CHECK_EQ(whisper_full_n_segments(s), 1);
         const struct whisper_segment *g = whisper_full_get_segment(s, 0);
         const cJSON *want = cJSON_GetObjectItem(t, "hf_tokens");
         const int n_want = cJSON_GetArraySize(want) - 1; /* without the final <|endoftext|> */
-        CHECK_MSG(g->n_tokens == n_want, "%s: %d tokens, want %d (\"%s\")", rel, g->n_tokens, n_want, g->text);
+        CHECK_MSG(g->n_tokens == n_want, "%s: %d tokens, want %d (\"%s\")", wav, g->n_tokens, n_want, g->text);
         for (int k = 0; k < n_want; k++)
-            CHECK_MSG(g->tokens[k].id == cJSON_GetArrayItem(want, k)->valueint, "%s: token %d", rel, k);
+            CHECK_MSG(g->tokens[k].id == cJSON_GetArrayItem(want, k)->valueint, "%s: token %d", wav, k);
         CHECK_STR_EQ(g->text, cJSON_GetObjectItem(t, "hf_text")->valuestring);
         checked++;
     }
@@ -291,12 +320,85 @@ TEST(whisper_espeak_matches_transformers)
     whisper_state_free(s);
     tpool_free(tp);
     whisper_model_free(m);
-    free(json);
+}
+
+// ---- transcriptions sharing batched passes ------------------------------------------
+
+struct clip_job {
+    struct whisper_state *s;
+    const cJSON *tests;
+    int lane, n_lanes, checked, rc;
+    char err[512];
+};
+
+static void *clip_thread(void *arg)
+{
+    struct clip_job *j = arg;
+    for (int i = j->lane; i < cJSON_GetArraySize(j->tests); i += j->n_lanes) {
+        const cJSON *t = cJSON_GetArrayItem(j->tests, i);
+        if (!espeak_clear(t))
+            continue;
+        if ((j->rc = espeak_transcribe(j->s, t, j->err, sizeof j->err)) < 0)
+            return NULL;
+        const char *want = cJSON_GetObjectItem(t, "hf_text")->valuestring;
+        const char *got = whisper_full_n_segments(j->s) == 1 ? whisper_full_get_segment(j->s, 0)->text : "";
+        if (strcmp(got, want)) {
+            snprintf(j->err, sizeof j->err, "%s: \"%s\", want \"%s\"", cJSON_GetObjectItem(t, "wav")->valuestring,
+                     got, want);
+            j->rc = OMNI_ERR_ARG;
+            return NULL;
+        }
+        j->checked++;
+    }
+    return NULL;
+}
+
+/* Four lanes through one batcher: every clear clip still equals its reference. */
+TEST(whisper_batch_espeak_transcripts)
+{
+    SKIP_IF_NO_SHARED();
+    char err[512];
+    cJSON *ref;
+    struct whisper_model *m = espeak_load(&ref);
+    if (!m)
+        SKIP("whisper-tiny-espeak not present");
+    struct whisper_batcher_params bp = whisper_batcher_default_params();
+    bp.n_threads = 2;
+    struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    enum { LANES = 4 };
+    struct clip_job jobs[LANES];
+    pthread_t th[LANES];
+    for (int i = 0; i < LANES; i++) {
+        jobs[i] = (struct clip_job){ .s = whisper_state_new_batched(b, err, sizeof err),
+                                     .tests = cJSON_GetObjectItem(ref, "tests"), .lane = i, .n_lanes = LANES };
+        CHECK(jobs[i].s);
+    }
+    for (int i = 0; i < LANES; i++)
+        CHECK(pthread_create(&th[i], NULL, clip_thread, &jobs[i]) == 0);
+    int checked = 0;
+    for (int i = 0; i < LANES; i++) {
+        pthread_join(th[i], NULL);
+        checked += jobs[i].checked;
+    }
+    for (int i = 0; i < LANES; i++)
+        CHECK_MSG(jobs[i].rc == OMNI_OK, "lane %d: %s", i, jobs[i].err);
+    struct whisper_batcher_stats st;
+    whisper_batcher_stats(b, &st);
+    fprintf(stderr, "[%d clips; %llu decoder steps in %llu passes, at most %d together; %llu windows in %llu "
+            "encoder passes] ", checked, (unsigned long long)st.dec_requests, (unsigned long long)st.dec_passes,
+            st.max_dec_requests, (unsigned long long)st.enc_windows, (unsigned long long)st.enc_passes);
+    CHECK(checked >= 20);
+    CHECK(st.max_dec_requests >= 2);
+    CHECK(st.dec_passes < st.dec_requests);
+    for (int i = 0; i < LANES; i++)
+        whisper_state_free(jobs[i].s);
+    whisper_batcher_free(b);
+    cJSON_Delete(ref);
+    whisper_model_free(m);
 }
 
 // ---- one model, several sessions -------------------------------------------
-
-#include <pthread.h>
 
 struct session_job {
     const struct whisper_model *m;

@@ -1,17 +1,14 @@
 /* test_whisper_batch.c - many whisper states through one batcher: passes
  * really merge (the batcher's counters), every state gets what a standalone
- * state computes (golden random model), and the trained espeak model's
- * transcripts stay equal to the references when several transcriptions share
- * the passes (../shared). */
+ * state computes (golden random model). The trained model through a batcher:
+ * whisper_batch_espeak_transcripts in test_whisper.c. */
 #include "test.h"
 
 #include "audio/whisper.h"
 #include "audio/whisper_batch.h"
 #include "audio/whisper_impl.h" /* whisper_batcher_busy: hold the passes open */
-#include "media/audio.h"
 #include "src/core/omni.h"
 
-#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -150,97 +147,4 @@ TEST(whisper_batch_rejects_bad_params)
     whisper_state_free(s);
     whisper_batcher_free(b);
     whisper_model_free(m);
-}
-
-// ---- trained model, transcriptions sharing passes ---------------------------------
-
-struct clip_job {
-    struct whisper_state *s;
-    const cJSON *tests;
-    int lane, n_lanes, checked, rc;
-    char err[512];
-};
-
-static void *clip_thread(void *arg)
-{
-    struct clip_job *j = arg;
-    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
-    p.no_timestamps = true; /* as the references were made */
-    p.temperature_inc = 0;
-    p.suppress_blank = p.suppress_special = false;
-    p.max_tokens = 60;
-    for (int i = j->lane; i < cJSON_GetArraySize(j->tests); i += j->n_lanes) {
-        const cJSON *t = cJSON_GetArrayItem(j->tests, i);
-        if (cJSON_GetObjectItem(t, "hf_min_top2_margin")->valuedouble < 0.25)
-            continue;
-        char rel[256];
-        snprintf(rel, sizeof rel, "models/whisper-tiny-espeak/test/%s", cJSON_GetObjectItem(t, "wav")->valuestring);
-        float *pcm;
-        size_t n;
-        if ((j->rc = media_audio_decode_file(test_shared(rel), NULL, &pcm, &n, j->err, sizeof j->err)) < 0)
-            return NULL;
-        j->rc = whisper_full(j->s, &p, pcm, (int64_t)n, j->err, sizeof j->err);
-        free(pcm);
-        if (j->rc < 0)
-            return NULL;
-        const char *want = cJSON_GetObjectItem(t, "hf_text")->valuestring;
-        const char *got = whisper_full_n_segments(j->s) == 1 ? whisper_full_get_segment(j->s, 0)->text : "";
-        if (strcmp(got, want)) {
-            snprintf(j->err, sizeof j->err, "%s: \"%s\", want \"%s\"", rel, got, want);
-            j->rc = OMNI_ERR_ARG;
-            return NULL;
-        }
-        j->checked++;
-    }
-    return NULL;
-}
-
-TEST(whisper_batch_espeak_transcripts)
-{
-    SKIP_IF_NO_SHARED();
-    char err[512];
-    char *json = test_read_file(test_shared("models/whisper-tiny-espeak/reference.json"), NULL);
-    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
-                                                 err, sizeof err);
-    if (!json || !m) {
-        free(json);
-        whisper_model_free(m);
-        SKIP("whisper-tiny-espeak not present");
-    }
-    cJSON *ref = cJSON_Parse(json);
-    struct whisper_batcher_params bp = whisper_batcher_default_params();
-    bp.n_threads = 2;
-    struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
-    CHECK_MSG(ref && b, "%s", err);
-    enum { LANES = 4 };
-    struct clip_job jobs[LANES];
-    pthread_t th[LANES];
-    for (int i = 0; i < LANES; i++) {
-        jobs[i] = (struct clip_job){ .s = whisper_state_new_batched(b, err, sizeof err),
-                                     .tests = cJSON_GetObjectItem(ref, "tests"), .lane = i, .n_lanes = LANES };
-        CHECK(jobs[i].s);
-    }
-    for (int i = 0; i < LANES; i++)
-        CHECK(pthread_create(&th[i], NULL, clip_thread, &jobs[i]) == 0);
-    int checked = 0;
-    for (int i = 0; i < LANES; i++) {
-        pthread_join(th[i], NULL);
-        checked += jobs[i].checked;
-    }
-    for (int i = 0; i < LANES; i++)
-        CHECK_MSG(jobs[i].rc == OMNI_OK, "lane %d: %s", i, jobs[i].err);
-    struct whisper_batcher_stats st;
-    whisper_batcher_stats(b, &st);
-    fprintf(stderr, "[%d clips; %llu decoder steps in %llu passes, at most %d together; %llu windows in %llu "
-            "encoder passes] ", checked, (unsigned long long)st.dec_requests, (unsigned long long)st.dec_passes,
-            st.max_dec_requests, (unsigned long long)st.enc_windows, (unsigned long long)st.enc_passes);
-    CHECK(checked >= 20);
-    CHECK(st.max_dec_requests >= 2);
-    CHECK(st.dec_passes < st.dec_requests);
-    for (int i = 0; i < LANES; i++)
-        whisper_state_free(jobs[i].s);
-    whisper_batcher_free(b);
-    cJSON_Delete(ref);
-    whisper_model_free(m);
-    free(json);
 }
