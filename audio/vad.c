@@ -819,6 +819,21 @@ int vad_stream_in_speech(const struct vad_stream *s)
     return s->in_speech;
 }
 
+int vad_stream_pending_end(const struct vad_stream *s, int64_t *end)
+{
+    int64_t e;
+    if (!s->in_speech)
+        return 0;
+    if (s->raw.in_speech && s->raw.temp_end)
+        e = s->raw.temp_end;        /* below the threshold: the raw segment would end here */
+    else if (!s->raw.in_speech && s->has_group && s->group_started)
+        e = s->group_end;           /* closed; only merging speech could extend it */
+    else
+        return 0;
+    *end = e + s->cfg.pad;
+    return 1;
+}
+
 void vad_stream_free(struct vad_stream *s)
 {
     if (!s)

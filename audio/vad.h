@@ -107,6 +107,10 @@ int vad_stream_next_event(struct vad_stream *s, struct vad_event *ev);
 uint64_t vad_stream_n_windows(const struct vad_stream *s);
 /* 1 between a START and its STOP. */
 int vad_stream_in_speech(const struct vad_stream *s);
+/* 1 when the speech has paused long enough to end at *end (the STOP's
+ * padded sample) unless more speech follows: the STOP itself comes about
+ * 200 ms later, once nothing can merge with it. 0 while speech goes on. */
+int vad_stream_pending_end(const struct vad_stream *s, int64_t *end);
 void vad_stream_free(struct vad_stream *s);
 
 #endif

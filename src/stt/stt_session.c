@@ -7,11 +7,14 @@
  * being spoken (partial, over everything heard so far), then re-queues itself
  * while work remains, so sessions take turns on the workers.
  *
- * Latency: a queued final aborts the partial in flight (its audio is stale);
- * no partial is asked for while the VAD hears silence (the turn may be
- * ending); every decode caps its tokens by the audio's length, and only a
- * final may spend one sampled fallback pass, when the greedy pass left room
- * in SS_FALLBACK_BUDGET_MS (see docs/audio.md). */
+ * Latency: as soon as the VAD sees the speech pause long enough to end, the
+ * turn's final is decoded early ("early final"), on exactly the audio the
+ * final will have if no more speech comes; the STOP about 200 ms later then
+ * finds its transcript ready. Speech that resumes cancels it. A queued final
+ * aborts the partial in flight (its audio is stale); no partial is asked for
+ * while the VAD hears silence; every decode caps its tokens by the audio's
+ * length, and only a final may spend one sampled fallback pass, when the
+ * greedy pass left room in SS_FALLBACK_BUDGET_MS (see docs/audio.md). */
 #include "src/stt/stt_session.h"
 
 #include "media/audio.h"
@@ -40,9 +43,19 @@
 
 struct ss_final {                 /* a committed turn waiting for its decode */
     int item;
+    int64_t from, to;             /* its audio, absolute samples */
     float *pcm;
     size_t n;
     struct ss_final *next;
+};
+
+/* The early final of the turn being spoken: asked for by the owner, decoded
+ * by a job, used by the final whose item and audio match. */
+struct ss_early {
+    int item;
+    int64_t from, to;             /* 0, 0: none asked for */
+    bool wanted;                  /* asked for, not started */
+    char *text;                   /* decoded (NULL: not yet) */
 };
 
 struct stt_session {
@@ -67,6 +80,9 @@ struct stt_session {
     int64_t audio_start;          /* {lock} */
     struct ss_final *finals, *finals_tail; /* {lock} */
     atomic_int n_finals;          /* length of finals, read by the abort callback */
+    struct ss_early early;        /* {lock} */
+    atomic_int early_gen;         /* bumped when the early final is cancelled or replaced */
+    int n_early_used;             /* {lock} finals that took the early final's transcript */
     bool partial_wanted;          /* {lock} */
     int partial_item;             /* {lock} */
     int64_t partial_from;         /* {lock} */
@@ -117,6 +133,7 @@ static void ss_unref(struct stt_session *ss)
     vad_stream_free(ss->vs);
     pthread_mutex_destroy(&ss->lock);
     free(ss->audio);
+    free(ss->early.text);
     free(ss->language);
     free(ss->prompt);
     free(ss->hyp);
@@ -153,18 +170,35 @@ char *stt_session_agree(const char *prev, const char *cur, char **emitted)
 
 // ---- decoding jobs (stt workers) ------------------------------------------------------
 
+enum ss_kind { SS_PARTIAL, SS_EARLY, SS_FINAL };
+
 /* What the abort callback of a running decode sees. */
 struct ss_run {
     struct stt_session *ss;
-    bool partial;
+    enum ss_kind kind;
+    int early_gen;                /* SS_EARLY: the early final it decodes */
 };
 
-/* Stop on close, and stop a partial as soon as a final waits: the final is
- * what the client is waiting for and the partial's audio is stale. */
+/* Stop on close; stop a partial as soon as a final or an early final waits
+ * (its audio is stale, and that is what the client waits for); stop an early
+ * final that was cancelled. */
 static bool ss_abort(void *user)
 {
     const struct ss_run *run = user;
-    return atomic_load(&run->ss->closed) || (run->partial && atomic_load(&run->ss->n_finals) > 0);
+    struct stt_session *ss = run->ss;
+    if (atomic_load(&ss->closed))
+        return true;
+    if (run->kind == SS_PARTIAL)
+        return atomic_load(&ss->n_finals) > 0 || atomic_load(&ss->early_gen) != run->early_gen;
+    return run->kind == SS_EARLY && atomic_load(&ss->early_gen) != run->early_gen;
+}
+
+/* Forget the early final ({lock}); a running one aborts. */
+static void ss_early_cancel_locked(struct stt_session *ss)
+{
+    free(ss->early.text);
+    ss->early = (struct ss_early){ 0 };
+    atomic_fetch_add(&ss->early_gen, 1);
 }
 
 static int ss_max_tokens(size_t n_samples)
@@ -200,7 +234,7 @@ static int ss_decode(struct whisper_state *ws, struct ss_run *run, const char *l
     wp.temperature_inc = 0;
     double t0 = omni_time_s();
     int rc = whisper_full(ws, &wp, pcm, (int64_t)n, err, errlen);
-    if (rc < 0 || run->partial || !ss_wants_fallback(ws, &wp) ||
+    if (rc < 0 || run->kind == SS_PARTIAL || !ss_wants_fallback(ws, &wp) ||
         (omni_time_s() - t0) * 1e3 * 2 > SS_FALLBACK_BUDGET_MS)
         return rc;
     wp.temperature = 0.2f;
@@ -210,7 +244,7 @@ static int ss_decode(struct whisper_state *ws, struct ss_run *run, const char *l
 static void ss_kick_locked(struct stt_session *ss, bool *submit)
 {
     *submit = false;
-    if (ss->running || atomic_load(&ss->closed) || (!ss->finals && !ss->partial_wanted))
+    if (ss->running || atomic_load(&ss->closed) || (!ss->finals && !ss->partial_wanted && !ss->early.wanted))
         return;
     ss->running = true;
     ss->refs++;
@@ -232,6 +266,7 @@ static void ss_kick(struct stt_session *ss)
     pthread_mutex_lock(&ss->lock);
     ss->running = false;
     ss->partial_wanted = false;
+    ss->early.wanted = false;
     struct ss_final *f = ss->finals;
     ss->finals = ss->finals_tail = NULL;
     atomic_store(&ss->n_finals, 0);
@@ -255,6 +290,8 @@ static void ss_job(struct whisper_state *ws, void *user)
     float *pcm = NULL;
     size_t n = 0;
     int item = 0;
+    char *text = NULL;   /* a final's transcript, when the early final has it */
+    struct ss_run run = { ss, SS_PARTIAL, atomic_load(&ss->early_gen) };
     if (ws && !atomic_load(&ss->closed)) {
         if ((f = ss->finals)) {
             ss->finals = f->next;
@@ -264,6 +301,22 @@ static void ss_job(struct whisper_state *ws, void *user)
             pcm = f->pcm;
             n = f->n;
             item = f->item;
+            run.kind = SS_FINAL;
+            if (ss->early.text && ss->early.item == f->item && ss->early.from == f->from && ss->early.to == f->to) {
+                text = ss->early.text;  /* decoded already, on this very audio */
+                ss->early.text = NULL;
+                ss->n_early_used++;
+            }
+            if (ss->early.item <= f->item)
+                ss_early_cancel_locked(ss);
+        } else if (ss->early.wanted) {
+            ss->early.wanted = false;
+            size_t skip = (size_t)(ss->early.from - ss->audio_start);
+            n = (size_t)(ss->early.to - ss->early.from);
+            if (ss->early.from >= ss->audio_start && skip + n <= ss->audio_len && (pcm = malloc(n * sizeof *pcm)))
+                memcpy(pcm, ss->audio + skip, n * sizeof *pcm);
+            item = ss->early.item;
+            run.kind = SS_EARLY;
         } else if (ss->partial_wanted) {
             ss->partial_wanted = false;
             int64_t from = ss->partial_from > ss->audio_start ? ss->partial_from : ss->audio_start;
@@ -278,32 +331,37 @@ static void ss_job(struct whisper_state *ws, void *user)
     char *prompt = ss->prompt ? strdup(ss->prompt) : NULL;
     pthread_mutex_unlock(&ss->lock);
 
-    if (pcm) {
-        struct ss_run run = { ss, f == NULL };
+    if (pcm && !text) {
         char err[256];
-        char *text = NULL;
         if (ss_decode(ws, &run, language, prompt, pcm, n, err, sizeof err) == 0)
             text = stt_full_text(ws);
-        else if (!ss_abort(&run))
+        else if (!ss_abort(&run) && run.kind != SS_EARLY) /* a failed early final: the final retries */
             ss_emit(ss, STT_EV_ERROR, item, 0, err, NULL);
-        if (text && f) {
-            ss_emit(ss, STT_EV_FINAL, item, 0, text, NULL);
-        } else if (text) {
-            if (ss->hyp_item != item) {
-                free(ss->hyp);
-                free(ss->emitted);
-                ss->hyp = ss->emitted = NULL;
-                ss->hyp_item = item;
-            }
-            char *delta = stt_session_agree(ss->hyp, text, &ss->emitted);
-            ss_emit(ss, STT_EV_PARTIAL, item, 0, text, delta ? delta : "");
-            free(delta);
-            free(ss->hyp);
-            ss->hyp = text;
+    }
+    if (text && run.kind == SS_FINAL) {
+        ss_emit(ss, STT_EV_FINAL, item, 0, text, NULL);
+    } else if (text && run.kind == SS_EARLY) {
+        pthread_mutex_lock(&ss->lock);
+        if (atomic_load(&ss->early_gen) == run.early_gen) { /* still the turn's likely end */
+            ss->early.text = text;
             text = NULL;
         }
-        free(text);
+        pthread_mutex_unlock(&ss->lock);
+    } else if (text) {
+        if (ss->hyp_item != item) {
+            free(ss->hyp);
+            free(ss->emitted);
+            ss->hyp = ss->emitted = NULL;
+            ss->hyp_item = item;
+        }
+        char *delta = stt_session_agree(ss->hyp, text, &ss->emitted);
+        ss_emit(ss, STT_EV_PARTIAL, item, 0, text, delta ? delta : "");
+        free(delta);
+        free(ss->hyp);
+        ss->hyp = text;
+        text = NULL;
     }
+    free(text);
     free(language);
     free(prompt);
     if (f) {
@@ -318,6 +376,14 @@ static void ss_job(struct whisper_state *ws, void *user)
     if (ws)
         ss_kick(ss);
     ss_unref(ss);
+}
+
+int stt_session_early_finals(struct stt_session *ss)
+{
+    pthread_mutex_lock(&ss->lock);
+    int n = ss->n_early_used;
+    pthread_mutex_unlock(&ss->lock);
+    return n;
 }
 
 // ---- the owner's side --------------------------------------------------------------
@@ -427,6 +493,8 @@ static int ss_queue_final(struct stt_session *ss, int item, int64_t from, int64_
         memcpy(f->pcm, ss->audio + (from - ss->audio_start), n * sizeof *f->pcm);
         f->n = n;
         f->item = item;
+        f->from = from;
+        f->to = to;
         if (ss->finals_tail)
             ss->finals_tail->next = f;
         else
@@ -480,6 +548,27 @@ static void ss_on_vad_event(struct stt_session *ss, const struct vad_event *ev)
     }
 }
 
+/* Ask for the turn's early final once the VAD knows where the turn would
+ * end; cancel it when speech resumes (or the end moves). */
+static void ss_early_update(struct stt_session *ss)
+{
+    int64_t end = 0;
+    bool pending = ss->in_speech && vad_stream_pending_end(ss->vs, &end);
+    end += ss->vad_base;
+    if (end > ss->pos)
+        end = ss->pos;   /* as ss_on_vad_event clamps the STOP */
+    pthread_mutex_lock(&ss->lock);
+    const bool same = ss->early.to && ss->early.item == ss->item && ss->early.from == ss->seg_start &&
+                      ss->early.to == end;
+    if (pending && !same && ss->seg_start >= ss->audio_start) {
+        ss_early_cancel_locked(ss);
+        ss->early = (struct ss_early){ .item = ss->item, .from = ss->seg_start, .to = end, .wanted = true };
+    } else if (!pending && ss->in_speech && ss->early.to && ss->early.item == ss->item) {
+        ss_early_cancel_locked(ss); /* the speaker went on */
+    }
+    pthread_mutex_unlock(&ss->lock);
+}
+
 int stt_session_push(struct stt_session *ss, const void *pcm16, size_t len, char *err,
                      size_t errlen)
 {
@@ -522,6 +611,7 @@ int stt_session_push(struct stt_session *ss, const void *pcm16, size_t len, char
         struct vad_event ev;
         while (vad_stream_next_event(ss->vs, &ev))
             ss_on_vad_event(ss, &ev);
+        ss_early_update(ss);
         /* No partial while the VAD hears silence: the turn may be ending, and
          * a partial would hold the worker when its final arrives. */
         if (ss->in_speech && !ss->vad_quiet && ss->p.partial_ms > 0 &&
@@ -548,6 +638,9 @@ int stt_session_commit(struct stt_session *ss, char *err, size_t errlen)
                              "no speech in the buffer to commit (server VAD commits turns itself)");
         from = ss->seg_start;
         ss->in_speech = false;
+        pthread_mutex_lock(&ss->lock);
+        ss_early_cancel_locked(ss); /* this turn ends now, not where the VAD would end it */
+        pthread_mutex_unlock(&ss->lock);
         ss_emit(ss, STT_EV_SPEECH_STOPPED, ss->item, ss->pos, NULL, NULL);
         /* The VAD must not close this turn again later. */
         vad_stream_reset(ss->vs);
@@ -582,6 +675,7 @@ void stt_session_clear(struct stt_session *ss)
     ss->audio_len = 0;
     ss->audio_start = ss->pos;
     ss->partial_wanted = false;
+    ss_early_cancel_locked(ss);
     pthread_mutex_unlock(&ss->lock);
     ss->in_speech = false;
     if (ss->vs) {
