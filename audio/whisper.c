@@ -535,6 +535,7 @@ struct whisper_model *whisper_model_load(const char *path, char *err, size_t err
     if (rd(&r, m->filters, filt_bytes, "mel filters") < 0 || read_vocab(m, &r) < 0 || read_tensors(m, &r) < 0)
         goto fail;
     fclose(r.f);
+    m->cross_f16 = m->dec[0].cross_k.type != GGML_TYPE_F32;
     return m;
 fail:
     if (r.f)
@@ -628,8 +629,8 @@ struct whisper_state *whisper_state_alloc(const struct whisper_model *m, char *e
         goto nomem;
     s->m = m;
     if (!(s->enc_out = malloc(nc * d * sizeof(float))) ||
-        !(s->cross_k = malloc(hp->n_text_layer * nc * d * sizeof(float))) ||
-        !(s->cross_v = malloc(hp->n_text_layer * nc * d * sizeof(float))) ||
+        !(s->cross_k = malloc(hp->n_text_layer * nc * d * (m->cross_f16 ? 2 : sizeof(float)))) ||
+        !(s->cross_v = malloc(hp->n_text_layer * nc * d * (m->cross_f16 ? 2 : sizeof(float)))) ||
         !(s->d_slot = malloc(nt * sizeof(int))) || !(s->d_pos = malloc(nt * sizeof(int))))
         goto nomem;
     return s;

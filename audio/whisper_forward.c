@@ -13,6 +13,9 @@
 #include "src/core/threadpool.h"
 
 #include <math.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,6 +237,43 @@ static inline void axpy_head(float *restrict o, float p, const float *restrict v
         o[c] += p * v[c];
 }
 
+/* The same over keys or values stored as f16 (cross-attention K/V of
+ * non-F32 models), converted as they are read: 8 at a time with F16C
+ * (gcc does not vectorize _Float16 -> float conversions by itself). */
+static inline float dot_head_f16(const float *restrict q, const _Float16 *restrict k, int dh)
+{
+    int c = 0;
+    float sum = 0.0f;
+#if defined(__F16C__) && defined(__FMA__)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; c + 16 <= dh; c += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8),
+                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c + 8))), acc1);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
+    for (int l = 0; l < 8; l++)
+        sum += lanes[l];
+#endif
+    for (; c < dh; c++)
+        sum += q[c] * (float)k[c];
+    return sum;
+}
+
+static inline void axpy_head_f16(float *restrict o, float p, const _Float16 *restrict v, int dh)
+{
+    int c = 0;
+#if defined(__F16C__) && defined(__FMA__)
+    const __m256 pv = _mm256_set1_ps(p);
+    for (; c + 8 <= dh; c += 8)
+        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(pv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + c))),
+                                                _mm256_loadu_ps(o + c)));
+#endif
+    for (; c < dh; c++)
+        o[c] += p * (float)v[c];
+}
+
 static void dec_attn_worker(void *arg, int ith, int nth)
 {
     const struct dec_attn_job *j = arg;
@@ -247,19 +287,16 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         const int t = it / n_head, h = it % n_head;
         const struct whisper_row *r = &j->rows[t];
         const int n_keys = j->causal ? r->pos + 1 : nc;
-        const float *K, *V;
-        if (j->causal) {
-            const size_t layer_off = (size_t)j->layer * hp->n_text_ctx * d;
-            K = r->s->self_k[r->slot] + layer_off;
-            V = r->s->self_v[r->slot] + layer_off;
-        } else {
-            K = r->s->cross_k + (size_t)j->layer * nc * d;
-            V = r->s->cross_v + (size_t)j->layer * nc * d;
-        }
+        const bool f16 = !j->causal && j->w->m->cross_f16;
+        const size_t at = (size_t)j->layer * (j->causal ? hp->n_text_ctx : nc) * d + h * dh;
+        const float *K = j->causal ? r->s->self_k[r->slot] + at : f16 ? NULL : (const float *)r->s->cross_k + at;
+        const float *V = j->causal ? r->s->self_v[r->slot] + at : f16 ? NULL : (const float *)r->s->cross_v + at;
+        const _Float16 *K16 = f16 ? (const _Float16 *)r->s->cross_k + at : NULL;
+        const _Float16 *V16 = f16 ? (const _Float16 *)r->s->cross_v + at : NULL;
         const float *q = j->q + (size_t)t * d + h * dh;
         float mx = -INFINITY;
         for (int i = 0; i < n_keys; i++) {
-            sc[i] = dot_head(q, K + (size_t)i * d + h * dh, dh) * scale;
+            sc[i] = (f16 ? dot_head_f16(q, K16 + (size_t)i * d, dh) : dot_head(q, K + (size_t)i * d, dh)) * scale;
             mx = sc[i] > mx ? sc[i] : mx;
         }
         float sum = 0.0f;
@@ -268,8 +305,12 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         const float inv = 1.0f / sum;
         float *o = j->out + (size_t)t * d + h * dh;
         memset(o, 0, dh * sizeof(float));
-        for (int i = 0; i < n_keys; i++)
-            axpy_head(o, sc[i] * inv, V + (size_t)i * d + h * dh, dh);
+        for (int i = 0; i < n_keys; i++) {
+            if (f16)
+                axpy_head_f16(o, sc[i] * inv, V16 + (size_t)i * d, dh);
+            else
+                axpy_head(o, sc[i] * inv, V + (size_t)i * d, dh);
+        }
     }
 }
 
@@ -398,6 +439,23 @@ static void im2col_worker(void *arg, int ith, int nth)
     }
 }
 
+/* n floats into dst's elements at..at+n-1, in the model's cross K/V type. */
+static void store_cross(const struct whisper_model *m, void *dst, size_t at, const float *src, size_t n)
+{
+    if (!m->cross_f16) {
+        memcpy((float *)dst + at, src, n * sizeof(float));
+        return;
+    }
+    _Float16 *h = (_Float16 *)dst + at;
+    size_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++)
+        h[i] = (_Float16)src[i];
+}
+
 int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,
                            const int *n_frames, const int *offset, int n, char *err, size_t errlen)
 {
@@ -457,8 +515,8 @@ int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *
         linear(w, &L->cross_k, NULL, w->e_h, rows, w->e_k);
         linear(w, &L->cross_v, L->cross_v_b, w->e_h, rows, w->e_v);
         for (int i = 0; i < n; i++) {
-            memcpy(states[i]->cross_k + l * win, w->e_k + i * win, win * sizeof(float));
-            memcpy(states[i]->cross_v + l * win, w->e_v + i * win, win * sizeof(float));
+            store_cross(m, states[i]->cross_k, l * win, w->e_k + i * win, win);
+            store_cross(m, states[i]->cross_v, l * win, w->e_v + i * win, win);
         }
     }
     return OMNI_OK;

@@ -742,6 +742,10 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     for (int seek = 0; seek < content_frames;) {
         const int segment_size = content_frames - seek < WHISPER_CHUNK_FRAMES ? content_frames - seek
                                                                                : WHISPER_CHUNK_FRAMES;
+        if (aborted(&c)) { /* before the encoder pass, which cannot stop midway */
+            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "whisper: aborted");
+            goto out;
+        }
         if (encoded != seek && (rc = whisper_encode(s, mel.data, mel.n_frames, seek, err, errlen)) < 0)
             goto out;
         encoded = seek;

@@ -60,6 +60,9 @@ struct whisper_model {
     const float *dec_pos;                   /* (n_text_ctx, n_state) */
     struct whisper_dec_layer *dec;          /* n_text_layer */
     const float *dec_ln_w, *dec_ln_b;
+    /* Cross-attention K/V kept in f16 (as whisper.cpp does) unless the model
+     * is f32: half the memory per state and per decoder step. */
+    bool cross_f16;
 };
 
 /* Scratch memory of forward passes and the pool they run on: a standalone
@@ -92,7 +95,7 @@ struct whisper_state {
 
     /* encoder output of the window last encoded */
     float *enc_out;                         /* [n_audio_ctx][n_audio_state] */
-    float *cross_k, *cross_v;               /* [n_text_layer][n_audio_ctx][n_state] */
+    void *cross_k, *cross_v;                /* [n_text_layer][n_audio_ctx][n_state], f32 or f16 */
 
     /* decoder */
     float *self_k[WHISPER_MAX_DECODERS], *self_v[WHISPER_MAX_DECODERS]; /* [layer][n_text_ctx][n_state] */

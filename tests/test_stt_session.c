@@ -105,6 +105,17 @@ static bool wait_freed(struct collect *c)
     return false;
 }
 
+/* Until the session has no decode queued or running (60 s at most). */
+static bool wait_idle(struct stt_session *ss)
+{
+    for (int i = 0; i < 60000; i++) {
+        if (stt_session_idle(ss))
+            return true;
+        usleep(1000);
+    }
+    return false;
+}
+
 static struct stt *open_stt(int workers)
 {
     char err[512];
@@ -200,9 +211,11 @@ TEST(stt_session_stream_equals_one_shot)
     stt_free(svc);
 }
 
-/* Audio pushed at real-time pace: the final's transcript is decoded while the
- * VAD waits to be sure the speech stopped (an early final), and it is what
- * a one-shot decode of the turn gives. */
+/* Audio pushed 20 ms at a time, each push once the session is idle (as if
+ * decoding were instant, so the test does not depend on the machine's
+ * speed): the final's transcript is decoded while the VAD waits to be sure
+ * the speech stopped (an early final), and it is what a one-shot decode of
+ * the turn gives. */
 TEST(stt_session_early_final)
 {
     SKIP_IF_NO_SHARED();
@@ -228,11 +241,11 @@ TEST(stt_session_early_final)
     static const short silence[CHUNK];
     for (size_t off = 0; off < n; off += CHUNK) {
         CHECK(stt_session_push(ss, s16 + off, (n - off < CHUNK ? n - off : CHUNK) * 2, err, sizeof err) == 0);
-        usleep(20000);
+        CHECK(wait_idle(ss));
     }
     for (int i = 0; i < 75 && c.n_finals == 0; i++) { /* up to 1.5 s of silence */
         CHECK(stt_session_push(ss, silence, sizeof silence, err, sizeof err) == 0);
-        usleep(20000);
+        CHECK(wait_idle(ss));
     }
     CHECK_MSG(wait_finals(&c, 1), "no final transcript (events %s)", c.log);
     CHECK_EQ(stt_session_early_finals(ss), 1);

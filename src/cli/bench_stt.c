@@ -15,6 +15,8 @@
  * time), then 1.5 s of silence; for each turn it reports the time from the
  * speech_stopped event to the final transcript, and from the moment the
  * speech's end (the stopped event's audio time) was pushed to the final.
+ * With --concurrency N, N sessions (one lane each, one batcher) hear the file
+ * at the same times: every turn ends together, the worst case.
  *
  * --concurrency N measures batching instead: N greedy transcriptions of the
  * file started together on N states of one batcher (as the server's speech
@@ -72,7 +74,8 @@ static void bstt_usage(FILE *f)
             "  --speed X         --stream: feed X times real time (default 1)\n"
             "  --concurrency N   batching instead: N transcriptions at once through one batcher\n"
             "                    against the same N one after another (the baseline);\n"
-            "                    prints {\"serial_s\":..,\"batched_s\":..,\"speedup\":..}\n",
+            "                    prints {\"serial_s\":..,\"batched_s\":..,\"speedup\":..};\n"
+            "                    with --stream: N sessions speaking at the same times\n",
             omni_physical_cores());
 }
 
@@ -123,7 +126,7 @@ static int bstt_parse(int argc, char **argv, struct bstt_opts *o)
             if (!bstt_int(a, v, 1, 400, &o->max_tokens))
                 return 2;
         } else if (!strcmp(a, "--concurrency")) {
-            if (!bstt_int(a, v, 2, 64, &o->concurrency))
+            if (!bstt_int(a, v, 1, 64, &o->concurrency))
                 return 2;
         } else if (!strcmp(a, "--stream")) {
             o->vad = v;
@@ -296,24 +299,52 @@ static double bstt_max(const double *v, int n)
     return m;
 }
 
-/* The file --reps times into one session, 1.5 s of silence after each. */
+/* One streaming session and the thread that feeds it. */
+struct bstt_feeder {
+    struct stt_session *ss;
+    struct bstt_rec *r;
+    const struct bstt_opts *o;
+    const float *pcm;
+    size_t n_pcm;
+    int rc;
+    char err[256];
+};
+
+/* The file --reps times into the session, 1.5 s of silence after each. */
+static void *bstt_feeder_main(void *arg)
+{
+    struct bstt_feeder *f = arg;
+    int64_t pushed = 0;
+    for (int rep = 0; rep < f->o->reps && f->rc == 0; rep++)
+        if (bstt_feed(f->ss, f->r, f->pcm, f->n_pcm, &pushed, f->err, sizeof f->err) < 0 ||
+            bstt_feed(f->ss, f->r, NULL, WHISPER_SAMPLE_RATE_HZ * 3 / 2, &pushed, f->err, sizeof f->err) < 0)
+            f->rc = -1;
+    return NULL;
+}
+
+/* --stream: --concurrency sessions (default 1) speaking at the same times,
+ * one lane each, all through one batcher. */
 static int bstt_stream(const struct bstt_opts *o)
 {
+    const int n_sess = o->concurrency > 0 ? o->concurrency : 1;
     char err[512];
     struct stt *svc = NULL;
-    struct stt_session *ss = NULL;
     float *pcm = NULL;
     size_t n_pcm = 0;
-    int ret = 1;
-    static struct bstt_rec r;
-    pthread_mutex_init(&r.lock, NULL);
-    pthread_cond_init(&r.cond, NULL);
-    r.speed = o->speed;
-
+    int ret = 1, started = 0;
+    struct bstt_rec *recs = calloc((size_t)n_sess, sizeof *recs);
+    struct bstt_feeder *feeders = calloc((size_t)n_sess, sizeof *feeders);
+    pthread_t *th = calloc((size_t)n_sess, sizeof *th);
+    double *from_stop = calloc((size_t)n_sess * BSTT_MAX_TURNS, sizeof *from_stop);
+    double *from_end = calloc((size_t)n_sess * BSTT_MAX_TURNS, sizeof *from_end);
+    if (!recs || !feeders || !th || !from_stop || !from_end) {
+        fprintf(stderr, "bench-stt: out of memory\n");
+        goto done;
+    }
     struct stt_params sp = stt_default_params();
     sp.model_path = o->model;
     sp.vad_path = o->vad;
-    sp.n_workers = 1;
+    sp.n_workers = n_sess;
     sp.n_threads = o->n_threads;
     struct media_audio_params ap = media_audio_default_params();
     if (!(svc = stt_new(&sp, err, sizeof err)) ||
@@ -321,71 +352,94 @@ static int bstt_stream(const struct bstt_opts *o)
         fprintf(stderr, "bench-stt: %s\n", err);
         goto done;
     }
-    struct stt_session_params p = stt_session_default_params();
-    p.input_rate_hz = WHISPER_SAMPLE_RATE_HZ;
-    p.language = "en";
-    p.on_event = bstt_on_event;
-    p.on_free = bstt_on_free;
-    p.user = &r;
-    if (!(ss = stt_session_new(svc, &p, err, sizeof err))) {
-        fprintf(stderr, "bench-stt: %s\n", err);
-        goto done;
-    }
-    fprintf(stderr, "bench-stt: streaming %s %d times at %.1fx real time, %d threads\n", o->file,
-            o->reps, o->speed, o->n_threads);
-    int64_t pushed = 0;
-    r.t0 = omni_time_s();
-    for (int rep = 0; rep < o->reps; rep++)
-        if (bstt_feed(ss, &r, pcm, n_pcm, &pushed, err, sizeof err) < 0 ||
-            bstt_feed(ss, &r, NULL, WHISPER_SAMPLE_RATE_HZ * 3 / 2, &pushed, err, sizeof err) < 0) {
+    for (int i = 0; i < n_sess; i++) {
+        struct bstt_rec *r = &recs[i];
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
+        r->speed = o->speed;
+        struct stt_session_params p = stt_session_default_params();
+        p.input_rate_hz = WHISPER_SAMPLE_RATE_HZ;
+        p.language = "en";
+        p.on_event = bstt_on_event;
+        p.on_free = bstt_on_free;
+        p.user = r;
+        feeders[i] = (struct bstt_feeder){ .r = r, .o = o, .pcm = pcm, .n_pcm = n_pcm };
+        if (!(feeders[i].ss = stt_session_new(svc, &p, err, sizeof err))) {
             fprintf(stderr, "bench-stt: %s\n", err);
             goto done;
         }
-    pthread_mutex_lock(&r.lock);
-    double deadline = omni_time_s() + 120;
-    while (r.n_final < r.n_stopped && omni_time_s() < deadline) {
-        pthread_mutex_unlock(&r.lock);
-        bstt_sleep_until(omni_time_s() + 0.01);
-        pthread_mutex_lock(&r.lock);
     }
-    int n = r.n_stopped < BSTT_MAX_TURNS ? r.n_stopped : BSTT_MAX_TURNS;
-    double from_stop[BSTT_MAX_TURNS], from_end[BSTT_MAX_TURNS];
-    int n_ok = 0;
-    for (int i = 0; i < n; i++)
-        if (r.final_s[i] > 0 && r.stopped_s[i] > 0) {
-            from_stop[n_ok] = (r.final_s[i] - r.stopped_s[i]) * 1e3;
-            from_end[n_ok++] = (r.final_s[i] - r.speech_end_s[i]) * 1e3;
+    fprintf(stderr, "bench-stt: streaming %s %d times at %.1fx real time into %d session(s), %d threads\n",
+            o->file, o->reps, o->speed, n_sess, o->n_threads);
+    const double t0 = omni_time_s();
+    for (int i = 0; i < n_sess; i++)
+        recs[i].t0 = t0;
+    for (; started < n_sess; started++)
+        if (pthread_create(&th[started], NULL, bstt_feeder_main, &feeders[started]) != 0)
+            break;
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < n_sess; i++)
+        if (i >= started || feeders[i].rc < 0) {
+            fprintf(stderr, "bench-stt: session %d: %s\n", i, i < started ? feeders[i].err : "no thread");
+            goto done;
         }
-    pthread_mutex_unlock(&r.lock);
+    int n_ok = 0, n_stopped = 0;
+    const double deadline = omni_time_s() + 120;
+    for (int i = 0; i < n_sess; i++) {
+        struct bstt_rec *r = &recs[i];
+        pthread_mutex_lock(&r->lock);
+        while (r->n_final < r->n_stopped && omni_time_s() < deadline) {
+            pthread_mutex_unlock(&r->lock);
+            bstt_sleep_until(omni_time_s() + 0.01);
+            pthread_mutex_lock(&r->lock);
+        }
+        const int n = r->n_stopped < BSTT_MAX_TURNS ? r->n_stopped : BSTT_MAX_TURNS;
+        n_stopped += n;
+        for (int k = 0; k < n; k++)
+            if (r->final_s[k] > 0 && r->stopped_s[k] > 0) {
+                from_stop[n_ok] = (r->final_s[k] - r->stopped_s[k]) * 1e3;
+                from_end[n_ok++] = (r->final_s[k] - r->speech_end_s[k]) * 1e3;
+            }
+        pthread_mutex_unlock(&r->lock);
+    }
     if (!n_ok) {
-        fprintf(stderr, "bench-stt: no turn got a final transcript (%d stopped)\n", n);
+        fprintf(stderr, "bench-stt: no turn got a final transcript (%d stopped)\n", n_stopped);
         goto done;
     }
     double max_stop = bstt_max(from_stop, n_ok), max_end = bstt_max(from_end, n_ok);
     double med_stop = bench_median(from_stop, n_ok), med_end = bench_median(from_end, n_ok);
     if (!o->json_only) {
-        printf("model    %s, %d threads, %.1fx real time\n", o->model, o->n_threads, o->speed);
-        printf("final    %.0f ms after speech_stopped (median of %d turns; max %.0f)\n",
-               med_stop, n_ok, max_stop);
-        printf("final    %.0f ms after the speech's end was pushed (median; max %.0f)\n", med_end,
-               max_end);
+        printf("model    %s, %d threads, %.1fx real time, %d session(s)\n", o->model, o->n_threads, o->speed,
+               n_sess);
+        printf("final    %.0f ms after speech_stopped (median of %d turns; max %.0f)\n", med_stop, n_ok,
+               max_stop);
+        printf("final    %.0f ms after the speech's end was pushed (median; max %.0f)\n", med_end, max_end);
     }
     printf("{\"final_after_stopped_ms\":%.1f,\"final_after_stopped_max_ms\":%.1f,"
            "\"final_after_speech_end_ms\":%.1f,\"final_after_speech_end_max_ms\":%.1f,"
-           "\"turns\":%d,\"threads\":%d,\"speed\":%.2f}\n",
-           med_stop, max_stop, med_end, max_end, n_ok, o->n_threads, o->speed);
+           "\"turns\":%d,\"sessions\":%d,\"threads\":%d,\"speed\":%.2f}\n",
+           med_stop, max_stop, med_end, max_end, n_ok, n_sess, o->n_threads, o->speed);
     fflush(stdout);
     ret = 0;
 done:
-    if (ss) {
-        stt_session_close(ss);
-        pthread_mutex_lock(&r.lock);
-        while (!r.freed)
-            pthread_cond_wait(&r.cond, &r.lock);
-        pthread_mutex_unlock(&r.lock);
+    for (int i = 0; feeders && i < n_sess; i++) {
+        if (!feeders[i].ss)
+            continue;
+        struct bstt_rec *r = &recs[i];
+        stt_session_close(feeders[i].ss);
+        pthread_mutex_lock(&r->lock);
+        while (!r->freed)
+            pthread_cond_wait(&r->cond, &r->lock);
+        pthread_mutex_unlock(&r->lock);
     }
     stt_free(svc);
     free(pcm);
+    free(recs);
+    free(feeders);
+    free(th);
+    free(from_stop);
+    free(from_end);
     return ret;
 }
 

@@ -10,6 +10,7 @@
 #include "audio/whisper_batch.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ struct stt {
     pthread_cond_t cond;
     struct stt_job *head, *tail;   /* {lock} */
     int n_queued;                  /* {lock} */
+    atomic_int urgent;             /* sessions with a final waiting to be decoded */
     bool stopping;                 /* {lock} */
 };
 
@@ -150,6 +152,9 @@ void stt_free(struct stt *s)
 const struct whisper_model *stt_model(const struct stt *s) { return s->model; }
 const struct vad_model *stt_vad(const struct stt *s) { return s->vad; }
 int stt_n_workers(const struct stt *s) { return s->n_workers; }
+
+void stt_urgent_add(struct stt *s, int delta) { atomic_fetch_add(&s->urgent, delta); }
+int stt_urgent(struct stt *s) { return atomic_load(&s->urgent); }
 
 void stt_batch_stats(struct stt *s, struct whisper_batcher_stats *out)
 {

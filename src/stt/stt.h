@@ -44,6 +44,10 @@ void stt_free(struct stt *s);
 const struct whisper_model *stt_model(const struct stt *s);
 const struct vad_model *stt_vad(const struct stt *s);   /* NULL without one */
 int stt_n_workers(const struct stt *s);
+/* Sessions with a final transcript waiting to be decoded: partial decodes
+ * (of any session) give way while there are any (stt_session.c keeps it). */
+void stt_urgent_add(struct stt *s, int delta);
+int stt_urgent(struct stt *s);
 /* Counters of the shared passes (how many requests each one merged). */
 struct whisper_batcher_stats;
 void stt_batch_stats(struct stt *s, struct whisper_batcher_stats *out);

@@ -83,6 +83,8 @@ struct stt_session {
     struct ss_early early;        /* {lock} */
     atomic_int early_gen;         /* bumped when the early final is cancelled or replaced */
     int n_early_used;             /* {lock} finals that took the early final's transcript */
+    bool urgent;                  /* {lock} counted in stt_urgent: a final or early final waits or runs */
+    bool running_urgent;          /* {lock} the running job decodes a final or an early final */
     bool partial_wanted;          /* {lock} */
     int partial_item;             /* {lock} */
     int64_t partial_from;         /* {lock} */
@@ -122,6 +124,8 @@ static void ss_unref(struct stt_session *ss)
     pthread_mutex_unlock(&ss->lock);
     if (!last)
         return;
+    if (ss->urgent)
+        stt_urgent_add(ss->svc, -1);
     if (ss->p.on_free)
         ss->p.on_free(ss->p.user);
     for (struct ss_final *f = ss->finals, *next; f; f = next) {
@@ -188,9 +192,19 @@ static bool ss_abort(void *user)
     struct stt_session *ss = run->ss;
     if (atomic_load(&ss->closed))
         return true;
-    if (run->kind == SS_PARTIAL)
-        return atomic_load(&ss->n_finals) > 0 || atomic_load(&ss->early_gen) != run->early_gen;
+    if (run->kind == SS_PARTIAL) /* a final waits here or in another session */
+        return atomic_load(&ss->n_finals) > 0 || atomic_load(&ss->early_gen) != run->early_gen ||
+               stt_urgent(ss->svc) > 0;
     return run->kind == SS_EARLY && atomic_load(&ss->early_gen) != run->early_gen;
+}
+
+/* Keep the service's count of sessions with a final waiting ({lock}). */
+static void ss_urgent_sync_locked(struct stt_session *ss)
+{
+    const bool now = ss->finals || ss->early.wanted || ss->running_urgent;
+    if (now != ss->urgent)
+        stt_urgent_add(ss->svc, now ? +1 : -1);
+    ss->urgent = now;
 }
 
 /* Forget the early final ({lock}); a running one aborts. */
@@ -199,6 +213,7 @@ static void ss_early_cancel_locked(struct stt_session *ss)
     free(ss->early.text);
     ss->early = (struct ss_early){ 0 };
     atomic_fetch_add(&ss->early_gen, 1);
+    ss_urgent_sync_locked(ss);
 }
 
 static int ss_max_tokens(size_t n_samples)
@@ -270,6 +285,7 @@ static void ss_kick(struct stt_session *ss)
     struct ss_final *f = ss->finals;
     ss->finals = ss->finals_tail = NULL;
     atomic_store(&ss->n_finals, 0);
+    ss_urgent_sync_locked(ss);
     pthread_mutex_unlock(&ss->lock);
     for (struct ss_final *next; f; f = next) {
         next = f->next;
@@ -327,9 +343,15 @@ static void ss_job(struct whisper_state *ws, void *user)
             item = ss->partial_item;
         }
     }
+    ss->running_urgent = run.kind != SS_PARTIAL && (pcm || text);
+    ss_urgent_sync_locked(ss);
     char *language = ss->language ? strdup(ss->language) : NULL;
     char *prompt = ss->prompt ? strdup(ss->prompt) : NULL;
     pthread_mutex_unlock(&ss->lock);
+    if (run.kind == SS_PARTIAL && stt_urgent(ss->svc) > 0) {
+        free(pcm); /* another session's final comes first; the next partial is asked for later */
+        pcm = NULL;
+    }
 
     if (pcm && !text) {
         char err[256];
@@ -372,10 +394,20 @@ static void ss_job(struct whisper_state *ws, void *user)
     }
     pthread_mutex_lock(&ss->lock);
     ss->running = false;
+    ss->running_urgent = false;
+    ss_urgent_sync_locked(ss);
     pthread_mutex_unlock(&ss->lock);
     if (ws)
         ss_kick(ss);
     ss_unref(ss);
+}
+
+bool stt_session_idle(struct stt_session *ss)
+{
+    pthread_mutex_lock(&ss->lock);
+    bool idle = !ss->running && !ss->finals && !ss->partial_wanted && !ss->early.wanted;
+    pthread_mutex_unlock(&ss->lock);
+    return idle;
 }
 
 int stt_session_early_finals(struct stt_session *ss)
@@ -504,6 +536,7 @@ static int ss_queue_final(struct stt_session *ss, int item, int64_t from, int64_
         f = NULL;
     }
     ss->partial_wanted = false;   /* the final supersedes any partial of this turn */
+    ss_urgent_sync_locked(ss);
     pthread_mutex_unlock(&ss->lock);
     bool failed = f != NULL && n > 0;
     free(f);
@@ -563,6 +596,7 @@ static void ss_early_update(struct stt_session *ss)
     if (pending && !same && ss->seg_start >= ss->audio_start) {
         ss_early_cancel_locked(ss);
         ss->early = (struct ss_early){ .item = ss->item, .from = ss->seg_start, .to = end, .wanted = true };
+        ss_urgent_sync_locked(ss);
     } else if (!pending && ss->in_speech && ss->early.to && ss->early.item == ss->item) {
         ss_early_cancel_locked(ss); /* the speaker went on */
     }

@@ -78,6 +78,8 @@ int stt_session_commit(struct stt_session *ss, char *err, size_t errlen);
 void stt_session_clear(struct stt_session *ss);
 /* Stop: no more events after the one in progress; on_free(user) follows. */
 void stt_session_close(struct stt_session *ss);
+/* No decode of this session queued or running (its events so far are out). */
+bool stt_session_idle(struct stt_session *ss);
 /* Finals so far whose transcript was ready when their turn ended (decoded
  * early, while the VAD waited to be sure the speech had stopped). */
 int stt_session_early_finals(struct stt_session *ss);
