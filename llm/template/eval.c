@@ -650,6 +650,8 @@ static int eval(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s
         if ((rc = eval(c, n->a, s, &a)) || (rc = eval_args(c, n, 0, s, &args)))
             return rc;
         c->pos = n->pos;
+        if (n->op < 0)
+            return tpl_error(c, OMNI_ERR_UNSUPPORTED, "no filter named '%s'", n->name);
         return tpl_filter_apply(c, n->op, a, &args, out);
     }
     case E_TEST: {

@@ -547,8 +547,6 @@ static int f_tojson(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *
     /* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
     const struct tpl_val *ascii = tpl_arg(a, 0, "ensure_ascii"), *ind = tpl_arg(a, 1, "indent"),
                          *seps = tpl_arg(a, 2, "separators"), *sort = tpl_arg(a, 3, "sort_keys");
-    if ((ascii && tpl_truthy(*ascii)) || (sort && tpl_truthy(*sort)))
-        return tpl_error(c, OMNI_ERR_UNSUPPORTED, "tojson: ensure_ascii and sort_keys are not supported");
     int64_t indent = -1;
     if (ind && ind->t != TV_NONE) {
         int rc = int_arg(c, ind, -1, &indent);
@@ -571,12 +569,25 @@ static int f_tojson(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *
         key_sep = ks;
     }
     struct tpl_sb b = { .max = c->lim.max_output_bytes };
-    int rc = tpl_write_json(c, &b, v, (int)indent, item_sep, key_sep, 0);
+    const struct tpl_json_fmt fmt = { (int)indent, item_sep, key_sep, ascii && tpl_truthy(*ascii),
+                                      sort && tpl_truthy(*sort) };
+    int rc = tpl_write_json(c, &b, v, &fmt, 0);
     if (rc) {
         tpl_sb_free(&b);
         return rc;
     }
     return tpl_str_sb(c, &b, out);
+}
+
+/* The inverse of tojson, as llama.cpp's and vLLM's template engines offer it
+ * (DeepSeek V3.2's template parses tool-call arguments with it). */
+static int f_from_json(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, struct tpl_val *out)
+{
+    (void)a;
+    if (v.t != TV_STR)
+        return tpl_error(c, OMNI_ERR_ARG, "from_json needs a string, not %s", tpl_type_name(v));
+    char *json = tpl_arena_strdup(&c->arena, v.s.p, v.s.n);
+    return json ? tpl_from_json(c, json, "from_json", out) : TPL_NOMEM(c);
 }
 
 static int f_replace(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, struct tpl_val *out)
@@ -1159,6 +1170,7 @@ static const struct {
 } filters[] = {
     { "abs", f_abs }, { "capitalize", f_capitalize }, { "count", f_length }, { "d", f_default },
     { "default", f_default }, { "dictsort", f_dictsort }, { "first", f_first }, { "float", f_float },
+    { "from_json", f_from_json },
     { "indent", f_indent }, { "int", f_int }, { "items", f_items }, { "join", f_join },
     { "last", f_last }, { "length", f_length }, { "list", f_list }, { "lower", f_lower },
     { "map", f_map }, { "max", f_max }, { "min", f_min }, { "reject", f_reject },

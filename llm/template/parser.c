@@ -347,8 +347,7 @@ static struct tpl_node *parse_filters(struct parser *p, struct tpl_node *n)
             struct tpl_node *f = node(p, E_FILTER, t->pos);
             if (!f || !(f->name = dotted_name(p)))
                 return NULL;
-            if ((f->op = tpl_filter_find(f->name)) < 0)
-                return fail_at(p, t->pos, "no filter named '%s'", f->name);
+            f->op = tpl_filter_find(f->name); /* unknown: an error when rendered (jinja2 defers it too) */
             f->a = n;
             if (is_op(p, "(") && !parse_call_args(p, f))
                 return NULL;

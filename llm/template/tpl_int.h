@@ -217,9 +217,15 @@ int tpl_compare(struct tpl_ctx *c, struct tpl_val a, struct tpl_val b, int *r);
 int tpl_write_str(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v);
 int tpl_write_repr(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v);
 int tpl_to_str(struct tpl_ctx *c, struct tpl_val v, struct tpl_val *out);
-/* json.dumps(v, ensure_ascii=False, indent, separators) - indent < 0: none. */
-int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, int indent,
-                   const char *item_sep, const char *key_sep, int level);
+/* json.dumps options: indent < 0 for none; separators; ensure_ascii escapes
+ * every non-ASCII character as \uXXXX (surrogate pairs above U+FFFF);
+ * sort_keys orders object keys (str with str, numbers with numbers). */
+struct tpl_json_fmt {
+    int indent;
+    const char *item_sep, *key_sep;
+    bool ensure_ascii, sort_keys;
+};
+int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, const struct tpl_json_fmt *f, int level);
 /* JSON text -> value (cJSON); error message names what is wrong. */
 int tpl_from_json(struct tpl_ctx *c, const char *json, const char *what, struct tpl_val *out);
 /* Iterate: list items, dict keys, string characters; undefined: empty. */

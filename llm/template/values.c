@@ -4,6 +4,7 @@
  * each byte for byte as Python prints it. JSON input goes through cJSON. */
 #define _GNU_SOURCE /* memmem */
 #include "llm/template/tpl_int.h"
+#include "llm/unicode.h"
 #include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
@@ -573,18 +574,21 @@ int tpl_to_str(struct tpl_ctx *c, struct tpl_val v, struct tpl_val *out)
     return tpl_str_sb(c, &b, out);
 }
 
-/* json.dumps string: ensure_ascii=False escapes only ", \ and controls. */
-static int write_json_str(struct tpl_ctx *c, struct tpl_sb *b, const char *p, size_t n)
+/* json.dumps string: ", \ and controls escaped; with ensure_ascii every
+ * non-ASCII character too (bytes that are not UTF-8 count as U+FFFD). */
+static int write_json_str(struct tpl_ctx *c, struct tpl_sb *b, const char *p, size_t n, bool ascii)
 {
     PUTS(c, b, "\"");
     size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char ch = (unsigned char)p[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\')
+        if (ch >= 0x20 && ch != '"' && ch != '\\' && (ch < 0x80 || !ascii)) {
+            i++;
             continue;
+        }
         PUT(c, b, p + run, i - run);
-        run = i + 1;
-        char esc[8];
+        char esc[16];
+        size_t len = 1;
         switch (ch) {
         case '"': strcpy(esc, "\\\""); break;
         case '\\': strcpy(esc, "\\\\"); break;
@@ -593,9 +597,26 @@ static int write_json_str(struct tpl_ctx *c, struct tpl_sb *b, const char *p, si
         case '\t': strcpy(esc, "\\t"); break;
         case '\b': strcpy(esc, "\\b"); break;
         case '\f': strcpy(esc, "\\f"); break;
-        default: snprintf(esc, sizeof esc, "\\u%04x", ch);
+        default:
+            if (ch < 0x80) {
+                snprintf(esc, sizeof esc, "\\u%04x", ch);
+            } else {
+                uint32_t cp;
+                int k = unicode_utf8_decode(p + i, n - i, &cp);
+                if (k <= 0)
+                    cp = 0xFFFD;
+                else
+                    len = (size_t)k;
+                if (cp > 0xFFFF)
+                    snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
+                             0xDC00 + ((cp - 0x10000) & 0x3FF));
+                else
+                    snprintf(esc, sizeof esc, "\\u%04x", cp);
+            }
         }
         PUTS(c, b, esc);
+        i += len;
+        run = i;
     }
     PUT(c, b, p + run, n - run);
     PUTS(c, b, "\"");
@@ -610,8 +631,33 @@ static int json_newline(struct tpl_ctx *c, struct tpl_sb *b, int indent, int lev
     return 0;
 }
 
-int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, int indent,
-                   const char *item_sep, const char *key_sep, int level)
+/* Key order of a dict for sort_keys (Python's sorted(): str with str,
+ * numbers with numbers; mixing them is a TypeError). */
+struct key_sort {
+    const struct tpl_val *keys;
+    bool mixed;
+};
+static _Thread_local struct key_sort *key_sort_now;
+
+static int key_cmp(const void *pa, const void *pb)
+{
+    const struct tpl_val *a = &key_sort_now->keys[*(const size_t *)pa], *b = &key_sort_now->keys[*(const size_t *)pb];
+    if ((a->t == TV_STR) != (b->t == TV_STR)) {
+        key_sort_now->mixed = true;
+        return 0;
+    }
+    if (a->t == TV_STR) {
+        int r = memcmp(a->s.p, b->s.p, a->s.n < b->s.n ? a->s.n : b->s.n);
+        return r ? r : (a->s.n > b->s.n) - (a->s.n < b->s.n);
+    }
+    const double x = a->t == TV_FLOAT ? a->f : a->t == TV_INT ? (double)a->i : a->t == TV_BOOL ? a->b : 0;
+    const double y = b->t == TV_FLOAT ? b->f : b->t == TV_INT ? (double)b->i : b->t == TV_BOOL ? b->b : 0;
+    if (a->t == TV_NONE || b->t == TV_NONE)
+        key_sort_now->mixed = true;
+    return (x > y) - (x < y);
+}
+
+int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, const struct tpl_json_fmt *f, int level)
 {
     char buf[64];
     int rc = 0;
@@ -626,7 +672,7 @@ int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, int in
         float_repr(v.f, buf, sizeof buf, true);
         PUTS(c, b, buf);
         return 0;
-    case TV_STR: return write_json_str(c, b, v.s.p, v.s.n);
+    case TV_STR: return write_json_str(c, b, v.s.p, v.s.n, f->ensure_ascii);
     case TV_LIST: case TV_DICT: {
         if (level >= c->lim.max_depth)
             return tpl_error(c, OMNI_ERR_LIMIT, "values nested deeper than %d", c->lim.max_depth);
@@ -637,33 +683,48 @@ int tpl_write_json(struct tpl_ctx *c, struct tpl_sb *b, struct tpl_val v, int in
             PUTS(c, b, list ? "]" : "}");
             return 0;
         }
-        for (size_t i = 0; i < n && !rc; i++) {
-            if (i)
-                PUTS(c, b, item_sep);
-            if (indent >= 0 && (rc = json_newline(c, b, indent, level + 1)))
+        size_t *order = NULL;
+        if (!list && f->sort_keys) {
+            if (!(order = tpl_arena_alloc(&c->arena, n * sizeof *order)))
+                return TPL_NOMEM(c);
+            for (size_t i = 0; i < n; i++)
+                order[i] = i;
+            struct key_sort ks = { v.d->k, false }, *saved = key_sort_now;
+            key_sort_now = &ks;
+            qsort(order, n, sizeof *order, key_cmp);
+            key_sort_now = saved;
+            if (ks.mixed)
+                return tpl_error(c, OMNI_ERR_ARG, "tojson: sort_keys cannot order keys of mixed types");
+        }
+        for (size_t j = 0; j < n && !rc; j++) {
+            const size_t i = order ? order[j] : j;
+            if (j)
+                PUTS(c, b, f->item_sep);
+            if (f->indent >= 0 && (rc = json_newline(c, b, f->indent, level + 1)))
                 return rc;
             if (!list) {
                 struct tpl_val k = v.d->k[i];
                 /* json.dumps turns int, float, bool and None keys into strings. */
                 if (k.t == TV_STR)
-                    rc = write_json_str(c, b, k.s.p, k.s.n);
+                    rc = write_json_str(c, b, k.s.p, k.s.n, f->ensure_ascii);
                 else if (k.t == TV_INT || k.t == TV_FLOAT || k.t == TV_BOOL || k.t == TV_NONE) {
                     struct tpl_sb kb = { .max = c->lim.max_output_bytes };
-                    if (!(rc = tpl_write_json(c, &kb, k, -1, ", ", ": ", level)))
-                        rc = write_json_str(c, b, kb.p, kb.n);
+                    const struct tpl_json_fmt plain = { -1, ", ", ": ", false, false };
+                    if (!(rc = tpl_write_json(c, &kb, k, &plain, level)))
+                        rc = write_json_str(c, b, kb.p, kb.n, false);
                     tpl_sb_free(&kb);
                 } else
                     return tpl_error(c, OMNI_ERR_ARG, "keys must be str, int, float, bool or None, not %s",
                                      tpl_type_name(k));
                 if (rc)
                     return rc;
-                PUTS(c, b, key_sep);
+                PUTS(c, b, f->key_sep);
             }
-            rc = tpl_write_json(c, b, list ? v.l->v[i] : v.d->v[i], indent, item_sep, key_sep, level + 1);
+            rc = tpl_write_json(c, b, list ? v.l->v[i] : v.d->v[i], f, level + 1);
         }
         if (rc)
             return rc;
-        if (indent >= 0 && (rc = json_newline(c, b, indent, level)))
+        if (f->indent >= 0 && (rc = json_newline(c, b, f->indent, level)))
             return rc;
         PUTS(c, b, list ? "]" : "}");
         return 0;
