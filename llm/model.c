@@ -16,6 +16,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,12 @@
 
 /* Positions of one (token, head) attention handled per softmax rescale. */
 #define ATTN_CHUNK 64
+/* Prefill attention in blocks: up to ATTN_QBLOCK consecutive tokens of one
+ * sequence against ATTN_KBLOCK keys at a time, as two GEMMs; runs shorter
+ * than ATTN_QBLOCK_MIN tokens (decode steps) go token by token. */
+#define ATTN_QBLOCK 32
+#define ATTN_QBLOCK_MIN 8
+#define ATTN_KBLOCK 128
 
 struct llm_layer {
     const float *attn_norm;         /* [n_embd] */
@@ -505,6 +512,16 @@ struct attn_scratch {
     float *score;      /* [n_rep][ATTN_CHUNK] scores, then softmax weights */
     float *acc;        /* [n_rep][head_dim] weighted sum of V */
     float *max, *sum;  /* [n_rep] running softmax max and denominator */
+    /* blocked prefill: R = ATTN_QBLOCK x n_rep query rows */
+    float *bq, *bacc;  /* [R][head_dim] scaled queries, weighted sums of V */
+    float *bs;         /* [R][ATTN_KBLOCK] scores, then softmax weights */
+    float *bk, *bv;    /* [ATTN_KBLOCK][head_dim] one chunk of K and V, contiguous */
+    float *bmax, *bsum; /* [R] */
+};
+
+/* ATTN_QBLOCK tokens or fewer of one sequence at consecutive positions. */
+struct attn_block {
+    int t0, n;
 };
 
 struct llm_ctx {
@@ -521,6 +538,8 @@ struct llm_ctx {
     float *gate, *up;  /* [max_tokens][n_ff] */
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim / 2] */
     int64_t *slot;     /* [max_tokens] K/V element offset of each token's slot */
+    int *attn_tok;     /* [max_tokens] tokens attended one by one */
+    struct attn_block *attn_blocks; /* [max_tokens / ATTN_QBLOCK_MIN + 1] */
     struct attn_scratch *scratch; /* [n_threads] */
     float *scratch_mem;
 };
@@ -555,12 +574,16 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
     ctx->rope_cos = malloc(T * hd / 2 * sizeof(float));
     ctx->rope_sin = malloc(T * hd / 2 * sizeof(float));
     ctx->slot = malloc(T * sizeof(int64_t));
+    ctx->attn_tok = malloc(T * sizeof(int));
+    ctx->attn_blocks = malloc((T / ATTN_QBLOCK_MIN + 1) * sizeof *ctx->attn_blocks);
     ctx->scratch = calloc((size_t)ctx->n_threads, sizeof *ctx->scratch);
-    const size_t per_thread = 2 * ATTN_CHUNK * hd + n_rep * ATTN_CHUNK + n_rep * hd + 2 * n_rep;
+    const size_t rows = ATTN_QBLOCK * n_rep;
+    const size_t per_thread = 2 * ATTN_CHUNK * hd + n_rep * ATTN_CHUNK + n_rep * hd + 2 * n_rep +
+                              2 * rows * hd + rows * ATTN_KBLOCK + 2 * ATTN_KBLOCK * hd + 2 * rows;
     ctx->scratch_mem = malloc((size_t)ctx->n_threads * per_thread * sizeof(float));
     if (!ctx->x || !ctx->xn || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->gate ||
-        !ctx->up || !ctx->rope_cos || !ctx->rope_sin || !ctx->slot || !ctx->scratch ||
-        !ctx->scratch_mem)
+        !ctx->up || !ctx->rope_cos || !ctx->rope_sin || !ctx->slot || !ctx->attn_tok ||
+        !ctx->attn_blocks || !ctx->scratch || !ctx->scratch_mem)
         goto nomem;
     for (int t = 0; t < ctx->n_threads; t++) {
         struct attn_scratch *s = &ctx->scratch[t];
@@ -570,7 +593,14 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
         s->score = p, p += n_rep * ATTN_CHUNK;
         s->acc = p, p += n_rep * hd;
         s->max = p, p += n_rep;
-        s->sum = p;
+        s->sum = p, p += n_rep;
+        s->bq = p, p += rows * hd;
+        s->bacc = p, p += rows * hd;
+        s->bs = p, p += rows * ATTN_KBLOCK;
+        s->bk = p, p += ATTN_KBLOCK * hd;
+        s->bv = p, p += ATTN_KBLOCK * hd;
+        s->bmax = p, p += rows;
+        s->bsum = p;
     }
     return ctx;
 nomem:
@@ -594,6 +624,8 @@ void llm_ctx_free(struct llm_ctx *ctx)
     free(ctx->rope_cos);
     free(ctx->rope_sin);
     free(ctx->slot);
+    free(ctx->attn_tok);
+    free(ctx->attn_blocks);
     free(ctx->scratch);
     free(ctx->scratch_mem);
     free(ctx);
@@ -674,7 +706,10 @@ struct attn_job {
     const struct llm_seq_view *seqs;
     int layer;
     int group;        /* query heads per work item (n_rep or 1) */
-    int64_t n_items;  /* n_tokens x n_head / group */
+    const int *tok;   /* the tokens attended one by one */
+    int64_t n_items;  /* n_tok x n_head / group */
+    const struct attn_block *blocks; /* the blocked ones */
+    int n_blocks;
     omni_to_float_fn f16_to_float; /* SIMD f16 -> f32 of the CPU level in use */
     omni_to_float_fn q8_0_to_float; /* SIMD q8_0 -> f32 (whole blocks) */
 };
@@ -738,7 +773,7 @@ static void attn_worker(void *arg, int ith, int nth)
     const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
 
     for (int64_t item = ith; item < j->n_items; item += nth) {
-        const int t = (int)(item / groups_per_token);
+        const int t = j->tok[item / groups_per_token];
         const int h0 = (int)(item % groups_per_token) * j->group; /* first query head */
         const int kvh = h0 / n_rep;
         const int pos = j->batch->pos[t];
@@ -789,6 +824,121 @@ static void run(struct tpool *tp, tpool_fn fn, void *arg)
         tpool_run(tp, fn, arg);
     else
         fn(arg, 0, 1);
+}
+
+/* Rows j0 .. j0+n-1 of K or V (one kv head) as a contiguous [n][head_dim]. */
+static void kv_chunk(const struct attn_job *job, const void *base, const struct llm_seq_view *sv, int j0,
+                     int n, int off, int hd, float *out)
+{
+    const float *rows[ATTN_KBLOCK];
+    kv_rows(job, base, sv, j0, n, off, hd, out, rows);
+    for (int i = 0; i < n; i++)
+        if (rows[i] != out + (size_t)i * hd)
+            memcpy(out + (size_t)i * hd, rows[i], (size_t)hd * sizeof(float));
+}
+
+/* Work item = (block of consecutive tokens of one sequence, kv head): the
+ * block's R = tokens x n_rep query rows against ATTN_KBLOCK keys at a time,
+ * flash-attention style: S = Q K^T and acc += softmax(S) V as GEMMs, with a
+ * running max and denominator per row; keys past a row's own position are
+ * masked. */
+static void attn_block_worker(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    struct llm_ctx *ctx = j->ctx;
+    const struct llm_hparams *hp = &ctx->m->hp;
+    struct attn_scratch *s = &ctx->scratch[ith];
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd, n_rep = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int64_t n_items = (int64_t)j->n_blocks * hp->n_head_kv;
+    for (int64_t item = ith; item < n_items; item += nth) {
+        const struct attn_block *b = &j->blocks[item / hp->n_head_kv];
+        const int kvh = (int)(item % hp->n_head_kv), rows = b->n * n_rep;
+        const int p0 = j->batch->pos[b->t0], p_last = p0 + b->n - 1;
+        const struct llm_seq_view *sv = &j->seqs[j->batch->seq[b->t0]];
+        /* row i * n_rep + r: token t0 + i, query head kvh * n_rep + r */
+        for (int i = 0; i < b->n; i++) {
+            const float *q = ctx->q + (size_t)(b->t0 + i) * q_dim + (size_t)kvh * n_rep * hd;
+            float *dst = s->bq + (size_t)i * n_rep * hd;
+            for (int e = 0; e < n_rep * hd; e++)
+                dst[e] = q[e] * scale;
+        }
+        for (int r = 0; r < rows; r++)
+            s->bmax[r] = -INFINITY, s->bsum[r] = 0.0f;
+        memset(s->bacc, 0, (size_t)rows * hd * sizeof(float));
+        for (int j0 = 0; j0 <= p_last; j0 += ATTN_KBLOCK) {
+            const int nk = p_last + 1 - j0 < ATTN_KBLOCK ? p_last + 1 - j0 : ATTN_KBLOCK;
+            kv_chunk(j, j->kv->k[j->layer], sv, j0, nk, kvh * hd, hd, s->bk);
+            kv_chunk(j, j->kv->v[j->layer], sv, j0, nk, kvh * hd, hd, s->bv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, s->bq, hd, s->bk, hd,
+                        0.0f, s->bs, ATTN_KBLOCK);
+            for (int r = 0; r < rows; r++) {
+                float *sc = s->bs + (size_t)r * ATTN_KBLOCK;
+                const int visible = p0 + r / n_rep + 1 - j0; /* keys up to the row's position */
+                const int nv = visible < nk ? visible : nk;
+                if (nv <= 0) { /* all in this row's future */
+                    memset(sc, 0, (size_t)nk * sizeof(float));
+                    continue;
+                }
+                float cmax = -INFINITY;
+                for (int i = 0; i < nv; i++)
+                    cmax = sc[i] > cmax ? sc[i] : cmax;
+                if (cmax > s->bmax[r]) {
+                    const float c = expf(s->bmax[r] - cmax); /* 0 on the first chunk */
+                    s->bsum[r] *= c;
+                    float *acc = s->bacc + (size_t)r * hd;
+                    for (int d = 0; d < hd; d++)
+                        acc[d] *= c;
+                    s->bmax[r] = cmax;
+                }
+                for (int i = 0; i < nv; i++)
+                    sc[i] -= s->bmax[r];
+                omni_vec_expf(nv, sc, sc);
+                float sum = 0.0f;
+                for (int i = 0; i < nv; i++)
+                    sum += sc[i];
+                s->bsum[r] += sum;
+                if (nv < nk)
+                    memset(sc + nv, 0, (size_t)(nk - nv) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, s->bs, ATTN_KBLOCK, s->bv,
+                        hd, 1.0f, s->bacc, hd);
+        }
+        for (int i = 0; i < b->n; i++) {
+            float *out = ctx->att + (size_t)(b->t0 + i) * q_dim + (size_t)kvh * n_rep * hd;
+            for (int r = 0; r < n_rep; r++) {
+                const float inv = 1.0f / s->bsum[i * n_rep + r];
+                const float *acc = s->bacc + (size_t)(i * n_rep + r) * hd;
+                for (int d = 0; d < hd; d++)
+                    out[(size_t)r * hd + d] = acc[d] * inv;
+            }
+        }
+    }
+}
+
+/* Split the batch's tokens into blocks of consecutive positions of one
+ * sequence (prefill) and the rest (decode steps, short runs), which go token
+ * by token; batch-invariant mode keeps every token on its own. */
+static void attn_plan(struct llm_ctx *ctx, const struct llm_batch *batch, struct attn_job *job)
+{
+    int n_tok = 0, n_blocks = 0;
+    for (int t = 0; t < batch->n_tokens;) {
+        int n = 1;
+        while (!ctx->batch_invariant && t + n < batch->n_tokens && n < ATTN_QBLOCK &&
+               batch->seq[t + n] == batch->seq[t] && batch->pos[t + n] == batch->pos[t] + n)
+            n++;
+        if (n >= ATTN_QBLOCK_MIN) {
+            ctx->attn_blocks[n_blocks++] = (struct attn_block){ t, n };
+        } else {
+            for (int i = 0; i < n; i++)
+                ctx->attn_tok[n_tok++] = t + i;
+        }
+        t += n;
+    }
+    job->tok = ctx->attn_tok;
+    job->blocks = ctx->attn_blocks;
+    job->n_blocks = n_blocks;
+    job->n_items = (int64_t)n_tok * (ctx->m->hp.n_head / job->group);
 }
 
 // ---- forward ---------------------------------------------------------------
@@ -989,9 +1139,10 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
      * reads; split the heads further when that leaves threads idle (decode). */
     const int n_rep = hp->n_head / hp->n_head_kv;
     const int group = (int64_t)n * hp->n_head_kv >= ctx->n_threads ? n_rep : 1;
-    struct attn_job attn = { ctx, batch, kv, seqs, 0, group, (int64_t)n * (hp->n_head / group),
-                             omni_quant_ops(GGML_TYPE_F16)->to_float,
-                             omni_quant_ops(GGML_TYPE_Q8_0)->to_float };
+    struct attn_job attn = { .ctx = ctx, .batch = batch, .kv = kv, .seqs = seqs, .group = group,
+                             .f16_to_float = omni_quant_ops(GGML_TYPE_F16)->to_float,
+                             .q8_0_to_float = omni_quant_ops(GGML_TYPE_Q8_0)->to_float };
+    attn_plan(ctx, batch, &attn);
     struct token_job tj = { .ctx = ctx, .batch = batch, .kv = kv };
 
     for (int l = 0; l < hp->n_layer; l++) {
@@ -1008,8 +1159,11 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
         for_each_token(&tj, qkv_step);
 
-        /* attention through the block tables */
-        run(tp, attn_worker, &attn);
+        /* attention through the block tables: blocks of prefill, then single tokens */
+        if (attn.n_blocks)
+            run(tp, attn_block_worker, &attn);
+        if (attn.n_items)
+            run(tp, attn_worker, &attn);
 
         /* output projection + residual, ffn rmsnorm */
         matmul(ctx, &L->wo, ctx->att, n, ctx->xn);

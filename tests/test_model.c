@@ -270,6 +270,62 @@ TEST(model_prefill_equals_decode)
     }
 }
 
+/* A 300-token prompt in one batch (prefill attention in blocks of 32 tokens
+ * against 128 keys at a time, so block and key-chunk edges fall everywhere)
+ * gives the logits of the same prompt fed in chunks of 5 (token by token
+ * attention), for every KV type. */
+TEST(model_blocked_prefill_equals_chunked)
+{
+    enum { N = 300 };
+    char err[512];
+    struct llm_model_params mp = llm_model_default_params();
+    mp.use_mmap = false;
+    struct llm_model *m = llm_model_load(golden_gguf("qwen2", "f32"), &mp, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    const int nv = llm_model_hparams(m)->n_vocab;
+    int32_t *tok = malloc(N * sizeof *tok), *pos = malloc(N * sizeof *pos), *seq = calloc(N, sizeof *seq);
+    bool *want = malloc(N * sizeof *want);
+    float *a = malloc((size_t)N * nv * sizeof(float)), *b = malloc((size_t)N * nv * sizeof(float));
+    struct llm_ctx *ctx = llm_ctx_new(m, N, NULL, err, sizeof err);
+    CHECK(tok && pos && seq && want && a && b && ctx);
+    uint32_t r = 12345;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        tok[i] = (int32_t)((r >> 8) % (uint32_t)nv);
+        pos[i] = i;
+        want[i] = true;
+    }
+    const int kv_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 };
+    for (int k = 0; k < 3; k++) {
+        struct llm_kv *kv = llm_kv_new(m, kv_types[k], 16, 40, err, sizeof err); /* 40 blocks of 16 */
+        CHECK_MSG(kv, "%s", err);
+        struct seq s;
+        seq_init(&s, 20, 7, 3, 40); /* scattered blocks */
+        struct llm_batch all = { .n_tokens = N, .token = tok, .pos = pos, .seq = seq, .want_logits = want };
+        CHECK_EQ(llm_forward(ctx, &all, kv, &s.view, a), N);
+        for (int i0 = 0; i0 < N; i0 += 5) {
+            struct llm_batch c = { .n_tokens = 5, .token = tok + i0, .pos = pos + i0, .seq = seq,
+                                   .want_logits = want };
+            CHECK_EQ(llm_forward(ctx, &c, kv, &s.view, b + (size_t)i0 * nv), 5);
+        }
+        /* f32 K/V: only summation order differs. f16 and q8_0 round the
+         * cached K/V, so an ulp of difference upstream can flip a rounding. */
+        const double tol[] = { TOL_SAME, 5e-3, 5e-2 }, d = test_max_diff(a, b, (size_t)N * nv);
+        fprintf(stderr, "[kv %d: %.1e] ", kv_types[k], d);
+        CHECK_MSG(d <= tol[k], "kv type %d: blocked vs chunked %g", kv_types[k], d);
+        llm_kv_free(kv);
+    }
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+    free(a);
+    free(b);
+}
+
 /* Two sequences over interleaved, scattered blocks of one KV store, their
  * tokens interleaved in the same batches (a prompt chunk of one beside the
  * decode steps of the other), match each sequence run alone. */
