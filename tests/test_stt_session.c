@@ -169,9 +169,16 @@ static char *reference_text(struct stt *svc, const float *pcm, size_t n)
     return text;
 }
 
-TEST(stt_session_stream_equals_one_shot)
+/* The kitchen clip streamed into a session: its one final transcript must
+ * equal a one-shot decode of the clip.
+ *  - early false: odd chunk sizes (samples split across pushes), partials
+ *    interleaving; every partial precedes the final.
+ *  - early true: 20 ms pushes, each once the session is idle (as if decoding
+ *    were instant, so the test does not depend on the machine's speed), then
+ *    silence: the final's transcript is decoded while the VAD waits to be
+ *    sure the speech stopped (an early final). */
+static void stream_kitchen(bool early)
 {
-    SKIP_IF_NO_SHARED();
     struct stt *svc = open_stt(1);
     CHECK(svc);
     size_t n, n_pcm;
@@ -184,26 +191,40 @@ TEST(stt_session_stream_equals_one_shot)
     struct collect c = { .lock = PTHREAD_MUTEX_INITIALIZER };
     struct stt_session_params p = stt_session_default_params();
     p.input_rate_hz = 16000;
+    p.partial_ms = early ? 0 : p.partial_ms; /* early: nothing but the turn's own decodes */
     p.on_event = on_event;
     p.on_free = on_free;
     p.user = &c;
     char err[256];
     struct stt_session *ss = stt_session_new(svc, &p, err, sizeof err);
     CHECK(ss);
-    /* Odd chunk sizes: samples split across pushes. */
-    for (size_t off = 0; off < n * 2; off += 3001) {
-        size_t len = n * 2 - off < 3001 ? n * 2 - off : 3001;
-        CHECK(stt_session_push(ss, (const char *)s16 + off, len, err, sizeof err) == 0);
-        usleep(2000);   /* let partial jobs interleave */
+    if (!early) {
+        for (size_t off = 0; off < n * 2; off += 3001) {
+            size_t len = n * 2 - off < 3001 ? n * 2 - off : 3001;
+            CHECK(stt_session_push(ss, (const char *)s16 + off, len, err, sizeof err) == 0);
+            usleep(2000);   /* let partial jobs interleave */
+        }
+    } else {
+        enum { CHUNK = 320 }; /* 20 ms */
+        static const short silence[CHUNK];
+        for (size_t off = 0; off < n; off += CHUNK) {
+            CHECK(stt_session_push(ss, s16 + off, (n - off < CHUNK ? n - off : CHUNK) * 2, err, sizeof err) == 0);
+            CHECK(wait_idle(ss));
+        }
+        for (int i = 0; i < 75 && c.n_finals == 0; i++) { /* up to 1.5 s of silence */
+            CHECK(stt_session_push(ss, silence, sizeof silence, err, sizeof err) == 0);
+            CHECK(wait_idle(ss));
+        }
     }
     CHECK_MSG(wait_finals(&c, 1), "no final transcript (events %s)", c.log);
+    if (early)
+        CHECK_EQ(stt_session_early_finals(ss), 1);
     stt_session_close(ss);
     CHECK(wait_freed(&c));
     CHECK_MSG(!strcmp(c.finals[0], want), "stream '%s' vs one-shot '%s'", c.finals[0], want);
     CHECK_MSG(c.log[0] == 'S' && strstr(c.log, "TC") && strchr(c.log, 'F') &&
                   !strchr(c.log, 'E') && c.n_finals == 1,
               "events %s", c.log);
-    /* Every partial precedes the final. */
     CHECK(!strchr(strchr(c.log, 'F'), 'P'));
     free(want);
     free(pcm);
@@ -211,51 +232,16 @@ TEST(stt_session_stream_equals_one_shot)
     stt_free(svc);
 }
 
-/* Audio pushed 20 ms at a time, each push once the session is idle (as if
- * decoding were instant, so the test does not depend on the machine's
- * speed): the final's transcript is decoded while the VAD waits to be sure
- * the speech stopped (an early final), and it is what a one-shot decode of
- * the turn gives. */
+TEST(stt_session_stream_equals_one_shot)
+{
+    SKIP_IF_NO_SHARED();
+    stream_kitchen(false);
+}
+
 TEST(stt_session_early_final)
 {
     SKIP_IF_NO_SHARED();
-    struct stt *svc = open_stt(1);
-    CHECK(svc);
-    size_t n, n_pcm;
-    float *pcm = NULL;
-    short *s16 = load_clip("audio/turn-on-the-kitchen-lights.wav", &n, &pcm, &n_pcm);
-    CHECK(s16);
-    char *want = reference_text(svc, pcm, n_pcm);
-    CHECK(want && strlen(want) > 0);
-    struct collect c = { .lock = PTHREAD_MUTEX_INITIALIZER };
-    struct stt_session_params p = stt_session_default_params();
-    p.input_rate_hz = 16000;
-    p.partial_ms = 0; /* nothing but the turn's own decodes */
-    p.on_event = on_event;
-    p.on_free = on_free;
-    p.user = &c;
-    char err[256];
-    struct stt_session *ss = stt_session_new(svc, &p, err, sizeof err);
-    CHECK(ss);
-    enum { CHUNK = 320 }; /* 20 ms */
-    static const short silence[CHUNK];
-    for (size_t off = 0; off < n; off += CHUNK) {
-        CHECK(stt_session_push(ss, s16 + off, (n - off < CHUNK ? n - off : CHUNK) * 2, err, sizeof err) == 0);
-        CHECK(wait_idle(ss));
-    }
-    for (int i = 0; i < 75 && c.n_finals == 0; i++) { /* up to 1.5 s of silence */
-        CHECK(stt_session_push(ss, silence, sizeof silence, err, sizeof err) == 0);
-        CHECK(wait_idle(ss));
-    }
-    CHECK_MSG(wait_finals(&c, 1), "no final transcript (events %s)", c.log);
-    CHECK_EQ(stt_session_early_finals(ss), 1);
-    stt_session_close(ss);
-    CHECK(wait_freed(&c));
-    CHECK_MSG(!strcmp(c.finals[0], want), "early '%s' vs one-shot '%s'", c.finals[0], want);
-    free(want);
-    free(pcm);
-    free(s16);
-    stt_free(svc);
+    stream_kitchen(true);
 }
 
 TEST(stt_session_manual_commit_and_two_sessions)
