@@ -1154,6 +1154,167 @@ static bool ts_call_object(const char *s, size_t n, size_t *ip, const cJSON *too
     }
 }
 
+/* Length of the longest tail of s[b..e) that is a proper start of one of
+ * the markers (text that may still become one). */
+static size_t ts_marker_tail(const char *s, size_t b, size_t e, const char *const *markers)
+{
+    size_t hold = 0;
+    for (; *markers; markers++)
+        for (size_t l = strlen(*markers) - 1; l > hold; l--)
+            if (l <= e - b && !memcmp(s + e - l, *markers, l)) {
+                hold = l;
+                break;
+            }
+    return hold;
+}
+
+/* Backs e off so that s[b..e) does not end inside a UTF-8 sequence. */
+static size_t ts_utf8_cut(const char *s, size_t b, size_t e)
+{
+    size_t k = e;
+    while (k > b && ((unsigned char)s[k - 1] & 0xC0) == 0x80)
+        k--;
+    if (k > b && (unsigned char)s[k - 1] >= 0xC0) {
+        unsigned char c = (unsigned char)s[k - 1];
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        if (e - (k - 1) < need)
+            return k - 1;
+    }
+    return e;
+}
+
+/* A parameter's value as a compact member ,"key":value (coerced like the
+ * body parser's, trimmed of one newline each side). */
+static void ts_xml_member(const char *key, const char *vb, const char *ve, const cJSON *schema, bool first,
+                          struct ts_out *o)
+{
+    cJSON *one = cJSON_CreateObject(), *v = tools_param_value(vb, ve);
+    if (!one || !v) {
+        cJSON_Delete(one);
+        cJSON_Delete(v);
+        o->oom = true;
+        return;
+    }
+    cJSON_AddItemToObject(one, key, v);
+    tools_coerce_args(one, schema);
+    char *pr = cJSON_PrintUnformatted(one);   /* {"key":value} */
+    if (pr) {
+        if (!first)
+            ts_put(o, ",", 1);
+        ts_put(o, pr + 1, strlen(pr) - 2);
+    } else {
+        o->oom = true;
+    }
+    free(pr);
+    cJSON_Delete(one);
+}
+
+/* <function=N><parameter=P>V</parameter>...</function> (qwen3-coder), read
+ * as tools_xml_functions reads it: the call is known at the '>' after its
+ * name, a parameter is certain once the next tag ends it, and a string
+ * parameter streams as it comes: its first newline dropped, a last newline
+ * and any tail that could begin a tag held back. */
+static void ts_xml(const char *s, size_t n, size_t i, const cJSON *tools, struct tools_partials *out)
+{
+    static const char *const tags[] = { "</parameter>", "<parameter=", "</function>", NULL };
+    const char *end = s + n;
+    while (i < n) {
+        const char *f = tools_find(s + i, end, "<function=");
+        if (!f)
+            return;
+        const char *nb = f + 10, *ne = nb;
+        while (ne < end && *ne != '>' && *ne != '\n')
+            ne++;
+        if (ne >= end)
+            return;
+        struct tools_partial *c = ts_call(s, (size_t)(nb - s), (size_t)(ne - s), false, out);
+        if (!c)
+            return;
+        const cJSON *schema = tools ? tools_find_schema(tools, c->name) : NULL;
+        const char *fe = tools_find(ne, end, "</function>");
+        const char *body_end = fe ? fe : end, *b = *ne == '>' ? ne + 1 : ne;
+        const char *pb = tools_skip_ws(b, body_end);
+        struct ts_out o = { 0 };
+        if (pb < body_end && *pb == '{') {   /* a JSON object instead of parameters */
+            size_t a = (size_t)(pb - s);
+            ts_args(s, n, &a, schema, &o);
+            ts_done(c, &o);
+            if (!fe)
+                return;
+            i = (size_t)(fe - s) + 11;
+            continue;
+        }
+        ts_put(&o, "{", 1);
+        bool first = true, open = false;
+        const char *p;
+        while ((p = tools_find(b, body_end, "<parameter=")) != NULL) {
+            const char *kb = p + 11, *ke = kb;
+            while (ke < body_end && *ke != '>' && *ke != '\n')
+                ke++;
+            if (ke >= end) {
+                open = true;
+                break;
+            }
+            const char *vb = *ke == '>' ? ke + 1 : ke;
+            const char *ve = tools_find(vb, body_end, "</parameter>");
+            const char *next = tools_find(vb, body_end, "<parameter=");
+            if (!ve || (next && next < ve))
+                ve = next ? next : fe ? body_end : NULL;
+            char *key = strndup(kb, (size_t)(ke - kb));
+            if (!key) {
+                o.oom = true;
+                break;
+            }
+            if (ve) {
+                ts_xml_member(key, vb, ve, schema, first, &o);
+            } else if (ts_string_kept(schema, key) && vb < end) {
+                /* still being written: the certain part of the string */
+                const size_t cb = (size_t)(vb - s) + (*vb == '\n');
+                size_t ce = n - ts_marker_tail(s, cb, n, tags);
+                if (ce > cb && s[ce - 1] == '\n')
+                    ce--;
+                ce = ts_utf8_cut(s, cb, ce);
+                char *raw = strndup(s + cb, ce - cb);
+                cJSON *str = raw ? cJSON_CreateString(raw) : NULL;
+                cJSON *kj = cJSON_CreateString(key);
+                char *ks = kj ? cJSON_PrintUnformatted(kj) : NULL, *vs = str ? cJSON_PrintUnformatted(str) : NULL;
+                if (ks && vs) {
+                    if (!first)
+                        ts_put(&o, ",", 1);
+                    ts_put(&o, ks, strlen(ks));
+                    ts_put(&o, ":", 1);
+                    ts_put(&o, vs, strlen(vs) - 1);   /* without the closing quote */
+                } else {
+                    o.oom = true;
+                }
+                free(raw);
+                free(ks);
+                free(vs);
+                cJSON_Delete(str);
+                cJSON_Delete(kj);
+                free(key);
+                open = true;
+                break;
+            } else {
+                free(key);
+                open = true;
+                break;
+            }
+            free(key);
+            first = false;
+            b = ve;
+            if (b < body_end && !strncmp(b, "</parameter>", 12))
+                b += 12;
+        }
+        if (!open && fe)
+            ts_put(&o, "}", 1);
+        ts_done(c, &o);
+        if (open || !fe)
+            return;
+        i = (size_t)(fe - s) + 11;
+    }
+}
+
 void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tools_partials *out)
 {
     size_t i = 0;
@@ -1161,6 +1322,10 @@ void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tool
         i++;
     if (i >= n)
         return;
+    if (n - i >= 10 && !memcmp(s + i, "<function=", 10)) {
+        ts_xml(s, n, i, tools, out);
+        return;
+    }
     if (tools_ident_start(s[i])) {
         /* N[ARGS]{...} (Mistral v11) or N\n{...} (Functionary) */
         size_t b = i;
