@@ -1010,6 +1010,31 @@ static int ts_member(const char *s, size_t n, size_t *ip, bool first, size_t *ke
     return 1;
 }
 
+/* The member "key":val (val taken over, coerced to the schema as
+ * tools_coerce_args does it) in compact print, after a comma unless first.
+ * false when out of memory. */
+static bool ts_put_member(struct ts_out *o, const char *key, cJSON *val, const cJSON *schema, bool first)
+{
+    cJSON *one = cJSON_CreateObject();
+    if (!one) {
+        cJSON_Delete(val);
+        return false;
+    }
+    cJSON_AddItemToObject(one, key, val);
+    tools_coerce_args(one, schema);
+    char *pr = cJSON_PrintUnformatted(one);   /* {"key":value} */
+    if (pr) {
+        if (!first)
+            ts_put(o, ",", 1);
+        ts_put(o, pr + 1, strlen(pr) - 2);
+    } else {
+        o->oom = true;
+    }
+    free(pr);
+    cJSON_Delete(one);
+    return pr != NULL;
+}
+
 /* The arguments object at s[*ip] ('{'): what is certain of its print goes
  * to o. true when it closed (*ip past it). */
 static bool ts_args(const char *s, size_t n, size_t *ip, const cJSON *schema, struct ts_out *o)
@@ -1047,25 +1072,10 @@ static bool ts_args(const char *s, size_t n, size_t *ip, const cJSON *schema, st
             continue;
         }
         cJSON *val = ve ? cJSON_ParseWithLength(s + v, ve - v) : NULL;
-        cJSON *one = val ? cJSON_CreateObject() : NULL;
-        if (!one) {
-            cJSON_Delete(val);
-            free(key);
-            return false;
-        }
-        cJSON_AddItemToObject(one, key, val);
-        tools_coerce_args(one, schema);
-        char *pr = cJSON_PrintUnformatted(one);   /* {"key":value} */
-        if (pr) {
-            if (!first)
-                ts_put(o, ",", 1);
-            ts_put(o, pr + 1, strlen(pr) - 2);
-        } else {
-            o->oom = true;
-        }
-        free(pr);
-        cJSON_Delete(one);
+        bool ok = val && ts_put_member(o, key, val, schema, first);
         free(key);
+        if (!ok)
+            return false;
         i = ve;
     }
 }
@@ -1183,32 +1193,6 @@ static size_t ts_utf8_cut(const char *s, size_t b, size_t e)
     return e;
 }
 
-/* A parameter's value as a compact member ,"key":value (coerced like the
- * body parser's, trimmed of one newline each side). */
-static void ts_xml_member(const char *key, const char *vb, const char *ve, const cJSON *schema, bool first,
-                          struct ts_out *o)
-{
-    cJSON *one = cJSON_CreateObject(), *v = tools_param_value(vb, ve);
-    if (!one || !v) {
-        cJSON_Delete(one);
-        cJSON_Delete(v);
-        o->oom = true;
-        return;
-    }
-    cJSON_AddItemToObject(one, key, v);
-    tools_coerce_args(one, schema);
-    char *pr = cJSON_PrintUnformatted(one);   /* {"key":value} */
-    if (pr) {
-        if (!first)
-            ts_put(o, ",", 1);
-        ts_put(o, pr + 1, strlen(pr) - 2);
-    } else {
-        o->oom = true;
-    }
-    free(pr);
-    cJSON_Delete(one);
-}
-
 /* <function=N><parameter=P>V</parameter>...</function> (qwen3-coder), read
  * as tools_xml_functions reads it: the call is known at the '>' after its
  * name, a parameter is certain once the next tag ends it, and a string
@@ -1266,7 +1250,9 @@ static void ts_xml(const char *s, size_t n, size_t i, const cJSON *tools, struct
                 break;
             }
             if (ve) {
-                ts_xml_member(key, vb, ve, schema, first, &o);
+                cJSON *v = tools_param_value(vb, ve);
+                if (!v || !ts_put_member(&o, key, v, schema, first))
+                    o.oom = true;
             } else if (ts_string_kept(schema, key) && vb < end) {
                 /* still being written: the certain part of the string */
                 const size_t cb = (size_t)(vb - s) + (*vb == '\n');
