@@ -266,13 +266,41 @@ static void select_top(const struct sampler_cand *in, size_t n, size_t k, struct
 
 /* Penalties over the last penalty_last_n accepted tokens. counts[] is zero
  * on entry and on exit: the second pass clears each entry as it uses it. */
+static bool penalties_active(const struct sampler *s)
+{
+    const struct sampler_params *p = &s->p;
+    return p->penalty_last_n != 0 && s->n_hist > 0 &&
+           !(p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f);
+}
+
+/* First index of the largest logit (NaN never wins), -1 when none is above
+ * -inf: 16 running maxima so that -O2 vectorizes the scan, then the index. */
+static int32_t argmax_logits(const float *x, size_t n)
+{
+    float m16[16];
+    for (int k = 0; k < 16; k++)
+        m16[k] = -INFINITY;
+    const size_t n16 = n / 16 * 16;
+    for (size_t i = 0; i < n16; i += 16)
+        for (int k = 0; k < 16; k++)
+            m16[k] = x[i + k] > m16[k] ? x[i + k] : m16[k];
+    float mx = -INFINITY;
+    for (int k = 0; k < 16; k++)
+        mx = m16[k] > mx ? m16[k] : mx;
+    for (size_t i = n16; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == mx)
+            return (int32_t)i;
+    return -1;
+}
+
 static void apply_penalties(struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (p->penalty_last_n == 0 || s->n_hist == 0)
-        return;
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-        p->frequency_penalty == 0.0f)
+    if (!penalties_active(s))
         return;
     size_t n = s->n_hist;
     if (p->penalty_last_n > 0 && (size_t)p->penalty_last_n < n)
@@ -398,6 +426,11 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_lo
 {
     const struct sampler_params *p = &s->p;
     size_t nv = (size_t)s->n_vocab;
+    /* Greedy with nothing to adjust or report: the argmax, without copying
+     * the vocabulary (most of the time a decode step spends outside the
+     * forward pass at high concurrency). */
+    if (p->temperature <= 0.0f && !lp && p->n_logit_bias == 0 && !penalties_active(s))
+        return argmax_logits(logits, nv);
     for (size_t i = 0; i < nv; i++)
         s->all[i] = (struct sampler_cand){ (int32_t)i, isnan(logits[i]) ? -INFINITY : logits[i] };
     apply_penalties(s);

@@ -3,6 +3,8 @@
  * drawn frequencies against softmax, and stop strings split across pieces. */
 #include "test.h"
 
+#include <stdint.h>
+
 #include "llm/sampler.h"
 
 #include <stdlib.h>
@@ -66,6 +68,40 @@ TEST(sampler_greedy_ties_to_lowest_id)
     CHECK(s);
     CHECK_EQ(sampler_sample(s, banned, NULL), -1);
     sampler_free(s);
+}
+
+/* Plain greedy takes an argmax fast path (no copy of the vocabulary): it
+ * must pick what the full path (taken when logprobs are asked for) picks,
+ * NaN, -inf and ties included, on a vocabulary that is not a multiple of 16. */
+TEST(sampler_greedy_fast_path_equals_full)
+{
+    enum { NV = 1003 };
+    char err[128];
+    struct sampler_params p = sampler_default_params();
+    p.temperature = 0.0f;
+    struct sampler *fast = sampler_new(&p, NV, err, sizeof err);
+    p.n_logprobs = 1;
+    struct sampler *full = sampler_new(&p, NV, err, sizeof err);
+    CHECK(fast && full);
+    float l[NV];
+    struct sampler_logprobs lp;
+    uint32_t r = 7;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < NV; i++) {
+            r = r * 1664525u + 1013904223u;
+            l[i] = (float)((r >> 9) % 64) - 40.0f;   /* many ties */
+            if (r % 97 == 0)
+                l[i] = NAN;
+            else if (r % 89 == 0)
+                l[i] = -INFINITY;
+        }
+        if (round % 50 == 0) /* the maximum in the unrolled tail */
+            l[NV - 1] = 100.0f;
+        int32_t a = sampler_sample(fast, l, NULL), b = sampler_sample(full, l, &lp);
+        CHECK_MSG(a == b, "round %d: fast %d, full %d", round, a, b);
+    }
+    sampler_free(fast);
+    sampler_free(full);
 }
 
 TEST(sampler_rejects_bad_params)
