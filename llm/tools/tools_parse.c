@@ -1313,17 +1313,39 @@ void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tool
         return;
     }
     if (tools_ident_start(s[i])) {
-        /* N[ARGS]{...} (Mistral v11) or N\n{...} (Functionary) */
+        /* N[ARGS]{...} (Mistral v11), N\n{...} (Functionary), and DeepSeek's
+         * N<｜tool▁sep｜>{...} (V3.1) or function<｜tool▁sep｜>N\n```json\n{...} (R1) */
+        static const char ds_sep[] = "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>";
+        const size_t ds_len = sizeof ds_sep - 1;
         size_t b = i;
         while (i < n && tools_ident_char(s[i]))
             i++;
         size_t e = i;
-        if (n - i >= 6 && !memcmp(s + i, "[ARGS]", 6))
+        if (n - i >= 6 && !memcmp(s + i, "[ARGS]", 6)) {
             i += 6;
-        else if (i < n && s[i] == '\n')
+        } else if (i < n && s[i] == '\n') {
             i++;
-        else
+        } else if (n - i >= ds_len && !memcmp(s + i, ds_sep, ds_len)) {
+            i += ds_len;
+            if (e - b == 8 && !memcmp(s + b, "function", 8)) { /* the name follows the separator */
+                while (i < n && isspace((unsigned char)s[i]))
+                    i++;
+                b = i;
+                while (i < n && s[i] != '\n' && s[i] != '{' && s[i] != '`')
+                    i++;
+                if (i >= n)
+                    return;   /* the name may go on */
+                e = i;
+            }
+            while (i < n && isspace((unsigned char)s[i]))
+                i++;
+            if (n - i >= 3 && !memcmp(s + i, "```", 3)) { /* ```json fence line */
+                while (i < n && s[i] != '\n')
+                    i++;
+            }
+        } else {
             return;
+        }
         while (i < n && isspace((unsigned char)s[i]))
             i++;
         if (i >= n || s[i] != '{')
