@@ -5,7 +5,9 @@
  * stress run of hundreds of random requests, and refused bad requests. */
 #include "test.h"
 
+#include "llm/grammar/grammar.h"
 #include "llm/model.h"
+#include "llm/tokenizer.h"
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
@@ -723,6 +725,107 @@ TEST(engine_stop_string)
     CHECK(strstr(cut.text[0], stop) == NULL);
     CHECK(cut.text_len[0] < full.text_len[0]);
     CHECK(memcmp(cut.text[0], full.text[0], cut.text_len[0]) == 0);
+    engine_free(e);
+    llm_model_free(m);
+}
+
+/* GBNF string literal of text (quotes and backslashes escaped, other bytes
+ * as \xHH). */
+static void gbnf_literal(const char *text, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    out[o++] = '"';
+    for (size_t i = 0; i < n && o + 6 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", c);
+    }
+    out[o++] = '"';
+    out[o] = 0;
+}
+
+/* A lazy grammar (tool_choice "auto"): the output is free text until the
+ * trigger appears, then follows the grammar from the trigger on. Trigger =
+ * the 6th generated token's text of a free run; the grammar says trigger,
+ * then the text of the run's first token, then the end. So the constrained
+ * run is the free run up to the trigger, that text, and an end of
+ * generation. A trigger that never comes leaves the output free. */
+TEST(engine_lazy_grammar)
+{
+    struct llm_model *m = golden("llama-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const struct tokenizer *tok = llm_model_tokenizer(m);
+    struct engine_params ep = small_params(false);
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[10];
+    random_prompt(ids, 10, llm_model_hparams(m)->n_vocab, 3);
+    struct group g;
+    group_init(&g);
+    struct result full, lazy, never;
+    result_init(&full, &g);
+    result_init(&lazy, &g);
+    result_init(&never, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 10, 24, &full);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK(full.n_tok[0] >= 8);
+    /* the first token whose text is 2+ bytes, not seen before in the output,
+     * from the 6th on; and the text of the run's first token */
+    char trig[64], first[64], gbnf[512], lit1[160], lit2[160];
+    size_t prefix = 0, tl = 0;
+    int k = 0;
+    for (int i = 0; i < full.n_tok[0]; i++) {
+        char piece[64];
+        size_t n = tokenizer_piece(tok, full.tok[0][i], true, piece, sizeof piece);
+        CHECK(n < sizeof piece);
+        if (i == 0)
+            memcpy(first, piece, n + 1), first[n] = 0;
+        bool seen = false;
+        for (size_t j = 0; j + n <= prefix && !seen; j++)
+            seen = !memcmp(full.text[0] + j, piece, n);
+        if (i >= 5 && n >= 2 && !seen) {
+            memcpy(trig, piece, n);
+            trig[n] = 0;
+            tl = n;
+            k = i;
+            break;
+        }
+        prefix += n;
+    }
+    CHECK_MSG(tl > 0 && strlen(first) > 0, "no usable trigger in the free run");
+    gbnf_literal(trig, tl, lit1, sizeof lit1);
+    gbnf_literal(first, strlen(first), lit2, sizeof lit2);
+    snprintf(gbnf, sizeof gbnf, "root ::= %s %s\n", lit1, lit2);
+    struct grammar *gr = grammar_parse(gbnf, strlen(gbnf), err, sizeof err);
+    CHECK_MSG(gr, "%s: %s", gbnf, err);
+    rq.user = &lazy;
+    rq.grammar = gr;
+    rq.grammar_trigger = trig;
+    rq.ignore_eog = false;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(lazy.errors, 0);
+    CHECK_EQ(lazy.finish[0], ENGINE_FINISH_STOP);   /* the grammar ended: end of generation */
+    CHECK(lazy.n_tok[0] >= k + 1);
+    size_t at = 0; /* where the trigger ends in the free run's text */
+    while (at + tl <= full.text_len[0] && memcmp(full.text[0] + at, trig, tl))
+        at++;
+    CHECK(at + tl <= full.text_len[0]);
+    at += tl;
+    CHECK_MSG(lazy.text_len[0] == at + strlen(first) && !memcmp(lazy.text[0], full.text[0], at) &&
+                  !memcmp(lazy.text[0] + at, first, strlen(first)),
+              "free '%.*s' trigger '%s' first '%s' -> '%.*s'", (int)full.text_len[0], full.text[0], trig,
+              first, (int)lazy.text_len[0], lazy.text[0]);
+    /* a trigger that never comes: the free run */
+    rq.user = &never;
+    rq.grammar_trigger = "\x01never";
+    rq.ignore_eog = true;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK(never.text_len[0] == full.text_len[0] && !memcmp(never.text[0], full.text[0], full.text_len[0]));
+    grammar_free(gr);
     engine_free(e);
     llm_model_free(m);
 }

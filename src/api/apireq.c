@@ -5,6 +5,7 @@
 
 #include "llm/grammar/grammar.h"
 #include "llm/grammar/json_schema.h"
+#include "llm/tools/tools.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -452,12 +453,14 @@ int apireq_grammar(const cJSON *root, struct grammar **out, struct api_error *e)
 }
 
 int apireq_tool_grammar(const cJSON *root, const struct tools_wire *wire, bool parallel,
-                        struct grammar **out, struct api_error *e)
+                        struct grammar **out, const char **trigger, struct api_error *e)
 {
     *out = NULL;
+    *trigger = NULL;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     const char *name = NULL;
+    char err[256];
     if (cJSON_IsObject(tc)) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
@@ -466,12 +469,21 @@ int apireq_tool_grammar(const cJSON *root, const struct tools_wire *wire, bool p
                                  "'tool_choice.function.name' must be a string");
         name = n->valuestring;
     } else if (!cJSON_IsString(tc) || strcmp(tc->valuestring, "required") != 0) {
+        /* auto: free text, and the call grammar from the format's call marker
+         * on (lazy); a schema it cannot compile just leaves the call free */
+        if (!cJSON_IsArray(tools) || !cJSON_GetArraySize(tools) || !wire->trigger || !*wire->trigger ||
+            (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")))
+            return 0;
+        char *gbnf = jschema_tool_call_gbnf(tools, NULL, wire, parallel, err, sizeof err);
+        *out = gbnf ? grammar_parse(gbnf, strlen(gbnf), err, sizeof err) : NULL;
+        free(gbnf);
+        if (*out)
+            *trigger = wire->trigger;
         return 0;
     }
     if (!cJSON_IsArray(tools) || !cJSON_GetArraySize(tools))
         return api_error_set(e, 400, "tool_choice", "'tool_choice' %s needs 'tools'",
                              name ? "naming a function" : "'required'");
-    char err[256];
     char *gbnf = jschema_tool_call_gbnf(tools, name, wire, parallel, err, sizeof err);
     if (!gbnf)
         return api_error_set(e, 400, name ? "tool_choice" : "tools", "%s", err);

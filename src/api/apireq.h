@@ -89,9 +89,13 @@ int apireq_grammar(const struct cJSON *root, struct grammar **out, struct api_er
 
 /* The grammar that forces a tool call when tool_choice is "required" or
  * names a function ({"type":"function","function":{"name":N}}), spelled as
- * wire says; 0 with *out NULL for other tool_choice values or no tools. */
+ * wire says. Under "auto" (or no tool_choice) with tools, the same grammar
+ * for any of them as a lazy one: *trigger is the format's call marker, the
+ * engine applies it from there on (NULL trigger: formats without a marker,
+ * or tools whose schemas it cannot compile; then *out is NULL too).
+ * 0 with *out NULL for "none" or no tools. */
 int apireq_tool_grammar(const struct cJSON *root, const struct tools_wire *wire, bool parallel,
-                        struct grammar **out, struct api_error *e);
+                        struct grammar **out, const char **trigger, struct api_error *e);
 
 /* The API key check: "Authorization: Bearer KEY" or "x-api-key: KEY",
  * compared in constant time for a given key length. */

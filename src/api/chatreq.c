@@ -229,12 +229,16 @@ int chatreq_build(const struct api_model *m, const cJSON *req, const struct apir
          * the way this model's tool parser reads it */
         struct tools_wire w;
         struct grammar *tg;
+        const char *trigger;
         tools_wire_of(m->tools_fmt, &w);
-        if (apireq_tool_grammar(req, &w, cr->parallel, &tg, e) < 0)
+        if (apireq_tool_grammar(req, &w, cr->parallel, &tg, &trigger, e) < 0)
             return -1;
-        if (tg) {
+        if (tg && trigger && cr->grammar) {
+            grammar_free(tg); /* auto: the client's grammar or response_format wins */
+        } else if (tg) {
             grammar_free(cr->grammar);
             cr->grammar = tg;
+            cr->grammar_trigger = trigger;
         }
     }
     /* The client's stops, then the end-of-turn text for vocabularies that
@@ -273,6 +277,7 @@ int chatreq_attach(const struct chatreq *cr, const struct api_model *m, struct a
     rq->stop = cr->stops;
     rq->n_stop = cr->n_stops;
     rq->grammar = cr->grammar;
+    rq->grammar_trigger = cr->grammar_trigger;
     /* tool and reasoning markers are often control tokens: keep their text */
     rq->echo_special = cr->tools_on || m->special_markup;
     return 0;

@@ -28,6 +28,7 @@
 #define ENGINE_MAX_MODELS 8
 #define HIST_CAP 8192          /* latency samples kept per histogram (a ring) */
 #define TEXT_CAP 1024          /* bytes of text one event carries at most */
+#define LAZY_TAIL 512          /* output bytes kept to find a lazy grammar's trigger */
 
 enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_FORK_WAIT, SEQ_DONE };
 
@@ -51,6 +52,10 @@ struct seq {
     struct sampler *smp;
     struct sampler_stop *stop;
     struct grammar_matcher *gm; /* request with a grammar: made at the first sample */
+    bool lazy_wait;          /* the grammar waits for the trigger in the output */
+    bool lazy_free;          /* the trigger came but the grammar could not follow it */
+    char *lazy_tail;         /* [LAZY_TAIL] last output bytes, for a trigger across tokens */
+    size_t lazy_len;
     struct tok_stream ts;
     struct engine_usage usage;
     struct seq *prev, *next; /* waiting list links */
@@ -76,6 +81,7 @@ struct request {
     int32_t (*force_token)(void *user, int choice);
     void *user;
     struct grammar *grammar; /* own reference, or NULL */
+    char *grammar_trigger;   /* lazy grammar: its trigger text, or NULL */
 };
 
 struct emodel {
@@ -393,8 +399,10 @@ static void request_free(struct request *r)
         sampler_free(s->smp);
         sampler_stop_free(s->stop);
         grammar_matcher_free(s->gm);
+        free(s->lazy_tail);
     }
     grammar_free(r->grammar);
+    free(r->grammar_trigger);
     free(r->seqs);
     free(r->stop_tokens);
     free(r->prompt);
@@ -539,6 +547,11 @@ static int make_seqs(const struct emodel *em, const struct engine_request *rq,
         if (!s->stop)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: %s", serr);
         s->usage.prompt_tokens = r->n_prompt;
+        if (r->grammar_trigger) {
+            s->lazy_wait = true;
+            if (!(s->lazy_tail = malloc(LAZY_TAIL)))
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        }
     }
     return 0;
 }
@@ -573,6 +586,11 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->force_token = rq->force_token;
     r->user = rq->user;
     r->grammar = grammar_ref(rq->grammar);
+    if (r->grammar && rq->grammar_trigger && *rq->grammar_trigger &&
+        (strlen(rq->grammar_trigger) >= LAZY_TAIL / 2 || !(r->grammar_trigger = strdup(rq->grammar_trigger)))) {
+        request_free(r);
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: grammar trigger too long (or out of memory)");
+    }
     if (rq->n_stop_tokens) {
         r->stop_tokens = malloc((size_t)rq->n_stop_tokens * sizeof *r->stop_tokens);
         if (!r->stop_tokens) {
@@ -918,6 +936,44 @@ static const float *seq_constrain(struct emodel *em, struct seq *s, const float 
     return out;
 }
 
+/* A lazy grammar's trigger: append token id's text to s's output tail; once
+ * the trigger is in it, start the grammar there and feed it the trigger and
+ * what followed in that token. Output the grammar cannot continue leaves the
+ * choice free (lazy_wait off, no matcher). */
+static void seq_lazy_check(struct emodel *em, struct seq *s, int32_t id)
+{
+    const char *trig = s->rq->grammar_trigger;
+    const size_t tl = strlen(trig);
+    char piece[256];
+    size_t n = tokenizer_piece(em->tok, id, true, piece, sizeof piece);
+    if (n > sizeof piece)
+        n = sizeof piece;
+    if (s->lazy_len + n > LAZY_TAIL) { /* keep what a trigger across tokens needs */
+        const size_t keep = tl - 1 < s->lazy_len ? tl - 1 : s->lazy_len;
+        memmove(s->lazy_tail, s->lazy_tail + s->lazy_len - keep, keep);
+        s->lazy_len = keep;
+    }
+    if (n > LAZY_TAIL - s->lazy_len)
+        n = LAZY_TAIL - s->lazy_len;
+    memcpy(s->lazy_tail + s->lazy_len, piece, n);
+    s->lazy_len += n;
+    const char *at = NULL;
+    for (size_t i = 0; !at && i + tl <= s->lazy_len; i++)
+        if (!memcmp(s->lazy_tail + i, trig, tl))
+            at = s->lazy_tail + i;
+    if (!at)
+        return;
+    s->lazy_wait = false;
+    char gerr[256];
+    if ((em->gvocab || (em->gvocab = grammar_vocab_new(em->tok, gerr, sizeof gerr))) &&
+        (s->gm = grammar_matcher_new(s->rq->grammar, em->gvocab, gerr, sizeof gerr)) &&
+        grammar_matcher_accept_bytes(s->gm, at, (size_t)(s->lazy_tail + s->lazy_len - at)) >= 0)
+        return;
+    grammar_matcher_free(s->gm); /* not the grammar's text after all: stay free */
+    s->gm = NULL;
+    s->lazy_free = true;
+}
+
 /* Sample s's next token from logits and deliver it. */
 static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits)
 {
@@ -927,7 +983,8 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     int32_t forced = r->force_token ? r->force_token(r->user, s->choice) : -1;
     if (forced >= em->hp->n_vocab)
         forced = -1;
-    if (forced < 0 && r->grammar && !(logits = seq_constrain(em, s, logits, gerr, sizeof gerr))) {
+    const bool constrained = r->grammar && !s->lazy_wait && !s->lazy_free;
+    if (forced < 0 && constrained && !(logits = seq_constrain(em, s, logits, gerr, sizeof gerr))) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, gerr);
         return;
     }
@@ -942,6 +999,8 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: sampled a token the grammar forbids");
         return;
     }
+    if (s->lazy_wait)
+        seq_lazy_check(em, s, id);
     s->tok[s->n_tok++] = id;
     s->n_gen++;
     e->local.generated_tokens++;

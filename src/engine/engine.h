@@ -127,6 +127,12 @@ struct engine_request {
     void *user;
     struct grammar *grammar;          /* constrain every choice to it (llm/grammar); the
                                          engine takes its own reference. NULL: free text */
+    const char *grammar_trigger;      /* with grammar: a choice is free text until its output
+                                         contains this (copied), then the grammar applies from
+                                         the trigger on, as if the grammar had produced it (a
+                                         tool call under tool_choice "auto"); output that does
+                                         not fit the grammar there leaves the choice free.
+                                         NULL or "": the grammar applies from the start */
     /* Forced tokens (a reasoning budget's closing tag): called with user on
      * the engine thread before each sample of a choice; a token id >= 0 is
      * that choice's next token instead of a sampled one, -1 samples. A forced
