@@ -1,17 +1,21 @@
 /* transcribe.c - `omniserve transcribe`: speech to text with a whisper.cpp
  * ggml model. Audio of any format ffmpeg reads is decoded to 16 kHz mono
  * (media/audio.h); the result is printed as plain text, OpenAI's json /
- * verbose_json response bodies, or SRT / WebVTT subtitles. */
+ * verbose_json response bodies, or SRT / WebVTT subtitles. With --parallel N,
+ * N files are transcribed at once through one batcher (audio/whisper_batch.h)
+ * and printed in the order given. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 
 #include "audio/whisper.h"
+#include "audio/whisper_batch.h"
 #include "media/audio.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
 #include <cJSON.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +45,9 @@ static void transcribe_usage(FILE *f)
             "                          OpenAI API does\n"
             "  --no-suppress           sample blank, EOT and special tokens like any other\n"
             "  --max-tokens N          tokens per 30 s window (default: half the text context)\n"
-            "  --threads N             worker threads (default: physical cores)\n",
+            "  --threads N             worker threads (default: physical cores)\n"
+            "  --parallel N            transcribe N files at once, sharing batched passes\n"
+            "                          (default 1); results still come in the order given\n",
             WHISPER_MAX_BEAMS);
 }
 
@@ -157,13 +163,110 @@ static int print_result(const struct whisper_state *s, enum fmt fmt, bool transl
     return 1;
 }
 
+// ---- --parallel: several files through one batcher -------------------------------
+
+struct tp_shared {
+    const char *const *files;
+    int n_files;
+    const struct whisper_full_params *p;
+    enum fmt fmt;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int next_file, next_print;   /* {mu} */
+    bool failed;                 /* {mu} a file failed: stop taking and printing */
+};
+
+struct tp_lane {
+    struct tp_shared *sh;
+    struct whisper_state *s;
+};
+
+/* Take the next file, transcribe it, wait for its turn and print it. */
+static void *tp_lane_main(void *arg)
+{
+    struct tp_lane *l = arg;
+    struct tp_shared *sh = l->sh;
+    struct media_audio_params ap = media_audio_default_params();
+    ap.sample_rate_hz = WHISPER_SAMPLE_RATE_HZ;
+    for (;;) {
+        pthread_mutex_lock(&sh->mu);
+        const int f = sh->failed ? sh->n_files : sh->next_file++;
+        pthread_mutex_unlock(&sh->mu);
+        if (f >= sh->n_files)
+            return NULL;
+        char err[512];
+        float *pcm = NULL;
+        size_t n = 0;
+        int rc = media_audio_decode_file(sh->files[f], &ap, &pcm, &n, err, sizeof err);
+        const double t0 = omni_time_s();
+        if (rc == 0)
+            rc = whisper_full(l->s, sh->p, pcm, (int64_t)n, err, sizeof err);
+        free(pcm);
+        pthread_mutex_lock(&sh->mu);
+        while (sh->next_print != f && !sh->failed)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        if (!sh->failed) {
+            const double dur = (double)n / WHISPER_SAMPLE_RATE_HZ;
+            if (rc < 0) {
+                fprintf(stderr, "transcribe: %s: %s\n", sh->files[f], err);
+                sh->failed = true;
+            } else {
+                OMNI_INFO("transcribe: %s: %.2f s of audio in %.2f s (%d segments, language %s)", sh->files[f],
+                          dur, omni_time_s() - t0, whisper_full_n_segments(l->s), whisper_full_lang(l->s));
+                sh->failed = print_result(l->s, sh->fmt, sh->p->translate, dur) != 0;
+                fflush(stdout);
+            }
+            sh->next_print++;
+        }
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+    }
+}
+
+static int transcribe_parallel(const char *model, const char *const *files, int n_files, int parallel, int threads,
+                               const struct whisper_full_params *p, enum fmt fmt)
+{
+    char err[512];
+    struct whisper_model *m = whisper_model_load(model, err, sizeof err);
+    struct whisper_batcher_params bp = whisper_batcher_default_params();
+    bp.n_threads = threads;
+    struct whisper_batcher *b = m ? whisper_batcher_new(m, &bp, err, sizeof err) : NULL;
+    const int n_lanes = parallel < n_files ? parallel : n_files;
+    struct tp_shared sh = { .files = files, .n_files = n_files, .p = p, .fmt = fmt };
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    struct tp_lane lanes[64];
+    pthread_t th[64];
+    int n_states = 0, n_started = 0, rc = 1;
+    for (; b && n_states < n_lanes; n_states++)
+        if (!(lanes[n_states] = (struct tp_lane){ &sh, whisper_state_new_batched(b, err, sizeof err) }).s)
+            break;
+    if (!b || n_states < n_lanes) {
+        fprintf(stderr, "transcribe: %s\n", err);
+    } else {
+        for (; n_started < n_lanes; n_started++)
+            if (pthread_create(&th[n_started], NULL, tp_lane_main, &lanes[n_started]) != 0)
+                break;
+        for (int i = 0; i < n_started; i++)
+            pthread_join(th[i], NULL);
+        rc = sh.failed || sh.next_print < n_files ? 1 : 0;
+    }
+    for (int i = 0; i < n_states; i++)
+        whisper_state_free(lanes[i].s);
+    whisper_batcher_free(b);
+    whisper_model_free(m);
+    pthread_cond_destroy(&sh.cv);
+    pthread_mutex_destroy(&sh.mu);
+    return rc;
+}
+
 int cli_transcribe(int argc, char **argv)
 {
     const char *model = NULL;
     const char **files = calloc(argc, sizeof *files);
     int n_files = 0;
     enum fmt fmt = FMT_TEXT;
-    long threads = 0, v;
+    long threads = 0, parallel = 1, v;
     int timestamps = -1; /* -1: by format */
     struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
     for (int i = 1; i < argc; i++) {
@@ -217,6 +320,9 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--threads") && val) {
             if (cli_long("transcribe", a, argv[++i], 1, 1024, &threads))
                 goto bad;
+        } else if (!strcmp(a, "--parallel") && val) {
+            if (cli_long("transcribe", a, argv[++i], 1, 64, &parallel))
+                goto bad;
         } else if (a[0] != '-' && files) {
             files[n_files++] = a;
         } else {
@@ -227,6 +333,12 @@ int cli_transcribe(int argc, char **argv)
     if (!model || n_files == 0)
         goto usage;
     p.no_timestamps = timestamps < 0 ? fmt == FMT_TEXT || fmt == FMT_JSON : !timestamps;
+
+    if (parallel > 1 && n_files > 1) {
+        int prc = transcribe_parallel(model, files, n_files, (int)parallel, (int)threads, &p, fmt);
+        free(files);
+        return prc;
+    }
 
     char err[512];
     float *pcm = NULL;

@@ -200,6 +200,18 @@ PY
 done
 done
 
+# --parallel: several files through one batcher, printed in the order given,
+# the same transcripts as one after another; a failing file stops the list
+W="$SH/audio/what-is-the-weather-like-today.wav"
+seq=$("$OMNI" transcribe -m "$M" "$K" "$W" "$K" "$W" --threads 2 --format json 2>/dev/null)
+par=$("$OMNI" transcribe -m "$M" "$K" "$W" "$K" "$W" --threads 2 --format json --parallel 3 2>/dev/null) \
+    || fail "--parallel exited $?"
+[ "$par" = "$seq" ] && [ "$(printf '%s\n' "$par" | wc -l)" -eq 4 ] || fail "--parallel: '$par' vs '$seq'"
+par=$("$OMNI" transcribe -m "$M" "$K" "$D/none.wav" "$W" --parallel 2 --no-timestamps 2>"$D/e7") \
+    && fail "--parallel with a missing file exited 0"
+[ "$par" = "turn on the kitchen lights." ] || fail "--parallel before the failure: '$par'"
+grep -q "none.wav" "$D/e7" || fail "--parallel failure message: $(cat "$D/e7")"
+
 # errors: one line on stderr, non-zero exit
 "$OMNI" transcribe -m "$D/none.bin" "$K" >/dev/null 2>"$D/e1" && fail "missing model accepted"
 grep -q "cannot open" "$D/e1" || fail "missing model message: $(cat "$D/e1")"
