@@ -10,6 +10,7 @@
 #include "audio/whisper_impl.h"
 
 #include "src/core/omni.h"
+#include "src/core/quant.h"
 #include "src/core/threadpool.h"
 
 #include <math.h>
@@ -114,62 +115,11 @@ struct softmax_job {
     int n, len;
 };
 
-/* e^x for x <= 0 in a form the compiler vectorizes (libm's expf is a call
- * per element, and the encoder's softmax takes n_head * 1500^2 of them per
- * layer): e^x = 2^k 2^f, k = rint(x log2 e), |f| <= 1/2, 2^f by its Taylor
- * series to degree 7 (relative error < 1e-8, below float rounding). */
-static inline float exp_nonpos(float x)
-{
-    const float z = (x > -87.0f ? x : -87.0f) * 1.44269504f;
-    const float k = rintf(z), f = (z - k) * 0.693147181f;
-    float p = 1.98412698e-4f;
-    p = p * f + 1.38888889e-3f;
-    p = p * f + 8.33333333e-3f;
-    p = p * f + 4.16666667e-2f;
-    p = p * f + 1.66666667e-1f;
-    p = p * f + 0.5f;
-    p = p * f + 1.0f;
-    p = p * f + 1.0f;
-    int32_t bits;
-    memcpy(&bits, &p, 4);
-    bits += (int32_t)k * (1 << 23); /* k <= 0: a shift would be undefined */
-    memcpy(&p, &bits, 4);
-    return p;
-}
-
-/* Rows are processed in fixed blocks of 16 with per-lane accumulators so
- * that -O2's cheap vectorizer takes every loop (max, exp, sum, scale). */
 static void softmax_worker(void *arg, int ith, int nth)
 {
     const struct softmax_job *j = arg;
-    const int len = j->len, n16 = len / 16 * 16;
-    FOR_ROWS(j, ith, nth, r) {
-        float *x = j->x + (size_t)r * len;
-        float m16[16], s16[16];
-        for (int k = 0; k < 16; k++)
-            m16[k] = -INFINITY, s16[k] = 0.0f;
-        for (int i = 0; i < n16; i += 16)
-            for (int k = 0; k < 16; k++)
-                m16[k] = x[i + k] > m16[k] ? x[i + k] : m16[k];
-        float mx = -INFINITY, sum = 0.0f;
-        for (int k = 0; k < 16; k++)
-            mx = m16[k] > mx ? m16[k] : mx;
-        for (int i = n16; i < len; i++)
-            mx = x[i] > mx ? x[i] : mx;
-        for (int i = 0; i < n16; i += 16)
-            for (int k = 0; k < 16; k++)
-                s16[k] += (x[i + k] = exp_nonpos(x[i + k] - mx));
-        for (int k = 0; k < 16; k++)
-            sum += s16[k];
-        for (int i = n16; i < len; i++)
-            sum += (x[i] = exp_nonpos(x[i] - mx));
-        const float inv = 1.0f / sum;
-        for (int i = 0; i < n16; i += 16)
-            for (int k = 0; k < 16; k++)
-                x[i + k] *= inv;
-        for (int i = n16; i < len; i++)
-            x[i] *= inv;
-    }
+    FOR_ROWS(j, ith, nth, r)
+        omni_vec_softmax(j->len, j->x + (size_t)r * j->len);
 }
 
 /* Full (non-causal) attention of n_ctx queries over n_ctx keys, one head at a
@@ -294,22 +244,16 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         const _Float16 *K16 = f16 ? (const _Float16 *)r->s->cross_k + at : NULL;
         const _Float16 *V16 = f16 ? (const _Float16 *)r->s->cross_v + at : NULL;
         const float *q = j->q + (size_t)t * d + h * dh;
-        float mx = -INFINITY;
-        for (int i = 0; i < n_keys; i++) {
-            sc[i] = (f16 ? dot_head_f16(q, K16 + (size_t)i * d, dh) : dot_head(q, K + (size_t)i * d, dh)) * scale;
-            mx = sc[i] > mx ? sc[i] : mx;
-        }
-        float sum = 0.0f;
         for (int i = 0; i < n_keys; i++)
-            sum += (sc[i] = exp_nonpos(sc[i] - mx));
-        const float inv = 1.0f / sum;
+            sc[i] = (f16 ? dot_head_f16(q, K16 + (size_t)i * d, dh) : dot_head(q, K + (size_t)i * d, dh)) * scale;
+        omni_vec_softmax(n_keys, sc);
         float *o = j->out + (size_t)t * d + h * dh;
         memset(o, 0, dh * sizeof(float));
         for (int i = 0; i < n_keys; i++) {
             if (f16)
-                axpy_head_f16(o, sc[i] * inv, V16 + (size_t)i * d, dh);
+                axpy_head_f16(o, sc[i], V16 + (size_t)i * d, dh);
             else
-                axpy_head(o, sc[i] * inv, V + (size_t)i * d, dh);
+                axpy_head(o, sc[i], V + (size_t)i * d, dh);
         }
     }
 }

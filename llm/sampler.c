@@ -9,6 +9,7 @@
 #include "llm/sampler.h"
 
 #include "src/core/omni.h"
+#include "src/core/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -274,21 +275,10 @@ static bool penalties_active(const struct sampler *s)
 }
 
 /* First index of the largest logit (NaN never wins), -1 when none is above
- * -inf: 16 running maxima so that -O2 vectorizes the scan, then the index. */
+ * -inf: the vectorized maximum, then its index. */
 static int32_t argmax_logits(const float *x, size_t n)
 {
-    float m16[16];
-    for (int k = 0; k < 16; k++)
-        m16[k] = -INFINITY;
-    const size_t n16 = n / 16 * 16;
-    for (size_t i = 0; i < n16; i += 16)
-        for (int k = 0; k < 16; k++)
-            m16[k] = x[i + k] > m16[k] ? x[i + k] : m16[k];
-    float mx = -INFINITY;
-    for (int k = 0; k < 16; k++)
-        mx = m16[k] > mx ? m16[k] : mx;
-    for (size_t i = n16; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
+    const float mx = omni_vec_max((int64_t)n, x);
     if (mx == -INFINITY)
         return -1;
     for (size_t i = 0; i < n; i++)

@@ -519,38 +519,6 @@ struct attn_job {
 /* softmax(Q K^T / sqrt(d)) V for heads ith, ith + nth, ...: strided sgemm
  * calls straight on the [n][n_embd] Q/K/V rows (no per-head copies), one
  * score matrix per thread; att = the heads side by side. */
-/* In place, with the SIMD exp (libm's expf per element was a tenth of the
- * encoder's time) and 16 partial maxima / sums so that -O2 vectorizes. */
-static void softmax_row(float *s, int n)
-{
-    float m16[16], s16[16];
-    for (int k = 0; k < 16; k++)
-        m16[k] = -INFINITY, s16[k] = 0.0f;
-    const int n16 = n / 16 * 16;
-    for (int t = 0; t < n16; t += 16)
-        for (int k = 0; k < 16; k++)
-            m16[k] = s[t + k] > m16[k] ? s[t + k] : m16[k];
-    float mx = -INFINITY;
-    for (int k = 0; k < 16; k++)
-        mx = m16[k] > mx ? m16[k] : mx;
-    for (int t = n16; t < n; t++)
-        mx = s[t] > mx ? s[t] : mx;
-    for (int t = 0; t < n; t++)
-        s[t] -= mx;
-    omni_vec_expf(n, s, s);
-    for (int t = 0; t < n16; t += 16)
-        for (int k = 0; k < 16; k++)
-            s16[k] += s[t + k];
-    float sum = 0.0f;
-    for (int k = 0; k < 16; k++)
-        sum += s16[k];
-    for (int t = n16; t < n; t++)
-        sum += s[t];
-    const float inv = 1.0f / sum;
-    for (int t = 0; t < n; t++)
-        s[t] *= inv;
-}
-
 static void attention_heads(void *arg, int ith, int nth)
 {
     const struct attn_job *j = arg;
@@ -562,8 +530,8 @@ static void attention_heads(void *arg, int ith, int nth)
         const float *q = c->q + hd * dh, *k = c->k + hd * dh, *v = c->v + hd * dh;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dh, scale, q, D, k, D, 0.0f,
                     scores, n);
-        for (int i = 0; i < n; i++)
-            softmax_row(scores + (size_t)i * n, n);
+        for (int i = 0; i < n; i++) /* the SIMD exp: libm's expf per element was a tenth of the time */
+            omni_vec_softmax(n, scores + (size_t)i * n);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dh, n, 1.0f, scores, n, v, D,
                     0.0f, c->att + hd * dh, D);
     }

@@ -818,6 +818,44 @@ static v16f expf16(v16f x)
     return p * (v16f)(((v16i)t - 0x4b400000 + 127) << 23);
 }
 
+float omni_vec_max(int64_t n, const float *x)
+{
+    float m16[16];
+    for (int k = 0; k < 16; k++)
+        m16[k] = -INFINITY;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            m16[k] = x[i + k] > m16[k] ? x[i + k] : m16[k];
+    float mx = -INFINITY;
+    for (int k = 0; k < 16; k++)
+        mx = m16[k] > mx ? m16[k] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+void omni_vec_softmax(int64_t n, float *x)
+{
+    const float mx = omni_vec_max(n, x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] -= mx;
+    omni_vec_expf(n, x, x);
+    float s16[16] = { 0 };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            s16[k] += x[i + k];
+    float sum = 0.0f;
+    for (int k = 0; k < 16; k++)
+        sum += s16[k];
+    for (; i < n; i++)
+        sum += x[i];
+    const float inv = 1.0f / sum;
+    for (i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
 void omni_vec_expf(int64_t n, float *y, const float *x)
 {
     int64_t i = 0;

@@ -176,6 +176,12 @@ float vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a);
  * x above to 88 (e^x about 1.65e38). The result of an element depends only on its
  * value, not on n or its position. */
 void omni_vec_expf(int64_t n, float *y, const float *x);
+/* The largest of n floats (-inf for n = 0; NaN never wins), 16 lanes at a
+ * time so that -O2 vectorizes it. */
+float omni_vec_max(int64_t n, const float *x);
+/* x = softmax(x) in place over n >= 1 floats (max subtracted, omni_vec_expf,
+ * 16 partial sums), vectorized. */
+void omni_vec_softmax(int64_t n, float *x);
 #define OMNI_EXPF_REL_ERR 4e-7
 
 /* ---- per-type kernels for a CPU level (see cpu.h) ---- */
