@@ -269,6 +269,14 @@ static int espeak_transcribe(struct whisper_state *s, const cJSON *t, char *err,
     return rc;
 }
 
+/* The model and reference into m and ref, or skip the test without them. */
+#define ESPEAK_OR_SKIP(m, ref)                                                \
+    do {                                                                      \
+        SKIP_IF_NO_SHARED();                                                  \
+        if (!((m) = espeak_load(&(ref))))                                     \
+            SKIP("whisper-tiny-espeak not present");                          \
+    } while (0)
+
 static bool espeak_clear(const cJSON *t) { return cJSON_GetObjectItem(t, "hf_min_top2_margin")->valuedouble >= 0.25; }
 
 /* transformers' tokens on every clip whose margin is >= 0.25 (every fourth
@@ -276,12 +284,10 @@ static bool espeak_clear(const cJSON *t) { return cJSON_GetObjectItem(t, "hf_min
  * and the WER). */
 TEST(whisper_espeak_matches_transformers)
 {
-    SKIP_IF_NO_SHARED();
     char err[512];
     cJSON *ref;
-    struct whisper_model *m = espeak_load(&ref);
-    if (!m)
-        SKIP("whisper-tiny-espeak not present");
+    struct whisper_model *m;
+    ESPEAK_OR_SKIP(m, ref);
     CHECK(!whisper_is_multilingual(m));
     CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_SOT), 50257);
     CHECK_EQ(whisper_token_special(m, WHISPER_TOKEN_NOT), 50362);
@@ -356,12 +362,10 @@ static void *clip_thread(void *arg)
 /* Four lanes through one batcher: every clear clip still equals its reference. */
 TEST(whisper_batch_espeak_transcripts)
 {
-    SKIP_IF_NO_SHARED();
     char err[512];
     cJSON *ref;
-    struct whisper_model *m = espeak_load(&ref);
-    if (!m)
-        SKIP("whisper-tiny-espeak not present");
+    struct whisper_model *m;
+    ESPEAK_OR_SKIP(m, ref);
     struct whisper_batcher_params bp = whisper_batcher_default_params();
     bp.n_threads = 2;
     struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
