@@ -122,6 +122,9 @@ struct ws_server_params ws_default_params(void)
         .sse_keepalive_ms = 15000,
         .max_pending_bytes = 16u << 20,
         .shutdown_timeout_s = 10.0,
+        .worker_threads = 4,
+        .max_conns_per_ip = 128,
+        .request_timeout_s = 30.0,
     };
 }
 
@@ -406,6 +409,20 @@ const char *ws_req_query(struct ws_req *r, const char *name)
     if (v)
         r->copies[r->n_copies++] = v;
     return v;
+}
+
+/* Interim: runs fn at once on the service thread (r2 is r) until the
+ * worker pool lands; the contract is the one in ws_http.h. */
+void ws_req_offload(struct ws_req *r, ws_handler_fn fn)
+{
+    struct ws_server *s = lws_context_user(lws_get_context(r->conn->wsi));
+    fn(s->p.user, r);
+}
+
+bool ws_req_draining(const struct ws_req *r)
+{
+    struct ws_server *s = lws_context_user(lws_get_context(r->conn->wsi));
+    return s->stop_requested != 0;
 }
 
 struct ws_sock *ws_req_accept_websocket(struct ws_req *r, const struct ws_sock_handler *h,

@@ -68,6 +68,14 @@ struct ws_server_params {
     ws_done_fn on_done;        /* optional: one call per finished transaction */
     ws_upgrade_fn upgrade;     /* optional: WebSocket handshakes (none: all refused) */
     void *user;                /* passed to handler and on_done */
+    int worker_threads;        /* threads that run ws_req_offload'ed handlers and offloaded
+                                  WebSocket messages; default 4 */
+    const char *allowed_hosts; /* comma-separated extra Host names (without port) accepted when
+                                  the listen address is loopback; NULL: only localhost, 127.x
+                                  and [::1]; "*": any Host */
+    int max_conns_per_ip;      /* default 128; more from one address are refused (503 + close) */
+    double request_timeout_s;  /* headers and body must be in within this many seconds of the
+                                  request's first byte; default 30 -> 408 + close */
 };
 struct ws_server_params ws_default_params(void);
 
@@ -110,6 +118,21 @@ void ws_req_respond(struct ws_req *r, int status, const char *content_type, cons
  * memory (the server then answers 500). */
 struct ws_out *ws_req_defer(struct ws_req *r, ws_abort_fn on_abort, ws_free_fn on_free,
                             void *user);
+
+/* Continue this request on a worker thread: fn(user, r2) runs there with r2
+ * a detached copy of r (method, path, id, every request header, query
+ * string, body). Every ws_req_* function works on r2 from that worker
+ * (respond, defer, add_header, set_route, header, query, body) except
+ * ws_req_accept_websocket. After ws_req_offload the service-thread handler
+ * must not touch r again. r2 and the strings it hands out live until fn
+ * returns. If fn neither responds nor defers, the server answers 500. If
+ * the client leaves before fn has deferred, the on_abort given to
+ * ws_req_defer is still called exactly once (possibly on the worker, right
+ * after fn returns). */
+void ws_req_offload(struct ws_req *r, ws_handler_fn fn);
+/* True while the server drains after ws_server_stop (probes should answer
+ * 503). Any thread, on r or a worker's r2. */
+bool ws_req_draining(const struct ws_req *r);
 
 /* Query-string argument by name ("intent"), or NULL. Lives until the
  * handler returns. */

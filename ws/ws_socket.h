@@ -25,6 +25,10 @@ struct ws_sock_handler {
     void (*on_message)(void *user, struct ws_sock *s, const char *data, size_t len, bool binary);
     /* The connection is gone (either side closed it). No more on_message. */
     void (*on_close)(void *user);
+    /* on_message runs on a ws worker thread (ws_server_params.worker_threads),
+     * the messages of one socket in order, one at a time; on_close then runs
+     * on that worker too, after the last on_message. */
+    bool offload;
 };
 
 #define WS_SOCK_MAX_MESSAGE (16u << 20)   /* larger incoming messages close with 1009 */
