@@ -1,6 +1,7 @@
 /* test_api.c - the server's pure pieces: request parsing and validation
  * (fields named in errors, nesting limit, broken JSON), error bodies in both
- * protocols' shapes, the API-key check, SSE framing and the Prometheus text. */
+ * protocols' shapes, the API-key check, SSE framing and the Prometheus
+ * text (ours and the vLLM names routers read). */
 #include "test.h"
 
 #include "src/api/apireq.h"
@@ -286,7 +287,7 @@ TEST(api_metrics_text)
     struct engine_stats es = { .running = 2, .kv_blocks_total = 8, .kv_blocks_used = 2,
                                .kernel_switches = 5 };
     size_t len;
-    char *t = metrics_render(m, &es, "9.9", &len);
+    char *t = metrics_render(m, &es, "9.9", "tiny", &len);
     CHECK(t && strlen(t) == len);
     CHECK_STR_CONTAINS(t, "omniserve_http_requests_total{route=\"/v1/chat/completions\",method=\"POST\",status=\"200\"} 2\n");
     CHECK_STR_CONTAINS(t, "omniserve_http_requests_total{route=\"/health\",method=\"GET\",status=\"200\"} 1\n");
@@ -301,8 +302,56 @@ TEST(api_metrics_text)
     CHECK_STR_CONTAINS(t, "omniserve_engine_kernel_switches_total 5\n");
     CHECK_STR_CONTAINS(t, "omniserve_build_info{version=\"9.9\"} 1\n");
     free(t);
-    t = metrics_render(m, NULL, "x", &len);   /* no engine yet: no gauges */
-    CHECK(t && !strstr(t, "omniserve_requests_running"));
+    t = metrics_render(m, NULL, "x", "tiny", &len);   /* no engine yet: no gauges */
+    CHECK(t && !strstr(t, "omniserve_requests_running") && !strstr(t, "vllm:"));
+    free(t);
+    metrics_free(m);
+}
+
+/* The names, types and values an inference router reads (vLLM's). */
+TEST(api_metrics_vllm_names)
+{
+    struct metrics *m = metrics_new();
+    CHECK(m);
+    metrics_ttft(m, 0.03);
+    metrics_ttft(m, 3000);
+    struct engine_stats es = { .running = 3, .waiting = 7, .kv_blocks_total = 8,
+                               .kv_blocks_used = 6, .prompt_tokens = 100,
+                               .generated_tokens = 40, .preemptions = 2 };
+    size_t len;
+    char *t = metrics_render(m, &es, "9.9", "q\"w\\n\nx", &len);
+    CHECK(t);
+#define L "{model_name=\"q\\\"w\\\\n\\nx\"}"
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running" L " 3\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting" L " 7\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:num_requests_swapped gauge\nvllm:num_requests_swapped" L " 0\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc" L " 0.75\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc" L " 0.75\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total" L " 100\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total" L " 40\n");
+    CHECK_STR_CONTAINS(t, "vllm:num_preemptions_total" L " 2\n");
+    CHECK_STR_CONTAINS(t, "# TYPE vllm:time_to_first_token_seconds histogram\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"q\\\"w\\\\n\\nx\",le=\"0.02\"} 0\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"q\\\"w\\\\n\\nx\",le=\"0.04\"} 1\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"q\\\"w\\\\n\\nx\",le=\"2560\"} 1\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"q\\\"w\\\\n\\nx\",le=\"+Inf\"} 2\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_count" L " 2\n");
+    CHECK_STR_CONTAINS(t, "vllm:time_to_first_token_seconds_sum" L " 3000.030000\n");
+#undef L
+    /* our own histogram keeps its buckets and has no labels */
+    CHECK_STR_CONTAINS(t, "omniserve_time_to_first_token_seconds_count 2\n");
+    /* every sample line ends in " VALUE": the escaped newline did not split one */
+    for (const char *l = t, *nl; *l; l = nl + 1) {
+        nl = strchr(l, '\n');
+        CHECK(nl != NULL);
+        if (*l == '#')
+            continue;
+        const char *sp = NULL;
+        for (const char *p = l; p < nl; p++)
+            sp = *p == ' ' ? p : sp;
+        char *end = NULL;
+        CHECK(sp && (strtod(sp + 1, &end), end == nl));
+    }
     free(t);
     metrics_free(m);
 }

@@ -608,7 +608,7 @@ static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
         metrics_stt(a->metrics, &ts);
     }
     size_t len = 0;
-    char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, &len);
+    char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, a->served_name, &len);
     if (!text) {
         ws_req_respond(r, 500, "text/plain", "out of memory\n", 14);
         return;

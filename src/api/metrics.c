@@ -21,7 +21,13 @@ static const double metrics_latency_buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1,
                                                   2.5, 5, 10, 30, 60, 120 };
 static const double metrics_itl_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                               0.25, 0.5, 1, 2.5 };
-#define METRICS_MAX_BUCKETS 16
+/* vllm:time_to_first_token_seconds keeps vLLM's own buckets (vllm/v1/metrics/
+ * loggers.py), so dashboards and routers built for vLLM read it unchanged. */
+static const double metrics_vllm_ttft_buckets[] = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                                    0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+                                                    20, 40, 80, 160, 640, 2560 };
+#define METRICS_MAX_BUCKETS 24
+#define METRICS_N(a) ((int)(sizeof a / sizeof a[0]))
 
 struct metrics_hist {
     const double *bounds;
@@ -42,6 +48,7 @@ struct metrics {
     struct metrics_series series[METRICS_MAX_SERIES]; /* {lock} */
     int n_series;                                     /* {lock} */
     struct metrics_hist duration, ttft, itl;          /* {lock} */
+    struct metrics_hist vllm_ttft;                    /* {lock} same data as ttft */
     uint64_t prompt_tokens, completion_tokens;        /* {lock} */
     bool has_vision;                                  /* {lock} serve --mmproj */
     struct vision_cache_stats vision;                 /* {lock} last metrics_vision */
@@ -62,11 +69,12 @@ struct metrics *metrics_new(void)
     if (!m)
         return NULL;
     pthread_mutex_init(&m->lock, NULL);
-    int nl = (int)(sizeof metrics_latency_buckets / sizeof metrics_latency_buckets[0]);
+    int nl = METRICS_N(metrics_latency_buckets);
     metrics_hist_init(&m->duration, metrics_latency_buckets, nl);
     metrics_hist_init(&m->ttft, metrics_latency_buckets, nl);
-    metrics_hist_init(&m->itl, metrics_itl_buckets,
-                      (int)(sizeof metrics_itl_buckets / sizeof metrics_itl_buckets[0]));
+    metrics_hist_init(&m->itl, metrics_itl_buckets, METRICS_N(metrics_itl_buckets));
+    metrics_hist_init(&m->vllm_ttft, metrics_vllm_ttft_buckets,
+                      METRICS_N(metrics_vllm_ttft_buckets));
     return m;
 }
 
@@ -111,6 +119,7 @@ void metrics_ttft(struct metrics *m, double seconds)
 {
     pthread_mutex_lock(&m->lock);
     metrics_observe(&m->ttft, seconds);
+    metrics_observe(&m->vllm_ttft, seconds);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -181,19 +190,31 @@ static void metrics_printf(struct metrics_buf *b, const char *fmt, ...)
     }
 }
 
-static void metrics_render_hist(struct metrics_buf *b, const char *name, const char *help,
-                                const struct metrics_hist *h)
+/* labels: "" or `k="v",` pairs each ending in a comma (they precede le). */
+static void metrics_render_hist_labels(struct metrics_buf *b, const char *name, const char *help,
+                                       const char *labels, const struct metrics_hist *h)
 {
     metrics_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
-        metrics_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
+        metrics_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, h->bounds[i],
                        (unsigned long long)cum);
     }
-    metrics_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                   (unsigned long long)h->count, name, h->sum, name,
+    /* the label set of _sum and _count: labels without the trailing comma */
+    size_t ll = strlen(labels);
+    int n = ll > 0 ? (int)ll - 1 : 0;
+    metrics_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels,
                    (unsigned long long)h->count);
+    metrics_printf(b, "%s_sum%s%.*s%s %.6f\n%s_count%s%.*s%s %llu\n", name, n ? "{" : "", n,
+                   labels, n ? "}" : "", h->sum, name, n ? "{" : "", n, labels, n ? "}" : "",
+                   (unsigned long long)h->count);
+}
+
+static void metrics_render_hist(struct metrics_buf *b, const char *name, const char *help,
+                                const struct metrics_hist *h)
+{
+    metrics_render_hist_labels(b, name, help, "", h);
 }
 
 static void metrics_gauge(struct metrics_buf *b, const char *name, const char *type,
@@ -202,13 +223,75 @@ static void metrics_gauge(struct metrics_buf *b, const char *name, const char *t
     metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-char *metrics_render(struct metrics *m, const struct engine_stats *es, const char *version,
-                     size_t *len)
+/* A sample with one label set (labels: `k="v",...`, no trailing comma). */
+static void metrics_labeled(struct metrics_buf *b, const char *name, const char *type,
+                            const char *help, const char *labels, double v)
 {
-    struct metrics_buf b = { malloc(8192), 0, 8192, 0 };
+    metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
+                   labels, v);
+}
+
+/* A label value as the exposition format wants it: backslash, quote and
+ * newline escaped; cut to fit cap. */
+static void metrics_label_escape(const char *v, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *v && n + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"' || *v == '\n') {
+            out[n++] = '\\';
+            out[n++] = *v == '\n' ? 'n' : *v;
+        } else {
+            out[n++] = *v;
+        }
+    }
+    out[n] = 0;
+}
+
+/* The names and types vLLM exports (vllm/v1/metrics/loggers.py), which
+ * inference routers scrape: the Gateway API Inference Extension's endpoint
+ * picker reads vllm:num_requests_waiting, vllm:num_requests_running and
+ * vllm:kv_cache_usage_perc by default. Labelled with the served model like
+ * vLLM's (model_name). Running and waiting count engine sequences and
+ * queued requests; KV usage is blocks held by sequences over the pool
+ * (prefix-cache blocks that are free count as free, as in vLLM). */
+static void metrics_render_vllm(struct metrics_buf *b, const struct engine_stats *es,
+                                const char *labels)
+{
+    double kv = es->kv_blocks_total > 0 ? (double)es->kv_blocks_used / es->kv_blocks_total : 0;
+    metrics_labeled(b, "vllm:num_requests_running", "gauge",
+                    "Number of requests in model execution batches.", labels, es->running);
+    metrics_labeled(b, "vllm:num_requests_waiting", "gauge",
+                    "Number of requests waiting to be processed.", labels, es->waiting);
+    metrics_labeled(b, "vllm:num_requests_swapped", "gauge",
+                    "Number of requests swapped to CPU (always 0: preempted sequences are "
+                    "recomputed).", labels, 0);
+    metrics_labeled(b, "vllm:kv_cache_usage_perc", "gauge",
+                    "KV-cache usage. 1 means 100 percent usage.", labels, kv);
+    metrics_labeled(b, "vllm:gpu_cache_usage_perc", "gauge",
+                    "KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use "
+                    "vllm:kv_cache_usage_perc instead.", labels, kv);
+    metrics_labeled(b, "vllm:prompt_tokens_total", "counter",
+                    "Number of prefill tokens processed.", labels, (double)es->prompt_tokens);
+    metrics_labeled(b, "vllm:generation_tokens_total", "counter",
+                    "Number of generation tokens processed.", labels,
+                    (double)es->generated_tokens);
+    metrics_labeled(b, "vllm:num_preemptions_total", "counter",
+                    "Cumulative number of preemption from the engine.", labels,
+                    (double)es->preemptions);
+}
+
+char *metrics_render(struct metrics *m, const struct engine_stats *es, const char *version,
+                     const char *model_name, size_t *len)
+{
+    struct metrics_buf b = { malloc(16384), 0, 16384, 0 };
     if (!b.p)
         return NULL;
+    char name[256], labels[300];
+    metrics_label_escape(model_name ? model_name : "", name, sizeof name);
+    snprintf(labels, sizeof labels, "model_name=\"%s\"", name);
+    struct metrics_hist vllm_ttft;
     pthread_mutex_lock(&m->lock);
+    vllm_ttft = m->vllm_ttft;
     metrics_printf(&b, "# HELP omniserve_build_info Build information.\n"
                        "# TYPE omniserve_build_info gauge\n"
                        "omniserve_build_info{version=\"%s\"} 1\n", version ? version : "");
@@ -276,6 +359,11 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
         metrics_gauge(&b, "omniserve_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", (double)es->preemptions);
         metrics_gauge(&b, "omniserve_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
         metrics_gauge(&b, "omniserve_engine_kernel_switches_total", "counter", "Sequence steps batched across a matmul kernel switch point (results may differ from a solo run).", (double)es->kernel_switches);
+        metrics_render_vllm(&b, es, labels);
+        char hl[310];
+        snprintf(hl, sizeof hl, "%s,", labels);
+        metrics_render_hist_labels(&b, "vllm:time_to_first_token_seconds",
+                                   "Histogram of time to first token in seconds.", hl, &vllm_ttft);
     }
     if (b.failed) {
         free(b.p);
