@@ -1,7 +1,7 @@
 /* test_api.c - the server's pure pieces: request parsing and validation
  * (fields named in errors, nesting limit, broken JSON), error bodies in both
- * protocols' shapes, the API-key check, SSE framing and the Prometheus
- * text (ours and the vLLM names routers read). */
+ * protocols' shapes, the API-key and Content-Type checks, SSE framing and
+ * the Prometheus text (ours and the vLLM names routers read). */
 #include "test.h"
 
 #include "src/api/apireq.h"
@@ -215,6 +215,38 @@ TEST(api_key_check)
     CHECK(!apireq_key_ok("Bearer sekrett", NULL, "sekret"));
     CHECK(!apireq_key_ok("sekret", NULL, "sekret"));
     CHECK(!apireq_key_ok("Bearer ", "", "sekret"));
+}
+
+TEST(api_content_type_check)
+{
+    const enum apireq_body J = APIREQ_BODY_JSON, M = APIREQ_BODY_MULTIPART;
+    CHECK(apireq_content_type_ok("application/json", J));
+    CHECK(apireq_content_type_ok("application/json; charset=utf-8", J));
+    CHECK(apireq_content_type_ok("Application/JSON;charset=UTF-8", J));
+    CHECK(apireq_content_type_ok("  application/json  ", J));
+    CHECK(apireq_content_type_ok("application/json ; charset=utf-8", J));
+    CHECK(apireq_content_type_ok("application/vnd.api+json", J));
+    CHECK(apireq_content_type_ok("application/merge-patch+json; charset=utf-8", J));
+    /* the bodies a web page may send without a CORS preflight */
+    CHECK(!apireq_content_type_ok("text/plain", J));
+    CHECK(!apireq_content_type_ok("text/plain;charset=UTF-8", J));
+    CHECK(!apireq_content_type_ok("application/x-www-form-urlencoded", J));
+    CHECK(!apireq_content_type_ok("multipart/form-data; boundary=x", J));
+    CHECK(!apireq_content_type_ok(NULL, J));
+    CHECK(!apireq_content_type_ok("", J));
+    CHECK(!apireq_content_type_ok("application/jsonx", J));
+    CHECK(!apireq_content_type_ok("application/json5", J));
+    CHECK(!apireq_content_type_ok("text/json", J));
+    CHECK(!apireq_content_type_ok("application/+json", J));
+    CHECK(!apireq_content_type_ok("application/a/b+json", J));
+    CHECK(!apireq_content_type_ok("application/a b+json", J));
+    CHECK(apireq_content_type_ok("multipart/form-data; boundary=----x", M));
+    CHECK(apireq_content_type_ok("Multipart/Form-Data;boundary=b", M));
+    CHECK(!apireq_content_type_ok("multipart/mixed; boundary=b", M));
+    CHECK(!apireq_content_type_ok("application/json", M));
+    CHECK(!apireq_content_type_ok(NULL, M));
+    CHECK(apireq_content_type_ok(NULL, APIREQ_BODY_ANY));
+    CHECK(apireq_content_type_ok("text/plain", APIREQ_BODY_ANY));
 }
 
 TEST(api_error_shapes)

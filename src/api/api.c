@@ -2,7 +2,10 @@
  * generation call shared by the OpenAI and Anthropic routes: it defers the
  * HTTP response, submits to the engine, turns engine events (engine thread)
  * into protocol output through the api_proto hooks, and cancels the engine
- * request when the client leaves. */
+ * request when the client leaves. The service thread only routes and checks
+ * (key, size, content type, draining); routes that read a body run on the
+ * ws workers (ws_req_offload), so a 20 MB prompt or a huge schema never
+ * holds up /health or other clients' streams. */
 #include "src/api/api.h"
 
 #include "llm/model.h"
@@ -151,6 +154,16 @@ struct metrics *api_metrics(struct api *a) { return a->metrics; }
 
 // ---- responses ------------------------------------------------------------
 
+/* ws_req_respond, without the body for HEAD (the status and type as GET). */
+static void api_respond(struct ws_req *r, int status, const char *type, const char *body,
+                        size_t len)
+{
+    if (ws_req_method(r) == WS_HEAD)
+        ws_req_respond(r, status, type, "", 0);
+    else
+        ws_req_respond(r, status, type, body, len);
+}
+
 void api_respond_json(struct ws_req *r, int status, cJSON *body)
 {
     char *s = body ? cJSON_PrintUnformatted(body) : NULL;
@@ -158,10 +171,10 @@ void api_respond_json(struct ws_req *r, int status, cJSON *body)
     if (!s) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                   "\"param\":null,\"code\":null}}";
-        ws_req_respond(r, 500, "application/json", oom, sizeof oom - 1);
+        api_respond(r, 500, "application/json", oom, sizeof oom - 1);
         return;
     }
-    ws_req_respond(r, status, "application/json", s, strlen(s));
+    api_respond(r, status, "application/json", s, strlen(s));
     free(s);
 }
 
@@ -170,10 +183,10 @@ void api_respond_error(struct ws_req *r, enum api_flavor f, const struct api_err
     size_t len = 0;
     char *s = api_error_json(f, e, &len);
     if (!s) {
-        ws_req_respond(r, 500, "text/plain", "out of memory", 13);
+        api_respond(r, 500, "text/plain", "out of memory", 13);
         return;
     }
-    ws_req_respond(r, e->status, "application/json", s, len);
+    api_respond(r, e->status, "application/json", s, len);
     free(s);
 }
 
@@ -386,9 +399,11 @@ void api_call_free(struct api_call *c)
 
 static void api_call_free_cb(void *user) { api_call_free(user); }
 
-/* The client left (or shutdown gave up): stop generating (service thread).
- * A call still with a vision worker has no engine id yet: the worker sees
- * ws_out_gone, before or right after it submits. */
+/* The client left (or shutdown gave up): stop generating. The service
+ * thread, or the ws worker right after the route returned when the client
+ * left while it ran (the engine id is set by then). A call still with a
+ * vision worker has no engine id yet: the worker sees ws_out_gone, before
+ * or right after it submits. */
 static void api_call_abort(void *user)
 {
     struct api_call *c = user;
@@ -574,12 +589,18 @@ int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request 
 
 // ---- small routes -----------------------------------------------------------
 
+/* Readiness: 200 while new work is welcome here, 503 while the model loads
+ * or the server drains (a load balancer then sends nothing new). A server
+ * without a model is ready for what it has (speech, metrics). */
 static void api_health(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
     int st = atomic_load(&a->state);
+    bool draining = ws_req_draining(r);
     cJSON *o = cJSON_CreateObject();
-    if (st == API_READY) {
+    if (draining) {
+        cJSON_AddStringToObject(o, "status", "draining");
+    } else if (st == API_READY) {
         cJSON_AddStringToObject(o, "status", "ok");
         cJSON_AddStringToObject(o, "model", a->served_name);
     } else if (st == API_LOADING) {
@@ -588,7 +609,17 @@ static void api_health(struct api *a, struct ws_req *r, const char *arg)
         cJSON_AddStringToObject(o, "status", "no_model");
         cJSON_AddStringToObject(o, "message", a->unavailable_why);
     }
-    api_respond_json(r, st == API_LOADING ? 503 : 200, o);
+    api_respond_json(r, draining || st == API_LOADING ? 503 : 200, o);
+}
+
+/* Liveness: the process serves HTTP (loading and draining included). */
+static void api_livez(struct api *a, struct ws_req *r, const char *arg)
+{
+    (void)a;
+    (void)arg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "alive");
+    api_respond_json(r, 200, o);
 }
 
 static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
@@ -610,10 +641,10 @@ static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
     size_t len = 0;
     char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, a->served_name, &len);
     if (!text) {
-        ws_req_respond(r, 500, "text/plain", "out of memory\n", 14);
+        api_respond(r, 500, "text/plain", "out of memory\n", 14);
         return;
     }
-    ws_req_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    api_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
 }
 
@@ -651,30 +682,47 @@ struct api_route {
     const char *prefix;       /* path, or the part before {arg} */
     const char *suffix;       /* after {arg}; NULL: exact path */
     const char *label;        /* for logs and metrics */
-    enum ws_method method;
+    enum ws_method method;    /* a GET route also answers HEAD */
     enum api_flavor flavor;
     bool open;                /* no API key needed */
+    enum apireq_body body;    /* the Content-Type its body needs, else 415 */
+    bool worker;              /* runs on a ws worker: it parses a body or does real work */
+    bool generation;          /* new ones get 503 while the server drains */
     api_route_fn fn;
 };
 
+#define JSON APIREQ_BODY_JSON
+#define FORM APIREQ_BODY_MULTIPART
+#define ANY APIREQ_BODY_ANY
 static const struct api_route api_routes[] = {
-    { "/health", NULL, "/health", WS_GET, API_OPENAI, true, api_health },
-    { "/metrics", NULL, "/metrics", WS_GET, API_OPENAI, false, api_metrics_route },
-    { "/v1/models", NULL, "/v1/models", WS_GET, API_OPENAI, false, openai_models },
-    { "/v1/models/", "", "/v1/models/{id}", WS_GET, API_OPENAI, false, openai_model },
-    { "/v1/chat/completions", NULL, "/v1/chat/completions", WS_POST, API_OPENAI, false, openai_chat },
-    { "/v1/completions", NULL, "/v1/completions", WS_POST, API_OPENAI, false, openai_completions },
-    { "/tokenize", NULL, "/tokenize", WS_POST, API_OPENAI, false, openai_tokenize },
-    { "/detokenize", NULL, "/detokenize", WS_POST, API_OPENAI, false, openai_detokenize },
-    { "/v1/requests/", "/cancel", "/v1/requests/{id}/cancel", WS_POST, API_OPENAI, false, api_cancel_route },
-    { "/v1/messages", NULL, "/v1/messages", WS_POST, API_ANTHROPIC, false, anthropic_messages },
-    { "/v1/audio/transcriptions", NULL, "/v1/audio/transcriptions", WS_POST, API_OPENAI, false,
-      audio_transcriptions },
-    { "/v1/audio/translations", NULL, "/v1/audio/translations", WS_POST, API_OPENAI, false,
-      audio_translations },
+    /* prefix, suffix, label, method, flavor, open, body, worker, generation, fn */
+    { "/health", NULL, "/health", WS_GET, API_OPENAI, true, ANY, false, false, api_health },
+    { "/livez", NULL, "/livez", WS_GET, API_OPENAI, true, ANY, false, false, api_livez },
+    { "/metrics", NULL, "/metrics", WS_GET, API_OPENAI, false, ANY, false, false, api_metrics_route },
+    { "/v1/models", NULL, "/v1/models", WS_GET, API_OPENAI, false, ANY, false, false, openai_models },
+    { "/v1/models/", "", "/v1/models/{id}", WS_GET, API_OPENAI, false, ANY, false, false, openai_model },
+    { "/v1/chat/completions", NULL, "/v1/chat/completions", WS_POST, API_OPENAI, false, JSON, true,
+      true, openai_chat },
+    { "/v1/completions", NULL, "/v1/completions", WS_POST, API_OPENAI, false, JSON, true, true,
+      openai_completions },
+    { "/tokenize", NULL, "/tokenize", WS_POST, API_OPENAI, false, JSON, true, false, openai_tokenize },
+    { "/detokenize", NULL, "/detokenize", WS_POST, API_OPENAI, false, JSON, true, false,
+      openai_detokenize },
+    /* the body is not read: any type (or none) */
+    { "/v1/requests/", "/cancel", "/v1/requests/{id}/cancel", WS_POST, API_OPENAI, false, ANY, false,
+      false, api_cancel_route },
+    { "/v1/messages", NULL, "/v1/messages", WS_POST, API_ANTHROPIC, false, JSON, true, true,
+      anthropic_messages },
+    { "/v1/audio/transcriptions", NULL, "/v1/audio/transcriptions", WS_POST, API_OPENAI, false, FORM,
+      true, true, audio_transcriptions },
+    { "/v1/audio/translations", NULL, "/v1/audio/translations", WS_POST, API_OPENAI, false, FORM,
+      true, true, audio_translations },
     { "/v1/messages/count_tokens", NULL, "/v1/messages/count_tokens", WS_POST, API_ANTHROPIC, false,
-      anthropic_count_tokens },
+      JSON, true, false, anthropic_count_tokens },
 };
+#undef JSON
+#undef FORM
+#undef ANY
 
 /* Does path match route? *arg gets the {arg} part (malloc'd) for patterns. */
 static bool api_route_match(const struct api_route *rt, const char *path, char **arg)
@@ -692,33 +740,78 @@ static bool api_route_match(const struct api_route *rt, const char *path, char *
     return *arg != NULL;
 }
 
+/* The route of method + path, or NULL; *arg as api_route_match; *wrong the
+ * first route of that path under another method. HEAD takes GET routes. */
+static const struct api_route *api_route_find(const char *path, enum ws_method method,
+                                              char **arg, const struct api_route **wrong)
+{
+    *arg = NULL;
+    *wrong = NULL;
+    for (size_t i = 0; i < sizeof api_routes / sizeof api_routes[0]; i++) {
+        const struct api_route *rt = &api_routes[i];
+        char *x = NULL;
+        if (!api_route_match(rt, path, &x))
+            continue;
+        if (rt->method == method || (method == WS_HEAD && rt->method == WS_GET)) {
+            *arg = x;
+            return rt;
+        }
+        *wrong = *wrong ? *wrong : rt;
+        free(x);
+    }
+    return NULL;
+}
+
+/* New generation work while the server drains: 503 (true when answered). */
+static bool api_refuse_draining(const struct api_route *rt, struct ws_req *r)
+{
+    if (!rt->generation || !ws_req_draining(r))
+        return false;
+    struct api_error e;
+    api_error_set(&e, 503, NULL, "the server is shutting down; send the request to another "
+                                 "replica or retry once it is back");
+    api_respond_error(r, rt->flavor, &e);
+    return true;
+}
+
+/* A ws worker: the rest of a route that api_handle offloaded. r is the
+ * worker's copy of the request; the route is looked up again (cheap). */
+static void api_worker(void *user, struct ws_req *r)
+{
+    struct api *a = user;
+    char *arg;
+    const struct api_route *wrong;
+    const struct api_route *hit = api_route_find(ws_req_path(r), ws_req_method(r), &arg, &wrong);
+    if (!hit) {   /* cannot happen: api_handle found it */
+        struct api_error e;
+        api_error_set(&e, 500, NULL, "route lost on the way to a worker");
+        api_respond_error(r, API_OPENAI, &e);
+        return;
+    }
+    ws_req_set_route(r, hit->label);
+    if (!api_refuse_draining(hit, r))   /* the drain may have begun while it waited */
+        hit->fn(a, r, arg ? arg : "");
+    free(arg);
+}
+
+/* Service thread: routing, key, size, content type and drain checks; then
+ * the cheap GET routes run here and the rest go to a ws worker. */
 void api_handle(void *user, struct ws_req *r)
 {
     struct api *a = user;
     const char *path = ws_req_path(r);
-    enum ws_method method = ws_req_method(r);
-    const struct api_route *hit = NULL, *wrong_method = NULL;
-    char *arg = NULL;
-    for (size_t i = 0; i < sizeof api_routes / sizeof api_routes[0] && !hit; i++) {
-        char *x = NULL;
-        if (!api_route_match(&api_routes[i], path, &x))
-            continue;
-        if (api_routes[i].method == method) {
-            hit = &api_routes[i];
-            arg = x;
-        } else {
-            wrong_method = wrong_method ? wrong_method : &api_routes[i];
-            free(x);
-        }
-    }
+    const struct api_route *wrong_method;
+    char *arg;
+    const struct api_route *hit = api_route_find(path, ws_req_method(r), &arg, &wrong_method);
     struct api_error e;
     enum api_flavor f = !strncmp(path, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
     if (!hit) {
         if (wrong_method) {
+            bool get = wrong_method->method == WS_GET;
             ws_req_set_route(r, wrong_method->label);
-            ws_req_add_header(r, "allow", wrong_method->method == WS_GET ? "GET" : "POST");
+            ws_req_add_header(r, "allow", get ? "GET, HEAD" : "POST");
             api_error_set(&e, 405, NULL, "%s is not allowed on %s (use %s)", ws_req_method_name(r),
-                          path, wrong_method->method == WS_GET ? "GET" : "POST");
+                          path, get ? "GET" : "POST");
         } else {
             ws_req_set_route(r, "unmatched");
             api_error_set(&e, 404, NULL, "no route %s %s", ws_req_method_name(r), path);
@@ -727,6 +820,7 @@ void api_handle(void *user, struct ws_req *r)
         return;
     }
     ws_req_set_route(r, hit->label);
+    const char *ctype = ws_req_header(r, "content-type");
     if (a->api_key && !hit->open &&
         !apireq_key_ok(ws_req_header(r, "authorization"), ws_req_header(r, "x-api-key"),
                        a->api_key)) {
@@ -737,6 +831,18 @@ void api_handle(void *user, struct ws_req *r)
     } else if (ws_req_body_too_large(r)) {
         api_error_set(&e, 413, NULL, "request body is larger than the server's limit (--max-body)");
         api_respond_error(r, hit->flavor, &e);
+    } else if (!apireq_content_type_ok(ctype, hit->body)) {
+        bool form = hit->body == APIREQ_BODY_MULTIPART;
+        api_error_set(&e, 415, NULL, "%s %s takes a %s body: send 'Content-Type: %s' (got %s%.80s%s)",
+                      ws_req_method_name(r), path, form ? "multipart/form-data" : "JSON",
+                      form ? "multipart/form-data; boundary=...": "application/json",
+                      ctype ? "'" : "no Content-Type", ctype ? ctype : "", ctype ? "'" : "");
+        e.code = "unsupported_media_type";
+        api_respond_error(r, hit->flavor, &e);
+    } else if (api_refuse_draining(hit, r)) {
+        /* answered */
+    } else if (hit->worker) {
+        ws_req_offload(r, api_worker);   /* r is the worker's now */
     } else {
         hit->fn(a, r, arg ? arg : "");
     }

@@ -10,10 +10,18 @@
  *   ... later, from the loader thread: api_set_engine(a, engine, model_index);
  *   ... or: api_set_unavailable(a, "no model: pass -m FILE.gguf");
  *
- * Thread safety: api_handle and api_on_done run on the lws service thread;
- * api_set_engine / api_set_unavailable may be called once from any thread;
- * engine events arrive on the engine thread and touch only their own call
- * (under its lock) and the metrics (their own lock). */
+ * Thread safety: api_handle, api_upgrade and api_on_done run on the lws
+ * service thread, which only routes and checks (API key, body size, content
+ * type, draining) and answers the cheap GET routes (/health, /livez,
+ * /metrics, /v1/models) and the cancel route; every route that reads a body
+ * runs on a ws worker thread (ws_req_offload), as do its protocol functions
+ * below up to api_call_submit. Several run at once: what they share is
+ * read-only (the model, set before READY), atomic (the state) or locked (the
+ * call registry, the metrics, each call); the engine, stt and image pool
+ * take submissions from any thread. api_set_engine / api_set_unavailable
+ * may be called once from any thread; engine events arrive on the engine
+ * thread and touch only their own call (under its lock) and the metrics
+ * (their own lock). */
 #ifndef OMNI_API_H
 #define OMNI_API_H
 
@@ -70,7 +78,14 @@ struct api_images_pool;
 void api_set_images(struct api *a, struct api_images_pool *p);
 struct api_images_pool *api_images(struct api *a);   /* NULL: no vision model */
 
-/* ws_server_params.handler, .upgrade and .on_done (service thread). */
+/* ws_server_params.handler, .upgrade and .on_done (service thread). Routes:
+ * GET|HEAD /health (readiness: 503 while loading or draining), /livez
+ * (liveness), /metrics, /v1/models[/{id}] inline; POST /v1/chat/completions,
+ * /v1/completions, /v1/messages, /v1/messages/count_tokens, /tokenize,
+ * /detokenize (JSON bodies), /v1/audio/transcriptions|translations
+ * (multipart) on a worker; POST /v1/requests/{id}/cancel inline. A body of
+ * the wrong Content-Type gets 415; new generation requests get 503 while
+ * the server drains. */
 void api_handle(void *api, struct ws_req *r);
 void api_upgrade(void *api, struct ws_req *r);
 void api_on_done(void *api, const struct ws_done_info *d);
@@ -167,7 +182,7 @@ struct api_call {
     enum api_flavor flavor;
     struct ws_out *out;
     const struct tokenizer *tok;
-    uint64_t engine_id;            /* service thread */
+    uint64_t engine_id;            /* {lock} set when the engine took it */
     struct api_call *reg_next;     /* {api registry lock} */
     char id[96];                   /* response id: "chatcmpl-<request id>", ... */
     char req_id[72];               /* x-request-id */
@@ -211,7 +226,7 @@ void api_call_free(struct api_call *c);
  * The call belongs to the response from here on, also on failure. */
 int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request *rq,
                     void (*start)(struct api_call *c));
-/* The first half of api_call_submit (service thread): the response is
+/* The first half of api_call_submit (the route's thread): the response is
  * deferred, so that another thread can call api_call_submit(c, NULL, ...)
  * later (a 429 then has no Retry-After) or answer with api_call_fail.
  * 0, or -1 after answering 500 (the call is freed). */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int apireq_json_depth(const char *text, size_t len, int limit)
 {
@@ -400,6 +401,36 @@ bool apireq_key_ok(const char *authorization, const char *x_api_key, const char 
     if (x_api_key)
         ok |= apireq_ct_equal(x_api_key, strlen(x_api_key), key, klen);
     return ok;
+}
+
+/* The media type of a Content-Type value: *len bytes from the returned
+ * pointer, without leading/trailing blanks and parameters. */
+static const char *apireq_media_type(const char *ct, size_t *len)
+{
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    size_t n = strcspn(ct, ";");
+    while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
+        n--;
+    *len = n;
+    return ct;
+}
+
+bool apireq_content_type_ok(const char *content_type, enum apireq_body want)
+{
+    if (want == APIREQ_BODY_ANY)
+        return true;
+    if (!content_type)
+        return false;
+    size_t n;
+    const char *t = apireq_media_type(content_type, &n);
+    if (want == APIREQ_BODY_MULTIPART)
+        return n == 19 && !strncasecmp(t, "multipart/form-data", n);
+    if (n == 16 && !strncasecmp(t, "application/json", n))
+        return true;
+    /* application/<subtype>+json: a structured-syntax suffix (RFC 6839) */
+    return n > 17 && !strncasecmp(t, "application/", 12) && !strncasecmp(t + n - 5, "+json", 5) &&
+           !memchr(t + 12, '/', n - 12) && !memchr(t, ' ', n);
 }
 
 // ---- constrained output ---------------------------------------------------------

@@ -101,4 +101,12 @@ int apireq_tool_grammar(const struct cJSON *root, const struct tools_wire *wire,
  * compared in constant time for a given key length. */
 bool apireq_key_ok(const char *authorization, const char *x_api_key, const char *key);
 
+/* What a route's body must be, by its Content-Type header. A JSON body is
+ * "application/json" or "application/<anything>+json"; multipart is
+ * "multipart/form-data". Parameters (charset, boundary) are allowed, case
+ * is ignored. Requiring the type keeps browsers from posting to the API
+ * without a CORS preflight (text/plain and form bodies need none). */
+enum apireq_body { APIREQ_BODY_ANY, APIREQ_BODY_JSON, APIREQ_BODY_MULTIPART };
+bool apireq_content_type_ok(const char *content_type, enum apireq_body want);
+
 #endif
