@@ -1,9 +1,14 @@
 /* realtime.c - the OpenAI Realtime transcription protocol on a WebSocket.
- * Client events arrive on the service thread and drive the connection's
- * stt_session; session events (VAD turns on the service thread, transcripts
- * on stt workers) become server events queued on the socket, which is safe
- * from any thread. A connection lives until both the socket closed and the
- * session released it (its last decode may still be running). */
+ * Client events arrive on a ws worker thread (the handler is offloaded:
+ * base64 decoding, resampling and VAD of a 16 MB append must not stall the
+ * server), one message of a connection at a time and in order, and drive
+ * the connection's stt_session; session events (VAD turns inside the
+ * message handler, transcripts on stt workers) become server events queued
+ * on the socket, which is safe from any thread. on_close is queued behind
+ * the messages (ws_socket.h); should it ever come while a message is still
+ * being handled, the session is closed by whichever of the two ends last.
+ * A connection lives until both the socket side and the session released
+ * it (its last decode may still be running). */
 #include "src/api/realtime.h"
 
 #include "src/api/api.h"
@@ -13,6 +18,7 @@
 #include "ws/ws_socket.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +32,11 @@ struct rt_conn {
     atomic_int refs;               /* the socket side + the session side */
     atomic_ullong next_event;
     char id[48];                   /* session id, also in item ids */
-    /* service thread */
+    pthread_mutex_t lock;
+    bool busy;                     /* {lock} a message is being handled */
+    bool closed;                   /* {lock} on_close ran */
+    /* the message handler (one message at a time; the upgrade before the
+     * first): the session and the settings it was given */
     struct stt_session *ss;
     struct stt_session_params sp;
     char *model, *language, *prompt;
@@ -40,6 +50,7 @@ static void rt_unref(struct rt_conn *c)
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     ws_sock_release(c->sock);
+    pthread_mutex_destroy(&c->lock);
     free(c->model);
     free(c->language);
     free(c->prompt);
@@ -94,7 +105,7 @@ static void rt_item_id(const struct rt_conn *c, int item, char *buf, size_t cap)
     snprintf(buf, cap, "item_%s_%d", c->id, item);
 }
 
-// ---- session events (service thread or stt worker) ------------------------------------
+// ---- session events (inside a message handler, or on an stt worker) ----------------------
 
 static void rt_on_event(void *user, const struct stt_event *ev)
 {
@@ -373,21 +384,24 @@ static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *
     rt_send_session(c, ga ? "session.updated" : "transcription_session.updated");
 }
 
-// ---- client events (service thread) --------------------------------------------------
+// ---- client events (a ws worker, one message at a time) -------------------------------
+
+/* The value of one base64 digit, or -1. */
+static int rt_b64_digit(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
+}
 
 /* Standard base64 (padding optional; whitespace skipped) into out, which
  * holds at least len * 3 / 4 + 3 bytes. Returns the byte count or -1. */
 static long rt_base64(const char *in, size_t len, unsigned char *out)
 {
-    static signed char map[256];
-    static atomic_bool ready;
-    if (!atomic_load(&ready)) {
-        memset(map, -1, sizeof map);
-        const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        for (int i = 0; i < 64; i++)
-            map[(unsigned char)abc[i]] = (signed char)i;
-        atomic_store(&ready, true);
-    }
     unsigned acc = 0;
     int bits = 0;
     long n = 0;
@@ -396,9 +410,10 @@ static long rt_base64(const char *in, size_t len, unsigned char *out)
         unsigned char ch = (unsigned char)in[i];
         if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t')
             continue;
-        if (map[ch] < 0)
+        int d = rt_b64_digit(ch);
+        if (d < 0)
             return -1;
-        acc = (acc << 6) | (unsigned)map[ch];
+        acc = (acc << 6) | (unsigned)d;
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
@@ -432,11 +447,8 @@ static void rt_append(struct rt_conn *c, const cJSON *msg, const char *eid)
     free(pcm);
 }
 
-static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_t len,
-                          bool binary)
+static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool binary)
 {
-    (void)s;
-    struct rt_conn *c = user;
     if (binary) {
         rt_error(c, "invalid_request_error", "invalid_event", NULL, NULL,
                  "binary messages are not part of the protocol: send JSON events as text");
@@ -474,18 +486,54 @@ static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_
     cJSON_Delete(msg);
 }
 
+/* The socket side ends: close the session (its on_free drops the session
+ * side) and drop the socket side. Runs once, after on_close and after the
+ * message being handled then, on whichever thread saw the later of the two. */
+static void rt_finish(struct rt_conn *c)
+{
+    OMNI_INFO("realtime: session %s closed", c->id);
+    stt_session_close(c->ss);
+    c->ss = NULL;
+    rt_unref(c);
+}
+
+/* A ws worker thread: one message at a time per connection. */
+static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_t len,
+                          bool binary)
+{
+    (void)s;
+    struct rt_conn *c = user;
+    pthread_mutex_lock(&c->lock);
+    bool closed = c->closed;
+    c->busy = !closed;
+    pthread_mutex_unlock(&c->lock);
+    if (closed)
+        return;   /* queued before the close: nobody will read the answer */
+    rt_handle(c, data, len, binary);
+    pthread_mutex_lock(&c->lock);
+    c->busy = false;
+    closed = c->closed;
+    pthread_mutex_unlock(&c->lock);
+    if (closed)
+        rt_finish(c);   /* on_close came while we were busy and left the session to us */
+}
+
+/* A ws worker, after the last message (or the service thread). */
 static void rt_on_close(void *user)
 {
     struct rt_conn *c = user;
-    OMNI_INFO("realtime: session %s closed", c->id);
-    stt_session_close(c->ss);   /* its on_free drops the session side */
-    c->ss = NULL;
-    rt_unref(c);
+    pthread_mutex_lock(&c->lock);
+    c->closed = true;
+    bool busy = c->busy;
+    pthread_mutex_unlock(&c->lock);
+    if (!busy)
+        rt_finish(c);
 }
 
 static const struct ws_sock_handler rt_handler = {
     .on_message = rt_on_message,
     .on_close = rt_on_close,
+    .offload = true,
 };
 
 void realtime_upgrade(struct api *a, struct ws_req *r)
@@ -505,6 +553,7 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
         return;
     c->stt = stt;
     atomic_init(&c->refs, 2);
+    pthread_mutex_init(&c->lock, NULL);
     snprintf(c->id, sizeof c->id, "sess_%s", ws_req_id(r));
     c->sp = stt_session_default_params();
     c->sp.input_rate_hz = RT_DEFAULT_RATE;
@@ -516,6 +565,7 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
     char err[256];
     if (!(c->ss = stt_session_new(stt, &c->sp, err, sizeof err))) {
         OMNI_WARN("realtime: %s: %s", ws_req_id(r), err);
+        pthread_mutex_destroy(&c->lock);
         free(c);
         return;
     }
@@ -524,6 +574,8 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
         rt_unref(c);
         return;
     }
+    /* No message can arrive before this handler returns (the handshake
+     * completes after it), so the settings are still ours to read. */
     OMNI_INFO("realtime: session %s opened", c->id);
     rt_send_session(c, "transcription_session.created");
 }

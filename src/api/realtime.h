@@ -6,7 +6,8 @@
  * speech_stopped / committed, conversation.item.input_audio_transcription.
  * delta / completed, error. One stt_session per connection; all sessions
  * share the server's speech model and workers.
- * Thread safety: realtime_upgrade runs on the service thread. */
+ * Thread safety: realtime_upgrade runs on the service thread; client events
+ * are handled on ws worker threads (one message of a connection at a time). */
 #ifndef OMNI_API_REALTIME_H
 #define OMNI_API_REALTIME_H
 
