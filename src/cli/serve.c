@@ -4,7 +4,10 @@
  * A hub model (-m hf://REPO/FILE, --hf-repo/--hf-file) is fetched into the
  * model cache first; when that fails the server keeps running without a
  * model and says why (503 on generation routes).
- * SIGINT/SIGTERM start a graceful shutdown; the process exits 0 after it. */
+ * SIGINT/SIGTERM start a graceful shutdown: /health answers 503 (draining),
+ * new generation requests 503, requests in flight get --shutdown-timeout
+ * seconds to finish; the process exits 0 after it. A second signal ends the
+ * process at once (exit 1). */
 #include "src/cli/args.h"
 #include "src/cli/cli.h"
 
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 
 struct serve_opts {
@@ -116,6 +120,8 @@ static void serve_usage(FILE *f)
             "  --api-key KEY              require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                             (also $OMNISERVE_API_KEY); /health stays open\n"
             "  --cors-origin ORIGIN       send CORS headers for ORIGIN ('*' for any); default off\n"
+            "  --allowed-hosts H1,H2      more Host header names accepted while bound to loopback\n"
+            "                             (besides localhost, 127.0.0.1, [::1]): DNS-rebinding guard\n"
             "  --served-model-name NAME   model id for clients (default: file name without .gguf)\n"
             "  --strict-model-id          unknown 'model' in a request -> 404\n"
             "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
@@ -123,8 +129,13 @@ static void serve_usage(FILE *f)
             "                             (default: from the chat template)\n"
             "  --reasoning-format NAME    none, think, mistral, harmony (default: from the chat template)\n"
             "  --max-body BYTES           request body limit, K/M/G suffixes (default 32M) -> 413\n"
-            "  --shutdown-timeout S       on SIGINT/SIGTERM wait S seconds for requests (default 10)\n"
+            "  --shutdown-timeout S       on SIGINT/SIGTERM wait S seconds for requests (default 10);\n"
+            "                             meanwhile /health is 503 and new generations get 503\n"
             "  --sse-keepalive S          comment on idle streams every S seconds (default 15)\n"
+            "  --http-workers N           threads that parse and prepare requests (default 4)\n"
+            "  --max-conns-per-ip N       open connections per client address (default 128)\n"
+            "  --request-timeout S        headers and body must arrive within S seconds, else 408\n"
+            "                             (default 30)\n"
             "speech:\n"
             "  --stt-model FILE           whisper.cpp ggml model for /v1/audio/transcriptions,\n"
             "                             /v1/audio/translations and /v1/realtime (with or without -m)\n"
@@ -203,6 +214,16 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->api_key = v;
         else if (!strcmp(a, "--cors-origin"))
             o->wp.cors_origin = v;
+        else if (!strcmp(a, "--allowed-hosts"))
+            o->wp.allowed_hosts = v;
+        else if (!strcmp(a, "--http-workers")) {
+            rc = cli_long("serve", a, v, 1, 256, &n);
+            o->wp.worker_threads = (int)n;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            rc = cli_long("serve", a, v, 1, 1L << 20, &n);
+            o->wp.max_conns_per_ip = (int)n;
+        } else if (!strcmp(a, "--request-timeout"))
+            rc = cli_double("serve", a, v, 0.001, 86400, &o->wp.request_timeout_s);
         else if (!strcmp(a, "--served-model-name"))
             o->served_name = v;
         else if (!strcmp(a, "--tool-parser")) {
@@ -370,9 +391,17 @@ static void *serve_load(void *arg)
     return NULL;
 }
 
+/* First SIGINT/SIGTERM: drain (ws_server_stop is async-signal-safe). A
+ * second one: the operator does not want to wait - leave now. */
 static void serve_on_signal(int sig)
 {
     (void)sig;
+    if (serve_stopping) {
+        static const char msg[] = "serve: second signal: exiting without waiting for requests\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        _exit(1);
+    }
     serve_stopping = 1;
     if (serve_server)
         ws_server_stop(serve_server);
