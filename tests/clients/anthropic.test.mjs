@@ -101,7 +101,7 @@ test('errors in Anthropic shape; key required', { skip }, async () => {
     assert.equal(e.error.error.type, 'authentication_error');
     return true;
   });
-  const r = await fetch(`${srv.url}/v1/messages`, { method: 'POST', body: '{', headers: { 'x-api-key': 'sekret' } });
+  const r = await fetch(`${srv.url}/v1/messages`, { method: 'POST', body: '{', headers: { 'x-api-key': 'sekret', 'content-type': 'application/json' } });
   assert.equal(r.status, 400);
   assert.equal((await r.json()).error.type, 'invalid_request_error');
 });

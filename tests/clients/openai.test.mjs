@@ -137,7 +137,7 @@ test('completions: string and token prompts, echo, logprobs, streamed', { skip }
   assert.equal(r.object, 'text_completion');
   assert.match(r.id, /^cmpl-/);
   assert.equal(r.usage.completion_tokens, 10);
-  const tok = await (await fetch(`${srv.url}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: 'Once upon a time' }) })).json();
+  const tok = await (await fetch(`${srv.url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'Once upon a time' }) })).json();
   const r2 = await client.completions.create({ model: 'x', prompt: tok.tokens, max_tokens: 10, temperature: 0 });
   assert.equal(r2.choices[0].text, r.choices[0].text);
   const e = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 5, temperature: 0, echo: true, logprobs: 2 });
@@ -154,7 +154,7 @@ test('completions: string and token prompts, echo, logprobs, streamed', { skip }
 });
 
 test('tokenize and detokenize round trip', { skip }, async () => {
-  const post = (p, b) => fetch(`${srv.url}${p}`, { method: 'POST', body: JSON.stringify(b) }).then((r) => r.json());
+  const post = (p, b) => fetch(`${srv.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) }).then((r) => r.json());
   const t = await post('/tokenize', { prompt: 'Hello world', add_special_tokens: false });
   assert.equal(t.count, t.tokens.length);
   assert.equal(t.max_model_len, 512);
@@ -162,7 +162,7 @@ test('tokenize and detokenize round trip', { skip }, async () => {
   assert.equal(d.prompt.trim(), 'Hello world');
   const c = await post('/tokenize', { messages: say });
   assert.ok(c.count > t.count);
-  const bad = await fetch(`${srv.url}/detokenize`, { method: 'POST', body: JSON.stringify({ tokens: [1e9] }) });
+  const bad = await fetch(`${srv.url}/detokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ tokens: [1e9] }) });
   assert.equal(bad.status, 400);
 });
 
@@ -175,7 +175,7 @@ test('errors: OpenAI shape, field named, malformed JSON, depth, 404, 405, contex
   });
   await assert.rejects(client.chat.completions.create({ model: 'x', messages: 'hi' }), (e) => e.status === 400 && e.param === 'messages');
   await assert.rejects(client.chat.completions.create({ model: 'x', messages: [{ role: 'wizard', content: 'x' }] }), (e) => e.status === 400 && /role/.test(e.message));
-  const post = (p, body) => fetch(`${srv.url}${p}`, { method: 'POST', body });
+  const post = (p, body) => fetch(`${srv.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
   const m = await post('/v1/chat/completions', '{"messages": [');
   assert.equal(m.status, 400);
   const mj = await m.json();

@@ -1,7 +1,9 @@
 // ops.test.mjs - the operational side: API keys (Bearer and x-api-key, /health
-// open), --strict-model-id, --max-body (413), a full queue (429 with
-// Retry-After), keep-alive comments while queued, a server without a model,
-// /metrics, and graceful shutdown on SIGTERM with a stream in flight.
+// open), --strict-model-id, --max-body (413), Content-Type checks (415), a
+// full queue (429 with Retry-After), keep-alive comments while queued, a
+// server without a model, the probes (/health readiness, /livez liveness,
+// HEAD), /metrics (ours and the vLLM names routers read), and graceful
+// shutdown on SIGTERM with a stream in flight.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -28,6 +30,67 @@ test('api key, strict model id, body limit', { skip }, async () => {
       (e) => e.status === 404 && e.code === 'model_not_found' && /gpt-4o/.test(e.message));
     await assert.rejects(c.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x'.repeat(4000) }] }),
       (e) => e.status === 413);
+    assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('JSON routes need a JSON Content-Type, audio routes multipart: else 415', { skip }, async () => {
+  const srv = await startServer();
+  try {
+    const body = JSON.stringify({ messages: say, max_tokens: 2 });
+    const post = (route, type, b = body) => fetch(`${srv.url}${route}`, { method: 'POST', headers: type ? { 'content-type': type } : {}, body: b });
+    // what a web page can send without a CORS preflight
+    for (const type of ['text/plain', 'text/plain;charset=UTF-8', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', null]) {
+      const r = await post('/v1/chat/completions', type, type === null ? new Uint8Array(Buffer.from(body)) : body);
+      assert.equal(r.status, 415, String(type));
+      const e = (await r.json()).error;
+      assert.equal(e.type, 'invalid_request_error');
+      assert.equal(e.code, 'unsupported_media_type');
+      assert.match(e.message, /application\/json/);
+    }
+    const a = await post('/v1/messages', 'text/plain', JSON.stringify({ max_tokens: 2, messages: say }));
+    assert.equal(a.status, 415);
+    const aj = await a.json();
+    assert.equal(aj.type, 'error');
+    assert.equal(aj.error.type, 'invalid_request_error');
+    for (const route of ['/v1/completions', '/tokenize', '/detokenize', '/v1/messages/count_tokens'])
+      assert.equal((await post(route, 'text/plain', '{}')).status, 415, route);
+    assert.equal((await post('/v1/audio/transcriptions', 'application/json', '{}')).status, 415);
+    // parameters and +json types are fine
+    for (const type of ['application/json; charset=utf-8', 'Application/JSON', 'application/vnd.omni+json']) {
+      const r = await post('/v1/chat/completions', type);
+      assert.equal(r.status, 200, type);
+      await r.arrayBuffer();
+    }
+    // the cancel route reads no body
+    assert.equal((await fetch(`${srv.url}/v1/requests/none/cancel`, { method: 'POST' })).status, 404);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('probes: /health readiness, /livez liveness, HEAD of both', { skip }, async () => {
+  const srv = await startServer(['--api-key', 'k1']);
+  try {
+    const h = await fetch(`${srv.url}/health`);
+    assert.equal(h.status, 200);
+    assert.equal((await h.json()).status, 'ok');
+    const l = await fetch(`${srv.url}/livez`);
+    assert.equal(l.status, 200);
+    assert.equal((await l.json()).status, 'alive');
+    for (const route of ['/health', '/livez']) {
+      const r = await fetch(`${srv.url}${route}`, { method: 'HEAD' });
+      assert.equal(r.status, 200, route);
+      assert.equal((await r.arrayBuffer()).byteLength, 0);
+    }
+    // HEAD of another GET route, with the key; the probes then still answer on this connection
+    assert.equal((await fetch(`${srv.url}/v1/models`, { method: 'HEAD', headers: { 'x-api-key': 'k1' } })).status, 200);
+    assert.equal((await fetch(`${srv.url}/metrics`, { method: 'HEAD' })).status, 401);
+    const wrong = await fetch(`${srv.url}/livez`, { method: 'POST' });
+    assert.equal(wrong.status, 405);
+    assert.equal(wrong.headers.get('allow'), 'GET, HEAD');
     assert.equal((await fetch(`${srv.url}/health`)).status, 200);
   } finally {
     await srv.stop();
@@ -71,7 +134,7 @@ test('without a model: health, metrics and models work, generation is 503', { sk
     assert.match(h.message, /-m FILE.gguf/);
     assert.deepEqual((await openai(srv).models.list()).data, []);
     await assert.rejects(openai(srv).chat.completions.create({ model: 'x', messages: say }), (e) => e.status === 503 && /no model/.test(e.message));
-    const a = await fetch(`${srv.url}/v1/messages`, { method: 'POST', body: '{}' });
+    const a = await fetch(`${srv.url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     assert.equal(a.status, 503);
     assert.equal((await a.json()).error.type, 'overloaded_error');
     assert.match(await (await fetch(`${srv.url}/metrics`)).text(), /omniserve_build_info/);
@@ -95,6 +158,18 @@ test('metrics: counters, histograms and engine gauges', { skip }, async () => {
       'omniserve_inter_token_latency_seconds_count 4', 'omniserve_generation_tokens_total 5',
       'omniserve_requests_running ', 'omniserve_kv_blocks_total', 'omniserve_build_info{version='])
       assert.ok(text.includes(name), `missing ${name}`);
+    // The names an inference gateway scrapes (vLLM's), labelled with the served model.
+    const m = 'model_name="stories260K"';
+    for (const [name, type] of [['vllm:num_requests_running', 'gauge'], ['vllm:num_requests_waiting', 'gauge'],
+      ['vllm:num_requests_swapped', 'gauge'], ['vllm:kv_cache_usage_perc', 'gauge'], ['vllm:gpu_cache_usage_perc', 'gauge'],
+      ['vllm:prompt_tokens_total', 'counter'], ['vllm:generation_tokens_total', 'counter'],
+      ['vllm:time_to_first_token_seconds', 'histogram']])
+      assert.ok(text.includes(`# TYPE ${name} ${type}\n`), `missing ${name} ${type}`);
+    assert.ok(text.includes(`vllm:num_requests_waiting{${m}} 0\n`));
+    assert.ok(text.includes(`vllm:generation_tokens_total{${m}} 5\n`));
+    assert.ok(text.includes(`vllm:time_to_first_token_seconds_count{${m}} 1\n`));
+    const kv = Number(text.match(/^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$/m)[1]);
+    assert.ok(kv >= 0 && kv <= 1, String(kv));
   } finally {
     await srv.stop();
   }

@@ -10,7 +10,14 @@ import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const root = path.resolve(here, '..', '..');
-export const omni = process.env.OMNI ? path.resolve(root, process.env.OMNI) : path.join(root, 'build', 'omniserve');
+// OMNI: the binary, relative to the repository root (the Makefile's
+// OMNI=build/omniserve) or else to the working directory.
+export const omni = (() => {
+  const o = process.env.OMNI;
+  if (!o) return path.join(root, 'build', 'omniserve');
+  const fromRoot = path.resolve(root, o);
+  return fs.existsSync(fromRoot) ? fromRoot : path.resolve(o);
+})();
 
 let cachedModel;
 // Path of a small GGUF, or null (tests then skip) with the reason in modelSkip.
