@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,17 @@
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "media/audio.c passes little-endian PCM to swresample as native samples"
 #endif
+
+/* Input sample rates we accept, from a file's header or a WebSocket
+ * client: below 1 kHz nothing is speech, and a 1 Hz header would make the
+ * resampler write 16000 samples per input sample. */
+#define MEDIA_MIN_RATE_HZ 1000
+#define MEDIA_MAX_RATE_HZ 384000
+
+/* Output samples one swr_convert call may write: input is fed in pieces of
+ * at most this much output, so a frame is never resampled into one giant
+ * buffer before the limit check sees it. */
+#define MEDIA_SWR_OUT_CHUNK 65536
 
 /* Containers we let libavformat probe for: audio and audio/video files.
  * Everything else (hls, concat, image2, network formats, ...) is refused. */
@@ -93,6 +105,11 @@ static int pcm_reserve(struct pcm_buf *b, size_t extra, char *err, size_t errlen
     size_t cap = b->cap ? b->cap : 16384;
     while (cap < need)
         cap *= 2;
+    /* Doubling stops at the limit (plus one step of slack): a buffer about
+     * to fail with OMNI_ERR_LIMIT must not first take twice the memory. */
+    size_t ceiling = b->max + MEDIA_SWR_OUT_CHUNK + 64;
+    if (cap > ceiling)
+        cap = need > ceiling ? need : ceiling;
     float *v = realloc(b->v, cap * sizeof(float));
     if (!v)
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "media: out of memory for %zu samples", cap);
@@ -101,10 +118,18 @@ static int pcm_reserve(struct pcm_buf *b, size_t extra, char *err, size_t errlen
     return OMNI_OK;
 }
 
-/* Run swr_convert on n_in input samples (in NULL = flush) and append the
- * result to b; fails with OMNI_ERR_LIMIT as soon as b holds too much. */
-static int swr_append(SwrContext *swr, const uint8_t **in, int n_in, struct pcm_buf *b,
-                      double max_duration_s, char *err, size_t errlen)
+/* What swr_append needs to know about its input to cut it into pieces. */
+struct swr_input {
+    const uint8_t *const *planes; /* NULL = flush */
+    int n;                        /* samples per channel */
+    int planes_n;                 /* 1 (packed) or the channel count (planar) */
+    int step_bytes;               /* bytes per sample in one plane */
+    int in_rate_hz, out_rate_hz;
+};
+
+/* Append up to one output chunk's worth of resampled input to b. */
+static int swr_append_piece(SwrContext *swr, const uint8_t **in, int n_in, struct pcm_buf *b,
+                            double max_duration_s, char *err, size_t errlen)
 {
     for (;;) {
         int est = swr_get_out_samples(swr, n_in);
@@ -124,11 +149,38 @@ static int swr_append(SwrContext *swr, const uint8_t **in, int n_in, struct pcm_
         b->n += (size_t)got;
         if (b->n - b->head > b->max)
             return omni_fail(err, errlen, OMNI_ERR_LIMIT,
-                             "media: audio longer than the %.0f s limit", max_duration_s);
+                             "media: audio longer than the %g s limit", max_duration_s);
         /* Input is consumed in one call; a flush may need several. */
         if (in || got == 0)
             return OMNI_OK;
     }
+}
+
+/* Resample x (x->planes NULL = flush) and append the result to b, at most
+ * MEDIA_SWR_OUT_CHUNK output samples per swr call; fails with
+ * OMNI_ERR_LIMIT as soon as b holds more than b->max unpulled samples. */
+static int swr_append(SwrContext *swr, const struct swr_input *x, struct pcm_buf *b,
+                      double max_duration_s, char *err, size_t errlen)
+{
+    if (!x->planes)
+        return swr_append_piece(swr, NULL, 0, b, max_duration_s, err, errlen);
+    int64_t piece = (int64_t)MEDIA_SWR_OUT_CHUNK * x->in_rate_hz / x->out_rate_hz;
+    if (piece < 1)
+        piece = 1;
+    if (x->planes_n < 1 || x->planes_n > 64)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "media: channels %d is outside 1..64",
+                         x->planes_n);
+    for (int done = 0; done < x->n;) {
+        int k = x->n - done < piece ? x->n - done : (int)piece;
+        const uint8_t *in[64];
+        for (int c = 0; c < x->planes_n; c++)
+            in[c] = x->planes[c] + (size_t)done * x->step_bytes;
+        int rc = swr_append_piece(swr, in, k, b, max_duration_s, err, errlen);
+        if (rc < 0)
+            return rc;
+        done += k;
+    }
+    return OMNI_OK;
 }
 
 /* A resampler from (layout, fmt, rate) to mono float at out_rate; several
@@ -138,9 +190,12 @@ static int swr_open(SwrContext **out, const AVChannelLayout *layout, enum AVSamp
 {
     AVChannelLayout in_layout = { 0 }, mono = AV_CHANNEL_LAYOUT_MONO;
     int nch = layout->nb_channels;
-    if (nch < 1 || nch > 64 || rate <= 0 || rate > 1000000)
+    if (nch < 1 || nch > 64)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "media: channels %d is outside 1..64", nch);
+    if (rate < MEDIA_MIN_RATE_HZ || rate > MEDIA_MAX_RATE_HZ)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT,
-                         "media: unusable audio parameters (%d channels, %d Hz)", nch, rate);
+                         "media: sample_rate %d Hz is outside %d..%d Hz", rate, MEDIA_MIN_RATE_HZ,
+                         MEDIA_MAX_RATE_HZ);
     if (layout->order == AV_CHANNEL_ORDER_UNSPEC)
         av_channel_layout_default(&in_layout, nch);
     else if (av_channel_layout_copy(&in_layout, layout) < 0)
@@ -171,7 +226,7 @@ static int swr_open(SwrContext **out, const AVChannelLayout *layout, enum AVSamp
 
 static int check_params(const struct media_audio_params *p, char *err, size_t errlen)
 {
-    if (p->sample_rate_hz < 1000 || p->sample_rate_hz > 384000)
+    if (p->sample_rate_hz < MEDIA_MIN_RATE_HZ || p->sample_rate_hz > MEDIA_MAX_RATE_HZ)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "media: sample_rate_hz %d out of range",
                          p->sample_rate_hz);
     if (!(p->max_duration_s > 0) || p->max_duration_s > 1e7)
@@ -194,19 +249,36 @@ struct decoder {
     AVChannelLayout swr_layout; /* what swr was opened for */
     int swr_format, swr_rate;
     int n_bad;                  /* packets the decoder rejected */
+    double decoded_s;           /* input audio decoded so far */
     struct pcm_buf out;
 };
 
+static int decoder_flush_swr(struct decoder *d, char *err, size_t errlen)
+{
+    const struct swr_input flush = { 0 };
+    return d->swr ? swr_append(d->swr, &flush, &d->out, d->p->max_duration_s, err, errlen) : 0;
+}
+
 /* Convert one decoded frame; reopen the resampler if the stream changed its
- * rate, format or channels mid-way (chained mp3/ogg do). */
+ * rate, format or channels mid-way (chained mp3/ogg do). The duration limit
+ * is checked on the input before resampling: a header may declare anything,
+ * the decoded samples are what counts. */
 static int decoder_take_frame(struct decoder *d, char *err, size_t errlen)
 {
     AVFrame *f = d->frame;
     int rc;
+    if (f->sample_rate < MEDIA_MIN_RATE_HZ || f->sample_rate > MEDIA_MAX_RATE_HZ)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "media: %sdecoded sample_rate %d Hz is outside %d..%d Hz", d->name,
+                         f->sample_rate, MEDIA_MIN_RATE_HZ, MEDIA_MAX_RATE_HZ);
+    d->decoded_s += (double)f->nb_samples / f->sample_rate;
+    if (d->decoded_s > d->p->max_duration_s)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                         "media: %saudio longer than the %g s limit (decoding stopped at %.1f s)",
+                         d->name, d->p->max_duration_s, d->decoded_s);
     if (!d->swr || f->format != d->swr_format || f->sample_rate != d->swr_rate ||
         av_channel_layout_compare(&f->ch_layout, &d->swr_layout)) {
-        if (d->swr && (rc = swr_append(d->swr, NULL, 0, &d->out, d->p->max_duration_s, err,
-                                       errlen)) < 0)
+        if ((rc = decoder_flush_swr(d, err, errlen)) < 0)
             return rc;
         swr_free(&d->swr);
         av_channel_layout_uninit(&d->swr_layout);
@@ -218,8 +290,16 @@ static int decoder_take_frame(struct decoder *d, char *err, size_t errlen)
         d->swr_format = f->format;
         d->swr_rate = f->sample_rate;
     }
-    return swr_append(d->swr, (const uint8_t **)f->extended_data, f->nb_samples, &d->out,
-                      d->p->max_duration_s, err, errlen);
+    const bool planar = av_sample_fmt_is_planar(f->format);
+    const struct swr_input x = {
+        .planes = (const uint8_t *const *)f->extended_data,
+        .n = f->nb_samples,
+        .planes_n = planar ? f->ch_layout.nb_channels : 1,
+        .step_bytes = av_get_bytes_per_sample(f->format) * (planar ? 1 : f->ch_layout.nb_channels),
+        .in_rate_hz = f->sample_rate,
+        .out_rate_hz = d->p->sample_rate_hz,
+    };
+    return swr_append(d->swr, &x, &d->out, d->p->max_duration_s, err, errlen);
 }
 
 static int decoder_drain(struct decoder *d, char *err, size_t errlen)
@@ -237,6 +317,37 @@ static int decoder_drain(struct decoder *d, char *err, size_t errlen)
         if (rc < 0)
             return rc;
     }
+}
+
+/* The stream's declared rate, channels and duration against the limits,
+ * before anything is decoded. A duration ffmpeg only estimated from the
+ * bitrate (mp3 without a Xing header, ADTS) may be off either way, so it is
+ * refused only past twice the limit; the decoded samples are checked
+ * exactly anyway (decoder_take_frame). */
+static int decoder_check_declared(const struct decoder *d, const AVStream *st, char *err,
+                                  size_t errlen)
+{
+    const AVCodecParameters *cp = st->codecpar;
+    if (cp->sample_rate != 0 &&
+        (cp->sample_rate < MEDIA_MIN_RATE_HZ || cp->sample_rate > MEDIA_MAX_RATE_HZ))
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "media: %sheader sample_rate %d Hz is outside %d..%d Hz", d->name,
+                         cp->sample_rate, MEDIA_MIN_RATE_HZ, MEDIA_MAX_RATE_HZ);
+    if (cp->ch_layout.nb_channels > 64)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "media: %sheader channels %d is outside 1..64",
+                         d->name, cp->ch_layout.nb_channels);
+    double dur = 0;
+    if (st->duration > 0 && st->duration != AV_NOPTS_VALUE)
+        dur = (double)st->duration * av_q2d(st->time_base);
+    else if (d->fmt->duration > 0 && d->fmt->duration != AV_NOPTS_VALUE)
+        dur = (double)d->fmt->duration / AV_TIME_BASE;
+    const bool estimate = d->fmt->duration_estimation_method == AVFMT_DURATION_FROM_BITRATE;
+    if (dur > d->p->max_duration_s * (estimate ? 2 : 1))
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                         "media: %sthe file declares %.1f s of audio%s, longer than the %g s limit",
+                         d->name, dur, estimate ? " (estimated from its bitrate)" : "",
+                         d->p->max_duration_s);
+    return OMNI_OK;
 }
 
 static int decoder_open(struct decoder *d, struct media_mem *r, char *err, size_t errlen)
@@ -273,6 +384,8 @@ static int decoder_open(struct decoder *d, struct media_mem *r, char *err, size_
     AVStream *st = d->fmt->streams[si];
     for (unsigned i = 0; i < d->fmt->nb_streams; i++)
         d->fmt->streams[i]->discard = (int)i == si ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
+    if ((rc = decoder_check_declared(d, st, err, errlen)) < 0)
+        return rc;
     const AVCodec *codec = avcodec_find_decoder(st->codecpar->codec_id);
     if (!codec)
         return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "media: %sno decoder for codec '%s'",
@@ -314,8 +427,7 @@ static int decoder_run(struct decoder *d, int si, char *err, size_t errlen)
     avcodec_send_packet(d->dec, NULL);
     if ((rc = decoder_drain(d, err, errlen)) < 0)
         return rc;
-    if (d->swr && (rc = swr_append(d->swr, NULL, 0, &d->out, d->p->max_duration_s, err,
-                                   errlen)) < 0)
+    if ((rc = decoder_flush_swr(d, err, errlen)) < 0)
         return rc;
     if (d->out.n == 0 && d->n_bad > 0)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT,
@@ -421,6 +533,7 @@ int media_audio_decode_file(const char *path, const struct media_audio_params *p
 struct media_resampler {
     SwrContext *swr;
     int bytes_per_sample;
+    int in_rate_hz, out_rate_hz;
     double max_duration_s;
     uint8_t partial[4]; /* bytes of a sample split across pushes */
     int n_partial;
@@ -441,8 +554,9 @@ struct media_resampler *media_resampler_new(enum media_pcm_format fmt, int in_ra
         omni_fail(err, errlen, OMNI_ERR_ARG, "media: unknown raw PCM format %d", (int)fmt);
         return NULL;
     }
-    if (in_rate_hz < 1000 || in_rate_hz > 384000) {
-        omni_fail(err, errlen, OMNI_ERR_ARG, "media: input rate %d Hz out of range", in_rate_hz);
+    if (in_rate_hz < MEDIA_MIN_RATE_HZ || in_rate_hz > MEDIA_MAX_RATE_HZ) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "media: input sample_rate %d Hz is outside %d..%d Hz",
+                  in_rate_hz, MEDIA_MIN_RATE_HZ, MEDIA_MAX_RATE_HZ);
         return NULL;
     }
     media_log_init();
@@ -452,6 +566,8 @@ struct media_resampler *media_resampler_new(enum media_pcm_format fmt, int in_ra
         return NULL;
     }
     rs->bytes_per_sample = fmt == MEDIA_PCM_S16LE ? 2 : 4;
+    rs->in_rate_hz = in_rate_hz;
+    rs->out_rate_hz = p->sample_rate_hz;
     rs->max_duration_s = p->max_duration_s;
     rs->out.max = (size_t)(p->max_duration_s * p->sample_rate_hz);
     rs->scratch = malloc(RS_CHUNK * 4);
@@ -498,7 +614,10 @@ int media_resampler_push(struct media_resampler *rs, const void *data, size_t le
         if (n == 0)
             break;
         const uint8_t *planes[1] = { s };
-        int rc = swr_append(rs->swr, planes, (int)n, &rs->out, rs->max_duration_s, err, errlen);
+        const struct swr_input x = { .planes = planes, .n = (int)n, .planes_n = 1,
+                                     .step_bytes = (int)bps, .in_rate_hz = rs->in_rate_hz,
+                                     .out_rate_hz = rs->out_rate_hz };
+        int rc = swr_append(rs->swr, &x, &rs->out, rs->max_duration_s, err, errlen);
         if (rc < 0)
             return rc;
     }
@@ -508,7 +627,8 @@ int media_resampler_push(struct media_resampler *rs, const void *data, size_t le
 int media_resampler_flush(struct media_resampler *rs, char *err, size_t errlen)
 {
     rs->n_partial = 0;
-    int rc = swr_append(rs->swr, NULL, 0, &rs->out, rs->max_duration_s, err, errlen);
+    const struct swr_input flush = { 0 };
+    int rc = swr_append(rs->swr, &flush, &rs->out, rs->max_duration_s, err, errlen);
     if (rc < 0)
         return rc;
     /* swr is done with this stream; re-init so pushes after a flush start clean. */

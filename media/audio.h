@@ -27,14 +27,19 @@
 struct media_audio_params {
     int sample_rate_hz;      /* output rate of decoded PCM (default 16000) */
     size_t max_input_bytes;  /* larger inputs fail with OMNI_ERR_LIMIT (default 512 MiB) */
-    double max_duration_s;   /* decoded audio longer than this fails while decoding (default 4 h) */
+    double max_duration_s;   /* longer audio fails with OMNI_ERR_LIMIT: the duration a file
+                                declares before decoding (twice this when ffmpeg only
+                                estimates it from the bitrate), then the decoded samples,
+                                decoding stopping there (default 4 h) */
 };
 
 struct media_audio_params media_audio_default_params(void);
 
 /* Decode a whole encoded file held in memory (wav, mp3, m4a/mp4, ogg/opus,
  * flac, webm/mkv, ...; the first audio stream). Channels are averaged to
- * mono, resampled to p->sample_rate_hz (p NULL = defaults). On success *pcm
+ * mono, resampled to p->sample_rate_hz (p NULL = defaults). Input rates
+ * outside 1000..384000 Hz (header or decoded) fail with OMNI_ERR_FORMAT
+ * naming sample_rate, before anything is resampled. On success *pcm
  * (malloc'ed, caller frees) holds *n_samples floats; with zero decoded
  * samples *pcm may be NULL. Returns OMNI_OK or a negative enum omni_err. */
 int media_audio_decode_memory(const void *data, size_t len, const struct media_audio_params *p,

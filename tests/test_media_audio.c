@@ -262,7 +262,7 @@ TEST(media_decode_limits)
     int rc = media_audio_decode_memory(mp3, len, &p, &pcm, &n, err, sizeof err);
     free(mp3);
     CHECK_EQ(rc, OMNI_ERR_LIMIT);
-    CHECK_STR_CONTAINS(err, "2 s limit");
+    CHECK_STR_CONTAINS(err, "2.5 s limit");
     CHECK(pcm == NULL);
     p.sample_rate_hz = 10;
     CHECK(media_audio_decode_file(test_shared("audio/jfk.wav"), &p, &pcm, &n, err, sizeof err) == OMNI_ERR_ARG);
@@ -383,4 +383,128 @@ TEST(media_decode_stereo_44k_averages_channels)
     free(y);
     CHECK_NEAR(a440, 8000 / 32768.0, 0.01);
     CHECK_NEAR(a1000, 4000 / 32768.0, 0.01);
+}
+
+/* A mono 16-bit WAV header claiming rate_hz, followed by data_bytes of noise. */
+static uint8_t *make_wav_header_rate(uint32_t rate_hz, size_t data_bytes, size_t *len)
+{
+    uint32_t n = (uint32_t)(data_bytes / 2);
+    int16_t *fr = malloc((size_t)n * sizeof *fr);
+    uint32_t s = 7;
+    for (uint32_t i = 0; i < n; i++)
+        fr[i] = (int16_t)((s = s * 1103515245 + 12345) >> 16);
+    uint8_t *w = make_wav(fr, n, 1, rate_hz, len);
+    free(fr);
+    return w;
+}
+
+/* Issue 7.4: a 96 KB WAV whose header says 1 Hz used to be decoded and
+ * resampled whole (1.6 GB, 8 s) before the duration limit refused it. The
+ * header's rate is refused now, naming the field; nothing is decoded. */
+TEST(media_decode_refuses_absurd_sample_rate)
+{
+    char err[256] = "";
+    float *pcm = NULL;
+    size_t n = 1, len;
+    const uint32_t bad[] = { 1, 999, 384001, 4000000 };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        uint8_t *wav = make_wav_header_rate(bad[i], 96 * 1024, &len);
+        int rc = media_audio_decode_memory(wav, len, NULL, &pcm, &n, err, sizeof err);
+        free(wav);
+        CHECK_MSG(rc == OMNI_ERR_FORMAT, "%u Hz: rc %d %s", bad[i], rc, err);
+        CHECK_STR_CONTAINS(err, "sample_rate");
+        char want[32];
+        snprintf(want, sizeof want, "%u Hz", bad[i]);
+        CHECK_STR_CONTAINS(err, want);
+        CHECK(pcm == NULL && n == 0);
+    }
+    /* the edges of the range decode */
+    const uint32_t good[] = { 1000, 384000 };
+    for (size_t i = 0; i < 2; i++) {
+        uint8_t *wav = make_wav_header_rate(good[i], 96 * 1024, &len);
+        int rc = media_audio_decode_memory(wav, len, NULL, &pcm, &n, err, sizeof err);
+        free(wav);
+        CHECK_MSG(rc == OMNI_OK, "%u Hz: %s", good[i], err);
+        CHECK_NEAR((double)n, 48.0 * 1024 * 16000 / good[i], 64);
+        free(pcm);
+    }
+    /* raw PCM from a client: the same range */
+    CHECK(media_resampler_new(MEDIA_PCM_S16LE, 1, NULL, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "sample_rate 1 Hz");
+}
+
+/* The Info/Xing tag of an MP3 says how many frames follow: a tag claiming
+ * 16 million is refused from the header, before anything is decoded. */
+TEST(media_decode_declared_duration_refused_before_decoding)
+{
+    const size_t n = 3 * 16000;
+    float *x = sine(n, 440, 16000, 0.3f);
+    uint8_t *mp3;
+    size_t len;
+    char err[256] = "";
+    CHECK(media_audio_encode(x, n, 16000, MEDIA_AUDIO_MP3, NULL, &mp3, &len, err, sizeof err) == 0);
+    free(x);
+    size_t tag = 0;
+    for (size_t i = 0; i + 16 < len && !tag; i++)
+        if (!memcmp(mp3 + i, "Info", 4) || !memcmp(mp3 + i, "Xing", 4))
+            tag = i;
+    CHECK_MSG(tag && (mp3[tag + 7] & 1), "no Info/Xing tag with a frame count");
+    float *pcm = NULL;
+    size_t got = 0;
+    struct media_audio_params p = media_audio_default_params();
+    p.max_duration_s = 60;
+    CHECK(media_audio_decode_memory(mp3, len, &p, &pcm, &got, err, sizeof err) == 0);
+    free(pcm);
+    mp3[tag + 8] = 0x00, mp3[tag + 9] = 0xff, mp3[tag + 10] = 0xff, mp3[tag + 11] = 0xff;
+    int rc = media_audio_decode_memory(mp3, len, &p, &pcm, &got, err, sizeof err);
+    free(mp3);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "declares");
+    CHECK_STR_CONTAINS(err, "60 s limit");
+    CHECK(pcm == NULL && got == 0);
+}
+
+/* ADTS AAC has no duration in its header (ffmpeg estimates one from the
+ * bitrate, which is not trusted to refuse); the limit then holds on the
+ * decoded samples, and decoding stops there. */
+TEST(media_decode_limit_holds_while_decoding)
+{
+    const size_t n = 3 * 16000;
+    float *x = sine(n, 440, 16000, 0.3f);
+    uint8_t *aac;
+    size_t len;
+    char err[256] = "";
+    CHECK(media_audio_encode(x, n, 16000, MEDIA_AUDIO_AAC, NULL, &aac, &len, err, sizeof err) == 0);
+    free(x);
+    float *pcm = NULL;
+    size_t got = 0;
+    struct media_audio_params p = media_audio_default_params();
+    p.max_duration_s = 2;
+    int rc = media_audio_decode_memory(aac, len, &p, &pcm, &got, err, sizeof err);
+    free(aac);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "decoding stopped");
+    CHECK(pcm == NULL && got == 0);
+}
+
+/* 1 kHz in, 384 kHz out: each swr call writes at most one chunk, and a
+ * limit reached mid-frame fails without first resampling the whole frame. */
+TEST(media_resampler_upsampling_stays_bounded)
+{
+    char err[256] = "";
+    struct media_audio_params p = media_audio_default_params();
+    p.sample_rate_hz = 384000;
+    p.max_duration_s = 1;
+    static int16_t pcm[4000]; /* 4 s at 1 kHz */
+    float *y = NULL;
+    size_t ny = 0;
+    int rc = media_audio_decode_raw(pcm, sizeof pcm, MEDIA_PCM_S16LE, 1000, &p, &y, &ny, err,
+                                    sizeof err);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK(y == NULL);
+    p.max_duration_s = 5;
+    rc = media_audio_decode_raw(pcm, sizeof pcm, MEDIA_PCM_S16LE, 1000, &p, &y, &ny, err, sizeof err);
+    CHECK_MSG(rc == OMNI_OK, "%s", err);
+    CHECK_NEAR((double)ny, 4 * 384000.0, 400);
+    free(y);
 }
