@@ -2,7 +2,8 @@
  * libjpeg-turbo for JPEG (with the EXIF Orientation tag applied, as
  * browsers and PIL's exif_transpose do), ffmpeg (media/video.c) for the
  * rest; libswscale for resizing. Sizes come from the header and are checked
- * before the pixel buffer exists. */
+ * before the pixel buffer exists (for the ffmpeg formats before ffmpeg
+ * opens the file); media_image_probe reads only them. */
 #include "media/image.h"
 
 #include <png.h>
@@ -162,33 +163,44 @@ static void jpeg_quiet(j_common_ptr cinfo, int level)
     (void)cinfo, (void)level; /* corrupt-data warnings: decode what is there */
 }
 
-/* The EXIF Orientation (1..8) from an APP1 "Exif\0\0" + TIFF payload; 1 if absent. */
-static int exif_orientation(const uint8_t *b, size_t n)
+/* Tag `tag` of the first IFD of a TIFF structure (b starts at its "II*\0"
+ * or "MM\0*" header), when it is a single SHORT or LONG: TIFF files and the
+ * EXIF payload of JPEG APP1 segments share this layout. */
+static bool tiff_tag(const uint8_t *b, size_t n, uint16_t tag, uint32_t *val)
 {
-    if (n < 14 || memcmp(b, "Exif\0\0", 6))
-        return 1;
-    b += 6, n -= 6;
+    if (n < 8)
+        return false;
     int le = b[0] == 'I' && b[1] == 'I';
     if (!le && !(b[0] == 'M' && b[1] == 'M'))
-        return 1;
+        return false;
 #define U16(o) (le ? (uint32_t)b[o] | (uint32_t)b[(o) + 1] << 8 : (uint32_t)b[o] << 8 | b[(o) + 1])
 #define U32(o) (le ? U16(o) | U16((o) + 2) << 16 : U16(o) << 16 | U16((o) + 2))
     uint32_t ifd = U32(4);
     if (ifd > n - 2 || ifd < 8)
-        return 1;
+        return false;
     uint32_t count = U16(ifd);
     for (uint32_t i = 0; i < count; i++) {
         size_t e = ifd + 2 + (size_t)i * 12;
         if (e + 12 > n)
             break;
-        if (U16(e) == 0x0112 && U16(e + 2) == 3) { /* Orientation, SHORT */
-            uint32_t v = U16(e + 8);
-            return v >= 1 && v <= 8 ? (int)v : 1;
-        }
+        uint32_t type = U16(e + 2);
+        if (U16(e) != tag || U32(e + 4) != 1 || (type != 3 && type != 4))
+            continue;
+        *val = type == 3 ? U16(e + 8) : U32(e + 8); /* SHORT / LONG, held in the entry */
+        return true;
     }
 #undef U16
 #undef U32
-    return 1;
+    return false;
+}
+
+/* The EXIF Orientation (1..8) from an APP1 "Exif\0\0" + TIFF payload; 1 if absent. */
+static int exif_orientation(const uint8_t *b, size_t n)
+{
+    uint32_t v;
+    if (n < 14 || memcmp(b, "Exif\0\0", 6) || !tiff_tag(b + 6, n - 6, 0x0112, &v))
+        return 1;
+    return v >= 1 && v <= 8 ? (int)v : 1;
 }
 
 /* Apply EXIF orientation o: 2 mirror, 3 rotate 180, 4 flip, 5 transpose,
@@ -269,6 +281,136 @@ done:
     return rc;
 }
 
+/* Header only: SOF size and the EXIF orientation, no scan is decoded. */
+static int probe_jpeg(const void *data, size_t len, struct media_image_info *info, char *err,
+                      size_t errlen)
+{
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_fail fail;
+    cinfo.err = jpeg_std_error(&fail.mgr);
+    fail.mgr.error_exit = jpeg_fail_exit;
+    fail.mgr.emit_message = jpeg_quiet;
+    if (setjmp(fail.jmp)) {
+        jpeg_destroy_decompress(&cinfo);
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad JPEG: %s", fail.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+    jpeg_read_header(&cinfo, TRUE);
+    int o = 1;
+    for (jpeg_saved_marker_ptr m = cinfo.marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && (o = exif_orientation(m->data, m->data_length)) != 1)
+            break;
+    bool swap = o >= 5; /* transposing orientations display it rotated */
+    info->width = swap ? cinfo.image_height : cinfo.image_width;
+    info->height = swap ? cinfo.image_width : cinfo.image_height;
+    jpeg_destroy_decompress(&cinfo);
+    return OMNI_OK;
+}
+
+// ---- header fields of the formats ffmpeg decodes --------------------------------
+
+static uint32_t le16(const uint8_t *b) { return (uint32_t)b[0] | (uint32_t)b[1] << 8; }
+static uint32_t le24(const uint8_t *b) { return le16(b) | (uint32_t)b[2] << 16; }
+static uint32_t le32(const uint8_t *b) { return le24(b) | (uint32_t)b[3] << 24; }
+
+/* GIF: the logical screen (ffmpeg's decoder outputs frames of that size). */
+static bool probe_gif(const uint8_t *b, size_t n, int64_t *w, int64_t *h)
+{
+    if (n < 10)
+        return false;
+    *w = le16(b + 6), *h = le16(b + 8);
+    return true;
+}
+
+/* BMP: BITMAPCOREHEADER (12 bytes, 16-bit sides) or BITMAPINFOHEADER and
+ * its successors (signed 32-bit sides; a negative height is top-down). */
+static bool probe_bmp(const uint8_t *b, size_t n, int64_t *w, int64_t *h)
+{
+    if (n < 26)
+        return false;
+    uint32_t dib = le32(b + 14);
+    if (dib == 12) {
+        *w = le16(b + 18), *h = le16(b + 20);
+        return true;
+    }
+    if (dib < 40)
+        return false;
+    *w = (int32_t)le32(b + 18), *h = (int32_t)le32(b + 22);
+    if (*h < 0)
+        *h = -*h;
+    return true;
+}
+
+/* WebP: the first chunk after "RIFF....WEBP" - VP8X (extended: canvas
+ * size, 24-bit minus one), VP8L (lossless: 14-bit minus one after the 0x2f
+ * signature) or "VP8 " (lossy: 14-bit sides after the keyframe start code). */
+static bool probe_webp(const uint8_t *b, size_t n, int64_t *w, int64_t *h)
+{
+    if (n < 30)
+        return false;
+    const uint8_t *c = b + 20; /* chunk payload */
+    if (!memcmp(b + 12, "VP8X", 4)) {
+        *w = (int64_t)le24(c + 4) + 1, *h = (int64_t)le24(c + 7) + 1;
+        return true;
+    }
+    if (!memcmp(b + 12, "VP8L", 4) && c[0] == 0x2f) {
+        uint32_t v = le32(c + 1);
+        *w = (int64_t)(v & 0x3fff) + 1, *h = (int64_t)((v >> 14) & 0x3fff) + 1;
+        return true;
+    }
+    if (!memcmp(b + 12, "VP8 ", 4) && c[3] == 0x9d && c[4] == 0x01 && c[5] == 0x2a) {
+        *w = le16(c + 6) & 0x3fff, *h = le16(c + 8) & 0x3fff;
+        return true;
+    }
+    return false;
+}
+
+/* TIFF: ImageWidth and ImageLength of the first IFD (the page ffmpeg reads). */
+static bool probe_tiff(const uint8_t *b, size_t n, int64_t *w, int64_t *h)
+{
+    uint32_t tw, th;
+    if (!tiff_tag(b, n, 256, &tw) || !tiff_tag(b, n, 257, &th))
+        return false;
+    *w = tw, *h = th;
+    return true;
+}
+
+int media_image_probe(const void *data, size_t len, struct media_image_info *info, char *err,
+                      size_t errlen)
+{
+    memset(info, 0, sizeof *info);
+    if (!data || len == 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: empty input");
+    info->format = media_image_sniff(data, len);
+    bool ok;
+    switch (info->format) {
+    case MEDIA_IMAGE_PNG: {
+        png_image png;
+        memset(&png, 0, sizeof png);
+        png.version = PNG_IMAGE_VERSION;
+        if (!png_image_begin_read_from_memory(&png, data, len))
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad PNG: %s", png.message);
+        info->width = png.width, info->height = png.height;
+        png_image_free(&png);
+        return OMNI_OK;
+    }
+    case MEDIA_IMAGE_JPEG: return probe_jpeg(data, len, info, err, errlen);
+    case MEDIA_IMAGE_GIF: ok = probe_gif(data, len, &info->width, &info->height); break;
+    case MEDIA_IMAGE_BMP: ok = probe_bmp(data, len, &info->width, &info->height); break;
+    case MEDIA_IMAGE_WEBP: ok = probe_webp(data, len, &info->width, &info->height); break;
+    case MEDIA_IMAGE_TIFF: ok = probe_tiff(data, len, &info->width, &info->height); break;
+    default:
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "image: unrecognised format (PNG, JPEG, WebP, GIF, BMP, TIFF)");
+    }
+    if (!ok)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "image: bad %s header",
+                         media_image_format_name(info->format));
+    return OMNI_OK;
+}
+
 // ---- entry points ------------------------------------------------------------
 
 int media_image_decode(const void *data, size_t len, const struct media_image_params *p,
@@ -286,10 +428,15 @@ int media_image_decode(const void *data, size_t len, const struct media_image_pa
     switch (media_image_sniff(data, len)) {
     case MEDIA_IMAGE_PNG: return decode_png(data, len, p, out, err, errlen);
     case MEDIA_IMAGE_JPEG: return decode_jpeg(data, len, p, out, err, errlen);
-    case MEDIA_IMAGE_UNKNOWN:
-        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
-                         "image: unrecognised format (PNG, JPEG, WebP, GIF, BMP, TIFF)");
-    default: return media_video_first_frame(data, len, p, out, err, errlen);
+    default: {
+        /* ffmpeg would learn the size by decoding the picture: check the
+         * header's first (its decoder enforces max_pixels too). */
+        struct media_image_info info;
+        int rc = media_image_probe(data, len, &info, err, errlen);
+        if (rc < 0 || (rc = media_image_check_size(info.width, info.height, p, err, errlen)) < 0)
+            return rc;
+        return media_video_first_frame(data, len, p, out, err, errlen);
+    }
     }
 }
 

@@ -47,6 +47,20 @@ enum media_image_format {
 enum media_image_format media_image_sniff(const void *data, size_t len);
 const char *media_image_format_name(enum media_image_format f); /* "png", ... */
 
+/* What the header says, before any pixel is decoded. */
+struct media_image_info {
+    enum media_image_format format;
+    int64_t width, height; /* as displayed: a JPEG's EXIF rotation is applied */
+};
+
+/* Read the size from the header only: libpng / libjpeg-turbo for PNG and
+ * JPEG, the fixed header fields for GIF, BMP, WebP and TIFF (ffmpeg, which
+ * decodes those, learns their size only by decoding the first picture).
+ * Nothing is checked against limits (see media_image_check_size); cheap
+ * enough to run on every image of a request before decoding any. */
+int media_image_probe(const void *data, size_t len, struct media_image_info *info, char *err,
+                      size_t errlen);
+
 /* Decode an encoded image held in memory. On success *out owns a new RGB
  * buffer (release it with media_image_release). p NULL = defaults. */
 int media_image_decode(const void *data, size_t len, const struct media_image_params *p,

@@ -6,6 +6,7 @@
  * container cannot seek; libswscale converts them to RGB. */
 #include "media/video.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ struct media_video_params media_video_default_params(void)
         .fps = 1.0,
         .max_frames = 16,
         .max_duration_s = 3600.0,
+        .max_decoded_frames = 3600 * 120,
         .max_input_bytes = (size_t)512 << 20,
         .image = media_image_default_params(),
     };
@@ -74,6 +76,8 @@ struct vdec {
     int64_t start;    /* stream start time in tb units (0 if unknown) */
     bool eof_sent;
     int n_decoded;
+    double max_time_s;  /* a decoded frame later than this is OMNI_ERR_LIMIT (0: none) */
+    int max_decoded;    /* decoding more frames than this is OMNI_ERR_LIMIT (0: none) */
 };
 
 static void vdec_close(struct vdec *d)
@@ -90,11 +94,49 @@ static void vdec_close(struct vdec *d)
     }
 }
 
-/* Open from memory (data) or a path; check the frame size against limits. */
+/* The container's duration in seconds, 0 when it does not say. */
+static double declared_duration(const AVFormatContext *fmt, const AVStream *st)
+{
+    if (st && st->duration > 0 && st->duration != AV_NOPTS_VALUE)
+        return (double)st->duration * av_q2d(st->time_base);
+    if (fmt->duration > 0 && fmt->duration != AV_NOPTS_VALUE)
+        return (double)fmt->duration / AV_TIME_BASE;
+    return 0.0;
+}
+
+/* The best video stream's declared size and the clip's declared duration
+ * against the limits (max_duration_s 0: not checked). */
+static int check_declared(const AVFormatContext *fmt, int si, const struct media_image_params *ip,
+                          double max_duration_s, char *err, size_t errlen)
+{
+    const AVStream *st = fmt->streams[si];
+    int rc;
+    if (st->codecpar->width > 0 && st->codecpar->height > 0 &&
+        (rc = media_image_check_size(st->codecpar->width, st->codecpar->height, ip, err,
+                                     errlen)) < 0)
+        return rc;
+    double dur = declared_duration(fmt, st);
+    if (max_duration_s > 0 && dur > max_duration_s)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "video: %.1f s exceeds the limit of %.1f s",
+                         dur, max_duration_s);
+    return OMNI_OK;
+}
+
+/* Open from memory (data) or a path. The declared frame size (and, with
+ * max_duration_s > 0, duration) is checked as soon as the container header
+ * is read, again once avformat_find_stream_info has filled in what the
+ * header lacked; every decoder (the probing ones included) is told
+ * max_pixels, so a frame larger than the limit fails inside ffmpeg
+ * before its buffer is allocated. */
 static int vdec_open(struct vdec *d, const void *data, size_t len, const char *path,
-                     const struct media_image_params *ip, char *err, size_t errlen)
+                     const struct media_image_params *ip, double max_duration_s, char *err,
+                     size_t errlen)
 {
     char e[AV_ERROR_MAX_STRING_SIZE];
+    struct media_image_params def = media_image_default_params();
+    if (!ip)
+        ip = &def;
+    const int64_t max_pixels = ip->max_pixels < INT_MAX ? ip->max_pixels : INT_MAX;
     media_log_init();
     memset(d, 0, sizeof *d);
     d->fmt = avformat_alloc_context();
@@ -120,7 +162,20 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
     if (rc < 0)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: not an image or video ffmpeg can read (%s)",
                          av_make_error_string(e, sizeof e, rc));
-    if ((rc = avformat_find_stream_info(d->fmt, NULL)) < 0)
+    int si = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    if (si >= 0 && (rc = check_declared(d->fmt, si, ip, max_duration_s, err, errlen)) < 0)
+        return rc;
+    /* Probing decodes a frame or more of each stream: at most max_pixels each. */
+    AVDictionary **sopts = av_calloc(d->fmt->nb_streams ? d->fmt->nb_streams : 1, sizeof *sopts);
+    if (!sopts)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "video: out of memory");
+    for (unsigned i = 0; i < d->fmt->nb_streams; i++)
+        av_dict_set_int(&sopts[i], "max_pixels", max_pixels, 0);
+    rc = avformat_find_stream_info(d->fmt, sopts);
+    for (unsigned i = 0; i < d->fmt->nb_streams; i++)
+        av_dict_free(&sopts[i]);
+    av_free(sopts);
+    if (rc < 0)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: cannot read stream info (%s)",
                          av_make_error_string(e, sizeof e, rc));
     d->si = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
@@ -129,8 +184,12 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
     AVStream *st = d->fmt->streams[d->si];
     for (unsigned i = 0; i < d->fmt->nb_streams; i++)
         d->fmt->streams[i]->discard = (int)i == d->si ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
-    if ((rc = media_image_check_size(st->codecpar->width, st->codecpar->height, ip, err, errlen)) < 0)
+    if ((rc = check_declared(d->fmt, d->si, ip, max_duration_s, err, errlen)) < 0)
         return rc;
+    if (st->codecpar->width <= 0 || st->codecpar->height <= 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "video: the picture size is unknown (a damaged file, or a picture over "
+                         "the limit of %lld pixels)", (long long)ip->max_pixels);
     const AVCodec *codec = avcodec_find_decoder(st->codecpar->codec_id);
     if (!codec)
         return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "video: no decoder for codec '%s'",
@@ -146,12 +205,20 @@ static int vdec_open(struct vdec *d, const void *data, size_t len, const char *p
                          av_make_error_string(e, sizeof e, rc));
     d->dec->pkt_timebase = st->time_base;
     d->dec->thread_count = 1;
+    /* A stream may change its size mid-way: the decoder refuses frames over the limit. */
+    d->dec->max_pixels = max_pixels;
     if ((rc = avcodec_open2(d->dec, codec, NULL)) < 0)
         return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: cannot open %s decoder (%s)",
                          codec->name, av_make_error_string(e, sizeof e, rc));
     d->tb = av_q2d(st->time_base);
     d->start = st->start_time == AV_NOPTS_VALUE ? 0 : st->start_time;
     return OMNI_OK;
+}
+
+static double vdec_frame_time(const struct vdec *d)
+{
+    int64_t ts = d->last->best_effort_timestamp;
+    return ts == AV_NOPTS_VALUE ? 0.0 : (double)(ts - d->start) * d->tb;
 }
 
 /* Next decoded frame into d->last: 1, 0 at end of stream, or an error. */
@@ -164,6 +231,17 @@ static int vdec_next(struct vdec *d, char *err, size_t errlen)
             d->n_decoded++;
             av_frame_unref(d->last);
             av_frame_move_ref(d->last, d->frame);
+            /* The container's duration was checked when it was opened; these
+             * hold when it lied, or said nothing (a second of slack for
+             * timestamps that do not start at zero exactly). */
+            if (d->max_time_s > 0 && vdec_frame_time(d) > d->max_time_s + 1.0)
+                return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                                 "video: a frame at %.1f s is past the limit of %.1f s",
+                                 vdec_frame_time(d), d->max_time_s);
+            if (d->max_decoded > 0 && d->n_decoded > d->max_decoded)
+                return omni_fail(err, errlen, OMNI_ERR_LIMIT,
+                                 "video: more than %d frames decoded (max_decoded_frames)",
+                                 d->max_decoded);
             return 1;
         }
         if (rc == AVERROR_EOF)
@@ -189,12 +267,6 @@ static int vdec_next(struct vdec *d, char *err, size_t errlen)
         }
         av_packet_unref(d->pkt);
     }
-}
-
-static double vdec_frame_time(const struct vdec *d)
-{
-    int64_t ts = d->last->best_effort_timestamp;
-    return ts == AV_NOPTS_VALUE ? 0.0 : (double)(ts - d->start) * d->tb;
 }
 
 /* d->last as RGB; pixels with alpha are composited onto white. */
@@ -236,7 +308,7 @@ int media_video_first_frame(const void *data, size_t len, const struct media_ima
 {
     struct vdec d;
     memset(out, 0, sizeof *out);
-    int rc = vdec_open(&d, data, len, NULL, p, err, errlen);
+    int rc = vdec_open(&d, data, len, NULL, p, 0, err, errlen);
     if (rc >= 0) {
         rc = vdec_next(&d, err, errlen);
         if (rc == 0)
@@ -252,12 +324,27 @@ int media_video_first_frame(const void *data, size_t len, const struct media_ima
 
 static double clip_duration(const struct vdec *d)
 {
-    AVStream *st = d->fmt->streams[d->si];
-    if (st->duration > 0 && st->duration != AV_NOPTS_VALUE)
-        return (double)st->duration * d->tb;
-    if (d->fmt->duration > 0 && d->fmt->duration != AV_NOPTS_VALUE)
-        return (double)d->fmt->duration / AV_TIME_BASE;
-    return 0.0;
+    return declared_duration(d->fmt, d->fmt->streams[d->si]);
+}
+
+static int check_params(const struct media_video_params *p, char *err, size_t errlen)
+{
+    if (!(p->fps > 0) || p->max_frames < 1)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "video: fps must be > 0 and max_frames >= 1");
+    if (!(p->max_duration_s > 0) || p->max_decoded_frames < 1)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "video: max_duration_s and max_decoded_frames must be positive");
+    return OMNI_OK;
+}
+
+/* Open for sampling: the limits that hold while decoding come from p. */
+static int vdec_open_for(struct vdec *d, const void *data, size_t len, const char *path,
+                         const struct media_video_params *p, char *err, size_t errlen)
+{
+    int rc = vdec_open(d, data, len, path, &p->image, p->max_duration_s, err, errlen);
+    d->max_time_s = p->max_duration_s;
+    d->max_decoded = p->max_decoded_frames;
+    return rc;
 }
 
 static int take(struct vdec *d, const struct media_video_params *p, struct media_video_frames *v,
@@ -327,11 +414,11 @@ static int sample(const void *data, size_t len, const char *path, const struct m
     if (!p)
         p = &def;
     memset(v, 0, sizeof *v);
-    if (!(p->fps > 0) || p->max_frames < 1)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "video: fps must be > 0 and max_frames >= 1");
-    struct vdec d;
-    int rc = vdec_open(&d, data, len, path, &p->image, err, errlen);
+    int rc = check_params(p, err, errlen);
     if (rc < 0)
+        return rc;
+    struct vdec d;
+    if ((rc = vdec_open_for(&d, data, len, path, p, err, errlen)) < 0)
         goto fail;
     double dur = clip_duration(&d);
     if (dur > p->max_duration_s) {
@@ -359,7 +446,7 @@ static int sample(const void *data, size_t len, const char *path, const struct m
                 times[i] = i / p->fps;
         else if (av_seek_frame(d.fmt, d.si, d.start, AVSEEK_FLAG_BACKWARD) < 0) {
             vdec_close(&d);
-            if ((rc = vdec_open(&d, data, len, path, &p->image, err, errlen)) < 0) {
+            if ((rc = vdec_open_for(&d, data, len, path, p, err, errlen)) < 0) {
                 free(times);
                 goto fail;
             }
@@ -377,6 +464,36 @@ static int sample(const void *data, size_t len, const char *path, const struct m
 fail:
     vdec_close(&d);
     media_video_frames_release(v);
+    return rc;
+}
+
+int media_video_probe(const void *data, size_t len, const struct media_video_params *p,
+                      struct media_video_info *info, char *err, size_t errlen)
+{
+    struct media_video_params def = media_video_default_params();
+    if (!p)
+        p = &def;
+    memset(info, 0, sizeof *info);
+    if (!data || len == 0)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "video: empty input");
+    if (len > p->max_input_bytes)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "video: %zu bytes exceeds the limit of %zu",
+                         len, p->max_input_bytes);
+    int rc = check_params(p, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct vdec d;
+    if ((rc = vdec_open_for(&d, data, len, NULL, p, err, errlen)) == OMNI_OK) {
+        const AVCodecParameters *cp = d.fmt->streams[d.si]->codecpar;
+        info->width = cp->width;
+        info->height = cp->height;
+        info->duration_s = clip_duration(&d);
+        info->n_frames = info->duration_s > 0
+                             ? media_video_sample_times(info->duration_s, p->fps, p->max_frames,
+                                                        NULL, 0)
+                             : p->max_frames;
+    }
+    vdec_close(&d);
     return rc;
 }
 

@@ -9,9 +9,12 @@
  *   for (int i = 0; i < v.n_frames; i++) use(&v.frames[i], v.time_s[i]);
  *   media_video_frames_release(&v);
  *
- * Frame dimensions are checked against p->image.max_pixels before decoding
- * and the duration against p->max_duration_s. Thread safety: reentrant.
- * Errors: negative enum omni_err plus one line in err. */
+ * The declared frame size is checked against p->image before decoding (ffmpeg's
+ * decoder then refuses larger frames itself) and the declared duration
+ * against p->max_duration_s; while decoding, a frame timestamped past
+ * max_duration_s or more than max_decoded_frames frames stop it with
+ * OMNI_ERR_LIMIT. Thread safety: reentrant. Errors: negative enum omni_err
+ * plus one line in err. */
 #ifndef MEDIA_VIDEO_H
 #define MEDIA_VIDEO_H
 
@@ -23,7 +26,11 @@
 struct media_video_params {
     double fps;                /* frames sampled per second of video (default 1) */
     int max_frames;            /* at most this many frames (default 16) */
-    double max_duration_s;     /* longer clips fail (default 3600: --max-video-seconds) */
+    double max_duration_s;     /* longer clips fail: the declared duration before decoding,
+                                  frame timestamps while decoding (default 3600:
+                                  --max-video-seconds) */
+    int max_decoded_frames;    /* decoding more frames than this fails, whatever the
+                                  timestamps say (default 432000: an hour at 120 fps) */
     size_t max_input_bytes;    /* larger inputs fail (default 512 MiB) */
     struct media_image_params image; /* per-frame pixel limits */
 };
@@ -38,6 +45,20 @@ struct media_video_frames {
     int n_decoded;              /* frames the decoder produced (for tests: seeking skips most) */
     bool seeked;                /* the sampler seeked instead of decoding everything */
 };
+
+/* What opening a clip tells, before sampling. */
+struct media_video_info {
+    int width, height;   /* of the video stream */
+    double duration_s;   /* declared; 0 when the container does not say */
+    int n_frames;        /* frames media_video_sample will take (at most, when
+                            duration_s is 0) */
+};
+
+/* Open a clip in memory and check it against p's limits (size, declared
+ * duration, bytes) without sampling: ffmpeg reads the headers and decodes
+ * what it needs to learn the stream parameters, no more. */
+int media_video_probe(const void *data, size_t len, const struct media_video_params *p,
+                      struct media_video_info *info, char *err, size_t errlen);
 
 /* Sample frames from a clip in memory / on disk. On success *out owns the
  * frames (release with media_video_frames_release). p NULL = defaults. */

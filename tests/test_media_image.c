@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
 #include <png.h>
 #include <zlib.h>
 
@@ -360,4 +362,231 @@ TEST(media_video_sample_memory_and_limits)
     CHECK(media_video_sample(mp4 + 1000, 5000, NULL, &v, err, sizeof err) < 0);
     CHECK(media_video_sample("not a video at all", 18, NULL, &v, err, sizeof err) < 0);
     free(mp4);
+}
+
+// ---- header-only probing (issue 7.8) -------------------------------------------
+
+static void le16_put(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void le32_put(uint8_t *p, uint32_t v) { le16_put(p, v), le16_put(p + 2, v >> 16); }
+
+/* A PNG signature + IHDR claiming w x h (valid CRC); returns its length. */
+static size_t make_png_header(uint8_t *png, uint32_t w, uint32_t h)
+{
+    static const uint8_t sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    memcpy(png, sig, 8);
+    uint8_t *ih = png + 8;
+    put32(ih, 13);
+    memcpy(ih + 4, "IHDR", 4);
+    put32(ih + 8, w), put32(ih + 12, h);
+    ih[16] = 8, ih[17] = 2, ih[18] = ih[19] = ih[20] = 0;
+    put32(ih + 21, (uint32_t)crc32(0, ih + 4, 17));
+    return 8 + 25;
+}
+
+TEST(media_image_probe_reads_headers_only)
+{
+    char err[256];
+    struct media_image_info info;
+    uint8_t b[64] = { 0 };
+    /* PNG: a 20000x20000 IHDR and the first IDAT's chunk header, no data */
+    size_t n = make_png_header(b, 20000, 20000);
+    put32(b + n, 1000000), memcpy(b + n + 4, "IDAT", 4), n += 8;
+    CHECK_MSG(media_image_probe(b, n, &info, err, sizeof err) == 0, "%s", err);
+    CHECK(info.format == MEDIA_IMAGE_PNG && info.width == 20000 && info.height == 20000);
+    CHECK_EQ(media_image_check_size(info.width, info.height, NULL, err, sizeof err), OMNI_ERR_LIMIT);
+    /* JPEG: the SOF size, EXIF rotation applied (6: 32x16 shows as 16x32) */
+    size_t len;
+    uint8_t *j = make_jpeg(6, &len);
+    CHECK_EQ(media_image_probe(j, len, &info, err, sizeof err), 0);
+    CHECK(info.format == MEDIA_IMAGE_JPEG && info.width == 16 && info.height == 32);
+    free(j);
+    j = make_jpeg(0, &len);
+    size_t sos = 2; /* cut after the SOS segment: no scan data at all */
+    while (sos + 4 < len && !(j[sos] == 0xFF && j[sos + 1] == 0xDA))
+        sos += 2 + ((size_t)j[sos + 2] << 8 | j[sos + 3]);
+    CHECK(sos + 4 < len);
+    sos += 2 + ((size_t)j[sos + 2] << 8 | j[sos + 3]);
+    CHECK_MSG(media_image_probe(j, sos, &info, err, sizeof err) == 0, "%s", err);
+    CHECK(info.width == 32 && info.height == 16);
+    free(j);
+    /* GIF: the logical screen */
+    memset(b, 0, sizeof b);
+    memcpy(b, "GIF89a", 6), le16_put(b + 6, 640), le16_put(b + 8, 480);
+    CHECK_EQ(media_image_probe(b, 13, &info, err, sizeof err), 0);
+    CHECK(info.format == MEDIA_IMAGE_GIF && info.width == 640 && info.height == 480);
+    /* BMP: BITMAPINFOHEADER, top-down (negative height) */
+    memset(b, 0, sizeof b);
+    b[0] = 'B', b[1] = 'M', le32_put(b + 14, 40), le32_put(b + 18, 30000);
+    le32_put(b + 22, (uint32_t)-20000);
+    CHECK_EQ(media_image_probe(b, 54, &info, err, sizeof err), 0);
+    CHECK(info.format == MEDIA_IMAGE_BMP && info.width == 30000 && info.height == 20000);
+    /* WebP: lossless (VP8L), extended (VP8X) and lossy ("VP8 ") headers */
+    memset(b, 0, sizeof b);
+    memcpy(b, "RIFF", 4), memcpy(b + 8, "WEBPVP8L", 8);
+    b[20] = 0x2f, le32_put(b + 21, (uint32_t)(1000 - 1) | (uint32_t)(700 - 1) << 14);
+    CHECK_EQ(media_image_probe(b, 30, &info, err, sizeof err), 0);
+    CHECK(info.format == MEDIA_IMAGE_WEBP && info.width == 1000 && info.height == 700);
+    memcpy(b + 12, "VP8X", 4);
+    memset(b + 20, 0, 10);
+    le32_put(b + 24, 20000 - 1), le32_put(b + 27, 15000 - 1);
+    CHECK_EQ(media_image_probe(b, 30, &info, err, sizeof err), 0);
+    CHECK(info.width == 20000 && info.height == 15000);
+    memcpy(b + 12, "VP8 ", 4);
+    memset(b + 20, 0, 10);
+    b[23] = 0x9d, b[24] = 0x01, b[25] = 0x2a, le16_put(b + 26, 320), le16_put(b + 28, 240);
+    CHECK_EQ(media_image_probe(b, 30, &info, err, sizeof err), 0);
+    CHECK(info.width == 320 && info.height == 240);
+    /* TIFF: ImageWidth (SHORT) and ImageLength (LONG) in IFD0, big-endian */
+    static const uint8_t tiff[] = { 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 2,
+                                    1, 0, 0, 3, 0, 0, 0, 1, 0x4e, 0x20, 0, 0, /* 256: 20000 */
+                                    1, 1, 0, 4, 0, 0, 0, 1, 0, 0, 0x3a, 0x98, /* 257: 15000 */
+                                    0, 0, 0, 0 };
+    CHECK_EQ(media_image_probe(tiff, sizeof tiff, &info, err, sizeof err), 0);
+    CHECK(info.format == MEDIA_IMAGE_TIFF && info.width == 20000 && info.height == 15000);
+    /* truncated or unknown headers are clean errors */
+    CHECK_EQ(media_image_probe(tiff, 12, &info, err, sizeof err), OMNI_ERR_FORMAT);
+    CHECK_EQ(media_image_probe(b, 24, &info, err, sizeof err), OMNI_ERR_FORMAT);
+    CHECK_STR_CONTAINS(err, "webp");
+    CHECK_EQ(media_image_probe("hello", 5, &info, err, sizeof err), OMNI_ERR_FORMAT);
+    CHECK_EQ(media_image_probe(NULL, 0, &info, err, sizeof err), OMNI_ERR_FORMAT);
+}
+
+/* BMP and TIFF go to ffmpeg, which learns their size by decoding: their
+ * headers are checked first, so a 30000x20000 BMP of 54 bytes is refused
+ * without ffmpeg opening it. */
+TEST(media_image_ffmpeg_formats_checked_before_decoding)
+{
+    char err[256];
+    struct media_image img;
+    uint8_t b[54 + 16] = { 'B', 'M' };
+    le32_put(b + 2, sizeof b), le32_put(b + 10, 54), le32_put(b + 14, 40);
+    le32_put(b + 18, 30000), le32_put(b + 22, 20000);
+    b[26] = 1, b[28] = 24;
+    int rc = media_image_decode(b, sizeof b, NULL, &img, err, sizeof err);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "30000x20000");
+    CHECK(img.rgb == NULL);
+}
+
+/* A Matroska clip of n_frames 16x16 MJPEG frames at 1 fps, muxed to a
+ * non-seekable buffer (no index, so the sampler decodes from the start)
+ * and its Duration element zeroed: the clip declares no duration. Caller
+ * frees. */
+static uint8_t *make_mkv(int n_frames, size_t *len)
+{
+    const AVCodec *codec = avcodec_find_encoder(AV_CODEC_ID_MJPEG);
+    AVCodecContext *enc = codec ? avcodec_alloc_context3(codec) : NULL;
+    AVFormatContext *fmt = NULL;
+    uint8_t *out = NULL;
+    if (!enc || avformat_alloc_output_context2(&fmt, NULL, "matroska", NULL) < 0)
+        goto done;
+    enc->width = enc->height = 16;
+    enc->pix_fmt = AV_PIX_FMT_YUVJ420P;
+    enc->time_base = (AVRational){ 1, 1 };
+    if (avcodec_open2(enc, codec, NULL) < 0)
+        goto done;
+    AVStream *st = avformat_new_stream(fmt, NULL);
+    if (!st || avcodec_parameters_from_context(st->codecpar, enc) < 0 ||
+        avio_open_dyn_buf(&fmt->pb) < 0)
+        goto done;
+    st->time_base = enc->time_base;
+    if (avformat_write_header(fmt, NULL) < 0)
+        goto done;
+    AVFrame *f = av_frame_alloc();
+    AVPacket *pkt = av_packet_alloc();
+    f->width = f->height = 16, f->format = enc->pix_fmt;
+    av_frame_get_buffer(f, 0);
+    for (int i = 0; i <= n_frames; i++) {
+        if (i < n_frames) {
+            av_frame_make_writable(f);
+            for (int y = 0; y < 16; y++)
+                memset(f->data[0] + y * f->linesize[0], 16 * i, 16);
+            f->pts = i;
+        }
+        avcodec_send_frame(enc, i < n_frames ? f : NULL);
+        while (avcodec_receive_packet(enc, pkt) == 0) {
+            av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+            pkt->stream_index = 0;
+            av_interleaved_write_frame(fmt, pkt);
+        }
+    }
+    av_write_trailer(fmt);
+    av_frame_free(&f);
+    av_packet_free(&pkt);
+    uint8_t *buf;
+    int n = avio_close_dyn_buf(fmt->pb, &buf);
+    fmt->pb = NULL;
+    if ((out = malloc((size_t)n)))
+        memcpy(out, buf, (size_t)n), *len = (size_t)n;
+    av_free(buf);
+    for (int i = 0; out && i + 11 < n; i++)
+        if (out[i] == 0x44 && out[i + 1] == 0x89 && (out[i + 2] == 0x84 || out[i + 2] == 0x88)) {
+            memset(out + i + 3, 0, out[i + 2] & 0x0f); /* Duration, a float: 0 */
+            break;
+        }
+done:
+    avcodec_free_context(&enc);
+    avformat_free_context(fmt);
+    return out;
+}
+
+/* Issue 7: a clip that declares no duration is sampled by decoding from the
+ * start; frame timestamps past max_duration_s, or more frames than
+ * max_decoded_frames, stop the decoding there. */
+TEST(media_video_limits_hold_while_decoding)
+{
+    char err[256];
+    size_t len;
+    uint8_t *mkv = make_mkv(20, &len);
+    CHECK(mkv);
+    struct media_video_params p = media_video_default_params();
+    struct media_video_info info;
+    CHECK_MSG(media_video_probe(mkv, len, &p, &info, err, sizeof err) == 0, "%s", err);
+    CHECK(info.width == 16 && info.height == 16);
+    CHECK_MSG(info.duration_s == 0, "declared %.1f s", info.duration_s);
+    CHECK_EQ(info.n_frames, 16);
+    struct media_video_frames v;
+    CHECK_MSG(media_video_sample(mkv, len, &p, &v, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(v.n_frames, 16);
+    CHECK(!v.seeked);
+    media_video_frames_release(&v);
+    p.max_duration_s = 5;
+    int rc = media_video_sample(mkv, len, &p, &v, err, sizeof err);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "past the limit of 5.0 s");
+    CHECK(v.frames == NULL);
+    p = media_video_default_params();
+    p.max_decoded_frames = 5;
+    rc = media_video_sample(mkv, len, &p, &v, err, sizeof err);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "more than 5 frames");
+    free(mkv);
+}
+
+/* The size a container declares is checked as soon as its header is read,
+ * before ffmpeg probes the stream by decoding: the Matroska track's
+ * PixelWidth / PixelHeight (1-byte elements, 16) rewritten to 255 against
+ * a 200x200-pixel limit. */
+TEST(media_video_absurd_size_refused_from_the_header)
+{
+    char err[256];
+    size_t len;
+    uint8_t *mkv = make_mkv(3, &len);
+    CHECK(mkv);
+    int patched = 0;
+    for (size_t i = 0; i + 4 < len; i++)
+        if ((mkv[i] == 0xB0 || mkv[i] == 0xBA) && mkv[i + 1] == 0x81 && mkv[i + 2] == 16) {
+            mkv[i + 2] = 0xff;
+            patched++;
+        }
+    CHECK_EQ(patched, 2);
+    struct media_video_params p = media_video_default_params();
+    p.image.max_pixels = 200 * 200;
+    struct media_video_info info;
+    int rc = media_video_probe(mkv, len, &p, &info, err, sizeof err);
+    CHECK_MSG(rc == OMNI_ERR_LIMIT, "rc %d %s", rc, err);
+    CHECK_STR_CONTAINS(err, "255x255");
+    struct media_video_frames v;
+    CHECK_EQ(media_video_sample(mkv, len, &p, &v, err, sizeof err), OMNI_ERR_LIMIT);
+    free(mkv);
 }
