@@ -474,3 +474,35 @@ TEST(vision_rejects_broken_mmproj)
     free(buf);
     CHECK(vision_model_load("/nonexistent/mmproj.gguf", err, sizeof err) == NULL);
 }
+
+/* vision_image_tokens (what a request's images will take of the context,
+ * from their headers) equals the rows preprocessing then produces, over
+ * shapes from square to extreme, with and without tiles. */
+static void check_image_tokens(const char *c)
+{
+    char err[256];
+    struct vision_model *m = load_golden(c);
+    CHECK(m);
+    const struct vision_info *in = vision_model_info(m);
+    static const int sizes[][2] = { { 160, 120 }, { 120, 160 }, { 1, 1 }, { 37, 300 },
+                                    { 300, 37 }, { 2000, 3 }, { 513, 1024 }, { 64, 64 } };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int tiles = 0; tiles < 2; tiles++) {
+            struct media_image img;
+            CHECK_EQ(media_image_alloc(&img, sizes[i][0], sizes[i][1], err, sizeof err), 0);
+            float *pix;
+            int n, rows, cols;
+            CHECK_EQ(vision_preprocess(m, &img, tiles, &pix, &n, &rows, &cols, err, sizeof err), 0);
+            free(pix);
+            media_image_release(&img);
+            int want = n * in->tokens_per_image;
+            int got = vision_image_tokens(m, sizes[i][0], sizes[i][1], tiles, err, sizeof err);
+            CHECK_MSG(got == want, "%s %dx%d tiles %d: %d tokens, preprocessing gives %d", c,
+                      sizes[i][0], sizes[i][1], tiles, got, want);
+        }
+    CHECK_EQ(vision_image_tokens(m, 0, 10, true, err, sizeof err), OMNI_ERR_ARG);
+    vision_model_free(m);
+}
+
+TEST(vision_llava_image_tokens_from_the_size) { check_image_tokens("llava"); }
+TEST(vision_idefics3_image_tokens_from_the_size) { check_image_tokens("idefics3"); }

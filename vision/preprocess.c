@@ -7,6 +7,7 @@
  * separable passes (horizontal first) with filter support widened by the
  * downscale factor, weights normalised per output pixel and applied in
  * 22-bit fixed point; a size left unchanged is a plain copy. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,36 +168,14 @@ static void to_plane(const struct vision_info *in, const struct media_image *img
 /* Python's int(a / b) of the reference size arithmetic. */
 static int trunc_div(double a, double b) { return (int)(a / b); }
 
-int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
-                      float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
-                      size_t errlen)
+/* Idefics3's sizes for a w x h image: resized to nw x nh (longest edge ->
+ * L, even other side, capped at 4096), then to tw x th, whole S x S tiles
+ * (one S x S view without tiles). Depends on the size alone, so the prompt
+ * length of an image is known from its header (vision_image_tokens). */
+static int idefics3_grid(const struct vision_info *in, int w, int h, bool tiles, int *pnw,
+                         int *pnh, int *ptw, int *pth, char *err, size_t errlen)
 {
-    const struct vision_info *in = vision_model_info(m);
     const int S = in->image_size;
-    const size_t plane = (size_t)3 * S * S;
-    struct media_image a = { 0 }, b = { 0 };
-    int rc, w = img->width, h = img->height;
-    *pixels = NULL;
-    *n_images = 1, *tile_rows = *tile_cols = 0;
-    if (w <= 0 || h <= 0 || !img->rgb)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: empty image");
-    if (in->family == VISION_LLAVA) {
-        // shortest edge -> S (bicubic), centre crop S x S
-        int nw = w <= h ? S : trunc_div((double)S * w, h);
-        int nh = w <= h ? trunc_div((double)S * h, w) : S;
-        if (nw < S || nh < S)
-            nw = nh = S; /* extreme aspect ratios: truncation undershoots */
-        if ((rc = resized(img, nw, nh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
-            return rc;
-        if (!(*pixels = malloc(sizeof(float) * plane))) {
-            media_image_release(&a);
-            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
-        }
-        to_plane(in, &a, (nw - S) / 2, (nh - S) / 2, *pixels);
-        media_image_release(&a);
-        return OMNI_OK;
-    }
-    // Idefics3: longest edge -> L (even other side), capped at 4096
     const int L = in->longest_edge;
     double aspect = (double)w / h;
     int nw, nh;
@@ -230,7 +209,61 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
     if ((int64_t)(th / S) * (tw / S) > VISION_MAX_TILES)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: %dx%d tiles exceed the limit of %d",
                          tw / S, th / S, VISION_MAX_TILES);
-    if ((rc = media_image_check_size(tw, th, NULL, err, errlen)) < 0)
+    int rc = media_image_check_size(tw, th, NULL, err, errlen);
+    if (rc < 0)
+        return rc;
+    *pnw = nw, *pnh = nh, *ptw = tw, *pth = th;
+    return OMNI_OK;
+}
+
+int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t height, bool tiles,
+                        char *err, size_t errlen)
+{
+    const struct vision_info *in = vision_model_info(m);
+    if (width <= 0 || height <= 0 || width > INT_MAX || height > INT_MAX)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: invalid image size %lldx%lld",
+                         (long long)width, (long long)height);
+    if (in->family == VISION_LLAVA)
+        return in->tokens_per_image; /* any size becomes one S x S crop */
+    int nw, nh, tw, th;
+    int rc = idefics3_grid(in, (int)width, (int)height, tiles, &nw, &nh, &tw, &th, err, errlen);
+    if (rc < 0)
+        return rc;
+    int tiles_n = (tw / in->image_size) * (th / in->image_size);
+    return (tiles_n > 1 ? tiles_n + 1 : 1) * in->tokens_per_image;
+}
+
+int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
+                      float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
+                      size_t errlen)
+{
+    const struct vision_info *in = vision_model_info(m);
+    const int S = in->image_size;
+    const size_t plane = (size_t)3 * S * S;
+    struct media_image a = { 0 }, b = { 0 };
+    int rc, w = img->width, h = img->height;
+    *pixels = NULL;
+    *n_images = 1, *tile_rows = *tile_cols = 0;
+    if (w <= 0 || h <= 0 || !img->rgb)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: empty image");
+    if (in->family == VISION_LLAVA) {
+        // shortest edge -> S (bicubic), centre crop S x S
+        int nw = w <= h ? S : trunc_div((double)S * w, h);
+        int nh = w <= h ? trunc_div((double)S * h, w) : S;
+        if (nw < S || nh < S)
+            nw = nh = S; /* extreme aspect ratios: truncation undershoots */
+        if ((rc = resized(img, nw, nh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
+            return rc;
+        if (!(*pixels = malloc(sizeof(float) * plane))) {
+            media_image_release(&a);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        }
+        to_plane(in, &a, (nw - S) / 2, (nh - S) / 2, *pixels);
+        media_image_release(&a);
+        return OMNI_OK;
+    }
+    int nw, nh, tw, th;
+    if ((rc = idefics3_grid(in, w, h, tiles, &nw, &nh, &tw, &th, err, errlen)) < 0)
         return rc;
     if ((rc = resized(img, nw, nh, VISION_FILTER_LANCZOS, &a, err, errlen)) < 0 ||
         (rc = resized(&a, tw, th, VISION_FILTER_LANCZOS, &b, err, errlen)) < 0)

@@ -192,6 +192,14 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
                       float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
                       size_t errlen);
 
+/* The embedding rows an image of width x height becomes (tiles as in
+ * vision_encode_image), computed from the size alone: what a request's
+ * images will take of the context, known from their headers before any
+ * pixel is decoded. Negative enum omni_err when the size cannot be encoded
+ * (too many tiles). */
+int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t height, bool tiles,
+                        char *err, size_t errlen);
+
 /* Encode n_images preprocessed planes; features (may be NULL) receives the
  * ViT output the projector reads, [n_images][n_patches][n_embd]. */
 int vision_encode_pixels(struct vision_ctx *ctx, const float *pixels, int n_images,
