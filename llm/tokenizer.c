@@ -1327,10 +1327,18 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
 struct tok_out {
     char *buf;
     size_t cap, len;
+    bool drop_space;   /* the next byte put is dropped if it is a space (decode's dummy prefix) */
 };
 
 static void tok_put(struct tok_out *o, const void *s, size_t n)
 {
+    /* Dropped here, before the cap applies, so that a length measured with
+     * no buffer equals the length written into one. */
+    if (o->drop_space && n > 0) {
+        o->drop_space = false;
+        if (*(const char *)s == ' ')
+            s = (const char *)s + 1, n--;
+    }
     if (o->len < o->cap) {
         size_t k = o->cap - o->len < n ? o->cap - o->len : n;
         memcpy(o->buf + o->len, s, k);
@@ -1401,7 +1409,7 @@ static void tok_piece_to(const struct tokenizer *tok, int32_t id, bool special, 
 
 size_t tokenizer_piece(const struct tokenizer *tok, int32_t id, bool special, char *buf, size_t cap)
 {
-    struct tok_out o = { buf, cap, 0 };
+    struct tok_out o = { .buf = buf, .cap = cap };
     tok_piece_to(tok, id, special, &o);
     return o.len;
 }
@@ -1409,7 +1417,7 @@ size_t tokenizer_piece(const struct tokenizer *tok, int32_t id, bool special, ch
 size_t tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, int n, bool special, char *buf,
                         size_t cap)
 {
-    struct tok_out o = { buf, cap, 0 };
+    struct tok_out o = { .buf = buf, .cap = cap };
     /* The dummy prefix SentencePiece added at the start (and the word-start
      * mark of WordPiece) is removed again: the first piece after any leading
      * BOS loses one leading space. */
@@ -1417,16 +1425,10 @@ size_t tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, int n, 
     for (int i = 0; i < n; i++) {
         if (strip && ids[i] == tok->bos)
             continue;
-        size_t before = o.len;
+        o.drop_space = strip;
         tok_piece_to(tok, ids[i], special, &o);
-        if (strip && o.len > before) {
-            if (before < o.cap && o.buf[before] == ' ') {
-                size_t kept = (o.len < o.cap ? o.len : o.cap) - before - 1;
-                memmove(o.buf + before, o.buf + before + 1, kept);
-                o.len--;
-            }
-            strip = false;
-        }
+        strip = o.drop_space;   /* still pending when the piece put no bytes */
+        o.drop_space = false;
         if (special && ids[i] == tok->bos)
             strip = false;
     }
@@ -1461,7 +1463,7 @@ static size_t tok_emit_utf8(struct tok_out *o, const char *s, size_t n)
 size_t tokenizer_stream_piece(const struct tokenizer *tok, struct tok_stream *st, int32_t id, char *buf,
                               size_t cap)
 {
-    struct tok_out o = { buf, cap, 0 };
+    struct tok_out o = { .buf = buf, .cap = cap };
     char local[256];
     size_t n = tokenizer_piece(tok, id, false, NULL, 0);
     size_t total = n + (size_t)st->n_pending;
@@ -1490,7 +1492,7 @@ size_t tokenizer_stream_piece(const struct tokenizer *tok, struct tok_stream *st
 size_t tokenizer_stream_flush(const struct tokenizer *tok, struct tok_stream *st, char *buf, size_t cap)
 {
     (void)tok;
-    struct tok_out o = { buf, cap, 0 };
+    struct tok_out o = { .buf = buf, .cap = cap };
     if (st->n_pending > 0)
         tok_put(&o, "\xef\xbf\xbd", 3);
     st->n_pending = 0;

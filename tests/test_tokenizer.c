@@ -517,6 +517,31 @@ TEST(tokenizer_spm_merges_by_score)
     tokenizer_free(tok);
 }
 
+/* The dummy-prefix space decode drops counts the same whether the text is
+ * measured (no buffer) or written, and a cut inside the first piece keeps
+ * the right bytes (found by tests/fuzz/fuzz_tokenizer). */
+TEST(tokenizer_decode_measures_what_it_writes)
+{
+    static struct gw w;
+    char err[256], buf[16];
+    int32_t ids[16];
+    gw_init(&w);
+    gw_spm(&w, true, SPM_N);
+    struct tokenizer *tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    int n = enc(tok, "abc", 0, ids, 16);   /* "▁a" "bc" */
+    CHECK_EQ(n, 2);
+    CHECK_EQ(tokenizer_decode(tok, ids, n, false, NULL, 0), 3);
+    CHECK_EQ(tokenizer_decode(tok, ids, n, false, buf, sizeof buf), 3);
+    CHECK_STR_EQ(buf, "abc");
+    memset(buf, 'x', sizeof buf);
+    CHECK_EQ(tokenizer_decode(tok, ids, n, false, buf, 1), 3);
+    CHECK_EQ(buf[0], 'a');
+    CHECK_EQ(tokenizer_decode(tok, ids, n, false, buf, 2), 3);
+    CHECK(!memcmp(buf, "ab", 2));
+    tokenizer_free(tok);
+}
+
 /* Byte-level BPE vocabulary: the 256 GPT-2 characters, then merged tokens. */
 static void gw_bpe(struct gw *w, const char *pre, char **merges, int n_merges)
 {
