@@ -276,3 +276,176 @@ TEST(grammar_apply_and_accept_tokens)
     grammar_vocab_free(v);
     tokenizer_free(tok);
 }
+
+// ---- hostile grammars: bounded depth, time and size ---------------------------
+
+/* "root ::= " + n '(' + "\"a\"" + n ')' (malloc'd). */
+static char *nested_groups(size_t n)
+{
+    char *s = malloc(2 * n + 32);
+    if (!s)
+        return NULL;
+    size_t k = (size_t)sprintf(s, "root ::= ");
+    memset(s + k, '(', n);
+    k += n;
+    k += (size_t)sprintf(s + k, "\"a\"");
+    memset(s + k, ')', n);
+    k += n;
+    strcpy(s + k, "\n");
+    return s;
+}
+
+/* Issue 7.1: 100,000 nested groups overflowed the stack; now an error that
+ * names the limit, and the deepest allowed nesting still parses. */
+TEST(grammar_deep_nesting_is_an_error)
+{
+    char err[256];
+    char *text = nested_groups(100000);
+    CHECK(text);
+    struct grammar *g = grammar_parse(text, strlen(text), err, sizeof err);
+    free(text);
+    CHECK(!g);
+    CHECK_STR_CONTAINS(err, "nested deeper than 256 levels");
+    CHECK_STR_CONTAINS(err, "line 1 col 266"); /* the 257th '(' */
+
+    const struct grammar_limits lim = grammar_default_limits();
+    text = nested_groups((size_t)lim.max_nesting);
+    CHECK(text);
+    g = grammar_parse(text, strlen(text), err, sizeof err);
+    free(text);
+    CHECK_MSG(g, "%s", err);
+    CHECK(matches(g, "a"));
+    grammar_free(g);
+    text = nested_groups((size_t)lim.max_nesting + 1);
+    CHECK(text);
+    g = grammar_parse(text, strlen(text), err, sizeof err);
+    free(text);
+    CHECK(!g);
+}
+
+/* A chain of 5,000 nullable calls at one position: the matcher's closure
+ * used to recurse once per call and gave up past 4,096; it is a work list
+ * now, bounded by max_closure instead. */
+TEST(grammar_long_nullable_chains)
+{
+    struct grammar *g = parse("root ::= (\"x\"?){5000} \"y\"\n");
+    CHECK(g);
+    CHECK(matches(g, "y"));
+    CHECK(matches(g, "xxxy"));
+    CHECK(!matches(g, "xxx"));
+    grammar_free(g);
+
+    /* 20,000 rules, each only calling the next, defined from the top down:
+     * nullability and the left-recursion walk are linear, not one pass per
+     * link; closing the chain on itself is left recursion */
+    const int n = 20000;
+    char *text = malloc((size_t)n * 32 + 64);
+    CHECK(text);
+    size_t k = (size_t)sprintf(text, "root ::= r0 \"z\"\n");
+    for (int i = 0; i + 1 < n; i++)
+        k += (size_t)sprintf(text + k, "r%d ::= r%d\n", i, i + 1);
+    sprintf(text + k, "r%d ::= \"\" | \"q\"\n", n - 1);
+    double t0 = omni_time_s();
+    g = parse(text);
+    const double ms = (omni_time_s() - t0) * 1e3;
+    CHECK(g);
+    CHECK(matches(g, "z") && matches(g, "qz") && !matches(g, "qqz"));
+    grammar_free(g);
+    printf("    (%d chained rules parsed in %.1f ms)\n", n, ms);
+    sprintf(text + k, "r%d ::= r0 | \"q\"\n", n - 1);
+    char err[256];
+    CHECK(!grammar_parse(text, strlen(text), err, sizeof err));
+    CHECK_STR_CONTAINS(err, "is left-recursive");
+    free(text);
+}
+
+/* Each limit of struct grammar_limits stops with an error that names it. */
+TEST(grammar_limits_name_the_limit)
+{
+    static const struct {
+        const char *text;
+        int field;  /* which limit to lower to 8 */
+        const char *want;
+    } cases[] = {
+        { "root ::= a b c d e f g h i\na ::= \"a\"\nb ::= \"b\"\nc ::= \"c\"\nd ::= \"d\"\n"
+          "e ::= \"e\"\nf ::= \"f\"\ng ::= \"g\"\nh ::= \"h\"\ni ::= \"i\"\n", 0, "more than 8 rules (limit max_rules)" },
+        { "root ::= \"a\" | \"b\" | \"c\" | \"d\" | \"e\" | \"f\" | \"g\" | \"h\" | \"i\"\n", 1,
+          "more than 8 alternatives (limit max_alternatives)" },
+        { "root ::= \"abcdefghi\"\n", 2, "more than 8 elements (limit max_elements)" },
+        { "root ::= \"a\"{9}\n", 3, "repetition count above 8 (limit max_repeat)" },
+        { "root ::= ((((((((((\"a\"))))))))))\n", 4, "nested deeper than 8 levels (limit max_nesting)" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct grammar_limits lim = grammar_default_limits();
+        int *field[] = { &lim.max_rules, &lim.max_alternatives, &lim.max_elements, &lim.max_repeat,
+                         &lim.max_nesting };
+        *field[cases[i].field] = 8;
+        char err[256] = "";
+        int code = 0;
+        struct grammar *g = grammar_parse_limits(cases[i].text, strlen(cases[i].text), &lim, err,
+                                                 sizeof err, &code);
+        CHECK_MSG(!g, "case %zu parsed", i);
+        CHECK_MSG(strstr(err, cases[i].want), "case %zu: '%s' lacks '%s'", i, err, cases[i].want);
+        CHECK_EQ(code, OMNI_ERR_LIMIT);
+    }
+    int code = 0;
+    char err[256];
+    CHECK(!grammar_parse_limits("root ::= x\n", 11, NULL, err, sizeof err, &code));
+    CHECK_EQ(code, OMNI_ERR_FORMAT);
+
+    /* matcher limits travel with the grammar */
+    struct grammar_limits lim = grammar_default_limits();
+    lim.max_states = 4;
+    struct grammar *g = grammar_parse_limits("root ::= \"abcdefgh\"\n", 20, &lim, err, sizeof err, &code);
+    CHECK(g && code == OMNI_OK);
+    struct grammar_matcher *m = grammar_matcher_new(g, NULL, err, sizeof err);
+    CHECK(m);
+    CHECK(grammar_matcher_accept_bytes(m, "abcdefgh", 8) < 0);
+    CHECK_STR_CONTAINS(grammar_matcher_error(m), "grammar: limit: more than 4 grammar states");
+    CHECK_STR_CONTAINS(grammar_matcher_error(m), "(max_states)");
+    grammar_matcher_free(m);
+    grammar_free(g);
+
+    lim = grammar_default_limits();
+    lim.max_closure = 16;
+    const char *wide = "root ::= x x\nx ::= \"a\" | \"b\" | \"c\" | \"d\" | \"e\" | \"f\" | \"g\" | \"h\" | "
+                       "\"i\" | \"j\" | \"k\" | \"l\" | \"m\" | \"n\" | \"o\" | \"p\" | \"q\"\n";
+    g = grammar_parse_limits(wide, strlen(wide), &lim, err, sizeof err, &code);
+    CHECK(g);
+    CHECK(!grammar_matcher_new(g, NULL, err, sizeof err));
+    CHECK_STR_CONTAINS(err, "grammar: limit: grammar too ambiguous");
+    CHECK_STR_CONTAINS(err, "(max_closure)");
+    grammar_free(g);
+}
+
+/* Issue 7.2: rule lookups scanned every rule, so a grammar of 100,000
+ * rules parsed in minutes. Time is printed, not checked. */
+TEST(grammar_many_rules_parse_fast)
+{
+    const int n = 50000;
+    char *text = malloc((size_t)n * 48 + 64);
+    CHECK(text);
+    /* every rule used before it is defined, each with its own class */
+    size_t k = (size_t)sprintf(text, "root ::= r%d", n - 1);
+    for (int i = n - 2; i >= n - 100; i--)
+        k += (size_t)sprintf(text + k, " | r%d", i);
+    k += (size_t)sprintf(text + k, "\n");
+    for (int i = n - 1; i > 0; i--)
+        k += (size_t)sprintf(text + k, "r%d ::= \"k%d\" [\\u%04X-\\u%04X] r%d?\n", i, i,
+                             0x800 + i, 0x800 + i + i % 7, i - 1);
+    sprintf(text + k, "r0 ::= \"end\"\n");
+    double t0 = omni_time_s();
+    struct grammar *g = parse(text);
+    const double ms = (omni_time_s() - t0) * 1e3;
+    free(text);
+    CHECK(g);
+    /* r(n-100) alone: its literal and a character of its class (3 UTF-8 bytes) */
+    const int i = n - 100, c = 0x800 + i;
+    char doc[64];
+    int len = snprintf(doc, sizeof doc, "k%d%c%c%c", i, 0xE0 | c >> 12, 0x80 | (c >> 6 & 0x3F),
+                       0x80 | (c & 0x3F));
+    CHECK(grammar_match(g, doc, (size_t)len));
+    CHECK(!grammar_match(g, doc, (size_t)len - 1));
+    printf("    (%d rules parsed in %.1f ms)\n", n, ms);
+    grammar_free(g);
+}

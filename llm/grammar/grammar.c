@@ -17,12 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GRAMMAR_MAX_REPEAT 10000      /* largest m or n in x{m,n} */
-#define GRAMMAR_MAX_ELEMS (1 << 22)   /* elements after lowering */
-#define GRAMMAR_MAX_STATES (1 << 16)  /* DFA states per matcher */
-#define GRAMMAR_MAX_NODES (1 << 22)   /* interned stack nodes per matcher */
 #define GRAMMAR_MAX_MASKS 1024        /* cached masks per matcher */
-#define GRAMMAR_MAX_DEPTH 4096        /* rule calls expanded at one position */
 #define TOKEN_MAX_BYTES 1024
 
 /* Elements: kind in the low 2 bits, value above. */
@@ -35,6 +30,7 @@ struct byteset { uint32_t w[8]; };
 
 struct grammar {
     int refs;                /* atomic */
+    struct grammar_limits lim; /* the matcher's limits come from here */
     int32_t *el;             /* [n_el] alternatives, each ended by E_END */
     int n_el;
     int32_t *alt;            /* [n_alt] start of each alternative */
@@ -49,6 +45,7 @@ struct grammar {
 
 struct prule {
     char *name;
+    size_t name_len;
     int32_t *el;             /* alternatives, each ended by E_END */
     int n, cap;
     size_t def_pos;          /* where it was defined (or first used) */
@@ -62,20 +59,93 @@ struct cls {                 /* a code-point class, ranges sorted and merged */
     int rule;                /* its lowered rule or byte set element */
 };
 
+/* Open-addressing index into one of the parser's arrays: a slot holds an
+ * item's id + 1 (0: empty) and its hash, so growing never rehashes items.
+ * It makes name, byte-set and class lookups O(1): a schema compiled to
+ * 100,000 rules took 45 s when each lookup scanned every rule. */
+struct hslot { uint32_t hash; int32_t id1; };
+struct htab { struct hslot *slot; uint32_t cap, n; };
+
 struct parser {
     const char *s;
     size_t len, pos;
+    struct grammar_limits lim;
     struct prule *rules;
     int n_rules, cap_rules;
+    struct htab rule_tab;    /* named (not generated) rules by name */
     struct byteset *sets;
     int n_sets, cap_sets;
+    struct htab set_tab;
     struct cls *classes;     /* lowered classes, reused by equal ones */
     int n_classes, cap_classes;
+    struct htab class_tab;
     size_t n_total;          /* elements in all rules */
+    size_t n_alts;           /* alternatives in all rules (E_END elements) */
+    int depth;               /* groups open around p->pos */
     char *err;
     size_t errlen;
+    int code;                /* enum omni_err of the first error */
     bool failed;
 };
+
+struct grammar_limits grammar_default_limits(void)
+{
+    return (struct grammar_limits){
+        .max_nesting = 256,
+        .max_rules = 1 << 18,
+        .max_alternatives = 1 << 20,
+        .max_elements = 1 << 22,
+        .max_repeat = 10000,
+        .max_states = 1 << 16,
+        .max_stack_nodes = 1 << 22,
+        .max_closure = 1 << 20,
+    };
+}
+
+static uint32_t hash_bytes(const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* Room for one more entry (load at most 1/2); false when out of memory. */
+static bool htab_reserve(struct htab *t)
+{
+    if ((t->n + 1) * 2 <= t->cap)
+        return true;
+    const uint32_t nc = t->cap ? t->cap * 2 : 256;
+    struct hslot *s = calloc(nc, sizeof *s);
+    if (!s)
+        return false;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        if (!t->slot[i].id1)
+            continue;
+        uint32_t h = t->slot[i].hash & (nc - 1);
+        while (s[h].id1)
+            h = (h + 1) & (nc - 1);
+        s[h] = t->slot[i];
+    }
+    free(t->slot);
+    t->slot = s;
+    t->cap = nc;
+    return true;
+}
+
+/* The slot where hash h with an equal item is, or the empty slot where it
+ * goes; eq(p, id, key) compares. The table must have a free slot. */
+static struct hslot *htab_find(struct htab *t, uint32_t h, const struct parser *p, const void *key,
+                               bool (*eq)(const struct parser *, int32_t, const void *))
+{
+    const uint32_t mask = t->cap - 1;
+    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
+        struct hslot *s = &t->slot[i];
+        if (!s->id1 || (s->hash == h && eq(p, s->id1 - 1, key)))
+            return s;
+    }
+}
 
 static bool grow(void **p, int *cap, int need, size_t size)
 {
@@ -112,29 +182,61 @@ static int perr(struct parser *p, size_t at, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    omni_fail(p->err, p->errlen, OMNI_ERR_FORMAT, "grammar: line %d col %d: %s", line, col, msg);
+    omni_fail(p->err, p->errlen, p->code ? p->code : OMNI_ERR_FORMAT, "grammar: line %d col %d: %s",
+              line, col, msg);
     return -1;
 }
 
 static int nomem(struct parser *p)
 {
+    if (!p->failed)
+        p->code = OMNI_ERR_NOMEM;
     return perr(p, p->pos, "out of memory");
+}
+
+/* A size limit of grammar_limits was passed: the message names it. */
+__attribute__((format(printf, 3, 4)))
+static int plimit(struct parser *p, size_t at, const char *fmt, ...)
+{
+    if (p->failed)
+        return -1;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->code = OMNI_ERR_LIMIT;
+    return perr(p, at, "%s", msg);
 }
 
 static int push_el(struct parser *p, int rule, int32_t e)
 {
     struct prule *r = &p->rules[rule];
-    if (++p->n_total > GRAMMAR_MAX_ELEMS)
-        return perr(p, p->pos, "grammar too large (more than %d elements)", GRAMMAR_MAX_ELEMS);
+    if (++p->n_total > (size_t)p->lim.max_elements)
+        return plimit(p, p->pos, "grammar too large: more than %d elements (limit max_elements)",
+                      p->lim.max_elements);
+    if (EL_KIND(e) == E_END && ++p->n_alts > (size_t)p->lim.max_alternatives)
+        return plimit(p, p->pos, "grammar too large: more than %d alternatives (limit max_alternatives)",
+                      p->lim.max_alternatives);
     if (!grow((void **)&r->el, &r->cap, r->n + 1, sizeof *r->el))
         return nomem(p);
     r->el[r->n++] = e;
     return 0;
 }
 
+static bool rule_eq(const struct parser *p, int32_t id, const void *key)
+{
+    const struct prule *r = &p->rules[id], *k = key;
+    return r->name_len == k->name_len && !memcmp(r->name, k->name, k->name_len);
+}
+
 static int new_rule(struct parser *p, const char *name, size_t nlen, size_t at, bool generated)
 {
-    if (!grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof *p->rules))
+    if (p->n_rules >= p->lim.max_rules)
+        return plimit(p, at, "grammar too large: more than %d rules (limit max_rules)",
+                      p->lim.max_rules);
+    if (!grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof *p->rules) ||
+        (!generated && !htab_reserve(&p->rule_tab)))
         return nomem(p);
     struct prule *r = &p->rules[p->n_rules];
     memset(r, 0, sizeof *r);
@@ -142,8 +244,15 @@ static int new_rule(struct parser *p, const char *name, size_t nlen, size_t at, 
         return nomem(p);
     memcpy(r->name, name, nlen);
     r->name[nlen] = 0;
+    r->name_len = nlen;
     r->def_pos = at;
     r->generated = generated;
+    if (!generated) {
+        const uint32_t h = hash_bytes(name, nlen);
+        struct hslot *s = htab_find(&p->rule_tab, h, p, r, rule_eq);
+        *s = (struct hslot){ h, p->n_rules + 1 };
+        p->rule_tab.n++;
+    }
     return p->n_rules++;
 }
 
@@ -159,23 +268,36 @@ static int sub_rule(struct parser *p, int parent)
     return r;
 }
 
+/* The named rule name[nlen], declared (undefined) on first use. */
 static int find_rule(struct parser *p, const char *name, size_t nlen, size_t at)
 {
-    for (int i = 0; i < p->n_rules; i++)
-        if (!p->rules[i].generated && strlen(p->rules[i].name) == nlen &&
-            !memcmp(p->rules[i].name, name, nlen))
-            return i;
+    if (p->rule_tab.cap) {
+        const struct prule key = { .name = (char *)name, .name_len = nlen };
+        const struct hslot *s = htab_find(&p->rule_tab, hash_bytes(name, nlen), p, &key, rule_eq);
+        if (s->id1)
+            return s->id1 - 1;
+    }
     return new_rule(p, name, nlen, at, false);
+}
+
+static bool set_eq(const struct parser *p, int32_t id, const void *key)
+{
+    return !memcmp(&p->sets[id], key, sizeof p->sets[id]);
 }
 
 static int32_t add_set(struct parser *p, const struct byteset *b)
 {
-    for (int i = 0; i < p->n_sets; i++)
-        if (!memcmp(&p->sets[i], b, sizeof *b))
-            return EL(E_BYTES, i);
+    if (!htab_reserve(&p->set_tab))
+        return nomem(p);
+    const uint32_t h = hash_bytes(b, sizeof *b);
+    struct hslot *s = htab_find(&p->set_tab, h, p, b, set_eq);
+    if (s->id1)
+        return EL(E_BYTES, s->id1 - 1);
     if (!grow((void **)&p->sets, &p->cap_sets, p->n_sets + 1, sizeof *p->sets))
         return nomem(p);
     p->sets[p->n_sets] = *b;
+    *s = (struct hslot){ h, p->n_sets + 1 };
+    p->set_tab.n++;
     return EL(E_BYTES, p->n_sets++);
 }
 
@@ -419,16 +541,26 @@ static int utf8_split(struct parser *p, int rule, uint32_t lo, uint32_t hi)
     return push_el(p, rule, EL(E_END, 0));
 }
 
+static bool class_eq(const struct parser *p, int32_t id, const void *key)
+{
+    const struct cls *c = &p->classes[id], *k = key;
+    return c->n == k->n && !memcmp(c->r, k->r, (size_t)k->n * sizeof *k->r);
+}
+
 /* The element for a class: one byte set when it is all ASCII, else a rule
  * whose alternatives are the ASCII set and the multi-byte sequences. Equal
  * classes share it. Takes ownership of r. */
 static int32_t class_el(struct parser *p, uint32_t (*r)[2], int n, int parent)
 {
-    for (int i = 0; i < p->n_classes; i++)
-        if (p->classes[i].n == n && !memcmp(p->classes[i].r, r, (size_t)n * sizeof *r)) {
-            free(r);
-            return p->classes[i].rule;
-        }
+    const struct cls key = { r, n, 0 };
+    const uint32_t h = hash_bytes(r, (size_t)n * sizeof *r);
+    if (!htab_reserve(&p->class_tab))
+        return free(r), nomem(p);
+    const struct hslot *found = htab_find(&p->class_tab, h, p, &key, class_eq);
+    if (found->id1) {
+        free(r);
+        return p->classes[found->id1 - 1].rule;
+    }
     struct byteset ascii = { { 0 } };
     bool has_ascii = false, wide = false;
     for (int i = 0; i < n; i++) {
@@ -462,7 +594,10 @@ static int32_t class_el(struct parser *p, uint32_t (*r)[2], int n, int parent)
     }
     if (e < 0 || !grow((void **)&p->classes, &p->cap_classes, p->n_classes + 1, sizeof *p->classes))
         return free(r), e < 0 ? -1 : nomem(p);
-    p->classes[p->n_classes++] = (struct cls){ r, n, e };
+    p->classes[p->n_classes] = (struct cls){ r, n, e };
+    *htab_find(&p->class_tab, h, p, &key, class_eq) = (struct hslot){ h, p->n_classes + 1 };
+    p->class_tab.n++;
+    p->n_classes++;
     return e;
 }
 
@@ -583,8 +718,8 @@ static int parse_int(struct parser *p, int *out)
         return perr(p, at, "expected a number");
     while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
         v = v * 10 + (p->s[p->pos++] - '0');
-        if (v > GRAMMAR_MAX_REPEAT)
-            return perr(p, at, "repetition count above %d", GRAMMAR_MAX_REPEAT);
+        if (v > p->lim.max_repeat)
+            return plimit(p, at, "repetition count above %d (limit max_repeat)", p->lim.max_repeat);
     }
     *out = (int)v;
     return 0;
@@ -620,12 +755,19 @@ static int parse_sequence(struct parser *p, int rule, bool nested)
             if (parse_class(p, rule, c == '.') < 0)
                 return -1;
         } else if (c == '(') {
+            /* groups recurse: the limit keeps the C stack bounded */
+            if (p->depth >= p->lim.max_nesting)
+                return plimit(p, at, "groups nested deeper than %d levels (limit max_nesting)",
+                              p->lim.max_nesting);
             p->pos++;
             int sub = sub_rule(p, rule);
             if (sub < 0)
                 return -1;
             skip_space(p, true);
-            if (parse_alternates(p, sub, true) < 0)
+            p->depth++;
+            const int rc = parse_alternates(p, sub, true);
+            p->depth--;
+            if (rc < 0)
                 return -1;
             if (p->pos >= p->len || p->s[p->pos] != ')')
                 return perr(p, at, "group without its closing ')'");
@@ -746,65 +888,118 @@ static int parse_rules(struct parser *p)
 
 // ---- checks and flattening ----------------------------------------------------
 
-/* Left recursion would make expansion endless: reject it by name. */
+/* Which rules can match the empty string: a worklist over "alternative
+ * made only of rule calls, n of them not yet known nullable", so each
+ * element is looked at a bounded number of times (a fixpoint that re-scans
+ * every rule until nothing changes is quadratic on long chains). */
+static bool *nullable_rules(const struct grammar *g)
+{
+    const int n = g->n_rules, n_alt = g->rule_alt[n];
+    bool *nullable = calloc((size_t)n + 1, sizeof *nullable);
+    int *left = malloc(((size_t)n_alt + 1) * sizeof *left);     /* calls not yet nullable, -1: has bytes */
+    int *alt_rule = malloc(((size_t)n_alt + 1) * sizeof *alt_rule);
+    int *occ_start = calloc((size_t)n + 2, sizeof *occ_start);  /* alternatives calling rule r */
+    int *occ = NULL, *queue = malloc(((size_t)n + 1) * sizeof *queue);
+    int nq = 0;
+    if (!nullable || !left || !alt_rule || !occ_start || !queue)
+        goto fail;
+    size_t n_occ = 0;
+    for (int r = 0; r < n; r++)
+        for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            alt_rule[a] = r;
+            left[a] = 0;
+            const int32_t *e = g->el + g->alt[a];
+            for (; EL_KIND(*e) != E_END; e++)
+                if (EL_KIND(*e) == E_BYTES) {
+                    left[a] = -1;
+                    break;
+                }
+            if (left[a] < 0)
+                continue;
+            for (e = g->el + g->alt[a]; EL_KIND(*e) == E_REF; e++) {
+                left[a]++;
+                occ_start[EL_VAL(*e) + 1]++;
+                n_occ++;
+            }
+            if (!left[a] && !nullable[r]) {
+                nullable[r] = true;
+                queue[nq++] = r;
+            }
+        }
+    for (int r = 0; r < n; r++)
+        occ_start[r + 1] += occ_start[r];
+    if (!(occ = malloc((n_occ + 1) * sizeof *occ)))
+        goto fail;
+    for (int a = 0; a < n_alt; a++) /* fill, using occ_start[r] as r's cursor */
+        for (const int32_t *e = g->el + g->alt[a]; left[a] >= 0 && EL_KIND(*e) == E_REF; e++)
+            occ[occ_start[EL_VAL(*e)]++] = a;
+    for (int r = n; r > 0; r--) /* each cursor ended at the next rule's start: shift back */
+        occ_start[r] = occ_start[r - 1];
+    occ_start[0] = 0;
+    for (int qi = 0; qi < nq; qi++) {
+        const int x = queue[qi];
+        for (int k = occ_start[x]; k < occ_start[x + 1]; k++) {
+            const int a = occ[k];
+            if (--left[a] == 0 && !nullable[alt_rule[a]]) {
+                nullable[alt_rule[a]] = true;
+                queue[nq++] = alt_rule[a];
+            }
+        }
+    }
+    free(left), free(alt_rule), free(occ_start), free(occ), free(queue);
+    return nullable;
+fail:
+    free(nullable), free(left), free(alt_rule), free(occ_start), free(occ), free(queue);
+    return NULL;
+}
+
+/* Left recursion would make expansion endless: reject it by name. A
+ * depth-first walk over "r can start with a call of s" edges, on an explicit
+ * stack (rule, alternative, element) so that long call chains cost no C
+ * stack and each edge is followed once. */
 static int check_left_recursion(struct parser *p, const struct grammar *g)
 {
     const int n = g->n_rules;
-    bool *nullable = calloc((size_t)n, sizeof *nullable);
-    int *color = calloc((size_t)n, sizeof *color);
-    int *stack = malloc((size_t)n * 2 * sizeof *stack);
+    bool *nullable = nullable_rules(g);
+    unsigned char *color = calloc((size_t)n + 1, 1); /* 0 new, 1 on the stack, 2 done */
+    struct frame { int rule, alt, el; } *stack = malloc(((size_t)n + 1) * sizeof *stack);
     if (!nullable || !color || !stack) {
         free(nullable), free(color), free(stack);
         return nomem(p);
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < n; r++) {
-            if (nullable[r])
-                continue;
-            for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1] && !nullable[r]; a++) {
-                int32_t *e = g->el + g->alt[a];
-                while (EL_KIND(*e) == E_REF && nullable[EL_VAL(*e)])
-                    e++;
-                if (EL_KIND(*e) == E_END)
-                    nullable[r] = changed = true;
-            }
-        }
-    }
-    /* depth-first over "can start with" edges; stack holds (rule, next alt elem) */
     int rc = 0;
     for (int s = 0; s < n && !rc; s++) {
         if (color[s])
             continue;
         int sp = 0;
-        stack[sp++] = s;
-        stack[sp++] = 0;
+        stack[sp++] = (struct frame){ s, g->rule_alt[s], g->alt[g->rule_alt[s]] };
         color[s] = 1;
         while (sp && !rc) {
-            const int r = stack[sp - 2];
-            int k = stack[sp - 1]++;
-            /* enumerate left-edge references of r in order: k counts them */
-            int found = -1, idx = 0;
-            for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1] && found < 0; a++) {
-                for (int32_t *e = g->el + g->alt[a]; EL_KIND(*e) == E_REF; e++) {
-                    if (idx++ == k) {
-                        found = EL_VAL(*e);
-                        break;
+            struct frame *f = &stack[sp - 1];
+            /* the next call at the left edge of f's rule, advancing f past it */
+            int found = -1;
+            while (found < 0 && f->alt < g->rule_alt[f->rule + 1]) {
+                const int32_t e = g->el[f->el];
+                if (EL_KIND(e) == E_REF) {
+                    found = EL_VAL(e);
+                    if (nullable[found]) {
+                        f->el++;
+                        continue;
                     }
-                    if (!nullable[EL_VAL(*e)])
-                        break;
                 }
+                /* a byte, the end, or a call that consumes: next alternative */
+                if (++f->alt < g->rule_alt[f->rule + 1])
+                    f->el = g->alt[f->alt];
             }
             if (found < 0) {
-                color[r] = 2;
-                sp -= 2;
+                color[f->rule] = 2;
+                sp--;
             } else if (color[found] == 1) {
                 rc = perr(p, p->rules[found].def_pos, "rule '%s' is left-recursive",
                           p->rules[found].name);
             } else if (!color[found]) {
                 color[found] = 1;
-                stack[sp++] = found;
-                stack[sp++] = 0;
+                stack[sp++] = (struct frame){ found, g->rule_alt[found], g->alt[g->rule_alt[found]] };
             }
         }
     }
@@ -814,6 +1009,9 @@ static int check_left_recursion(struct parser *p, const struct grammar *g)
 
 static void parser_free(struct parser *p)
 {
+    free(p->rule_tab.slot);
+    free(p->set_tab.slot);
+    free(p->class_tab.slot);
     for (int i = 0; i < p->n_rules; i++) {
         free(p->rules[i].name);
         free(p->rules[i].el);
@@ -827,13 +1025,25 @@ static void parser_free(struct parser *p)
 
 struct grammar *grammar_parse(const char *text, size_t len, char *err, size_t errlen)
 {
-    struct parser p = { .s = text, .len = len, .err = err, .errlen = errlen };
+    return grammar_parse_limits(text, len, NULL, err, errlen, NULL);
+}
+
+struct grammar *grammar_parse_limits(const char *text, size_t len, const struct grammar_limits *lim,
+                                     char *err, size_t errlen, int *code)
+{
+    struct parser p = { .s = text, .len = len, .err = err, .errlen = errlen,
+                        .lim = lim ? *lim : grammar_default_limits() };
     struct grammar *g = calloc(1, sizeof *g);
+    if (code)
+        *code = OMNI_ERR_FORMAT;
     if (!g) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "grammar: out of memory");
+        if (code)
+            *code = OMNI_ERR_NOMEM;
         return NULL;
     }
     g->refs = 1;
+    g->lim = p.lim;
     if (!text || parse_rules(&p) < 0)
         goto fail;
     g->root = -1;
@@ -881,8 +1091,12 @@ struct grammar *grammar_parse(const char *text, size_t len, char *err, size_t er
     if (check_left_recursion(&p, g) < 0)
         goto fail;
     parser_free(&p);
+    if (code)
+        *code = OMNI_OK;
     return g;
 fail:
+    if (code && p.code)
+        *code = p.code;
     parser_free(&p);
     g->refs = 1;
     grammar_free(g);
@@ -1077,7 +1291,8 @@ struct grammar_matcher {
     bool tmp_accept;
     uint64_t *vkey;          /* visited (pos, parent) of the current closure */
     uint32_t *vstamp, stamp, vcap, vn;
-    int depth;
+    struct wpair { int32_t pos, par; } *work; /* pairs the closure has still to expand */
+    int cap_work;
     /* current position */
     int32_t cur;             /* state, or ST_DEAD after end of generation */
     bool ended;
@@ -1098,10 +1313,16 @@ static uint32_t hash_u64(uint64_t x)
     return (uint32_t)x;
 }
 
-static int mfail(struct grammar_matcher *m, const char *msg)
+__attribute__((format(printf, 2, 3)))
+static int mfail(struct grammar_matcher *m, const char *fmt, ...)
 {
-    if (!m->failed)
-        snprintf(m->err, sizeof m->err, "grammar: %s", msg);
+    if (!m->failed) {
+        const int k = snprintf(m->err, sizeof m->err, "grammar: ");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->err + k, sizeof m->err - (size_t)k, fmt, ap);
+        va_end(ap);
+    }
     m->failed = true;
     return -1;
 }
@@ -1148,15 +1369,19 @@ static int32_t node_intern(struct grammar_matcher *m, int32_t pos, int32_t par)
         if (m->npos[id] == pos && m->npar[id] == par)
             return id;
     }
-    if (m->n_nodes >= GRAMMAR_MAX_NODES)
-        return mfail(m, "too many parser stacks (grammar too ambiguous)");
-    if (!grow((void **)&m->npos, &m->cap_nodes, m->n_nodes + 1, sizeof *m->npos))
-        return mfail(m, "out of memory");
-    int cap = m->cap_nodes;
-    void *q = realloc(m->npar, (size_t)cap * sizeof *m->npar);
-    if (!q)
-        return mfail(m, "out of memory");
-    m->npar = q;
+    if (m->n_nodes >= m->g->lim.max_stack_nodes)
+        return mfail(m, "limit: grammar too ambiguous, more than %d parser stack nodes "
+                        "(max_stack_nodes)", m->g->lim.max_stack_nodes);
+    if (m->n_nodes == m->cap_nodes) { /* npos and npar grow together */
+        int cap = m->cap_nodes;
+        if (!grow((void **)&m->npos, &cap, m->n_nodes + 1, sizeof *m->npos))
+            return mfail(m, "out of memory");
+        void *q = realloc(m->npar, (size_t)cap * sizeof *m->npar);
+        if (!q)
+            return mfail(m, "out of memory");
+        m->npar = q;
+        m->cap_nodes = cap;
+    }
     m->npos[m->n_nodes] = pos;
     m->npar[m->n_nodes] = par;
     m->node_tab.slot[h] = m->n_nodes + 1;
@@ -1200,46 +1425,68 @@ static bool visit(struct grammar_matcher *m, int32_t pos, int32_t par)
     return true;
 }
 
+/* Queue (pos, par) for the closure unless this closure has seen it; false
+ * when a limit or memory stops the closure (m->failed is set). */
+static bool closure_push(struct grammar_matcher *m, int *n, int32_t pos, int32_t par)
+{
+    if (!visit(m, pos, par))
+        return !m->failed;
+    if (m->vn > (uint32_t)m->g->lim.max_closure) {
+        mfail(m, "limit: grammar too ambiguous, more than %d parser positions after one byte "
+                 "(max_closure)", m->g->lim.max_closure);
+        return false;
+    }
+    if (!grow((void **)&m->work, &m->cap_work, *n + 1, sizeof *m->work)) {
+        mfail(m, "out of memory");
+        return false;
+    }
+    m->work[(*n)++] = (struct wpair){ pos, par };
+    return true;
+}
+
 /* Every stack reachable from continuing at element pos with return stack
- * par, stopping at byte terminals: appended to m->tmp. */
+ * par, stopping at byte terminals: appended to m->tmp. Worked off an
+ * explicit list of (pos, parent) pairs, each taken once, so a chain of
+ * thousands of nullable calls - ("x"?){5000} - costs heap, not C stack;
+ * max_closure bounds the work one byte may cause. */
 static void closure(struct grammar_matcher *m, int32_t pos, int32_t par)
 {
-    if (m->failed || !visit(m, pos, par))
-        return;
     const struct grammar *g = m->g;
-    const int32_t e = g->el[pos];
-    switch (EL_KIND(e)) {
-    case E_BYTES: {
-        int32_t id = node_intern(m, pos, par);
-        if (id < 0)
-            return;
-        if (!grow((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1, sizeof *m->tmp)) {
-            mfail(m, "out of memory");
-            return;
-        }
-        m->tmp[m->n_tmp++] = id;
+    int n = 0;
+    if (m->failed || !closure_push(m, &n, pos, par))
         return;
-    }
-    case E_END:
-        if (par < 0)
-            m->tmp_accept = true;
-        else
-            closure(m, m->npos[par], m->npar[par]);
-        return;
-    default: {
-        if (++m->depth > GRAMMAR_MAX_DEPTH) {
-            mfail(m, "rule calls nested too deeply");
-            return;
+    while (n) {
+        const struct wpair w = m->work[--n];
+        const int32_t e = g->el[w.pos];
+        switch (EL_KIND(e)) {
+        case E_BYTES: {
+            int32_t id = node_intern(m, w.pos, w.par);
+            if (id < 0)
+                return;
+            if (!grow((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1, sizeof *m->tmp)) {
+                mfail(m, "out of memory");
+                return;
+            }
+            m->tmp[m->n_tmp++] = id;
+            break;
         }
-        /* a call in tail position returns straight to the caller's caller */
-        int32_t ret = par;
-        if (EL_KIND(g->el[pos + 1]) != E_END && (ret = node_intern(m, pos + 1, par)) < 0)
-            return;
-        const int r = EL_VAL(e);
-        for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
-            closure(m, g->alt[a], ret);
-        m->depth--;
-    }
+        case E_END:
+            if (w.par < 0)
+                m->tmp_accept = true;
+            else if (!closure_push(m, &n, m->npos[w.par], m->npar[w.par]))
+                return;
+            break;
+        default: {
+            /* a call in tail position returns straight to the caller's caller */
+            int32_t ret = w.par;
+            if (EL_KIND(g->el[w.pos + 1]) != E_END && (ret = node_intern(m, w.pos + 1, w.par)) < 0)
+                return;
+            const int r = EL_VAL(e);
+            for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
+                if (!closure_push(m, &n, g->alt[a], ret))
+                    return;
+        }
+        }
     }
 }
 
@@ -1284,8 +1531,9 @@ static int32_t state_from_tmp(struct grammar_matcher *m)
             !memcmp(m->sids + s->off, m->tmp, (size_t)n * sizeof *m->tmp))
             return m->st_tab.slot[h] - 1;
     }
-    if (m->n_st >= GRAMMAR_MAX_STATES)
-        return mfail(m, "too many grammar states"), -3;
+    if (m->n_st >= m->g->lim.max_states)
+        return mfail(m, "limit: more than %d grammar states in one sequence (max_states)",
+                     m->g->lim.max_states), -3;
     if (!grow((void **)&m->st, &m->cap_st, m->n_st + 1, sizeof *m->st) ||
         !grow((void **)&m->sids, &m->cap_sids, m->n_sids + n, sizeof *m->sids))
         return mfail(m, "out of memory"), -3;
@@ -1301,7 +1549,6 @@ static void closure_begin(struct grammar_matcher *m)
 {
     m->n_tmp = 0;
     m->tmp_accept = false;
-    m->depth = 0;
     m->vn = 0;
     if (++m->stamp == 0) { /* wrapped: forget every old mark */
         if (m->vstamp)
@@ -1377,6 +1624,7 @@ static void matcher_release(struct grammar_matcher *m)
     free(m->tmp);
     free(m->vkey);
     free(m->vstamp);
+    free(m->work);
     free(m->mask_buf);
     free(m->logit_buf);
     free(m->walk);
