@@ -7,6 +7,7 @@
 #include "llm/grammar/grammar.h"
 #include "llm/grammar/json_schema.h"
 #include "llm/tools/tools.h"
+#include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -306,4 +307,250 @@ TEST(jschema_json_object_and_tool_call)
     CHECK(!gbnf);
     CHECK_STR_CONTAINS(err, "no function named 'missing'");
     cJSON_Delete(tools);
+}
+
+// ---- hostile schemas: bounded depth, time and size ----------------------------
+
+/* Every good document matches and no bad one does. */
+static int check_lists(const char *schema_text, const char *const *good, const char *const *bad)
+{
+    char err[256];
+    struct grammar *g = compile(schema_text, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "%s: %s\n", schema_text, err);
+        return -1;
+    }
+    int fails = 0;
+    for (int i = 0; good[i]; i++)
+        if (!grammar_match(g, good[i], strlen(good[i])) && ++fails)
+            fprintf(stderr, "%s: rejects valid %s\n", schema_text, good[i]);
+    for (int i = 0; bad[i]; i++)
+        if (grammar_match(g, bad[i], strlen(bad[i])) && ++fails)
+            fprintf(stderr, "%s: accepts invalid %s\n", schema_text, bad[i]);
+    grammar_free(g);
+    return fails;
+}
+
+/* prefixItems became a chain of rules instead of groups nested as deep as
+ * the list is long; the bounds around it keep their meaning. */
+TEST(jschema_prefix_items)
+{
+    static const struct { const char *schema, *good[6], *bad[6]; } cases[] = {
+        { "{\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":3}]}",
+          { "[]", "[1]", "[1,2]", "[1,2,3]", "[1, 2, 3, \"x\", null]", NULL }, { "[2]", "[1,3]", "[1,2,4]", NULL } },
+        { "{\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":3}],\"items\":false}",
+          { "[]", "[1]", "[1,2,3]", NULL }, { "[1,2,3,4]", "[1,2,3,1]", NULL } },
+        { "{\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":3}],\"items\":false,\"minItems\":2}",
+          { "[1,2]", "[1,2,3]", NULL }, { "[]", "[1]", "[1,2,3,4]", NULL } },
+        { "{\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":3}],\"items\":{\"type\":\"integer\"},\"maxItems\":2}",
+          { "[]", "[1]", "[1,2]", NULL }, { "[1,2,3]", "[5]", NULL } },
+        { "{\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":3}],\"items\":{\"type\":\"integer\"},\"minItems\":4}",
+          { "[1,2,3,7]", "[1,2,3,7,8]", NULL }, { "[1,2,3]", "[1,2,3,\"x\"]", "[1,2,7,7]", NULL } },
+        { "{\"type\":\"array\",\"items\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"maxItems\":3}",
+          { "[\"a\"]", "[\"a\",null]", "[\"a\",null,true]", NULL }, { "[null]", "[\"a\",null,1,2]", NULL } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECK_MSG(check_lists(cases[i].schema, cases[i].good, cases[i].bad) == 0, "case %zu", i);
+
+    /* 2,000 prefix items: no nesting limit in the way */
+    cJSON *s = cJSON_CreateObject(), *pi = cJSON_AddArrayToObject(s, "prefixItems");
+    for (int i = 0; i < 2000; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "const", i % 10);
+        cJSON_AddItemToArray(pi, c);
+    }
+    char err[256];
+    char *gbnf = jschema_to_gbnf(s, err, sizeof err);
+    cJSON_Delete(s);
+    CHECK_MSG(gbnf, "%s", err);
+    struct grammar *g = grammar_parse(gbnf, strlen(gbnf), err, sizeof err);
+    free(gbnf);
+    CHECK_MSG(g, "%s", err);
+    CHECK(grammar_match(g, "[0,1,2,3,4,5,6,7,8,9,0]", 23));
+    CHECK(!grammar_match(g, "[0,1,2,3,4,5,6,7,8,9,1]", 23));
+    grammar_free(g);
+}
+
+/* "pattern": n nested groups around "a" (malloc'd). */
+static char *nested_pattern_schema(int n)
+{
+    char *s = malloc(2 * (size_t)n + 64);
+    if (!s)
+        return NULL;
+    int k = sprintf(s, "{\"type\":\"string\",\"pattern\":\"^");
+    memset(s + k, '(', (size_t)n);
+    k += n;
+    s[k++] = 'a';
+    memset(s + k, ')', (size_t)n);
+    k += n;
+    strcpy(s + k, "$\"}");
+    return s;
+}
+
+/* Issue 7.1: a pattern of nested groups recursed without bound in the regex
+ * translation and again in the GBNF parser, through response_format and
+ * through a tool's parameters under tool_choice "required". */
+TEST(jschema_pattern_nesting_is_bounded)
+{
+    char err[256];
+    char *text = nested_pattern_schema(100000);
+    CHECK(text);
+    struct grammar *g = compile(text, err, sizeof err);
+    free(text);
+    CHECK(!g);
+    CHECK_STR_CONTAINS(err, "pattern: groups nested deeper than 64 levels (JSCHEMA_MAX_PATTERN_NESTING)");
+
+    /* the deepest allowed pattern fits the grammar's own nesting limit */
+    text = nested_pattern_schema(JSCHEMA_MAX_PATTERN_NESTING);
+    CHECK(text);
+    g = compile(text, err, sizeof err);
+    free(text);
+    CHECK_MSG(g, "%s", err);
+    CHECK(grammar_match(g, "\"a\"", 3));
+    CHECK(!grammar_match(g, "\"aa\"", 4));
+    grammar_free(g);
+
+    /* a tool's parameter, as tool_choice "required" compiles it */
+    text = nested_pattern_schema(100000);
+    CHECK(text);
+    cJSON *tools = cJSON_CreateArray(), *t = cJSON_CreateObject();
+    cJSON_AddItemToArray(tools, t);
+    cJSON *fn = cJSON_AddObjectToObject(t, "function");
+    cJSON_AddStringToObject(fn, "name", "f");
+    cJSON *params = cJSON_AddObjectToObject(fn, "parameters");
+    cJSON_AddStringToObject(params, "type", "object");
+    cJSON *props = cJSON_AddObjectToObject(params, "properties");
+    cJSON_AddItemToObject(props, "x", cJSON_Parse(text));
+    free(text);
+    const struct tools_wire wire = { .name_key = "name", .args_key = "arguments" };
+    char *gbnf = jschema_tool_call_gbnf(tools, NULL, &wire, false, err, sizeof err);
+    cJSON_Delete(tools);
+    CHECK(!gbnf);
+    CHECK_STR_CONTAINS(err, "tools/0/function/parameters/properties/x: pattern: groups nested deeper than 64");
+}
+
+/* Schemas nested 10,000 deep (built in memory: cJSON_Parse stops at 1,000)
+ * stop at JSCHEMA_MAX_DEPTH, through every keyword that recurses. */
+TEST(jschema_deep_schemas_are_bounded)
+{
+    static const char *const via[] = { "items", "properties", "anyOf", "additionalProperties", "allOf" };
+    for (size_t v = 0; v < sizeof via / sizeof *via; v++) {
+        cJSON *root = cJSON_CreateObject(), *cur = root;
+        for (int i = 0; i < 10000; i++) {
+            cJSON *next = cJSON_CreateObject();
+            if (v == 0) {
+                cJSON_AddItemToObject(cur, "items", next);
+            } else if (v == 1 || v == 4) {
+                cJSON *props = cJSON_AddObjectToObject(cur, "properties");
+                if (v == 4) { /* allOf of one schema is that schema */
+                    cJSON *all = cJSON_CreateArray();
+                    cJSON_AddItemToArray(all, next);
+                    cJSON *wrap = cJSON_CreateObject();
+                    cJSON_AddItemToObject(wrap, "allOf", all);
+                    cJSON_AddItemToObject(props, "p", wrap);
+                } else {
+                    cJSON_AddItemToObject(props, "p", next);
+                }
+            } else if (v == 2) {
+                cJSON *any = cJSON_AddArrayToObject(cur, "anyOf");
+                cJSON_AddItemToArray(any, next);
+            } else {
+                cJSON_AddItemToObject(cur, "additionalProperties", next);
+            }
+            cur = next;
+        }
+        char err[256];
+        char *gbnf = jschema_to_gbnf(root, err, sizeof err);
+        cJSON_Delete(root);
+        CHECK_MSG(!gbnf, "via %s compiled", via[v]);
+        CHECK_MSG(strstr(err, "schema nested deeper than 64 levels (JSCHEMA_MAX_DEPTH)"), "via %s: %s",
+                  via[v], err);
+        CHECK_MSG(!strncmp(err, "json_schema: ...", 16), "via %s: %s", via[v], err);
+    }
+}
+
+/* allOf visits its $ref targets again each time it is met: a chain of
+ * definitions each combining the next one twice doubles the work per link.
+ * The output cap stops it (before: 2^30 visits, within the depth limit). */
+TEST(jschema_exponential_all_of_is_bounded)
+{
+    const int n = 30;
+    cJSON *root = cJSON_CreateObject(), *defs = cJSON_AddObjectToObject(root, "$defs");
+    for (int i = 0; i < n; i++) {
+        char name[16], ref[32];
+        snprintf(name, sizeof name, "d%d", i);
+        snprintf(ref, sizeof ref, "#/$defs/d%d", i + 1);
+        cJSON *d = cJSON_AddObjectToObject(defs, name);
+        cJSON *props = cJSON_AddObjectToObject(d, "properties");
+        for (int k = 0; k < 2 && i + 1 < n; k++) {
+            cJSON *p = cJSON_AddObjectToObject(props, k ? "b" : "a");
+            cJSON *all = cJSON_AddArrayToObject(p, "allOf");
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddStringToObject(r, "$ref", ref);
+            cJSON_AddItemToArray(all, r);
+            cJSON_AddItemToArray(all, cJSON_Parse("{\"properties\":{\"z\":{\"type\":\"integer\"}}}"));
+        }
+        if (i + 1 == n)
+            cJSON_AddItemToObject(props, "leaf", cJSON_Parse("{\"type\":\"null\"}"));
+    }
+    cJSON_AddStringToObject(root, "$ref", "#/$defs/d0");
+    char err[256];
+    double t0 = omni_time_s();
+    char *gbnf = jschema_to_gbnf(root, err, sizeof err);
+    const double ms = (omni_time_s() - t0) * 1e3;
+    cJSON_Delete(root);
+    CHECK(!gbnf);
+    CHECK_STR_CONTAINS(err, "(JSCHEMA_MAX_GBNF_BYTES)");
+    printf("    (stopped after %.0f ms)\n", ms);
+}
+
+/* Issue 7.2: a 589 KB schema with 20,000 properties took 45 s to compile
+ * (quadratic rule lookups in the grammar parser, quadratic 'required'
+ * checks). Correctness is checked; the time is printed, not asserted. */
+TEST(jschema_20000_properties)
+{
+    const int n = 20000;
+    size_t cap = (size_t)n * 48 + 64, k = 0;
+    char *text = malloc(cap);
+    CHECK(text);
+    k += (size_t)sprintf(text + k, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < n; i++)
+        k += (size_t)sprintf(text + k, "%s\"p%d\":{\"type\":\"%s\"}", i ? "," : "", i,
+                             i % 2 ? "integer" : "string");
+    k += (size_t)sprintf(text + k, "},\"required\":[");
+    for (int i = 0; i < n; i += 1000)
+        k += (size_t)sprintf(text + k, "%s\"p%d\"", i ? "," : "", i);
+    sprintf(text + k, "]}");
+    const size_t schema_bytes = strlen(text);
+    cJSON *schema = cJSON_Parse(text);
+    free(text);
+    CHECK(schema);
+    char err[256];
+    double t0 = omni_time_s();
+    char *gbnf = jschema_to_gbnf(schema, err, sizeof err);
+    const double t_gbnf = omni_time_s() - t0;
+    cJSON_Delete(schema);
+    CHECK_MSG(gbnf, "%s", err);
+    struct grammar *g = grammar_parse(gbnf, strlen(gbnf), err, sizeof err);
+    const double t_all = omni_time_s() - t0;
+    const size_t gbnf_bytes = strlen(gbnf);
+    free(gbnf);
+    CHECK_MSG(g, "%s", err);
+    /* every 1000th property is required; the others may be left out, in order */
+    struct { char *s; size_t n, cap; } doc = { 0 };
+    doc.cap = 1 << 20;
+    doc.s = malloc(doc.cap);
+    CHECK(doc.s);
+    doc.n = (size_t)sprintf(doc.s, "{");
+    for (int i = 0; i < n; i += 1000)
+        doc.n += (size_t)sprintf(doc.s + doc.n, "%s\"p%d\":\"x\"", i ? "," : "", i);
+    doc.n += (size_t)sprintf(doc.s + doc.n, ",\"p19999\":5}");
+    CHECK(grammar_match(g, doc.s, doc.n));
+    doc.s[doc.n - 2] = '"'; /* an integer property given a string */
+    CHECK(!grammar_match(g, doc.s, doc.n));
+    CHECK(!grammar_match(g, "{\"p1\":1}", 8)); /* p0 is required */
+    free(doc.s);
+    grammar_free(g);
+    printf("    (%zu-byte schema: GBNF (%zu bytes) in %.1f ms, parsed grammar in %.1f ms total)\n",
+           schema_bytes, gbnf_bytes, t_gbnf * 1e3, t_all * 1e3);
 }

@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define JSCHEMA_MAX_DEPTH 64     /* schema nesting visited at most */
-#define JSCHEMA_MAX_REFS 256
 
 struct buf { char *s; size_t n, cap; bool oom; };
 
@@ -109,8 +107,11 @@ static int jfail(struct jb *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    omni_fail(b->err, b->errlen, OMNI_ERR_ARG, "json_schema: %s: %s", b->path[0] ? b->path : "/",
-              msg);
+    /* a deep path keeps its end, so that the message itself still fits */
+    const size_t len = strlen(b->path);
+    const char *path = len > 120 ? b->path + len - 117 : b->path[0] ? b->path : "/";
+    omni_fail(b->err, b->errlen, OMNI_ERR_ARG, "json_schema: %s%s: %s", len > 120 ? "..." : "",
+              path, msg);
     return -1;
 }
 
@@ -153,6 +154,65 @@ static int visit_at_index(struct jb *b, const cJSON *s, const char *key, int i)
 static const cJSON *get(const cJSON *s, const char *k)
 {
     return cJSON_GetObjectItemCaseSensitive(s, k);
+}
+
+/* Names -> small ints, for objects with thousands of properties: cJSON's
+ * lookups are linear, and a lookup per property made 'required' and allOf
+ * quadratic. Keys are borrowed, not copied. */
+struct nameset { const char **key; int *val; uint32_t cap, n; };
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* The slot of key, or the empty slot where it goes. */
+static uint32_t nameset_slot(const struct nameset *t, const char *key)
+{
+    uint32_t i = name_hash(key) & (t->cap - 1);
+    while (t->key[i] && strcmp(t->key[i], key) != 0)
+        i = (i + 1) & (t->cap - 1);
+    return i;
+}
+
+/* Room for n names; false when out of memory. */
+static bool nameset_init(struct nameset *t, int n)
+{
+    t->cap = 16;
+    while (t->cap < 2 * (uint32_t)n + 2)
+        t->cap *= 2;
+    t->key = calloc(t->cap, sizeof *t->key);
+    t->val = calloc(t->cap, sizeof *t->val);
+    t->n = 0;
+    return t->key && t->val;
+}
+
+/* key's value, or -1. */
+static int nameset_get(const struct nameset *t, const char *key)
+{
+    const uint32_t i = nameset_slot(t, key);
+    return t->key[i] ? t->val[i] : -1;
+}
+
+/* Adds key -> val unless key is there (the first one stays, as cJSON's
+ * lookup finds the first of duplicate keys). Room was reserved by init. */
+static void nameset_put(struct nameset *t, const char *key, int val)
+{
+    const uint32_t i = nameset_slot(t, key);
+    if (!t->key[i] && 2 * (t->n + 1) <= t->cap) {
+        t->key[i] = key;
+        t->val[i] = val;
+        t->n++;
+    }
+}
+
+static void nameset_free(struct nameset *t)
+{
+    free(t->key);
+    free(t->val);
 }
 
 /* A JSON value's exact text as a literal. */
@@ -343,7 +403,13 @@ static void number_range(struct buf *o, bool has_lo, long long lo, bool has_hi, 
 
 // ---- pattern (regex subset) ----------------------------------------------------
 
-struct rx { const char *s; size_t n, i; struct jb *b; struct buf *o; };
+struct rx {
+    const char *s;
+    size_t n, i;
+    int depth;               /* groups open around i */
+    struct jb *b;
+    struct buf *o;
+};
 
 static int rx_fail(struct rx *r, const char *what)
 {
@@ -422,6 +488,14 @@ static int rx_atom(struct rx *r)
 {
     const char c = r->s[r->i];
     if (c == '(') {
+        /* groups recurse here and nest three parentheses deep in the GBNF
+         * each (atom, group, sequence): the limit keeps both bounded */
+        if (r->depth >= JSCHEMA_MAX_PATTERN_NESTING) {
+            char what[80];
+            snprintf(what, sizeof what, "groups nested deeper than %d levels (JSCHEMA_MAX_PATTERN_NESTING)",
+                     JSCHEMA_MAX_PATTERN_NESTING);
+            return rx_fail(r, what);
+        }
         r->i++;
         if (r->i < r->n && r->s[r->i] == '?') {
             if (r->i + 1 < r->n && r->s[r->i + 1] == ':')
@@ -430,7 +504,10 @@ static int rx_atom(struct rx *r)
                 return rx_fail(r, "unsupported group (lookaround or named)");
         }
         bputs(r->o, "(");
-        if (rx_alt(r) < 0)
+        r->depth++;
+        const int rc = rx_alt(r);
+        r->depth--;
+        if (rc < 0)
             return -1;
         if (r->i >= r->n || r->s[r->i] != ')')
             return rx_fail(r, "missing )");
@@ -525,7 +602,7 @@ static int rx_alt(struct rx *r)
 
 static int pattern(struct jb *b, const char *pat)
 {
-    struct rx r = { pat, strlen(pat), 0, b, &b->rules };
+    struct rx r = { .s = pat, .n = strlen(pat), .b = b, .o = &b->rules };
     bool start = r.n && pat[0] == '^';
     bool end = r.n > 1 && pat[r.n - 1] == '$' && pat[r.n - 2] != '\\';
     if (start)
@@ -642,42 +719,44 @@ static int object_rule(struct jb *b, const cJSON *props, const cJSON *required,
 /* allOf of object schemas: their properties and required lists merged. */
 static int all_of(struct jb *b, const cJSON *all)
 {
-    if (cJSON_GetArraySize(all) == 1)
+    const int n = cJSON_GetArraySize(all);
+    if (n == 1)
         return visit_at(b, all->child, "allOf/0");
-    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
-    int rc = props && req ? 0 : jfail(b, "out of memory");
-    int i = 0;
+    /* the parts ($ref resolved) first, to size the name index once */
+    const cJSON **part = calloc((size_t)n, sizeof *part);
+    if (!part)
+        return jfail(b, "out of memory");
+    int i = 0, total = 0, rc = 0;
     for (const cJSON *s = all->child; s && !rc; s = s->next, i++) {
-        const cJSON *t = s;
-        const cJSON *ref = get(s, "$ref");
-        if (cJSON_IsString(ref) && !(t = resolve(b, ref->valuestring))) {
+        const cJSON *t = s, *ref = get(s, "$ref");
+        if (cJSON_IsString(ref) && !(t = resolve(b, ref->valuestring)))
             rc = -1;
-            break;
-        }
-        const cJSON *p = get(t, "properties"), *r = get(t, "required");
-        if (!cJSON_IsObject(p)) {
+        else if (!cJSON_IsObject(get(t, "properties")))
             rc = jfail(b, "allOf/%d: only object schemas with properties can be combined", i);
-            break;
-        }
+        else
+            total += cJSON_GetArraySize(get(part[i] = t, "properties"));
+    }
+    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    struct nameset seen = { 0 };
+    if (!rc && (!props || !req || !nameset_init(&seen, total)))
+        rc = jfail(b, "out of memory");
+    for (i = 0; i < n && !rc; i++) {
+        const cJSON *p = get(part[i], "properties"), *r = get(part[i], "required");
         for (const cJSON *k = p->child; k; k = k->next)
-            if (!get(props, k->string))
+            if (nameset_get(&seen, k->string) < 0) {
+                nameset_put(&seen, k->string, 0);
                 cJSON_AddItemReferenceToObject(props, k->string, (cJSON *)k);
+            }
         for (const cJSON *k = cJSON_IsArray(r) ? r->child : NULL; k; k = k->next)
             cJSON_AddItemReferenceToArray(req, (cJSON *)k);
     }
     if (!rc)
         rc = object_rule(b, props, req, NULL);
+    nameset_free(&seen);
+    free(part);
     cJSON_Delete(props);
     cJSON_Delete(req);
     return rc;
-}
-
-static bool is_required(const cJSON *required, const char *name)
-{
-    for (const cJSON *r = cJSON_IsArray(required) ? required->child : NULL; r; r = r->next)
-        if (cJSON_IsString(r) && !strcmp(r->valuestring, name))
-            return true;
-    return false;
 }
 
 /* { props in order, required ones mandatory, extras when additional allows }. */
@@ -685,20 +764,29 @@ static int object_rule(struct jb *b, const cJSON *props, const cJSON *required,
                        const cJSON *additional)
 {
     const int n = cJSON_GetArraySize(props);
-    for (const cJSON *r = cJSON_IsArray(required) ? required->child : NULL; r; r = r->next)
-        if (!cJSON_IsString(r) || !get(props, r->valuestring))
-            return jfail(b, "'required' names '%s', which is not in 'properties'",
-                         cJSON_IsString(r) ? r->valuestring : "(not a string)");
     if (additional && !cJSON_IsBool(additional) && !cJSON_IsObject(additional))
         return jfail(b, "'additionalProperties' must be a boolean or a schema");
     /* kv rules: "\"name\"" ws ":" ws value */
     int *kv = calloc((size_t)n + 1, sizeof *kv);
     bool *req = calloc((size_t)n + 1, sizeof *req);
-    if (!kv || !req) {
-        free(kv), free(req);
+    struct nameset index = { 0 };
+    if (!kv || !req || !nameset_init(&index, n)) {
+        free(kv), free(req), nameset_free(&index);
         return jfail(b, "out of memory");
     }
     int i = 0, rc = 0;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next, i++)
+        nameset_put(&index, p->string, i);
+    for (const cJSON *r = cJSON_IsArray(required) ? required->child : NULL; r && !rc; r = r->next) {
+        const int k = cJSON_IsString(r) ? nameset_get(&index, r->valuestring) : -1;
+        if (k < 0)
+            rc = jfail(b, "'required' names '%s', which is not in 'properties'",
+                       cJSON_IsString(r) ? r->valuestring : "(not a string)");
+        else
+            req[k] = true;
+    }
+    nameset_free(&index);
+    i = 0;
     for (const cJSON *p = props ? props->child : NULL; p && !rc; p = p->next, i++) {
         char key[300];
         snprintf(key, sizeof key, "properties/%s", p->string);
@@ -718,7 +806,6 @@ static int object_rule(struct jb *b, const cJSON *props, const cJSON *required,
         blit(&b->rules, text, strlen(text));
         bprintf(&b->rules, " ws \":\" ws s%d\n", v);
         free(text);
-        req[i] = is_required(required, p->string);
     }
     int extra = -1;
     if (!rc && additional && !cJSON_IsFalse(additional)) {
@@ -786,6 +873,24 @@ static int object_rule(struct jb *b, const cJSON *props, const cJSON *required,
     return obj;
 }
 
+/* The items after the first k of an array: it (the items schema's rule)
+ * behind commas, at most total_max in all (< 0: no limit); nothing when
+ * items is false (-3). */
+static void array_tail(struct jb *b, int item, const char *it, long total_max, long k)
+{
+    if (item == -3 || (total_max >= 0 && k >= total_max))
+        return;
+    char rep[32];
+    if (total_max < 0)
+        snprintf(rep, sizeof rep, "*");
+    else
+        snprintf(rep, sizeof rep, "{0,%ld}", total_max - k - (k == 0));
+    if (k == 0)
+        bprintf(&b->rules, "(%s ws (\",\" ws %s ws)%s)?", it, it, rep);
+    else
+        bprintf(&b->rules, "(\",\" ws %s ws)%s", it, rep);
+}
+
 static int array_rule(struct jb *b, const cJSON *s)
 {
     long min = 0, max = -1;
@@ -826,12 +931,27 @@ static int array_rule(struct jb *b, const cJSON *s)
         free(pr);
         return jfail(b, "minItems %ld needs more than the %d prefixItems and items is false", min, np);
     }
+    /* the first minItems elements, then the optional prefix items, then
+     * the rest behind commas. The optional prefix items are a chain of
+     * rules, each "(, item) next?", written last to first: groups nested as
+     * deep as prefixItems is long would pass the grammar's nesting limit. */
+    long k_end = total_max >= 0 && total_max < np ? total_max : np;
+    if (k_end < min)
+        k_end = min;
+    int next = -1;
+    for (long k = k_end - 1; k >= min; k--) {
+        const int c = rule_begin(b);
+        bprintf(&b->rules, "%ss%d ws ", k ? "\",\" ws " : "", pr[k]);
+        if (next >= 0)
+            bprintf(&b->rules, "s%d?", next);
+        else
+            array_tail(b, item, it, total_max, k_end);
+        bputs(&b->rules, "\n");
+        next = c;
+    }
     const int r = rule_begin(b);
     bputs(&b->rules, "\"[\" ws ");
-    /* the first minItems elements, then optional prefix items nested, then
-     * the rest behind commas */
-    long k = 0;
-    for (; k < min; k++) {
+    for (long k = 0; k < min; k++) {
         if (k)
             bputs(&b->rules, "\",\" ws ");
         if (k < np)
@@ -839,22 +959,10 @@ static int array_rule(struct jb *b, const cJSON *s)
         else
             bprintf(&b->rules, "%s ws ", it);
     }
-    int opens = 0;
-    for (; k < np && (total_max < 0 || k < total_max); k++, opens++)
-        bprintf(&b->rules, "(%ss%d ws ", k ? "\",\" ws " : "", pr[k]);
-    if (item != -3 && (total_max < 0 || k < total_max)) {
-        char rep[32];
-        if (total_max < 0)
-            snprintf(rep, sizeof rep, "*");
-        else
-            snprintf(rep, sizeof rep, "{0,%ld}", total_max - k - (k == 0));
-        if (k == 0)
-            bprintf(&b->rules, "(%s ws (\",\" ws %s ws)%s)?", it, it, rep);
-        else
-            bprintf(&b->rules, "(\",\" ws %s ws)%s", it, rep);
-    }
-    for (int o = 0; o < opens; o++)
-        bputs(&b->rules, ")?");
+    if (next >= 0)
+        bprintf(&b->rules, "s%d?", next);
+    else
+        array_tail(b, item, it, total_max, k_end);
     bputs(&b->rules, " \"]\"\n");
     free(pr);
     return r;
@@ -952,8 +1060,14 @@ static int visit(struct jb *b, const cJSON *s)
 {
     if (b->failed)
         return -1;
-    if (++b->depth > JSCHEMA_MAX_DEPTH)
-        return jfail(b, "schema nested deeper than %d levels", JSCHEMA_MAX_DEPTH);
+    if (b->depth >= JSCHEMA_MAX_DEPTH)
+        return jfail(b, "schema nested deeper than %d levels (JSCHEMA_MAX_DEPTH)", JSCHEMA_MAX_DEPTH);
+    /* every visit writes a rule: this bounds the time as well, also when
+     * allOf visits shared $ref targets again and again */
+    if (b->rules.n > JSCHEMA_MAX_GBNF_BYTES)
+        return jfail(b, "schema too large: its grammar passes %d bytes (JSCHEMA_MAX_GBNF_BYTES)",
+                     JSCHEMA_MAX_GBNF_BYTES);
+    b->depth++;
     int r = -1;
     if (cJSON_IsTrue(s)) {
         r = rule_begin(b);

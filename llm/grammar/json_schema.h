@@ -19,12 +19,24 @@
  * The output never has whitespace after the top value, so a complete value
  * ends generation.
  *
+ * Schemas come from the network: the compiler recurses at most
+ * JSCHEMA_MAX_DEPTH schema levels and JSCHEMA_MAX_PATTERN_NESTING pattern
+ * groups deep, and stops when the grammar passes JSCHEMA_MAX_GBNF_BYTES; each
+ * error names its limit. It is linear in the schema otherwise (20,000
+ * properties compile in milliseconds). grammar_parse's own limits
+ * (grammar.h) apply to the result.
+ *
  * Thread safety: stateless; any thread. */
 #ifndef OMNI_JSON_SCHEMA_H
 #define OMNI_JSON_SCHEMA_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#define JSCHEMA_MAX_DEPTH 64               /* schema nesting visited at most */
+#define JSCHEMA_MAX_PATTERN_NESTING 64     /* groups inside groups of a "pattern" */
+#define JSCHEMA_MAX_GBNF_BYTES (16 << 20)  /* grammar text one schema may produce */
+#define JSCHEMA_MAX_REFS 256               /* distinct $ref targets */
 
 struct cJSON;
 struct tools_wire;
