@@ -115,4 +115,21 @@ int media_audio_encode(const float *pcm, size_t n_samples, int sample_rate_hz,
                        enum media_audio_format fmt, const struct media_encode_params *p,
                        uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
+/* Streaming: PCM pushed in pieces, encoded bytes handed to write(user, ...)
+ * as soon as the muxer has them (after each push: everything the encoder
+ * could finish). The muxers write their live forms: a WAV header with the
+ * sizes 0xFFFFFFFF, FLAC without the total, MP3 without a Xing frame. write
+ * returns nonzero to stop (the client left): later calls fail OMNI_ERR_IO. */
+typedef int (*media_write_fn)(void *user, const uint8_t *data, size_t len);
+struct media_audio_encoder;
+struct media_audio_encoder *media_audio_encoder_new(enum media_audio_format fmt, int sample_rate_hz,
+                                                    const struct media_encode_params *p,
+                                                    media_write_fn write, void *user, char *err,
+                                                    size_t errlen);
+int media_audio_encoder_push(struct media_audio_encoder *e, const float *pcm, size_t n, char *err,
+                             size_t errlen);
+/* End of the audio: flushes the encoder and writes the trailer. */
+int media_audio_encoder_finish(struct media_audio_encoder *e, char *err, size_t errlen);
+void media_audio_encoder_free(struct media_audio_encoder *e);
+
 #endif

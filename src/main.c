@@ -23,6 +23,7 @@ static const struct command commands[] = {
     { "bench-engine", cli_bench_engine, "bench-engine -m FILE.gguf   the engine under concurrent load" },
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
+    { "speak", cli_speak, "speak [--voice V] TEXT -o OUT   text to speech (espeak-ng voices; wav/mp3/opus/aac/flac/pcm)" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
     { "bench-vision", cli_bench_vision, "bench-vision -m LM --mmproj MM --image F  vision encoder, cache and fused-turn speed" },

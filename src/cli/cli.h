@@ -18,6 +18,7 @@ int cli_bench_serve(int argc, char **argv); /* src/cli/bench_serve.c */
 int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
+int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
 
 int cli_bench_vision(int argc, char **argv); /* src/cli/bench_vision.c */
 

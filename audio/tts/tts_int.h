@@ -1,0 +1,42 @@
+/* tts_int.h - the backend contract behind tts.h (audio/tts only).
+ *
+ * A backend owns a family of voices. The core (tts.c) runs every synthesis
+ * call on its one worker thread, one sentence at a time, so a backend whose
+ * library is a process-wide singleton (espeak-ng) needs no lock of its own
+ * for synthesis. A neural backend (an LLM that writes codec tokens, decoded
+ * to audio) sets needs_engine on its voices and may keep per-stream state in
+ * the handle its open() returns. */
+#ifndef OMNI_TTS_INT_H
+#define OMNI_TTS_INT_H
+
+#include "audio/tts/tts.h"
+
+/* Called by a backend's synth for each chunk of audio; nonzero stops it. */
+typedef int (*tts_pcm_fn)(void *user, const float *pcm, size_t n);
+
+struct tts_backend {
+    const char *name;
+    void *state;
+    /* Voices this backend lists (tts_voice_get order). */
+    int (*n_voices)(void *state);
+    int (*voice)(void *state, int i, struct tts_voice_info *out);
+    /* Resolves an id this backend knows (listed or not, e.g. "en+f3");
+     * OMNI_ERR_NOTFOUND otherwise. */
+    int (*find)(void *state, const char *id, struct tts_voice_info *out);
+    /* Speaks one sentence with the voice, feeding emit; returns 0, 1 when
+     * emit asked to stop, or a negative enum omni_err + message. Worker
+     * thread only. */
+    int (*synth)(void *state, const struct tts_voice_info *v, float speed, const char *text,
+                 tts_pcm_fn emit, void *user, char *err, size_t errlen);
+    void (*free)(void *state);
+    float min_speed;   /* slowest speed synth does itself; slower is stretched (tts_stretch) */
+};
+
+/* Time-stretches in[n] by factor (> 1: longer) keeping the pitch: *out
+ * (malloc'd, *n_out samples). 0 or OMNI_ERR_NOMEM. */
+int tts_stretch(const float *in, size_t n, int rate_hz, double factor, float **out, size_t *n_out);
+
+/* The built-in espeak-ng backend; 0 or a negative enum omni_err + message. */
+int tts_espeak_open(struct tts_backend *b, char *err, size_t errlen);
+
+#endif
