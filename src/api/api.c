@@ -17,6 +17,7 @@
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
 #include "src/api/realtime.h"
+#include "src/api/speech.h"
 #include "audio/whisper_batch.h"
 #include "src/stt/stt.h"
 #include "src/core/gguf.h"
@@ -44,6 +45,7 @@ struct api {
     struct api_call *calls;                  /* {reg_lock} in-flight calls, for cancel */
     struct stt *stt;                         /* set before serving; NULL: no speech model */
     struct api_images_pool *images;          /* set before serving; NULL: no vision model */
+    struct tts *tts;                         /* set before serving; NULL: no speech synthesis */
 };
 
 struct api_params api_default_params(void)
@@ -142,6 +144,8 @@ struct stt *api_stt(struct api *a) { return a->stt; }
 
 void api_set_images(struct api *a, struct api_images_pool *p) { a->images = p; }
 struct api_images_pool *api_images(struct api *a) { return a->images; }
+void api_set_tts(struct api *a, struct tts *t) { a->tts = t; }
+struct tts *api_tts(struct api *a) { return a->tts; }
 
 bool api_key_ok(struct api *a, struct ws_req *r)
 {
@@ -719,6 +723,10 @@ static const struct api_route api_routes[] = {
       true, true, audio_translations },
     { "/v1/messages/count_tokens", NULL, "/v1/messages/count_tokens", WS_POST, API_ANTHROPIC, false,
       JSON, true, false, anthropic_count_tokens },
+    { "/v1/audio/speech", NULL, "/v1/audio/speech", WS_POST, API_OPENAI, false, JSON, true, true,
+      speech_route },
+    { "/v1/audio/voices", NULL, "/v1/audio/voices", WS_GET, API_OPENAI, false, ANY, false, false,
+      speech_voices_route },
 };
 #undef JSON
 #undef FORM

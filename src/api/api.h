@@ -78,6 +78,12 @@ struct api_images_pool;
 void api_set_images(struct api *a, struct api_images_pool *p);
 struct api_images_pool *api_images(struct api *a);   /* NULL: no vision model */
 
+/* The speech synthesizer (audio/tts) for /v1/audio/speech and voices; set
+ * once before the server runs; the api borrows it. */
+struct tts;
+void api_set_tts(struct api *a, struct tts *t);
+struct tts *api_tts(struct api *a);   /* NULL: no speech synthesis */
+
 /* ws_server_params.handler, .upgrade and .on_done (service thread). Routes:
  * GET|HEAD /health (readiness: 503 while loading or draining), /livez
  * (liveness), /metrics, /v1/models[/{id}] inline; POST /v1/chat/completions,

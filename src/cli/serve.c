@@ -12,6 +12,7 @@
 #include "src/cli/cli.h"
 
 #include "llm/model.h"
+#include "audio/tts/tts.h"
 #include "src/api/api.h"
 #include "src/core/download.h"
 #include "src/core/omni.h"
@@ -45,6 +46,7 @@ struct serve_opts {
     const char *mmproj;           /* --mmproj FILE: vision encoder for image parts */
     long vision_cache_mb;         /* --vision-cache-mb N */
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
+    bool no_tts;                  /* --no-tts: no /v1/audio/speech */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -142,6 +144,7 @@ static void serve_usage(FILE *f)
             "  --vad-model FILE           Silero VAD (whisper.cpp ggml): trims silence, segments turns\n"
             "  --stt-workers N            transcriptions in flight at once, sharing batched passes (default 4)\n"
             "  --stt-threads N            compute threads of the speech model (default: physical cores)\n"
+            "  --no-tts                   no speech synthesis (/v1/audio/speech answers 503)\n"
             "vision:\n"
             "  --mmproj FILE              llama.cpp mmproj GGUF (LLaVA CLIP+MLP, SmolVLM/Idefics3):\n"
             "                             image_url / video_url parts in chat messages\n"
@@ -177,6 +180,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage(stdout);
             return 1;
+        }
+        if (!strcmp(a, "--no-tts")) {
+            o->no_tts = true;
+            continue;
         }
         if (!strcmp(a, "--strict-model-id")) {
             o->strict_model_id = true;
@@ -464,8 +471,16 @@ int cli_serve(int argc, char **argv)
         OMNI_INFO("serve: speech model %s ready in %.1f s (%d workers%s)", o.sp.model_path,
                   omni_time_s() - t0, stt_n_workers(stt), o.sp.vad_path ? ", VAD" : "");
     }
+    /* espeak-ng voices need no download: speech out is on unless --no-tts. */
+    struct tts *tts = NULL;
+    if (!o.no_tts) {
+        if (!(tts = tts_new(NULL, err, sizeof err)))
+            OMNI_WARN("serve: no speech synthesis: %s", err);
+        api_set_tts(api, tts);
+    }
     struct serve_vision vis = { 0 };
     if (o.mmproj && serve_vision_load(&o, api, &vis) < 0) {
+        tts_free(tts);
         stt_free(stt);
         api_free(api);
         return 1;
@@ -473,6 +488,7 @@ int cli_serve(int argc, char **argv)
     struct ws_server *srv = ws_server_new(&o.wp, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "serve: %s\n", err);
+        tts_free(tts);
         stt_free(stt);
         api_free(api);
         serve_vision_free(&vis);
@@ -528,6 +544,7 @@ int cli_serve(int argc, char **argv)
     /* Speech workers finish or fail their jobs while the responses and
      * sockets they write to still exist. */
     stt_free(stt);
+    tts_free(tts);                /* cancels what is still speaking; its responses end */
     serve_server = NULL;
     ws_server_free(srv);
     api_free(api);
