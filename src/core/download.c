@@ -1051,26 +1051,11 @@ struct download_fetch_params download_fetch_default_params(void)
     return (struct download_fetch_params){ .max_bytes = 64u << 20, .timeout_s = 30 };
 }
 
-bool download_addr_is_private(const struct sockaddr *sa)
+/* IPv4 destinations no fetch may reach: this network, private, loopback,
+ * carrier NAT, link-local, IETF protocol assignments, benchmarking,
+ * multicast and reserved. */
+static bool dl_v4_is_private(uint32_t v4)
 {
-    uint32_t v4;
-    if (sa->sa_family == AF_INET) {
-        v4 = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-    } else if (sa->sa_family == AF_INET6) {
-        const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-        static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-        static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
-        static const uint8_t zero[16] = { 0 };
-        if (!memcmp(b, zero, 15))
-            return true;                           /* :: and ::1 */
-        if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff)
-            return true;                           /* fc00::/7, fe80::/10, multicast */
-        if (memcmp(b, mapped, 12) && memcmp(b, nat64, 12))
-            return false;
-        v4 = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
-    } else {
-        return true;                               /* no other families */
-    }
     const uint8_t a = v4 >> 24, b2 = (v4 >> 16) & 0xff;
     return a == 0 || a == 10 || a == 127 || a >= 224 ||   /* this net, private, loopback, mcast */
            (a == 100 && (b2 & 0xc0) == 64) ||             /* 100.64/10 carrier NAT */
@@ -1079,6 +1064,44 @@ bool download_addr_is_private(const struct sockaddr *sa)
            (a == 192 && b2 == 168) ||                     /* 192.168/16 */
            (a == 192 && b2 == 0 && ((v4 >> 8) & 0xff) == 0) ||  /* 192.0.0/24 */
            (a == 198 && (b2 & 0xfe) == 18);               /* 198.18/15 benchmarking */
+}
+
+static uint32_t dl_be32(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* IPv6 is checked by prefix, and every form that carries an IPv4 address
+ * (mapped, translated, NAT64, 6to4, Teredo) by that address too: a
+ * connect() to ::ffff:127.0.0.1 reaches the IPv4 loopback, and a relay
+ * or translator may forward the others to the embedded address. */
+bool download_addr_is_private(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return dl_v4_is_private(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+    if (sa->sa_family != AF_INET6)
+        return true;                               /* no other families */
+    const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+    static const uint8_t zero[12] = { 0 };
+    static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    static const uint8_t translated[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0 };
+    static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+    static const uint8_t discard[8] = { 0x01, 0x00 };
+    if (!memcmp(b, zero, 12))
+        return true;   /* ::/96: ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d */
+    if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0x80)) || b[0] == 0xff)
+        return true;   /* fc00::/7 unique local, fe80::/10 link-local, fec0::/10 site-local, multicast */
+    if (!memcmp(b, nat64, 4) && b[4] == 0 && b[5] == 1)
+        return true;   /* 64:ff9b:1::/48, NAT64 for local use */
+    if (!memcmp(b, discard, 8))
+        return true;   /* 100::/64 discard-only */
+    if (!memcmp(b, mapped, 12) || !memcmp(b, translated, 12) || !memcmp(b, nat64, 12))
+        return dl_v4_is_private(dl_be32(b + 12));
+    if (b[0] == 0x20 && b[1] == 0x02)
+        return dl_v4_is_private(dl_be32(b + 2));  /* 2002::/16 6to4: the relay's v4 */
+    if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0)  /* 2001::/32 Teredo */
+        return dl_v4_is_private(dl_be32(b + 4)) || dl_v4_is_private(~dl_be32(b + 12));
+    return false;
 }
 
 struct dl_fetch {
