@@ -51,7 +51,8 @@ struct api_images_params api_images_default_params(void)
 {
     return (struct api_images_params){
         .max_images = 64, .max_image_pixels = 50000000, .max_video_seconds = 3600,
-        .max_url_bytes = 64u << 20, .url_timeout_s = 30, .n_workers = 2,
+        .max_url_bytes = 64u << 20, .max_request_media_bytes = (size_t)256 << 20,
+        .url_timeout_s = 30, .n_workers = 2,
     };
 }
 
@@ -63,7 +64,7 @@ static int decode_base64(const char *b64, const char *field, uint8_t **out, size
 {
     size_t len = strlen(b64);
     if (len > (size_t)INT32_MAX / 2)
-        return api_error_set(e, 400, field, "'%s': image too large", field);
+        return api_error_set(e, 413, field, "'%s': image too large", field);
     int cap = (int)AV_BASE64_DECODE_SIZE(len);
     *out = malloc(cap > 0 ? cap : 1);
     if (!*out)
@@ -117,7 +118,8 @@ static int read_file_url(const struct api_images_pool *p, const char *url, const
     }
     if ((uint64_t)st.st_size > p->p.max_url_bytes || st.st_size == 0) {
         close(fd);
-        return api_error_set(e, 400, field, "'%s': the file has %lld bytes (limit %zu)", field,
+        return api_error_set(e, st.st_size ? 413 : 400, field,
+                             "'%s': the file has %lld bytes (limit %zu)", field,
                              (long long)st.st_size, p->p.max_url_bytes);
     }
     *n = (size_t)st.st_size;
@@ -134,12 +136,20 @@ static int read_file_url(const struct api_images_pool *p, const char *url, const
 
 static int job_cancelled(void *user) { return ws_out_gone(((struct api_images_job *)user)->c->out); }
 
+/* Who reads the parts (NULL: the service thread only counts them). */
+struct images_reader {
+    int (*cancelled)(void *user); /* polled between parts and during fetches; may be NULL */
+    void *user;
+};
+
 /* The bytes of an image part: 1 (*out malloc'ed), 2 for a video, 0 when
- * the part is no image, -1 with a 400. OpenAI: {"type": "image_url" |
+ * the part is no image, -1 with a 400 (413 past a byte limit). With rd
+ * NULL the part is only recognised (and an Anthropic source's shape
+ * checked): nothing is read or decoded. OpenAI: {"type": "image_url" |
  * "input_image" | "video_url", "image_url" / "video_url": {"url": URL} or
  * the URL string}; Anthropic: {"type": "image", "source": {"type": "base64",
  * "data": ...}}. URL: data:...;base64,..., http(s)://..., file:///... */
-static int part_bytes(const struct api_images_pool *p, struct api_images_job *j,
+static int part_bytes(const struct api_images_pool *p, const struct images_reader *rd,
                       const cJSON *part, const char *field, uint8_t **out, size_t *n,
                       struct api_error *e)
 {
@@ -153,13 +163,15 @@ static int part_bytes(const struct api_images_pool *p, struct api_images_job *j,
         if (!cJSON_IsString(st) || strcmp(st->valuestring, "base64") != 0 || !cJSON_IsString(data))
             return api_error_set(e, 400, field, "'%s': only base64 image sources are supported",
                                  field);
+        if (!rd)
+            return 1; /* counting only: the worker decodes it */
         return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
     }
     const char *key = !strcmp(type->valuestring, "video_url") ? "video_url" : "image_url";
     if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0 &&
         strcmp(type->valuestring, "video_url") != 0)
         return 0;
-    if (!j)
+    if (!rd)
         return 1; /* counting only */
     const int kind = strcmp(key, "video_url") ? 1 : 2;
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, key);
@@ -171,12 +183,13 @@ static int part_bytes(const struct api_images_pool *p, struct api_images_job *j,
         fp.max_bytes = p->p.max_url_bytes;
         fp.timeout_s = p->p.url_timeout_s;
         fp.allow_private = p->p.allow_private_urls;
-        fp.cancel = job_cancelled;
-        fp.cancel_user = j;
+        fp.cancel = rd->cancelled;
+        fp.cancel_user = rd->user;
         char err[256];
         int rc = download_fetch(&fp, url, out, n, err, sizeof err);
         if (rc < 0)
-            return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
+            return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : rc == OMNI_ERR_LIMIT ? 413 : 400,
+                                 field, "'%s': %s", field, err);
         return kind;
     }
     if (!strncasecmp(url, "file://", 7))
@@ -192,6 +205,27 @@ static int part_bytes(const struct api_images_pool *p, struct api_images_job *j,
 
 // ---- encoding -------------------------------------------------------------------
 
+static struct media_video_params video_params(const struct api_images_pool *p)
+{
+    struct media_video_params vp = media_video_default_params();
+    vp.max_duration_s = p->p.max_video_seconds;
+    /* 120 frames per allowed second: what the longest allowed clip may need */
+    double frames = p->p.max_video_seconds * 120;
+    vp.max_decoded_frames = frames < INT_MAX ? (int)frames : INT_MAX;
+    vp.image.max_pixels = p->p.max_image_pixels;
+    return vp;
+}
+
+static struct media_image_params image_params(const struct api_images_pool *p)
+{
+    struct media_image_params ip = media_image_default_params();
+    ip.max_pixels = p->p.max_image_pixels;
+    return ip;
+}
+
+/* A media error as an HTTP status: only a failed allocation is ours. */
+static int media_status(int rc) { return rc == OMNI_ERR_NOMEM ? 500 : 400; }
+
 /* A clip's frames into im (each an image; past max_images the request is refused). */
 static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
                       const char *field, struct api_images *im, int *n_frames,
@@ -199,15 +233,13 @@ static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
 {
     char err[256];
     struct vision_embd *frames;
-    struct media_video_params vp = media_video_default_params();
-    vp.max_duration_s = p->p.max_video_seconds;
-    vp.image.max_pixels = p->p.max_image_pixels;
+    struct media_video_params vp = video_params(p);
     pthread_mutex_lock(&p->enc_lock);
     int rc = vision_encode_video(p->vc, p->cache, bytes, n, &vp, &frames, n_frames, NULL, NULL,
                                  err, sizeof err);
     pthread_mutex_unlock(&p->enc_lock);
     if (rc < 0)
-        return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
+        return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
     for (int f = 0; f < *n_frames; f++) {
         if (im->n < p->p.max_images)
             im->e[im->n++] = frames[f];
@@ -242,65 +274,212 @@ static int replace_with_markers(cJSON *content, int k, const char *marker, int n
     return ok ? 0 : -1;
 }
 
-/* Walk the image parts of req's messages: with j NULL count them, else read
- * and encode each into im and replace it by its markers. The count, or -1
- * with e. */
-static int take_images(struct api_images_pool *p, struct api_images_job *j, cJSON *req,
-                       struct api_images *im, struct api_error *e)
+/* Service thread: the image parts of req's messages, counted without
+ * reading any (an Anthropic source's shape is checked); or -1 with e. */
+static int count_parts(struct api_images_pool *p, cJSON *req, struct api_error *e)
 {
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(req, "messages"), *msg;
     int i = 0, count = 0;
     if (!cJSON_IsArray(msgs))
         return 0; /* chatreq_build says what is wrong */
-    const char *marker = vision_image_marker(p->vm);
     cJSON_ArrayForEach(msg, msgs) {
         cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         for (int k = 0; cJSON_IsArray(content) && k < cJSON_GetArraySize(content); k++) {
-            char field[64], err[256];
+            char field[64];
             snprintf(field, sizeof field, "messages[%d].content[%d]", i, k);
-            if (j && ws_out_gone(j->c->out))
-                return api_error_set(e, 499, NULL, "the client left");
             uint8_t *bytes = NULL;
             size_t n = 0;
-            int is = part_bytes(p, j, cJSON_GetArrayItem(content, k), field, &bytes, &n, e);
+            int is = part_bytes(p, NULL, cJSON_GetArrayItem(content, k), field, &bytes, &n, e);
+            free(bytes); /* NULL: counting reads nothing */
             if (is < 0)
                 return -1;
             count += is > 0;
-            if (is == 0 || !j)
-                continue;
-            if (im->n == p->p.max_images) {
-                free(bytes);
-                return api_error_set(e, 400, field, "more than %d images or video frames in one "
-                                     "request (--max-images)", p->p.max_images);
-            }
-            int rc, n_markers = 1;
-            if (is == 2) { /* a video: one marker per frame, a line each */
-                int before = im->n;
-                rc = take_video(p, bytes, n, field, im, &n_markers, e);
-                if (rc == 0 && before + n_markers > p->p.max_images)
-                    rc = api_error_set(e, 400, field, "more than %d images or video frames in one "
-                                       "request (--max-images)", p->p.max_images);
-            } else {
-                struct media_image_params ip = media_image_default_params();
-                ip.max_pixels = p->p.max_image_pixels;
-                pthread_mutex_lock(&p->enc_lock);
-                rc = vision_encode_bytes(p->vc, p->cache, bytes, n, &ip, &im->e[im->n], NULL, err,
-                                         sizeof err);
-                pthread_mutex_unlock(&p->enc_lock);
-                if (rc < 0)
-                    api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : 400, field, "'%s': %s", field, err);
-                else
-                    im->n++;
-            }
-            free(bytes);
-            if (rc < 0)
-                return -1;
-            if (replace_with_markers(content, k, marker, n_markers) < 0)
-                return api_error_set(e, 500, NULL, "out of memory");
         }
         i++;
     }
     return count;
+}
+
+/* A part read by the worker's first pass, kept for the second. */
+struct take_part {
+    cJSON *content;     /* the message's content array */
+    int k;              /* the part's index in it */
+    char field[64];
+    uint8_t *bytes;     /* malloc'ed */
+    size_t n;
+    int kind;           /* 1 image, 2 video */
+};
+
+/* First pass over one part's bytes: check it from its headers and count
+ * the images (frames) and prompt rows it will take. No pixel is decoded
+ * (a video's container is opened, and ffmpeg may decode a frame to learn
+ * its parameters). A clip of unknown duration counts as one frame, the
+ * least it gives. */
+static int measure_part(struct api_images_pool *p, const struct take_part *t, int *n_images,
+                        int64_t *n_rows, struct api_error *e)
+{
+    char err[256];
+    int rc, rows, frames = 1;
+    if (t->kind == 2) {
+        struct media_video_params vp = video_params(p);
+        struct media_video_info info;
+        if ((rc = media_video_probe(t->bytes, t->n, &vp, &info, err, sizeof err)) < 0)
+            return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
+        frames = info.duration_s > 0 ? info.n_frames : 1;
+        rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
+    } else {
+        struct media_image_params ip = image_params(p);
+        struct media_image_info info;
+        if ((rc = media_image_probe(t->bytes, t->n, &info, err, sizeof err)) < 0 ||
+            (rc = media_image_check_size(info.width, info.height, &ip, err, sizeof err)) < 0)
+            return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
+        rows = vision_image_tokens(p->vm, info.width, info.height, true, err, sizeof err);
+    }
+    if (rows < 0)
+        return api_error_set(e, media_status(rows), t->field, "'%s': %s", t->field, err);
+    *n_images += frames;
+    *n_rows += (int64_t)frames * rows;
+    return 0;
+}
+
+/* The images alone against the context, before any is decoded: the text
+ * is not tokenized yet, so this refuses only what cannot fit whatever it
+ * is (api_images_attach checks the whole prompt later). */
+static int check_budget(int n_images, int64_t n_rows, int n_ctx, const struct apireq_gen *g,
+                        struct api_error *e)
+{
+    const int reserve = g && g->max_tokens_set ? g->max_tokens : 1;
+    if (n_ctx <= 0 || n_rows + reserve <= n_ctx)
+        return 0;
+    if (g && g->max_tokens_set)
+        api_error_set(e, 400, "max_tokens",
+                      "This model's maximum context length is %d tokens. However, the %d images "
+                      "and video frames of this request take %lld tokens and %d are requested "
+                      "for the completion, before the text is counted. Please reduce the images "
+                      "or max_tokens.", n_ctx, n_images, (long long)n_rows, reserve);
+    else
+        api_error_set(e, 400, "messages",
+                      "This model's maximum context length is %d tokens. However, the %d images "
+                      "and video frames of this request take %lld tokens, before the text is "
+                      "counted. Please reduce the images.", n_ctx, n_images, (long long)n_rows);
+    e->code = "context_length_exceeded";
+    return -1;
+}
+
+static void parts_free(struct take_part *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(t[i].bytes);
+    free(t);
+}
+
+int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
+                    const struct apireq_gen *g, int (*cancelled)(void *user), void *user,
+                    struct api_images *im, struct api_error *e)
+{
+    const struct images_reader rd = { cancelled, user };
+    memset(im, 0, sizeof *im);
+    if (!(im->e = calloc((size_t)p->p.max_images, sizeof *im->e)))
+        return api_error_set(e, 500, NULL, "out of memory");
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(req, "messages"), *msg;
+    if (!cJSON_IsArray(msgs))
+        return 0; /* chatreq_build says what is wrong */
+    // first pass: read every part and measure it from its headers
+    struct take_part *parts = NULL;
+    int n_parts = 0, cap = 0, i = 0, n_images = 0, rc = -1;
+    int64_t n_rows = 0;
+    size_t total = 0;
+    cJSON_ArrayForEach(msg, msgs) {
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        for (int k = 0; cJSON_IsArray(content) && k < cJSON_GetArraySize(content); k++) {
+            if (cancelled && cancelled(user)) {
+                api_error_set(e, 499, NULL, "the client left");
+                goto done;
+            }
+            if (n_parts == cap) {
+                int nc = cap ? cap * 2 : 8;
+                struct take_part *np = realloc(parts, sizeof *np * (size_t)nc);
+                if (!np) {
+                    api_error_set(e, 500, NULL, "out of memory");
+                    goto done;
+                }
+                parts = np, cap = nc;
+            }
+            struct take_part *t = &parts[n_parts];
+            *t = (struct take_part){ .content = content, .k = k };
+            snprintf(t->field, sizeof t->field, "messages[%d].content[%d]", i, k);
+            t->kind = part_bytes(p, &rd, cJSON_GetArrayItem(content, k), t->field, &t->bytes,
+                                 &t->n, e);
+            if (t->kind < 0)
+                goto done;
+            if (t->kind == 0)
+                continue;
+            n_parts++;
+            /* Every part is held until all are measured: bound their sum. */
+            total += t->n;
+            if (total > p->p.max_request_media_bytes) {
+                api_error_set(e, 413, t->field, "'%s': the images and videos of one request may "
+                              "total %zu bytes; this one has more (max_request_media_bytes)",
+                              t->field, p->p.max_request_media_bytes);
+                goto done;
+            }
+            if (measure_part(p, t, &n_images, &n_rows, e) < 0)
+                goto done;
+            if (n_images > p->p.max_images) {
+                api_error_set(e, 400, t->field, "more than %d images or video frames in one "
+                              "request (--max-images)", p->p.max_images);
+                goto done;
+            }
+        }
+        i++;
+    }
+    if (check_budget(n_images, n_rows, n_ctx, g, e) < 0)
+        goto done;
+    // second pass: decode and encode each, replace it by its markers
+    const char *marker = vision_image_marker(p->vm);
+    for (int q = 0; q < n_parts; q++) {
+        struct take_part *t = &parts[q];
+        char err[256];
+        if (cancelled && cancelled(user)) {
+            api_error_set(e, 499, NULL, "the client left");
+            goto done;
+        }
+        if (im->n == p->p.max_images) {
+            api_error_set(e, 400, t->field, "more than %d images or video frames in one request "
+                          "(--max-images)", p->p.max_images);
+            goto done;
+        }
+        int r, n_markers = 1;
+        if (t->kind == 2) { /* a video: one marker per frame, a line each */
+            int before = im->n;
+            r = take_video(p, t->bytes, t->n, t->field, im, &n_markers, e);
+            if (r == 0 && before + n_markers > p->p.max_images)
+                r = api_error_set(e, 400, t->field, "more than %d images or video frames in one "
+                                  "request (--max-images)", p->p.max_images);
+        } else {
+            struct media_image_params ip = image_params(p);
+            pthread_mutex_lock(&p->enc_lock);
+            r = vision_encode_bytes(p->vc, p->cache, t->bytes, t->n, &ip, &im->e[im->n], NULL,
+                                    err, sizeof err);
+            pthread_mutex_unlock(&p->enc_lock);
+            if (r < 0)
+                api_error_set(e, media_status(r), t->field, "'%s': %s", t->field, err);
+            else
+                im->n++;
+        }
+        free(t->bytes);
+        t->bytes = NULL;
+        if (r < 0)
+            goto done;
+        if (replace_with_markers(t->content, t->k, marker, n_markers) < 0) {
+            api_error_set(e, 500, NULL, "out of memory");
+            goto done;
+        }
+    }
+    rc = n_parts;
+done:
+    parts_free(parts, n_parts);
+    return rc;
 }
 
 // ---- the worker pool --------------------------------------------------------------
@@ -317,10 +496,9 @@ static void job_free(struct api_images_job *j)
 static void job_run(struct api_images_pool *p, struct api_images_job *j)
 {
     struct api_error e;
-    struct api_images im = { 0 };
-    im.e = calloc((size_t)p->p.max_images, sizeof *im.e);
-    int rc = !im.e ? api_error_set(&e, 500, NULL, "out of memory")
-                   : take_images(p, j, j->root, &im, &e);
+    struct api_images im;
+    const struct api_model *m = api_model(j->c->api);
+    int rc = api_images_take(p, j->root, m ? m->n_ctx : 0, &j->g, job_cancelled, j, &im, &e);
     if (rc >= 0)
         rc = j->then(j->c, NULL, j->root, &j->g, &im, &e);
     if (rc < 0)
@@ -424,7 +602,7 @@ int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_re
 {
     if (!p)
         return 0;
-    int n = take_images(p, NULL, *root, NULL, e);
+    int n = count_parts(p, *root, e);
     if (n <= 0)
         return n;
     if (n > p->p.max_images)

@@ -2,7 +2,9 @@
  * "image_url" / "input_image" / "video_url" parts and Anthropic "image"
  * blocks (base64 sources) are read (data: URLs; http(s) through
  * download_fetch with size/time limits and no private addresses unless
- * allowed; file:// under --media-root only), decoded, encoded by the vision
+ * allowed; file:// under --media-root only), measured from their headers
+ * (a request whose images pass --max-images or cannot fit the context is
+ * refused before any pixel is decoded), decoded, encoded by the vision
  * model (through its embedding cache) on a small worker pool, and replaced
  * by the model's image marker, so the chat template renders the prompt as
  * text; then the prompt becomes engine segments with the embeddings at the
@@ -50,7 +52,9 @@ struct api_images_params {
     double max_video_seconds;  /* longer clips fail (default 3600: --max-video-seconds) */
     const char *media_root;    /* file:// URLs resolve inside it; NULL: refused (--media-root) */
     bool allow_private_urls;   /* http(s) to loopback/private addresses (--allow-private-urls) */
-    size_t max_url_bytes;      /* fetched or read bytes per URL (default 64 MiB) */
+    size_t max_url_bytes;      /* fetched or read bytes per URL (default 64 MiB) -> 413 */
+    size_t max_request_media_bytes; /* all image and video bytes of one request, held
+                                  together while they are measured (default 256 MiB) -> 413 */
     long url_timeout_s;        /* per fetch (default 30) */
     int n_workers;             /* default 2: one can fetch while another encodes */
 };
@@ -89,6 +93,21 @@ typedef int (*api_images_then_fn)(struct api_call *c, struct ws_req *r, struct c
 int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_req *r,
                      struct cJSON **root, struct apireq_gen *g, api_images_then_fn then,
                      struct api_error *e);
+/* The worker's part of api_images_defer (exposed for tests): read every
+ * image part of req (cancelled(user), when not NULL, is polled between
+ * parts and during fetches) and measure each from its headers - pixel and
+ * duration limits, the frames a clip gives, the prompt rows each takes
+ * (vision_image_tokens) - so that a request is refused before any pixel is
+ * decoded when its images and frames pass max_images, or need more than
+ * n_ctx positions with g's completion (400 context_length_exceeded;
+ * n_ctx <= 0: not checked); then decode and encode them into im (im->e
+ * allocated here; free with api_images_free whatever the result) and
+ * replace each part in req by its markers. The number of parts, or -1
+ * with e (400, 413 past a byte limit, 499 when cancelled, 500). */
+int api_images_take(struct api_images_pool *p, struct cJSON *req, int n_ctx,
+                    const struct apireq_gen *g, int (*cancelled)(void *user), void *user,
+                    struct api_images *im, struct api_error *e);
+
 /* rq's token prompt -> segments over cr's rendered prompt with the images;
  * checks the context with the image rows counted. */
 int api_images_attach(struct api_images_pool *p, const struct api_model *m,
