@@ -60,7 +60,7 @@ static bool audio_abort_cb(void *user) { return atomic_load(&((struct audio_job 
 static void audio_fail(struct audio_job *j, int status, const char *msg)
 {
     struct api_error e;
-    api_error_set(&e, status, status == 400 ? "file" : NULL, "%s", msg);
+    api_error_set(&e, status, status == 400 || status == 413 ? "file" : NULL, "%s", msg);
     size_t len = 0;
     char *body = api_error_json(API_OPENAI, &e, &len);
     if (j->stream) {
@@ -261,9 +261,14 @@ static void audio_run(struct whisper_state *ws, void *user)
     ap.sample_rate_hz = WHISPER_SAMPLE_RATE_HZ;
     int rc = media_audio_decode_memory(j->file->data, j->file->len, &ap, &pcm, &n, err, sizeof err);
     if (rc < 0) {
+        /* The file's own problems (format, sample rate, duration) are 400s;
+         * too many bytes is 413, as the request body limit is. */
+        int status = rc == OMNI_ERR_NOMEM                                     ? 500
+                     : rc == OMNI_ERR_LIMIT && j->file->len > ap.max_input_bytes ? 413
+                                                                              : 400;
         char msg[600];
         snprintf(msg, sizeof msg, "cannot decode the audio file: %s", err);
-        audio_fail(j, 400, msg);
+        audio_fail(j, status, msg);
         goto done;
     }
     const float *in = pcm;
