@@ -5,6 +5,7 @@
 #   make run        setup, build, start omniserve
 #   make asan       build with -fsanitize=address,undefined and run the unit tests
 #   make bench      speed benchmarks (machine-readable, with baseline ratios)
+#   make fuzz       libFuzzer targets under build-fuzz, FUZZ_SECONDS each (tests/fuzz)
 #   make samples    build/samples/*: programs on the library (mic_transcribe, portaudio)
 # Variables: DEBUG=1, SAN=address, CC, EXTRA_CFLAGS.
 
@@ -15,7 +16,8 @@ PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample li
 APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
-	zlib1g-dev python3 python3-numpy python3-jinja2 libcurl4-openssl-dev
+	zlib1g-dev python3 python3-numpy python3-jinja2 libcurl4-openssl-dev \
+	clang libclang-rt-14-dev
 
 OPT     := $(if $(DEBUG),-O0,-O2)
 CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
@@ -79,6 +81,7 @@ test: setup
 	$(MAKE) tool-test
 	$(MAKE) unit-test
 	$(MAKE) client-test
+	$(MAKE) fuzz-smoke
 
 # The HTTP server driven by the official openai / @anthropic-ai/sdk npm
 # packages (tests/clients, lockfile committed); skips without a model.
@@ -105,7 +108,7 @@ bench: all
 	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve BENCH_DIR=$(BUILD)/bench sh tools/bench_suite.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 # ---- golden model fixtures (tests/test_model.c) ---------------------------
 # Each tiny Hugging Face checkpoint in tests/fixtures/golden/<model>/ (made by
@@ -154,6 +157,61 @@ $(BUILD)/fixtures/vision-%-mmproj-f32.gguf: tests/fixtures/vision/%/config.json 
 	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f32 \
 		--lm $(BUILD)/fixtures/vision-$*-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+
+# ---- fuzzing (tests/fuzz, libFuzzer) -----------------------------------------
+# make fuzz [FUZZ_SECONDS=N] [FUZZ_TARGETS="fuzz_gguf fuzz_grammar"]: every
+# tests/fuzz/fuzz_*.c built with clang, libFuzzer, ASan and UBSan under
+# build-fuzz/, then run N seconds each on build-fuzz/corpus/<target> (seeded
+# from tests/fuzz/corpus/<target>); executions and findings are printed and
+# a finding fails the run (tests/fuzz/run.sh). make fuzz-smoke: the CI run, a
+# fresh copy of each committed corpus replayed and fuzzed for a few seconds.
+FUZZ_BUILD    := build-fuzz
+FUZZ_CC       ?= clang
+FUZZ_GCC      ?= gcc
+FUZZ_SECONDS  ?= 10
+FUZZ_SMOKE_SECONDS ?= 3
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BASE     := -std=gnu11 -O1 -g -march=native -pthread -I. -fno-strict-aliasing -ffp-contract=off \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+FUZZ_CFLAGS   := $(FUZZ_BASE) -Wall -Wextra -Wno-unknown-pragmas -Wno-missing-field-initializers \
+	-fsanitize=fuzzer-no-link $(FUZZ_SAN)
+# clang 14 has no _Float16 on x86 and ignores `#pragma GCC target`: files that
+# use either are built by gcc, with the same sanitizers but no coverage.
+FUZZ_GCC_SRCS := $(shell grep -l -e _Float16 -e 'pragma GCC target' $(LIB_SRCS) 2>/dev/null)
+FUZZ_GCC_CFLAGS := $(FUZZ_BASE) -Wall -Wextra -Wno-psabi $(FUZZ_SAN)
+# No commands, server, engine or speech workers: no target enters through
+# them, and the API targets bring stand-ins for them (tests/fuzz/fz_api.c).
+FUZZ_LIB_SRCS := $(filter-out src/cli/% src/engine/% src/stt/% ws/ws_http.c ws/ws_socket.c,$(LIB_SRCS))
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_TARGETS  ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(patsubst %.c,$(FUZZ_BUILD)/%.d,$(wildcard tests/fuzz/*.c))
+
+.PHONY: fuzz fuzz-build fuzz-smoke
+fuzz-build: $(FUZZ_BINS)
+fuzz: fuzz-build
+	sh tests/fuzz/run.sh --seconds $(FUZZ_SECONDS) $(FUZZ_BINS)
+fuzz-smoke: fuzz-build
+	sh tests/fuzz/run.sh --smoke --seconds $(FUZZ_SMOKE_SECONDS) $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/.flags: FORCE
+	@mkdir -p $(FUZZ_BUILD)
+	@echo '$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_GCC) $(FUZZ_GCC_CFLAGS) $(LDLIBS)' | cmp -s - $@ || \
+		echo '$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_GCC) $(FUZZ_GCC_CFLAGS) $(LDLIBS)' > $@
+$(FUZZ_BUILD)/%.o: %.c $(FUZZ_BUILD)/.flags
+	@mkdir -p $(dir $@)
+	$(if $(filter $<,$(FUZZ_GCC_SRCS)),$(FUZZ_GCC) $(FUZZ_GCC_CFLAGS),$(FUZZ_CC) $(FUZZ_CFLAGS)) -MMD -MP -c $< -o $@
+$(FUZZ_BUILD)/libomni.a: $(FUZZ_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+# The API targets link fz_api.o's stand-ins for transport, engine, model and
+# speech ahead of the library, so those members are never pulled from it.
+$(FUZZ_BUILD)/fuzz_api_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_api_%.o $(FUZZ_BUILD)/tests/fuzz/fz_api.o \
+		$(FUZZ_BUILD)/tests/fuzz/fz_util.o $(FUZZ_BUILD)/libomni.a
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/tests/fuzz/fz_util.o \
+		$(FUZZ_BUILD)/libomni.a
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
 # ---- samples ----------------------------------------------------------------
 # samples/mic_transcribe.c: the realtime WebSocket client with the microphone;

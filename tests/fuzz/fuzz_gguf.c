@@ -1,18 +1,17 @@
 /* fuzz_gguf.c - libFuzzer target for the GGUF reader (gguf_open_memory).
- *
- *   clang -g -O1 -march=native -fsanitize=fuzzer,address,undefined -std=gnu11 -I. \
- *       tests/fuzz/fuzz_gguf.c src/core/gguf.c src/core/tensor.c src/core/omni.c \
- *       -o build/fuzz_gguf -lm -pthread
- *   build/fuzz_gguf -max_len=4096 -max_total_time=60
+ * Built and run by `make fuzz` (tests/fuzz/run.sh); one input by hand:
+ *   build-fuzz/fuzz_gguf CRASH_FILE
  *
  * A file that opens must be fully readable through the public API: every key,
- * every string-array element and the last byte of every tensor are touched. */
+ * every string-array element and the last byte of every tensor are touched.
+ *
+ * Input: a whole GGUF file. */
+#include "tests/fuzz/fz_util.h"
+
 #include "src/core/gguf.h"
 
 #include <stdint.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
