@@ -152,6 +152,7 @@ static void serve_usage(FILE *f)
             "  --max-images N             images + video frames per request (default 64)\n"
             "  --max-image-pixels N       pixels per image or frame (default 50000000)\n"
             "  --max-video-seconds S      longer clips are refused (default 3600)\n"
+            "  --max-request-media BYTES  image and video bytes of one request, K/M/G (default 256M) -> 413\n"
             "  --media-root DIR           file:// URLs are read from inside DIR (default: refused)\n"
             "  --allow-private-urls       http(s) URLs may reach loopback/private addresses\n"
             "engine:\n"
@@ -300,10 +301,13 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--max-video-seconds")) {
             rc = cli_double("serve", a, v, 0.001, 1e7, &d);
             o->ip.max_video_seconds = d;
-        } else if (!strcmp(a, "--media-root"))
-            o->ip.media_root = v; else if (!strcmp(a, "--prefix-cache-dir"))
+        } else if (!strcmp(a, "--max-request-media")) {
+            rc = cli_size("serve", a, v, 1, &o->ip.max_request_media_bytes);
+        } else if (!strcmp(a, "--media-root")) {
+            o->ip.media_root = v;
+        } else if (!strcmp(a, "--prefix-cache-dir")) {
             o->ep.prefix_cache_dir = v;
-        else {
+        } else {
             fprintf(stderr, "serve: unknown option '%s'\n", a);
             return 2;
         }
