@@ -448,3 +448,128 @@ TEST(template_hostile_limits)
     CHECK_STR_CONTAINS(err, "nested too deeply");
     CHECK_MSG(omni_time_s() - t0 < 20, "limits took %.1f s", omni_time_s() - t0);
 }
+
+// ---- bounded recursion -----------------------------------------------------------------
+
+/* prefix + n copies of unit + middle + n copies of close + suffix (malloc'd). */
+static char *repeat_src(const char *prefix, const char *unit, const char *middle, const char *close,
+                        const char *suffix, size_t n)
+{
+    const size_t lu = strlen(unit), lc = strlen(close);
+    char *s = malloc(strlen(prefix) + n * (lu + lc) + strlen(middle) + strlen(suffix) + 1);
+    if (!s)
+        return NULL;
+    char *p = stpcpy(s, prefix);
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, unit);
+    p = stpcpy(p, middle);
+    for (size_t i = 0; i < n; i++)
+        p = stpcpy(p, close);
+    stpcpy(p, suffix);
+    return s;
+}
+
+/* 100,000-deep nesting of every recursive construct, and 100,000-long chains
+ * of the left-associative ones (which the parser builds in loops but the
+ * evaluator walks recursively): a parse error naming the nesting, never a
+ * stack overflow. */
+TEST(template_deep_nesting_is_a_parse_error)
+{
+    static const struct { const char *prefix, *unit, *middle, *close, *suffix; } shapes[] = {
+        { "{{ ", "(", "1", ")", " }}" },
+        { "{{ ", "[", "1", "]", " }}" },
+        { "{{ ", "{'a': ", "1", "}", " }}" },
+        { "{{ ", "not ", "x", "", " }}" },
+        { "{{ ", "-", "1", "", " }}" },
+        { "{{ ", "f(", "1", ")", " }}" },
+        { "{{ ", "1 if x else ", "2", "", " }}" },
+        { "", "{% if x %}", "y", "{% endif %}", "" },
+        { "", "{% for x in y %}", "z", "{% endfor %}", "" },
+        { "", "{% macro m() %}", "z", "{% endmacro %}", "" },
+        { "", "{% set x %}", "z", "{% endset %}", "" },
+        { "", "{% if x %}{% else %}", "y", "{% endif %}", "" },
+        { "{{ x", ".a", "", "", " }}" },
+        { "{{ x", "[0]", "", "", " }}" },
+        { "{{ x", "(1)", "", "", " }}" },
+        { "{{ x", "|lower", "", "", " }}" },
+        { "{{ x", " is string", "", "", " }}" },
+        { "{{ 1", " + 1", "", "", " }}" },
+        { "{{ 1", " * 1", "", "", " }}" },
+        { "{{ 1", " ~ 1", "", "", " }}" },
+        { "{{ 1", " ** 1", "", "", " }}" },
+        { "{{ 1", " < 1", "", "", " }}" },
+        { "{{ x", " and x", "", "", " }}" },
+        { "{{ x", " or x", "", "", " }}" },
+        { "{{ x", " if x", "", "", " }}" },
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char *src = repeat_src(shapes[i].prefix, shapes[i].unit, shapes[i].middle, shapes[i].close,
+                               shapes[i].suffix, 100000);
+        CHECK(src);
+        char err[256] = "";
+        struct tpl *t = tpl_parse(src, strlen(src), err, sizeof err);
+        free(src);
+        tpl_free(t);
+        CHECK_MSG(!t, "shape %zu (%s) parsed", i, shapes[i].unit);
+        CHECK_MSG(strstr(err, "nested too deeply"), "shape %zu (%s): %s", i, shapes[i].unit, err);
+    }
+    /* 150 levels is an ordinary template */
+    char *src = repeat_src("{{ ", "(", "1 + 1", ")", " }}", 60);
+    CHECK(src);
+    CHECK_STR_EQ(r(src), "2");
+    free(src);
+    src = repeat_src("", "{% if true %}", "y", "{% endif %}", "", 60);
+    CHECK(src);
+    CHECK_STR_EQ(r(src), "y");
+    free(src);
+}
+
+/* Rendering recursion is bounded as a whole: macros calling macros through
+ * deep expressions, deep values compared or printed, deep JSON input. */
+TEST(template_render_recursion_is_bounded)
+{
+    /* each call 70 lists deep, calls nested as deep as max_depth allows:
+     * 64 x 70 levels would take 9 MB of stack with AddressSanitizer */
+    char *body = repeat_src("{% macro f(n) %}{% if n < 64 %}{{ ", "[", "f(n + 1)", "]",
+                            " }}{% endif %}{% endmacro %}{{ f(0) }}", 70);
+    CHECK(body);
+    char err[256];
+    int code = 0;
+    char *out = render(body, "[]", NULL, err, sizeof err, &code);
+    free(body);
+    free(out);
+    CHECK_MSG(code == OMNI_ERR_LIMIT, "rc %d: %s", code, err);
+    CHECK_STR_CONTAINS(err, "nested deeper than 1000 levels while rendering");
+
+    /* a list nested 100,000 deep, built in a loop */
+    static const char *const uses[] = {
+        "{{ ns.l == ns.l }}", "{{ ns.l != [ns.l] }}", "{{ ns.l < ns.l }}", "{{ ns.l | string | length }}",
+        "{{ ns.l | tojson | length }}", "{{ [ns.l, ns.l] | unique | list | length }}",
+        "{{ ns.l in [ns.l] }}", "{{ [ns.l, [ns.l]] | sort | length }}",
+    };
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++) {
+        char src[512];
+        snprintf(src, sizeof src, "{%% set ns = namespace(l=[]) %%}{%% for i in range(100000) %%}"
+                 "{%% set ns.l = [ns.l] %%}{%% endfor %%}%s", uses[i]);
+        struct tpl *t = tpl_parse(src, strlen(src), err, sizeof err);
+        CHECK_MSG(t, "%s", err);
+        out = NULL;
+        int rc = tpl_render_chat(t, "[]", NULL, NULL, false, &out, NULL, err, sizeof err);
+        tpl_free(t);
+        CHECK_MSG(rc == 0 || rc == OMNI_ERR_LIMIT || rc == OMNI_ERR_ARG, "use %zu: rc %d (%s)", i, rc, err);
+        free(out);
+    }
+
+    /* JSON input: cJSON stops at 1,000 levels; 999 render */
+    for (int depth = 999; depth <= 1001; depth += 2) {
+        char *msgs = repeat_src("[", "[", "1", "]", "]", (size_t)depth - 1);
+        CHECK(msgs);
+        out = render("{{ messages | length }}", msgs, NULL, err, sizeof err, &code);
+        free(msgs);
+        if (depth < 1000)
+            CHECK_MSG(out && !strcmp(out, "1"), "%s", out ? out : err);
+        else
+            CHECK_MSG(!out && code == OMNI_ERR_ARG, "depth %d: rc %d", depth, code);
+        free(out);
+    }
+}

@@ -574,7 +574,32 @@ int tpl_call(struct tpl_ctx *c, struct tpl_val fn, const struct tpl_args *a, str
     }
 }
 
+static int eval_node(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s, struct tpl_val *out);
+
+/* eval and exec_stmt recurse for every level of the tree and every macro
+ * call: one budget for them together bounds the C stack of a render (the
+ * parser's limit alone allows TPL_MAX_PARSE_DEPTH levels per macro level). */
+static int recursion_enter(struct tpl_ctx *c)
+{
+    if (++c->recursion > c->lim.max_recursion) {
+        c->recursion--;
+        return tpl_error(c, OMNI_ERR_LIMIT, "expressions, blocks and macro calls nested deeper than "
+                         "%d levels while rendering", c->lim.max_recursion);
+    }
+    return 0;
+}
+
 static int eval(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s, struct tpl_val *out)
+{
+    int rc = recursion_enter(c);
+    if (rc)
+        return rc;
+    rc = eval_node(c, n, s, out);
+    c->recursion--;
+    return rc;
+}
+
+static int eval_node(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s, struct tpl_val *out)
 {
     struct tpl_val a, b;
     int rc = 0;
@@ -790,7 +815,19 @@ static int exec_for(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scop
     return 0;
 }
 
+static int exec_stmt_node(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s);
+
 static int exec_stmt(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s)
+{
+    int rc = recursion_enter(c);
+    if (rc)
+        return rc;
+    rc = exec_stmt_node(c, n, s);
+    c->recursion--;
+    return rc;
+}
+
+static int exec_stmt_node(struct tpl_ctx *c, const struct tpl_node *n, struct tpl_scope *s)
 {
     struct tpl_val v;
     int rc;

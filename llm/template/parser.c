@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PARSE_MAX_DEPTH 200
 
 struct parser {
     struct tpl *t;
@@ -130,10 +129,25 @@ static struct tpl_node *parse_unary(struct parser *p, bool with_filter);
 
 static bool enter(struct parser *p)
 {
-    if (++p->depth > PARSE_MAX_DEPTH) {
-        fail_at(p, cur(p)->pos, "%s", "expression or blocks nested too deeply");
+    if (++p->depth > TPL_MAX_PARSE_DEPTH) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "expression or blocks nested too deeply (more than %d levels)",
+                 TPL_MAX_PARSE_DEPTH);
+        fail_at(p, cur(p)->pos, "%s", msg);
         return false;
     }
+    return true;
+}
+
+/* One more link of a left-associative chain (a.b.c, x|f|g, 1 + 2 + 3, a and
+ * b and c): built in a loop here but a level deeper for the evaluator, which
+ * walks the tree recursively, so each link counts as nesting. The caller
+ * gives the links back (p->depth -= links) when the chain ends. */
+static bool chain_link(struct parser *p, int *links)
+{
+    if (!enter(p))
+        return false;
+    (*links)++;
     return true;
 }
 
@@ -261,8 +275,11 @@ static struct tpl_node *parse_primary(struct parser *p)
 /* x.name, x.0, x[i], x[a:b:c], x(args) */
 static struct tpl_node *parse_postfix(struct parser *p, struct tpl_node *n)
 {
+    int links = 0;
     while (n && !p->rc) {
         const struct tpl_token *t = cur(p);
+        if ((is_op(p, ".") || is_op(p, "[") || is_op(p, "(")) && !chain_link(p, &links))
+            return NULL;
         if (is_op(p, ".")) {
             adv(p);
             if (cur(p)->type == T_NAME) {
@@ -325,6 +342,7 @@ static struct tpl_node *parse_postfix(struct parser *p, struct tpl_node *n)
         } else
             break;
     }
+    p->depth -= links;
     return n;
 }
 
@@ -340,8 +358,11 @@ static const char *dotted_name(struct parser *p)
 /* |filter(args) and "is [not] test args" chains. */
 static struct tpl_node *parse_filters(struct parser *p, struct tpl_node *n)
 {
+    int links = 0;
     while (n && !p->rc) {
         const struct tpl_token *t = cur(p);
+        if ((is_op(p, "|") || is_name(p, "is")) && !chain_link(p, &links))
+            return NULL;
         if (is_op(p, "|")) {
             adv(p);
             struct tpl_node *f = node(p, E_FILTER, t->pos);
@@ -384,6 +405,7 @@ static struct tpl_node *parse_filters(struct parser *p, struct tpl_node *n)
         } else
             break;
     }
+    p->depth -= links;
     return n;
 }
 
@@ -425,56 +447,75 @@ static struct tpl_node *binary(struct parser *p, int op, uint32_t pos, struct tp
 static struct tpl_node *parse_pow(struct parser *p)
 {
     struct tpl_node *n = parse_unary(p, true);
+    int links = 0;
     while (n && is_op(p, "**")) {
         uint32_t pos = cur(p)->pos;
+        if (!chain_link(p, &links))
+            return NULL;
         adv(p);
         n = binary(p, OP_POW, pos, n, parse_unary(p, true));
     }
+    p->depth -= links;
     return n;
 }
 
 static struct tpl_node *parse_math2(struct parser *p)
 {
     struct tpl_node *n = parse_pow(p);
+    int links = 0;
     for (;;) {
         int op = is_op(p, "*") ? OP_MUL : is_op(p, "/") ? OP_DIV : is_op(p, "//") ? OP_FLOORDIV
                  : is_op(p, "%") ? OP_MOD : -1;
         if (!n || op < 0)
-            return n;
+            break;
         uint32_t pos = cur(p)->pos;
+        if (!chain_link(p, &links))
+            return NULL;
         adv(p);
         n = binary(p, op, pos, n, parse_pow(p));
     }
+    p->depth -= links;
+    return n;
 }
 
 static struct tpl_node *parse_concat(struct parser *p)
 {
     struct tpl_node *n = parse_math2(p);
+    int links = 0;
     while (n && is_op(p, "~")) {
         uint32_t pos = cur(p)->pos;
+        if (!chain_link(p, &links))
+            return NULL;
         adv(p);
         n = binary(p, OP_CONCAT, pos, n, parse_math2(p));
     }
+    p->depth -= links;
     return n;
 }
 
 static struct tpl_node *parse_math1(struct parser *p)
 {
     struct tpl_node *n = parse_concat(p);
+    int links = 0;
     for (;;) {
         int op = is_op(p, "+") ? OP_ADD : is_op(p, "-") ? OP_SUB : -1;
         if (!n || op < 0)
-            return n;
+            break;
         uint32_t pos = cur(p)->pos;
+        if (!chain_link(p, &links))
+            return NULL;
         adv(p);
         n = binary(p, op, pos, n, parse_concat(p));
     }
+    p->depth -= links;
+    return n;
 }
 
 /* a < b < c is (a < b) and (b < c), as in Python. */
 static struct tpl_node *parse_compare(struct parser *p)
 {
     struct tpl_node *n = parse_math1(p), *prev = n, *result = NULL;
+    int links = 0;
     for (;;) {
         uint32_t pos = cur(p)->pos;
         int op = is_op(p, "==") ? OP_EQ : is_op(p, "!=") ? OP_NE : is_op(p, "<") ? OP_LT
@@ -485,7 +526,9 @@ static struct tpl_node *parse_compare(struct parser *p)
             adv(p);
         }
         if (!prev || op < 0)
-            return result ? result : n;
+            break;
+        if (!chain_link(p, &links))
+            return NULL;
         adv(p);
         struct tpl_node *rhs = parse_math1(p);
         struct tpl_node *cmp = binary(p, op, pos, prev, rhs);
@@ -502,6 +545,8 @@ static struct tpl_node *parse_compare(struct parser *p)
             result = cmp;
         prev = rhs;
     }
+    p->depth -= links;
+    return result ? result : n;
 }
 
 static struct tpl_node *parse_not(struct parser *p)
@@ -522,7 +567,10 @@ static struct tpl_node *parse_not(struct parser *p)
 static struct tpl_node *parse_and(struct parser *p)
 {
     struct tpl_node *n = parse_not(p);
+    int links = 0;
     while (n && is_name(p, "and")) {
+        if (!chain_link(p, &links))
+            return NULL;
         struct tpl_node *a = node(p, E_AND, cur(p)->pos);
         adv(p);
         if (!a || !(a->b = parse_not(p)))
@@ -530,13 +578,17 @@ static struct tpl_node *parse_and(struct parser *p)
         a->a = n;
         n = a;
     }
+    p->depth -= links;
     return n;
 }
 
 static struct tpl_node *parse_or(struct parser *p)
 {
     struct tpl_node *n = parse_and(p);
+    int links = 0;
     while (n && is_name(p, "or")) {
+        if (!chain_link(p, &links))
+            return NULL;
         struct tpl_node *a = node(p, E_OR, cur(p)->pos);
         adv(p);
         if (!a || !(a->b = parse_and(p)))
@@ -544,6 +596,7 @@ static struct tpl_node *parse_or(struct parser *p)
         a->a = n;
         n = a;
     }
+    p->depth -= links;
     return n;
 }
 
@@ -553,7 +606,10 @@ static struct tpl_node *parse_expr(struct parser *p, bool with_cond)
     if (!enter(p))
         return NULL;
     struct tpl_node *n = parse_or(p);
+    int links = 0;
     while (with_cond && n && is_name(p, "if")) {
+        if (!chain_link(p, &links))
+            return NULL;
         struct tpl_node *c = node(p, E_COND, cur(p)->pos);
         adv(p);
         if (!c || !(c->a = parse_or(p)))
@@ -566,7 +622,7 @@ static struct tpl_node *parse_expr(struct parser *p, bool with_cond)
         }
         n = c;
     }
-    p->depth--;
+    p->depth -= links + 1;
     return n;
 }
 

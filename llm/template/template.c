@@ -19,6 +19,7 @@ struct tpl_limits tpl_default_limits(void)
         .max_memory_bytes = 256u << 20,
         .max_loop_iterations = 1000000,
         .max_depth = 64,
+        .max_recursion = 1000,
     };
 }
 
@@ -67,6 +68,8 @@ int tpl_render_chat_limits(const struct tpl *t, const char *messages_json, const
                          .err = err, .errlen = errlen };
     if (c.lim.max_depth <= 0)
         c.lim.max_depth = 1;
+    if (c.lim.max_recursion <= 0) /* a limits struct from before the field existed */
+        c.lim.max_recursion = tpl_default_limits().max_recursion;
     c.arena.max_bytes = c.lim.max_memory_bytes;
     buf.max = c.lim.max_output_bytes;
     struct tpl_dict vars = { 0 };

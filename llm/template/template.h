@@ -13,8 +13,9 @@
  *   tpl_free(t);
  *
  * Bad or hostile templates never crash or hang: syntax errors name line and
- * column, and a render stops with OMNI_ERR_LIMIT past the output, memory,
- * loop-iteration or nesting limits.
+ * column, nesting past TPL_MAX_PARSE_DEPTH is a syntax error, and a render
+ * stops with OMNI_ERR_LIMIT past the output, memory, loop-iteration or
+ * nesting limits. Parser and evaluator recurse, so these bound their stack.
  * Thread safety: a parsed struct tpl is immutable; any number of threads may
  * render it at once (each render has its own state). */
 #ifndef OMNI_TEMPLATE_H
@@ -28,11 +29,19 @@ struct tpl;
 struct gguf;
 struct tokenizer;
 
+/* Blocks and expression levels nested in the source, chains such as a.b.c,
+ * x|f|g or 1 + 2 + 3 counting one level per link: deeper is a syntax error. */
+#define TPL_MAX_PARSE_DEPTH 200
+
 struct tpl_limits {
-    size_t max_output_bytes;      /* rendered text, and any one string built on the way */
-    size_t max_memory_bytes;      /* values made during one render */
-    uint64_t max_loop_iterations; /* all for-loop iterations of one render */
-    int max_depth;                /* nested macro calls / expression nesting */
+    size_t max_output_bytes;      /* rendered text, and any one string built on the way: 16 MiB */
+    size_t max_memory_bytes;      /* values made during one render: 256 MiB */
+    uint64_t max_loop_iterations; /* all for-loop iterations of one render: 1000000 */
+    int max_depth;                /* nested macro calls; nested values printed, compared or
+                                     dumped as JSON: 64 */
+    int max_recursion;            /* evaluator levels on the stack at once (expressions and
+                                     blocks, across macro calls): 1000, about 0.5 MB of
+                                     stack (under 2 MB with AddressSanitizer); 0: the default */
 };
 struct tpl_limits tpl_default_limits(void);
 

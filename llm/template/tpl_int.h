@@ -182,7 +182,8 @@ struct tpl_ctx {
     struct tpl_sb *out;         /* where text goes now (macros capture their own) */
     struct tpl_limits lim;
     uint64_t iterations;
-    int depth;
+    int depth;                  /* macro calls, or levels of a value being walked */
+    int recursion;              /* eval and exec_stmt frames on the stack */
     uint32_t pos;               /* node being evaluated, for messages */
     char *err;
     size_t errlen;

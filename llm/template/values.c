@@ -236,7 +236,19 @@ bool tpl_truthy(struct tpl_val v)
 static bool is_num(struct tpl_val v) { return v.t == TV_INT || v.t == TV_FLOAT || v.t == TV_BOOL; }
 static double num_f(struct tpl_val v) { return v.t == TV_FLOAT ? v.f : v.t == TV_INT ? (double)v.i : v.b; }
 
+/* Containers deeper than this compare by identity: equality has no error
+ * path, and a loop can nest a list a million levels deep ({% set ns.l =
+ * [ns.l] %}), which recursing into would overflow the stack. */
+#define TPL_EQUAL_MAX_DEPTH 256
+
+static bool equal_at(struct tpl_val a, struct tpl_val b, int depth);
+
 bool tpl_equal(struct tpl_val a, struct tpl_val b)
+{
+    return equal_at(a, b, 0);
+}
+
+static bool equal_at(struct tpl_val a, struct tpl_val b, int depth)
 {
     if (is_num(a) && is_num(b)) {
         if (a.t != TV_FLOAT && b.t != TV_FLOAT)
@@ -249,18 +261,22 @@ bool tpl_equal(struct tpl_val a, struct tpl_val b)
     case TV_UNDEF: case TV_NONE: return true;
     case TV_STR: return a.s.n == b.s.n && !memcmp(a.s.p, b.s.p, a.s.n);
     case TV_LIST:
-        if (a.l->n != b.l->n || a.l->tuple != b.l->tuple)
+        if (a.l == b.l)
+            return true;
+        if (a.l->n != b.l->n || a.l->tuple != b.l->tuple || depth >= TPL_EQUAL_MAX_DEPTH)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!tpl_equal(a.l->v[i], b.l->v[i]))
+            if (!equal_at(a.l->v[i], b.l->v[i], depth + 1))
                 return false;
         return true;
     case TV_DICT:
-        if (a.d->n != b.d->n)
+        if (a.d == b.d)
+            return true;
+        if (a.d->n != b.d->n || depth >= TPL_EQUAL_MAX_DEPTH)
             return false;
         for (size_t i = 0; i < a.d->n; i++) {
             const struct tpl_val *o = tpl_dict_find(b.d, a.d->k[i]);
-            if (!o || !tpl_equal(a.d->v[i], *o))
+            if (!o || !equal_at(a.d->v[i], *o, depth + 1))
                 return false;
         }
         return true;
@@ -295,7 +311,11 @@ int tpl_compare(struct tpl_ctx *c, struct tpl_val a, struct tpl_val b, int *r)
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (tpl_equal(a.l->v[i], b.l->v[i]))
                 continue;
-            return tpl_compare(c, a.l->v[i], b.l->v[i], r);
+            if (++c->depth > c->lim.max_depth)
+                return tpl_error(c, OMNI_ERR_LIMIT, "values nested deeper than %d", c->lim.max_depth);
+            int rc = tpl_compare(c, a.l->v[i], b.l->v[i], r);
+            c->depth--;
+            return rc;
         }
         *r = (a.l->n > b.l->n) - (a.l->n < b.l->n);
         return 0;
@@ -767,8 +787,14 @@ static void json_scan_numbers(const char *s, bool *is_float, size_t *n)
     *n = k;
 }
 
-static int from_cjson(struct tpl_ctx *c, const cJSON *j, struct json_kinds *nk, struct tpl_val *out)
+/* Recursive, so bounded: cJSON_Parse stops at CJSON_NESTING_LIMIT levels
+ * already (1000, about 130 KB of stack in cJSON itself); the same bound is
+ * checked here so that it does not rest on the library's build options. */
+static int from_cjson(struct tpl_ctx *c, const cJSON *j, struct json_kinds *nk, struct tpl_val *out,
+                      int depth)
 {
+    if (depth > CJSON_NESTING_LIMIT)
+        return tpl_error(c, OMNI_ERR_LIMIT, "JSON nested deeper than %d levels", CJSON_NESTING_LIMIT);
     if (cJSON_IsNull(j))
         *out = tpl_none();
     else if (cJSON_IsBool(j))
@@ -789,7 +815,7 @@ static int from_cjson(struct tpl_ctx *c, const cJSON *j, struct json_kinds *nk, 
             return TPL_NOMEM(c);
         size_t i = 0;
         for (const cJSON *e = j->child; e; e = e->next) {
-            int rc = from_cjson(c, e, nk, &l->v[i++]);
+            int rc = from_cjson(c, e, nk, &l->v[i++], depth + 1);
             if (rc)
                 return rc;
         }
@@ -802,7 +828,7 @@ static int from_cjson(struct tpl_ctx *c, const cJSON *j, struct json_kinds *nk, 
             struct tpl_val k, v;
             int rc = tpl_str_new(c, e->string, strlen(e->string), &k);
             if (!rc)
-                rc = from_cjson(c, e, nk, &v);
+                rc = from_cjson(c, e, nk, &v, depth + 1);
             if (!rc)
                 rc = tpl_dict_set(c, d, k, v);
             if (rc)
@@ -830,7 +856,7 @@ int tpl_from_json(struct tpl_ctx *c, const char *json, const char *what, struct 
         rc = TPL_NOMEM(c);
     else {
         json_scan_numbers(json, nk.is_float, &nk.n);
-        rc = from_cjson(c, j, &nk, out);
+        rc = from_cjson(c, j, &nk, out, 0);
     }
     cJSON_Delete(j);
     return rc;
