@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { startServer, testModel, modelSkip, root } from '../clients/server.mjs';
-import { prng, rssKiB, metrics, settle, streamRequest, checkStream, multipart, upload, wsConnect, wavPcm, sleep } from './lib.mjs';
+import { prng, stopServer, rssKiB, metrics, settle, streamRequest, checkStream, knownBug, parseSSE, multipart, upload, wsConnect, wavPcm, sleep } from './lib.mjs';
 
 const SCALE = Math.max(1, Number(process.env.LOAD_SCALE || 1));
 const SEED = Number(process.env.LOAD_SEED || 20240607);
@@ -52,7 +52,8 @@ before(async () => {
 });
 after(async () => {
   if (!srv) return;
-  const { code } = await srv.stop();
+  const { code, killed } = await stopServer(srv, 15000 * SLOW);
+  assert.ok(!killed, `no exit 15 s after SIGTERM:\n${srv.log().slice(-4000)}`);
   assert.equal(code, 0, srv.log().slice(-4000));
 });
 
@@ -138,8 +139,9 @@ async function runUpload(plan, wav) {
 }
 
 async function runSession(plan, pcm) {
+  const c = await wsConnect(srv.url, '/v1/realtime?intent=transcription', 10000 * SLOW).catch((e) => e);
+  if (c instanceof Error) return { kind: plan.kind, bad: [c.message] };
   const bad = [];
-  const c = await wsConnect(srv.url, '/v1/realtime?intent=transcription', 10000 * SLOW);
   const manual = plan.kind === 'drop-after-commit' || plan.kind === 'complete';
   const created = await c.next('transcription_session.created', 10000 * SLOW);
   if (!created) bad.push('no transcription_session.created');
@@ -253,8 +255,24 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
       `kv used ${m.omniserve_kv_blocks_used} of ${m.omniserve_kv_blocks_total} (cached ${m.omniserve_kv_blocks_cached}), ` +
       `preemptions ${m.omniserve_preemptions_total}, stt busy ${m.omniserve_stt_busy}, ` +
       `generated tokens ${m.omniserve_engine_generated_tokens_total}`);
+    if (knownBug.chatStreamDropsEmptyTokens) log(`known bug let pass: ${knownBug.chatStreamDropsEmptyTokens} <s> tokens missing from chat streams`);
     // the server still answers normally
     const h = await fetch(`${srv.url}/health`);
     assert.equal(h.status, 200);
     await h.arrayBuffer();
+  });
+
+// The known bug the stream checks let pass, pinned: with this seed the model
+// generates <s> at token 253; the non-streamed answer lists it in logprobs
+// (and counts it in usage), the stream leaves it out.
+test('chat stream logprobs equal the non-streamed ones (seeded <s>)',
+  { skip, todo: 'reported: a generated token without text is left out of chat streams' }, async () => {
+    const body = { model: 'x', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 300,
+      temperature: 0.8, seed: 3, logprobs: true };
+    const plain = await (await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json();
+    const r = await streamRequest(srv.url, { route: '/v1/chat/completions', body: { ...body, stream: true }, fault: 'none' });
+    const streamed = parseSSE(r.text).frames.filter((f) => f.data && f.data !== '[DONE]')
+      .flatMap((f) => JSON.parse(f.data).choices.flatMap((c) => c.logprobs?.content ?? []).map((t) => t.token));
+    assert.deepEqual(streamed, plain.choices[0].logprobs.content.map((t) => t.token));
   });

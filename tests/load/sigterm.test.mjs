@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { startServer, testModel, modelSkip, root } from '../clients/server.mjs';
-import { prng, streamRequest, checkStream, wsConnect, wavPcm, sleep } from './lib.mjs';
+import { prng, stopServer, streamRequest, checkStream, knownBug, wsConnect, wavPcm, sleep } from './lib.mjs';
 
 const SCALE = Math.max(1, Number(process.env.LOAD_SCALE || 1));
 const SEED = Number(process.env.LOAD_SEED || 20240607);
@@ -65,10 +65,18 @@ async function talkingSession(url) {
 }
 
 async function shutdownUnderLoad(t, { timeoutS, maxTokens, maxSeqs, expectCancelled }) {
-  const log = (s) => t.diagnostic(s);
   const args = ['--shutdown-timeout', String(timeoutS), '--max-seqs', String(maxSeqs)];
   if (speech) args.push('--stt-model', espeak, '--stt-threads', '1');
   const srv = await startServer(args);
+  try {
+    await underLoad(t, srv, { timeoutS, maxSeqs, maxTokens, expectCancelled });
+  } finally {
+    await stopServer(srv, 1000);   // only when the test failed before its SIGTERM
+  }
+}
+
+async function underLoad(t, srv, { timeoutS, maxTokens, maxSeqs, expectCancelled }) {
+  const log = (s) => t.diagnostic(s);
   const ps = plans(prng(SEED), maxTokens);
   const runs = ps.map((p) => streamRequest(srv.url, p, 60000));
   const rt = speech ? await talkingSession(srv.url) : null;
@@ -99,7 +107,8 @@ async function shutdownUnderLoad(t, { timeoutS, maxTokens, maxSeqs, expectCancel
   log(`--shutdown-timeout ${timeoutS}: SIGTERM with ${answered.filter(Boolean).length} of ${STREAMS} streams answered ` +
     `(${ps.filter((p) => p.progress.events >= 3).length} generating); exit ${exit ? `code ${exit.code} signal ${exit.signal}` : 'none'} ` +
     `${exitMs} ms later; finishes ${JSON.stringify(finishes)}, ${refused} refused with 503` +
-    (ws ? `; realtime socket ${ws.closed ? `closed (close frame ${ws.closeCode ?? 'none'})` : 'still open'}` : ''));
+    (ws ? `; realtime socket ${ws.closed ? `closed (close frame ${ws.closeCode ?? 'none'})` : 'still open'}` : '') +
+    (knownBug.chatStreamDropsEmptyTokens ? `; known bug let pass: ${knownBug.chatStreamDropsEmptyTokens} <s> tokens missing from chat streams` : ''));
   assert.deepEqual(problems, []);
   assert.ok(exit, `no exit ${timeoutS + 10} s after SIGTERM:\n${srv.log().slice(-3000)}`);
   assert.equal(exit.code, 0, srv.log().slice(-3000));
