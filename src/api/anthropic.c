@@ -363,12 +363,12 @@ static void anthropic_finish(struct api_call *c)
 {
     struct api_error e;
     if (c->error[0])
-        api_error_set(&e, 500, NULL, "%s", c->error);
+        api_error_set(&e, apireq_engine_error_status(c->error), NULL, "%s", c->error);
     if (!c->stream) {
         if (c->error[0]) {
             size_t len = 0;
             char *s = api_error_json(API_ANTHROPIC, &e, &len);
-            ws_out_start(c->out, 500, "application/json", false);
+            ws_out_start(c->out, e.status, "application/json", false);
             if (s)
                 ws_out_write(c->out, s, len);
             free(s);

@@ -6,6 +6,7 @@
 #include "llm/grammar/grammar.h"
 #include "llm/grammar/json_schema.h"
 #include "llm/tools/tools.h"
+#include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -435,16 +436,26 @@ bool apireq_content_type_ok(const char *content_type, enum apireq_body want)
 
 // ---- constrained output ---------------------------------------------------------
 
-/* Compile GBNF text into *out; a 400 on param when it does not parse. */
+/* Compile GBNF text into *out; a 400 on param when it does not parse or
+ * passes a limit of grammar_default_limits() (the message names it). */
 static int apireq_compile(char *gbnf, const char *param, struct grammar **out,
                           struct api_error *e)
 {
     if (!gbnf)
         return api_error_set(e, 500, NULL, "out of memory");
     char err[256];
-    *out = grammar_parse(gbnf, strlen(gbnf), err, sizeof err);
+    int code;
+    *out = grammar_parse_limits(gbnf, strlen(gbnf), NULL, err, sizeof err, &code);
     free(gbnf);
-    return *out ? 0 : api_error_set(e, 400, param, "'%s': %s", param, err);
+    return *out ? 0 : api_error_set(e, code == OMNI_ERR_NOMEM ? 500 : 400, param, "'%s': %s", param, err);
+}
+
+int apireq_engine_error_status(const char *error)
+{
+    /* the wording comes from grammar_matcher_error and the engine's sampling
+     * (seq_sample in src/engine/engine.c) */
+    return error && (strstr(error, "grammar: limit: ") || strstr(error, "every token is banned"))
+               ? 400 : 500;
 }
 
 int apireq_grammar(const cJSON *root, struct grammar **out, struct api_error *e)

@@ -97,6 +97,11 @@ int apireq_grammar(const struct cJSON *root, struct grammar **out, struct api_er
 int apireq_tool_grammar(const struct cJSON *root, const struct tools_wire *wire, bool parallel,
                         struct grammar **out, const char **trigger, struct api_error *e);
 
+/* The HTTP status for an engine's error event (engine_event.error): 400 when
+ * the request caused it - a limit of its grammar ("grammar: limit: ...") or
+ * "every token is banned" by its grammar or logit_bias - else 500. */
+int apireq_engine_error_status(const char *error);
+
 /* The API key check: "Authorization: Bearer KEY" or "x-api-key: KEY",
  * compared in constant time for a given key length. */
 bool apireq_key_ok(const char *authorization, const char *x_api_key, const char *key);

@@ -161,7 +161,7 @@ static void openai_stream_end(struct api_call *c, const char *object)
 {
     if (c->error[0]) {
         struct api_error e;
-        api_error_set(&e, 500, NULL, "%s", c->error);
+        api_error_set(&e, apireq_engine_error_status(c->error), NULL, "%s", c->error);
         size_t len = 0;
         char *s = api_error_json(API_OPENAI, &e, &len);
         if (s)
@@ -184,10 +184,10 @@ static bool openai_error_response(struct api_call *c)
     if (!c->error[0])
         return false;
     struct api_error e;
-    api_error_set(&e, 500, NULL, "%s", c->error);
+    api_error_set(&e, apireq_engine_error_status(c->error), NULL, "%s", c->error);
     size_t len = 0;
     char *s = api_error_json(API_OPENAI, &e, &len);
-    ws_out_start(c->out, 500, "application/json", false);
+    ws_out_start(c->out, e.status, "application/json", false);
     if (s)
         ws_out_write(c->out, s, len);
     free(s);

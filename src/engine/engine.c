@@ -20,6 +20,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -974,10 +975,33 @@ static void seq_lazy_check(struct emodel *em, struct seq *s, int32_t id)
     s->lazy_free = true;
 }
 
+/* Why no token could be sampled from raw (the model's logits). A grammar
+ * that allows no token of the vocabulary and a logit_bias that bans the rest
+ * are the request's doing: those messages say "every token is banned", which
+ * the API answers with 400 (apireq_engine_error_status); no finite logit
+ * from the model is ours. */
+static const char *seq_no_token_reason(const struct emodel *em, struct seq *s, const float *raw)
+{
+    const int32_t n = em->hp->n_vocab;
+    int32_t finite = 0;
+    while (finite < n && !(raw[finite] > -INFINITY))
+        finite++;
+    if (finite == n)
+        return "engine: the model gave no finite logit";
+    const uint32_t *mask = s->gm ? grammar_matcher_mask(s->gm) : NULL; /* cached: no new work */
+    const int32_t words = mask ? (grammar_vocab_n_tokens(em->gvocab) + 31) / 32 : 0;
+    bool any = !mask;
+    for (int32_t w = 0; !any && w < words; w++)
+        any = mask[w] != 0;
+    return any ? "engine: every token is banned: logit_bias bans every token the grammar (if any) allows"
+               : "engine: every token is banned: the grammar allows no token of the vocabulary here";
+}
+
 /* Sample s's next token from logits and deliver it. */
 static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits)
 {
     struct request *r = s->rq;
+    const float *raw = logits;
     struct sampler_logprobs lp;
     char gerr[256];
     int32_t forced = r->force_token ? r->force_token(r->user, s->choice) : -1;
@@ -991,12 +1015,15 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     const bool want_lp = r->want_logprobs && forced < 0;
     const int32_t id = forced >= 0 ? forced : sampler_sample(s->smp, logits, want_lp ? &lp : NULL);
     if (id < 0) {
-        seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: every token is banned (logit bias)");
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, seq_no_token_reason(em, s, raw));
         return;
     }
     sampler_accept(s->smp, id);
     if (forced < 0 && s->gm && grammar_matcher_accept(s->gm, id) < 0) {
-        seq_finish(e, s, ENGINE_FINISH_NONE, -1, "engine: sampled a token the grammar forbids");
+        /* a limit met on the way (the grammar's fault), else a bug of ours */
+        const char *why = grammar_matcher_error(s->gm);
+        snprintf(gerr, sizeof gerr, "engine: %s", why[0] ? why : "sampled a token the grammar forbids");
+        seq_finish(e, s, ENGINE_FINISH_NONE, -1, gerr);
         return;
     }
     if (s->lazy_wait)
