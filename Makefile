@@ -32,6 +32,9 @@ PYTHON  ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' >
 LIB_SRCS  := $(shell find src llm media vision audio ws -name '*.c' ! -path src/main.c 2>/dev/null | sort)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/test_main.c
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+# The web playground's files, embedded as C data (see "web playground" below).
+WEB_FILES := $(sort $(wildcard src/api/web/*))
+LIB_OBJS  += $(BUILD)/gen/web_files.o
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 MAIN_OBJ  := $(BUILD)/src/main.o
 DEPS      := $(LIB_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)
@@ -89,6 +92,19 @@ test: setup
 client-test: $(BUILD)/omniserve
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error && \
 		OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test
+
+# ---- web playground (docs/playground.md) ------------------------------------
+# tools/embed (built first, host compiler, no other tool) turns src/api/web/*
+# into $(BUILD)/gen/web_files.c: one byte array per file, names and ETags.
+.PRECIOUS: %/tools/embed
+%/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -o $@ $<
+%/gen/web_files.c: %/tools/embed $(WEB_FILES)
+	@mkdir -p $(dir $@)
+	$*/tools/embed -o $@ -s web_files -C src/api/web $(notdir $(WEB_FILES))
+$(BUILD)/gen/web_files.o: $(BUILD)/gen/web_files.c $(BUILD)/.flags
+	$(CC) $(CFLAGS) -c $< -o $@
 
 # `omniserve serve` on 127.0.0.1:8000 with MODEL=path.gguf (tools/demo_run.sh;
 # without MODEL: the cached default model, else a server that explains).
@@ -182,7 +198,7 @@ FUZZ_GCC_CFLAGS := $(FUZZ_BASE) -Wall -Wextra -Wno-psabi $(FUZZ_SAN)
 # No commands, server, engine or speech workers: no target enters through
 # them, and the API targets bring stand-ins for them (tests/fuzz/fz_api.c).
 FUZZ_LIB_SRCS := $(filter-out src/cli/% src/engine/% src/stt/% ws/ws_http.c ws/ws_socket.c,$(LIB_SRCS))
-FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_files.o
 FUZZ_TARGETS  ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(patsubst %.c,$(FUZZ_BUILD)/%.d,$(wildcard tests/fuzz/*.c))
@@ -201,6 +217,8 @@ $(FUZZ_BUILD)/.flags: FORCE
 $(FUZZ_BUILD)/%.o: %.c $(FUZZ_BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(if $(filter $<,$(FUZZ_GCC_SRCS)),$(FUZZ_GCC) $(FUZZ_GCC_CFLAGS),$(FUZZ_CC) $(FUZZ_CFLAGS)) -MMD -MP -c $< -o $@
+$(FUZZ_BUILD)/gen/web_files.o: $(FUZZ_BUILD)/gen/web_files.c $(FUZZ_BUILD)/.flags
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/libomni.a: $(FUZZ_LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
