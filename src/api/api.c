@@ -18,6 +18,7 @@
 #include "src/api/openai.h"
 #include "src/api/realtime.h"
 #include "src/api/speech.h"
+#include "src/api/web.h"
 #include "audio/whisper_batch.h"
 #include "src/stt/stt.h"
 #include "src/core/gguf.h"
@@ -727,6 +728,10 @@ static const struct api_route api_routes[] = {
       speech_route },
     { "/v1/audio/voices", NULL, "/v1/audio/voices", WS_GET, API_OPENAI, false, ANY, false, false,
       speech_voices_route },
+    /* the web playground (web.c): open, so that the page can ask for a key */
+    { "/", NULL, "/", WS_GET, API_OPENAI, true, ANY, true, false, web_index },
+    { "/web/info", NULL, "/web/info", WS_GET, API_OPENAI, true, ANY, false, false, web_info },
+    { "/web/", "", "/web/{file}", WS_GET, API_OPENAI, true, ANY, true, false, web_file },
 };
 #undef JSON
 #undef FORM

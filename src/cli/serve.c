@@ -20,6 +20,7 @@
 #include "src/core/threadpool.h"
 #include "src/stt/stt.h"
 #include "src/api/images.h"
+#include "src/api/web.h"
 #include "vision/vision.h"
 #include "ws/ws_http.h"
 
@@ -47,6 +48,7 @@ struct serve_opts {
     long vision_cache_mb;         /* --vision-cache-mb N */
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
+    struct web_params web;        /* --web-root DIR, --no-web: the playground at / */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -138,6 +140,9 @@ static void serve_usage(FILE *f)
             "  --max-conns-per-ip N       open connections per client address (default 128)\n"
             "  --request-timeout S        headers and body must arrive within S seconds, else 408\n"
             "                             (default 30)\n"
+            "  --web-root DIR             serve the web playground (GET /) from DIR instead of the\n"
+            "                             copy built into the binary\n"
+            "  --no-web                   no web playground (GET / answers 404)\n"
             "speech:\n"
             "  --stt-model FILE           whisper.cpp ggml model for /v1/audio/transcriptions,\n"
             "                             /v1/audio/translations and /v1/realtime (with or without -m)\n"
@@ -186,6 +191,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->no_tts = true;
             continue;
         }
+        if (!strcmp(a, "--no-web")) {
+            o->web.disabled = true;
+            continue;
+        }
         if (!strcmp(a, "--strict-model-id")) {
             o->strict_model_id = true;
             continue;
@@ -232,6 +241,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->wp.max_conns_per_ip = (int)n;
         } else if (!strcmp(a, "--request-timeout"))
             rc = cli_double("serve", a, v, 0.001, 86400, &o->wp.request_timeout_s);
+        else if (!strcmp(a, "--web-root"))
+            o->web.root = v;
         else if (!strcmp(a, "--served-model-name"))
             o->served_name = v;
         else if (!strcmp(a, "--tool-parser")) {
@@ -452,6 +463,11 @@ int cli_serve(int argc, char **argv)
     struct api *api = api_new(&ap, err, sizeof err);
     if (!api) {
         fprintf(stderr, "serve: %s\n", err);
+        return 1;
+    }
+    if (web_configure(&o.web, err, sizeof err) < 0) {
+        fprintf(stderr, "serve: %s\n", err);
+        api_free(api);
         return 1;
     }
     o.wp.handler = api_handle;
