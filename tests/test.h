@@ -7,7 +7,21 @@
  *
  * Tests register themselves at load time; tests/test_main.c runs them all (or
  * those whose name contains argv[1]) and prints "N passed, N failed, N skipped"
- * as its last line. A failed CHECK reports file:line and ends that test. */
+ * as its last line. A failed CHECK reports file:line and ends that test.
+ *
+ * A CHECK returns from the test, so what the test made before it is freed by
+ * cleanups, not by the frees at its end: register each engine, thread pool or
+ * thread-owning object once made, and release it where the test freed it.
+ *
+ *   struct engine *e = start(m, &ep);
+ *   CHECK(e);
+ *   test_defer(free_engine, e);   // static void free_engine(void *e) { engine_free(e); }
+ *   ...
+ *   test_release(e);              // in place of engine_free(e)
+ *
+ * Each test runs on a thread of its own with a deadline ($OMNI_TEST_TIMEOUT_S,
+ * default 300 s); after it the runner runs its cleanups and puts the CPU
+ * kernel level (omni_cpu_set_level) back as it was (tests/test_main.c). */
 #ifndef OMNI_TEST_H
 #define OMNI_TEST_H
 
@@ -21,6 +35,16 @@ void test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void test_skip(const char *why);
 int test_failed_now(void);
+
+/* Runs fn(arg) once the current test has returned, passed, failed or
+ * skipped; cleanups run latest first (so an engine registered after its
+ * model is freed before it). A NULL arg registers nothing. Call it from the
+ * test's own thread. */
+void test_defer(void (*fn)(void *), void *arg);
+/* Runs the latest cleanup registered for arg now and forgets it: the free
+ * of an object the test is done with before its end. A NULL arg does
+ * nothing; an arg with no cleanup fails the test. */
+void test_release(void *arg);
 
 /* ../shared (or $OMNI_SHARED) if it exists, else NULL: tests that need real
  * data call SKIP_IF_NO_SHARED() first. */
