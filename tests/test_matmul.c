@@ -26,6 +26,8 @@ static int omni_amx_min_batch(int wtype) { (void)wtype; return 0; }
  * kernel or a wrong routing of rows matches neither. */
 #define TOL_REL 2e-5
 
+static void free_tpool(void *tp) { tpool_free(tp); }
+
 static uint64_t rng_state;
 static float frand(void) /* uniform in [-1, 1) */
 {
@@ -144,6 +146,8 @@ TEST(matmul_all_types_batches_threads_levels)
     float *x = malloc(sizeof(float) * (size_t)(max_in * max_nb));
     float *y = malloc(sizeof(float) * (size_t)(max_out * max_nb));
     struct tpool *pools[4] = { NULL, NULL, tpool_new(2, NULL, 0), tpool_new(3, NULL, 0) };
+    test_defer(free_tpool, pools[2]);
+    test_defer(free_tpool, pools[3]);
     CHECK(x && y && pools[2] && pools[3]);
     rng_state = 42;
     for (int64_t i = 0; i < max_in * max_nb; i++)
@@ -179,8 +183,8 @@ TEST(matmul_all_types_batches_threads_levels)
             free_weights(&f);
         }
     omni_cpu_set_level(saved);
-    tpool_free(pools[2]);
-    tpool_free(pools[3]);
+    test_release(pools[2]);
+    test_release(pools[3]);
     free(x);
     free(y);
     CHECK_MSG(!fail[0], "%s", fail);
@@ -201,6 +205,7 @@ TEST(matmul_rows_independent_of_batch_size)
     float *y16 = malloc(sizeof(float) * (size_t)(n_out * NB));
     float *y = malloc(sizeof(float) * (size_t)(n_out * NB));
     struct tpool *tp = tpool_new(2, NULL, 0);
+    test_defer(free_tpool, tp);
     CHECK(x && y1 && y16 && y && tp);
     rng_state = 11;
     for (int64_t i = 0; i < n_in * NB; i++)
@@ -228,7 +233,7 @@ TEST(matmul_rows_independent_of_batch_size)
         free_weights(&f);
     }
     omni_cpu_set_level(saved);
-    tpool_free(tp);
+    test_release(tp);
     free(x);
     free(y1);
     free(y16);

@@ -11,6 +11,8 @@
 
 #define MEL_REF_FRAMES 400
 
+static void free_tpool(void *tp) { tpool_free(tp); }
+
 /* tools/make_whisper_golden.py test_waveform(): 3 s at 16 kHz */
 static float *golden_waveform(int64_t *n)
 {
@@ -35,6 +37,7 @@ TEST(mel_matches_whisper_feature_extractor)
     struct tpool *tp = tpool_new(2, err, sizeof err);
     struct mel_spec mel;
     CHECK(tp);
+    test_defer(free_tpool, tp);
     CHECK_EQ(mel_compute(tp, filters, 80, pcm, n, MEL_PAD_30S, &mel, err, sizeof err), OMNI_OK);
     CHECK_EQ(mel.n_frames, (48000 + MEL_PAD_30S) / MEL_HOP);
     double max_diff = 0;
@@ -52,7 +55,7 @@ TEST(mel_matches_whisper_feature_extractor)
         CHECK(one.data[i] == mel.data[i]);
     mel_spec_free(&one);
     mel_spec_free(&mel);
-    tpool_free(tp);
+    test_release(tp);
     free(filters);
     free(ref);
     free(pcm);

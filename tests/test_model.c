@@ -38,6 +38,8 @@
 
 static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3" };
 
+static void free_tpool(void *tp) { tpool_free(tp); }
+
 static const char *golden_gguf(const char *model, const char *type)
 {
     char name[256];
@@ -154,6 +156,7 @@ static void check_golden(const char *model, const char *type, double tol, double
     }
     fclose(f);
     struct tpool *tp = tpool_new(2, err, sizeof err);
+    test_defer(free_tpool, tp);
     struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
     CHECK_MSG(m, "%s", err);
     CHECK_EQ(llm_model_hparams(m)->n_vocab, g.n_vocab);
@@ -175,7 +178,7 @@ static void check_golden(const char *model, const char *type, double tol, double
     llm_kv_free(kv);
     llm_ctx_free(ctx);
     llm_model_free(m);
-    tpool_free(tp);
+    test_release(tp);
 }
 
 TEST(model_golden_llama_f32) { check_golden("llama", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
@@ -340,6 +343,7 @@ TEST(model_two_sequences_one_batch)
         SKIP("converted fixture missing (make golden-fixtures)");
     }
     struct tpool *tp = tpool_new(3, err, sizeof err);
+    test_defer(free_tpool, tp);
     struct llm_ctx *ctx = llm_ctx_new(m, 64, tp, err, sizeof err);
     struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, 4, 24, err, sizeof err);
     CHECK(tp && ctx && kv);
@@ -392,7 +396,7 @@ TEST(model_two_sequences_one_batch)
     free(g.logits);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
-    tpool_free(tp);
+    test_release(tp);
     llm_model_free(m);
 }
 

@@ -116,6 +116,10 @@ static bool wait_idle(struct stt_session *ss)
     return false;
 }
 
+static void free_stt(void *s) { stt_free(s); }
+static void close_session(void *ss) { stt_session_close(ss); }
+
+/* The service, freed after the test unless test_release(s) frees it earlier. */
 static struct stt *open_stt(int workers)
 {
     char err[512];
@@ -127,6 +131,7 @@ static struct stt *open_stt(int workers)
     struct stt *s = stt_new(&p, err, sizeof err);
     if (!s)
         fprintf(stderr, "    %s\n", err);
+    test_defer(free_stt, s);
     return s;
 }
 
@@ -198,6 +203,7 @@ static void stream_kitchen(bool early)
     char err[256];
     struct stt_session *ss = stt_session_new(svc, &p, err, sizeof err);
     CHECK(ss);
+    test_defer(close_session, ss);
     if (!early) {
         for (size_t off = 0; off < n * 2; off += 3001) {
             size_t len = n * 2 - off < 3001 ? n * 2 - off : 3001;
@@ -219,7 +225,7 @@ static void stream_kitchen(bool early)
     CHECK_MSG(wait_finals(&c, 1), "no final transcript (events %s)", c.log);
     if (early)
         CHECK_EQ(stt_session_early_finals(ss), 1);
-    stt_session_close(ss);
+    test_release(ss); /* stt_session_close */
     CHECK(wait_freed(&c));
     CHECK_MSG(!strcmp(c.finals[0], want), "stream '%s' vs one-shot '%s'", c.finals[0], want);
     CHECK_MSG(c.log[0] == 'S' && strstr(c.log, "TC") && strchr(c.log, 'F') &&
@@ -229,7 +235,7 @@ static void stream_kitchen(bool early)
     free(want);
     free(pcm);
     free(s16);
-    stt_free(svc);
+    test_release(svc);
 }
 
 TEST(stt_session_stream_equals_one_shot)
@@ -266,6 +272,7 @@ TEST(stt_session_manual_commit_and_two_sessions)
         p.user = &c[i];
         ss[i] = stt_session_new(svc, &p, err, sizeof err);
         CHECK(ss[i]);
+        test_defer(close_session, ss[i]);
         /* Less than 100 ms cannot be committed. */
         CHECK(stt_session_push(ss[i], s16, 1000 * 2, err, sizeof err) == 0);
         CHECK(stt_session_commit(ss[i], err, sizeof err) == OMNI_ERR_ARG);
@@ -282,12 +289,12 @@ TEST(stt_session_manual_commit_and_two_sessions)
               c[0].finals[0], c[1].finals[0]);
     CHECK_MSG(!strcmp(c[0].log, "CF"), "events %s", c[0].log);
     for (int i = 0; i < 2; i++) {
-        stt_session_close(ss[i]);
+        test_release(ss[i]); /* stt_session_close */
         CHECK(wait_freed(&c[i]));
     }
     free(pcm);
     free(s16);
-    stt_free(svc);
+    test_release(svc);
 }
 
 TEST(stt_speech_only_maps_times)

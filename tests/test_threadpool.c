@@ -9,6 +9,8 @@
 
 #define MAX_T 8
 
+static void free_tpool(void *tp) { tpool_free(tp); }
+
 struct count_ctx {
     _Atomic int calls[MAX_T];
     _Atomic int bad_nth;
@@ -31,13 +33,14 @@ TEST(threadpool_runs_each_index_once)
         char err[128];
         struct tpool *tp = tpool_new(n, err, sizeof err);
         CHECK(tp != NULL);
+        test_defer(free_tpool, tp);
         CHECK_EQ(tpool_size(tp), n);
         struct count_ctx c = { .expect_nth = n };
         /* more threads than cores take the futex path: slower, fewer runs */
         const int runs = n <= 2 ? 20000 : 3000;
         for (int r = 0; r < runs; r++)
             tpool_run(tp, count_fn, &c);
-        tpool_free(tp);
+        test_release(tp);
         CHECK_EQ(atomic_load(&c.bad_nth), 0);
         for (int i = 0; i < n; i++)
             CHECK_EQ(atomic_load(&c.calls[i]), runs);
@@ -73,6 +76,7 @@ TEST(threadpool_results_visible_after_run)
     for (int n = 1; n <= 4; n++) {
         struct tpool *tp = tpool_new(n, NULL, 0);
         CHECK(tp != NULL);
+        test_defer(free_tpool, tp);
         for (int r = 0; r < 2000; r++) {
             struct sum_ctx c = { .data = data, .n = N };
             for (int i = 0; i < MAX_T; i++)
@@ -88,7 +92,7 @@ TEST(threadpool_results_visible_after_run)
                 nanosleep(&ts, NULL);
             }
         }
-        tpool_free(tp);
+        test_release(tp);
     }
 }
 

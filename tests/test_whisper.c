@@ -21,6 +21,10 @@
 static const int32_t golden_tokens[] = { 1, 5, 17, 300, 42, 7, 99, 511, 256, 3 };
 #define N_GOLDEN_TOKENS ((int)(sizeof golden_tokens / sizeof golden_tokens[0]))
 
+static void free_tpool(void *tp) { tpool_free(tp); }
+static void free_batcher(void *b) { whisper_batcher_free(b); }
+static void free_state(void *s) { whisper_state_free(s); }
+
 static const char *golden_model(const char *type)
 {
     char name[64];
@@ -50,6 +54,7 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
     float *ref_enc = test_read_floats(test_fixture("whisper/encoder_out.bin"), (size_t)GOLDEN_CTX * GOLDEN_STATE);
     float *ref_logits = test_read_floats(test_fixture("whisper/logits.bin"), (size_t)N_GOLDEN_TOKENS * GOLDEN_VOCAB);
     struct tpool *tp = tpool_new(2, err, sizeof err);
+    test_defer(free_tpool, tp);
     struct whisper_state *s = whisper_state_new(m, tp, err, sizeof err);
     CHECK(feats && ref_enc && ref_logits && tp && s);
     CHECK_EQ(whisper_model_hparams(m)->n_vocab, GOLDEN_VOCAB);
@@ -80,7 +85,7 @@ static void check_golden(const char *type, double tol_enc, double tol_logits)
     CHECK(d_step < tol_logits);
 
     whisper_state_free(s);
-    tpool_free(tp);
+    test_release(tp);
     whisper_model_free(m);
     free(feats);
     free(ref_enc);
@@ -302,6 +307,7 @@ TEST(whisper_espeak_matches_transformers)
 
     cJSON *tests = cJSON_GetObjectItem(ref, "tests");
     struct tpool *tp = tpool_new(2, err, sizeof err);
+    test_defer(free_tpool, tp);
     struct whisper_state *s = whisper_state_new(m, tp, err, sizeof err);
     CHECK(cJSON_IsArray(tests) && tp && s);
     int checked = 0;
@@ -324,7 +330,7 @@ TEST(whisper_espeak_matches_transformers)
     CHECK(checked >= 6);
     cJSON_Delete(ref);
     whisper_state_free(s);
-    tpool_free(tp);
+    test_release(tp);
     whisper_model_free(m);
 }
 
@@ -370,6 +376,7 @@ TEST(whisper_batch_espeak_transcripts)
     bp.n_threads = 2;
     struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
     CHECK_MSG(b, "%s", err);
+    test_defer(free_batcher, b);
     enum { LANES = 4 };
     struct clip_job jobs[LANES];
     pthread_t th[LANES];
@@ -377,6 +384,7 @@ TEST(whisper_batch_espeak_transcripts)
         jobs[i] = (struct clip_job){ .s = whisper_state_new_batched(b, err, sizeof err),
                                      .tests = cJSON_GetObjectItem(ref, "tests"), .lane = i, .n_lanes = LANES };
         CHECK(jobs[i].s);
+        test_defer(free_state, jobs[i].s); /* before the batcher */
     }
     for (int i = 0; i < LANES; i++)
         CHECK(pthread_create(&th[i], NULL, clip_thread, &jobs[i]) == 0);
@@ -396,8 +404,8 @@ TEST(whisper_batch_espeak_transcripts)
     CHECK(st.max_dec_requests >= 2);
     CHECK(st.dec_passes < st.dec_requests);
     for (int i = 0; i < LANES; i++)
-        whisper_state_free(jobs[i].s);
-    whisper_batcher_free(b);
+        test_release(jobs[i].s);
+    test_release(b);
     cJSON_Delete(ref);
     whisper_model_free(m);
 }

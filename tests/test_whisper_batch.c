@@ -9,12 +9,16 @@
 #include "audio/whisper_impl.h" /* whisper_batcher_busy: hold the passes open */
 #include "src/core/omni.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 #define N_LANES 3
 #define VOCAB 512
 static const int32_t prompt[] = { 1, 5, 17, 300, 42, 7, 99, 511, 256, 3 };
+
+static void free_batcher(void *b) { whisper_batcher_free(b); }
+static void free_state(void *s) { whisper_state_free(s); }
 
 /* tools/make_whisper_golden.py input_features(): [80][3000] */
 static float *features(void)
@@ -69,12 +73,14 @@ TEST(whisper_batch_matches_standalone)
     if (!m)
         SKIP("golden whisper model not converted (make golden-fixtures)");
     float *mel = features();
-    /* gather_us far beyond any pass: with N_LANES marked busy, every pass
-     * waits for all of them, so each one holds exactly N_LANES requests */
+    /* gather_us without end (the runner's timeout stops a hang): with
+     * N_LANES marked busy, every pass waits for all of them, so each one
+     * holds exactly N_LANES requests however slow the machine */
     struct whisper_batcher_params bp = whisper_batcher_default_params();
     bp.n_threads = 2;
-    bp.gather_us = 20 * 1000 * 1000;
+    bp.gather_us = INT_MAX;
     struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
+    test_defer(free_batcher, b);
     CHECK_MSG(mel && b, "%s", err);
     struct lane lanes[N_LANES], solo[N_LANES];
     memset(lanes, 0, sizeof lanes);
@@ -82,6 +88,8 @@ TEST(whisper_batch_matches_standalone)
     for (int i = 0; i < N_LANES; i++) {
         lanes[i] = (struct lane){ .s = whisper_state_new_batched(b, err, sizeof err), .mel = mel, .i = i };
         solo[i] = (struct lane){ .s = whisper_state_new(m, NULL, err, sizeof err), .mel = mel, .i = i };
+        test_defer(free_state, lanes[i].s); /* before the batcher */
+        test_defer(free_state, solo[i].s);
         CHECK(lanes[i].s && solo[i].s);
     }
     whisper_batcher_busy(b, +N_LANES);
@@ -119,10 +127,10 @@ TEST(whisper_batch_matches_standalone)
     CHECK(d < 1e-4);
 
     for (int i = 0; i < N_LANES; i++) {
-        whisper_state_free(lanes[i].s);
-        whisper_state_free(solo[i].s);
+        test_release(lanes[i].s);
+        test_release(solo[i].s);
     }
-    whisper_batcher_free(b);
+    test_release(b);
     whisper_model_free(m);
     free(mel);
 }
@@ -141,10 +149,12 @@ TEST(whisper_batch_rejects_bad_params)
     bp = whisper_batcher_default_params();
     bp.n_threads = 1;
     struct whisper_batcher *b = whisper_batcher_new(m, &bp, err, sizeof err);
+    test_defer(free_batcher, b);
     struct whisper_state *s = b ? whisper_state_new_batched(b, err, sizeof err) : NULL;
+    test_defer(free_state, s);
     CHECK_MSG(s, "%s", err);
     CHECK_EQ(whisper_decode(s, 0, prompt, 3, 447, false, err, sizeof err), OMNI_ERR_ARG); /* past n_text_ctx */
-    whisper_state_free(s);
-    whisper_batcher_free(b);
+    test_release(s);
+    test_release(b);
     whisper_model_free(m);
 }
