@@ -1,6 +1,9 @@
-/* ws_http.h - the HTTP/1.1 front door on libwebsockets: routing hook, request
- * bodies with a size limit, responses produced later by other threads, SSE
- * streams with backpressure, keep-alive, CORS and graceful shutdown.
+/* ws_http.h - the HTTP/1.1 front door: routing hook, request bodies with a
+ * size limit, responses produced later by other threads, SSE streams with
+ * backpressure, keep-alive and pipelining, CORS, Host/Origin checks,
+ * per-client limits, handlers offloaded to worker threads and graceful
+ * shutdown. libwebsockets accepts connections and moves bytes; the HTTP/1.1
+ * framing (RFC 9112) and WebSocket framing (ws_socket.h) are done here.
  *
  *   struct ws_server_params p = ws_default_params();
  *   p.port = 8000; p.handler = my_handler; p.user = my_state;
@@ -13,13 +16,27 @@
  *     struct ws_out *o = ws_req_defer(r, on_abort, on_free, st);  // later:
  *     ... any thread: ws_out_start(o, 200, "text/event-stream", true);
  *                     ws_out_sse(o, NULL, json, len); ws_out_end(o); ws_out_release(o);
+ *     ws_req_offload(r, my_worker_fn);                            // or: heavy work
  *
  * Thread safety: the service thread (the one inside ws_server_run) owns the
- * lws context, every socket and every struct ws_req; handlers and callbacks
- * run there. struct ws_out is the only object other threads touch: its
- * functions take its lock and wake the service thread with
- * lws_cancel_service(), which then writes in WRITEABLE callbacks.
- * ws_server_stop() may be called from any thread or a signal handler. */
+ * lws context, every socket and every struct ws_req it passes to handlers;
+ * it only moves bytes, so anything slow (parsing a large body, templates,
+ * grammars, media) belongs on a worker: ws_req_offload hands the request to
+ * one of the server's worker threads as a detached copy. struct ws_out is
+ * the only object other threads share: its functions take its lock and wake
+ * the service thread with lws_cancel_service(), which then writes in
+ * WRITEABLE callbacks. ws_server_stop() may be called from any thread or a
+ * signal handler.
+ *
+ * What the server answers by itself (JSON error bodies, connection closed):
+ * 400 malformed request line, header field, Content-Length or chunked body,
+ * or a Transfer-Encoding whose final coding is not chunked; 501 other
+ * transfer codings; 505 HTTP other than 1.0/1.1; 414 request line over 8 KiB;
+ * 431 header block over 16 KiB or over 100 fields; 417 an Expect other than
+ * 100-continue; 408 a request not complete within request_timeout_s; 403 a
+ * Host that does not name this machine while listening on loopback, or an
+ * Origin that is neither --cors-origin nor this server; 503 over
+ * max_conns_per_ip or max_connections. */
 #ifndef OMNI_WS_HTTP_H
 #define OMNI_WS_HTTP_H
 
@@ -27,7 +44,8 @@
 #include <stddef.h>
 
 struct ws_server;
-struct ws_req;  /* one HTTP transaction; service thread only, valid during the handler */
+struct ws_req;  /* one HTTP transaction; valid during the handler (service thread), or
+                   during an offloaded fn (its worker) */
 struct ws_out;  /* a response produced by any thread; reference counted */
 
 enum ws_method { WS_GET, WS_POST, WS_OPTIONS, WS_PUT, WS_PATCH, WS_DELETE, WS_HEAD, WS_OTHER };
@@ -46,12 +64,17 @@ struct ws_done_info {
 
 typedef void (*ws_handler_fn)(void *user, struct ws_req *r);
 /* A WebSocket handshake (service thread): r has the path, query and headers
- * but no body; accept with ws_req_accept_websocket, else it is refused. */
+ * but no body; accept with ws_req_accept_websocket, else it is refused: with
+ * the answer the hook gave (ws_req_respond, e.g. 401), else 404. Handshakes
+ * never reach the hook when malformed (400), from a Host or Origin not
+ * allowed (403) or while draining (503). */
 typedef void (*ws_upgrade_fn)(void *user, struct ws_req *r);
 typedef void (*ws_done_fn)(void *user, const struct ws_done_info *d);
-/* Per-response callbacks: on_abort runs on the service thread when the client
- * disconnects before ws_out_end (or shutdown gives up waiting); on_free runs
- * on whichever thread drops the last reference. */
+/* Per-response callbacks: on_abort runs once, when the client disconnects
+ * before ws_out_end (or shutdown gives up waiting): on the service thread, or
+ * - when an offloaded handler deferred after the client had left - on its
+ * worker right after the handler returns. on_free runs on whichever thread
+ * drops the last reference. */
 typedef void (*ws_abort_fn)(void *user);
 typedef void (*ws_free_fn)(void *user);
 
@@ -69,22 +92,30 @@ struct ws_server_params {
     ws_upgrade_fn upgrade;     /* optional: WebSocket handshakes (none: all refused) */
     void *user;                /* passed to handler and on_done */
     int worker_threads;        /* threads that run ws_req_offload'ed handlers and offloaded
-                                  WebSocket messages; default 4 */
+                                  WebSocket messages; default 4; 0: they run on the
+                                  service thread */
     const char *allowed_hosts; /* comma-separated extra Host names (without port) accepted when
                                   the listen address is loopback; NULL: only localhost, 127.x
                                   and [::1]; "*": any Host */
     int max_conns_per_ip;      /* default 128; more from one address are refused (503 + close) */
     double request_timeout_s;  /* headers and body must be in within this many seconds of the
-                                  request's first byte; default 30 -> 408 + close */
+                                  request's first byte (a new connection's first byte within
+                                  this of connecting); default 30 -> 408 + close; 0: none */
+    int max_connections;       /* connections kept open at once; 0 (default): the fd limit
+                                  less a reserve. At the limit a new connection closes an idle
+                                  keep-alive one, else the slowest unfinished request, else it
+                                  gets 503 + close */
 };
 struct ws_server_params ws_default_params(void);
 
 /* Binds the socket. NULL + message when the address is taken or bad. */
 struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, size_t errlen);
 /* Serves on the calling thread (which becomes the service thread) until
- * ws_server_stop, then drains: stops taking new connections, waits up to
- * shutdown_timeout_s for in-flight responses, aborts the rest (on_abort) and
- * gives them a short grace to end. Returns 0. */
+ * ws_server_stop, then drains: new connections and requests are still taken
+ * and dispatched (handlers see ws_req_draining), every response carries
+ * Connection: close and closes its connection, WebSockets get a 1001 close. Once no request is in flight - or after shutdown_timeout_s,
+ * aborting the rest (on_abort) with a short grace to end - it stops the
+ * worker threads (queued jobs still run) and returns 0. */
 int ws_server_run(struct ws_server *s);
 /* Begin the graceful shutdown. Any thread; async-signal-safe. */
 void ws_server_stop(struct ws_server *s);
@@ -94,9 +125,11 @@ void ws_server_free(struct ws_server *s);
 /* ---- the request (service thread, inside the handler) ---- */
 enum ws_method ws_req_method(const struct ws_req *r);
 const char *ws_req_method_name(const struct ws_req *r);
-const char *ws_req_path(const struct ws_req *r);   /* without the query string */
-/* Header value by lower-case name ("authorization", "x-api-key"), or NULL.
- * The string lives until the handler returns. */
+const char *ws_req_path(const struct ws_req *r);   /* percent-decoded, no query string */
+/* Header value by name, any case ("authorization", "x-api-key"): the first
+ * field of that name, without surrounding whitespace, or NULL. Every header
+ * of the request is there (a worker's copy too). The string lives as long as
+ * r (until the handler, or the offloaded fn, returns). */
 const char *ws_req_header(struct ws_req *r, const char *name);
 /* The body, NUL-terminated (len excludes the NUL); "" for none. */
 const char *ws_req_body(const struct ws_req *r, size_t *len);
@@ -105,9 +138,12 @@ bool ws_req_body_too_large(const struct ws_req *r);
 /* The id in the x-request-id response header: the client's x-request-id when
  * it is short and plain, else a fresh one. */
 const char *ws_req_id(const struct ws_req *r);
-/* Label for logs and metrics ("/v1/models/{id}"); must be a static string. */
+/* Label for logs and metrics ("/v1/models/{id}"); must be a static string.
+ * On a worker, set it before ws_out_start. */
 void ws_req_set_route(struct ws_req *r, const char *route);
-/* Extra response header (e.g. "retry-after"); copied; up to 8 per response. */
+/* Extra response header (e.g. "retry-after"); copied; up to 8 per response;
+ * dropped when the name is not a token or the value has control characters
+ * or is over 1 KiB. On a worker, set it before ws_out_start. */
 void ws_req_add_header(struct ws_req *r, const char *name, const char *value);
 /* Answer now with a complete body (copied). */
 void ws_req_respond(struct ws_req *r, int status, const char *content_type, const char *body,
@@ -134,8 +170,8 @@ void ws_req_offload(struct ws_req *r, ws_handler_fn fn);
  * 503). Any thread, on r or a worker's r2. */
 bool ws_req_draining(const struct ws_req *r);
 
-/* Query-string argument by name ("intent"), or NULL. Lives until the
- * handler returns. */
+/* Query-string argument by name ("intent"), percent-decoded, or NULL.
+ * Lives as long as r; up to 16 per request. */
 const char *ws_req_query(struct ws_req *r, const char *name);
 /* Inside an upgrade handler: accept the WebSocket with handler h (see
  * ws/ws_socket.h). The socket comes with a reference for the caller (drop it
