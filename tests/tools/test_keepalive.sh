@@ -3,9 +3,9 @@
 # on raw sockets: one connection carrying many requests one after another
 # (streams, plain bodies, GETs, each sent the moment the previous response
 # ended), several such clients at once, and pipelined requests (sent before
-# the previous response): GETs are answered in order, POSTs are answered in
-# order or the connection is closed - never a hang, a wrong answer or a busy
-# server. Timeouts only detect hangs.
+# the previous response): GETs and POSTs, streams among them, are all
+# answered in order on the one connection - never a hang, a close, a wrong
+# answer or a busy server. Timeouts only detect hangs.
 set -u
 : "${OMNI:=build/omniserve}" "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}"
 [ -x "$OMNI" ] || { echo "no $OMNI"; exit 77; }
@@ -119,9 +119,9 @@ def sequential(name, rounds):
     finally:
         s.close()
 
-def pipelined(name, reqs, may_close):
-    """All requests at once: the answers come in order; with may_close the
-    server may close the connection after some of them instead."""
+def pipelined(name, reqs, may_close=False):
+    """All requests at once: the answers come in order (with may_close the
+    server may close the connection after some of them instead)."""
     s, f = connect()
     try:
         s.sendall(b"".join(raw for _, raw in reqs))
@@ -147,10 +147,10 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-pipelined("pipelined GETs", [REQS[2]] * 4, False)
-pipelined("pipelined POSTs", REQS[:2] * 2, True)
-pipelined("GET then POSTs", [REQS[2], REQS[3], REQS[0]], True)
-threads = [threading.Thread(target=pipelined, args=("pipelined %d" % i, REQS * 2, True))
+pipelined("pipelined GETs", [REQS[2]] * 4)
+pipelined("pipelined POSTs", REQS[:2] * 2)
+pipelined("GET then POSTs", [REQS[2], REQS[3], REQS[0]])
+threads = [threading.Thread(target=pipelined, args=("pipelined %d" % i, REQS * 2))
            for i in range(4)]
 for t in threads:
     t.start()
