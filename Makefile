@@ -17,7 +17,7 @@ APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenbla
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
 	zlib1g-dev python3 python3-numpy python3-jinja2 libcurl4-openssl-dev \
-	clang libclang-rt-14-dev
+	clang libclang-rt-14-dev chromium
 
 OPT     := $(if $(DEBUG),-O0,-O2)
 CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -pthread -I. \
@@ -84,6 +84,7 @@ test: setup
 	$(MAKE) tool-test
 	$(MAKE) unit-test
 	$(MAKE) client-test
+	$(MAKE) browser-test
 	$(MAKE) fuzz-smoke
 
 # The HTTP server driven by the official openai / @anthropic-ai/sdk npm
@@ -92,6 +93,15 @@ test: setup
 client-test: $(BUILD)/omniserve
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error && \
 		OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test
+
+# The web playground in headless Chromium (tests/browser: the npm package
+# playwright-core driving Debian's chromium with a fake microphone): page
+# load, streamed chat, dictation, the play button, the voice agent.
+# Screenshots: $(BUILD)/browser-*.png. Skips without chromium or ../shared.
+.PHONY: browser-test
+browser-test: $(BUILD)/omniserve
+	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error && \
+		OMNI=$(BUILD)/omniserve OMNI_SHOTS=$(BUILD) PYTHON=$(PYTHON) node --test
 
 # ---- web playground (docs/playground.md) ------------------------------------
 # tools/embed (built first, host compiler, no other tool) turns src/api/web/*
