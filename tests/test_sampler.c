@@ -343,6 +343,22 @@ TEST(sampler_logit_bias)
     q.n_logit_bias = 1;
     CHECK(draw_many(q, l, 4, 5000, hist) == 0);
     CHECK_EQ(hist[1], 0);
+
+    /* logit_bias banning every token the logits (a grammar's mask) leave:
+     * -1 on the greedy and the random path, which the engine reports as
+     * "every token is banned" and the API answers with 400 */
+    const float masked[4] = { -INFINITY, 3.0f, -INFINITY, 2.0f };
+    struct sampler_logit_bias both[2] = { { 1, -INFINITY }, { 3, -INFINITY } };
+    for (int greedy = 0; greedy < 2; greedy++) {
+        struct sampler_params b = plain_params();
+        b.temperature = greedy ? 0.0f : 1.0f;
+        b.logit_bias = both;
+        b.n_logit_bias = 2;
+        struct sampler *sb = sampler_new(&b, 4, err, sizeof err);
+        CHECK(sb);
+        CHECK_EQ(sampler_sample(sb, masked, NULL), -1);
+        sampler_free(sb);
+    }
 }
 
 TEST(sampler_logprobs_top_n)

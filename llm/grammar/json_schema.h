@@ -35,7 +35,7 @@
 
 #define JSCHEMA_MAX_DEPTH 64               /* schema nesting visited at most */
 #define JSCHEMA_MAX_PATTERN_NESTING 64     /* groups inside groups of a "pattern" */
-#define JSCHEMA_MAX_GBNF_BYTES (16 << 20)  /* grammar text one schema may produce */
+#define JSCHEMA_MAX_GBNF_BYTES (8 << 20)   /* grammar text one schema may produce */
 #define JSCHEMA_MAX_REFS 256               /* distinct $ref targets */
 
 struct cJSON;
