@@ -85,6 +85,7 @@ test: setup
 	$(MAKE) unit-test
 	$(MAKE) client-test
 	$(MAKE) browser-test
+	$(MAKE) load-test
 	$(MAKE) fuzz-smoke
 
 # The HTTP server driven by the official openai / @anthropic-ai/sdk npm
@@ -93,6 +94,15 @@ test: setup
 client-test: $(BUILD)/omniserve
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error && \
 		OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test
+
+# Load and fault tests (tests/load; node's http and net, no npm packages):
+# 64 streaming clients with disconnects and slow readers, cut uploads,
+# realtime sockets dropped without a close frame, then idle /metrics and RSS
+# within 10% of the warm-up; SIGTERM mid-stream. About 20 s; LOAD_SCALE=N
+# is the long form (docs/reliability.md). Skips without ../shared.
+.PHONY: load-test
+load-test: $(BUILD)/omniserve
+	cd tests/load && OMNI=$(BUILD)/omniserve PYTHON=$(PYTHON) node --test --test-concurrency=1
 
 # The web playground in headless Chromium (tests/browser: the npm package
 # playwright-core driving Debian's chromium with a fake microphone): page
