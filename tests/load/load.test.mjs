@@ -170,7 +170,7 @@ async function runSession(plan, pcm) {
       if (!await c.next('input_audio_buffer.committed', 10000 * SLOW)) bad.push('no committed');
       c.drop();   // the decode of the turn is queued or running now
     } else {
-      const done = await c.next('conversation.item.input_audio_transcription.completed', 30000 * SLOW);
+      const done = await c.next('conversation.item.input_audio_transcription.completed', 30000 * SLOW * SCALE);
       if (!done) bad.push('no completed transcript');
       else if (done.transcript !== expectText) bad.push(`transcript ${JSON.stringify(done.transcript)} != ${JSON.stringify(expectText)}`);
       await c.close();
