@@ -731,7 +731,7 @@ static void body_host_origin(struct tsrv *t)
     CHECK(t_refused(p, "GET /echo HTTP/1.1\r\nHost: evil.example:8000\r\n\r\n", 403, "Host"));
     CHECK(t_refused(p, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1.evil.example\r\n\r\n", 403, "Host"));
     CHECK(t_refused(p, "GET http://evil.example/echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 403, "Host"));
-    const char *ok_hosts[] = { "localhost", "LOCALHOST:1234", "127.0.0.1", "127.0.0.2:80", "[::1]:8000",
+    const char *ok_hosts[] = { "localhost", "LOCALHOST:1234", "127.0.0.1", "127.0.0.2:80", "[::1]:8000", "0.0.0.0:8000",
                                "my.box", "My.Box:99" };
     for (size_t i = 0; i < sizeof ok_hosts / sizeof ok_hosts[0]; i++) {
         snprintf(raw, sizeof raw, "GET /echo HTTP/1.1\r\nHost: %s\r\n\r\n", ok_hosts[i]);

@@ -1054,7 +1054,9 @@ static bool ws_host_allowed(const struct ws_server *s, const char *host)
     if (n > 1 && name[n - 1] == '.')
         name[--n] = 0;                    /* "localhost." */
     struct in_addr a4;
-    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]") ||
+    /* 0.0.0.0 reaches loopback too (curl http://0.0.0.0:8000); a page
+     * cannot use it to read us: its Origin is refused. */
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]") || !strcmp(name, "0.0.0.0") ||
         (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127))
         return true;
     for (int i = 0; i < s->n_hosts; i++)

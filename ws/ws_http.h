@@ -95,8 +95,8 @@ struct ws_server_params {
                                   WebSocket messages; default 4; 0: they run on the
                                   service thread */
     const char *allowed_hosts; /* comma-separated extra Host names (without port) accepted when
-                                  the listen address is loopback; NULL: only localhost, 127.x
-                                  and [::1]; "*": any Host */
+                                  the listen address is loopback; NULL: only localhost, 127.x,
+                                  [::1] and 0.0.0.0; "*": any Host */
     int max_conns_per_ip;      /* default 128; more from one address are refused (503 + close) */
     double request_timeout_s;  /* headers and body must be in within this many seconds of the
                                   request's first byte (a new connection's first byte within
