@@ -164,6 +164,11 @@ async function refresh() {
           return o;
         }));
         if (keep && list.data.some((m) => m.id === keep)) sel.value = keep;
+        const m = list.data.find((x) => x.id === sel.value);
+        if (m && m.max_model_len) {
+          $('max_tokens').max = String(m.max_model_len);
+          $('max_tokens').placeholder = `up to the context (${m.max_model_len})`;
+        }
       }
     } catch { /* the status line already tells */ }
   }
