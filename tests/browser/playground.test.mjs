@@ -147,6 +147,36 @@ test('the play button speaks an answer', { skip }, async () => {
   assert.deepEqual(errorsOf('play'), []);
 });
 
+test('with --api-key the page asks for the key, keeps it and sends it', { skip }, async () => {
+  phase = 'key';
+  const keyed = await startServer(['--api-key', 'sekret-key']);
+  const p = await page.context().newPage();
+  p.on('console', (m) => { if (m.type() === 'error') consoleErrors.push({ phase, text: m.text() }); });
+  p.on('pageerror', (e) => consoleErrors.push({ phase, text: `uncaught: ${e.message}` }));
+  const auth = [];
+  p.on('request', (r) => { if (r.url().includes('/v1/')) auth.push(r.headers().authorization); });
+  try {
+    await p.goto(keyed.url + '/');
+    await p.waitForFunction(() => /API key required/.test(document.getElementById('status-text').textContent));
+    assert.ok(await p.isVisible('#api-key'), 'the settings open on the key field');
+    await p.fill('#api-key', 'sekret-key');
+    await p.press('#api-key', 'Enter');
+    await p.waitForFunction(() => /ready/.test(document.getElementById('status-text').textContent));
+    assert.equal(await p.evaluate(() => localStorage.getItem('omniserve.apiKey')), 'sekret-key');
+    await p.fill('#input', 'Once upon a time');
+    await p.press('#input', 'Enter');
+    await p.waitForSelector('.msg.assistant .tools', { timeout: 60000 });
+    assert.ok((await p.textContent('.msg.assistant .md')).trim().length > 0);
+    assert.ok(auth.length >= 2 && auth.every((a) => a === 'Bearer sekret-key'), JSON.stringify(auth));
+    await p.reload();   // kept across loads
+    await p.waitForFunction(() => /ready/.test(document.getElementById('status-text').textContent));
+  } finally {
+    await p.close();
+    await keyed.stop();
+  }
+  assert.deepEqual(errorsOf('key'), [], 'no request failed once the key was given');
+});
+
 // Attachments with a vision model: the shared data has no mmproj, so the
 // page is told the server has vision (/web/info) and the chat request it
 // sends is checked and answered here: image_url and video_url parts as data:
