@@ -2,11 +2,19 @@
  *
  * A decode step issues a few hundred tpool_run calls of ~10-100 us each, so
  * waking workers through a condvar every time would dominate. Workers spin on
- * a generation counter for OMNI_SPIN_US after their last job and only then
- * sleep on a futex; the caller does the same while waiting for the last one. */
+ * the job word for OMNI_SPIN_US after their last job and only then sleep on a
+ * futex; the caller does the same while waiting for the last one.
+ *
+ * Under a compute budget a run may use fewer threads than the pool has (the
+ * width granted for the unit of work). The job word carries the run's
+ * generation and width together, so a worker always knows whether a run
+ * includes it; the ones beyond the width neither run nor spin, and sleepers
+ * are woken through a futex bitset that names only the participants, so an
+ * idle worker is not woken by every matmul of a narrower unit. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include "threadpool.h"
 
+#include "compute.h"
 #include "omni.h"
 
 #include <limits.h>
@@ -27,8 +35,18 @@
 #define cpu_relax() ((void)0)
 #endif
 
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the job word's generation must be its first 32 bits (the futex word)"
+#endif
+
 #define OMNI_SPIN_US 300 /* how long an idle thread polls before sleeping */
 #define TPOOL_MAX_THREADS 512
+
+/* The job word: generation (bumped once per run; its low half is the
+ * workers' futex word) and the run's width, read together in one load. */
+#define JOB(gen, nth) ((uint64_t)(uint32_t)(nth) << 32 | (uint32_t)(gen))
+#define JOB_GEN(j) ((uint32_t)(j))
+#define JOB_NTH(j) ((int)((j) >> 32))
 
 struct tpool {
     int n_threads; /* caller + workers */
@@ -36,13 +54,18 @@ struct tpool {
     int n_started;
     int spin_us;   /* 0 when there are more threads than CPUs: spinning would
                       only steal the CPU from the thread that has work */
-    tpool_fn fn;   /* the job of the current generation; written before gen moves */
+    tpool_fn fn;   /* the job of the current generation; written before job moves */
     void *ctx;
-    _Atomic uint32_t gen;       /* bumped once per tpool_run (futex word for workers) */
+    _Atomic uint64_t job;       /* JOB(gen, nth) of the latest run */
     _Atomic uint32_t pending;   /* workers still running the current job (futex word for the caller) */
-    _Atomic int n_sleeping;     /* workers blocked (or about to block) on gen */
+    _Atomic uint8_t *sleeping;  /* [n_threads]: worker i blocked (or about to block) on job */
     _Atomic int caller_sleeping;
+    _Atomic int spin_width;     /* workers below it may spin; 0 parks every idle worker */
     _Atomic int stop;
+    /* the budget (owner thread, except cl's park hook) */
+    struct compute_client *cl;  /* NULL: ungated */
+    int width;                  /* threads of the runs: the grant between begin and end */
+    int held;                   /* threads held from the budget */
 };
 
 struct worker_arg {
@@ -50,31 +73,97 @@ struct worker_arg {
     int ith;
 };
 
-static void futex_wait(_Atomic uint32_t *addr, uint32_t expected)
+// ---- census ------------------------------------------------------------------
+
+static atomic_bool census_on;
+static _Atomic int census_now, census_max;
+
+static bool census_enter(void)
 {
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+    if (!atomic_load_explicit(&census_on, memory_order_relaxed))
+        return false;
+    int now = atomic_fetch_add(&census_now, 1) + 1;
+    int max = atomic_load(&census_max);
+    while (now > max && !atomic_compare_exchange_weak(&census_max, &max, now))
+        ;
+    return true;
 }
 
-static void futex_wake_all(_Atomic uint32_t *addr)
+static void census_leave(bool counted)
 {
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    if (counted)
+        atomic_fetch_sub(&census_now, 1);
 }
 
-/* Spin while (*addr == value) == while_equal, up to spin_us; true when the
- * condition ended, false when the budget ran out first. */
-static int spin(_Atomic uint32_t *addr, uint32_t value, int while_equal, int spin_us)
+void tpool_census_enable(bool on)
+{
+    atomic_store(&census_max, atomic_load(&census_now));
+    atomic_store(&census_on, on);
+}
+
+void tpool_census_get(struct tpool_census *out)
+{
+    out->now = atomic_load(&census_now);
+    out->max = atomic_load(&census_max);
+}
+
+// ---- dispatch ------------------------------------------------------------------
+
+static uint32_t *job_futex(struct tpool *tp)
+{
+    return (uint32_t *)&tp->job; /* the generation half (little endian) */
+}
+
+static uint32_t worker_bit(int ith)
+{
+    return 1u << (ith & 31);
+}
+
+static void futex_wait(uint32_t *addr, uint32_t expected, uint32_t bitset)
+{
+    syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, NULL, NULL, bitset);
+}
+
+static void futex_wake(uint32_t *addr, uint32_t bitset)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, bitset);
+}
+
+/* Spin while worker ith has no new job (generation seen), up to spin_us and
+ * while the pool lets it spin; true when a job came. */
+static int spin_job(struct tpool *tp, int ith, uint32_t seen)
 {
     double deadline = 0;
     for (unsigned i = 1;; i++) {
-        if ((atomic_load_explicit(addr, memory_order_acquire) == value) != while_equal)
+        if (JOB_GEN(atomic_load_explicit(&tp->job, memory_order_acquire)) != seen)
             return 1;
-        if (spin_us == 0)
+        if (tp->spin_us == 0 || ith >= atomic_load_explicit(&tp->spin_width, memory_order_relaxed))
             return 0;
         cpu_relax();
         if ((i & 255) == 0) { /* reading the clock is ~20 ns: not every round */
             double now = omni_time_s();
             if (deadline == 0)
-                deadline = now + spin_us * 1e-6;
+                deadline = now + tp->spin_us * 1e-6;
+            else if (now > deadline)
+                return 0;
+        }
+    }
+}
+
+/* The caller's wait for pending == 0: true when it came within spin_us. */
+static int spin_pending(struct tpool *tp)
+{
+    double deadline = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&tp->pending, memory_order_acquire) == 0)
+            return 1;
+        if (tp->spin_us == 0)
+            return 0;
+        cpu_relax();
+        if ((i & 255) == 0) {
+            double now = omni_time_s();
+            if (deadline == 0)
+                deadline = now + tp->spin_us * 1e-6;
             else if (now > deadline)
                 return 0;
         }
@@ -87,51 +176,70 @@ static void *worker_main(void *p)
     struct tpool *tp = wa->tp;
     const int ith = wa->ith;
     uint32_t seen = 0;
+    bool was_in = true; /* took part in the last run: may spin for the next */
     free(wa);
     for (;;) {
-        if (!spin(&tp->gen, seen, 1, tp->spin_us)) {
-            /* Announce the sleep before re-checking gen inside futex_wait:
-             * tpool_run bumps gen before reading n_sleeping (both seq_cst),
-             * so either it sees us and wakes us, or the wait returns at once. */
-            atomic_fetch_add(&tp->n_sleeping, 1);
-            while (atomic_load(&tp->gen) == seen)
-                futex_wait(&tp->gen, seen);
-            atomic_fetch_sub(&tp->n_sleeping, 1);
+        if (!was_in || !spin_job(tp, ith, seen)) {
+            /* Announce the sleep before re-checking the job inside
+             * futex_wait: tpool_run moves the job before reading sleeping
+             * (both seq_cst), so either it sees us and wakes us, or the wait
+             * returns at once. */
+            atomic_store(&tp->sleeping[ith], 1);
+            while (JOB_GEN(atomic_load(&tp->job)) == seen)
+                futex_wait(job_futex(tp), seen, worker_bit(ith));
+            atomic_store(&tp->sleeping[ith], 0);
         }
-        seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        const uint64_t job = atomic_load_explicit(&tp->job, memory_order_acquire);
+        seen = JOB_GEN(job);
         if (atomic_load_explicit(&tp->stop, memory_order_relaxed))
             break;
-        tp->fn(tp->ctx, ith, tp->n_threads);
+        /* A run that includes us cannot finish, nor the word move on,
+         * before we take part, so this one load gives its width; a run
+         * without us may be over already: was_in = false sends us to sleep
+         * (not to spin) until a job names us. */
+        was_in = ith < JOB_NTH(job);
+        if (!was_in)
+            continue;
+        const bool counted = census_enter();
+        tp->fn(tp->ctx, ith, JOB_NTH(job));
+        census_leave(counted);
         if (atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel) == 1 &&
             atomic_load(&tp->caller_sleeping))
-            futex_wake_all(&tp->pending);
+            syscall(SYS_futex, (uint32_t *)&tp->pending, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     }
     return NULL;
 }
 
-/* Publish (fn, ctx) as a new generation and wake sleepers. */
-static void start_generation(struct tpool *tp, tpool_fn fn, void *ctx)
+/* Publish (fn, ctx) as a new job for threads 1..nth-1 and wake sleepers among them. */
+static void start_job(struct tpool *tp, tpool_fn fn, void *ctx, int nth)
 {
     tp->fn = fn;
     tp->ctx = ctx;
-    atomic_store(&tp->pending, (uint32_t)(tp->n_started));
-    atomic_fetch_add(&tp->gen, 1);
-    if (atomic_load(&tp->n_sleeping) > 0)
-        futex_wake_all(&tp->gen);
+    atomic_store(&tp->pending, (uint32_t)(nth - 1));
+    const uint64_t old = atomic_load_explicit(&tp->job, memory_order_relaxed);
+    atomic_store(&tp->job, JOB(JOB_GEN(old) + 1, nth));
+    uint32_t wake = 0;
+    for (int i = 1; i < nth; i++)
+        if (atomic_load(&tp->sleeping[i]))
+            wake |= worker_bit(i);
+    if (wake)
+        futex_wake(job_futex(tp), wake);
 }
 
-/* Wait until every worker has finished the current generation. */
+/* Wait until every worker has finished the current job. */
 static void wait_workers(struct tpool *tp)
 {
-    if (spin(&tp->pending, 0, 0, tp->spin_us))
+    if (spin_pending(tp))
         return;
     /* Same handshake as the workers' sleep, on the pending word. */
     atomic_store(&tp->caller_sleeping, 1);
     uint32_t p;
     while ((p = atomic_load(&tp->pending)) != 0)
-        futex_wait(&tp->pending, p);
+        syscall(SYS_futex, (uint32_t *)&tp->pending, FUTEX_WAIT_PRIVATE, p, NULL, NULL, 0);
     atomic_store(&tp->caller_sleeping, 0);
 }
+
+// ---- lifetime ------------------------------------------------------------------
 
 struct tpool *tpool_new(int n_threads, char *err, size_t errlen)
 {
@@ -143,11 +251,14 @@ struct tpool *tpool_new(int n_threads, char *err, size_t errlen)
     struct tpool *tp = calloc(1, sizeof *tp);
     if (!tp)
         goto nomem;
-    tp->n_threads = n_threads;
+    tp->n_threads = tp->width = n_threads;
     cpu_set_t set;
     int n_cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
     tp->spin_us = n_threads <= n_cpus ? OMNI_SPIN_US : 0;
+    atomic_init(&tp->spin_width, n_threads);
+    if (!(tp->sleeping = calloc((size_t)n_threads, sizeof *tp->sleeping)))
+        goto nomem;
     if (n_threads > 1) {
         tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
         if (!tp->workers)
@@ -181,12 +292,19 @@ void tpool_free(struct tpool *tp)
         return;
     if (tp->n_started > 0) {
         atomic_store(&tp->stop, 1);
-        atomic_fetch_add(&tp->gen, 1);
-        futex_wake_all(&tp->gen);
+        const uint64_t old = atomic_load(&tp->job);
+        atomic_store(&tp->job, JOB(JOB_GEN(old) + 1, tp->n_threads));
+        futex_wake(job_futex(tp), FUTEX_BITSET_MATCH_ANY);
         for (int i = 0; i < tp->n_started; i++)
             pthread_join(tp->workers[i], NULL);
     }
+    if (tp->cl) {
+        if (tp->held)
+            compute_release(tp->cl, tp->held);
+        compute_client_free(tp->cl);
+    }
     free(tp->workers);
+    free(tp->sleeping);
     free(tp);
 }
 
@@ -197,13 +315,71 @@ int tpool_size(const struct tpool *tp)
 
 void tpool_run(struct tpool *tp, tpool_fn fn, void *ctx)
 {
-    if (!tp || tp->n_started == 0) {
+    const int nth = tp ? tp->width : 1;
+    if (nth <= 1 || tp->n_started == 0) {
+        const bool counted = census_enter();
         fn(ctx, 0, 1);
+        census_leave(counted);
         return;
     }
-    start_generation(tp, fn, ctx);
-    fn(ctx, 0, tp->n_threads);
+    start_job(tp, fn, ctx, nth);
+    const bool counted = census_enter();
+    fn(ctx, 0, nth);
+    census_leave(counted);
     wait_workers(tp);
+}
+
+// ---- the compute budget -----------------------------------------------------------
+
+/* compute's park hook: the budget went to another client while this pool
+ * holds nothing, so its idle workers must sleep rather than spin. */
+static void tpool_park(void *arg)
+{
+    struct tpool *tp = arg;
+    atomic_store_explicit(&tp->spin_width, 0, memory_order_relaxed);
+}
+
+int tpool_attach(struct tpool *tp, struct compute *c, const char *name, char *err,
+                 size_t errlen)
+{
+    if (!c)
+        return 0;
+    if (tp->cl)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "threadpool: '%s': already attached", name);
+    if (!(tp->cl = compute_client_new(c, name, tp->n_threads, err, errlen)))
+        return OMNI_ERR_NOMEM;
+    compute_client_set_park(tp->cl, tpool_park, tp);
+    return 0;
+}
+
+int tpool_begin(struct tpool *tp, bool urgent)
+{
+    if (!tp)
+        return 1;
+    if (!tp->cl)
+        return tp->n_threads;
+    const int g = compute_acquire(tp->cl, urgent);
+    if (g < 0)
+        return g;
+    tp->held = tp->width = g;
+    atomic_store_explicit(&tp->spin_width, g, memory_order_relaxed);
+    return g;
+}
+
+void tpool_end(struct tpool *tp)
+{
+    if (!tp || !tp->cl || !tp->held)
+        return;
+    const int g = tp->held;
+    tp->held = 0;
+    tp->width = tp->n_threads;
+    compute_release(tp->cl, g);
+}
+
+void tpool_cancel(struct tpool *tp)
+{
+    if (tp && tp->cl)
+        compute_client_cancel(tp->cl);
 }
 
 // ---- physical cores --------------------------------------------------------
