@@ -14,6 +14,7 @@
 #include "llm/grammar/grammar.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
+#include "src/core/compute.h"
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
@@ -77,6 +78,7 @@ struct request {
     int32_t *stop_tokens;    /* [n_stop_tokens] */
     int n_stop_tokens;
     bool ignore_eog, echo_special, want_logprobs;
+    bool interactive;        /* ENGINE_PRIORITY_INTERACTIVE */
     double t_submit_s, deadline_s;
     engine_event_fn on_event;
     int32_t (*force_token)(void *user, int choice);
@@ -209,12 +211,18 @@ struct engine *engine_new(const struct engine_params *params, char *err, size_t 
     e->rr = -1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    e->tp = tpool_new(p.n_threads ? p.n_threads : omni_physical_cores(), err, errlen);
+    const int n_threads = p.n_threads ? p.n_threads
+                          : p.compute ? compute_size(p.compute) : omni_physical_cores();
+    e->tp = tpool_new(n_threads, err, errlen);
     e->pend_ttft = malloc((size_t)p.max_seqs * sizeof(double));
     e->pend_itl = malloc((size_t)p.max_seqs * sizeof(double));
     if (!e->tp || !e->pend_ttft || !e->pend_itl) {
         if (e->tp)
             omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        engine_free(e);
+        return NULL;
+    }
+    if (tpool_attach(e->tp, p.compute, "engine", err, errlen) < 0) {
         engine_free(e);
         return NULL;
     }
@@ -422,6 +430,7 @@ void engine_free(struct engine *e)
         e->stop = true;
         pthread_cond_signal(&e->cv);
         pthread_mutex_unlock(&e->mu);
+        tpool_cancel(e->tp); /* a step waiting for the budget gives up */
         pthread_join(e->thread, NULL);
     }
     for (int i = 0; i < e->n_models; i++) {
@@ -567,12 +576,13 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
                          rq ? rq->model : -1, e->n_models);
     if (rq->n < 1 || rq->n > e->p.max_seqs || rq->n_stop < 0 || (rq->n_stop && !rq->stop) ||
         rq->n_stop_tokens < 0 || (rq->n_stop_tokens && !rq->stop_tokens) ||
-        rq->timeout_s < 0 || (!rq->segments && !rq->prompt))
+        rq->timeout_s < 0 || (!rq->segments && !rq->prompt) ||
+        (rq->priority != ENGINE_PRIORITY_INTERACTIVE && rq->priority != ENGINE_PRIORITY_BATCH))
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "engine: bad request (n %d in 1..%d, %d stop strings, %d stop tokens, "
-                         "timeout %g s, prompt %s)", rq->n, e->p.max_seqs, rq->n_stop,
+                         "timeout %g s, prompt %s, priority %d)", rq->n, e->p.max_seqs, rq->n_stop,
                          rq->n_stop_tokens, rq->timeout_s,
-                         rq->segments || rq->prompt ? "given" : "missing");
+                         rq->segments || rq->prompt ? "given" : "missing", (int)rq->priority);
     const struct emodel *em = &e->models[rq->model];
     struct request *r = calloc(1, sizeof *r);
     if (!r)
@@ -583,6 +593,7 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->ignore_eog = rq->ignore_eog;
     r->echo_special = rq->echo_special;
     r->want_logprobs = rq->sampling.n_logprobs > 0;
+    r->interactive = rq->priority == ENGINE_PRIORITY_INTERACTIVE;
     r->on_event = rq->on_event;
     r->force_token = rq->force_token;
     r->user = rq->user;
@@ -1245,6 +1256,18 @@ static int forward(struct engine *e, struct emodel *em)
     return 0;
 }
 
+/* A step that computes an interactive request's prompt: someone waits for
+ * its first token. */
+static bool step_urgent(const struct emodel *em)
+{
+    for (int k = 0; k < em->n_items; k++) {
+        const struct seq *s = em->items[k].s;
+        if (s->rq->interactive && s->n_gen == 0)
+            return true;
+    }
+    return false;
+}
+
 static void model_step(struct engine *e, struct emodel *em)
 {
     const double t0 = omni_time_s();
@@ -1253,10 +1276,20 @@ static void model_step(struct engine *e, struct emodel *em)
         return;
     const double t1 = omni_time_s();
     e->local.sched_ms += (t1 - t0) * 1e3;
+    /* The step's threads come from the compute budget, once per step (not
+     * per matmul); it holds them through sampling, which runs on this
+     * thread, one of them. */
+    const bool urgent = step_urgent(em);
+    if (tpool_begin(e->tp, urgent) < 0)
+        return; /* engine_free: the scheduled sequences end cancelled */
+    const double t1w = omni_time_s();
+    e->local.compute_wait_ms += (t1w - t1) * 1e3;
+    e->local.urgent_steps += urgent;
     int rc = forward(e, em);
     const double t2 = omni_time_s();
-    e->local.forward_ms += (t2 - t1) * 1e3;
+    e->local.forward_ms += (t2 - t1w) * 1e3;
     if (rc < 0) {
+        tpool_end(e->tp);
         char msg[128];
         snprintf(msg, sizeof msg, "engine: forward failed: %s", omni_strerror(rc));
         for (int k = 0; k < em->n_items; k++)
@@ -1280,6 +1313,7 @@ static void model_step(struct engine *e, struct emodel *em)
                     seq_fork(e, em, s, &s->rq->seqs[c], logits);
         seq_sample(e, em, s, logits);
     }
+    tpool_end(e->tp);
     e->local.steps++;
     e->local.step_ms += (omni_time_s() - t0) * 1e3;
 }

@@ -38,9 +38,13 @@
 struct llm_model;
 struct engine;
 struct grammar;
+struct compute;
 
 struct engine_params {
-    int n_threads;           /* compute threads; 0 = physical cores */
+    int n_threads;           /* compute threads; 0 = the budget's size, or physical cores */
+    struct compute *compute; /* the process's compute budget (src/core/compute.h): each
+                                step takes its threads from it; NULL = none (the pool
+                                runs whenever it likes) */
     int kv_block_size;       /* tokens per KV block; default 16 */
     int kv_type;             /* GGML_TYPE_F16 (default), GGML_TYPE_F32, GGML_TYPE_Q8_0
                                 (needs every model's n_head_kv * head_dim % 32 == 0) */
@@ -105,6 +109,15 @@ struct engine_event {
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
 
+/* Who waits for a request. Under a compute budget a step that computes an
+ * interactive request's prompt (up to its first token) asks for its threads
+ * as urgent, so time to first token does not queue behind batch work
+ * (Whisper transcriptions, image encodes, batch requests). */
+enum engine_priority {
+    ENGINE_PRIORITY_INTERACTIVE = 0, /* a user waits for the first token (default) */
+    ENGINE_PRIORITY_BATCH,           /* throughput work: its steps never ask first */
+};
+
 struct engine_request {
     int model;                        /* from engine_add_model */
     const int32_t *prompt;            /* token prompt (copied), or use segments */
@@ -123,6 +136,7 @@ struct engine_request {
     int n_stop_tokens;
     bool echo_special;                /* detokenize control tokens into text */
     double timeout_s;                 /* 0 = none */
+    enum engine_priority priority;    /* default interactive */
     engine_event_fn on_event;
     void *user;
     struct grammar *grammar;          /* constrain every choice to it (llm/grammar); the
@@ -192,6 +206,8 @@ struct engine_stats {
     double step_ms;          /* total time spent in steps */
     double forward_ms;       /* of which in llm_forward (the rest: scheduling, sampling, events) */
     double sched_ms;         /* of which in scheduling (admission, prefix lookup, preemption) */
+    double compute_wait_ms;  /* of which waiting for threads from the compute budget */
+    uint64_t urgent_steps;   /* steps that asked the budget first (an interactive prompt) */
 };
 void engine_stats(struct engine *e, struct engine_stats *out);
 
