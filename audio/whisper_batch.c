@@ -6,6 +6,7 @@
 #include "audio/whisper_batch.h"
 
 #include "audio/whisper_impl.h"
+#include "src/core/compute.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
@@ -57,6 +58,17 @@ struct whisper_batcher_params whisper_batcher_default_params(void)
 
 // ---- the batcher thread ---------------------------------------------------------
 
+/* Each pass is one unit of the compute budget: the engine's steps and other
+ * workloads get their turn between passes. 0, or OMNI_ERR_LIMIT when the
+ * pool was cancelled. */
+static int pass_begin(struct whisper_batcher *b, char *err, size_t errlen)
+{
+    const bool urgent = b->p.urgent && b->p.urgent(b->p.urgent_user);
+    if (tpool_begin(b->tp, urgent) < 0)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "whisper: batch: shutting down");
+    return 0;
+}
+
 static void finish(struct whisper_batcher *b, struct breq *const *reqs, int n, int rc, const char *err)
 {
     pthread_mutex_lock(&b->lock);
@@ -83,7 +95,11 @@ static void run_encode(struct whisper_batcher *b, struct breq *const *reqs, int 
         offset[i] = reqs[i]->offset;
     }
     char err[256] = "";
-    int rc = whisper_forward_encode(b->work, states, mel, frames, offset, n, err, sizeof err);
+    int rc = pass_begin(b, err, sizeof err);
+    if (rc == 0) {
+        rc = whisper_forward_encode(b->work, states, mel, frames, offset, n, err, sizeof err);
+        tpool_end(b->tp);
+    }
     pthread_mutex_lock(&b->lock);
     b->st.enc_passes++;
     b->st.enc_windows += (uint64_t)n;
@@ -108,6 +124,8 @@ static void run_decode(struct whisper_batcher *b, struct breq *const *reqs, int 
             rc = omni_fail(err, sizeof err, OMNI_ERR_NOMEM, "whisper: batch: out of memory for %d rows", total);
         }
     }
+    if (rc == OMNI_OK)
+        rc = pass_begin(b, err, sizeof err);
     if (rc == OMNI_OK) {
         int at = 0;
         for (int i = 0; i < n; i++) {
@@ -115,6 +133,7 @@ static void run_decode(struct whisper_batcher *b, struct breq *const *reqs, int 
             at += reqs[i]->n_rows;
         }
         rc = whisper_forward_decode(b->work, b->rows, total, err, sizeof err);
+        tpool_end(b->tp);
     }
     pthread_mutex_lock(&b->lock);
     b->st.dec_passes++;
@@ -233,8 +252,11 @@ struct whisper_batcher *whisper_batcher_new(const struct whisper_model *m, const
 {
     struct whisper_batcher_params prm = p ? *p : whisper_batcher_default_params();
     const struct whisper_hparams *hp = whisper_model_hparams(m);
+    const int budget = compute_size(prm.compute); /* 0 without one */
     if (prm.n_threads < 1)
-        prm.n_threads = omni_physical_cores();
+        prm.n_threads = budget ? budget : omni_physical_cores();
+    if (budget && prm.n_threads > budget)
+        prm.n_threads = budget; /* more could never run at once */
     if (prm.max_windows < 1 || prm.max_rows < 1 || prm.gather_us < 0) {
         omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: batch: max_windows %d, max_rows %d (>= 1) or gather_us %d "
                   "(>= 0) out of range", prm.max_windows, prm.max_rows, prm.gather_us);
@@ -256,7 +278,8 @@ struct whisper_batcher *whisper_batcher_new(const struct whisper_model *m, const
     pthread_cond_init(&b->work_cond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&b->done_cond, NULL);
-    if (!(b->tp = tpool_new(prm.n_threads, err, errlen)))
+    if (!(b->tp = tpool_new(prm.n_threads, err, errlen)) ||
+        tpool_attach(b->tp, prm.compute, "stt", err, errlen) < 0)
         goto fail;
     if (!(b->work = whisper_work_new(m, b->tp))) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: batch: out of memory");

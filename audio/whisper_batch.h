@@ -15,20 +15,29 @@
  * A pass starts as soon as every busy state (one inside whisper_full) has a
  * request waiting, or gather_us after the first one arrived. Results equal
  * the standalone state's up to float summation order (larger batches may
- * take other matmul kernels). Thread safety: states of one batcher run on
- * any threads; the batcher's own functions may be called from any thread. */
+ * take other matmul kernels). Under a compute budget (compute.h) each pass
+ * takes its threads from it, asking as urgent while p.urgent says so.
+ * Thread safety: states of one batcher run on any threads; the batcher's
+ * own functions may be called from any thread. */
 #ifndef OMNI_WHISPER_BATCH_H
 #define OMNI_WHISPER_BATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "audio/whisper.h"
 
 struct whisper_batcher;
+struct compute;
 
 struct whisper_batcher_params {
-    int n_threads;   /* compute threads of the pool (default: physical cores) */
+    int n_threads;   /* compute threads of the pool (default: the budget's size, or
+                        physical cores; never more than the budget) */
+    struct compute *compute;         /* the process's compute budget; NULL = none */
+    bool (*urgent)(void *user);      /* a pass asks the budget first while it returns
+                                        true (a realtime final waits); NULL = never */
+    void *urgent_user;
     int max_windows; /* encoder windows per pass (default 4) */
     int max_rows;    /* decoder token rows per pass (default 512; at least n_text_ctx) */
     int gather_us;   /* how long a pass waits for busy states' requests (default 1000) */

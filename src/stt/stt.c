@@ -72,6 +72,13 @@ static void *stt_worker_main(void *arg)
     }
 }
 
+/* A pass of the batcher is urgent while a realtime final waits: the
+ * sessions hold partial decodes back then, so the passes serve finals. */
+static bool stt_pass_urgent(void *user)
+{
+    return stt_urgent(user) > 0;
+}
+
 struct stt *stt_new(const struct stt_params *p, char *err, size_t errlen)
 {
     if (!p->model_path) {
@@ -95,7 +102,10 @@ struct stt *stt_new(const struct stt_params *p, char *err, size_t errlen)
     if (p->vad_path && !(s->vad = vad_model_load(p->vad_path, err, errlen)))
         goto fail;
     struct whisper_batcher_params bp = whisper_batcher_default_params();
-    bp.n_threads = s->p.n_threads; /* < 1: every core */
+    bp.n_threads = s->p.n_threads; /* < 1: the budget's or every core */
+    bp.compute = s->p.compute;
+    bp.urgent = stt_pass_urgent;
+    bp.urgent_user = s;
     if (!(s->batcher = whisper_batcher_new(s->model, &bp, err, errlen)))
         goto fail;
     if (!(s->workers = calloc((size_t)s->p.n_workers, sizeof *s->workers))) {

@@ -26,12 +26,16 @@
 #include "audio/whisper.h"
 
 struct stt;
+struct compute;
 
 struct stt_params {
     const char *model_path;  /* whisper.cpp ggml .bin; required */
     const char *vad_path;    /* Silero VAD ggml .bin; NULL: no VAD */
     int n_workers;           /* transcriptions in flight at once, batched together (default 4) */
-    int n_threads;           /* compute threads of the shared pool (default: physical cores) */
+    int n_threads;           /* compute threads of the shared pool (default: the budget's
+                                size, or physical cores; at most the budget's size) */
+    struct compute *compute; /* the process's compute budget: every pass takes its threads
+                                from it, urgent while a final waits (stt_urgent); NULL = none */
     int max_queue;           /* waiting jobs before stt_submit refuses (default 64) */
 };
 struct stt_params stt_default_params(void);
