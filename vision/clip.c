@@ -639,12 +639,21 @@ int vision_encode_pixels(struct vision_ctx *c, const float *pixels, int n_images
     out->n_embd = in->n_embd_lm;
     out->n_images = n_images;
     for (int i = 0; i < n_images; i++) {
+        /* One image (or tile) is one unit of the pool's compute budget, if
+         * it has one: engine steps and speech passes get their turn between
+         * the tiles of a large image. */
+        if (tpool_begin(c->tp, false) < 0) {
+            free(out->data);
+            memset(out, 0, sizeof *out);
+            return omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
+        }
         int first = vit_forward(c, pixels + plane * i);
         const float *feat = c->x + (size_t)first * in->n_embd;
         if (features)
             memcpy(features + (size_t)i * m->n_patches * in->n_embd, feat,
                    sizeof(float) * m->n_patches * in->n_embd);
         project(c, feat, out->data + rows * i * in->n_embd_lm);
+        tpool_end(c->tp);
     }
     return OMNI_OK;
 }

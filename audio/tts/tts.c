@@ -8,6 +8,7 @@
 #include "audio/tts/tts.h"
 
 #include "audio/tts/tts_int.h"
+#include "src/core/compute.h"
 #include "src/core/omni.h"
 
 #include <pthread.h>
@@ -36,6 +37,7 @@ struct tts_stream {
     void *user;                     /* immutable */
     struct tts_splitter *split;     /* the pushing thread's */
     size_t pushed_bytes;            /* the pushing thread's */
+    bool spoken;                    /* the worker's: a sentence of it was synthesized */
     atomic_bool cancelled;
     struct tts_sentence *head, *tail; /* {t->lock} */
     bool finished;                  /* {t->lock} no more text will come */
@@ -55,6 +57,7 @@ struct tts {
     pthread_cond_t idle;            /* stream_free waits for its DONE */
     pthread_t worker;
     bool worker_started;
+    struct compute_client *budget;  /* the process's compute budget, one thread; NULL = none */
     bool stop;                      /* {lock} */
     struct tts_stream *streams;     /* {lock} */
     int n_streams;                  /* {lock} */
@@ -260,8 +263,15 @@ static void *tts_worker_main(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&t->lock);
 
+        /* A sentence is one unit of the compute budget; a realtime reply's
+         * first sentence goes before batch work. A refused acquire means
+         * tts_free: every stream is cancelled then. */
         char err[256] = "";
-        int rc = tts_speak(t, s, x->text, err, sizeof err);
+        const int held = t->budget ? compute_acquire(t->budget, s->urgent && !s->spoken) : 0;
+        int rc = held < 0 ? 0 : tts_speak(t, s, x->text, err, sizeof err);
+        if (held > 0)
+            compute_release(t->budget, held);
+        s->spoken = true;
         if (rc == 0 && !atomic_load(&s->cancelled)) {
             struct tts_event ev = { .type = TTS_EV_SENTENCE, .text = x->text, .len = strlen(x->text) };
             s->fn(s->user, &ev);
@@ -297,6 +307,10 @@ struct tts *tts_new(const struct tts_params *p, char *err, size_t errlen)
     if (tts_espeak_open(&t->backends[0], err, errlen) < 0)
         goto fail;
     t->n_backends = 1;
+    /* tts_params has no field for it: the budget is the process's */
+    if (compute_default() &&
+        !(t->budget = compute_client_new(compute_default(), "tts", 1, err, errlen)))
+        goto fail;
     if (pthread_create(&t->worker, NULL, tts_worker_main, t) != 0) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "tts: cannot start the synthesis thread");
         goto fail;
@@ -319,8 +333,11 @@ void tts_free(struct tts *t)
         t->stop = true;
         pthread_cond_signal(&t->work);
         pthread_mutex_unlock(&t->lock);
+        if (t->budget)
+            compute_client_cancel(t->budget); /* a sentence waiting for threads gives up */
         pthread_join(t->worker, NULL);
     }
+    compute_client_free(t->budget);
     for (int b = 0; b < t->n_backends; b++)
         if (t->backends[b].free)
             t->backends[b].free(t->backends[b].state);
