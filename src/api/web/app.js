@@ -870,6 +870,8 @@ function init() {
   });
   if (window.matchMedia('(max-width: 820px)').matches) openSettings(false);
   $('clear').addEventListener('click', () => {
+    if (state.abort) state.abort.abort();
+    if (speaking) speaking.stop();
     state.history = [];
     $('log').replaceChildren($('empty'));
     $('empty').classList.remove('hidden');

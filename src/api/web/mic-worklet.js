@@ -1,7 +1,19 @@
 // mic-worklet.js - AudioWorklet processor: the microphone (first channel)
 // resampled from the context's rate to targetRate by linear interpolation,
 // posted as int16 little-endian chunks of chunkMs with their RMS level.
+// When it downsamples (48 kHz -> 24 kHz), two low-pass biquads at 0.45 x
+// the target rate first keep what lies above the new Nyquist frequency from
+// folding back into the speech band.
 // Runs on the audio rendering thread; the buffer is transferred, not copied.
+
+// RBJ audio-EQ-cookbook low-pass, normalised: [b0, b1, b2, a1, a2].
+function lowpass(cutoffHz, rate) {
+  const w = 2 * Math.PI * cutoffHz / rate;
+  const alpha = Math.sin(w) / (2 * Math.SQRT1_2);
+  const c = Math.cos(w);
+  const a0 = 1 + alpha;
+  return [(1 - c) / 2 / a0, (1 - c) / a0, (1 - c) / 2 / a0, -2 * c / a0, (1 - alpha) / a0];
+}
 
 class Pcm16Capture extends AudioWorkletProcessor {
   constructor(options) {
@@ -15,11 +27,32 @@ class Pcm16Capture extends AudioWorkletProcessor {
     this.chunk = new Int16Array(this.size);
     this.fill = 0;
     this.sumSq = 0;
+    this.coef = this.step > 1 ? lowpass(0.45 * this.target, sampleRate) : null;
+    this.z = [new Float64Array(4), new Float64Array(4)];   // x1 x2 y1 y2 per stage
+    this.buf = new Float32Array(128);
+  }
+
+  // Two cascaded biquads over the block (into this.buf).
+  filter(ch) {
+    if (this.buf.length < ch.length) this.buf = new Float32Array(ch.length);
+    const [b0, b1, b2, a1, a2] = this.coef;
+    const out = this.buf;
+    for (let i = 0; i < ch.length; i++) {
+      let x = ch[i];
+      for (const z of this.z) {
+        const y = b0 * x + b1 * z[0] + b2 * z[1] - a1 * z[2] - a2 * z[3];
+        z[1] = z[0]; z[0] = x; z[3] = z[2]; z[2] = y;
+        x = y;
+      }
+      out[i] = x;
+    }
+    return out.subarray(0, ch.length);
   }
 
   process(inputs) {
-    const ch = inputs[0] && inputs[0][0];
-    if (!ch) return true;
+    const raw = inputs[0] && inputs[0][0];
+    if (!raw) return true;
+    const ch = this.coef ? this.filter(raw) : raw;
     // input index -1 is this.prev; positions are relative to this block
     while (this.pos < ch.length) {
       const i = Math.floor(this.pos);
