@@ -51,6 +51,7 @@ before(async () => {
     '--use-fake-ui-for-media-stream',
     `--use-file-for-fake-audio-capture=${wav}`,
     '--autoplay-policy=no-user-gesture-required',
+    '--disable-dev-shm-usage',   // containers with a small /dev/shm
   ];
   if (process.getuid && process.getuid() === 0) args.push('--no-sandbox');   // root: CI
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args });
