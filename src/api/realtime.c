@@ -12,6 +12,8 @@
 #include "src/api/realtime.h"
 
 #include "src/api/api.h"
+#include "src/api/realtime_conv.h"
+#include "src/api/rt_common.h"
 #include "src/core/omni.h"
 #include "src/stt/stt.h"
 #include "src/stt/stt_session.h"
@@ -28,10 +30,9 @@
 
 struct rt_conn {
     struct stt *stt;
-    struct ws_sock *sock;          /* our reference, dropped when the connection is freed */
+    struct rt_io io;               /* io.sock: our reference, dropped when the connection is freed;
+                                      io.id: the session id, also in item ids */
     atomic_int refs;               /* the socket side + the session side */
-    atomic_ullong next_event;
-    char id[48];                   /* session id, also in item ids */
     pthread_mutex_t lock;
     bool busy;                     /* {lock} a message is being handled */
     bool closed;                   /* {lock} on_close ran */
@@ -49,7 +50,7 @@ static void rt_unref(struct rt_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    ws_sock_release(c->sock);
+    ws_sock_release(c->io.sock);
     pthread_mutex_destroy(&c->lock);
     free(c->model);
     free(c->language);
@@ -57,52 +58,9 @@ static void rt_unref(struct rt_conn *c)
     free(c);
 }
 
-static void rt_send(struct rt_conn *c, cJSON *ev)
-{
-    char eid[96];
-    snprintf(eid, sizeof eid, "event_%s_%llu", c->id,
-             (unsigned long long)atomic_fetch_add(&c->next_event, 1));
-    cJSON_AddStringToObject(ev, "event_id", eid);
-    char *s = cJSON_PrintUnformatted(ev);
-    cJSON_Delete(ev);
-    if (s) {
-        ws_sock_send(c->sock, s, strlen(s));
-        free(s);
-    }
-}
-
-static cJSON *rt_event(const char *type)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", type);
-    return o;
-}
-
-static void rt_error(struct rt_conn *c, const char *type, const char *code, const char *param,
-                     const char *client_event_id, const char *msg)
-{
-    cJSON *ev = rt_event("error");
-    cJSON *e = cJSON_AddObjectToObject(ev, "error");
-    cJSON_AddStringToObject(e, "type", type);
-    if (code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
-    cJSON_AddStringToObject(e, "message", msg);
-    if (param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (client_event_id)
-        cJSON_AddStringToObject(e, "event_id", client_event_id);
-    else
-        cJSON_AddNullToObject(e, "event_id");
-    rt_send(c, ev);
-}
-
 static void rt_item_id(const struct rt_conn *c, int item, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "item_%s_%d", c->id, item);
+    snprintf(buf, cap, "item_%s_%d", c->io.id, item);
 }
 
 // ---- session events (inside a message handler, or on an stt worker) ----------------------
@@ -151,27 +109,28 @@ static void rt_on_event(void *user, const struct stt_event *ev)
         cJSON_AddStringToObject(o, "transcript", ev->text ? ev->text : "");
         break;
     case STT_EV_ERROR:
-        rt_error(c, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
+        rt_error(&c->io, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
         return;
     }
     if (o)
-        rt_send(c, o);
+        rt_send(&c->io, o);
 }
 
 static void rt_on_session_free(void *user) { rt_unref(user); }
 
 // ---- session configuration ---------------------------------------------------------
 
+static struct rt_turn rt_turn_of(const struct rt_conn *c)
+{
+    return (struct rt_turn){ .server_vad = c->sp.server_vad, .threshold = c->sp.vad.threshold,
+                             .silence_ms = c->sp.vad.min_silence_duration_ms,
+                             .prefix_ms = c->prefix_padding_ms };
+}
+
 static cJSON *rt_turn_detection_json(const struct rt_conn *c)
 {
-    if (!c->sp.server_vad)
-        return cJSON_CreateNull();
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddStringToObject(t, "type", "server_vad");
-    cJSON_AddNumberToObject(t, "threshold", c->sp.vad.threshold);
-    cJSON_AddNumberToObject(t, "prefix_padding_ms", c->prefix_padding_ms);
-    cJSON_AddNumberToObject(t, "silence_duration_ms", c->sp.vad.min_silence_duration_ms);
-    return t;
+    struct rt_turn t = rt_turn_of(c);
+    return rt_turn_json(&t, false);
 }
 
 static cJSON *rt_transcription_json(const struct rt_conn *c)
@@ -192,7 +151,7 @@ static void rt_send_session(struct rt_conn *c, const char *type)
 {
     cJSON *ev = rt_event(type);
     cJSON *s = cJSON_AddObjectToObject(ev, "session");
-    cJSON_AddStringToObject(s, "id", c->id);
+    cJSON_AddStringToObject(s, "id", c->io.id);
     cJSON_AddStringToObject(s, "object", "realtime.transcription_session");
     if (c->ga) {
         cJSON_AddStringToObject(s, "type", "transcription");
@@ -211,7 +170,7 @@ static void rt_send_session(struct rt_conn *c, const char *type)
         cJSON_AddNullToObject(s, "input_audio_noise_reduction");
     }
     cJSON_AddNullToObject(s, "include");
-    rt_send(c, ev);
+    rt_send(&c->io, ev);
 }
 
 /* Replace *dst with a copy of the string item (NULL or "" clears). */
@@ -260,45 +219,17 @@ static const char *rt_apply(struct rt_conn *c, const cJSON *format, const cJSON 
         sp.input_rate_hz = (int)rate->valuedouble;
     }
     if (turn_present) {
-        if (!turn || cJSON_IsNull(turn)) {
-            sp.server_vad = false;
-        } else if (!cJSON_IsObject(turn)) {
-            *param = "turn_detection";
-            return "turn_detection must be an object or null";
-        } else {
-            const cJSON *type = cJSON_GetObjectItemCaseSensitive(turn, "type");
-            const cJSON *th = cJSON_GetObjectItemCaseSensitive(turn, "threshold");
-            const cJSON *sil = cJSON_GetObjectItemCaseSensitive(turn, "silence_duration_ms");
-            const cJSON *pre = cJSON_GetObjectItemCaseSensitive(turn, "prefix_padding_ms");
-            if (type && (!cJSON_IsString(type) || (strcmp(type->valuestring, "server_vad") &&
-                                                   strcmp(type->valuestring, "semantic_vad")))) {
-                *param = "turn_detection.type";
-                return "turn_detection.type must be server_vad";
-            }
-            if (th && (!cJSON_IsNumber(th) || th->valuedouble < 0 || th->valuedouble > 1)) {
-                *param = "turn_detection.threshold";
-                return "threshold must be a number in 0..1";
-            }
-            if (sil && (!cJSON_IsNumber(sil) || sil->valuedouble < 0 || sil->valuedouble > 10000)) {
-                *param = "turn_detection.silence_duration_ms";
-                return "silence_duration_ms must be a number in 0..10000";
-            }
-            if (pre && (!cJSON_IsNumber(pre) || pre->valuedouble < 0 || pre->valuedouble > 10000)) {
-                *param = "turn_detection.prefix_padding_ms";
-                return "prefix_padding_ms must be a number in 0..10000";
-            }
-            sp.server_vad = true;
-            if (th)
-                sp.vad.threshold = (float)th->valuedouble;
-            if (sil)
-                sp.vad.min_silence_duration_ms = (int)sil->valuedouble;
-            if (pre) {
-                pad = (int)pre->valuedouble;
-                /* The streaming VAD pads at most 100 ms (so a turn's start
-                 * never waits for the next one). */
-                sp.vad.speech_pad_ms = pad < 100 ? pad : 100;
-            }
-        }
+        struct rt_turn t = rt_turn_of(c);
+        const char *msg = rt_turn_parse(turn, &t, param);
+        if (msg)
+            return msg;
+        sp.server_vad = t.server_vad;
+        sp.vad.threshold = t.threshold;
+        sp.vad.min_silence_duration_ms = t.silence_ms;
+        pad = t.prefix_ms;
+        /* The streaming VAD pads at most 100 ms (so a turn's start never
+         * waits for the next one). */
+        sp.vad.speech_pad_ms = pad < 100 ? pad : 100;
     }
     char *model = c->model ? strdup(c->model) : NULL, *lang = c->language ? strdup(c->language) : NULL,
          *prompt = c->prompt ? strdup(c->prompt) : NULL;
@@ -350,7 +281,7 @@ static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(msg, "session");
     if (!cJSON_IsObject(s)) {
-        rt_error(c, "invalid_request_error", "invalid_value", "session", client_eid,
+        rt_error(&c->io, "invalid_request_error", "invalid_value", "session", client_eid,
                  "'session' must be an object");
         return;
     }
@@ -358,7 +289,7 @@ static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *
     if (ga) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
         if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "transcription"))) {
-            rt_error(c, "invalid_request_error", "invalid_value", "session.type", client_eid,
+            rt_error(&c->io, "invalid_request_error", "invalid_value", "session.type", client_eid,
                      "this endpoint serves transcription sessions only (session.type "
                      "\"transcription\")");
             return;
@@ -377,7 +308,7 @@ static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *
                        cJSON_HasObjectItem(s, "turn_detection"), &param);
     }
     if (err) {
-        rt_error(c, "invalid_request_error", "invalid_value", param, client_eid, err);
+        rt_error(&c->io, "invalid_request_error", "invalid_value", param, client_eid, err);
         return;
     }
     c->ga = ga;
@@ -386,63 +317,23 @@ static void rt_update(struct rt_conn *c, const cJSON *msg, bool ga, const char *
 
 // ---- client events (a ws worker, one message at a time) -------------------------------
 
-/* The value of one base64 digit, or -1. */
-static int rt_b64_digit(unsigned char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-/* Standard base64 (padding optional; whitespace skipped) into out, which
- * holds at least len * 3 / 4 + 3 bytes. Returns the byte count or -1. */
-static long rt_base64(const char *in, size_t len, unsigned char *out)
-{
-    unsigned acc = 0;
-    int bits = 0;
-    long n = 0;
-    size_t i = 0;
-    for (; i < len && in[i] != '='; i++) {
-        unsigned char ch = (unsigned char)in[i];
-        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t')
-            continue;
-        int d = rt_b64_digit(ch);
-        if (d < 0)
-            return -1;
-        acc = (acc << 6) | (unsigned)d;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[n++] = (unsigned char)(acc >> bits);
-        }
-    }
-    for (; i < len; i++)
-        if (in[i] != '=' && in[i] != '\n' && in[i] != '\r')
-            return -1;
-    return n;
-}
-
 static void rt_append(struct rt_conn *c, const cJSON *msg, const char *eid)
 {
     const cJSON *audio = cJSON_GetObjectItemCaseSensitive(msg, "audio");
     if (!cJSON_IsString(audio)) {
-        rt_error(c, "invalid_request_error", "invalid_value", "audio", eid,
+        rt_error(&c->io, "invalid_request_error", "invalid_value", "audio", eid,
                  "'audio' must be a base64 string of PCM16 samples");
         return;
     }
     size_t len = strlen(audio->valuestring);
     unsigned char *pcm = malloc(len / 4 * 3 + 3);
-    long n = pcm ? rt_base64(audio->valuestring, len, pcm) : -1;
+    long n = pcm ? rt_base64_decode(audio->valuestring, len, pcm) : -1;
     char err[256];
     if (n < 0) {
-        rt_error(c, "invalid_request_error", "invalid_value", "audio", eid,
+        rt_error(&c->io, "invalid_request_error", "invalid_value", "audio", eid,
                  pcm ? "'audio' is not valid base64" : "out of memory");
     } else if (stt_session_push(c->ss, pcm, (size_t)n, err, sizeof err) < 0) {
-        rt_error(c, "invalid_request_error", "input_audio_buffer_append_failed", "audio", eid, err);
+        rt_error(&c->io, "invalid_request_error", "input_audio_buffer_append_failed", "audio", eid, err);
     }
     free(pcm);
 }
@@ -450,14 +341,14 @@ static void rt_append(struct rt_conn *c, const cJSON *msg, const char *eid)
 static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool binary)
 {
     if (binary) {
-        rt_error(c, "invalid_request_error", "invalid_event", NULL, NULL,
+        rt_error(&c->io, "invalid_request_error", "invalid_event", NULL, NULL,
                  "binary messages are not part of the protocol: send JSON events as text");
         return;
     }
     cJSON *msg = cJSON_ParseWithLength(data, len);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(msg, "type");
     if (!cJSON_IsObject(msg) || !cJSON_IsString(type)) {
-        rt_error(c, "invalid_request_error", "invalid_json", NULL, NULL,
+        rt_error(&c->io, "invalid_request_error", "invalid_json", NULL, NULL,
                  "each message must be a JSON object with a string 'type'");
         cJSON_Delete(msg);
         return;
@@ -470,10 +361,10 @@ static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool bina
         rt_append(c, msg, eid);
     } else if (!strcmp(t, "input_audio_buffer.commit")) {
         if (stt_session_commit(c->ss, err, sizeof err) < 0)
-            rt_error(c, "invalid_request_error", "input_audio_buffer_commit_empty", NULL, eid, err);
+            rt_error(&c->io, "invalid_request_error", "input_audio_buffer_commit_empty", NULL, eid, err);
     } else if (!strcmp(t, "input_audio_buffer.clear")) {
         stt_session_clear(c->ss);
-        rt_send(c, rt_event("input_audio_buffer.cleared"));
+        rt_send(&c->io, rt_event("input_audio_buffer.cleared"));
     } else if (!strcmp(t, "transcription_session.update")) {
         rt_update(c, msg, false, eid);
     } else if (!strcmp(t, "session.update")) {
@@ -481,7 +372,7 @@ static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool bina
     } else {
         char m[160];
         snprintf(m, sizeof m, "unknown or unsupported event type '%.60s'", t);
-        rt_error(c, "invalid_request_error", "invalid_event", "type", eid, m);
+        rt_error(&c->io, "invalid_request_error", "invalid_event", "type", eid, m);
     }
     cJSON_Delete(msg);
 }
@@ -491,7 +382,7 @@ static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool bina
  * message being handled then, on whichever thread saw the later of the two. */
 static void rt_finish(struct rt_conn *c)
 {
-    OMNI_INFO("realtime: session %s closed", c->id);
+    OMNI_INFO("realtime: session %s closed", c->io.id);
     stt_session_close(c->ss);
     c->ss = NULL;
     rt_unref(c);
@@ -541,6 +432,12 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
     ws_req_set_route(r, "/v1/realtime");
     struct stt *stt = api_stt(a);
     const char *intent = ws_req_query(r, "intent");
+    /* No intent with a chat model loaded: a conversation (the voice agent). */
+    const struct api_model *m = api_model(a);
+    if (!intent && m) {
+        realtime_conv_upgrade(a, r, m);
+        return;
+    }
     if (!stt || (intent && strcmp(intent, "transcription")) || !api_key_ok(a, r)) {
         OMNI_INFO("realtime: %s refused: %s", ws_req_id(r),
                   !stt ? "no speech model (serve --stt-model)"
@@ -554,7 +451,7 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
     c->stt = stt;
     atomic_init(&c->refs, 2);
     pthread_mutex_init(&c->lock, NULL);
-    snprintf(c->id, sizeof c->id, "sess_%s", ws_req_id(r));
+    snprintf(c->io.id, sizeof c->io.id, "sess_%s", ws_req_id(r));
     c->sp = stt_session_default_params();
     c->sp.input_rate_hz = RT_DEFAULT_RATE;
     c->sp.server_vad = stt_vad(stt) != NULL;
@@ -569,13 +466,13 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
         free(c);
         return;
     }
-    if (!(c->sock = ws_req_accept_websocket(r, &rt_handler, c))) {
+    if (!(c->io.sock = ws_req_accept_websocket(r, &rt_handler, c))) {
         stt_session_close(c->ss);   /* drops the session side; then ours */
         rt_unref(c);
         return;
     }
     /* No message can arrive before this handler returns (the handshake
      * completes after it), so the settings are still ours to read. */
-    OMNI_INFO("realtime: session %s opened", c->id);
+    OMNI_INFO("realtime: session %s opened", c->io.id);
     rt_send_session(c, "transcription_session.created");
 }
