@@ -694,3 +694,64 @@ int media_audio_decode_raw(const void *data, size_t len, enum media_pcm_format f
     media_resampler_free(rs);
     return rc;
 }
+
+// ---- G.711 -----------------------------------------------------------------------
+
+/* mu-law: the magnitude plus a bias of 132 is a float with a 3-bit exponent
+ * (the segment) and a 4-bit mantissa; bytes are sent inverted. */
+#define G711_ULAW_BIAS 0x84
+#define G711_ULAW_CLIP 32635
+
+uint8_t media_g711_ulaw_from_s16(int16_t x)
+{
+    int v = x, sign = 0;
+    if (v < 0) {
+        v = -v;
+        sign = 0x80;
+    }
+    if (v > G711_ULAW_CLIP)
+        v = G711_ULAW_CLIP;
+    v += G711_ULAW_BIAS;
+    int exp = 7;
+    for (int mask = 0x4000; !(v & mask) && exp > 0; mask >>= 1)
+        exp--;
+    int mant = (v >> (exp + 3)) & 0x0F;
+    return (uint8_t)~(sign | exp << 4 | mant);
+}
+
+int16_t media_g711_ulaw_to_s16(uint8_t u)
+{
+    u = (uint8_t)~u;
+    int exp = (u >> 4) & 7, mant = u & 0x0F;
+    int v = (((mant << 3) + G711_ULAW_BIAS) << exp) - G711_ULAW_BIAS;
+    return (int16_t)(u & 0x80 ? -v : v);
+}
+
+/* A-law: 13-bit magnitude, segment 0 and 1 linear, then a 3-bit exponent;
+ * even bits are inverted (XOR 0x55) on the wire. */
+uint8_t media_g711_alaw_from_s16(int16_t x)
+{
+    int v = x, mask = 0xD5;
+    if (v < 0) {
+        v = -v - 1;
+        mask = 0x55;
+    }
+    int seg = 0;
+    while (seg < 8 && v >= (0x100 << seg))
+        seg++;
+    if (seg >= 8)
+        return (uint8_t)(0x7F ^ mask);
+    int a = seg << 4 | ((seg < 2 ? v >> 4 : v >> (seg + 3)) & 0x0F);
+    return (uint8_t)(a ^ mask);
+}
+
+int16_t media_g711_alaw_to_s16(uint8_t a)
+{
+    a ^= 0x55;
+    int t = (a & 0x0F) << 4, seg = (a & 0x70) >> 4;
+    if (seg == 0)
+        t += 8;
+    else
+        t = (t + 0x108) << (seg - 1);
+    return (int16_t)(a & 0x80 ? t : -t);
+}

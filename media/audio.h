@@ -82,6 +82,14 @@ size_t media_resampler_available(const struct media_resampler *rs);
 size_t media_resampler_pull(struct media_resampler *rs, float *out, size_t max);
 void media_resampler_free(struct media_resampler *rs);
 
+/* ---- G.711 (ITU-T): telephone audio, 8 kHz, one byte a sample ---------
+ * mu-law (North America, Japan) and A-law (elsewhere), as the Realtime
+ * API's g711_ulaw / g711_alaw formats carry them. */
+uint8_t media_g711_ulaw_from_s16(int16_t x);
+uint8_t media_g711_alaw_from_s16(int16_t x);
+int16_t media_g711_ulaw_to_s16(uint8_t u);
+int16_t media_g711_alaw_to_s16(uint8_t a);
+
 /* Route ffmpeg's own log output to omni_log at debug level. Idempotent and
  * thread-safe; every decode/encode entry point calls it. */
 void media_log_init(void);

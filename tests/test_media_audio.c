@@ -508,3 +508,36 @@ TEST(media_resampler_upsampling_stays_bounded)
     CHECK_NEAR((double)ny, 4 * 384000.0, 400);
     free(y);
 }
+
+/* G.711: the code points every implementation agrees on, round trips within
+ * half a quantization step (which grows with the segment), monotonic codes. */
+TEST(media_g711_ulaw_alaw)
+{
+    CHECK(media_g711_ulaw_from_s16(0) == 0xFF);
+    CHECK(media_g711_alaw_from_s16(0) == 0xD5);
+    CHECK(media_g711_ulaw_from_s16(32767) == 0x80);
+    CHECK(media_g711_ulaw_from_s16(-32768) == 0x00);
+    CHECK(media_g711_alaw_from_s16(32767) == 0xAA);
+    CHECK(media_g711_alaw_from_s16(-32768) == 0x2A);
+    CHECK(media_g711_ulaw_to_s16(0xFF) == 0 && media_g711_alaw_to_s16(0xD5) == 8);
+    int prev_u = -40000, prev_a = -40000;
+    for (int x = -32768; x <= 32767; x += 7) {
+        int u = media_g711_ulaw_to_s16(media_g711_ulaw_from_s16((int16_t)x));
+        int a = media_g711_alaw_to_s16(media_g711_alaw_from_s16((int16_t)x));
+        int ax = x < 0 ? -x : x;
+        /* step: 2^(segment+1) for mu-law (at most 1024), 2^(segment+1) for A-law */
+        double tol = ax < 64 ? 16 : ax / 16.0 + 16;
+        if (ax <= 32635)
+            CHECK_MSG(abs(u - x) <= tol, "ulaw %d -> %d", x, u);
+        if (ax <= 32256)
+            CHECK_MSG(abs(a - x) <= tol, "alaw %d -> %d", x, a);
+        CHECK_MSG(u >= prev_u && a >= prev_a, "monotonic at %d", x);
+        prev_u = u;
+        prev_a = a;
+    }
+    for (int b = 0; b < 256; b++) {   /* every code decodes to a value that encodes back */
+        int16_t u = media_g711_ulaw_to_s16((uint8_t)b), a = media_g711_alaw_to_s16((uint8_t)b);
+        CHECK_MSG(media_g711_ulaw_from_s16(u) == b || (b == 0x7F && u == 0), "ulaw code %d", b);
+        CHECK_MSG(media_g711_alaw_from_s16(a) == b, "alaw code %d", b);
+    }
+}
