@@ -159,16 +159,6 @@ struct metrics *api_metrics(struct api *a) { return a->metrics; }
 
 // ---- responses ------------------------------------------------------------
 
-/* ws_req_respond, without the body for HEAD (the status and type as GET). */
-static void api_respond(struct ws_req *r, int status, const char *type, const char *body,
-                        size_t len)
-{
-    if (ws_req_method(r) == WS_HEAD)
-        ws_req_respond(r, status, type, "", 0);
-    else
-        ws_req_respond(r, status, type, body, len);
-}
-
 void api_respond_json(struct ws_req *r, int status, cJSON *body)
 {
     char *s = body ? cJSON_PrintUnformatted(body) : NULL;
@@ -176,10 +166,10 @@ void api_respond_json(struct ws_req *r, int status, cJSON *body)
     if (!s) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                   "\"param\":null,\"code\":null}}";
-        api_respond(r, 500, "application/json", oom, sizeof oom - 1);
+        ws_req_respond(r, 500, "application/json", oom, sizeof oom - 1);
         return;
     }
-    api_respond(r, status, "application/json", s, strlen(s));
+    ws_req_respond(r, status, "application/json", s, strlen(s));
     free(s);
 }
 
@@ -188,10 +178,10 @@ void api_respond_error(struct ws_req *r, enum api_flavor f, const struct api_err
     size_t len = 0;
     char *s = api_error_json(f, e, &len);
     if (!s) {
-        api_respond(r, 500, "text/plain", "out of memory", 13);
+        ws_req_respond(r, 500, "text/plain", "out of memory", 13);
         return;
     }
-    api_respond(r, e->status, "application/json", s, len);
+    ws_req_respond(r, e->status, "application/json", s, len);
     free(s);
 }
 
@@ -646,10 +636,10 @@ static void api_metrics_route(struct api *a, struct ws_req *r, const char *arg)
     size_t len = 0;
     char *text = metrics_render(a->metrics, ready ? &es : NULL, a->version, a->served_name, &len);
     if (!text) {
-        api_respond(r, 500, "text/plain", "out of memory\n", 14);
+        ws_req_respond(r, 500, "text/plain", "out of memory\n", 14);
         return;
     }
-    api_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    ws_req_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
 }
 
@@ -687,7 +677,7 @@ struct api_route {
     const char *prefix;       /* path, or the part before {arg} */
     const char *suffix;       /* after {arg}; NULL: exact path */
     const char *label;        /* for logs and metrics */
-    enum ws_method method;    /* a GET route also answers HEAD */
+    enum ws_method method;    /* a GET route also answers HEAD (ws sends no body) */
     enum api_flavor flavor;
     bool open;                /* no API key needed */
     enum apireq_body body;    /* the Content-Type its body needs, else 415 */
