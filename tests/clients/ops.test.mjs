@@ -3,11 +3,11 @@
 // full queue (429 with Retry-After), keep-alive comments while queued, a
 // server without a model, the probes (/health readiness, /livez liveness,
 // HEAD), /metrics (ours and the vLLM names routers read), and graceful
-// shutdown on SIGTERM with a stream in flight.
+// shutdown on SIGTERM with a stream in flight (/health 503, new work 503).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, testModel, modelSkip, metric, rawSSE, waitFor } from './server.mjs';
+import { startServer, testModel, modelSkip, metric, rawSSE, waitFor, probe, postJSON } from './server.mjs';
 
 const skip = testModel() ? false : modelSkip;
 const say = [{ role: 'user', content: 'Once upon a time' }];
@@ -187,6 +187,50 @@ test('SIGTERM: in-flight stream completes, exit code 0', { skip }, async () => {
   const { code } = await srv.exited;
   assert.equal(code, 0, srv.log());
   assert.match(srv.log(), /shutting down/);
+});
+
+test('SIGTERM: draining - /health 503, /livez 200, new generations 503, the stream finishes', { skip }, async () => {
+  const srv = await startServer(['--shutdown-timeout', '20', '--max-seqs', '1']);
+  const stream = await openai(srv).chat.completions.create({ model: 'x', messages: say, max_tokens: 450, stream: true });
+  let n = 0, finish, checked = false;
+  for await (const c of stream) {
+    if (n++ === 1) {
+      // The probes and requests come on new connections, as a load balancer's
+      // would: the drain closes idle keep-alive ones.
+      srv.proc.kill('SIGTERM');
+      await waitFor(async () => (await probe(srv.url, '/health')).status === 503, 'the drain');
+      assert.equal(JSON.parse((await probe(srv.url, '/health')).text).status, 'draining');
+      assert.equal((await probe(srv.url, '/health', 'HEAD')).status, 503);
+      assert.equal((await probe(srv.url, '/livez')).status, 200);
+      const o = await postJSON(srv.url, '/v1/chat/completions', JSON.stringify({ messages: say, max_tokens: 3 })).done;
+      assert.equal(o.status, 503);
+      assert.equal(JSON.parse(o.text).error.type, 'service_unavailable_error');
+      assert.match(JSON.parse(o.text).error.message, /shutting down/);
+      const a = await postJSON(srv.url, '/v1/messages', JSON.stringify({ max_tokens: 3, messages: say })).done;
+      assert.equal(a.status, 503);
+      assert.equal(JSON.parse(a.text).error.type, 'overloaded_error');
+      checked = true;
+    }
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert.ok(checked);
+  assert.equal(finish, 'length');
+  const { code } = await srv.exited;
+  assert.equal(code, 0, srv.log());
+});
+
+test('a second SIGTERM during the drain exits at once', { skip }, async () => {
+  const srv = await startServer(['--shutdown-timeout', '60', '--max-seqs', '1']);
+  const body = { messages: say, max_tokens: 460, stream: true };
+  const runs = [1, 2, 3].map(() => rawSSE(`${srv.url}/v1/chat/completions`, body).catch((e) => e));
+  await waitFor(async () => (await metric(srv.url, 'omniserve_requests_running')) === 1, 'a running stream');
+  srv.proc.kill('SIGTERM');
+  await waitFor(async () => (await probe(srv.url, '/health')).status === 503, 'the drain');
+  srv.proc.kill('SIGTERM');
+  const { code } = await srv.exited;
+  assert.equal(code, 1, srv.log());
+  assert.match(srv.log(), /second signal/);
+  await Promise.all(runs);
 });
 
 test('SIGTERM with --shutdown-timeout 0: the stream still ends properly, exit code 0', { skip }, async () => {

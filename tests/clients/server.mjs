@@ -3,6 +3,7 @@
 // OMNI_TEST_MODEL names a GGUF), and helpers to read /metrics.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -129,3 +130,48 @@ export async function rawSSE(url, body, headers = {}) {
   }
   return { status: r.status, headers: r.headers, frames };
 }
+
+// A JSON POST through node:http, for bodies whose upload must be known to be
+// complete: { sent: resolves once the whole body is on the socket,
+// done: resolves to { status, text, ms } (ms from the end of the upload),
+// abort() }.
+export function postJSON(url, route, body) {
+  let sentAt = 0, settle, fail, markSent;
+  const done = new Promise((res, rej) => { settle = res; fail = rej; });
+  const sent = new Promise((res) => { markSent = res; });
+  const req = http.request(`${url}${route}`, {
+    method: 'POST', agent: false,
+    headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+  }, (res) => {
+    let text = '';
+    res.setEncoding('utf8');
+    res.on('data', (d) => { text += d; });
+    res.on('end', () => settle({ status: res.statusCode, text, ms: performance.now() - sentAt }));
+    res.on('error', fail);
+  });
+  req.on('error', fail);
+  req.end(body, () => { sentAt = performance.now(); markSent(); });
+  return { sent, done, abort: () => req.destroy() };
+}
+
+// One request on a new connection, as a kubelet or load balancer probes
+// (a pooled keep-alive socket may be closed under it when the server drains):
+// { status, text }.
+export function probe(url, route, method = 'GET') {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${url}${route}`, { method, agent: false }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : NaN;
+};
