@@ -34,8 +34,7 @@ struct rt_conn {
                                       io.id: the session id, also in item ids */
     atomic_int refs;               /* the socket side + the session side */
     pthread_mutex_t lock;
-    bool busy;                     /* {lock} a message is being handled */
-    bool closed;                   /* {lock} on_close ran */
+    struct rt_gate gate;           /* {lock} who ends the socket side */
     /* the message handler (one message at a time; the upgrade before the
      * first): the session and the settings it was given */
     struct stt_session *ss;
@@ -394,18 +393,10 @@ static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_
 {
     (void)s;
     struct rt_conn *c = user;
-    pthread_mutex_lock(&c->lock);
-    bool closed = c->closed;
-    c->busy = !closed;
-    pthread_mutex_unlock(&c->lock);
-    if (closed)
+    if (!rt_gate_enter(&c->gate, &c->lock))
         return;   /* queued before the close: nobody will read the answer */
     rt_handle(c, data, len, binary);
-    pthread_mutex_lock(&c->lock);
-    c->busy = false;
-    closed = c->closed;
-    pthread_mutex_unlock(&c->lock);
-    if (closed)
+    if (rt_gate_leave(&c->gate, &c->lock))
         rt_finish(c);   /* on_close came while we were busy and left the session to us */
 }
 
@@ -413,11 +404,7 @@ static void rt_on_message(void *user, struct ws_sock *s, const char *data, size_
 static void rt_on_close(void *user)
 {
     struct rt_conn *c = user;
-    pthread_mutex_lock(&c->lock);
-    c->closed = true;
-    bool busy = c->busy;
-    pthread_mutex_unlock(&c->lock);
-    if (!busy)
+    if (rt_gate_close(&c->gate, &c->lock))
         rt_finish(c);
 }
 

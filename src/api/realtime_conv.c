@@ -103,6 +103,17 @@ struct rtc_resp {
     float pcm[4096];
 };
 
+/* The transcription of one audio item made by conversation.item.create: a
+ * speech session of its own, without VAD, closed by the message thread once
+ * its final came. */
+struct rtc_tr {
+    struct rtc *c;
+    struct stt_session *ss;
+    struct rtc_tr *next;           /* the message thread's list */
+    atomic_bool done;
+    char item[96];
+};
+
 struct rtc {
     struct api *api;
     const struct api_model *m;
@@ -111,10 +122,11 @@ struct rtc {
     struct rt_io io;
     atomic_int refs;               /* socket side, stt session, responses in flight */
     pthread_mutex_t lock;
-    bool busy, closed;             /* {lock} as in realtime.c */
+    struct rt_gate gate;           /* {lock} who ends the socket side */
     bool gone;                     /* {lock} the socket side finished */
     /* the message handler's */
     struct stt_session *ss;
+    struct rtc_tr *trs;            /* transcriptions of created audio items */
     struct stt_session_params sp;
     size_t buffered_bytes;         /* input audio since the last commit */
     bool updated;                  /* a session.update came (beta is decided by the first) */
@@ -1242,6 +1254,37 @@ static void rtc_barge_in(struct rtc *c)
         rtc_truncate(c, cut, 0);   /* nothing of it was heard yet */
 }
 
+/* A user audio item's transcript (FINAL) or its failure (ERROR): the item
+ * gets its words and a waiting response may start. {lock} */
+static void rtc_transcribed(struct rtc *c, const char *id, const struct stt_event *ev)
+{
+    struct rtc_item *it = rtc_find(c, id);
+    if (ev->type == STT_EV_ERROR) {
+        rt_error(&c->io, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
+        if (it && it->pending) {
+            it->pending = false;   /* the turn stays, without words */
+            rtc_item_done(c, it);
+            rtc_try_start(c);
+        }
+        return;
+    }
+    const char *text = ev->text ? ev->text : "";
+    while (*text == ' ')   /* Whisper's leading space */
+        text++;
+    cJSON *o = rt_event("conversation.item.input_audio_transcription.completed");
+    cJSON_AddStringToObject(o, "item_id", id);
+    cJSON_AddNumberToObject(o, "content_index", 0);
+    cJSON_AddStringToObject(o, "transcript", text);
+    rt_send(&c->io, o);
+    if (it && it->pending) {
+        free(it->text);
+        it->text = strdup(text);
+        it->pending = false;
+        rtc_item_done(c, it);
+    }
+    rtc_try_start(c);
+}
+
 static void rtc_on_stt(void *user, const struct stt_event *ev)
 {
     struct rtc *c = user;
@@ -1294,37 +1337,45 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
         cJSON_AddStringToObject(o, "partial", ev->text ? ev->text : "");
         rt_send(&c->io, o);
         break;
-    case STT_EV_FINAL: {
-        struct rtc_item *it = rtc_find(c, id);
-        const char *text = ev->text ? ev->text : "";
-        /* Whisper's turn transcript is the user's message */
-        while (*text == ' ')
-            text++;
-        o = rt_event("conversation.item.input_audio_transcription.completed");
-        cJSON_AddStringToObject(o, "item_id", id);
-        cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddStringToObject(o, "transcript", text);
-        rt_send(&c->io, o);
-        if (it) {
-            free(it->text);
-            it->text = strdup(text);
-            it->pending = false;
-            rtc_item_done(c, it);
-        }
-        rtc_try_start(c);
+    case STT_EV_FINAL:
+    case STT_EV_ERROR:
+        rtc_transcribed(c, id, ev);
         break;
-    }
-    case STT_EV_ERROR: {
-        rt_error(&c->io, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
-        struct rtc_item *it = rtc_find(c, id);
-        if (it && it->pending) {
-            it->pending = false;   /* the turn stays, without words */
-            rtc_try_start(c);
-        }
-        break;
-    }
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+/* The transcript of a created audio item (an stt worker). */
+static void rtc_on_tr(void *user, const struct stt_event *ev)
+{
+    struct rtc_tr *tr = user;
+    if (ev->type != STT_EV_FINAL && ev->type != STT_EV_ERROR)
+        return;
+    pthread_mutex_lock(&tr->c->lock);
+    rtc_transcribed(tr->c, tr->item, ev);
+    pthread_mutex_unlock(&tr->c->lock);
+    atomic_store(&tr->done, true);
+}
+
+static void rtc_on_tr_free(void *user)
+{
+    struct rtc_tr *tr = user;
+    rtc_unref(tr->c);
+    free(tr);
+}
+
+/* Closes the transcriptions that are done (all: at the end). The message thread. */
+static void rtc_tr_reap(struct rtc *c, bool all)
+{
+    for (struct rtc_tr **p = &c->trs; *p;) {
+        struct rtc_tr *tr = *p;
+        if (!all && !atomic_load(&tr->done)) {
+            p = &tr->next;
+            continue;
+        }
+        *p = tr->next;
+        stt_session_close(tr->ss);   /* on_free frees tr */
+    }
 }
 
 static void rtc_on_session_free(void *user) { rtc_unref(user); }
@@ -1647,8 +1698,8 @@ static void rtc_update(struct rtc *c, const cJSON *msg, const char *eid)
 // ---- client items ------------------------------------------------------------------
 
 /* One item object of conversation.item.create / response.input. NULL + msg. */
-static struct rtc_item *rtc_parse_item(struct rtc *c, const cJSON *o, const char **param,
-                                       char *msg, size_t msglen)
+static struct rtc_item *rtc_parse_item(struct rtc *c, const cJSON *o, const char **audio_b64,
+                                       const char **param, char *msg, size_t msglen)
 {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
@@ -1702,10 +1753,17 @@ static struct rtc_item *rtc_parse_item(struct rtc *c, const cJSON *o, const char
                          pt->valuestring);
                 goto bad;
             }
+            const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(p, "audio");
+            if (audio && !cJSON_IsString(text) && cJSON_IsString(bytes) && audio_b64 && !*audio_b64 &&
+                !strcmp(it->role, "user") && c->stt) {
+                *audio_b64 = bytes->valuestring;   /* transcribed: the transcript comes later */
+                it->audio = it->pending = true;
+                continue;
+            }
             if (audio && !cJSON_IsString(text)) {
                 *param = "item.content.transcript";
-                snprintf(msg, msglen, "audio content needs a 'transcript' here (this server feeds the model text; "
-                                      "speak through input_audio_buffer.append to have it transcribed)");
+                snprintf(msg, msglen, "audio content needs a 'transcript' (or, in a user item of a "
+                                      "conversation.item.create on a server with a speech model, one 'audio' part)");
                 goto bad;
             }
             if (!cJSON_IsString(text)) {
@@ -1809,7 +1867,7 @@ static int rtc_parse_items(struct rtc *c, const cJSON *arr, struct rtc_item ***o
                 it->n_spans = it->cap_spans = 0;
             }
         } else {
-            it = rtc_parse_item(c, o, param, msg, msglen);
+            it = rtc_parse_item(c, o, NULL, param, msg, msglen);
         }
         if (!it) {
             for (int i = 0; i < k; i++)
@@ -1824,18 +1882,25 @@ static int rtc_parse_items(struct rtc *c, const cJSON *arr, struct rtc_item ***o
     return 0;
 }
 
-static void rtc_item_create(struct rtc *c, const cJSON *msg, const char *eid)
+/* {lock}. *audio_b64: an audio part to transcribe into the new item, whose
+ * id goes to item_id (the caller does it after unlocking). */
+static void rtc_item_create(struct rtc *c, const cJSON *msg, const char *eid, const char **audio_b64,
+                            char *item_id, size_t cap)
 {
     const char *param = NULL;
     char buf[384];
-    struct rtc_item *it = rtc_parse_item(c, cJSON_GetObjectItemCaseSensitive(msg, "item"), &param, buf, sizeof buf);
+    struct rtc_item *it = rtc_parse_item(c, cJSON_GetObjectItemCaseSensitive(msg, "item"), audio_b64,
+                                         &param, buf, sizeof buf);
     if (!it) {
+        *audio_b64 = NULL;
         rtc_error(c, "invalid_value", param, eid, "%s", buf);
         return;
     }
+    snprintf(item_id, cap, "%s", it->id);
     if (rtc_find(c, it->id)) {
         rtc_error(c, "item_id_exists", "item.id", eid, "an item '%s' already exists", it->id);
         rtc_item_free(it);
+        *audio_b64 = NULL;
         return;
     }
     int at = -1;
@@ -1846,6 +1911,7 @@ static void rtc_item_create(struct rtc *c, const cJSON *msg, const char *eid)
         else if ((at = rtc_item_index(c, prev->valuestring)) < 0) {
             rtc_error(c, "item_not_found", "previous_item_id", eid, "no item '%.64s'", prev->valuestring);
             rtc_item_free(it);
+            *audio_b64 = NULL;
             return;
         } else {
             at++;
@@ -1854,9 +1920,11 @@ static void rtc_item_create(struct rtc *c, const cJSON *msg, const char *eid)
     if (rtc_item_insert(c, it, at) < 0) {
         rtc_error(c, "conversation_full", "item", eid, "the conversation is full of items in progress");
         rtc_item_free(it);
+        *audio_b64 = NULL;
         return;
     }
-    rtc_item_done(c, it);
+    if (!it->pending)
+        rtc_item_done(c, it);
 }
 
 static struct rtc_item *rtc_item_arg(struct rtc *c, const cJSON *msg, const char *eid)
@@ -1914,6 +1982,40 @@ static void rtc_item_delete(struct rtc *c, const cJSON *msg, const char *eid)
 
 // ---- client events -------------------------------------------------------------------
 
+/* base64 audio in the session's input format as PCM16 (malloc'd; G.711 is
+ * expanded). -1 after an error event. */
+static int rtc_decode_audio(struct rtc *c, const char *b64, const char *eid, unsigned char **pcm,
+                            size_t *bytes)
+{
+    size_t len = strlen(b64);
+    unsigned char *raw = malloc(len / 4 * 3 + 3);
+    long n = raw ? rt_base64_decode(b64, len, raw) : -1;
+    pthread_mutex_lock(&c->lock);
+    enum rtc_fmt f = c->in_fmt;
+    pthread_mutex_unlock(&c->lock);
+    if (n < 0) {
+        rtc_error(c, "invalid_value", "audio", eid, raw ? "'audio' is not valid base64" : "out of memory");
+        free(raw);
+        return -1;
+    }
+    *pcm = raw;
+    *bytes = (size_t)n;
+    if (f == RTC_PCM16)
+        return 0;
+    int16_t *x = malloc((size_t)n * 2 + 1);
+    if (!x) {
+        free(raw);
+        rtc_error(c, "server_error", NULL, eid, "out of memory");
+        return -1;
+    }
+    for (long i = 0; i < n; i++)
+        x[i] = f == RTC_ULAW ? media_g711_ulaw_to_s16(raw[i]) : media_g711_alaw_to_s16(raw[i]);
+    free(raw);
+    *pcm = (unsigned char *)x;
+    *bytes = (size_t)n * 2;
+    return 0;
+}
+
 static void rtc_append(struct rtc *c, const cJSON *msg, const char *eid)
 {
     const cJSON *audio = cJSON_GetObjectItemCaseSensitive(msg, "audio");
@@ -1926,36 +2028,11 @@ static void rtc_append(struct rtc *c, const cJSON *msg, const char *eid)
         rtc_error(c, "invalid_value", "audio", eid, "'audio' must be a base64 string of audio");
         return;
     }
-    size_t len = strlen(audio->valuestring);
-    unsigned char *raw = malloc(len / 4 * 3 + 3);
-    long n = raw ? rt_base64_decode(audio->valuestring, len, raw) : -1;
-    pthread_mutex_lock(&c->lock);
-    enum rtc_fmt f = c->in_fmt;
-    int rate = c->sp.input_rate_hz;
-    pthread_mutex_unlock(&c->lock);
-    if (n < 0) {
-        rtc_error(c, "invalid_value", "audio", eid, raw ? "'audio' is not valid base64" : "out of memory");
-        free(raw);
+    unsigned char *pcm;
+    size_t bytes;
+    if (rtc_decode_audio(c, audio->valuestring, eid, &pcm, &bytes) < 0)
         return;
-    }
-    /* G.711 is expanded to PCM16 for the speech session */
-    unsigned char *pcm = raw;
-    size_t bytes = (size_t)n;
-    if (f != RTC_PCM16) {
-        int16_t *x = malloc((size_t)n * 2 + 1);
-        if (!x) {
-            free(raw);
-            rtc_error(c, "server_error", NULL, eid, "out of memory");
-            return;
-        }
-        for (long i = 0; i < n; i++)
-            x[i] = f == RTC_ULAW ? media_g711_ulaw_to_s16(raw[i]) : media_g711_alaw_to_s16(raw[i]);
-        pcm = (unsigned char *)x;
-        bytes = (size_t)n * 2;
-        free(raw);
-        raw = NULL;
-    }
-    size_t max = (size_t)rtc_limits.max_buffered_audio_s * (size_t)rate * 2;
+    size_t max = (size_t)rtc_limits.max_buffered_audio_s * (size_t)c->sp.input_rate_hz * 2;
     char err[256];
     if (c->buffered_bytes + bytes > max) {
         rtc_error(c, "input_audio_buffer_full", "audio", eid,
@@ -1967,6 +2044,51 @@ static void rtc_append(struct rtc *c, const cJSON *msg, const char *eid)
         c->buffered_bytes += bytes;
     }
     free(pcm);
+}
+
+/* Transcribes the audio of a created user item on a session of its own. */
+static void rtc_transcribe_item(struct rtc *c, const char *item, const char *b64, const char *eid)
+{
+    unsigned char *pcm = NULL;
+    size_t bytes = 0;
+    struct stt_event fail = { .type = STT_EV_ERROR, .text = "out of memory" };
+    char err[256];
+    struct rtc_tr *tr = calloc(1, sizeof *tr);
+    if (rtc_decode_audio(c, b64, eid, &pcm, &bytes) < 0) {
+        fail.text = "the item's audio could not be decoded";
+    } else if (tr) {
+        tr->c = c;
+        snprintf(tr->item, sizeof tr->item, "%s", item);
+        struct stt_session_params sp = c->sp;
+        sp.server_vad = false;
+        sp.on_event = rtc_on_tr;
+        sp.on_free = rtc_on_tr_free;
+        sp.user = tr;
+        sp.language = c->tr_language;
+        atomic_fetch_add(&c->refs, 1);
+        if (!(tr->ss = stt_session_new(c->stt, &sp, err, sizeof err))) {
+            atomic_fetch_sub(&c->refs, 1);
+            fail.text = err;
+        } else {
+            tr->next = c->trs;
+            c->trs = tr;
+            tr = NULL;
+            if (stt_session_push(c->trs->ss, pcm, bytes, err, sizeof err) < 0 ||
+                stt_session_commit(c->trs->ss, err, sizeof err) < 0) {
+                fail.text = err;
+                atomic_store(&c->trs->done, true);
+            } else {
+                fail.text = NULL;
+            }
+        }
+    }
+    free(tr);
+    free(pcm);
+    if (fail.text) {
+        pthread_mutex_lock(&c->lock);
+        rtc_transcribed(c, item, &fail);
+        pthread_mutex_unlock(&c->lock);
+    }
 }
 
 static void rtc_response_create(struct rtc *c, const cJSON *msg, const char *eid)
@@ -2031,6 +2153,7 @@ static void rtc_handle(struct rtc *c, const char *data, size_t len, bool binary)
     const char *eid = cJSON_IsString(eid_item) ? eid_item->valuestring : NULL;
     const char *t = type->valuestring;
     char err[256];
+    rtc_tr_reap(c, false);
     if (!strcmp(t, "input_audio_buffer.append")) {
         rtc_append(c, msg, eid);
     } else if (!strcmp(t, "input_audio_buffer.commit")) {
@@ -2048,9 +2171,11 @@ static void rtc_handle(struct rtc *c, const char *data, size_t len, bool binary)
     } else if (!strcmp(t, "session.update")) {
         rtc_update(c, msg, eid);
     } else {
+        const char *audio = NULL;
+        char item[96] = "";
         pthread_mutex_lock(&c->lock);
         if (!strcmp(t, "conversation.item.create"))
-            rtc_item_create(c, msg, eid);
+            rtc_item_create(c, msg, eid, &audio, item, sizeof item);
         else if (!strcmp(t, "conversation.item.truncate"))
             rtc_item_truncate(c, msg, eid);
         else if (!strcmp(t, "conversation.item.delete"))
@@ -2065,6 +2190,8 @@ static void rtc_handle(struct rtc *c, const char *data, size_t len, bool binary)
             rt_error(&c->io, "invalid_request_error", "invalid_event", "type", eid, m);
         }
         pthread_mutex_unlock(&c->lock);
+        if (audio)
+            rtc_transcribe_item(c, item, audio, eid);
         if (!strcmp(t, "response.create"))
             rtc_response_create(c, msg, eid);
         else if (!strcmp(t, "response.cancel"))
@@ -2086,38 +2213,29 @@ static void rtc_finish(struct rtc *c)
     for (struct rtc_resp *r = c->resps; r; r = r->next)
         rtc_resp_cancel(r, "client_cancelled");
     pthread_mutex_unlock(&c->lock);
+    rtc_tr_reap(c, true);
     stt_session_close(c->ss);
     c->ss = NULL;
     rtc_unref(c);
 }
 
-static void rtc_on_message(void *user, struct ws_sock *s, const char *data, size_t len, bool binary)
+static void rtc_on_message(void *user, struct ws_sock *s, const char *data, size_t len,
+                          bool binary)
 {
     (void)s;
     struct rtc *c = user;
-    pthread_mutex_lock(&c->lock);
-    bool closed = c->closed;
-    c->busy = !closed;
-    pthread_mutex_unlock(&c->lock);
-    if (closed)
-        return;
+    if (!rt_gate_enter(&c->gate, &c->lock))
+        return;   /* queued before the close: nobody will read the answer */
     rtc_handle(c, data, len, binary);
-    pthread_mutex_lock(&c->lock);
-    c->busy = false;
-    closed = c->closed;
-    pthread_mutex_unlock(&c->lock);
-    if (closed)
-        rtc_finish(c);
+    if (rt_gate_leave(&c->gate, &c->lock))
+        rtc_finish(c);   /* on_close came while we were busy and left the session to us */
 }
 
+/* A ws worker, after the last message (or the service thread). */
 static void rtc_on_close(void *user)
 {
     struct rtc *c = user;
-    pthread_mutex_lock(&c->lock);
-    c->closed = true;
-    bool busy = c->busy;
-    pthread_mutex_unlock(&c->lock);
-    if (!busy)
+    if (rt_gate_close(&c->gate, &c->lock))
         rtc_finish(c);
 }
 

@@ -51,6 +51,35 @@ void rt_error(struct rt_io *io, const char *type, const char *code, const char *
     rt_send(io, ev);
 }
 
+// ---- the end of a connection -------------------------------------------------------
+
+bool rt_gate_enter(struct rt_gate *g, pthread_mutex_t *lock)
+{
+    pthread_mutex_lock(lock);
+    bool closed = g->closed;
+    g->busy = !closed;
+    pthread_mutex_unlock(lock);
+    return !closed;
+}
+
+bool rt_gate_leave(struct rt_gate *g, pthread_mutex_t *lock)
+{
+    pthread_mutex_lock(lock);
+    g->busy = false;
+    bool closed = g->closed;
+    pthread_mutex_unlock(lock);
+    return closed;
+}
+
+bool rt_gate_close(struct rt_gate *g, pthread_mutex_t *lock)
+{
+    pthread_mutex_lock(lock);
+    g->closed = true;
+    bool busy = g->busy;
+    pthread_mutex_unlock(lock);
+    return !busy;
+}
+
 // ---- base64 ------------------------------------------------------------------------
 
 /* The value of one base64 digit, or -1. */

@@ -8,10 +8,11 @@
  *   rt_error(&io, "invalid_request_error", "invalid_value", "audio", client_eid, "...");
  *
  * Thread safety: rt_send and rt_error may be called from any thread (the
- * socket queues); the rest are pure. */
+ * socket queues); rt_gate_* take the caller's lock; the rest are pure. */
 #ifndef OMNI_API_RT_COMMON_H
 #define OMNI_API_RT_COMMON_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,6 +40,20 @@ void rt_error(struct rt_io *io, const char *type, const char *code, const char *
 long rt_base64_decode(const char *in, size_t len, unsigned char *out);
 /* base64 of data as a malloc'd string, NULL when out of memory. */
 char *rt_base64_encode(const void *data, size_t len);
+
+/* Who ends a connection: on_close may come (from the service thread) while
+ * a message is still being handled on a ws worker; the side that comes last
+ * runs the caller's finish. The fields are under the caller's lock. */
+struct rt_gate {
+    bool busy;                     /* a message is being handled */
+    bool closed;                   /* on_close ran */
+};
+/* on_message starts: false when the socket already closed (skip it). */
+bool rt_gate_enter(struct rt_gate *g, pthread_mutex_t *lock);
+/* on_message ends: true when on_close came meanwhile (finish now). */
+bool rt_gate_leave(struct rt_gate *g, pthread_mutex_t *lock);
+/* on_close: true when no message is being handled (finish now). */
+bool rt_gate_close(struct rt_gate *g, pthread_mutex_t *lock);
 
 /* turn_detection as both protocols take it. */
 struct rt_turn {

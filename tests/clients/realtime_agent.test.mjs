@@ -88,11 +88,14 @@ function open(url, { query = '', headers = {} } = {}) {
   };
 }
 
-// Appends pcm (16 kHz) in 100 ms chunks, then silence for the VAD to end the turn.
-function speak(s, pcm, silenceMs = 1000) {
+// Appends pcm (16 kHz) in 100 ms chunks, then silence for the VAD to end the
+// turn; all at once, or paced at real time (resolves after the last chunk).
+async function speak(s, pcm, silenceMs = 1000, { realtime = false } = {}) {
   const all = Buffer.concat([pcm, Buffer.alloc(32 * silenceMs)]);
-  for (let at = 0; at < all.length; at += 3200)
+  for (let at = 0; at < all.length; at += 3200) {
     s.send({ type: 'input_audio_buffer.append', audio: all.subarray(at, at + 3200).toString('base64') });
+    if (realtime) await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 const gaSession = (extra = {}) => ({ type: 'session.update', session: {
@@ -172,7 +175,7 @@ test('a spoken turn gets a spoken answer; its audio says its transcript', { skip
   s.send(gaSession());
   await s.next('session.updated');
   const t0 = performance.now();
-  speak(s, wavPcm(kitchen));
+  const spoken = speak(s, wavPcm(kitchen), 1000, { realtime: true });
   const started = await s.next('input_audio_buffer.speech_started');
   const stopped = await s.next('input_audio_buffer.speech_stopped');
   const committed = await s.next('input_audio_buffer.committed');
@@ -185,7 +188,12 @@ test('a spoken turn gets a spoken answer; its audio says its transcript', { skip
   assert.equal(r.done.response.status === 'completed' || r.done.response.status === 'incomplete', true);
   const first = r.evs.find((e) => e.type === 'response.output_audio.delta');
   assert.ok(first, r.evs.map((e) => e.type).join(','));
-  console.log(`# end of speech -> first audio delta: ${(first._t - stopped._t).toFixed(0)} ms (speech_stopped at ${(stopped._t - t0).toFixed(0)} ms of appending)`);
+  // the clip (its speech to its last sample) went out at real time from t0
+  const clipMs = wavPcm(kitchen).length / 32;
+  const at = (e) => `${(e._t - stopped._t).toFixed(0)}`;
+  const firstText = r.evs.find((e) => e.type === 'response.output_audio_transcript.delta');
+  console.log(`# end of speech -> first audio delta: ${at(first)} ms after speech_stopped, ${(first._t - t0 - clipMs).toFixed(0)} ms after the clip's last sample was sent (transcript at ${at(heard)}, response.created ${at(r.created)}, first text ${at(firstText)} ms)`);
+  await spoken;
   const order = ['response.output_item.added', 'response.content_part.added', 'response.output_audio_transcript.delta',
     'response.output_audio.delta', 'response.output_audio.done', 'response.output_audio_transcript.done',
     'response.content_part.done', 'response.output_item.done'];
@@ -196,13 +204,25 @@ test('a spoken turn gets a spoken answer; its audio says its transcript', { skip
   const tdone = r.evs.find((e) => e.type === 'response.output_audio_transcript.done');
   assert.equal(tdone.transcript, r.transcript);
   assert.equal(r.audio.length % 2, 0);
-  // pcm16 at 24 kHz: the same audio heard by the espeak Whisper says the transcript
+  // pcm16 at 24 kHz: the transcript spoken. stories260K babbles words the
+  // espeak Whisper was not trained on, so it mishears the transcript itself,
+  // and espeak-ng jitters (the same text never gives the same samples twice):
+  // the agent's audio must be heard as Whisper hears the same text spoken by
+  // /v1/audio/speech (same voice and synthesizer) in one of three takes.
   const ms = r.audio.length / 48;
   assert.ok(ms > 300, `${ms} ms of audio`);
-  const back = await client.audio.transcriptions.create({ file: await toFile(wavOf(r.audio, 24000), 'agent.wav'), model: 'whisper-1', language: 'en' });
-  const e = wer(r.transcript, back.text);
-  console.log(`# agent said: ${JSON.stringify(r.transcript)}\n# whisper heard: ${JSON.stringify(back.text)} (WER ${e.toFixed(2)})`);
-  assert.ok(e <= 0.5, `WER ${e}`);
+  const hear = async (pcm) => (await client.audio.transcriptions.create({ file: await toFile(wavOf(pcm, 24000), 'a.wav'), model: 'whisper-1', language: 'en' })).text;
+  const back = await hear(r.audio);
+  let same = Infinity, backRef = '';
+  for (let take = 0; take < 3 && same > 0.34; take++) {
+    const ref = Buffer.from(await (await client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: r.transcript, response_format: 'pcm' })).arrayBuffer());
+    assert.ok(Math.abs(ref.length - r.audio.length) <= ref.length * 0.05, `${r.audio.length} vs ${ref.length} bytes`);
+    const h = await hear(ref);
+    if (wer(h, back) < same) { same = wer(h, back); backRef = h; }
+  }
+  console.log(`# agent said: ${JSON.stringify(r.transcript)} (${ms.toFixed(0)} ms)`);
+  console.log(`# whisper heard the agent: ${JSON.stringify(back)} (WER ${wer(r.transcript, back).toFixed(2)} against the transcript), /v1/audio/speech: ${JSON.stringify(backRef)} (WER ${wer(r.transcript, backRef).toFixed(2)}); between the two ${same.toFixed(2)}`);
+  assert.ok(same <= 0.6, `the agent's audio is heard as ${JSON.stringify(back)}, the transcript spoken by /v1/audio/speech as ${JSON.stringify(backRef)}`);
   await s.close();
 });
 
@@ -271,6 +291,17 @@ test('push-to-talk: commit + response.create, G.711 mu-law out', { skip }, async
   const ms = r.audio.length / 8;
   assert.ok(ms > 300, `${ms} ms`);
   assert.ok(r.audio.some((b) => b !== 0xff && b !== 0x7f));
+  // a user item made of audio: transcribed, then answered
+  s.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user',
+    content: [{ type: 'input_audio', audio: wavPcm(weather).toString('base64') }] } });
+  const added = await s.next((e) => e.type === 'conversation.item.added' && e.item.role === 'user' && e.item.id !== committed.item_id);
+  assert.equal(added.item.content[0].transcript, null);
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const heard2 = await s.next((e) => e.type === 'conversation.item.input_audio_transcription.completed' && e.item_id === added.item.id);
+  assert.match(heard2.transcript, /weather/);
+  const r2 = await response(s);
+  assert.ok(s.all.indexOf(heard2) < s.all.indexOf(r2.created));
+  assert.ok(r2.text.length > 0 && r2.audio.length === 0);
   await s.close();
 });
 
