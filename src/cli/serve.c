@@ -20,6 +20,7 @@
 #include "src/core/threadpool.h"
 #include "src/stt/stt.h"
 #include "src/api/images.h"
+#include "src/api/realtime_conv.h"
 #include "src/api/web.h"
 #include "vision/vision.h"
 #include "ws/ws_http.h"
@@ -48,6 +49,7 @@ struct serve_opts {
     long vision_cache_mb;         /* --vision-cache-mb N */
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
+    struct realtime_limits rl;    /* --realtime-max-*: Realtime conversations */
     struct web_params web;        /* --web-root DIR, --no-web: the playground at / */
 };
 
@@ -150,6 +152,10 @@ static void serve_usage(FILE *f)
             "  --stt-workers N            transcriptions in flight at once, sharing batched passes (default 4)\n"
             "  --stt-threads N            compute threads of the speech model (default: physical cores)\n"
             "  --no-tts                   no speech synthesis (/v1/audio/speech answers 503)\n"
+            "  --realtime-max-items N     items kept per Realtime conversation (default 256)\n"
+            "  --realtime-max-item-bytes N  text of one conversation item (default 65536)\n"
+            "  --realtime-max-audio-s S   input audio without a commit (default 300)\n"
+            "  --realtime-max-output-tokens N  a response's tokens when it asks for \"inf\" (default 1024)\n"
             "vision:\n"
             "  --mmproj FILE              llama.cpp mmproj GGUF (LLaVA CLIP+MLP, SmolVLM/Idefics3):\n"
             "                             image_url / video_url parts in chat messages\n"
@@ -180,6 +186,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->sp = stt_default_params();
     o->vision_cache_mb = 256;
     o->ip = api_images_default_params();
+    o->rl = realtime_default_limits();
     o->api_key = getenv("OMNISERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -292,7 +299,19 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->sp.model_path = v;
         else if (!strcmp(a, "--vad-model"))
             o->sp.vad_path = v;
-        else if (!strcmp(a, "--stt-workers")) {
+        else if (!strcmp(a, "--realtime-max-items")) {
+            rc = cli_long("serve", a, v, 2, 100000, &n);
+            o->rl.max_items = (int)n;
+        } else if (!strcmp(a, "--realtime-max-item-bytes")) {
+            rc = cli_long("serve", a, v, 64, 16L << 20, &n);
+            o->rl.max_item_bytes = (size_t)n;
+        } else if (!strcmp(a, "--realtime-max-audio-s")) {
+            rc = cli_long("serve", a, v, 1, 3600, &n);
+            o->rl.max_buffered_audio_s = (int)n;
+        } else if (!strcmp(a, "--realtime-max-output-tokens")) {
+            rc = cli_long("serve", a, v, 1, 1L << 20, &n);
+            o->rl.max_output_tokens = (int)n;
+        } else if (!strcmp(a, "--stt-workers")) {
             rc = cli_long("serve", a, v, 1, 64, &n);
             o->sp.n_workers = (int)n;
         } else if (!strcmp(a, "--stt-threads")) {
@@ -491,6 +510,7 @@ int cli_serve(int argc, char **argv)
         OMNI_INFO("serve: speech model %s ready in %.1f s (%d workers%s)", o.sp.model_path,
                   omni_time_s() - t0, stt_n_workers(stt), o.sp.vad_path ? ", VAD" : "");
     }
+    realtime_set_limits(&o.rl);
     /* espeak-ng voices need no download: speech out is on unless --no-tts. */
     struct tts *tts = NULL;
     if (!o.no_tts) {
