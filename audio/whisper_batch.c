@@ -240,7 +240,13 @@ int whisper_batcher_decode(struct whisper_batcher *b, const struct whisper_row *
 void whisper_batcher_busy(struct whisper_batcher *b, int delta)
 {
     pthread_mutex_lock(&b->lock);
+    const bool was = b->n_busy > 0;
     b->n_busy += delta;
+    /* While a transcription runs, its passes come one after another with
+     * sampling in between: keep the speech share of the compute budget so
+     * each pass need not wait for a whole engine step. */
+    if (was != (b->n_busy > 0))
+        tpool_active(b->tp, b->n_busy > 0);
     pthread_cond_signal(&b->work_cond); /* one fewer to wait for */
     pthread_mutex_unlock(&b->lock);
 }

@@ -19,7 +19,6 @@
 /* One acquire waiting in the queue; lives on the acquiring thread's stack. */
 struct waiter {
     struct compute_client *cl;
-    int want, need;
     bool asked_urgent;
     bool urgent;             /* asked so, or promoted after max_overtakes */
     int overtaken;           /* urgent grants that went before it */
@@ -36,6 +35,7 @@ struct compute_client {
     void *park_user;
     /* {c->lock} */
     int held, waiting;
+    bool marked_active;      /* compute_client_active */
     bool cancelled;
     double t_mark;           /* when held last changed (for busy_s) */
     uint64_t acquires, urgent_acquires, waits, n_cancelled;
@@ -138,6 +138,37 @@ static void account(struct compute_client *cl, double now)
     cl->t_mark = now;
 }
 
+// ---- shares ------------------------------------------------------------------------
+
+static bool is_active(const struct compute_client *cl)
+{
+    return cl->marked_active || cl->held || cl->waiting;
+}
+
+/* What cl may take now: its max_threads, capped at the fair level L when
+ * others are active too - the smallest L at which every active client's
+ * min(max_threads, L) add up to the budget (max-min fairness; the level
+ * rounds up, so no thread is left to nobody). Caller holds the lock. */
+static int share(const struct compute *c, const struct compute_client *cl)
+{
+    int others = 0;
+    for (int i = 0; i < c->n_clients; i++)
+        others += c->clients[i] != cl && is_active(c->clients[i]);
+    if (!others)
+        return cl->max_threads;
+    for (int level = 1; level < cl->max_threads; level++) {
+        int sum = level < cl->max_threads ? level : cl->max_threads;
+        for (int i = 0; i < c->n_clients; i++) {
+            const struct compute_client *x = c->clients[i];
+            if (x != cl && is_active(x))
+                sum += x->max_threads < level ? x->max_threads : level;
+        }
+        if (sum >= c->n_threads)
+            return level;
+    }
+    return cl->max_threads;
+}
+
 // ---- the queue -------------------------------------------------------------------
 
 static void unlink_waiter(struct compute *c, struct waiter *w)
@@ -185,14 +216,17 @@ static void dispatch(struct compute *c, double now)
                 w = x;
                 break;
             }
-        if (!w || c->free < w->need)
+        if (!w)
+            return;
+        const int want = share(c, w->cl), need = (want + 1) / 2;
+        if (c->free < need)
             return;
         /* every waiter before the first urgent one is a batch one it overtakes */
         for (struct waiter *x = c->head; x != w; x = x->next)
             if (++x->overtaken >= c->max_overtakes)
                 x->urgent = true;
         unlink_waiter(c, w);
-        const int g = w->want < c->free ? w->want : c->free;
+        const int g = want < c->free ? want : c->free;
         w->cl->waiting--;
         take(c, w->cl, g, now);
         w->result = g;
@@ -211,8 +245,7 @@ int compute_acquire(struct compute_client *cl, bool urgent)
     }
     const double t0 = omni_time_s();
     struct waiter w = {
-        .cl = cl, .want = cl->max_threads, .need = (cl->max_threads + 1) / 2,
-        .asked_urgent = urgent, .urgent = urgent || c->max_overtakes == 0,
+        .cl = cl, .asked_urgent = urgent, .urgent = urgent || c->max_overtakes == 0,
     };
     pthread_cond_init(&w.cv, NULL); /* dispatch signals it, also when it grants at once */
     /* Queued even when it can go at once, so that dispatch alone decides
@@ -258,6 +291,17 @@ void compute_release(struct compute_client *cl, int n)
     cl->held -= n;
     c->free += n;
     dispatch(c, now);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void compute_client_active(struct compute_client *cl, bool active)
+{
+    struct compute *c = cl->c;
+    pthread_mutex_lock(&c->lock);
+    if (cl->marked_active != active) {
+        cl->marked_active = active;
+        dispatch(c, omni_time_s()); /* shares changed: a waiter may need less now */
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -322,6 +366,7 @@ void compute_stats(struct compute *c, struct compute_stats *out)
         account(cl, now);
         memcpy(s->name, cl->name, sizeof s->name);
         s->max_threads = cl->max_threads;
+        s->active = is_active(cl);
         s->busy = cl->held;
         s->waiting = cl->waiting;
         s->acquires = cl->acquires;

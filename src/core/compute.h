@@ -26,6 +26,15 @@
  * max_overtakes times counts as urgent from then on (it is older than they
  * are, so it goes next): batch work waits a bounded number of units.
  *
+ * Shares: while several clients are active (holding threads, waiting, or
+ * marked active between their units with compute_client_active), what one
+ * asks for is capped at its fair share: the level L at which the active
+ * clients' min(max_threads, L) cover the budget. Two workloads on 2 cores
+ * then run side by side on one thread each instead of taking turns, so a
+ * workload of short units in quick succession (a Whisper decoder pass per
+ * token) does not wait a long unit of another (an engine step) before each
+ * of its own; alone, a workload gets every thread.
+ *
  * Thread safety: every function may be called from any thread; a client
  * may have several acquirers at once. compute_free after every client has
  * been freed. */
@@ -69,6 +78,11 @@ int compute_client_max_threads(const struct compute_client *cl);
  * and must not call back into the budget. */
 void compute_client_set_park(struct compute_client *cl, void (*park)(void *user), void *user);
 
+/* A workload with work in progress between its units (the engine while it
+ * has sequences, the speech batcher while a transcription runs) says so:
+ * the others' shares make room for its next unit. */
+void compute_client_active(struct compute_client *cl, bool active);
+
 /* Waits for threads; returns how many (1..max_threads) the caller now
  * holds, to give back with compute_release. OMNI_ERR_LIMIT once the client
  * is cancelled (at once, or when a waiting acquire is woken by it). */
@@ -82,6 +96,7 @@ void compute_client_cancel(struct compute_client *cl);
 struct compute_client_stats {
     char name[COMPUTE_NAME_MAX];
     int max_threads;
+    bool active;             /* holding, waiting or marked active now */
     int busy;                /* threads held now */
     int waiting;             /* acquires waiting now (its queue depth) */
     uint64_t acquires;       /* granted acquires */

@@ -382,6 +382,12 @@ void tpool_cancel(struct tpool *tp)
         compute_client_cancel(tp->cl);
 }
 
+void tpool_active(struct tpool *tp, bool active)
+{
+    if (tp && tp->cl)
+        compute_client_active(tp->cl, active);
+}
+
 // ---- physical cores --------------------------------------------------------
 
 static int read_int_file(const char *path, int *out)

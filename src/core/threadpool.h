@@ -50,6 +50,10 @@ void tpool_end(struct tpool *tp);
 /* Any thread: a tpool_begin waiting for the budget, and every later one,
  * returns OMNI_ERR_LIMIT (the owner is shutting down). */
 void tpool_cancel(struct tpool *tp);
+/* Any thread: the owner has work in progress between its units, so its
+ * share of the budget stays reserved (compute_client_active). No-op
+ * without a budget. */
+void tpool_active(struct tpool *tp, bool active);
 
 /* Census of threads running a job (inside fn) across every pool of the
  * process: the evidence that pools together stay within the budget. Off by

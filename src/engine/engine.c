@@ -139,6 +139,7 @@ struct engine {
     uint64_t submitted_prompt_tokens;
 
     /* engine thread only */
+    bool busy;               /* told the compute budget it has work (tpool_active) */
     struct request *active, *dead;
     int rr;                  /* the model stepped last */
     uint64_t admit_counter;
@@ -1362,12 +1363,23 @@ static void publish_stats(struct engine *e)
     e->n_pend_ttft = e->n_pend_itl = 0;
 }
 
+/* While sequences run or wait, the engine keeps its share of the compute
+ * budget between steps; idle, it leaves every thread to the others. */
+static void set_busy(struct engine *e, bool busy)
+{
+    if (busy != e->busy) {
+        e->busy = busy;
+        tpool_active(e->tp, busy);
+    }
+}
+
 static void *engine_thread(void *arg)
 {
     struct engine *e = arg;
     uint64_t *cancels = NULL;
     int cap_cancels = 0;
     for (;;) {
+        set_busy(e, has_work(e));
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->sub_head && !e->n_cancel && !has_work(e))
             pthread_cond_wait(&e->cv, &e->mu);
@@ -1402,6 +1414,7 @@ static void *engine_thread(void *arg)
         }
         if (stop)
             break;
+        set_busy(e, has_work(e));
         for (int i = 0; i < n_cancel; i++)
             for (struct request *r = e->active; r; r = r->next)
                 if (r->id == cancels[i]) {
@@ -1430,6 +1443,7 @@ static void *engine_thread(void *arg)
         publish_stats(e);
     }
     /* engine_free: every request still here ends cancelled */
+    set_busy(e, false);
     while (e->active)
         request_finish(e, e->active, ENGINE_FINISH_CANCELLED);
     while (e->dead) {
