@@ -17,6 +17,7 @@
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
+#include "src/core/compute.h"
 #include "src/core/threadpool.h"
 #include "src/stt/stt.h"
 #include "src/api/images.h"
@@ -85,9 +86,9 @@ static int serve_vision_load(const struct serve_opts *o, struct api *api, struct
 {
     char err[512];
     double t0 = omni_time_s();
-    int n = o->ep.n_threads > 0 ? o->ep.n_threads : omni_physical_cores();
     if (!(v->vm = vision_model_load(o->mmproj, err, sizeof err)) ||
-        !(v->tp = tpool_new(n, err, sizeof err)) ||
+        !(v->tp = tpool_new(compute_size(o->ep.compute), err, sizeof err)) ||
+        tpool_attach(v->tp, o->ep.compute, "vision", err, sizeof err) < 0 ||
         !(v->vc = vision_ctx_new(v->vm, v->tp, err, sizeof err))) {
         fprintf(stderr, "serve: %s\n", err);
         serve_vision_free(v);
@@ -150,7 +151,7 @@ static void serve_usage(FILE *f)
             "                             /v1/audio/translations and /v1/realtime (with or without -m)\n"
             "  --vad-model FILE           Silero VAD (whisper.cpp ggml): trims silence, segments turns\n"
             "  --stt-workers N            transcriptions in flight at once, sharing batched passes (default 4)\n"
-            "  --stt-threads N            compute threads of the speech model (default: physical cores)\n"
+            "  --stt-threads N            at most N of the --threads for the speech model (default: all)\n"
             "  --no-tts                   no speech synthesis (/v1/audio/speech answers 503)\n"
             "  --realtime-max-items N     items kept per Realtime conversation (default 256)\n"
             "  --realtime-max-item-bytes N  text of one conversation item (default 65536)\n"
@@ -167,7 +168,8 @@ static void serve_usage(FILE *f)
             "  --media-root DIR           file:// URLs are read from inside DIR (default: refused)\n"
             "  --allow-private-urls       http(s) URLs may reach loopback/private addresses\n"
             "engine:\n"
-            "  --threads N                compute threads (default: physical cores)\n"
+            "  --threads N                compute threads, one budget shared by the engine, speech,\n"
+            "                             vision and TTS (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
             "  --kv-type f16|f32|q8_0     KV cache type (default f16; q8_0 about half)\n"
             "  --kv-memory BYTES          KV pool size, K/M/G suffixes (default: from free RAM)\n"
@@ -498,12 +500,25 @@ int cli_serve(int argc, char **argv)
         api_free(api);
         return 2;
     }
+    /* One compute budget: the engine, speech, vision and TTS take their
+     * threads from it per unit of work, never more than --threads at once. */
+    struct compute_params cp = compute_default_params();
+    cp.n_threads = o.ep.n_threads;
+    struct compute *budget = compute_new(&cp, err, sizeof err);
+    if (!budget) {
+        fprintf(stderr, "serve: %s\n", err);
+        api_free(api);
+        return 1;
+    }
+    compute_set_default(budget);
+    o.ep.compute = o.sp.compute = budget;
     struct stt *stt = NULL;
     if (o.sp.model_path) {
         double t0 = omni_time_s();
         if (!(stt = stt_new(&o.sp, err, sizeof err))) {
             fprintf(stderr, "serve: %s\n", err);
             api_free(api);
+            compute_free(budget);
             return 1;
         }
         api_set_stt(api, stt);
@@ -523,6 +538,7 @@ int cli_serve(int argc, char **argv)
         tts_free(tts);
         stt_free(stt);
         api_free(api);
+        compute_free(budget);
         return 1;
     }
     struct ws_server *srv = ws_server_new(&o.wp, err, sizeof err);
@@ -532,6 +548,7 @@ int cli_serve(int argc, char **argv)
         stt_free(stt);
         api_free(api);
         serve_vision_free(&vis);
+        compute_free(budget);
         return 1;
     }
 
@@ -589,6 +606,7 @@ int cli_serve(int argc, char **argv)
     ws_server_free(srv);
     api_free(api);
     serve_vision_free(&vis);
+    compute_free(budget);         /* every client is gone; also clears the default */
     llm_model_free(L.model);
     return L.failed ? 1 : 0;
 }
