@@ -14,6 +14,7 @@
 
 #include "vision/vision.h"
 #include "audio/whisper_batch.h"
+#include "src/core/compute.h"
 
 #define METRICS_MAX_SERIES 256
 
@@ -280,6 +281,61 @@ static void metrics_render_vllm(struct metrics_buf *b, const struct engine_stats
                     (double)es->preemptions);
 }
 
+/* The process's compute budget (serve makes one; compute.h), per workload:
+ * threads held and acquires queued now, and in all since the start. */
+static void metrics_render_compute(struct metrics_buf *b)
+{
+    struct compute_stats cs;
+    compute_stats(compute_default(), &cs);
+    if (!cs.n_threads)
+        return;
+    /* clients of one name (two pools of one workload) add up */
+    struct compute_client_stats w[COMPUTE_MAX_CLIENTS];
+    int n = 0;
+    for (int i = 0; i < cs.n_clients; i++) {
+        const struct compute_client_stats *c = &cs.client[i];
+        int k = 0;
+        while (k < n && strcmp(w[k].name, c->name))
+            k++;
+        if (k == n) {
+            w[n++] = *c;
+            continue;
+        }
+        w[k].busy += c->busy;
+        w[k].waiting += c->waiting;
+        w[k].acquires += c->acquires;
+        w[k].urgent_acquires += c->urgent_acquires;
+        w[k].wait_s += c->wait_s;
+        w[k].busy_s += c->busy_s;
+    }
+    metrics_gauge(b, "omniserve_compute_threads", "gauge",
+                  "Compute threads of the budget the workloads share (--threads).", cs.n_threads);
+    metrics_gauge(b, "omniserve_compute_busy_threads_max", "gauge",
+                  "Most compute threads the workloads held at once (never above the budget).",
+                  cs.max_busy);
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        { "omniserve_compute_busy_threads", "gauge", "Compute threads a workload holds now." },
+        { "omniserve_compute_queue_depth", "gauge", "Units of work of a workload waiting for compute threads." },
+        { "omniserve_compute_acquires_total", "counter", "Units of work (engine steps, speech passes, image encodes, sentences) that got compute threads." },
+        { "omniserve_compute_urgent_acquires_total", "counter", "Of those, latency-critical ones served before batch work." },
+        { "omniserve_compute_wait_seconds_total", "counter", "Time units of work waited for compute threads." },
+        { "omniserve_compute_busy_thread_seconds_total", "counter", "Compute thread-seconds a workload held." },
+    };
+    for (int f = 0; f < METRICS_N(fam); f++) {
+        metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
+                       fam[f].type);
+        for (int k = 0; k < n; k++) {
+            const double v[] = { w[k].busy, w[k].waiting, (double)w[k].acquires,
+                                 (double)w[k].urgent_acquires, w[k].wait_s, w[k].busy_s };
+            char name[2 * COMPUTE_NAME_MAX];
+            metrics_label_escape(w[k].name, name, sizeof name);
+            metrics_printf(b, "%s{workload=\"%s\"} %.17g\n", fam[f].name, name, v[f]);
+        }
+    }
+}
+
 char *metrics_render(struct metrics *m, const struct engine_stats *es, const char *version,
                      const char *model_name, size_t *len)
 {
@@ -343,6 +399,7 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
                       "Vision encoder time spent on cache misses.", v->encode_ms_total / 1e3);
     }
     pthread_mutex_unlock(&m->lock);
+    metrics_render_compute(&b);
     if (es) {
         metrics_gauge(&b, "omniserve_requests_running", "gauge", "Sequences being generated.", es->running);
         metrics_gauge(&b, "omniserve_requests_waiting", "gauge", "Requests waiting in the queue.", es->waiting);
