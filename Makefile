@@ -221,7 +221,8 @@ FUZZ_LIB_SRCS := $(filter-out src/cli/% src/engine/% src/stt/% ws/ws_http.c ws/w
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_files.o
 FUZZ_TARGETS  ?= $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
-DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(patsubst %.c,$(FUZZ_BUILD)/%.d,$(wildcard tests/fuzz/*.c))
+DEPS += $(FUZZ_LIB_OBJS:.o=.d) $(patsubst %.c,$(FUZZ_BUILD)/%.d,$(wildcard tests/fuzz/*.c)) \
+	$(FUZZ_BUILD)/ws/ws_socket.d
 
 .PHONY: fuzz fuzz-build fuzz-smoke
 fuzz-build: $(FUZZ_BINS)
@@ -249,6 +250,10 @@ $(FUZZ_BUILD)/fuzz_api_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_api_%.o $(FUZZ_BUILD)/te
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/tests/fuzz/fz_util.o \
 		$(FUZZ_BUILD)/libomni.a
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+# WebSocket framing without the HTTP server: the target brings ws_server_submit.
+$(FUZZ_BUILD)/fuzz_ws_socket: $(FUZZ_BUILD)/tests/fuzz/fuzz_ws_socket.o $(FUZZ_BUILD)/ws/ws_socket.o \
+		$(FUZZ_BUILD)/tests/fuzz/fz_util.o $(FUZZ_BUILD)/libomni.a
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
 # ---- samples ----------------------------------------------------------------
