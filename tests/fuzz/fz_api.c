@@ -42,6 +42,7 @@ static void fz_finding(const char *what)
 struct ws_out {
     int refs;
     bool started, ended, gone, stream, json;
+    bool head;                 /* the answer to a HEAD request: headers only */
     int status;
     char ctype[64];
     char *buf;                 /* the body of a response that is not streamed */
@@ -144,7 +145,9 @@ struct ws_out *ws_req_defer(struct ws_req *r, ws_abort_fn on_abort, ws_free_fn o
 {
     if (r->out)
         return NULL;
-    return r->out = fz_out_new(2, on_abort, on_free, user);
+    r->out = fz_out_new(2, on_abort, on_free, user);
+    r->out->head = r->method == WS_HEAD;
+    return r->out;
 }
 
 void ws_req_respond(struct ws_req *r, int status, const char *content_type, const char *body,
@@ -153,6 +156,7 @@ void ws_req_respond(struct ws_req *r, int status, const char *content_type, cons
     if (r->out)
         return;
     r->out = fz_out_new(1, NULL, NULL, NULL);
+    r->out->head = r->method == WS_HEAD;
     ws_out_start(r->out, status, content_type, false);
     ws_out_write(r->out, body, len);
     ws_out_end(r->out);
@@ -209,7 +213,7 @@ void ws_out_end(struct ws_out *o)
     o->ended = true;
     if (fz_trace && !o->stream)
         fprintf(stderr, "fuzz: body: %.*s\n", (int)o->len, o->buf ? o->buf : "");
-    if (o->json && !o->stream)
+    if (o->json && !o->stream && !(o->head && !o->len))
         fz_check_json(o->buf ? o->buf : "", o->len, "a JSON response body");
 }
 
@@ -300,17 +304,29 @@ struct engine {
 };
 static struct engine fz_engine;
 
-/* The one request of the current transaction (routes submit at most one). */
-static struct {
-    enum fz_engine_mode mode;
-    bool active, cancelled;
-    uint64_t id, next_id;
+/* Submitted requests wait here until the harness plays the engine's part
+ * (fz_drive): an HTTP transaction submits at most one; a realtime
+ * conversation may have a few in flight. */
+#define FZ_MAX_REQUESTS 4
+
+struct fz_request {
+    bool cancelled;
+    uint64_t id;
     int n, n_prompt, n_logprobs;
     bool echo_special;
     engine_event_fn on_event;
     int32_t (*force_token)(void *user, int choice);
     void *user;
-} fz_rq;
+};
+
+static struct {
+    enum fz_engine_mode mode;
+    bool one_only;                 /* an HTTP transaction */
+    uint64_t next_id;
+    struct fz_request q[FZ_MAX_REQUESTS];
+    int n_q;
+    struct fz_request *running;    /* being answered by fz_generate */
+} fz_eng;
 
 struct engine_request engine_default_request(void)
 {
@@ -327,37 +343,35 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
                   size_t errlen)
 {
     (void)e;
-    if (fz_rq.active)
-        fz_finding("a second engine request in one transaction");
+    if (fz_eng.one_only && (fz_eng.n_q || fz_eng.running))
+        fz_finding("a second engine request in one HTTP transaction");
     if (!rq->on_event || rq->n < 1 || (!rq->prompt && !rq->segments))
         fz_finding("engine_submit: a request without callback, choices or prompt");
-    if (fz_rq.mode == FZ_ENGINE_BUSY)
+    if (fz_eng.mode == FZ_ENGINE_BUSY || fz_eng.n_q == FZ_MAX_REQUESTS)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT, "engine: queue full");
-    if (fz_rq.mode == FZ_ENGINE_REFUSE)
+    if (fz_eng.mode == FZ_ENGINE_REFUSE)
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "engine: prompt of %d tokens does not fit the context", rq->n_prompt);
     int n_prompt = rq->n_prompt;
     for (int i = 0; !rq->prompt && i < rq->n_segments; i++)
         n_prompt += rq->segments[i].n;
-    fz_rq.active = true;
-    fz_rq.cancelled = false;
-    fz_rq.id = ++fz_rq.next_id;
-    fz_rq.n = rq->n;
-    fz_rq.n_prompt = n_prompt;
-    fz_rq.n_logprobs = rq->sampling.n_logprobs;
-    fz_rq.echo_special = rq->echo_special;
-    fz_rq.on_event = rq->on_event;
-    fz_rq.force_token = rq->force_token;
-    fz_rq.user = rq->user;
-    *id = fz_rq.id;
+    fz_eng.q[fz_eng.n_q++] = (struct fz_request){
+        .id = ++fz_eng.next_id, .n = rq->n, .n_prompt = n_prompt,
+        .n_logprobs = rq->sampling.n_logprobs, .echo_special = rq->echo_special,
+        .on_event = rq->on_event, .force_token = rq->force_token, .user = rq->user,
+    };
+    *id = fz_eng.next_id;
     return 0;
 }
 
 void engine_cancel(struct engine *e, uint64_t id)
 {
     (void)e;
-    if (fz_rq.active && id == fz_rq.id)
-        fz_rq.cancelled = true;
+    if (fz_eng.running && fz_eng.running->id == id)
+        fz_eng.running->cancelled = true;
+    for (int i = 0; i < fz_eng.n_q; i++)
+        if (fz_eng.q[i].id == id)
+            fz_eng.q[i].cancelled = true;
 }
 
 void engine_stats(struct engine *e, struct engine_stats *out)
@@ -671,18 +685,19 @@ static void fz_req_free(struct ws_req *r)
 
 #define FZ_MAX_TOKENS 256   /* per choice */
 
-static void fz_emit_token(int choice, int32_t token, const char *text, size_t len)
+static void fz_emit_token(const struct fz_request *rq, int choice, int32_t token, const char *text,
+                          size_t len)
 {
     struct sampler_logprobs lp = { .chosen = { token, -0.5f } };
-    lp.n_top = fz_rq.n_logprobs < SAMPLER_MAX_LOGPROBS ? fz_rq.n_logprobs : SAMPLER_MAX_LOGPROBS;
+    lp.n_top = rq->n_logprobs < SAMPLER_MAX_LOGPROBS ? rq->n_logprobs : SAMPLER_MAX_LOGPROBS;
     for (int k = 0; k < lp.n_top; k++)
         lp.top[k] = (struct sampler_logprob){ (token + k) % 256, -0.5f - (float)k };
     struct engine_event ev = {
-        .type = ENGINE_EV_TOKEN, .request_id = fz_rq.id, .choice = choice, .token = token,
-        .text = text, .text_len = len, .logprobs = fz_rq.n_logprobs > 0 ? &lp : NULL,
+        .type = ENGINE_EV_TOKEN, .request_id = rq->id, .choice = choice, .token = token,
+        .text = text, .text_len = len, .logprobs = rq->n_logprobs > 0 ? &lp : NULL,
         .stop_index = -1,
     };
-    fz_rq.on_event(fz_rq.user, &ev);
+    rq->on_event(rq->user, &ev);
 }
 
 /* The engine's side of an accepted request: every choice generates gen
@@ -690,7 +705,7 @@ static void fz_emit_token(int choice, int32_t token, const char *text, size_t le
  * for them), steps interleaved across choices as the scheduler does, then
  * its final event. */
 static void fz_generate(const struct fz_http *h, struct ws_out *o, const uint8_t *gen,
-                        size_t gen_len, const struct tokenizer *tok)
+                        size_t gen_len, const struct tokenizer *tok, struct fz_request *rq)
 {
     uint8_t *text = malloc(gen_len + 1);
     if (!text)
@@ -705,7 +720,7 @@ static void fz_generate(const struct fz_http *h, struct ws_out *o, const uint8_t
         memcpy(text + i, gen + i, n);
         i += n;
     }
-    const int n = fz_rq.n;
+    const int n = rq->n;
     size_t *pos = calloc((size_t)n, sizeof *pos);
     int *tokens = calloc((size_t)n, sizeof *tokens);
     if (!pos || !tokens)
@@ -713,19 +728,19 @@ static void fz_generate(const struct fz_http *h, struct ws_out *o, const uint8_t
     bool more = true;
     for (int step = 0; more && step < FZ_MAX_TOKENS; step++) {
         more = false;
-        if (h->engine == FZ_ENGINE_CLIENT_LEAVES && step == 3 && !o->gone) {
+        if (h->engine == FZ_ENGINE_CLIENT_LEAVES && step == 3 && o && !o->gone) {
             o->gone = true;   /* the service thread's view of a disconnect */
             if (o->on_abort)
                 o->on_abort(o->user);
         }
-        if (fz_rq.cancelled)
+        if (rq->cancelled)
             break;
         for (int c = 0; c < n; c++) {
-            int32_t forced = fz_rq.force_token ? fz_rq.force_token(fz_rq.user, c) : -1;
+            int32_t forced = rq->force_token ? rq->force_token(rq->user, c) : -1;
             if (forced >= 0) {
                 char piece[256];
-                size_t len = tokenizer_piece(tok, forced, fz_rq.echo_special, piece, sizeof piece);
-                fz_emit_token(c, forced, piece, len < sizeof piece ? len : 0);
+                size_t len = tokenizer_piece(tok, forced, rq->echo_special, piece, sizeof piece);
+                fz_emit_token(rq, c, forced, piece, len < sizeof piece ? len : 0);
                 tokens[c]++;
                 more = true;
                 continue;
@@ -735,7 +750,7 @@ static void fz_generate(const struct fz_http *h, struct ws_out *o, const uint8_t
             size_t end = pos[c];
             for (int k = 0, want = 1 + text[pos[c]] % 5; k < want && end < gen_len; k++)
                 end += text[end] < 0x80 ? 1 : fz_utf8_len(text + end, gen_len - end);
-            fz_emit_token(c, (int32_t)(text[pos[c]] % 256), (const char *)text + pos[c],
+            fz_emit_token(rq, c, (int32_t)(text[pos[c]] % 256), (const char *)text + pos[c],
                           end - pos[c]);
             pos[c] = end;
             tokens[c]++;
@@ -744,17 +759,33 @@ static void fz_generate(const struct fz_http *h, struct ws_out *o, const uint8_t
     }
     for (int c = 0; c < n; c++) {
         struct engine_event ev = {
-            .type = ENGINE_EV_DONE, .request_id = fz_rq.id, .choice = c,
-            .finish = fz_rq.cancelled ? ENGINE_FINISH_CANCELLED
+            .type = ENGINE_EV_DONE, .request_id = rq->id, .choice = c,
+            .finish = rq->cancelled ? ENGINE_FINISH_CANCELLED
                       : h->finish_length ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP,
             .stop_index = -1,
-            .usage = { .prompt_tokens = fz_rq.n_prompt, .completion_tokens = tokens[c] },
+            .usage = { .prompt_tokens = rq->n_prompt, .completion_tokens = tokens[c] },
         };
-        fz_rq.on_event(fz_rq.user, &ev);
+        rq->on_event(rq->user, &ev);
     }
     free(pos);
     free(tokens);
     free(text);
+}
+
+/* Answer every waiting request in submission order; an answer may lead to
+ * a new request (a conversation's next turn), but not forever. */
+static void fz_drive(const struct fz_http *h, struct ws_out *o, const uint8_t *gen,
+                     size_t gen_len, const struct tokenizer *tok)
+{
+    for (int answered = 0; fz_eng.n_q; answered++) {
+        if (answered == 16)
+            fz_finding("engine requests keep coming: 16 answered and more submitted");
+        struct fz_request rq = fz_eng.q[0];
+        memmove(fz_eng.q, fz_eng.q + 1, (size_t)--fz_eng.n_q * sizeof *fz_eng.q);
+        fz_eng.running = &rq;
+        fz_generate(h, o, gen, gen_len, tok, &rq);
+        fz_eng.running = NULL;
+    }
 }
 
 void fz_api_http(const struct fz_http *h, const uint8_t *gen, size_t gen_len)
@@ -763,8 +794,9 @@ void fz_api_http(const struct fz_http *h, const uint8_t *gen, size_t gen_len)
     struct ws_req r;
     fz_req_init(&r, h);
     r.server_user = a;
-    memset(&fz_rq, 0, sizeof fz_rq);
-    fz_rq.mode = h->engine;
+    memset(&fz_eng, 0, sizeof fz_eng);
+    fz_eng.mode = h->engine;
+    fz_eng.one_only = true;
     memset(&fz_job, 0, sizeof fz_job);
     fz_job.busy = h->engine == FZ_ENGINE_BUSY;
 
@@ -772,8 +804,7 @@ void fz_api_http(const struct fz_http *h, const uint8_t *gen, size_t gen_len)
     struct ws_out *o = r.out;
     if (!o)
         fz_finding("the handler returned without answering");
-    if (fz_rq.active)
-        fz_generate(h, o, gen, gen_len, api_model(a)->tok);
+    fz_drive(h, o, gen, gen_len, api_model(a)->tok);
     if (fz_job.fn) {
         if (h->engine == FZ_ENGINE_CLIENT_LEAVES && !o->gone) {
             o->gone = true;
@@ -789,14 +820,17 @@ void fz_api_http(const struct fz_http *h, const uint8_t *gen, size_t gen_len)
 }
 
 void fz_api_ws(const struct fz_http *h, const uint8_t *const *msg, const size_t *msg_len,
-               int n_msg)
+               int n_msg, const uint8_t *reply, size_t reply_len)
 {
     struct api *a = fz_api_for(h);
     struct ws_req r;
     fz_req_init(&r, h);
     r.server_user = a;
+    memset(&fz_eng, 0, sizeof fz_eng);
+    fz_eng.mode = h->engine == FZ_ENGINE_CLIENT_LEAVES ? FZ_ENGINE_ACCEPT : h->engine;
     api_upgrade(a, &r);
     struct ws_sock *s = r.sock;
+    const struct tokenizer *tok = api_model(a)->tok;
     for (int i = 0; s && i < n_msg; i++) {
         bool binary = msg_len[i] > 0 && msg[i][0] == 1;
         size_t len = msg_len[i] - binary;
@@ -807,12 +841,15 @@ void fz_api_ws(const struct fz_http *h, const uint8_t *const *msg, const size_t 
         memcpy(copy, msg[i] + binary, len);
         r.ws_handler->on_message(r.ws_user, s, copy, len, binary);
         free(copy);
+        /* the engine answers before the next message arrives */
+        fz_drive(h, NULL, reply, reply_len, tok);
     }
     if (s) {
         s->gone = true;
         r.ws_handler->on_close(r.ws_user);
+        fz_drive(h, NULL, reply, reply_len, tok);   /* what on_close cancelled ends */
         if (s->refs != 1)
-            fz_finding("the WebSocket is still referenced after on_close");
+            fz_finding("the WebSocket is still referenced after on_close and the last answer");
         ws_sock_release(s);   /* the connection's reference */
     }
     fz_req_free(&r);

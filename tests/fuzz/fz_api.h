@@ -58,11 +58,12 @@ void fz_api_flags(struct fz_http *h, uint8_t flags, uint8_t model);
  * every choice (made valid UTF-8 and cut into tokens). */
 void fz_api_http(const struct fz_http *h, const uint8_t *gen, size_t gen_len);
 
-/* One WebSocket connection to path: the handshake (h's method, body and
- * engine fields are ignored), then each message in turn (a message whose
- * first byte is 0x01 is sent as binary, without that byte), then the
- * client closes. */
+/* One WebSocket connection to path: the handshake (h's method and body are
+ * ignored), then each message in turn (a message whose first byte is 0x01
+ * is sent as binary, without that byte), each followed by the engine's
+ * answers (reply[reply_len] for every request a conversation submitted),
+ * then the client closes. */
 void fz_api_ws(const struct fz_http *h, const uint8_t *const *msg, const size_t *msg_len,
-               int n_msg);
+               int n_msg, const uint8_t *reply, size_t reply_len);
 
 #endif

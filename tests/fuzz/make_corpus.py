@@ -637,18 +637,20 @@ def corpus_api():
         ctype = b"multipart/form-data; boundary=Bnd7"
         put("fuzz_api_transcription", "form-%d" % i, bytes([flags, 0]) + ctype + b"\x00" + form(b"Bnd7", fields))
 
-    def rt(name, flags, events):
-        data = bytes([flags, 0]) + b"\x00".join(
+    def rt(name, flags, events, reply=b"", model=0):
+        """flags, model, the model's reply for every response, then the events."""
+        data = bytes([flags, model]) + reply + b"\x00" + b"\x00".join(
             e if isinstance(e, bytes) else json.dumps(e).encode() for e in events)
         put("fuzz_api_realtime", name, data)
     import base64
+
     def audio(n):
         return base64.b64encode(struct.pack("<%dh" % n, *tone(n))).decode()
     # a commit needs 100 ms of audio at the session's rate
     rt("commit-no-vad", 0, [
         {"type": "transcription_session.update", "session": {
-            "input_audio_format": "pcm16", "input_audio_sample_rate": 8000, "input_audio_transcription": {"model": "whisper-1", "language": "en",
-                                                                         "prompt": "hi"},
+            "input_audio_format": "pcm16", "input_audio_sample_rate": 8000, "input_audio_transcription":
+                {"model": "whisper-1", "language": "en", "prompt": "hi"},
             "turn_detection": None}},
         {"type": "input_audio_buffer.append", "audio": audio(900), "event_id": "e1"},
         {"type": "input_audio_buffer.commit"}, {"type": "input_audio_buffer.clear"}])
@@ -661,6 +663,32 @@ def corpus_api():
     rt("bad-events", 64, [b"\x01binary", b"not json", {"type": "response.create"},
                           {"type": "input_audio_buffer.append", "audio": "@@@"},
                           {"type": "transcription_session.update", "session": {"input_audio_format": "g711"}}])
+    # conversations (no intent): the reply is what the model says to every response
+    rtools = [{"type": "function", "name": "get_weather", "description": "w",
+               "parameters": TOOLS[0]["function"]["parameters"]}]
+    user = {"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}}
+    rt("conv-text", 128 | 64, [
+        {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
+                                               "output_modalities": ["text"], "tools": rtools}},
+        user, {"type": "response.create"}, {"type": "conversation.item.retrieve", "item_id": "x"}],
+        reply=b"It is sunny.", model=9)
+    rt("conv-function-call", 128 | 64, [
+        {"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"],
+                                               "tools": rtools, "tool_choice": "auto"}},
+        user, {"type": "response.create", "response": {"max_output_tokens": 64}},
+        {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "call_1",
+                                                      "output": "{\"temp\": 21}"}},
+        {"type": "response.create"}, {"type": "conversation.item.delete", "item_id": "item_1"}],
+        reply=b"<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}</tool_call>",
+        model=9)
+    rt("conv-beta-audio-in", 128 | 64, [
+        {"type": "session.update", "session": {"modalities": ["text"], "input_audio_format": "pcm16",
+                                               "turn_detection": {"type": "server_vad"}}},
+        {"type": "input_audio_buffer.append", "audio": audio(2500)}, {"type": "input_audio_buffer.commit"},
+        {"type": "response.cancel"},
+        {"type": "conversation.item.truncate", "item_id": "item_1", "content_index": 0, "audio_end_ms": 10}],
+        reply=b"Hello there, friend.", model=8)
 
     routes = [(b"GET /v1/models", b""), (b"GET /v1/models/fuzz-model", b""), (b"GET /health", b""),
               (b"GET /metrics", b""), (b"POST /v1/requests/chatcmpl-1/cancel", b""),
@@ -670,7 +698,39 @@ def corpus_api():
         put("fuzz_api_routes", "route-%d" % i, bytes([8 if i % 3 == 0 else 0, 8]) + line + b"\x00" + body + b"\x00ok")
 
 
+# ---- WebSocket frames -------------------------------------------------------------
+
+def ws_frame(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04", masked=True):
+    """One client frame: FIN, opcode, length (7 / 16 / 64 bit), mask, payload."""
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    mbit = 0x80 if masked else 0
+    if n < 126:
+        head += bytes([mbit | n])
+    elif n < 65536:
+        head += bytes([mbit | 126]) + struct.pack(">H", n)
+    else:
+        head += bytes([mbit | 127]) + struct.pack(">Q", n)
+    if not masked:
+        return head + payload
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def corpus_ws():
+    put("fuzz_ws_socket", "text", b"\x00" + ws_frame(1, b'{"type":"input_audio_buffer.commit"}'))
+    put("fuzz_ws_socket", "fragmented-ping-between", b"\x04" + ws_frame(1, b"hel", fin=False) +
+        ws_frame(9, b"ping!") + ws_frame(0, b"lo ", fin=False) + ws_frame(0, b"world"))
+    put("fuzz_ws_socket", "binary-16bit-offload", b"\x09" + ws_frame(2, bytes(range(256)) * 2) +
+        ws_frame(1, b"after"))
+    put("fuzz_ws_socket", "close-1000", b"\x10" + ws_frame(1, b"a") + ws_frame(1, b"b") +
+        ws_frame(8, struct.pack(">H", 1000) + b"done") + ws_frame(1, b"ignored"))
+    put("fuzz_ws_socket", "unmasked", b"\x00" + ws_frame(1, b"no mask", masked=False))
+    put("fuzz_ws_socket", "len64-pong", b"\xfc" + ws_frame(10, b"") +
+        ws_frame(1, b"x" * 70000)[:40])
+
+
 def main():
+    corpus_ws()
     corpus_gguf()
     corpus_whisper()
     corpus_vad()
