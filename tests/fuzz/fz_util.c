@@ -295,6 +295,29 @@ void fz_path_close(void)
     fz_fd = -1;
 }
 
+static size_t fz_guard_span(size_t n, size_t *page)
+{
+    *page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + *page - 1) / *page * *page + *page;
+}
+
+uint8_t *fz_guarded_copy(const void *data, size_t n)
+{
+    size_t page, span = fz_guard_span(n, &page);
+    uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + span - page, page, PROT_NONE) != 0)
+        abort();
+    uint8_t *p = m + span - page - n;
+    memcpy(p, data, n);
+    return p;
+}
+
+void fz_guarded_free(uint8_t *p, size_t n)
+{
+    size_t page, span = fz_guard_span(n, &page);
+    munmap(p + n + page - span, span);
+}
+
 int fz_split(const uint8_t *data, size_t size, const uint8_t **part, size_t *len, int max)
 {
     int n = 0;

@@ -69,6 +69,13 @@ uint8_t *fz_read_file(const char *path, size_t *len);
 const char *fz_path_open(const uint8_t *data, size_t size);
 void fz_path_close(void);
 
+/* A copy of data[n] that ends exactly where an unreadable page begins, for
+ * buffers handed to code built without ASan (ffmpeg, libpng): reading one
+ * byte past the end faults at once instead of only when the heap happens to
+ * end there. Free with fz_guarded_free(p, n). */
+uint8_t *fz_guarded_copy(const void *data, size_t n);
+void fz_guarded_free(uint8_t *p, size_t n);
+
 /* Splits the input at NUL bytes into at most max sections (the last one
  * keeps any further NULs); returns how many were found (>= 1). */
 int fz_split(const uint8_t *data, size_t size, const uint8_t **part, size_t *len, int max);
