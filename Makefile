@@ -257,14 +257,14 @@ $(FUZZ_BUILD)/fuzz_ws_socket: $(FUZZ_BUILD)/tests/fuzz/fuzz_ws_socket.o $(FUZZ_B
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
 # ---- samples ----------------------------------------------------------------
-# samples/mic_transcribe.c: the realtime WebSocket client with the microphone;
-# portaudio is linked here only.
-SAMPLES := $(BUILD)/samples/mic_transcribe
+# samples/mic_transcribe.c, samples/voice_agent.c: realtime WebSocket clients
+# (samples/rt_client.c) with the microphone; portaudio is linked here only.
+SAMPLES := $(BUILD)/samples/mic_transcribe $(BUILD)/samples/voice_agent
 .PHONY: samples
 samples: $(SAMPLES)
-$(BUILD)/samples/mic_transcribe.o: CFLAGS += $(shell pkg-config --cflags portaudio-2.0 2>/dev/null)
-$(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libomni.a
+$(SAMPLES:=.o): CFLAGS += $(shell pkg-config --cflags portaudio-2.0 2>/dev/null)
+$(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/samples/rt_client.o $(BUILD)/libomni.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs portaudio-2.0 2>/dev/null)
-DEPS += $(SAMPLES:=.d)
+DEPS += $(SAMPLES:=.d) $(BUILD)/samples/rt_client.d
 
 -include $(DEPS)
