@@ -59,6 +59,7 @@ struct rtc_item {
     char role[12];                 /* messages: user, assistant, system */
     bool audio;                    /* input_audio / output_audio content; text is its transcript */
     bool pending;                  /* user audio whose transcript has not come yet */
+    bool wants_response;           /* a turn committed under create_response, not answered yet */
     bool in_progress;              /* an assistant item being generated */
     bool truncated;
     bool incomplete;
@@ -99,6 +100,7 @@ struct rtc_resp {
     struct rtc_item *msg;          /* the assistant message (in the conversation unless oob) */
     struct rtc_item **out;         /* output items in order; owned here when oob */
     int n_out, cap_out;
+    int insert_at;                 /* where its next item goes: after the turn it answers */
     bool audio_started;
     float pcm[4096];
 };
@@ -149,8 +151,9 @@ struct rtc {
     unsigned next_id;
     struct rtc_resp *resps;        /* responses in flight */
     struct rtc_resp *cur;          /* the one writing into the conversation */
-    bool want_response;            /* a turn asked for a response: start once transcripts are in */
-    cJSON *want_params;            /* response.create's response object for it, or NULL */
+    bool want_response;            /* response.create waits for transcripts or a response */
+    int want_upto;                 /* ... of the items before it (their count then) */
+    cJSON *want_params;            /* its response object, or NULL */
     char want_eid[64];
     char playing[96];              /* the last spoken reply's item: barge-in truncates it */
     double play_t0;                /* when its first audio went out */
@@ -487,7 +490,7 @@ static struct rtc_item *rtc_resp_item(struct rtc_resp *r, enum rtc_kind kind, co
     cJSON_AddNumberToObject(ev, "output_index", rtc_out_index(r, it));
     cJSON_AddItemToObject(ev, "item", rtc_item_json(c, it));
     rt_send(&c->io, ev);
-    if (!r->oob && rtc_item_insert(c, it, -1) < 0)
+    if (!r->oob && rtc_item_insert(c, it, r->insert_at < c->n_items ? r->insert_at++ : -1) < 0)
         r->oob = true;   /* conversation full of pending items: keep it out */
     if (kind == RTC_MESSAGE) {
         cJSON *p = rtc_out_event(r, "response.content_part.added", it);
@@ -977,7 +980,9 @@ static int rtc_parse_items(struct rtc *c, const cJSON *arr, struct rtc_item ***o
 
 /* Validates a response.create's response object (NULL: none) against the
  * session and starts it. {lock}. 0, or -1 after an error event. */
-static int rtc_start(struct rtc *c, const cJSON *p, const char *eid)
+/* upto: the response answers the conversation's first upto items (later
+ * turns still wait for their transcripts); its items go after them. */
+static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
 {
     const char *msg = NULL, *param = NULL;
     char buf[512];
@@ -1096,7 +1101,7 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid)
     const cJSON *use_tools = tools ? tools : c->tools, *use_tc = tool_choice ? tool_choice : c->tool_choice;
     for (;;) {
         struct rtc_item **items = input ? input : c->items;
-        int n = input ? n_input : c->n_items;
+        int n = input ? n_input : upto < c->n_items ? upto : c->n_items;
         req = rtc_chat_request(c, instructions, items, 0, n, use_tools, use_tc);
         int rc = chatreq_build(m, req, &g, &cr, &e);
         cJSON_Delete(req);
@@ -1107,8 +1112,9 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid)
         int k = 0;
         while (!input && k < c->n_items && (c->items[k]->in_progress || c->items[k]->pending))
             k++;
-        if (!input && e.code && !strcmp(e.code, "context_length_exceeded") && k < c->n_items - 1) {
+        if (!input && e.code && !strcmp(e.code, "context_length_exceeded") && k < upto - 1) {
             rtc_item_remove(c, k);   /* the oldest goes: the context is full */
+            upto--;
             continue;
         }
         apireq_gen_free(&g);
@@ -1158,6 +1164,7 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid)
     rq.on_event = rtc_on_engine;
     rq.user = r;
     snprintf(r->id, sizeof r->id, "resp_%s_%u", c->io.id + 5, ++c->next_id);
+    r->insert_at = upto;
     int rc = r->co ? engine_submit(m->engine, &rq, &r->engine_id, err, sizeof err) : -1;
     chatreq_free(&cr);
     apireq_gen_free(&g);
@@ -1201,21 +1208,34 @@ out:
     return -1;
 }
 
-/* A response that waits (for a transcript, or for the response before it
- * to finish) starts once nothing is pending. {lock} */
+/* Starts what waits: a response for the turns committed under
+ * create_response, or a response.create, once every item before them has
+ * its transcript and no response writes into the conversation. Later turns
+ * still being transcribed wait for the next response. {lock} */
 static void rtc_try_start(struct rtc *c)
 {
-    if (!c->want_response || c->cur)
+    if (c->cur || c->gone)
         return;
-    for (int i = 0; i < c->n_items; i++)
-        if (c->items[i]->pending)
-            return;
-    c->want_response = false;
-    cJSON *p = c->want_params;
-    c->want_params = NULL;
-    char eid[64];
-    snprintf(eid, sizeof eid, "%s", c->want_eid);
-    rtc_start(c, p, eid[0] ? eid : NULL);
+    int ready = 0;   /* leading items with their words */
+    while (ready < c->n_items && !c->items[ready]->pending)
+        ready++;
+    bool turn = false;
+    for (int i = 0; i < ready; i++)
+        turn |= c->items[i]->wants_response;
+    bool asked = c->want_response && (c->want_upto <= ready || ready == c->n_items);
+    if (!turn && !asked)
+        return;
+    for (int i = 0; i < ready; i++)
+        c->items[i]->wants_response = false;
+    cJSON *p = NULL;
+    char eid[64] = "";
+    if (asked) {
+        c->want_response = false;
+        p = c->want_params;
+        c->want_params = NULL;
+        snprintf(eid, sizeof eid, "%s", c->want_eid);
+    }
+    rtc_start(c, p, eid[0] ? eid : NULL, ready);
     cJSON_Delete(p);
 }
 
@@ -1323,10 +1343,7 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
             rtc_item_free(it);
             break;
         }
-        if (c->turn.server_vad && c->turn.create_response && !c->want_response) {
-            c->want_response = true;
-            c->want_eid[0] = 0;
-        }
+        it->wants_response = c->turn.server_vad && c->turn.create_response;
         break;
     }
     case STT_EV_PARTIAL:
@@ -2109,9 +2126,10 @@ static void rtc_response_create(struct rtc *c, const cJSON *msg, const char *eid
         c->want_params = p ? cJSON_Duplicate(p, true) : NULL;
         snprintf(c->want_eid, sizeof c->want_eid, "%s", eid ? eid : "");
         c->want_response = true;
+        c->want_upto = c->n_items;
         rtc_try_start(c);
     } else {
-        rtc_start(c, p, eid);
+        rtc_start(c, p, eid, c->n_items);
     }
     pthread_mutex_unlock(&c->lock);
 }
