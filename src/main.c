@@ -27,6 +27,7 @@ static const struct command commands[] = {
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
     { "bench-vision", cli_bench_vision, "bench-vision -m LM --mmproj MM --image F  vision encoder, cache and fused-turn speed" },
+    { "bench-voice", cli_bench_voice, "bench-voice -m LM --stt-model W --vad-model V --file F  voice-agent latency (end of speech -> first audio)" },
 };
 
 static void usage(FILE *f)

@@ -21,5 +21,6 @@ int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
 
 int cli_bench_vision(int argc, char **argv); /* src/cli/bench_vision.c */
+int cli_bench_voice(int argc, char **argv);  /* src/cli/bench_voice.c */
 
 #endif
