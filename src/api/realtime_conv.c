@@ -1137,18 +1137,11 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
     struct media_audio_params ap = media_audio_default_params();
     r->rate_hz = r->fmt == RTC_PCM16 ? 24000 : 8000;
     ap.sample_rate_hz = r->rate_hz;
-    int code = 0;
-    if (r->co && r->audio) {
-        struct tts_voice_info vi;
-        struct tts_stream_params tp = tts_stream_default_params();
-        tp.voice = r->voice;
-        tp.speed = c->speed;
-        tp.urgent = true;
-        if (tts_voice_find(c->tts, r->voice, &vi, err, sizeof err) < 0 ||
-            !(r->rs = media_resampler_new(MEDIA_PCM_F32LE, vi.sample_rate_hz, &ap, err, sizeof err)) ||
-            !(r->ts = tts_stream_new(c->tts, &tp, rtc_on_tts, r, &code, err, sizeof err)))
-            r->co = (chatout_free(r->co), NULL);
-    }
+    struct tts_voice_info vi;
+    if (r->co && r->audio &&
+        (tts_voice_find(c->tts, r->voice, &vi, err, sizeof err) < 0 ||
+         !(r->rs = media_resampler_new(MEDIA_PCM_F32LE, vi.sample_rate_hz, &ap, err, sizeof err))))
+        r->co = (chatout_free(r->co), NULL);
     struct engine_request rq = engine_default_request();
     rq.model = m->index;
     rq.prompt = cr.ids;
@@ -1169,16 +1162,23 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
     chatreq_free(&cr);
     apireq_gen_free(&g);
     if (rc < 0) {
-        if (r->ts) {
-            tts_stream_free(r->ts);
-            r->ts = NULL;
-        }
-        rt_error(&c->io, rc == OMNI_ERR_LIMIT || code == OMNI_ERR_LIMIT ? "rate_limit_error" : "server_error",
-                 NULL, NULL, eid, err);
+        rt_error(&c->io, rc == OMNI_ERR_LIMIT ? "rate_limit_error" : "server_error", NULL, NULL, eid, err);
         goto out;
     }
-    if (r->ts)
-        tts_stream_detach(r->ts);
+    /* The speech stream once the engine took the request (its events wait
+     * for our lock; a stream made before could not be freed under it). */
+    if (r->audio) {
+        struct tts_stream_params tp = tts_stream_default_params();
+        tp.voice = r->voice;
+        tp.speed = c->speed;
+        tp.urgent = true;
+        if ((r->ts = tts_stream_new(c->tts, &tp, rtc_on_tts, r, NULL, err, sizeof err))) {
+            tts_stream_detach(r->ts);
+        } else {
+            snprintf(r->error, sizeof r->error, "speech synthesis: %s", err);
+            rtc_resp_cancel(r, "client_cancelled");   /* ends as failed: error is set */
+        }
+    }
     atomic_fetch_add(&c->refs, 1);
     r->next = c->resps;
     c->resps = r;
