@@ -131,6 +131,8 @@ static void rp_emit(reasoning_fn fn, void *user, bool r, const char *s, size_t n
 
 static void rp_consume(struct reasoning_parser *p, size_t n)
 {
+    if (n == 0)
+        return;                       /* buf may still be NULL (nothing was ever buffered) */
     memmove(p->buf, p->buf + n, p->len - n);
     p->len -= n;
 }

@@ -490,11 +490,25 @@ int media_image_resize(const struct media_image *in, int width, int height,
         return omni_fail(err, errlen, OMNI_ERR_ARG, "image: cannot scale %dx%d to %dx%d", in->width,
                          in->height, width, height);
     }
-    const uint8_t *src[4] = { in->rgb };
-    int src_stride[4] = { in->width * 3 };
+    /* libswscale's SIMD readers run past the end of a row, and so past the
+     * end of a packed buffer: scale from a copy with aligned rows and room
+     * after the last one (found by fuzz_image). */
+    int stride = (in->width * 3 + 63) & ~63;
+    uint8_t *padded = malloc((size_t)stride * (size_t)in->height + 64);
+    if (!padded) {
+        sws_freeContext(sws);
+        media_image_release(out);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "image: out of memory");
+    }
+    for (int y = 0; y < in->height; y++)
+        memcpy(padded + (size_t)y * stride, in->rgb + (size_t)y * in->width * 3, (size_t)in->width * 3);
+    memset(padded + (size_t)stride * in->height, 0, 64);
+    const uint8_t *src[4] = { padded };
+    int src_stride[4] = { stride };
     uint8_t *dst[4] = { out->rgb };
     int dst_stride[4] = { width * 3 };
     sws_scale(sws, src, src_stride, 0, in->height, dst, dst_stride);
     sws_freeContext(sws);
+    free(padded);
     return OMNI_OK;
 }

@@ -1516,7 +1516,8 @@ static int32_t state_from_tmp(struct grammar_matcher *m)
         return -1;
     if (!m->n_tmp && !m->tmp_accept)
         return ST_DEAD;
-    qsort(m->tmp, (size_t)m->n_tmp, sizeof *m->tmp, cmp_i32);
+    if (m->n_tmp > 1)                 /* tmp may be NULL when empty: qsort(NULL, 0) is UB */
+        qsort(m->tmp, (size_t)m->n_tmp, sizeof *m->tmp, cmp_i32);
     int n = 0;
     for (int i = 0; i < m->n_tmp; i++)
         if (!n || m->tmp[i] != m->tmp[n - 1])

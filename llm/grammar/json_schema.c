@@ -666,6 +666,8 @@ static const cJSON *resolve(struct jb *b, const char *ref)
         return jfail(b, "$ref '%s': only local references (#/...) are supported", ref), NULL;
     const cJSON *cur = b->root;
     const char *p = ref + 1;
+    if (*p && *p != '/')     /* "#x": an anchor name, not a JSON pointer */
+        return jfail(b, "$ref '%s': only JSON-pointer references (#/...) are supported", ref), NULL;
     while (*p == '/') {
         p++;
         char key[256];
@@ -709,6 +711,8 @@ static int ref_rule(struct jb *b, const char *ref)
     memcpy(b->path, saved, sizeof saved);
     if (body < 0)
         return -1;
+    if (body == rule)        /* {"$ref":"#"} at the root: a schema that is only itself */
+        return jfail(b, "$ref '%s' refers to itself without describing a value", ref);
     bprintf(&b->rules, "s%d ::= s%d\n", rule, body);
     return rule;
 }

@@ -351,9 +351,13 @@ static int audio_parse(struct audio_job *j, struct ws_multipart *form, bool tran
         } else if (!strcmp(pt->name, "language") && !translate) {
             if (*v && whisper_lang_id(v) < 0)
                 return api_error_set(e, 400, "language", "unknown language '%.40s'", v);
+            free(j->language);                /* a repeated field: the last one counts */
+            j->language = NULL;
             if (*v && !(j->language = strdup(v)))
                 return api_error_set(e, 500, NULL, "out of memory");
         } else if (!strcmp(pt->name, "prompt")) {
+            free(j->prompt);
+            j->prompt = NULL;
             if (*v && !(j->prompt = strdup(v)))
                 return api_error_set(e, 500, NULL, "out of memory");
         } else if (!strcmp(pt->name, "temperature")) {
