@@ -67,52 +67,13 @@ static void rt_item_id(const struct rt_conn *c, int item, char *buf, size_t cap)
 static void rt_on_event(void *user, const struct stt_event *ev)
 {
     struct rt_conn *c = user;
-    char item[80];
+    char item[80], prev[80];
     rt_item_id(c, ev->item, item, sizeof item);
-    cJSON *o = NULL;
-    switch (ev->type) {
-    case STT_EV_SPEECH_STARTED:
-        o = rt_event("input_audio_buffer.speech_started");
-        cJSON_AddNumberToObject(o, "audio_start_ms", (double)ev->audio_ms);
-        cJSON_AddStringToObject(o, "item_id", item);
-        break;
-    case STT_EV_SPEECH_STOPPED:
-        o = rt_event("input_audio_buffer.speech_stopped");
-        cJSON_AddNumberToObject(o, "audio_end_ms", (double)ev->audio_ms);
-        cJSON_AddStringToObject(o, "item_id", item);
-        break;
-    case STT_EV_COMMITTED: {
-        o = rt_event("input_audio_buffer.committed");
-        char prev[80];
-        rt_item_id(c, ev->item - 1, prev, sizeof prev);
-        if (ev->item > 1)
-            cJSON_AddStringToObject(o, "previous_item_id", prev);
-        else
-            cJSON_AddNullToObject(o, "previous_item_id");
-        cJSON_AddStringToObject(o, "item_id", item);
-        break;
-    }
-    case STT_EV_PARTIAL:
-        o = rt_event("conversation.item.input_audio_transcription.delta");
-        cJSON_AddStringToObject(o, "item_id", item);
-        cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddStringToObject(o, "delta", ev->delta ? ev->delta : "");
-        /* omniserve extension: the whole current hypothesis, for displays
-         * that redraw the line (deltas only carry words that are stable). */
-        cJSON_AddStringToObject(o, "partial", ev->text ? ev->text : "");
-        break;
-    case STT_EV_FINAL:
-        o = rt_event("conversation.item.input_audio_transcription.completed");
-        cJSON_AddStringToObject(o, "item_id", item);
-        cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddStringToObject(o, "transcript", ev->text ? ev->text : "");
-        break;
-    case STT_EV_ERROR:
+    rt_item_id(c, ev->item - 1, prev, sizeof prev);
+    if (ev->type == STT_EV_ERROR)
         rt_error(&c->io, "server_error", NULL, NULL, NULL, ev->text ? ev->text : "transcription failed");
-        return;
-    }
-    if (o)
-        rt_send(&c->io, o);
+    else
+        rt_send_stt(&c->io, ev, item, ev->item > 1 ? prev : NULL, NULL);
 }
 
 static void rt_on_session_free(void *user) { rt_unref(user); }
@@ -339,22 +300,10 @@ static void rt_append(struct rt_conn *c, const cJSON *msg, const char *eid)
 
 static void rt_handle(struct rt_conn *c, const char *data, size_t len, bool binary)
 {
-    if (binary) {
-        rt_error(&c->io, "invalid_request_error", "invalid_event", NULL, NULL,
-                 "binary messages are not part of the protocol: send JSON events as text");
+    const char *t, *eid;
+    cJSON *msg = rt_parse(&c->io, data, len, binary, &t, &eid);
+    if (!msg)
         return;
-    }
-    cJSON *msg = cJSON_ParseWithLength(data, len);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(msg, "type");
-    if (!cJSON_IsObject(msg) || !cJSON_IsString(type)) {
-        rt_error(&c->io, "invalid_request_error", "invalid_json", NULL, NULL,
-                 "each message must be a JSON object with a string 'type'");
-        cJSON_Delete(msg);
-        return;
-    }
-    const cJSON *eid_item = cJSON_GetObjectItemCaseSensitive(msg, "event_id");
-    const char *eid = cJSON_IsString(eid_item) ? eid_item->valuestring : NULL;
-    const char *t = type->valuestring;
     char err[256];
     if (!strcmp(t, "input_audio_buffer.append")) {
         rt_append(c, msg, eid);

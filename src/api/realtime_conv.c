@@ -1291,11 +1291,7 @@ static void rtc_transcribed(struct rtc *c, const char *id, const struct stt_even
     const char *text = ev->text ? ev->text : "";
     while (*text == ' ')   /* Whisper's leading space */
         text++;
-    cJSON *o = rt_event("conversation.item.input_audio_transcription.completed");
-    cJSON_AddStringToObject(o, "item_id", id);
-    cJSON_AddNumberToObject(o, "content_index", 0);
-    cJSON_AddStringToObject(o, "transcript", text);
-    rt_send(&c->io, o);
+    rt_send_stt(&c->io, ev, id, NULL, text);
     if (it && it->pending) {
         free(it->text);
         it->text = strdup(text);
@@ -1311,29 +1307,17 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
     char id[96];
     rtc_audio_item_id(c, ev->item, id, sizeof id);
     pthread_mutex_lock(&c->lock);
-    cJSON *o = NULL;
     switch (ev->type) {
     case STT_EV_SPEECH_STARTED:
-        o = rt_event("input_audio_buffer.speech_started");
-        cJSON_AddNumberToObject(o, "audio_start_ms", (double)ev->audio_ms);
-        cJSON_AddStringToObject(o, "item_id", id);
-        rt_send(&c->io, o);
+        rt_send_stt(&c->io, ev, id, NULL, NULL);
         rtc_barge_in(c);
         break;
     case STT_EV_SPEECH_STOPPED:
-        o = rt_event("input_audio_buffer.speech_stopped");
-        cJSON_AddNumberToObject(o, "audio_end_ms", (double)ev->audio_ms);
-        cJSON_AddStringToObject(o, "item_id", id);
-        rt_send(&c->io, o);
+    case STT_EV_PARTIAL:
+        rt_send_stt(&c->io, ev, id, NULL, NULL);
         break;
     case STT_EV_COMMITTED: {
-        o = rt_event("input_audio_buffer.committed");
-        if (c->n_items > 0)
-            cJSON_AddStringToObject(o, "previous_item_id", c->items[c->n_items - 1]->id);
-        else
-            cJSON_AddNullToObject(o, "previous_item_id");
-        cJSON_AddStringToObject(o, "item_id", id);
-        rt_send(&c->io, o);
+        rt_send_stt(&c->io, ev, id, c->n_items > 0 ? c->items[c->n_items - 1]->id : NULL, NULL);
         struct rtc_item *it = rtc_item_new(c, RTC_MESSAGE, "user");
         if (!it)
             break;
@@ -1346,14 +1330,6 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
         it->wants_response = c->turn.server_vad && c->turn.create_response;
         break;
     }
-    case STT_EV_PARTIAL:
-        o = rt_event("conversation.item.input_audio_transcription.delta");
-        cJSON_AddStringToObject(o, "item_id", id);
-        cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddStringToObject(o, "delta", ev->delta ? ev->delta : "");
-        cJSON_AddStringToObject(o, "partial", ev->text ? ev->text : "");
-        rt_send(&c->io, o);
-        break;
     case STT_EV_FINAL:
     case STT_EV_ERROR:
         rtc_transcribed(c, id, ev);
@@ -2154,22 +2130,10 @@ static void rtc_response_cancel(struct rtc *c, const cJSON *msg, const char *eid
 
 static void rtc_handle(struct rtc *c, const char *data, size_t len, bool binary)
 {
-    if (binary) {
-        rt_error(&c->io, "invalid_request_error", "invalid_event", NULL, NULL,
-                 "binary messages are not part of the protocol: send JSON events as text");
+    const char *t, *eid;
+    cJSON *msg = rt_parse(&c->io, data, len, binary, &t, &eid);
+    if (!msg)
         return;
-    }
-    cJSON *msg = cJSON_ParseWithLength(data, len);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(msg, "type");
-    if (!cJSON_IsObject(msg) || !cJSON_IsString(type)) {
-        rt_error(&c->io, "invalid_request_error", "invalid_json", NULL, NULL,
-                 "each message must be a JSON object with a string 'type'");
-        cJSON_Delete(msg);
-        return;
-    }
-    const cJSON *eid_item = cJSON_GetObjectItemCaseSensitive(msg, "event_id");
-    const char *eid = cJSON_IsString(eid_item) ? eid_item->valuestring : NULL;
-    const char *t = type->valuestring;
     char err[256];
     rtc_tr_reap(c, false);
     if (!strcmp(t, "input_audio_buffer.append")) {

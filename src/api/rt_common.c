@@ -2,6 +2,7 @@
  * Realtime protocols (realtime.c, realtime_conv.c). */
 #include "src/api/rt_common.h"
 
+#include "src/stt/stt_session.h"
 #include "ws/ws_socket.h"
 
 #include <cjson/cJSON.h>
@@ -49,6 +50,68 @@ void rt_error(struct rt_io *io, const char *type, const char *code, const char *
     rt_add_str_or_null(e, "param", param);
     rt_add_str_or_null(e, "event_id", client_event_id);
     rt_send(io, ev);
+}
+
+cJSON *rt_parse(struct rt_io *io, const char *data, size_t len, bool binary, const char **type,
+                const char **eid)
+{
+    if (binary) {
+        rt_error(io, "invalid_request_error", "invalid_event", NULL, NULL,
+                 "binary messages are not part of the protocol: send JSON events as text");
+        return NULL;
+    }
+    cJSON *msg = cJSON_ParseWithLength(data, len);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(msg, "type");
+    if (!cJSON_IsObject(msg) || !cJSON_IsString(t)) {
+        rt_error(io, "invalid_request_error", "invalid_json", NULL, NULL,
+                 "each message must be a JSON object with a string 'type'");
+        cJSON_Delete(msg);
+        return NULL;
+    }
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(msg, "event_id");
+    *eid = cJSON_IsString(e) ? e->valuestring : NULL;
+    *type = t->valuestring;
+    return msg;
+}
+
+void rt_send_stt(struct rt_io *io, const struct stt_event *ev, const char *item,
+                 const char *previous_item, const char *text)
+{
+    cJSON *o = NULL;
+    switch (ev->type) {
+    case STT_EV_SPEECH_STARTED:
+        o = rt_event("input_audio_buffer.speech_started");
+        cJSON_AddNumberToObject(o, "audio_start_ms", (double)ev->audio_ms);
+        break;
+    case STT_EV_SPEECH_STOPPED:
+        o = rt_event("input_audio_buffer.speech_stopped");
+        cJSON_AddNumberToObject(o, "audio_end_ms", (double)ev->audio_ms);
+        break;
+    case STT_EV_COMMITTED:
+        o = rt_event("input_audio_buffer.committed");
+        rt_add_str_or_null(o, "previous_item_id", previous_item);
+        break;
+    case STT_EV_PARTIAL:
+        o = rt_event("conversation.item.input_audio_transcription.delta");
+        break;
+    case STT_EV_FINAL:
+        o = rt_event("conversation.item.input_audio_transcription.completed");
+        break;
+    case STT_EV_ERROR:
+        return;
+    }
+    cJSON_AddStringToObject(o, "item_id", item);
+    if (ev->type == STT_EV_PARTIAL) {
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "delta", ev->delta ? ev->delta : "");
+        /* omniserve extension: the whole current hypothesis, for displays
+         * that redraw the line (deltas only carry words that are stable). */
+        cJSON_AddStringToObject(o, "partial", ev->text ? ev->text : "");
+    } else if (ev->type == STT_EV_FINAL) {
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "transcript", text ? text : ev->text ? ev->text : "");
+    }
+    rt_send(io, o);
 }
 
 // ---- the end of a connection -------------------------------------------------------

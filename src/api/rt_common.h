@@ -35,6 +35,20 @@ void rt_send(struct rt_io *io, struct cJSON *ev);
 void rt_error(struct rt_io *io, const char *type, const char *code, const char *param,
               const char *client_event_id, const char *msg);
 
+/* One client message as a JSON object with a string type; NULL after an
+ * error event (binary frame, not JSON). *eid: the client's event_id or NULL
+ * (valid while the object lives). */
+struct cJSON *rt_parse(struct rt_io *io, const char *data, size_t len, bool binary,
+                       const char **type, const char **eid);
+
+/* A speech session's event as the protocols send it: speech_started /
+ * speech_stopped (item), committed (item, previous_item: NULL -> null),
+ * input_audio_transcription.delta / .completed (text overrides ev->text
+ * when not NULL). STT_EV_ERROR is not sent here. */
+struct stt_event;
+void rt_send_stt(struct rt_io *io, const struct stt_event *ev, const char *item,
+                 const char *previous_item, const char *text);
+
 /* Standard base64 (padding optional; whitespace skipped) into out, which
  * holds at least len * 3 / 4 + 3 bytes. Returns the byte count or -1. */
 long rt_base64_decode(const char *in, size_t len, unsigned char *out);
