@@ -459,3 +459,33 @@ test('the official SDK: OpenAIRealtimeWebSocket runs a text turn', { skip }, asy
   assert.equal(d.response.object, 'realtime.response');
   assert.ok(seen.includes('response.output_text.delta'), seen.join(','));
 });
+
+test('limits: --realtime-max-items drops the oldest, --realtime-max-audio-s refuses more audio', { skip }, async () => {
+  const small = await startServer(['--stt-model', path.join(espeak, 'ggml-tiny-espeak-q8_0.bin'), '--stt-threads', '1',
+    '--realtime-max-items', '3', '--realtime-max-audio-s', '1', '--realtime-max-item-bytes', '100']);
+  try {
+    const s = open(small.url);
+    await s.next('session.created');
+    s.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], audio: { input: { turn_detection: null } } } });
+    await s.next('session.updated');
+    for (const id of ['a', 'b', 'c', 'd'])
+      s.send({ type: 'conversation.item.create', item: { id, type: 'message', role: 'user', content: [{ type: 'input_text', text: id }] } });
+    assert.equal((await s.next('conversation.item.deleted')).item_id, 'a');
+    s.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'x'.repeat(101) }] } });
+    assert.equal((await s.next('error')).error.param, 'item.content');
+    const second = Buffer.alloc(32000).toString('base64');   // 0.67 s of pcm16 at the default 24 kHz
+    s.send({ type: 'input_audio_buffer.append', audio: second });
+    s.send({ type: 'input_audio_buffer.append', audio: second });
+    const e = await s.next('error');
+    assert.equal(e.error.code, 'input_audio_buffer_full');
+    assert.equal(e.error.param, 'audio');
+    s.send({ type: 'input_audio_buffer.clear' });
+    await s.next('input_audio_buffer.cleared');
+    s.send({ type: 'input_audio_buffer.append', audio: second });
+    s.send({ type: 'input_audio_buffer.commit' });
+    await s.next('input_audio_buffer.committed');
+    await s.close();
+  } finally {
+    assert.equal((await small.stop()).code, 0);
+  }
+});
