@@ -97,7 +97,8 @@ struct ws_server_params {
     const char *allowed_hosts; /* comma-separated extra Host names (without port) accepted when
                                   the listen address is loopback; NULL: only localhost, 127.x,
                                   [::1] and 0.0.0.0; "*": any Host */
-    int max_conns_per_ip;      /* default 128; more from one address are refused (503 + close) */
+    int max_conns_per_ip;      /* default 128; more from one address are refused (503 + close);
+                                  0: no cap. A local reverse proxy or sidecar is one address */
     double request_timeout_s;  /* headers and body must be in within this many seconds of the
                                   request's first byte (a new connection's first byte within
                                   this of connecting); default 30 -> 408 + close; 0: none */
@@ -113,16 +114,18 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
 /* Serves on the calling thread (which becomes the service thread) until
  * ws_server_stop, then drains: new connections and requests are still taken
  * and dispatched (handlers see ws_req_draining), every response carries
- * Connection: close and closes its connection, WebSockets get a 1001 close. Once no request is in flight - or after shutdown_timeout_s,
- * aborting the rest (on_abort) with a short grace to end - it stops the
- * worker threads (queued jobs still run) and returns 0. */
+ * Connection: close and closes its connection, WebSockets get a 1001 close.
+ * Once no request is in flight - or after shutdown_timeout_s, aborting the
+ * rest (on_abort) with a short grace to end - it stops the worker threads
+ * (queued jobs still run) and returns 0. */
 int ws_server_run(struct ws_server *s);
 /* Begin the graceful shutdown. Any thread; async-signal-safe. */
 void ws_server_stop(struct ws_server *s);
 /* After ws_server_run returned (or instead of it). NULL is a no-op. */
 void ws_server_free(struct ws_server *s);
 
-/* ---- the request (service thread, inside the handler) ---- */
+/* ---- the request (service thread inside the handler, or an offloaded fn's
+ * worker with its copy) ---- */
 enum ws_method ws_req_method(const struct ws_req *r);
 const char *ws_req_method_name(const struct ws_req *r);
 const char *ws_req_path(const struct ws_req *r);   /* percent-decoded, no query string */
