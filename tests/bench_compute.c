@@ -14,10 +14,12 @@
  * realtime final (stt_urgent_add), which goes before batch work.
  *
  * Not a test and not built by make: it links libomni.a's engine and speech
- * parts only, so a copy runs on machines without the server's libraries.
+ * parts only (OpenBLAS, PCRE2, libavutil's FFT, zlib), so a copy linked
+ * against their static libraries runs on machines without the server's
+ * (docs/engine.md, "One compute budget", has that command line).
  *   make BUILD=build build/libomni.a
  *   cc -O2 -pthread -I. tests/bench_compute.c build/libomni.a \
- *      $(pkg-config --libs openblas libpcre2-8) -lm -o build/bench_compute
+ *      $(pkg-config --libs openblas libpcre2-8 libavutil zlib) -lm -o build/bench_compute
  *   taskset -c 0,1 build/bench_compute -m llm.gguf -w ggml-tiny.bin -a speech.wav
  */
 #include "llm/model.h"
