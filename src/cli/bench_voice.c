@@ -223,6 +223,7 @@ struct bv_msg {
 struct bv_turn {
     double t_eos;                /* when real time reached the end of the speech */
     double t_stopped;            /* the last speech_stopped after t_eos */
+    double t_transcript;         /* its transcript */
     double t_first;              /* first audio delta of the reply */
     char resp[96];               /* the reply (created after t_eos) */
     size_t audio_bytes;
@@ -373,6 +374,9 @@ static void bv_on_event(struct bv_rt *r, const cJSON *ev)
     } else if (!strcmp(type, "input_audio_buffer.speech_stopped")) {
         if (t && t->t_eos && !t->t_first)
             t->t_stopped = now;
+    } else if (!strcmp(type, "conversation.item.input_audio_transcription.completed")) {
+        if (t && t->t_eos && !t->t_first)
+            t->t_transcript = now;
     } else if (!strcmp(type, "response.created")) {
         if (t && t->t_eos && !t->resp[0])
             snprintf(t->resp, sizeof t->resp, "%s",
@@ -393,9 +397,10 @@ static void bv_on_event(struct bv_rt *r, const cJSON *ev)
                 return;
             }
             fprintf(stderr, "bench-voice: turn %d/%d: first audio %.0f ms after the end of speech, "
-                            "%.0f ms after speech_stopped; reply %.1f s of audio\n",
+                            "%.0f ms after speech_stopped (transcript at +%.0f ms); reply %.1f s of audio\n",
                     r->turn + 1, r->o->turns, (t->t_first - t->t_eos) * 1000,
                     t->t_stopped ? (t->t_first - t->t_stopped) * 1000 : NAN,
+                    t->t_stopped && t->t_transcript ? (t->t_transcript - t->t_stopped) * 1000 : NAN,
                     (double)t->audio_bytes / 2 / BV_RATE_HZ);
         }
     } else if (!strcmp(type, "error")) {
@@ -732,7 +737,7 @@ int cli_bench_voice(int argc, char **argv)
     struct bv_load load = { .port = port, .max_tokens = o.load_tokens };
     pthread_t *th = o.load ? calloc((size_t)o.load, sizeof *th) : NULL;
     int n_th = 0;
-    double *lat = calloc((size_t)o.turns * 2 + (size_t)o.speech_reps + 8, sizeof *lat);
+    double *lat = calloc((size_t)o.turns * 4 + (size_t)o.speech_reps + 8, sizeof *lat);
     if (port < 0 || lfd < 0 || !lat || (o.load && !th)) {
         fprintf(stderr, "bench-voice: cannot set up (port, log file or memory)\n");
         goto out;
@@ -766,7 +771,7 @@ int cli_bench_voice(int argc, char **argv)
     long load_chunks = atomic_load(&load.chunks) - chunks0;
 
     /* /v1/audio/speech: first byte of one sentence, real-time factor of a paragraph */
-    double *ttfb = lat + 2 * o.turns, total, audio_s, rtf[5];
+    double *ttfb = lat + 4 * o.turns, total, audio_s, rtf[5];
     int n_ttfb = 0, n_rtf = 0;
     for (int i = 0; i < o.speech_reps; i++)
         if (bv_speak(port, o.voice, BV_SENTENCE, &ttfb[n_ttfb], &total, &audio_s) == 0)
@@ -779,23 +784,32 @@ int cli_bench_voice(int argc, char **argv)
     if (!n_ttfb || !n_rtf)
         goto out;
 
-    double *eos_ms = lat, *stop_ms = lat + o.turns, reply_s = 0;
-    int n_stop = 0;
+    /* stt: speech_stopped -> transcript; reply: transcript -> first audio */
+    double *eos_ms = lat, *stop_ms = lat + o.turns, *stt_ms = lat + 2 * o.turns;
+    double *reply_ms = lat + 3 * o.turns, reply_s = 0;
+    int n_stop = 0, n_tr = 0;
     for (int i = 0; i < o.turns; i++) {
         eos_ms[i] = (turns[i].t_first - turns[i].t_eos) * 1000;
         if (turns[i].t_stopped)
             stop_ms[n_stop++] = (turns[i].t_first - turns[i].t_stopped) * 1000;
+        if (turns[i].t_stopped && turns[i].t_transcript) {
+            stt_ms[n_tr] = (turns[i].t_transcript - turns[i].t_stopped) * 1000;
+            reply_ms[n_tr++] = (turns[i].t_first - turns[i].t_transcript) * 1000;
+        }
         reply_s += (double)turns[i].audio_bytes / 2 / BV_RATE_HZ;
     }
     struct bv_stat s_eos = bv_stat(eos_ms, o.turns), s_stop = bv_stat(stop_ms, n_stop);
     struct bv_stat s_ttfb = bv_stat(ttfb, n_ttfb);
+    struct bv_stat s_stt = bv_stat(stt_ms, n_tr), s_reply = bv_stat(reply_ms, n_tr);
     double tts_rtf = bench_median(rtf, n_rtf);
     fprintf(stderr,
             "bench-voice: end of speech -> first audio: median %.0f ms, p95 %.0f ms (%d turns, load %d)\n"
-            "bench-voice: speech_stopped -> first audio: median %.0f ms, p95 %.0f ms\n"
+            "bench-voice: speech_stopped -> first audio: median %.0f ms, p95 %.0f ms "
+            "(-> transcript %.0f ms, transcript -> first audio %.0f ms, medians)\n"
             "bench-voice: /v1/audio/speech one sentence: first byte median %.1f ms, p95 %.1f ms (%d requests)\n"
             "bench-voice: TTS real-time factor %.3f (%.0fx real time)\n",
-            s_eos.median, s_eos.p95, o.turns, o.load, s_stop.median, s_stop.p95, s_ttfb.median,
+            s_eos.median, s_eos.p95, o.turns, o.load, s_stop.median, s_stop.p95, s_stt.median,
+            s_reply.median, s_ttfb.median,
             s_ttfb.p95, n_ttfb, tts_rtf, 1 / tts_rtf);
     if (o.load)
         fprintf(stderr, "bench-voice: load: %.1f chat chunks/s over the turns, %ld streams, %ld errors\n",
@@ -805,6 +819,8 @@ int cli_bench_voice(int argc, char **argv)
         cJSON_AddNumberToObject(j, "turns", o.turns);
         bv_json_stat(j, "eos_to_first_audio_ms", s_eos);
         bv_json_stat(j, "stopped_to_first_audio_ms", s_stop);
+        bv_json_stat(j, "stopped_to_transcript_ms", s_stt);
+        bv_json_stat(j, "transcript_to_first_audio_ms", s_reply);
         cJSON_AddNumberToObject(j, "tts_rtf", round(tts_rtf * 10000) / 10000);
         bv_json_stat(j, "speech_ttfb_ms", s_ttfb);
         cJSON_AddNumberToObject(j, "reply_audio_s", round(reply_s / o.turns * 100) / 100);
