@@ -5,7 +5,9 @@
  * transcription_session.created/updated (session.updated), speech_started /
  * speech_stopped / committed, conversation.item.input_audio_transcription.
  * delta / completed, error. One stt_session per connection; all sessions
- * share the server's speech model and workers.
+ * share the server's speech model and workers. Without intent and with a
+ * chat model loaded, the connection is a conversation instead
+ * (realtime_conv.h).
  * Thread safety: realtime_upgrade runs on the service thread; client events
  * are handled on ws worker threads (one message of a connection at a time). */
 #ifndef OMNI_API_REALTIME_H
