@@ -109,18 +109,35 @@ static size_t bv_discard(char *d, size_t s, size_t n, void *u)
     return s * n;
 }
 
+/* A request to this server's path: GET, or a JSON POST when hdrs (the
+ * Content-Type list) and body are given; the body goes to fn(data). */
+static CURL *bv_easy(int port, const char *path, struct curl_slist *hdrs, const char *body,
+                     size_t (*fn)(char *, size_t, size_t, void *), void *data)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    CURL *h = curl_easy_init();
+    if (!h)
+        return NULL;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (hdrs && body) {
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fn);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, data);
+    return h;
+}
+
 /* Polls /health until 200 (the models are loaded) or the child exits. */
 static int bv_wait_ready(pid_t pid, int port)
 {
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/health", port);
-    CURL *h = curl_easy_init();
+    CURL *h = bv_easy(port, "/health", NULL, NULL, bv_discard, NULL);
     if (!h)
         return -1;
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bv_discard);
     int rc = -1;
     for (int i = 0; i < 1200; i++) {
         long status = 0;
@@ -144,22 +161,31 @@ struct bv_load {
     atomic_bool stop;
     atomic_long chunks, streams, errors;
     atomic_int running;          /* streams that have had their first chunk */
+    pthread_mutex_t lock;
+    char error[320];             /* {lock} the first failure: status and body */
 };
 
 struct bv_load_stream {
     struct bv_load *l;
     bool first;
+    char head[256];              /* the start of the body, for an error */
+    size_t n_head;
 };
 
 static size_t bv_load_body(char *d, size_t s, size_t n, void *u)
 {
     struct bv_load_stream *st = u;
     size_t len = s * n;
+    size_t k = len < sizeof st->head - 1 - st->n_head ? len : sizeof st->head - 1 - st->n_head;
+    memcpy(st->head + st->n_head, d, k);
+    st->n_head += k;
+    st->head[st->n_head] = 0;
     /* each SSE event is one "data: " line */
+    long events = 0;
     for (size_t i = 0; i + 6 <= len; i++)
-        if (!memcmp(d + i, "data: ", 6) && (i == 0 || d[i - 1] == '\n'))
-            atomic_fetch_add(&st->l->chunks, 1);
-    if (!st->first) {
+        events += !memcmp(d + i, "data: ", 6) && (i == 0 || d[i - 1] == '\n');
+    atomic_fetch_add(&st->l->chunks, events);
+    if (!st->first && events) {
         st->first = true;
         atomic_fetch_add(&st->l->running, 1);
     }
@@ -175,8 +201,7 @@ static int bv_load_progress(void *u, curl_off_t a, curl_off_t b, curl_off_t c, c
 static void *bv_load_thread(void *arg)
 {
     struct bv_load *l = arg;
-    char url[80], body[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", l->port);
+    char body[512];
     snprintf(body, sizeof body,
              "{\"model\":\"m\",\"stream\":true,\"max_tokens\":%d,\"temperature\":0.8,"
              "\"messages\":[{\"role\":\"user\",\"content\":\"" BV_LOAD_PROMPT "\"}]}",
@@ -184,23 +209,22 @@ static void *bv_load_thread(void *arg)
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct bv_load_stream st = { .l = l };
     while (!atomic_load(&l->stop)) {
-        CURL *h = curl_easy_init();
+        st.n_head = 0;
+        CURL *h = bv_easy(l->port, "/v1/chat/completions", hdrs, body, bv_load_body, &st);
         if (!h)
             break;
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bv_load_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, bv_load_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         CURLcode cc = curl_easy_perform(h);
         long status = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         if (!atomic_load(&l->stop) && (cc != CURLE_OK || status != 200)) {
+            pthread_mutex_lock(&l->lock);
+            if (!l->error[0])
+                snprintf(l->error, sizeof l->error, "%s, HTTP %ld: %s", curl_easy_strerror(cc), status,
+                         st.head);
+            pthread_mutex_unlock(&l->lock);
             atomic_fetch_add(&l->errors, 1);
             usleep(100 * 1000);
         }
@@ -532,8 +556,6 @@ static size_t bv_speech_body(char *d, size_t s, size_t n, void *u)
 static int bv_speak(int port, const char *voice, const char *text, double *ttfb, double *total,
                     double *audio_s)
 {
-    char url[80];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/audio/speech", port);
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "model", "tts-1");
     cJSON_AddStringToObject(b, "input", text);
@@ -541,17 +563,11 @@ static int bv_speak(int port, const char *voice, const char *text, double *ttfb,
     cJSON_AddStringToObject(b, "response_format", "pcm");
     char *body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
-    CURL *h = curl_easy_init();
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct bv_speech sp = { 0 };
+    CURL *h = body && hdrs ? bv_easy(port, "/v1/audio/speech", hdrs, body, bv_speech_body, &sp) : NULL;
     int rc = -1;
-    if (h && body && hdrs) {
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bv_speech_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sp);
+    if (h) {
         curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
         sp.t0 = omni_time_s();
         CURLcode cc = curl_easy_perform(h);
@@ -588,7 +604,8 @@ static void bv_usage(FILE *f)
             "  --gap S            silence after each reply before the next turn (default 1)\n"
             "  --max-tokens N     reply length cap (default 32)\n"
             "  --load N           N streaming /v1/chat/completions running meanwhile (default 0)\n"
-            "  --load-tokens N    max_tokens of each load stream (default 512; restarted when done)\n"
+            "  --load-tokens N    max_tokens of each load stream (default 512, restarted when done;\n"
+            "                     prompt + N must fit the model's context)\n"
             "  --speech-reps N    /v1/audio/speech requests for time to first byte (default 20)\n"
             "  --threads N        serve --threads (default: serve's)\n"
             "  --stt-threads N    serve --stt-threads (default: serve's)\n"
@@ -734,7 +751,7 @@ int cli_bench_voice(int argc, char **argv)
     const char *log = o.server_log ? o.server_log : tmp_log;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int port = bv_free_port();
-    struct bv_load load = { .port = port, .max_tokens = o.load_tokens };
+    struct bv_load load = { .port = port, .max_tokens = o.load_tokens, .lock = PTHREAD_MUTEX_INITIALIZER };
     pthread_t *th = o.load ? calloc((size_t)o.load, sizeof *th) : NULL;
     int n_th = 0;
     double *lat = calloc((size_t)o.turns * 4 + (size_t)o.speech_reps + 8, sizeof *lat);
@@ -753,8 +770,16 @@ int cli_bench_voice(int argc, char **argv)
         if (pthread_create(&th[n_th], NULL, bv_load_thread, &load))
             break;
     double t_load0 = omni_time_s();
-    while (o.load && atomic_load(&load.running) < o.load && omni_time_s() - t_load0 < 120)
+    while (o.load && atomic_load(&load.running) < o.load && !atomic_load(&load.errors) &&
+           omni_time_s() - t_load0 < 120)
         usleep(50 * 1000);
+    if (atomic_load(&load.errors)) {
+        pthread_mutex_lock(&load.lock);
+        fprintf(stderr, "bench-voice: the load's chat requests fail (--load-tokens beyond the "
+                        "model's context?): %s\n", load.error);
+        pthread_mutex_unlock(&load.lock);
+        goto out;
+    }
     if (o.load)
         fprintf(stderr, "bench-voice: %d chat streams running\n", atomic_load(&load.running));
     long chunks0 = atomic_load(&load.chunks);
