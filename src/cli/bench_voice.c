@@ -52,7 +52,7 @@ struct bv_opts {
     const char *chat, *stt, *vad, *voice, *file, *server_log;
     int turns, load, max_tokens, load_tokens, threads, stt_threads, speech_reps;
     double gap_s;
-    bool json;
+    bool json, paired;
 };
 
 // ---- the server ---------------------------------------------------------------------
@@ -161,6 +161,9 @@ struct bv_load {
     atomic_bool stop;
     atomic_long chunks, streams, errors;
     atomic_int running;          /* streams that have had their first chunk */
+    atomic_bool paused;          /* --paired: streams stop for the baseline turns */
+    atomic_int epoch, warm;      /* resumed epoch; streams producing since then */
+    int n;                       /* streams */
     pthread_mutex_t lock;
     char error[320];             /* {lock} the first failure: status and body */
 };
@@ -168,6 +171,7 @@ struct bv_load {
 struct bv_load_stream {
     struct bv_load *l;
     bool first;
+    int epoch;
     char head[256];              /* the start of the body, for an error */
     size_t n_head;
 };
@@ -189,13 +193,18 @@ static size_t bv_load_body(char *d, size_t s, size_t n, void *u)
         st->first = true;
         atomic_fetch_add(&st->l->running, 1);
     }
-    return atomic_load(&st->l->stop) ? 0 : len;
+    if (events && st->epoch != atomic_load(&st->l->epoch)) {
+        st->epoch = atomic_load(&st->l->epoch);
+        atomic_fetch_add(&st->l->warm, 1);
+    }
+    return atomic_load(&st->l->stop) || atomic_load(&st->l->paused) ? 0 : len;
 }
 
 static int bv_load_progress(void *u, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
 {
     (void)a, (void)b, (void)c, (void)d;
-    return atomic_load(&((struct bv_load_stream *)u)->l->stop);
+    struct bv_load *l = ((struct bv_load_stream *)u)->l;
+    return atomic_load(&l->stop) || atomic_load(&l->paused);
 }
 
 static void *bv_load_thread(void *arg)
@@ -209,6 +218,10 @@ static void *bv_load_thread(void *arg)
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     struct bv_load_stream st = { .l = l };
     while (!atomic_load(&l->stop)) {
+        if (atomic_load(&l->paused)) {
+            usleep(10 * 1000);
+            continue;
+        }
         st.n_head = 0;
         CURL *h = bv_easy(l->port, "/v1/chat/completions", hdrs, body, bv_load_body, &st);
         if (!h)
@@ -219,7 +232,7 @@ static void *bv_load_thread(void *arg)
         CURLcode cc = curl_easy_perform(h);
         long status = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        if (!atomic_load(&l->stop) && (cc != CURLE_OK || status != 200)) {
+        if (!atomic_load(&l->stop) && !atomic_load(&l->paused) && (cc != CURLE_OK || status != 200)) {
             pthread_mutex_lock(&l->lock);
             if (!l->error[0])
                 snprintf(l->error, sizeof l->error, "%s, HTTP %ld: %s", curl_easy_strerror(cc), status,
@@ -233,6 +246,24 @@ static void *bv_load_thread(void *arg)
     }
     curl_slist_free_all(hdrs);
     return NULL;
+}
+
+/* --paired: the load stops for a baseline turn and resumes for a loaded one. */
+static void bv_load_set(struct bv_load *l, bool on)
+{
+    if (on && atomic_load(&l->paused)) {
+        atomic_store(&l->warm, 0);
+        atomic_fetch_add(&l->epoch, 1);
+        atomic_store(&l->paused, false);
+    } else if (!on) {
+        atomic_store(&l->paused, true);
+    }
+}
+
+/* Every stream produces again (or no load is wanted). */
+static bool bv_load_ready(struct bv_load *l)
+{
+    return atomic_load(&l->paused) || atomic_load(&l->warm) >= l->n;
 }
 
 // ---- the Realtime session --------------------------------------------------------------
@@ -252,6 +283,7 @@ struct bv_turn {
     char resp[96];               /* the reply (created after t_eos) */
     size_t audio_bytes;
     bool done;
+    bool loaded;                 /* the chat streams ran during this turn */
 };
 
 struct bv_rt {
@@ -266,8 +298,9 @@ struct bv_rt {
     const short *pcm;
     size_t n_pcm, eos;
     double t0;
-    size_t fed, turn_at, gap_until;
+    size_t fed, turn_at, gap_until; /* turn_at: SIZE_MAX while the turn waits to start */
     bool streaming;
+    struct bv_load *load;
     int turn;                    /* current turn; == turns: finished */
     struct bv_turn *t;
     bool finished, failed;
@@ -309,6 +342,13 @@ static void bv_tick(lws_sorted_usec_list_t *sul)
     struct bv_rt *r = lws_container_of(sul, struct bv_rt, tick);
     double now = omni_time_s();
     size_t due = (size_t)((now - r->t0) * BV_RATE_HZ);
+    /* a turn starts after half a second of silence and once the load is
+     * where this turn wants it */
+    if (r->streaming && r->turn < r->o->turns && r->turn_at == SIZE_MAX && r->fed >= BV_RATE_HZ / 2 &&
+        bv_load_ready(r->load)) {
+        r->turn_at = r->fed;
+        r->t[r->turn].loaded = r->o->load > 0 && !atomic_load(&r->load->paused);
+    }
     if (r->streaming && due > r->fed) {
         size_t n = due - r->fed;
         short *buf = calloc(n, sizeof *buf);
@@ -316,11 +356,11 @@ static void bv_tick(lws_sorted_usec_list_t *sul)
             return;
         for (size_t i = 0; i < n; i++) {
             size_t at = r->fed + i;
-            if (r->turn < r->o->turns && at >= r->turn_at && at < r->turn_at + r->n_pcm)
+            if (r->turn_at != SIZE_MAX && at >= r->turn_at && at - r->turn_at < r->n_pcm)
                 buf[i] = r->pcm[at - r->turn_at];
         }
         struct bv_turn *t = r->turn < r->o->turns ? &r->t[r->turn] : NULL;
-        if (t && !t->t_eos && r->fed + n > r->turn_at + r->eos)
+        if (t && !t->t_eos && r->turn_at != SIZE_MAX && r->fed + n > r->turn_at + r->eos)
             t->t_eos = r->t0 + (double)(r->turn_at + r->eos) / BV_RATE_HZ;
         r->fed += n;
         uint8_t *le = malloc(n * 2);
@@ -343,9 +383,11 @@ static void bv_tick(lws_sorted_usec_list_t *sul)
         /* the turn's reply is done and the gap is over: the next turn */
         if (t && t->done && r->fed >= r->gap_until) {
             r->turn++;
-            r->turn_at = r->fed;
+            r->turn_at = SIZE_MAX;
             if (r->turn == r->o->turns)
                 r->finished = true;
+            else if (r->o->paired)
+                bv_load_set(r->load, r->turn % 2 == 1);
         } else if (t && t->t_eos && now - t->t_eos > BV_TURN_TIMEOUT_S) {
             char n_s[16];
             snprintf(n_s, sizeof n_s, "%d", r->turn + 1);
@@ -390,10 +432,12 @@ static void bv_on_event(struct bv_rt *r, const cJSON *ev)
             bv_fail(r, "%s", "the session has no server VAD");
             return;
         }
-        if (!r->streaming) {   /* half a second of silence, then turn 1 */
+        if (!r->streaming) {
             r->streaming = true;
             r->t0 = now;
-            r->turn_at = BV_RATE_HZ / 2;
+            r->turn_at = SIZE_MAX;
+            if (r->o->paired)
+                bv_load_set(r->load, false);   /* turn 1 is a baseline */
         }
     } else if (!strcmp(type, "input_audio_buffer.speech_stopped")) {
         if (t && t->t_eos && !t->t_first)
@@ -604,6 +648,8 @@ static void bv_usage(FILE *f)
             "  --gap S            silence after each reply before the next turn (default 1)\n"
             "  --max-tokens N     reply length cap (default 32)\n"
             "  --load N           N streaming /v1/chat/completions running meanwhile (default 0)\n"
+            "  --paired           with --load: odd turns without the load (stopped), even turns\n"
+            "                     with it, so that drift on a shared machine hits both; reports both\n"
             "  --load-tokens N    max_tokens of each load stream (default 512, restarted when done;\n"
             "                     prompt + N must fit the model's context)\n"
             "  --speech-reps N    /v1/audio/speech requests for time to first byte (default 20)\n"
@@ -625,8 +671,8 @@ static int bv_parse(int argc, char **argv, struct bv_opts *o)
             bv_usage(stdout);
             return 1;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--paired")) {
+            *(!strcmp(a, "--json") ? &o->json : &o->paired) = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -664,6 +710,10 @@ static int bv_parse(int argc, char **argv, struct bv_opts *o)
                 return -1;
             *dst = (int)v;
         }
+    }
+    if (o->paired && (!o->load || o->turns < 2)) {
+        fprintf(stderr, "bench-voice: --paired needs --load N and at least 2 turns\n");
+        return -1;
     }
     if (!o->chat || !o->stt || !o->vad || !o->file) {
         fprintf(stderr, "bench-voice: -m, --stt-model, --vad-model and --file are required\n");
@@ -715,6 +765,50 @@ static void bv_json_stat(cJSON *o, const char *name, struct bv_stat s)
     cJSON_AddNumberToObject(x, "max", round(s.max * 10) / 10);
 }
 
+/* The turns' latencies: want -1 all, 0 those without the load, 1 those with it. */
+struct bv_turn_stats {
+    int n;
+    struct bv_stat eos, stop, stt, reply;   /* stt: speech_stopped -> transcript; reply: -> audio */
+};
+
+static struct bv_turn_stats bv_turn_stats(const struct bv_turn *t, int n, int want, double *scratch)
+{
+    double *eos = scratch, *stop = scratch + n, *stt = scratch + 2 * n, *reply = scratch + 3 * n;
+    int k = 0, n_stop = 0, n_tr = 0;
+    for (int i = 0; i < n; i++) {
+        if (want >= 0 && t[i].loaded != (want == 1))
+            continue;
+        eos[k++] = (t[i].t_first - t[i].t_eos) * 1000;
+        if (t[i].t_stopped)
+            stop[n_stop++] = (t[i].t_first - t[i].t_stopped) * 1000;
+        if (t[i].t_stopped && t[i].t_transcript) {
+            stt[n_tr] = (t[i].t_transcript - t[i].t_stopped) * 1000;
+            reply[n_tr++] = (t[i].t_first - t[i].t_transcript) * 1000;
+        }
+    }
+    return (struct bv_turn_stats){ k, bv_stat(eos, k), bv_stat(stop, n_stop), bv_stat(stt, n_tr),
+                                   bv_stat(reply, n_tr) };
+}
+
+static void bv_print_turns(const char *what, const struct bv_turn_stats *s, int load)
+{
+    fprintf(stderr,
+            "bench-voice: %s%send of speech -> first audio: median %.0f ms, p95 %.0f ms (%d turns, load %d)\n"
+            "bench-voice: %s%sspeech_stopped -> first audio: median %.0f ms, p95 %.0f ms "
+            "(-> transcript %.0f ms, transcript -> first audio %.0f ms, medians)\n",
+            what ? what : "", what ? ": " : "", s->eos.median, s->eos.p95, s->n, load,
+            what ? what : "", what ? ": " : "", s->stop.median, s->stop.p95, s->stt.median,
+            s->reply.median);
+}
+
+static void bv_json_turns(cJSON *j, const struct bv_turn_stats *s)
+{
+    bv_json_stat(j, "eos_to_first_audio_ms", s->eos);
+    bv_json_stat(j, "stopped_to_first_audio_ms", s->stop);
+    bv_json_stat(j, "stopped_to_transcript_ms", s->stt);
+    bv_json_stat(j, "transcript_to_first_audio_ms", s->reply);
+}
+
 int cli_bench_voice(int argc, char **argv)
 {
     struct bv_opts o;
@@ -751,7 +845,8 @@ int cli_bench_voice(int argc, char **argv)
     const char *log = o.server_log ? o.server_log : tmp_log;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int port = bv_free_port();
-    struct bv_load load = { .port = port, .max_tokens = o.load_tokens, .lock = PTHREAD_MUTEX_INITIALIZER };
+    struct bv_load load = { .port = port, .max_tokens = o.load_tokens, .n = o.load,
+                            .lock = PTHREAD_MUTEX_INITIALIZER };
     pthread_t *th = o.load ? calloc((size_t)o.load, sizeof *th) : NULL;
     int n_th = 0;
     double *lat = calloc((size_t)o.turns * 4 + (size_t)o.speech_reps + 8, sizeof *lat);
@@ -787,12 +882,14 @@ int cli_bench_voice(int argc, char **argv)
 
     fprintf(stderr, "bench-voice: %d turns of %s (%.2f s, speech ends at %.2f s)\n", o.turns, o.file,
             (double)n / BV_RATE_HZ, (double)eos / BV_RATE_HZ);
-    struct bv_rt r = { .o = &o, .pcm = pcm, .n_pcm = n, .eos = eos, .t = turns };
+    struct bv_rt r = { .o = &o, .pcm = pcm, .n_pcm = n, .eos = eos, .t = turns, .load = &load };
     if (bv_session(&r, port) < 0) {
         fprintf(stderr, "bench-voice: the voice session failed; server log: %s\n", log);
         goto out;
     }
     double load_s = omni_time_s() - t_turns0;
+    if (o.paired)
+        bv_load_set(&load, true);   /* /v1/audio/speech beside the load, as without --paired */
     long load_chunks = atomic_load(&load.chunks) - chunks0;
 
     /* /v1/audio/speech: first byte of one sentence, real-time factor of a paragraph */
@@ -809,43 +906,36 @@ int cli_bench_voice(int argc, char **argv)
     if (!n_ttfb || !n_rtf)
         goto out;
 
-    /* stt: speech_stopped -> transcript; reply: transcript -> first audio */
-    double *eos_ms = lat, *stop_ms = lat + o.turns, *stt_ms = lat + 2 * o.turns;
-    double *reply_ms = lat + 3 * o.turns, reply_s = 0;
-    int n_stop = 0, n_tr = 0;
-    for (int i = 0; i < o.turns; i++) {
-        eos_ms[i] = (turns[i].t_first - turns[i].t_eos) * 1000;
-        if (turns[i].t_stopped)
-            stop_ms[n_stop++] = (turns[i].t_first - turns[i].t_stopped) * 1000;
-        if (turns[i].t_stopped && turns[i].t_transcript) {
-            stt_ms[n_tr] = (turns[i].t_transcript - turns[i].t_stopped) * 1000;
-            reply_ms[n_tr++] = (turns[i].t_first - turns[i].t_transcript) * 1000;
-        }
+    struct bv_turn_stats all = bv_turn_stats(turns, o.turns, o.paired ? 1 : -1, lat);
+    struct bv_turn_stats base = bv_turn_stats(turns, o.turns, o.paired ? 0 : 2, lat);
+    double reply_s = 0;
+    for (int i = 0; i < o.turns; i++)
         reply_s += (double)turns[i].audio_bytes / 2 / BV_RATE_HZ;
-    }
-    struct bv_stat s_eos = bv_stat(eos_ms, o.turns), s_stop = bv_stat(stop_ms, n_stop);
     struct bv_stat s_ttfb = bv_stat(ttfb, n_ttfb);
-    struct bv_stat s_stt = bv_stat(stt_ms, n_tr), s_reply = bv_stat(reply_ms, n_tr);
     double tts_rtf = bench_median(rtf, n_rtf);
+    bv_print_turns(o.paired ? "with the load" : NULL, &all, o.load);
+    if (o.paired) {
+        bv_print_turns("baseline (load stopped)", &base, 0);
+        fprintf(stderr, "bench-voice: with the load / baseline, end of speech -> first audio medians: %.2fx\n",
+                all.eos.median / base.eos.median);
+    }
     fprintf(stderr,
-            "bench-voice: end of speech -> first audio: median %.0f ms, p95 %.0f ms (%d turns, load %d)\n"
-            "bench-voice: speech_stopped -> first audio: median %.0f ms, p95 %.0f ms "
-            "(-> transcript %.0f ms, transcript -> first audio %.0f ms, medians)\n"
             "bench-voice: /v1/audio/speech one sentence: first byte median %.1f ms, p95 %.1f ms (%d requests)\n"
             "bench-voice: TTS real-time factor %.3f (%.0fx real time)\n",
-            s_eos.median, s_eos.p95, o.turns, o.load, s_stop.median, s_stop.p95, s_stt.median,
-            s_reply.median, s_ttfb.median,
-            s_ttfb.p95, n_ttfb, tts_rtf, 1 / tts_rtf);
+            s_ttfb.median, s_ttfb.p95, n_ttfb, tts_rtf, 1 / tts_rtf);
     if (o.load)
         fprintf(stderr, "bench-voice: load: %.1f chat chunks/s over the turns, %ld streams, %ld errors\n",
                 (double)load_chunks / load_s, atomic_load(&load.streams), atomic_load(&load.errors));
     if (o.json) {
         cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "turns", o.turns);
-        bv_json_stat(j, "eos_to_first_audio_ms", s_eos);
-        bv_json_stat(j, "stopped_to_first_audio_ms", s_stop);
-        bv_json_stat(j, "stopped_to_transcript_ms", s_stt);
-        bv_json_stat(j, "transcript_to_first_audio_ms", s_reply);
+        cJSON_AddNumberToObject(j, "turns", all.n);
+        bv_json_turns(j, &all);
+        if (o.paired) {
+            cJSON *b = cJSON_AddObjectToObject(j, "baseline");
+            cJSON_AddNumberToObject(b, "turns", base.n);
+            bv_json_turns(b, &base);
+            cJSON_AddNumberToObject(j, "load_ratio", round(all.eos.median / base.eos.median * 100) / 100);
+        }
         cJSON_AddNumberToObject(j, "tts_rtf", round(tts_rtf * 10000) / 10000);
         bv_json_stat(j, "speech_ttfb_ms", s_ttfb);
         cJSON_AddNumberToObject(j, "reply_audio_s", round(reply_s / o.turns * 100) / 100);
