@@ -27,6 +27,8 @@ fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 "$VA" --max-tokens 0 --file "$CLIP" >/dev/null 2>&1; [ $? -eq 2 ] || fail "--max-tokens 0 did not exit 2"
 "$VA" --out "$TMP/x.wav" >/dev/null 2>&1; [ $? -eq 2 ] || fail "--out without --file did not exit 2"
 "$VA" --url http://127.0.0.1:1/ --file "$CLIP" >/dev/null 2>&1; [ $? -eq 2 ] || fail "an http:// URL did not exit 2"
+"$OMNI" bench-voice -m x --stt-model x --vad-model x --file x --paired >/dev/null 2>&1
+[ $? -eq 2 ] || fail "bench-voice --paired without --load did not exit 2"
 
 CHAT=$TMP/va_stories260K.gguf
 "$PYTHON" tools/llama2c_to_gguf "$S260/stories260K.bin" "$S260/tok512.bin" "$CHAT" >/dev/null || exit 1
