@@ -148,10 +148,40 @@ struct api_images_pool *api_images(struct api *a) { return a->images; }
 void api_set_tts(struct api *a, struct tts *t) { a->tts = t; }
 struct tts *api_tts(struct api *a) { return a->tts; }
 
+/* Browsers and the openai SDK cannot set headers on a WebSocket: they offer
+ * the key as a subprotocol, "Sec-WebSocket-Protocol: realtime,
+ * openai-insecure-api-key.KEY". Only handshakes look there; the 101 answer
+ * names "realtime" alone (ws_http.c), never the key. */
+static bool api_ws_key_ok(struct ws_req *r, const char *key)
+{
+    static const char prefix[] = "openai-insecure-api-key.";
+    const char *list = ws_req_header(r, "sec-websocket-protocol");
+    if (!list || !ws_req_header(r, "sec-websocket-key"))
+        return false;
+    bool ok = false;
+    for (const char *p = list; *p;) {
+        p += strspn(p, ", \t");
+        size_t n = strcspn(p, ", \t");
+        if (n > sizeof prefix - 1 && !strncmp(p, prefix, sizeof prefix - 1)) {
+            char tok[512];
+            size_t kl = n - (sizeof prefix - 1);
+            if (kl < sizeof tok) {
+                memcpy(tok, p + sizeof prefix - 1, kl);
+                tok[kl] = 0;
+                ok |= apireq_key_ok(NULL, tok, key);   /* constant-time compare */
+            }
+        }
+        p += n;
+    }
+    return ok;
+}
+
 bool api_key_ok(struct api *a, struct ws_req *r)
 {
-    return !a->api_key || apireq_key_ok(ws_req_header(r, "authorization"),
-                                        ws_req_header(r, "x-api-key"), a->api_key);
+    return !a->api_key ||
+           apireq_key_ok(ws_req_header(r, "authorization"), ws_req_header(r, "x-api-key"),
+                         a->api_key) ||
+           api_ws_key_ok(r, a->api_key);
 }
 
 long long api_started_at(const struct api *a) { return a->started_at; }
@@ -852,14 +882,27 @@ void api_handle(void *user, struct ws_req *r)
     free(arg);
 }
 
-/* WebSocket handshakes: only the Realtime endpoint takes them. */
+/* WebSocket handshakes: only the Realtime endpoint takes them; a missing
+ * or wrong key gets 401 (the handshake then fails in the client). */
 void api_upgrade(void *user, struct ws_req *r)
 {
     struct api *a = user;
-    if (!strcmp(ws_req_path(r), "/v1/realtime"))
-        realtime_upgrade(a, r);
-    else
+    if (strcmp(ws_req_path(r), "/v1/realtime")) {
         OMNI_INFO("http: WebSocket upgrade refused: no WebSocket endpoint at %s", ws_req_path(r));
+        return;
+    }
+    if (!api_key_ok(a, r)) {
+        struct api_error e;
+        ws_req_set_route(r, "/v1/realtime");
+        api_error_set(&e, 401, NULL, "missing or invalid API key (send 'Authorization: Bearer KEY', "
+                                     "or from a browser the WebSocket subprotocol "
+                                     "'openai-insecure-api-key.KEY' next to 'realtime')");
+        e.code = "invalid_api_key";
+        OMNI_INFO("realtime: %s refused: missing or invalid API key", ws_req_id(r));
+        api_respond_error(r, API_OPENAI, &e);
+        return;
+    }
+    realtime_upgrade(a, r);
 }
 
 void api_on_done(void *user, const struct ws_done_info *d)
