@@ -449,3 +449,14 @@ TEST(grammar_many_rules_parse_fast)
     printf("    (%d rules parsed in %.1f ms)\n", n, ms);
     grammar_free(g);
 }
+
+/* A grammar whose only string is "": its states hold no positions, only
+ * acceptance (found by fuzz_grammar: UBSan on NULL + 0 and qsort(NULL, 0)). */
+TEST(grammar_empty_string_only)
+{
+    struct grammar *g = parse("root ::= \"\"");
+    CHECK(g);
+    CHECK(matches(g, ""));
+    CHECK(!matches(g, "a"));
+    grammar_free(g);
+}

@@ -1529,7 +1529,7 @@ static int32_t state_from_tmp(struct grammar_matcher *m)
     for (; m->st_tab.slot[h]; h = (h + 1) & mask) {
         const struct mstate *s = &m->st[m->st_tab.slot[h] - 1];
         if (s->n == n && s->accept == m->tmp_accept &&
-            !memcmp(m->sids + s->off, m->tmp, (size_t)n * sizeof *m->tmp))
+            (n == 0 || !memcmp(m->sids + s->off, m->tmp, (size_t)n * sizeof *m->tmp)))
             return m->st_tab.slot[h] - 1;
     }
     if (m->n_st >= m->g->lim.max_states)
@@ -1538,7 +1538,8 @@ static int32_t state_from_tmp(struct grammar_matcher *m)
     if (!grow((void **)&m->st, &m->cap_st, m->n_st + 1, sizeof *m->st) ||
         !grow((void **)&m->sids, &m->cap_sids, m->n_sids + n, sizeof *m->sids))
         return mfail(m, "out of memory"), -3;
-    memcpy(m->sids + m->n_sids, m->tmp, (size_t)n * sizeof *m->tmp);
+    if (n > 0)                        /* an accept-only state: sids may still be NULL */
+        memcpy(m->sids + m->n_sids, m->tmp, (size_t)n * sizeof *m->tmp);
     m->st[m->n_st] = (struct mstate){ .off = m->n_sids, .n = n, .accept = m->tmp_accept };
     m->n_sids += n;
     m->st_tab.slot[h] = m->n_st + 1;
