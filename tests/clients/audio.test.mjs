@@ -218,9 +218,12 @@ test('realtime: a clip streamed in real time equals the HTTP transcript', { skip
   const started = events[idx[0]];
   assert.equal(done.item_id, started.item_id);
   assert.ok(started.audio_start_ms >= 0);
-  // Partial hypotheses while the clip plays (1.6 s of speech: at least one).
+  // Partial hypotheses while the clip plays belong to the turn. How many
+  // arrive depends on how fast the machine decodes beside other work (a
+  // loaded machine may finish the turn first), so the count is not checked
+  // here: tests/test_stt_session.c checks partials with pushes paced by the
+  // session's idleness.
   const deltas = events.filter((e) => e.type === 'conversation.item.input_audio_transcription.delta');
-  assert.ok(deltas.length >= 1, types.join(','));
   assert.ok(deltas.every((d) => d.item_id === done.item_id && typeof d.delta === 'string'));
 });
 
