@@ -133,15 +133,17 @@ static const int types[] = {
     GGML_TYPE_Q6_K,
 };
 
-/* Batches around every switch point (AMX from OMNI_MATMUL_QUANT_MAX rows and
- * the per-type omni_amx_min_batch, AMX tiles of 4, 8 and 16 rows, the BLAS
- * path at OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
+/* Batches around every switch point (AMX and the int8 GEMM from
+ * OMNI_MATMUL_QUANT_MAX rows and the per-type omni_amx_min_batch, AMX tiles
+ * of 4, 8 and 16 rows, GEMM register tiles of 2 and 4 rows, the BLAS path at
+ * OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
  * count (uneven thread split, partial 16-row groups) and, for 32-element
  * types, an odd block count. */
 TEST(matmul_all_types_batches_threads_levels)
 {
     static const struct { int64_t n_in, n_out; } shapes[] = { { 512, 37 }, { 544, 21 } };
-    const int64_t batches[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 32, 40, 64 };
+    const int64_t batches[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,
+                                14, 15, 16, 17, 23, 24, 31, 32, 33, 40, 63, 64 };
     const int64_t max_nb = 64, max_in = 544, max_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(max_in * max_nb));
     float *y = malloc(sizeof(float) * (size_t)(max_out * max_nb));
@@ -192,21 +194,30 @@ TEST(matmul_all_types_batches_threads_levels)
 
 /* Each output row depends on its own activation row only: a row computed in
  * a batch has the bits of the same row computed alone when the batch takes
- * the per-row dot path (vec_dot, vec_dot_n), and of the same row in a batch
- * of 16 when it takes AMX tiles (of 4, 8 or 16 rows). The batch-invariant
- * mode builds on this. */
+ * the per-row dot path (vec_dot, vec_dot_n), of the same row in a batch of
+ * 2 when it takes the int8 GEMM (q8_0, q4_0, q5_0 from the AVX2 level), and
+ * of the same row in a batch of 16 when it takes AMX tiles (of 4, 8 or 16
+ * rows). The batch-invariant mode builds on this. */
+static int takes_gemm(int type, int level)
+{
+    return level >= OMNI_CPU_AVX2 &&
+           (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0);
+}
+
 TEST(matmul_rows_independent_of_batch_size)
 {
-    static const int wtypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
+    static const int wtypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K,
+                                  GGML_TYPE_Q6_K };
     enum { NB = 16 };
     const int64_t n_in = 512, n_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(n_in * NB));
     float *y1 = malloc(sizeof(float) * (size_t)(n_out * NB));  /* rows one at a time */
     float *y16 = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *y2 = malloc(sizeof(float) * (size_t)(n_out * NB)); /* rows two at a time */
     float *y = malloc(sizeof(float) * (size_t)(n_out * NB));
     struct tpool *tp = tpool_new(2, NULL, 0);
     test_defer(free_tpool, tp);
-    CHECK(x && y1 && y16 && y && tp);
+    CHECK(x && y1 && y16 && y2 && y && tp);
     rng_state = 11;
     for (int64_t i = 0; i < n_in * NB; i++)
         x[i] = frand();
@@ -219,15 +230,19 @@ TEST(matmul_rows_independent_of_batch_size)
             omni_cpu_set_level(level);
             for (int64_t m = 0; m < NB; m++)
                 omni_matmul(tp, &f.t, x + m * n_in, 1, y1 + m * n_out);
+            for (int64_t m = 0; m < NB; m += 2)
+                omni_matmul(tp, &f.t, x + m * n_in, 2, y2 + m * n_out);
             omni_matmul(tp, &f.t, x, NB, y16);
             const int64_t amx_from = level >= OMNI_CPU_AMX ? omni_amx_min_batch(wtypes[ti]) : 0;
             for (int64_t b = 2; b < NB && !fail[0]; b++) {
-                const float *want = amx_from && b >= amx_from ? y16 : y1;
+                const float *want = amx_from && b >= amx_from  ? y16
+                                    : takes_gemm(wtypes[ti], level) ? y2
+                                                                    : y1;
                 omni_matmul(tp, &f.t, x, b, y);
                 if (memcmp(y, want, sizeof(float) * (size_t)(b * n_out)) != 0)
                     snprintf(fail, sizeof fail, "%s level %s batch %lld: rows differ from %s",
                              ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
-                             want == y16 ? "batch 16" : "single rows");
+                             want == y16 ? "batch 16" : want == y2 ? "batches of 2" : "single rows");
             }
         }
         free_weights(&f);
@@ -237,6 +252,7 @@ TEST(matmul_rows_independent_of_batch_size)
     free(x);
     free(y1);
     free(y16);
+    free(y2);
     free(y);
     CHECK_MSG(!fail[0], "%s", fail);
 }

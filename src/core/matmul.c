@@ -5,7 +5,9 @@
  * computing every batch column while the row is in L1. Batches of several
  * rows are compute bound: with AMX, from OMNI_MATMUL_QUANT_MAX rows up (more for some types,
  * see omni_amx_min_batch), the types amx.c takes run as int8 tile products
- * on 4-, 8- or 16-row tiles; otherwise, from 32 rows, W is dequantized a
+ * on 4-, 8- or 16-row tiles; below that, q8_0/q4_0/q5_0 from 2 rows up
+ * take the int8 GEMM of arch/x86/gemm_*.c (activation rows in registers
+ * against a few weight rows at a time); otherwise, from 32 rows, W is dequantized a
  * chunk of rows at a time into per-thread scratch and multiplied with
  * single-threaded OpenBLAS sgemm. */
 #include "matmul.h"
@@ -45,7 +47,7 @@
 /* Each thread (pool workers and callers alike) keeps its buffers across calls
  * and frees them when it exits, so no call allocates in the steady state and
  * concurrent callers with different pools never share a buffer. */
-enum { SCRATCH_XQ, SCRATCH_DEQUANT, SCRATCH_SLOTS };
+enum { SCRATCH_XQ, SCRATCH_DEQUANT, SCRATCH_GEMM, SCRATCH_SLOTS };
 
 struct scratch {
     void *p[SCRATCH_SLOTS];
@@ -135,6 +137,9 @@ struct mm_job {
     float *y;            /* (n_batch, n_out) */
     int64_t n_in, n_out, n_batch;
     int64_t m_pad;       /* AMX: n_batch rounded up to whole tiles (omni_amx_m_pad) */
+    float *ad;           /* int8 GEMM: (n_batch, blocks) activation block scales */
+    int32_t *corr;       /* int8 GEMM: (n_batch, blocks) weight offset corrections */
+    int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -234,6 +239,45 @@ static void amx_rows(void *arg, int ith, int nth)
 }
 #endif
 
+#if defined(__x86_64__)
+/* Every batch row times W rows of this thread through the int8 GEMM. */
+static void gemm_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t r0, r1;
+    split(j->n_out, ith, nth, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    if (j->gemm_avx512)
+        omni_x86_gemm_q8_0_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
+                                  j->ad, j->corr, j->n_batch, j->y, r0, r1);
+    else
+        omni_x86_gemm_q8_0_avx2(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
+                                j->ad, j->corr, j->n_batch, j->y, r0, r1);
+}
+#endif
+
+/* Batches from OMNI_MATMUL_QUANT_MAX rows up to GEMM_MAX_ROWS (exclusive)
+ * of q8_0, q4_0 and q5_0 take the int8 GEMM (AVX2 or AVX-512 VNNI): the
+ * weight offset K its kernel uses, or -1 for the other paths. */
+#define GEMM_MAX_ROWS OMNI_MATMUL_BLAS_MIN
+
+static int gemm_offset(int type, int64_t n_batch, int *avx512)
+{
+#if defined(__x86_64__)
+    const int level = omni_cpu_level();
+    *avx512 = level >= OMNI_CPU_AVX512;
+    if (n_batch < OMNI_MATMUL_QUANT_MAX || n_batch >= GEMM_MAX_ROWS || level < OMNI_CPU_AVX2)
+        return -1;
+    return *avx512 ? omni_x86_gemm_q8_0_offset_avx512(type) : omni_x86_gemm_q8_0_offset_avx2(type);
+#else
+    (void)type;
+    (void)n_batch;
+    *avx512 = 0;
+    return -1;
+#endif
+}
+
 static int use_amx(int type, int64_t n_batch)
 {
 #if defined(__x86_64__)
@@ -290,6 +334,7 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         .op = op, .w_type = w->type, .w = w->data, .w_row = w_row, .x = x, .y = y,
         .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
     };
+    int gemm_k;
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
         j.m_pad = omni_amx_m_pad(n_batch);
@@ -297,6 +342,19 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
             atomic_store(&j.failed, 1);
         else
             tpool_run(tp, amx_rows, &j);
+#endif
+    } else if ((gemm_k = gemm_offset(w->type, n_batch, &j.gemm_avx512)) >= 0) {
+#if defined(__x86_64__)
+        const int64_t nbp = omni_x86_gemm_q8_0_blocks(n_in);
+        uint8_t *aux = scratch_get(SCRATCH_GEMM, (size_t)(n_batch * nbp) * (sizeof(float) + sizeof(int32_t)));
+        if (!aux || quantize_x(tp, &j, n_batch) != 0) {
+            atomic_store(&j.failed, 1);
+        } else {
+            j.ad = (float *)aux;
+            j.corr = (int32_t *)(aux + (size_t)(n_batch * nbp) * sizeof(float));
+            omni_x86_gemm_q8_0_prep(gemm_k, j.xq, j.xq_row, n_batch, n_in, j.ad, j.corr);
+            tpool_run(tp, gemm_rows, &j);
+        }
 #endif
     } else if (n_batch >= OMNI_MATMUL_BLAS_MIN) {
         tpool_run(tp, blas_rows, &j);

@@ -9,8 +9,12 @@
  *
  * Small batches quantize x to the weight type's dot type (Q8_0 or Q8_K) and
  * use the SIMD dot kernels picked at startup from CPUID/XGETBV (AVX-512
- * VNNI, AVX2, scalar); with AMX, batches of OMNI_MATMUL_QUANT_MAX rows or
- * more of the quantized types it takes run as int8 tile products; other
+ * VNNI, AVX2, scalar); from OMNI_MATMUL_QUANT_MAX rows up to
+ * OMNI_MATMUL_BLAS_MIN, q8_0/q4_0/q5_0 weights go through int8 GEMM tiles
+ * (AVX2 or AVX-512 VNNI: several weight rows x 4 activation rows in
+ * registers, each weight block unpacked once per 4 rows); with AMX,
+ * batches of OMNI_MATMUL_QUANT_MAX rows or more of the quantized types it
+ * takes run as int8 tile products (before the GEMM); other
  * batches of OMNI_MATMUL_BLAS_MIN rows or more dequantize W a block of rows
  * at a time and call OpenBLAS cblas_sgemm. Rows are split across the pool's
  * threads. Thread safety: one call at a time per pool. */
@@ -31,10 +35,10 @@ struct omni_tensor {
 #define OMNI_MATMUL_BLAS_MIN 32
 /* Batches of fewer rows than this always take the per-row quantized dot
  * path: each output is one vec_dot of its weight row and activation row,
- * whatever else is in the batch. Larger batches may take AMX tiles, which
- * also compute every row on its own but sum in another order; a caller that
- * needs results independent of the batch (a deterministic mode) splits its
- * rows into calls of fewer than this many. */
+ * whatever else is in the batch. Larger batches may take AMX tiles or the
+ * int8 GEMM, which also compute every row on its own but sum in another
+ * order; a caller that needs results independent of the batch (a
+ * deterministic mode) splits its rows into calls of fewer than this many. */
 #define OMNI_MATMUL_QUANT_MAX 2
 
 /* y[n_batch][n_out] = x[n_batch][n_in] * W^T. x and y are row-major floats.

@@ -33,4 +33,28 @@ void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64
                      const void *xq, size_t xq_row, int64_t n_batch, int64_t m_pad, float *y,
                      int64_t r0, int64_t r1, void *scratch);
 
+/* Int8 GEMM for small batches of the weights whose dot type is Q8_0 (q8_0,
+ * q4_0, q5_0): AVX2 (level OMNI_CPU_AVX2) and AVX-512 VNNI (OMNI_CPU_AVX512).
+ * _offset_<isa>(wtype) is the weight offset K the kernel works with, or -1
+ * when it does not take the type. xq holds n_batch activation rows in Q8_0
+ * (stride xq_row); omni_x86_gemm_q8_0_prep(K, ...) fills, per activation row,
+ * omni_x86_gemm_q8_0_blocks(n_in) block scales ad and offset corrections
+ * corr (the padding block zero). The kernel computes y[b][r] for r0 <= r < r1;
+ * y is (n_batch, n_out). Each result depends only on its weight row and
+ * activation row (a fixed summation order), not on the rest of the batch. */
+int omni_x86_gemm_q8_0_offset_avx2(int wtype);
+int omni_x86_gemm_q8_0_offset_avx512(int wtype);
+static inline int64_t omni_x86_gemm_q8_0_blocks(int64_t n_in)
+{
+    return (n_in / 32 + 1) & ~(int64_t)1;
+}
+void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t n_batch,
+                             int64_t n_in, float *ad, int32_t *corr);
+void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                             const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
+                             int64_t n_batch, float *y, int64_t r0, int64_t r1);
+void omni_x86_gemm_q8_0_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                               const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
+                               int64_t n_batch, float *y, int64_t r0, int64_t r1);
+
 #endif
