@@ -12,8 +12,8 @@
 CC      ?= gcc
 BUILD   ?= build
 SAN     ?=
-PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample libswscale libpng libjpeg zlib libwebsockets libcjson libcurl espeak-ng
-APT_PKGS := build-essential pkg-config libwebsockets-dev libcjson-dev libopenblas-dev \
+PKGS    := libpcre2-8 openblas libavformat libavcodec libavutil libswresample libswscale libpng libjpeg zlib libwebsockets openssl libcjson libcurl espeak-ng
+APT_PKGS := build-essential pkg-config libwebsockets-dev libssl-dev libcjson-dev libopenblas-dev \
 	libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
 	libpng-dev libjpeg62-turbo-dev portaudio19-dev libespeak-ng-dev libpcre2-dev \
 	zlib1g-dev python3 python3-numpy python3-jinja2 libcurl4-openssl-dev \

@@ -3,7 +3,9 @@
  * runs on a thread, the tests speak raw HTTP to it. Pipelining, framing
  * errors (400/414/431/501/505), Host and Origin checks, WebSocket handshakes
  * refused with a status, frames, offloaded handlers and messages, request
- * timeouts, per-address and total connection limits, draining.
+ * timeouts, per-address and total connection limits, draining, and HTTPS /
+ * WSS on the same port (an OpenSSL client; the certificate is made by the
+ * openssl command at test time, the TLS tests skip without it).
  *
  * Nothing here depends on timing: every wait is for an event, with a
  * generous deadline (10 s) that only a hang reaches. */
@@ -16,6 +18,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -306,6 +310,7 @@ static void t_stop(struct tsrv *t)
 
 struct tconn {
     int fd;
+    SSL *ssl;                             /* t_tls_connect: TLS over fd */
     char buf[1 << 16];
     size_t len;                           /* unread bytes in buf */
 };
@@ -320,6 +325,7 @@ struct tresp {
 static bool t_connect(struct tconn *c, int port)
 {
     c->len = 0;
+    c->ssl = NULL;
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -332,6 +338,8 @@ static bool t_connect(struct tconn *c, int port)
 
 static void t_close(struct tconn *c)
 {
+    SSL_free(c->ssl);
+    c->ssl = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -341,7 +349,8 @@ static bool t_send(struct tconn *c, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = c->ssl ? SSL_write(c->ssl, p, (int)(len > (1u << 30) ? 1u << 30 : len))
+                           : send(c->fd, p, len, MSG_NOSIGNAL);
         if (n <= 0)
             return false;
         p += n;
@@ -357,7 +366,9 @@ static bool t_fill(struct tconn *c)
 {
     if (c->len == sizeof c->buf)
         return false;
-    ssize_t n = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+    size_t room = sizeof c->buf - c->len;
+    ssize_t n = c->ssl ? SSL_read(c->ssl, c->buf + c->len, (int)room)
+                       : recv(c->fd, c->buf + c->len, room, 0);
     if (n <= 0)
         return false;
     c->len += (size_t)n;
@@ -471,6 +482,16 @@ static bool t_read(struct tconn *c, struct tresp *r)
 /* True when the server closes the connection (EOF) before T_WAIT_S. */
 static bool t_eof(struct tconn *c)
 {
+    if (c->ssl) {                         /* close_notify, or the TCP end */
+        for (;;) {
+            int n = SSL_read(c->ssl, c->buf, (int)sizeof c->buf);
+            if (n > 0)
+                continue;
+            int e = SSL_get_error(c->ssl, n), err = errno;
+            ERR_clear_error();
+            return e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && err == ECONNRESET);
+        }
+    }
     for (;;) {
         ssize_t n = recv(c->fd, c->buf, sizeof c->buf, 0);
         if (n == 0)
@@ -1176,4 +1197,245 @@ static void body_drain(struct tsrv *t)
 TEST(ws_http_draining_serves_with_connection_close)
 {
     WITH_SERVER(t_params(), body_drain);
+}
+
+// ---- TLS: HTTPS and WSS on the same port --------------------------------------------
+
+static char t_tls_dir[64];
+static SSL_CTX *t_tls_ctx;                /* the client: trusts only the test certificate */
+
+/* A self-signed certificate for localhost and 127.0.0.1, its key and a
+ * second key that does not match, made by the openssl command in a fresh
+ * temporary directory. false when the command is absent or fails. */
+static bool t_tls_make(void)
+{
+    snprintf(t_tls_dir, sizeof t_tls_dir, "/tmp/omni-tls-XXXXXX");
+    if (system("openssl version >/dev/null 2>&1") != 0 || !mkdtemp(t_tls_dir))
+        return false;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+             "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+             "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1 && "
+             "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
+             "-out %s/other.pem >/dev/null 2>&1",
+             t_tls_dir, t_tls_dir, t_tls_dir);
+    return system(cmd) == 0;
+}
+
+static void t_tls_file(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", t_tls_dir, name);
+}
+
+static void t_tls_cleanup(void *unused)
+{
+    (void)unused;
+    static const char *const names[] = { "cert.pem", "key.pem", "other.pem" };
+    char path[128];
+    for (int i = 0; i < 3; i++) {
+        t_tls_file(path, sizeof path, names[i]);
+        unlink(path);
+    }
+    rmdir(t_tls_dir);
+    SSL_CTX_free(t_tls_ctx);
+    t_tls_ctx = NULL;
+}
+
+/* A client that verifies the server against the test certificate and
+ * offers h2 before http/1.1 in ALPN, as curl and browsers do. */
+static bool t_tls_client(void)
+{
+    char ca[128];
+    static const unsigned char alpn[] = "\x02h2\x08http/1.1";
+    t_tls_file(ca, sizeof ca, "cert.pem");
+    if (!(t_tls_ctx = SSL_CTX_new(TLS_client_method())))
+        return false;
+    SSL_CTX_set_verify(t_tls_ctx, SSL_VERIFY_PEER, NULL);
+    return SSL_CTX_load_verify_locations(t_tls_ctx, ca, NULL) == 1 &&
+           SSL_CTX_set_alpn_protos(t_tls_ctx, alpn, sizeof alpn - 1) == 0;
+}
+
+static bool t_tls_connect(struct tconn *c, int port)
+{
+    if (!t_connect(c, port) || !(c->ssl = SSL_new(t_tls_ctx)))
+        return false;
+    SSL_set_tlsext_host_name(c->ssl, "localhost");
+    SSL_set1_host(c->ssl, "localhost");   /* the certificate must name it */
+    SSL_set_fd(c->ssl, c->fd);
+    bool ok = SSL_connect(c->ssl) == 1;
+    if (!ok)
+        ERR_print_errors_fp(stderr);
+    return ok;
+}
+
+static void body_tls(struct tsrv *t)
+{
+    static struct tconn c;
+    static struct tresp r;
+    static char big[1500000 + 512];
+    char raw[1024], data[512], origin[128];
+    unsigned char f[600];
+    const unsigned char *proto;
+    unsigned proto_len;
+    size_t len;
+    int op;
+
+    /* HTTPS: ALPN settles on http/1.1 (lws would pick h2); two GETs and a
+     * POST whose 1.5 MB body outgrows the pipelining buffer, all in one
+     * write - the server parses what TLS decrypted, answers in order. */
+    CHECK(t_tls_connect(&c, t->port));
+    SSL_get0_alpn_selected(c.ssl, &proto, &proto_len);
+    CHECK(proto_len == 8 && !memcmp(proto, "http/1.1", 8));
+    int n = snprintf(big, sizeof big,
+                     "GET /echo?n=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                     "POST /echo?n=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1500000\r\n\r\n");
+    memset(big + n, 'a', 1500000);
+    n += 1500000;
+    n += snprintf(big + n, sizeof big - (size_t)n,
+                  "GET /echo?n=3 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    CHECK(t_send(&c, big, (size_t)n));
+    CHECK(t_read(&c, &r));
+    CHECK_EQ(r.status, 200);
+    CHECK_STR_EQ(r.body, "GET n=1 body=");
+    CHECK(t_read(&c, &r));
+    CHECK_EQ(r.status, 200);
+    CHECK(!strncmp(r.body, "POST n=2 body=aaaaaaaa", 22));
+    CHECK(t_read(&c, &r));
+    CHECK_STR_EQ(r.body, "GET n=3 body=");
+    CHECK_STR_EQ(t_header(&r, "connection"), "close");
+    CHECK(t_eof(&c));                     /* close_notify, then the end */
+    t_close(&c);
+
+    /* WSS, from a page of this server (https origin); the key subprotocol
+     * is not echoed */
+    snprintf(origin, sizeof origin, "Origin: https://127.0.0.1\r\n"   /* Host: 127.0.0.1 */
+             "Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.sk-test\r\n");
+    CHECK(t_tls_connect(&c, t->port));
+    t_ws_upgrade_req(raw, sizeof raw, "/ws", origin);
+    CHECK(t_sends(&c, raw));
+    CHECK(t_read(&c, &r));
+    CHECK_EQ(r.status, 101);
+    CHECK_STR_EQ(t_header(&r, "sec-websocket-accept"), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    CHECK_STR_EQ(t_header(&r, "sec-websocket-protocol"), "realtime");
+    memset(data, 'w', 300);
+    size_t fl = t_ws_frame(f, 0x1, true, data, 300);
+    CHECK(t_send(&c, f, fl));
+    CHECK(t_ws_read(&c, &op, data, sizeof data, &len));
+    CHECK_EQ(op, 1);
+    CHECK_EQ(len, 300);
+    CHECK(data[0] == 'w' && data[299] == 'w');
+    fl = t_ws_frame(f, 0x8, true, "\x03\xe8", 2);
+    CHECK(t_send(&c, f, fl));
+    CHECK(t_ws_read(&c, &op, data, sizeof data, &len));
+    CHECK_EQ(op, 8);
+    CHECK(t_eof(&c));
+    t_close(&c);
+
+    /* with TLS on, an http:// origin is another site */
+    snprintf(origin, sizeof origin, "Origin: http://127.0.0.1\r\n");
+    CHECK(t_tls_connect(&c, t->port));
+    t_ws_upgrade_req(raw, sizeof raw, "/ws", origin);
+    CHECK(t_sends(&c, raw));
+    CHECK(t_read(&c, &r));
+    CHECK_EQ(r.status, 403);
+    CHECK(t_eof(&c));
+    t_close(&c);
+
+    /* plain HTTP on the TLS port: closed without an answer */
+    CHECK(t_connect(&c, t->port));
+    CHECK(t_sends(&c, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    CHECK(t_eof(&c));
+    CHECK_EQ(c.len, 0);
+    t_close(&c);
+}
+
+TEST(ws_http_tls_https_and_wss_on_one_port)
+{
+    bool made = t_tls_make();
+    test_defer(t_tls_cleanup, t_tls_dir);
+    if (!made)
+        SKIP("the openssl command is not available to make a test certificate");
+    char cert[128], key[128];
+    t_tls_file(cert, sizeof cert, "cert.pem");
+    t_tls_file(key, sizeof key, "key.pem");
+    struct ws_server_params p = t_params();
+    p.tls_cert = cert;
+    p.tls_key = key;
+    CHECK(t_tls_client());
+    WITH_SERVER(p, body_tls);
+}
+
+/* A refusal at accept time (over max_conns_per_ip) reaches a TLS client
+ * once its handshake is done, whether it sends a request or stays silent. */
+static void body_tls_cap(struct tsrv *t)
+{
+    static struct tconn a, b, c;
+    static struct tresp r;
+    CHECK(t_tls_connect(&a, t->port));
+    CHECK(t_sends(&a, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    CHECK(t_read(&a, &r));
+    CHECK_EQ(r.status, 200);              /* a is counted and stays open */
+    CHECK(t_tls_connect(&b, t->port));    /* says nothing */
+    CHECK(t_read(&b, &r));
+    CHECK_EQ(r.status, 503);
+    CHECK(t_eof(&b));
+    CHECK(t_tls_connect(&c, t->port));
+    CHECK(t_sends(&c, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    CHECK(t_read(&c, &r));
+    CHECK_EQ(r.status, 503);
+    CHECK_STR_CONTAINS(r.body, "too many connections");
+    t_close(&a);
+    t_close(&b);
+    t_close(&c);
+}
+
+TEST(ws_http_tls_refusal_at_accept_reaches_the_client)
+{
+    bool made = t_tls_make();
+    test_defer(t_tls_cleanup, t_tls_dir);
+    if (!made)
+        SKIP("the openssl command is not available to make a test certificate");
+    char cert[128], key[128];
+    t_tls_file(cert, sizeof cert, "cert.pem");
+    t_tls_file(key, sizeof key, "key.pem");
+    struct ws_server_params p = t_params();
+    p.tls_cert = cert;
+    p.tls_key = key;
+    p.max_conns_per_ip = 1;
+    CHECK(t_tls_client());
+    WITH_SERVER(p, body_tls_cap);
+}
+
+/* Startup errors name the file that is wrong. */
+TEST(ws_http_tls_bad_files_refused_at_startup)
+{
+    bool made = t_tls_make();
+    test_defer(t_tls_cleanup, t_tls_dir);
+    if (!made)
+        SKIP("the openssl command is not available to make a test certificate");
+    char cert[128], key[128], other[128], missing[128], err[512];
+    t_tls_file(cert, sizeof cert, "cert.pem");
+    t_tls_file(key, sizeof key, "key.pem");
+    t_tls_file(other, sizeof other, "other.pem");
+    t_tls_file(missing, sizeof missing, "missing.pem");
+    struct ws_server_params p = t_params();
+    p.handler = t_handler;
+    p.port = 1;                           /* never bound: the files are checked first */
+    const char *cases[][3] = {
+        /* cert, key, in the message */
+        { missing, key, missing },
+        { cert, missing, missing },
+        { key, key, key },                /* a key is not a certificate */
+        { cert, other, other },           /* a key of another certificate */
+        { cert, NULL, "both" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p.tls_cert = cases[i][0];
+        p.tls_key = cases[i][1];
+        err[0] = 0;
+        struct ws_server *s = ws_server_new(&p, err, sizeof err);
+        CHECK(!s);
+        CHECK_STR_CONTAINS(err, cases[i][2]);
+    }
 }

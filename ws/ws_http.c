@@ -22,8 +22,11 @@
 #include "ws/ws_socket.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <libwebsockets.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -36,6 +39,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define WS_WRITE_CHUNK 16384         /* body bytes per WRITEABLE callback */
 #define WS_HEADERS_MAX 16384         /* status line and response headers */
@@ -168,6 +172,8 @@ struct ws_conn {                          /* lws per-session data: zeroed by lws
     bool ws_handshake_due;                /* the 101 is still to be written */
     bool ws_realtime;                     /* the client offered the "realtime" subprotocol */
     bool in_upgrade;                      /* inside the upgrade hook: accept_websocket allowed */
+    bool up;                              /* a byte was read or written: with TLS, the
+                                             handshake is done */
     char ws_accept[29];
 };
 
@@ -195,6 +201,7 @@ struct ws_server {
     int n_hosts;
     bool any_host;                        /* allowed_hosts "*" */
     bool loopback;                        /* listening on a loopback address: Host is checked */
+    bool tls;                             /* HTTPS and WSS (tls_cert, tls_key) */
     int max_conns;                        /* connections kept at once (room for new ones) */
     struct lws_context *ctx;
     struct lws_protocols protocols[2];
@@ -1066,12 +1073,15 @@ static bool ws_host_allowed(const struct ws_server *s, const char *host)
 }
 
 /* A browser's Origin is fine when --cors-origin allows it or it is this
- * server itself (same scheme-less host:port as the Host header). */
+ * server itself: the Host header's host:port, with https:// when we speak
+ * TLS; without TLS either scheme, since a TLS-terminating proxy in front
+ * passes https:// origins on. */
 static bool ws_origin_allowed(const struct ws_server *s, const char *origin, const char *host)
 {
     if (s->cors && (!strcmp(s->cors, "*") || !strcasecmp(s->cors, origin)))
         return true;
-    size_t skip = !strncasecmp(origin, "http://", 7) ? 7 : !strncasecmp(origin, "https://", 8) ? 8 : 0;
+    size_t skip = !strncasecmp(origin, "https://", 8)               ? 8
+                : !s->tls && !strncasecmp(origin, "http://", 7) ? 7 : 0;
     return skip && host && !strcasecmp(origin + skip, host);
 }
 
@@ -1437,7 +1447,7 @@ static void ws_on_head(struct ws_server *s, struct ws_conn *c, size_t n)
     }
     if (s->loopback && host && !ws_host_allowed(s, host)) {
         ws_refuse(s, c, 403, "Host not allowed: the server listens on loopback and answers "
-                             "only localhost, 127.0.0.1, [::1] and --allowed-hosts");
+                             "only localhost, 127.0.0.1, [::1], 0.0.0.0 and --allowed-hosts");
         return;
     }
     /* Browsers send Origin on cross-origin requests: only --cors-origin may. */
@@ -1852,6 +1862,13 @@ static void ws_linger(struct ws_conn *c)
         lws_rx_flow_control(c->wsi, 1);
         c->rx_paused = false;
     }
+    /* TLS: close_notify first, so that the client sees a clean end rather
+     * than a truncation (best effort: a full socket buffer skips it). */
+    SSL *ssl = c->req.srv->tls ? lws_get_ssl(c->wsi) : NULL;
+    if (ssl) {
+        SSL_shutdown(ssl);
+        ERR_clear_error();
+    }
     int fd = lws_get_socket_fd(c->wsi);
     if (fd >= 0)
         shutdown(fd, SHUT_WR);
@@ -2198,6 +2215,13 @@ static void ws_check_timers(struct ws_server *s)
         case WS_C_WAIT: {
             struct ws_req *r = &c->req;
             struct ws_out *o = r->out;
+            /* A refusal at accept time (503) on a TLS connection: lws drops
+             * a WRITEABLE asked for during the handshake, so ask again
+             * until the handshake is done (the first read asks too). */
+            if (s->tls && !c->up) {
+                lws_callback_on_writable(c->wsi);
+                break;
+            }
             if (!c->active || !o || !r->headers_sent || s->p.sse_keepalive_ms <= 0 ||
                 (now - r->last_write) * 1e3 < s->p.sse_keepalive_ms)
                 break;
@@ -2240,9 +2264,17 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
             ws_on_adopt(s, c, wsi);
         return 0;
     case LWS_CALLBACK_RAW_RX:
-        return c && c->linked ? ws_on_rx(s, c, in, len) : 0;
+        if (!c || !c->linked)
+            return 0;
+        if (!c->up && s->tls)
+            lws_callback_on_writable(wsi);    /* see ws_check_timers */
+        c->up = true;
+        return ws_on_rx(s, c, in, len);
     case LWS_CALLBACK_RAW_WRITEABLE:
-        return c && c->linked ? ws_on_writeable(s, c) : 0;
+        if (!c || !c->linked)
+            return 0;
+        c->up = true;
+        return ws_on_writeable(s, c);
     case LWS_CALLBACK_RAW_CLOSE:
         if (c && c->linked)
             ws_conn_closed(s, c);
@@ -2270,6 +2302,60 @@ static bool ws_is_loopback(const char *host)
     struct in_addr a4;
     return !strcmp(host, "localhost") || !strcmp(host, "::1") ||
            (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
+}
+
+/* OpenSSL would prompt on the terminal for an encrypted key: refuse instead. */
+static int ws_tls_no_passphrase(char *buf, int size, int rwflag, void *user)
+{
+    (void)buf, (void)size, (void)rwflag, (void)user;
+    return 0;
+}
+
+/* The certificate and key load and belong together. lws checks this too,
+ * but its failure reads "cannot create context"; here the message names
+ * the file and OpenSSL's reason. */
+static int ws_tls_check(const char *cert, const char *key, char *err, size_t errlen)
+{
+    if (!cert || !key || !*cert || !*key) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "http: TLS needs both a certificate and a key "
+                                             "(--tls-cert FILE --tls-key FILE)");
+        return -1;
+    }
+    const char *files[2] = {cert, key};
+    for (int i = 0; i < 2; i++)
+        if (access(files[i], R_OK)) {
+            omni_fail(err, errlen, OMNI_ERR_IO, "http: cannot read TLS %s %s: %s",
+                      i ? "key" : "certificate", files[i], strerror(errno));
+            return -1;
+        }
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "http: cannot create a TLS context");
+        return -1;
+    }
+    SSL_CTX_set_default_passwd_cb(ctx, ws_tls_no_passphrase);
+    int rc = 0;
+    char why[256] = "";
+    ERR_clear_error();
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        ERR_error_string_n(ERR_peek_error(), why, sizeof why);
+        omni_fail(err, errlen, OMNI_ERR_FORMAT, "http: TLS certificate %s: not a PEM certificate "
+                  "(%s)", cert, why);
+        rc = -1;
+    } else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        ERR_error_string_n(ERR_peek_error(), why, sizeof why);
+        omni_fail(err, errlen, OMNI_ERR_FORMAT, "http: TLS key %s: not an unencrypted PEM "
+                  "private key (%s)", key, why);
+        rc = -1;
+    } else if (SSL_CTX_check_private_key(ctx) != 1) {
+        /* OpenSSL drops the certificate when the key does not match it */
+        omni_fail(err, errlen, OMNI_ERR_FORMAT, "http: TLS key %s does not belong to the "
+                  "certificate %s", key, cert);
+        rc = -1;
+    }
+    ERR_clear_error();
+    SSL_CTX_free(ctx);
+    return rc;
 }
 
 /* allowed_hosts "a, b.example" -> hosts[] (split in place). */
@@ -2313,6 +2399,11 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
         goto nomem;
     s->p.allowed_hosts = NULL;
     s->loopback = ws_is_loopback(s->host);
+    s->tls = p->tls_cert || p->tls_key;
+    if (s->tls && ws_tls_check(p->tls_cert, p->tls_key, err, errlen) < 0) {
+        ws_server_free(s);
+        return NULL;
+    }
     atomic_init(&s->draining_pub, false);
     /* Room for new connections: what the fd limit allows (lws sizes its
      * table from it too), less a reserve for the model, logs and workers. */
@@ -2354,11 +2445,24 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
                    LWS_SERVER_OPTION_DISABLE_IPV6 * (strchr(s->host, ':') == NULL);
     info.listen_accept_role = "raw-skt";
     info.listen_accept_protocol = "omni-http";
+    if (s->tls) {
+        /* The raw role takes TLS from the vhost: lws accepts the handshake
+         * and the RX callbacks see decrypted bytes. ALPN must offer only
+         * http/1.1 - lws's default list starts with h2, which clients would
+         * then speak. A plain-HTTP client on this port is not a TLS hello:
+         * lws closes the connection (its ALLOW_NON_SSL_ON_SSL_PORT does not
+         * reach the raw role in 4.1). */
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = p->tls_cert;
+        info.ssl_private_key_filepath = p->tls_key;
+        info.alpn = "http/1.1";
+        info.ssl_options_set = SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1;
+    }
     info.pt_serv_buf_size = 65536;        /* bytes per read and per write */
     s->ctx = lws_create_context(&info);
     if (!s->ctx) {
-        omni_fail(err, errlen, OMNI_ERR_IO, "http: cannot listen on %s:%d (address in use?)",
-                  s->host, p->port);
+        omni_fail(err, errlen, OMNI_ERR_IO, "http: cannot listen on %s:%d (address in use?%s)",
+                  s->host, p->port, s->tls ? " or TLS setup failed: see the lws log lines" : "");
         ws_server_free(s);
         return NULL;
     }

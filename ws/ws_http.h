@@ -1,8 +1,9 @@
 /* ws_http.h - the HTTP/1.1 front door: routing hook, request bodies with a
  * size limit, responses produced later by other threads, SSE streams with
  * backpressure, keep-alive and pipelining, CORS, Host/Origin checks,
- * per-client limits, handlers offloaded to worker threads and graceful
- * shutdown. libwebsockets accepts connections and moves bytes; the HTTP/1.1
+ * per-client limits, handlers offloaded to worker threads, graceful
+ * shutdown and, with a certificate, HTTPS and WSS on the same port.
+ * libwebsockets accepts connections, does TLS and moves bytes; the HTTP/1.1
  * framing (RFC 9112) and WebSocket framing (ws_socket.h) are done here.
  *
  *   struct ws_server_params p = ws_default_params();
@@ -36,7 +37,8 @@
  * 100-continue; 408 a request not complete within request_timeout_s; 403 a
  * Host that does not name this machine while listening on loopback, or an
  * Origin that is neither --cors-origin nor this server; 503 over
- * max_conns_per_ip or max_connections. */
+ * max_conns_per_ip or max_connections. With TLS on, a client that speaks
+ * plain HTTP to the port gets no answer: the connection is closed. */
 #ifndef OMNI_WS_HTTP_H
 #define OMNI_WS_HTTP_H
 
@@ -106,10 +108,16 @@ struct ws_server_params {
                                   less a reserve. At the limit a new connection closes an idle
                                   keep-alive one, else the slowest unfinished request, else it
                                   gets 503 + close */
+    const char *tls_cert;      /* PEM certificate file (the chain: leaf first): the port speaks
+                                  HTTPS and WSS only; NULL (default): plain HTTP */
+    const char *tls_key;       /* PEM private key of tls_cert, unencrypted; both or neither.
+                                  Read by ws_server_new (NULL + message naming the file when
+                                  unreadable or not matching) */
 };
 struct ws_server_params ws_default_params(void);
 
-/* Binds the socket. NULL + message when the address is taken or bad. */
+/* Binds the socket (and loads the TLS certificate). NULL + message when the
+ * address is taken or bad, or the certificate or key cannot be used. */
 struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, size_t errlen);
 /* Serves on the calling thread (which becomes the service thread) until
  * ws_server_stop, then drains: new connections and requests are still taken

@@ -128,7 +128,11 @@ static void serve_usage(FILE *f)
             "                             (also $OMNISERVE_API_KEY); /health stays open\n"
             "  --cors-origin ORIGIN       send CORS headers for ORIGIN ('*' for any); default off\n"
             "  --allowed-hosts H1,H2      more Host header names accepted while bound to loopback\n"
-            "                             (besides localhost, 127.0.0.1, [::1]): DNS-rebinding guard\n"
+            "                             (besides localhost, 127.0.0.1, [::1], 0.0.0.0): DNS-rebinding\n"
+            "                             guard\n"
+            "  --tls-cert FILE            PEM certificate (chain): HTTPS and WSS on the port, no plain\n"
+            "                             HTTP; with --tls-key\n"
+            "  --tls-key FILE             its PEM private key (unencrypted)\n"
             "  --served-model-name NAME   model id for clients (default: file name without .gguf)\n"
             "  --strict-model-id          unknown 'model' in a request -> 404\n"
             "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
@@ -140,7 +144,8 @@ static void serve_usage(FILE *f)
             "                             meanwhile /health is 503 and new generations get 503\n"
             "  --sse-keepalive S          comment on idle streams every S seconds (default 15)\n"
             "  --http-workers N           threads that parse and prepare requests (default 4)\n"
-            "  --max-conns-per-ip N       open connections per client address (default 128)\n"
+            "  --max-conns-per-ip N       open connections per client address (default 128; 0: no\n"
+            "                             cap, e.g. behind a local reverse proxy)\n"
             "  --request-timeout S        headers and body must arrive within S seconds, else 408\n"
             "                             (default 30)\n"
             "  --web-root DIR             serve the web playground (GET /) from DIR instead of the\n"
@@ -242,11 +247,15 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->wp.cors_origin = v;
         else if (!strcmp(a, "--allowed-hosts"))
             o->wp.allowed_hosts = v;
+        else if (!strcmp(a, "--tls-cert"))
+            o->wp.tls_cert = v;
+        else if (!strcmp(a, "--tls-key"))
+            o->wp.tls_key = v;
         else if (!strcmp(a, "--http-workers")) {
             rc = cli_long("serve", a, v, 1, 256, &n);
             o->wp.worker_threads = (int)n;
         } else if (!strcmp(a, "--max-conns-per-ip")) {
-            rc = cli_long("serve", a, v, 1, 1L << 20, &n);
+            rc = cli_long("serve", a, v, 0, 1L << 20, &n);
             o->wp.max_conns_per_ip = (int)n;
         } else if (!strcmp(a, "--request-timeout"))
             rc = cli_double("serve", a, v, 0.001, 86400, &o->wp.request_timeout_s);
@@ -469,6 +478,10 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "serve: --hf-file needs --hf-repo\n");
         return 2;
     }
+    if (!o.wp.tls_cert != !o.wp.tls_key) {
+        fprintf(stderr, "serve: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
     if (!o.served_name) {
         serve_default_name(o.hf_repo ? (o.hf_file ? o.hf_file : o.hf_repo)
                                      : o.model ? o.model : "none", name, sizeof name);
@@ -583,7 +596,8 @@ int cli_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
-    OMNI_INFO("serve: listening on http://%s:%d (model %s%s%s)", o.wp.host, o.wp.port,
+    OMNI_INFO("serve: listening on %s://%s:%d (model %s%s%s)", o.wp.tls_cert ? "https" : "http",
+              o.wp.host, o.wp.port,
               o.hf_repo ? o.hf_repo : o.model ? o.model : "none", o.hf_file ? "/" : "",
               o.hf_file ? o.hf_file : "");
     ws_server_run(srv);
