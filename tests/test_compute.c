@@ -6,12 +6,14 @@
  * shares, cancellation leaves the books balanced;
  * pools run exactly the width granted; the engine and the Whisper batcher
  * at once never run more pool threads than the budget, and an interactive
- * prompt's step (or a pass while a final waits) goes before batch work.
+ * prompt's step (or a pass while a final waits, or an urgent stream's first
+ * sentence) goes before batch work.
  *
  * Nothing here depends on timing: a test waits for a state it can observe
  * (an acquire queued, a grant made), then acts. */
 #include "test.h"
 
+#include "audio/tts/tts.h"
 #include "audio/whisper.h"
 #include "audio/whisper_batch.h"
 #include "llm/model.h"
@@ -633,6 +635,42 @@ static void free_wmodel(void *m) { whisper_model_free(m); }
 static void free_batcher(void *b) { whisper_batcher_free(b); }
 static void free_state(void *s) { whisper_state_free(s); }
 static void free_budget(void *c) { compute_free(c); }
+
+static void free_tts(void *t) { tts_free(t); }
+
+TEST(compute_tts_sentences_are_units)
+{
+    /* TTS takes the process's budget when it is made: a sentence is one
+     * unit of one thread, and an urgent stream's first sentence asks first. */
+    char err[256];
+    struct compute *c = budget(2, 4);
+    CHECK(c);
+    compute_set_default(c);
+    struct tts *t = tts_new(NULL, err, sizeof err);
+    compute_set_default(NULL);
+    test_defer(free_budget, c);
+    test_defer(free_tts, t);
+    CHECK_MSG(t, "%s", err);
+    struct tts_stream_params sp = tts_stream_default_params();
+    sp.urgent = true;
+    float *pcm = NULL;
+    size_t n = 0;
+    int rate = 0;
+    const int rc = tts_synthesize(t, &sp, "Hello there. How are you today?", &pcm, &n, &rate, err,
+                                  sizeof err);
+    free(pcm);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(n > 0);
+    struct compute_stats st;
+    compute_stats(c, &st);
+    const struct compute_client_stats *ct = client_stats(&st, "tts");
+    CHECK(ct != NULL);
+    CHECK_EQ(ct->max_threads, 1);
+    CHECK_EQ(ct->acquires, 2);
+    CHECK_EQ(ct->urgent_acquires, 1);
+    CHECK_EQ(ct->busy, 0);
+    test_release(t);
+}
 
 struct gen {
     pthread_mutex_t mu;
