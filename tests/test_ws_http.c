@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,20 @@ static void t_handler(void *user, struct ws_req *r)
         snprintf(buf, sizeof buf, "%s n=%s body=%.*s", ws_req_method_name(r), q ? q : "-",
                  (int)blen, body);
         t_respond_text(r, 200, buf);
+    } else if (!strcmp(path, "/big")) {       /* n bytes of i % 251, with a Content-Length */
+        const char *q = ws_req_query(r, "n");
+        size_t n = q ? (size_t)atol(q) : 0;
+        char chunk[4096];
+        struct ws_out *o = ws_req_defer(r, NULL, NULL, NULL);
+        ws_out_start(o, 200, "application/octet-stream", false);
+        for (size_t at = 0; at < n; at += sizeof chunk) {
+            size_t k = n - at < sizeof chunk ? n - at : sizeof chunk;
+            for (size_t i = 0; i < k; i++)
+                chunk[i] = (char)((at + i) % 251);
+            ws_out_write(o, chunk, k);
+        }
+        ws_out_end(o);
+        ws_out_release(o);
     } else if (!strcmp(path, "/empty")) {
         ws_req_respond(r, 200, "text/plain", NULL, 0);
     } else if (!strcmp(path, "/stream")) {
@@ -1305,6 +1320,29 @@ static void body_tls(struct tsrv *t)
     CHECK_STR_EQ(r.body, "GET n=3 body=");
     CHECK_STR_EQ(t_header(&r, "connection"), "close");
     CHECK(t_eof(&c));                     /* close_notify, then the end */
+    t_close(&c);
+
+    /* a 4 MB response: many writes that TLS cannot take at once */
+    CHECK(t_tls_connect(&c, t->port));
+    CHECK(t_sends(&c, "GET /big?n=4000000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    char line[256];
+    size_t content_length = 0;
+    CHECK(t_line(&c, line, sizeof line));
+    CHECK_STR_EQ(line, "HTTP/1.1 200 OK");
+    while (t_line(&c, line, sizeof line) && line[0])
+        if (!strncasecmp(line, "content-length:", 15))
+            content_length = (size_t)atol(line + 15);
+    CHECK_EQ(content_length, 4000000);
+    bool same = true;
+    for (size_t at = 0; at < content_length && same;) {
+        char part[16384];
+        size_t k = content_length - at < sizeof part ? content_length - at : sizeof part;
+        CHECK(t_bytes(&c, part, k));
+        for (size_t i = 0; i < k; i++)
+            same &= (unsigned char)part[i] == (at + i) % 251;
+        at += k;
+    }
+    CHECK(same);
     t_close(&c);
 
     /* WSS, from a page of this server (https origin); the key subprotocol
