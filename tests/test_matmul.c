@@ -12,6 +12,7 @@
 #include "src/core/arch/x86/x86.h"
 #else
 static int omni_amx_min_batch(int wtype) { (void)wtype; return 0; }
+#define OMNI_X86_GEMM_AVX2_GROUP_MIN 8
 #endif
 
 #include <cblas.h>
@@ -195,7 +196,8 @@ TEST(matmul_all_types_batches_threads_levels)
 /* Each output row depends on its own activation row only: a row computed in
  * a batch has the bits of the same row computed alone when the batch takes
  * the per-row dot path (vec_dot, vec_dot_n), of the same row in a batch of
- * 2 when it takes the int8 GEMM (q8_0, q4_0, q5_0 from the AVX2 level), and
+ * 2 when it takes the int8 GEMM (q8_0, q4_0, q5_0 from the AVX2 level; of a
+ * batch of 16 for AVX2 q4_0/q5_0 from OMNI_X86_GEMM_AVX2_GROUP_MIN rows), and
  * of the same row in a batch of 16 when it takes AMX tiles (of 4, 8 or 16
  * rows). The batch-invariant mode builds on this. */
 static int takes_gemm(int type, int level)
@@ -235,7 +237,11 @@ TEST(matmul_rows_independent_of_batch_size)
             omni_matmul(tp, &f.t, x, NB, y16);
             const int64_t amx_from = level >= OMNI_CPU_AMX ? omni_amx_min_batch(wtypes[ti]) : 0;
             for (int64_t b = 2; b < NB && !fail[0]; b++) {
+                /* the AVX2 GEMM packs q4_0/q5_0 8 rows a time from a batch size on */
+                const int grouped = level == OMNI_CPU_AVX2 && wtypes[ti] != GGML_TYPE_Q8_0 &&
+                                    b >= OMNI_X86_GEMM_AVX2_GROUP_MIN;
                 const float *want = amx_from && b >= amx_from  ? y16
+                                    : grouped                       ? y16
                                     : takes_gemm(wtypes[ti], level) ? y2
                                                                     : y1;
                 omni_matmul(tp, &f.t, x, b, y);

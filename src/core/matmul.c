@@ -251,9 +251,15 @@ static void gemm_rows(void *arg, int ith, int nth)
     if (j->gemm_avx512)
         omni_x86_gemm_q8_0_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                   j->ad, j->corr, j->n_batch, j->y, r0, r1);
-    else
+    else {
+        void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_q8_0_avx2_scratch(j->n_in));
+        if (!scratch) {
+            atomic_store(&j->failed, 1);
+            return;
+        }
         omni_x86_gemm_q8_0_avx2(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
-                                j->ad, j->corr, j->n_batch, j->y, r0, r1);
+                                j->ad, j->corr, j->n_batch, j->y, r0, r1, scratch);
+    }
 }
 #endif
 
