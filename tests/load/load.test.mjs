@@ -41,7 +41,7 @@ let expectText;     // the transcript of the kitchen clip, asked alone before th
 before(async () => {
   if (skip) return;
   const args = ['--max-seqs', '16', '--kv-memory', '1M', '--shutdown-timeout', '5'];
-  if (speech) args.push('--stt-model', espeak, '--vad-model', vadModel, '--stt-workers', '4', '--stt-threads', '1');
+  if (speech) args.push('--stt-model', espeak, '--vad-model', vadModel, '--stt-workers', '5', '--stt-threads', '1');
   srv = await startServer(args);
   if (speech) {
     const r = await upload(srv.url, '/v1/audio/transcriptions',
@@ -56,6 +56,20 @@ after(async () => {
   assert.ok(!killed, `no exit 15 s after SIGTERM:\n${srv.log().slice(-4000)}`);
   assert.equal(code, 0, srv.log().slice(-4000));
 });
+
+// Bytes of encoder scratch one more window of the batched Whisper encoder
+// takes (audio/whisper_forward.c reserve_windows: im2col, 6 activations of
+// [n_audio_ctx][d], the MLP's [n_audio_ctx][4 d]), from the ggml header
+// (u32 magic, then n_vocab, n_audio_ctx, n_audio_state, ..., n_mels 10th).
+function encoderWindowBytes(file) {
+  const fd = fs.openSync(file, 'r');
+  const b = Buffer.alloc(48);
+  fs.readSync(fd, b, 0, 48, 0);
+  fs.closeSync(fd);
+  assert.equal(b.readUInt32LE(0), 0x67676d6c, `${file}: not a whisper.cpp ggml file`);
+  const nc = b.readInt32LE(8), d = b.readInt32LE(12), mels = b.readInt32LE(40);
+  return (Math.max(2 * nc * 3 * mels, nc * 3 * d) + 6 * nc * d + 4 * nc * d) * 4;
+}
 
 // ---- the plan of one round ---------------------------------------------------
 
@@ -222,17 +236,21 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
     const idle = (m) => m.omniserve_requests_running === 0 && m.omniserve_requests_waiting === 0 &&
       m.omniserve_kv_blocks_used === 0 && (!speech || m.omniserve_stt_busy === 0);
     const rss0 = rssKiB(srv.proc.pid);
+    let lined = !speech;     // an encoder pass of four windows has run
     if (speech) {
       // Each speech lane touches its Whisper state (some 15 MB here) the first
       // time it decodes, and the batched encoder keeps scratch for the most
-      // windows it has run at once (some 16 MB more for the fourth). Four
-      // realtime turns committed together line up in one encoder pass far
-      // more often than four uploads (no multipart or ffmpeg first): repeat
-      // them until one pass took all four windows (at most 8 tries), so that
-      // no measured round shows that one-time step.
+      // windows it has run at once (at most 4; 15 MB a window for this
+      // model), touched the first time that many line up in one pass - on
+      // the load's timing, at a random round. So before measuring: five
+      // realtime turns, the fifth committed 50 ms ahead so that the other
+      // four arrive while its encoder pass runs and are then encoded
+      // together (5 windows in 2 passes); at most 8 tries. Should they never
+      // line up, a later round may add the fourth window's scratch once, and
+      // the RSS check allows exactly that much on top of its 10%.
       const pcm64 = wavPcm(kitchen).toString('base64');
       const cs = [];
-      for (let i = 0; i < 4; i++) {
+      for (let i = 0; i < 5; i++) {
         const c = await wsConnect(srv.url, '/v1/realtime?intent=transcription', 10000 * SLOW);
         await c.next('transcription_session.created', 10000 * SLOW);
         c.send({ type: 'transcription_session.update', session: { input_audio_format: 'pcm16',
@@ -244,14 +262,16 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
         const m0 = await metrics(srv.url);
         for (const c of cs) c.send({ type: 'input_audio_buffer.append', audio: pcm64 });
         await sleep(200);
-        for (const c of cs) c.send({ type: 'input_audio_buffer.commit' });
+        cs[4].send({ type: 'input_audio_buffer.commit' });
+        await sleep(50);
+        for (const c of cs.slice(0, 4)) c.send({ type: 'input_audio_buffer.commit' });
         for (const c of cs)
           assert.ok(await c.next('conversation.item.input_audio_transcription.completed', 30000 * SLOW), 'speech warm-up: no transcript');
         const m1 = await metrics(srv.url);
         const passes = m1.omniserve_stt_encoder_passes_total - m0.omniserve_stt_encoder_passes_total;
         const windows = m1.omniserve_stt_encoder_windows_total - m0.omniserve_stt_encoder_windows_total;
-        log(`speech warm-up ${k + 1}: 4 turns, ${windows} encoder windows in ${passes} pass(es)`);
-        if (passes === 1 && windows === 4) break;
+        log(`speech warm-up ${k + 1}: 5 turns, ${windows} encoder windows in ${passes} passes`);
+        if (passes === 2 && windows === 5) { lined = true; break; }
       }
       for (const c of cs) await c.close();
     }
@@ -266,7 +286,9 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
     await sessionsClosed();
     await sleep(200);
     const base = rssKiB(srv.proc.pid);
-    log(`RSS: ${rss0} KiB at start, ${base} KiB after the warm-up`);
+    const allowKiB = lined ? 0 : Math.ceil(encoderWindowBytes(espeak) / 1024);
+    log(`RSS: ${rss0} KiB at start, ${base} KiB after the warm-up` +
+      (allowKiB ? `; four windows never shared an encoder pass: ${allowKiB} KiB allowed for a fourth window's scratch` : ''));
     for (let k = 1; k <= ROUNDS; k++) {
       assert.deepEqual(await round(k, log), []);
       m = await settle(srv.url, idle, `idle after round ${k}`, 30000 * SLOW);
@@ -275,7 +297,8 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
       const rss = rssKiB(srv.proc.pid);
       const growth = (rss - base) / base;
       log(`RSS after round ${k}: ${rss} KiB (${(growth * 100).toFixed(1)}% against the warm-up)`);
-      if (!ASAN) assert.ok(growth <= 0.10, `RSS grew ${(growth * 100).toFixed(1)}%: ${base} -> ${rss} KiB`);
+      if (!ASAN) assert.ok(rss - allowKiB <= base * 1.10, `RSS grew ${(growth * 100).toFixed(1)}%: ${base} -> ${rss} KiB` +
+        (allowKiB ? ` (${allowKiB} KiB of it allowed)` : ''));
     }
     log(`metrics after the last round: running ${m.omniserve_requests_running}, waiting ${m.omniserve_requests_waiting}, ` +
       `kv used ${m.omniserve_kv_blocks_used} of ${m.omniserve_kv_blocks_total} (cached ${m.omniserve_kv_blocks_cached}), ` +
