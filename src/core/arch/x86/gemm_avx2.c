@@ -246,7 +246,9 @@ group_tile(const int WT, const uint8_t *g, int64_t nb, int64_t nbp, const uint8_
         for (int k = 0; k < 8; k++)
             W[k] = _mm256_loadu_si256(wk + k);
         for (int c = 0; c < NC; c++) {
-            const int32_t *a = (const int32_t *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs;
+            /* the activation block's 8 dwords (qs sits at offset 2: unaligned) */
+            int32_t a[8];
+            memcpy(a, ((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs, sizeof a);
             __m256i dot;
             if (WT == GGML_TYPE_Q4_0) { /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
                 __m256i s0 = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(a[0]));
