@@ -40,7 +40,9 @@ let srv;
 let expectText;     // the transcript of the kitchen clip, asked alone before the load
 before(async () => {
   if (skip) return;
-  const args = ['--max-seqs', '16', '--kv-memory', '1M', '--shutdown-timeout', '5'];
+  // every client of a round is connected at once, all from 127.0.0.1
+  const args = ['--max-seqs', '16', '--kv-memory', '1M', '--shutdown-timeout', '5',
+    '--max-conns-per-ip', String(CLIENTS + UPLOADS + SESSIONS + 64)];
   if (speech) args.push('--stt-model', espeak, '--vad-model', vadModel, '--stt-workers', '5', '--stt-threads', '1');
   srv = await startServer(args);
   if (speech) {

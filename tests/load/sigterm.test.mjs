@@ -65,7 +65,7 @@ async function talkingSession(url) {
 }
 
 async function shutdownUnderLoad(t, { timeoutS, maxTokens, maxSeqs, expectCancelled }) {
-  const args = ['--shutdown-timeout', String(timeoutS), '--max-seqs', String(maxSeqs)];
+  const args = ['--shutdown-timeout', String(timeoutS), '--max-seqs', String(maxSeqs), '--max-conns-per-ip', String(STREAMS + 64)];
   if (speech) args.push('--stt-model', espeak, '--stt-threads', '1');
   const srv = await startServer(args);
   try {
