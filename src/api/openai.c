@@ -359,6 +359,13 @@ static void openai_chat_text(struct api_call *c, int choice, const char *text, s
     struct chatout *o = c->choices[choice].chat;
     if (o) {
         chatout_feed(o, text, len, token >= 0, c->stream ? openai_chat_delta : NULL, &x);
+        /* A token that made no delta (no text, as a stray <s>, or text the
+         * parser holds back) still gets its logprobs entry, in a chunk with
+         * empty content, so the stream lists every generated token. */
+        if (c->stream && c->logprobs && x.lp && token >= 0) {
+            struct chatout_delta d = { .kind = CHATOUT_CONTENT, .text = "", .len = 0 };
+            openai_chat_delta(&x, &d);
+        }
         return;
     }
     if (!c->stream)

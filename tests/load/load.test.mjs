@@ -313,11 +313,10 @@ test(`load: ${CLIENTS} streaming clients with disconnects and slow readers, uplo
     await h.arrayBuffer();
   });
 
-// The known bug the stream checks let pass, pinned: with this seed the model
-// generates <s> at token 253; the non-streamed answer lists it in logprobs
-// (and counts it in usage), the stream leaves it out.
-test('chat stream logprobs equal the non-streamed ones (seeded <s>)',
-  { skip, todo: 'reported: a generated token without text is left out of chat streams' }, async () => {
+// With this seed the model generates <s> at token 253: a token without
+// text. The non-streamed answer lists it in logprobs (and counts it in
+// usage); the stream must too (it once left it out).
+test('chat stream logprobs equal the non-streamed ones (seeded <s>)', { skip }, async () => {
     const body = { model: 'x', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 300,
       temperature: 0.8, seed: 3, logprobs: true };
     const plain = await (await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST',
