@@ -852,5 +852,10 @@ void fz_api_ws(const struct fz_http *h, const uint8_t *const *msg, const size_t 
             fz_finding("the WebSocket is still referenced after on_close and the last answer");
         ws_sock_release(s);   /* the connection's reference */
     }
+    if (r.out) {              /* a refused upgrade answered with a status (401, ...) */
+        if (s)
+            fz_finding("an upgrade both accepted the WebSocket and answered");
+        ws_out_release(r.out);
+    }
     fz_req_free(&r);
 }
