@@ -554,3 +554,27 @@ TEST(jschema_20000_properties)
     printf("    (%zu-byte schema: GBNF (%zu bytes) in %.1f ms, parsed grammar in %.1f ms total)\n",
            schema_bytes, gbnf_bytes, t_gbnf * 1e3, t_all * 1e3);
 }
+
+/* {m,n} in a pattern is read, checked and rewritten: n below m, several
+ * commas or huge counts are the schema's error, never GBNF the grammar
+ * parser refuses (found by fuzz_json_schema: "\\d{7,5}"). */
+TEST(jschema_pattern_counts_are_checked)
+{
+    char err[256];
+    static const char *bad[] = {
+        "{\"type\":\"string\",\"pattern\":\"^\\\\d{7,5}$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^a{1,2,3}$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^a{,3}$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^a{99999}$\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(compile(bad[i], err, sizeof err) == NULL, "%s compiled", bad[i]);
+        CHECK_STR_CONTAINS(err, "pattern");
+    }
+    struct grammar *g = compile("{\"type\":\"string\",\"pattern\":\"^[A-Z]-\\\\d{2,3}x{2}y{1,}$\"}", err,
+                                sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(grammar_match(g, "\"B-123xxyyy\"", 12));
+    CHECK(!grammar_match(g, "\"B-1xxy\"", 8));
+    grammar_free(g);
+}

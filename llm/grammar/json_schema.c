@@ -567,13 +567,31 @@ static int rx_seq(struct rx *r)
         if (r->i < r->n && strchr("*+?{", r->s[r->i])) {
             const char q = r->s[r->i++];
             if (q == '{') {
-                const size_t close = r->i;
+                /* {m}, {m,} or {m,n} with m <= n: read, checked and written
+                 * again, so the grammar gets only what it accepts. */
+                long lo = -1, hi = -1;
+                bool comma = false;
                 size_t j = r->i;
-                while (j < r->n && (r->s[j] == ',' || (r->s[j] >= '0' && r->s[j] <= '9')))
-                    j++;
-                if (j >= r->n || r->s[j] != '}' || j == close)
-                    return rx_fail(r, "bad {m,n}");
-                bprintf(r->o, "{%.*s}", (int)(j - close), r->s + close);
+                for (; j < r->n && r->s[j] != '}'; j++) {
+                    const char ch = r->s[j];
+                    long *v = comma ? &hi : &lo;
+                    if (ch >= '0' && ch <= '9' && (*v < 0 ? 0 : *v) <= 100000)
+                        *v = (*v < 0 ? 0 : *v * 10) + (ch - '0');
+                    else if (ch == ',' && !comma)
+                        comma = true;
+                    else
+                        return rx_fail(r, "bad {m,n}");
+                }
+                if (j >= r->n || lo < 0 || lo > 10000 || hi > 10000)
+                    return rx_fail(r, "bad {m,n} (numbers up to 10000)");
+                if (comma && hi >= 0 && hi < lo)
+                    return rx_fail(r, "{m,n} with n below m");
+                if (!comma)
+                    bprintf(r->o, "{%ld}", lo);
+                else if (hi < 0)
+                    bprintf(r->o, "{%ld,}", lo);
+                else
+                    bprintf(r->o, "{%ld,%ld}", lo, hi);
                 r->i = j + 1;
             } else {
                 bprintf(r->o, "%c", q);
