@@ -205,7 +205,9 @@ FUZZ_BUILD    := build-fuzz
 FUZZ_CC       ?= clang
 FUZZ_GCC      ?= gcc
 FUZZ_SECONDS  ?= 10
-FUZZ_SMOKE_SECONDS ?= 3
+# Smoke runs are bounded by a count of runs (FUZZ_SMOKE_RUNS, tests/fuzz/run.sh);
+# these seconds only cap a target that got stuck.
+FUZZ_SMOKE_SECONDS ?= 120
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BASE     := -std=gnu11 -O1 -g -march=native -pthread -I. -fno-strict-aliasing -ffp-contract=off \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
