@@ -207,6 +207,10 @@ struct tts_log {
     bool gate_reached;
 };
 
+/* Default mutex and condition: nothing to initialize or destroy. */
+#define TTS_LOG_INIT(...) \
+    { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .order = "", __VA_ARGS__ }
+
 struct tts_tagged {
     struct tts_log *log;
     char tag;
@@ -257,9 +261,7 @@ TEST(tts_stream_speaks_before_the_text_is_finished)
 {
     struct tts *t = tts_or_fail();
     CHECK(t);
-    struct tts_log l = { .order = "" };
-    pthread_mutex_init(&l.lock, NULL);
-    pthread_cond_init(&l.cv, NULL);
+    struct tts_log l = TTS_LOG_INIT();
     char err[256];
     struct tts_tagged a = { &l, 'a', NULL, false, false };
     a.self = tts_stream_new(t, NULL, tts_log_event, &a, NULL, err, sizeof err);
@@ -283,17 +285,13 @@ TEST(tts_stream_speaks_before_the_text_is_finished)
     CHECK(tts_stream_push(a.self, "late", 4) == OMNI_ERR_ARG);
     tts_stream_free(a.self);
     tts_free(t);
-    pthread_cond_destroy(&l.cv);
-    pthread_mutex_destroy(&l.lock);
 }
 
 TEST(tts_stream_urgent_first)
 {
     struct tts *t = tts_or_fail();
     CHECK(t);
-    struct tts_log l = { .order = "", .gate_closed = true };
-    pthread_mutex_init(&l.lock, NULL);
-    pthread_cond_init(&l.cv, NULL);
+    struct tts_log l = TTS_LOG_INIT(.gate_closed = true);
     char err[256];
     struct tts_tagged g = { &l, 'g', NULL, false, true }, a = { &l, 'a', NULL, false, false },
                       u = { &l, 'u', NULL, false, false };
@@ -325,17 +323,13 @@ TEST(tts_stream_urgent_first)
     tts_stream_free(a.self);
     tts_stream_free(u.self);
     tts_free(t);
-    pthread_cond_destroy(&l.cv);
-    pthread_mutex_destroy(&l.lock);
 }
 
 TEST(tts_stream_cancel_stops_mid_sentence)
 {
     struct tts *t = tts_or_fail();
     CHECK(t);
-    struct tts_log l = { .order = "" };
-    pthread_mutex_init(&l.lock, NULL);
-    pthread_cond_init(&l.cv, NULL);
+    struct tts_log l = TTS_LOG_INIT();
     char err[256];
     struct tts_tagged c = { &l, 'c', NULL, true, false };
     c.self = tts_stream_new(t, NULL, tts_log_event, &c, NULL, err, sizeof err);
@@ -355,8 +349,6 @@ TEST(tts_stream_cancel_stops_mid_sentence)
     CHECK(s && tts_stream_push(s, text, strlen(text)) == 0);
     tts_stream_free(s);
     tts_free(t);
-    pthread_cond_destroy(&l.cv);
-    pthread_mutex_destroy(&l.lock);
 }
 
 TEST(tts_limits)
@@ -368,9 +360,7 @@ TEST(tts_limits)
     struct tts *t = tts_new(&p, err, sizeof err);
     CHECK(t);
     int code = 0;
-    struct tts_log l = { .order = "" };
-    pthread_mutex_init(&l.lock, NULL);
-    pthread_cond_init(&l.cv, NULL);
+    struct tts_log l = TTS_LOG_INIT();
     struct tts_tagged tg = { &l, 'x', NULL, false, false };
     struct tts_stream *a = tts_stream_new(t, NULL, tts_log_event, &tg, NULL, err, sizeof err);
     struct tts_stream *b = tts_stream_new(t, NULL, tts_log_event, &tg, NULL, err, sizeof err);
@@ -383,8 +373,6 @@ TEST(tts_limits)
     tts_stream_free(b);
     tts_free(t);
     CHECK_EQ(l.done, 2);
-    pthread_cond_destroy(&l.cv);
-    pthread_mutex_destroy(&l.lock);
 }
 
 // ---- the round trip through the espeak-trained Whisper ------------------------------
