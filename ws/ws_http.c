@@ -2242,12 +2242,22 @@ static void ws_check_timers(struct ws_server *s)
     }
 }
 
+/* The timer period: WS_TICK_US, shorter where SSE keep-alive comments are
+ * asked for more often (a comment is due at most half a period late). */
+static lws_usec_t ws_tick_us(const struct ws_server *s)
+{
+    lws_usec_t us = WS_TICK_US;
+    if (s->p.sse_keepalive_ms > 0 && (lws_usec_t)s->p.sse_keepalive_ms * 500 < us)
+        us = (lws_usec_t)s->p.sse_keepalive_ms * 500;
+    return us < 1000 ? 1000 : us;
+}
+
 static void ws_tick(lws_sorted_usec_list_t *sul)
 {
     struct ws_server *s = lws_container_of(sul, struct ws_server, tick);
     ws_check_timers(s);
     if (!s->finished)
-        lws_sul_schedule(s->ctx, 0, &s->tick, ws_tick, WS_TICK_US);
+        lws_sul_schedule(s->ctx, 0, &s->tick, ws_tick, ws_tick_us(s));
 }
 
 static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -2466,7 +2476,7 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
         ws_server_free(s);
         return NULL;
     }
-    lws_sul_schedule(s->ctx, 0, &s->tick, ws_tick, WS_TICK_US);
+    lws_sul_schedule(s->ctx, 0, &s->tick, ws_tick, ws_tick_us(s));
     return s;
 nomem:
     omni_fail(err, errlen, OMNI_ERR_NOMEM, "http: out of memory");
