@@ -173,6 +173,23 @@ unit-test: golden-fixtures
 unit-test: export OMNI_GOLDEN_DIR = $(BUILD)/fixtures
 asan: golden-fixtures
 
+# The embedding models of tests/fixtures/golden_embed/<case>/ (tools/make_embed_golden.py),
+# converted the same way into $(BUILD)/fixtures/embed-<case>-{f32,f16,q8_0}.gguf
+# (tests/test_bert.c; the qwen3 case is the decoder embedder's).
+EMBED_GOLDEN_MODELS := $(notdir $(patsubst %/,%,$(dir $(wildcard tests/fixtures/golden_embed/*/config.json))))
+EMBED_GOLDEN  := $(foreach m,$(EMBED_GOLDEN_MODELS),$(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/embed-$(m)-$(t).gguf))
+EMBED_DEPS    := tests/fixtures/golden_embed/%/config.json tools/hf_to_gguf.py tools/hf_bert.py tools/gguf.py
+EMBED_CONVERT  = @mkdir -p $(dir $@); \
+	$(PYTHON) tools/hf_to_gguf.py tests/fixtures/golden_embed/$* $@ --type $(1) 2>$@.log \
+	&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+golden-fixtures: $(EMBED_GOLDEN)
+$(BUILD)/fixtures/embed-%-f32.gguf: $(EMBED_DEPS)
+	$(call EMBED_CONVERT,f32)
+$(BUILD)/fixtures/embed-%-f16.gguf: $(EMBED_DEPS)
+	$(call EMBED_CONVERT,f16)
+$(BUILD)/fixtures/embed-%-q8_0.gguf: $(EMBED_DEPS)
+	$(call EMBED_CONVERT,q8_0)
+
 # The tiny Whisper of tests/fixtures/whisper (tools/make_whisper_golden.py),
 # converted by tools/hf_whisper_to_ggml.py for tests/test_whisper.c.
 WHISPER_GOLDEN := $(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/whisper-golden-$(t).bin)

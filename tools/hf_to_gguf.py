@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""hf_to_gguf.py - convert a Hugging Face Llama / Qwen2 / Qwen3 checkpoint to GGUF.
+"""hf_to_gguf.py - convert a Hugging Face Llama / Qwen2 / Qwen3 / BERT checkpoint to GGUF.
 
     tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
 
@@ -23,7 +23,12 @@ architectures, so files from either converter load the same way:
   - tokenizer.ggml.*: byte-level BPE ("gpt2", pre-tokenizer named from the
     tokenizer.json regex) or SentencePiece-style BPE with byte fallback
     ("llama", with scores from the merge ranks), special token ids, add_bos,
-    and the chat template.
+    and the chat template;
+  - embedding checkpoints: a sentence-transformers modules.json +
+    1_Pooling/config.json sets <arch>.pooling_type (mean 1, cls 2, last 3);
+    Qwen3-Embedding style files whose tensors lack the "model." prefix load
+    as Qwen3ForCausalLM with tied embeddings;
+  - BertModel / BertForSequenceClassification: see hf_bert.py.
 """
 import argparse
 import glob
@@ -36,11 +41,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402  (tools/gguf.py)
+import hf_bert  # noqa: E402  (tools/hf_bert.py)
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3Model": "qwen3",
 }
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7)}
 
@@ -543,16 +550,41 @@ def convert(model_dir, out, type_name):
     if not os.path.isdir(model_dir):
         raise ConvertError(f"{model_dir}: not a directory")
     ggml_type, file_type = FILE_TYPES[type_name]
+    cfg = read_json(os.path.join(model_dir, "config.json"), "config.json")
+    if (cfg.get("architectures") or [None])[0] in hf_bert.ARCHITECTURES:
+        try:
+            w = hf_bert.convert(model_dir, out, ggml_type, file_type, open_checkpoint(model_dir),
+                                quantize_q8_0, log)
+        except hf_bert.BertError as e:
+            raise ConvertError(str(e))
+        return write_out(w, out)
     hp = HParams(model_dir)
     log(f"{hp.hf_arch} -> {hp.arch}: {hp.n_layer} layers, hidden {hp.n_embd}, heads {hp.n_head}/"
         f"{hp.n_head_kv}, head_dim {hp.head_dim}, ff {hp.n_ff}, vocab {hp.n_vocab}, "
         f"rope {hp.rope_type} theta {hp.rope_theta:g}, {'tied' if hp.tied else 'untied'} output")
     ckpt = open_checkpoint(model_dir)
+    if "model.embed_tokens.weight" not in ckpt and "embed_tokens.weight" in ckpt:
+        # A bare Qwen3Model save (Qwen3-Embedding): the names without "model.".
+        for n, st in list(ckpt.items()):
+            st.tensors["model." + n] = st.tensors[n]
+            ckpt["model." + n] = st
+            del ckpt[n]
+        hp.tied = True
     name = hp.cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir))
     w = gguf.GGUFWriter(out)
     hp.write(w, name, file_type)
+    try:
+        pooling = hf_bert.sentence_transformers_pooling(model_dir)
+    except hf_bert.BertError as e:
+        raise ConvertError(str(e))
+    if pooling is not None:
+        w.add(f"{hp.arch}.pooling_type", pooling, gguf.GGUF_UINT32)
     add_tokenizer(w, hp, model_dir)
     add_tensors(w, hp, ckpt, ggml_type)
+    write_out(w, out)
+
+
+def write_out(w, out):
     tmp = out + ".tmp"
     w.path = tmp
     try:
