@@ -23,7 +23,6 @@
 #define VAD_BINS 129
 #define VAD_HIDDEN 128
 #define VAD_MAX_FILE_BYTES ((size_t)64 << 20)
-#define VAD_MERGE_GAP 3200  /* whisper.cpp merges segments closer than 200 ms */
 
 struct vad_model {
     float *stft;        /* [258][256]: rows 0..128 real, 129..257 imaginary DFT filters */
@@ -436,6 +435,7 @@ struct vad_params vad_default_params(void)
         .max_speech_duration_s = FLT_MAX,
         .speech_pad_ms = 30,
         .samples_overlap_s = 0.1f,
+        .merge_gap_ms = 200,
     };
 }
 
@@ -447,7 +447,7 @@ int64_t vad_samples_to_cs(int64_t samples)
 /* Parameters in samples, as whisper_vad_segments_from_probs derives them. */
 struct seg_cfg {
     float threshold, neg_threshold;
-    int64_t min_speech, min_silence, pad, max_speech;
+    int64_t min_speech, min_silence, pad, max_speech, merge_gap;
     int64_t min_silence_at_max_speech; /* silence that marks a split point (98 ms, Silero's) */
     int max_speech_limited;
 };
@@ -457,13 +457,14 @@ static int seg_cfg_init(const struct vad_params *p, struct seg_cfg *c, char *err
     if (!(p->threshold >= 0 && p->threshold <= 1) || p->min_speech_duration_ms < 0 ||
         p->min_silence_duration_ms < 0 || p->speech_pad_ms < 0 || p->speech_pad_ms > 60000 ||
         p->min_speech_duration_ms > 3600000 || p->min_silence_duration_ms > 3600000 ||
-        !(p->max_speech_duration_s > 0))
+        p->merge_gap_ms < 0 || p->merge_gap_ms > 3600000 || !(p->max_speech_duration_s > 0))
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vad: segment parameters out of range");
     c->threshold = p->threshold;
     c->neg_threshold = p->threshold - 0.15f < 0.01f ? 0.01f : p->threshold - 0.15f;
     c->min_speech = (int64_t)VAD_SAMPLE_RATE * p->min_speech_duration_ms / 1000;
     c->min_silence = (int64_t)VAD_SAMPLE_RATE * p->min_silence_duration_ms / 1000;
     c->pad = (int64_t)VAD_SAMPLE_RATE * p->speech_pad_ms / 1000;
+    c->merge_gap = (int64_t)VAD_SAMPLE_RATE * p->merge_gap_ms / 1000;
     c->min_silence_at_max_speech = (int64_t)VAD_SAMPLE_RATE * 98 / 1000;
     c->max_speech_limited = p->max_speech_duration_s <= 100000.0f;
     c->max_speech = INT64_MAX / 4;
@@ -556,10 +557,10 @@ int vad_segments_from_probs(const float *probs, size_t n_probs, const struct vad
     if (raw.in_speech && audio_len - raw.start > c.min_speech)
         s[n++] = (struct vad_segment){ raw.start, audio_len };
 
-    /* Merge neighbours closer than 200 ms, then drop what is still short. */
+    /* Merge neighbours closer than the merge gap, then drop what is still short. */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (k > 0 && s[i].start_sample - s[k - 1].end_sample < VAD_MERGE_GAP)
+        if (k > 0 && s[i].start_sample - s[k - 1].end_sample < c.merge_gap)
             s[k - 1].end_sample = s[i].end_sample;
         else
             s[k++] = s[i];
@@ -594,6 +595,14 @@ int vad_segments_from_probs(const float *probs, size_t n_probs, const struct vad
 }
 
 // ---- streaming -------------------------------------------------------------------
+/* The batch rules run incrementally, in the same order: raw segments (Silero's
+ * state machine), merged into groups while closer than merge_gap, short groups
+ * dropped, padding added. A group that survives gets its START as soon as it
+ * is sure to be long enough; it then becomes the "tail" when no later speech
+ * can merge with it, and the tail's STOP waits until its padding is known:
+ * pad, unless the next surviving group starts closer than 2 * pad, in which
+ * case both sides get half the gap (the STOP then goes out right before that
+ * group's START). */
 
 #define VAD_STREAM_PROBS 65536 /* unpulled probabilities kept */
 #define VAD_STREAM_EVENTS 256  /* unpopped events kept */
@@ -611,6 +620,9 @@ struct vad_stream {
     int has_group, group_started;
     int64_t group_start, group_end;
     int open_started;        /* START already sent for the open raw segment */
+    /* The last group that survived: START sent, STOP waiting for its padding. */
+    int has_tail;
+    int64_t tail_end;
     float *probs;            /* ring of VAD_STREAM_PROBS */
     size_t p_head, p_count;
     struct vad_event ev[VAD_STREAM_EVENTS];
@@ -627,30 +639,47 @@ static void stream_emit(struct vad_stream *s, enum vad_event_type type, int64_t 
     s->in_speech = type == VAD_SPEECH_START;
 }
 
-static void stream_start(struct vad_stream *s, int64_t start)
+/* The tail's STOP with padding d (audio_len > 0: clipped to the audio). */
+static void stream_stop_tail(struct vad_stream *s, int64_t d, int64_t audio_len)
 {
-    stream_emit(s, VAD_SPEECH_START, start > s->cfg.pad ? start - s->cfg.pad : 0);
+    int64_t end = s->tail_end + d;
+    stream_emit(s, VAD_SPEECH_STOP, audio_len && end > audio_len ? audio_len : end);
+    s->has_tail = 0;
 }
 
-/* The pending group is complete: emit it if it is long enough. */
-static void stream_close_group(struct vad_stream *s, int64_t audio_len)
+/* A group starting at start is sure to survive: the tail before it learns
+ * its padding and stops, then the group starts, padded alike. */
+static void stream_start(struct vad_stream *s, int64_t start)
+{
+    int64_t d = s->cfg.pad;
+    if (s->has_tail) {
+        int64_t gap = start - s->tail_end;
+        if (gap < 2 * s->cfg.pad)
+            d = gap / 2;
+        stream_stop_tail(s, d, 0);
+    }
+    stream_emit(s, VAD_SPEECH_START, start > d ? start - d : 0);
+}
+
+/* The pending group can no longer grow: a long enough one becomes the tail. */
+static void stream_close_group(struct vad_stream *s)
 {
     if (s->group_end - s->group_start >= s->cfg.min_speech) {
         if (!s->group_started)
             stream_start(s, s->group_start);
-        int64_t end = s->group_end + s->cfg.pad;
-        stream_emit(s, VAD_SPEECH_STOP, audio_len && end > audio_len ? audio_len : end);
+        s->has_tail = 1;
+        s->tail_end = s->group_end;
     }
     s->has_group = 0;
 }
 
 static void stream_add_raw(struct vad_stream *s, struct vad_segment seg)
 {
-    if (s->has_group && seg.start_sample - s->group_end < VAD_MERGE_GAP) {
+    if (s->has_group && seg.start_sample - s->group_end < s->cfg.merge_gap) {
         s->group_end = seg.end_sample;
     } else {
         if (s->has_group)
-            stream_close_group(s, 0);
+            stream_close_group(s);
         s->has_group = 1;
         s->group_start = seg.start_sample;
         s->group_end = seg.end_sample;
@@ -659,8 +688,9 @@ static void stream_add_raw(struct vad_stream *s, struct vad_segment seg)
     s->open_started = 0;
 }
 
-/* After a window: close the group if no later speech can merge with it, and
- * send START as soon as the speech is sure to survive the length rules. */
+/* After a window: close the group if no later speech can merge with it, send
+ * START as soon as the speech is sure to survive the length rules, and stop
+ * the tail once no surviving group can start within 2 * pad of it. */
 static void stream_update(struct vad_stream *s, int64_t next)
 {
     const struct seg_cfg *c = &s->cfg;
@@ -674,8 +704,8 @@ static void stream_update(struct vad_stream *s, int64_t next)
     }
     int64_t earliest_start = s->raw.in_speech ? s->raw.start : next;
     if (s->has_group) {
-        if (earliest_start - s->group_end >= VAD_MERGE_GAP) {
-            stream_close_group(s, 0);
+        if (earliest_start - s->group_end >= c->merge_gap) {
+            stream_close_group(s);
         } else if (!s->group_started) {
             int64_t end = s->group_end;
             if (open_sure && open_end > end) /* the open segment will merge into the group */
@@ -690,11 +720,13 @@ static void stream_update(struct vad_stream *s, int64_t next)
         stream_start(s, s->raw.start);
         s->open_started = 1;
     }
+    if (s->has_tail && (s->has_group ? s->group_start : earliest_start) - s->tail_end >= 2 * c->pad)
+        stream_stop_tail(s, c->pad, 0);
 }
 
-static void stream_window(struct vad_stream *s, const float *win)
+/* One window's probability: keep it for pulling, run the segment rules. */
+static void stream_prob(struct vad_stream *s, float p)
 {
-    float p = vad_window(s->m, s->h, s->c, win);
     if (s->p_count == VAD_STREAM_PROBS) {
         s->p_head = (s->p_head + 1) % VAD_STREAM_PROBS;
         s->p_count--;
@@ -707,6 +739,11 @@ static void stream_window(struct vad_stream *s, const float *win)
         stream_add_raw(s, done[i]);
     s->n_windows++;
     stream_update(s, cur + VAD_WINDOW);
+}
+
+static void stream_window(struct vad_stream *s, const float *win)
+{
+    stream_prob(s, vad_window(s->m, s->h, s->c, win));
 }
 
 struct vad_stream *vad_stream_new(const struct vad_model *m, const struct vad_params *p,
@@ -773,7 +810,22 @@ int vad_stream_finish(struct vad_stream *s, char *err, size_t errlen)
         stream_add_raw(s, (struct vad_segment){ s->raw.start, audio_len });
     s->raw = (struct seg_raw){ 0 };
     if (s->has_group)
-        stream_close_group(s, audio_len);
+        stream_close_group(s);
+    if (s->has_tail) /* nothing follows: the full padding, within the audio */
+        stream_stop_tail(s, s->cfg.pad, audio_len);
+    return OMNI_OK;
+}
+
+int vad_stream_push_probs(struct vad_stream *s, const float *probs, size_t n, char *err,
+                          size_t errlen)
+{
+    if (s->finished)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vad: stream already finished");
+    if (s->n_win > 0)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "vad: probabilities pushed into a stream with a partial audio window");
+    for (size_t i = 0; i < n; i++)
+        stream_prob(s, probs[i]);
     return OMNI_OK;
 }
 
@@ -824,7 +876,9 @@ int vad_stream_pending_end(const struct vad_stream *s, int64_t *end)
     int64_t e;
     if (!s->in_speech)
         return 0;
-    if (s->raw.in_speech && s->raw.temp_end)
+    if (s->has_tail)
+        e = s->tail_end;            /* ended; the STOP waits only for its padding */
+    else if (s->raw.in_speech && s->raw.temp_end)
         e = s->raw.temp_end;        /* below the threshold: the raw segment would end here */
     else if (!s->raw.in_speech && s->has_group && s->group_started)
         e = s->group_end;           /* closed; only merging speech could extend it */

@@ -53,6 +53,9 @@ struct vad_params {
     float max_speech_duration_s; /* longer segments are split; > 100000 = no limit (FLT_MAX) */
     int speech_pad_ms;           /* added before and after each segment (30) */
     float samples_overlap_s;     /* overlap when stitching speech for Whisper (0.1) */
+    int merge_gap_ms;            /* segments closer than this are merged (200, whisper.cpp's
+                                    constant); 0 never merges, so that min_silence_duration_ms
+                                    alone ends a segment (what a realtime turn wants) */
 };
 
 struct vad_params vad_default_params(void);
@@ -67,8 +70,9 @@ int64_t vad_samples_to_cs(int64_t samples);
 
 /* Speech segments from the probabilities (the audio length is taken as
  * n_probs * 512): start/stop with threshold hysteresis, segments closer than
- * 200 ms merged, short ones dropped, padding added. *segs malloc'ed (caller
- * frees; NULL when none). */
+ * merge_gap_ms merged, short ones dropped, padding added (neighbours closer
+ * than twice the padding split the gap). *segs malloc'ed (caller frees;
+ * NULL when none). */
 int vad_segments_from_probs(const float *probs, size_t n_probs, const struct vad_params *p,
                             struct vad_segment **segs, size_t *n_segs, char *err, size_t errlen);
 
@@ -77,10 +81,12 @@ int vad_segments_from_probs(const float *probs, size_t n_probs, const struct vad
  * size; every full window yields a probability (same values as vad_detect on
  * the concatenated audio) and the segment rules run incrementally. An event
  * is emitted as soon as it is certain: START once the speech is sure to last
- * min_speech_duration_ms, STOP once no later speech can merge with it (about
- * 200 ms after the speech ends). Over a whole stream, the START/STOP pairs
- * equal vad_segments_from_probs on its probabilities. Requires
- * speech_pad_ms <= 100 (so padding never depends on the next segment). */
+ * min_speech_duration_ms, STOP once no later speech can merge with it
+ * (merge_gap_ms after the end found by the min_silence_duration_ms rule; at
+ * least 2 * speech_pad_ms, where the next segment's start decides the
+ * padding). Over a whole stream, the START/STOP pairs equal
+ * vad_segments_from_probs on its probabilities. Requires speech_pad_ms <= 100
+ * (the session keeps no more audio before a START). */
 struct vad_stream;
 
 enum vad_event_type { VAD_SPEECH_START, VAD_SPEECH_STOP };
@@ -96,6 +102,11 @@ int vad_stream_push(struct vad_stream *s, const float *pcm, size_t n, char *err,
 /* End of audio: the partial window is zero-padded and processed, an open
  * segment is closed at the end. Pushing afterwards fails until reset. */
 int vad_stream_finish(struct vad_stream *s, char *err, size_t errlen);
+/* Feed probabilities computed elsewhere (another detector, tests) instead of
+ * audio: each counts as one 512-sample window. Not to be mixed with a
+ * partial window of pushed audio (OMNI_ERR_ARG). */
+int vad_stream_push_probs(struct vad_stream *s, const float *probs, size_t n, char *err,
+                          size_t errlen);
 /* Forget all audio, state and queued output (positions restart at 0). */
 void vad_stream_reset(struct vad_stream *s);
 /* Copy up to max probabilities not yet pulled; returns how many. At most
@@ -107,9 +118,10 @@ int vad_stream_next_event(struct vad_stream *s, struct vad_event *ev);
 uint64_t vad_stream_n_windows(const struct vad_stream *s);
 /* 1 between a START and its STOP. */
 int vad_stream_in_speech(const struct vad_stream *s);
-/* 1 when the speech has paused long enough to end at *end (the STOP's
- * padded sample) unless more speech follows: the STOP itself comes about
- * 200 ms later, once nothing can merge with it. 0 while speech goes on. */
+/* 1 when the speech has paused where it would end at *end (the STOP's
+ * padded sample) unless more speech follows: from the first window below
+ * the stop threshold (threshold - 0.15) on, before min_silence_duration_ms
+ * and merge_gap_ms have passed and the STOP comes. 0 while speech goes on. */
 int vad_stream_pending_end(const struct vad_stream *s, int64_t *end);
 void vad_stream_free(struct vad_stream *s);
 

@@ -208,6 +208,125 @@ TEST(vad_stream_equals_whole_file)
     vad_model_free(m);
 }
 
+/* The streaming rules equal the batch rules for any parameters, on made-up
+ * probabilities (bursts of speech and pauses of every length, values around
+ * both thresholds) pushed in chunks of every size. */
+TEST(vad_stream_equals_batch_any_params)
+{
+    SKIP_IF_NO_SHARED();
+    struct vad_model *m = load_model();
+    CHECK(m);
+    static const int gaps[] = { 0, 32, 100, 200, 500 }, silences[] = { 0, 50, 100, 300 };
+    static const int pads[] = { 0, 30, 64, 100 }, speeches[] = { 0, 100, 250 };
+    static const float maxes[] = { 3.4e38f, 1.0f, 2.5f };
+    enum { NP = 1500 };
+    float *probs = malloc(NP * sizeof *probs);
+    struct vad_event *ev = malloc(2 * NP * sizeof *ev);
+    uint64_t rng = 12345;
+#define RND() (rng = rng * 6364136223846793005ull + 1442695040888963407ull, (uint32_t)(rng >> 33))
+    int checked = 0;
+    for (int round = 0; round < 6; round++) {
+        /* alternate speech and pauses of 1..40 windows; values in 0..0.3,
+         * 0.3..0.55 (between the thresholds) or 0.55..1 */
+        for (int i = 0; i < NP;) {
+            int len = 1 + (int)(RND() % 40), loud = (i / 7 + round) % 2;
+            for (int k = 0; k < len && i < NP; k++, i++) {
+                uint32_t r = RND() % 100;
+                float u = (float)(RND() % 1000) / 1000.0f;
+                probs[i] = loud ? (r < 80 ? 0.55f + 0.45f * u : 0.3f + 0.25f * u)
+                                : (r < 85 ? 0.3f * u : 0.3f + 0.25f * u);
+            }
+        }
+        for (size_t g = 0; g < 5; g++)
+            for (size_t si = 0; si < 4; si++)
+                for (size_t pi = 0; pi < 4; pi++)
+                    for (size_t sp = 0; sp < 3; sp++) {
+                        struct vad_params vp = vad_default_params();
+                        vp.merge_gap_ms = gaps[g];
+                        vp.min_silence_duration_ms = silences[si];
+                        vp.speech_pad_ms = pads[pi];
+                        vp.min_speech_duration_ms = speeches[sp];
+                        vp.max_speech_duration_s = maxes[(g + si + round) % 3];
+                        char err[256] = "";
+                        struct vad_segment *segs;
+                        size_t ns, nev = 0;
+                        CHECK(vad_segments_from_probs(probs, NP, &vp, &segs, &ns, err, sizeof err) == 0);
+                        struct vad_stream *s = vad_stream_new(m, &vp, err, sizeof err);
+                        CHECK_MSG(s, "%s", err);
+                        for (size_t at = 0, k = 1; at < NP; at += k, k = k * 7 % 23 + 1) {
+                            size_t n = NP - at < k ? NP - at : k;
+                            CHECK(vad_stream_push_probs(s, probs + at, n, err, sizeof err) == 0);
+                            while (nev < 2 * NP && vad_stream_next_event(s, &ev[nev]))
+                                nev++;
+                        }
+                        CHECK(vad_stream_finish(s, err, sizeof err) == 0);
+                        while (nev < 2 * NP && vad_stream_next_event(s, &ev[nev]))
+                            nev++;
+                        int same = nev == 2 * ns;
+                        for (size_t i = 0; same && i < ns; i++)
+                            same = ev[2 * i].type == VAD_SPEECH_START && ev[2 * i + 1].type == VAD_SPEECH_STOP &&
+                                   ev[2 * i].sample == segs[i].start_sample &&
+                                   ev[2 * i + 1].sample == segs[i].end_sample;
+                        CHECK_MSG(same, "round %d gap %d silence %d pad %d speech %d max %g: %zu events, "
+                                  "%zu segments", round, vp.merge_gap_ms, vp.min_silence_duration_ms,
+                                  vp.speech_pad_ms, vp.min_speech_duration_ms, vp.max_speech_duration_s, nev, ns);
+                        checked += ns > 0;
+                        vad_stream_free(s);
+                        free(segs);
+                    }
+    }
+#undef RND
+    CHECK(checked > 1000);
+    /* probabilities after a partial audio window are refused */
+    char err[256] = "";
+    struct vad_stream *s = vad_stream_new(m, NULL, err, sizeof err);
+    float pcm[100] = { 0 };
+    CHECK(vad_stream_push(s, pcm, 100, err, sizeof err) == 0);
+    CHECK(vad_stream_push_probs(s, probs, 1, err, sizeof err) == OMNI_ERR_ARG);
+    vad_stream_free(s);
+    free(ev);
+    free(probs);
+    vad_model_free(m);
+}
+
+/* With merge_gap_ms 0 the STOP comes as soon as min_silence_duration_ms has
+ * passed, not when the 200 ms merge gap has. */
+TEST(vad_stream_merge_gap_zero_stops_early)
+{
+    SKIP_IF_NO_SHARED();
+    struct vad_model *m = load_model();
+    CHECK(m);
+    float probs[100];
+    for (int i = 0; i < 100; i++)
+        probs[i] = i >= 10 && i < 40 ? 0.9f : 0.05f;
+    for (int gap = 0; gap <= 200; gap += 200) {
+        struct vad_params vp = vad_default_params();
+        vp.merge_gap_ms = gap;
+        char err[256] = "";
+        struct vad_stream *s = vad_stream_new(m, &vp, err, sizeof err);
+        CHECK(s);
+        int stop_at = -1;
+        for (int i = 0; i < 100 && stop_at < 0; i++) {
+            struct vad_event ev;
+            CHECK(vad_stream_push_probs(s, probs + i, 1, err, sizeof err) == 0);
+            while (vad_stream_next_event(s, &ev))
+                if (ev.type == VAD_SPEECH_STOP) {
+                    stop_at = i;
+                    CHECK_EQ(ev.sample, 40 * 512 + 480); /* 30 ms of padding */
+                }
+            int64_t end;
+            if (i == 40) /* the first quiet window: the tentative end */
+                CHECK(vad_stream_pending_end(s, &end) && end == 40 * 512 + 480);
+        }
+        /* 100 ms of silence is 4 windows from the end (window 40): window
+         * 44 decides; a 200 ms merge gap, counted from the end, waits until
+         * the audio after window 46 */
+        CHECK_EQ(stop_at, gap ? 46 : 44);
+        vad_stream_free(s);
+    }
+    vad_model_free(m);
+}
+
 /* Events arrive while the audio is still streaming, not only at the end. */
 TEST(vad_stream_events_are_timely)
 {

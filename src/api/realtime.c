@@ -388,6 +388,9 @@ void realtime_upgrade(struct api *a, struct ws_req *r)
     atomic_init(&c->refs, 2);
     pthread_mutex_init(&c->lock, NULL);
     snprintf(c->io.id, sizeof c->io.id, "sess_%s", ws_req_id(r));
+    /* whisper.cpp's 200 ms merge gap stays: a transcript item is better as a
+     * whole sentence than cut at every short pause, and nothing waits on the
+     * end of the turn but its transcript (decoded early anyway). */
     c->sp = stt_session_default_params();
     c->sp.input_rate_hz = RT_DEFAULT_RATE;
     c->sp.server_vad = stt_vad(stt) != NULL;

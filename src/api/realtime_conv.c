@@ -2259,6 +2259,10 @@ void realtime_conv_upgrade(struct api *a, struct ws_req *r, const struct api_mod
     c->sp = stt_session_default_params();
     c->sp.input_rate_hz = 24000;
     c->sp.server_vad = c->stt && stt_vad(c->stt);
+    /* No merge gap: silence_duration_ms alone ends the turn, as OpenAI
+     * documents it (whisper.cpp's 200 ms gap would add up to 200 ms before
+     * every reply). Transcription sessions keep it (realtime.c). */
+    c->sp.vad.merge_gap_ms = 0;
     c->sp.on_event = rtc_on_stt;
     c->sp.on_free = rtc_on_session_free;
     c->sp.user = c;

@@ -46,6 +46,7 @@ static void fz_vad_segments(const uint8_t *data, size_t size)
     p.max_speech_duration_s = data[5] == 255 ? 1e30f : data[5] / 8.0f - 1;
     p.speech_pad_ms = (data[6] | data[7] << 8) - 1000;
     p.samples_overlap_s = data[8] / 50.0f - 1;
+    p.merge_gap_ms = (data[9] | data[10] << 8) - 1000;
     size_t n = size - 16;
     float *probs = malloc((n ? n : 1) * sizeof *probs);
     if (!probs)
