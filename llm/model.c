@@ -1084,7 +1084,7 @@ static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
 {
     const struct llm_hparams *hp = &ctx->m->hp;
     if (!b || !kv || !seqs || b->n_tokens < 1 || b->n_tokens > ctx->max_tokens ||
-        (!b->token && !b->embd) || !b->pos || !b->seq)
+        (!b->token && !b->embd) || !b->pos || !b->seq || (b->want_hidden && !b->hidden))
         return OMNI_ERR_ARG;
     if (kv->n_layer != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
         return OMNI_ERR_ARG;
@@ -1177,15 +1177,21 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         for_each_token(&tj, ffn_residual_step);
     }
 
-    /* output rmsnorm of the tokens that want logits, packed in batch order */
-    int n_out = 0;
+    /* output rmsnorm of the tokens that want logits, packed in batch order;
+     * embedding rows get the same norm into their own output */
+    int n_out = 0, n_hid = 0;
     for (int t = 0; t < n; t++) {
         const bool want = batch->want_logits ? batch->want_logits[t] : t == n - 1;
         if (want)
             rmsnorm(ctx->xn + (size_t)n_out++ * n_embd, ctx->x + (size_t)t * n_embd,
                     m->output_norm, n_embd, hp->norm_eps);
+        if (batch->want_hidden && batch->want_hidden[t])
+            rmsnorm(batch->hidden + (size_t)n_hid++ * n_embd, ctx->x + (size_t)t * n_embd,
+                    m->output_norm, n_embd, hp->norm_eps);
     }
-    /* logits */
-    matmul(ctx, &m->output, ctx->xn, n_out, logits);
+    /* logits (only for the rows that want them: an embedding row would waste
+     * an n_vocab x n_embd product) */
+    if (n_out)
+        matmul(ctx, &m->output, ctx->xn, n_out, logits);
     return n_out;
 }

@@ -104,6 +104,11 @@ struct llm_batch {
     const int32_t *pos;       /* [n_tokens] position within the token's sequence */
     const int32_t *seq;       /* [n_tokens] index into the seqs array */
     const bool *want_logits;  /* [n_tokens] or NULL = only the last token */
+    /* Embeddings: tokens whose final hidden state (after the output norm) is
+     * written to hidden[k][n_embd], k counting flagged tokens in batch order.
+     * NULL: none. Rows without want_logits skip the output projection. */
+    const bool *want_hidden;
+    float *hidden;
 };
 
 /* Per-run scratch: buffers for up to max_tokens tokens per forward. */
@@ -118,7 +123,8 @@ void llm_ctx_free(struct llm_ctx *ctx);
 void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on);
 
 /* Run the batch. Writes n_vocab logits for each token with want_logits set,
- * in batch order, into logits (caller sized). Returns the number of logit
+ * in batch order, into logits (caller sized; NULL when no token wants
+ * logits), and the hidden states of want_hidden tokens into batch->hidden. Returns the number of logit
  * rows written, or a negative omni_err (batch too large, position beyond a
  * block table, bad token id) with no K/V written for an invalid batch. */
 int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,

@@ -6,7 +6,10 @@
  * batched llm_forward (plus one per embedding chunk); sampling, detokenizing,
  * stop strings and events. When a decode needs a block and none is left, the
  * most recently admitted sequence is preempted: its blocks are released and
- * it is recomputed later from its tokens, with its sampler state kept. */
+ * it is recomputed later from its tokens, with its sampler state kept.
+ * Embedding requests are prompt-only sequences: their rows skip the output
+ * projection, their final hidden states are pooled as the chunks go by and
+ * the pooled vector ends the sequence in its DONE event. */
 #include "engine.h"
 
 #include "kv_pool.h"
@@ -51,6 +54,7 @@ struct seq {
     int n_gen;
     double t_last_s;         /* time of the last token */
     int logit_row;           /* row of this step's logits, or -1 */
+    float *pool_acc;         /* [n_embd] embedding requests: sum (mean) or the chosen row */
     struct sampler *smp;
     struct sampler_stop *stop;
     struct grammar_matcher *gm; /* request with a grammar: made at the first sample */
@@ -79,6 +83,9 @@ struct request {
     int n_stop_tokens;
     bool ignore_eog, echo_special, want_logprobs;
     bool interactive;        /* ENGINE_PRIORITY_INTERACTIVE */
+    bool embed;              /* ENGINE_TASK_EMBED */
+    bool normalize;          /* embed: L2-normalize */
+    enum embed_pooling pooling; /* embed: LAST, MEAN or CLS */
     double t_submit_s, deadline_s;
     engine_event_fn on_event;
     int32_t (*force_token)(void *user, int choice);
@@ -102,10 +109,11 @@ struct emodel {
     struct seq **running;    /* [max_seqs] in admission order */
     int n_running;
     /* step scratch */
-    struct item { struct seq *s; int start, n; bool embd; } *items;
+    struct item { struct seq *s; int start, n; bool embd; int hid_row; } *items;
     int n_items;
     int32_t *b_tok, *b_pos, *b_seq;
-    bool *b_want;
+    bool *b_want, *b_hid;
+    float *hidden;           /* [max_batch_tokens][n_embd] hidden states of embedding rows */
     struct llm_seq_view *views;
     float *logits;           /* [max_seqs][n_vocab] */
 };
@@ -157,7 +165,8 @@ struct engine_params engine_default_params(void)
 
 struct engine_request engine_default_request(void)
 {
-    return (struct engine_request){ .sampling = sampler_default_params(), .n = 1 };
+    return (struct engine_request){ .sampling = sampler_default_params(), .n = 1,
+                                    .pooling = EMBED_POOL_LAST };
 }
 
 static const struct { int type; const char *name; } kv_types[] = {
@@ -376,10 +385,12 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         em->b_pos = malloc((size_t)T * sizeof(int32_t));
         em->b_seq = malloc((size_t)T * sizeof(int32_t));
         em->b_want = malloc((size_t)T * sizeof(bool));
+        em->b_hid = malloc((size_t)T * sizeof(bool));
+        em->hidden = malloc((size_t)T * (size_t)em->hp->n_embd * sizeof(float));
         em->views = malloc((size_t)S * sizeof *em->views);
         em->logits = malloc((size_t)S * (size_t)em->hp->n_vocab * sizeof(float));
         if (!em->running || !em->items || !em->b_tok || !em->b_pos || !em->b_seq ||
-            !em->b_want || !em->views || !em->logits)
+            !em->b_want || !em->b_hid || !em->hidden || !em->views || !em->logits)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
         OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
                   n_blocks[i], e->p.kv_block_size,
@@ -410,6 +421,7 @@ static void request_free(struct request *r)
         sampler_stop_free(s->stop);
         grammar_matcher_free(s->gm);
         free(s->lazy_tail);
+        free(s->pool_acc);
     }
     grammar_free(r->grammar);
     free(r->grammar_trigger);
@@ -447,6 +459,8 @@ void engine_free(struct engine *e)
         free(em->b_pos);
         free(em->b_seq);
         free(em->b_want);
+        free(em->b_hid);
+        free(em->hidden);
         free(em->views);
         free(em->logits);
     }
@@ -481,7 +495,7 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
     }
     if (total < 1)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: empty prompt");
-    if (total >= em->n_ctx)
+    if (total > em->n_ctx || (rq->task != ENGINE_TASK_EMBED && total == em->n_ctx))
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "engine: prompt of %lld tokens does not fit the context of %d tokens "
                          "of model '%s'", (long long)total, em->n_ctx, em->name);
@@ -537,13 +551,20 @@ static int make_seqs(const struct emodel *em, const struct engine_request *rq,
         s->choice = i;
         s->state = i == 0 ? SEQ_WAITING : SEQ_FORK_WAIT;
         s->logit_row = -1;
-        s->tok = malloc((size_t)em->n_ctx * sizeof *s->tok);
+        /* an embedding never grows past its prompt */
+        s->tok = malloc((size_t)(r->embed ? r->n_prompt : em->n_ctx) * sizeof *s->tok);
         s->blocks = malloc((size_t)em->max_blocks * sizeof *s->blocks);
         s->hashes = malloc((size_t)em->max_blocks * sizeof *s->hashes);
         if (!s->tok || !s->blocks || !s->hashes)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
         memcpy(s->tok, r->prompt, (size_t)r->n_prompt * sizeof *s->tok);
         s->n_tok = r->n_prompt;
+        s->usage.prompt_tokens = r->n_prompt;
+        if (r->embed) { /* no sampler, stop matcher or grammar: nothing is sampled */
+            if (!(s->pool_acc = calloc((size_t)em->hp->n_embd, sizeof(float))))
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+            continue;
+        }
         struct sampler_params sp = rq->sampling;
         if (sp.seed != SAMPLER_SEED_RANDOM)
             sp.seed += (uint64_t)i;
@@ -578,13 +599,25 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     if (rq->n < 1 || rq->n > e->p.max_seqs || rq->n_stop < 0 || (rq->n_stop && !rq->stop) ||
         rq->n_stop_tokens < 0 || (rq->n_stop_tokens && !rq->stop_tokens) ||
         rq->timeout_s < 0 || (!rq->segments && !rq->prompt) ||
-        (rq->priority != ENGINE_PRIORITY_INTERACTIVE && rq->priority != ENGINE_PRIORITY_BATCH))
+        (rq->priority != ENGINE_PRIORITY_INTERACTIVE && rq->priority != ENGINE_PRIORITY_BATCH) ||
+        (rq->task != ENGINE_TASK_GENERATE && rq->task != ENGINE_TASK_EMBED))
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "engine: bad request (n %d in 1..%d, %d stop strings, %d stop tokens, "
                          "timeout %g s, prompt %s, priority %d)", rq->n, e->p.max_seqs, rq->n_stop,
                          rq->n_stop_tokens, rq->timeout_s,
                          rq->segments || rq->prompt ? "given" : "missing", (int)rq->priority);
     const struct emodel *em = &e->models[rq->model];
+    if (rq->task == ENGINE_TASK_EMBED) {
+        bool text_only = true;
+        for (int i = 0; rq->segments && i < rq->n_segments; i++)
+            text_only &= !rq->segments[i].embd;
+        const enum embed_pooling pl = rq->pooling == EMBED_POOL_NONE ? EMBED_POOL_LAST : rq->pooling;
+        if (rq->n != 1 || !text_only ||
+            (pl != EMBED_POOL_LAST && pl != EMBED_POOL_MEAN && pl != EMBED_POOL_CLS))
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "engine: an embedding request takes n = 1 (got %d), token prompts "
+                             "and last, mean or cls pooling (got %d)", rq->n, (int)rq->pooling);
+    }
     struct request *r = calloc(1, sizeof *r);
     if (!r)
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
@@ -595,6 +628,9 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->echo_special = rq->echo_special;
     r->want_logprobs = rq->sampling.n_logprobs > 0;
     r->interactive = rq->priority == ENGINE_PRIORITY_INTERACTIVE;
+    r->embed = rq->task == ENGINE_TASK_EMBED;
+    r->normalize = rq->normalize;
+    r->pooling = rq->pooling == EMBED_POOL_NONE ? EMBED_POOL_LAST : rq->pooling;
     r->on_event = rq->on_event;
     r->force_token = rq->force_token;
     r->user = rq->user;
@@ -752,7 +788,7 @@ static void seq_finish(struct engine *e, struct seq *s, enum engine_finish why, 
 
     char text[TEXT_CAP];
     size_t len = 0;
-    if (!error) {
+    if (!error && !r->embed) {
         /* release what the detokenizer and the stop matcher still hold */
         char tail[64];
         size_t n = tokenizer_stream_flush(em->tok, &s->ts, tail, sizeof tail);
@@ -775,6 +811,8 @@ static void seq_finish(struct engine *e, struct seq *s, enum engine_finish why, 
         .type = error ? ENGINE_EV_ERROR : ENGINE_EV_DONE, .request_id = r->id,
         .choice = s->choice, .token = -1, .text = text, .text_len = len, .finish = why,
         .stop_index = stop_index, .usage = s->usage, .error = error,
+        .embd = r->embed && !error && why == ENGINE_FINISH_STOP ? s->pool_acc : NULL,
+        .n_embd = r->embed && !error && why == ENGINE_FINISH_STOP ? em->hp->n_embd : 0,
     };
     text[len < sizeof text ? len : sizeof text - 1] = 0;
     emit(r, &ev);
@@ -850,7 +888,10 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     const int bs = kv_pool_block_size(pool);
     int hits = 0;
     uint64_t parent = KV_HASH_ROOT;
-    while ((hits + 1) * bs <= s->n_tok - 1) {
+    /* an embedding pooled over its rows (mean, cls) needs every row computed;
+     * last-token pooling needs only the last, like a generation prompt */
+    const bool lookup = !s->rq->embed || s->rq->pooling == EMBED_POOL_LAST;
+    while (lookup && (hits + 1) * bs <= s->n_tok - 1) {
         const uint64_t h = block_hash(s, hits, bs, parent);
         const int b = kv_pool_lookup(pool, h);
         if (b < 0)
@@ -878,6 +919,8 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     }
     if (!s->admitted_once)
         s->usage.cached_tokens = hits * bs;
+    if (s->pool_acc) /* (re)computed from n_done: a preempted one starts over */
+        memset(s->pool_acc, 0, (size_t)em->hp->n_embd * sizeof(float));
     s->admitted_once = true;
     wait_remove(em, s);
     s->state = SEQ_RUNNING;
@@ -1122,7 +1165,7 @@ static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, st
 
 static void add_item(struct emodel *em, struct seq *s, int n, bool embd)
 {
-    em->items[em->n_items++] = (struct item){ s, s->n_done, n, embd };
+    em->items[em->n_items++] = (struct item){ s, s->n_done, n, embd, 0 };
 }
 
 /* Build this step's work for model em: decodes, prefill chunks, admissions. */
@@ -1202,21 +1245,27 @@ static void count_kernel_switches(struct engine *e, const struct emodel *em, int
  * rows go to em->logits in item order. */
 static int forward(struct engine *e, struct emodel *em)
 {
-    int n_tok = 0, n_views = 0, n_rows = 0;
+    int n_tok = 0, n_views = 0, n_rows = 0, n_hid = 0;
     for (int k = 0; k < em->n_items; k++) {
         struct item *it = &em->items[k];
         it->s->logit_row = -1;
+        it->hid_row = n_hid;
         if (it->embd)
             continue;
+        const struct request *r = it->s->rq;
         em->views[n_views] = (struct llm_seq_view){ it->s->blocks, it->s->n_blocks };
         for (int i = 0; i < it->n; i++) {
             const int p = it->start + i;
             em->b_tok[n_tok] = it->s->tok[p];
             em->b_pos[n_tok] = p;
             em->b_seq[n_tok] = n_views;
-            em->b_want[n_tok] = p == it->s->n_tok - 1;
+            em->b_want[n_tok] = !r->embed && p == it->s->n_tok - 1;
+            em->b_hid[n_tok] = r->embed && (r->pooling == EMBED_POOL_MEAN ||
+                                            (r->pooling == EMBED_POOL_CLS && p == 0) ||
+                                            (r->pooling == EMBED_POOL_LAST && p == it->s->n_tok - 1));
             if (em->b_want[n_tok])
                 it->s->logit_row = n_rows++;
+            n_hid += em->b_hid[n_tok];
             n_tok++;
         }
         n_views++;
@@ -1224,7 +1273,8 @@ static int forward(struct engine *e, struct emodel *em)
     const size_t n_vocab = (size_t)em->hp->n_vocab;
     if (n_tok) {
         struct llm_batch b = { .n_tokens = n_tok, .token = em->b_tok, .pos = em->b_pos,
-                               .seq = em->b_seq, .want_logits = em->b_want };
+                               .seq = em->b_seq, .want_logits = em->b_want,
+                               .want_hidden = n_hid ? em->b_hid : NULL, .hidden = em->hidden };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
         if (rc < 0)
             return rc;
@@ -1269,6 +1319,39 @@ static bool step_urgent(const struct emodel *em)
     return false;
 }
 
+/* An embedding's rows of this step into its pool; after its last prompt
+ * token, the vector (mean, optionally unit length) ends the sequence. */
+static void seq_pool(struct engine *e, struct emodel *em, const struct item *it)
+{
+    struct seq *s = it->s;
+    const struct request *r = s->rq;
+    const int n_embd = em->hp->n_embd;
+    const int rows = r->pooling == EMBED_POOL_MEAN ? it->n
+                     : r->pooling == EMBED_POOL_CLS ? it->start == 0
+                     : it->start + it->n == s->n_tok;
+    for (int k = 0; k < rows; k++) {
+        const float *h = em->hidden + (size_t)(it->hid_row + k) * n_embd;
+        for (int i = 0; i < n_embd; i++)
+            s->pool_acc[i] += h[i];
+    }
+    if (s->n_done < s->n_tok)
+        return;
+    float *v = s->pool_acc;
+    if (r->pooling == EMBED_POOL_MEAN)
+        for (int i = 0; i < n_embd; i++)
+            v[i] /= (float)s->n_tok;
+    if (r->normalize) {
+        double ss = 0;
+        for (int i = 0; i < n_embd; i++)
+            ss += (double)v[i] * v[i];
+        /* as sentence-transformers' normalize: x / max(|x|, 1e-12) */
+        const float inv = (float)(1.0 / (sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12));
+        for (int i = 0; i < n_embd; i++)
+            v[i] *= inv;
+    }
+    seq_finish(e, s, ENGINE_FINISH_STOP, -1, NULL);
+}
+
 static void model_step(struct engine *e, struct emodel *em)
 {
     const double t0 = omni_time_s();
@@ -1305,6 +1388,10 @@ static void model_step(struct engine *e, struct emodel *em)
             continue;
         s->n_done += it->n;
         seq_publish(em, s);
+        if (s->rq->embed) {
+            seq_pool(e, em, it);
+            continue;
+        }
         if (s->logit_row < 0)
             continue;
         const float *logits = em->logits + (size_t)s->logit_row * n_vocab;

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llm/bert.h"
 #include "llm/sampler.h"
 
 struct llm_model;
@@ -105,6 +106,9 @@ struct engine_event {
     int stop_index;          /* DONE by stop string: which one; else -1 */
     struct engine_usage usage;               /* DONE */
     const char *error;       /* ERROR */
+    const float *embd;       /* DONE of an ENGINE_TASK_EMBED request: the pooled vector
+                                (n_embd floats), valid during the callback; else NULL */
+    int n_embd;
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
@@ -118,8 +122,24 @@ enum engine_priority {
     ENGINE_PRIORITY_BATCH,           /* throughput work: its steps never ask first */
 };
 
+/* What a request computes. */
+enum engine_task {
+    ENGINE_TASK_GENERATE = 0,         /* sample tokens (default) */
+    /* An embedding: the sequence ends after its prompt - no sampling, no
+     * output projection; the final hidden states (after the output norm)
+     * pooled as rq.pooling says, delivered in the DONE event (ev.embd). Its
+     * KV blocks go back to the pool (full ones stay in the prefix cache).
+     * Needs n == 1 and token prompts; max_tokens, sampling, stop and grammar
+     * are ignored. */
+    ENGINE_TASK_EMBED,
+};
+
 struct engine_request {
     int model;                        /* from engine_add_model */
+    enum engine_task task;            /* default ENGINE_TASK_GENERATE */
+    enum embed_pooling pooling;       /* EMBED: EMBED_POOL_LAST (default), _MEAN or _CLS
+                                         (the first token) */
+    bool normalize;                   /* EMBED: L2-normalize the pooled vector */
     const int32_t *prompt;            /* token prompt (copied), or use segments */
     int n_prompt;
     const struct engine_segment *segments; /* alternative to prompt (copied) */
