@@ -12,6 +12,8 @@
 #include "llm/template/template.h"
 #include "llm/tokenizer.h"
 #include "src/api/anthropic.h"
+#include "src/api/responses.h"
+#include "src/api/responses_store.h"
 #include "src/api/audio.h"
 #include "src/api/images.h"
 #include "src/api/metrics.h"
@@ -47,11 +49,14 @@ struct api {
     struct stt *stt;                         /* set before serving; NULL: no speech model */
     struct api_images_pool *images;          /* set before serving; NULL: no vision model */
     struct tts *tts;                         /* set before serving; NULL: no speech synthesis */
+    struct responses_store *responses;       /* stored Responses API answers (own lock) */
 };
 
 struct api_params api_default_params(void)
 {
-    return (struct api_params){ .version = "" };
+    return (struct api_params){ .version = "",
+                                .responses_store_max = RESPONSES_STORE_DEFAULT_MAX,
+                                .responses_store_bytes = RESPONSES_STORE_DEFAULT_BYTES };
 }
 
 struct api *api_new(const struct api_params *p, char *err, size_t errlen)
@@ -71,7 +76,8 @@ struct api *api_new(const struct api_params *p, char *err, size_t errlen)
         (p->api_key && *p->api_key && !(a->api_key = strdup(p->api_key))) ||
         (p->tool_parser && !(a->tool_parser = strdup(p->tool_parser))) ||
         (p->reasoning_format && !(a->reasoning_format = strdup(p->reasoning_format))) ||
-        !(a->metrics = metrics_new()))
+        !(a->metrics = metrics_new()) ||
+        !(a->responses = responses_store_new(p->responses_store_max, p->responses_store_bytes)))
         goto nomem;
     a->p.served_model_name = a->served_name;
     a->p.api_key = a->api_key;
@@ -89,6 +95,7 @@ void api_free(struct api *a)
     if (!a)
         return;
     metrics_free(a->metrics);
+    responses_store_free(a->responses);
     pthread_mutex_destroy(&a->reg_lock);
     free(a->api_key);
     free(a->served_name);
@@ -185,6 +192,8 @@ bool api_key_ok(struct api *a, struct ws_req *r)
 }
 
 long long api_started_at(const struct api *a) { return a->started_at; }
+struct responses_store *api_responses_store(struct api *a) { return a->responses; }
+
 struct metrics *api_metrics(struct api *a) { return a->metrics; }
 
 // ---- responses ------------------------------------------------------------
@@ -738,6 +747,15 @@ static const struct api_route api_routes[] = {
       false, api_cancel_route },
     { "/v1/messages", NULL, "/v1/messages", WS_POST, API_ANTHROPIC, false, JSON, true, true,
       anthropic_messages },
+    { "/v1/responses", NULL, "/v1/responses", WS_POST, API_OPENAI, false, JSON, true, true,
+      responses_create },
+    /* before /v1/responses/{id}, whose {id} would take "ID/input_items" */
+    { "/v1/responses/", "/input_items", "/v1/responses/{id}/input_items", WS_GET, API_OPENAI, false,
+      ANY, true, false, responses_input_items },
+    { "/v1/responses/", "", "/v1/responses/{id}", WS_GET, API_OPENAI, false, ANY, true, false,
+      responses_get },
+    { "/v1/responses/", "", "/v1/responses/{id}", WS_DELETE, API_OPENAI, false, ANY, true, false,
+      responses_delete },
     { "/v1/audio/transcriptions", NULL, "/v1/audio/transcriptions", WS_POST, API_OPENAI, false, FORM,
       true, true, audio_transcriptions },
     { "/v1/audio/translations", NULL, "/v1/audio/translations", WS_POST, API_OPENAI, false, FORM,

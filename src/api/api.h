@@ -53,6 +53,8 @@ struct api_params {
     const char *version;           /* for omniserve_build_info */
     const char *tool_parser;       /* tools_format name; NULL: from the chat template */
     const char *reasoning_format;  /* reasoning_format name; NULL: from the chat template */
+    int responses_store_max;       /* stored Responses API answers (0: none are kept) */
+    size_t responses_store_bytes;  /* and their total size */
 };
 struct api_params api_default_params(void);
 
@@ -88,7 +90,8 @@ struct tts *api_tts(struct api *a);   /* NULL: no speech synthesis */
  * GET|HEAD /health (readiness: 503 while loading or draining), /livez
  * (liveness), /metrics, /v1/models[/{id}] inline; POST /v1/chat/completions,
  * /v1/completions, /v1/messages, /v1/messages/count_tokens, /tokenize,
- * /detokenize (JSON bodies), /v1/audio/transcriptions|translations
+ * /detokenize, /v1/responses (JSON bodies), GET|DELETE /v1/responses/{id}
+ * and GET /v1/responses/{id}/input_items, /v1/audio/transcriptions|translations
  * (multipart) on a worker; POST /v1/requests/{id}/cancel inline. A body of
  * the wrong Content-Type gets 415; new generation requests get 503 while
  * the server drains. */
@@ -125,6 +128,8 @@ const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum a
 int api_check_model(struct api *a, const char *requested, struct api_error *e);
 long long api_started_at(const struct api *a); /* unix seconds */
 struct metrics *api_metrics(struct api *a);
+/* The store behind /v1/responses store and previous_response_id (any thread). */
+struct responses_store *api_responses_store(struct api *a);
 
 void api_respond_error(struct ws_req *r, enum api_flavor f, const struct api_error *e);
 /* Prints body (then deletes it) as the response. */

@@ -14,6 +14,7 @@
 #include "llm/model.h"
 #include "audio/tts/tts.h"
 #include "src/api/api.h"
+#include "src/api/responses_store.h"
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
@@ -42,6 +43,8 @@ struct serve_opts {
     const char *api_key;
     bool strict_model_id;
     const char *tool_parser;      /* --tool-parser NAME, or NULL */
+    int responses_store;          /* --responses-store N */
+    long responses_store_mb;      /* --responses-store-mb MB */
     const char *reasoning_format; /* --reasoning-format NAME, or NULL */
     struct ws_server_params wp;
     struct engine_params ep;
@@ -135,6 +138,10 @@ static void serve_usage(FILE *f)
             "  --tls-key FILE             its PEM private key (unencrypted)\n"
             "  --served-model-name NAME   model id for clients (default: file name without .gguf)\n"
             "  --strict-model-id          unknown 'model' in a request -> 404\n"
+            "  --responses-store N        /v1/responses answers kept for GET and\n"
+            "                             previous_response_id, least recently used out\n"
+            "                             first (default 1024; 0 keeps none)\n"
+            "  --responses-store-mb MB    and at most this much of them (default 64)\n"
             "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
             "                             deepseek, functionary, granite, gemma, pythonic, none\n"
             "                             (default: from the chat template)\n"
@@ -192,6 +199,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->ep = engine_default_params();
     o->sp = stt_default_params();
     o->vision_cache_mb = 256;
+    o->responses_store = RESPONSES_STORE_DEFAULT_MAX;
+    o->responses_store_mb = (long)(RESPONSES_STORE_DEFAULT_BYTES >> 20);
     o->ip = api_images_default_params();
     o->rl = realtime_default_limits();
     o->api_key = getenv("OMNISERVE_API_KEY");
@@ -238,6 +247,11 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->hf_file = v;
         else if (!strcmp(a, "--host"))
             o->wp.host = v;
+        else if (!strcmp(a, "--responses-store")) {
+            rc = cli_long("serve", a, v, 0, 1 << 20, &n);
+            o->responses_store = (int)n;
+        } else if (!strcmp(a, "--responses-store-mb"))
+            rc = cli_long("serve", a, v, 1, 1 << 20, &o->responses_store_mb);
         else if (!strcmp(a, "--port")) {
             rc = cli_long("serve", a, v, 1, 65535, &n);
             o->wp.port = (int)n;
@@ -491,6 +505,8 @@ int cli_serve(int argc, char **argv)
     ap.api_key = o.api_key;
     ap.served_model_name = o.served_name;
     ap.strict_model_id = o.strict_model_id;
+    ap.responses_store_max = o.responses_store;
+    ap.responses_store_bytes = (size_t)o.responses_store_mb << 20;
     ap.tool_parser = o.tool_parser;
     ap.reasoning_format = o.reasoning_format;
     ap.version = OMNI_VERSION;
