@@ -203,13 +203,14 @@ TEST(matmul_all_types_batches_threads_levels)
 static int takes_gemm(int type, int level)
 {
     return level >= OMNI_CPU_AVX2 &&
-           (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0);
+           (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ||
+            type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K);
 }
 
 TEST(matmul_rows_independent_of_batch_size)
 {
     static const int wtypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K,
-                                  GGML_TYPE_Q6_K };
+                                  GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
     enum { NB = 16 };
     const int64_t n_in = 512, n_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(n_in * NB));
@@ -238,7 +239,8 @@ TEST(matmul_rows_independent_of_batch_size)
             const int64_t amx_from = level >= OMNI_CPU_AMX ? omni_amx_min_batch(wtypes[ti]) : 0;
             for (int64_t b = 2; b < NB && !fail[0]; b++) {
                 /* the AVX2 GEMM packs q4_0/q5_0 8 rows a time from a batch size on */
-                const int grouped = level == OMNI_CPU_AVX2 && wtypes[ti] != GGML_TYPE_Q8_0 &&
+                const int grouped = level == OMNI_CPU_AVX2 &&
+                                    (wtypes[ti] == GGML_TYPE_Q4_0 || wtypes[ti] == GGML_TYPE_Q5_0) &&
                                     b >= OMNI_X86_GEMM_AVX2_GROUP_MIN;
                 const float *want = amx_from && b >= amx_from  ? y16
                                     : grouped                       ? y16
@@ -262,6 +264,85 @@ TEST(matmul_rows_independent_of_batch_size)
     free(y);
     CHECK_MSG(!fail[0], "%s", fail);
 }
+
+#if defined(__x86_64__)
+/* The K-quant GEMM kernels called directly, for every batch size the
+ * dispatch might give them (and chunk edges past it: 64 activation rows
+ * share a pack) and row ranges that start and end inside 8-row groups:
+ * each output within TOL_REL of the scalar reference dot, and bit for bit
+ * the same as the same pair computed in a batch of one, at every level
+ * (AVX2 and AVX-512 VNNI share their integer sums and float steps). */
+TEST(matmul_gemm_k_any_batch_matches_reference)
+{
+    static const int ktypes[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+    static const int64_t batches[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 31, 32, 40, 63, 64, 65, 70 };
+    enum { MAX_NB = 70 };
+    const int64_t n_in = 768, n_out = 45, r0 = 3, r1 = 42; /* 3 super-blocks; groups cut at both ends */
+    const int max_level = omni_cpu()->max_level;
+    if (max_level < OMNI_CPU_AVX2)
+        SKIP("no AVX2");
+    float *x = malloc(sizeof(float) * (size_t)(n_in * MAX_NB));
+    float *y = malloc(sizeof(float) * (size_t)(n_out * MAX_NB));
+    float *y1 = malloc(sizeof(float) * (size_t)(n_out * MAX_NB)); /* each row alone, AVX2 */
+    const size_t xq_row = ggml_row_size(GGML_TYPE_Q8_K, n_in);
+    uint8_t *xq = malloc(xq_row * MAX_NB);
+    CHECK(x && y && y1 && xq);
+    rng_state = 5;
+    for (int64_t i = 0; i < n_in * MAX_NB; i++)
+        x[i] = frand() * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int64_t b = 0; b < MAX_NB; b++)
+        CHECK(quantize_row(GGML_TYPE_Q8_K, x + b * n_in, xq + (size_t)b * xq_row, n_in) == 0);
+    char fail[200] = "";
+    for (size_t ti = 0; ti < sizeof ktypes / sizeof *ktypes && !fail[0]; ti++) {
+        struct wfix f;
+        CHECK(make_weights(&f, ktypes[ti], n_in, n_out) == 0);
+        const size_t w_row = ggml_row_size(ktypes[ti], n_in);
+        const struct omni_quant_ops *ref = omni_quant_ops_at(ktypes[ti], 0);
+        for (int64_t b = 0; b < MAX_NB; b++)
+            omni_x86_gemm_k_avx2(ktypes[ti], f.data, w_row, n_in, n_out, xq + (size_t)b * xq_row,
+                                 xq_row, 1, y1 + b * n_out, r0, r1);
+        for (int64_t b = 0; b < MAX_NB && !fail[0]; b++)
+            for (int64_t o = r0; o < r1; o++) {
+                double mag = 0;
+                for (int64_t k = 0; k < n_in; k++)
+                    mag += fabs((double)f.deq[o * n_in + k] * x[b * n_in + k]);
+                const double want = ref->vec_dot(n_in, (const uint8_t *)f.data + o * w_row, xq + (size_t)b * xq_row);
+                if (!(fabs(y1[b * n_out + o] - want) <= TOL_REL * mag + 1e-6)) {
+                    snprintf(fail, sizeof fail, "%s row %lld x %lld: %g, reference %g",
+                             ggml_type_name(ktypes[ti]), (long long)o, (long long)b, y1[b * n_out + o], want);
+                    break;
+                }
+            }
+        for (int use512 = 0; use512 <= (max_level >= OMNI_CPU_AVX512) && !fail[0]; use512++) {
+            for (size_t bi = 0; bi < sizeof batches / sizeof *batches && !fail[0]; bi++) {
+                const int64_t nb = batches[bi];
+                for (int64_t i = 0; i < n_out * nb; i++)
+                    y[i] = -1.0f; /* outside r0..r1 stays */
+                if (use512)
+                    omni_x86_gemm_k_avx512(ktypes[ti], f.data, w_row, n_in, n_out, xq, xq_row, nb, y, r0, r1);
+                else
+                    omni_x86_gemm_k_avx2(ktypes[ti], f.data, w_row, n_in, n_out, xq, xq_row, nb, y, r0, r1);
+                for (int64_t b = 0; b < nb && !fail[0]; b++)
+                    for (int64_t o = 0; o < n_out; o++) {
+                        const float want = o >= r0 && o < r1 ? y1[b * n_out + o] : -1.0f;
+                        if (memcmp(&y[b * n_out + o], &want, sizeof want) != 0) {
+                            snprintf(fail, sizeof fail, "%s level %s batch %lld: row %lld x %lld %.9g, alone %.9g",
+                                     ggml_type_name(ktypes[ti]), use512 ? "avx512" : "avx2", (long long)nb,
+                                     (long long)o, (long long)b, y[b * n_out + o], want);
+                            break;
+                        }
+                    }
+            }
+        }
+        free_weights(&f);
+    }
+    free(x);
+    free(y);
+    free(y1);
+    free(xq);
+    CHECK_MSG(!fail[0], "%s", fail);
+}
+#endif
 
 TEST(matmul_get_row_matches_dequantize)
 {

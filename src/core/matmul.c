@@ -140,6 +140,7 @@ struct mm_job {
     float *ad;           /* int8 GEMM: (n_batch, blocks) activation block scales */
     int32_t *corr;       /* int8 GEMM: (n_batch, blocks) weight offset corrections */
     int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
+    int gemm_k;          /* int8 GEMM of the K-quants (gemm_k_*.c), else of Q8_0 dots */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -248,7 +249,14 @@ static void gemm_rows(void *arg, int ith, int nth)
     split(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (j->gemm_avx512)
+    if (j->gemm_k) {
+        if (j->gemm_avx512)
+            omni_x86_gemm_k_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
+                                   j->n_batch, j->y, r0, r1);
+        else
+            omni_x86_gemm_k_avx2(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
+                                 j->n_batch, j->y, r0, r1);
+    } else if (j->gemm_avx512)
         omni_x86_gemm_q8_0_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                   j->ad, j->corr, j->n_batch, j->y, r0, r1);
     else {
@@ -281,6 +289,26 @@ static int gemm_offset(int type, int64_t n_batch, int *avx512)
     (void)n_batch;
     *avx512 = 0;
     return -1;
+#endif
+}
+
+/* Batches from GEMM_K_MIN_ROWS up to GEMM_K_MAX_ROWS (exclusive) of q4_K,
+ * q5_K and q6_K take the K-quant int8 GEMM (AVX2 or AVX-512 VNNI). */
+#define GEMM_K_MIN_ROWS OMNI_MATMUL_QUANT_MAX
+#define GEMM_K_MAX_ROWS OMNI_MATMUL_BLAS_MIN
+
+static int use_gemm_k(int type, int64_t n_batch, int *avx512)
+{
+#if defined(__x86_64__)
+    const int level = omni_cpu_level();
+    *avx512 = level >= OMNI_CPU_AVX512;
+    return n_batch >= GEMM_K_MIN_ROWS && n_batch < GEMM_K_MAX_ROWS && level >= OMNI_CPU_AVX2 &&
+           omni_x86_gemm_k_takes(type);
+#else
+    (void)type;
+    (void)n_batch;
+    *avx512 = 0;
+    return 0;
 #endif
 }
 
@@ -361,6 +389,14 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
             omni_x86_gemm_q8_0_prep(gemm_k, j.xq, j.xq_row, n_batch, n_in, j.ad, j.corr);
             tpool_run(tp, gemm_rows, &j);
         }
+#endif
+    } else if (use_gemm_k(w->type, n_batch, &j.gemm_avx512)) {
+#if defined(__x86_64__)
+        j.gemm_k = 1;
+        if (quantize_x(tp, &j, n_batch) != 0)
+            atomic_store(&j.failed, 1);
+        else
+            tpool_run(tp, gemm_rows, &j);
 #endif
     } else if (n_batch >= OMNI_MATMUL_BLAS_MIN) {
         tpool_run(tp, blas_rows, &j);

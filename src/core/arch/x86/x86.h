@@ -64,4 +64,45 @@ void omni_x86_gemm_q8_0_avx512(int wtype, const void *w, size_t w_row, int64_t n
                                const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                                int64_t n_batch, float *y, int64_t r0, int64_t r1);
 
+/* Int8 GEMM for the K-quants (q4_K, q5_K, q6_K; activations Q8_K, stride
+ * xq_row, n_batch rows): AVX2 (vpmaddubsw) and AVX-512 VNNI (vpdpbusd on
+ * 256 bits). Weights are repacked per call, one super-block of 8 rows at a
+ * time, into OMNI_X86_GEMM_K_PACK_BYTES on the stack (lane L of every
+ * register = weight row L); computes y[b][r] for r0 <= r < r1, y (n_batch,
+ * n_out). Every (weight row, activation row) pair sums its exact int32
+ * super-block dot and then takes the same float steps in the same order at
+ * both levels, so a result depends only on its two rows: not on the batch,
+ * the thread split, nor on AVX2 vs AVX-512. */
+int omni_x86_gemm_k_takes(int wtype);
+#define OMNI_X86_GEMM_K_PACK_BYTES 2368
+/* Byte offsets in a packed super-block of 8 rows; "reg" = 32 bytes, 8 int32
+ * lanes. q4_K/q5_K: QS 32 regs (reg k = dword k of each row's qs), QH 8 regs
+ * (q5_K: dword k of qh), SC 8 regs (scale j as int16 twice), MN 4 regs (mins
+ * 2p and 2p+1 as int16), D and DMIN 8 floats. q6_K: QL 32 regs, QH 16 regs,
+ * SC 16 regs (the 16-element scale s as int16 twice), SCP 8 regs (scales 2p
+ * and 2p+1), D 8 floats. */
+enum {
+    OMNI_KP_QS = 0, OMNI_KP_QH = 1024, OMNI_KP_SC = 1280, OMNI_KP_MN = 1536, OMNI_KP_D = 1664,
+    OMNI_KP_DMIN = 1696,
+    OMNI_KP6_QL = 0, OMNI_KP6_QH = 1024, OMNI_KP6_SC = 1536, OMNI_KP6_SCP = 2048, OMNI_KP6_D = 2304,
+};
+/* One super-block i of nr <= 8 weight rows (w: the first, stride w_row) in
+ * the kernels' layout (gemm_k_avx2.c); rows nr..7 zero. pk: 32-byte aligned. */
+void omni_x86_gemm_k_pack(int wtype, const uint8_t *w, size_t w_row, int nr, int64_t i, uint8_t *pk);
+/* The loop both levels share: per 8 weight rows and up to 64 activation
+ * rows, each super-block packed once, then tiles(pk, xq rows, xq_row, i,
+ * acc, n) adds super-block i of n activation rows into acc (8 floats per
+ * activation row, lane L = weight row L, 32-byte aligned). */
+typedef void (*omni_x86_gemm_k_tiles_fn)(const uint8_t *pk, const uint8_t *xq, size_t xq_row,
+                                         int64_t i, float *acc, int n);
+void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *w, size_t w_row,
+                         int64_t n_in, int64_t n_out, const void *xq, size_t xq_row, int64_t n_batch,
+                         float *y, int64_t r0, int64_t r1);
+void omni_x86_gemm_k_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                          const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
+                          int64_t r1);
+void omni_x86_gemm_k_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                            const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
+                            int64_t r1);
+
 #endif

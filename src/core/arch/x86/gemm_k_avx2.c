@@ -1,0 +1,330 @@
+/* gemm_k_avx2.c - int8 GEMM for batches of K-quant weights (q4_K, q5_K,
+ * q6_K against Q8_K activations), AVX2 (vpmaddubsw), and the weight packing
+ * that gemm_k_avx512.c's VNNI kernel shares.
+ *
+ * The per-row dots unpack every 256-element super-block again for each
+ * activation row and spend a vpmaddwd per 32 products on the sub-block
+ * scale. Here 8 weight rows are transposed per super-block into registers
+ * with one lane per row (lane L of register k = bytes 4k..4k+3 of row L), so
+ * one broadcast activation dword multiplies 8 rows, and the int16 sums of a
+ * whole sub-block take its 8 rows' scales in one vpmaddwd. The pack (about
+ * 1.7 KB) stays in L1 while every activation row passes.
+ *
+ * Summation order: per (weight row, activation row) the super-block dot is
+ * an exact int32 (the reference's sumi and summ), then one fixed float step
+ * per super-block: acc += a.d * (d * sumi - dmin * summ) for q4_K/q5_K (one
+ * FMA for the outer step, one fused multiply-subtract inside), acc +=
+ * sumi * (a.d * d) for q6_K. No lane mixes two rows, so a result depends
+ * only on its two rows, and the VNNI kernel, whose integers are the same,
+ * gives the same bits. */
+#if defined(__x86_64__)
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "x86.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#define KG_ROWS 8   /* weight rows per pack (one per lane) */
+#define KG_COLS 4   /* activation rows per register tile */
+#define KG_CHUNK 64 /* activation rows whose accumulators stay on the stack */
+
+int omni_x86_gemm_k_takes(int wtype)
+{
+    return wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
+}
+
+// ---- packing -----------------------------------------------------------------
+
+/* 8x8 transpose of 32-bit elements: v[L] dword k -> v[k] dword L. */
+static inline void transpose8_epi32(__m256i v[8])
+{
+    __m256i t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    /* u[j] (j < 4): dword j of rows 0-3 (low half: dword j, high: j + 4);
+     * u[4 + j] the same for rows 4-7 */
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+        v[j + 4] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* n_regs registers of dwords, row L's at rows[L] (NULL: zeros), transposed
+ * into out: out register k lane L = dword k of row L. n_regs % 8 == 0. */
+static void pack_dwords(const uint8_t *const rows[KG_ROWS], int n_regs, uint8_t *out)
+{
+    for (int k0 = 0; k0 < n_regs; k0 += 8) {
+        __m256i v[8];
+        for (int L = 0; L < KG_ROWS; L++)
+            v[L] = rows[L] ? _mm256_loadu_si256((const __m256i *)(rows[L] + 4 * k0))
+                           : _mm256_setzero_si256();
+        transpose8_epi32(v);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(out + 32 * (k0 + k)), v[k]);
+    }
+}
+
+/* Scale j and min j of a q4_K/q5_K block (the 12-byte layout in quant.h). */
+static inline void k4_scale_min(const uint8_t *q, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+void omni_x86_gemm_k_pack(int wtype, const uint8_t *w, size_t w_row, int nr, int64_t i, uint8_t *pk)
+{
+    const uint8_t *qs[KG_ROWS], *qh[KG_ROWS];
+    int32_t *sc32, *mn32, *scp32;
+    float *d, *dmin;
+    if (wtype == GGML_TYPE_Q6_K) {
+        for (int L = 0; L < KG_ROWS; L++) {
+            const block_q6_K *b = L < nr ? (const block_q6_K *)(w + (size_t)L * w_row) + i : NULL;
+            qs[L] = b ? b->ql : NULL;
+            qh[L] = b ? b->qh : NULL;
+        }
+        pack_dwords(qs, 32, pk + OMNI_KP6_QL);
+        pack_dwords(qh, 16, pk + OMNI_KP6_QH);
+        sc32 = (int32_t *)(pk + OMNI_KP6_SC);
+        scp32 = (int32_t *)(pk + OMNI_KP6_SCP);
+        d = (float *)(pk + OMNI_KP6_D);
+        for (int L = 0; L < KG_ROWS; L++) {
+            const block_q6_K *b = L < nr ? (const block_q6_K *)(w + (size_t)L * w_row) + i : NULL;
+            for (int s = 0; s < 16; s++) {
+                const uint32_t v = b ? (uint16_t)(int16_t)b->scales[s] : 0;
+                sc32[s * 8 + L] = (int32_t)(v | v << 16);
+            }
+            for (int p = 0; p < 8; p++) {
+                const uint32_t lo = b ? (uint16_t)(int16_t)b->scales[2 * p] : 0;
+                const uint32_t hi = b ? (uint16_t)(int16_t)b->scales[2 * p + 1] : 0;
+                scp32[p * 8 + L] = (int32_t)(lo | hi << 16);
+            }
+            d[L] = b ? _cvtsh_ss(b->d) : 0.0f;
+        }
+        return;
+    }
+    /* q4_K and q5_K both open with d, dmin and the 12 scale bytes */
+    const block_q4_K *hd[KG_ROWS];
+    for (int L = 0; L < KG_ROWS; L++) {
+        qs[L] = qh[L] = NULL;
+        hd[L] = NULL;
+        if (L >= nr)
+            continue;
+        if (wtype == GGML_TYPE_Q4_K) {
+            const block_q4_K *b = (const block_q4_K *)(w + (size_t)L * w_row) + i;
+            qs[L] = b->qs;
+            hd[L] = b;
+        } else {
+            const block_q5_K *b = (const block_q5_K *)(w + (size_t)L * w_row) + i;
+            qs[L] = b->qs;
+            qh[L] = b->qh;
+            hd[L] = (const block_q4_K *)b;
+        }
+    }
+    static_assert(offsetof(block_q5_K, scales) == offsetof(block_q4_K, scales), "q4_K/q5_K head");
+    pack_dwords(qs, 32, pk + OMNI_KP_QS);
+    if (wtype == GGML_TYPE_Q5_K)
+        pack_dwords(qh, 8, pk + OMNI_KP_QH);
+    sc32 = (int32_t *)(pk + OMNI_KP_SC);
+    mn32 = (int32_t *)(pk + OMNI_KP_MN);
+    d = (float *)(pk + OMNI_KP_D);
+    dmin = (float *)(pk + OMNI_KP_DMIN);
+    for (int L = 0; L < KG_ROWS; L++) {
+        int sc[8] = { 0 }, m[8] = { 0 };
+        if (hd[L])
+            for (int j = 0; j < 8; j++)
+                k4_scale_min(hd[L]->scales, j, &sc[j], &m[j]);
+        for (int j = 0; j < 8; j++)
+            sc32[j * 8 + L] = sc[j] | sc[j] << 16;
+        for (int p = 0; p < 4; p++)
+            mn32[p * 8 + L] = m[2 * p] | m[2 * p + 1] << 16;
+        d[L] = hd[L] ? _cvtsh_ss(hd[L]->d) : 0.0f;
+        dmin[L] = hd[L] ? _cvtsh_ss(hd[L]->dmin) : 0.0f;
+    }
+}
+
+// ---- AVX2 kernel -----------------------------------------------------------
+
+/* Four activation bytes as a dword broadcast to 8 lanes (memcpy: the
+ * activation rows need not be 4-byte aligned). */
+static inline __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The 5th bits of q5_K sub-block j (bit j of each qh byte) at 0x10. */
+static inline __m256i q5_hbit(__m256i qh, int j)
+{
+    const __m256i h = j < 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
+
+/* The 2 high bits of q6_K group g (bits 2g, 2g+1 of each qh byte) at 0x30. */
+static inline __m256i q6_hbits(__m256i qh, int g)
+{
+    const __m256i h = g < 2 ? _mm256_slli_epi16(qh, 4 - 2 * g) : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x30));
+}
+
+/* acc[c] (8 rows each) += super-block i of the packed rows x NC activation
+ * rows (xq: the first, stride xq_row). */
+static inline __attribute__((always_inline)) void
+k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_t i, __m256 *acc,
+       const int NC)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const block_q8_K *a[KG_COLS];
+    __m256i sumi[KG_COLS];
+    for (int c = 0; c < NC; c++) {
+        a[c] = (const block_q8_K *)(xq + (size_t)c * xq_row) + i;
+        sumi[c] = _mm256_setzero_si256();
+    }
+    if (WT == GGML_TYPE_Q6_K) {
+        const __m256i *QL = (const __m256i *)(pk + OMNI_KP6_QL), *QH = (const __m256i *)(pk + OMNI_KP6_QH);
+        const __m256i *SC = (const __m256i *)(pk + OMNI_KP6_SC);
+        for (int ch = 0; ch < 8; ch++) { /* 32 elements: 128h + 32g + l */
+            const int h = ch / 4, g = ch % 4;
+            __m256i W[8];
+            for (int k = 0; k < 8; k++) {
+                const __m256i lo = _mm256_srli_epi16(_mm256_load_si256(QL + 16 * h + 8 * (g & 1) + k), 4 * (g >> 1));
+                W[k] = _mm256_or_si256(_mm256_and_si256(lo, m4), q6_hbits(_mm256_load_si256(QH + 8 * h + k), g));
+            }
+            const __m256i s0 = _mm256_load_si256(SC + 2 * ch), s1 = _mm256_load_si256(SC + 2 * ch + 1);
+            for (int c = 0; c < NC; c++) {
+                const int8_t *q = a[c]->qs + 32 * ch;
+                /* pair sums reach 2 * 63 * 127: two of them fit int16 */
+                __m256i p[4];
+                for (int k = 0; k < 4; k++)
+                    p[k] = _mm256_add_epi16(_mm256_maddubs_epi16(W[2 * k], bcast4(q + 8 * k)),
+                                            _mm256_maddubs_epi16(W[2 * k + 1], bcast4(q + 8 * k + 4)));
+                const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(p[0], s0), _mm256_madd_epi16(p[1], s0));
+                const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(p[2], s1), _mm256_madd_epi16(p[3], s1));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(lo, hi));
+            }
+        }
+        const __m256i *SCP = (const __m256i *)(pk + OMNI_KP6_SCP);
+        const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP6_D));
+        for (int c = 0; c < NC; c++) {
+            /* the -32 offset: 32 * sum_s sc[s] * bsums[s] */
+            __m256i off = _mm256_setzero_si256();
+            for (int p = 0; p < 8; p++) {
+                int32_t bs;
+                memcpy(&bs, a[c]->bsums + 2 * p, 4);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256(SCP + p), _mm256_set1_epi32(bs)));
+            }
+            const __m256i s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off, 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(a[c]->d), D), acc[c]);
+        }
+        return;
+    }
+    const __m256i *QS = (const __m256i *)(pk + OMNI_KP_QS), *QH = (const __m256i *)(pk + OMNI_KP_QH);
+    const __m256i *SC = (const __m256i *)(pk + OMNI_KP_SC);
+    for (int j = 0; j < 8; j++) { /* sub-block j: nibbles 4 * (j & 1) of qs bytes 32 * (j / 2) + l */
+        __m256i W[8];
+        for (int k = 0; k < 8; k++) {
+            W[k] = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256(QS + 8 * (j / 2) + k), 4 * (j & 1)), m4);
+            if (WT == GGML_TYPE_Q5_K)
+                W[k] = _mm256_or_si256(W[k], q5_hbit(_mm256_load_si256(QH + k), j));
+        }
+        const __m256i sc = _mm256_load_si256(SC + j);
+        for (int c = 0; c < NC; c++) {
+            const int8_t *q = a[c]->qs + 32 * j;
+            __m256i s0 = _mm256_maddubs_epi16(W[0], bcast4(q));
+            __m256i s1 = _mm256_maddubs_epi16(W[4], bcast4(q + 16));
+            for (int k = 1; k < 4; k++) { /* two chains for the adds' latency */
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], bcast4(q + 16 + 4 * k)));
+            }
+            __m256i dot;
+            if (WT == GGML_TYPE_Q4_K) /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
+                dot = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), sc);
+            else /* q5_K: 4 of 2 * 31 * 127 */
+                dot = _mm256_add_epi32(_mm256_madd_epi16(s0, sc), _mm256_madd_epi16(s1, sc));
+            sumi[c] = _mm256_add_epi32(sumi[c], dot);
+        }
+    }
+    const __m256i *MN = (const __m256i *)(pk + OMNI_KP_MN);
+    const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP_D));
+    const __m256 DMIN = _mm256_load_ps((const float *)(pk + OMNI_KP_DMIN));
+    for (int c = 0; c < NC; c++) {
+        /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]); a pair sum fits int16 */
+        int32_t bs2[4];
+        _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[c]->bsums),
+                                                        _mm_loadu_si128((const __m128i *)(a[c]->bsums + 8))));
+        __m256i summ = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++)
+            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256(MN + p), _mm256_set1_epi32(bs2[p])));
+        const __m256 v = _mm256_fmsub_ps(D, _mm256_cvtepi32_ps(sumi[c]),
+                                         _mm256_mul_ps(DMIN, _mm256_cvtepi32_ps(summ)));
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(a[c]->d), v, acc[c]);
+    }
+}
+
+#define K_TILES(WT)                                                                              \
+    static void tiles_##WT(const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_t i,      \
+                           float *acc, int n)                                                    \
+    {                                                                                            \
+        int c = 0;                                                                               \
+        for (; c + KG_COLS <= n; c += KG_COLS)                                                   \
+            k_tile(GGML_TYPE_##WT, pk, xq + (size_t)c * xq_row, xq_row, i, (__m256 *)acc + c, KG_COLS); \
+        switch (n - c) {                                                                         \
+        case 1: k_tile(GGML_TYPE_##WT, pk, xq + (size_t)c * xq_row, xq_row, i, (__m256 *)acc + c, 1); break; \
+        case 2: k_tile(GGML_TYPE_##WT, pk, xq + (size_t)c * xq_row, xq_row, i, (__m256 *)acc + c, 2); break; \
+        case 3: k_tile(GGML_TYPE_##WT, pk, xq + (size_t)c * xq_row, xq_row, i, (__m256 *)acc + c, 3); break; \
+        default: break;                                                                          \
+        }                                                                                        \
+    }
+
+K_TILES(Q4_K)
+K_TILES(Q5_K)
+K_TILES(Q6_K)
+
+void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *w, size_t w_row,
+                         int64_t n_in, int64_t n_out, const void *xq, size_t xq_row, int64_t n_batch,
+                         float *y, int64_t r0, int64_t r1)
+{
+    _Alignas(32) uint8_t pk[OMNI_X86_GEMM_K_PACK_BYTES];
+    _Alignas(32) float acc[KG_CHUNK * KG_ROWS];
+    const int64_t nsb = n_in / QK_K;
+    for (int64_t r = r0; r < r1; r += KG_ROWS) {
+        const int nr = r1 - r < KG_ROWS ? (int)(r1 - r) : KG_ROWS;
+        /* the pack of a super-block serves up to KG_CHUNK activation rows */
+        for (int64_t c0 = 0; c0 < n_batch; c0 += KG_CHUNK) {
+            const int nc = n_batch - c0 < KG_CHUNK ? (int)(n_batch - c0) : KG_CHUNK;
+            memset(acc, 0, sizeof(float) * KG_ROWS * (size_t)nc);
+            for (int64_t i = 0; i < nsb; i++) {
+                omni_x86_gemm_k_pack(wtype, (const uint8_t *)w + (size_t)r * w_row, w_row, nr, i, pk);
+                tiles(pk, (const uint8_t *)xq + (size_t)c0 * xq_row, xq_row, i, acc, nc);
+            }
+            for (int c = 0; c < nc; c++)
+                memcpy(y + (c0 + c) * n_out + r, acc + KG_ROWS * c, sizeof(float) * (size_t)nr);
+        }
+    }
+}
+
+void omni_x86_gemm_k_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                          const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
+                          int64_t r1)
+{
+    omni_x86_gemm_k_run(wtype == GGML_TYPE_Q4_K ? tiles_Q4_K : wtype == GGML_TYPE_Q5_K ? tiles_Q5_K : tiles_Q6_K,
+                        wtype, w, w_row, n_in, n_out, xq, xq_row, n_batch, y, r0, r1);
+}
+
+#endif /* __x86_64__ */
