@@ -1,11 +1,16 @@
 /* test_anthropic.c - the Anthropic output mapping (anthropic_blocks): recorded
  * raw model outputs fed through chatout in several chunkings, as the route
  * feeds them, give the exact stream event sequence (thinking / text /
- * tool_use blocks with their deltas) and the same final content blocks. */
+ * tool_use blocks with their deltas) and the same final content blocks.
+ * And the request mapping (anthropic_to_chat) for what agent clients send:
+ * system turns mid-conversation (in place, or folded), thinking adaptive,
+ * output_config effort and format, cache_control on every kind of block,
+ * and the 400s of malformed forms. */
 #include "test.h"
 
 #include "src/api/anthropic.h"
 #include "src/api/chatout.h"
+#include "src/api/errors.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -192,5 +197,161 @@ TEST(anthropic_blocks_empty_answer)
         CHECK_EQ(cJSON_GetArraySize(c), 1);
         CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 0), "text")->valuestring, raws[i]);
         cJSON_Delete(c);
+    }
+}
+
+// ---- request mapping ----------------------------------------------------------
+
+/* The translated request of a JSON body, or NULL (e says why). */
+static cJSON *to_chat(const char *body, bool fold, int *n_system, struct api_error *e)
+{
+    cJSON *root = cJSON_Parse(body);
+    if (!root)
+        return NULL;
+    cJSON *req = anthropic_to_chat(root, fold, n_system, e);
+    cJSON_Delete(root);
+    return req;
+}
+
+static const char *msg_field(const cJSON *req, int i, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(req, "messages"), i), key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Claude Code's shape: top-level system blocks with cache_control, a user
+ * turn, a system turn after it, another user turn. In place the system turn
+ * keeps its position; folded it joins the first system message. */
+TEST(anthropic_to_chat_system_turns)
+{
+    const char *body =
+        "{\"model\":\"claude-x\",\"max_tokens\":64000,"
+        "\"system\":[{\"type\":\"text\",\"text\":\"You are an agent.\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hello\","
+        "\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]},"
+        "{\"role\":\"system\",\"content\":\"Agent types: none.\"},"
+        "{\"role\":\"user\",\"content\":\"go on\"}]}";
+    struct api_error e = { 0 };
+    int n = -1;
+    cJSON *req = to_chat(body, false, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK_EQ(n, 1);
+    CHECK_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(req, "messages")), 4);
+    CHECK_STR_EQ(msg_field(req, 0, "role"), "system");
+    CHECK_STR_EQ(msg_field(req, 0, "content"), "You are an agent.");
+    CHECK_STR_EQ(msg_field(req, 1, "content"), "hello");
+    CHECK_STR_EQ(msg_field(req, 2, "role"), "system");
+    CHECK_STR_EQ(msg_field(req, 2, "content"), "Agent types: none.");
+    CHECK_STR_EQ(msg_field(req, 3, "role"), "user");
+    cJSON_Delete(req);
+
+    req = to_chat(body, true, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK_EQ(n, 1);
+    CHECK_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(req, "messages")), 3);
+    CHECK_STR_EQ(msg_field(req, 0, "content"), "You are an agent.\n\nAgent types: none.");
+    CHECK_STR_EQ(msg_field(req, 1, "role"), "user");
+    CHECK_STR_EQ(msg_field(req, 2, "content"), "go on");
+    cJSON_Delete(req);
+
+    /* no top-level system: folding creates the system message in front */
+    req = to_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                  "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"s\"}]}]}",
+                  true, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK_STR_EQ(msg_field(req, 0, "role"), "system");
+    CHECK_STR_EQ(msg_field(req, 0, "content"), "s");
+    CHECK_STR_EQ(msg_field(req, 1, "content"), "a");
+    cJSON_Delete(req);
+}
+
+/* thinking adaptive leaves the template's default (no kwarg, no budget);
+ * output_config.effort maps to reasoning_effort unless thinking is off;
+ * output_config.format (and the beta output_format) to response_format. */
+TEST(anthropic_to_chat_thinking_and_output_config)
+{
+    struct api_error e = { 0 };
+    int n;
+    cJSON *req = to_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                         "\"thinking\":{\"type\":\"adaptive\"},\"output_config\":{\"effort\":\"max\"},"
+                         "\"context_management\":{\"edits\":[{\"type\":\"clear_thinking_20251015\",\"keep\":\"all\"}]}}",
+                         false, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK(cJSON_GetObjectItem(req, "enable_thinking") == NULL);
+    CHECK(cJSON_GetObjectItem(req, "thinking_budget") == NULL);
+    CHECK_STR_EQ(cJSON_GetObjectItem(req, "reasoning_effort")->valuestring, "high");
+    CHECK(cJSON_GetObjectItem(req, "response_format") == NULL);
+    cJSON_Delete(req);
+
+    req = to_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"thinking\":{\"type\":\"disabled\"},\"output_config\":{\"effort\":\"low\","
+                  "\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\"}}}}",
+                  false, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(req, "enable_thinking")));
+    CHECK(cJSON_GetObjectItem(req, "reasoning_effort") == NULL);
+    const cJSON *rf = cJSON_GetObjectItem(req, "response_format");
+    CHECK_STR_EQ(cJSON_GetObjectItem(rf, "type")->valuestring, "json_schema");
+    CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(rf, "json_schema"), "schema"),
+                                     "type")->valuestring, "object");
+    cJSON_Delete(req);
+
+    req = to_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"string\"}}}",
+                  false, &n, &e);
+    CHECK(req != NULL && cJSON_GetObjectItem(req, "response_format") != NULL);
+    cJSON_Delete(req);
+
+    req = to_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},\"output_config\":{\"effort\":\"medium\"}}",
+                  false, &n, &e);
+    CHECK(req != NULL);
+    if (!req)
+        return;
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(req, "enable_thinking")));
+    CHECK_EQ(cJSON_GetObjectItem(req, "thinking_budget")->valueint, 1024);
+    CHECK_STR_EQ(cJSON_GetObjectItem(req, "reasoning_effort")->valuestring, "medium");
+    cJSON_Delete(req);
+}
+
+/* Malformed forms are a 400 naming the field, never a crash. */
+TEST(anthropic_to_chat_bad_forms)
+{
+    static const struct { const char *extra, *param; } cases[] = {
+        { "\"thinking\":{\"type\":\"sometimes\"}", "thinking.type" },
+        { "\"thinking\":\"adaptive\"", "thinking" },
+        { "\"output_config\":[]", "output_config" },
+        { "\"output_config\":{\"effort\":\"extreme\"}", "output_config.effort" },
+        { "\"output_config\":{\"effort\":3}", "output_config.effort" },
+        { "\"output_config\":{\"format\":{\"type\":\"json_schema\"}}", "output_config.format" },
+        { "\"output_config\":{\"format\":{\"type\":\"xml\",\"schema\":{}}}", "output_config.format" },
+        { "\"output_format\":\"json\"", "output_format" },
+        { "\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"image\"}]}]", "messages[0].content" },
+        { "\"messages\":[{\"role\":\"system\",\"content\":7}]", "messages[0].content" },
+        { "\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]", "messages[0]" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        bool own_messages = strstr(cases[i].extra, "\"messages\"") != NULL;
+        snprintf(body, sizeof body, "{%s%s%s}",
+                 own_messages ? "" : "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]",
+                 own_messages ? "" : ",", cases[i].extra);
+        struct api_error e = { 0 };
+        int n;
+        cJSON *req = to_chat(body, false, &n, &e);
+        CHECK(req == NULL);
+        cJSON_Delete(req);
+        CHECK_EQ(e.status, 400);
+        CHECK_STR_EQ(e.param, cases[i].param);
     }
 }

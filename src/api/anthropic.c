@@ -11,9 +11,11 @@
 
 #include "src/api/api.h"
 #include "src/api/images.h"
+#include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,14 +295,17 @@ static const char *anthropic_stop_reason(const struct api_call *c, const char **
     }
 }
 
-static cJSON *anthropic_usage(const struct api_call *c, bool output_only)
+/* The same four fields in message_start, message_delta and a whole message,
+ * as the API sends them: input_tokens counts the prompt tokens not read from
+ * the prefix cache. message_start has what is known when the engine takes
+ * the request (output 0); message_delta the final counts, which the SDKs
+ * copy over the start's. */
+static cJSON *anthropic_usage(const struct api_call *c)
 {
     cJSON *u = cJSON_CreateObject();
-    if (!output_only) {
-        cJSON_AddNumberToObject(u, "input_tokens", c->prompt_tokens - c->cached_tokens);
-        cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
-        cJSON_AddNumberToObject(u, "cache_read_input_tokens", c->cached_tokens);
-    }
+    cJSON_AddNumberToObject(u, "input_tokens", c->prompt_tokens - c->cached_tokens);
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", c->cached_tokens);
     cJSON_AddNumberToObject(u, "output_tokens", c->completion_tokens);
     return u;
 }
@@ -320,15 +325,12 @@ static cJSON *anthropic_message(const struct api_call *c, bool complete)
             cJSON_AddStringToObject(m, "stop_sequence", seq);
         else
             cJSON_AddNullToObject(m, "stop_sequence");
-        cJSON_AddItemToObject(m, "usage", anthropic_usage(c, false));
+        cJSON_AddItemToObject(m, "usage", anthropic_usage(c));
     } else {
         cJSON_AddArrayToObject(m, "content");
         cJSON_AddNullToObject(m, "stop_reason");
         cJSON_AddNullToObject(m, "stop_sequence");
-        /* Before the end only the prompt side is known. */
-        cJSON *u = cJSON_AddObjectToObject(m, "usage");
-        cJSON_AddNumberToObject(u, "input_tokens", c->prompt_tokens);
-        cJSON_AddNumberToObject(u, "output_tokens", 0);
+        cJSON_AddItemToObject(m, "usage", anthropic_usage(c));
     }
     return m;
 }
@@ -399,7 +401,7 @@ static void anthropic_finish(struct api_call *c)
         cJSON_AddStringToObject(delta, "stop_sequence", seq);
     else
         cJSON_AddNullToObject(delta, "stop_sequence");
-    cJSON_AddItemToObject(md, "usage", anthropic_usage(c, true));
+    cJSON_AddItemToObject(md, "usage", anthropic_usage(c));
     anthropic_event(c, "message_delta", md);
     anthropic_event(c, "message_stop", anthropic_typed("message_stop"));
 }
@@ -634,9 +636,12 @@ static int anthropic_tool_choice(const cJSON *root, cJSON *req, struct api_error
     return 0;
 }
 
-/* thinking {type: enabled, budget_tokens} | {type: disabled}. */
-static int anthropic_thinking(const cJSON *root, cJSON *req, struct api_error *e)
+/* thinking {type: enabled, budget_tokens} | {type: disabled} | {type:
+ * adaptive}: adaptive leaves the model's own default (its template decides
+ * whether it reasons, with no budget). *off: thinking is disabled. */
+static int anthropic_thinking(const cJSON *root, cJSON *req, bool *off, struct api_error *e)
 {
+    *off = false;
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
     if (!th || cJSON_IsNull(th))
         return 0;
@@ -645,10 +650,14 @@ static int anthropic_thinking(const cJSON *root, cJSON *req, struct api_error *e
         return api_error_set(e, 400, "thinking", "thinking: must be an object with a 'type'");
     if (!strcmp(type->valuestring, "disabled")) {
         cJSON_AddBoolToObject(req, "enable_thinking", false);
+        *off = true;
         return 0;
     }
+    if (!strcmp(type->valuestring, "adaptive"))
+        return 0;
     if (strcmp(type->valuestring, "enabled") != 0)
-        return api_error_set(e, 400, "thinking.type", "thinking.type: must be enabled or disabled, got '%s'",
+        return api_error_set(e, 400, "thinking.type",
+                             "thinking.type: must be enabled, disabled or adaptive, got '%s'",
                              type->valuestring);
     const cJSON *bt = cJSON_GetObjectItemCaseSensitive(th, "budget_tokens");
     if (!cJSON_IsNumber(bt) || bt->valuedouble < 1 || bt->valuedouble > (1 << 30) ||
@@ -660,12 +669,136 @@ static int anthropic_thinking(const cJSON *root, cJSON *req, struct api_error *e
     return 0;
 }
 
+/* output_config {effort, format} (and the beta's top-level output_format):
+ * effort -> reasoning_effort (the reasoning budget of chatreq.h; "max" and
+ * "xhigh" are "high": no budget), ignored while thinking is off; format
+ * {type: json_schema, schema} -> response_format, the same grammar as the
+ * OpenAI route. Other keys (task_budget) have no meaning here. */
+static int anthropic_output_config(const cJSON *root, cJSON *req, bool thinking_off,
+                                   struct api_error *e)
+{
+    static const char *const efforts[][2] = {
+        { "low", "low" }, { "medium", "medium" }, { "high", "high" }, { "xhigh", "high" },
+        { "max", "high" },
+    };
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(root, "output_config");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "output_format");
+    const char *fname = "output_format";
+    if (oc && !cJSON_IsNull(oc)) {
+        if (!cJSON_IsObject(oc))
+            return api_error_set(e, 400, "output_config", "output_config: must be an object");
+        const cJSON *ef = cJSON_GetObjectItemCaseSensitive(oc, "effort");
+        if (ef && !cJSON_IsNull(ef)) {
+            size_t k = 0, n = sizeof efforts / sizeof efforts[0];
+            while (k < n && !(cJSON_IsString(ef) && !strcmp(ef->valuestring, efforts[k][0])))
+                k++;
+            if (k == n)
+                return api_error_set(e, 400, "output_config.effort",
+                                     "output_config.effort: must be low, medium, high, xhigh or max");
+            if (!thinking_off)
+                cJSON_AddStringToObject(req, "reasoning_effort", efforts[k][1]);
+        }
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(oc, "format");
+        if (f && !cJSON_IsNull(f)) {
+            format = f;
+            fname = "output_config.format";
+        }
+    }
+    if (!format || cJSON_IsNull(format))
+        return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(format, "schema");
+    if (!cJSON_IsObject(format) || !cJSON_IsString(type) || strcmp(type->valuestring, "json_schema") ||
+        !cJSON_IsObject(schema))
+        return api_error_set(e, 400, fname, "%s: must be {\"type\": \"json_schema\", \"schema\": {...}}",
+                             fname);
+    cJSON *rf = cJSON_AddObjectToObject(req, "response_format");
+    cJSON_AddStringToObject(rf, "type", "json_schema");
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    cJSON_AddStringToObject(js, "name", "output");
+    cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(schema, true));
+    return 0;
+}
+
+/* Top-level fields this route reads; others (context_management, metadata,
+ * service_tier, container, mcp_servers, speed, ...) are ignored, and each
+ * name is logged once per process so that an operator sees what a client
+ * asked for without a line per request. */
+static const char *const anthropic_known[] = {
+    "model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature",
+    "top_p", "top_k", "tools", "tool_choice", "thinking", "output_config", "output_format",
+    "timeout",
+};
+#define ANTHROPIC_MAX_LOGGED 64
+
+static void anthropic_log_unknown(const cJSON *root)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char logged[ANTHROPIC_MAX_LOGGED][48];   /* {lock} */
+    static int n_logged;                            /* {lock} */
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        bool known = false;
+        for (size_t k = 0; k < sizeof anthropic_known / sizeof anthropic_known[0] && !known; k++)
+            known = !strcmp(f->string, anthropic_known[k]);
+        if (known)
+            continue;
+        pthread_mutex_lock(&lock);
+        bool seen = false;
+        for (int k = 0; k < n_logged && !seen; k++)
+            seen = !strncmp(logged[k], f->string, sizeof logged[k] - 1);
+        if (!seen && n_logged < ANTHROPIC_MAX_LOGGED) {
+            snprintf(logged[n_logged++], sizeof logged[0], "%s", f->string);
+            OMNI_INFO("anthropic: ignoring the field '%.47s' of /v1/messages (logged once)",
+                      f->string);
+        }
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+/* A system message's text at its place (a mid-conversation system turn),
+ * or with fold appended to the first system message, created at the front
+ * when there is none - for templates that raise on a system turn after the
+ * first message. */
+static int anthropic_system(cJSON *msgs, const cJSON *content, const char *field, bool fold,
+                            struct api_error *e)
+{
+    char *text = NULL;
+    if (apireq_text_content(content, field, &text, e) < 0)
+        return -1;
+    cJSON *first = cJSON_GetArrayItem(msgs, 0);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(first, "role");
+    if (!fold || !first) {
+        anthropic_chat_message(msgs, "system", text);
+    } else if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) {
+        const char *old = cJSON_GetObjectItemCaseSensitive(first, "content")->valuestring;
+        size_t n = strlen(old) + strlen(text) + 3;
+        char *joined = malloc(n);
+        if (!joined) {
+            free(text);
+            return api_error_set(e, 500, NULL, "out of memory");
+        }
+        snprintf(joined, n, "%s%s%s", old, *old ? "\n\n" : "", text);
+        cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(joined));
+        free(joined);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "role", "system");
+        cJSON_AddStringToObject(o, "content", text);
+        cJSON_InsertItemInArray(msgs, 0, o);
+    }
+    free(text);
+    return 0;
+}
+
 /* The request in the OpenAI shape chatreq.h takes; NULL with a 400 naming
- * the field. */
-static cJSON *anthropic_chat_request(const cJSON *root, struct api_error *e)
+ * the field. System turns inside messages stay in place unless fold;
+ * *n_system counts them. */
+cJSON *anthropic_to_chat(const cJSON *root, bool fold, int *n_system, struct api_error *e)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON *msgs = cJSON_AddArrayToObject(req, "messages");
+    *n_system = 0;
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(root, "system");
     if (sys && !cJSON_IsNull(sys)) {
         char *text = NULL;
@@ -686,13 +819,20 @@ static cJSON *anthropic_chat_request(const cJSON *root, struct api_error *e)
         snprintf(field, sizeof field, "messages[%d]", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role) ||
-            (strcmp(role->valuestring, "user") != 0 && strcmp(role->valuestring, "assistant") != 0)) {
-            api_error_set(e, 400, field, "%s.role: must be \"user\" or \"assistant\"", field);
+            (strcmp(role->valuestring, "user") != 0 && strcmp(role->valuestring, "assistant") != 0 &&
+             strcmp(role->valuestring, "system") != 0)) {
+            api_error_set(e, 400, field, "%s.role: must be \"user\", \"assistant\" or \"system\"", field);
             goto fail;
         }
         bool user = !strcmp(role->valuestring, "user");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (cJSON_IsString(content)) {
+        if (!strcmp(role->valuestring, "system")) {
+            char cf[80];
+            snprintf(cf, sizeof cf, "%s.content", field);
+            if (anthropic_system(msgs, content, cf, fold, e) < 0)
+                goto fail;
+            (*n_system)++;
+        } else if (cJSON_IsString(content)) {
             anthropic_chat_message(msgs, user ? "user" : "assistant", content->valuestring);
         } else if (cJSON_IsArray(content)) {
             if (anthropic_blocks_of(content, user, i, msgs, e) < 0)
@@ -703,8 +843,10 @@ static cJSON *anthropic_chat_request(const cJSON *root, struct api_error *e)
         }
         i++;
     }
+    bool thinking_off;
     if (anthropic_tools(root, req, e) < 0 || anthropic_tool_choice(root, req, e) < 0 ||
-        anthropic_thinking(root, req, e) < 0)
+        anthropic_thinking(root, req, &thinking_off, e) < 0 ||
+        anthropic_output_config(root, req, thinking_off, e) < 0)
         goto fail;
     return req;
 fail:
@@ -712,21 +854,19 @@ fail:
     return NULL;
 }
 
-/* Common front: model ready, JSON, model id, and (req not NULL) the
- * request translated into the OpenAI shape. */
+/* Common front: model ready, JSON, model id (unknown fields logged). */
 static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_model **m,
-                              cJSON **req, struct api_error *e)
+                              struct api_error *e)
 {
-    if (req)
-        *req = NULL;
     if (!(*m = api_model_or_503(a, r, API_ANTHROPIC)))
         return NULL;
     size_t len;
     const char *body = ws_req_body(r, &len);
     cJSON *root = apireq_parse(body, len, e);
     const char *model = NULL;
-    if (root && apireq_string(root, "model", &model, e) >= 0 && api_check_model(a, model, e) >= 0 &&
-        (!req || (*req = anthropic_chat_request(root, e))))
+    if (root)
+        anthropic_log_unknown(root);
+    if (root && apireq_string(root, "model", &model, e) >= 0 && api_check_model(a, model, e) >= 0)
         return root;
     api_respond_error(r, API_ANTHROPIC, e);
     cJSON_Delete(root);
@@ -734,6 +874,31 @@ static cJSON *anthropic_begin(struct api *a, struct ws_req *r, const struct api_
 }
 
 static void anthropic_blocks_free_cb(void *b) { anthropic_blocks_free(b); }
+
+/* Translate and render (g NULL: render only, as count_tokens does; else
+ * chatreq_build). System turns after the first message stay in place where
+ * the template takes them; a template that raises on them (Gemma's and
+ * Mistral's insist on alternating user/assistant turns) gets them folded
+ * into the system prompt instead. cr is set either way (chatreq_free). */
+static int anthropic_build(const struct api_model *m, const cJSON *root, const struct apireq_gen *g,
+                           struct chatreq *cr, struct api_error *e)
+{
+    int n_system, rc = -1;
+    *cr = (struct chatreq){ .reasoning_budget = -1 };
+    for (int fold = 0; fold < 2; fold++) {
+        cJSON *req = anthropic_to_chat(root, fold, &n_system, e);
+        if (!req)
+            return -1;
+        chatreq_free(cr);
+        rc = g ? chatreq_build(m, req, g, cr, e) : chatreq_render(m, req, cr, e);
+        cJSON_Delete(req);
+        /* only a refusal by the template itself is worth the second try */
+        if (rc >= 0 || !n_system || e->status != 400 || strcmp(e->param, "messages") ||
+            !strstr(e->message, "chat template"))
+            break;
+    }
+    return rc;
+}
 
 /* The request past its images (the handler's thread, or a vision worker's
  * with r NULL; image blocks are image markers by now): translate, render,
@@ -743,9 +908,8 @@ static int anthropic_then(struct api_call *c, struct ws_req *r, cJSON *root,
 {
     const struct api_model *m = api_model(c->api);
     struct chatreq cr = { .reasoning_budget = -1 };
-    cJSON *req = anthropic_chat_request(root, e);
     int rc = -1;
-    if (req && chatreq_build(m, req, g, &cr, e) >= 0) {
+    if (anthropic_build(m, root, g, &cr, e) >= 0) {
         c->prompt_tokens = cr.n_ids;   /* message_start reports it before the engine does */
         struct engine_request rq = engine_default_request();
         rq.model = m->index;
@@ -761,7 +925,6 @@ static int anthropic_then(struct api_call *c, struct ws_req *r, cJSON *root,
         }
     }
     chatreq_free(&cr);
-    cJSON_Delete(req);
     return rc;
 }
 
@@ -772,7 +935,7 @@ void anthropic_messages(struct api *a, struct ws_req *r, const char *arg)
     struct apireq_gen g;
     apireq_gen_init(&g);
     const struct api_model *m;
-    cJSON *root = anthropic_begin(a, r, &m, NULL, &e);
+    cJSON *root = anthropic_begin(a, r, &m, &e);
     if (!root)
         goto out;
     if (apireq_sampling(root, API_ANTHROPIC, false, m->n_vocab, &g, &e) < 0)
@@ -811,11 +974,10 @@ void anthropic_count_tokens(struct api *a, struct ws_req *r, const char *arg)
     struct api_error e;
     const struct api_model *m;
     struct chatreq cr;
-    cJSON *req;
-    cJSON *root = anthropic_begin(a, r, &m, &req, &e);
+    cJSON *root = anthropic_begin(a, r, &m, &e);
     if (!root)
         return;
-    if (chatreq_render(m, req, &cr, &e) < 0) {
+    if (anthropic_build(m, root, NULL, &cr, &e) < 0) {
         api_respond_error(r, API_ANTHROPIC, &e);
     } else {
         cJSON *o = cJSON_CreateObject();
@@ -823,6 +985,5 @@ void anthropic_count_tokens(struct api *a, struct ws_req *r, const char *arg)
         api_respond_json(r, 200, o);
     }
     chatreq_free(&cr);
-    cJSON_Delete(req);
     cJSON_Delete(root);
 }

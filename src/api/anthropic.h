@@ -26,6 +26,16 @@ struct chatout_delta;
 void anthropic_messages(struct api *a, struct ws_req *r, const char *arg);
 void anthropic_count_tokens(struct api *a, struct ws_req *r, const char *arg);
 
+/* The /v1/messages body root as the OpenAI-shaped request chatreq.h takes
+ * (messages with system/tool turns, tools, tool_choice, parallel_tool_calls,
+ * enable_thinking/thinking_budget, reasoning_effort, response_format). System
+ * turns inside messages stay in place, or with fold are appended to the
+ * first system message; *n_system counts them. NULL with a 400 naming the
+ * field. Caller frees with cJSON_Delete. */
+struct api_error;
+struct cJSON *anthropic_to_chat(const struct cJSON *root, bool fold, int *n_system,
+                                struct api_error *e);
+
 /* A stream event: name ("content_block_start", ...) and its data, which the
  * callee owns. */
 typedef void (*anthropic_event_fn)(void *user, const char *name, struct cJSON *data);

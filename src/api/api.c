@@ -123,6 +123,7 @@ void api_set_engine(struct api *a, struct engine *e, int model)
         .gguf = llm_model_gguf(m),
         .tools_fmt = tools_format_detect(tz),
         .rfmt = reasoning_format_detect(tz),
+        .max_tokens_reject = a->p.max_tokens_reject,
     };
     /* Harmony's tool messages come out of the reasoning splitter as hermes calls. */
     if (a->model.rfmt == REASONING_HARMONY)
@@ -237,11 +238,15 @@ const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum a
     if (st == API_READY)
         return &a->model;
     struct api_error e;
-    if (st == API_LOADING)
+    if (st == API_LOADING) {
         api_error_set(&e, 503, NULL, "the model is still loading; retry in a moment");
-    else
-        api_error_set(&e, 503, NULL, "no model is loaded: %s", a->unavailable_why);
-    ws_req_add_header(r, "retry-after", "5");
+        ws_req_add_header(r, "retry-after", "5");
+    } else {
+        /* Not 503: SDKs retry those for seconds, and no model will come
+         * until the server restarts. */
+        api_error_set(&e, 404, "model", "no model is loaded: %s", a->unavailable_why);
+        e.code = "model_not_found";
+    }
     api_respond_error(r, f, &e);
     return NULL;
 }
@@ -333,10 +338,11 @@ out:
 int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
                       struct api_error *e)
 {
-    long want = (long)n_prompt + (g->max_tokens_set ? g->max_tokens : 1);
+    bool strict = g->max_tokens_set && m->max_tokens_reject;
+    long want = (long)n_prompt + (strict ? g->max_tokens : 1);
     if (want <= m->n_ctx)
         return 0;
-    if (g->max_tokens_set)
+    if (strict)
         api_error_set(e, 400, "max_tokens",
                       "This model's maximum context length is %d tokens. However, you requested "
                       "%ld tokens (%d in the prompt, %d for the completion). Please reduce the "

@@ -55,6 +55,7 @@ struct api_params {
     const char *reasoning_format;  /* reasoning_format name; NULL: from the chat template */
     int responses_store_max;       /* stored Responses API answers (0: none are kept) */
     size_t responses_store_bytes;  /* and their total size */
+    bool max_tokens_reject;        /* max_tokens past the context -> 400 (else clamped) */
 };
 struct api_params api_default_params(void);
 
@@ -65,7 +66,8 @@ void api_free(struct api *a);
 /* The model is loaded and the engine started: generation routes work and
  * /health answers 200. The api borrows e until api_free. */
 void api_set_engine(struct api *a, struct engine *e, int model);
-/* No model will come: generation routes answer 503 with why (copied). */
+/* No model will come: generation routes answer 404 model_not_found with why
+ * (copied) - a condition that retrying does not change. */
 void api_set_unavailable(struct api *a, const char *why);
 
 /* The speech service (serve --stt-model) for the audio and realtime routes;
@@ -114,6 +116,7 @@ struct api_model {
     enum tools_format tools_fmt;   /* how the model writes tool calls */
     enum reasoning_format rfmt;    /* how it marks reasoning */
     bool special_markup;           /* its tool/reasoning markers are control tokens to keep */
+    bool max_tokens_reject;        /* api_params.max_tokens_reject */
 };
 
 /* The model, or NULL while none is ready (no response is sent). */
@@ -121,7 +124,8 @@ const struct api_model *api_model(struct api *a);
 const char *api_served_name(const struct api *a);
 /* The API key check of a request (true when no key is configured). */
 bool api_key_ok(struct api *a, struct ws_req *r);
-/* The model, or NULL after answering 503 in flavor f (loading / unavailable). */
+/* The model, or NULL after answering in flavor f: 503 + Retry-After while it
+ * loads, 404 model_not_found when none will come. */
 const struct api_model *api_model_or_503(struct api *a, struct ws_req *r, enum api_flavor f);
 /* The "model" field against the served name: 0, or -1 with a 404 when
  * --strict-model-id is on and the name is unknown. NULL/absent is fine. */
@@ -146,8 +150,11 @@ int api_tokenize(const struct tokenizer *tok, const char *text, int flags, int32
 int api_chat_prompt_json(const struct api_model *m, const struct cJSON *messages,
                          const struct cJSON *tools, const struct cJSON *kwargs, int32_t **ids,
                          int *n, char **text, struct api_error *e);
-/* 400 "context_length_exceeded" naming both numbers when the prompt (plus
- * max_tokens when set) does not fit the model's context. */
+/* 400 "context_length_exceeded" naming both numbers when the prompt leaves
+ * no room for the completion, or (max_tokens_reject) when prompt plus
+ * max_tokens does not fit. Otherwise max_tokens past the context is clamped:
+ * the engine ends the answer at the context's end (finish "length"), as
+ * llama.cpp's server does. */
 int api_check_context(const struct api_model *m, int n_prompt, const struct apireq_gen *g,
                       struct api_error *e);
 

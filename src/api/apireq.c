@@ -237,6 +237,84 @@ static int apireq_logit_bias(const cJSON *root, int n_vocab, struct apireq_gen *
     return 0;
 }
 
+// ---- server-wide defaults (serve --logit-bias) ------------------------------------
+
+/* Set once before the server runs; read-only while it serves. */
+static struct sampler_logit_bias *apireq_default_bias;
+static int apireq_n_default_bias;
+
+int apireq_set_default_bias(const char *spec, char *err, size_t errlen)
+{
+    free(apireq_default_bias);
+    apireq_default_bias = NULL;
+    apireq_n_default_bias = 0;
+    if (!spec || !*spec)
+        return 0;
+    int cap = 1;
+    for (const char *p = spec; *p; p++)
+        cap += *p == ',';
+    struct sampler_logit_bias *b = calloc((size_t)cap, sizeof *b);
+    if (!b)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "--logit-bias: out of memory");
+    int n = 0;
+    for (const char *p = spec; *p;) {
+        /* ID+BIAS or ID-BIAS (llama.cpp's -l form); "-inf" bans the token */
+        char *end;
+        long id = strtol(p, &end, 10);
+        double v = 0;
+        if (end == p || id < 0 || id > INT32_MAX || (*end != '+' && *end != '-'))
+            goto bad;
+        const char *q = end;
+        if (!strncmp(q + 1, "inf", 3)) {
+            v = *q == '-' ? -INFINITY : 100;
+            end = (char *)q + 4;
+        } else {
+            v = strtod(q, &end);
+            if (end == q + 1 || !isfinite(v) || v < -100 || v > 100)
+                goto bad;
+        }
+        if (*end && *end != ',')
+            goto bad;
+        b[n].token = (int32_t)id;
+        b[n].bias = v <= -100 ? -INFINITY : (float)v;
+        n++;
+        p = *end ? end + 1 : end;
+        continue;
+    bad:
+        free(b);
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "--logit-bias: '%.60s' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS "
+                         "(BIAS in -100..100 or inf), comma-separated", p);
+    }
+    apireq_default_bias = b;
+    apireq_n_default_bias = n;
+    return 0;
+}
+
+/* The server's default biases after the request's own (which win for the
+ * same token); ids past this model's vocabulary are skipped. */
+static int apireq_add_default_bias(struct apireq_gen *g, int n_vocab, struct api_error *e)
+{
+    if (!apireq_n_default_bias)
+        return 0;
+    int n = g->sp.n_logit_bias;
+    struct sampler_logit_bias *nb = realloc(g->bias, (size_t)(n + apireq_n_default_bias) * sizeof *nb);
+    if (!nb)
+        return api_error_set(e, 500, NULL, "out of memory");
+    g->bias = nb;
+    for (int i = 0; i < apireq_n_default_bias; i++) {
+        const struct sampler_logit_bias *d = &apireq_default_bias[i];
+        bool given = false;
+        for (int k = 0; k < g->sp.n_logit_bias; k++)
+            given |= nb[k].token == d->token;
+        if (!given && (n_vocab <= 0 || d->token < n_vocab))
+            nb[n++] = *d;
+    }
+    g->sp.logit_bias = nb;
+    g->sp.n_logit_bias = n;
+    return 0;
+}
+
 int apireq_sampling(const cJSON *root, enum api_flavor f, bool completions, int n_vocab,
                     struct apireq_gen *g, struct api_error *e)
 {
@@ -264,7 +342,9 @@ int apireq_sampling(const cJSON *root, enum api_flavor f, bool completions, int 
             return api_error_set(e, 400, "max_tokens", "'max_tokens' is required");
         g->max_tokens = (int)l;
         g->max_tokens_set = true;
-        return apireq_stops(root, "stop_sequences", false, g, e);
+        if (apireq_stops(root, "stop_sequences", false, g, e) < 0)
+            return -1;
+        return apireq_add_default_bias(g, n_vocab, e);
     }
 
     if ((r = apireq_number(root, "min_p", 0, 1, &d, e)) < 0) return -1;
@@ -284,12 +364,14 @@ int apireq_sampling(const cJSON *root, enum api_flavor f, bool completions, int 
     if ((r = apireq_int(root, "n", 1, APIREQ_MAX_N, &l, e)) < 0) return -1;
     if (r) g->n = (int)l;
     const char *mt = completions ? "max_tokens" : "max_completion_tokens";
-    if ((r = apireq_int(root, mt, 0, 1L << 30, &l, e)) < 0) return -1;
-    if (r == 0 && !completions && (r = apireq_int(root, "max_tokens", 0, 1L << 30, &l, e)) < 0)
+    /* 0 would be a request for nothing (llama.cpp and vLLM refuse it too);
+     * absent means up to the end of the context. */
+    if ((r = apireq_int(root, mt, 1, 1L << 30, &l, e)) < 0) return -1;
+    if (r == 0 && !completions && (r = apireq_int(root, "max_tokens", 1, 1L << 30, &l, e)) < 0)
         return -1;
     if (r) {
         g->max_tokens = (int)l;
-        g->max_tokens_set = l > 0;
+        g->max_tokens_set = true;
     }
     if (completions) {
         /* The legacy route: "logprobs" is how many alternatives to list. */
@@ -325,9 +407,9 @@ int apireq_sampling(const cJSON *root, enum api_flavor f, bool completions, int 
     const char *user;
     if (apireq_string(root, "user", &user, e) < 0)
         return -1;
-    if (apireq_stops(root, "stop", true, g, e) < 0)
+    if (apireq_stops(root, "stop", true, g, e) < 0 || apireq_logit_bias(root, n_vocab, g, e) < 0)
         return -1;
-    return apireq_logit_bias(root, n_vocab, g, e);
+    return apireq_add_default_bias(g, n_vocab, e);
 }
 
 int apireq_text_content(const cJSON *content, const char *field, char **out, struct api_error *e)

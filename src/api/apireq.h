@@ -72,6 +72,13 @@ void apireq_gen_free(struct apireq_gen *g);
 int apireq_sampling(const struct cJSON *root, enum api_flavor f, bool completions, int n_vocab,
                     struct apireq_gen *g, struct api_error *e);
 
+/* Server-wide logit biases added to every generation request that does not
+ * bias the same token itself (serve --logit-bias, llama.cpp's -l): spec is
+ * "ID+BIAS,ID-BIAS,..." (BIAS in -100..100; "ID-inf" bans). Call once
+ * before serving (not thread-safe); NULL or "" clears. 0, or an omni_err
+ * with the reason in err. */
+int apireq_set_default_bias(const char *spec, char *err, size_t errlen);
+
 /* Message content as one string: a string, or an array of {"type":"text",
  * "text":...} parts joined with newlines; null gives "". field names the
  * content in errors ("messages[2].content"). *out is malloc'd. */

@@ -3,7 +3,7 @@
  * thread loads the model and starts the engine, then hands it to the API.
  * A hub model (-m hf://REPO/FILE, --hf-repo/--hf-file) is fetched into the
  * model cache first; when that fails the server keeps running without a
- * model and says why (503 on generation routes).
+ * model and says why (404 model_not_found on generation routes).
  * SIGINT/SIGTERM start a graceful shutdown: /health answers 503 (draining),
  * new generation requests 503, requests in flight get --shutdown-timeout
  * seconds to finish; the process exits 0 after it. A second signal ends the
@@ -42,6 +42,8 @@ struct serve_opts {
     const char *served_name;
     const char *api_key;
     bool strict_model_id;
+    bool max_tokens_reject;       /* --max-tokens-policy reject */
+    const char *logit_bias;       /* --logit-bias ID+BIAS,...: default for every request */
     const char *tool_parser;      /* --tool-parser NAME, or NULL */
     int responses_store;          /* --responses-store N */
     long responses_store_mb;      /* --responses-store-mb MB */
@@ -121,7 +123,7 @@ static void serve_usage(FILE *f)
     fprintf(f,
             "usage: omniserve serve -m FILE.gguf [options]\n"
             "  -m, --model FILE           GGUF language model (without it the server starts and\n"
-            "                             answers generation routes with 503); hf://REPO/FILE\n"
+            "                             answers generation routes with 404); hf://REPO/FILE\n"
             "                             fetches it from Hugging Face into ~/.cache/omniserve\n"
             "  --hf-repo REPO             a hub model: owner/name ($HF_ENDPOINT, $HF_TOKEN)\n"
             "  --hf-file FILE             its GGUF file (default: its only or its Q4_K_M GGUF)\n"
@@ -142,6 +144,10 @@ static void serve_usage(FILE *f)
             "                             previous_response_id, least recently used out\n"
             "                             first (default 1024; 0 keeps none)\n"
             "  --responses-store-mb MB    and at most this much of them (default 64)\n"
+            "  --max-tokens-policy P      max_tokens past the context: clamp (default: the answer\n"
+            "                             ends at the context's end) or reject (400)\n"
+            "  --logit-bias ID+B,ID-B     default logit biases for every request (B in -100..100,\n"
+            "                             ID-inf bans); a request's own logit_bias wins per token\n"
             "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
             "                             deepseek, functionary, granite, gemma, pythonic, none\n"
             "                             (default: from the chat template)\n"
@@ -252,6 +258,15 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->responses_store = (int)n;
         } else if (!strcmp(a, "--responses-store-mb"))
             rc = cli_long("serve", a, v, 1, 1 << 20, &o->responses_store_mb);
+        else if (!strcmp(a, "--logit-bias"))
+            o->logit_bias = v;
+        else if (!strcmp(a, "--max-tokens-policy")) {
+            if (strcmp(v, "clamp") && strcmp(v, "reject")) {
+                fprintf(stderr, "serve: --max-tokens-policy: clamp or reject, got '%s'\n", v);
+                rc = -1;
+            }
+            o->max_tokens_reject = !strcmp(v, "reject");
+        }
         else if (!strcmp(a, "--port")) {
             rc = cli_long("serve", a, v, 1, 65535, &n);
             o->wp.port = (int)n;
@@ -391,7 +406,7 @@ static int serve_cancel_download(void *user)
 
 /* Fetch the hub model into the cache; its path into path. On failure the
  * server stays up without a model and says so in one paragraph (on stderr
- * and in every 503). */
+ * and in every 404). */
 static int serve_fetch(struct serve_loader *L, char *path, size_t cap)
 {
     char repo[512], file[1024], err[1024];
@@ -416,7 +431,7 @@ static int serve_fetch(struct serve_loader *L, char *path, size_t cap)
     snprintf(why, sizeof why,
              "could not download the model %.200s%s%.200s from %.200s (%.600s). The server "
              "runs without it: /health, /metrics and /v1/models answer, generation routes "
-             "return 503. To serve a local GGUF, restart with 'omniserve serve -m "
+             "return 404 model_not_found. To serve a local GGUF, restart with 'omniserve serve -m "
              "path/to/model.gguf' (or 'make run MODEL=path/to/model.gguf'). To get this one, "
              "check the network (HF_ENDPOINT names a mirror, HF_TOKEN a token for gated repos) "
              "and restart, or run 'omniserve pull %.200s%s%.200s'; downloads resume.",
@@ -507,6 +522,11 @@ int cli_serve(int argc, char **argv)
     ap.strict_model_id = o.strict_model_id;
     ap.responses_store_max = o.responses_store;
     ap.responses_store_bytes = (size_t)o.responses_store_mb << 20;
+    ap.max_tokens_reject = o.max_tokens_reject;
+    if (apireq_set_default_bias(o.logit_bias, err, sizeof err) < 0) {
+        fprintf(stderr, "serve: %s\n", err);
+        return 2;
+    }
     ap.tool_parser = o.tool_parser;
     ap.reasoning_format = o.reasoning_format;
     ap.version = OMNI_VERSION;
@@ -638,5 +658,6 @@ int cli_serve(int argc, char **argv)
     serve_vision_free(&vis);
     compute_free(budget);         /* every client is gone; also clears the default */
     llm_model_free(L.model);
+    apireq_set_default_bias(NULL, err, sizeof err);
     return L.failed ? 1 : 0;
 }

@@ -126,17 +126,22 @@ test('keep-alive comments while a stream waits in the queue', { skip }, async ()
   }
 });
 
-test('without a model: health, metrics and models work, generation is 503', { skip: modelSkip.includes('not built') ? modelSkip : false }, async () => {
+test('without a model: health, metrics and models work, generation is 404 model_not_found (not retried)', { skip: modelSkip.includes('not built') ? modelSkip : false }, async () => {
   const srv = await startServer([], { model: null });
   try {
     const h = await (await fetch(`${srv.url}/health`)).json();
     assert.equal(h.status, 'no_model');
     assert.match(h.message, /-m FILE.gguf/);
     assert.deepEqual((await openai(srv).models.list()).data, []);
-    await assert.rejects(openai(srv).chat.completions.create({ model: 'x', messages: say }), (e) => e.status === 503 && /no model/.test(e.message));
+    // A 503 would be retried by the SDKs (seconds of backoff) for a
+    // condition that lasts until a restart: 404 model_not_found is final.
+    const t0 = Date.now();
+    await assert.rejects(openai(srv).chat.completions.create({ model: 'x', messages: say }), (e) => e.status === 404 && e.code === 'model_not_found' && /no model/.test(e.message));
+    assert.ok(Date.now() - t0 < 5000, 'the SDK did not retry');
     const a = await fetch(`${srv.url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
-    assert.equal(a.status, 503);
-    assert.equal((await a.json()).error.type, 'overloaded_error');
+    assert.equal(a.status, 404);
+    assert.equal(a.headers.get('retry-after'), null);
+    assert.equal((await a.json()).error.type, 'not_found_error');
     assert.match(await (await fetch(`${srv.url}/metrics`)).text(), /omniserve_build_info/);
   } finally {
     const { code } = await srv.stop();

@@ -202,8 +202,8 @@ PY
     serve_check "http://127.0.0.1:1" "$D/cache"  # cached: no network needed
     grep -q '"status": "ok"' "$D/serve.out" || { fail "make run from the cache"; cat "$D/serve.log"; }
     serve_check "http://127.0.0.1:1" "$D/empty-cache"
-    grep -q '"status": "no_model"' "$D/serve.out" && grep -q '^503 .*could not download' "$D/serve.out" \
-        || { fail "make run without network: health/503"; cat "$D/serve.out"; }
+    grep -q '"status": "no_model"' "$D/serve.out" && grep -q '^404 .*could not download' "$D/serve.out" \
+        || { fail "make run without network: health/404"; cat "$D/serve.out"; }
     grep -q "omniserve serve -m path/to/model.gguf" "$D/serve.log" \
         || { fail "make run without network: no explanation"; cat "$D/serve.log"; }
 else
