@@ -39,6 +39,8 @@ struct grammar {
     struct byteset *sets;    /* [n_sets] */
     int n_sets;
     int root;
+    int32_t *minrest;        /* [n_el] fewest bytes from element i to the end of its
+                                alternative (GRAMMAR_NO_END: none), for closing masks */
 };
 
 // ---- parsing ----------------------------------------------------------------
@@ -1007,6 +1009,138 @@ static int check_left_recursion(struct parser *p, const struct grammar *g)
     return rc;
 }
 
+/* Saturating length arithmetic: GRAMMAR_NO_END stands for "no finite way". */
+static int32_t len_add(int64_t a, int64_t b)
+{
+    const int64_t s = a + b;
+    return s >= GRAMMAR_NO_END ? GRAMMAR_NO_END : (int32_t)s;
+}
+
+static bool set_empty(const struct byteset *b)
+{
+    for (int i = 0; i < 8; i++)
+        if (b->w[i])
+            return false;
+    return true;
+}
+
+/* The fewest bytes every rule can produce, then g->minrest for every
+ * element: what closing masks steer by. Knuth's generalisation of Dijkstra
+ * to grammars: an alternative's length is known once all the rules it calls
+ * are, and rules are finished shortest first from a heap, so the work is
+ * O(elements log alternatives) even for deep recursive grammars (a fixpoint
+ * that re-scans every rule is quadratic). Rules without a finite expansion
+ * keep GRAMMAR_NO_END. */
+static int grammar_min_lengths(struct grammar *g)
+{
+    const int n = g->n_rules, n_alt = g->rule_alt[n];
+    int32_t *minlen = malloc(((size_t)n + 1) * sizeof *minlen);
+    bool *done = calloc((size_t)n + 1, sizeof *done);
+    int32_t *left = malloc(((size_t)n_alt + 1) * sizeof *left);      /* calls not yet known */
+    int32_t *sum = malloc(((size_t)n_alt + 1) * sizeof *sum);        /* bytes + known calls */
+    int32_t *alt_rule = malloc(((size_t)n_alt + 1) * sizeof *alt_rule);
+    int32_t *occ_start = calloc((size_t)n + 2, sizeof *occ_start);   /* alternatives calling r */
+    int32_t *occ = NULL;
+    struct hitem { int32_t len, rule; } *heap = malloc(((size_t)n_alt + 1) * sizeof *heap);
+    int nh = 0, rc = -1;
+    g->minrest = malloc(((size_t)g->n_el + 1) * sizeof *g->minrest);
+    if (!minlen || !done || !left || !sum || !alt_rule || !occ_start || !heap || !g->minrest)
+        goto out;
+    size_t n_occ = 0;
+    for (int r = 0; r < n; r++) {
+        minlen[r] = GRAMMAR_NO_END;
+        for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+            alt_rule[a] = r;
+            left[a] = sum[a] = 0;
+            for (const int32_t *e = g->el + g->alt[a]; EL_KIND(*e) != E_END; e++) {
+                if (EL_KIND(*e) == E_REF) {
+                    left[a]++;
+                    occ_start[EL_VAL(*e) + 1]++;
+                    n_occ++;
+                } else {
+                    sum[a] = len_add(sum[a], set_empty(&g->sets[EL_VAL(*e)]) ? GRAMMAR_NO_END : 1);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < n; r++)
+        occ_start[r + 1] += occ_start[r];
+    if (!(occ = malloc((n_occ + 1) * sizeof *occ)))
+        goto out;
+    for (int a = 0; a < n_alt; a++) /* fill, using occ_start[r] as r's cursor */
+        for (const int32_t *e = g->el + g->alt[a]; EL_KIND(*e) != E_END; e++)
+            if (EL_KIND(*e) == E_REF)
+                occ[occ_start[EL_VAL(*e)]++] = a;
+    for (int r = n; r > 0; r--) /* each cursor ended at the next rule's start: shift back */
+        occ_start[r] = occ_start[r - 1];
+    occ_start[0] = 0;
+    /* a binary min-heap of (length, rule); stale entries are skipped when
+     * popped. Every alternative pushes at most once (when its last call
+     * becomes known), so n_alt entries suffice. */
+#define HEAP_PUSH(L, R)                                                              \
+    do {                                                                             \
+        int i_ = nh++;                                                               \
+        while (i_ > 0 && heap[(i_ - 1) / 2].len > (L)) {                             \
+            heap[i_] = heap[(i_ - 1) / 2];                                           \
+            i_ = (i_ - 1) / 2;                                                       \
+        }                                                                            \
+        heap[i_] = (struct hitem){ (L), (R) };                                       \
+    } while (0)
+    for (int a = 0; a < n_alt; a++)
+        if (left[a] == 0 && sum[a] < minlen[alt_rule[a]]) {
+            minlen[alt_rule[a]] = sum[a];
+            HEAP_PUSH(sum[a], alt_rule[a]);
+        }
+    while (nh > 0) {
+        const struct hitem top = heap[0], last = heap[--nh];
+        int i = 0;
+        for (;;) { /* sift the last item down from the root */
+            int c = 2 * i + 1;
+            if (c >= nh)
+                break;
+            if (c + 1 < nh && heap[c + 1].len < heap[c].len)
+                c++;
+            if (heap[c].len >= last.len)
+                break;
+            heap[i] = heap[c];
+            i = c;
+        }
+        if (nh > 0)
+            heap[i] = last;
+        if (done[top.rule] || top.len > minlen[top.rule])
+            continue;
+        done[top.rule] = true;
+        for (int k = occ_start[top.rule]; k < occ_start[top.rule + 1]; k++) {
+            const int a = occ[k], r = alt_rule[a];
+            sum[a] = len_add(sum[a], top.len);
+            if (--left[a] == 0 && !done[r] && sum[a] < minlen[r]) {
+                minlen[r] = sum[a];
+                HEAP_PUSH(sum[a], r);
+            }
+        }
+    }
+#undef HEAP_PUSH
+    /* suffix sums within each alternative */
+    for (int a = 0; a < n_alt; a++) {
+        int32_t p = g->alt[a];
+        while (EL_KIND(g->el[p]) != E_END)
+            p++;
+        int32_t rest = 0;
+        g->minrest[p] = 0;
+        while (p-- > g->alt[a]) {
+            const int32_t e = g->el[p];
+            rest = len_add(rest, EL_KIND(e) == E_REF ? minlen[EL_VAL(e)]
+                                 : set_empty(&g->sets[EL_VAL(e)]) ? GRAMMAR_NO_END : 1);
+            g->minrest[p] = rest;
+        }
+    }
+    rc = 0;
+out:
+    free(minlen), free(done), free(left), free(sum), free(alt_rule), free(occ_start), free(occ),
+        free(heap);
+    return rc;
+}
+
 static void parser_free(struct parser *p)
 {
     free(p->rule_tab.slot);
@@ -1090,6 +1224,10 @@ struct grammar *grammar_parse_limits(const char *text, size_t len, const struct 
     p.sets = NULL;
     if (check_left_recursion(&p, g) < 0)
         goto fail;
+    if (grammar_min_lengths(g) < 0) {
+        nomem(&p);
+        goto fail;
+    }
     parser_free(&p);
     if (code)
         *code = OMNI_OK;
@@ -1118,6 +1256,7 @@ void grammar_free(struct grammar *g)
     free(g->alt);
     free(g->rule_alt);
     free(g->sets);
+    free(g->minrest);
     free(g);
 }
 
@@ -1263,6 +1402,8 @@ int32_t grammar_vocab_n_tokens(const struct grammar_vocab *v)
 struct mstate {
     int32_t off, n;          /* its stack-top nodes: ids[off .. off + n) */
     bool accept;             /* the grammar may end here */
+    int32_t dist;            /* bytes of its shortest way to an end (0 when accept) */
+    int32_t next_max;        /* largest dist after one allowed token (with the mask) */
     int32_t *next;           /* [256] lazily: ST_UNKNOWN, ST_DEAD or a state */
     uint32_t *mask;          /* cached token mask, or NULL */
 };
@@ -1274,8 +1415,9 @@ struct grammar_matcher {
     struct grammar *g;
     bool owns_ref;
     const struct grammar_vocab *v;
-    /* stack nodes: (element position, parent node or -1) */
-    int32_t *npos, *npar;
+    /* stack nodes: (element position, parent node or -1), and the bytes of
+     * the shortest way from the node to the end of the whole grammar */
+    int32_t *npos, *npar, *ndist;
     int n_nodes, cap_nodes;
     struct itab node_tab;
     /* states */
@@ -1372,7 +1514,7 @@ static int32_t node_intern(struct grammar_matcher *m, int32_t pos, int32_t par)
     if (m->n_nodes >= m->g->lim.max_stack_nodes)
         return mfail(m, "limit: grammar too ambiguous, more than %d parser stack nodes "
                         "(max_stack_nodes)", m->g->lim.max_stack_nodes);
-    if (m->n_nodes == m->cap_nodes) { /* npos and npar grow together */
+    if (m->n_nodes == m->cap_nodes) { /* npos, npar and ndist grow together */
         int cap = m->cap_nodes;
         if (!grow((void **)&m->npos, &cap, m->n_nodes + 1, sizeof *m->npos))
             return mfail(m, "out of memory");
@@ -1380,10 +1522,15 @@ static int32_t node_intern(struct grammar_matcher *m, int32_t pos, int32_t par)
         if (!q)
             return mfail(m, "out of memory");
         m->npar = q;
+        if (!(q = realloc(m->ndist, (size_t)cap * sizeof *m->ndist)))
+            return mfail(m, "out of memory");
+        m->ndist = q;
         m->cap_nodes = cap;
     }
     m->npos[m->n_nodes] = pos;
     m->npar[m->n_nodes] = par;
+    /* the rest of this alternative, then whatever the return stack still needs */
+    m->ndist[m->n_nodes] = len_add(m->g->minrest[pos], par >= 0 ? m->ndist[par] : 0);
     m->node_tab.slot[h] = m->n_nodes + 1;
     m->node_tab.n++;
     return m->n_nodes++;
@@ -1540,7 +1687,11 @@ static int32_t state_from_tmp(struct grammar_matcher *m)
         return mfail(m, "out of memory"), -3;
     if (n > 0)                        /* an accept-only state: sids may still be NULL */
         memcpy(m->sids + m->n_sids, m->tmp, (size_t)n * sizeof *m->tmp);
-    m->st[m->n_st] = (struct mstate){ .off = m->n_sids, .n = n, .accept = m->tmp_accept };
+    int32_t dist = m->tmp_accept ? 0 : GRAMMAR_NO_END;
+    for (int i = 0; i < n; i++)
+        if (m->ndist[m->tmp[i]] < dist)
+            dist = m->ndist[m->tmp[i]];
+    m->st[m->n_st] = (struct mstate){ .off = m->n_sids, .n = n, .accept = m->tmp_accept, .dist = dist };
     m->n_sids += n;
     m->st_tab.slot[h] = m->n_st + 1;
     m->st_tab.n++;
@@ -1622,6 +1773,7 @@ static void matcher_release(struct grammar_matcher *m)
     free(m->st_tab.slot);
     free(m->npos);
     free(m->npar);
+    free(m->ndist);
     free(m->node_tab.slot);
     free(m->tmp);
     free(m->vkey);
@@ -1730,12 +1882,27 @@ int grammar_matcher_accept(struct grammar_matcher *m, int32_t token)
     return grammar_matcher_accept_bytes(m, v->bytes + v->off[token], (size_t)len);
 }
 
+/* Which tokens a trie walk allows. */
+enum walk_mode {
+    WALK_ALL,                /* every token the grammar takes */
+    WALK_SHORTEST,           /* those that keep to a shortest way to the end */
+    WALK_WITHIN,             /* those after which an end is at most limit bytes away */
+};
+
 /* Walk the trie from state s; a token is allowed when none of its bytes
- * leads to a dead state. Subtrees behind a dead byte are skipped whole. */
-static int compute_mask(struct grammar_matcher *m, int32_t s, uint32_t *bits)
+ * leads to a dead state (and, by mode, when it keeps the end near).
+ * Subtrees behind a dead byte are skipped whole; WALK_SHORTEST also skips
+ * every byte that does not bring the end one byte closer (no byte brings
+ * it closer by more), so it costs little more than the path itself. Sets
+ * m->st[s].next_max for WALK_ALL; *any: some token is allowed. */
+static int walk_mask(struct grammar_matcher *m, int32_t s, uint32_t *bits, enum walk_mode mode,
+                     int64_t limit, bool *any)
 {
     const struct grammar_vocab *v = m->v;
     memset(bits, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *bits);
+    const int32_t d0 = m->st[s].dist;
+    int32_t next_max = 0;
+    bool got = false;
     int32_t *walk = m->walk;
     walk[0] = s;
     const int32_t n = v->n_nodes;
@@ -1745,19 +1912,35 @@ static int compute_mask(struct grammar_matcher *m, int32_t s, uint32_t *bits)
         int32_t t = next ? next[v->byte[i]] : ST_UNKNOWN;
         if (t == ST_UNKNOWN && (t = step(m, from, v->byte[i])) == -3)
             return -1;
-        if (t < 0) {
+        if (t < 0 || (mode == WALK_SHORTEST && m->st[t].dist != d0 - v->depth[i])) {
             i = v->end[i];
             continue;
         }
         walk[v->depth[i]] = t;
-        for (int32_t k = v->tok_start[i]; k < v->tok_start[i + 1]; k++)
-            bits[v->ids[k] >> 5] |= 1u << (v->ids[k] & 31);
+        if (v->tok_start[i] < v->tok_start[i + 1] && (mode != WALK_WITHIN || m->st[t].dist <= limit)) {
+            if (m->st[t].dist > next_max)
+                next_max = m->st[t].dist;
+            got = true;
+            for (int32_t k = v->tok_start[i]; k < v->tok_start[i + 1]; k++)
+                bits[v->ids[k] >> 5] |= 1u << (v->ids[k] & 31);
+        }
         i++;
     }
-    if (m->st[s].accept)
+    if (m->st[s].accept) {
         for (int i = 0; i < v->n_eog; i++)
             bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
+        got = got || v->n_eog > 0;
+    }
+    if (mode == WALK_ALL) /* m->st may have moved during the walk */
+        m->st[s].next_max = next_max;
+    if (any)
+        *any = got;
     return 0;
+}
+
+static int compute_mask(struct grammar_matcher *m, int32_t s, uint32_t *bits)
+{
+    return walk_mask(m, s, bits, WALK_ALL, 0, NULL);
 }
 
 const uint32_t *grammar_matcher_mask(struct grammar_matcher *m)
@@ -1793,11 +1976,9 @@ const uint32_t *grammar_matcher_mask(struct grammar_matcher *m)
     return bits;
 }
 
-const float *grammar_matcher_apply(struct grammar_matcher *m, const float *logits)
+/* logits with the tokens not in bits at -inf, in m's buffer. */
+static const float *apply_bits(struct grammar_matcher *m, const uint32_t *bits, const float *logits)
 {
-    const uint32_t *bits = grammar_matcher_mask(m);
-    if (!bits)
-        return NULL;
     const int32_t n = m->v->n_vocab;
     float *out = m->logit_buf;
     for (int32_t w = 0; w * 32 < n; w++) {
@@ -1814,6 +1995,61 @@ const float *grammar_matcher_apply(struct grammar_matcher *m, const float *logit
         }
     }
     return out;
+}
+
+const float *grammar_matcher_apply(struct grammar_matcher *m, const float *logits)
+{
+    const uint32_t *bits = grammar_matcher_mask(m);
+    return bits ? apply_bits(m, bits, logits) : NULL;
+}
+
+int32_t grammar_matcher_distance(const struct grammar_matcher *m)
+{
+    if (m->failed)
+        return GRAMMAR_NO_END;
+    return m->ended ? 0 : m->st[m->cur].dist;
+}
+
+const uint32_t *grammar_matcher_mask_closing(struct grammar_matcher *m)
+{
+    if (!m->v) {
+        mfail(m, "no vocabulary");
+        return NULL;
+    }
+    if (m->failed)
+        return NULL;
+    bool any;
+    if (m->ended) {
+        memset(m->mask_buf, 0, ((size_t)m->v->n_vocab + 31) / 32 * sizeof *m->mask_buf);
+        return m->mask_buf;
+    }
+    return walk_mask(m, m->cur, m->mask_buf, WALK_SHORTEST, 0, &any) < 0 ? NULL : m->mask_buf;
+}
+
+const float *grammar_matcher_apply_budget(struct grammar_matcher *m, const float *logits,
+                                          int64_t tokens_left)
+{
+    const uint32_t *plain = grammar_matcher_mask(m); /* cached; sets next_max */
+    if (!plain)
+        return NULL;
+    const int32_t d = m->ended ? GRAMMAR_NO_END : m->st[m->cur].dist;
+    /* After this token, tokens_left - 1 remain: the bytes to the end plus
+     * the end token must fit in them (a byte costs at most one token). */
+    const int64_t limit = tokens_left - 2;
+    if (tokens_left < 0 || d == GRAMMAR_NO_END || m->st[m->cur].next_max <= limit)
+        return apply_bits(m, plain, logits); /* every allowed token keeps the end in reach */
+    bool any = false;
+    if (d <= limit + 1 && walk_mask(m, m->cur, m->mask_buf, WALK_WITHIN, limit, &any) < 0)
+        return NULL;
+    /* already out of reach (the limit was met before the grammar started):
+     * the shortest way, to end as close as possible */
+    if (!any && walk_mask(m, m->cur, m->mask_buf, WALK_SHORTEST, 0, &any) < 0)
+        return NULL;
+    if (any)
+        return apply_bits(m, m->mask_buf, logits);
+    /* no token spells a shortest way (a vocabulary without byte tokens):
+     * the plain mask, and the limit may cut the output */
+    return apply_bits(m, grammar_matcher_mask(m), logits);
 }
 
 bool grammar_match(const struct grammar *g, const char *text, size_t len)

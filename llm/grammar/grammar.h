@@ -98,6 +98,33 @@ int grammar_matcher_next_bytes(struct grammar_matcher *m, uint32_t set[8]);
 /* The grammar may end here / must end here (nothing can follow). */
 bool grammar_matcher_can_end(const struct grammar_matcher *m);
 bool grammar_matcher_must_end(const struct grammar_matcher *m);
+
+/* Closing: ending the output complete within a token budget. Parsing
+ * measures the fewest bytes every rule can produce, so a matcher knows the
+ * length of the shortest way from its state to an end of the grammar. */
+#define GRAMMAR_NO_END INT32_MAX
+/* Bytes of the shortest way from here to an end (0: it may end now);
+ * GRAMMAR_NO_END when no end is reachable or the matcher failed. */
+int32_t grammar_matcher_distance(const struct grammar_matcher *m);
+/* Like grammar_matcher_mask, but only the tokens that keep to a shortest way
+ * to the end (each of their bytes one byte closer), and the end-of-generation
+ * tokens where the grammar may end: sampling only from it ends the grammar
+ * within grammar_matcher_distance() tokens plus the end token. No bits set
+ * when no token of the vocabulary spells such a way. Not cached: one pruned
+ * walk of the trie per call. */
+const uint32_t *grammar_matcher_mask_closing(struct grammar_matcher *m);
+/* grammar_matcher_apply for a sequence that may sample at most tokens_left
+ * more tokens (this one included; < 0: no limit): the output ends complete
+ * instead of being cut by the limit (a JSON value closes its open strings,
+ * gives required keys their shortest values and closes its brackets). While
+ * every allowed token leaves the end in reach, the plain (cached) mask; near
+ * the limit only the tokens after which the shortest way to the end and its
+ * end token still fit in what is left (a byte costs at most one token), and
+ * the closing mask where the end is already out of reach. Falls back to the
+ * plain mask where no token keeps to a shortest way. NULL as for
+ * grammar_matcher_apply. */
+const float *grammar_matcher_apply_budget(struct grammar_matcher *m, const float *logits,
+                                          int64_t tokens_left);
 /* Why the matcher failed: "grammar: limit: ..." when one of the grammar's
  * matcher limits was hit (the grammar is too ambiguous or too large for the
  * output so far - a fault of whoever wrote the grammar), "grammar: out of

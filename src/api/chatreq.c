@@ -239,6 +239,9 @@ int chatreq_build(const struct api_model *m, const cJSON *req, const struct apir
             grammar_free(cr->grammar);
             cr->grammar = tg;
             cr->grammar_trigger = trigger;
+            /* a call cut by max_tokens has arguments that break the schema:
+             * the engine closes it on its shortest way instead */
+            cr->grammar_close = true;
         }
     }
     /* The client's stops, then the end-of-turn text for vocabularies that
@@ -278,6 +281,7 @@ int chatreq_attach(const struct chatreq *cr, const struct api_model *m, struct a
     rq->n_stop = cr->n_stops;
     rq->grammar = cr->grammar;
     rq->grammar_trigger = cr->grammar_trigger;
+    rq->grammar_close = cr->grammar_close;
     /* tool and reasoning markers are often control tokens: keep their text */
     rq->echo_special = cr->tools_on || m->special_markup;
     return 0;

@@ -45,6 +45,7 @@ struct chatreq {
     int reasoning_budget;        /* tokens inside reasoning before the close is forced; -1: none */
     struct grammar *grammar;     /* the output constraint (forced call, schema) or NULL */
     const char *grammar_trigger; /* lazy grammar (tool_choice auto): the call marker, static */
+    bool grammar_close;          /* the grammar spells tool calls: close it within max_tokens */
     const char **stops;          /* the client's stops, then the end-of-turn text */
     int n_stops;
 };

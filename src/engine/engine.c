@@ -92,6 +92,7 @@ struct request {
     void *user;
     struct grammar *grammar; /* own reference, or NULL */
     char *grammar_trigger;   /* lazy grammar: its trigger text, or NULL */
+    bool grammar_close;      /* close the grammar within the tokens left */
 };
 
 struct emodel {
@@ -635,6 +636,7 @@ int engine_submit(struct engine *e, const struct engine_request *rq, uint64_t *i
     r->force_token = rq->force_token;
     r->user = rq->user;
     r->grammar = grammar_ref(rq->grammar);
+    r->grammar_close = rq->grammar_close;
     if (r->grammar && rq->grammar_trigger && *rq->grammar_trigger &&
         (strlen(rq->grammar_trigger) >= LAZY_TAIL / 2 || !(r->grammar_trigger = strdup(rq->grammar_trigger)))) {
         request_free(r);
@@ -986,7 +988,14 @@ static const float *seq_constrain(struct emodel *em, struct seq *s, const float 
         return NULL;
     if (!s->gm && !(s->gm = grammar_matcher_new(s->rq->grammar, em->gvocab, err, errlen)))
         return NULL;
-    const float *out = grammar_matcher_apply(s->gm, logits);
+    /* this token and the rest up to max_tokens or the end of the context */
+    int64_t left = -1;
+    if (s->rq->grammar_close) {
+        left = (int64_t)em->n_ctx - s->n_tok;
+        if (s->rq->max_tokens > 0 && s->rq->max_tokens - s->n_gen < left)
+            left = s->rq->max_tokens - s->n_gen;
+    }
+    const float *out = grammar_matcher_apply_budget(s->gm, logits, left);
     if (!out)
         snprintf(err, errlen, "engine: %s", grammar_matcher_error(s->gm));
     return out;
@@ -1123,6 +1132,8 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
     emit(r, &ev);
     if (st == 1)
         seq_finish(e, s, ENGINE_FINISH_STOP, sampler_stop_which(s->stop), NULL);
+    else if (s->gm && grammar_matcher_must_end(s->gm))
+        seq_finish(e, s, ENGINE_FINISH_STOP, -1, NULL); /* nothing may follow: no end token needed */
     else if ((r->max_tokens > 0 && s->n_gen >= r->max_tokens) || s->n_tok >= em->n_ctx)
         seq_finish(e, s, ENGINE_FINISH_LENGTH, -1, NULL);
 }

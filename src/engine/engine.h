@@ -167,6 +167,10 @@ struct engine_request {
                                          tool call under tool_choice "auto"); output that does
                                          not fit the grammar there leaves the choice free.
                                          NULL or "": the grammar applies from the start */
+    bool grammar_close;               /* with grammar: once the tokens left (max_tokens, the
+                                         context) only just cover the shortest way to the
+                                         grammar's end, sample on such a way, so the output
+                                         ends complete instead of cut (tool calls) */
     /* Forced tokens (a reasoning budget's closing tag): called with user on
      * the engine thread before each sample of a choice; a token id >= 0 is
      * that choice's next token instead of a sampled one, -1 samples. A forced
