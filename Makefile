@@ -190,6 +190,15 @@ $(BUILD)/fixtures/embed-%-f16.gguf: $(EMBED_DEPS)
 $(BUILD)/fixtures/embed-%-q8_0.gguf: $(EMBED_DEPS)
 	$(call EMBED_CONVERT,q8_0)
 
+# nomic-bert and jina-bert-v2 have no transformers class without remote code:
+# tools/make_encoder_ref.py writes tiny GGUFs of both with numpy reference outputs.
+ENCODER_REF := $(foreach c,nomic jina,$(BUILD)/fixtures/embed-$(c)-f32.gguf)
+golden-fixtures: $(ENCODER_REF)
+$(ENCODER_REF): $(BUILD)/fixtures/embed-%-f32.gguf: tools/make_encoder_ref.py tools/gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/make_encoder_ref.py $(dir $@) --case $* 2>$@.log \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+
 # The tiny Whisper of tests/fixtures/whisper (tools/make_whisper_golden.py),
 # converted by tools/hf_whisper_to_ggml.py for tests/test_whisper.c.
 WHISPER_GOLDEN := $(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/whisper-golden-$(t).bin)
