@@ -24,6 +24,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libwebsockets.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -2390,6 +2392,52 @@ static int ws_parse_hosts(struct ws_server *s, const char *list)
     return 0;
 }
 
+/* The listen address as lws should get it, checked by binding a socket to
+ * it first: lws takes an interface name or an address literal, and for
+ * anything else (a typo, a name, an address of another machine) it starts
+ * without a listening socket instead of failing - the server would log
+ * "listening" and answer nothing. A host name is resolved here (IPv4
+ * first); an interface name ("eth0") is passed on as it is. */
+static int ws_bind_check(const char *host, int port, char *iface, size_t cap, char *err,
+                         size_t errlen)
+{
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    hints.ai_family = AF_INET;
+    int gr = getaddrinfo(host, service, &hints, &res);
+    if (gr != 0) {
+        hints.ai_family = AF_UNSPEC;
+        gr = getaddrinfo(host, service, &hints, &res);
+    }
+    if (gr != 0) {
+        if (if_nametoindex(host)) {
+            snprintf(iface, cap, "%s", host);
+            return 0;
+        }
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "http: --host '%s' is neither an address, a resolvable name nor a "
+                         "network interface (%s)", host, gai_strerror(gr));
+    }
+    int rc = 0, fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+        int en = errno;
+        rc = omni_fail(err, errlen, OMNI_ERR_IO, "http: cannot listen on %s:%d: %s%s", host, port,
+                       strerror(en),
+                       en == EADDRNOTAVAIL ? " (not an address of this machine)"
+                       : en == EADDRINUSE ? " (another process has the port)" : "");
+    } else if (getnameinfo(res->ai_addr, res->ai_addrlen, iface, (socklen_t)cap, NULL, 0,
+                           NI_NUMERICHOST) != 0) {
+        rc = omni_fail(err, errlen, OMNI_ERR_ARG, "http: --host '%s': no numeric form", host);
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return rc;
+}
+
 struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, size_t errlen)
 {
     if (!p->handler || p->port <= 0 || p->port > 65535) {
@@ -2445,14 +2493,19 @@ struct ws_server *ws_server_new(const struct ws_server_params *p, char *err, siz
         .per_session_data_size = sizeof(struct ws_conn),
     };
     lws_set_log_level(LLL_ERR | LLL_WARN, ws_log_emit);
+    char iface[NI_MAXHOST];
+    if (ws_bind_check(s->host, p->port, iface, sizeof iface, err, errlen) < 0) {
+        ws_server_free(s);
+        return NULL;
+    }
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = p->port;
-    info.iface = s->host;
+    info.iface = iface;
     info.protocols = s->protocols;
     info.user = s;
     info.options = LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG |
-                   LWS_SERVER_OPTION_DISABLE_IPV6 * (strchr(s->host, ':') == NULL);
+                   LWS_SERVER_OPTION_DISABLE_IPV6 * (strchr(iface, ':') == NULL);
     info.listen_accept_role = "raw-skt";
     info.listen_accept_protocol = "omni-http";
     if (s->tls) {
