@@ -15,6 +15,7 @@
 #include "src/api/responses.h"
 #include "src/api/responses_store.h"
 #include "src/api/audio.h"
+#include "src/api/embeddings.h"
 #include "src/api/images.h"
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
@@ -50,6 +51,7 @@ struct api {
     struct api_images_pool *images;          /* set before serving; NULL: no vision model */
     struct tts *tts;                         /* set before serving; NULL: no speech synthesis */
     struct responses_store *responses;       /* stored Responses API answers (own lock) */
+    struct embed_service *_Atomic embed;     /* set once by the loader; NULL: none (yet) */
 };
 
 struct api_params api_default_params(void)
@@ -154,6 +156,9 @@ struct stt *api_stt(struct api *a) { return a->stt; }
 void api_set_images(struct api *a, struct api_images_pool *p) { a->images = p; }
 struct api_images_pool *api_images(struct api *a) { return a->images; }
 void api_set_tts(struct api *a, struct tts *t) { a->tts = t; }
+void api_set_embed(struct api *a, struct embed_service *s) { atomic_store(&a->embed, s); }
+struct embed_service *api_embed(struct api *a) { return atomic_load(&a->embed); }
+bool api_loading(struct api *a) { return atomic_load(&a->state) == API_LOADING; }
 struct tts *api_tts(struct api *a) { return a->tts; }
 
 /* Browsers and the openai SDK cannot set headers on a WebSocket: they offer
@@ -772,6 +777,17 @@ static const struct api_route api_routes[] = {
       speech_route },
     { "/v1/audio/voices", NULL, "/v1/audio/voices", WS_GET, API_OPENAI, false, ANY, false, false,
       speech_voices_route },
+    /* embeddings and reranking (embeddings.c): OpenAI, Ollama, llama.cpp, Jina/Cohere shapes */
+    { "/v1/embeddings", NULL, "/v1/embeddings", WS_POST, API_OPENAI, false, JSON, true, true,
+      embeddings_route },
+    { "/api/embed", NULL, "/api/embed", WS_POST, API_OPENAI, false, JSON, true, true,
+      embeddings_ollama_route },
+    { "/api/embeddings", NULL, "/api/embeddings", WS_POST, API_OPENAI, false, JSON, true, true,
+      embeddings_ollama_legacy_route },
+    { "/embedding", NULL, "/embedding", WS_POST, API_OPENAI, false, JSON, true, true,
+      embeddings_llamacpp_route },
+    { "/v1/rerank", NULL, "/v1/rerank", WS_POST, API_OPENAI, false, JSON, true, true, rerank_route },
+    { "/rerank", NULL, "/rerank", WS_POST, API_OPENAI, false, JSON, true, true, rerank_route },
     /* the web playground (web.c): open, so that the page can ask for a key */
     { "/", NULL, "/", WS_GET, API_OPENAI, true, ANY, true, false, web_index },
     { "/web/info", NULL, "/web/info", WS_GET, API_OPENAI, true, ANY, false, false, web_info },

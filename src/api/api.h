@@ -88,6 +88,15 @@ struct tts;
 void api_set_tts(struct api *a, struct tts *t);
 struct tts *api_tts(struct api *a);   /* NULL: no speech synthesis */
 
+/* The embedding and rerank service (serve --embedding-model, --rerank-model,
+ * --embeddings; src/embed/embed.h) once its models are loaded: set once
+ * from any thread; the api borrows it. NULL: none (yet). */
+struct embed_service;
+void api_set_embed(struct api *a, struct embed_service *s);
+struct embed_service *api_embed(struct api *a);
+/* Still loading models (the state before api_set_engine/_unavailable). */
+bool api_loading(struct api *a);
+
 /* ws_server_params.handler, .upgrade and .on_done (service thread). Routes:
  * GET|HEAD /health (readiness: 503 while loading or draining), /livez
  * (liveness), /metrics, /v1/models[/{id}] inline; POST /v1/chat/completions,

@@ -8,6 +8,7 @@
 #include "llm/grammar/grammar.h"
 #include "llm/tokenizer.h"
 #include "src/api/api.h"
+#include "src/api/embeddings.h"
 #include "src/api/images.h"
 
 #include <cjson/cJSON.h>
@@ -673,12 +674,23 @@ void openai_models(struct api *a, struct ws_req *r, const char *arg)
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     if (m)
         cJSON_AddItemToArray(data, openai_model_object(a, m));
+    embeddings_list_models(a, data, m ? api_served_name(a) : NULL);
     api_respond_json(r, 200, o);
 }
 
 void openai_model(struct api *a, struct ws_req *r, const char *arg)
 {
     const struct api_model *m = api_model(a);
+    if ((!m || strcmp(arg, api_served_name(a)) != 0) && embeddings_has_model(a, arg)) {
+        cJSON *list = cJSON_CreateArray(), *hit = NULL;
+        embeddings_list_models(a, list, NULL);
+        for (cJSON *it = list ? list->child : NULL; it && !hit; it = it->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(it, "id")->valuestring, arg))
+                hit = cJSON_DetachItemViaPointer(list, it);
+        cJSON_Delete(list);
+        api_respond_json(r, 200, hit);
+        return;
+    }
     if (!m || strcmp(arg, api_served_name(a)) != 0) {
         struct api_error e;
         api_error_set(&e, 404, "model", "The model '%s' does not exist", arg);

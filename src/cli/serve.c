@@ -18,6 +18,7 @@
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
+#include "src/embed/embed.h"
 #include "src/core/compute.h"
 #include "src/core/threadpool.h"
 #include "src/stt/stt.h"
@@ -57,6 +58,11 @@ struct serve_opts {
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
     struct realtime_limits rl;    /* --realtime-max-*: Realtime conversations */
     struct web_params web;        /* --web-root DIR, --no-web: the playground at / */
+    const char *embed_files[16];  /* --embedding-model / --rerank-model FILE (repeatable) */
+    bool embed_rerank[16];        /* which of them came as --rerank-model */
+    int n_embed;
+    bool embeddings;              /* --embeddings: the chat model also embeds */
+    int embed_pooling;            /* --pooling NAME, or -1: from each file */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -66,6 +72,7 @@ struct serve_loader {
     struct ws_server *srv;
     struct llm_model *model;
     struct engine *engine;
+    struct embed_service *embed;  /* embedding and rerank models (freed after the engine) */
     int failed;
 };
 
@@ -185,6 +192,14 @@ static void serve_usage(FILE *f)
             "  --max-request-media BYTES  image and video bytes of one request, K/M/G (default 256M) -> 413\n"
             "  --media-root DIR           file:// URLs are read from inside DIR (default: refused)\n"
             "  --allow-private-urls       http(s) URLs may reach loopback/private addresses\n"
+            "embeddings and reranking (POST /v1/embeddings, /v1/rerank; docs/embeddings.md):\n"
+            "  --embedding-model FILE     an embedding model (bert, nomic-bert, jina-bert-v2, or a\n"
+            "                             decoder such as Qwen3-Embedding); repeatable, with or\n"
+            "                             without -m; 'model' in a request picks one by file name\n"
+            "  --rerank-model FILE        a reranker (a bert cross-encoder, or Qwen3-Reranker);\n"
+            "                             repeatable\n"
+            "  --embeddings               the chat model (-m) embeds too (last-token pooling)\n"
+            "  --pooling cls|mean|last    pooling of the embedding models (default: from each file)\n"
             "engine:\n"
             "  --threads N                compute threads, one budget shared by the engine, speech,\n"
             "                             vision and TTS (default: physical cores)\n"
@@ -205,6 +220,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->ep = engine_default_params();
     o->sp = stt_default_params();
     o->vision_cache_mb = 256;
+    o->embed_pooling = -1;
     o->responses_store = RESPONSES_STORE_DEFAULT_MAX;
     o->responses_store_mb = (long)(RESPONSES_STORE_DEFAULT_BYTES >> 20);
     o->ip = api_images_default_params();
@@ -230,6 +246,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         }
         if (!strcmp(a, "--deterministic")) {
             o->ep.deterministic = true;
+            continue;
+        }
+        if (!strcmp(a, "--embeddings")) {
+            o->embeddings = true;
             continue;
         }
         if (!strcmp(a, "--allow-private-urls")) {
@@ -375,6 +395,22 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             rc = cli_size("serve", a, v, 1, &o->ip.max_request_media_bytes);
         } else if (!strcmp(a, "--media-root")) {
             o->ip.media_root = v;
+        } else if (!strcmp(a, "--embedding-model") || !strcmp(a, "--rerank-model")) {
+            if (o->n_embed == (int)(sizeof o->embed_files / sizeof *o->embed_files)) {
+                fprintf(stderr, "serve: at most %d --embedding-model / --rerank-model\n",
+                        o->n_embed);
+                rc = -1;
+            } else {
+                o->embed_rerank[o->n_embed] = !strcmp(a, "--rerank-model");
+                o->embed_files[o->n_embed++] = v;
+            }
+        } else if (!strcmp(a, "--pooling")) {
+            o->embed_pooling = embed_pooling_from_name(v);
+            if (o->embed_pooling != EMBED_POOL_CLS && o->embed_pooling != EMBED_POOL_MEAN &&
+                o->embed_pooling != EMBED_POOL_LAST) {
+                fprintf(stderr, "serve: --pooling expects cls, mean or last; got '%s'\n", v);
+                rc = -1;
+            }
         } else if (!strcmp(a, "--prefix-cache-dir")) {
             o->ep.prefix_cache_dir = v;
         } else {
@@ -448,20 +484,59 @@ static int serve_fetch(struct serve_loader *L, char *path, size_t cap)
 static void *serve_load(void *arg)
 {
     struct serve_loader *L = arg;
-    char err[512], path[4096];
+    const struct serve_opts *o = L->o;
+    char err[512] = "", path[4096];
     double t0 = omni_time_s();
-    const char *model = L->o->model;
-    if (L->o->hf_repo || download_is_hf_ref(model)) {
+    const char *model = o->model;
+    const bool chat = o->model || o->hf_repo;
+    if (chat && (o->hf_repo || download_is_hf_ref(model))) {
         if (serve_fetch(L, path, sizeof path))
             return NULL;
         model = path;
     }
-    L->model = llm_model_load(model, NULL, err, sizeof err);
-    if (L->model && (L->engine = engine_new(&L->o->ep, err, sizeof err)) &&
-        engine_add_model(L->engine, L->model, L->o->served_name, err, sizeof err) >= 0 &&
-        engine_start(L->engine, err, sizeof err) == 0) {
-        api_set_engine(L->api, L->engine, 0);
-        OMNI_INFO("serve: model '%s' ready in %.1f s", L->o->served_name, omni_time_s() - t0);
+    /* Embedding models: encoders beside the engine, decoders in it (batched
+     * with chat in its steps); the chat model is the engine's model 0. */
+    bool need_engine = chat, ok = true;
+    for (int i = 0; i < o->n_embed && !need_engine; i++)
+        need_engine = embed_file_is_encoder(o->embed_files[i], err, sizeof err) == 0;
+    if (chat && !(L->model = llm_model_load(model, NULL, err, sizeof err)))
+        ok = false;
+    if (ok && need_engine && !(L->engine = engine_new(&o->ep, err, sizeof err)))
+        ok = false;
+    if (ok && chat && engine_add_model(L->engine, L->model, o->served_name, err, sizeof err) < 0)
+        ok = false;
+    if (ok && (o->n_embed || o->embeddings) && !(L->embed = embed_service_new(NULL, err, sizeof err)))
+        ok = false;
+    for (int i = 0; ok && i < o->n_embed; i++)
+        ok = embed_service_load(L->embed, o->embed_files[i],
+                                o->embed_rerank[i] ? EMBED_ROLE_RERANK : EMBED_ROLE_EMBED,
+                                L->engine, o->ep.compute, NULL, o->embed_pooling, -1, err,
+                                sizeof err) >= 0;
+    if (ok && o->embeddings && chat)
+        ok = embed_service_add_engine(L->embed, L->engine, 0, o->served_name, EMBED_ROLE_EMBED,
+                                      o->embed_pooling, -1, err, sizeof err) >= 0;
+    if (ok && L->engine)
+        ok = engine_start(L->engine, err, sizeof err) == 0;
+    if (ok && L->embed)
+        ok = embed_service_start(L->embed, err, sizeof err) == 0;
+    if (ok) {
+        if (L->embed) {
+            api_set_embed(L->api, L->embed);
+            for (int i = 0; i < embed_service_n_models(L->embed); i++) {
+                const struct embed_model_info *mi = embed_service_model(L->embed, i);
+                OMNI_INFO("serve: %s model '%s' (%s, %s%s pooling, %d dims) ready",
+                          mi->role == EMBED_ROLE_RERANK ? "rerank" : "embedding", mi->name,
+                          mi->arch, mi->decoder ? "engine, " : "",
+                          embed_pooling_name(mi->pooling), mi->n_embd);
+            }
+        }
+        if (chat) {
+            api_set_engine(L->api, L->engine, 0);
+            OMNI_INFO("serve: model '%s' ready in %.1f s", o->served_name, omni_time_s() - t0);
+        } else {
+            api_set_unavailable(L->api, "the server was started with embedding models only; "
+                                        "restart it with -m FILE.gguf to chat");
+        }
         return NULL;
     }
     /* A model the user named that cannot be served is fatal: say why, stop. */
@@ -505,6 +580,11 @@ int cli_serve(int argc, char **argv)
     }
     if (o.hf_file && !o.hf_repo) {
         fprintf(stderr, "serve: --hf-file needs --hf-repo\n");
+        return 2;
+    }
+    if (o.embeddings && !o.model && !o.hf_repo) {
+        fprintf(stderr, "serve: --embeddings makes the chat model (-m) embed; give -m, or "
+                        "--embedding-model FILE for an embedding model\n");
         return 2;
     }
     if (!o.wp.tls_cert != !o.wp.tls_key) {
@@ -611,7 +691,7 @@ int cli_serve(int argc, char **argv)
     struct serve_loader L = { .o = &o, .api = api, .srv = srv };
     pthread_t loader;
     bool have_loader = false;
-    if (o.model || o.hf_repo) {
+    if (o.model || o.hf_repo || o.n_embed) {
         have_loader = pthread_create(&loader, NULL, serve_load, &L) == 0;
         if (!have_loader) {
             fprintf(stderr, "serve: cannot start the loader thread\n");
@@ -648,6 +728,9 @@ int cli_serve(int argc, char **argv)
     api_images_pool_free(vis.pool);
     vis.pool = NULL;
     engine_free(L.engine);
+    /* after the engine: its final events reached the jobs; queued encoder
+     * jobs end here, while their responses still exist */
+    embed_service_free(L.embed);
     /* Speech workers finish or fail their jobs while the responses and
      * sockets they write to still exist. */
     stt_free(stt);
