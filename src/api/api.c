@@ -17,6 +17,7 @@
 #include "src/api/audio.h"
 #include "src/api/embeddings.h"
 #include "src/api/images.h"
+#include "src/api/mcpapi.h"
 #include "src/api/metrics.h"
 #include "src/api/openai.h"
 #include "src/api/realtime.h"
@@ -50,6 +51,8 @@ struct api {
     struct stt *stt;                         /* set before serving; NULL: no speech model */
     struct api_images_pool *images;          /* set before serving; NULL: no vision model */
     struct tts *tts;                         /* set before serving; NULL: no speech synthesis */
+    struct mcp *mcp;                         /* set before serving; NULL: no MCP servers */
+    int mcp_max_turns;
     struct responses_store *responses;       /* stored Responses API answers (own lock) */
     struct embed_service *_Atomic embed;     /* set once by the loader; NULL: none (yet) */
 };
@@ -160,6 +163,13 @@ void api_set_embed(struct api *a, struct embed_service *s) { atomic_store(&a->em
 struct embed_service *api_embed(struct api *a) { return atomic_load(&a->embed); }
 bool api_loading(struct api *a) { return atomic_load(&a->state) == API_LOADING; }
 struct tts *api_tts(struct api *a) { return a->tts; }
+void api_set_mcp(struct api *a, struct mcp *m, int max_turns)
+{
+    a->mcp = m;
+    a->mcp_max_turns = max_turns;
+}
+struct mcp *api_mcp(struct api *a) { return a->mcp; }
+int api_mcp_max_turns(const struct api *a) { return a->mcp_max_turns > 0 ? a->mcp_max_turns : 8; }
 
 /* Browsers and the openai SDK cannot set headers on a WebSocket: they offer
  * the key as a subprotocol, "Sec-WebSocket-Protocol: realtime,
@@ -531,7 +541,9 @@ static void api_call_event(void *user, const struct engine_event *ev)
                 c->timed_out = true;
         }
         c->proto->choice_done(c, ev->choice);
-        if (++c->n_done == c->n) {
+        if (++c->n_done == c->n && c->turn_end && c->turn_end(c)) {
+            /* another turn follows: the protocol holds the response open */
+        } else if (c->n_done == c->n) {
             c->proto->finish(c);
             ws_out_set_tokens(c->out, c->prompt_tokens, c->completion_tokens);
             metrics_tokens(m, c->prompt_tokens, c->completion_tokens);
@@ -630,6 +642,57 @@ int api_call_submit(struct api_call *c, struct ws_req *r, struct engine_request 
     }
     api_call_fail(c, &e);
     return -1;
+}
+
+void api_call_next_turn(struct api_call *c)
+{
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n; i++) {
+        struct api_choice *ch = &c->choices[i];
+        free(ch->text);
+        free(ch->lps);
+        chatout_free(ch->chat);
+        *ch = (struct api_choice){ 0 };
+    }
+    free(c->force_ids);
+    c->force_ids = NULL;
+    c->n_force_ids = 0;
+    c->n_done = 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int api_call_resubmit(struct api_call *c, struct engine_request *rq, struct api_error *e)
+{
+    rq->on_event = api_call_event;
+    rq->force_token = c->n_force_ids > 0 ? api_call_force : NULL;
+    rq->user = c;
+    char err[512] = "";
+    pthread_mutex_lock(&c->lock);
+    int rc = engine_submit(c->api->model.engine, rq, &c->engine_id, err, sizeof err);
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0) {
+        if (ws_out_gone(c->out))
+            engine_cancel(c->api->model.engine, c->engine_id);
+        return 0;
+    }
+    if (rc == OMNI_ERR_LIMIT)
+        api_error_set(e, 429, NULL, "the server is busy (request queue full); retry shortly");
+    else
+        api_error_set(e, rc == OMNI_ERR_ARG ? 400 : 500, NULL, "cannot start generation: %s",
+                      err[0] ? err : omni_strerror(rc));
+    return -1;
+}
+
+void api_call_end(struct api_call *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->proto->finish(c);
+    ws_out_set_tokens(c->out, c->prompt_tokens, c->completion_tokens);
+    metrics_tokens(c->api->metrics, c->prompt_tokens, c->completion_tokens);
+    ws_out_end(c->out);
+    pthread_mutex_unlock(&c->lock);
+    api_unregister(c);
+    ws_out_release(c->out);   /* may free c */
 }
 
 // ---- small routes -----------------------------------------------------------
@@ -746,6 +809,10 @@ static const struct api_route api_routes[] = {
     { "/metrics", NULL, "/metrics", WS_GET, API_OPENAI, false, ANY, false, false, api_metrics_route },
     { "/v1/models", NULL, "/v1/models", WS_GET, API_OPENAI, false, ANY, false, false, openai_models },
     { "/v1/models/", "", "/v1/models/{id}", WS_GET, API_OPENAI, false, ANY, false, false, openai_model },
+    { "/v1/mcp/servers", NULL, "/v1/mcp/servers", WS_GET, API_OPENAI, false, ANY, false, false,
+      mcpapi_servers_route },
+    { "/v1/mcp/tools", NULL, "/v1/mcp/tools", WS_GET, API_OPENAI, false, ANY, false, false,
+      mcpapi_tools_route },
     { "/v1/chat/completions", NULL, "/v1/chat/completions", WS_POST, API_OPENAI, false, JSON, true,
       true, openai_chat },
     { "/v1/completions", NULL, "/v1/completions", WS_POST, API_OPENAI, false, JSON, true, true,

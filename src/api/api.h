@@ -88,6 +88,14 @@ struct tts;
 void api_set_tts(struct api *a, struct tts *t);
 struct tts *api_tts(struct api *a);   /* NULL: no speech synthesis */
 
+/* The MCP servers (serve --mcp-config, src/mcp/mcp.h) for the /v1/mcp routes and
+ * "tool_execution": "server" (src/api/mcpapi.h), with the loop's turn limit;
+ * set once before the server runs; the api borrows them. */
+struct mcp;
+void api_set_mcp(struct api *a, struct mcp *m, int max_turns);
+struct mcp *api_mcp(struct api *a);   /* NULL: no MCP servers */
+int api_mcp_max_turns(const struct api *a);
+
 /* The embedding and rerank service (serve --embedding-model, --rerank-model,
  * --embeddings; src/embed/embed.h) once its models are loaded: set once
  * from any thread; the api borrows it. NULL: none (yet). */
@@ -232,6 +240,11 @@ struct api_call {
     int state;                     /* the protocol's own progress marker */
     void *proto_state;             /* the protocol's own object, freed with proto_state_free */
     void (*proto_state_free)(void *);
+    /* Optional (set after api_call_new), before proto->finish: every choice
+     * ended. true: another turn follows on this call (mcpapi.c's tool
+     * loop): the response stays open until the protocol calls
+     * api_call_next_turn + api_call_resubmit, or api_call_end. */
+    bool (*turn_end)(struct api_call *c);
     /* Reasoning budget: once a choice has generated reasoning_budget tokens
      * inside its reasoning, force_ids (the closing text) are fed to it. */
     int32_t *force_ids;
@@ -261,5 +274,13 @@ int api_call_defer(struct api_call *c, struct ws_req *r);
 /* Answer a deferred call that was not submitted with e (any thread); the
  * call belongs to its response from here on. */
 void api_call_fail(struct api_call *c, const struct api_error *e);
+/* A call whose turn_end went on (any thread, the call's lock not held):
+ * api_call_next_turn clears the choices (text, output builders, forced
+ * tokens) for the next turn; api_call_resubmit submits it (rq as for
+ * api_call_submit; -1 with e when the engine refuses); api_call_end
+ * finishes the response (proto->finish) and lets the call go. */
+void api_call_next_turn(struct api_call *c);
+int api_call_resubmit(struct api_call *c, struct engine_request *rq, struct api_error *e);
+void api_call_end(struct api_call *c);
 
 #endif

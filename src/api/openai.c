@@ -10,6 +10,7 @@
 #include "src/api/api.h"
 #include "src/api/embeddings.h"
 #include "src/api/images.h"
+#include "src/api/mcpapi.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -462,6 +463,10 @@ void openai_chat(struct api *a, struct ws_req *r, const char *arg)
     cJSON *root = openai_begin(a, r, false, &m, &g, &e);
     if (!root)
         goto out;
+    if (mcpapi_wanted(root)) {   /* the server runs the MCP tools the model calls */
+        mcpapi_chat(a, r, root, &g);
+        goto out;
+    }
     struct api_call *c = api_call_new(a, r, &openai_chat_proto, API_OPENAI, "chatcmpl-", &g);
     if (!c) {
         api_error_set(&e, 500, NULL, "out of memory");

@@ -25,6 +25,7 @@
 #include "src/api/images.h"
 #include "src/api/realtime_conv.h"
 #include "src/api/web.h"
+#include "src/mcp/mcp.h"
 #include "vision/vision.h"
 #include "ws/ws_http.h"
 
@@ -57,6 +58,9 @@ struct serve_opts {
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
     struct realtime_limits rl;    /* --realtime-max-*: Realtime conversations */
+    const char *mcp_config;       /* --mcp-config FILE.json: MCP servers for tool_execution server */
+    struct mcp_params mcpp;       /* --mcp-tool-timeout, --mcp-max-result, ... */
+    long mcp_max_turns;           /* --mcp-max-turns N */
     struct web_params web;        /* --web-root DIR, --no-web: the playground at / */
     const char *embed_files[16];  /* --embedding-model / --rerank-model FILE (repeatable) */
     bool embed_rerank[16];        /* which of them came as --rerank-model */
@@ -155,6 +159,17 @@ static void serve_usage(FILE *f)
             "                             ends at the context's end) or reject (400)\n"
             "  --logit-bias ID+B,ID-B     default logit biases for every request (B in -100..100,\n"
             "                             ID-inf bans); a request's own logit_bias wins per token\n"
+            "  --mcp-config FILE.json     MCP servers ({\"mcpServers\": {name: {command, args, env} |\n"
+            "                             {url, headers}}}) whose tools chat requests with\n"
+            "                             \"tool_execution\": \"server\" use (docs/mcp.md)\n"
+            "  --mcp-max-turns N          generations per such request, the last without tools\n"
+            "                             (default 8)\n"
+            "  --mcp-tool-timeout S       a tool call's answer within S seconds, else an error\n"
+            "                             result for the model (default 60)\n"
+            "  --mcp-max-result BYTES     tool output given to the model, cut past it (default 32K)\n"
+            "  --mcp-max-message BYTES    one message from an MCP server (default 16M)\n"
+            "  --mcp-restart-delay S      first restart delay of a failed MCP server, doubling up\n"
+            "                             to --mcp-restart-max S (defaults 1 and 60)\n"
             "  --tool-parser NAME         tool-call format: json, hermes, qwen3_coder, llama3, mistral,\n"
             "                             deepseek, functionary, granite, gemma, pythonic, none\n"
             "                             (default: from the chat template)\n"
@@ -225,6 +240,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->responses_store_mb = (long)(RESPONSES_STORE_DEFAULT_BYTES >> 20);
     o->ip = api_images_default_params();
     o->rl = realtime_default_limits();
+    o->mcpp = mcp_default_params();
+    o->mcp_max_turns = 8;
     o->api_key = getenv("OMNISERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -312,6 +329,20 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->web.root = v;
         else if (!strcmp(a, "--served-model-name"))
             o->served_name = v;
+        else if (!strcmp(a, "--mcp-config"))
+            o->mcp_config = v;
+        else if (!strcmp(a, "--mcp-max-turns"))
+            rc = cli_long("serve", a, v, 1, 1000, &o->mcp_max_turns);
+        else if (!strcmp(a, "--mcp-tool-timeout"))
+            rc = cli_double("serve", a, v, 0.001, 86400, &o->mcpp.tool_timeout_s);
+        else if (!strcmp(a, "--mcp-max-result"))
+            rc = cli_size("serve", a, v, 64, &o->mcpp.max_result_bytes);
+        else if (!strcmp(a, "--mcp-max-message"))
+            rc = cli_size("serve", a, v, 1024, &o->mcpp.max_message_bytes);
+        else if (!strcmp(a, "--mcp-restart-delay"))
+            rc = cli_double("serve", a, v, 0.001, 86400, &o->mcpp.restart_min_s);
+        else if (!strcmp(a, "--mcp-restart-max"))
+            rc = cli_double("serve", a, v, 0.001, 86400, &o->mcpp.restart_max_s);
         else if (!strcmp(a, "--tool-parser")) {
             o->tool_parser = v;
             if (tools_format_from_name(v) < 0) {
@@ -596,6 +627,12 @@ int cli_serve(int argc, char **argv)
                                      : o.model ? o.model : "none", name, sizeof name);
         o.served_name = name;
     }
+    /* A bad MCP config stops the server here, naming the file and field. */
+    struct mcp_config *mcp_cfg = NULL;
+    if (o.mcp_config && mcp_config_load(o.mcp_config, &mcp_cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "serve: --mcp-config %s\n", err);
+        return 2;
+    }
     struct api_params ap = api_default_params();
     ap.api_key = o.api_key;
     ap.served_model_name = o.served_name;
@@ -688,6 +725,17 @@ int cli_serve(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    /* MCP servers connect in the background; their children are ours to
+     * stop (mcp_free below) */
+    struct mcp *mcp = NULL;
+    if (mcp_cfg) {
+        o.mcpp.client_version = OMNI_VERSION;
+        if (!(mcp = mcp_new(mcp_cfg, &o.mcpp, err, sizeof err)))
+            OMNI_WARN("serve: no MCP tools: %s", err);
+        api_set_mcp(api, mcp, (int)o.mcp_max_turns);
+        mcp_config_free(mcp_cfg);
+        mcp_cfg = NULL;
+    }
     struct serve_loader L = { .o = &o, .api = api, .srv = srv };
     pthread_t loader;
     bool have_loader = false;
@@ -722,6 +770,9 @@ int cli_serve(int argc, char **argv)
 
     if (have_loader)
         pthread_join(loader, NULL);
+    /* MCP before the engine: tool loops still running end (their next turn
+     * would go to the engine) and the MCP children are stopped and reaped. */
+    mcp_free(mcp);
     /* Vision workers first (one may be submitting), then the engine: its
      * final events still find their responses, which the server's teardown
      * then releases. */
