@@ -26,6 +26,9 @@ static const struct command commands[] = {
     { "speak", cli_speak, "speak [--voice V] TEXT -o OUT   text to speech (espeak-ng voices; wav/mp3/opus/aac/flac/pcm)" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
+    { "embed", cli_embed, "embed -m FILE.gguf TEXT...      embedding vectors (bert, nomic-bert, Qwen3-Embedding; stdin lines)" },
+    { "rerank", cli_rerank, "rerank -m FILE.gguf --query Q DOC...  relevance scores (cross-encoders, Qwen3-Reranker)" },
+    { "bench-embed", cli_bench_embed, "bench-embed -m FILE.gguf --batch 1,8,32  embedding throughput per batch size" },
     { "bench-vision", cli_bench_vision, "bench-vision -m LM --mmproj MM --image F  vision encoder, cache and fused-turn speed" },
     { "bench-voice", cli_bench_voice, "bench-voice -m LM --stt-model W --vad-model V --file F  voice-agent latency (end of speech -> first audio)" },
 };

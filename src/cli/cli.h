@@ -20,6 +20,10 @@ int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
 
+int cli_embed(int argc, char **argv);       /* src/cli/embed.c */
+int cli_rerank(int argc, char **argv);      /* src/cli/embed.c */
+int cli_bench_embed(int argc, char **argv); /* src/cli/embed.c */
+
 int cli_bench_vision(int argc, char **argv); /* src/cli/bench_vision.c */
 int cli_bench_voice(int argc, char **argv);  /* src/cli/bench_voice.c */
 
