@@ -127,7 +127,9 @@ static const char *const primitives =
     "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"
     "json-int ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
-    "json-number ::= json-int (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"
+    /* two exponent digits keep every number a finite double (3e621 would
+     * read back as inf, printed as null: a type error in the arguments) */
+    "json-number ::= json-int (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"
     "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n"
     "json-object ::= \"{\" ws (json-string ws \":\" ws json-value ws (\",\" ws json-string ws \":\" ws json-value ws)*)? \"}\"\n"
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\"\n";
