@@ -1,0 +1,190 @@
+/* test_mcp.c - the pure parts of the MCP client (src/mcp/mcp_config.h,
+ * src/mcp/mcp_proto.h): config files hand-broken field by field, JSON-RPC
+ * message classification, the SSE parser fed byte by byte and over its
+ * limit, and tool results turned into capped text. The live transports are
+ * tested against a real MCP server in tests/clients/mcp.test.mjs. */
+#include "test.h"
+
+#include "src/mcp/mcp_config.h"
+#include "src/mcp/mcp_proto.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse(const char *text, struct mcp_config **c, char *err, size_t n)
+{
+    return mcp_config_parse(text, strlen(text), "m.json", c, err, n);
+}
+
+TEST(mcp_config_reads_both_transports)
+{
+    char err[256];
+    struct mcp_config *c;
+    CHECK(parse("{\"mcpServers\": {\"fs\": {\"command\": \"node\", \"args\": [\"a.js\", \"-v\"], "
+                "\"env\": {\"K\": \"V\"}}, \"web\": {\"url\": \"https://x/mcp\", \"headers\": "
+                "{\"Authorization\": \"Bearer t\"}}, \"off\": {\"command\": \"x\", \"disabled\": true}}}",
+                &c, err, sizeof err) == 0);
+    CHECK(c->n_servers == 2);
+    CHECK(c->servers[0].transport == MCP_STDIO);
+    CHECK_STR_EQ(c->servers[0].command, "node");
+    CHECK(c->servers[0].n_args == 2);
+    CHECK_STR_EQ(c->servers[0].args[1], "-v");
+    CHECK_STR_EQ(c->servers[0].env[0], "K=V");
+    CHECK(c->servers[1].transport == MCP_HTTP);
+    CHECK_STR_EQ(c->servers[1].url, "https://x/mcp");
+    CHECK_STR_EQ(c->servers[1].headers[0], "Authorization: Bearer t");
+    mcp_config_free(c);
+}
+
+TEST(mcp_config_errors_name_file_and_field)
+{
+    static const struct { const char *text, *want; } cases[] = {
+        { "", "m.json: not valid JSON" },
+        { "[]", "'mcpServers' must be an object" },
+        { "{\"mcpServers\": []}", "'mcpServers' must be an object" },
+        { "{\"mcpServers\": {\"a\": 1}}", "'mcpServers.a' must be an object" },
+        { "{\"mcpServers\": {\"a\": {}}}", "'mcpServers.a' needs 'command'" },
+        { "{\"mcpServers\": {\"a b\": {\"command\": \"x\"}}}", "'mcpServers.a b': a server name" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"\"}}}", "'mcpServers.a.command' must be a non-empty" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"x\", \"url\": \"http://y\"}}}", "has both" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"x\", \"args\": \"-v\"}}}", "'mcpServers.a.args' must be an array" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"x\", \"args\": [null]}}}", "'mcpServers.a.args[0]' must be a string" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"x\", \"env\": {\"A=B\": \"1\"}}}}", "'mcpServers.a.env.A=B' is not a valid" },
+        { "{\"mcpServers\": {\"a\": {\"url\": \"file:///etc\"}}}", "'mcpServers.a.url' must be an http" },
+        { "{\"mcpServers\": {\"a\": {\"url\": \"http://x\", \"headers\": {\"X\": \"a\\nb\"}}}}", "'mcpServers.a.headers.X' is not a valid header" },
+        { "{\"mcpServers\": {\"a\": {\"type\": \"sse\", \"url\": \"http://x\"}}}", "'mcpServers.a.type' must be" },
+        { "{\"mcpServers\": {\"a\": {\"type\": \"http\", \"command\": \"x\"}}}", "'mcpServers.a.url' is required" },
+        { "{\"mcpServers\": {\"a\": {\"command\": \"x\", \"cwd\": 3}}}", "'mcpServers.a.cwd' must be a string" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "";
+        struct mcp_config *c = (struct mcp_config *)1;
+        CHECK(parse(cases[i].text, &c, err, sizeof err) < 0);
+        CHECK(c == NULL);
+        CHECK_STR_CONTAINS(err, "m.json: ");
+        CHECK_STR_CONTAINS(err, cases[i].want);
+    }
+    char err[256];
+    struct mcp_config *c;
+    CHECK(mcp_config_load("/nonexistent/mcp.json", &c, err, sizeof err) < 0);
+    CHECK_STR_CONTAINS(err, "/nonexistent/mcp.json: cannot open");
+}
+
+TEST(mcp_msg_classify_kinds)
+{
+    static const struct { const char *text; enum mcp_msg_kind kind; long long id; } cases[] = {
+        { "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}", MCP_MSG_RESPONSE, 3 },
+        { "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-1,\"message\":\"x\"}}", MCP_MSG_RESPONSE, 4 },
+        { "{\"jsonrpc\":\"2.0\",\"id\":\"p1\",\"method\":\"ping\"}", MCP_MSG_REQUEST, -1 },
+        { "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}", MCP_MSG_NOTIFICATION, -1 },
+        { "{\"jsonrpc\":\"1.0\",\"id\":1,\"result\":{}}", MCP_MSG_INVALID, 1 },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1}", MCP_MSG_INVALID, 1 },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1,\"error\":{}}", MCP_MSG_INVALID, 1 },
+        { "{\"jsonrpc\":\"2.0\",\"method\":5}", MCP_MSG_INVALID, -1 },
+        { "[1]", MCP_MSG_INVALID, -1 },
+        { "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"result\":{}}", MCP_MSG_RESPONSE, -1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *m = cJSON_Parse(cases[i].text);
+        int64_t id;
+        CHECK(m);
+        CHECK(mcp_msg_classify(m, &id) == cases[i].kind);
+        if (cases[i].kind != MCP_MSG_INVALID)
+            CHECK(id == cases[i].id);
+        cJSON_Delete(m);
+    }
+    char *s = mcp_msg_request(7, "tools/list", NULL);
+    CHECK_STR_EQ(s, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}");
+    free(s);
+    s = mcp_msg_request(-1, "notifications/initialized", NULL);
+    CHECK_STR_EQ(s, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    free(s);
+}
+
+struct sse_events {
+    char got[8][64];
+    int n;
+};
+
+static void on_event(void *user, const char *data, size_t len)
+{
+    struct sse_events *ev = user;
+    if (ev->n < 8)
+        snprintf(ev->got[ev->n++], sizeof ev->got[0], "%.*s", (int)len, data);
+}
+
+TEST(mcp_sse_parses_events_in_any_split)
+{
+    static const char stream[] = ": comment\r\nevent: message\r\ndata: {\"a\":1}\r\n\r\n"
+                                 "id: 5\ndata:x\ndata: y\n\nevent: ping\n\n";
+    for (size_t step = 1; step <= sizeof stream; step++) {
+        struct mcp_sse p;
+        struct sse_events ev = { .n = 0 };
+        mcp_sse_init(&p, 1024);
+        for (size_t i = 0; i < sizeof stream - 1; i += step) {
+            size_t n = sizeof stream - 1 - i < step ? sizeof stream - 1 - i : step;
+            CHECK(mcp_sse_feed(&p, stream + i, n, on_event, &ev) == 0);
+        }
+        mcp_sse_free(&p);
+        CHECK(ev.n == 2);
+        CHECK_STR_EQ(ev.got[0], "{\"a\":1}");
+        CHECK_STR_EQ(ev.got[1], "x\ny");
+    }
+}
+
+TEST(mcp_sse_refuses_events_over_the_limit)
+{
+    struct mcp_sse p;
+    struct sse_events ev = { .n = 0 };
+    mcp_sse_init(&p, 64);
+    char line[200];
+    memset(line, 'a', sizeof line);
+    CHECK(mcp_sse_feed(&p, "data: ", 6, on_event, &ev) == 0);
+    CHECK(mcp_sse_feed(&p, line, sizeof line, on_event, &ev) < 0);
+    mcp_sse_free(&p);
+    /* many short data lines of one event add up too */
+    mcp_sse_init(&p, 64);
+    int rc = 0;
+    for (int i = 0; i < 40 && rc == 0; i++)
+        rc = mcp_sse_feed(&p, "data: abc\n", 10, on_event, &ev);
+    CHECK(rc < 0);
+    CHECK(ev.n == 0);
+    mcp_sse_free(&p);
+}
+
+TEST(mcp_result_text_joins_parts_and_caps)
+{
+    cJSON *r = cJSON_Parse("{\"content\":[{\"type\":\"text\",\"text\":\"one\"},"
+                           "{\"type\":\"image\",\"data\":\"AAAA\",\"mimeType\":\"image/png\"},"
+                           "{\"type\":\"resource\",\"resource\":{\"uri\":\"f://a\",\"text\":\"body\"}},"
+                           "{\"type\":\"resource_link\",\"uri\":\"f://b\"}],\"isError\":true}");
+    bool is_error = false;
+    char *t = mcp_result_text(r, 1000, &is_error);
+    CHECK_STR_EQ(t, "one\n[image: image/png, 4 bytes of base64]\nbody\n[resource link: f://b]");
+    CHECK(is_error);
+    free(t);
+    cJSON_Delete(r);
+    r = cJSON_Parse("{\"content\":[],\"structuredContent\":{\"v\":1}}");
+    t = mcp_result_text(r, 1000, &is_error);
+    CHECK_STR_EQ(t, "{\"v\":1}");
+    CHECK(!is_error);
+    free(t);
+    cJSON_Delete(r);
+    /* over the cap: cut at a character boundary, with a note */
+    r = cJSON_Parse("{\"content\":[{\"type\":\"text\",\"text\":\"ab\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}]}");
+    t = mcp_result_text(r, 4, &is_error);
+    CHECK(!strncmp(t, "ab\xc3\xa9\n", 5));
+    CHECK_STR_CONTAINS(t, "truncated");
+    free(t);
+    t = mcp_result_text(r, 3, &is_error);
+    CHECK(!strncmp(t, "ab\n", 3));
+    free(t);
+    cJSON_Delete(r);
+    /* no content at all */
+    r = cJSON_Parse("{}");
+    t = mcp_result_text(r, 10, &is_error);
+    CHECK_STR_EQ(t, "");
+    free(t);
+    cJSON_Delete(r);
+}
