@@ -498,7 +498,11 @@ static void job_run(struct api_images_pool *p, struct api_images_job *j)
     struct api_error e;
     struct api_images im;
     const struct api_model *m = api_model(j->c->api);
-    int rc = api_images_take(p, j->root, m ? m->n_ctx : 0, &j->g, job_cancelled, j, &im, &e);
+    /* max_tokens reserves context only under --max-tokens-policy reject;
+     * otherwise it is clamped to what the prompt leaves (api_check_context) */
+    struct apireq_gen budget = j->g;
+    budget.max_tokens_set &= m && m->max_tokens_reject;
+    int rc = api_images_take(p, j->root, m ? m->n_ctx : 0, &budget, job_cancelled, j, &im, &e);
     if (rc >= 0)
         rc = j->then(j->c, NULL, j->root, &j->g, &im, &e);
     if (rc < 0)

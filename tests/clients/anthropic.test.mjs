@@ -94,7 +94,8 @@ test('errors in Anthropic shape; key required', { skip }, async () => {
     assert.match(e.error.error.message, /max_tokens/);
     return true;
   });
-  await assert.rejects(client.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'system', content: 'x' }] }), (e) => e.status === 400);
+  // system turns are accepted anywhere (anthropic_agent.test.mjs); other roles are not
+  await assert.rejects(client.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'developer', content: 'x' }] }), (e) => e.status === 400);
   const nokey = new Anthropic({ baseURL: srv.url, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(nokey.messages.create({ model: 'x', max_tokens: 5, messages: say }), (e) => {
     assert.equal(e.status, 401);
