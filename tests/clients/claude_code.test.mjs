@@ -3,7 +3,8 @@
 // json`, its default settings, no user config, telemetry and updates off)
 // completes a turn with exit status 0, also when it names a haiku-class model;
 // the Vercel AI SDK's @ai-sdk/anthropic generateText and generateObject
-// (output_config.format, the JSON-schema grammar).
+// (output_config.format, the JSON-schema grammar; and for model ids the SDK
+// does not know, its "json" tool forced with tool_choice any).
 //
 // The model for Claude Code: its request is a ~6 KB system prompt plus ~64 KB
 // of tool schemas, a system turn in the middle of `messages`,
@@ -210,5 +211,25 @@ test('@ai-sdk/anthropic generateObject through output_config.format', { skip: sk
     const sent = r.request.body;
     const body = typeof sent === 'string' ? JSON.parse(sent) : sent;
     assert.equal(body.output_config.format.type, 'json_schema', 'the SDK used output_config.format');
+  }
+});
+
+test('@ai-sdk/anthropic generateObject with an unknown model id: the forced json tool', { skip: skipSdk }, async () => {
+  const anthropic = await sdkSetup();
+  const schema = jsonSchema({
+    type: 'object',
+    properties: { mood: { type: 'string', enum: ['happy', 'sad'] }, friends: { type: 'boolean' } },
+    required: ['mood', 'friends'],
+    additionalProperties: false,
+  });
+  for (const seed of [1, 2, 3]) {
+    // no structured-output support known for this id: the SDK asks for a tool call
+    const r = await generateObject({ model: anthropic('omniserve-local'), schema, prompt: `Lily ${seed}`, maxOutputTokens: 80 });
+    assert.ok(['happy', 'sad'].includes(r.object.mood), JSON.stringify(r.object));
+    assert.equal(typeof r.object.friends, 'boolean');
+    const sent = r.request.body;
+    const body = typeof sent === 'string' ? JSON.parse(sent) : sent;
+    assert.equal(body.tool_choice.type, 'any');
+    assert.equal(body.tools[0].name, 'json');
   }
 });
