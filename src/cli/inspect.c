@@ -157,6 +157,7 @@ static void inspect_header(const struct gguf *g)
 {
     size_t len;
     const char *arch = gguf_get_str(g, "general.architecture", &len);
+    const size_t arch_len = len;
     printf("file:          %s\n", gguf_path(g));
     printf("format:        GGUF v%u, %zu bytes, alignment %zu, data at offset %" PRIu64 "\n",
            gguf_version(g), gguf_file_size(g), gguf_alignment(g), gguf_data_offset(g));
@@ -175,6 +176,20 @@ static void inspect_header(const struct gguf *g)
     uint32_t ft;
     if (gguf_get_u32(g, "general.file_type", &ft) == 0)
         printf("file type:     %u (%s)\n", ft, inspect_ftype_name(ft));
+    /* Embedding and reranking models say what they give through
+     * <arch>.pooling_type (llama.cpp's values). */
+    char key[160];
+    uint32_t pool;
+    if (arch && arch_len < 100 && !memchr(arch, 0, arch_len)) {
+        snprintf(key, sizeof key, "%.*s.pooling_type", (int)arch_len, arch);
+        if (gguf_get_u32(g, key, &pool) == 0) {
+            static const char *const uses[] = {
+                "none (per-token vectors)", "mean (embeddings)", "cls (embeddings)",
+                "last (embeddings)", "rank (a cross-encoder: scores query/document pairs)",
+            };
+            printf("pooling:       %u, %s\n", pool, pool < 5 ? uses[pool] : "unknown");
+        }
+    }
 }
 
 /* Every key starting with prefix (e.g. "llama."), in file order. */
