@@ -11,6 +11,7 @@
  * (embed-{nomic,jina}-f32.gguf + .json). Also: batches equal single runs,
  * the compute budget, and bad input and files as errors. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,4 +319,54 @@ TEST(bert_errors_file)
     }
     free(buf);
     bert_model_free(NULL);
+}
+
+// ---- threads ---------------------------------------------------------------------------------
+
+struct conc_arg {
+    struct bert_model *m;
+    struct bert_input *in;
+    int n;
+    const float *want;
+    int bad;
+};
+
+static void *conc_thread(void *p)
+{
+    struct conc_arg *a = p;
+    float got[MAX_CASES * MAX_H];
+    char err[256];
+    for (int rep = 0; rep < 3; rep++)
+        if (bert_forward(a->m, a->in, a->n, EMBED_POOL_MEAN, true, got, err, sizeof err) != 0 ||
+            test_max_diff(got, a->want, (size_t)a->n * 32) > 1e-6)
+            a->bad++;
+    return NULL;
+}
+
+/* Calls on one model from several threads at once take turns on its pool
+ * and give what a lone call gives. */
+TEST(bert_concurrent_calls)
+{
+    struct bert_model *m = load("embed-bert-f32.gguf", NULL);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    const char *texts[] = { "hello world", "the quick brown fox jumps over the lazy dog", "a" };
+    struct bert_input in[3] = { 0 };
+    char err[256];
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(bert_tokenize(m, texts[i], NULL, &in[i], err, sizeof err), 0);
+    float want[3 * 32];
+    CHECK_EQ(bert_forward(m, in, 3, EMBED_POOL_MEAN, true, want, err, sizeof err), 0);
+    pthread_t th[3];
+    struct conc_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (struct conc_arg){ m, in, 3, want, 0 };
+        CHECK(pthread_create(&th[i], NULL, conc_thread, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(args[i].bad, 0);
+        bert_input_free(&in[i]);
+    }
 }
