@@ -108,7 +108,7 @@ TEST(images_api_anthropic_blocks_counted_not_decoded)
     CHECK_STR_CONTAINS(e.message, "the limit is 2");
     CHECK(root != NULL); /* still the caller's */
     cJSON_Delete(root);
-    /* a source that is not base64 is refused by the count too */
+    /* a source that is neither base64 data nor a URL is refused by the count too */
     parts = cJSON_CreateArray();
     cJSON *bad = cJSON_CreateObject(), *src = cJSON_CreateObject();
     cJSON_AddStringToObject(bad, "type", "image");
@@ -117,8 +117,22 @@ TEST(images_api_anthropic_blocks_counted_not_decoded)
     cJSON_AddItemToArray(parts, bad);
     root = request_with(parts);
     CHECK_EQ(api_images_defer(pool, NULL, NULL, &root, &g, NULL, &e), -1);
-    CHECK_STR_CONTAINS(e.message, "only base64 image sources");
+    CHECK_STR_CONTAINS(e.message, "the image source must be");
     CHECK_STR_EQ(e.param, "messages[0].content[0]");
+    cJSON_Delete(root);
+    /* URL sources count as images (nothing fetched while counting) */
+    parts = cJSON_CreateArray();
+    for (int i = 0; i < 3; i++) {
+        cJSON *im = cJSON_CreateObject(), *us = cJSON_CreateObject();
+        cJSON_AddStringToObject(im, "type", "image");
+        cJSON_AddStringToObject(us, "type", "url");
+        cJSON_AddStringToObject(us, "url", "https://example.invalid/cat.png");
+        cJSON_AddItemToObject(im, "source", us);
+        cJSON_AddItemToArray(parts, im);
+    }
+    root = request_with(parts);
+    CHECK_EQ(api_images_defer(pool, NULL, NULL, &root, &g, NULL, &e), -1);
+    CHECK_STR_CONTAINS(e.message, "3 image or video parts");
     cJSON_Delete(root);
     /* no image part: nothing to defer */
     root = request_with(cJSON_CreateArray());

@@ -148,7 +148,7 @@ struct images_reader {
  * checked): nothing is read or decoded. OpenAI: {"type": "image_url" |
  * "input_image" | "video_url", "image_url" / "video_url": {"url": URL} or
  * the URL string}; Anthropic: {"type": "image", "source": {"type": "base64",
- * "data": ...}}. URL: data:...;base64,..., http(s)://..., file:///... */
+ * "data": ...} or {"type": "url", "url": URL}}. URL: data:...;base64,..., http(s)://..., file:///... */
 static int part_bytes(const struct api_images_pool *p, const struct images_reader *rd,
                       const cJSON *part, const char *field, uint8_t **out, size_t *n,
                       struct api_error *e)
@@ -156,27 +156,36 @@ static int part_bytes(const struct api_images_pool *p, const struct images_reade
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
     if (!cJSON_IsString(type))
         return 0;
+    const cJSON *u;
+    int kind = 1;
     if (!strcmp(type->valuestring, "image")) {
+        /* Anthropic: {"source": {"type": "base64", "data"} | {"type": "url", "url"}};
+         * a URL source goes the way of an OpenAI image URL */
         const cJSON *src = cJSON_GetObjectItemCaseSensitive(part, "source");
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(src, "type");
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(src, "data");
-        if (!cJSON_IsString(st) || strcmp(st->valuestring, "base64") != 0 || !cJSON_IsString(data))
-            return api_error_set(e, 400, field, "'%s': only base64 image sources are supported",
-                                 field);
+        u = cJSON_GetObjectItemCaseSensitive(src, "url");
+        bool b64 = cJSON_IsString(st) && !strcmp(st->valuestring, "base64") && cJSON_IsString(data);
+        if (!b64 && !(cJSON_IsString(st) && !strcmp(st->valuestring, "url") && cJSON_IsString(u)))
+            return api_error_set(e, 400, field,
+                                 "'%s': the image source must be {\"type\": \"base64\", \"data\"} "
+                                 "or {\"type\": \"url\", \"url\"}", field);
         if (!rd)
             return 1; /* counting only: the worker decodes it */
-        return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
+        if (b64)
+            return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
+    } else {
+        const char *key = !strcmp(type->valuestring, "video_url") ? "video_url" : "image_url";
+        if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0 &&
+            strcmp(type->valuestring, "video_url") != 0)
+            return 0;
+        if (!rd)
+            return 1; /* counting only */
+        kind = strcmp(key, "video_url") ? 1 : 2;
+        u = cJSON_GetObjectItemCaseSensitive(part, key);
+        if (cJSON_IsObject(u))
+            u = cJSON_GetObjectItemCaseSensitive(u, "url");
     }
-    const char *key = !strcmp(type->valuestring, "video_url") ? "video_url" : "image_url";
-    if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0 &&
-        strcmp(type->valuestring, "video_url") != 0)
-        return 0;
-    if (!rd)
-        return 1; /* counting only */
-    const int kind = strcmp(key, "video_url") ? 1 : 2;
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, key);
-    if (cJSON_IsObject(u))
-        u = cJSON_GetObjectItemCaseSensitive(u, "url");
     const char *url = cJSON_IsString(u) ? u->valuestring : "";
     if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
         struct download_fetch_params fp = download_fetch_default_params();

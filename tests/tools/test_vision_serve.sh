@@ -116,6 +116,20 @@ else:
         bad.append(f"loopback URL without --allow-private-urls: {st} {r}")
     if case == "idefics3" and (st != 200 or r["usage"]["prompt_tokens"] < text_only["usage"]["prompt_tokens"] + rows):
         bad.append(f"loopback URL with --allow-private-urls: {st} {r}")
+    if case == "idefics3":
+        # an Anthropic image block with a URL source takes the same fetch
+        ureq = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", json.dumps({
+            "model": "x", "max_tokens": 3, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": local}},
+                {"type": "text", "text": "What is this?"}]}]}).encode(),
+            {"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(ureq, timeout=60) as resp:
+                ur = json.load(resp)
+            if ur["usage"]["input_tokens"] + ur["usage"]["cache_read_input_tokens"] < rows:
+                bad.append(f"anthropic url image: {ur['usage']}")
+        except urllib.error.HTTPError as e:
+            bad.append(f"anthropic url image: {e.code} {e.read()[:300]}")
     if case == "llava":
         st, r = post(url_part(f"file://{D}/media/pic.png"))
         if st != 200:
