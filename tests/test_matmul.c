@@ -137,15 +137,16 @@ static const int types[] = {
 /* Batches around every switch point (AMX and the int8 GEMM from
  * OMNI_MATMUL_QUANT_MAX rows and the per-type omni_amx_min_batch, AMX tiles
  * of 4, 8 and 16 rows, GEMM register tiles of 2 and 4 rows, the BLAS path at
- * OMNI_MATMUL_BLAS_MIN) and partial tiles; weight shapes with an odd row
+ * OMNI_MATMUL_BLAS_MIN, the GEMM's per-type ends at 32, 64, 128 and 256
+ * rows) and partial tiles; weight shapes with an odd row
  * count (uneven thread split, partial 16-row groups) and, for 32-element
  * types, an odd block count. */
 TEST(matmul_all_types_batches_threads_levels)
 {
     static const struct { int64_t n_in, n_out; } shapes[] = { { 512, 37 }, { 544, 21 } };
-    const int64_t batches[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,
-                                14, 15, 16, 17, 23, 24, 31, 32, 33, 40, 63, 64 };
-    const int64_t max_nb = 64, max_in = 544, max_out = 37;
+    const int64_t batches[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,  13,  14,  15,  16,
+                                17, 23, 24, 31, 32, 33, 40, 63, 64, 65, 127, 128, 129, 255, 256, 257 };
+    const int64_t max_nb = 257, max_in = 544, max_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(max_in * max_nb));
     float *y = malloc(sizeof(float) * (size_t)(max_out * max_nb));
     struct tpool *pools[4] = { NULL, NULL, tpool_new(2, NULL, 0), tpool_new(3, NULL, 0) };
@@ -194,15 +195,17 @@ TEST(matmul_all_types_batches_threads_levels)
 }
 
 /* Each output row depends on its own activation row only: a row computed in
- * a batch has the bits of the same row computed alone when the batch takes
- * the per-row dot path (vec_dot, vec_dot_n), of the same row in a batch of
- * 2 when it takes the int8 GEMM (q8_0, q4_0, q5_0 from the AVX2 level; of a
- * batch of 16 for AVX2 q4_0/q5_0 from OMNI_X86_GEMM_AVX2_GROUP_MIN rows), and
- * of the same row in a batch of 16 when it takes AMX tiles (of 4, 8 or 16
- * rows). The batch-invariant mode builds on this. */
+ * a batch has the bits of the same row computed alone, in a batch of 2 or
+ * in a batch of 16, whichever of those omni_matmul_same_kernels says takes
+ * the batch's kernels (the per-row dots, vec_dot_n included; the int8 GEMM,
+ * whose AVX2 q4_0/q5_0 kernel groups rows from
+ * OMNI_X86_GEMM_AVX2_GROUP_MIN and whose K-quant kernel starts at 2-4 rows;
+ * AMX tiles of 4, 8 or 16 rows). Each batch must match one of them, and the
+ * GEMM types must take it from 4 rows on AVX2. The batch-invariant mode
+ * builds on this. */
 static int takes_gemm(int type, int level)
 {
-    return level >= OMNI_CPU_AVX2 &&
+    return level >= OMNI_CPU_AVX2 && level < OMNI_CPU_AMX &&
            (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 ||
             type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K);
 }
@@ -236,21 +239,23 @@ TEST(matmul_rows_independent_of_batch_size)
             for (int64_t m = 0; m < NB; m += 2)
                 omni_matmul(tp, &f.t, x + m * n_in, 2, y2 + m * n_out);
             omni_matmul(tp, &f.t, x, NB, y16);
-            const int64_t amx_from = level >= OMNI_CPU_AMX ? omni_amx_min_batch(wtypes[ti]) : 0;
             for (int64_t b = 2; b < NB && !fail[0]; b++) {
-                /* the AVX2 GEMM packs q4_0/q5_0 8 rows a time from a batch size on */
-                const int grouped = level == OMNI_CPU_AVX2 &&
-                                    (wtypes[ti] == GGML_TYPE_Q4_0 || wtypes[ti] == GGML_TYPE_Q5_0) &&
-                                    b >= OMNI_X86_GEMM_AVX2_GROUP_MIN;
-                const float *want = amx_from && b >= amx_from  ? y16
-                                    : grouped                       ? y16
-                                    : takes_gemm(wtypes[ti], level) ? y2
-                                                                    : y1;
+                const int64_t same = omni_matmul_same_kernels(wtypes[ti], b, 1)    ? 1
+                                     : omni_matmul_same_kernels(wtypes[ti], b, 2)  ? 2
+                                     : omni_matmul_same_kernels(wtypes[ti], b, 16) ? 16
+                                                                                    : 0;
+                const float *want = same == 1 ? y1 : same == 2 ? y2 : y16;
+                if (!same || (b >= 4 && same == 1 && takes_gemm(wtypes[ti], level))) {
+                    snprintf(fail, sizeof fail, "%s level %s batch %lld: %s",
+                             ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
+                             same ? "took the per-row dots" : "kernels like none of batches 1, 2, 16");
+                    break;
+                }
                 omni_matmul(tp, &f.t, x, b, y);
                 if (memcmp(y, want, sizeof(float) * (size_t)(b * n_out)) != 0)
                     snprintf(fail, sizeof fail, "%s level %s batch %lld: rows differ from %s",
                              ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
-                             want == y16 ? "batch 16" : want == y2 ? "batches of 2" : "single rows");
+                             same == 16 ? "batch 16" : same == 2 ? "batches of 2" : "single rows");
             }
         }
         free_weights(&f);
@@ -343,6 +348,15 @@ TEST(matmul_gemm_k_any_batch_matches_reference)
     CHECK_MSG(!fail[0], "%s", fail);
 }
 #endif
+
+TEST(matmul_same_kernels)
+{
+    CHECK(omni_matmul_same_kernels(-1, 1, 1));
+    CHECK(omni_matmul_same_kernels(GGML_TYPE_Q4_K, 300, 300));
+    CHECK(!omni_matmul_same_kernels(-1, 1, OMNI_MATMUL_BLAS_MIN + 8)); /* dots vs tiles or BLAS */
+    CHECK(!omni_matmul_same_kernels(GGML_TYPE_Q8_0, 1, 40));
+    CHECK(omni_matmul_same_kernels(GGML_TYPE_F32, 1, 31)); /* f32 takes the dots below BLAS */
+}
 
 TEST(matmul_get_row_matches_dequantize)
 {

@@ -5,9 +5,10 @@
  * computing every batch column while the row is in L1. Batches of several
  * rows are compute bound: with AMX, from OMNI_MATMUL_QUANT_MAX rows up (more for some types,
  * see omni_amx_min_batch), the types amx.c takes run as int8 tile products
- * on 4-, 8- or 16-row tiles; below that, q8_0/q4_0/q5_0 from 2 rows up
- * take the int8 GEMM of arch/x86/gemm_*.c (activation rows in registers
- * against a few weight rows at a time); otherwise, from 32 rows, W is dequantized a
+ * on 4-, 8- or 16-row tiles; otherwise q8_0/q4_0/q5_0 and the K-quants take
+ * the int8 GEMM of arch/x86/gemm_*.c and gemm_k_*.c (activation rows in
+ * registers against a few weight rows at a time) over the batch sizes
+ * gemm_range gives; otherwise, from 32 rows, W is dequantized a
  * chunk of rows at a time into per-thread scratch and multiplied with
  * single-threaded OpenBLAS sgemm. */
 #include "matmul.h"
@@ -271,44 +272,45 @@ static void gemm_rows(void *arg, int ith, int nth)
 }
 #endif
 
-/* Batches from OMNI_MATMUL_QUANT_MAX rows up to GEMM_MAX_ROWS (exclusive)
- * of q8_0, q4_0 and q5_0 take the int8 GEMM (AVX2 or AVX-512 VNNI): the
- * weight offset K its kernel uses, or -1 for the other paths. */
-#define GEMM_MAX_ROWS OMNI_MATMUL_BLAS_MIN
-
-static int gemm_offset(int type, int64_t n_batch, int *avx512)
+/* The batch sizes [*lo, *hi) for which type takes the int8 GEMM at level;
+ * *lo = *hi = 0 when none does. The bounds are measured on one thread
+ * against the per-row dots below and dequantize + sgemm above
+ * (tests/bench_matmul.c; docs/engine.md has the numbers): the K-quant GEMM
+ * loses to q4_K's 4-column dots below 4 rows, and sgemm overtakes the
+ * GEMM of q8_0 from 32 rows, q4_0/q5_0 from 64, q6_K from 128, q5_K from
+ * 256; q4_K's GEMM stays ahead at 512. */
+static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
-#if defined(__x86_64__)
-    const int level = omni_cpu_level();
-    *avx512 = level >= OMNI_CPU_AVX512;
-    if (n_batch < OMNI_MATMUL_QUANT_MAX || n_batch >= GEMM_MAX_ROWS || level < OMNI_CPU_AVX2)
-        return -1;
-    return *avx512 ? omni_x86_gemm_q8_0_offset_avx512(type) : omni_x86_gemm_q8_0_offset_avx2(type);
-#else
-    (void)type;
-    (void)n_batch;
-    *avx512 = 0;
-    return -1;
-#endif
+    *lo = *hi = 0;
+    if (level < OMNI_CPU_AVX2)
+        return;
+    *lo = OMNI_MATMUL_QUANT_MAX;
+    switch (type) {
+    case GGML_TYPE_Q8_0: *hi = 32; break;
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0: *hi = 64; break;
+    case GGML_TYPE_Q4_K: *lo = 4; *hi = INT32_MAX; break;
+    case GGML_TYPE_Q5_K: *lo = 3; *hi = 256; break;
+    case GGML_TYPE_Q6_K: *hi = 128; break;
+    default: *lo = 0; break;
+    }
 }
 
-/* Batches from GEMM_K_MIN_ROWS up to GEMM_K_MAX_ROWS (exclusive) of q4_K,
- * q5_K and q6_K take the K-quant int8 GEMM (AVX2 or AVX-512 VNNI). */
-#define GEMM_K_MIN_ROWS OMNI_MATMUL_QUANT_MAX
-#define GEMM_K_MAX_ROWS OMNI_MATMUL_BLAS_MIN
+enum gemm_kind { GEMM_NONE, GEMM_Q8_0, GEMM_K };
 
-static int use_gemm_k(int type, int64_t n_batch, int *avx512)
+static enum gemm_kind use_gemm(int type, int64_t n_batch, int level)
 {
 #if defined(__x86_64__)
-    const int level = omni_cpu_level();
-    *avx512 = level >= OMNI_CPU_AVX512;
-    return n_batch >= GEMM_K_MIN_ROWS && n_batch < GEMM_K_MAX_ROWS && level >= OMNI_CPU_AVX2 &&
-           omni_x86_gemm_k_takes(type);
+    int64_t lo, hi;
+    gemm_range(type, level, &lo, &hi);
+    if (n_batch < lo || n_batch >= hi)
+        return GEMM_NONE;
+    return omni_x86_gemm_k_takes(type) ? GEMM_K : GEMM_Q8_0;
 #else
     (void)type;
     (void)n_batch;
-    *avx512 = 0;
-    return 0;
+    (void)level;
+    return GEMM_NONE;
 #endif
 }
 
@@ -323,6 +325,37 @@ static int use_amx(int type, int64_t n_batch)
     (void)n_batch;
     return 0;
 #endif
+}
+
+/* A name for the kernel a batch of n rows of type takes, as far as a row's
+ * bits go: rows agree bit for bit between two batch sizes with equal ids
+ * (test_matmul pins this down). */
+static int kernel_id(int type, int64_t n, int level)
+{
+    if (n < OMNI_MATMUL_QUANT_MAX)
+        return 0;
+    if (use_amx(type, n))
+        return 1;
+    switch (use_gemm(type, n, level)) {
+    case GEMM_Q8_0:
+#if defined(__x86_64__)
+        if (level == OMNI_CPU_AVX2 && type != GGML_TYPE_Q8_0 && n >= OMNI_X86_GEMM_AVX2_GROUP_MIN)
+            return 3; /* the AVX2 q4_0/q5_0 kernel's 8-row groups */
+#endif
+        return 2;
+    case GEMM_K: return 4;
+    case GEMM_NONE: break;
+    }
+    return n >= OMNI_MATMUL_BLAS_MIN ? 5 : 0;
+}
+
+int omni_matmul_same_kernels(int type, int64_t n_a, int64_t n_b)
+{
+    const int level = omni_cpu_level();
+    for (int t = type < 0 ? 0 : type; t < (type < 0 ? GGML_TYPE_COUNT : type + 1); t++)
+        if (t < GGML_TYPE_COUNT && omni_quant_ops(t) && kernel_id(t, n_a, level) != kernel_id(t, n_b, level))
+            return 0;
+    return 1;
 }
 
 /* x quantized to the dot type in per-thread scratch of the calling thread,
@@ -368,7 +401,9 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         .op = op, .w_type = w->type, .w = w->data, .w_row = w_row, .x = x, .y = y,
         .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
     };
-    int gemm_k;
+    const int level = omni_cpu_level();
+    const enum gemm_kind gemm = use_gemm(w->type, n_batch, level);
+    j.gemm_avx512 = level >= OMNI_CPU_AVX512;
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
         j.m_pad = omni_amx_m_pad(n_batch);
@@ -377,8 +412,10 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         else
             tpool_run(tp, amx_rows, &j);
 #endif
-    } else if ((gemm_k = gemm_offset(w->type, n_batch, &j.gemm_avx512)) >= 0) {
+    } else if (gemm == GEMM_Q8_0) {
 #if defined(__x86_64__)
+        const int k = j.gemm_avx512 ? omni_x86_gemm_q8_0_offset_avx512(w->type)
+                                    : omni_x86_gemm_q8_0_offset_avx2(w->type);
         const int64_t nbp = omni_x86_gemm_q8_0_blocks(n_in);
         uint8_t *aux = scratch_get(SCRATCH_GEMM, (size_t)(n_batch * nbp) * (sizeof(float) + sizeof(int32_t)));
         if (!aux || quantize_x(tp, &j, n_batch) != 0) {
@@ -386,11 +423,11 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         } else {
             j.ad = (float *)aux;
             j.corr = (int32_t *)(aux + (size_t)(n_batch * nbp) * sizeof(float));
-            omni_x86_gemm_q8_0_prep(gemm_k, j.xq, j.xq_row, n_batch, n_in, j.ad, j.corr);
+            omni_x86_gemm_q8_0_prep(k, j.xq, j.xq_row, n_batch, n_in, j.ad, j.corr);
             tpool_run(tp, gemm_rows, &j);
         }
 #endif
-    } else if (use_gemm_k(w->type, n_batch, &j.gemm_avx512)) {
+    } else if (gemm == GEMM_K) {
 #if defined(__x86_64__)
         j.gemm_k = 1;
         if (quantize_x(tp, &j, n_batch) != 0)

@@ -9,14 +9,16 @@
  *
  * Small batches quantize x to the weight type's dot type (Q8_0 or Q8_K) and
  * use the SIMD dot kernels picked at startup from CPUID/XGETBV (AVX-512
- * VNNI, AVX2, scalar); from OMNI_MATMUL_QUANT_MAX rows up to
- * OMNI_MATMUL_BLAS_MIN, q8_0/q4_0/q5_0 weights go through int8 GEMM tiles
- * (AVX2 or AVX-512 VNNI: several weight rows x 4 activation rows in
- * registers, each weight block unpacked once per 4 rows); with AMX,
- * batches of OMNI_MATMUL_QUANT_MAX rows or more of the quantized types it
- * takes run as int8 tile products (before the GEMM); other
- * batches of OMNI_MATMUL_BLAS_MIN rows or more dequantize W a block of rows
- * at a time and call OpenBLAS cblas_sgemm. Rows are split across the pool's
+ * VNNI, AVX2, scalar). With AMX, batches of OMNI_MATMUL_QUANT_MAX rows or
+ * more of the quantized types it takes run as int8 tile products. Without,
+ * from OMNI_MATMUL_QUANT_MAX rows (4 for q4_K, 3 for q5_K) q8_0, q4_0, q5_0,
+ * q4_K, q5_K and q6_K weights go through an int8 GEMM (AVX2 or AVX-512
+ * VNNI: a few weight rows x 4 activation rows in registers, each weight
+ * block unpacked once per 4 rows), up to a per-type batch size where
+ * sgemm catches up (q8_0 32, q4_0/q5_0 64, q6_K 128, q5_K 256, q4_K
+ * none: matmul.c). Other batches of OMNI_MATMUL_BLAS_MIN rows or more
+ * dequantize W a block of rows at a time and call OpenBLAS cblas_sgemm.
+ * Rows are split across the pool's
  * threads. Thread safety: one call at a time per pool. */
 #ifndef OMNI_MATMUL_H
 #define OMNI_MATMUL_H
@@ -40,6 +42,11 @@ struct omni_tensor {
  * order; a caller that needs results independent of the batch (a
  * deterministic mode) splits its rows into calls of fewer than this many. */
 #define OMNI_MATMUL_QUANT_MAX 2
+
+/* 1 when batches of n_a and of n_b rows of weight type (every type when
+ * type < 0) take the same kernels on this CPU at its level in use, so that
+ * each output row has the same bits in both; 0 when they switch kernels. */
+int omni_matmul_same_kernels(int type, int64_t n_a, int64_t n_b);
 
 /* y[n_batch][n_out] = x[n_batch][n_in] * W^T. x and y are row-major floats.
  * tp may be NULL (single-threaded). */

@@ -18,7 +18,6 @@
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 #include "src/core/compute.h"
-#include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
@@ -1224,31 +1223,20 @@ static void schedule(struct engine *e, struct emodel *em)
     }
 }
 
-/* Which family of matmul kernels a batch of n rows takes (matmul.h): the
- * per-row dot path below OMNI_MATMUL_QUANT_MAX rows, AMX tiles from there on
- * CPUs with AMX, BLAS from OMNI_MATMUL_BLAS_MIN. Coarse on purpose (the exact
- * switch also depends on the weight type): within a family a row's result
- * does not depend on the other rows, across families its bits may. */
-static int kernel_family(int n, bool amx)
-{
-    if (n < OMNI_MATMUL_QUANT_MAX)
-        return 0;
-    return n < OMNI_MATMUL_BLAS_MIN ? (amx ? 1 : 0) : 2;
-}
-
 /* Count the text items of a batch of n_tok tokens and n_rows logit rows
- * whose matmuls took another kernel family than the item alone would. */
+ * whose matmuls took other kernels than the item alone would (per-row dots,
+ * int8 GEMM, AMX or BLAS, and their switch points per weight type: matmul.h,
+ * omni_matmul_same_kernels): there a row's bits may differ from a solo run. */
 static void count_kernel_switches(struct engine *e, const struct emodel *em, int n_tok,
                                   int n_rows)
 {
-    const bool amx = omni_cpu_level() >= OMNI_CPU_AMX;
-    const int batch = kernel_family(n_tok, amx), rows = kernel_family(n_rows, amx);
+    const bool rows_switch = !omni_matmul_same_kernels(-1, n_rows, 1);
     for (int k = 0; k < em->n_items; k++) {
         const struct item *it = &em->items[k];
         if (it->embd)
             continue;
-        e->local.kernel_switches += batch != kernel_family(it->n, amx) ||
-                                    (it->s->logit_row >= 0 && rows != kernel_family(1, amx));
+        e->local.kernel_switches += !omni_matmul_same_kernels(-1, n_tok, it->n) ||
+                                    (it->s->logit_row >= 0 && rows_switch);
     }
 }
 

@@ -75,87 +75,105 @@ static void pack_dwords(const uint8_t *const rows[KG_ROWS], int n_regs, uint8_t 
     }
 }
 
-/* Scale j and min j of a q4_K/q5_K block (the 12-byte layout in quant.h). */
-static inline void k4_scale_min(const uint8_t *q, int j, int *sc, int *m)
+/* The 8 6-bit scales and 8 mins of a q4_K/q5_K block (layout in quant.h),
+ * one byte each: bytes 0-3 hold scales 0-3 and the top 2 bits of scales
+ * 4-7, bytes 4-7 the same for mins, bytes 8-11 the low nibbles of scale (low)
+ * and min (high) 4-7; per byte, (b >> 6) << 4 is (B >> 2) & 0x30303030. */
+static inline void k4_scales(const uint8_t *q, uint64_t *sc, uint64_t *mn)
 {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    uint32_t A, B, C;
+    memcpy(&A, q, 4);
+    memcpy(&B, q + 4, 4);
+    memcpy(&C, q + 8, 4);
+    const uint32_t sc_hi = (C & 0x0f0f0f0f) | ((A >> 2) & 0x30303030);
+    const uint32_t mn_hi = ((C >> 4) & 0x0f0f0f0f) | ((B >> 2) & 0x30303030);
+    *sc = (A & 0x3f3f3f3f) | (uint64_t)sc_hi << 32;
+    *mn = (B & 0x3f3f3f3f) | (uint64_t)mn_hi << 32;
+}
+
+/* 8 halves (one per row) to 8 floats at out. */
+static inline void store_halves(const ggml_half h[KG_ROWS], uint8_t *out)
+{
+    __m128i v;
+    memcpy(&v, h, sizeof v);
+    _mm256_store_ps((float *)out, _mm256_cvtph_ps(v));
+}
+
+static inline void store_regs(const __m256i *v, int n, uint8_t *out)
+{
+    for (int k = 0; k < n; k++)
+        _mm256_store_si256((__m256i *)out + k, v[k]);
+}
+
+/* int16 x -> the dword (x, x): vpmaddwd against it scales both halves. */
+static inline __m256i twice16(__m256i x32)
+{
+    return _mm256_or_si256(_mm256_and_si256(x32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(x32, 16));
 }
 
 void omni_x86_gemm_k_pack(int wtype, const uint8_t *w, size_t w_row, int nr, int64_t i, uint8_t *pk)
 {
     const uint8_t *qs[KG_ROWS], *qh[KG_ROWS];
-    int32_t *sc32, *mn32, *scp32;
-    float *d, *dmin;
+    ggml_half d[KG_ROWS], dmin[KG_ROWS];
+    __m256i v[KG_ROWS], u[KG_ROWS];
     if (wtype == GGML_TYPE_Q6_K) {
         for (int L = 0; L < KG_ROWS; L++) {
-            const block_q6_K *b = L < nr ? (const block_q6_K *)(w + (size_t)L * w_row) + i : NULL;
-            qs[L] = b ? b->ql : NULL;
-            qh[L] = b ? b->qh : NULL;
+            const block_q6_K *b = (const block_q6_K *)(w + (size_t)(L < nr ? L : 0) * w_row) + i;
+            qs[L] = L < nr ? b->ql : NULL;
+            qh[L] = L < nr ? b->qh : NULL;
+            d[L] = L < nr ? b->d : 0;
+            /* scales 0-7 and 8-15 as int32, and the 16 as int16 pairs */
+            const __m128i sc = L < nr ? _mm_loadu_si128((const __m128i *)b->scales) : _mm_setzero_si128();
+            v[L] = _mm256_cvtepi8_epi32(sc);
+            u[L] = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
         }
         pack_dwords(qs, 32, pk + OMNI_KP6_QL);
         pack_dwords(qh, 16, pk + OMNI_KP6_QH);
-        sc32 = (int32_t *)(pk + OMNI_KP6_SC);
-        scp32 = (int32_t *)(pk + OMNI_KP6_SCP);
-        d = (float *)(pk + OMNI_KP6_D);
-        for (int L = 0; L < KG_ROWS; L++) {
-            const block_q6_K *b = L < nr ? (const block_q6_K *)(w + (size_t)L * w_row) + i : NULL;
-            for (int s = 0; s < 16; s++) {
-                const uint32_t v = b ? (uint16_t)(int16_t)b->scales[s] : 0;
-                sc32[s * 8 + L] = (int32_t)(v | v << 16);
-            }
-            for (int p = 0; p < 8; p++) {
-                const uint32_t lo = b ? (uint16_t)(int16_t)b->scales[2 * p] : 0;
-                const uint32_t hi = b ? (uint16_t)(int16_t)b->scales[2 * p + 1] : 0;
-                scp32[p * 8 + L] = (int32_t)(lo | hi << 16);
-            }
-            d[L] = b ? _cvtsh_ss(b->d) : 0.0f;
+        transpose8_epi32(v);
+        transpose8_epi32(u);
+        for (int k = 0; k < 8; k++) {
+            _mm256_store_si256((__m256i *)(pk + OMNI_KP6_SC) + k, twice16(v[k]));
+            _mm256_store_si256((__m256i *)(pk + OMNI_KP6_SC) + 8 + k, twice16(u[k]));
         }
+        for (int L = 0; L < KG_ROWS; L++) {
+            const block_q6_K *b = (const block_q6_K *)(w + (size_t)(L < nr ? L : 0) * w_row) + i;
+            v[L] = L < nr ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)) : _mm256_setzero_si256();
+        }
+        transpose8_epi32(v);
+        store_regs(v, 8, pk + OMNI_KP6_SCP);
+        store_halves(d, pk + OMNI_KP6_D);
         return;
     }
-    /* q4_K and q5_K both open with d, dmin and the 12 scale bytes */
-    const block_q4_K *hd[KG_ROWS];
-    for (int L = 0; L < KG_ROWS; L++) {
-        qs[L] = qh[L] = NULL;
-        hd[L] = NULL;
-        if (L >= nr)
-            continue;
-        if (wtype == GGML_TYPE_Q4_K) {
-            const block_q4_K *b = (const block_q4_K *)(w + (size_t)L * w_row) + i;
-            qs[L] = b->qs;
-            hd[L] = b;
-        } else {
-            const block_q5_K *b = (const block_q5_K *)(w + (size_t)L * w_row) + i;
-            qs[L] = b->qs;
-            qh[L] = b->qh;
-            hd[L] = (const block_q4_K *)b;
-        }
-    }
     static_assert(offsetof(block_q5_K, scales) == offsetof(block_q4_K, scales), "q4_K/q5_K head");
+    for (int L = 0; L < KG_ROWS; L++) {
+        /* q4_K and q5_K both open with d, dmin and the 12 scale bytes */
+        const block_q4_K *b;
+        if (wtype == GGML_TYPE_Q4_K) {
+            b = (const block_q4_K *)(w + (size_t)(L < nr ? L : 0) * w_row) + i;
+            qs[L] = L < nr ? b->qs : NULL;
+        } else {
+            const block_q5_K *b5 = (const block_q5_K *)(w + (size_t)(L < nr ? L : 0) * w_row) + i;
+            b = (const block_q4_K *)b5;
+            qs[L] = L < nr ? b5->qs : NULL;
+            qh[L] = L < nr ? b5->qh : NULL;
+        }
+        uint64_t sc = 0, mn = 0;
+        if (L < nr)
+            k4_scales(b->scales, &sc, &mn);
+        d[L] = L < nr ? b->d : 0;
+        dmin[L] = L < nr ? b->dmin : 0;
+        v[L] = twice16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        u[L] = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)));
+    }
     pack_dwords(qs, 32, pk + OMNI_KP_QS);
     if (wtype == GGML_TYPE_Q5_K)
         pack_dwords(qh, 8, pk + OMNI_KP_QH);
-    sc32 = (int32_t *)(pk + OMNI_KP_SC);
-    mn32 = (int32_t *)(pk + OMNI_KP_MN);
-    d = (float *)(pk + OMNI_KP_D);
-    dmin = (float *)(pk + OMNI_KP_DMIN);
-    for (int L = 0; L < KG_ROWS; L++) {
-        int sc[8] = { 0 }, m[8] = { 0 };
-        if (hd[L])
-            for (int j = 0; j < 8; j++)
-                k4_scale_min(hd[L]->scales, j, &sc[j], &m[j]);
-        for (int j = 0; j < 8; j++)
-            sc32[j * 8 + L] = sc[j] | sc[j] << 16;
-        for (int p = 0; p < 4; p++)
-            mn32[p * 8 + L] = m[2 * p] | m[2 * p + 1] << 16;
-        d[L] = hd[L] ? _cvtsh_ss(hd[L]->d) : 0.0f;
-        dmin[L] = hd[L] ? _cvtsh_ss(hd[L]->dmin) : 0.0f;
-    }
+    transpose8_epi32(v);
+    store_regs(v, 8, pk + OMNI_KP_SC);
+    transpose8_epi32(u); /* registers 4-7 are the zero upper halves */
+    store_regs(u, 4, pk + OMNI_KP_MN);
+    store_halves(d, pk + OMNI_KP_D);
+    store_halves(dmin, pk + OMNI_KP_DMIN);
 }
 
 // ---- AVX2 kernel -----------------------------------------------------------
@@ -192,26 +210,26 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const block_q8_K *a[KG_COLS];
     __m256i sumi[KG_COLS];
-    for (int c = 0; c < NC; c++) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
         a[c] = (const block_q8_K *)(xq + (size_t)c * xq_row) + i;
         sumi[c] = _mm256_setzero_si256();
     }
     if (WT == GGML_TYPE_Q6_K) {
         const __m256i *QL = (const __m256i *)(pk + OMNI_KP6_QL), *QH = (const __m256i *)(pk + OMNI_KP6_QH);
         const __m256i *SC = (const __m256i *)(pk + OMNI_KP6_SC);
-        for (int ch = 0; ch < 8; ch++) { /* 32 elements: 128h + 32g + l */
+        _Pragma("GCC unroll 8") for (int ch = 0; ch < 8; ch++) { /* 32 elements: 128h + 32g + l */
             const int h = ch / 4, g = ch % 4;
             __m256i W[8];
-            for (int k = 0; k < 8; k++) {
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 const __m256i lo = _mm256_srli_epi16(_mm256_load_si256(QL + 16 * h + 8 * (g & 1) + k), 4 * (g >> 1));
                 W[k] = _mm256_or_si256(_mm256_and_si256(lo, m4), q6_hbits(_mm256_load_si256(QH + 8 * h + k), g));
             }
             const __m256i s0 = _mm256_load_si256(SC + 2 * ch), s1 = _mm256_load_si256(SC + 2 * ch + 1);
-            for (int c = 0; c < NC; c++) {
+            _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
                 const int8_t *q = a[c]->qs + 32 * ch;
                 /* pair sums reach 2 * 63 * 127: two of them fit int16 */
                 __m256i p[4];
-                for (int k = 0; k < 4; k++)
+                _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
                     p[k] = _mm256_add_epi16(_mm256_maddubs_epi16(W[2 * k], bcast4(q + 8 * k)),
                                             _mm256_maddubs_epi16(W[2 * k + 1], bcast4(q + 8 * k + 4)));
                 const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(p[0], s0), _mm256_madd_epi16(p[1], s0));
@@ -221,10 +239,10 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
         }
         const __m256i *SCP = (const __m256i *)(pk + OMNI_KP6_SCP);
         const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP6_D));
-        for (int c = 0; c < NC; c++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
             /* the -32 offset: 32 * sum_s sc[s] * bsums[s] */
             __m256i off = _mm256_setzero_si256();
-            for (int p = 0; p < 8; p++) {
+            _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) {
                 int32_t bs;
                 memcpy(&bs, a[c]->bsums + 2 * p, 4);
                 off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256(SCP + p), _mm256_set1_epi32(bs)));
@@ -236,19 +254,19 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
     }
     const __m256i *QS = (const __m256i *)(pk + OMNI_KP_QS), *QH = (const __m256i *)(pk + OMNI_KP_QH);
     const __m256i *SC = (const __m256i *)(pk + OMNI_KP_SC);
-    for (int j = 0; j < 8; j++) { /* sub-block j: nibbles 4 * (j & 1) of qs bytes 32 * (j / 2) + l */
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) { /* sub-block j: nibbles 4 * (j & 1) of qs bytes 32 * (j / 2) + l */
         __m256i W[8];
-        for (int k = 0; k < 8; k++) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             W[k] = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256(QS + 8 * (j / 2) + k), 4 * (j & 1)), m4);
             if (WT == GGML_TYPE_Q5_K)
                 W[k] = _mm256_or_si256(W[k], q5_hbit(_mm256_load_si256(QH + k), j));
         }
         const __m256i sc = _mm256_load_si256(SC + j);
-        for (int c = 0; c < NC; c++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
             const int8_t *q = a[c]->qs + 32 * j;
             __m256i s0 = _mm256_maddubs_epi16(W[0], bcast4(q));
             __m256i s1 = _mm256_maddubs_epi16(W[4], bcast4(q + 16));
-            for (int k = 1; k < 4; k++) { /* two chains for the adds' latency */
+            _Pragma("GCC unroll 8") for (int k = 1; k < 4; k++) { /* two chains for the adds' latency */
                 s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
                 s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], bcast4(q + 16 + 4 * k)));
             }
@@ -263,13 +281,13 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
     const __m256i *MN = (const __m256i *)(pk + OMNI_KP_MN);
     const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP_D));
     const __m256 DMIN = _mm256_load_ps((const float *)(pk + OMNI_KP_DMIN));
-    for (int c = 0; c < NC; c++) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
         /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]); a pair sum fits int16 */
         int32_t bs2[4];
         _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[c]->bsums),
                                                         _mm_loadu_si128((const __m128i *)(a[c]->bsums + 8))));
         __m256i summ = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++)
+        _Pragma("GCC unroll 8") for (int p = 0; p < 4; p++)
             summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256(MN + p), _mm256_set1_epi32(bs2[p])));
         const __m256 v = _mm256_fmsub_ps(D, _mm256_cvtepi32_ps(sumi[c]),
                                          _mm256_mul_ps(DMIN, _mm256_cvtepi32_ps(summ)));

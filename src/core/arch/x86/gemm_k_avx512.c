@@ -45,7 +45,7 @@ static inline __attribute__((always_inline)) __m256i dot_dwords(const __m256i *W
 {
     __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[k0], bcast4(q + 4 * k0));
     __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[k0 + 1], bcast4(q + 4 * k0 + 4));
-    for (int k = k0 + 2; k < k0 + n; k += 2) {
+    _Pragma("GCC unroll 4") for (int k = k0 + 2; k < k0 + n; k += 2) {
         d0 = _mm256_dpbusd_epi32(d0, W[k], bcast4(q + 4 * k));
         d1 = _mm256_dpbusd_epi32(d1, W[k + 1], bcast4(q + 4 * k + 4));
     }
@@ -59,24 +59,24 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const block_q8_K *a[KG_COLS];
     __m256i sumi[KG_COLS];
-    for (int c = 0; c < NC; c++) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
         a[c] = (const block_q8_K *)(xq + (size_t)c * xq_row) + i;
         sumi[c] = _mm256_setzero_si256();
     }
     if (WT == GGML_TYPE_Q6_K) {
         const __m256i *QL = (const __m256i *)(pk + OMNI_KP6_QL), *QH = (const __m256i *)(pk + OMNI_KP6_QH);
         const __m256i *SC = (const __m256i *)(pk + OMNI_KP6_SC);
-        for (int ch = 0; ch < 8; ch++) {
+        _Pragma("GCC unroll 8") for (int ch = 0; ch < 8; ch++) {
             const int h = ch / 4, g = ch % 4;
             __m256i W[8];
-            for (int k = 0; k < 8; k++) {
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 const __m256i lo = _mm256_srli_epi16(_mm256_load_si256(QL + 16 * h + 8 * (g & 1) + k), 4 * (g >> 1));
                 W[k] = _mm256_or_si256(_mm256_and_si256(lo, m4), q6_hbits(_mm256_load_si256(QH + 8 * h + k), g));
             }
             /* the packed int16 pair (sc, sc) >> 16: sc sign-extended */
             const __m256i s0 = _mm256_srai_epi32(_mm256_load_si256(SC + 2 * ch), 16);
             const __m256i s1 = _mm256_srai_epi32(_mm256_load_si256(SC + 2 * ch + 1), 16);
-            for (int c = 0; c < NC; c++) {
+            _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
                 const int8_t *q = a[c]->qs + 32 * ch;
                 const __m256i lo = _mm256_mullo_epi32(dot_dwords(W, q, 0, 4), s0);
                 const __m256i hi = _mm256_mullo_epi32(dot_dwords(W, q, 4, 4), s1);
@@ -85,9 +85,9 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
         }
         const __m256i *SCP = (const __m256i *)(pk + OMNI_KP6_SCP);
         const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP6_D));
-        for (int c = 0; c < NC; c++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
             __m256i off = _mm256_setzero_si256();
-            for (int p = 0; p < 8; p++) {
+            _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) {
                 int32_t bs;
                 memcpy(&bs, a[c]->bsums + 2 * p, 4);
                 off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256(SCP + p), _mm256_set1_epi32(bs)));
@@ -99,26 +99,26 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
     }
     const __m256i *QS = (const __m256i *)(pk + OMNI_KP_QS), *QH = (const __m256i *)(pk + OMNI_KP_QH);
     const __m256i *SC = (const __m256i *)(pk + OMNI_KP_SC);
-    for (int j = 0; j < 8; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
         __m256i W[8];
-        for (int k = 0; k < 8; k++) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             W[k] = _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256(QS + 8 * (j / 2) + k), 4 * (j & 1)), m4);
             if (WT == GGML_TYPE_Q5_K)
                 W[k] = _mm256_or_si256(W[k], q5_hbit(_mm256_load_si256(QH + k), j));
         }
         const __m256i sc = _mm256_srli_epi32(_mm256_load_si256(SC + j), 16);
-        for (int c = 0; c < NC; c++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)
             sumi[c] = _mm256_add_epi32(sumi[c], _mm256_mullo_epi32(dot_dwords(W, a[c]->qs + 32 * j, 0, 8), sc));
     }
     const __m256i *MN = (const __m256i *)(pk + OMNI_KP_MN);
     const __m256 D = _mm256_load_ps((const float *)(pk + OMNI_KP_D));
     const __m256 DMIN = _mm256_load_ps((const float *)(pk + OMNI_KP_DMIN));
-    for (int c = 0; c < NC; c++) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
         int32_t bs2[4];
         _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[c]->bsums),
                                                         _mm_loadu_si128((const __m128i *)(a[c]->bsums + 8))));
         __m256i summ = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++)
+        _Pragma("GCC unroll 8") for (int p = 0; p < 4; p++)
             summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_load_si256(MN + p), _mm256_set1_epi32(bs2[p])));
         const __m256 v = _mm256_fmsub_ps(D, _mm256_cvtepi32_ps(sumi[c]),
                                          _mm256_mul_ps(DMIN, _mm256_cvtepi32_ps(summ)));
