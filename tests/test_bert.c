@@ -370,3 +370,40 @@ TEST(bert_concurrent_calls)
         bert_input_free(&in[i]);
     }
 }
+
+// ---- src/core/nn -----------------------------------------------------------------------------
+
+#include "src/core/nn.h"
+
+/* The vectorized GELU / SwiGLU against libm, over the range activations take. */
+TEST(nn_gelu_swiglu_vs_libm)
+{
+    enum { N = 4001 };
+    static float x[N], y[N], g[N], u[N];
+    for (int i = 0; i < N; i++)
+        x[i] = y[i] = g[i] = -12.0f + 24.0f * i / (N - 1);
+    omni_gelu_erf(y, N);
+    for (int i = 0; i < N; i++) {
+        const double want = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+        CHECK_MSG(fabs(y[i] - want) <= 2e-6 * (1.0 + fabs(x[i])), "gelu(%g) = %.9g, want %.9g", x[i], y[i], want);
+    }
+    for (int i = 0; i < N; i++)
+        u[i] = 1.5f;
+    omni_swiglu(g, u, N);
+    for (int i = 0; i < N; i++) {
+        const double want = 1.5 * x[i] / (1.0 + exp(-x[i]));
+        CHECK_MSG(fabs(u[i] - want) <= 2e-6 * (1.0 + fabs(want)), "swiglu(%g) = %.9g, want %.9g", x[i], u[i], want);
+    }
+    for (int i = 0; i < N; i++)
+        u[i] = -2.0f;
+    omni_geglu_erf(g, u, N);
+    for (int i = 0; i < N; i++) {
+        const double want = -2.0 * 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+        CHECK_MSG(fabs(u[i] - want) <= 4e-6 * (1.0 + fabs(x[i])), "geglu(%g) = %.9g, want %.9g", x[i], u[i], want);
+    }
+    float v[3] = { 3, 0, 4 }, z[2] = { 0, 0 };
+    omni_l2_normalize(v, 3);
+    CHECK_NEAR(v[0], 0.6, 1e-7);
+    omni_l2_normalize(z, 2); /* a zero vector stays zero, no NaN */
+    CHECK(z[0] == 0 && z[1] == 0);
+}

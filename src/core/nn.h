@@ -5,7 +5,7 @@
  *   omni_gelu_erf(y, n);                                    // in place
  *   omni_rope_neox(q, n_head, head_dim, stride, pos, 10000.0f);
  *
- * Scalar C that -O2 vectorizes; each row's result depends only on that row,
+ * Plain C that -O2 vectorizes; each row's result depends only on that row,
  * so callers split rows across threads freely. Thread safety: pure
  * functions, safe from any thread. */
 #ifndef OMNI_NN_H
@@ -21,7 +21,8 @@ void omni_layer_norm_rows(const float *x, const float *w, const float *b, int64_
                           float eps, float *y);
 
 /* x = 0.5 x (1 + erf(x / sqrt 2)) in place: the exact GELU of BERT and
- * PyTorch's nn.GELU() (not the tanh approximation). */
+ * PyTorch's nn.GELU() (not the tanh approximation), with erf to about 2e-7
+ * absolute (a rational approximation over the vector exp of quant.h). */
 void omni_gelu_erf(float *x, int64_t n);
 
 /* up[i] = act(gate[i]) * up[i] for n floats: SwiGLU (silu) and GEGLU (exact GELU). */
