@@ -9,6 +9,8 @@
 #   max_tokens past the context is clamped (the answer ends at the context's
 #   end, finish_reason length) and with --max-tokens-policy reject is a 400;
 # - without a model, generation is 404 model_not_found without Retry-After;
+# - a system turn mid-conversation on a template that refuses it is folded
+#   into the system prompt on /v1/messages;
 # - a bad --host, an address of another machine or a port in use: exit
 #   status 1 with the reason, and no "listening" line.
 set -u
@@ -135,6 +137,42 @@ done
 grep -q '"code":"model_not_found"' "$D/nm.json" || true   # Anthropic errors carry no code
 curl -s -H 'content-type: application/json' -d "{$msg}" "http://127.0.0.1:$port/v1/chat/completions" \
     | grep -q '"code":"model_not_found"' || fail "no model: code model_not_found"
+
+# --- a template that refuses system turns after the first message ---
+# (Gemma's and Mistral's insist on alternating user/assistant turns): the
+# Anthropic route folds a mid-conversation system turn into the system
+# prompt; the OpenAI route passes the template's 400 on.
+T="$D/strict_template.gguf"
+"$PYTHON" - "$G" "$T" <<'PY' || fail "cannot write the strict-template model"
+import sys
+sys.path.insert(0, "tools")
+import gguf
+src, dst = sys.argv[1:]
+r = gguf.GGUFReader(src)
+w = gguf.GGUFWriter(dst, r.alignment)
+for key, (vtype, value, elem) in r.kv.items():
+    if key not in ("tokenizer.chat_template", "general.alignment"):
+        w.add(key, value, vtype, elem)
+w.add("tokenizer.chat_template",
+      "{{ bos_token }}{% for m in messages %}"
+      "{% if m['role'] == 'system' and not loop.first %}"
+      "{{ raise_exception('System role only at the start') }}{% endif %}"
+      "[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant] {% endif %}")
+for name, (gtype, shape, _) in r.tensors.items():
+    w.add_tensor_raw(name, gtype, shape, r.tensor_bytes(name))
+w.write()
+PY
+start strict -m "$T" || exit 1
+turns='[{"role":"user","content":"Once upon a time"},{"role":"system","content":"Lily had a big red ball."},{"role":"user","content":"go on"}]'
+r=$(post "$port" /v1/messages "{\"max_tokens\":4,\"messages\":$turns}")
+case "$r" in "200 "*) ;; *) fail "a system turn on a strict template: $r" ;; esac
+a=$(post "$port" /v1/messages/count_tokens "{\"system\":\"Lily had a big red ball.\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"},{\"role\":\"user\",\"content\":\"go on\"}]}")
+b=$(post "$port" /v1/messages/count_tokens "{\"messages\":$turns}")
+[ "${a#200 }" = "${b#200 }" ] && [ "${a%% *}" = 200 ] \
+    || fail "the folded system turn is not the system prompt: $a vs $b"
+r=$(post "$port" /v1/chat/completions "{\"max_tokens\":4,\"messages\":$turns}")
+case "$r" in "400 "*"System role only at the start"*) ;; *) fail "OpenAI route on a strict template: $r" ;; esac
 
 # --- a bad --host or a busy port: exit 1 with why, never "listening" ---
 for h in 999.1.1.1 no-such-host.invalid 192.0.2.1; do
