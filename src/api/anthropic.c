@@ -1,12 +1,15 @@
 /* anthropic.c - Anthropic-compatible /v1/messages and count_tokens. The
  * request is translated into the OpenAI shape that chatreq.h renders with
  * the model's template (tool_use -> tool_calls, tool_result -> tool turns,
- * thinking -> enable_thinking and a budget); the answer's deltas become
- * thinking, text and tool_use blocks. A stream follows Anthropic's event
- * sequence: message_start, content_block_start, ping, content_block_delta...,
- * content_block_stop (per block), message_delta (stop_reason and output
- * usage), message_stop. The SDK reads the event names, so every event
- * carries both "event:" and its "type". */
+ * system turns in place or folded into the system prompt, thinking ->
+ * enable_thinking and a budget, output_config -> reasoning_effort and
+ * response_format); the answer's deltas become thinking, text and tool_use
+ * blocks. A stream follows Anthropic's event sequence: message_start,
+ * content_block_start, ping, content_block_delta..., content_block_stop (per
+ * block), message_delta (stop_reason and usage), message_stop. The SDK reads
+ * the event names, so every event carries both "event:" and its "type".
+ * Agent clients (Claude Code) send fields this server has no use for
+ * (context_management, metadata): they are ignored, each name logged once. */
 #include "src/api/anthropic.h"
 
 #include "src/api/api.h"
