@@ -248,7 +248,7 @@ int embed_service_add_engine(struct embed_service *s, struct engine *e, int mode
      * (their tokenizer's post-processor): appended when the file does not
      * say itself whether to add an EOS. */
     bool add_eos;
-    if (role == EMBED_ROLE_EMBED && m->info.pooling == EMBED_POOL_LAST &&
+    if (role == EMBED_ROLE_EMBED &&
         gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos) == OMNI_ERR_NOTFOUND &&
         (hp->arch == LLM_ARCH_QWEN2 || hp->arch == LLM_ARCH_QWEN3)) {
         m->eos_append = tokenizer_find(m->tok, "<|endoftext|>", 13);
@@ -474,9 +474,10 @@ int embed_job_set_text(struct embed_job *j, int i, const char *text, const char 
         return omni_fail(err, errlen, OMNI_ERR_ARG, "input %d: a reranker scores a pair", i);
     if (m->bert) {
         struct bert_input bi = { 0 };
-        int rc = bert_tokenize(m->bert, text, rerank ? pair : NULL, &bi, err, errlen);
+        char e[384] = "";
+        int rc = bert_tokenize(m->bert, text, rerank ? pair : NULL, &bi, e, sizeof e);
         if (rc < 0)
-            return rc;
+            return omni_fail(err, errlen, rc, "input %d: %s", i, e);
         rc = set_ids(j, i, bi.ids, bi.n, err, errlen);
         if (rc == 0)
             j->in[i].type_ids = bi.type_ids;
