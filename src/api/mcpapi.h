@@ -12,9 +12,8 @@
  *   serve: api_set_mcp(api, mcp, max_turns);
  *   openai_chat: if (mcpapi_wanted(root)) { mcpapi_chat(a, r, root, &g); ... }
  *
- * For the Responses API ({"type": "mcp", "server_label": ...} tools), the
- * same loop is there to reuse: mcpapi_tools_for() gives the OpenAI function
- * tools of the named servers and mcpapi_run_calls() runs a turn's calls.
+ * The loop itself is protocol-independent (mcploop.h): the Responses API
+ * ({"type": "mcp", "server_label": ...} tools) runs it the same way.
  *
  * Thread safety: the routes run where api.c runs them (the service thread
  * for the GET routes, a ws worker for chat); the loop's turns end on the

@@ -166,6 +166,8 @@ static void serve_usage(FILE *f)
             "                             (default 8)\n"
             "  --mcp-tool-timeout S       a tool call's answer within S seconds, else an error\n"
             "                             result for the model (default 60)\n"
+            "  --mcp-init-timeout S       an MCP server's initialize and tools/list answers within\n"
+            "                             S seconds, else it counts as failed (default 30)\n"
             "  --mcp-max-result BYTES     tool output given to the model, cut past it (default 32K)\n"
             "  --mcp-max-message BYTES    one message from an MCP server (default 16M)\n"
             "  --mcp-restart-delay S      first restart delay of a failed MCP server, doubling up\n"
@@ -335,6 +337,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             rc = cli_long("serve", a, v, 1, 1000, &o->mcp_max_turns);
         else if (!strcmp(a, "--mcp-tool-timeout"))
             rc = cli_double("serve", a, v, 0.001, 86400, &o->mcpp.tool_timeout_s);
+        else if (!strcmp(a, "--mcp-init-timeout"))
+            rc = cli_double("serve", a, v, 0.001, 86400, &o->mcpp.init_timeout_s);
         else if (!strcmp(a, "--mcp-max-result"))
             rc = cli_size("serve", a, v, 64, &o->mcpp.max_result_bytes);
         else if (!strcmp(a, "--mcp-max-message"))

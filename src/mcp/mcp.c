@@ -85,6 +85,7 @@ struct mcp_params mcp_default_params(void)
 {
     return (struct mcp_params){
         .tool_timeout_s = 60,
+        .init_timeout_s = 30,
         .max_message_bytes = (size_t)16 << 20,
         .max_result_bytes = (size_t)32 << 10,
         .restart_min_s = 1,
@@ -803,10 +804,10 @@ static int mcp_notify(struct mcp_server *s, const char *method)
     if (s->spec->transport == MCP_HTTP) {
         cJSON *resp = NULL;
         char err[64];
-        rc = mcp_http_send(s, line, -1, s->m->p.tool_timeout_s, &resp, err, sizeof err);
+        rc = mcp_http_send(s, line, -1, s->m->p.init_timeout_s, &resp, err, sizeof err);
         cJSON_Delete(resp);
     } else {
-        rc = mcp_stdio_send(s, line, mcp_now() + s->m->p.tool_timeout_s);
+        rc = mcp_stdio_send(s, line, mcp_now() + s->m->p.init_timeout_s);
     }
     free(line);
     return rc;
@@ -826,7 +827,7 @@ static int mcp_initialize(struct mcp_server *s, char *err, size_t errlen)
     s->session[0] = 0;
     s->initialized = false;
     pthread_mutex_unlock(&s->lock);
-    int rc = mcp_request(s, "initialize", params, s->m->p.tool_timeout_s, &result, err, errlen);
+    int rc = mcp_request(s, "initialize", params, s->m->p.init_timeout_s, &result, err, errlen);
     cJSON_Delete(params);
     if (rc < 0)
         return -1;
@@ -872,7 +873,7 @@ static int mcp_list_tools(struct mcp_server *s, char *err, size_t errlen)
         if (cursor)
             cJSON_AddStringToObject(params, "cursor", cursor);
         cJSON *result = NULL;
-        int r = mcp_request(s, "tools/list", params, s->m->p.tool_timeout_s, &result, err, errlen);
+        int r = mcp_request(s, "tools/list", params, s->m->p.init_timeout_s, &result, err, errlen);
         cJSON_Delete(params);
         free(cursor);
         cursor = NULL;

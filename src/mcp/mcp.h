@@ -34,7 +34,8 @@ struct mcp;
 struct mcp_toolset;
 
 struct mcp_params {
-    double tool_timeout_s;       /* a tools/call (and each start-up request) answers within; default 60 */
+    double tool_timeout_s;       /* a tools/call answers within; default 60 */
+    double init_timeout_s;       /* each start-up request (initialize, tools/list); default 30 */
     size_t max_message_bytes;    /* one JSON-RPC message from a server; default 16 MiB */
     size_t max_result_bytes;     /* tool output given to the model; default 32 KiB */
     double restart_min_s;        /* first restart delay of a failed server; default 1 */
