@@ -542,14 +542,15 @@ static void *serve_load(void *arg)
         ok = false;
     if (ok && (o->n_embed || o->embeddings) && !(L->embed = embed_service_new(NULL, err, sizeof err)))
         ok = false;
+    /* the chat model first: the default of requests that name no model */
+    if (ok && o->embeddings && chat)
+        ok = embed_service_add_engine(L->embed, L->engine, 0, o->served_name, EMBED_ROLE_EMBED,
+                                      o->embed_pooling, -1, err, sizeof err) >= 0;
     for (int i = 0; ok && i < o->n_embed; i++)
         ok = embed_service_load(L->embed, o->embed_files[i],
                                 o->embed_rerank[i] ? EMBED_ROLE_RERANK : EMBED_ROLE_EMBED,
                                 L->engine, o->ep.compute, NULL, o->embed_pooling, -1, err,
                                 sizeof err) >= 0;
-    if (ok && o->embeddings && chat)
-        ok = embed_service_add_engine(L->embed, L->engine, 0, o->served_name, EMBED_ROLE_EMBED,
-                                      o->embed_pooling, -1, err, sizeof err) >= 0;
     if (ok && L->engine)
         ok = engine_start(L->engine, err, sizeof err) == 0;
     if (ok && L->embed)
