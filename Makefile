@@ -192,7 +192,7 @@ $(BUILD)/fixtures/embed-%-q8_0.gguf: $(EMBED_DEPS)
 
 # nomic-bert and jina-bert-v2 have no transformers class without remote code:
 # tools/make_encoder_ref.py writes tiny GGUFs of both with numpy reference outputs.
-ENCODER_REF := $(foreach c,nomic jina,$(BUILD)/fixtures/embed-$(c)-f32.gguf)
+ENCODER_REF := $(foreach c,nomic jina jina_fused,$(BUILD)/fixtures/embed-$(c)-f32.gguf)
 golden-fixtures: $(ENCODER_REF)
 $(ENCODER_REF): $(BUILD)/fixtures/embed-%-f32.gguf: tools/make_encoder_ref.py tools/gguf.py
 	@mkdir -p $(dir $@)

@@ -220,8 +220,27 @@ static int bl_layer(struct bert_loader *l, int i)
     snprintf(k, sizeof k, "blk.%d.attn_output_norm", i);
     if (bl_norm(l, k, H, &y->attn_out_norm_w, &y->attn_out_norm_b, true) < 0)
         return l->rc;
-    if (bl_linear(l, i, "ffn_up", H, F, &y->up, &y->b_up, true) < 0 ||
-        bl_linear(l, i, "ffn_gate", H, F, &y->gate, &y->b_gate, m->kind == BERT_KIND_NOMIC) < 0 ||
+    snprintf(k, sizeof k, "blk.%d.ffn_gate.weight", i);
+    const struct gguf_tensor *up = NULL;
+    if (m->kind == BERT_KIND_JINA && !gguf_find_tensor(m->g, k)) {
+        /* Newer llama.cpp files keep jina's gated_layers whole as ffn_up
+         * (2F rows): the first F rows are the gate (GELU'd), the rest the
+         * up projection, as in the HF module. Two row views of one tensor. */
+        snprintf(k, sizeof k, "blk.%d.ffn_up.weight", i);
+        up = bl_find(l, k, true);
+        if (!up)
+            return l->rc;
+        if (up->n_dims > 2 || up->ne[0] != H || up->ne[1] != 2 * (int64_t)F)
+            return bl_fail(l, OMNI_ERR_FORMAT, "tensor '%s': shape [%lld, %lld], expected [%d, %d] "
+                           "(no ffn_gate: gate and up fused)", k, (long long)up->ne[0],
+                           (long long)up->ne[1], H, 2 * F);
+        const size_t half = ggml_row_size(up->type, H) * (size_t)F;
+        y->gate = (struct omni_tensor){ .type = up->type, .ne = { H, F }, .data = up->data };
+        y->up = (struct omni_tensor){ .type = up->type, .ne = { H, F },
+                                      .data = (const char *)up->data + half };
+    }
+    if ((!up && (bl_linear(l, i, "ffn_up", H, F, &y->up, &y->b_up, true) < 0 ||
+                 bl_linear(l, i, "ffn_gate", H, F, &y->gate, &y->b_gate, m->kind == BERT_KIND_NOMIC) < 0)) ||
         bl_linear(l, i, "ffn_down", F, H, &y->down, &y->b_down, true) < 0)
         return l->rc;
     if (m->kind == BERT_KIND_JINA && y->gate.type < 0)

@@ -243,6 +243,7 @@ static void check_numpy_ref(const char *arch_case, const char *arch)
 
 TEST(bert_nomic_numpy_ref) { check_numpy_ref("nomic", "nomic-bert"); }
 TEST(bert_jina_numpy_ref) { check_numpy_ref("jina", "jina-bert-v2"); }
+TEST(bert_jina_fused_ffn_numpy_ref) { check_numpy_ref("jina_fused", "jina-bert-v2"); }
 
 // ---- errors -----------------------------------------------------------------------------
 

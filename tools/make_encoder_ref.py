@@ -19,6 +19,9 @@ as llama.cpp reads their GGUFs):
                post-norm residual; GEGLU MLP down(gelu(gate x) * up x) + b;
                post-norm residual.
 
+jina_fused is jina with gate and up stored as one ffn_up of 2F rows (gate
+first), as newer llama.cpp files keep jina's gated_layers.
+
 Writes OUT_DIR/embed-<case>-f32.gguf and OUT_DIR/embed-<case>.json: token
 ids, type ids, and the normalized CLS and mean vectors of each input. The
 weights come from a seeded numpy RandomState, so the files are the same on
@@ -157,11 +160,14 @@ def weights(case, rng):
 
 
 def build(case, out_dir, seed):
+    fused = case == "jina_fused"
+    case = "jina" if fused else case
     rng = np.random.RandomState(seed)
     W = weights(case, rng)
     arch = {"nomic": "nomic-bert", "jina": "jina-bert-v2"}[case]
     rope_base = 1000.0
-    path = os.path.join(out_dir, f"embed-{case}-f32.gguf")
+    tag = "jina_fused" if fused else case
+    path = os.path.join(out_dir, f"embed-{tag}-f32.gguf")
     w = gguf.GGUFWriter(path + ".tmp")
     w.add("general.architecture", arch)
     w.add("general.name", f"tiny-{arch}")
@@ -186,6 +192,11 @@ def build(case, out_dir, seed):
                      ("mask_token_id", "[MASK]")):
         w.add(f"tokenizer.ggml.{key}", TOKENS.index(tok), gguf.GGUF_UINT32)
     for name, a in W.items():
+        if fused and name.endswith("ffn_gate.weight"):
+            continue
+        if fused and name.endswith("ffn_up.weight"):
+            # gated_layers whole: the gate's rows first, then up's
+            a = np.concatenate([W[name.replace("ffn_up", "ffn_gate")], a])
         w.add_tensor(name, a.astype(np.float32))
     w.write()
     os.replace(path + ".tmp", path)
@@ -201,7 +212,7 @@ def build(case, out_dir, seed):
         mean = mean / np.linalg.norm(mean)
         cases.append({"ids": [int(i) for i in ids], "type_ids": types,
                       "cls": [float(v) for v in cls], "mean": [float(v) for v in mean]})
-    with open(os.path.join(out_dir, f"embed-{case}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"embed-{tag}.json"), "w") as f:
         json.dump({"arch": arch, "cases": cases, "seed": seed}, f, indent=1)
         f.write("\n")
 
@@ -209,11 +220,11 @@ def build(case, out_dir, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--case", action="append", choices=["nomic", "jina"])
+    ap.add_argument("--case", action="append", choices=["nomic", "jina", "jina_fused"])
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    for i, case in enumerate(args.case or ["nomic", "jina"]):
-        build(case, args.out_dir, 777 + 100 * ["nomic", "jina"].index(case))
+    for case in args.case or ["nomic", "jina", "jina_fused"]:
+        build(case, args.out_dir, 777 + 100 * ["nomic", "jina", "jina_fused"].index(case))
 
 
 if __name__ == "__main__":
