@@ -1,8 +1,8 @@
 // agent_model.mjs - the model for agent clients whose prompts pass the tiny
-// stories260K's 512-token context (Codex sends ~4k tokens of instructions
+// stories260K's 512-token context (Codex sends ~8.3k tokens of instructions
 // and tool schemas): agent_model.py writes a random-weight Qwen2-shaped GGUF
-// with the real Qwen2.5 vocabulary and chat template and a 32768-token
-// context (16 MB, well under a second). Random weights almost never pick the
+// with the real Qwen2.5 vocabulary, a ChatML template that prints tools and
+// a 32768-token context (16 MB, well under a second). Random weights almost never pick the
 // end of a turn, so servers for it get agentServerArgs: a logit bias that
 // makes <|im_end|> likely (answers of a few tokens) and bans <tool_call>
 // (no random tool calls, which an agent would run).

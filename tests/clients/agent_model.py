@@ -19,6 +19,38 @@ spec = importlib.util.spec_from_loader("random_model", loader)
 rm = importlib.util.module_from_spec(spec)
 loader.exec_module(rm)
 
+# A ChatML template that prints the tools and takes and writes hermes-style
+# <tool_call> calls, as tool-capable Qwen templates do (the Qwen2 vocabulary
+# file's own template has no tools): agents' prompts then carry their tool
+# schemas, and the server picks the hermes tool parser from it.
+TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\nFunction signatures in <tools></tools>:\n<tools>\n"
+    "{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>\n\n"
+    "A call is written <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call>.<|im_end|>\n"
+    "{%- elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
+    "{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m['role'] == 'system' and loop.first %}"
+    "{%- elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{%- if m['tool_calls'] %}{% for c in m['tool_calls'] %}\n<tool_call>\n"
+    "{\"name\": \"{{ c['function']['name'] }}\", \"arguments\": {{ c['function']['arguments'] | tojson }}}\n"
+    "</tool_call>{% endfor %}{% endif %}<|im_end|>\n"
+    "{%- endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+qwen_vocab = rm._qwen_vocab
+
+
+def agent_vocab(added):
+    kv = qwen_vocab(added)
+    rm._set(kv, "tokenizer.chat_template", TEMPLATE, rm.GGUF_STRING)
+    return kv
+
+
+rm._qwen_vocab = agent_vocab
 rm.SHAPES["agent-test"] = dict(
     hf="(test shape)", name="omniserve agent-test", arch="qwen2",
     n_embd=64, n_layer=1, n_head=4, n_head_kv=2, n_ff=128, n_vocab=151936,
