@@ -334,16 +334,22 @@ static int bert_pool(struct bert_run *r, enum embed_pooling pooling, bool normal
     const int H = m->info.n_embd;
     if (pooling == EMBED_POOL_RANK) {
         /* the [CLS] states of all inputs as one small batch through the head */
-        float *cls = r->q, *hid = r->k;
+        float *cls = r->q; /* n <= T rows of H */
         for (int b = 0; b < r->n; b++)
             memcpy(cls + (size_t)b * H, r->x + (size_t)r->off[b] * H, sizeof(float) * H);
         if (m->cls_out.type >= 0) {
-            /* BERT's pooler (dense + tanh), then the classifier */
-            bert_linear(r, &m->cls, m->cls_b, cls, r->n, hid);
+            /* BERT's pooler (dense + tanh), then the classifier; the dense
+             * layer's width is the file's, so its output gets its own buffer */
             const int64_t nh = m->cls.ne[1];
+            bool ok = true;
+            float *hid = bert_alloc(r->n, nh, &ok);
+            if (!ok)
+                return OMNI_ERR_NOMEM;
+            bert_linear(r, &m->cls, m->cls_b, cls, r->n, hid);
             for (int64_t i = 0; i < r->n * nh; i++)
                 hid[i] = tanhf(hid[i]);
             bert_linear(r, &m->cls_out, m->cls_out_b, hid, r->n, out);
+            free(hid);
         } else {
             bert_linear(r, &m->cls, m->cls_b, cls, r->n, out);
         }
@@ -456,6 +462,8 @@ int bert_forward(struct bert_model *m, const struct bert_input *in, int n,
     tpool_end(m->tp);
     pthread_mutex_unlock(&m->lock);
     bert_run_free(&r);
+    if (rc < 0)
+        return omni_fail(err, errlen, rc, "bert: out of memory for the classifier");
 
     const size_t n_out = (size_t)n * m->info.n_out;
     for (size_t i = 0; i < n_out; i++)
