@@ -200,6 +200,46 @@ test('mcp: tool output over --mcp-max-result is cut with a note', { skip }, asyn
   assert.match(result.content, /truncated/);
 });
 
+test('mcp: a call of a client tool ends the loop and goes to the client', { skip }, async () => {
+  const tools = [{ type: 'function', function: { name: 'client_fn', parameters: { type: 'object', properties: {} } } }];
+  const r = await chat({ mcp_servers: ['local'], tools, ...force('client_fn') });
+  assert.equal(r.omniserve.stopped, 'client_tool');
+  assert.equal(r.omniserve.turns, 1);
+  assert.deepEqual(r.omniserve.messages, []);
+  assert.equal(r.choices[0].message.tool_calls[0].function.name, 'client_fn');
+  // streamed, the client's call comes in the finish chunk as a tool_calls delta
+  const stream = await chat({ mcp_servers: ['local'], tools, ...force('client_fn'), stream: true });
+  const calls = [];
+  for await (const chunk of stream) {
+    assert.equal(chunk.omniserve && chunk.omniserve.type, undefined);
+    for (const ch of chunk.choices) if (ch.delta.tool_calls) calls.push(...ch.delta.tool_calls);
+  }
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].function.name, 'client_fn');
+});
+
+test('mcp: the last allowed turn runs without tools (--mcp-max-turns 1)', { skip }, async () => {
+  const cfg = path.join(dir, 'one.json');
+  fs.writeFileSync(cfg, JSON.stringify({ mcpServers: { local: { command: process.execPath, args: [mcpServer] } } }));
+  const one = await startServer(['--tool-parser', 'hermes', '--mcp-config', cfg, '--mcp-max-turns', '1']);
+  try {
+    await waitFor(async () => (await (await fetch(`${one.url}/v1/mcp/servers`)).json()).data[0].status === 'connected',
+      'the MCP server to connect', 60000);
+    const c1 = new OpenAI({ baseURL: `${one.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const r = await c1.chat.completions.create({
+      model: 'stories260K', messages: [{ role: 'user', content: 'Use the tool.' }], max_tokens: 20,
+      temperature: 0, tool_execution: 'server', ...force('echo'),
+    });
+    assert.equal(r.omniserve.turns, 1);
+    assert.equal(r.omniserve.stopped, 'answer');
+    assert.deepEqual(r.omniserve.messages, []);
+    assert.equal(r.choices[0].message.tool_calls, undefined);
+    assert.equal(typeof r.choices[0].message.content, 'string');
+  } finally {
+    assert.equal((await one.stop()).code, 0);
+  }
+});
+
 test('mcp: bad tool_execution requests get 400 naming the field', { skip }, async () => {
   const cases = [
     [{ tool_execution: 'client-side' }, 'tool_execution'],
