@@ -65,6 +65,10 @@ struct mcp_server {
     pthread_mutex_t write_lock;     /* one message at a time on in_fd */
     pthread_t out_thread, err_thread;
     bool readers;
+    /* http: the GET stream that brings server-initiated notifications */
+    pthread_t listen_thread;
+    bool listening;
+    atomic_bool listen_stop;
     /* http */
     char session[256];              /* {lock} Mcp-Session-Id; "" before */
     bool initialized;               /* {lock} send MCP-Protocol-Version */
@@ -521,6 +525,7 @@ static void mcp_stdio_stop(struct mcp_server *s, char *why, size_t whylen)
 // ---- HTTP transport ------------------------------------------------------------------
 
 #define MCP_HTTP_DELETE (-2)   /* mcp_http_send's want: the DELETE that ends a session */
+#define MCP_HTTP_LISTEN (-3)   /* and the GET stream of server-initiated messages */
 
 struct mcp_http_ctx {
     struct mcp_server *s;
@@ -598,6 +603,8 @@ static int mcp_http_progress(void *user, curl_off_t a, curl_off_t b, curl_off_t 
     (void)a, (void)b, (void)c, (void)d;
     struct mcp_http_ctx *x = user;
     /* the shutdown aborts transfers, except the DELETE it sends itself */
+    if (x->want == MCP_HTTP_LISTEN && atomic_load(&x->s->listen_stop))
+        return 1;
     return x->want != MCP_HTTP_DELETE && atomic_load(&x->s->m->stopping) ? 1 : 0;
 }
 
@@ -624,8 +631,12 @@ static int mcp_http_send(struct mcp_server *s, const char *body, int64_t want, d
     if (s->initialized)
         hl = curl_slist_append(hl, "MCP-Protocol-Version: " MCP_PROTOCOL_VERSION);
     pthread_mutex_unlock(&s->lock);
-    hl = curl_slist_append(hl, "Content-Type: application/json");
-    hl = curl_slist_append(hl, "Accept: application/json, text/event-stream");
+    if (want == MCP_HTTP_LISTEN) {
+        hl = curl_slist_append(hl, "Accept: text/event-stream");
+    } else {
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+        hl = curl_slist_append(hl, "Accept: application/json, text/event-stream");
+    }
     for (int i = 0; i < s->spec->n_headers; i++)
         hl = curl_slist_append(hl, s->spec->headers[i]);
     long ms = timeout_s > 0 ? (long)(timeout_s * 1000) + 1 : 0;
@@ -634,6 +645,8 @@ static int mcp_http_send(struct mcp_server *s, const char *body, int64_t want, d
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     if (body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    } else if (want == MCP_HTTP_LISTEN) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     } else {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
     }
@@ -652,6 +665,9 @@ static int mcp_http_send(struct mcp_server *s, const char *body, int64_t want, d
     int rc = -1;
     if (x.resp) {
         rc = 0;
+    } else if (want == MCP_HTTP_LISTEN) {
+        /* the GET stream ended (or the server has none: 405): nothing to fix */
+        omni_fail(err, errlen, OMNI_ERR_IO, "HTTP %ld, %s", status, curl_easy_strerror(cc));
     } else if (x.too_big) {
         omni_fail(err, errlen, OMNI_ERR_LIMIT, "the answer is over %zu bytes (--mcp-max-message)",
                   s->m->p.max_message_bytes);
@@ -928,6 +944,19 @@ static void mcp_set_status(struct mcp_server *s, enum mcp_status st)
     pthread_mutex_unlock(&s->m->lock);
 }
 
+/* The optional GET stream of a Streamable-HTTP server: notifications such
+ * as tools/list_changed arrive on it. One try per connection: a server
+ * without one answers 405. */
+static void *mcp_listen_main(void *arg)
+{
+    struct mcp_server *s = arg;
+    cJSON *resp = NULL;
+    char err[160];
+    mcp_http_send(s, NULL, MCP_HTTP_LISTEN, 0, &resp, err, sizeof err);
+    cJSON_Delete(resp);
+    return NULL;
+}
+
 static void *mcp_supervisor_main(void *arg)
 {
     struct mcp_server *s = arg;
@@ -966,6 +995,10 @@ static void *mcp_supervisor_main(void *arg)
             pthread_mutex_unlock(&s->lock);
             mcp_set_status(s, MCP_CONNECTED);
             OMNI_INFO("mcp %s: connected (%s)", s->spec->name, s->info);
+            if (s->spec->transport == MCP_HTTP) {
+                atomic_store(&s->listen_stop, false);
+                s->listening = pthread_create(&s->listen_thread, NULL, mcp_listen_main, s) == 0;
+            }
             for (;;) {
                 pthread_mutex_lock(&s->lock);
                 while (!atomic_load(&m->stopping) && !s->dead && !s->refresh && !s->reinit)
@@ -978,6 +1011,11 @@ static void *mcp_supervisor_main(void *arg)
                 char e2[320];
                 if (mcp_list_tools(s, e2, sizeof e2) < 0)
                     OMNI_WARN("mcp %s: tools/list after list_changed: %s", s->spec->name, e2);
+            }
+            if (s->listening) {   /* its transfer sees listen_stop within about a second */
+                atomic_store(&s->listen_stop, true);
+                pthread_join(s->listen_thread, NULL);
+                s->listening = false;
             }
             pthread_mutex_lock(&s->lock);
             if (s->error[0])

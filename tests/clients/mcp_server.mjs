@@ -3,8 +3,9 @@
 // over Streamable HTTP with --http PORT (0: any; "PORT n" is printed on
 // stdout). Tools: echo {text} -> "echo(NAME): text"; slow -> never answers;
 // crash -> the process exits (stdio only); big -> 100000 bytes of text.
-// MCP_TEST_LATE_TOOL=1: a tool "late" appears 200 ms after initialization,
-// announced with notifications/tools/list_changed (stdio only).
+// MCP_TEST_LATE_TOOL=1: a tool "late" appears 200 ms after initialization
+// (over HTTP: after the client opened its GET stream), announced with
+// notifications/tools/list_changed.
 import http from 'node:http';
 import readline from 'node:readline';
 
@@ -84,6 +85,20 @@ if (httpPort === null) {
     if (req.url !== '/mcp') { res.writeHead(404).end(); return; }
     const sid = req.headers['mcp-session-id'];
     if (req.method === 'DELETE') { sessions.delete(sid); res.writeHead(200).end(); return; }
+    if (req.method === 'GET') {
+      // the stream of server-initiated messages
+      if (!sessions.has(sid)) { res.writeHead(sid ? 404 : 400).end(); return; }
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(': open\n\n');
+      if (process.env.MCP_TEST_LATE_TOOL === '1' && !tools.some((t) => t.name === 'late')) {
+        setTimeout(() => {
+          tools.push({ name: 'late', description: 'Added later', inputSchema: { type: 'object' } });
+          res.write(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' })}\n\n`);
+        }, 200);
+      }
+      req.socket.setTimeout(0);
+      return;
+    }
     if (req.method !== 'POST') { res.writeHead(405).end(); return; }
     let body = '';
     req.on('data', (d) => { body += d; });
