@@ -242,6 +242,56 @@ test('mcp: the last allowed turn runs without tools (--mcp-max-turns 1)', { skip
   }
 });
 
+// A stream up to its first "omniserve" tool_call step; returns the reader
+// (the caller cancels it or reads on).
+async function streamToFirstCall(url, body, signal) {
+  const r = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal,
+  });
+  assert.equal(r.status, 200);
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let text = '';
+  while (!/"type":"tool_call"/.test(text)) {
+    const { done, value } = await reader.read();
+    assert.ok(!done, `stream ended before the tool call: ${text}`);
+    text += dec.decode(value);
+  }
+  return reader;
+}
+
+test('mcp: a client that leaves during a tool call does not disturb the server', { skip }, async () => {
+  const ac = new AbortController();
+  await streamToFirstCall(srv.url, {
+    messages: [{ role: 'user', content: 'x' }], max_tokens: 40, temperature: 0, stream: true,
+    tool_execution: 'server', ...force('local__slow'),
+  }, ac.signal);
+  ac.abort();
+  // the call times out with nobody to answer; meanwhile others are served
+  const r = await chat({ mcp_servers: ['local'], ...force('local__echo') });
+  assert.equal(r.omniserve.messages[1].is_error, false);
+  await waitFor(async () => /mcp local: slow failed/.test(srv.log()), 'the abandoned call to end', 30000);
+  assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+});
+
+test('mcp: SIGTERM during a hanging tool call: the server exits 0, children reaped', { skip }, async () => {
+  const cfg = path.join(dir, 'term.json');
+  fs.writeFileSync(cfg, JSON.stringify({ mcpServers: { local: { command: process.execPath, args: [mcpServer] } } }));
+  const s2 = await startServer(['--tool-parser', 'hermes', '--mcp-config', cfg, '--mcp-tool-timeout', '600',
+    '--shutdown-timeout', '1']);
+  await waitFor(async () => (await (await fetch(`${s2.url}/v1/mcp/servers`)).json()).data[0].status === 'connected',
+    'the MCP server to connect', 60000);
+  const pid = Number(/mcp local: started '.*' \(pid (\d+)\)/.exec(s2.log())[1]);
+  const reader = await streamToFirstCall(s2.url, {
+    messages: [{ role: 'user', content: 'x' }], max_tokens: 40, temperature: 0, stream: true,
+    tool_execution: 'server', ...force('slow'),
+  });
+  const { code } = await s2.stop();
+  assert.equal(code, 0, s2.log());
+  assert.throws(() => process.kill(pid, 0), /ESRCH/);
+  await reader.cancel().catch(() => {});
+});
+
 test('mcp: bad tool_execution requests get 400 naming the field', { skip }, async () => {
   const cases = [
     [{ tool_execution: 'client-side' }, 'tool_execution'],
