@@ -577,8 +577,11 @@ struct responses_state {
     struct responses_out *out;
     struct responses_store *store;    /* borrowed from the api; NULL: not stored */
     cJSON *skeleton;                  /* the response object before the answer */
-    cJSON *conversation;              /* chat messages of the input (for the store) */
-    cJSON *items;                     /* the input items (for input_items) */
+    /* Printed on the route's worker, so that the engine thread only appends
+     * the answer's turn when it stores them (a long conversation is not
+     * printed while other requests wait for the next step). */
+    char *conversation;               /* chat messages of the input, a JSON array */
+    char *items;                      /* the input items (for input_items), a JSON array */
     long long seq;                    /* next sequence_number */
 };
 
@@ -589,8 +592,8 @@ static void responses_state_free(void *p)
         return;
     responses_out_free(s->out);
     cJSON_Delete(s->skeleton);
-    cJSON_Delete(s->conversation);
-    cJSON_Delete(s->items);
+    free(s->conversation);
+    free(s->items);
     free(s);
 }
 
@@ -671,7 +674,7 @@ static void responses_choice_done(struct api_call *c, int choice)
 }
 
 /* The answer as the assistant turn of the stored conversation. */
-static void responses_keep(struct api_call *c, const cJSON *response)
+static void responses_keep(struct api_call *c, const cJSON *response, const char *printed)
 {
     struct responses_state *s = c->proto_state;
     if (!s->store)
@@ -684,15 +687,23 @@ static void responses_keep(struct api_call *c, const cJSON *response)
         cJSON_AddStringToObject(turn, "reasoning_content", chatout_reasoning(o));
     if (chatout_n_calls(o) > 0)
         cJSON_AddItemToObject(turn, "tool_calls", cJSON_Duplicate(chatout_calls(o), true));
-    cJSON_AddItemToArray(s->conversation, turn);
-    char *resp = cJSON_PrintUnformatted(response);
-    char *conv = cJSON_PrintUnformatted(s->conversation);
-    char *items = cJSON_PrintUnformatted(s->items);
-    if (resp && conv && items)
-        responses_store_put(s->store, c->id, resp, conv, items);   /* too large: not kept */
+    char *resp = printed ? NULL : cJSON_PrintUnformatted(response);
+    char *t = cJSON_PrintUnformatted(turn);
+    cJSON_Delete(turn);
+    /* "[a,b]" + turn -> "[a,b,turn]" (the input is never empty) */
+    size_t cl = strlen(s->conversation), tl = t ? strlen(t) : 0;
+    char *conv = t && cl >= 2 ? malloc(cl + tl + 2) : NULL;
+    if (conv) {
+        memcpy(conv, s->conversation, cl - 1);
+        conv[cl - 1] = ',';
+        memcpy(conv + cl, t, tl);
+        memcpy(conv + cl + tl, "]", 2);
+    }
+    if ((printed || resp) && conv)   /* too large: not kept */
+        responses_store_put(s->store, c->id, printed ? printed : resp, conv, s->items);
     free(resp);
+    free(t);
     free(conv);
-    free(items);
 }
 
 static void responses_finish(struct api_call *c)
@@ -737,20 +748,26 @@ static void responses_finish(struct api_call *c)
         cJSON_AddStringToObject(d, "reason", reason);
         responses_set(r, "incomplete_details", d);
     }
-    responses_set(r, "output", cJSON_Duplicate(responses_out_items(s->out), true));
+    cJSON *output = cJSON_Duplicate(responses_out_items(s->out), true);
+    /* the item the answer stopped in is incomplete too, as the API marks it */
+    cJSON *last = cJSON_GetArrayItem(output, cJSON_GetArraySize(output) - 1);
+    if (reason && cJSON_GetObjectItemCaseSensitive(last, "status"))
+        responses_set(last, "status", cJSON_CreateString("incomplete"));
+    responses_set(r, "output", output);
     responses_set(r, "usage", responses_usage(c));
+    char *text = NULL;
     if (c->stream) {
         responses_lifecycle(c, !strcmp(status, "completed") ? "response.completed"
                                : !strcmp(status, "incomplete") ? "response.incomplete"
                                                                : "response.failed", r);
     } else {
-        char *text = cJSON_PrintUnformatted(r);
+        text = cJSON_PrintUnformatted(r);
         ws_out_start(c->out, text ? 200 : 500, "application/json", false);
         if (text)
             ws_out_write(c->out, text, strlen(text));
-        free(text);
     }
-    responses_keep(c, r);
+    responses_keep(c, r, text);
+    free(text);
     cJSON_Delete(r);
 }
 
@@ -874,6 +891,26 @@ static int responses_previous(struct api *a, const cJSON *root, cJSON **prev, st
     return 0;
 }
 
+/* An error about the translated chat request names the Responses field
+ * the client sent ("max_tokens" -> "max_output_tokens", ...). */
+static void responses_param(struct api_error *e)
+{
+    static const struct { const char *chat, *resp; } map[] = {
+        { "max_tokens", "max_output_tokens" }, { "reasoning_effort", "reasoning.effort" },
+        { "response_format.json_schema", "text.format" }, { "response_format", "text.format" },
+        { "messages", "input" },
+    };
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
+        size_t n = strlen(map[k].chat);
+        if (!strncmp(e->param, map[k].chat, n) && (!e->param[n] || e->param[n] == '.' || e->param[n] == '[')) {
+            char rest[sizeof e->param];
+            snprintf(rest, sizeof rest, "%s", e->param + n);
+            snprintf(e->param, sizeof e->param, "%s%s", map[k].resp, rest);
+            return;
+        }
+    }
+}
+
 void responses_create(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -907,13 +944,10 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
     c->proto_state = s;
     c->proto_state_free = responses_state_free;
     s->store = store ? api_responses_store(a) : NULL;
-    s->conversation = conv;
-    s->items = items;
-    conv = items = NULL;
     /* items without ids get one, so input_items can list them */
     cJSON *it;
     int k = 0;
-    cJSON_ArrayForEach(it, s->items) {
+    cJSON_ArrayForEach(it, items) {
         if (!cJSON_GetObjectItemCaseSensitive(it, "id")) {
             char id[64];
             snprintf(id, sizeof id, "msg_%s_in%d", hex, k);
@@ -923,7 +957,11 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
     }
     s->skeleton = responses_skeleton(c, root);
     s->out = responses_out_new(hex, c->stream ? responses_event_sink : NULL, c);
-    if (!s->skeleton || !s->out) {
+    if (s->store) {
+        s->conversation = cJSON_PrintUnformatted(conv);
+        s->items = cJSON_PrintUnformatted(items);
+    }
+    if (!s->skeleton || !s->out || (s->store && (!s->conversation || !s->items))) {
         api_call_free(c);
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
@@ -937,6 +975,7 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
     }
     goto out;
 fail:
+    responses_param(&e);
     api_respond_error(r, API_OPENAI, &e);
 out:
     apireq_gen_free(&g);

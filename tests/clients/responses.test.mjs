@@ -11,7 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, tool, jsonSchema } from 'ai';
+import { generateText, generateObject, streamText, tool, jsonSchema } from 'ai';
 import { ChatOpenAI } from '@langchain/openai';
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages';
 import { startServer, testModel, modelSkip, rawSSE } from './server.mjs';
@@ -57,6 +57,7 @@ test('responses: plain create, the response object and usage', { skip }, async (
   assert.equal(m.role, 'assistant');
   assert.match(m.id, /^msg_/);
   assert.equal(m.content[0].type, 'output_text');
+  assert.equal(m.status, 'incomplete');           // the item the answer stopped in
   assert.ok(r.output_text.length > 0);              // the SDK's convenience field
   assert.equal(r.output_text, m.content[0].text);
   assert.equal(r.usage.output_tokens, 12);
@@ -265,6 +266,15 @@ test('responses: bad requests get 400 naming the field', { skip }, async () => {
   await bad({ input: 'x', text: { format: { type: 'json_schema', name: 'x' } } }, 'text.format.schema');
   await bad({ input: 'x', tools: [weather], tool_choice: { type: 'function', name: 'nope' } }, 'tool_choice.name');
   await bad({ input: 'x', temperature: 'hot' }, 'temperature');
+  // errors of the chat path name the Responses field
+  await bad({ input: 'x', reasoning: { effort: 'extreme' } }, 'reasoning.effort');
+  await bad({ input: 'x', text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '(' } } } } } },
+    'text.format.schema');
+  // an image part without a vision model (--mmproj)
+  await assert.rejects(client.responses.create({
+    model: 'x', input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
+      { type: 'input_image', image_url: 'data:image/png;base64,iVBORw0KGgo=' }] }],
+  }), (e) => e.status === 400 && /image|vision/i.test(e.message));
   // a JSON body that is not an object, and a GET of an id with a slash
   const r = await fetch(`${srv.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[1]' });
   assert.equal(r.status, 400);
@@ -272,6 +282,20 @@ test('responses: bad requests get 400 naming the field', { skip }, async () => {
   const g = await fetch(`${srv.url}/v1/responses/a%2Fb`);
   assert.equal(g.status, 404);
   assert.equal((await g.json()).error.param, 'response_id');
+});
+
+test('responses: a client that leaves mid-stream does not hold up the others', { skip }, async () => {
+  const ac = new AbortController();
+  const r = await fetch(`${srv.url}/v1/responses`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+    body: JSON.stringify({ model: 'x', input: 'Once upon a time', max_output_tokens: 400, stream: true, store: false }),
+  });
+  const reader = r.body.getReader();
+  const first = await reader.read();   // at least response.created
+  assert.match(new TextDecoder().decode(first.value), /response\.created/);
+  ac.abort();
+  const after = await client.responses.create({ model: 'x', input: 'Hi', max_output_tokens: 3, store: false });
+  assert.equal(after.usage.output_tokens, 3);
 });
 
 // ---- the Vercel AI SDK: createOpenAI(...)('model') is the Responses API -------------
@@ -302,6 +326,17 @@ test('ai sdk: a tool call through the Responses API', { skip }, async () => {
   assert.equal(g.toolCalls.length, 1);
   assert.equal(g.toolCalls[0].toolName, 'get_weather');
   assert.equal(typeof g.toolCalls[0].input.city, 'string');
+});
+
+test('ai sdk: generateObject sends text.format json_schema', { skip }, async () => {
+  const openai = createOpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused' });
+  const o = await generateObject({
+    model: openai('stories260K'), prompt: 'Tell me about a girl.', maxOutputTokens: 400, temperature: 0, maxRetries: 0,
+    schema: jsonSchema({ type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 99 } },
+      required: ['name', 'age'], additionalProperties: false }),
+  });
+  assert.equal(typeof o.object.name, 'string');
+  assert.ok(Number.isInteger(o.object.age));
 });
 
 // ---- LangChain: ChatOpenAI({ useResponsesApi: true }) -----------------------------
