@@ -1150,6 +1150,7 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
     rq.n_stop = cr.n_stops;
     rq.grammar = cr.grammar;
     rq.grammar_trigger = cr.grammar_trigger;
+    rq.grammar_close = cr.grammar_close;
     rq.echo_special = cr.tools_on || m->special_markup;
     rq.sampling = g.sp;
     rq.max_tokens = g.max_tokens;
