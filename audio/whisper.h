@@ -26,6 +26,8 @@ struct whisper_state;
 #define WHISPER_CHUNK_FRAMES 3000  /* mel frames in one 30 s window */
 #define WHISPER_MAX_DECODERS 16    /* K/V cache slots: 2 per beam, 1 per sampled candidate */
 #define WHISPER_MAX_BEAMS (WHISPER_MAX_DECODERS / 2)
+#define WHISPER_AUDIO_CTX_AUTO (-1) /* whisper_full_params.audio_ctx: fit each window's audio */
+#define WHISPER_AUDIO_CTX_MARGIN 384 /* its default margin, positions (7.68 s; see docs/audio.md) */
 
 // ---- model ------------------------------------------------------------------
 
@@ -89,8 +91,18 @@ void whisper_state_free(struct whisper_state *s);
  * computes every decoder layer's cross-attention K/V. */
 int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err,
                    size_t errlen);
-/* Encoder output of the last whisper_encode: [n_audio_ctx][n_audio_state]. */
+/* The same over the first n_ctx encoder positions only (whisper.cpp's
+ * audio_ctx; 1 .. n_audio_ctx, two mel frames = 20 ms each): the window is
+ * cut to 2 * n_ctx frames, the positional embedding's first n_ctx rows are
+ * added, attention and the decoder's cross-attention span those positions.
+ * Cost falls with n_ctx (attention with its square); the model never saw
+ * windows other than 30 s in training, so results may differ a little. */
+int whisper_encode_ctx(struct whisper_state *s, const float *mel, int n_frames, int offset,
+                       int n_ctx, char *err, size_t errlen);
+/* Encoder output of the last whisper_encode: [whisper_encoded_ctx][n_audio_state]. */
 const float *whisper_encoder_output(const struct whisper_state *s);
+/* Positions of the last whisper_encode (n_audio_ctx, or its n_ctx). */
+int whisper_encoded_ctx(const struct whisper_state *s);
 
 /* Run decoder `decoder` (0 .. WHISPER_MAX_DECODERS-1) over n_tokens tokens at
  * positions n_past.. of its self-attention cache. Logits of the last token
@@ -151,6 +163,14 @@ struct whisper_full_params {
     int offset_ms;              /* start decoding this far into the audio */
     int duration_ms;            /* decode at most this much audio; 0: all */
     int max_tokens;             /* sampled tokens per window; 0: n_text_ctx / 2 */
+    int audio_ctx;              /* encoder positions per window (20 ms each; whisper.cpp's
+                                   audio_ctx): 0 all n_audio_ctx (30 s, OpenAI's); N > 0 the
+                                   first N only, so a window spans 2 N mel frames and seeks
+                                   by at most that; WHISPER_AUDIO_CTX_AUTO: each window's
+                                   audio plus audio_ctx_margin, rounded up to 64 (short
+                                   audio: far less work, see docs/audio.md for accuracy) */
+    int audio_ctx_margin;       /* WHISPER_AUDIO_CTX_AUTO: positions past the audio's end
+                                   (WHISPER_AUDIO_CTX_MARGIN) */
     float max_initial_ts_s;     /* first timestamp at most this (1.0 s) */
     int greedy_best_of;         /* candidates when sampling at temperature > 0 (5, <= 16) */
     int beam_size;              /* beams for WHISPER_SAMPLING_BEAM_SEARCH (5, <= 8) */
@@ -176,6 +196,9 @@ struct whisper_full_params whisper_full_default_params(enum whisper_sampling_str
 int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, const float *pcm,
                  int64_t n_samples, char *err, size_t errlen);
 int whisper_full_n_segments(const struct whisper_state *s);
+/* Encoder positions whisper_full gives a window holding n_frames mel frames
+ * of audio under p's audio_ctx (n_audio_ctx when it is 0). */
+int whisper_full_window_ctx(const struct whisper_model *m, const struct whisper_full_params *p, int n_frames);
 /* Segment i, owned by the state until its next whisper_full or free. */
 const struct whisper_segment *whisper_full_get_segment(const struct whisper_state *s, int i);
 /* Language the last whisper_full used ("en" for English-only models). */

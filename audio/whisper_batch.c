@@ -23,7 +23,7 @@
 struct breq {
     struct whisper_state *s;
     const float *mel;
-    int n_frames, offset;
+    int n_frames, offset, n_ctx;
     const struct whisper_row *rows;
     int n_rows;
     int rc;
@@ -87,17 +87,18 @@ static void run_encode(struct whisper_batcher *b, struct breq *const *reqs, int 
 {
     struct whisper_state *states[n];
     const float *mel[n];
-    int frames[n], offset[n];
+    int frames[n], offset[n], n_ctx[n];
     for (int i = 0; i < n; i++) {
         states[i] = reqs[i]->s;
         mel[i] = reqs[i]->mel;
         frames[i] = reqs[i]->n_frames;
         offset[i] = reqs[i]->offset;
+        n_ctx[i] = reqs[i]->n_ctx;
     }
     char err[256] = "";
     int rc = pass_begin(b, err, sizeof err);
     if (rc == 0) {
-        rc = whisper_forward_encode(b->work, states, mel, frames, offset, n, err, sizeof err);
+        rc = whisper_forward_encode(b->work, states, mel, frames, offset, n_ctx, n, err, sizeof err);
         tpool_end(b->tp);
     }
     pthread_mutex_lock(&b->lock);
@@ -224,9 +225,10 @@ static int submit(struct whisper_batcher *b, struct breq *r)
 }
 
 int whisper_batcher_encode(struct whisper_batcher *b, struct whisper_state *s, const float *mel, int n_frames,
-                           int offset, char *err, size_t errlen)
+                           int offset, int n_ctx, char *err, size_t errlen)
 {
-    struct breq r = { .s = s, .mel = mel, .n_frames = n_frames, .offset = offset, .err = err, .errlen = errlen };
+    struct breq r = { .s = s, .mel = mel, .n_frames = n_frames, .offset = offset, .n_ctx = n_ctx, .err = err,
+                      .errlen = errlen };
     return submit(b, &r);
 }
 

@@ -149,7 +149,7 @@ static void encoder_attention(struct whisper_work *wk, const float *q, const flo
 
 /* Decoder attention of row t's query. Self-attention (causal): over keys
  * 0 .. pos of its state's cache of its decoder slot in layer `layer`;
- * cross-attention: over its state's window (n_audio_ctx keys). */
+ * cross-attention: over its state's window (the n_ctx keys encoded). */
 struct dec_attn_job {
     struct whisper_work *w;
     const struct whisper_row *rows;
@@ -236,7 +236,7 @@ static void dec_attn_worker(void *arg, int ith, int nth)
     for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
         const int t = it / n_head, h = it % n_head;
         const struct whisper_row *r = &j->rows[t];
-        const int n_keys = j->causal ? r->pos + 1 : nc;
+        const int n_keys = j->causal ? r->pos + 1 : r->s->n_ctx;
         const bool f16 = !j->causal && j->w->m->cross_f16;
         const size_t at = (size_t)j->layer * (j->causal ? hp->n_text_ctx : nc) * d + h * dh;
         const float *K = j->causal ? r->s->self_k[r->slot] + at : f16 ? NULL : (const float *)r->s->cross_k + at;
@@ -401,34 +401,42 @@ static void store_cross(const struct whisper_model *m, void *dst, size_t at, con
 }
 
 int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,
-                           const int *n_frames, const int *offset, int n, char *err, size_t errlen)
+                           const int *n_frames, const int *offset, const int *n_ctx, int n, char *err,
+                           size_t errlen)
 {
     const struct whisper_model *m = w->m;
     const struct whisper_hparams *hp = &m->hp;
-    const int d = hp->n_audio_state, nc = hp->n_audio_ctx, n_in = 2 * nc, rows = n * nc;
-    const size_t win = (size_t)nc * d;
+    const int d = hp->n_audio_state;
+    const size_t layer_stride = (size_t)hp->n_audio_ctx * d; /* of the states' cross K/V */
     int rc = reserve_windows(w, n, err, errlen);
     if (rc < 0)
         return rc;
+    /* The windows' positions lie one after another: window i has n_ctx[i]
+     * rows from row at[i] (fewer than n_audio_ctx with a reduced context). */
+    int at[n + 1];
+    at[0] = 0;
+    for (int i = 0; i < n; i++)
+        at[i + 1] = at[i] + n_ctx[i];
+    const int rows = at[n];
 
-    /* conv1 (stride 1) + GELU: [n][2 nc][d] */
+    /* conv1 (stride 1) + GELU over each window's 2 n_ctx frames: [2 rows][d] */
     for (int i = 0; i < n; i++) {
-        struct im2col_job c1 = { w->e_col + (size_t)i * n_in * 3 * hp->n_mels, mel[i], n_in, hp->n_mels, 1, n_in,
-                                 true, n_frames[i], offset[i] };
+        struct im2col_job c1 = { w->e_col + (size_t)2 * at[i] * 3 * hp->n_mels, mel[i], 2 * n_ctx[i], hp->n_mels, 1,
+                                 2 * n_ctx[i], true, n_frames[i], offset[i] };
         whisper_run(w, im2col_worker, &c1);
     }
-    omni_matmul(w->tp, &m->conv1_w, w->e_col, (int64_t)n * n_in, w->e_mlp);
-    bias_gelu(w, w->e_mlp, m->conv1_b, n * n_in, d);
-    /* conv2 (stride 2) + GELU: [n][nc][d], then positions */
+    omni_matmul(w->tp, &m->conv1_w, w->e_col, (int64_t)2 * rows, w->e_mlp);
+    bias_gelu(w, w->e_mlp, m->conv1_b, 2 * rows, d);
+    /* conv2 (stride 2) + GELU: [rows][d], then the first n_ctx positions */
     for (int i = 0; i < n; i++) {
-        struct im2col_job c2 = { w->e_col + (size_t)i * nc * 3 * d, w->e_mlp + (size_t)i * n_in * d, nc, d, 2,
-                                 n_in, false, 0, 0 };
+        struct im2col_job c2 = { w->e_col + (size_t)at[i] * 3 * d, w->e_mlp + (size_t)2 * at[i] * d, n_ctx[i], d, 2,
+                                 2 * n_ctx[i], false, 0, 0 };
         whisper_run(w, im2col_worker, &c2);
     }
     omni_matmul(w->tp, &m->conv2_w, w->e_col, rows, w->e_x);
     bias_gelu(w, w->e_x, m->conv2_b, rows, d);
     for (int i = 0; i < n; i++)
-        residual(w, w->e_x + i * win, m->enc_pos, NULL, nc, d);
+        residual(w, w->e_x + (size_t)at[i] * d, m->enc_pos, NULL, n_ctx[i], d);
 
     for (int l = 0; l < hp->n_audio_layer; l++) {
         const struct whisper_enc_layer *L = &m->enc[l];
@@ -437,9 +445,10 @@ int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *
         linear(w, &L->attn_q, L->attn_q_b, w->e_h, rows, w->e_q);
         linear(w, &L->attn_k, NULL, w->e_h, rows, w->e_k);
         linear(w, &L->attn_v, L->attn_v_b, w->e_h, rows, w->e_v);
-        for (int i = 0; i < n; i++)
-            encoder_attention(w, w->e_q + i * win, w->e_k + i * win, w->e_v + i * win, w->e_att + i * win, nc, d,
-                              hp->n_audio_head);
+        for (int i = 0; i < n; i++) {
+            const size_t o = (size_t)at[i] * d;
+            encoder_attention(w, w->e_q + o, w->e_k + o, w->e_v + o, w->e_att + o, n_ctx[i], d, hp->n_audio_head);
+        }
         linear(w, &L->attn_out, NULL, w->e_att, rows, w->e_h);
         residual(w, w->e_x, w->e_h, L->attn_out_b, rows, d);
         /* MLP */
@@ -450,8 +459,10 @@ int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *
         residual(w, w->e_x, w->e_h, L->mlp_2_b, rows, d);
     }
     layer_norm(w, w->e_h, w->e_x, rows, d, m->enc_ln_w, m->enc_ln_b);
-    for (int i = 0; i < n; i++)
-        memcpy(states[i]->enc_out, w->e_h + i * win, win * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        memcpy(states[i]->enc_out, w->e_h + (size_t)at[i] * d, (size_t)n_ctx[i] * d * sizeof(float));
+        states[i]->n_ctx = n_ctx[i];
+    }
 
     /* cross-attention keys and values of every decoder layer, once per window */
     for (int l = 0; l < hp->n_text_layer; l++) {
@@ -459,22 +470,35 @@ int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *
         linear(w, &L->cross_k, NULL, w->e_h, rows, w->e_k);
         linear(w, &L->cross_v, L->cross_v_b, w->e_h, rows, w->e_v);
         for (int i = 0; i < n; i++) {
-            store_cross(m, states[i]->cross_k, l * win, w->e_k + i * win, win);
-            store_cross(m, states[i]->cross_v, l * win, w->e_v + i * win, win);
+            const size_t o = (size_t)at[i] * d, len = (size_t)n_ctx[i] * d;
+            store_cross(m, states[i]->cross_k, l * layer_stride, w->e_k + o, len);
+            store_cross(m, states[i]->cross_v, l * layer_stride, w->e_v + o, len);
         }
     }
     return OMNI_OK;
 }
 
-int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err, size_t errlen)
+int whisper_encode_ctx(struct whisper_state *s, const float *mel, int n_frames, int offset, int n_ctx, char *err,
+                       size_t errlen)
 {
     if (!mel || n_frames < 1 || offset < 0 || offset >= n_frames)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: encode: offset %d outside %d mel frames", offset,
                          n_frames);
+    if (n_ctx < 1 || n_ctx > s->m->hp.n_audio_ctx)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: encode: audio context %d outside 1..%d", n_ctx,
+                         s->m->hp.n_audio_ctx);
+    s->n_ctx = 0; /* no cross-attention until the pass has filled it */
     if (s->batcher)
-        return whisper_batcher_encode(s->batcher, s, mel, n_frames, offset, err, errlen);
-    return whisper_forward_encode(s->work, &s, &mel, &n_frames, &offset, 1, err, errlen);
+        return whisper_batcher_encode(s->batcher, s, mel, n_frames, offset, n_ctx, err, errlen);
+    return whisper_forward_encode(s->work, &s, &mel, &n_frames, &offset, &n_ctx, 1, err, errlen);
 }
+
+int whisper_encode(struct whisper_state *s, const float *mel, int n_frames, int offset, char *err, size_t errlen)
+{
+    return whisper_encode_ctx(s, mel, n_frames, offset, s->m->hp.n_audio_ctx, err, errlen);
+}
+
+int whisper_encoded_ctx(const struct whisper_state *s) { return s->n_ctx; }
 
 const float *whisper_encoder_output(const struct whisper_state *s) { return s->enc_out; }
 
@@ -571,6 +595,8 @@ static int check_token(const struct whisper_state *s, int32_t tok, char *err, si
 static int decode_rows(struct whisper_state *s, const int *slot, const int32_t *tokens, const int *pos, int n,
                        int n_out, char *err, size_t errlen)
 {
+    if (s->n_ctx < 1)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: decode: no audio encoded yet (whisper_encode first)");
     int rc = whisper_state_logits_reserve(s, n_out, err, errlen);
     struct whisper_row *rows = rc == OMNI_OK ? malloc((size_t)n * sizeof *rows) : NULL;
     if (rc == OMNI_OK && !rows)

@@ -36,7 +36,28 @@ struct whisper_full_params whisper_full_default_params(enum whisper_sampling_str
         .compression_ratio_thold = 2.4f,
         .logprob_thold = -1.0f,
         .no_speech_thold = 0.6f,
+        .audio_ctx_margin = WHISPER_AUDIO_CTX_MARGIN,
     };
+}
+
+/* Mel frames one window may span (two per encoder position). */
+static int window_frames(const struct whisper_full_params *p, int n_audio_ctx)
+{
+    return 2 * (p->audio_ctx > 0 && p->audio_ctx < n_audio_ctx ? p->audio_ctx : n_audio_ctx);
+}
+
+/* Encoder positions for a window holding segment_size frames of audio. */
+static int window_ctx(const struct whisper_full_params *p, int n_audio_ctx, int segment_size)
+{
+    if (p->audio_ctx > 0)
+        return p->audio_ctx < n_audio_ctx ? p->audio_ctx : n_audio_ctx;
+    if (p->audio_ctx != WHISPER_AUDIO_CTX_AUTO)
+        return n_audio_ctx;
+    /* the audio's positions plus the margin, in steps of 64 so that similar
+     * lengths share shapes (and a partial's cost grows in steps) */
+    const int64_t need = ((int64_t)segment_size + 1) / 2 + p->audio_ctx_margin;
+    const int64_t ctx = (need + 63) / 64 * 64;
+    return ctx < n_audio_ctx ? (int)ctx : n_audio_ctx;
 }
 
 // ---- one sequence per decoder slot -------------------------------------------
@@ -647,6 +668,10 @@ static int check_params(const struct whisper_model *m, const struct whisper_full
     if (!(p->temperature >= 0 && p->temperature <= 2) || p->offset_ms < 0 || p->duration_ms < 0 || p->max_tokens < 0)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: temperature %g, offset %d ms, duration %d ms or "
                          "max_tokens %d out of range", p->temperature, p->offset_ms, p->duration_ms, p->max_tokens);
+    if (p->audio_ctx < WHISPER_AUDIO_CTX_AUTO || p->audio_ctx > m->hp.n_audio_ctx || p->audio_ctx_margin < 0 ||
+        p->audio_ctx_margin > m->hp.n_audio_ctx)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: audio_ctx %d (0..%d, or auto) or its margin %d "
+                         "out of range", p->audio_ctx, m->hp.n_audio_ctx, p->audio_ctx_margin);
     if (p->language && strcmp(p->language, "auto") && whisper_lang_id(p->language) < 0)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "whisper: unknown language '%s'", p->language);
     if (p->language && m->n_langs > 0 && whisper_lang_id(p->language) >= m->n_langs)
@@ -700,21 +725,34 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
         omni_fail(err, errlen, rc, "whisper: out of memory");
         goto out;
     }
-    if ((rc = mel_compute(s->tp, m->filters, hp->n_mels, pcm + off, n, MEL_PAD_30S, &mel, err, errlen)) < 0)
+    /* Windows read at most this far past the audio: 30 s of padding for
+     * full windows, less for reduced ones (the frames they read are the same:
+     * padding frames never set the log-mel's maximum). */
+    const int nc = hp->n_audio_ctx, win_frames = window_frames(p, nc);
+    int64_t pad = MEL_PAD_30S;
+    if (p->audio_ctx > 0)
+        pad = (int64_t)(win_frames + 4) * MEL_HOP;
+    else if (p->audio_ctx == WHISPER_AUDIO_CTX_AUTO)
+        pad = (int64_t)(2 * (p->audio_ctx_margin + 64) + 4) * MEL_HOP;
+    if (pad > MEL_PAD_30S)
+        pad = MEL_PAD_30S;
+    if ((rc = mel_compute(s->tp, m->filters, hp->n_mels, pcm + off, n, pad, &mel, err, errlen)) < 0)
         goto out;
     const int content_frames = (int)(n / MEL_HOP);
 
     /* language: given, or detected on the first window */
-    int lang = 0, encoded = -1; /* the window the encoder output belongs to */
+    int lang = 0, encoded = -1, encoded_ctx = 0; /* the window the encoder output belongs to */
     if (m->n_langs > 0) {
         if (p->language && strcmp(p->language, "auto")) {
             lang = whisper_lang_id(p->language);
         } else {
-            if ((rc = whisper_encode(s, mel.data, mel.n_frames, 0, err, errlen)) < 0 ||
+            const int ctx0 = window_ctx(p, nc, content_frames < win_frames ? content_frames : win_frames);
+            if ((rc = whisper_encode_ctx(s, mel.data, mel.n_frames, 0, ctx0, err, errlen)) < 0 ||
                 (rc = whisper_lang_detect(s, NULL, err, errlen)) < 0)
                 goto out;
             lang = rc;
             encoded = 0;
+            encoded_ctx = ctx0;
         }
         snprintf(s->lang, sizeof s->lang, "%s", whisper_lang_str(lang));
     }
@@ -740,15 +778,17 @@ int whisper_full(struct whisper_state *s, const struct whisper_full_params *p, c
     }
 
     for (int seek = 0; seek < content_frames;) {
-        const int segment_size = content_frames - seek < WHISPER_CHUNK_FRAMES ? content_frames - seek
-                                                                               : WHISPER_CHUNK_FRAMES;
+        const int segment_size = content_frames - seek < win_frames ? content_frames - seek : win_frames;
+        const int n_ctx = window_ctx(p, nc, segment_size);
         if (aborted(&c)) { /* before the encoder pass, which cannot stop midway */
             rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "whisper: aborted");
             goto out;
         }
-        if (encoded != seek && (rc = whisper_encode(s, mel.data, mel.n_frames, seek, err, errlen)) < 0)
+        if ((encoded != seek || encoded_ctx != n_ctx) &&
+            (rc = whisper_encode_ctx(s, mel.data, mel.n_frames, seek, n_ctx, err, errlen)) < 0)
             goto out;
         encoded = seek;
+        encoded_ctx = n_ctx;
         /* <|startofprev|> + the tail of earlier text, then the sot sequence */
         int np = 0;
         if (n_hist > 0) {
@@ -821,6 +861,12 @@ out:
 }
 
 int whisper_full_n_segments(const struct whisper_state *s) { return s->n_segs; }
+
+int whisper_full_window_ctx(const struct whisper_model *m, const struct whisper_full_params *p, int n_frames)
+{
+    const int nc = m->hp.n_audio_ctx, win = window_frames(p, nc);
+    return window_ctx(p, nc, n_frames < win ? (n_frames > 0 ? n_frames : 0) : win);
+}
 
 const struct whisper_segment *whisper_full_get_segment(const struct whisper_state *s, int i)
 {

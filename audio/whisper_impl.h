@@ -93,9 +93,11 @@ struct whisper_state {
     struct whisper_work *work;              /* standalone passes; NULL when batched */
     struct whisper_batcher *batcher;        /* batched passes; NULL when standalone */
 
-    /* encoder output of the window last encoded */
-    float *enc_out;                         /* [n_audio_ctx][n_audio_state] */
-    void *cross_k, *cross_v;                /* [n_text_layer][n_audio_ctx][n_state], f32 or f16 */
+    /* encoder output of the window last encoded, n_ctx positions of it */
+    int n_ctx;                              /* n_audio_ctx, or fewer (whisper_encode_ctx) */
+    float *enc_out;                         /* [n_audio_ctx][n_audio_state], rows < n_ctx valid */
+    void *cross_k, *cross_v;                /* [n_text_layer][n_audio_ctx][n_state], f32 or f16;
+                                               rows < n_ctx of each layer valid */
 
     /* decoder */
     float *self_k[WHISPER_MAX_DECODERS], *self_v[WHISPER_MAX_DECODERS]; /* [layer][n_text_ctx][n_state] */
@@ -127,10 +129,11 @@ void whisper_run(struct whisper_work *w, void (*fn)(void *, int, int), void *arg
 
 /* The passes themselves (whisper_forward.c), arguments already checked:
  * the encoder over n windows (window i: mel[i] of n_frames[i] frames from
- * offset[i], results into states[i]), and the decoder over n rows. Rows of
- * one decoder slot come in position order. */
+ * offset[i], n_ctx[i] positions, results into states[i]), and the decoder
+ * over n rows. Rows of one decoder slot come in position order. */
 int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,
-                           const int *n_frames, const int *offset, int n, char *err, size_t errlen);
+                           const int *n_frames, const int *offset, const int *n_ctx, int n, char *err,
+                           size_t errlen);
 int whisper_forward_decode(struct whisper_work *w, const struct whisper_row *rows, int n, char *err, size_t errlen);
 /* Room for n logits rows in s->logits. */
 int whisper_state_logits_reserve(struct whisper_state *s, int n, char *err, size_t errlen);
@@ -138,7 +141,7 @@ int whisper_state_logits_reserve(struct whisper_state *s, int n, char *err, size
 /* Batched states (whisper_batch.c): run one pass through the batcher with
  * whatever other states have pending, and wait for it. */
 int whisper_batcher_encode(struct whisper_batcher *b, struct whisper_state *s, const float *mel, int n_frames,
-                           int offset, char *err, size_t errlen);
+                           int offset, int n_ctx, char *err, size_t errlen);
 int whisper_batcher_decode(struct whisper_batcher *b, const struct whisper_row *rows, int n, char *err,
                            size_t errlen);
 /* A state of b starts (+1) or ends (-1) a transcription: the batcher waits

@@ -410,6 +410,100 @@ TEST(whisper_batch_espeak_transcripts)
     whisper_model_free(m);
 }
 
+// ---- reduced audio context ------------------------------------------------------
+
+/* whisper.cpp's audio_ctx: the arguments, the full context through the new
+ * call equal to whisper_encode, the positions per window, and the trained
+ * model hearing the two clips the same with the automatic context. */
+TEST(whisper_audio_ctx)
+{
+    char err[512];
+    struct whisper_model *g = whisper_model_load(test_golden("whisper-golden-f32.bin"), err, sizeof err);
+    if (g) {
+        struct whisper_state *s = whisper_state_new(g, NULL, err, sizeof err);
+        float *mel = malloc(80 * 3000 * sizeof *mel), *full = malloc(1500 * 64 * sizeof *full);
+        CHECK(s && mel && full);
+        for (int i = 0; i < 80 * 3000; i++)
+            mel[i] = (float)sin(0.001 * i);
+        int32_t tok = 1;
+        CHECK(whisper_decode(s, 0, &tok, 1, 0, false, err, sizeof err) == OMNI_ERR_ARG);
+        CHECK_STR_CONTAINS(err, "no audio encoded");
+        CHECK(whisper_encode_ctx(s, mel, 3000, 0, 0, err, sizeof err) == OMNI_ERR_ARG);
+        CHECK(whisper_encode_ctx(s, mel, 3000, 0, 1501, err, sizeof err) == OMNI_ERR_ARG);
+        CHECK_STR_CONTAINS(err, "audio context 1501");
+        CHECK(whisper_encode(s, mel, 3000, 0, err, sizeof err) == OMNI_OK);
+        CHECK_EQ(whisper_encoded_ctx(s), 1500);
+        memcpy(full, whisper_encoder_output(s), 1500 * 64 * sizeof *full);
+        CHECK(whisper_encode_ctx(s, mel, 3000, 0, 1500, err, sizeof err) == OMNI_OK);
+        CHECK(!memcmp(full, whisper_encoder_output(s), 1500 * 64 * sizeof *full));
+        CHECK(whisper_encode_ctx(s, mel, 3000, 0, 100, err, sizeof err) == OMNI_OK);
+        CHECK_EQ(whisper_encoded_ctx(s), 100);
+        CHECK(whisper_decode(s, 0, &tok, 1, 0, false, err, sizeof err) == OMNI_OK);
+        /* a reduced window is another computation, not a prefix of the full one */
+        CHECK(test_max_diff(full, whisper_encoder_output(s), 100 * 64) > 1e-3);
+        struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+        CHECK_EQ(whisper_full_window_ctx(g, &p, 160), 1500);
+        p.audio_ctx = 100;
+        CHECK_EQ(whisper_full_window_ctx(g, &p, 160), 100);
+        p.audio_ctx = WHISPER_AUDIO_CTX_AUTO;
+        CHECK_EQ(whisper_full_window_ctx(g, &p, 160), (80 + WHISPER_AUDIO_CTX_MARGIN + 63) / 64 * 64);
+        CHECK_EQ(whisper_full_window_ctx(g, &p, 100000), 1500);
+        p.audio_ctx_margin = 0;
+        CHECK_EQ(whisper_full_window_ctx(g, &p, 1), 64);
+        whisper_state_free(s);
+        free(mel);
+        free(full);
+        whisper_model_free(g);
+    }
+
+    SKIP_IF_NO_SHARED();
+    struct whisper_model *m = whisper_model_load(test_shared("models/whisper-tiny-espeak/ggml-tiny-espeak-q8_0.bin"),
+                                                 err, sizeof err);
+    if (!m)
+        SKIP("whisper-tiny-espeak not present");
+    struct whisper_state *s = whisper_state_new(m, NULL, err, sizeof err);
+    CHECK(s);
+    struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
+    p.no_timestamps = true;
+    p.max_tokens = 24;
+    float pcm1[1600] = { 0 };
+    p.audio_ctx = -2;
+    CHECK(whisper_full(s, &p, pcm1, 1600, err, sizeof err) == OMNI_ERR_ARG);
+    p.audio_ctx = 1501;
+    CHECK(whisper_full(s, &p, pcm1, 1600, err, sizeof err) == OMNI_ERR_ARG);
+    p.audio_ctx = WHISPER_AUDIO_CTX_AUTO;
+    p.audio_ctx_margin = -1;
+    CHECK(whisper_full(s, &p, pcm1, 1600, err, sizeof err) == OMNI_ERR_ARG);
+    CHECK_STR_CONTAINS(err, "audio_ctx");
+    p.audio_ctx_margin = WHISPER_AUDIO_CTX_MARGIN;
+    static const struct { const char *wav, *text; } clips[] = {
+        { "audio/turn-on-the-kitchen-lights.wav", " turn on the kitchen lights." },
+        { "audio/what-is-the-weather-like-today.wav", " what is the weather like" }, /* then a city */
+    };
+    for (int i = 0; i < 2; i++) {
+        float *pcm = NULL;
+        size_t n = 0;
+        CHECK_MSG(media_audio_decode_file(test_shared(clips[i].wav), NULL, &pcm, &n, err, sizeof err) == OMNI_OK,
+                  "%s", err);
+        p.audio_ctx = WHISPER_AUDIO_CTX_AUTO;
+        CHECK_MSG(whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err) == OMNI_OK, "%s", err);
+        CHECK(whisper_encoded_ctx(s) < 1500);
+        CHECK_EQ(whisper_full_n_segments(s), 1);
+        const char *got = whisper_full_get_segment(s, 0)->text;
+        CHECK_MSG(!strncmp(got, clips[i].text, strlen(clips[i].text)), "\"%s\"", got);
+        /* fixed windows of 0.64 s: the clip is cut into several, all decoded
+         * (words split at a cut may come out wrong) */
+        p.audio_ctx = 32;
+        CHECK_MSG(whisper_full(s, &p, pcm, (int64_t)n, err, sizeof err) == OMNI_OK, "%s", err);
+        CHECK_EQ(whisper_encoded_ctx(s), 32);
+        CHECK(whisper_full_n_segments(s) >= 2);
+        CHECK(whisper_full_get_segment(s, whisper_full_n_segments(s) - 1)->t1_ms >= (int64_t)n / 16 - 10);
+        free(pcm);
+    }
+    whisper_state_free(s);
+    whisper_model_free(m);
+}
+
 // ---- one model, several sessions -------------------------------------------
 
 struct session_job {

@@ -30,8 +30,9 @@ static float *features(void)
     return x;
 }
 
-/* What lane i computes: its own window offset and prompt length, then three
- * single steps; the logits of every call in order. */
+/* What lane i computes: its own window offset, encoder positions (reduced
+ * contexts side by side with a full one in one pass) and prompt length,
+ * then three single steps; the logits of every call in order. */
 struct lane {
     struct whisper_state *s;
     const float *mel;
@@ -42,9 +43,14 @@ struct lane {
 
 static void lane_run(struct lane *l)
 {
+    static const int ctx[N_LANES] = { 1500, 700, 64 };
     const int offset = 100 * l->i, n_prompt = 5 + 2 * l->i;
-    if ((l->rc = whisper_encode(l->s, l->mel, 3000, offset, l->err, sizeof l->err)) < 0)
+    if ((l->rc = whisper_encode_ctx(l->s, l->mel, 3000, offset, ctx[l->i], l->err, sizeof l->err)) < 0)
         return;
+    if (whisper_encoded_ctx(l->s) != ctx[l->i]) {
+        l->rc = OMNI_ERR_ARG;
+        return;
+    }
     memcpy(l->enc, whisper_encoder_output(l->s) + 1000, sizeof l->enc);
     if ((l->rc = whisper_decode(l->s, 0, prompt, n_prompt, 0, false, l->err, sizeof l->err)) < 0)
         return;

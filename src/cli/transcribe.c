@@ -45,10 +45,15 @@ static void transcribe_usage(FILE *f)
             "                          OpenAI API does\n"
             "  --no-suppress           sample blank, EOT and special tokens like any other\n"
             "  --max-tokens N          tokens per 30 s window (default: half the text context)\n"
+            "  --audio-ctx N|auto      encoder positions per window, 20 ms each (default: all\n"
+            "                          1500 = 30 s); N: windows of N * 20 ms; auto: each\n"
+            "                          window's audio plus --audio-ctx-margin (faster on\n"
+            "                          short audio; see docs/audio.md for the accuracy)\n"
+            "  --audio-ctx-margin N    auto: positions past the audio's end (default %d)\n"
             "  --threads N             worker threads (default: physical cores)\n"
             "  --parallel N            transcribe N files at once, sharing batched passes\n"
             "                          (default 1); results still come in the order given\n",
-            WHISPER_MAX_BEAMS);
+            WHISPER_MAX_BEAMS, WHISPER_AUDIO_CTX_MARGIN);
 }
 
 /* "00:01:02,345" (SRT) or "00:01:02.345" (VTT) */
@@ -317,6 +322,19 @@ int cli_transcribe(int argc, char **argv)
             if (cli_long("transcribe", a, argv[++i], 1, 1 << 16, &v))
                 goto bad;
             p.max_tokens = (int)v;
+        } else if (!strcmp(a, "--audio-ctx") && val) {
+            if (!strcmp(val, "auto")) {
+                p.audio_ctx = WHISPER_AUDIO_CTX_AUTO;
+                i++;
+            } else if (cli_long("transcribe", a, argv[++i], 1, WHISPER_CHUNK_FRAMES / 2, &v)) {
+                return 2;
+            } else {
+                p.audio_ctx = (int)v;
+            }
+        } else if (!strcmp(a, "--audio-ctx-margin") && val) {
+            if (cli_long("transcribe", a, argv[++i], 0, WHISPER_CHUNK_FRAMES / 2, &v))
+                return 2;
+            p.audio_ctx_margin = (int)v;
         } else if (!strcmp(a, "--threads") && val) {
             if (cli_long("transcribe", a, argv[++i], 1, 1024, &threads))
                 goto bad;

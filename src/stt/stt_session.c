@@ -13,8 +13,9 @@
  * finds its transcript ready. Speech that resumes cancels it. A queued final
  * aborts the partial in flight (its audio is stale); no partial is asked for
  * while the VAD hears silence; every decode caps its tokens by the audio's
- * length, and only a final may spend one sampled fallback pass, when the
- * greedy pass left room in SS_FALLBACK_BUDGET_MS (see docs/audio.md). */
+ * length and encodes only the positions the audio needs (audio_ctx auto),
+ * and only a final may spend one sampled fallback pass, when the greedy pass
+ * left room in SS_FALLBACK_BUDGET_MS (see docs/audio.md). */
 #include "src/stt/stt_session.h"
 
 #include "media/audio.h"
@@ -247,6 +248,10 @@ static int ss_decode(struct whisper_state *ws, struct ss_run *run, const char *l
     wp.abort_callback_user_data = run;
     wp.max_tokens = ss_max_tokens(n);
     wp.temperature_inc = 0;
+    /* A turn is seconds long: encode its audio plus a margin, not the whole
+     * 30 s window (about 3x less work for a short turn; docs/audio.md has
+     * the accuracy check). */
+    wp.audio_ctx = WHISPER_AUDIO_CTX_AUTO;
     double t0 = omni_time_s();
     int rc = whisper_full(ws, &wp, pcm, (int64_t)n, err, errlen);
     if (rc < 0 || run->kind == SS_PARTIAL || !ss_wants_fallback(ws, &wp) ||
