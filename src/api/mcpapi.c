@@ -376,7 +376,8 @@ void mcpapi_chat(struct api *a, struct ws_req *r, const cJSON *req, struct apire
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
-    if (!(st->loop = mcploop_new(a, req, g, names, n, &hooks, &e)))
+    bool listed = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(req, "mcp_servers"));
+    if (!(st->loop = mcploop_new(a, req, g, listed ? names : NULL, n, &hooks, &e)))
         goto fail;
     const struct apireq_gen *lg = mcploop_gen(st->loop);
     if (!(c = api_call_new(a, r, &mcpapi_proto, API_OPENAI, "chatcmpl-", lg)) ||

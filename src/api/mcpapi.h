@@ -43,11 +43,11 @@ bool mcpapi_wanted(const struct cJSON *req);
  * included). Takes *g (left empty for the caller's apireq_gen_free). */
 void mcpapi_chat(struct api *a, struct ws_req *r, const struct cJSON *req, struct apireq_gen *g);
 
-/* The MCP tools of the named servers (NULL/0: all) for a request, as OpenAI
- * function tools in *tools (caller deletes) and the toolset in *ts (free
- * with mcp_toolset_free: it maps function names back to servers for
- * mcp_call_batch). -1 with a 400 naming field when a server is unknown or
- * no --mcp-config was given. */
+/* The MCP tools of the named servers (NULL: all; an empty list: none) for
+ * a request, as OpenAI function tools in *tools (caller deletes) and the
+ * toolset in *ts (free with mcp_toolset_free: it maps function names back
+ * to servers for mcp_call_batch). -1 with a 400 naming field when a server
+ * is unknown or no --mcp-config was given. */
 int mcpapi_tools_for(struct api *a, const char *const *servers, int n, const char *field,
                      struct cJSON **tools, struct mcp_toolset **ts, struct api_error *e);
 

@@ -1314,7 +1314,7 @@ struct mcp_toolset *mcp_toolset_get(struct mcp *m, const char *const *servers, i
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    if (n > 0) {   /* keep the named servers' tools (function names stay as in the full set) */
+    if (servers) {   /* keep the named servers' tools (function names stay as in the full set) */
         int k = 0;
         for (int i = 0; i < ts->n; i++) {
             bool keep = false;

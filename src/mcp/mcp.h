@@ -68,7 +68,8 @@ bool mcp_has_server(const struct mcp *m, const char *name);
 struct cJSON *mcp_servers_json(struct mcp *m);
 struct cJSON *mcp_tools_json(struct mcp *m);
 
-/* The tools of the named servers (NULL/0: every server) as they are now.
+/* The tools of the named servers (servers NULL: every server; an empty
+ * list: none) as they are now.
  * A tool's function_name - what the model calls it - is its MCP name, or
  * "server__name" when two servers have a tool of that name. NULL with err
  * when a name is not a configured server. */

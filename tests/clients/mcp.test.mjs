@@ -297,6 +297,7 @@ test('mcp: bad tool_execution requests get 400 naming the field', { skip }, asyn
     [{ tool_execution: 'client-side' }, 'tool_execution'],
     [{ mcp_servers: ['nope'] }, 'mcp_servers'],
     [{ mcp_servers: 'local' }, 'mcp_servers'],
+    [{ mcp_servers: [] }, 'mcp_servers'],   // no MCP tools and none of its own: nothing to run
     [{ n: 2 }, 'n'],
     [{ tools: [{ type: 'function', function: { name: 'local__echo' } }] }, 'tools'],
   ];
