@@ -198,6 +198,11 @@ $(ENCODER_REF): $(BUILD)/fixtures/embed-%-f32.gguf: tools/make_encoder_ref.py to
 	@mkdir -p $(dir $@)
 	@$(PYTHON) tools/make_encoder_ref.py $(dir $@) --case $* 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+golden-fixtures: $(BUILD)/fixtures/embed-broken.txt
+$(BUILD)/fixtures/embed-broken.txt: tools/make_encoder_ref.py tools/gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/make_encoder_ref.py $(dir $@) --case broken 2>$@.log \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
 # The tiny Whisper of tests/fixtures/whisper (tools/make_whisper_golden.py),
 # converted by tools/hf_whisper_to_ggml.py for tests/test_whisper.c.

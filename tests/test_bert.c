@@ -408,3 +408,31 @@ TEST(nn_gelu_swiglu_vs_libm)
     omni_l2_normalize(z, 2); /* a zero vector stays zero, no NaN */
     CHECK(z[0] == 0 && z[1] == 0);
 }
+
+/* Hand-broken nomic-bert files (tools/make_encoder_ref.py --case broken):
+ * each is refused with a message naming the file and the broken field. */
+TEST(bert_errors_broken_files)
+{
+    char *list = test_read_file(test_golden("embed-broken.txt"), NULL);
+    if (!list)
+        SKIP("generated fixture missing (make golden-fixtures)");
+    int n = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            continue;
+        *tab = 0;
+        char err[256] = "";
+        struct bert_model *m = bert_model_load(test_golden(line), NULL, err, sizeof err);
+        bert_model_free(m);
+        if (m || !strstr(err, tab + 1) || !strstr(err, line)) {
+            test_fail(__FILE__, __LINE__, "%s: %s (want an error naming '%s')", line,
+                      m ? "loaded" : err, tab + 1);
+            break;
+        }
+        n++;
+    }
+    free(list);
+    CHECK(n >= 10);
+}

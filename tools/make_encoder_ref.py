@@ -20,7 +20,9 @@ as llama.cpp reads their GGUFs):
                post-norm residual.
 
 jina_fused is jina with gate and up stored as one ffn_up of 2F rows (gate
-first), as newer llama.cpp files keep jina's gated_layers.
+first), as newer llama.cpp files keep jina's gated_layers. broken writes
+hand-broken nomic-bert files embed-broken-<n>.gguf and embed-broken.txt
+(file, text the loader's error must contain) for tests/test_bert.c.
 
 Writes OUT_DIR/embed-<case>-f32.gguf and OUT_DIR/embed-<case>.json: token
 ids, type ids, and the normalized CLS and mean vectors of each input. The
@@ -159,6 +161,87 @@ def weights(case, rng):
     return {k: v.astype(np.float32).astype(np.float64) for k, v in W.items()}
 
 
+def write_gguf(path, case, W, fused, rope_base, kv_edit=None, tensor_edit=None):
+    """The GGUF of weights W; kv_edit {key: value or None (drop)} and
+    tensor_edit {name: array or None (drop)} break it on purpose."""
+    arch = {"nomic": "nomic-bert", "jina": "jina-bert-v2"}[case]
+    kv_edit, tensor_edit = kv_edit or {}, tensor_edit or {}
+    kv = [("general.architecture", arch, None), ("general.name", f"tiny-{arch}", None),
+          (f"{arch}.context_length", N_CTX, gguf.GGUF_UINT32),
+          (f"{arch}.embedding_length", H, gguf.GGUF_UINT32),
+          (f"{arch}.feed_forward_length", F, gguf.GGUF_UINT32),
+          (f"{arch}.block_count", N_LAYER, gguf.GGUF_UINT32),
+          (f"{arch}.attention.head_count", N_HEAD, gguf.GGUF_UINT32),
+          (f"{arch}.attention.layer_norm_epsilon", EPS, gguf.GGUF_FLOAT32),
+          (f"{arch}.attention.causal", False, None),
+          (f"{arch}.pooling_type", 1, gguf.GGUF_UINT32)]
+    if case == "nomic":
+        kv.append((f"{arch}.rope.freq_base", rope_base, gguf.GGUF_FLOAT32))
+    kv += [("general.file_type", 0, gguf.GGUF_UINT32), ("tokenizer.ggml.model", "bert", None),
+           ("tokenizer.ggml.tokens", TOKENS, None)]
+    w = gguf.GGUFWriter(path + ".tmp")
+    for key, value, vtype in kv:
+        value = kv_edit.get(key, value)
+        if value is not None:
+            w.add(key, value, vtype)
+    for key, value in kv_edit.items():
+        if value is not None and key not in {k for k, _, _ in kv}:
+            w.add(key, value)
+    w.add("tokenizer.ggml.token_type", [3 if t in SPECIALS else 1 for t in TOKENS],
+          gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+    w.add("tokenizer.ggml.token_type_count", 2, gguf.GGUF_UINT32)
+    for key, tok in (("cls_token_id", "[CLS]"), ("seperator_token_id", "[SEP]"),
+                     ("padding_token_id", "[PAD]"), ("unknown_token_id", "[UNK]"),
+                     ("mask_token_id", "[MASK]")):
+        v = kv_edit.get(f"tokenizer.ggml.{key}", TOKENS.index(tok))
+        if v is not None:
+            w.add(f"tokenizer.ggml.{key}", v, gguf.GGUF_UINT32)
+    for name, a in W.items():
+        if fused and name.endswith("ffn_gate.weight"):
+            continue
+        if fused and name.endswith("ffn_up.weight"):
+            # gated_layers whole: the gate's rows first, then up's
+            a = np.concatenate([W[name.replace("ffn_up", "ffn_gate")], a])
+        a = tensor_edit.get(name, a)
+        if a is not None:
+            w.add_tensor(name, a.astype(np.float32))
+    w.write()
+    os.replace(path + ".tmp", path)
+
+
+# Hand-broken nomic-bert files: (what is broken, the text the loader's error must hold).
+BROKEN = [
+    ({"kv": {"nomic-bert.pooling_type": 9}}, "pooling_type"),
+    ({"kv": {"nomic-bert.attention.head_count": 5}}, "heads"),
+    ({"kv": {"nomic-bert.attention.causal": True}}, "causal"),
+    ({"kv": {"general.architecture": "roberta"}}, "roberta"),
+    ({"kv": {"nomic-bert.context_length": None}}, "context_length"),
+    ({"kv": {"nomic-bert.embedding_length": 0}}, "embedding_length"),
+    ({"kv": {"nomic-bert.rope.freq_base": 0.5}}, "freq_base"),
+    ({"kv": {"nomic-bert.attention.layer_norm_epsilon": 5.0}}, "layer_norm_epsilon"),
+    ({"kv": {"tokenizer.ggml.cls_token_id": 9999}}, "cls_token_id"),
+    ({"kv": {"tokenizer.ggml.model": None}}, "tokenizer.ggml.model"),
+    ({"tensors": {"blk.1.ffn_gate.weight": None}}, "blk.1.ffn_gate.weight"),
+    ({"tensors": {"blk.0.attn_qkv.weight": np.zeros((2 * H, H))}}, "blk.0.attn_qkv.weight"),
+    ({"tensors": {"token_embd_norm.weight": np.ones(H + 1)}}, "token_embd_norm.weight"),
+    ({"tensors": {"token_types.weight": np.zeros((40, H))}}, "token_types"),
+    ({"tensors": {"token_embd.weight": np.zeros((10, H))}}, "token_embd.weight"),
+    ({"tensors": {"blk.1.layer_output_norm.weight": None}}, "blk.1.layer_output_norm.weight"),
+]
+
+
+def build_broken(out_dir):
+    W = weights("nomic", np.random.RandomState(5))
+    lines = []
+    for i, (edit, needle) in enumerate(BROKEN):
+        name = f"embed-broken-{i}.gguf"
+        write_gguf(os.path.join(out_dir, name), "nomic", W, False, 1000.0, edit.get("kv"),
+                   edit.get("tensors"))
+        lines.append(f"{name}\t{needle}\n")
+    with open(os.path.join(out_dir, "embed-broken.txt"), "w") as f:
+        f.writelines(lines)
+
+
 def build(case, out_dir, seed):
     fused = case == "jina_fused"
     case = "jina" if fused else case
@@ -168,38 +251,7 @@ def build(case, out_dir, seed):
     rope_base = 1000.0
     tag = "jina_fused" if fused else case
     path = os.path.join(out_dir, f"embed-{tag}-f32.gguf")
-    w = gguf.GGUFWriter(path + ".tmp")
-    w.add("general.architecture", arch)
-    w.add("general.name", f"tiny-{arch}")
-    w.add(f"{arch}.context_length", N_CTX, gguf.GGUF_UINT32)
-    w.add(f"{arch}.embedding_length", H, gguf.GGUF_UINT32)
-    w.add(f"{arch}.feed_forward_length", F, gguf.GGUF_UINT32)
-    w.add(f"{arch}.block_count", N_LAYER, gguf.GGUF_UINT32)
-    w.add(f"{arch}.attention.head_count", N_HEAD, gguf.GGUF_UINT32)
-    w.add(f"{arch}.attention.layer_norm_epsilon", EPS, gguf.GGUF_FLOAT32)
-    w.add(f"{arch}.attention.causal", False)
-    w.add(f"{arch}.pooling_type", 1, gguf.GGUF_UINT32)
-    if case == "nomic":
-        w.add(f"{arch}.rope.freq_base", rope_base, gguf.GGUF_FLOAT32)
-    w.add("general.file_type", 0, gguf.GGUF_UINT32)
-    w.add("tokenizer.ggml.model", "bert")
-    w.add("tokenizer.ggml.tokens", TOKENS)
-    w.add("tokenizer.ggml.token_type", [3 if t in SPECIALS else 1 for t in TOKENS],
-          gguf.GGUF_ARRAY, gguf.GGUF_INT32)
-    w.add("tokenizer.ggml.token_type_count", 2, gguf.GGUF_UINT32)
-    for key, tok in (("cls_token_id", "[CLS]"), ("seperator_token_id", "[SEP]"),
-                     ("padding_token_id", "[PAD]"), ("unknown_token_id", "[UNK]"),
-                     ("mask_token_id", "[MASK]")):
-        w.add(f"tokenizer.ggml.{key}", TOKENS.index(tok), gguf.GGUF_UINT32)
-    for name, a in W.items():
-        if fused and name.endswith("ffn_gate.weight"):
-            continue
-        if fused and name.endswith("ffn_up.weight"):
-            # gated_layers whole: the gate's rows first, then up's
-            a = np.concatenate([W[name.replace("ffn_up", "ffn_gate")], a])
-        w.add_tensor(name, a.astype(np.float32))
-    w.write()
-    os.replace(path + ".tmp", path)
+    write_gguf(path, case, W, fused, rope_base)
 
     cases = []
     V = len(TOKENS)
@@ -220,11 +272,14 @@ def build(case, out_dir, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--case", action="append", choices=["nomic", "jina", "jina_fused"])
+    ap.add_argument("--case", action="append", choices=["nomic", "jina", "jina_fused", "broken"])
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    for case in args.case or ["nomic", "jina", "jina_fused"]:
-        build(case, args.out_dir, 777 + 100 * ["nomic", "jina", "jina_fused"].index(case))
+    for case in args.case or ["nomic", "jina", "jina_fused", "broken"]:
+        if case == "broken":
+            build_broken(args.out_dir)
+        else:
+            build(case, args.out_dir, 777 + 100 * ["nomic", "jina", "jina_fused"].index(case))
 
 
 if __name__ == "__main__":
