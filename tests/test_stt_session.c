@@ -181,8 +181,10 @@ static char *reference_text(struct stt *svc, const float *pcm, size_t n)
  *  - early true: 20 ms pushes, each once the session is idle (as if decoding
  *    were instant, so the test does not depend on the machine's speed), then
  *    silence: the final's transcript is decoded while the VAD waits to be
- *    sure the speech stopped (an early final). */
-static void stream_kitchen(bool early)
+ *    sure the speech stopped (an early final). With merge_gap_ms 0 (as
+ *    conversations run) the STOP comes once min_silence has passed: the
+ *    early final must have started at the first quiet window to be used. */
+static void stream_kitchen(bool early, int merge_gap_ms)
 {
     struct stt *svc = open_stt(1);
     CHECK(svc);
@@ -197,6 +199,7 @@ static void stream_kitchen(bool early)
     struct stt_session_params p = stt_session_default_params();
     p.input_rate_hz = 16000;
     p.partial_ms = early ? 0 : p.partial_ms; /* early: nothing but the turn's own decodes */
+    p.vad.merge_gap_ms = merge_gap_ms;
     p.on_event = on_event;
     p.on_free = on_free;
     p.user = &c;
@@ -241,13 +244,14 @@ static void stream_kitchen(bool early)
 TEST(stt_session_stream_equals_one_shot)
 {
     SKIP_IF_NO_SHARED();
-    stream_kitchen(false);
+    stream_kitchen(false, 200);
 }
 
 TEST(stt_session_early_final)
 {
     SKIP_IF_NO_SHARED();
-    stream_kitchen(true);
+    stream_kitchen(true, 200);
+    stream_kitchen(true, 0);
 }
 
 TEST(stt_session_manual_commit_and_two_sessions)

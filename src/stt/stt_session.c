@@ -7,10 +7,11 @@
  * being spoken (partial, over everything heard so far), then re-queues itself
  * while work remains, so sessions take turns on the workers.
  *
- * Latency: as soon as the VAD sees the speech pause long enough to end, the
- * turn's final is decoded early ("early final"), on exactly the audio the
- * final will have if no more speech comes; the STOP about 200 ms later then
- * finds its transcript ready. Speech that resumes cancels it. A queued final
+ * Latency: as soon as the VAD hears the first quiet window after speech (the
+ * tentative end), the turn's final is decoded early ("early final"), on
+ * exactly the audio the final will have if no more speech comes; the STOP,
+ * min_silence (and any merge gap) later, then finds its transcript ready.
+ * Speech that resumes cancels it. A queued final
  * aborts the partial in flight (its audio is stale); no partial is asked for
  * while the VAD hears silence; every decode caps its tokens by the audio's
  * length and encodes only the positions the audio needs (audio_ctx auto),
@@ -586,15 +587,20 @@ static void ss_on_vad_event(struct stt_session *ss, const struct vad_event *ev)
     }
 }
 
-/* Ask for the turn's early final once the VAD knows where the turn would
- * end; cancel it when speech resumes (or the end moves). */
+/* Ask for the turn's early final at the tentative end: the first window the
+ * VAD hears below its stop threshold, long before min_silence has passed
+ * and the STOP may come, as soon as the padded end is heard (so that the
+ * early final decodes exactly the audio the final will have if no more
+ * speech comes). Cancel it when speech resumes (or the end moves): a
+ * final takes the early transcript only when item and audio match, so a
+ * turn that goes on never loses audio or gets a stale transcript. */
 static void ss_early_update(struct stt_session *ss)
 {
     int64_t end = 0;
     bool pending = ss->in_speech && vad_stream_pending_end(ss->vs, &end);
     end += ss->vad_base;
-    if (end > ss->pos)
-        end = ss->pos;   /* as ss_on_vad_event clamps the STOP */
+    if (pending && end > ss->pos)
+        return;   /* the padding after the end is still to come */
     pthread_mutex_lock(&ss->lock);
     const bool same = ss->early.to && ss->early.item == ss->item && ss->early.from == ss->seg_start &&
                       ss->early.to == end;
