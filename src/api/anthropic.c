@@ -55,6 +55,7 @@ struct anthropic_blocks {
     size_t ws_len, ws_cap;
     char id[64], name[128];  /* the open tool_use block's */
     bool tool_use;
+    int max_tokens;          /* the request's; fewer at a length stop: the context ended */
 };
 
 static void anthropic_emit(struct anthropic_blocks *b, const char *name, cJSON *data)
@@ -284,7 +285,11 @@ static const char *anthropic_stop_reason(const struct api_call *c, const char **
     const struct api_choice *ch = &c->choices[0];
     *sequence = NULL;
     switch (ch->finish) {
-    case ENGINE_FINISH_LENGTH: return "max_tokens";
+    case ENGINE_FINISH_LENGTH:
+        /* max_tokens past the context is clamped: an answer that ends short
+         * of it ran out of context, which the API reports by its own name */
+        return ch->tokens < ((const struct anthropic_blocks *)c->proto_state)->max_tokens
+                   ? "model_context_window_exceeded" : "max_tokens";
     case ENGINE_FINISH_CANCELLED: return "cancelled";
     case ENGINE_FINISH_TIMEOUT: return "timeout";
     default:
@@ -912,6 +917,7 @@ static int anthropic_then(struct api_call *c, struct ws_req *r, cJSON *root,
     const struct api_model *m = api_model(c->api);
     struct chatreq cr = { .reasoning_budget = -1 };
     int rc = -1;
+    ((struct anthropic_blocks *)c->proto_state)->max_tokens = g->max_tokens;
     if (anthropic_build(m, root, g, &cr, e) >= 0) {
         c->prompt_tokens = cr.n_ids;   /* message_start reports it before the engine does */
         struct engine_request rq = engine_default_request();

@@ -5,7 +5,8 @@
 // constrained output), context_management and other unknown fields ignored
 // and logged once, cache_control on every kind of block and tool, the same
 // usage streamed and not (cache_read_input_tokens in message_start too),
-// max_tokens 64000 clamped to the context and max_tokens 0 refused.
+// max_tokens 64000 clamped to the context (stop_reason
+// model_context_window_exceeded) and max_tokens 0 refused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
@@ -48,8 +49,9 @@ test('a system turn mid-conversation, thinking adaptive, output_config.effort, c
   }).finalMessage();
   assert.equal(m.type, 'message');
   assert.equal(m.model, 'stories260K'); // any model name is served by the one model
-  // 64000 is past the 512-token context: clamped, the answer runs to the end of the context
-  assert.equal(m.stop_reason, 'max_tokens');
+  // 64000 is past the 512-token context: clamped, the answer runs to the end
+  // of the context, which the API names model_context_window_exceeded
+  assert.equal(m.stop_reason, 'model_context_window_exceeded');
   assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.output_tokens, 512);
   // the system turn is in the prompt: count_tokens sees it
   const base = { model: 'x', messages: [{ role: 'user', content: 'hello' }] };
@@ -121,6 +123,9 @@ test('max_tokens: 0 is a 400, 64000 is clamped to the context', { skip }, async 
     client.messages.create({ model: 'x', max_tokens: 0, messages: [{ role: 'user', content: 'hi' }] }),
     (e) => e.status === 400 && /max_tokens/.test(e.message));
   const m = await client.messages.stream({ model: 'x', max_tokens: 64000, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
-  assert.equal(m.stop_reason, 'max_tokens');
+  assert.equal(m.stop_reason, 'model_context_window_exceeded');
   assert.ok(m.usage.output_tokens < 512);
+  // a max_tokens that fits ends as max_tokens
+  const n = await client.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(n.stop_reason, 'max_tokens');
 });

@@ -114,7 +114,7 @@ import json, sys
 st, body = sys.stdin.read().split(" ", 1)
 j = json.loads(body)
 u = j["usage"]
-ok = st == "200" and j["stop_reason"] == "max_tokens" and u["input_tokens"] + u["cache_read_input_tokens"] + u["output_tokens"] == 512
+ok = st == "200" and j["stop_reason"] == "model_context_window_exceeded" and u["input_tokens"] + u["cache_read_input_tokens"] + u["output_tokens"] == 512
 sys.exit(0 if ok else 1)' || fail "messages max_tokens 64000 not clamped to the context: $r"
 
 start reject -m "$G" --max-tokens-policy reject || exit 1
