@@ -275,25 +275,30 @@ static void gemm_rows(void *arg, int ith, int nth)
 /* The batch sizes [*lo, *hi) for which type takes the int8 GEMM at level;
  * *lo = *hi = 0 when none does. The bounds are measured on one thread
  * against the per-row dots below and dequantize + sgemm above
- * (tests/bench_matmul.c; docs/engine.md has the numbers): the K-quant GEMM
- * loses to q4_K's 4-column dots below 4 rows, and sgemm overtakes the
- * GEMM of q8_0 from 32 rows, q4_0/q5_0 from 64, q6_K from 128, q5_K from
- * 256; q4_K's GEMM stays ahead at 512. */
+ * (tests/bench_matmul.c; docs/engine.md has the numbers). AVX2 (an AMD
+ * EPYC): the K-quant GEMM's per-call packing loses to q4_K's 4-column dots
+ * below 4 rows; sgemm overtakes q8_0 from 32 rows, q4_0/q5_0 from 64, q6_K
+ * from 128, q5_K from 256, and never q4_K up to 512. AVX-512 VNNI (a Xeon
+ * capped at that level): the AVX-512 dots of q6_K hold out to 8 rows;
+ * sgemm overtakes q8_0 from 16 rows and the K-quants from 256-512. */
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
+    /* rows [lo, hi) at AVX2, then at AVX-512; hi 0: no end */
+    static const struct { int type; int16_t r[2][2]; } ranges[] = {
+        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 16 } } },  { GGML_TYPE_Q4_0, { { 2, 64 }, { 2, 64 } } },
+        { GGML_TYPE_Q5_0, { { 2, 64 }, { 2, 64 } } },  { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 256 } } },
+        { GGML_TYPE_Q5_K, { { 3, 256 }, { 2, 256 } } }, { GGML_TYPE_Q6_K, { { 2, 128 }, { 8, 256 } } },
+    };
+    static_assert(OMNI_MATMUL_QUANT_MAX <= 2, "the GEMM ranges start at 2 rows");
     *lo = *hi = 0;
     if (level < OMNI_CPU_AVX2)
         return;
-    *lo = OMNI_MATMUL_QUANT_MAX;
-    switch (type) {
-    case GGML_TYPE_Q8_0: *hi = 32; break;
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: *hi = 64; break;
-    case GGML_TYPE_Q4_K: *lo = 4; *hi = INT32_MAX; break;
-    case GGML_TYPE_Q5_K: *lo = 3; *hi = 256; break;
-    case GGML_TYPE_Q6_K: *hi = 128; break;
-    default: *lo = 0; break;
-    }
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
+        if (ranges[k].type == type) {
+            const int16_t *r = ranges[k].r[level >= OMNI_CPU_AVX512];
+            *lo = r[0];
+            *hi = r[1] ? r[1] : INT32_MAX;
+        }
 }
 
 enum gemm_kind { GEMM_NONE, GEMM_Q8_0, GEMM_K };
