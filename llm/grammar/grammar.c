@@ -1886,7 +1886,8 @@ int grammar_matcher_accept(struct grammar_matcher *m, int32_t token)
 enum walk_mode {
     WALK_ALL,                /* every token the grammar takes */
     WALK_SHORTEST,           /* those that keep to a shortest way to the end */
-    WALK_WITHIN,             /* those after which an end is at most limit bytes away */
+    WALK_WITHIN,             /* those after which an end is at most limit bytes away,
+                                and no farther than it is now */
 };
 
 /* Walk the trie from state s; a token is allowed when none of its bytes
@@ -1917,7 +1918,7 @@ static int walk_mask(struct grammar_matcher *m, int32_t s, uint32_t *bits, enum 
             continue;
         }
         walk[v->depth[i]] = t;
-        if (v->tok_start[i] < v->tok_start[i + 1] && (mode != WALK_WITHIN || m->st[t].dist <= limit)) {
+        if (v->tok_start[i] < v->tok_start[i + 1] && (mode != WALK_WITHIN || (m->st[t].dist <= limit && m->st[t].dist <= d0))) {
             if (m->st[t].dist > next_max)
                 next_max = m->st[t].dist;
             got = true;
@@ -2034,7 +2035,10 @@ const float *grammar_matcher_apply_budget(struct grammar_matcher *m, const float
         return NULL;
     const int32_t d = m->ended ? GRAMMAR_NO_END : m->st[m->cur].dist;
     /* After this token, tokens_left - 1 remain: the bytes to the end plus
-     * the end token must fit in them (a byte costs at most one token). */
+     * the end token must fit in them (a byte costs at most one token). Near
+     * the limit nothing new is opened either (no token that moves the end
+     * away: a further call of a list, an optional key), so what is open
+     * gets the rest of the tokens. */
     const int64_t limit = tokens_left - 2;
     if (tokens_left < 0 || d == GRAMMAR_NO_END || m->st[m->cur].next_max <= limit)
         return apply_bits(m, plain, logits); /* every allowed token keeps the end in reach */

@@ -118,11 +118,13 @@ const uint32_t *grammar_matcher_mask_closing(struct grammar_matcher *m);
  * instead of being cut by the limit (a JSON value closes its open strings,
  * gives required keys their shortest values and closes its brackets). While
  * every allowed token leaves the end in reach, the plain (cached) mask; near
- * the limit only the tokens after which the shortest way to the end and its
- * end token still fit in what is left (a byte costs at most one token), and
- * the closing mask where the end is already out of reach. Falls back to the
- * plain mask where no token keeps to a shortest way. NULL as for
- * grammar_matcher_apply. */
+ * the limit (some allowed token would put the end out of reach) only the
+ * tokens after which the shortest way to the end and its end token still
+ * fit in what is left (a byte costs at most one token) and that do not move
+ * the end farther away (nothing new is opened: no further call of a list,
+ * no optional key), and the closing mask where the end is already out of
+ * reach. Falls back to the plain mask where no token keeps to a shortest
+ * way. NULL as for grammar_matcher_apply. */
 const float *grammar_matcher_apply_budget(struct grammar_matcher *m, const float *logits,
                                           int64_t tokens_left);
 /* Why the matcher failed: "grammar: limit: ..." when one of the grammar's
