@@ -118,7 +118,7 @@ struct bert_run {
     float *att;           /* (T, H) heads side by side */
     float *qkv;           /* (T, 3H) nomic-bert */
     float *up, *gate;     /* (T, F) */
-    float *scores;        /* (threads, max_len, max_len) */
+    float *scores;        /* (threads, BERT_ATTN_ROWS, max_len) */
     int n_threads;
 };
 
@@ -224,6 +224,8 @@ static void bert_linear(struct bert_run *r, const struct omni_tensor *w, const f
 
 // ---- attention -------------------------------------------------------------------------
 
+enum { BERT_ATTN_ROWS = 128 }; /* query rows per score block */
+
 /* softmax(Q K^T / sqrt(d) + bias) V for (input, head) pairs ith, ith + nth, ...
  * with strided sgemm straight on the [T][H] rows; bias is ALiBi's
  * -slope |i - j| for jina-bert-v2, nothing otherwise. */
@@ -233,24 +235,30 @@ static void bert_attn_worker(void *ctx, int ith, int nth)
     const struct bert_model *m = r->m;
     const int H = m->info.n_embd, dh = m->head_dim, NH = m->n_head;
     const float scale = 1.0f / sqrtf((float)dh);
-    float *S = r->scores + (size_t)ith * r->max_len * r->max_len;
+    float *S = r->scores + (size_t)ith * BERT_ATTN_ROWS * r->max_len;
     for (int item = ith; item < r->n * NH; item += nth) {
         const int b = item / NH, hd = item % NH;
         const int len = (int)(r->off[b + 1] - r->off[b]);
         const size_t o = (size_t)r->off[b] * H + (size_t)hd * dh;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, len, dh, scale, r->q + o, H,
-                    r->k + o, H, 0.0f, S, len);
-        for (int i = 0; i < len; i++) {
-            float *row = S + (size_t)i * len;
-            if (m->alibi_slopes) {
-                const float slope = m->alibi_slopes[hd];
-                for (int jj = 0; jj < len; jj++)
-                    row[jj] -= slope * (float)abs(i - jj);
+        /* query rows a block at a time: the scores of a block fit a
+         * BERT_ATTN_ROWS x len buffer whatever the input's length */
+        for (int i0 = 0; i0 < len; i0 += BERT_ATTN_ROWS) {
+            const int nq = len - i0 < BERT_ATTN_ROWS ? len - i0 : BERT_ATTN_ROWS;
+            const size_t oq = o + (size_t)i0 * H;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, len, dh, scale, r->q + oq, H,
+                        r->k + o, H, 0.0f, S, len);
+            for (int i = 0; i < nq; i++) {
+                float *row = S + (size_t)i * len;
+                if (m->alibi_slopes) {
+                    const float slope = m->alibi_slopes[hd];
+                    for (int jj = 0; jj < len; jj++)
+                        row[jj] -= slope * (float)abs(i0 + i - jj);
+                }
+                omni_vec_softmax(len, row);
             }
-            omni_vec_softmax(len, row);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, S, len,
+                        r->v + o, H, 0.0f, r->att + oq, H);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, dh, len, 1.0f, S, len,
-                    r->v + o, H, 0.0f, r->att + o, H);
     }
 }
 
@@ -440,7 +448,7 @@ int bert_forward(struct bert_model *m, const struct bert_input *in, int n,
     if (m->kind == BERT_KIND_NOMIC)
         r.qkv = bert_alloc(r.T, 3 * (int64_t)H, &ok);
     r.n_threads = tpool_size(m->tp);
-    r.scores = bert_alloc((int64_t)r.n_threads * r.max_len, r.max_len, &ok);
+    r.scores = bert_alloc((int64_t)r.n_threads * BERT_ATTN_ROWS, r.max_len, &ok);
     if (!ok) {
         bert_run_free(&r);
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "bert: out of memory for a batch of %d "

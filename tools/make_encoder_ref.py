@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402
 
-H, N_HEAD, F, N_LAYER, N_CTX, EPS = 32, 4, 48, 2, 128, 1e-12
+H, N_HEAD, F, N_LAYER, N_CTX, EPS = 32, 4, 48, 2, 256, 1e-12
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = "the quick brown fox jumps over lazy dog hello world a is of and to in".split()
 TOKENS = SPECIALS + ["\u2581" + w for w in WORDS] + list("abcdefghijklmnopqrstuvwxyz")
@@ -255,7 +255,8 @@ def build(case, out_dir, seed):
 
     cases = []
     V = len(TOKENS)
-    for n, pair_at in ((7, None), (33, 20), (100, None)):
+    # 200 tokens: more than one 128-row block of attention queries
+    for n, pair_at in ((7, None), (33, 20), (100, None), (200, 150)):
         ids = [2] + list(rng.randint(5, V, size=n - 2)) + [3]
         types = [0] * n if pair_at is None else [0] * pair_at + [1] * (n - pair_at)
         x = forward(case, W, np.array(ids), np.array(types), rope_base)
