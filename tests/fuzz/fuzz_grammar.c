@@ -1,6 +1,7 @@
 /* fuzz_grammar.c - the GBNF parser and matcher (llm/grammar): grammar_parse,
  * grammar_match on text, and a matcher over a tiny byte-level vocabulary
- * that computes masks, accepts allowed tokens and raw bytes.
+ * that computes masks, accepts allowed tokens and raw bytes, and closes the
+ * grammar within a token budget (distance, budgeted and closing masks).
  *
  * Input: the grammar up to the first NUL, then text to match / feed. */
 #include "tests/fuzz/fz_util.h"
@@ -9,6 +10,7 @@
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -61,6 +63,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (grammar_matcher_accept(m, pick) != 0)
                 abort();   /* the mask allowed it */
         }
+        /* then close it within a budget: the distance says how far the end
+         * is, and every token the budgeted mask allows must be taken */
+        const int32_t d = grammar_matcher_distance(m);
+        const int32_t nv = grammar_vocab_n_tokens(fz_vocab);
+        float *logits = d < 16 ? calloc((size_t)nv, sizeof *logits) : NULL;
+        for (int64_t left = d + 1; logits && left > 0 && !grammar_matcher_must_end(m); left--) {
+            const float *out = grammar_matcher_apply_budget(m, logits, left);
+            int32_t pick = -1;
+            for (int32_t t = 0; out && t < nv && pick < 0; t++)
+                if (out[t] > -INFINITY)
+                    pick = t;
+            if (pick < 0 || grammar_matcher_accept(m, pick) != 0) {
+                if (pick >= 0)
+                    abort();   /* the mask allowed it */
+                break;
+            }
+            if (tokenizer_is_eog(fz_tok, pick))
+                break;
+        }
+        free(logits);
+        (void)grammar_matcher_mask_closing(m);
         uint32_t set[8];
         (void)grammar_matcher_next_bytes(m, set);
         (void)grammar_matcher_accept_bytes(m, text, text_len);
