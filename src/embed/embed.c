@@ -73,6 +73,8 @@ struct embed_job {
     int next;                /* next input to hand out (engine window / batcher) */
     int n_inflight, n_finished;
     bool cancelled, stopped; /* stopped: nothing more is handed out */
+    bool in_queue;           /* in the batcher's queue: only the batcher may settle the
+                                inputs it has not taken (it removes the job then) */
     int err_code;
     char error[256];
     struct embed_job *qnext; /* {service mu} the batcher's queue, then the delivery queue */
@@ -569,7 +571,7 @@ static void job_error(struct embed_job *j, int code, const char *msg)
  * when the job is over (call on_done outside the lock). */
 static bool job_over(struct embed_job *j)
 {
-    if (j->stopped && j->next < j->n) {
+    if (j->stopped && j->next < j->n && !j->in_queue) {
         j->n_finished += j->n - j->next;
         j->next = j->n;
     }
@@ -724,6 +726,7 @@ static int gather(struct embed_service *s, struct input **batch, int *model,
         if (j->stopped || j->next == j->n) {
             s->queued_inputs -= j->n - j->next;
             out = true;
+            j->in_queue = false;
             over = j->stopped && job_over(j);
         }
         pthread_mutex_unlock(&j->mu);
@@ -883,6 +886,9 @@ int embed_job_submit(struct embed_job *j, embed_done_fn on_done, void *user, cha
                          "(max %d); retry later", q, s->p.max_queue_inputs);
     }
     s->queued_inputs += j->n;
+    pthread_mutex_lock(&j->mu);
+    j->in_queue = true;
+    pthread_mutex_unlock(&j->mu);
     if (s->qtail)
         s->qtail->qnext = j;
     else
@@ -930,6 +936,7 @@ void embed_service_free(struct embed_service *s)
         struct embed_job *j = s->qhead;
         s->qhead = j->qnext;
         pthread_mutex_lock(&j->mu);
+        j->in_queue = false;
         job_error(j, EMBED_ERR_CANCELLED, "the server is shutting down");
         const bool over = job_over(j);
         pthread_mutex_unlock(&j->mu);
