@@ -26,7 +26,7 @@ let srv, client, web;
 function startWeb() {
   return new Promise((resolve, reject) => {
     const p = spawn(process.execPath, [mcpServer, '--http', '0', '--name', 'web'], {
-      stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, MCP_TEST_LATE_TOOL: '1' },
+      stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, MCP_TEST_LATE_TOOL: '1', MCP_TEST_HEADER: 'yes' },
     });
     let out = '';
     p.stdout.on('data', (d) => {

@@ -5,7 +5,8 @@
 // crash -> the process exits (stdio only); big -> 100000 bytes of text.
 // MCP_TEST_LATE_TOOL=1: a tool "late" appears 200 ms after initialization
 // (over HTTP: after the client opened its GET stream), announced with
-// notifications/tools/list_changed.
+// notifications/tools/list_changed. MCP_TEST_HEADER=V: HTTP requests without
+// "X-Test: V" get 401.
 import http from 'node:http';
 import readline from 'node:readline';
 
@@ -83,6 +84,10 @@ if (httpPort === null) {
   const sessions = new Set();
   const server = http.createServer((req, res) => {
     if (req.url !== '/mcp') { res.writeHead(404).end(); return; }
+    // MCP_TEST_HEADER=V: every request must carry "X-Test: V" (the config's headers)
+    if (process.env.MCP_TEST_HEADER && req.headers['x-test'] !== process.env.MCP_TEST_HEADER) {
+      res.writeHead(401).end('missing X-Test'); return;
+    }
     const sid = req.headers['mcp-session-id'];
     if (req.method === 'DELETE') { sessions.delete(sid); res.writeHead(200).end(); return; }
     if (req.method === 'GET') {
