@@ -365,6 +365,64 @@ TEST(grammar_close_mask_matches_brute_force_on_qwen2_vocab)
     tokenizer_free(tok);
 }
 
+/* Near the limit nothing new is opened: after a complete call of a parallel
+ * list, a further call may start only while a shortest one still fits, and
+ * an optional key only while its shortest value does; what is open may
+ * still go on (a string keeps its characters) until the end must come. */
+TEST(grammar_close_opens_nothing_new_near_the_limit)
+{
+    SKIP_IF_NO_SHARED();
+    struct tokenizer *tok = qwen_tok();
+    CHECK(tok);
+    char err[256];
+    struct grammar_vocab *v = grammar_vocab_new(tok, err, sizeof err);
+    CHECK(v);
+    struct tools_wire w;
+    struct grammar *g = tool_grammar(TOOLS_FMT_JSON, true, &w);
+    CHECK(g);
+    const int n = tokenizer_n_vocab(tok);
+    float *logits = calloc((size_t)n, sizeof *logits);
+    CHECK(logits);
+    const int32_t comma = tokenizer_find(tok, ",", 1), close = tokenizer_find(tok, "]", 1);
+    const int32_t x = tokenizer_find(tok, "x", 1), quote = tokenizer_find(tok, "\"", 1);
+    CHECK(comma >= 0 && close >= 0 && x >= 0 && quote >= 0);
+    static const char *const after_call = "[{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}";
+    static const char *const in_city =
+        "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
+    struct { const char *prefix; int left; int32_t tok; bool want; } cases[] = {
+        { after_call, 400, comma, true },   /* room for another call */
+        { after_call, 400, close, true },
+        { after_call, 12, comma, false },   /* no room: the list can only end */
+        { after_call, 12, close, true },
+        { after_call, 2, close, true },     /* "]" and the end token */
+        { in_city, 400, x, true },
+        { in_city, 60, x, true },           /* near, but the string may go on */
+        { in_city, 60, quote, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct grammar_matcher *m = grammar_matcher_new(g, v, err, sizeof err);
+        CHECK(m);
+        CHECK_EQ(grammar_matcher_accept_bytes(m, cases[i].prefix, strlen(cases[i].prefix)), 0);
+        const float *out = grammar_matcher_apply_budget(m, logits, cases[i].left);
+        CHECK(out);
+        CHECK_MSG((out[cases[i].tok] > -INFINITY) == cases[i].want, "case %zu: token %s with %d left",
+                  i, tokenizer_token_text(tok, cases[i].tok), cases[i].left);
+        grammar_matcher_free(m);
+    }
+    /* the closing distance of that string: every token after it fits */
+    struct grammar_matcher *m = grammar_matcher_new(g, v, err, sizeof err);
+    CHECK(m);
+    CHECK_EQ(grammar_matcher_accept_bytes(m, in_city, strlen(in_city)), 0);
+    const int32_t d = grammar_matcher_distance(m);
+    const float *out = grammar_matcher_apply_budget(m, logits, d + 1);
+    CHECK(out && out[quote] > -INFINITY && !(out[x] > -INFINITY));  /* only the way out */
+    grammar_matcher_free(m);
+    free(logits);
+    grammar_free(g);
+    grammar_vocab_free(v);
+    tokenizer_free(tok);
+}
+
 /* Sampling the argmax of random logits through grammar_matcher_apply_budget:
  * with any budget that covers the start's distance and an end token, the
  * output ends complete (an end token, or nothing may follow) within it and
