@@ -331,8 +331,17 @@ static const struct api_proto mcpapi_proto = {
 
 bool mcpapi_wanted(const cJSON *req)
 {
-    return cJSON_GetObjectItemCaseSensitive(req, "tool_execution") != NULL ||
-           cJSON_GetObjectItemCaseSensitive(req, "mcp_servers") != NULL;
+    if (cJSON_GetObjectItemCaseSensitive(req, "tool_execution") ||
+        cJSON_GetObjectItemCaseSensitive(req, "mcp_servers"))
+        return true;
+    const cJSON *t, *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+    const cJSON *list = cJSON_IsArray(tools) ? tools : NULL;
+    cJSON_ArrayForEach(t, list) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "type"));
+        if (type && !strcmp(type, "mcp"))
+            return true;   /* the Responses API's {"type": "mcp", "server_label"} */
+    }
+    return false;
 }
 
 /* "tool_execution" and "mcp_servers" -> names[*n] (pointing into req). */
@@ -342,6 +351,9 @@ static int mcpapi_fields(const cJSON *req, const char **names, int *n, struct ap
     *n = 0;
     if (apireq_string(req, "tool_execution", &te, e) < 0)
         return -1;
+    /* absent with {"type": "mcp"} tools: they ask for the server's execution */
+    if (!te && !cJSON_GetObjectItemCaseSensitive(req, "mcp_servers"))
+        te = "server";
     if (!te || strcmp(te, "server") != 0)
         return api_error_set(e, 400, "tool_execution",
                              "'tool_execution' must be \"server\" (MCP tools run by this server); "

@@ -32,6 +32,50 @@ struct mcploop {
     bool failed;
 };
 
+static bool mcploop_is_mcp_tool(const cJSON *t)
+{
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "type"));
+    return type && !strcmp(type, "mcp");
+}
+
+/* {"type": "mcp", "server_label": NAME} entries of "tools" (the Responses
+ * API's shape) -> names[*n] (pointing into req). "require_approval" may be
+ * absent or "never" (this server asks nobody); "allowed_tools" is not
+ * supported. -1 with a 400 naming the entry. */
+static int mcploop_labels(const cJSON *req, const char **names, int *n, int max,
+                          struct api_error *e)
+{
+    const cJSON *t, *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+    const cJSON *list = cJSON_IsArray(tools) ? tools : NULL;
+    int i = 0;
+    *n = 0;
+    cJSON_ArrayForEach(t, list) {
+        if (mcploop_is_mcp_tool(t)) {
+            const char *label =
+                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "server_label"));
+            const cJSON *ra = cJSON_GetObjectItemCaseSensitive(t, "require_approval");
+            if (!label)
+                return api_error_set(e, 400, "tools", "'tools[%d].server_label' must be the name "
+                                     "of an MCP server of this server's --mcp-config", i);
+            if (ra && !cJSON_IsNull(ra) &&
+                !(cJSON_IsString(ra) && !strcmp(ra->valuestring, "never")))
+                return api_error_set(e, 400, "tools", "'tools[%d].require_approval' must be "
+                                     "\"never\": this server runs MCP tools without asking", i);
+            if (cJSON_GetObjectItemCaseSensitive(t, "allowed_tools"))
+                return api_error_set(e, 400, "tools", "'tools[%d].allowed_tools' is not supported: "
+                                     "every tool of the server is offered", i);
+            if (cJSON_GetObjectItemCaseSensitive(t, "server_url"))
+                return api_error_set(e, 400, "tools", "'tools[%d].server_url': this server only "
+                                     "uses the MCP servers of its --mcp-config, by server_label", i);
+            if (*n == max)
+                return api_error_set(e, 400, "tools", "too many MCP servers in 'tools'");
+            names[(*n)++] = label;
+        }
+        i++;
+    }
+    return 0;
+}
+
 /* The client's function tools, then the MCP tools; a name both have is a 400. */
 static cJSON *mcploop_tools(const cJSON *req, const struct mcp_toolset *ts, cJSON *mcp_tools,
                             struct api_error *e)
@@ -46,6 +90,10 @@ static cJSON *mcploop_tools(const cJSON *req, const struct mcp_toolset *ts, cJSO
     int i = 0;
     const cJSON *t, *client = cJSON_IsArray(ct) ? ct : NULL;
     cJSON_ArrayForEach(t, client) {
+        if (mcploop_is_mcp_tool(t)) {   /* a server label, taken by mcploop_labels */
+            i++;
+            continue;
+        }
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(t, "function"), "name"));
         if (name && mcp_toolset_server(ts, name)) {
@@ -91,7 +139,21 @@ struct mcploop *mcploop_new(struct api *a, const cJSON *chat_req, struct apireq_
         api_error_set(e, 400, "n", "'n' must be 1 when the server runs the tools");
         goto fail;
     }
-    if (mcpapi_tools_for(a, servers, n_servers, "mcp_servers", &mcp_tools, &l->ts, e) < 0 ||
+    /* {"type": "mcp", "server_label"} tools name the servers too */
+    const char *labels[MCPLOOP_MAX_SERVERS];
+    int n_labels = 0;
+    if (mcploop_labels(chat_req, labels, &n_labels, MCPLOOP_MAX_SERVERS, e) < 0)
+        goto fail;
+    if (n_labels > 0 && !servers) {
+        servers = labels;
+        n_servers = n_labels;
+    } else if (n_labels > 0) {
+        api_error_set(e, 400, "mcp_servers", "give the MCP servers either as 'mcp_servers' or as "
+                                             "{\"type\": \"mcp\"} tools, not both");
+        goto fail;
+    }
+    if (mcpapi_tools_for(a, servers, n_servers, n_labels ? "tools" : "mcp_servers", &mcp_tools,
+                         &l->ts, e) < 0 ||
         !(tools = mcploop_tools(chat_req, l->ts, mcp_tools, e)))
         goto fail;
     if (!(l->req = cJSON_Duplicate(chat_req, true)) || !(l->history = cJSON_CreateArray())) {

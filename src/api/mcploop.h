@@ -48,7 +48,8 @@ struct mcploop_hooks {
 struct mcploop;
 
 /* A loop over chat_req (copied; "tool_execution" and "mcp_servers" are left
- * out of it) with the MCP tools of the named servers (NULL: all; an empty
+ * out of it) with the MCP tools of the named servers (NULL: those of its
+ * {"type": "mcp", "server_label"} tools if it has any, else all; an empty
  * list: none, only the request's own tools) added to
  * its "tools". Takes *g (the caller's is left empty). NULL with a 400 in e:
  * no --mcp-config, an unknown server, a client tool named like an MCP tool,

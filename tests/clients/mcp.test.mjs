@@ -140,6 +140,24 @@ test('mcp: a tool loop over Streamable HTTP (SSE answer, session, headers)', { s
   assert.match(result.content, /^echo\(web\): /);
 });
 
+test('mcp: Responses-style {type: "mcp", server_label} tools select the servers', { skip }, async () => {
+  const r = await client.chat.completions.create({
+    model: 'stories260K', messages: [{ role: 'user', content: 'Use the tool.' }], max_tokens: 40, temperature: 0,
+    tools: [{ type: 'mcp', server_label: 'web', require_approval: 'never' }], ...force('web__echo'),
+  });
+  assert.equal(r.omniserve.tool_execution, 'server');
+  assert.match(r.omniserve.messages[1].content, /^echo\(web\): /);
+  for (const [tool, re] of [
+    [{ type: 'mcp', server_label: 'nope' }, /no MCP server 'nope'/],
+    [{ type: 'mcp', server_label: 'web', require_approval: 'always' }, /require_approval/],
+    [{ type: 'mcp' }, /server_label/],
+  ]) {
+    await assert.rejects(client.chat.completions.create({
+      model: 'stories260K', messages: [{ role: 'user', content: 'x' }], max_tokens: 4, tools: [tool],
+    }), (e) => e.status === 400 && e.param === 'tools' && re.test(e.message), JSON.stringify(tool));
+  }
+});
+
 test('mcp: streamed, the steps come as omniserve chunks with empty choices', { skip }, async () => {
   const stream = await chat({ mcp_servers: ['local'], ...force('local__echo'), stream: true, stream_options: { include_usage: true } });
   const steps = [];
