@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OPENAI_FINGERPRINT "fp_omniserve"
 
@@ -670,6 +671,25 @@ static cJSON *openai_model_object(struct api *a, const struct api_model *m)
     return o;
 }
 
+/* The Anthropic fields of a model object next to OpenAI's (type,
+ * display_name, created_at as RFC 3339), so that one answer serves both SDKs'
+ * models.list / retrieve (clients of either ignore the other's fields). */
+static void openai_model_anthropic(cJSON *item)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "id");
+    const cJSON *created = cJSON_GetObjectItemCaseSensitive(item, "created");
+    char when[32] = "1970-01-01T00:00:00Z";
+    time_t t = cJSON_IsNumber(created) ? (time_t)created->valuedouble : 0;
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* embedding models carry their own "type" (embedding, rerank): kept */
+    if (!cJSON_HasObjectItem(item, "type"))
+        cJSON_AddStringToObject(item, "type", "model");
+    cJSON_AddStringToObject(item, "display_name", cJSON_IsString(id) ? id->valuestring : "");
+    cJSON_AddStringToObject(item, "created_at", when);
+}
+
 void openai_models(struct api *a, struct ws_req *r, const char *arg)
 {
     (void)arg;
@@ -680,6 +700,22 @@ void openai_models(struct api *a, struct ws_req *r, const char *arg)
     if (m)
         cJSON_AddItemToArray(data, openai_model_object(a, m));
     embeddings_list_models(a, data, m ? api_served_name(a) : NULL);
+    /* Anthropic's page fields: one page holds them all */
+    cJSON *it, *last = NULL;
+    cJSON_ArrayForEach(it, data) {
+        openai_model_anthropic(it);
+        last = it;
+    }
+    cJSON_AddBoolToObject(o, "has_more", false);
+    const cJSON *first_id = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "id");
+    const cJSON *last_id = cJSON_GetObjectItemCaseSensitive(last, "id");
+    if (cJSON_IsString(first_id) && cJSON_IsString(last_id)) {
+        cJSON_AddStringToObject(o, "first_id", first_id->valuestring);
+        cJSON_AddStringToObject(o, "last_id", last_id->valuestring);
+    } else {
+        cJSON_AddNullToObject(o, "first_id");
+        cJSON_AddNullToObject(o, "last_id");
+    }
     api_respond_json(r, 200, o);
 }
 
@@ -693,6 +729,8 @@ void openai_model(struct api *a, struct ws_req *r, const char *arg)
             if (!strcmp(cJSON_GetObjectItemCaseSensitive(it, "id")->valuestring, arg))
                 hit = cJSON_DetachItemViaPointer(list, it);
         cJSON_Delete(list);
+        if (hit)
+            openai_model_anthropic(hit);
         api_respond_json(r, 200, hit);
         return;
     }
@@ -703,7 +741,9 @@ void openai_model(struct api *a, struct ws_req *r, const char *arg)
         api_respond_error(r, API_OPENAI, &e);
         return;
     }
-    api_respond_json(r, 200, openai_model_object(a, m));
+    cJSON *o = openai_model_object(a, m);
+    openai_model_anthropic(o);
+    api_respond_json(r, 200, o);
 }
 
 /* {"prompt": TEXT} or {"messages": [...]} (rendered with the chat template,

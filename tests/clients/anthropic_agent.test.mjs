@@ -5,8 +5,9 @@
 // constrained output), context_management and other unknown fields ignored
 // and logged once, cache_control on every kind of block and tool, the same
 // usage streamed and not (cache_read_input_tokens in message_start too),
-// max_tokens 64000 clamped to the context (stop_reason
-// model_context_window_exceeded) and max_tokens 0 refused.
+// the models list in the Anthropic shape too, max_tokens 64000 clamped to
+// the context (stop_reason model_context_window_exceeded) and max_tokens 0
+// refused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
@@ -128,4 +129,23 @@ test('max_tokens: 0 is a 400, 64000 is clamped to the context', { skip }, async 
   // a max_tokens that fits ends as max_tokens
   const n = await client.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(n.stop_reason, 'max_tokens');
+});
+
+test('models: the Anthropic SDK lists and retrieves the served model (/v1/models in both shapes)', { skip }, async () => {
+  const list = [];
+  for await (const m of client.models.list()) list.push(m);
+  assert.equal(list.length, 1);
+  assert.equal(list[0].id, 'stories260K');
+  assert.equal(list[0].type, 'model');
+  assert.equal(list[0].display_name, 'stories260K');
+  assert.ok(!Number.isNaN(Date.parse(list[0].created_at)));
+  const one = await client.models.retrieve('stories260K');
+  assert.equal(one.id, 'stories260K');
+  assert.equal(one.type, 'model');
+  // the OpenAI fields stay
+  const raw = await (await fetch(`${srv.url}/v1/models`)).json();
+  assert.equal(raw.object, 'list');
+  assert.equal(raw.data[0].object, 'model');
+  assert.equal(raw.has_more, false);
+  assert.equal(raw.first_id, 'stories260K');
 });
