@@ -5,7 +5,6 @@
  * one bert_forward. Decoder rerankers are scored from the final hidden state
  * against the two output-matrix rows of their yes/no labels, so no row of a
  * reranking request pays for the full vocabulary projection. */
-#define _GNU_SOURCE /* memmem */
 #include "src/embed/embed.h"
 
 #include "llm/model.h"
@@ -48,7 +47,6 @@ struct emodel {
     /* encoder */
     struct bert_model *bert;
     int n_out;               /* floats per input from bert_forward */
-    struct llm_model *owned; /* a decoder loaded by embed_service_load */
 };
 
 struct input {
@@ -94,6 +92,8 @@ struct embed_service {
     struct embed_job *qhead, *qtail;
     int queued_inputs;
     struct embed_job *dhead, *dtail; /* finished jobs waiting for their on_done */
+    struct { void *ptr; void (*free_fn)(void *); } kept[EMBED_MAX_MODELS]; /* embed_service_keep */
+    int n_kept;
 };
 
 struct embed_params embed_default_params(void)
@@ -273,19 +273,6 @@ int embed_service_add_engine(struct embed_service *s, struct engine *e, int mode
     return s->n_models++;
 }
 
-int embed_file_is_encoder(const char *path, char *err, size_t errlen)
-{
-    struct gguf *g = gguf_open(path, err, errlen);
-    if (!g)
-        return OMNI_ERR_IO;
-    size_t len = 0;
-    const char *arch = gguf_get_str(g, "general.architecture", &len);
-    /* bert, nomic-bert, jina-bert-v2, modernbert: llama.cpp's encoder families */
-    const bool enc = arch && len < 64 && memmem(arch, len, "bert", 4);
-    gguf_free(g);
-    return enc;
-}
-
 int embed_service_load_bert(struct embed_service *s, const char *path, struct compute *compute,
                             const char *name, int pooling, int normalize, char *err,
                             size_t errlen)
@@ -317,51 +304,12 @@ int embed_service_load_bert(struct embed_service *s, const char *path, struct co
     return s->n_models++;
 }
 
-int embed_service_load(struct embed_service *s, const char *path, enum embed_role role,
-                       struct engine *e, struct compute *compute, const char *name, int pooling,
-                       int normalize, char *err, size_t errlen)
+void embed_service_keep(struct embed_service *s, void *ptr, void (*free_fn)(void *))
 {
-    char base[128];
-    if (!name) {
-        const char *b = strrchr(path, '/');
-        b = b ? b + 1 : path;
-        size_t n = strlen(b);
-        if (n > 5 && !strcmp(b + n - 5, ".gguf"))
-            n -= 5;
-        snprintf(base, sizeof base, "%.*s", (int)(n < sizeof base - 1 ? n : sizeof base - 1), b);
-        name = base;
+    if (s->n_kept < EMBED_MAX_MODELS) {
+        s->kept[s->n_kept].ptr = ptr;
+        s->kept[s->n_kept++].free_fn = free_fn;
     }
-    const int enc = embed_file_is_encoder(path, err, errlen);
-    if (enc < 0)
-        return enc;
-    if (enc)
-        return embed_service_load_bert(s, path, compute, name, pooling, normalize, err, errlen);
-    if (!e)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "embed: %s: a decoder model needs the engine",
-                         path);
-    struct llm_model *m = llm_model_load(path, NULL, err, errlen);
-    if (!m)
-        return OMNI_ERR_FORMAT;
-    char ename[32];
-    snprintf(ename, sizeof ename, "embed-%d", s->n_models);
-    int idx = engine_add_model(e, m, ename, err, errlen);
-    if (idx < 0) {
-        llm_model_free(m);
-        return idx;
-    }
-    /* from here the engine borrows m: it stays until the service is freed */
-    int rc = embed_service_add_engine(s, e, idx, name, role, pooling, normalize, err, errlen);
-    if (rc < 0) {
-        /* the engine still lists it: keep it alive with the service */
-        if (s->n_models < EMBED_MAX_MODELS)
-            s->models[s->n_models].owned = m; /* freed with the unused slot below */
-        else
-            return rc; /* leaks m rather than freeing what the engine holds */
-        s->models[s->n_models].info.name = NULL;
-        return rc;
-    }
-    s->models[rc].owned = m;
-    return rc;
 }
 
 int embed_service_n_models(const struct embed_service *s) { return s ? s->n_models : 0; }
@@ -955,11 +903,9 @@ void embed_service_free(struct embed_service *s)
         free(s->models[i].rerank_tmpl);
         free(s->models[i].yes_no);
         bert_model_free(s->models[i].bert);
-        llm_model_free(s->models[i].owned);
     }
-    /* a decoder whose service entry failed: its model outlives the engine */
-    if (s->n_models < EMBED_MAX_MODELS)
-        llm_model_free(s->models[s->n_models].owned);
+    for (int i = 0; i < s->n_kept; i++)
+        s->kept[i].free_fn(s->kept[i].ptr);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->dcv);

@@ -94,7 +94,8 @@ int embed_file_is_encoder(const char *path, char *err, size_t errlen);
 int embed_service_load_bert(struct embed_service *s, const char *path, struct compute *compute,
                             const char *name, int pooling, int normalize, char *err,
                             size_t errlen);
-/* Load path as a model of role: an encoder through bert.h (its threads
+/* embed_load.c (the loaders, apart so that users of the service alone do
+ * not link the model loaders): load path as a model of role: an encoder through bert.h (its threads
  * from compute), a decoder through llm_model_load and engine_add_model on e
  * (before engine_start; its engine name is "embed-N"). The service owns what
  * it loads (free it after engine_free). name NULL: the file's base name
@@ -102,6 +103,10 @@ int embed_service_load_bert(struct embed_service *s, const char *path, struct co
 int embed_service_load(struct embed_service *s, const char *path, enum embed_role role,
                        struct engine *e, struct compute *compute, const char *name, int pooling,
                        int normalize, char *err, size_t errlen);
+
+/* Free ptr with free_fn in embed_service_free (what embed_service_load
+ * loaded for the engine, which must outlive it; at most 16). */
+void embed_service_keep(struct embed_service *s, void *ptr, void (*free_fn)(void *));
 
 /* Starts the batcher thread (when an encoder model was added). */
 int embed_service_start(struct embed_service *s, char *err, size_t errlen);
