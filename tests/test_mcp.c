@@ -188,3 +188,150 @@ TEST(mcp_result_text_joins_parts_and_caps)
     free(t);
     cJSON_Delete(r);
 }
+
+// ---- the client against a real stdio server -----------------------------------------------
+
+#include "src/mcp/mcp.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+/* A small MCP server in Python (the build already needs python3): echo,
+ * slow (never answers), crash (exits 3). */
+static const char mcp_py[] =
+    "import sys, json\n"
+    "def send(m):\n"
+    "    sys.stdout.write(json.dumps(m) + '\\n'); sys.stdout.flush()\n"
+    "for line in sys.stdin:\n"
+    "    m = json.loads(line)\n"
+    "    i = m.get('id'); meth = m.get('method')\n"
+    "    if meth == 'initialize':\n"
+    "        send({'jsonrpc': '2.0', 'id': i, 'result': {'protocolVersion': '2025-06-18',\n"
+    "              'capabilities': {'tools': {}}, 'serverInfo': {'name': 'py', 'version': '1'}}})\n"
+    "    elif meth == 'tools/list':\n"
+    "        send({'jsonrpc': '2.0', 'id': i, 'result': {'tools': [\n"
+    "            {'name': 'echo', 'inputSchema': {'type': 'object'}},\n"
+    "            {'name': 'slow', 'inputSchema': {'type': 'object'}},\n"
+    "            {'name': 'crash', 'inputSchema': {'type': 'object'}}]}})\n"
+    "    elif meth == 'tools/call':\n"
+    "        n = m['params']['name']\n"
+    "        if n == 'crash': sys.exit(3)\n"
+    "        if n == 'echo':\n"
+    "            send({'jsonrpc': '2.0', 'id': i, 'result': {'content': [{'type': 'text',\n"
+    "                  'text': 'echo ' + json.dumps(m['params']['arguments'])}]}})\n";
+
+struct mcp_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool done;
+    char text[3][256];
+    bool is_error[3];
+    int n;
+};
+
+static void mcp_test_done(void *user, struct mcp_result *res, int n)
+{
+    struct mcp_wait *w = user;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < n && i < 3; i++) {
+        snprintf(w->text[i], sizeof w->text[i], "%s", res[i].text);
+        w->is_error[i] = res[i].is_error;
+    }
+    w->n = n;
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void mcp_test_free(void *m) { mcp_free(m); }
+
+/* Runs calls as one batch and waits for its results. */
+static int mcp_test_batch(struct mcp *m, const struct mcp_call *calls, int n, struct mcp_wait *w)
+{
+    char err[256];
+    *w = (struct mcp_wait){ .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+    struct mcp_toolset *ts = mcp_toolset_get(m, NULL, 0, err, sizeof err);
+    if (!ts)
+        return -1;
+    int rc = mcp_call_batch(m, ts, calls, n, mcp_test_done, w, err, sizeof err);
+    mcp_toolset_free(ts);
+    if (rc < 0)
+        return -1;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cond, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+static bool mcp_test_connected(struct mcp *m, int min_restarts)
+{
+    for (int i = 0; i < 3000; i++) {   /* the test's own deadline bounds this */
+        cJSON *s = mcp_servers_json(m);
+        const cJSON *x = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(s, "data"), 0);
+        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "status"));
+        int restarts = cJSON_GetObjectItemCaseSensitive(x, "restarts")->valueint;
+        bool ok = st && !strcmp(st, "connected") && restarts >= min_restarts;
+        cJSON_Delete(s);
+        if (ok)
+            return true;
+        usleep(20 * 1000);
+    }
+    return false;
+}
+
+TEST(mcp_stdio_calls_timeouts_and_restarts)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        test_skip("no /usr/bin/python3");
+        return;
+    }
+    char err[256];
+    char *args[] = { "-u", "-c", (char *)mcp_py };
+    struct mcp_server_spec spec = { .name = "py", .transport = MCP_STDIO,
+                                    .command = "/usr/bin/python3", .args = args, .n_args = 3 };
+    struct mcp_config cfg = { .servers = &spec, .n_servers = 1 };
+    struct mcp_params p = mcp_default_params();
+    p.tool_timeout_s = 3;   /* only "slow" ever reaches it */
+    p.init_timeout_s = 60;
+    p.restart_min_s = 0.05;
+    p.max_result_bytes = 20;
+    struct mcp *m = mcp_new(&cfg, &p, err, sizeof err);
+    CHECK(m);
+    test_defer(mcp_test_free, m);
+    CHECK(mcp_test_connected(m, 0));
+
+    cJSON *tools = mcp_tools_json(m);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tools, "data")) == 3);
+    cJSON_Delete(tools);
+
+    /* three at once: a result, a capped result, an unknown tool */
+    struct mcp_wait w;
+    struct mcp_call calls[3] = { { "echo", "{\"a\":1}" }, { "echo", "{\"long\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}" },
+                                 { "nope", "" } };
+    CHECK(mcp_test_batch(m, calls, 3, &w) == 0);
+    CHECK(w.n == 3);
+    CHECK_STR_EQ(w.text[0], "echo {\"a\": 1}");
+    CHECK(!w.is_error[0]);
+    CHECK_STR_CONTAINS(w.text[1], "truncated");
+    CHECK(w.is_error[2]);
+    CHECK_STR_CONTAINS(w.text[2], "no tool 'nope'");
+
+    /* bad arguments and a hanging tool: error results */
+    struct mcp_call bad[2] = { { "echo", "[1,2]" }, { "slow", "{}" } };
+    CHECK(mcp_test_batch(m, bad, 2, &w) == 0);
+    CHECK(w.is_error[0] && w.is_error[1]);
+    CHECK_STR_CONTAINS(w.text[0], "not a JSON object");
+    CHECK_STR_CONTAINS(w.text[1], "no answer within 3 s");
+
+    /* a crash: an error result, then the server is back */
+    struct mcp_call crash = { "crash", "{}" };
+    CHECK(mcp_test_batch(m, &crash, 1, &w) == 0);
+    CHECK(w.is_error[0]);
+    CHECK_STR_CONTAINS(w.text[0], "exited");
+    CHECK(mcp_test_connected(m, 1));
+    struct mcp_call again = { "echo", "{}" };
+    CHECK(mcp_test_batch(m, &again, 1, &w) == 0);
+    CHECK(!w.is_error[0]);
+    test_release(m);   /* mcp_free: the child is stopped and reaped */
+}
