@@ -1,8 +1,9 @@
 /* test_mcp.c - the pure parts of the MCP client (src/mcp/mcp_config.h,
  * src/mcp/mcp_proto.h): config files hand-broken field by field, JSON-RPC
  * message classification, the SSE parser fed byte by byte and over its
- * limit, and tool results turned into capped text. The live transports are
- * tested against a real MCP server in tests/clients/mcp.test.mjs. */
+ * limit, and tool results turned into capped text; then the client
+ * (src/mcp/mcp.h) against a small stdio server in Python. Streamable HTTP
+ * and the chat tool loop are tested in tests/clients/mcp.test.mjs. */
 #include "test.h"
 
 #include "src/mcp/mcp_config.h"
