@@ -47,8 +47,10 @@ TEST(stt_session_agree_rule)
 
 struct collect {
     pthread_mutex_t lock;
-    char log[8192];        /* one letter per event: S started, T stopped, C committed, P, F, E */
+    char log[8192];        /* one letter per event: S started, T stopped, C committed, P, F, E;
+                              A early transcript, W its withdrawal */
     char finals[8][512];
+    char early[512];       /* the last early transcript */
     int n_finals, n_partials;
     bool freed;
 };
@@ -56,11 +58,13 @@ struct collect {
 static void on_event(void *user, const struct stt_event *ev)
 {
     struct collect *c = user;
-    static const char letters[] = "STCPFE";
+    static const char letters[] = "STCPFEA";
     pthread_mutex_lock(&c->lock);
     size_t n = strlen(c->log);
     if (n + 1 < sizeof c->log)
-        c->log[n] = letters[ev->type];
+        c->log[n] = ev->type == STT_EV_EARLY && !ev->text ? 'W' : letters[ev->type];
+    if (ev->type == STT_EV_EARLY && ev->text)
+        snprintf(c->early, sizeof c->early, "%s", ev->text);
     if (ev->type == STT_EV_FINAL && c->n_finals < 8)
         snprintf(c->finals[c->n_finals++], sizeof c->finals[0], "%s", ev->text);
     if (ev->type == STT_EV_PARTIAL)
@@ -252,6 +256,62 @@ TEST(stt_session_early_final)
     SKIP_IF_NO_SHARED();
     stream_kitchen(true, 200);
     stream_kitchen(true, 0);
+}
+
+/* Early transcripts announced (early_events): the clip, a pause shorter than
+ * min_silence, the clip again, then silence, each 20 ms push once the
+ * session is idle. Every pause announces the turn's likely transcript, and
+ * speech going on withdraws it; the last announcement comes before the STOP
+ * and is the final's transcript. */
+TEST(stt_session_early_events)
+{
+    SKIP_IF_NO_SHARED();
+    struct stt *svc = open_stt(1);
+    CHECK(svc);
+    size_t n, n_pcm;
+    float *pcm = NULL;
+    short *s16 = load_clip("audio/turn-on-the-kitchen-lights.wav", &n, &pcm, &n_pcm);
+    CHECK(s16);
+    const size_t pause = 16000 * 3 / 10, total = 2 * n_pcm + pause + 24000;
+    short *audio = calloc(total, sizeof *audio);
+    CHECK(audio);
+    memcpy(audio, s16, n_pcm * sizeof *audio);
+    memcpy(audio + n_pcm + pause, s16, n_pcm * sizeof *audio);
+    struct collect c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    struct stt_session_params p = stt_session_default_params();
+    p.input_rate_hz = 16000;
+    p.partial_ms = 0;
+    p.early_events = true;
+    p.vad.merge_gap_ms = 0;
+    p.vad.min_silence_duration_ms = 1000;   /* the pause does not end the turn */
+    p.on_event = on_event;
+    p.on_free = on_free;
+    p.user = &c;
+    char err[256];
+    struct stt_session *ss = stt_session_new(svc, &p, err, sizeof err);
+    CHECK(ss);
+    test_defer(close_session, ss);
+    for (size_t off = 0; off < total && c.n_finals == 0; off += 320) {
+        CHECK(stt_session_push(ss, audio + off, (total - off < 320 ? total - off : 320) * 2, err, sizeof err) == 0);
+        CHECK(wait_idle(ss));
+    }
+    CHECK_MSG(wait_finals(&c, 1), "no final transcript (events %s)", c.log);
+    CHECK_EQ(stt_session_early_finals(ss), 1);
+    test_release(ss);
+    CHECK(wait_freed(&c));
+    fprintf(stderr, "[events %s] ", c.log);
+    /* S, then pairs of A W while the speaker goes on, the last A, then T C F */
+    const char *last_a = strrchr(c.log, 'A'), *t = strchr(c.log, 'T');
+    CHECK_MSG(c.log[0] == 'S' && strchr(c.log, 'W') && last_a && t && last_a < t && !strchr(last_a, 'W') &&
+                  strstr(t, "TCF") && !strchr(c.log, 'E') && c.n_finals == 1,
+              "events %s", c.log);
+    for (const char *a = strchr(c.log, 'A'); a && a < last_a; a = strchr(a + 1, 'A'))
+        CHECK_MSG(a[1] == 'W', "an early transcript not withdrawn: events %s", c.log);
+    CHECK_MSG(!strcmp(c.early, c.finals[0]), "early '%s', final '%s'", c.early, c.finals[0]);
+    free(audio);
+    free(pcm);
+    free(s16);
+    test_release(svc);
 }
 
 TEST(stt_session_manual_commit_and_two_sessions)

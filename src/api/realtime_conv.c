@@ -102,6 +102,7 @@ struct rtc_resp {
     int n_out, cap_out;
     int insert_at;                 /* where its next item goes: after the turn it answers */
     bool audio_started;
+    bool early;                    /* adopted a reply started on the early transcript */
     float pcm[4096];
 };
 
@@ -157,6 +158,35 @@ struct rtc {
     char want_eid[64];
     char playing[96];              /* the last spoken reply's item: barge-in truncates it */
     double play_t0;                /* when its first audio went out */
+    struct rtc_spec *spec;         /* a reply started on an early transcript, unseen */
+};
+
+/* A reply started on a turn's early transcript, before the VAD is sure the
+ * turn ended: its engine request runs with the prompt the turn's response
+ * will have if that transcript stands, and what it writes is kept here,
+ * unseen by the client and the conversation. When the turn's final
+ * transcript comes, the response it starts adopts the request if prompt and
+ * sampling are the same (replaying what was kept, then taking the engine's
+ * events as they come); otherwise, and when the speaker goes on, it is
+ * cancelled. It holds a reference on the connection until its engine
+ * request ends; only spoken replies without tools speculate. {c->lock} */
+struct rtc_spec {
+    struct rtc *c;
+    int turn;                      /* the stt turn whose early transcript it assumed */
+    uint64_t engine_id;
+    int32_t *ids;                  /* its prompt */
+    int n_ids;
+    float temperature;
+    int max_tokens;
+    char *text;                    /* generated so far, token by token */
+    size_t len, cap;
+    size_t *ends;                  /* where each token's text ends in text */
+    int n_ends, cap_ends;
+    bool done;                     /* its engine request ended: end holds DONE or ERROR */
+    struct engine_event end;
+    char error[256];
+    struct rtc_resp *adopted;      /* the response it became: events go there */
+    bool dropped;                  /* cancelled: freed when its request ends */
 };
 
 static double rtc_now_s(void) { return omni_time_s(); }
@@ -186,6 +216,15 @@ static void rtc_unref(struct rtc *c)
     cJSON_Delete(c->tool_choice);
     cJSON_Delete(c->want_params);
     free(c);
+}
+
+/* A reference dropped under the lock, where a caller up the stack holds
+ * another (a socket, a session or a response in flight): it is never the
+ * last, so nothing is freed here. */
+static void rtc_unref_held(struct rtc *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        OMNI_ERROR("realtime: %s: last reference dropped under the lock (leaked)", c->io.id);
 }
 
 /* The error event; e is the client's event_id or NULL. */
@@ -683,9 +722,9 @@ static bool rtc_resp_end(struct rtc_resp *r)
     cJSON_AddNumberToObject(x, "reset_seconds", 0);
     cJSON_AddItemToArray(arr, x);
     rt_send(&c->io, rl);
-    OMNI_INFO("realtime: %s %s: %s, %d prompt tokens (%d cached), %d generated%s", c->io.id,
+    OMNI_INFO("realtime: %s %s: %s, %d prompt tokens (%d cached), %d generated%s%s", c->io.id,
               r->id, status, r->prompt_tokens, r->cached_tokens, r->completion_tokens,
-              r->msg && r->audio ? ", spoken" : "");
+              r->msg && r->audio ? ", spoken" : "", r->early ? ", started on the early transcript" : "");
     /* unlink */
     for (struct rtc_resp **p = &c->resps; *p; p = &(*p)->next)
         if (*p == r) {
@@ -722,17 +761,14 @@ static void rtc_resp_cancel(struct rtc_resp *r, const char *reason)
 
 // ---- responses: engine and tts events ---------------------------------------------------
 
-/* Engine thread. */
-static void rtc_on_engine(void *user, const struct engine_event *ev)
+/* One engine event of r; true when r ended and its reference on the
+ * connection must go. {lock} */
+static bool rtc_engine_event(struct rtc_resp *r, const struct engine_event *ev)
 {
-    struct rtc_resp *r = user;
-    struct rtc *c = r->c;
-    pthread_mutex_lock(&c->lock);
     if (ev->type == ENGINE_EV_TOKEN) {
         if (ev->text_len)
             chatout_feed(r->co, ev->text, ev->text_len, true, rtc_on_chat, r);
-        pthread_mutex_unlock(&c->lock);
-        return;
+        return false;
     }
     if (ev->type == ENGINE_EV_DONE) {
         if (ev->text_len)
@@ -752,10 +788,97 @@ static void rtc_on_engine(void *user, const struct engine_event *ev)
         else if (tts_stream_finish(r->ts) < 0)
             tts_stream_cancel(r->ts);
     }
-    bool drop = rtc_resp_end(r);
+    return rtc_resp_end(r);
+}
+
+/* Engine thread. */
+static void rtc_on_engine(void *user, const struct engine_event *ev)
+{
+    struct rtc_resp *r = user;
+    struct rtc *c = r->c;
+    pthread_mutex_lock(&c->lock);
+    bool drop = rtc_engine_event(r, ev);
     pthread_mutex_unlock(&c->lock);
     if (drop)
         rtc_unref(c);
+}
+
+// ---- speculation: a reply started on an early transcript ------------------------------
+
+static void rtc_spec_free(struct rtc_spec *sp)
+{
+    free(sp->ids);
+    free(sp->text);
+    free(sp->ends);
+    free(sp);
+}
+
+/* Engine thread: keep what the request writes, or pass it on to the
+ * response that adopted it. */
+static void rtc_on_spec(void *user, const struct engine_event *ev)
+{
+    struct rtc_spec *sp = user;
+    struct rtc *c = sp->c;
+    const bool end = ev->type != ENGINE_EV_TOKEN;
+    bool drop_resp = false, gone = false;
+    pthread_mutex_lock(&c->lock);
+    if (sp->adopted) {
+        drop_resp = rtc_engine_event(sp->adopted, ev);
+        gone = end;
+    } else if (!sp->dropped) {
+        if (ev->text_len) {
+            if (sp->len + ev->text_len > rtc_limits.max_item_bytes ||
+                rtc_text_append(&sp->text, &sp->len, &sp->cap, ev->text, ev->text_len) < 0) {
+                sp->dropped = true;   /* more than a reply may hold: give up */
+                if (c->spec == sp)
+                    c->spec = NULL;
+                engine_cancel(c->m->engine, sp->engine_id);
+            } else if (!end) {
+                if (sp->n_ends == sp->cap_ends) {
+                    int cap = sp->cap_ends ? 2 * sp->cap_ends : 64;
+                    size_t *e = realloc(sp->ends, (size_t)cap * sizeof *e);
+                    if (e)
+                        sp->ends = e, sp->cap_ends = cap;
+                }
+                if (sp->n_ends < sp->cap_ends)
+                    sp->ends[sp->n_ends++] = sp->len;
+            }
+        }
+        if (end) {
+            sp->done = true;
+            sp->end = *ev;
+            sp->end.text = NULL;   /* its text was kept with the rest */
+            sp->end.text_len = 0;
+            snprintf(sp->error, sizeof sp->error, "%s", ev->error ? ev->error : "generation failed");
+            sp->end.error = sp->error;
+            gone = sp->dropped;
+        }
+    } else {
+        gone = end;
+    }
+    if (gone)
+        rtc_spec_free(sp);
+    pthread_mutex_unlock(&c->lock);
+    if (drop_resp)
+        rtc_unref(c);
+    if (gone)
+        rtc_unref(c);   /* the speculation's own reference */
+}
+
+/* Cancel the speculation, if any. {lock} */
+static void rtc_spec_drop(struct rtc *c)
+{
+    struct rtc_spec *sp = c->spec;
+    if (!sp)
+        return;
+    c->spec = NULL;
+    if (sp->done) {
+        rtc_spec_free(sp);
+        rtc_unref_held(c);
+    } else {
+        sp->dropped = true;   /* freed when its request ends */
+        engine_cancel(c->m->engine, sp->engine_id);
+    }
 }
 
 /* Resampled audio to the client as output_audio deltas. {lock} */
@@ -982,6 +1105,140 @@ static int rtc_parse_items(struct rtc *c, const cJSON *arr, struct rtc_item ***o
  * session and starts it. {lock}. 0, or -1 after an error event. */
 /* upto: the response answers the conversation's first upto items (later
  * turns still wait for their transcripts); its items go after them. */
+/* Generation settings of a response asking for max_tokens (-1: "inf"). {lock} */
+static void rtc_gen(const struct rtc *c, int max_tokens, struct apireq_gen *g)
+{
+    apireq_gen_init(g);
+    g->sp.temperature = c->temperature;
+    const int want = max_tokens < 0 ? rtc_limits.max_output_tokens : max_tokens;
+    g->max_tokens = want < c->m->n_ctx / 2 ? want : c->m->n_ctx / 2;
+    g->max_tokens_set = true;
+}
+
+/* The engine request of a rendered response prompt. */
+static struct engine_request rtc_engine_request(const struct api_model *m, const struct chatreq *cr,
+                                                const struct apireq_gen *g, engine_event_fn fn, void *user)
+{
+    struct engine_request rq = engine_default_request();
+    rq.model = m->index;
+    rq.prompt = cr->ids;
+    rq.n_prompt = cr->n_ids;
+    rq.stop = cr->stops;
+    rq.n_stop = cr->n_stops;
+    rq.grammar = cr->grammar;
+    rq.grammar_trigger = cr->grammar_trigger;
+    rq.grammar_close = cr->grammar_close;
+    rq.echo_special = cr->tools_on || m->special_markup;
+    rq.sampling = g->sp;
+    rq.max_tokens = g->max_tokens;
+    rq.priority = ENGINE_PRIORITY_INTERACTIVE;
+    rq.on_event = fn;
+    rq.user = user;
+    return rq;
+}
+
+/* The turn's early transcript came: start the reply the final transcript
+ * would start, if nothing but this turn stands between the conversation and
+ * that response (server VAD creating responses, none in flight or waiting,
+ * every item transcribed), it is spoken and uses no tools. {lock} */
+static void rtc_spec_start(struct rtc *c, int turn, const char *text)
+{
+    rtc_spec_drop(c);
+    if (c->gone || c->cur || c->want_response || !c->out_audio || !c->tts || !c->turn.server_vad ||
+        !c->turn.create_response || (c->tools && cJSON_GetArraySize(c->tools) > 0))
+        return;
+    for (int i = 0; i < c->n_items; i++)
+        if (c->items[i]->pending || c->items[i]->wants_response)
+            return;
+    while (*text == ' ')   /* as rtc_transcribed stores it */
+        text++;
+    struct rtc_item user = { .kind = RTC_MESSAGE, .role = "user", .audio = true, .text = (char *)text };
+    struct rtc_item **items = malloc((size_t)(c->n_items + 1) * sizeof *items);
+    if (!items)
+        return;
+    memcpy(items, c->items, (size_t)c->n_items * sizeof *items);
+    items[c->n_items] = &user;
+    cJSON *req = rtc_chat_request(c, c->instructions, items, 0, c->n_items + 1, c->tools, c->tool_choice);
+    free(items);
+    struct apireq_gen g;
+    rtc_gen(c, c->max_output_tokens, &g);
+    struct chatreq cr;
+    struct api_error e;
+    const bool built = req != NULL;
+    const int rc = built ? chatreq_build(c->m, req, &g, &cr, &e) : -1;
+    cJSON_Delete(req);
+    struct rtc_spec *sp = rc == 0 && !cr.tools_on && !cr.grammar ? calloc(1, sizeof *sp) : NULL;
+    if (sp && (sp->ids = malloc((size_t)cr.n_ids * sizeof *sp->ids))) {
+        memcpy(sp->ids, cr.ids, (size_t)cr.n_ids * sizeof *sp->ids);
+        sp->n_ids = cr.n_ids;
+        sp->c = c;
+        sp->turn = turn;
+        sp->temperature = g.sp.temperature;
+        sp->max_tokens = g.max_tokens;
+        struct engine_request rq = rtc_engine_request(c->m, &cr, &g, rtc_on_spec, sp);
+        char err[256];
+        atomic_fetch_add(&c->refs, 1);   /* until its request ends */
+        if (engine_submit(c->m->engine, &rq, &sp->engine_id, err, sizeof err) == 0) {
+            OMNI_INFO("realtime: %s: reply started on turn %d's early transcript", c->io.id, turn);
+            c->spec = sp;
+            sp = NULL;
+        } else {
+            rtc_unref_held(c);
+        }
+    }
+    if (sp)
+        rtc_spec_free(sp);
+    if (built)
+        chatreq_free(&cr);
+    apireq_gen_free(&g);
+}
+
+/* The speculation that a starting response r may adopt: taken from c when
+ * its prompt and sampling are r's, else dropped. {lock} */
+static struct rtc_spec *rtc_spec_take(struct rtc *c, const struct rtc_resp *r, const struct chatreq *cr,
+                                      const struct apireq_gen *g)
+{
+    struct rtc_spec *sp = c->spec;
+    if (!sp)
+        return NULL;
+    if (!r->oob && r->audio && r->co &&
+        !(sp->done && (sp->end.type != ENGINE_EV_DONE || sp->end.finish == ENGINE_FINISH_CANCELLED)) &&
+        sp->n_ids == cr->n_ids && !memcmp(sp->ids, cr->ids, (size_t)cr->n_ids * sizeof *cr->ids) &&
+        sp->temperature == g->sp.temperature && sp->max_tokens == g->max_tokens && !cr->tools_on &&
+        !cr->grammar) {
+        c->spec = NULL;
+        return sp;
+    }
+    rtc_spec_drop(c);
+    return NULL;
+}
+
+/* r adopts sp: what sp's request wrote so far, as if it came now, then its
+ * events as they come. {lock} */
+static void rtc_spec_adopt(struct rtc_resp *r, struct rtc_spec *sp)
+{
+    struct rtc *c = r->c;
+    r->early = true;
+    size_t at = 0;
+    for (int i = 0; i < sp->n_ends; i++) {
+        struct engine_event ev = { .type = ENGINE_EV_TOKEN, .request_id = sp->engine_id, .text = sp->text + at,
+                                   .text_len = sp->ends[i] - at };
+        rtc_engine_event(r, &ev);
+        at = sp->ends[i];
+    }
+    if (at < sp->len) /* the end's held-back text (or tokens whose ends were not kept) */
+        chatout_feed(r->co, sp->text + at, sp->len - at, !sp->done, rtc_on_chat, r);
+    if (!sp->done) {
+        sp->adopted = r;
+        return;
+    }
+    const bool ended = rtc_engine_event(r, &sp->end);
+    rtc_spec_free(sp);
+    rtc_unref_held(c);   /* the speculation's reference */
+    if (ended)
+        rtc_unref_held(c);   /* r itself ended at once (its speech failed) */
+}
+
 static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
 {
     const char *msg = NULL, *param = NULL;
@@ -1091,11 +1348,7 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
      * items while it does not fit the context with room for the answer. */
     const struct api_model *m = c->m;
     struct apireq_gen g;
-    apireq_gen_init(&g);
-    g.sp.temperature = c->temperature;
-    int want = r->max_tokens < 0 ? rtc_limits.max_output_tokens : r->max_tokens;
-    g.max_tokens = want < m->n_ctx / 2 ? want : m->n_ctx / 2;
-    g.max_tokens_set = true;
+    rtc_gen(c, r->max_tokens, &g);
     struct chatreq cr;
     struct api_error e;
     const cJSON *use_tools = tools ? tools : c->tools, *use_tc = tool_choice ? tool_choice : c->tool_choice;
@@ -1142,24 +1395,14 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
         (tts_voice_find(c->tts, r->voice, &vi, err, sizeof err) < 0 ||
          !(r->rs = media_resampler_new(MEDIA_PCM_F32LE, vi.sample_rate_hz, &ap, err, sizeof err))))
         r->co = (chatout_free(r->co), NULL);
-    struct engine_request rq = engine_default_request();
-    rq.model = m->index;
-    rq.prompt = cr.ids;
-    rq.n_prompt = cr.n_ids;
-    rq.stop = cr.stops;
-    rq.n_stop = cr.n_stops;
-    rq.grammar = cr.grammar;
-    rq.grammar_trigger = cr.grammar_trigger;
-    rq.grammar_close = cr.grammar_close;
-    rq.echo_special = cr.tools_on || m->special_markup;
-    rq.sampling = g.sp;
-    rq.max_tokens = g.max_tokens;
-    rq.priority = ENGINE_PRIORITY_INTERACTIVE;
-    rq.on_event = rtc_on_engine;
-    rq.user = r;
+    struct engine_request rq = rtc_engine_request(m, &cr, &g, rtc_on_engine, r);
     snprintf(r->id, sizeof r->id, "resp_%s_%u", c->io.id + 5, ++c->next_id);
     r->insert_at = upto;
-    int rc = r->co ? engine_submit(m->engine, &rq, &r->engine_id, err, sizeof err) : -1;
+    /* the reply may have been started on the turn's early transcript */
+    struct rtc_spec *sp = rtc_spec_take(c, r, &cr, &g);
+    int rc = sp ? 0 : r->co ? engine_submit(m->engine, &rq, &r->engine_id, err, sizeof err) : -1;
+    if (sp)
+        r->engine_id = sp->engine_id;
     chatreq_free(&cr);
     apireq_gen_free(&g);
     if (rc < 0) {
@@ -1188,6 +1431,8 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
     cJSON *ev = rt_event("response.created");
     cJSON_AddItemToObject(ev, "response", rtc_resp_json(r, "in_progress"));
     rt_send(&c->io, ev);
+    if (sp)
+        rtc_spec_adopt(r, sp);
     for (int i = 0; i < n_input; i++)
         rtc_item_free(input[i]);
     free(input);
@@ -1311,7 +1556,14 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
     switch (ev->type) {
     case STT_EV_SPEECH_STARTED:
         rt_send_stt(&c->io, ev, id, NULL, NULL);
+        rtc_spec_drop(c);
         rtc_barge_in(c);
+        break;
+    case STT_EV_EARLY:   /* the turn's likely transcript, or its withdrawal */
+        if (ev->text)
+            rtc_spec_start(c, ev->item, ev->text);
+        else if (c->spec && c->spec->turn == ev->item)
+            rtc_spec_drop(c);
         break;
     case STT_EV_SPEECH_STOPPED:
     case STT_EV_PARTIAL:
@@ -1334,6 +1586,8 @@ static void rtc_on_stt(void *user, const struct stt_event *ev)
     case STT_EV_FINAL:
     case STT_EV_ERROR:
         rtc_transcribed(c, id, ev);
+        if (c->spec && c->spec->turn <= ev->item)
+            rtc_spec_drop(c);   /* not adopted: the response did not start, or differs */
         break;
     }
     pthread_mutex_unlock(&c->lock);
@@ -2193,6 +2447,7 @@ static void rtc_finish(struct rtc *c)
     pthread_mutex_lock(&c->lock);
     c->gone = true;
     c->want_response = false;
+    rtc_spec_drop(c);
     for (struct rtc_resp *r = c->resps; r; r = r->next)
         rtc_resp_cancel(r, "client_cancelled");
     pthread_mutex_unlock(&c->lock);
@@ -2264,6 +2519,7 @@ void realtime_conv_upgrade(struct api *a, struct ws_req *r, const struct api_mod
      * documents it (whisper.cpp's 200 ms gap would add up to 200 ms before
      * every reply). Transcription sessions keep it (realtime.c). */
     c->sp.vad.merge_gap_ms = 0;
+    c->sp.early_events = true;   /* replies may start on early transcripts */
     c->sp.on_event = rtc_on_stt;
     c->sp.on_free = rtc_on_session_free;
     c->sp.user = c;

@@ -98,6 +98,7 @@ void rt_send_stt(struct rt_io *io, const struct stt_event *ev, const char *item,
         o = rt_event("conversation.item.input_audio_transcription.completed");
         break;
     case STT_EV_ERROR:
+    case STT_EV_EARLY:   /* internal: the voice agent's speculation, no protocol event */
         return;
     }
     cJSON_AddStringToObject(o, "item_id", item);

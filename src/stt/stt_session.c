@@ -58,6 +58,7 @@ struct ss_early {
     int64_t from, to;             /* 0, 0: none asked for */
     bool wanted;                  /* asked for, not started */
     char *text;                   /* decoded (NULL: not yet) */
+    bool announced;               /* STT_EV_EARLY sent for it */
 };
 
 struct stt_session {
@@ -74,8 +75,14 @@ struct stt_session {
     bool vad_quiet;               /* the VAD's last window was below its threshold */
     int item;
     /* shared */
+    bool early_events;            /* fixed at creation */
     atomic_bool closed;
     pthread_mutex_t lock;
+    /* Held around sending STT_EV_EARLY and its withdrawal, with the state
+     * change behind each, so that a withdrawal never overtakes its
+     * announcement (taken before lock, never inside it). */
+    pthread_mutex_t emit_lock;
+    int withdraw_item;            /* {lock} an announced early final was cancelled */
     int refs;                     /* {lock} owner + a queued or running job */
     float *audio;                 /* {lock} samples [audio_start, audio_start + audio_len) */
     size_t audio_len, audio_cap;  /* {lock} */
@@ -138,6 +145,7 @@ static void ss_unref(struct stt_session *ss)
     media_resampler_free(ss->rs);
     vad_stream_free(ss->vs);
     pthread_mutex_destroy(&ss->lock);
+    pthread_mutex_destroy(&ss->emit_lock);
     free(ss->audio);
     free(ss->early.text);
     free(ss->language);
@@ -209,9 +217,12 @@ static void ss_urgent_sync_locked(struct stt_session *ss)
     ss->urgent = now;
 }
 
-/* Forget the early final ({lock}); a running one aborts. */
+/* Forget the early final ({lock}); a running one aborts, an announced one
+ * is withdrawn by the owner's next ss_flush_withdraw. */
 static void ss_early_cancel_locked(struct stt_session *ss)
 {
+    if (ss->early.announced)
+        ss->withdraw_item = ss->early.item;
     free(ss->early.text);
     ss->early = (struct ss_early){ 0 };
     atomic_fetch_add(&ss->early_gen, 1);
@@ -329,8 +340,11 @@ static void ss_job(struct whisper_state *ws, void *user)
                 ss->early.text = NULL;
                 ss->n_early_used++;
             }
-            if (ss->early.item <= f->item)
+            if (ss->early.item <= f->item) {
                 ss_early_cancel_locked(ss);
+                if (ss->withdraw_item <= f->item)
+                    ss->withdraw_item = 0;   /* the final itself says what came of it */
+            }
         } else if (ss->early.wanted) {
             ss->early.wanted = false;
             size_t skip = (size_t)(ss->early.from - ss->audio_start);
@@ -369,12 +383,22 @@ static void ss_job(struct whisper_state *ws, void *user)
     if (text && run.kind == SS_FINAL) {
         ss_emit(ss, STT_EV_FINAL, item, 0, text, NULL);
     } else if (text && run.kind == SS_EARLY) {
+        char *announce = NULL;
+        if (ss->early_events)
+            pthread_mutex_lock(&ss->emit_lock);
         pthread_mutex_lock(&ss->lock);
         if (atomic_load(&ss->early_gen) == run.early_gen) { /* still the turn's likely end */
+            announce = ss->early_events ? strdup(text) : NULL;
+            ss->early.announced = announce != NULL;
             ss->early.text = text;
             text = NULL;
         }
         pthread_mutex_unlock(&ss->lock);
+        if (announce)
+            ss_emit(ss, STT_EV_EARLY, item, 0, announce, NULL);
+        if (ss->early_events)
+            pthread_mutex_unlock(&ss->emit_lock);
+        free(announce);
     } else if (text) {
         if (ss->hyp_item != item) {
             free(ss->hyp);
@@ -505,7 +529,9 @@ struct stt_session *stt_session_new(struct stt *svc, const struct stt_session_pa
     }
     ss->svc = svc;
     ss->refs = 1;
+    ss->early_events = p->early_events;
     pthread_mutex_init(&ss->lock, NULL);
+    pthread_mutex_init(&ss->emit_lock, NULL);
     ss->p.on_event = p->on_event;
     ss->p.on_free = p->on_free;
     ss->p.user = p->user;
@@ -585,6 +611,21 @@ static void ss_on_vad_event(struct stt_session *ss, const struct vad_event *ev)
         if (ss_queue_final(ss, ss->item, ss->seg_start, at) < 0)
             ss_emit(ss, STT_EV_ERROR, ss->item, at, "out of memory", NULL);
     }
+}
+
+/* Tell the owner's withdrawals of announced early finals (owner thread). */
+static void ss_flush_withdraw(struct stt_session *ss)
+{
+    if (!ss->early_events)
+        return;
+    pthread_mutex_lock(&ss->emit_lock);
+    pthread_mutex_lock(&ss->lock);
+    const int item = ss->withdraw_item;
+    ss->withdraw_item = 0;
+    pthread_mutex_unlock(&ss->lock);
+    if (item)
+        ss_emit(ss, STT_EV_EARLY, item, 0, NULL, NULL);
+    pthread_mutex_unlock(&ss->emit_lock);
 }
 
 /* Ask for the turn's early final at the tentative end: the first window the
@@ -669,6 +710,7 @@ int stt_session_push(struct stt_session *ss, const void *pcm16, size_t len, char
             pthread_mutex_unlock(&ss->lock);
         }
     }
+    ss_flush_withdraw(ss);
     ss_kick(ss);
     ss_trim(ss);
     return 0;
@@ -701,6 +743,7 @@ int stt_session_commit(struct stt_session *ss, char *err, size_t errlen)
                              (long long)SS_MS(ss->pos - from));
         ss->item++;
     }
+    ss_flush_withdraw(ss);
     ss_emit(ss, STT_EV_COMMITTED, ss->item, ss->pos, NULL, NULL);
     int rc = ss_queue_final(ss, ss->item, from, ss->pos);
     if (!ss->p.server_vad) {
@@ -728,6 +771,7 @@ void stt_session_clear(struct stt_session *ss)
         ss->vad_base = ss->pos;
         ss->vad_quiet = false;
     }
+    ss_flush_withdraw(ss);
 }
 
 void stt_session_close(struct stt_session *ss)

@@ -13,7 +13,9 @@
  * Events: SPEECH_STARTED, SPEECH_STOPPED and COMMITTED come from push or
  * commit (the caller's thread); PARTIAL and FINAL come from stt worker
  * threads. A session runs one decode at a time, so each turn's partials
- * precede its final, and finals arrive in turn order.
+ * precede its final, and finals arrive in turn order. EARLY comes from a
+ * worker, its withdrawal from the owner's thread, in the order they happened
+ * (a withdrawal never overtakes the announcement it withdraws).
  *
  * Thread safety: push, commit, clear, update and close belong to one thread
  * (the owner); on_event may run on the owner's thread or a worker and must
@@ -38,6 +40,10 @@ enum stt_event_type {
     STT_EV_PARTIAL,        /* text: current hypothesis; delta: newly stable text */
     STT_EV_FINAL,          /* text: the turn's transcript */
     STT_EV_ERROR,          /* text: what went wrong (the session goes on) */
+    STT_EV_EARLY,          /* only with early_events: text: the transcript the turn's
+                              final will have unless the speaker goes on (its early
+                              final, ready before the VAD is sure the turn ended);
+                              text NULL: withdrawn, the speaker went on */
 };
 
 struct stt_event {
@@ -55,6 +61,8 @@ struct stt_session_params {
     int partial_ms;        /* a partial hypothesis per this much new speech (default 500) */
     const char *language;  /* copied; NULL: the model's default / detection */
     const char *prompt;    /* copied; NULL: none */
+    bool early_events;     /* announce early finals (STT_EV_EARLY): a voice agent may
+                              start its reply on them (default false) */
     void (*on_event)(void *user, const struct stt_event *ev);
     void (*on_free)(void *user);
     void *user;

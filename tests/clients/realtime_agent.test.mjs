@@ -14,7 +14,7 @@ import path from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import { OpenAIRealtimeWebSocket } from 'openai/realtime/websocket';
 import WebSocket from 'ws';
-import { startServer, root, omni, testModel, modelSkip, metric } from './server.mjs';
+import { startServer, root, omni, testModel, modelSkip, metric, waitFor } from './server.mjs';
 
 const shared = path.join(root, '..', 'shared');
 const espeak = path.join(shared, 'models', 'whisper-tiny-espeak');
@@ -223,6 +223,41 @@ test('a spoken turn gets a spoken answer; its audio says its transcript', { skip
   console.log(`# agent said: ${JSON.stringify(r.transcript)} (${ms.toFixed(0)} ms)`);
   console.log(`# whisper heard the agent: ${JSON.stringify(back)} (WER ${wer(r.transcript, back).toFixed(2)} against the transcript), /v1/audio/speech: ${JSON.stringify(backRef)} (WER ${wer(r.transcript, backRef).toFixed(2)}); between the two ${same.toFixed(2)}`);
   assert.ok(same <= 0.6, `the agent's audio is heard as ${JSON.stringify(back)}, the transcript spoken by /v1/audio/speech as ${JSON.stringify(backRef)}`);
+  await s.close();
+});
+
+// The reply starts on the early transcript (the turn's likely end, before
+// the VAD is sure): the speech up to just past its end, then nothing until
+// the server logs that it started the reply, then the rest. The response
+// that the final transcript starts adopts it: one complete spoken response,
+// its events in the usual order, nothing of it before the transcript.
+test('a reply started on the early transcript is adopted when the turn ends there', { skip }, async () => {
+  const s = open(srv.url);
+  const created = await s.next('session.created');
+  s.send(gaSession());
+  await s.next('session.updated');
+  const pcm = wavPcm(kitchen);
+  const cut = 32 * 1400; // speech ends at 1.31 s; the VAD needs 200 ms more to be sure
+  for (let at = 0; at < cut; at += 3200)
+    s.send({ type: 'input_audio_buffer.append', audio: pcm.subarray(at, Math.min(at + 3200, cut)).toString('base64') });
+  await s.next('input_audio_buffer.speech_started');
+  const started = `${created.session.id}: reply started on turn 1's early transcript`;
+  await waitFor(() => srv.log().includes(started), 'the speculative reply', 60000);
+  assert.ok(!s.types().some((t) => t.startsWith('response.')), s.types().join(','));
+  speak(s, pcm.subarray(cut), 1000);
+  await s.next('input_audio_buffer.speech_stopped');
+  const heard = await s.next('conversation.item.input_audio_transcription.completed');
+  assert.equal(heard.transcript, 'turn on the kitchen lights.');
+  const r = await response(s);
+  assert.ok(s.all.indexOf(heard) < s.all.indexOf(r.created));
+  assert.ok(['completed', 'incomplete'].includes(r.done.response.status), r.done.response.status);
+  const tdone = r.evs.find((e) => e.type === 'response.output_audio_transcript.done');
+  assert.equal(tdone.transcript, r.transcript);
+  assert.ok(r.transcript.length > 0 && r.audio.length > 0);
+  assert.ok(r.done.response.usage.output_tokens > 0);
+  await waitFor(() => srv.log().includes(`${r.created.response.id}: ${r.done.response.status}`), 'the response log line');
+  const line = srv.log().split('\n').find((l) => l.includes(`${r.created.response.id}: ${r.done.response.status}`));
+  assert.ok(line.includes('started on the early transcript'), line);
   await s.close();
 });
 
