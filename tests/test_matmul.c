@@ -194,15 +194,15 @@ TEST(matmul_all_types_batches_threads_levels)
     CHECK_MSG(!fail[0], "%s", fail);
 }
 
-/* Each output row depends on its own activation row only: a row computed in
- * a batch has the bits of the same row computed alone, in a batch of 2 or
- * in a batch of 16, whichever of those omni_matmul_same_kernels says takes
- * the batch's kernels (the per-row dots, vec_dot_n included; the int8 GEMM,
- * whose AVX2 q4_0/q5_0 kernel groups rows from
- * OMNI_X86_GEMM_AVX2_GROUP_MIN and whose K-quant kernel starts at 2-4 rows;
- * AMX tiles of 4, 8 or 16 rows). Each batch must match one of them, and the
- * GEMM types must take it from 4 rows on AVX2. The batch-invariant mode
- * builds on this. */
+/* Each output row depends on its own activation row only: a batch gives
+ * every row the bits of the same row in the batch reversed (another
+ * composition), in the batch with one more row and computed alone, where
+ * omni_matmul_same_kernels says those batch sizes take the same kernels
+ * (the per-row dots, vec_dot_n included; the int8 GEMM, whose AVX2
+ * q4_0/q5_0 kernel groups rows from OMNI_X86_GEMM_AVX2_GROUP_MIN and whose
+ * K-quant kernels start at 2-8 rows; AMX tiles of 4, 8 or 16 rows). The
+ * GEMM types must leave the per-row dots from 8 rows without AMX. The
+ * batch-invariant mode builds on this. */
 static int takes_gemm(int type, int level)
 {
     return level >= OMNI_CPU_AVX2 && level < OMNI_CPU_AMX &&
@@ -214,48 +214,51 @@ TEST(matmul_rows_independent_of_batch_size)
 {
     static const int wtypes[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K,
                                   GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
-    enum { NB = 16 };
+    enum { NB = 20 };
     const int64_t n_in = 512, n_out = 37;
     float *x = malloc(sizeof(float) * (size_t)(n_in * NB));
-    float *y1 = malloc(sizeof(float) * (size_t)(n_out * NB));  /* rows one at a time */
-    float *y16 = malloc(sizeof(float) * (size_t)(n_out * NB));
-    float *y2 = malloc(sizeof(float) * (size_t)(n_out * NB)); /* rows two at a time */
+    float *xr = malloc(sizeof(float) * (size_t)(n_in * NB)); /* the first b rows reversed */
+    float *y1 = malloc(sizeof(float) * (size_t)(n_out * NB)); /* rows one at a time */
     float *y = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *yr = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *yp = malloc(sizeof(float) * (size_t)(n_out * NB)); /* b + 1 rows */
     struct tpool *tp = tpool_new(2, NULL, 0);
     test_defer(free_tpool, tp);
-    CHECK(x && y1 && y16 && y2 && y && tp);
+    CHECK(x && xr && y1 && y && yr && yp && tp);
     rng_state = 11;
     for (int64_t i = 0; i < n_in * NB; i++)
         x[i] = frand();
     const int saved = omni_cpu_level();
     char fail[160] = "";
     for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes && !fail[0]; ti++) {
+        const int t = wtypes[ti];
         struct wfix f;
-        CHECK(make_weights(&f, wtypes[ti], n_in, n_out) == 0);
+        CHECK(make_weights(&f, t, n_in, n_out) == 0);
         for (int level = 0; level <= omni_cpu()->max_level && !fail[0]; level++) {
             omni_cpu_set_level(level);
             for (int64_t m = 0; m < NB; m++)
                 omni_matmul(tp, &f.t, x + m * n_in, 1, y1 + m * n_out);
-            for (int64_t m = 0; m < NB; m += 2)
-                omni_matmul(tp, &f.t, x + m * n_in, 2, y2 + m * n_out);
-            omni_matmul(tp, &f.t, x, NB, y16);
             for (int64_t b = 2; b < NB && !fail[0]; b++) {
-                const int64_t same = omni_matmul_same_kernels(wtypes[ti], b, 1)    ? 1
-                                     : omni_matmul_same_kernels(wtypes[ti], b, 2)  ? 2
-                                     : omni_matmul_same_kernels(wtypes[ti], b, 16) ? 16
-                                                                                    : 0;
-                const float *want = same == 1 ? y1 : same == 2 ? y2 : y16;
-                if (!same || (b >= 4 && same == 1 && takes_gemm(wtypes[ti], level))) {
-                    snprintf(fail, sizeof fail, "%s level %s batch %lld: %s",
-                             ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
-                             same ? "took the per-row dots" : "kernels like none of batches 1, 2, 16");
-                    break;
-                }
+                for (int64_t m = 0; m < b; m++)
+                    memcpy(xr + m * n_in, x + (b - 1 - m) * n_in, sizeof(float) * (size_t)n_in);
                 omni_matmul(tp, &f.t, x, b, y);
-                if (memcmp(y, want, sizeof(float) * (size_t)(b * n_out)) != 0)
+                omni_matmul(tp, &f.t, xr, b, yr);
+                omni_matmul(tp, &f.t, x, b + 1, yp);
+                const char *what = NULL;
+                for (int64_t m = 0; m < b && !what; m++) {
+                    const size_t row = sizeof(float) * (size_t)n_out;
+                    if (memcmp(y + m * n_out, yr + (b - 1 - m) * n_out, row) != 0)
+                        what = "the batch reversed";
+                    else if (omni_matmul_same_kernels(t, b, b + 1) && memcmp(y + m * n_out, yp + m * n_out, row) != 0)
+                        what = "one more row";
+                    else if (omni_matmul_same_kernels(t, b, 1) && memcmp(y + m * n_out, y1 + m * n_out, row) != 0)
+                        what = "single rows";
+                }
+                if (!what && b >= 8 && takes_gemm(t, level) && omni_matmul_same_kernels(t, b, 1))
+                    what = "single rows' kernels (the per-row dots)";
+                if (what)
                     snprintf(fail, sizeof fail, "%s level %s batch %lld: rows differ from %s",
-                             ggml_type_name(wtypes[ti]), omni_cpu_level_name(level), (long long)b,
-                             same == 16 ? "batch 16" : same == 2 ? "batches of 2" : "single rows");
+                             ggml_type_name(t), omni_cpu_level_name(level), (long long)b, what);
             }
         }
         free_weights(&f);
@@ -263,10 +266,11 @@ TEST(matmul_rows_independent_of_batch_size)
     omni_cpu_set_level(saved);
     test_release(tp);
     free(x);
+    free(xr);
     free(y1);
-    free(y16);
-    free(y2);
     free(y);
+    free(yr);
+    free(yp);
     CHECK_MSG(!fail[0], "%s", fail);
 }
 

@@ -279,15 +279,17 @@ static void gemm_rows(void *arg, int ith, int nth)
  * EPYC): the K-quant GEMM's per-call packing loses to q4_K's 4-column dots
  * below 4 rows; sgemm overtakes q8_0 from 32 rows, q4_0/q5_0 from 64, q6_K
  * from 128, q5_K from 256, and never q4_K up to 512. AVX-512 VNNI (a Xeon
- * capped at that level): the AVX-512 dots of q6_K hold out to 8 rows;
- * sgemm overtakes q8_0 from 16 rows and the K-quants from 256-512. */
+ * capped at that level, OpenBLAS on its SkylakeX kernels): the AVX-512 dots
+ * of q6_K hold out to 8 rows; sgemm overtakes q8_0 between 16 and 32 rows,
+ * q4_0/q5_0 between 32 and 64, q6_K (and, less measured, q5_K) at 128,
+ * q4_K between 128 and 256. */
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
     /* rows [lo, hi) at AVX2, then at AVX-512; hi 0: no end */
     static const struct { int type; int16_t r[2][2]; } ranges[] = {
-        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 16 } } },  { GGML_TYPE_Q4_0, { { 2, 64 }, { 2, 64 } } },
-        { GGML_TYPE_Q5_0, { { 2, 64 }, { 2, 64 } } },  { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 256 } } },
-        { GGML_TYPE_Q5_K, { { 3, 256 }, { 2, 256 } } }, { GGML_TYPE_Q6_K, { { 2, 128 }, { 8, 256 } } },
+        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 24 } } },  { GGML_TYPE_Q4_0, { { 2, 64 }, { 2, 48 } } },
+        { GGML_TYPE_Q5_0, { { 2, 64 }, { 2, 48 } } },  { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 192 } } },
+        { GGML_TYPE_Q5_K, { { 3, 256 }, { 2, 128 } } }, { GGML_TYPE_Q6_K, { { 2, 128 }, { 8, 128 } } },
     };
     static_assert(OMNI_MATMUL_QUANT_MAX <= 2, "the GEMM ranges start at 2 rows");
     *lo = *hi = 0;
