@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const int32_t d = grammar_matcher_distance(m);
         const int32_t nv = grammar_vocab_n_tokens(fz_vocab);
         float *logits = d < 16 ? calloc((size_t)nv, sizeof *logits) : NULL;
-        for (int64_t left = d + 1; logits && left > 0 && !grammar_matcher_must_end(m); left--) {
+        for (int64_t left = (int64_t)d + 1; logits && left > 0 && !grammar_matcher_must_end(m); left--) {
             const float *out = grammar_matcher_apply_budget(m, logits, left);
             int32_t pick = -1;
             for (int32_t t = 0; out && t < nv && pick < 0; t++)
