@@ -700,6 +700,33 @@ def corpus_api():
 
 # ---- WebSocket frames -------------------------------------------------------------
 
+def corpus_responses():
+    # byte 0 bit 7: then GET/DELETE /v1/responses/{id} with the id after the second NUL
+    rtool = {"type": "function", "name": "get_weather", "strict": True,
+             "parameters": TOOLS[0]["function"]["parameters"]}
+    api("fuzz_api_responses", "plain", 0, 8,
+        {"model": "m", "instructions": "Be brief.", "input": "Hi there", "max_output_tokens": 16},
+        "Hello!", b"resp_000000000000000000000000")
+    api("fuzz_api_responses", "items-stream", 128, 9,
+        {"input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "A"}]},
+                   {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                   {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+                   {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                    "arguments": "{\"city\":\"Oslo\"}"},
+                   {"type": "function_call_output", "call_id": "call_1", "output": "21C"}],
+         "tools": [rtool, {"type": "namespace", "name": "ns", "tools": [rtool]}],
+         "stream": True, "reasoning": {"effort": "low", "summary": "auto"}},
+        "<think>hmm</think>Sunny. <tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call>",
+        b"x/input_items")
+    api("fuzz_api_responses", "forced-json", 4, 8,
+        {"input": "x", "tools": [rtool], "tool_choice": {"type": "function", "name": "get_weather"},
+         "parallel_tool_calls": False, "text": {"format": {"type": "json_schema", "name": "w",
+                                                           "schema": rtool["parameters"]}}},
+        "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}</tool_call>")
+    api("fuzz_api_responses", "builtin-tool", 0, 3,
+        {"input": "x", "tools": [{"type": "web_search"}], "previous_response_id": "resp_nope"})
+
+
 def ws_frame(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04", masked=True):
     """One client frame: FIN, opcode, length (7 / 16 / 64 bit), mask, payload."""
     n = len(payload)
@@ -740,6 +767,7 @@ def main():
     corpus_images()
     corpus_audio()
     corpus_api()
+    corpus_responses()
     print("make_corpus: %d seeds under %s" % (written, os.path.relpath(CORPUS, ROOT)))
 
 
