@@ -147,8 +147,8 @@ TEST(responses_request_errors_name_the_field)
 {
     static const struct { const char *body, *param, *needle; } cases[] = {
         { "{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type", "web_search" },
-        { "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"},{\"type\":\"mcp\",\"server_label\":\"s\"}]}",
-          "tools[1].type", "mcp" },
+        { "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"},{\"type\":\"image_generation\"}]}",
+          "tools[1].type", "image_generation" },
         { "{\"input\":\"x\",\"tools\":[{\"type\":\"code_interpreter\"}]}", "tools[0].type", "code_interpreter" },
         { "{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools[0]", "name" },
         { "{\"input\":\"x\",\"tools\":[{\"type\":\"nope\"}]}", "tools[0].type", "nope" },

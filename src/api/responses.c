@@ -11,6 +11,8 @@
 
 #include "src/api/api.h"
 #include "src/api/images.h"
+#include "src/api/mcpapi.h"
+#include "src/api/mcploop.h"
 #include "src/api/responses_out.h"
 #include "src/api/responses_store.h"
 
@@ -27,7 +29,7 @@
 static const char *const responses_builtin_tools[] = {
     "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
     "file_search", "computer_use", "computer_use_preview", "code_interpreter",
-    "image_generation", "local_shell", "shell", "apply_patch", "custom", "mcp", "tool_search",
+    "image_generation", "local_shell", "shell", "apply_patch", "custom", "tool_search",
 };
 
 static bool responses_is(const cJSON *obj, const char *key, const char *value)
@@ -281,6 +283,12 @@ static int responses_tools(const cJSON *tools, cJSON *out, const char *field, st
                 return -1;
             continue;
         }
+        if (!strcmp(ty, "mcp")) {
+            /* the server's MCP tools (serve --mcp-config): the tool loop of
+             * mcploop.h checks server_label and the rest */
+            cJSON_AddItemToArray(out, cJSON_Duplicate(t, true));
+            continue;
+        }
         if (strcmp(ty, "function") != 0) {
             char pf[112];
             snprintf(pf, sizeof pf, "%s.type", tf);
@@ -333,8 +341,9 @@ static int responses_tool_choice(const cJSON *tc, cJSON *chat, struct api_error 
         return api_error_set(e, 400, "tool_choice.name", "'tool_choice.name' is required (a string)");
     bool known = false;
     const cJSON *t;
-    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(chat, "tools"))
-        known |= responses_is(cJSON_GetObjectItemCaseSensitive(t, "function"), "name", name->valuestring);
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(chat, "tools"))   /* MCP tools come later */
+        known |= responses_is(cJSON_GetObjectItemCaseSensitive(t, "function"), "name", name->valuestring) ||
+                 responses_is(t, "type", "mcp");
     if (!known)
         return api_error_set(e, 400, "tool_choice.name", "'tool_choice.name': no function tool named '%s' in 'tools'",
                              name->valuestring);
@@ -583,6 +592,8 @@ struct responses_state {
     char *conversation;               /* chat messages of the input, a JSON array */
     char *items;                      /* the input items (for input_items), a JSON array */
     long long seq;                    /* next sequence_number */
+    struct mcploop *loop;             /* {"type": "mcp"} tools: the server's tool loop, or NULL */
+    cJSON *mcp_calls;                 /* the loop's calls waiting for their results */
 };
 
 static void responses_state_free(void *p)
@@ -594,6 +605,8 @@ static void responses_state_free(void *p)
     cJSON_Delete(s->skeleton);
     free(s->conversation);
     free(s->items);
+    mcploop_free(s->loop);
+    cJSON_Delete(s->mcp_calls);
     free(s);
 }
 
@@ -670,7 +683,7 @@ static void responses_choice_done(struct api_call *c, int choice)
     if (c->choices[choice].error)
         return;
     chatout_finish(c->choices[choice].chat, responses_out_delta, s->out);
-    responses_out_end(s->out);
+    responses_out_close(s->out);   /* the answer may go on in another turn (MCP) */
 }
 
 /* The answer as the assistant turn of the stored conversation. */
@@ -680,6 +693,16 @@ static void responses_keep(struct api_call *c, const cJSON *response, const char
     if (!s->store)
         return;
     const struct chatout *o = c->choices[0].chat;
+    /* the MCP turns: "...,call turn,tool results" before the last turn */
+    char *steps = NULL;
+    if (s->loop && cJSON_GetArraySize(mcploop_messages(s->loop)) > 0) {
+        char *all = cJSON_PrintUnformatted(mcploop_messages(s->loop));
+        if (all && strlen(all) >= 2) {
+            all[strlen(all) - 1] = 0;   /* drop the brackets */
+            steps = strdup(all + 1);
+        }
+        free(all);
+    }
     cJSON *turn = cJSON_CreateObject();
     cJSON_AddStringToObject(turn, "role", "assistant");
     cJSON_AddStringToObject(turn, "content", chatout_content(o));
@@ -690,15 +713,20 @@ static void responses_keep(struct api_call *c, const cJSON *response, const char
     char *resp = printed ? NULL : cJSON_PrintUnformatted(response);
     char *t = cJSON_PrintUnformatted(turn);
     cJSON_Delete(turn);
-    /* "[a,b]" + turn -> "[a,b,turn]" (the input is never empty) */
-    size_t cl = strlen(s->conversation), tl = t ? strlen(t) : 0;
-    char *conv = t && cl >= 2 ? malloc(cl + tl + 2) : NULL;
+    /* "[a,b]" + steps + turn -> "[a,b,steps,turn]" (the input is never empty) */
+    size_t cl = strlen(s->conversation), tl = t ? strlen(t) : 0, sl = steps ? strlen(steps) + 1 : 0;
+    char *conv = t && cl >= 2 ? malloc(cl + sl + tl + 2) : NULL;
     if (conv) {
         memcpy(conv, s->conversation, cl - 1);
         conv[cl - 1] = ',';
-        memcpy(conv + cl, t, tl);
-        memcpy(conv + cl + tl, "]", 2);
+        if (steps) {
+            memcpy(conv + cl, steps, sl - 1);
+            conv[cl + sl - 1] = ',';
+        }
+        memcpy(conv + cl + sl, t, tl);
+        memcpy(conv + cl + sl + tl, "]", 2);
     }
+    free(steps);
     if ((printed || resp) && conv)   /* too large: not kept */
         responses_store_put(s->store, c->id, printed ? printed : resp, conv, s->items);
     free(resp);
@@ -712,6 +740,9 @@ static void responses_finish(struct api_call *c)
     cJSON *r = cJSON_Duplicate(s->skeleton, true);
     if (!r)
         return;
+    struct api_error le;
+    if (s->loop && !c->error[0] && mcploop_error(s->loop, &le))   /* a later turn could not run */
+        snprintf(c->error, sizeof c->error, "%.200s", le.message);
     if (c->error[0]) {
         struct api_error e;
         api_error_set(&e, apireq_engine_error_status(c->error), NULL, "%s", c->error);
@@ -734,6 +765,7 @@ static void responses_finish(struct api_call *c)
         cJSON_Delete(r);
         return;
     }
+    responses_out_end(s->out);
     const struct api_choice *ch = &c->choices[0];
     const char *status = "completed", *reason = NULL;
     if (ch->finish == ENGINE_FINISH_LENGTH)
@@ -891,6 +923,82 @@ static int responses_previous(struct api *a, const cJSON *root, cJSON **prev, st
     return 0;
 }
 
+// ---- MCP tools ({"type": "mcp", "server_label"}) --------------------------------------
+
+static const char *responses_call_id(const cJSON *call)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(call, "id"));
+}
+
+/* The loop runs a call (engine thread, the call's lock held): kept until
+ * its result comes. */
+static void responses_mcp_call(struct api_call *c, const cJSON *call, const char *server, int turn)
+{
+    (void)turn;
+    struct responses_state *s = c->proto_state;
+    if (!s->mcp_calls && !(s->mcp_calls = cJSON_CreateArray()))
+        return;
+    cJSON *x = cJSON_Duplicate(call, true);
+    cJSON_AddStringToObject(x, "server", server ? server : "");
+    cJSON_AddItemToArray(s->mcp_calls, x);
+}
+
+/* Its result (an MCP thread, the call's lock held) -> an mcp_call item:
+ * {server_label, name, arguments, output | error}. */
+static void responses_mcp_result(struct api_call *c, const cJSON *msg, int turn)
+{
+    (void)turn;
+    struct responses_state *s = c->proto_state;
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id"));
+    const cJSON *call = NULL, *x;
+    cJSON_ArrayForEach(x, s->mcp_calls)
+        if (id && responses_call_id(x) && !strcmp(responses_call_id(x), id))
+            call = x;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    const char *server = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "server"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "name"));
+    const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "content"));
+    bool failed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "is_error"));
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "type", "mcp_call");
+    cJSON_AddStringToObject(item, "status", failed ? "failed" : "completed");
+    cJSON_AddStringToObject(item, "server_label", server ? server : "");
+    cJSON_AddStringToObject(item, "name", name ? name : "");
+    char *a = cJSON_IsString(args) ? NULL : args ? cJSON_PrintUnformatted(args) : NULL;
+    cJSON_AddStringToObject(item, "arguments", cJSON_IsString(args) ? args->valuestring : a ? a : "{}");
+    free(a);
+    cJSON_AddItemToObject(item, "output", !failed && content ? cJSON_CreateString(content) : cJSON_CreateNull());
+    cJSON_AddItemToObject(item, "error", failed ? cJSON_CreateString(content ? content : "error") : cJSON_CreateNull());
+    responses_out_add(s->out, "mcp", item);
+}
+
+static const struct mcploop_hooks responses_mcp_hooks = { responses_mcp_call, responses_mcp_result };
+
+static bool responses_turn_end(struct api_call *c)
+{
+    struct responses_state *s = c->proto_state;
+    return mcploop_turn_end(s->loop, c);
+}
+
+/* The names of the tools the loop added (turn1's tools that are not the
+ * client's function tools in chat). */
+static cJSON *responses_mcp_names(const cJSON *turn1, const cJSON *chat)
+{
+    cJSON *names = cJSON_CreateArray();
+    const cJSON *t, *u;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(turn1, "tools")) {
+        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(t, "function"), "name"));
+        bool client = false;
+        cJSON_ArrayForEach(u, cJSON_GetObjectItemCaseSensitive(chat, "tools"))
+            client |= n && responses_is(cJSON_GetObjectItemCaseSensitive(u, "function"), "name", n);
+        if (n && !client)
+            cJSON_AddItemToArray(names, cJSON_CreateString(n));
+    }
+    return names;
+}
+
 /* An error about the translated chat request names the Responses field
  * the client sent ("max_tokens" -> "max_output_tokens", ...). */
 static void responses_param(struct api_error *e)
@@ -917,7 +1025,7 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
     struct api_error e;
     struct apireq_gen g;
     apireq_gen_init(&g);
-    cJSON *root = NULL, *prev = NULL, *chat = NULL, *conv = NULL, *items = NULL;
+    cJSON *root = NULL, *prev = NULL, *chat = NULL, *conv = NULL, *items = NULL, *turn1 = NULL;
     struct responses_state *s = NULL;
     const struct api_model *m = api_model_or_503(a, r, API_OPENAI);
     if (!m)
@@ -932,9 +1040,24 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
         responses_request(root, prev, &chat, &conv, &items, &e) < 0 ||
         apireq_sampling(chat, API_OPENAI, false, m->n_vocab, &g, &e) < 0)
         goto fail;
-    struct api_call *c = api_call_new(a, r, &responses_proto, API_OPENAI, "resp_", &g);
-    if (!c || !(s = calloc(1, sizeof *s))) {
-        api_call_free(c);
+    if (!(s = calloc(1, sizeof *s))) {
+        api_error_set(&e, 500, NULL, "out of memory");
+        goto fail;
+    }
+    /* {"type": "mcp"} tools: the server runs the MCP tools the model calls
+     * and generates again (mcploop.h); the loop takes the sampling fields */
+    if (mcpapi_wanted(chat) &&
+        (!(s->loop = mcploop_new(a, chat, &g, NULL, 0, &responses_mcp_hooks, &e)) ||
+         !(turn1 = mcploop_request(s->loop)))) {
+        if (s->loop)
+            api_error_set(&e, 500, NULL, "out of memory");
+        responses_state_free(s);
+        goto fail;
+    }
+    struct api_call *c = api_call_new(a, r, &responses_proto, API_OPENAI, "resp_",
+                                      s->loop ? mcploop_gen(s->loop) : &g);
+    if (!c) {
+        responses_state_free(s);
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
@@ -966,9 +1089,19 @@ void responses_create(struct api *a, struct ws_req *r, const char *arg)
         api_error_set(&e, 500, NULL, "out of memory");
         goto fail;
     }
-    int rc = api_images_defer(api_images(a), c, r, &chat, &g, responses_then, &e);
-    if (rc == 0)
-        rc = responses_then(c, r, chat, &g, NULL, &e);
+    int rc;
+    if (s->loop) {
+        /* the MCP tools' calls become mcp_call items, not function calls */
+        cJSON *names = responses_mcp_names(turn1, chat);
+        responses_out_skip_calls(s->out, names);
+        cJSON_Delete(names);
+        c->turn_end = responses_turn_end;
+        rc = responses_then(c, r, turn1, mcploop_gen(s->loop), NULL, &e);
+    } else {
+        rc = api_images_defer(api_images(a), c, r, &chat, &g, responses_then, &e);
+        if (rc == 0)
+            rc = responses_then(c, r, chat, &g, NULL, &e);
+    }
     if (rc < 0) {
         api_call_free(c);
         goto fail;
@@ -984,6 +1117,7 @@ out:
     cJSON_Delete(chat);
     cJSON_Delete(conv);
     cJSON_Delete(items);
+    cJSON_Delete(turn1);
 }
 
 // ---- stored responses ---------------------------------------------------------------

@@ -28,6 +28,8 @@ struct responses_out {
     size_t ws_len, ws_cap;
     int n_items;              /* = output_index of the open item */
     bool calls;
+    cJSON *skip;              /* tool names whose calls make no item, or NULL */
+    bool skipping;            /* inside such a call */
 };
 
 static void ro_append(char **s, size_t *len, size_t *cap, const char *t, size_t n)
@@ -75,6 +77,7 @@ void responses_out_free(struct responses_out *o)
     if (!o)
         return;
     cJSON_Delete(o->items);
+    cJSON_Delete(o->skip);
     free(o->buf);
     free(o->ws);
     free(o);
@@ -262,6 +265,21 @@ void responses_out_delta(void *out, const struct chatout_delta *d)
 {
     struct responses_out *o = out;
     cJSON *ev;
+    if (d->kind == CHATOUT_CALL_START) {
+        o->skipping = false;
+        const cJSON *n;
+        cJSON_ArrayForEach(n, o->skip)
+            if (cJSON_IsString(n) && d->name && !strcmp(n->valuestring, d->name))
+                o->skipping = true;
+        if (o->skipping) {
+            ro_close(o);
+            return;
+        }
+    } else if (o->skipping && d->kind == CHATOUT_CALL_ARGS) {
+        return;
+    } else {
+        o->skipping = false;
+    }
     switch (d->kind) {
     case CHATOUT_CONTENT:
         ro_text(o, d->text, d->len);
@@ -291,6 +309,36 @@ void responses_out_delta(void *out, const struct chatout_delta *d)
         ro_emit(o, ev);
         break;
     }
+}
+
+void responses_out_close(struct responses_out *o)
+{
+    ro_close(o);
+}
+
+void responses_out_skip_calls(struct responses_out *o, const cJSON *names)
+{
+    cJSON_Delete(o->skip);
+    o->skip = names ? cJSON_Duplicate(names, true) : NULL;
+}
+
+void responses_out_add(struct responses_out *o, const char *prefix, cJSON *item)
+{
+    ro_close(o);
+    char id[96];
+    snprintf(id, sizeof id, "%s_%s_%d", prefix, o->base, o->n_items);
+    cJSON_DeleteItemFromObjectCaseSensitive(item, "id");
+    cJSON_AddStringToObject(item, "id", id);
+    if (o->fn) {
+        cJSON *ev = ro_event(o, "response.output_item.added", false);
+        cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(item, true));
+        ro_emit(o, ev);
+        ev = ro_event(o, "response.output_item.done", false);
+        cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(item, true));
+        ro_emit(o, ev);
+    }
+    cJSON_AddItemToArray(o->items, item);
+    o->n_items++;
 }
 
 void responses_out_end(struct responses_out *o)

@@ -34,8 +34,16 @@ struct responses_out *responses_out_new(const char *id_base, responses_event_fn 
 void responses_out_free(struct responses_out *o);
 /* A chatout_fn (user: the builder). Whitespace alone opens no message. */
 void responses_out_delta(void *out, const struct chatout_delta *d);
+/* Closes the open item (the end of one generation turn). */
+void responses_out_close(struct responses_out *o);
 /* Closes the open item; an answer without any item gets an empty message. */
 void responses_out_end(struct responses_out *o);
+/* Calls of these tool names (a JSON array of strings, copied; NULL: none)
+ * make no item: the server runs them (MCP) and adds its own item. */
+void responses_out_skip_calls(struct responses_out *o, const struct cJSON *names);
+/* A finished item made elsewhere (an mcp_call), taken: its added and done
+ * events, in output order. Its "id" is set to "<prefix>_<base>_<n>". */
+void responses_out_add(struct responses_out *o, const char *prefix, struct cJSON *item);
 /* The finished items (owned by o). */
 const struct cJSON *responses_out_items(const struct responses_out *o);
 bool responses_out_has_calls(const struct responses_out *o);

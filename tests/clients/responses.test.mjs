@@ -258,7 +258,9 @@ test('responses: bad requests get 400 naming the field', { skip }, async () => {
   };
   await bad({ input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type');
   await bad({ input: 'x', tools: [weather, { type: 'file_search', vector_store_ids: ['v'] }] }, 'tools[1].type');
-  await bad({ input: 'x', tools: [{ type: 'mcp', server_label: 's', server_url: 'http://127.0.0.1:1' }] }, 'tools[0].type');
+  // mcp tools are the server's (--mcp-config, responses_mcp.test.mjs); without one: 400
+  await bad({ input: 'x', tools: [{ type: 'mcp', server_label: 's', server_url: 'http://127.0.0.1:1' }] }, 'tools');
+  await bad({ input: 'x', tools: [{ type: 'mcp', server_label: 's' }] }, 'tools');
   await bad({ input: 'x', tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] }, 'tools[0].type');
   await bad({ input: [] }, 'input');
   await bad({ input: [{ type: 'item_reference', id: 'x' }] }, 'input[0]');
