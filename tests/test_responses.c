@@ -370,3 +370,45 @@ TEST(responses_store_lru_and_limits)
     CHECK_EQ(responses_store_put(s, "a", "{}", "[]", "[]"), -1);
     responses_store_free(s);
 }
+
+/* Calls of server-run (MCP) tools make no item; the server's own mcp_call
+ * item comes in output order with its added and done events. */
+TEST(responses_out_skipped_calls_and_added_items)
+{
+    struct chatout_params cp = chatout_default_params();
+    cp.rfmt = REASONING_THINK;
+    cp.tools = true;
+    cp.tp.fmt = TOOLS_FMT_HERMES;
+    cp.tp.tools_json = weather_tools;
+    cp.tp.id_seed = 7;
+    struct events t;
+    memset(&t, 0, sizeof t);
+    t.index = -1;
+    struct chatout *o = chatout_new(&cp);
+    struct responses_out *ro = responses_out_new("abc", on_event, &t);
+    cJSON *skip = cJSON_Parse("[\"get_weather\"]");
+    responses_out_skip_calls(ro, skip);
+    cJSON_Delete(skip);
+    const char *raw = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>";
+    chatout_feed(o, raw, strlen(raw), true, responses_out_delta, ro);
+    chatout_finish(o, responses_out_delta, ro);
+    responses_out_close(ro);
+    CHECK_EQ(cJSON_GetArraySize(responses_out_items(ro)), 0);
+    CHECK(!responses_out_has_calls(ro));
+    cJSON *item = cJSON_Parse("{\"type\":\"mcp_call\",\"name\":\"get_weather\",\"output\":\"sunny\"}");
+    responses_out_add(ro, "mcp", item);
+    chatout_free(o);
+    o = chatout_new(&cp);   /* the next turn answers */
+    chatout_feed(o, "Sunny.", 6, true, responses_out_delta, ro);
+    chatout_finish(o, responses_out_delta, ro);
+    responses_out_end(ro);
+    const cJSON *items = responses_out_items(ro);
+    CHECK_EQ(cJSON_GetArraySize(items), 2);
+    CHECK_STR_EQ(str(cJSON_GetArrayItem(items, 0), "id"), "mcp_abc_0");
+    CHECK_STR_EQ(str(cJSON_GetArrayItem(items, 1), "id"), "msg_abc_1");
+    CHECK_STR_EQ(t.seq, "output_item.added output_item.done output_item.added content_part.added "
+                        "output_text.delta output_text.done content_part.done output_item.done");
+    CHECK_EQ(t.bad, 0);
+    responses_out_free(ro);
+    chatout_free(o);
+}
