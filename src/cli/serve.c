@@ -67,6 +67,7 @@ struct serve_opts {
     int n_embed;
     bool embeddings;              /* --embeddings: the chat model also embeds */
     int embed_pooling;            /* --pooling NAME, or -1: from each file */
+    struct embed_params emp;      /* --embedding-batch, --embedding-batch-tokens, --embedding-max-queue */
 };
 
 /* Loader thread state: written by the loader, read by main after join. */
@@ -217,6 +218,10 @@ static void serve_usage(FILE *f)
             "                             repeatable\n"
             "  --embeddings               the chat model (-m) embeds too (last-token pooling)\n"
             "  --pooling cls|mean|last    pooling of the embedding models (default: from each file)\n"
+            "  --embedding-batch N        encoder inputs per forward, and decoder inputs of one request\n"
+            "                             in the engine at once (default 32)\n"
+            "  --embedding-batch-tokens N encoder tokens per forward (default 8192)\n"
+            "  --embedding-max-queue N    encoder inputs waiting before 429 (default 16384)\n"
             "engine:\n"
             "  --threads N                compute threads, one budget shared by the engine, speech,\n"
             "                             vision and TTS (default: physical cores)\n"
@@ -238,6 +243,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     o->sp = stt_default_params();
     o->vision_cache_mb = 256;
     o->embed_pooling = -1;
+    o->emp = embed_default_params();
     o->responses_store = RESPONSES_STORE_DEFAULT_MAX;
     o->responses_store_mb = (long)(RESPONSES_STORE_DEFAULT_BYTES >> 20);
     o->ip = api_images_default_params();
@@ -439,6 +445,15 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                 o->embed_rerank[o->n_embed] = !strcmp(a, "--rerank-model");
                 o->embed_files[o->n_embed++] = v;
             }
+        } else if (!strcmp(a, "--embedding-batch")) {
+            rc = cli_long("serve", a, v, 1, 4096, &n);
+            o->emp.max_batch_inputs = o->emp.window = (int)n;
+        } else if (!strcmp(a, "--embedding-batch-tokens")) {
+            rc = cli_long("serve", a, v, 1, 1L << 20, &n);
+            o->emp.max_batch_tokens = (int)n;
+        } else if (!strcmp(a, "--embedding-max-queue")) {
+            rc = cli_long("serve", a, v, 1, 1L << 24, &n);
+            o->emp.max_queue_inputs = (int)n;
         } else if (!strcmp(a, "--pooling")) {
             o->embed_pooling = embed_pooling_from_name(v);
             if (o->embed_pooling != EMBED_POOL_CLS && o->embed_pooling != EMBED_POOL_MEAN &&
@@ -540,7 +555,7 @@ static void *serve_load(void *arg)
         ok = false;
     if (ok && chat && engine_add_model(L->engine, L->model, o->served_name, err, sizeof err) < 0)
         ok = false;
-    if (ok && (o->n_embed || o->embeddings) && !(L->embed = embed_service_new(NULL, err, sizeof err)))
+    if (ok && (o->n_embed || o->embeddings) && !(L->embed = embed_service_new(&o->emp, err, sizeof err)))
         ok = false;
     /* the chat model first: the default of requests that name no model */
     if (ok && o->embeddings && chat)
