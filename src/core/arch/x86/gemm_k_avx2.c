@@ -7,8 +7,8 @@
  * scale. Here 8 weight rows are transposed per super-block into registers
  * with one lane per row (lane L of register k = bytes 4k..4k+3 of row L), so
  * one broadcast activation dword multiplies 8 rows, and the int16 sums of a
- * whole sub-block take its 8 rows' scales in one vpmaddwd. The pack (about
- * 1.7 KB) stays in L1 while every activation row passes.
+ * whole sub-block take its 8 rows' scales in one vpmaddwd. The pack (1.7
+ * to 2.3 KB) stays in L1 while up to 64 activation rows pass.
  *
  * Summation order: per (weight row, activation row) the super-block dot is
  * an exact int32 (the reference's sumi and summ), then one fixed float step
