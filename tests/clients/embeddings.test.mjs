@@ -1,7 +1,8 @@
 // embeddings.test.mjs - /v1/embeddings through the official `openai` SDK
 // (float, base64, dimensions, batches, token ids) and LangChain's
 // OpenAIEmbeddings, the Ollama and llama.cpp shapes, /v1/rerank as raw HTTP,
-// errors as 400 with `param`, concurrent requests, and a server with
+// errors as 400 with `param`, concurrent requests, clients that leave
+// mid-request, and a server with
 // embedding models only. The decoder embedder is stories260K (the chat
 // model with --embeddings, and --embedding-model alone); the rerank tests
 // use the golden bert cross-encoder when it is built
@@ -152,6 +153,21 @@ test('concurrent requests are all answered, with the vectors of sequential ones'
     assert.ok(cosine(r.data[0].embedding, seq[i]) > 0.9999);
     assert.ok(cosine(r.data[1].embedding, seq[i]) > 0.9999);
   });
+});
+
+test('a client that leaves mid-request cancels its inputs; the server carries on', { skip }, async () => {
+  const input = Array.from({ length: 512 }, (_, i) => `input ${i} ` + 'and the bird sang '.repeat(20));
+  for (const ms of [5, 50]) {
+    const ac = new AbortController();
+    const p = fetch(`${srv.url}/v1/embeddings`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'stories260K', input }), signal: ac.signal,
+    });
+    setTimeout(() => ac.abort(), ms);
+    await assert.rejects(p);
+  }
+  const r = await client.embeddings.create({ model: 'stories260K', input: 'still here', encoding_format: 'float' });
+  assert.ok(r.data[0].embedding.length > 8);
 });
 
 test('ollama /api/embed and llama.cpp /embedding shapes', { skip }, async () => {
