@@ -225,7 +225,113 @@ def case_qwen3():
                 tok_config={"add_bos_token": False}, dtype=torch.float16, shard=None)
 
 
-CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3}
+# ---- families of issue 17: sliding windows, soft-capping, fused projections ----
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+                         "templates")
+# A second, longer text: past phi3's original context (LongRoPE long factors)
+# and several sliding windows.
+TEXT_LONG = TEXT + " Over and over, the quick fox jumps; hello there, lazy dogs!"
+
+
+def published_template(name):
+    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def gemma_tok():
+    """SentencePiece-style vocabulary with Gemma's turn markers as specials."""
+    tok = spm_tokenizer(80)
+    tok.add_special_tokens(["<start_of_turn>", "<end_of_turn>"])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+    return tok, fast
+
+
+GEMMA_COMMON = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, max_position_embeddings=128,
+                    initializer_range=0.1, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
+                    pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+
+
+def case_gemma2():
+    tok, fast = gemma_tok()
+    # query_pre_attn_scalar 24 != head_dim 32 (the query scale is its own
+    # hyper-parameter); caps small enough to bend the scores and logits;
+    # layers alternate sliding (window 6) and full attention.
+    cfg = transformers.Gemma2Config(vocab_size=tok.get_vocab_size(), num_hidden_layers=2,
+                                    query_pre_attn_scalar=24, sliding_window=6,
+                                    attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+                                    rope_theta=10000.0, **GEMMA_COMMON)
+    return dict(cls=transformers.Gemma2ForCausalLM, cfg=cfg, tok=fast,
+                template=published_template("gemma3.jinja"),
+                tok_config={"add_bos_token": True, "add_eos_token": False},
+                dtype=torch.float32, shard=None)
+
+
+def case_gemma3():
+    tok, fast = gemma_tok()
+    # 6 layers: 5 sliding (window 5, rope base 10000) then 1 global (base 1e6);
+    # per-head q/k norms; no soft-capping.
+    kw = dict(vocab_size=tok.get_vocab_size(), num_hidden_layers=6, query_pre_attn_scalar=24,
+              sliding_window=5, **GEMMA_COMMON)
+    # transformers 5 keeps one rope dict per layer type; older versions flat keys.
+    cfgs = [lambda: transformers.Gemma3TextConfig(
+                rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                **kw),
+            lambda: transformers.Gemma3TextConfig(rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                                  **kw)]
+    return dict(cls=transformers.Gemma3ForCausalLM, cfg=None, cfgs=cfgs, tok=fast,
+                template=published_template("gemma3.jinja"),
+                tok_config={"add_bos_token": True, "add_eos_token": False},
+                dtype=torch.bfloat16, shard=None)
+
+
+def case_phi3():
+    specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+    tok = bytelevel_tokenizer(60, QWEN2_RE, specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>",
+                                   pad_token="<|endoftext|>")
+    n = tok.get_vocab_size()
+    # Phi-4-mini shape in small: partial rotary (12 of 16 dims), LongRoPE with
+    # short/long factors (6 rotated pairs) and a context 128 / original 40,
+    # fused qkv and gate_up, tied embeddings, sliding window 8 on all layers.
+    rng = np.random.default_rng(7)
+    short = [round(float(x), 4) for x in 1.0 + rng.random(6)]
+    long = [round(float(x), 4) for x in 2.0 + 6.0 * rng.random(6)]
+    cfg = transformers.Phi3Config(
+        vocab_size=n, rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=0.75,
+        rope_scaling={"rope_type": "longrope", "short_factor": short, "long_factor": long,
+                      "original_max_position_embeddings": 40},
+        original_max_position_embeddings=40, sliding_window=8, tie_word_embeddings=True,
+        pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None,
+        eos_token_id=tok.token_to_id("<|end|>"), **BASE)
+    return dict(cls=transformers.Phi3ForCausalLM, cfg=cfg, tok=fast,
+                template=published_template("phi4-mini.jinja"),
+                tok_config={"add_bos_token": False}, dtype=torch.float32, shard=None,
+                rope_type="longrope", long_text=TEXT_LONG, short_max=40)
+
+
+def case_mistral():
+    tok = spm_tokenizer(80)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+    # Mistral-Nemo / Ministral: head_dim 32 with 4 heads of a 64-wide model;
+    # sliding window 7.
+    cfg = transformers.MistralConfig(vocab_size=tok.get_vocab_size(), rms_norm_eps=1e-5,
+                                     rope_theta=1000000.0, head_dim=32, sliding_window=7,
+                                     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                     **BASE)
+    return dict(cls=transformers.MistralForCausalLM, cfg=cfg, tok=fast,
+                template=published_template("mistral-v0.3.jinja"),
+                tok_config={"add_bos_token": True, "add_eos_token": False},
+                dtype=torch.float32, shard=None)
+
+
+CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3,
+         "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral}
+
 
 
 def randomize(model, gen):
@@ -245,10 +351,19 @@ def build(name, out, seed):
     os.makedirs(d)
     torch.manual_seed(seed)
     cfg = spec["cfg"]
+    for make_cfg in spec.get("cfgs", []):  # the first candidate config that builds a model
+        try:
+            cfg = make_cfg()
+            cfg._attn_implementation = "eager"
+            spec["cls"](cfg)
+            break
+        except Exception as e:
+            print(f"{name}: config candidate failed: {e}", file=sys.stderr)
+            cfg = None
     cfg._attn_implementation = "eager"
     if spec.get("rope_type"):
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        if rope.get("rope_type") != spec["rope_type"]:
+        if rope.get("rope_type", rope.get("type")) != spec["rope_type"]:
             raise RuntimeError(f"{name}: config lost the rope scaling: {rope}")
     model = spec["cls"](cfg).float().eval()
     randomize(model, torch.Generator().manual_seed(seed + 1))
@@ -260,10 +375,31 @@ def build(name, out, seed):
     fast = spec["tok"]
     fast.chat_template = spec["template"]
     ids = fast(TEXT)["input_ids"]
-    chat = fast.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+    try:
+        chat = fast.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # a template that refuses the system turn, say
+        print(f"{name}: chat template: {e}", file=sys.stderr)
+        chat = None
+    long_ids = fast(spec["long_text"])["input_ids"] if spec.get("long_text") else None
+    if spec.get("short_max") and not len(ids) <= spec["short_max"] < len(long_ids):
+        raise RuntimeError(f"{name}: {len(ids)} / {len(long_ids)} tokens do not straddle "
+                           f"{spec['short_max']}")
 
+    # inv_freq buffers after each run: LongRoPE swaps them by sequence length
+    def rope_state():
+        st = {n: [float(v) for v in b.flatten()] for n, b in model.named_buffers() if "inv_freq" in n}
+        for n, mod in model.named_modules():
+            if hasattr(mod, "attention_scaling"):
+                st[n + ".attention_scaling"] = float(mod.attention_scaling)
+        return st
+    debug = {}
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].float().numpy()
+        debug["rope_after_text"] = rope_state()
+        logits_long = None
+        if long_ids:
+            logits_long = model(torch.tensor([long_ids])).logits[0].float().numpy()
+            debug["rope_after_long_text"] = rope_state()
 
     save_kw = {"max_shard_size": spec["shard"]} if spec["shard"] else {}
     model.to(spec["dtype"]).save_pretrained(d, **save_kw)
@@ -288,6 +424,10 @@ def build(name, out, seed):
         raise RuntimeError(f"{name}: reloaded model differs by {np.abs(logits - logits2).max()}")
 
     logits.astype("<f4").tofile(os.path.join(d, "logits.bin"))
+    if logits_long is not None:
+        logits_long.astype("<f4").tofile(os.path.join(d, "logits_long.bin"))
+        with open(os.path.join(d, "tokens_long.txt"), "w") as f:
+            f.write(" ".join(map(str, long_ids)) + "\n")
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(map(str, ids)) + "\n")
     ref = {"text": TEXT, "ids": ids, "n_tokens": len(ids), "vocab_size": cfg.vocab_size,
@@ -295,6 +435,10 @@ def build(name, out, seed):
            "torch": torch.__version__, "transformers": transformers.__version__,
            "tokenizers": tokenizers.__version__,
            "logits_abs_max": float(np.abs(logits).max()), "logits_std": float(logits.std())}
+    if long_ids:
+        ref.update(text_long=spec["long_text"], ids_long=long_ids, n_tokens_long=len(long_ids))
+    if spec.get("long_text") or name in ("gemma2", "gemma3", "phi3", "mistral"):
+        ref["debug"] = debug
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1, ensure_ascii=False)
         f.write("\n")
