@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""hf_to_gguf.py - convert a Hugging Face Llama / Qwen2 / Qwen3 / BERT checkpoint to GGUF.
+"""hf_to_gguf.py - convert a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / Gemma 3
+(text) / Phi-3 / BERT checkpoint to GGUF.
 
     tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
 
@@ -28,6 +29,17 @@ architectures, so files from either converter load the same way:
     1_Pooling/config.json sets <arch>.pooling_type (mean 1, cls 2, last 3);
     Qwen3-Embedding style files whose tensors lack the "model." prefix load
     as Qwen3ForCausalLM with tied embeddings;
+  - gemma2 / gemma3: every *norm.weight is stored plus one (HF computes
+    x * (1 + w), llama.cpp's converter folds the 1 in); post_attention_norm,
+    post_ffw_norm; attention.sliding_window, attn/final_logit_softcapping;
+    rope.freq_base_swa (gemma3's local layers); attention.scale =
+    query_pre_attn_scalar^-1/2 (llama.cpp derives it from the model size);
+  - phi3: fused attn_qkv and ffn_up (gate rows then up rows) as HF stores
+    them; rope.dimension_count from partial_rotary_factor; LongRoPE as the
+    rope_factors_short/long tensors, rope.scaling.original_context_length and
+    rope.scaling.attn_factor; attention.sliding_window (0: none);
+  - MistralForCausalLM converts as llama (head_dim may differ from
+    hidden/heads: attention.key_length) with attention.sliding_window;
   - BertModel / BertForSequenceClassification: see hf_bert.py.
 """
 import argparse
@@ -45,6 +57,10 @@ import hf_bert  # noqa: E402  (tools/hf_bert.py)
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3Model": "qwen3",
@@ -197,20 +213,58 @@ class HParams:
                                f"num_key_value_heads {self.n_head_kv}")
         if self.head_dim % 2:
             raise ConvertError(f"{path}: head_dim {self.head_dim} is odd")
-        act = cfg.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
+        self.gemma = self.arch in ("gemma2", "gemma3")
+        act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu"
+        if self.gemma and act not in ("gelu_pytorch_tanh", "gelu_tanh", "gelu"):
+            raise ConvertError(f"{path}: hidden_activation {act!r} not supported (gelu_pytorch_tanh)")
+        if not self.gemma and act not in ("silu", "swish"):
             raise ConvertError(f"{path}: hidden_act {act!r} not supported (only silu)")
+        if self.gemma:
+            self.tied = bool(cfg.get("tie_word_embeddings", True))
         if cfg.get("mlp_bias"):
             raise ConvertError(f"{path}: mlp_bias is not supported")
         # transformers >= 5 keeps rope_theta inside rope_parameters; older
         # configs have rope_theta at the top and rope_scaling beside it.
         self.rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        # gemma3 in transformers 5: one rope dict per layer type
+        local = dict(self.rope.get("sliding_attention") or {})
         if "full_attention" in self.rope:
             self.rope = dict(self.rope["full_attention"])
         self.rope_theta = float(self.rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        self.rope_theta_swa = float(local.get("rope_theta", cfg.get("rope_local_base_freq", 10000.0)))
         self.rope_type = self.rope.get("rope_type", self.rope.get("type", "default"))
-        if self.rope_type not in ("default", "linear", "yarn", "llama3"):
+        if self.rope_type == "su":
+            self.rope_type = "longrope"
+        if self.rope_type not in ("default", "linear", "yarn", "llama3", "longrope"):
             raise ConvertError(f"{path}: rope type {self.rope_type!r} not supported")
+        if self.rope_type == "longrope" and self.arch != "phi3":
+            raise ConvertError(f"{path}: longrope is only supported for Phi-3")
+        if self.gemma and local.get("rope_type", "default") != "default":
+            raise ConvertError(f"{path}: sliding_attention rope type {local.get('rope_type')!r} "
+                               "not supported")
+        self.sliding_window = cfg.get("sliding_window") or 0
+        if not isinstance(self.sliding_window, int) or self.sliding_window < 0:
+            raise ConvertError(f"{path}: sliding_window {self.sliding_window!r} is not an integer")
+        # Which layers slide is fixed per architecture in llama.cpp (gemma2:
+        # every other, gemma3: five in six, phi3 / mistral: all): check it.
+        types = cfg.get("layer_types")
+        if types and self.sliding_window:
+            period = {"gemma2": 2, "gemma3": 6}.get(self.arch, 1)
+            want = ["sliding_attention" if period == 1 or (i + 1) % period else "full_attention"
+                    for i in range(self.n_layer)]
+            if list(types) != want:
+                raise ConvertError(f"{path}: layer_types {types} differ from the {self.arch} "
+                                   "pattern llama.cpp assumes")
+        self.n_rot = self.head_dim
+        if self.arch == "phi3":
+            prf = float(self.rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+            # llama.cpp's formula (int(rot_pct * n_embd) // n_head)
+            self.n_rot = int(prf * self.n_embd) // self.n_head
+            if self.n_rot % 2 or not 0 < self.n_rot <= self.head_dim:
+                raise ConvertError(f"{path}: partial_rotary_factor {prf} gives {self.n_rot} "
+                                   f"rotary dims of {self.head_dim}")
+            if cfg.get("qkv_bias") or cfg.get("attention_bias"):
+                raise ConvertError(f"{path}: phi3 attention biases are not supported")
 
     def write(self, w, name, file_type):
         a = self.arch
@@ -234,8 +288,34 @@ class HParams:
                   int(self.rope["original_max_position_embeddings"]), gguf.GGUF_UINT32)
         # llama3 scaling is stored as the rope_freqs tensor (see rope_freqs()).
         w.add(f"{a}.rope.freq_base", self.rope_theta, gguf.GGUF_FLOAT32)
+        cfg = self.cfg
+        if self.sliding_window or a == "phi3":
+            # phi3: 0 tells llama.cpp there is no window (Phi-4-mini)
+            w.add(f"{a}.attention.sliding_window", self.sliding_window, gguf.GGUF_UINT32)
+        if self.gemma:
+            if a == "gemma3":
+                w.add(f"{a}.rope.freq_base_swa", self.rope_theta_swa, gguf.GGUF_FLOAT32)
+            for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+                if cfg.get(key):
+                    w.add(f"{a}.{key}", float(cfg[key]), gguf.GGUF_FLOAT32)
+            qpas = float(cfg.get("query_pre_attn_scalar") or self.head_dim)
+            w.add(f"{a}.attention.scale", qpas ** -0.5, gguf.GGUF_FLOAT32)
+        if a == "phi3":
+            w.add(f"{a}.rope.dimension_count", self.n_rot, gguf.GGUF_UINT32)
+            if self.rope_type == "longrope":
+                orig = self.rope.get("original_max_position_embeddings",
+                                     cfg.get("original_max_position_embeddings"))
+                if not isinstance(orig, int) or orig <= 0 or not self.n_ctx:
+                    raise ConvertError("longrope needs original_max_position_embeddings and "
+                                       "max_position_embeddings")
+                scale = self.n_ctx / orig
+                attn = self.rope.get("attention_factor")
+                if attn is None:  # the LongRoPE paper's default, as HF and llama.cpp compute it
+                    attn = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+                w.add(f"{a}.rope.scaling.original_context_length", orig, gguf.GGUF_UINT32)
+                w.add(f"{a}.rope.scaling.attn_factor", float(attn), gguf.GGUF_FLOAT32)
         w.add(f"{a}.attention.layer_norm_rms_epsilon", self.norm_eps, gguf.GGUF_FLOAT32)
-        if "head_dim" in self.cfg:
+        if "head_dim" in self.cfg or self.gemma:
             w.add(f"{a}.attention.key_length", self.head_dim, gguf.GGUF_UINT32)
             w.add(f"{a}.attention.value_length", self.head_dim, gguf.GGUF_UINT32)
         w.add("general.file_type", file_type, gguf.GGUF_UINT32)
@@ -275,6 +355,36 @@ def tensor_plan(hp, names):
     for i in range(hp.n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         qk_perm = hp.arch == "llama"
+        if hp.arch == "phi3":
+            plan += [
+                (b + "attn_norm.weight", p + "input_layernorm.weight", None),
+                (b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight", None),
+                (b + "attn_output.weight", p + "self_attn.o_proj.weight", None),
+                (b + "ffn_norm.weight", p + "post_attention_layernorm.weight", None),
+                (b + "ffn_up.weight", p + "mlp.gate_up_proj.weight", None),
+                (b + "ffn_down.weight", p + "mlp.down_proj.weight", None),
+            ]
+            continue
+        if hp.gemma:
+            plan += [
+                (b + "attn_norm.weight", p + "input_layernorm.weight", None),
+                (b + "attn_q.weight", p + "self_attn.q_proj.weight", None),
+                (b + "attn_k.weight", p + "self_attn.k_proj.weight", None),
+                (b + "attn_v.weight", p + "self_attn.v_proj.weight", None),
+                (b + "attn_output.weight", p + "self_attn.o_proj.weight", None),
+            ]
+            if hp.arch == "gemma3":
+                plan += [(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", None),
+                         (b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", None)]
+            plan += [
+                (b + "post_attention_norm.weight", p + "post_attention_layernorm.weight", None),
+                (b + "ffn_norm.weight", p + "pre_feedforward_layernorm.weight", None),
+                (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
+                (b + "ffn_up.weight", p + "mlp.up_proj.weight", None),
+                (b + "ffn_down.weight", p + "mlp.down_proj.weight", None),
+                (b + "post_ffw_norm.weight", p + "post_feedforward_layernorm.weight", None),
+            ]
+            continue
         plan += [
             (b + "attn_norm.weight", p + "input_layernorm.weight", None),
             (b + "attn_q.weight", p + "self_attn.q_proj.weight", hp.n_head if qk_perm else None),
@@ -327,7 +437,10 @@ def expected_shape(hp, gname):
         "attn_v.weight": (kv, hp.n_embd), "attn_output.weight": (hp.n_embd, q),
         "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,), "attn_output.bias": (hp.n_embd,),
         "attn_q_norm.weight": (hp.head_dim,), "attn_k_norm.weight": (hp.head_dim,),
-        "ffn_gate.weight": (hp.n_ff, hp.n_embd), "ffn_up.weight": (hp.n_ff, hp.n_embd),
+        "post_attention_norm.weight": (hp.n_embd,), "post_ffw_norm.weight": (hp.n_embd,),
+        "attn_qkv.weight": (q + 2 * kv, hp.n_embd),
+        "ffn_gate.weight": (hp.n_ff, hp.n_embd),
+        "ffn_up.weight": ((2 if hp.arch == "phi3" else 1) * hp.n_ff, hp.n_embd),
         "ffn_down.weight": (hp.n_embd, hp.n_ff),
     }[base]
 
@@ -361,6 +474,13 @@ def add_tensors(w, hp, ckpt, ggml_type):
     if hp.rope_type == "llama3":
         freqs = hp.rope_freqs()
         w.add_tensor("rope_freqs.weight", freqs, gguf.GGML_F32)
+    if hp.rope_type == "longrope":
+        for kind in ("long", "short"):
+            f = hp.rope.get(f"{kind}_factor")
+            if not isinstance(f, list) or len(f) != hp.n_rot // 2:
+                raise ConvertError(f"rope {kind}_factor: need a list of {hp.n_rot // 2} numbers "
+                                   f"(rotary dims / 2)")
+            w.add_tensor(f"rope_factors_{kind}.weight", np.array(f, dtype=np.float32), gguf.GGML_F32)
     counts = {}
     for gname, hfname, perm in plan:
         dtype, shape, _, _ = ckpt[hfname].tensors[hfname]
@@ -380,6 +500,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
             a = ckpt[hfname].load(hfname)
             if perm:
                 a = permute_rope(a, perm)
+            if hp.gemma and gname.endswith("norm.weight"):
+                a = a + np.float32(1)  # HF's x * (1 + w), as llama.cpp stores it
             if t == gguf.GGML_Q8_0:
                 return quantize_q8_0(a)
             return a.astype("<f4" if t == gguf.GGML_F32 else "<f2").tobytes()
