@@ -51,7 +51,7 @@ static struct engine *start(struct llm_model *m, bool deterministic, int max_bat
 /* What one request delivered (engine thread, under the group's lock). */
 struct out {
     float v[MAX_EMBD];
-    int n_embd, prompt_tokens, n_tokens_seen, finals;
+    int n_embd, prompt_tokens, cached_tokens, n_tokens_seen, finals;
     enum engine_finish finish;
     bool error;
 };
@@ -78,6 +78,7 @@ static void on_event(void *user, const struct engine_event *ev)
         s->o->error = ev->type == ENGINE_EV_ERROR;
         s->o->finish = ev->finish;
         s->o->prompt_tokens = ev->usage.prompt_tokens;
+        s->o->cached_tokens = ev->usage.cached_tokens;
         if (ev->embd && ev->n_embd <= MAX_EMBD) {
             memcpy(s->o->v, ev->embd, (size_t)ev->n_embd * sizeof(float));
             s->o->n_embd = ev->n_embd;
@@ -366,4 +367,38 @@ TEST(embed_engine_refuses_bad_requests)
     rq.n_prompt = hp->n_ctx_train + 1;
     rq.prompt = ids; /* refused before it is read */
     CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), OMNI_ERR_ARG);
+}
+
+/* Last-token pooling reuses the prefix cache (the blocks of an earlier
+ * embedding of the same text stay cached): the second run computes only the
+ * tail and gives the same vector; mean pooling computes every row again. */
+TEST(embed_engine_prefix_cache)
+{
+    struct llm_model *m = golden("qwen3-f32.gguf");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const int n_embd = llm_model_hparams(m)->n_embd;
+    struct engine *e = start(m, true, 512);
+    CHECK(e);
+    int32_t ids[40];
+    random_prompt(ids, 40, llm_model_hparams(m)->n_vocab, 77);
+    static struct out o[4];
+    memset(o, 0, sizeof o);
+    const enum embed_pooling pools[4] = { EMBED_POOL_LAST, EMBED_POOL_LAST, EMBED_POOL_MEAN,
+                                          EMBED_POOL_MEAN };
+    char err[256];
+    for (int i = 0; i < 4; i++) {
+        struct group g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+        struct slot s = { &g, &o[i] };
+        struct engine_request rq = embed_rq(ids, 40, pools[i], false, &s);
+        CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+        group_wait(&g, 1);
+        CHECK(!o[i].error && o[i].n_embd == n_embd);
+    }
+    CHECK_EQ(o[0].cached_tokens, 0);
+    CHECK_EQ(o[1].cached_tokens, 32); /* two full blocks of 16; never the last token */
+    CHECK(!memcmp(o[0].v, o[1].v, (size_t)n_embd * sizeof(float)));
+    CHECK_EQ(o[3].cached_tokens, 0);
+    CHECK(!memcmp(o[2].v, o[3].v, (size_t)n_embd * sizeof(float)));
+    CHECK_EQ(blocks_used_when_idle(e), 0);
 }
