@@ -1,6 +1,6 @@
 // embeddings.test.mjs - /v1/embeddings through the official `openai` SDK
-// (float, base64, dimensions, batches, token ids) and LangChain's
-// OpenAIEmbeddings, the Ollama and llama.cpp shapes, /v1/rerank as raw HTTP,
+// (float, base64, dimensions, batches, token ids), LangChain's
+// OpenAIEmbeddings and the Vercel AI SDK's embed/embedMany, the Ollama and llama.cpp shapes, /v1/rerank as raw HTTP,
 // errors as 400 with `param`, concurrent requests, clients that leave
 // mid-request, and a server with
 // embedding models only. The decoder embedder is stories260K (the chat
@@ -13,6 +13,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { OpenAIEmbeddings } from '@langchain/openai';
+import { embed, embedMany } from 'ai';
+import { createOpenAI } from '@ai-sdk/openai';
 import { startServer, testModel, modelSkip, root } from './server.mjs';
 
 const skip = testModel() ? false : modelSkip;
@@ -116,6 +118,16 @@ test('langchain: OpenAIEmbeddings embedQuery and embedDocuments', { skip }, asyn
   const docs = await emb.embedDocuments(['Once upon a time', 'a cat sat on the mat']);
   assert.equal(docs.length, 2);
   assert.ok(cosine(docs[0], q) > 0.9999);
+});
+
+test('vercel ai sdk: embed and embedMany', { skip }, async () => {
+  const provider = createOpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused' });
+  const model = provider.embedding('stories260K');
+  const one = await embed({ model, value: 'Once upon a time', maxRetries: 0 });
+  assert.ok(one.embedding.length > 8);
+  const many = await embedMany({ model, values: ['Once upon a time', 'a cat sat on the mat'], maxRetries: 0 });
+  assert.equal(many.embeddings.length, 2);
+  assert.ok(cosine(many.embeddings[0], one.embedding) > 0.9999);
 });
 
 test('errors: 400 with param for empty, too long and wrongly typed input', { skip }, async () => {
