@@ -1,16 +1,22 @@
-/* model.c - decoder-only transformer forward (llama, qwen2, qwen3) over GGUF weights.
+/* model.c - decoder-only transformer forward (llama, qwen2, qwen3, gemma2,
+ * gemma3, phi3) over GGUF weights.
  *
  * Weights stay in the mapped GGUF file and are multiplied in place through
  * omni_matmul; per-run activations live in a llm_ctx allocated once; K/V live
  * in a paged llm_kv and attention reads them through each sequence's block
- * table. One layer is: RMSNorm -> Q/K/V projections (+ bias, qwen2) ->
- * per-head q/k RMSNorm (qwen3) -> RoPE -> attention -> output projection +
- * residual -> RMSNorm -> SwiGLU FFN + residual. */
+ * table. One layer is: RMSNorm -> Q/K/V projections (fused in phi3; + bias,
+ * qwen2) -> per-head q/k RMSNorm (qwen3, gemma3) -> RoPE -> attention (scores
+ * soft-capped in gemma2; keys older than the window masked in sliding layers)
+ * -> output projection (-> post-norm, gemma) + residual -> RMSNorm -> gated
+ * FFN (SwiGLU, or GeGLU for gemma; gate and up fused in phi3) (-> post-norm)
+ * + residual. What differs between the families is one row of `families`
+ * below; the forward reads those flags and the tensors that are present. */
 #include "model.h"
 
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
+#include "src/core/nn.h"
 #include "src/core/omni.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
@@ -38,19 +44,61 @@ struct llm_layer {
     struct omni_tensor wk, wv;      /* [n_head_kv * head_dim][n_embd] */
     struct omni_tensor wo;          /* [n_embd][n_head * head_dim] */
     const float *bq, *bk, *bv, *bo; /* biases (qwen2; llama with attention_bias) or NULL */
-    const float *q_norm, *k_norm;   /* [head_dim] per-head RMSNorm gains (qwen3) or NULL */
+    const float *q_norm, *k_norm;   /* [head_dim] per-head RMSNorm gains (qwen3, gemma3) or NULL */
+    struct omni_tensor wqkv;        /* [(n_head + 2 n_head_kv) * head_dim][n_embd] (phi3: q, k, v rows) */
+    const float *attn_post_norm;    /* [n_embd] norm of the attention output (gemma) or NULL */
     const float *ffn_norm;          /* [n_embd] */
-    struct omni_tensor w_gate, w_up; /* [n_ff][n_embd] */
+    struct omni_tensor w_gate;      /* [n_ff][n_embd] (absent when fused) */
+    struct omni_tensor w_up;        /* [n_ff][n_embd], or [2 n_ff][n_embd] gate rows then up rows (phi3) */
     struct omni_tensor w_down;      /* [n_embd][n_ff] */
+    const float *ffn_post_norm;     /* [n_embd] norm of the FFN output (gemma) or NULL */
+    bool swa;                       /* sliding-window layer: keys within n_swa positions */
 };
+
+/* What sets a family apart, one row per architecture. */
+enum llm_act { LLM_ACT_SILU, LLM_ACT_GELU_TANH };
+struct llm_family {
+    const char *name;      /* general.architecture */
+    bool rope_neox;        /* rotate halves (i, i + d/2) instead of pairs (2i, 2i+1) */
+    bool qkv_bias;         /* q/k/v biases required (qwen2) */
+    bool qk_norm;          /* per-head q/k RMSNorm */
+    bool post_norms;       /* post_attention_norm and post_ffw_norm */
+    bool fused_qkv;        /* attn_qkv instead of attn_q/k/v */
+    bool fused_gate_up;    /* ffn_up holds the gate rows then the up rows */
+    bool embd_scale;       /* token embeddings times sqrt(n_embd) */
+    enum llm_act act;      /* gate activation of the FFN */
+    /* Which layers slide when attention.sliding_window is set (llama.cpp
+     * fixes it per family): 0 none, 1 all, n: all but every n-th layer. */
+    int swa_period;
+    float rope_theta_swa;  /* rope base of sliding layers (0: rope.freq_base) */
+    int layers_27b;        /* layer count of the 27B model whose query scale is
+                              1/sqrt(n_embd / n_head) when attention.scale is absent */
+};
+
+static const struct llm_family families[] = {
+    [LLM_ARCH_LLAMA] = { "llama", .swa_period = 1 },
+    [LLM_ARCH_QWEN2] = { "qwen2", .rope_neox = true, .qkv_bias = true },
+    [LLM_ARCH_QWEN3] = { "qwen3", .rope_neox = true, .qk_norm = true },
+    [LLM_ARCH_GEMMA2] = { "gemma2", .rope_neox = true, .post_norms = true, .embd_scale = true,
+                          .act = LLM_ACT_GELU_TANH, .swa_period = 2, .layers_27b = 46 },
+    [LLM_ARCH_GEMMA3] = { "gemma3", .rope_neox = true, .qk_norm = true, .post_norms = true,
+                          .embd_scale = true, .act = LLM_ACT_GELU_TANH, .swa_period = 6,
+                          .rope_theta_swa = 10000.0f, .layers_27b = 62 },
+    [LLM_ARCH_PHI3] = { "phi3", .rope_neox = true, .fused_qkv = true, .fused_gate_up = true,
+                        .swa_period = 1 },
+};
+#define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
 struct llm_model {
     struct gguf *g;
     void *file_buf;                 /* the file read into memory when use_mmap is false */
     struct tokenizer *tok;
     struct llm_hparams hp;
-    bool rope_neox;                 /* rotate halves (i, i + d/2) instead of pairs (2i, 2i+1) */
-    float *rope_inv_freq;           /* [head_dim / 2] angle per position of each rotated pair */
+    const struct llm_family *fam;
+    /* [n_rope][n_rot / 2] angle per position of each rotated pair: table 0
+     * for global layers, 1 for sliding ones when their base differs */
+    float *rope_inv_freq;
+    int n_rope;
     struct omni_tensor tok_embd;    /* [n_vocab][n_embd] */
     struct omni_tensor output;      /* [n_vocab][n_embd], tok_embd when tied */
     const float *output_norm;       /* [n_embd] */
@@ -65,10 +113,7 @@ struct loader {
     const char *path;
     char *err;
     size_t errlen;
-};
-
-static const char *arch_names[] = {
-    [LLM_ARCH_LLAMA] = "llama", [LLM_ARCH_QWEN2] = "qwen2", [LLM_ARCH_QWEN3] = "qwen3",
+    int n_ctx;          /* llm_model_params.n_ctx */
 };
 
 /* Find tensor name with the given numpy-style shape (ne[1], ne[0] for 2-D).
@@ -178,16 +223,16 @@ static int load_hparams(struct loader *ld)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
                          "model: %s: key general.architecture missing", ld->path);
     int a = -1;
-    for (int i = 0; i < (int)(sizeof arch_names / sizeof *arch_names); i++)
-        if (strlen(arch_names[i]) == len && memcmp(arch, arch_names[i], len) == 0)
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (strlen(families[i].name) == len && memcmp(arch, families[i].name, len) == 0)
             a = i;
     if (a < 0)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
-                         "model: %s: general.architecture '%.*s' not supported (llama, qwen2, qwen3)",
-                         ld->path, (int)(len < 64 ? len : 64), arch);
+                         "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
+                         "qwen3, gemma2, gemma3, phi3)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
-    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch_names[a]);
-    m->rope_neox = hp->arch != LLM_ARCH_LLAMA;
+    m->fam = &families[a];
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
 
     int rc;
     if ((rc = get_dim(ld, "context_length", true, &hp->n_ctx_train)) < 0 ||
@@ -206,13 +251,18 @@ static int load_hparams(struct loader *ld)
     if ((rc = get_dim(ld, "attention.value_length", false, &v_dim)) < 0 ||
         (rc = get_dim(ld, "rope.dimension_count", false, &rope_dim)) < 0)
         return rc;
+    /* partial rotary (rope.dimension_count < head_dim) only where the family has it */
+    hp->n_rot = rope_dim ? rope_dim : hp->head_dim;
+    const bool partial_ok = hp->arch == LLM_ARCH_PHI3;
     if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
-        (v_dim && v_dim != hp->head_dim) || (rope_dim && rope_dim != hp->head_dim))
+        (v_dim && v_dim != hp->head_dim) || hp->n_rot % 2 || hp->n_rot > hp->head_dim ||
+        (!partial_ok && hp->n_rot != hp->head_dim))
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: heads %d/%d, head_dim %d, value_length %d, rope dims %d: "
-                         "need n_head a multiple of n_head_kv, an even head_dim, full rotary "
-                         "dims and n_head * head_dim <= 2^20", ld->path, hp->n_head, hp->n_head_kv, hp->head_dim, v_dim, rope_dim);
+                         "need n_head a multiple of n_head_kv, an even head_dim, even rotary "
+                         "dims (all of head_dim except for phi3) and n_head * head_dim <= 2^20",
+                         ld->path, hp->n_head, hp->n_head_kv, hp->head_dim, v_dim, hp->n_rot);
 
     hp->norm_eps = 1e-5f;
     hp->rope_theta = 10000.0f;
@@ -226,6 +276,32 @@ static int load_hparams(struct loader *ld)
         (rc = get_float(ld, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor)) < 0 ||
         (rc = get_dim(ld, "rope.scaling.original_context_length", false, &hp->rope_orig_ctx)) < 0)
         return rc;
+
+    /* sliding window, query scale, soft-capping (gemma), LongRoPE (phi3) */
+    hp->rope_theta_swa = m->fam->rope_theta_swa ? m->fam->rope_theta_swa : hp->rope_theta;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (m->fam->layers_27b && hp->n_layer == m->fam->layers_27b)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head)); /* as llama.cpp */
+    hp->rope_attn_factor = 1.0f;
+    if ((rc = get_float(ld, "rope.freq_base_swa", &hp->rope_theta_swa)) < 0 ||
+        (rc = get_float(ld, "attention.scale", &hp->attn_scale)) < 0 ||
+        (rc = get_float(ld, "attn_logit_softcapping", &hp->attn_softcap)) < 0 ||
+        (rc = get_float(ld, "final_logit_softcapping", &hp->final_softcap)) < 0 ||
+        (rc = get_float(ld, "rope.scaling.attn_factor", &hp->rope_attn_factor)) < 0)
+        return rc;
+    if (m->fam->swa_period) {
+        char swa_key[96];
+        snprintf(swa_key, sizeof swa_key, "%s.attention.sliding_window", hp->arch_name);
+        uint32_t w = 0;
+        rc = gguf_get_u32(m->g, swa_key, &w);
+        if (rc < 0 && rc != OMNI_ERR_NOTFOUND)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: key %s: bad value (need an integer)", ld->path, swa_key);
+        /* a window as long as the context changes nothing: leave it off */
+        hp->n_swa = w < (uint32_t)hp->n_ctx_train ? (int)w : 0;
+    }
+    if (!hp->rope_attn_factor)
+        hp->rope_attn_factor = 1.0f;
 
     char key[96];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
@@ -247,28 +323,47 @@ static int load_hparams(struct loader *ld)
     return 0;
 }
 
-/* Angle per position of each rotated pair i: theta^(-2i/d), divided by the
- * llama3 factor of that pair (from rope_freqs.weight when the file has it, as
- * llama.cpp's converter writes it, else from the scaling keys) or by the
- * linear factor. */
+/* Angle per position of each rotated pair i: theta^(-2i/d) (d = n_rot),
+ * divided by the llama3 factor of that pair (from rope_freqs.weight when the
+ * file has it, as llama.cpp's converter writes it, else from the scaling
+ * keys), by the LongRoPE factor (phi3: rope_factors_long when the context
+ * exceeds the original one, else rope_factors_short) or by the linear factor.
+ * Sliding layers with their own base (gemma3 local layers) get a second
+ * table with plain rope. */
 static int init_rope(struct loader *ld)
 {
     struct llm_model *m = ld->m;
     struct llm_hparams *hp = &m->hp;
-    const int half = hp->head_dim / 2;
-    const float *freq_factors;
-    int rc = get_vector(ld, "rope_freqs.weight", half, false, &freq_factors);
-    if (rc < 0)
+    const int half = hp->n_rot / 2;
+    const float *freq_factors = NULL, *f_short = NULL, *f_long = NULL;
+    int rc;
+    if ((rc = get_vector(ld, "rope_freqs.weight", half, false, &freq_factors)) < 0 ||
+        (rc = get_vector(ld, "rope_factors_short.weight", half, false, &f_short)) < 0 ||
+        (rc = get_vector(ld, "rope_factors_long.weight", half, false, &f_long)) < 0)
         return rc;
     if (freq_factors)
         hp->rope_scaling_llama3 = true;
-    m->rope_inv_freq = malloc((size_t)half * sizeof(float));
+    if (f_short || f_long) {
+        if (!f_short || !f_long || !hp->rope_orig_ctx)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: LongRoPE needs rope_factors_short.weight, "
+                             "rope_factors_long.weight and rope.scaling.original_context_length",
+                             ld->path);
+        hp->rope_longrope = true;
+        const int n_ctx = ld->n_ctx > 0 ? ld->n_ctx : hp->n_ctx_train;
+        hp->rope_long = n_ctx > hp->rope_orig_ctx;
+    }
+    const bool swa_table = hp->n_swa && hp->rope_theta_swa != hp->rope_theta;
+    m->n_rope = swa_table ? 2 : 1;
+    m->rope_inv_freq = malloc((size_t)m->n_rope * half * sizeof(float));
     if (!m->rope_inv_freq)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
     for (int i = 0; i < half; i++) {
-        double freq = pow(hp->rope_theta, -2.0 * i / hp->head_dim);
+        double freq = pow(hp->rope_theta, -2.0 * i / hp->n_rot);
         if (freq_factors) {
             freq /= freq_factors[i];
+        } else if (hp->rope_longrope) {
+            freq /= hp->rope_long ? f_long[i] : f_short[i];
         } else if (hp->rope_scaling_llama3) {
             /* wavelengths shorter than orig_ctx / high_freq_factor keep their
              * frequency, longer than orig_ctx / low_freq_factor are slowed by
@@ -287,6 +382,8 @@ static int init_rope(struct loader *ld)
             freq /= hp->rope_factor;
         }
         m->rope_inv_freq[i] = (float)freq;
+        if (swa_table)
+            m->rope_inv_freq[half + i] = (float)pow(hp->rope_theta_swa, -2.0 * i / hp->n_rot);
     }
     return 0;
 }
@@ -317,16 +414,27 @@ static int load_weights(struct loader *ld)
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
-    const bool biases_required = hp->arch == LLM_ARCH_QWEN2;
-    const bool qk_norm = hp->arch == LLM_ARCH_QWEN3;
+    const struct llm_family *f = m->fam;
+    const bool biases_required = f->qkv_bias, qk_norm = f->qk_norm, post = f->post_norms;
     for (int l = 0; l < hp->n_layer; l++) {
         struct llm_layer *L = &m->layers[l];
+        L->swa = hp->n_swa && f->swa_period && (f->swa_period == 1 || (l + 1) % f->swa_period);
         char name[64];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+        if (f->fused_qkv)
+            rc = get_matrix(ld, BLK("attn_qkv.weight"), q_dim + 2 * kv_dim, n_embd, &L->wqkv);
+        else if ((rc = get_matrix(ld, BLK("attn_q.weight"), q_dim, n_embd, &L->wq)) >= 0 &&
+                 (rc = get_matrix(ld, BLK("attn_k.weight"), kv_dim, n_embd, &L->wk)) >= 0)
+            rc = get_matrix(ld, BLK("attn_v.weight"), kv_dim, n_embd, &L->wv);
+        if (rc < 0)
+            return rc;
+        if (f->fused_gate_up)
+            rc = get_matrix(ld, BLK("ffn_up.weight"), 2 * n_ff, n_embd, &L->w_up);
+        else if ((rc = get_matrix(ld, BLK("ffn_gate.weight"), n_ff, n_embd, &L->w_gate)) >= 0)
+            rc = get_matrix(ld, BLK("ffn_up.weight"), n_ff, n_embd, &L->w_up);
+        if (rc < 0)
+            return rc;
         if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0 ||
-            (rc = get_matrix(ld, BLK("attn_q.weight"), q_dim, n_embd, &L->wq)) < 0 ||
-            (rc = get_matrix(ld, BLK("attn_k.weight"), kv_dim, n_embd, &L->wk)) < 0 ||
-            (rc = get_matrix(ld, BLK("attn_v.weight"), kv_dim, n_embd, &L->wv)) < 0 ||
             (rc = get_matrix(ld, BLK("attn_output.weight"), n_embd, q_dim, &L->wo)) < 0 ||
             (rc = get_vector(ld, BLK("attn_q.bias"), q_dim, biases_required, &L->bq)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k.bias"), kv_dim, biases_required, &L->bk)) < 0 ||
@@ -334,10 +442,10 @@ static int load_weights(struct loader *ld)
             (rc = get_vector(ld, BLK("attn_output.bias"), n_embd, false, &L->bo)) < 0 ||
             (rc = get_vector(ld, BLK("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0 ||
+            (rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
             (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
-            (rc = get_matrix(ld, BLK("ffn_gate.weight"), n_ff, n_embd, &L->w_gate)) < 0 ||
-            (rc = get_matrix(ld, BLK("ffn_up.weight"), n_ff, n_embd, &L->w_up)) < 0 ||
-            (rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down)) < 0)
+            (rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down)) < 0 ||
+            (rc = get_vector(ld, BLK("post_ffw_norm.weight"), n_embd, post, &L->ffn_post_norm)) < 0)
             return rc;
 #undef BLK
     }
@@ -369,7 +477,7 @@ static void *read_file(const char *path, size_t *size, char *err, size_t errlen)
 
 struct llm_model_params llm_model_default_params(void)
 {
-    return (struct llm_model_params){ .use_mmap = true };
+    return (struct llm_model_params){ .use_mmap = true, .n_ctx = 0 };
 }
 
 struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
@@ -381,7 +489,7 @@ struct llm_model *llm_model_load(const char *path, const struct llm_model_params
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", path);
         return NULL;
     }
-    struct loader ld = { m, path, err, errlen };
+    struct loader ld = { m, path, err, errlen, p.n_ctx };
     if (p.use_mmap) {
         m->g = gguf_open(path, err, errlen);
     } else {
@@ -535,8 +643,10 @@ struct llm_ctx {
     float *q;          /* [max_tokens][n_head * head_dim] */
     float *k, *v;      /* [max_tokens][n_head_kv * head_dim] */
     float *att;        /* [max_tokens][n_head * head_dim] attention output */
-    float *gate, *up;  /* [max_tokens][n_ff] */
-    float *rope_cos, *rope_sin; /* [max_tokens][head_dim / 2] */
+    float *gate;       /* [max_tokens][n_ff] ([2 n_ff]: gate then up, fused) */
+    float *up;         /* [max_tokens][n_ff]: up, then act(gate) * up */
+    float *qkv;        /* [max_tokens][q_dim + 2 kv_dim] fused projection (phi3) or NULL */
+    float *rope_cos, *rope_sin; /* [n_rope][max_tokens][n_rot / 2] */
     int64_t *slot;     /* [max_tokens] K/V element offset of each token's slot */
     int *attn_tok;     /* [max_tokens] tokens attended one by one */
     struct attn_block *attn_blocks; /* [max_tokens / ATTN_QBLOCK_MIN + 1] */
@@ -569,10 +679,12 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
     ctx->k = malloc(T * kv_dim * sizeof(float));
     ctx->v = malloc(T * kv_dim * sizeof(float));
     ctx->att = malloc(T * q_dim * sizeof(float));
-    ctx->gate = malloc(T * hp->n_ff * sizeof(float));
+    ctx->gate = malloc(T * hp->n_ff * (m->fam->fused_gate_up ? 2 : 1) * sizeof(float));
     ctx->up = malloc(T * hp->n_ff * sizeof(float));
-    ctx->rope_cos = malloc(T * hd / 2 * sizeof(float));
-    ctx->rope_sin = malloc(T * hd / 2 * sizeof(float));
+    if (m->fam->fused_qkv && !(ctx->qkv = malloc(T * (q_dim + 2 * kv_dim) * sizeof(float))))
+        goto nomem;
+    ctx->rope_cos = malloc(m->n_rope * T * (size_t)(hp->n_rot / 2) * sizeof(float));
+    ctx->rope_sin = malloc(m->n_rope * T * (size_t)(hp->n_rot / 2) * sizeof(float));
     ctx->slot = malloc(T * sizeof(int64_t));
     ctx->attn_tok = malloc(T * sizeof(int));
     ctx->attn_blocks = malloc((T / ATTN_QBLOCK_MIN + 1) * sizeof *ctx->attn_blocks);
@@ -621,6 +733,7 @@ void llm_ctx_free(struct llm_ctx *ctx)
     free(ctx->att);
     free(ctx->gate);
     free(ctx->up);
+    free(ctx->qkv);
     free(ctx->rope_cos);
     free(ctx->rope_sin);
     free(ctx->slot);
@@ -682,12 +795,13 @@ static void axpy(float *y, float w, const float *x, int n)
         y[i] += w * x[i];
 }
 
-/* Rotate one head's vector by the position's angles: pairs (2i, 2i+1) for
- * GGUF llama (its converter permuted Q/K rows to match), halves (i, i + d/2)
- * for the NEOX layout of qwen2/qwen3. */
-static void rope(float *v, const float *cos_, const float *sin_, int head_dim, bool neox)
+/* Rotate the first n_rot values of one head by the position's angles: pairs
+ * (2i, 2i+1) for GGUF llama (its converter permuted Q/K rows to match),
+ * halves (i, i + n_rot/2) for the NEOX layout of the others; values past
+ * n_rot (partial rotary, phi3) pass unchanged. */
+static void rope(float *v, const float *cos_, const float *sin_, int n_rot, bool neox)
 {
-    const int half = head_dim / 2;
+    const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
         float *a = neox ? &v[i] : &v[2 * i];
         float *b = neox ? &v[i + half] : &v[2 * i + 1];
@@ -756,10 +870,26 @@ static void kv_rows(const struct attn_job *job, const void *base, const struct l
     }
 }
 
+/* First key position a query at pos sees: 0, or pos - n_swa + 1 in a
+ * sliding-window layer (HF and llama.cpp: a key is masked when pos - j >= n_swa). */
+static int attn_first_key(const struct attn_job *j, int pos)
+{
+    const int n_swa = j->ctx->m->hp.n_swa;
+    return j->ctx->m->layers[j->layer].swa && pos >= n_swa ? pos - n_swa + 1 : 0;
+}
+
+/* Scores -> cap * tanh(score / cap) (gemma2's attention soft-capping). */
+static void softcap(float *x, int n, float cap)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 /* Work item = (token, run of `group` query heads sharing one kv head): scores
- * over positions 0..pos of the token's sequence, read through its block
- * table, softmax in F32 computed online a chunk at a time (running max and
- * denominator, accumulator rescaled when the max grows). */
+ * over positions first..pos of the token's sequence (first = 0, or the
+ * window's start), read through its block table, softmax in F32 computed
+ * online a chunk at a time (running max and denominator, accumulator
+ * rescaled when the max grows). */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const struct attn_job *j = arg;
@@ -769,7 +899,7 @@ static void attn_worker(void *arg, int ith, int nth)
     struct attn_scratch *s = &ctx->scratch[ith];
     const int hd = hp->head_dim, q_dim = hp->n_head * hd;
     const int n_rep = hp->n_head / hp->n_head_kv, groups_per_token = hp->n_head / j->group;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
 
     for (int64_t item = ith; item < j->n_items; item += nth) {
@@ -784,17 +914,19 @@ static void attn_worker(void *arg, int ith, int nth)
             s->sum[r] = 0.0f;
             memset(s->acc + (size_t)r * hd, 0, (size_t)hd * sizeof(float));
         }
-        for (int j0 = 0; j0 <= pos; j0 += ATTN_CHUNK) {
+        for (int j0 = attn_first_key(j, pos); j0 <= pos; j0 += ATTN_CHUNK) {
             const int n = pos + 1 - j0 < ATTN_CHUNK ? pos + 1 - j0 : ATTN_CHUNK;
             kv_rows(j, kv->k[j->layer], sv, j0, n, kvh * hd, hd, s->k, krows);
             kv_rows(j, kv->v[j->layer], sv, j0, n, kvh * hd, hd, s->v, vrows);
             for (int r = 0; r < j->group; r++) {
                 float *sc = s->score + (size_t)r * ATTN_CHUNK, *acc = s->acc + (size_t)r * hd;
                 float cmax = -INFINITY;
-                for (int i = 0; i < n; i++) {
+                for (int i = 0; i < n; i++)
                     sc[i] = dot(q + (size_t)r * hd, krows[i], hd) * scale;
+                if (cap > 0)
+                    softcap(sc, n, cap);
+                for (int i = 0; i < n; i++)
                     cmax = sc[i] > cmax ? sc[i] : cmax;
-                }
                 if (cmax > s->max[r]) {
                     const float c = expf(s->max[r] - cmax); /* 0 on the first chunk */
                     s->sum[r] *= c;
@@ -840,8 +972,8 @@ static void kv_chunk(const struct attn_job *job, const void *base, const struct 
 /* Work item = (block of consecutive tokens of one sequence, kv head): the
  * block's R = tokens x n_rep query rows against ATTN_KBLOCK keys at a time,
  * flash-attention style: S = Q K^T and acc += softmax(S) V as GEMMs, with a
- * running max and denominator per row; keys past a row's own position are
- * masked. */
+ * running max and denominator per row; keys past a row's own position, and
+ * in sliding layers keys before its window, are masked. */
 static void attn_block_worker(void *arg, int ith, int nth)
 {
     const struct attn_job *j = arg;
@@ -849,7 +981,7 @@ static void attn_block_worker(void *arg, int ith, int nth)
     const struct llm_hparams *hp = &ctx->m->hp;
     struct attn_scratch *s = &ctx->scratch[ith];
     const int hd = hp->head_dim, q_dim = hp->n_head * hd, n_rep = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const int64_t n_items = (int64_t)j->n_blocks * hp->n_head_kv;
     for (int64_t item = ith; item < n_items; item += nth) {
         const struct attn_block *b = &j->blocks[item / hp->n_head_kv];
@@ -866,7 +998,7 @@ static void attn_block_worker(void *arg, int ith, int nth)
         for (int r = 0; r < rows; r++)
             s->bmax[r] = -INFINITY, s->bsum[r] = 0.0f;
         memset(s->bacc, 0, (size_t)rows * hd * sizeof(float));
-        for (int j0 = 0; j0 <= p_last; j0 += ATTN_KBLOCK) {
+        for (int j0 = attn_first_key(j, p0); j0 <= p_last; j0 += ATTN_KBLOCK) {
             const int nk = p_last + 1 - j0 < ATTN_KBLOCK ? p_last + 1 - j0 : ATTN_KBLOCK;
             kv_chunk(j, j->kv->k[j->layer], sv, j0, nk, kvh * hd, hd, s->bk);
             kv_chunk(j, j->kv->v[j->layer], sv, j0, nk, kvh * hd, hd, s->bv);
@@ -876,12 +1008,18 @@ static void attn_block_worker(void *arg, int ith, int nth)
                 float *sc = s->bs + (size_t)r * ATTN_KBLOCK;
                 const int visible = p0 + r / n_rep + 1 - j0; /* keys up to the row's position */
                 const int nv = visible < nk ? visible : nk;
-                if (nv <= 0) { /* all in this row's future */
+                /* keys [a, nv) of the chunk are in the row's window */
+                const int first = attn_first_key(j, p0 + r / n_rep) - j0, a = first > 0 ? first : 0;
+                if (nv <= a) { /* all in this row's future or past its window */
                     memset(sc, 0, (size_t)nk * sizeof(float));
                     continue;
                 }
+                if (a)
+                    memset(sc, 0, (size_t)a * sizeof(float));
+                if (cap > 0)
+                    softcap(sc + a, nv - a, cap);
                 float cmax = -INFINITY;
-                for (int i = 0; i < nv; i++)
+                for (int i = a; i < nv; i++)
                     cmax = sc[i] > cmax ? sc[i] : cmax;
                 if (cmax > s->bmax[r]) {
                     const float c = expf(s->bmax[r] - cmax); /* 0 on the first chunk */
@@ -891,11 +1029,11 @@ static void attn_block_worker(void *arg, int ith, int nth)
                         acc[d] *= c;
                     s->bmax[r] = cmax;
                 }
-                for (int i = 0; i < nv; i++)
+                for (int i = a; i < nv; i++)
                     sc[i] -= s->bmax[r];
-                omni_vec_expf(nv, sc, sc);
+                omni_vec_expf(nv - a, sc + a, sc + a);
                 float sum = 0.0f;
-                for (int i = 0; i < nv; i++)
+                for (int i = a; i < nv; i++)
                     sum += sc[i];
                 s->bsum[r] += sum;
                 if (nv < nk)
@@ -1001,8 +1139,10 @@ static void attn_norm_step(const struct token_job *j, int t)
     rmsnorm(j->ctx->xn + row, j->ctx->x + row, j->L->attn_norm, hp->n_embd, hp->norm_eps);
 }
 
-/* q, k, v biases; per-head q/k rmsnorm (qwen3); rope; k and v into the
- * token's cache slot (F16 storage rounds here, Q8_0 quantizes per 32 values). */
+/* q, k, v out of the fused projection (phi3); biases; per-head q/k rmsnorm
+ * (qwen3, gemma3); rope (the sliding layers' table where they have their
+ * own); k and v into the token's cache slot (F16 storage rounds here, Q8_0
+ * quantizes per 32 values). */
 static void qkv_step(const struct token_job *j, int t)
 {
     struct llm_ctx *ctx = j->ctx;
@@ -1012,22 +1152,31 @@ static void qkv_step(const struct token_job *j, int t)
     const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     float *q = ctx->q + (size_t)t * q_dim, *k = ctx->k + (size_t)t * kv_dim;
     float *v = ctx->v + (size_t)t * kv_dim;
+    if (ctx->qkv) { /* rows of attn_qkv: q, then k, then v */
+        const float *f = ctx->qkv + (size_t)t * (q_dim + 2 * kv_dim);
+        memcpy(q, f, (size_t)q_dim * sizeof(float));
+        memcpy(k, f + q_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(v, f + q_dim + kv_dim, (size_t)kv_dim * sizeof(float));
+    }
     for (int i = 0; L->bq && i < q_dim; i++)
         q[i] += L->bq[i];
     for (int i = 0; L->bk && i < kv_dim; i++)
         k[i] += L->bk[i];
     for (int i = 0; L->bv && i < kv_dim; i++)
         v[i] += L->bv[i];
-    const float *c = ctx->rope_cos + (size_t)t * (hd / 2), *s = ctx->rope_sin + (size_t)t * (hd / 2);
+    const size_t half = (size_t)hp->n_rot / 2;
+    const size_t table = (L->swa && m->n_rope > 1) * (size_t)ctx->max_tokens * half;
+    const float *c = ctx->rope_cos + table + t * half, *s = ctx->rope_sin + table + t * half;
+    const bool neox = m->fam->rope_neox;
     for (int h = 0; h < hp->n_head; h++) {
         if (L->q_norm)
             rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-        rope(q + h * hd, c, s, hd, m->rope_neox);
+        rope(q + h * hd, c, s, hp->n_rot, neox);
     }
     for (int h = 0; h < hp->n_head_kv; h++) {
         if (L->k_norm)
             rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-        rope(k + h * hd, c, s, hd, m->rope_neox);
+        rope(k + h * hd, c, s, hp->n_rot, neox);
     }
     const struct llm_kv *kv = j->kv;
     if (kv->type == GGML_TYPE_F32) {
@@ -1042,39 +1191,45 @@ static void qkv_step(const struct token_job *j, int t)
     }
 }
 
-/* x += attention output projection (+ bias); then the ffn rmsnorm of x. */
+/* x += attention output projection (+ bias; post-norm first, gemma); then
+ * the ffn rmsnorm of x. */
 static void attn_residual_ffn_norm_step(const struct token_job *j, int t)
 {
     const struct llm_hparams *hp = &j->ctx->m->hp;
     const size_t row = (size_t)t * hp->n_embd;
     float *x = j->ctx->x + row, *o = j->ctx->xn + row;
+    if (j->L->attn_post_norm)
+        rmsnorm(o, o, j->L->attn_post_norm, hp->n_embd, hp->norm_eps);
     for (int i = 0; i < hp->n_embd; i++)
         x[i] += o[i] + (j->L->bo ? j->L->bo[i] : 0.0f);
     rmsnorm(o, x, j->L->ffn_norm, hp->n_embd, hp->norm_eps);
 }
 
-/* gate = silu(gate) * up, silu(g) = g / (1 + e^-g): e^-g a chunk at a time
- * through the vector expf (libm's scalar expf was most of this step). */
-static void swiglu_step(const struct token_job *j, int t)
+/* up = act(gate) * up: SwiGLU, or GeGLU with the tanh GELU (gemma). A fused
+ * gate-up projection (phi3) left [gate | up] in one row of ctx->gate. */
+static void ffn_act_step(const struct token_job *j, int t)
 {
-    const int n_ff = j->ctx->m->hp.n_ff;
-    float *g = j->ctx->gate + (size_t)t * n_ff, *u = j->ctx->up + (size_t)t * n_ff;
-    float e[256];
-    for (int i0 = 0; i0 < n_ff; i0 += 256) {
-        const int n = n_ff - i0 < 256 ? n_ff - i0 : 256;
-        for (int i = 0; i < n; i++)
-            e[i] = -g[i0 + i];
-        omni_vec_expf(n, e, e);
-        for (int i = 0; i < n; i++)
-            g[i0 + i] = g[i0 + i] / (1.0f + e[i]) * u[i0 + i];
-    }
+    const struct llm_model *m = j->ctx->m;
+    const int n_ff = m->hp.n_ff;
+    const bool fused = m->fam->fused_gate_up;
+    const float *g = j->ctx->gate + (size_t)t * n_ff * (fused ? 2 : 1);
+    float *u = j->ctx->up + (size_t)t * n_ff;
+    if (fused)
+        memcpy(u, g + n_ff, (size_t)n_ff * sizeof(float));
+    if (m->fam->act == LLM_ACT_GELU_TANH)
+        omni_geglu_tanh(g, u, n_ff);
+    else
+        omni_swiglu(g, u, n_ff);
 }
 
+/* x += ffn output (post-norm first, gemma) */
 static void ffn_residual_step(const struct token_job *j, int t)
 {
-    const int n_embd = j->ctx->m->hp.n_embd;
-    float *x = j->ctx->x + (size_t)t * n_embd, *d = j->ctx->xn + (size_t)t * n_embd;
-    for (int i = 0; i < n_embd; i++)
+    const struct llm_hparams *hp = &j->ctx->m->hp;
+    float *x = j->ctx->x + (size_t)t * hp->n_embd, *d = j->ctx->xn + (size_t)t * hp->n_embd;
+    if (j->L->ffn_post_norm)
+        rmsnorm(d, d, j->L->ffn_post_norm, hp->n_embd, hp->norm_eps);
+    for (int i = 0; i < hp->n_embd; i++)
         x[i] += d[i];
 }
 
@@ -1112,24 +1267,32 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         return rc;
     const struct llm_model *m = ctx->m;
     const struct llm_hparams *hp = &m->hp;
-    const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->head_dim / 2;
+    const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->n_rot / 2;
     const int kv_dim = hp->n_head_kv * hp->head_dim;
     struct tpool *tp = ctx->tp;
 
     /* token embeddings */
     for (int t = 0; t < n; t++) {
         float *x = ctx->x + (size_t)t * n_embd;
-        if (batch->token)
+        if (batch->token) {
             omni_tensor_get_row(&m->tok_embd, batch->token[t], x);
-        else
+            /* gemma: token embeddings (not multimodal ones) times sqrt(n_embd) */
+            for (int i = 0; m->fam->embd_scale && i < n_embd; i++)
+                x[i] *= sqrtf((float)n_embd);
+        } else {
             memcpy(x, batch->embd + (size_t)t * n_embd, (size_t)n_embd * sizeof(float));
+        }
     }
-    /* rope angles and K/V slot of every token */
+    /* rope angles of every table (cos and sin scaled by LongRoPE's attention
+     * factor, 1 elsewhere) and K/V slot of every token */
     for (int t = 0; t < n; t++) {
-        for (int i = 0; i < half; i++) {
-            const float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
-            ctx->rope_cos[(size_t)t * half + i] = cosf(angle);
-            ctx->rope_sin[(size_t)t * half + i] = sinf(angle);
+        for (int r = 0; r < m->n_rope; r++) {
+            const size_t at = ((size_t)r * ctx->max_tokens + t) * half;
+            for (int i = 0; i < half; i++) {
+                const float angle = (float)batch->pos[t] * m->rope_inv_freq[r * half + i];
+                ctx->rope_cos[at + i] = cosf(angle) * hp->rope_attn_factor;
+                ctx->rope_sin[at + i] = sinf(angle) * hp->rope_attn_factor;
+            }
         }
         const int p = batch->pos[t];
         const int32_t block = seqs[batch->seq[t]].block_table[p / kv->block_size];
@@ -1154,9 +1317,13 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         for_each_token(&tj, attn_norm_step);
 
         /* qkv projections; biases, q/k norm, rope, k/v into the cache */
-        matmul(ctx, &L->wq, ctx->xn, n, ctx->q);
-        matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
-        matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
+        if (ctx->qkv) {
+            matmul(ctx, &L->wqkv, ctx->xn, n, ctx->qkv);
+        } else {
+            matmul(ctx, &L->wq, ctx->xn, n, ctx->q);
+            matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
+            matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
+        }
         for_each_token(&tj, qkv_step);
 
         /* attention through the block tables: blocks of prefill, then single tokens */
@@ -1165,15 +1332,19 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         if (attn.n_items)
             run(tp, attn_worker, &attn);
 
-        /* output projection + residual, ffn rmsnorm */
+        /* output projection (post-norm) + residual, ffn rmsnorm */
         matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
         for_each_token(&tj, attn_residual_ffn_norm_step);
 
-        /* swiglu ffn + residual: x += down(silu(gate(x)) * up(x)) */
-        matmul(ctx, &L->w_gate, ctx->xn, n, ctx->gate);
-        matmul(ctx, &L->w_up, ctx->xn, n, ctx->up);
-        for_each_token(&tj, swiglu_step);
-        matmul(ctx, &L->w_down, ctx->gate, n, ctx->xn);
+        /* gated ffn (post-norm) + residual: x += down(act(gate(x)) * up(x)) */
+        if (m->fam->fused_gate_up) {
+            matmul(ctx, &L->w_up, ctx->xn, n, ctx->gate);
+        } else {
+            matmul(ctx, &L->w_gate, ctx->xn, n, ctx->gate);
+            matmul(ctx, &L->w_up, ctx->xn, n, ctx->up);
+        }
+        for_each_token(&tj, ffn_act_step);
+        matmul(ctx, &L->w_down, ctx->up, n, ctx->xn);
         for_each_token(&tj, ffn_residual_step);
     }
 
@@ -1193,5 +1364,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
      * an n_vocab x n_embd product) */
     if (n_out)
         matmul(ctx, &m->output, ctx->xn, n_out, logits);
+    if (n_out && hp->final_softcap > 0) /* gemma2 */
+        softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
     return n_out;
 }

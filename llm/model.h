@@ -1,7 +1,14 @@
 /* model.h - decoder-only transformer language models loaded from GGUF.
  *
- * Architectures: llama (Llama 2/3, TinyLlama, SmolLM2; llama3 rope scaling;
- * tied or untied output), qwen2 (QKV bias), qwen3 (per-head q/k RMSNorm).
+ * Architectures: llama (Llama 2/3, TinyLlama, SmolLM2, Mistral / Mistral-Nemo /
+ * Ministral with head_dim != n_embd / n_head and a sliding window; llama3 rope
+ * scaling; tied or untied output), qwen2 (QKV bias), qwen3 (per-head q/k
+ * RMSNorm), gemma2 (soft-capping, post-norms, every other layer sliding),
+ * gemma3 text (q/k norm, five sliding layers in six with their own rope
+ * base), phi3 (Phi-3.5-mini / Phi-4-mini: fused QKV and gate-up, partial
+ * rotary, LongRoPE). Sliding-window layers keep every position's K/V in the
+ * paged cache and mask keys older than the window (prefix caching and
+ * preemption need nothing special; memory is that of full attention).
  *
  *   struct llm_model *m = llm_model_load("m.gguf", NULL, err, sizeof err);
  *   struct llm_ctx *ctx = llm_ctx_new(m, 512, tp, err, sizeof err);
@@ -32,7 +39,10 @@ struct gguf;
 struct tokenizer;
 struct tpool;
 
-enum llm_arch { LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3 };
+enum llm_arch {
+    LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
+    LLM_ARCH_PHI3,
+};
 
 struct llm_hparams {
     enum llm_arch arch;
@@ -52,10 +62,23 @@ struct llm_hparams {
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_orig_ctx;
     bool tied_output;        /* output.weight absent: reuse token_embd */
+    int n_rot;               /* rotated dims per head (rope.dimension_count, phi3 partial) */
+    int n_swa;               /* sliding window of the sliding layers (tokens; 0 none) */
+    float rope_theta_swa;    /* rope base of the sliding layers (gemma3 local: 10000) */
+    float attn_scale;        /* query scale: attention.scale or 1/sqrt(head_dim) */
+    float attn_softcap;      /* scores -> cap * tanh(score / cap) (gemma2; 0 none) */
+    float final_softcap;     /* logits -> cap * tanh(logit / cap) (gemma2; 0 none) */
+    bool rope_longrope;      /* phi3 LongRoPE: rope_factors_{short,long} */
+    bool rope_long;          /* the long factors are in use (n_ctx > rope_orig_ctx) */
+    float rope_attn_factor;  /* LongRoPE cos/sin scale (rope.scaling.attn_factor) */
 };
 
 struct llm_model_params {
     bool use_mmap;           /* default true */
+    /* Context length the model will run with (0: its n_ctx_train). Only
+     * LongRoPE (phi3) reads it: the long factors when it exceeds
+     * rope.scaling.original_context_length, as llama.cpp chooses. */
+    int n_ctx;
 };
 struct llm_model_params llm_model_default_params(void);
 

@@ -71,6 +71,22 @@ void omni_swiglu(const float *gate, float *up, int64_t n)
     }
 }
 
+/* 0.5 g (1 + tanh(u)) = g / (1 + e^(-2u)): one vector exp instead of tanhf */
+void omni_geglu_tanh(const float *gate, float *up, int64_t n)
+{
+    float e[GELU_BLOCK];
+    for (int64_t b = 0; b < n; b += GELU_BLOCK) {
+        const int k = (int)(n - b < GELU_BLOCK ? n - b : GELU_BLOCK);
+        for (int i = 0; i < k; i++) {
+            const float g = gate[b + i];
+            e[i] = -1.5957691216057308f * (g + 0.044715f * g * g * g); /* -2 sqrt(2/pi) (...) */
+        }
+        omni_vec_expf(k, e, e);
+        for (int i = 0; i < k; i++)
+            up[b + i] *= gate[b + i] / (1.0f + e[i]);
+    }
+}
+
 void omni_geglu_erf(const float *gate, float *up, int64_t n)
 {
     float g[GELU_BLOCK];

@@ -28,6 +28,9 @@ void omni_gelu_erf(float *x, int64_t n);
 /* up[i] = act(gate[i]) * up[i] for n floats: SwiGLU (silu) and GEGLU (exact GELU). */
 void omni_swiglu(const float *gate, float *up, int64_t n);
 void omni_geglu_erf(const float *gate, float *up, int64_t n);
+/* GEGLU with the tanh GELU of gemma (PyTorch's gelu(approximate='tanh')):
+ * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+void omni_geglu_tanh(const float *gate, float *up, int64_t n);
 
 /* Rotary positions, NEOX layout (GPT-NeoX / nomic-bert / Qwen: the pair
  * (i, i + d/2) turns by pos * base^(-2i/d)), in place over n_head heads of
