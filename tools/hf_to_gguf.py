@@ -496,7 +496,7 @@ def add_tensors(w, hp, ckpt, ggml_type):
             t = gguf.GGML_F16
         counts[t] = counts.get(t, 0) + 1
 
-        def data(hfname=hfname, perm=perm, t=t):
+        def data(hfname=hfname, perm=perm, t=t, gname=gname):
             a = ckpt[hfname].load(hfname)
             if perm:
                 a = permute_rope(a, perm)
