@@ -30,6 +30,9 @@
 #define TOL_Q8_0 0.3       /* Q8_0 weights and Q8_0-quantized activations */
 #define TOL_Q8_0_MEAN 0.03
 #define TOL_SAME 1e-4      /* one model, one computation split differently */
+/* gemma3's fixture (logits 4x as large, peaky attention) turns summation-order
+ * differences into ~2e-4, with or without its sliding window */
+#define TOL_SAME_GEMMA3 1e-3
 /* Q8_0 KV: each K/V value rounds to within 1/254 of its 32-value block's
  * max. Measured with F32 weights: max ~5e-2, mean ~8e-3, the same bits as F32
  * KV whose values went through quantize/dequantize_row_q8_0. */
@@ -98,15 +101,18 @@ static void json_text(const char *json, char *out, size_t cap)
     out[n] = 0;
 }
 
-static int golden_load(const char *model, struct golden *g)
+/* tokens.txt and logits.bin of a fixture, or another pair of its files
+ * (phi3's tokens_long.txt / logits_long.bin). */
+static int golden_load_files(const char *model, const char *tokens, const char *logits,
+                             struct golden *g)
 {
     char rel[128];
     memset(g, 0, sizeof *g);
-    snprintf(rel, sizeof rel, "golden/%s/tokens.txt", model);
+    snprintf(rel, sizeof rel, "golden/%s/%s", model, tokens);
     char *toks = test_read_file(test_fixture(rel), NULL);
     snprintf(rel, sizeof rel, "golden/%s/reference.json", model);
     char *ref = test_read_file(test_fixture(rel), NULL);
-    snprintf(rel, sizeof rel, "golden/%s/logits.bin", model);
+    snprintf(rel, sizeof rel, "golden/%s/%s", model, logits);
     size_t bytes = 0;
     g->logits = (float *)test_read_file(test_fixture(rel), &bytes);
     if (!toks || !ref || !g->logits) {
@@ -123,6 +129,11 @@ static int golden_load(const char *model, struct golden *g)
     free(toks);
     free(ref);
     return 0;
+}
+
+static int golden_load(const char *model, struct golden *g)
+{
+    return golden_load_files(model, "tokens.txt", "logits.bin", g);
 }
 
 /* A sequence's KV: a block table over a fresh llm_kv. */
@@ -851,4 +862,261 @@ TEST(model_llama3_rope_from_keys)
     llm_kv_free(kv);
     llm_ctx_free(ctx);
     llm_model_free(m);
+}
+
+// ---- sliding windows, soft-capping, LongRoPE (issue 17) ----------------------
+
+/* Logits of `g` through the model at path (params mp) as one prefill batch;
+ * the max |difference| from the reference, or -1 when it did not run. */
+static double golden_diff(const char *path, const struct llm_model_params *mp,
+                          const struct golden *g)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(path, mp, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "%s ", err);
+        return -1;
+    }
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 4, err, sizeof err);
+    struct seq s;
+    seq_init(&s, 4, 0, 1, 4);
+    float *out = malloc((size_t)g->n_tokens * g->n_vocab * sizeof(float));
+    double d = -1;
+    if (ctx && kv && out && run_chunks(ctx, kv, &s.view, g->ids, g->n_tokens, g->n_tokens, out, g->n_vocab) == 0)
+        d = test_max_diff(out, g->logits, (size_t)g->n_tokens * g->n_vocab);
+    free(out);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+    return d;
+}
+
+static bool have_fixture(const char *model)
+{
+    FILE *f = fopen(golden_gguf(model, "f32"), "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+/* phi3 LongRoPE: the 50-token text (past the original context of 40, where
+ * transformers switches to the long factors) matches with the model's own
+ * context (128: long factors), and each factor set is needed: the short text
+ * with the long factors, or the long text with the short ones, is off. */
+TEST(model_phi3_longrope_long_factors)
+{
+    if (!have_fixture("phi3"))
+        SKIP("converted fixture missing (make golden-fixtures)");
+    struct golden lg, sh;
+    CHECK(golden_load_files("phi3", "tokens_long.txt", "logits_long.bin", &lg) == 0);
+    CHECK(golden_load("phi3", &sh) == 0);
+    CHECK(lg.n_tokens > 40 && sh.n_tokens <= 40);
+    const char *path = golden_gguf("phi3", "f32");
+    struct llm_model_params def = llm_model_default_params(), small = golden_params("phi3");
+    char err[512];
+    struct llm_model *m = llm_model_load(path, &def, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    CHECK(hp->rope_longrope && hp->rope_long && hp->n_rot == 12 && hp->head_dim == 16 &&
+          hp->rope_orig_ctx == 40 && hp->n_swa == 8);
+    CHECK(fabsf(hp->rope_attn_factor - 1.1468709f) < 1e-5f);
+    llm_model_free(m);
+    double d = golden_diff(path, &def, &lg);
+    fprintf(stderr, "[long text, long factors: %.1e] ", d);
+    CHECK_MSG(d >= 0 && d <= TOL_F32, "long text: %g", d);
+    CHECK(golden_diff(path, &small, &lg) > 10 * TOL_F32);
+    CHECK(golden_diff(path, &def, &sh) > 10 * TOL_F32);
+    free(lg.logits);
+    free(sh.logits);
+}
+
+/* The sliding window, soft-capping and query scale each move the logits:
+ * without them (keys dropped from the file) the reference is missed, so the
+ * golden tests above check them. */
+TEST(model_window_and_caps_have_teeth)
+{
+    static const struct { const char *model, *key; } drop[] = {
+        { "mistral", "llama.attention.sliding_window" },
+        { "gemma2", "gemma2.attention.sliding_window" },
+        { "gemma2", "gemma2.attn_logit_softcapping" },
+        { "gemma2", "gemma2.final_logit_softcapping" },
+        { "gemma2", "gemma2.attention.scale" },
+        { "gemma3", "gemma3.attention.sliding_window" },
+        { "phi3", "phi3.attention.sliding_window" },
+    };
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++) {
+        if (!have_fixture(drop[i].model))
+            SKIP("converted fixture missing (make golden-fixtures)");
+        struct golden g;
+        CHECK(golden_load(drop[i].model, &g) == 0);
+        struct llm_model_params mp = golden_params(drop[i].model);
+        const double same = golden_diff(golden_gguf(drop[i].model, "f32"), &mp, &g);
+        CHECK_MSG(same >= 0 && same <= TOL_F32, "%s: %g", drop[i].model, same);
+        const char *path = edited_gguf(golden_gguf(drop[i].model, "f32"), "teeth",
+                                       &(struct gguf_edit){ .drop_key = drop[i].key });
+        const double d = golden_diff(path, &mp, &g);
+        CHECK_MSG(d > 10 * TOL_F32, "without %s: %g", drop[i].key, d);
+        free(g.logits);
+    }
+    /* gemma3's local layers need their own rope base */
+    struct golden g;
+    CHECK(golden_load("gemma3", &g) == 0);
+    struct llm_model_params mp = llm_model_default_params();
+    const char *path = edited_gguf(golden_gguf("gemma3", "f32"), "gemma3_base",
+                                   &(struct gguf_edit){ .f32_keys = { "gemma3.rope.freq_base_swa" },
+                                                        .f32_vals = { 1e6f },
+                                                        .drop_key = "gemma3.rope.freq_base_swa" });
+    CHECK(golden_diff(path, &mp, &g) > 10 * TOL_F32);
+    free(g.logits);
+}
+
+/* 300 tokens in one batch (blocked prefill: window edges fall inside query
+ * blocks and key chunks) equal the same tokens in chunks of 5 (token by token
+ * attention), for the windowed and soft-capped families. */
+TEST(model_window_blocked_prefill_equals_chunked)
+{
+    enum { N = 300 };
+    static const char *models[] = { "gemma2", "gemma3", "phi3", "mistral" };
+    char err[512];
+    for (int k = 0; k < 4; k++) {
+        struct llm_model_params mp = golden_params(models[k]);
+        mp.use_mmap = false;
+        struct llm_model *m = llm_model_load(golden_gguf(models[k], "f32"), &mp, err, sizeof err);
+        if (!m)
+            SKIP("converted fixture missing (make golden-fixtures)");
+        const int nv = llm_model_hparams(m)->n_vocab;
+        int32_t *tok = malloc(N * sizeof *tok), *pos = malloc(N * sizeof *pos);
+        int32_t *seq = calloc(N, sizeof *seq);
+        bool *want = malloc(N * sizeof *want);
+        float *a = malloc((size_t)N * nv * sizeof(float)), *b = malloc((size_t)N * nv * sizeof(float));
+        struct llm_ctx *ctx = llm_ctx_new(m, N, NULL, err, sizeof err);
+        struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 40, err, sizeof err);
+        CHECK(tok && pos && seq && want && a && b && ctx && kv);
+        uint32_t r = 777u + (uint32_t)k;
+        for (int i = 0; i < N; i++) {
+            r = r * 1664525u + 1013904223u;
+            tok[i] = (int32_t)((r >> 8) % (uint32_t)nv);
+            pos[i] = i;
+            want[i] = true;
+        }
+        struct seq s;
+        seq_init(&s, 20, 7, 3, 40);
+        struct llm_batch all = { .n_tokens = N, .token = tok, .pos = pos, .seq = seq, .want_logits = want };
+        CHECK_EQ(llm_forward(ctx, &all, kv, &s.view, a), N);
+        for (int i0 = 0; i0 < N; i0 += 5) {
+            struct llm_batch c = { .n_tokens = 5, .token = tok + i0, .pos = pos + i0, .seq = seq,
+                                   .want_logits = want };
+            CHECK_EQ(llm_forward(ctx, &c, kv, &s.view, b + (size_t)i0 * nv), 5);
+        }
+        const double d = test_max_diff(a, b, (size_t)N * nv);
+        fprintf(stderr, "[%s: %.1e] ", models[k], d);
+        const double tol = !strcmp(models[k], "gemma3") ? TOL_SAME_GEMMA3 : TOL_SAME;
+        CHECK_MSG(d <= tol, "%s: blocked vs chunked %g", models[k], d);
+        llm_kv_free(kv);
+        llm_ctx_free(ctx);
+        llm_model_free(m);
+        free(tok);
+        free(pos);
+        free(seq);
+        free(want);
+        free(a);
+        free(b);
+    }
+}
+
+/* What the prefix cache does with a sliding-window model: sequence B reuses
+ * sequence A's first blocks (same prompt prefix, K/V computed by A) and runs
+ * only its own tokens; its logits equal B run fresh. The whole K/V stays in
+ * the blocks, so a prefix longer than the window resumes exactly. */
+TEST(model_window_shared_prefix_equals_fresh)
+{
+    static const char *models[] = { "gemma2", "gemma3", "phi3", "mistral" };
+    char err[512];
+    for (int k = 0; k < 4; k++) {
+        struct golden g;
+        CHECK(golden_load(models[k], &g) == 0);
+        struct llm_model_params mp = golden_params(models[k]);
+        struct llm_model *m = llm_model_load(golden_gguf(models[k], "f32"), &mp, err, sizeof err);
+        if (!m) {
+            free(g.logits);
+            SKIP("converted fixture missing (make golden-fixtures)");
+        }
+        const int V = g.n_vocab, n = g.n_tokens, shared = 16; /* 4 blocks of 4 */
+        struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+        struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 4, 32, err, sizeof err);
+        CHECK(ctx && kv);
+        /* A: the text; B: the same first 16 tokens, then the text reversed */
+        int32_t tb[64];
+        for (int i = 0; i < n; i++)
+            tb[i] = i < shared ? g.ids[i] : g.ids[n - 1 - i + shared];
+        struct seq a, b, fresh;
+        seq_init(&a, 8, 0, 1, 32);
+        seq_init(&b, 8, 0, 1, 32);
+        for (int i = shared / 4; i < 8; i++)
+            b.table[i] = 8 + i; /* own blocks after the shared ones */
+        seq_init(&fresh, 8, 24, 1, 32);
+        float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+        float *lf = malloc((size_t)n * V * sizeof(float));
+        CHECK_EQ(run_chunks(ctx, kv, &a.view, g.ids, n, n, la, V), 0);
+        /* B's own tokens at positions shared.. */
+        int32_t pos[64], sq[64] = { 0 };
+        bool want[64];
+        for (int i = 0; i < n - shared; i++)
+            pos[i] = shared + i, want[i] = true;
+        struct llm_batch bb = { .n_tokens = n - shared, .token = tb + shared, .pos = pos, .seq = sq,
+                                .want_logits = want };
+        CHECK_EQ(llm_forward(ctx, &bb, kv, &b.view, lb + (size_t)shared * V), n - shared);
+        CHECK_EQ(run_chunks(ctx, kv, &fresh.view, tb, n, n, lf, V), 0);
+        const double d = test_max_diff(lb + (size_t)shared * V, lf + (size_t)shared * V,
+                                       (size_t)(n - shared) * V);
+        fprintf(stderr, "[%s: %.1e] ", models[k], d);
+        const double tol = !strcmp(models[k], "gemma3") ? TOL_SAME_GEMMA3 : TOL_SAME;
+        CHECK_MSG(d <= tol, "%s: shared prefix vs fresh %g", models[k], d);
+        CHECK(test_max_diff(la, g.logits, (size_t)n * V) <= TOL_F32);
+        free(la);
+        free(lb);
+        free(lf);
+        free(g.logits);
+        llm_kv_free(kv);
+        llm_ctx_free(ctx);
+        llm_model_free(m);
+    }
+}
+
+/* Bad files of the new families: each missing or misshapen piece is named. */
+TEST(model_arch_bad_files)
+{
+    static const struct { const char *model, *name; struct gguf_edit e; const char *needle; } cases[] = {
+        { "gemma2", "no_post_ffw", { .drop_tensor = "blk.1.post_ffw_norm.weight" },
+          "'blk.1.post_ffw_norm.weight' missing" },
+        { "gemma3", "no_q_norm", { .drop_tensor = "blk.2.attn_q_norm.weight" },
+          "'blk.2.attn_q_norm.weight' missing" },
+        { "phi3", "no_long", { .drop_tensor = "rope_factors_long.weight" }, "LongRoPE needs" },
+        { "phi3", "short_factors", { .shrink_tensor = "rope_factors_short.weight" },
+          "'rope_factors_short.weight': shape [3], expected [6]" },
+        { "phi3", "short_qkv", { .shrink_tensor = "blk.0.attn_qkv.weight" },
+          "'blk.0.attn_qkv.weight': shape [32, 128], expected [64, 128]" },
+        { "phi3", "no_qkv", { .drop_tensor = "blk.1.attn_qkv.weight" },
+          "'blk.1.attn_qkv.weight' missing" },
+        { "phi3", "no_orig_ctx", { .drop_key = "phi3.rope.scaling.original_context_length" },
+          "LongRoPE needs" },
+        { "mistral", "rot_dims", { .drop_key = "llama.rope.dimension_count",
+                                   .u32_key = "llama.rope.dimension_count", .u32_val = 16 },
+          "rope dims 16" },
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (!have_fixture(cases[i].model))
+            SKIP("converted fixture missing (make golden-fixtures)");
+        const char *path = edited_gguf(golden_gguf(cases[i].model, "f32"), cases[i].name, &cases[i].e);
+        CHECK_MSG(path, "could not write %s", cases[i].name);
+        err[0] = 0;
+        struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+        if (m)
+            llm_model_free(m);
+        CHECK_MSG(!m, "%s loaded", cases[i].name);
+        CHECK_STR_CONTAINS(err, cases[i].needle);
+        CHECK_STR_CONTAINS(err, cases[i].name);
+    }
 }
