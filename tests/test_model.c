@@ -10,6 +10,7 @@
 #include "test.h"
 
 #include "llm/model.h"
+#include "llm/template/template.h"
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
@@ -85,12 +86,14 @@ struct golden {
     char text[256];
 };
 
-/* "text" of reference.json: the JSON string, with \" \\ \n unescaped. */
-static void json_text(const char *json, char *out, size_t cap)
+/* A string field of reference.json ("text": "..."), with \" \\ \n unescaped. */
+static void json_field(const char *json, const char *key, char *out, size_t cap)
 {
-    const char *p = strstr(json, "\"text\": \"");
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *p = strstr(json, pat);
     size_t n = 0;
-    for (p = p ? p + 9 : ""; *p && *p != '"' && n + 1 < cap; p++) {
+    for (p = p ? p + strlen(pat) : ""; *p && *p != '"' && n + 1 < cap; p++) {
         if (*p == '\\' && p[1]) {
             p++;
             out[n++] = *p == 'n' ? '\n' : *p;
@@ -125,7 +128,7 @@ static int golden_load_files(const char *model, const char *tokens, const char *
     for (long v; g->n_tokens < 64 && (v = strtol(p, &end, 10), end != p); p = end)
         g->ids[g->n_tokens++] = (int32_t)v;
     g->n_vocab = (int)(bytes / sizeof(float) / (size_t)g->n_tokens);
-    json_text(ref, g->text, sizeof g->text);
+    json_field(ref, "text", g->text, sizeof g->text);
     free(toks);
     free(ref);
     return 0;
@@ -1118,5 +1121,37 @@ TEST(model_arch_bad_files)
         CHECK_MSG(!m, "%s loaded", cases[i].name);
         CHECK_STR_CONTAINS(err, cases[i].needle);
         CHECK_STR_CONTAINS(err, cases[i].name);
+    }
+}
+
+/* The chat template each converted file carries (Gemma's and Phi-4-mini's
+ * published templates, Mistral v0.3's) renders through our Jinja engine
+ * byte for byte as transformers rendered it for the fixture. */
+TEST(model_arch_chat_template_from_gguf)
+{
+    static const char *models[] = { "gemma2", "gemma3", "phi3", "mistral" };
+    const char *msgs = "[{\"role\": \"system\", \"content\": \"You are terse.\"},"
+                       " {\"role\": \"user\", \"content\": \"Hello world!\"}]";
+    char err[512];
+    for (int k = 0; k < 4; k++) {
+        struct llm_model *m = llm_model_load(golden_gguf(models[k], "f32"), NULL, err, sizeof err);
+        if (!m)
+            SKIP("converted fixture missing (make golden-fixtures)");
+        char rel[128], want[512];
+        snprintf(rel, sizeof rel, "golden/%s/reference.json", models[k]);
+        char *ref = test_read_file(test_fixture(rel), NULL);
+        CHECK(ref);
+        json_field(ref, "chat_rendered", want, sizeof want);
+        free(ref);
+        char *out = NULL;
+        size_t len = 0;
+        bool fallback = true;
+        int rc = tpl_render_gguf(llm_model_gguf(m), llm_model_tokenizer(m), msgs, NULL, NULL, true,
+                                 &out, &len, &fallback, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s: %s", models[k], err);
+        CHECK_MSG(!fallback, "%s: fell back to the built-in format", models[k]);
+        CHECK_MSG(want[0] && !strcmp(out, want), "%s: rendered\n%s\nwanted\n%s", models[k], out, want);
+        free(out);
+        llm_model_free(m);
     }
 }
