@@ -300,8 +300,6 @@ static int load_hparams(struct loader *ld)
         /* a window as long as the context changes nothing: leave it off */
         hp->n_swa = w < (uint32_t)hp->n_ctx_train ? (int)w : 0;
     }
-    if (!hp->rope_attn_factor)
-        hp->rope_attn_factor = 1.0f;
 
     char key[96];
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
