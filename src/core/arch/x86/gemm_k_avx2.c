@@ -227,14 +227,13 @@ k_tile(const int WT, const uint8_t *pk, const uint8_t *xq, size_t xq_row, int64_
             const __m256i s0 = _mm256_load_si256(SC + 2 * ch), s1 = _mm256_load_si256(SC + 2 * ch + 1);
             _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
                 const int8_t *q = a[c]->qs + 32 * ch;
-                /* pair sums reach 2 * 63 * 127: two of them fit int16 */
-                __m256i p[4];
-                _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
-                    p[k] = _mm256_add_epi16(_mm256_maddubs_epi16(W[2 * k], bcast4(q + 8 * k)),
-                                            _mm256_maddubs_epi16(W[2 * k + 1], bcast4(q + 8 * k + 4)));
-                const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(p[0], s0), _mm256_madd_epi16(p[1], s0));
-                const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(p[2], s1), _mm256_madd_epi16(p[3], s1));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(lo, hi));
+                /* pair sums reach 2 * 63 * 127: two of them fit int16; each
+                 * pair goes into the int32 sum at once (fewer live registers) */
+                _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(W[2 * k], bcast4(q + 8 * k)),
+                                                       _mm256_maddubs_epi16(W[2 * k + 1], bcast4(q + 8 * k + 4)));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, k < 2 ? s0 : s1));
+                }
             }
         }
         const __m256i *SCP = (const __m256i *)(pk + OMNI_KP6_SCP);
