@@ -1015,3 +1015,45 @@ TEST(engine_prefix_store_roundtrip)
     CHECK_EQ(r[3].usage[0].cached_tokens, 0);   /* f16 file, f32 pool: ignored */
     test_release(m);
 }
+
+/* Sliding-window models through the engine (gemma2: every other layer,
+ * gemma3: five in six with their own rope base, phi3 and mistral: all;
+ * windows of 5-8 tokens, so every prompt crosses them): greedy tokens equal
+ * the plain forward loop; a repeated prompt resumes from cached blocks that
+ * reach past the window with the same tokens; preempted and recomputed
+ * sequences give the solo tokens. */
+TEST(engine_sliding_window_models)
+{
+    static const char *models[] = { "gemma2-f32", "gemma3-f32", "phi3-f32", "mistral-f32" };
+    for (int k = 0; k < 4 && !test_failed_now(); k++)
+        check_matches_plain_forward(models[k], GGML_TYPE_F16);
+    struct llm_model *m = golden("gemma3-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = small_params(true);
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[37];
+    random_prompt(ids, 37, llm_model_hparams(m)->n_vocab, 17);
+    struct group g;
+    group_init(&g);
+    struct result one, again;
+    result_init(&one, &g);
+    result_init(&again, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 37, 20, &one);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    rq.user = &again;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(again.usage[0].cached_tokens, 32);
+    CHECK(memcmp(again.tok[0], one.tok[0], sizeof one.tok[0]) == 0);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    test_release(e);
+    test_release(m);
+    /* 24 blocks of 4 tokens for 6 sequences of 64, as engine_preemption_same_output */
+    m = golden("gemma2-f32");
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+    test_release(m);
+    concurrency_identity("gemma2-f32", 6, 24 * block, 4, true);
+}
