@@ -19,6 +19,15 @@ writes OUT/<case>/ with:
   logits.bin                   float32 little-endian [n_tokens][vocab_size]:
                                the model's logits at every position, computed
                                in float32 on the CPU with eager attention
+  tokens_long.txt, logits_long.bin
+                               phi3 only: a 50-token text past its LongRoPE
+                               original context (transformers' long factors)
+
+Cases: llama, llama3, qwen2, qwen3; gemma2, gemma3 (text), phi3 and mistral
+(issue 17: windows of 5-8 tokens that the text crosses, soft-capping, q/k
+norms, local/global rope bases, partial rotary with LongRoPE, head_dim 32 of a
+64-wide model), whose tokenizer_config carries the published Gemma 3,
+Phi-4-mini and Mistral v0.3 templates of tests/fixtures/templates.
 
 Weights are drawn larger than the HF initialiser would (norm gains and biases
 away from 1 and 0) so that every term of the forward pass moves the logits.
