@@ -2,7 +2,9 @@
  * WebSocket. Items (user audio/text, assistant audio/text, function calls
  * and their outputs), the turn state machine (server VAD or push-to-talk),
  * responses from the engine spoken by the tts worker, barge-in and
- * truncation.
+ * truncation. A spoken reply may start, unseen, on the turn's early
+ * transcript while the VAD waits to be sure the turn ended (struct
+ * rtc_spec); the response adopts it if the turn ends with that transcript.
  *
  * Threads: client events on a ws worker (one message at a time), VAD events
  * inside stt_session_push on that worker, transcripts on stt workers, tokens
