@@ -350,7 +350,10 @@ static void va_on_event(void *user, const cJSON *ev)
     } else if (!strcmp(t, "response.output_audio_transcript.delta") ||
                !strcmp(t, "response.output_text.delta")) {
         if (strcmp(va_str(ev, "response_id"), a->muted)) {
-            printf("%s%s", a->line_open ? "" : "agent: ", va_str(ev, "delta"));
+            /* one line per speaker: the reply's line breaks print as spaces */
+            fputs(a->line_open ? "" : "agent: ", stdout);
+            for (const char *c = va_str(ev, "delta"); *c; c++)
+                putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
             fflush(stdout);
             a->line_open = true;
         }
