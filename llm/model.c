@@ -876,13 +876,6 @@ static int attn_first_key(const struct attn_job *j, int pos)
     return j->ctx->m->layers[j->layer].swa && pos >= n_swa ? pos - n_swa + 1 : 0;
 }
 
-/* Scores -> cap * tanh(score / cap) (gemma2's attention soft-capping). */
-static void softcap(float *x, int n, float cap)
-{
-    for (int i = 0; i < n; i++)
-        x[i] = cap * tanhf(x[i] / cap);
-}
-
 /* Work item = (token, run of `group` query heads sharing one kv head): scores
  * over positions first..pos of the token's sequence (first = 0, or the
  * window's start), read through its block table, softmax in F32 computed
@@ -922,7 +915,7 @@ static void attn_worker(void *arg, int ith, int nth)
                 for (int i = 0; i < n; i++)
                     sc[i] = dot(q + (size_t)r * hd, krows[i], hd) * scale;
                 if (cap > 0)
-                    softcap(sc, n, cap);
+                    omni_softcap(sc, n, cap); /* gemma2 */
                 for (int i = 0; i < n; i++)
                     cmax = sc[i] > cmax ? sc[i] : cmax;
                 if (cmax > s->max[r]) {
@@ -1015,7 +1008,7 @@ static void attn_block_worker(void *arg, int ith, int nth)
                 if (a)
                     memset(sc, 0, (size_t)a * sizeof(float));
                 if (cap > 0)
-                    softcap(sc + a, nv - a, cap);
+                    omni_softcap(sc + a, nv - a, cap);
                 float cmax = -INFINITY;
                 for (int i = a; i < nv; i++)
                     cmax = sc[i] > cmax ? sc[i] : cmax;
@@ -1363,6 +1356,6 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     if (n_out)
         matmul(ctx, &m->output, ctx->xn, n_out, logits);
     if (n_out && hp->final_softcap > 0) /* gemma2 */
-        softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+        omni_softcap(logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     return n_out;
 }

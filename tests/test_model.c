@@ -13,6 +13,7 @@
 #include "llm/template/template.h"
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
+#include "src/core/nn.h"
 #include "src/core/omni.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
@@ -1154,4 +1155,33 @@ TEST(model_arch_chat_template_from_gguf)
         free(out);
         llm_model_free(m);
     }
+}
+
+/* The shared ops gemma uses (src/core/nn.h) against libm's tanhf: GeGLU with
+ * the tanh GELU, and soft-capping, over ordinary and extreme values. */
+TEST(model_nn_geglu_tanh_and_softcap)
+{
+    enum { N = 1000 };
+    float g[N], u[N], x[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)(i - N / 2) / 40.0f;          /* -12.5 .. 12.5 */
+        u[i] = 1.0f + (float)(i % 7) / 7.0f;
+        x[i] = (float)(i - N / 2) * (i % 3 ? 0.05f : 50.0f); /* up to +-25000 */
+    }
+    float y[N];
+    memcpy(y, u, sizeof y);
+    omni_geglu_tanh(g, y, N);
+    double dg = 0, dc = 0;
+    for (int i = 0; i < N; i++) {
+        const float gt = 0.5f * g[i] * (1.0f + tanhf(0.7978845608f * (g[i] + 0.044715f * g[i] * g[i] * g[i])));
+        dg = fmax(dg, fabs((double)y[i] - (double)gt * u[i]));
+    }
+    float c[N];
+    memcpy(c, x, sizeof c);
+    omni_softcap(c, N, 30.0f);
+    for (int i = 0; i < N; i++)
+        dc = fmax(dc, fabs((double)c[i] - 30.0 * tanh((double)x[i] / 30.0)));
+    fprintf(stderr, "[geglu_tanh %.1e, softcap %.1e] ", dg, dc);
+    CHECK_MSG(dg < 1e-5, "geglu_tanh: %g", dg);
+    CHECK_MSG(dc < 1e-6 * 30, "softcap: %g", dc); /* relative to the cap */
 }

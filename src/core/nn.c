@@ -71,6 +71,22 @@ void omni_swiglu(const float *gate, float *up, int64_t n)
     }
 }
 
+/* cap tanh(x / cap) = cap (1 - 2 / (e^(2x / cap) + 1)); the vector exp clamps
+ * its argument, so large |x| give +-cap exactly as tanhf would. */
+void omni_softcap(float *x, int64_t n, float cap)
+{
+    float e[GELU_BLOCK];
+    const float k = 2.0f / cap;
+    for (int64_t b = 0; b < n; b += GELU_BLOCK) {
+        const int m = (int)(n - b < GELU_BLOCK ? n - b : GELU_BLOCK);
+        for (int i = 0; i < m; i++)
+            e[i] = x[b + i] * k;
+        omni_vec_expf(m, e, e);
+        for (int i = 0; i < m; i++)
+            x[b + i] = cap - 2.0f * cap / (e[i] + 1.0f);
+    }
+}
+
 /* 0.5 g (1 + tanh(u)) = g / (1 + e^(-2u)): one vector exp instead of tanhf */
 void omni_geglu_tanh(const float *gate, float *up, int64_t n)
 {

@@ -32,6 +32,11 @@ void omni_geglu_erf(const float *gate, float *up, int64_t n);
  * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
 void omni_geglu_tanh(const float *gate, float *up, int64_t n);
 
+/* x = cap * tanh(x / cap) in place over n floats: gemma2's soft-capping of
+ * attention scores and logits (tanh through the vector exp: absolute error
+ * about 1e-7 x cap). */
+void omni_softcap(float *x, int64_t n, float cap);
+
 /* Rotary positions, NEOX layout (GPT-NeoX / nomic-bert / Qwen: the pair
  * (i, i + d/2) turns by pos * base^(-2i/d)), in place over n_head heads of
  * head_dim floats at x + h * head_dim of one token. */
