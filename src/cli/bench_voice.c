@@ -52,6 +52,7 @@ struct bv_opts {
     const char *chat, *stt, *vad, *voice, *file, *server_log;
     int turns, load, max_tokens, load_tokens, threads, stt_threads, speech_reps;
     double gap_s;
+    double end_db;               /* speech ends where frames fall this far below the loudest */
     bool json, paired;
 };
 
@@ -646,6 +647,9 @@ static void bv_usage(FILE *f)
             "  --voice V          the agent's voice (default: the server's)\n"
             "  --turns N          turns (default 5)\n"
             "  --gap S            silence after each reply before the next turn (default 1)\n"
+            "  --end-db D         the speech ends after the last 20 ms frame within D dB of the\n"
+            "                     loudest (default 40: unvoiced consonants such as a final\n"
+            "                     's' sit 20-25 dB below the vowels and are speech)\n"
             "  --max-tokens N     reply length cap (default 32)\n"
             "  --load N           N streaming /v1/chat/completions running meanwhile (default 0)\n"
             "  --paired           with --load: odd turns without the load (stopped), even turns\n"
@@ -663,7 +667,7 @@ static void bv_usage(FILE *f)
 static int bv_parse(int argc, char **argv, struct bv_opts *o)
 {
     *o = (struct bv_opts){ .turns = 5, .max_tokens = 32, .load_tokens = 512, .speech_reps = 20,
-                           .gap_s = 1.0 };
+                           .gap_s = 1.0, .end_db = 40.0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -692,7 +696,10 @@ static int bv_parse(int argc, char **argv, struct bv_opts *o)
             o->file = s;
         else if (!strcmp(a, "--server-log"))
             o->server_log = s;
-        else if (!strcmp(a, "--gap")) {
+        else if (!strcmp(a, "--end-db")) {
+            if (cli_double("bench-voice", a, s, 6, 90, &o->end_db))
+                return -1;
+        } else if (!strcmp(a, "--gap")) {
             if (cli_double("bench-voice", a, s, 0.2, 60, &o->gap_s))
                 return -1;
         } else {
@@ -724,9 +731,13 @@ static int bv_parse(int argc, char **argv, struct bv_opts *o)
 }
 
 /* The last sample of speech in the file: the end of the last 20 ms frame
- * whose RMS is above a tenth of the loudest frame's (20 dB down). */
-static size_t bv_speech_end(const short *pcm, size_t n)
+ * whose RMS is within end_db of the loudest frame's. 40 dB by default: the
+ * final 's' of "lights" in the shared espeak clip is 20-24 dB below its
+ * vowels for 160 ms (a 20 dB rule put the end before it), and the file's
+ * silence after it is digital zero. */
+static size_t bv_speech_end(const short *pcm, size_t n, double end_db)
 {
+    const double floor_ratio = pow(10.0, -end_db / 20.0);
     size_t frame = BV_RATE_HZ / 50, end = 0;
     double peak = 0;
     for (int pass = 0; pass < 2; pass++)
@@ -737,7 +748,7 @@ static size_t bv_speech_end(const short *pcm, size_t n)
             e = sqrt(e / (double)frame);
             if (pass == 0 && e > peak)
                 peak = e;
-            else if (pass == 1 && e > peak / 10)
+            else if (pass == 1 && e > peak * floor_ratio)
                 end = at + frame;
         }
     return end ? end : n;
@@ -834,7 +845,7 @@ int cli_bench_voice(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         pcm[i] = (short)lrintf(fminf(fmaxf(f[i] * 32767.0f, -32768.0f), 32767.0f));
     free(f);
-    size_t eos = bv_speech_end(pcm, n);
+    size_t eos = bv_speech_end(pcm, n, o.end_db);
 
     int rc = 1;
     pid_t srv = -1;
@@ -943,6 +954,8 @@ int cli_bench_voice(int argc, char **argv)
         cJSON_AddNumberToObject(j, "load_chunks_per_s", round((double)load_chunks / load_s * 10) / 10);
         cJSON_AddNumberToObject(j, "load_errors", (double)atomic_load(&load.errors));
         cJSON_AddNumberToObject(j, "max_tokens", o.max_tokens);
+        cJSON_AddNumberToObject(j, "speech_end_s", (double)eos / BV_RATE_HZ);
+        cJSON_AddNumberToObject(j, "end_db", o.end_db);
         char *txt = cJSON_PrintUnformatted(j);
         if (txt)
             printf("%s\n", txt);
