@@ -404,6 +404,19 @@ static const char *bv_str(const cJSON *o, const char *k)
     return cJSON_IsString(x) ? x->valuestring : "";
 }
 
+/* Whether the turn's audio has started; its end-of-speech instant comes
+ * from the schedule, so a server that ends the turn before the bench's end
+ * of speech (its VAD stopping during a final fricative) still has its
+ * events counted, with a negative latency. */
+static bool bv_turn_on(struct bv_rt *r, struct bv_turn *t)
+{
+    if (!t || r->turn_at == SIZE_MAX)
+        return false;
+    if (!t->t_eos)
+        t->t_eos = r->t0 + (double)(r->turn_at + r->eos) / BV_RATE_HZ;
+    return true;
+}
+
 static void bv_on_event(struct bv_rt *r, const cJSON *ev)
 {
     const char *type = bv_str(ev, "type");
@@ -441,13 +454,13 @@ static void bv_on_event(struct bv_rt *r, const cJSON *ev)
                 bv_load_set(r->load, false);   /* turn 1 is a baseline */
         }
     } else if (!strcmp(type, "input_audio_buffer.speech_stopped")) {
-        if (t && t->t_eos && !t->t_first)
+        if (bv_turn_on(r, t) && !t->t_first)
             t->t_stopped = now;
     } else if (!strcmp(type, "conversation.item.input_audio_transcription.completed")) {
-        if (t && t->t_eos && !t->t_first)
+        if (bv_turn_on(r, t) && !t->t_first)
             t->t_transcript = now;
     } else if (!strcmp(type, "response.created")) {
-        if (t && t->t_eos && !t->resp[0])
+        if (bv_turn_on(r, t) && !t->resp[0])
             snprintf(t->resp, sizeof t->resp, "%s",
                      bv_str(cJSON_GetObjectItemCaseSensitive(ev, "response"), "id"));
     } else if (!strcmp(type, "response.output_audio.delta")) {
