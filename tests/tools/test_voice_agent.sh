@@ -105,8 +105,12 @@ if "$OMNI" bench-voice -m "$CHAT" --stt-model "$STT" --vad-model "$VAD" --file "
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["turns"] == 1 and r["load"] == 0, r
+# end of speech -> first audio may be below 0: the VAD may end the turn
+# inside the clip's final fricative, before the bench's 40 dB end of speech
 for k in ("eos_to_first_audio_ms", "stopped_to_first_audio_ms", "speech_ttfb_ms"):
-    assert r[k]["median"] > 0 and r[k]["p95"] >= r[k]["median"], (k, r[k])
+    lo = -1000 if k == "eos_to_first_audio_ms" else 0
+    assert r[k]["median"] > lo and r[k]["p95"] >= r[k]["median"], (k, r[k])
+assert r["speech_end_s"] > 1.0 and r["end_db"] == 40, r
 assert r["tts_rtf"] > 0, r
 EOF
 else
