@@ -8,6 +8,7 @@
 
 #include "src/api/api.h"
 #include "src/api/mcploop.h"
+#include "src/api/openai.h"
 #include "src/mcp/mcp.h"
 
 #include <cjson/cJSON.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MCPAPI_FINGERPRINT "fp_omniserve"
 #define MCPAPI_MAX_SERVERS 64
 
 // ---- routes ---------------------------------------------------------------------
@@ -81,35 +81,11 @@ static void mcpapi_state_free(void *p)
 
 // ---- output (OpenAI chat completion shapes) ------------------------------------------------
 
-static cJSON *mcpapi_envelope(const struct api_call *c, const char *object, cJSON **choices)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", c->id);
-    cJSON_AddStringToObject(o, "object", object);
-    cJSON_AddNumberToObject(o, "created", (double)c->created);
-    cJSON_AddStringToObject(o, "model", c->model_name);
-    cJSON_AddStringToObject(o, "system_fingerprint", MCPAPI_FINGERPRINT);
-    *choices = cJSON_AddArrayToObject(o, "choices");
-    return o;
-}
-
-static void mcpapi_send(struct api_call *c, cJSON *chunk)
-{
-    if (c->include_usage && !cJSON_GetObjectItemCaseSensitive(chunk, "usage"))
-        cJSON_AddNullToObject(chunk, "usage");
-    char *s = cJSON_PrintUnformatted(chunk);
-    cJSON_Delete(chunk);
-    if (s) {
-        ws_out_sse(c->out, NULL, s, strlen(s));
-        free(s);
-    }
-}
-
 /* A chunk of choice 0 whose delta the caller fills. */
 static cJSON *mcpapi_chunk(struct api_call *c, cJSON **delta, const char *finish)
 {
     cJSON *choices;
-    cJSON *chunk = mcpapi_envelope(c, "chat.completion.chunk", &choices);
+    cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
     cJSON *item = cJSON_CreateObject();
     cJSON_AddNumberToObject(item, "index", 0);
     *delta = cJSON_AddObjectToObject(item, "delta");
@@ -130,9 +106,9 @@ static void mcpapi_send_step(struct api_call *c, cJSON *ext)
         return;
     }
     cJSON *choices;
-    cJSON *chunk = mcpapi_envelope(c, "chat.completion.chunk", &choices);
+    cJSON *chunk = openai_envelope(c, "chat.completion.chunk", &choices);
     cJSON_AddItemToObject(chunk, "omniserve", ext);
-    mcpapi_send(c, chunk);
+    openai_send(c, chunk);
 }
 
 static void mcpapi_start(struct api_call *c)
@@ -144,7 +120,7 @@ static void mcpapi_start(struct api_call *c)
     cJSON *chunk = mcpapi_chunk(c, &delta, NULL);
     cJSON_AddStringToObject(delta, "role", "assistant");
     cJSON_AddStringToObject(delta, "content", "");
-    mcpapi_send(c, chunk);
+    openai_send(c, chunk);
 }
 
 /* Content and reasoning stream as they come; tool calls are held back: an
@@ -164,7 +140,7 @@ static void mcpapi_delta(void *user, const struct chatout_delta *d)
     cJSON *chunk = mcpapi_chunk(c, &delta, NULL);
     cJSON_AddStringToObject(delta, d->kind == CHATOUT_CONTENT ? "content" : "reasoning_content", text);
     free(text);
-    mcpapi_send(c, chunk);
+    openai_send(c, chunk);
 }
 
 static void mcpapi_text(struct api_call *c, int choice, const char *text, size_t len,
@@ -257,12 +233,12 @@ static void mcpapi_finish(struct api_call *c)
             cJSON_AddItemToObject(delta, "tool_calls",
                                   cJSON_Duplicate(chatout_calls(ch->chat), true));
         cJSON_AddItemToObject(chunk, "omniserve", mcpapi_summary(st->loop, false));
-        mcpapi_send(c, chunk);
+        openai_send(c, chunk);
         if (c->include_usage) {
             cJSON *choices;
-            cJSON *u = mcpapi_envelope(c, "chat.completion.chunk", &choices);
+            cJSON *u = openai_envelope(c, "chat.completion.chunk", &choices);
             cJSON_AddItemToObject(u, "usage", mcpapi_usage(c));
-            mcpapi_send(c, u);
+            openai_send(c, u);
         }
         ws_out_sse(c->out, NULL, "[DONE]", 6);
         return;
@@ -277,7 +253,7 @@ static void mcpapi_finish(struct api_call *c)
         return;
     }
     cJSON *choices;
-    cJSON *body = mcpapi_envelope(c, "chat.completion", &choices);
+    cJSON *body = openai_envelope(c, "chat.completion", &choices);
     cJSON *item = cJSON_CreateObject();
     cJSON_AddNumberToObject(item, "index", 0);
     cJSON_AddItemToObject(item, "message", mcpapi_message(ch));

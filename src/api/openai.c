@@ -135,7 +135,7 @@ static cJSON *openai_usage(const struct api_call *c)
 }
 
 /* The envelope every response and chunk shares; choices is added empty. */
-static cJSON *openai_envelope(const struct api_call *c, const char *object, cJSON **choices)
+cJSON *openai_envelope(const struct api_call *c, const char *object, cJSON **choices)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", c->id);
@@ -147,7 +147,7 @@ static cJSON *openai_envelope(const struct api_call *c, const char *object, cJSO
     return o;
 }
 
-static void openai_send(struct api_call *c, cJSON *chunk)
+void openai_send(struct api_call *c, cJSON *chunk)
 {
     if (c->include_usage && !cJSON_GetObjectItemCaseSensitive(chunk, "usage"))
         cJSON_AddNullToObject(chunk, "usage");
