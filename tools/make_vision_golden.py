@@ -275,13 +275,209 @@ def build(name, out, image_path, seed):
           f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
 
 
+# ---- Qwen2.5-VL (its own flow: dynamic resolution, grid_thw, M-RoPE) ----
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|image_pad|>", "<|video_pad|>"]
+QWEN_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+                 "message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+# Two images as the server renders an OpenAI message [image, text, image, text]
+# (parts joined by a newline, each image part replaced by QWEN_MARKER).
+QWEN_USER = QWEN_MARKER + "\nWhat is this?\n" + QWEN_MARKER + "\nAnd this?"
+QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 64
+QWEN_SMALL_MAX_PIXELS = 28 * 28 * 8  # second processor: exercises the max_pixels branch
+QWEN_CROP = (30, 20, 130, 80)      # the second picture: a 100x60 crop of the first
+
+
+def qwen_image_processor(min_pixels, max_pixels):
+    from PIL import Image
+    cls = pil_processor("Qwen2VLImageProcessor")
+    kw = dict(do_resize=True, resample=Image.BICUBIC, do_rescale=True, do_normalize=True,
+              image_mean=[0.48145466, 0.4578275, 0.40821073],
+              image_std=[0.26862954, 0.26130258, 0.27577711], do_convert_rgb=True, patch_size=14,
+              temporal_patch_size=2, merge_size=2)
+    try:
+        return cls(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, **kw)
+    except (TypeError, ValueError):
+        return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
+
+
+def build_qwen(out, image_path, seed):
+    """Qwen2_5_VLForConditionalGeneration: window attention (window 112 px),
+    full attention on blocks 1 and 3, RMSNorm + SwiGLU ViT, 2x2 patch merger;
+    M-RoPE text model with mrope_section [2, 3, 3] (head_dim 16)."""
+    import torch
+    import transformers
+    from PIL import Image
+    name = "qwen2_5_vl"
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tok = make_golden_bytelevel(QWEN_SPECIALS)
+    from transformers import PreTrainedTokenizerFast
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = QWEN_TEMPLATE
+    ids_of = {t: tok.token_to_id(t) for t in QWEN_SPECIALS}
+    vocab = (tok.get_vocab_size() + 31) // 32 * 32
+    vision = dict(depth=4, hidden_size=48, hidden_act="silu", intermediate_size=80, num_heads=3,
+                  in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  tokens_per_second=2, window_size=112, out_hidden_size=64,
+                  fullatt_block_indexes=[1, 3], initializer_range=0.1)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                initializer_range=0.1, rms_norm_eps=1e-6, rope_theta=10000.0,
+                rope_parameters=dict(rope), tie_word_embeddings=False,
+                bos_token_id=ids_of["<|endoftext|>"], eos_token_id=ids_of["<|im_end|>"])
+    cfg = transformers.Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids_of["<|image_pad|>"],
+        video_token_id=ids_of["<|video_pad|>"], vision_start_token_id=ids_of["<|vision_start|>"],
+        vision_end_token_id=ids_of["<|vision_end|>"], tie_word_embeddings=False)
+    tc = cfg.text_config
+    rp = getattr(tc, "rope_parameters", None) or getattr(tc, "rope_scaling", None) or {}
+    if list(rp.get("mrope_section", [])) != [2, 3, 3]:  # older releases: rope_scaling
+        tc.rope_scaling = {"type": "mrope", "rope_type": "default", "mrope_section": [2, 3, 3]}
+    cfg._attn_implementation = "eager"
+    try:
+        cfg.vision_config._attn_implementation = "eager"
+        cfg.text_config._attn_implementation = "eager"
+    except AttributeError:
+        pass
+    torch.manual_seed(seed)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
+    randomize(model, torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+    image = Image.open(image_path).convert("RGB")
+    image2 = image.crop(QWEN_CROP)
+    image2.save(os.path.join(d, "image2.png"))
+    ip = qwen_image_processor(QWEN_MIN_PIXELS, QWEN_MAX_PIXELS)
+    small = qwen_image_processor(QWEN_MIN_PIXELS, QWEN_SMALL_MAX_PIXELS)
+    enc = [ip(images=[im], return_tensors="pt") for im in (image, image2)]
+    enc_small = small(images=[image], return_tensors="pt")
+    pv = [e["pixel_values"].float() for e in enc]
+    grids = [e["image_grid_thw"].reshape(-1, 3) for e in enc]
+    visual = submodule(model, "model.visual", "visual")
+    merge = 4
+
+    # ids: the chat prompt with each image's pads expanded (as Qwen2_5_VLProcessor does)
+    prompt = fast.apply_chat_template([{"role": "user", "content": QWEN_USER}], tokenize=False,
+                                      add_generation_prompt=True)
+    n_img_tokens = [int(g.prod()) // merge for g in grids]
+    pieces = prompt.split("<|image_pad|>")
+    assert len(pieces) == 3, pieces
+    ids = []
+    for i, piece in enumerate(pieces):
+        ids += tok.encode(piece, add_special_tokens=False).ids
+        if i < 2:
+            ids += [ids_of["<|image_pad|>"]] * n_img_tokens[i]
+    input_ids = torch.tensor([ids])
+    pixel_values = torch.cat(pv, 0)
+    grid_thw = torch.cat(grids, 0)
+
+    captured = {}
+
+    def grab(key):
+        def hook(mod, args, kwargs, output=None):
+            if key not in captured:
+                captured[key] = (args, kwargs)
+        return hook
+
+    lm = submodule(model, "model.language_model", "language_model", "model")
+    h1 = lm.register_forward_pre_hook(grab("lm"), with_kwargs=True)
+    h2 = visual.merger.register_forward_pre_hook(grab("merger"), with_kwargs=True)
+    blocks = []
+    hb = [b.register_forward_hook(lambda m, a, o: blocks.append(o[0] if isinstance(o, tuple) else o))
+          for b in visual.blocks]
+    with torch.no_grad():
+        out1 = visual(pv[0], grid_thw=grids[0])
+        ma, mkw = captured.pop("merger")
+        vit_out = (ma[0] if ma else next(v for v in mkw.values() if torch.is_tensor(v))).float()
+        cand = [out1] if torch.is_tensor(out1) else [getattr(out1, k, None) for k in
+                                                     ("pooler_output", "last_hidden_state")]
+        feats = next(c for c in cand if c is not None and c.shape[0] == n_img_tokens[0])
+        block_outs = [b.reshape(-1, b.shape[-1]).clone() for b in blocks[:len(visual.blocks)]]
+        out2 = visual(pv[1], grid_thw=grids[1])
+        cand = [out2] if torch.is_tensor(out2) else [getattr(out2, k, None) for k in
+                                                     ("pooler_output", "last_hidden_state")]
+        feats2 = next(c for c in cand if c is not None and c.shape[0] == n_img_tokens[1])
+        o = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                  pixel_values=pixel_values, image_grid_thw=grid_thw, use_cache=False)
+        logits = o.logits[0].float()
+        a, kw = captured["lm"]
+        pos = kw.get("position_ids")
+        if pos is None and len(a) > 2:
+            pos = a[2]
+        # greedy continuation (no cache: each step recomputes the M-RoPE ids)
+        gen, top_ids, top_lp = [], [], []
+        cur = input_ids
+        for _ in range(6):
+            lo = model(input_ids=cur, attention_mask=torch.ones_like(cur), pixel_values=pixel_values,
+                       image_grid_thw=grid_thw, use_cache=False).logits[0, -1].float()
+            lp = torch.log_softmax(lo, -1)
+            t5 = torch.topk(lp, 5)
+            top_ids.append(t5.indices.tolist())
+            top_lp.append(t5.values.tolist())
+            nxt = int(lo.argmax())
+            gen.append(nxt)
+            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+    for h in [h1, h2] + hb:
+        h.remove()
+    if pos is None:
+        raise RuntimeError("qwen: no position_ids reached the language model")
+    pos = pos.reshape(-1, pos.shape[-1])[-3:]  # [3][n]: temporal, height, width
+
+    model.to(torch.bfloat16).save_pretrained(d)
+    ip.save_pretrained(d)
+    fast.save_pretrained(d)
+    save_f32(os.path.join(d, "pixels.bin"), pv[0])
+    save_f32(os.path.join(d, "pixels2.bin"), pv[1])
+    save_f32(os.path.join(d, "pixels_small.bin"), enc_small["pixel_values"])
+    save_f32(os.path.join(d, "features.bin"), feats)
+    save_f32(os.path.join(d, "features2.bin"), feats2)
+    save_f32(os.path.join(d, "vit_out.bin"), vit_out)
+    save_f32(os.path.join(d, "block0.bin"), block_outs[0])
+    save_f32(os.path.join(d, "logits.bin"), logits)
+    np.asarray(pos.cpu().numpy(), dtype="<i4").tofile(os.path.join(d, "positions.bin"))
+    ref = {"case": name, "prompt": prompt, "user": QWEN_USER, "ids": ids, "n_tokens": len(ids),
+           "image_token_id": ids_of["<|image_pad|>"], "special_ids": ids_of,
+           "grid_thw": [g.reshape(-1).tolist() for g in grids],
+           "grid_thw_small": enc_small["image_grid_thw"].reshape(-1).tolist(),
+           "n_image_tokens": n_img_tokens, "crop": list(QWEN_CROP),
+           "min_pixels": QWEN_MIN_PIXELS, "max_pixels": QWEN_MAX_PIXELS,
+           "small_max_pixels": QWEN_SMALL_MAX_PIXELS,
+           "pixels_shape": list(pv[0].shape), "features_shape": list(feats.shape),
+           "vit_out_shape": list(vit_out.shape), "block0_shape": list(block_outs[0].shape),
+           "vocab_size": int(logits.shape[-1]), "positions_shape": list(pos.shape),
+           "greedy": gen, "greedy_text": fast.decode(gen), "top5_ids": top_ids, "top5_logprobs": top_lp,
+           "seed": seed, "torch": torch.__version__, "transformers": transformers.__version__,
+           "image_processor": type(ip).__name__,
+           "features_abs_max": float(feats.abs().max()), "logits_std": float(logits.std())}
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    print(f"{name}: {len(ids)} tokens ({n_img_tokens} image), grids {ref['grid_thw']}, "
+          f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
+
+
+def make_golden_bytelevel(specials):
+    import make_golden  # tools/make_golden.py: the byte-level BPE builder
+    return make_golden.bytelevel_tokenizer(60, make_golden.QWEN2_RE, specials)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="output directory (one subdirectory per case)")
     ap.add_argument("--image", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "..", "tests", "fixtures", "vision", "image.png"))
     ap.add_argument("--image-only", metavar="PNG", help="only write the test picture")
-    ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl"])
     args = ap.parse_args()
     if args.image_only:
         write_png(args.image_only, test_image())
@@ -296,8 +492,11 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     shutil.copy(args.image, os.path.join(args.out, "image.png"))
     failed = []
-    for name in args.case or CASES:
+    for name in args.case or list(CASES) + ["qwen2_5_vl"]:
         try:
+            if name == "qwen2_5_vl":
+                build_qwen(args.out, args.image, seed=5678)
+                continue
             build(name, args.out, args.image, seed=4321 + 10 * list(CASES).index(name))
         except Exception as e:  # report every case, then fail
             import traceback
