@@ -29,6 +29,14 @@ norms, local/global rope bases, partial rotary with LongRoPE, head_dim 32 of a
 64-wide model), whose tokenizer_config carries the published Gemma 3,
 Phi-4-mini and Mistral v0.3 templates of tests/fixtures/templates.
 
+Cases of issue 17, part two: qwen3moe (8 experts, 2 per token, normalised
+top-k weights; weights redrawn until no token's 2nd and 3rd router logits are
+within 0.02, so rounding cannot swap an expert; reference.json records the
+experts each layer chose), smollm3 (NoPE every 4th layer; the published
+template, also rendered with its /think and /no_think flags into
+chat_variants) and lfm2 (short-convolution blocks beside attention; a long
+text as well).
+
 Weights are drawn larger than the HF initialiser would (norm gains and biases
 away from 1 and 0) so that every term of the forward pass moves the logits.
 """
@@ -338,8 +346,86 @@ def case_mistral():
                 dtype=torch.float32, shard=None)
 
 
+def case_qwen3moe():
+    tok, fast = qwen_tok()
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    # Qwen3-30B-A3B in small: 8 experts of 32 (moe_intermediate_size), 2 per
+    # token, top-k weights renormalised (norm_topk_prob), q/k norms, head_dim
+    # 32 of a 64-wide model, every layer sparse. intermediate_size is the
+    # unused dense width. The router's k-th and (k+1)-th logits are kept apart
+    # (see routing_margin) so that rounding cannot swap an expert.
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=n, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        head_dim=32, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        eos_token_id=tok.token_to_id("<|im_end|>"), **dict(BASE, num_hidden_layers=3))
+    return dict(cls=transformers.Qwen3MoeForCausalLM, cfg=cfg, tok=fast, template=CHATML_TEMPLATE,
+                tok_config={"add_bos_token": False}, dtype=torch.float32, shard=None,
+                min_routing_margin=0.02)
+
+
+def case_smollm3():
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>",
+                "<think>", "</think>"]
+    tok = bytelevel_tokenizer(60, LLAMA3_RE, specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|end_of_text|>")
+    # SmolLM3-3B in small: 8 layers, NoPE in every 4th (no_rope_layers
+    # [1, 1, 1, 0, 1, 1, 1, 0]: layers 3 and 7 attend without rotary), GQA,
+    # tied embeddings; the published template with its /think and /no_think
+    # system flags.
+    cfg = transformers.SmolLM3Config(
+        vocab_size=tok.get_vocab_size(), rms_norm_eps=1e-6, rope_theta=5000000.0,
+        no_rope_layer_interval=4, use_sliding_window=False, tie_word_embeddings=True,
+        pad_token_id=tok.token_to_id("<|end_of_text|>"), bos_token_id=None,
+        eos_token_id=tok.token_to_id("<|im_end|>"), **dict(BASE, num_hidden_layers=8))
+    return dict(cls=transformers.SmolLM3ForCausalLM, cfg=cfg, tok=fast,
+                template=published_template("smollm3.jinja"),
+                tok_config={"add_bos_token": False}, dtype=torch.bfloat16, shard=None,
+                chat_variants=SMOLLM3_VARIANTS)
+
+
+def case_lfm2():
+    specials = ["<|pad|>", "<|startoftext|>", "<|im_start|>", "<|im_end|>",
+                "<|tool_call_start|>", "<|tool_call_end|>"]
+    tok = bytelevel_tokenizer(60, LLAMA3_RE, specials, bos="<|startoftext|>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|startoftext|>",
+                                   eos_token="<|im_end|>", pad_token="<|pad|>")
+    # LFM2-1.2B in small: 6 layers, short-convolution blocks (kernel 3) with
+    # attention at layers 2 and 4 (q/k norms), the feed-forward width
+    # auto-adjusted from intermediate_size as LFM2's configs ask (2/3, then up
+    # to a multiple of 32: 192 -> 128), tied embeddings.
+    layer_types = ["conv", "conv", "full_attention", "conv", "full_attention", "conv"]
+    kw = dict(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=192,
+              num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=128, initializer_range=0.1, norm_eps=1e-5,
+              conv_bias=False, conv_L_cache=3, block_multiple_of=32, block_ffn_dim_multiplier=1.0,
+              block_auto_adjust_ff_dim=True, tie_word_embeddings=True,
+              pad_token_id=tok.token_to_id("<|pad|>"), bos_token_id=tok.token_to_id("<|startoftext|>"),
+              eos_token_id=tok.token_to_id("<|im_end|>"))
+    cfgs = [lambda: transformers.Lfm2Config(layer_types=layer_types, rope_theta=1000000.0, **kw),
+            lambda: transformers.Lfm2Config(full_attn_idxs=[2, 4], rope_theta=1000000.0, **kw)]
+    return dict(cls=transformers.Lfm2ForCausalLM, cfg=None, cfgs=cfgs, tok=fast,
+                template=CHATML_TEMPLATE, tok_config={"add_bos_token": True, "add_eos_token": False},
+                dtype=torch.float32, shard=None, long_text=TEXT_LONG)
+
+
+# SmolLM3's reasoning switches: enable_thinking, and the /think and /no_think
+# flags of the system message, which override it.
+SMOLLM3_VARIANTS = [
+    dict(messages=[{"role": "system", "content": "You are terse. /no_think"},
+                   {"role": "user", "content": "Hello world!"}], kwargs={}),
+    dict(messages=[{"role": "system", "content": "You are terse. /think"},
+                   {"role": "user", "content": "Hello world!"}],
+         kwargs={"enable_thinking": False}),
+    dict(messages=[{"role": "user", "content": "Hello world!"}],
+         kwargs={"enable_thinking": False}),
+]
+
+
 CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3,
-         "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral}
+         "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral,
+         "qwen3moe": case_qwen3moe, "smollm3": case_smollm3, "lfm2": case_lfm2}
 
 
 
@@ -351,6 +437,30 @@ def randomize(model, gen):
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
             elif p.dim() == 1:
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+
+
+def routing_margin(model, ids, k, chosen=None):
+    """Smallest gap between the k-th and (k+1)-th router logit over every
+    token and MoE layer, computed from each sparse block's input; the experts
+    each layer picks go into chosen (a list) when given."""
+    gaps = []
+
+    def hook(mod, args):
+        x = args[0].reshape(-1, args[0].shape[-1]).float()
+        logits = x @ mod.gate.weight.float().t()
+        top = torch.topk(logits, k + 1, dim=-1)
+        gaps.append(float((top.values[:, k - 1] - top.values[:, k]).min()))
+        if chosen is not None:
+            chosen.append(top.indices[:, :k].tolist())
+    handles = [m.register_forward_pre_hook(hook) for n, m in model.named_modules()
+               if hasattr(m, "gate") and hasattr(m, "experts")]
+    if not handles:
+        raise RuntimeError("no MoE blocks found for the routing margin")
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in handles:
+        h.remove()
+    return min(gaps)
 
 
 def build(name, out, seed):
@@ -374,16 +484,36 @@ def build(name, out, seed):
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
         if rope.get("rope_type", rope.get("type")) != spec["rope_type"]:
             raise RuntimeError(f"{name}: config lost the rope scaling: {rope}")
-    model = spec["cls"](cfg).float().eval()
-    randomize(model, torch.Generator().manual_seed(seed + 1))
-    # The reference runs in float32 on exactly the values that are stored.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(spec["dtype"]).float())
-
     fast = spec["tok"]
     fast.chat_template = spec["template"]
     ids = fast(TEXT)["input_ids"]
+
+    def make_model(s):
+        torch.manual_seed(s)
+        model = spec["cls"](cfg).float().eval()
+        randomize(model, torch.Generator().manual_seed(s + 1))
+        # The reference runs in float32 on exactly the values that are stored.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(spec["dtype"]).float())
+        return model
+    model = make_model(seed)
+    margin = None
+    if spec.get("min_routing_margin"):
+        # MoE: draw weights until no token's k-th and (k+1)-th router logits
+        # are closer than the margin (a near-tie would let rounding pick
+        # another expert and change the logits discontinuously).
+        for attempt in range(200):
+            margin = routing_margin(model, ids, cfg.num_experts_per_tok)
+            if margin >= spec["min_routing_margin"]:
+                break
+            seed += 7919
+            model = make_model(seed)
+        else:
+            raise RuntimeError(f"{name}: no draw with routing margin {spec['min_routing_margin']}")
+        print(f"{name}: routing margin {margin:.4f} (seed {seed})", file=sys.stderr)
+        chosen = []
+        routing_margin(model, ids, cfg.num_experts_per_tok, chosen)
     try:
         chat = fast.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # a template that refuses the system turn, say
@@ -439,11 +569,20 @@ def build(name, out, seed):
             f.write(" ".join(map(str, long_ids)) + "\n")
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(map(str, ids)) + "\n")
+    variants = []
+    for v in spec.get("chat_variants", []):
+        variants.append(dict(v, rendered=fast.apply_chat_template(
+            v["messages"], tokenize=False, add_generation_prompt=True, **v["kwargs"])))
     ref = {"text": TEXT, "ids": ids, "n_tokens": len(ids), "vocab_size": cfg.vocab_size,
            "chat_messages": CHAT, "chat_rendered": chat, "seed": seed,
            "torch": torch.__version__, "transformers": transformers.__version__,
            "tokenizers": tokenizers.__version__,
            "logits_abs_max": float(np.abs(logits).max()), "logits_std": float(logits.std())}
+    if variants:
+        ref["chat_variants"] = variants
+    if margin is not None:
+        ref["routing_margin"] = margin
+        ref["routing_experts"] = chosen  # [layer][token][k], best first
     if long_ids:
         ref.update(text_long=spec["long_text"], ids_long=long_ids, n_tokens_long=len(long_ids))
     if spec.get("long_text") or name in ("gemma2", "gemma3", "phi3", "mistral"):
