@@ -37,6 +37,7 @@ struct vision_model;
 enum vision_family {
     VISION_LLAVA,    /* CLIP ViT (CLS + patches), layer feature_layer, MLP projector */
     VISION_IDEFICS3, /* SigLIP ViT, post-norm, pixel shuffle, linear connector, tiles */
+    VISION_QWEN2VL,  /* Qwen2.5-VL: dynamic resolution, window attention, 2x2 patch merger */
 };
 
 struct vision_info {
@@ -50,8 +51,10 @@ struct vision_info {
     int n_head;
     int scale_factor;        /* idefics3 pixel shuffle (1 for llava) */
     int longest_edge;        /* idefics3: images are first resized to this longest edge */
-    int tokens_per_image;    /* embeddings per encoder pass (per tile) */
+    int tokens_per_image;    /* embeddings per encoder pass (per tile); qwen2vl: 0 (per image size) */
     float image_mean[3], image_std[3];
+    int merge_size;          /* qwen2vl: patches merged per side (2); 0 otherwise */
+    int64_t min_pixels, max_pixels; /* qwen2vl: resized area bounds (multiples of 28 px sides) */
     uint64_t file_hash;      /* content hash of the mmproj file (cache key part) */
     uint64_t preprocess_hash;/* hash of every preprocessing parameter above */
 };

@@ -1,0 +1,528 @@
+/* qwen2vl.c - the Qwen2.5-VL vision tower of an mmproj GGUF, following the
+ * Hugging Face Qwen2_5_VisionTransformerPretrainedModel: patch embedding
+ * (a conv3d over two identical frames for a still image, so the two kernel
+ * halves are summed once at load), tokens regrouped into 112 px windows,
+ * 2-D rotary positions (height then width frequencies, NEOX pairs), blocks
+ * of RMSNorm + attention (inside a window, or over the whole image every
+ * n_wa_pattern-th block) + RMSNorm + SwiGLU, then the merger (RMSNorm, the
+ * 2x2 groups as rows of 4 x n_embd, linear / exact GELU / linear) and the
+ * windows undone. Attention runs in query blocks so a large image needs no
+ * n x n score matrix. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/core/gguf.h"
+#include "src/core/matmul.h"
+#include "src/core/nn.h"
+#include "src/core/omni.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+#include "vision/qwen2vl.h"
+#include "vision/vision.h"
+
+struct qwen2vl_layer {
+    float *ln1, *ln2;                              /* (D) RMSNorm gains */
+    struct omni_tensor q, k, v, o;                 /* (D, D) */
+    float *q_b, *k_b, *v_b, *o_b;                  /* (D) or NULL */
+    struct omni_tensor gate, up, down;             /* (F, D), (F, D), (D, F) */
+    float *gate_b, *up_b, *down_b;                 /* (F), (F), (D) or NULL */
+};
+
+struct qwen2vl_model {
+    int D, F, H, P, n_layer, n_wa_pattern, window_px, merge;
+    float eps;
+    struct omni_tensor patch;                      /* (D, 3*P*P): both frames' kernels summed, F32 */
+    float *patch_w;                                /* its storage */
+    float *patch_b;                                /* (D) or NULL */
+    struct qwen2vl_layer *layers;                  /* (n_layer) */
+    float *post_ln;                                /* (D) the merger's ln_q */
+    struct omni_tensor mm0, mm2;                   /* (4D, 4D), (n_embd_lm, 4D) */
+    float *mm0_b, *mm2_b;
+    int n_embd_lm;
+};
+
+// ---- loading -----------------------------------------------------------------
+
+bool qwen2vl_is_projector(const char *type, size_t len)
+{
+    return type && len == 16 && !memcmp(type, "qwen2.5vl_merger", 16);
+}
+
+struct qload {
+    const struct gguf *g;
+    const char *path;
+    char *err;
+    size_t errlen;
+    int rc;
+};
+
+static int qfail(struct qload *l, int code, const char *what, const char *name)
+{
+    if (!l->rc)
+        l->rc = omni_fail(l->err, l->errlen, code, "vision: %s: %s '%s'", l->path, what, name);
+    return l->rc;
+}
+
+static const struct gguf_tensor *qfind(struct qload *l, const char *name, bool required)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(l->g, name);
+    if (!t) {
+        if (required)
+            qfail(l, OMNI_ERR_FORMAT, "missing tensor", name);
+        return NULL;
+    }
+    const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
+    if (!tr || !tr->supported) {
+        qfail(l, OMNI_ERR_UNSUPPORTED, "unsupported type of tensor", name);
+        return NULL;
+    }
+    return t;
+}
+
+static void qmat(struct qload *l, const char *name, int64_t n_in, int64_t n_out, struct omni_tensor *out)
+{
+    const struct gguf_tensor *t = qfind(l, name, true);
+    if (!t)
+        return;
+    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] * t->ne[3] != n_out) {
+        qfail(l, OMNI_ERR_FORMAT, "wrong shape of tensor", name);
+        return;
+    }
+    *out = (struct omni_tensor){ .type = t->type, .ne = { n_in, n_out }, .data = t->data };
+}
+
+/* n floats, malloc'ed; NULL for an absent optional one (or on failure, with l->rc). */
+static float *qvec(struct qload *l, const char *name, int64_t n, bool required)
+{
+    const struct gguf_tensor *t = qfind(l, name, required);
+    if (!t)
+        return NULL;
+    if (t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] != n) {
+        qfail(l, OMNI_ERR_FORMAT, "wrong size of tensor", name);
+        return NULL;
+    }
+    float *v = malloc(sizeof *v * (size_t)n);
+    if (!v) {
+        qfail(l, OMNI_ERR_NOMEM, "out of memory for", name);
+        return NULL;
+    }
+    struct omni_tensor w = { .type = t->type, .ne = { n, 1 }, .data = t->data };
+    omni_tensor_get_row(&w, 0, v);
+    return v;
+}
+
+static int qkey(struct qload *l, const char *key, int *out, bool required, int max)
+{
+    uint32_t v;
+    int rc = gguf_get_u32(l->g, key, &v);
+    if (rc == OMNI_ERR_NOTFOUND && !required)
+        return 0;
+    if (rc < 0 || v == 0 || v > (uint32_t)max)
+        return qfail(l, OMNI_ERR_FORMAT, "missing or out-of-range key", key);
+    *out = (int)v;
+    return 0;
+}
+
+void qwen2vl_free(struct qwen2vl_model *q)
+{
+    if (!q)
+        return;
+    for (int i = 0; q->layers && i < q->n_layer; i++) {
+        struct qwen2vl_layer *L = &q->layers[i];
+        float *v[] = { L->ln1, L->ln2, L->q_b, L->k_b, L->v_b, L->o_b, L->gate_b, L->up_b, L->down_b };
+        for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+            free(v[j]);
+    }
+    free(q->layers);
+    free(q->patch_w);
+    free(q->patch_b);
+    free(q->post_ln);
+    free(q->mm0_b);
+    free(q->mm2_b);
+    free(q);
+}
+
+static int load_mean_std(struct qload *l, const char *key, float out[3])
+{
+    enum gguf_type et;
+    uint64_t n;
+    const void *p = gguf_get_arr_data(l->g, key);
+    if (gguf_get_arr(l->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n != 3 || !p)
+        return qfail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
+    memcpy(out, p, 3 * sizeof(float));
+    return 0;
+}
+
+struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struct vision_info *in,
+                                   char *err, size_t errlen)
+{
+    struct qload l = { g, path, err, errlen, 0 };
+    struct qwen2vl_model *q = calloc(1, sizeof *q);
+    if (!q) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        return NULL;
+    }
+    q->merge = 2, q->window_px = 112;
+    if (qkey(&l, "clip.vision.embedding_length", &q->D, true, 1 << 16) ||
+        qkey(&l, "clip.vision.feed_forward_length", &q->F, true, 1 << 18) ||
+        qkey(&l, "clip.vision.block_count", &q->n_layer, true, 1024) ||
+        qkey(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
+        qkey(&l, "clip.vision.patch_size", &q->P, true, 256) ||
+        qkey(&l, "clip.vision.n_wa_pattern", &q->n_wa_pattern, true, 1024) ||
+        qkey(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
+        qkey(&l, "clip.vision.window_size", &q->window_px, false, 1 << 14) ||
+        load_mean_std(&l, "clip.vision.image_mean", in->image_mean) ||
+        load_mean_std(&l, "clip.vision.image_std", in->image_std))
+        goto fail;
+    q->eps = 1e-6f;
+    gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &q->eps);
+    const int D = q->D, F = q->F, P = q->P;
+    /* head_dim / 4 rotary frequencies per axis; merge 2 is what the
+     * reference's window and rotary code assume */
+    if (D % q->H || (D / q->H) % 4 || q->merge != 2 || q->window_px % (P * q->merge)) {
+        qfail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding, heads, merge, window)", "clip.vision");
+        goto fail;
+    }
+    // patch embedding: two [P][P][3][D] frame kernels, summed for still images
+    const struct gguf_tensor *p0 = qfind(&l, "v.patch_embd.weight", true);
+    const struct gguf_tensor *p1 = qfind(&l, "v.patch_embd.weight.1", true);
+    if (!p0 || !p1)
+        goto fail;
+    const int64_t K = 3LL * P * P;
+    for (int i = 0; i < 2; i++) {
+        const struct gguf_tensor *t = i ? p1 : p0;
+        if (t->ne[0] * t->ne[1] * t->ne[2] != K || t->ne[3] * (t->n_dims == 4) != D) {
+            qfail(&l, OMNI_ERR_FORMAT, "shape not [P x P x 3 x D] of tensor", t->name);
+            goto fail;
+        }
+    }
+    q->patch_w = malloc(sizeof(float) * (size_t)(K * D));
+    float *row = malloc(sizeof(float) * (size_t)K);
+    if (!q->patch_w || !row) {
+        free(row);
+        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
+        goto fail;
+    }
+    struct omni_tensor w0 = { .type = p0->type, .ne = { K, D }, .data = p0->data };
+    struct omni_tensor w1 = { .type = p1->type, .ne = { K, D }, .data = p1->data };
+    for (int64_t r = 0; r < D; r++) {
+        omni_tensor_get_row(&w0, r, q->patch_w + r * K);
+        omni_tensor_get_row(&w1, r, row);
+        for (int64_t i = 0; i < K; i++)
+            q->patch_w[r * K + i] += row[i];
+    }
+    free(row);
+    q->patch = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { K, D }, .data = q->patch_w };
+    q->patch_b = qvec(&l, "v.patch_embd.bias", D, false);
+    if (l.rc)
+        goto fail;
+    q->layers = calloc((size_t)q->n_layer, sizeof *q->layers);
+    if (!q->layers) {
+        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "layers");
+        goto fail;
+    }
+    char n[64];
+#define NAME(s) (snprintf(n, sizeof n, "v.blk.%d.%s", i, s), n)
+    for (int i = 0; i < q->n_layer && !l.rc; i++) {
+        struct qwen2vl_layer *L = &q->layers[i];
+        L->ln1 = qvec(&l, NAME("ln1.weight"), D, true);
+        L->ln2 = qvec(&l, NAME("ln2.weight"), D, true);
+        qmat(&l, NAME("attn_q.weight"), D, D, &L->q);
+        qmat(&l, NAME("attn_k.weight"), D, D, &L->k);
+        qmat(&l, NAME("attn_v.weight"), D, D, &L->v);
+        qmat(&l, NAME("attn_out.weight"), D, D, &L->o);
+        qmat(&l, NAME("ffn_gate.weight"), D, F, &L->gate);
+        qmat(&l, NAME("ffn_up.weight"), D, F, &L->up);
+        qmat(&l, NAME("ffn_down.weight"), F, D, &L->down);
+        L->q_b = qvec(&l, NAME("attn_q.bias"), D, false);
+        L->k_b = qvec(&l, NAME("attn_k.bias"), D, false);
+        L->v_b = qvec(&l, NAME("attn_v.bias"), D, false);
+        L->o_b = qvec(&l, NAME("attn_out.bias"), D, false);
+        L->gate_b = qvec(&l, NAME("ffn_gate.bias"), F, false);
+        L->up_b = qvec(&l, NAME("ffn_up.bias"), F, false);
+        L->down_b = qvec(&l, NAME("ffn_down.bias"), D, false);
+    }
+#undef NAME
+    if (l.rc)
+        goto fail;
+    q->post_ln = qvec(&l, "v.post_ln.weight", D, true);
+    const struct gguf_tensor *last = qfind(&l, "mm.2.weight", true);
+    if (!q->post_ln || !last)
+        goto fail;
+    if (last->ne[1] < 1 || last->ne[1] > 65536 || last->ne[2] * last->ne[3] != 1) {
+        qfail(&l, OMNI_ERR_FORMAT, "output width out of range in tensor", "mm.2.weight");
+        goto fail;
+    }
+    q->n_embd_lm = (int)last->ne[1];
+    qmat(&l, "mm.0.weight", 4LL * D, 4LL * D, &q->mm0);
+    qmat(&l, "mm.2.weight", 4LL * D, q->n_embd_lm, &q->mm2);
+    q->mm0_b = qvec(&l, "mm.0.bias", 4LL * D, false);
+    q->mm2_b = qvec(&l, "mm.2.bias", q->n_embd_lm, false);
+    if (l.rc)
+        goto fail;
+
+    in->family = VISION_QWEN2VL;
+    in->projector = "qwen2.5vl_merger";
+    in->n_embd_lm = q->n_embd_lm;
+    in->patch_size = P;
+    in->n_embd = D;
+    in->n_layer = q->n_layer;
+    in->n_head = q->H;
+    in->scale_factor = q->merge;
+    in->merge_size = q->merge;
+    /* llama.cpp's limits for these files when the keys are absent: 8 to
+     * 4096 merged tokens (the HF processor allows up to 16384) */
+    const int64_t unit = (int64_t)P * q->merge * P * q->merge;
+    in->min_pixels = 8 * unit, in->max_pixels = 4096 * unit;
+    int v;
+    if (qkey(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
+        in->min_pixels = v;
+    v = 0;
+    if (qkey(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
+        in->max_pixels = v;
+    if (l.rc || in->min_pixels > in->max_pixels || in->max_pixels < unit) {
+        qfail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
+        goto fail;
+    }
+    in->image_size = (int)sqrt((double)in->max_pixels);
+    in->tokens_per_image = 0; /* depends on the image */
+    return q;
+fail:
+    qwen2vl_free(q);
+    return NULL;
+}
+
+// ---- windows -------------------------------------------------------------------
+
+void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_seg)
+{
+    int k = 0, s = 0;
+    seg[0] = 0;
+    for (int y0 = 0; y0 < mh; y0 += win)
+        for (int x0 = 0; x0 < mw; x0 += win) {
+            for (int y = y0; y < y0 + win && y < mh; y++)
+                for (int x = x0; x < x0 + win && x < mw; x++)
+                    order[k++] = y * mw + x;
+            seg[++s] = k;
+        }
+    *n_seg = s;
+}
+
+// ---- forward -------------------------------------------------------------------
+
+struct qctx {
+    const struct qwen2vl_model *q;
+    struct tpool *tp;
+    int n;                       /* patches */
+    float *x, *h, *qb, *kb, *vb, *att; /* (n, D) */
+    float *ff, *ff2;             /* (n, F) */
+    float *cosv, *sinv;          /* (n, head_dim / 2): each row's rotary angles */
+    float *scores;               /* (threads, QBLOCK, n) */
+    const int *seg;              /* current layer's attention segments, in patches */
+    int n_seg;
+};
+
+enum { QBLOCK = 64 };
+
+static void linear(struct qctx *c, const struct omni_tensor *w, const float *b, const float *x,
+                   int n_rows, float *y)
+{
+    omni_matmul(c->tp, w, x, n_rows, y);
+    if (b) {
+        const int64_t n = w->ne[1];
+        for (int r = 0; r < n_rows; r++)
+            for (int64_t i = 0; i < n; i++)
+                y[r * n + i] += b[i];
+    }
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w over n_rows rows of n (as Qwen2RMSNorm, in float) */
+static void rms_norm_rows(const float *x, const float *w, int n_rows, int n, float eps, float *y)
+{
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++)
+            ss += (double)xr[i] * xr[i];
+        const float inv = (float)(1.0 / sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++)
+            yr[i] = xr[i] * inv * w[i];
+    }
+}
+
+/* NEOX rotation of every head of every row: pair (i, i + dh/2) by the
+ * row's angle i. */
+static void rope_rows(struct qctx *c, float *x)
+{
+    const int D = c->q->D, dh = D / c->q->H, half = dh / 2;
+    for (int r = 0; r < c->n; r++) {
+        const float *cs = c->cosv + (size_t)r * half, *sn = c->sinv + (size_t)r * half;
+        for (int hd = 0; hd < c->q->H; hd++) {
+            float *v = x + (size_t)r * D + hd * dh;
+            for (int i = 0; i < half; i++) {
+                const float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+/* Jobs (segment, head, query block) spread over the threads: softmax(q k^T
+ * / sqrt(dh)) v inside the segment, straight on the [n][D] rows. */
+static void attention_worker(void *arg, int ith, int nth)
+{
+    struct qctx *c = arg;
+    const int D = c->q->D, H = c->q->H, dh = D / H;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *scores = c->scores + (size_t)ith * QBLOCK * c->n;
+    int job = 0;
+    for (int s = 0; s < c->n_seg; s++) {
+        const int a = c->seg[s], len = c->seg[s + 1] - a;
+        for (int hd = 0; hd < H; hd++)
+            for (int q0 = 0; q0 < len; q0 += QBLOCK, job++) {
+                if (job % nth != ith)
+                    continue;
+                const int nq = len - q0 < QBLOCK ? len - q0 : QBLOCK;
+                const float *qp = c->qb + (size_t)(a + q0) * D + hd * dh;
+                const float *kp = c->kb + (size_t)a * D + hd * dh, *vp = c->vb + (size_t)a * D + hd * dh;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, len, dh, scale, qp, D, kp,
+                            D, 0.0f, scores, len);
+                for (int i = 0; i < nq; i++)
+                    omni_vec_softmax(len, scores + (size_t)i * len);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, scores, len,
+                            vp, D, 0.0f, c->att + (size_t)(a + q0) * D + hd * dh, D);
+            }
+    }
+}
+
+static void attention(struct qctx *c)
+{
+    if (c->tp)
+        tpool_run(c->tp, attention_worker, c);
+    else
+        attention_worker(c, 0, 1);
+}
+
+static void qctx_free(struct qctx *c)
+{
+    float *v[] = { c->x, c->h, c->qb, c->kb, c->vb, c->att, c->ff, c->ff2, c->cosv, c->sinv, c->scores };
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+        free(v[j]);
+}
+
+int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
+                   int gw, float *vit_out, struct vision_embd *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const int D = q->D, F = q->F, dh = D / q->H, half = dh / 2, quarter = dh / 4;
+    const int64_t K = 3LL * q->P * q->P;
+    if (gh < 2 || gw < 2 || gh % 2 || gw % 2 || (int64_t)gh * gw > (1 << 20))
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d", gh, gw);
+    const int n = gh * gw, mh = gh / 2, mw = gw / 2, M = n / 4;
+    const int nth = tp ? tpool_size(tp) : 1;
+    struct qctx c = { .q = q, .tp = tp, .n = n };
+    int *order = malloc(sizeof(int) * M), *wseg = malloc(sizeof(int) * (M + 1));
+    int *fseg = malloc(sizeof(int) * 2), n_wseg = 0;
+    float *in = malloc(sizeof(float) * (size_t)n * K);
+    float *proj = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
+    float **bufs[] = { &c.x, &c.h, &c.qb, &c.kb, &c.vb, &c.att };
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++)
+        *bufs[j] = malloc(sizeof(float) * (size_t)n * D);
+    c.ff = malloc(sizeof(float) * (size_t)n * (F > D ? F : D)); /* also the merger's M x 4D */
+    c.ff2 = malloc(sizeof(float) * (size_t)n * F);
+    c.cosv = malloc(sizeof(float) * (size_t)n * half);
+    c.sinv = malloc(sizeof(float) * (size_t)n * half);
+    c.scores = malloc(sizeof(float) * (size_t)nth * QBLOCK * n);
+    out->data = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
+    int rc = OMNI_OK;
+    if (!order || !wseg || !fseg || !in || !c.x || !c.h || !c.qb || !c.kb || !c.vb || !c.att ||
+        !c.ff || !c.ff2 || !c.cosv || !c.sinv || !c.scores || !proj || !out->data) {
+        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for a %dx%d patch image", gw, gh);
+        goto done;
+    }
+    if (tpool_begin(tp, false) < 0) {
+        rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
+        goto done;
+    }
+    // windows over the merged grid; the patch rows regrouped window by window
+    qwen2vl_window_order(mh, mw, q->window_px / (q->P * q->merge), order, wseg, &n_wseg);
+    for (int s = 0; s <= n_wseg; s++)
+        wseg[s] *= 4;
+    fseg[0] = 0, fseg[1] = n;
+    for (int k = 0; k < M; k++)
+        memcpy(in + (size_t)k * 4 * K, patches + (size_t)order[k] * 4 * K, sizeof(float) * 4 * K);
+    // rotary angles: patch j of unit u = (uy, ux) sits at row 2 uy + j / 2,
+    // column 2 ux + j % 2; the first dh/4 angles turn with the row, the next
+    // dh/4 with the column, at base 10000^(-4i/dh)
+    for (int k = 0; k < M; k++)
+        for (int j = 0; j < 4; j++) {
+            const int r = k * 4 + j, u = order[k];
+            const double py = 2 * (u / mw) + j / 2, px = 2 * (u % mw) + j % 2;
+            for (int i = 0; i < quarter; i++) {
+                const double f = pow(10000.0, -4.0 * i / dh);
+                c.cosv[(size_t)r * half + i] = (float)cos(py * f);
+                c.sinv[(size_t)r * half + i] = (float)sin(py * f);
+                c.cosv[(size_t)r * half + quarter + i] = (float)cos(px * f);
+                c.sinv[(size_t)r * half + quarter + i] = (float)sin(px * f);
+            }
+        }
+    // patch embedding
+    linear(&c, &q->patch, q->patch_b, in, n, c.x);
+    for (int l = 0; l < q->n_layer; l++) {
+        const struct qwen2vl_layer *L = &q->layers[l];
+        const bool full = (l + 1) % q->n_wa_pattern == 0;
+        c.seg = full ? fseg : wseg, c.n_seg = full ? 1 : n_wseg;
+        // x += o(attn(rope(q), rope(k), v)) of rmsnorm(x)
+        rms_norm_rows(c.x, L->ln1, n, D, q->eps, c.h);
+        linear(&c, &L->q, L->q_b, c.h, n, c.qb);
+        linear(&c, &L->k, L->k_b, c.h, n, c.kb);
+        linear(&c, &L->v, L->v_b, c.h, n, c.vb);
+        rope_rows(&c, c.qb);
+        rope_rows(&c, c.kb);
+        attention(&c);
+        linear(&c, &L->o, L->o_b, c.att, n, c.h);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            c.x[i] += c.h[i];
+        // x += down(silu(gate(h)) * up(h)), h = rmsnorm(x)
+        rms_norm_rows(c.x, L->ln2, n, D, q->eps, c.h);
+        linear(&c, &L->gate, L->gate_b, c.h, n, c.ff);
+        linear(&c, &L->up, L->up_b, c.h, n, c.ff2);
+        omni_swiglu(c.ff, c.ff2, (int64_t)n * F);
+        linear(&c, &L->down, L->down_b, c.ff2, n, c.h);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            c.x[i] += c.h[i];
+    }
+    if (vit_out)
+        memcpy(vit_out, c.x, sizeof(float) * (size_t)n * D);
+    // merger: ln_q, each unit's 4 patches as one row of 4D, mm.0, GELU, mm.2
+    rms_norm_rows(c.x, q->post_ln, n, D, q->eps, c.h);
+    linear(&c, &q->mm0, q->mm0_b, c.h, M, c.ff);
+    omni_gelu_erf(c.ff, (int64_t)M * 4 * D);
+    linear(&c, &q->mm2, q->mm2_b, c.ff, M, proj);
+    tpool_end(tp);
+    // undo the windows: window row k is unit order[k]
+    for (int k = 0; k < M; k++)
+        memcpy(out->data + (size_t)order[k] * q->n_embd_lm, proj + (size_t)k * q->n_embd_lm,
+               sizeof(float) * q->n_embd_lm);
+    out->n_tokens = M;
+    out->n_embd = q->n_embd_lm;
+    out->n_images = 1;
+    out->tile_rows = mh, out->tile_cols = mw;
+done:
+    if (rc < 0) {
+        free(out->data);
+        memset(out, 0, sizeof *out);
+    }
+    free(order);
+    free(wseg);
+    free(fseg);
+    free(in);
+    free(proj);
+    qctx_free(&c);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* qwen2vl.h - the Qwen2.5-VL vision encoder of a llama.cpp mmproj GGUF
+ * (clip.projector_type "qwen2.5vl_merger"): dynamic-resolution ViT with 14 px
+ * patches (conv3d over two frames, stored as v.patch_embd.weight and
+ * .weight.1), 2-D rotary positions, window attention on most blocks and full
+ * attention every clip.vision.n_wa_pattern-th, RMSNorm + SwiGLU blocks, and
+ * the patch merger (RMSNorm ln_q as v.post_ln, then a GELU MLP mm.0 / mm.2
+ * over each 2x2 group of patches).
+ *
+ *   struct qwen2vl_model *q = qwen2vl_load(g, path, &info, err, sizeof err); // g: opened mmproj
+ *   float *patches; int gh, gw;                  // vision_preprocess(): [gh*gw][3*14*14]
+ *   qwen2vl_encode(q, tp, patches, gh, gw, NULL, &embd, err, sizeof err);
+ *   qwen2vl_free(q);
+ *
+ * The patches come in the Hugging Face processor's order (2x2 merge groups
+ * row by row, the four patches of a group together) and the output rows in
+ * the merged grid's raster order (gh/2 x gw/2 rows of n_embd_lm).
+ * vision.h's functions dispatch here for these files; the header is for
+ * clip.c and the tests. Thread safety: a loaded model is read-only and
+ * shared; qwen2vl_encode allocates its own scratch, so concurrent calls
+ * are safe (each on its own pool or none). */
+#ifndef OMNI_QWEN2VL_H
+#define OMNI_QWEN2VL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct gguf;
+struct tpool;
+struct vision_embd;
+struct vision_info;
+struct qwen2vl_model;
+
+/* True for the projector types this module loads. */
+bool qwen2vl_is_projector(const char *type, size_t len);
+
+/* Weights and settings from g (kept open by the caller for the model's
+ * lifetime; the matrices point into it); fills info. NULL with err. */
+struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struct vision_info *info,
+                                   char *err, size_t errlen);
+void qwen2vl_free(struct qwen2vl_model *q);
+
+/* Encode one image of gh x gw patches (both even). vit_out (may be NULL)
+ * receives the last block's output in the reference's window order
+ * [gh*gw][n_embd] (what the merger reads, for tests); out gets
+ * gh*gw/4 rows with tile_rows = gh/2, tile_cols = gw/2. */
+int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
+                   int gw, float *vit_out, struct vision_embd *out, char *err, size_t errlen);
+
+/* The reference's window order of the merged grid (mh x mw merged units,
+ * windows of win x win units in raster order, units in raster order inside
+ * each): order[k] = the raster index of the k-th unit; seg[0..*n_seg] the
+ * window boundaries in units (seg has room for mh*mw + 1). */
+void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_seg);
+
+#endif
