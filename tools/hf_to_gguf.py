@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""hf_to_gguf.py - convert a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / Gemma 3
-(text) / Phi-3 / BERT checkpoint to GGUF.
+"""hf_to_gguf.py - convert a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / SmolLM3 /
+Gemma 2 / Gemma 3 (text) / Phi-3 / BERT checkpoint to GGUF.
 
     tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
 
@@ -38,6 +38,13 @@ architectures, so files from either converter load the same way:
     them; rope.dimension_count from partial_rotary_factor; LongRoPE as the
     rope_factors_short/long tensors, rope.scaling.original_context_length and
     rope.scaling.attn_factor; attention.sliding_window (0: none);
+  - qwen3moe: ffn_gate_inp (the router, kept F32 as llama.cpp keeps it) and
+    the 3-D ffn_gate_exps / ffn_up_exps / ffn_down_exps, stacked from one
+    matrix per expert or sliced from transformers 5's fused
+    experts.gate_up_proj; expert_count, expert_used_count,
+    expert_feed_forward_length and expert_weights_norm (norm_topk_prob);
+  - smollm3: llama's layout (Q/K rows permuted); its NoPE layers are every
+    4th, as llama.cpp assumes (another no_rope_layers pattern is an error);
   - MistralForCausalLM converts as llama (head_dim may differ from
     hidden/heads: attention.key_length) with attention.sliding_window;
   - BertModel / BertForSequenceClassification: see hf_bert.py.
@@ -64,6 +71,8 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3Model": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3moe",
+    "SmolLM3ForCausalLM": "smollm3",
 }
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7)}
 
@@ -265,6 +274,28 @@ class HParams:
                                    f"rotary dims of {self.head_dim}")
             if cfg.get("qkv_bias") or cfg.get("attention_bias"):
                 raise ConvertError(f"{path}: phi3 attention biases are not supported")
+        if self.arch == "qwen3moe":
+            self.n_expert = need("num_experts")
+            self.n_expert_used = need("num_experts_per_tok")
+            self.n_ff_exp = need("moe_intermediate_size")
+            if self.n_expert_used > self.n_expert:
+                raise ConvertError(f"{path}: num_experts_per_tok {self.n_expert_used} > "
+                                   f"num_experts {self.n_expert}")
+            # llama.cpp's qwen3moe has every layer sparse
+            if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+                raise ConvertError(f"{path}: decoder_sparse_step / mlp_only_layers: dense layers "
+                                   "between the MoE ones are not supported")
+            self.norm_topk_prob = bool(cfg.get("norm_topk_prob", True))
+        if self.arch == "smollm3":
+            # NoPE layers: llama.cpp fixes them at every 4th ((i + 1) % 4 == 0)
+            interval = cfg.get("no_rope_layer_interval", 4)
+            want = [int((i + 1) % 4 != 0) for i in range(self.n_layer)]
+            have = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(self.n_layer)]
+            if list(have) != want:
+                raise ConvertError(f"{path}: no_rope_layers {have} differ from the every-4th-layer "
+                                   "NoPE pattern llama.cpp assumes")
+            if cfg.get("use_sliding_window"):
+                raise ConvertError(f"{path}: use_sliding_window is not supported for SmolLM3")
 
     def write(self, w, name, file_type):
         a = self.arch
@@ -319,9 +350,15 @@ class HParams:
             w.add(f"{a}.attention.key_length", self.head_dim, gguf.GGUF_UINT32)
             w.add(f"{a}.attention.value_length", self.head_dim, gguf.GGUF_UINT32)
         w.add("general.file_type", file_type, gguf.GGUF_UINT32)
-        if a == "llama":
+        if a in ("llama", "smollm3"):
             w.add(f"{a}.vocab_size", self.n_vocab, gguf.GGUF_UINT32)
             w.add(f"{a}.rope.dimension_count", self.head_dim, gguf.GGUF_UINT32)
+        if a == "qwen3moe":
+            w.add(f"{a}.expert_count", self.n_expert, gguf.GGUF_UINT32)
+            w.add(f"{a}.expert_used_count", self.n_expert_used, gguf.GGUF_UINT32)
+            w.add(f"{a}.expert_feed_forward_length", self.n_ff_exp, gguf.GGUF_UINT32)
+            # llama.cpp's qwen3moe always renormalises; the key says so explicitly
+            w.add(f"{a}.expert_weights_norm", self.norm_topk_prob)
         w.add("general.quantization_version", 2, gguf.GGUF_UINT32)
 
     def rope_freqs(self):
@@ -354,7 +391,7 @@ def tensor_plan(hp, names):
     plan = [("token_embd.weight", "model.embed_tokens.weight", None)]
     for i in range(hp.n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
-        qk_perm = hp.arch == "llama"
+        qk_perm = hp.arch in ("llama", "smollm3")
         if hp.arch == "phi3":
             plan += [
                 (b + "attn_norm.weight", p + "input_layernorm.weight", None),
@@ -399,9 +436,14 @@ def tensor_plan(hp, names):
                 plan.append((b + f"attn_{proj}.bias", hf, perm if qk_perm and proj != "v" else None))
         if p + "self_attn.o_proj.bias" in names:
             plan.append((b + "attn_output.bias", p + "self_attn.o_proj.bias", None))
-        if hp.arch == "qwen3":
+        if hp.arch in ("qwen3", "qwen3moe"):
             plan += [(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", None),
                      (b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", None)]
+        if hp.arch == "qwen3moe":
+            plan += [(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", None),
+                     (b + "ffn_gate_inp.weight", p + "mlp.gate.weight", None)]
+            plan += expert_plan(hp, names, b, p + "mlp.experts.")
+            continue
         plan += [
             (b + "ffn_norm.weight", p + "post_attention_layernorm.weight", None),
             (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
@@ -413,16 +455,62 @@ def tensor_plan(hp, names):
         plan.append(("output.weight", "lm_head.weight", None))
     elif not hp.tied:
         raise ConvertError("lm_head.weight missing and tie_word_embeddings is false")
-    missing = [hf for _, hf, _ in plan if hf not in names]
+    missing = [hf for _, src, _ in plan for hf in source_names(src) if hf not in names]
     if missing:
         raise ConvertError(f"checkpoint lacks {len(missing)} tensor(s) {hp.hf_arch} needs: "
                            + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
-    used = {hf for _, hf, _ in plan} | {"lm_head.weight"}
+    used = {hf for _, src, _ in plan for hf in source_names(src)} | {"lm_head.weight"}
     extra = [n for n in names if n not in used and not n.endswith("rotary_emb.inv_freq")]
     if extra:
         raise ConvertError(f"checkpoint has {len(extra)} tensor(s) this converter does not know: "
                            + ", ".join(sorted(extra)[:5]))
     return plan
+
+
+def expert_plan(hp, names, b, e):
+    """The three 3-D expert tensors of one MoE layer: transformers 5 keeps
+    them fused (experts.gate_up_proj [E, 2 ff, n_embd], gate rows first, and
+    experts.down_proj [E, n_embd, ff]); older checkpoints (and the hub's
+    files) have one 2-D matrix per expert, stacked here."""
+    if e + "gate_up_proj" in names:
+        ff = hp.n_ff_exp
+        return [(b + "ffn_gate_exps.weight", ("rows", e + "gate_up_proj", 0, ff), None),
+                (b + "ffn_up_exps.weight", ("rows", e + "gate_up_proj", ff, 2 * ff), None),
+                (b + "ffn_down_exps.weight", e + "down_proj", None)]
+    return [(b + f"ffn_{w}_exps.weight",
+             ("stack", [f"{e}{i}.{w}_proj.weight" for i in range(hp.n_expert)]), None)
+            for w in ("gate", "up", "down")]
+
+
+def source_names(src):
+    """HF tensor names a plan entry reads: a name, ("stack", [names]) or
+    ("rows", name, first, end)."""
+    if isinstance(src, str):
+        return [src]
+    return src[1] if src[0] == "stack" else [src[1]]
+
+
+def source_shape(ckpt, src):
+    if isinstance(src, str):
+        return ckpt[src].tensors[src][1]
+    if src[0] == "stack":
+        shapes = {ckpt[n].tensors[n][1] for n in src[1]}
+        if len(shapes) != 1:
+            raise ConvertError(f"experts {src[1][0]} ...: shapes differ: {sorted(shapes)}")
+        return (len(src[1]),) + shapes.pop()
+    shape = ckpt[src[1]].tensors[src[1]][1]
+    if len(shape) != 3 or src[3] > shape[1]:
+        raise ConvertError(f"tensor '{src[1]}': shape {list(shape)}, expected [experts, "
+                           f">= {src[3]}, n]")
+    return (shape[0], src[3] - src[2], shape[2])
+
+
+def source_load(ckpt, src):
+    if isinstance(src, str):
+        return ckpt[src].load(src)
+    if src[0] == "stack":
+        return np.stack([ckpt[n].load(n) for n in src[1]])
+    return np.ascontiguousarray(ckpt[src[1]].load(src[1])[:, src[2]:src[3], :])
 
 
 def expected_shape(hp, gname):
@@ -442,6 +530,10 @@ def expected_shape(hp, gname):
         "ffn_gate.weight": (hp.n_ff, hp.n_embd),
         "ffn_up.weight": ((2 if hp.arch == "phi3" else 1) * hp.n_ff, hp.n_embd),
         "ffn_down.weight": (hp.n_embd, hp.n_ff),
+        "ffn_gate_inp.weight": (getattr(hp, "n_expert", 0), hp.n_embd),
+        "ffn_gate_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
+        "ffn_up_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
+        "ffn_down_exps.weight": (getattr(hp, "n_expert", 0), hp.n_embd, getattr(hp, "n_ff_exp", 0)),
     }[base]
 
 
@@ -483,13 +575,15 @@ def add_tensors(w, hp, ckpt, ggml_type):
             w.add_tensor(f"rope_factors_{kind}.weight", np.array(f, dtype=np.float32), gguf.GGML_F32)
     counts = {}
     for gname, hfname, perm in plan:
-        dtype, shape, _, _ = ckpt[hfname].tensors[hfname]
+        shape = tuple(source_shape(ckpt, hfname))
         want = expected_shape(hp, gname)
         if shape != want:
-            raise ConvertError(f"{ckpt[hfname].path}: tensor '{hfname}': shape {list(shape)}, "
+            first = source_names(hfname)[0]
+            raise ConvertError(f"{ckpt[first].path}: tensor '{first}': shape {list(shape)}, "
                                f"expected {list(want)} from config.json")
         t = ggml_type
-        if len(shape) == 1 or gname.endswith("_norm.weight"):
+        # the MoE router stays F32, as llama.cpp's converter and quantizer keep it
+        if len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname:
             t = gguf.GGML_F32
         elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
             log(f"{gname}: row length {shape[-1]} is not a multiple of 32, stored as F16")
@@ -497,7 +591,7 @@ def add_tensors(w, hp, ckpt, ggml_type):
         counts[t] = counts.get(t, 0) + 1
 
         def data(hfname=hfname, perm=perm, t=t, gname=gname):
-            a = ckpt[hfname].load(hfname)
+            a = source_load(ckpt, hfname)
             if perm:
                 a = permute_rope(a, perm)
             if hp.gemma and gname.endswith("norm.weight"):
