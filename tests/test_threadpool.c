@@ -3,7 +3,9 @@
 #include "src/core/threadpool.h"
 #include "tests/test.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -110,4 +112,57 @@ TEST(threadpool_physical_cores)
 {
     int n = omni_physical_cores();
     CHECK(n >= 1 && n <= 4096);
+}
+
+/* The running count of /proc/loadavg lines, good and malformed. */
+TEST(threadpool_loadavg_running_parses)
+{
+    CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59 3/613 4242\n"), 3);
+    CHECK_EQ(tpool_loadavg_running("10.00 9.00 8.00 17/2000 1"), 17);
+    CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59"), -1);
+    CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59 x/613 1"), -1);
+    CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59 3 1"), -1);
+    CHECK_EQ(tpool_loadavg_running(""), -1);
+    bool b = tpool_machine_busy(); /* whatever the load: a boolean, no crash */
+    CHECK(b == true || b == false);
+}
+
+/* Two pools, each as wide as the machine, run back to back from two
+ * threads at once: oversubscribed, every run still completes with every
+ * index once (the spinners yield and sleep rather than starve the others). */
+struct over_arg {
+    struct tpool *tp;
+    struct count_ctx c;
+    int runs;
+};
+
+static void *over_main(void *p)
+{
+    struct over_arg *a = p;
+    for (int r = 0; r < a->runs; r++)
+        tpool_run(a->tp, count_fn, &a->c);
+    return NULL;
+}
+
+TEST(threadpool_oversubscribed_pools_finish)
+{
+    const int n = omni_physical_cores() < MAX_T ? omni_physical_cores() + 1 : MAX_T;
+    struct over_arg a[2];
+    pthread_t th[2];
+    char err[128];
+    for (int k = 0; k < 2; k++) {
+        a[k] = (struct over_arg){ .tp = tpool_new(n, err, sizeof err), .runs = 2000 };
+        CHECK(a[k].tp != NULL);
+        test_defer(free_tpool, a[k].tp);
+        a[k].c.expect_nth = n;
+    }
+    for (int k = 0; k < 2; k++)
+        CHECK_EQ(pthread_create(&th[k], NULL, over_main, &a[k]), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(atomic_load(&a[k].c.bad_nth), 0);
+        for (int i = 0; i < n; i++)
+            CHECK_EQ(atomic_load(&a[k].c.calls[i]), a[k].runs);
+    }
 }

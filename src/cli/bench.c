@@ -9,7 +9,14 @@
  * sequences the same way and times n decode steps of B tokens (one per
  * sequence, all wanting logits): the aggregate tok/s of continuous batching,
  * reported beside its ratio to the single-sequence decode speed.
- * Every logit row is checked to be finite, so a broken kernel fails loudly. */
+ * Every logit row is checked to be finite, so a broken kernel fails loudly.
+ *
+ * Before the runs of each thread count the machine's streaming read
+ * bandwidth is measured with that many threads (bench_read_bandwidth, 1 GiB),
+ * and generation is reported as bandwidth_fraction: the weight bytes one
+ * decode step reads (bench_decode_bytes) times tg tok/s over that bandwidth -
+ * how close decode runs to the memory limit. -t takes a list (1,2,4,8,16):
+ * the model is loaded once and each thread count prints its own lines. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
@@ -27,17 +34,22 @@
 #include <string.h>
 
 #define BENCH_KV_BLOCK 16
+#define BENCH_MAX_THREAD_COUNTS 16
+#define BENCH_BW_BYTES ((size_t)1 << 30)
 
 struct bench_opts {
     const char *model;
     int n_prompt;
     int n_gen;
     int n_threads;
+    int threads[BENCH_MAX_THREAD_COUNTS]; /* -t LIST */
+    int n_thread_counts;
     int reps;
     int batch;           /* max tokens per prefill forward */
     int batch_decode;    /* sequences decoded together (0: off) */
     uint64_t seed;
     bool json_only;
+    bool no_bandwidth;   /* skip the bandwidth measurement */
 };
 
 struct bench_result {
@@ -52,7 +64,9 @@ static void bench_usage(FILE *f)
             "  -m FILE.gguf      model to load\n"
             "  -p N              prompt tokens, run as prefill (default 128)\n"
             "  -n N              generated tokens, one decode step each (default 64)\n"
-            "  --threads N       worker threads (default: physical cores, %d here)\n"
+            "  --threads N[,N..] worker threads, or a list run in turn (default: physical\n"
+            "                    cores, %d here)\n"
+            "  --no-bandwidth    skip measuring the read bandwidth (no bandwidth_fraction)\n"
             "  --reps R          repetitions; the median is reported (default 3)\n"
             "  --batch N         at most N tokens per prefill forward (default 512)\n"
             "  --batch-decode B  also decode B sequences together (aggregate tok/s)\n"
@@ -76,6 +90,10 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             o->json_only = true;
             continue;
         }
+        if (!strcmp(a, "--no-bandwidth")) {
+            o->no_bandwidth = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "bench: %s needs a value (see --help)\n", a);
             return 2;
@@ -93,8 +111,13 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             if (cli_long("bench", a, v, 0, 1 << 20, &n)) return 2;
             o->n_gen = (int)n;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (cli_long("bench", a, v, 1, 1024, &n)) return 2;
-            o->n_threads = (int)n;
+            int k = cli_int_list(v, 1, 1024, o->threads, BENCH_MAX_THREAD_COUNTS);
+            if (k < 0) {
+                fprintf(stderr, "bench: %s: '%s' is not a thread count or a list like 1,2,4 "
+                        "(1..1024, at most %d)\n", a, v, BENCH_MAX_THREAD_COUNTS);
+                return 2;
+            }
+            o->n_thread_counts = k;
         } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
             if (cli_long("bench", a, v, 1, 1000, &n)) return 2;
             o->reps = (int)n;
@@ -115,6 +138,10 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     if (!o->model) {
         fprintf(stderr, "bench: -m FILE.gguf is required (see --help)\n");
         return 2;
+    }
+    if (o->n_thread_counts == 0) {
+        o->threads[0] = o->n_threads;
+        o->n_thread_counts = 1;
     }
     return 0;
 }
@@ -258,15 +285,14 @@ static void bench_type_mix(FILE *f, const struct gguf *g, bool json)
         fputc('}', f);
 }
 
-int cli_bench(int argc, char **argv)
+/* Every run of o at n_threads threads on the loaded model m: bandwidth,
+ * warm-up, o->reps repetitions, the report. 0, or 1 with a message. */
+static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int n_threads,
+                         double load_s)
 {
-    struct bench_opts o;
-    int rc = bench_parse(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-
+    struct bench_opts o = *opts;
+    o.n_threads = n_threads;
     char err[512];
-    struct llm_model *m = NULL;
     struct tpool *tp = NULL;
     struct llm_ctx *ctx = NULL;
     struct llm_kv *kv = NULL;
@@ -277,25 +303,19 @@ int cli_bench(int argc, char **argv)
     float *logits = NULL;
     double *pp = NULL, *tg = NULL, *bd = NULL;
     int ret = 1;
-
-    fprintf(stderr, "bench: loading %s\n", o.model);
-    double t0 = omni_time_s();
-    m = llm_model_load(o.model, NULL, err, sizeof err);
-    if (!m) {
-        fprintf(stderr, "bench: %s\n", err);
-        goto done;
-    }
-    double load_s = omni_time_s() - t0;
     const struct llm_hparams *hp = llm_model_hparams(m);
-    fprintf(stderr, "bench: loaded %s (%d layers, %.1f MiB of weights) in %.2f s\n", hp->arch_name,
-            hp->n_layer, llm_model_weight_bytes(m) / 1048576.0, load_s);
-    if (o.n_prompt + o.n_gen > hp->n_ctx_train)
-        fprintf(stderr, "bench: warning: %d tokens exceed the training context (%d)\n",
-                o.n_prompt + o.n_gen, hp->n_ctx_train);
 
     if (!(tp = tpool_new(o.n_threads, err, sizeof err))) {
         fprintf(stderr, "bench: %s\n", err);
         goto done;
+    }
+    double bw = 0;
+    if (!o.no_bandwidth) {
+        bw = bench_read_bandwidth(tp, BENCH_BW_BYTES, 5);
+        if (bw > 0)
+            fprintf(stderr, "bench: read bandwidth %.2f GB/s (%d threads)\n", bw / 1e9, o.n_threads);
+        else
+            fprintf(stderr, "bench: no memory to measure the read bandwidth\n");
     }
     int max_tokens = o.n_prompt < o.batch ? o.n_prompt : o.batch;
     const int n_seqs = o.batch_decode > 0 ? o.batch_decode : 1;
@@ -361,6 +381,8 @@ int cli_bench(int argc, char **argv)
     double pp_med = bench_median(pp, o.reps), tg_med = bench_median(tg, o.reps);
     double bd_med = bench_median(bd, o.reps);
     int level = omni_cpu_level();
+    const size_t decode_bytes = bench_decode_bytes(m);
+    const double frac = bw > 0 ? (double)decode_bytes * tg_med / bw : 0;
 
     if (!o.json_only) {
         char cpu[160];
@@ -374,6 +396,10 @@ int cli_bench(int argc, char **argv)
         printf("pp%-6d %.2f tok/s  (median of %d)\n", o.n_prompt, pp_med, o.reps);
         if (o.n_gen)
             printf("tg%-6d %.2f tok/s  (median of %d)\n", o.n_gen, tg_med, o.reps);
+        if (o.n_gen && bw > 0)
+            printf("bandwidth %.2f GB/s read, decode reads %.1f MiB per token: %.1f%% of it "
+                   "(bandwidth_fraction %.3f)\n",
+                   bw / 1e9, decode_bytes / 1048576.0, 100 * frac, frac);
         if (o.n_gen && o.batch_decode)
             printf("%d x tg%-3d %.2f tok/s aggregate, %.2fx one sequence  (median of %d)\n",
                    o.batch_decode, o.n_gen, bd_med, tg_med > 0 ? bd_med / tg_med : 0, o.reps);
@@ -387,9 +413,10 @@ int cli_bench(int argc, char **argv)
     bench_type_mix(stdout, llm_model_gguf(m), true);
     printf(", \"threads\": %d, \"cpu\": \"%s\", \"p\": %d, \"n\": %d, \"reps\": %d, "
            "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"batch_decode\": %d, \"bd_tok_s\": %.3f, "
-           "\"load_s\": %.3f}\n",
+           "\"load_s\": %.3f, \"decode_bytes\": %zu, \"bandwidth_gb_s\": %.3f, "
+           "\"bandwidth_fraction\": %.4f}\n",
            o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
-           o.batch_decode, bd_med, load_s);
+           o.batch_decode, bd_med, load_s, decode_bytes, bw / 1e9, frac);
     fflush(stdout);
     ret = 0;
 
@@ -409,6 +436,34 @@ done:
     llm_kv_free(kv);
     llm_ctx_free(ctx);
     tpool_free(tp);
+    return ret;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    struct bench_opts o;
+    int rc = bench_parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+
+    char err[512];
+    fprintf(stderr, "bench: loading %s\n", o.model);
+    double t0 = omni_time_s();
+    struct llm_model *m = llm_model_load(o.model, NULL, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    double load_s = omni_time_s() - t0;
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    fprintf(stderr, "bench: loaded %s (%d layers, %.1f MiB of weights) in %.2f s\n", hp->arch_name,
+            hp->n_layer, llm_model_weight_bytes(m) / 1048576.0, load_s);
+    if (o.n_prompt + o.n_gen > hp->n_ctx_train)
+        fprintf(stderr, "bench: warning: %d tokens exceed the training context (%d)\n",
+                o.n_prompt + o.n_gen, hp->n_ctx_train);
+    int ret = 0;
+    for (int i = 0; i < o.n_thread_counts && !ret; i++)
+        ret = bench_threads(m, &o, o.threads[i], load_s);
     llm_model_free(m);
     return ret;
 }

@@ -3,11 +3,14 @@
 #include "src/cli/bench_util.h"
 
 #include "llm/model.h"
+#include "src/core/gguf.h"
 #include "src/core/omni.h"
+#include "src/core/threadpool.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int bench_cmp_double(const void *a, const void *b)
 {
@@ -61,4 +64,65 @@ double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
         return -1;
     }
     return t;
+}
+
+// ---- read bandwidth ----------------------------------------------------------
+
+struct bw_job {
+    const uint64_t *buf;
+    size_t n;            /* uint64 words */
+    uint64_t sum[64];    /* per thread, so the reads cannot be optimized out */
+};
+
+/* Eight independent accumulators of 32-byte vectors: enough loads in flight
+ * that memory, not the add chain, limits the loop at any ISA level. */
+typedef uint64_t bw_vec __attribute__((vector_size(32)));
+
+static void bw_sum(void *arg, int ith, int nth)
+{
+    struct bw_job *j = arg;
+    const size_t per = j->n / 4 / (size_t)nth * 4 & ~(size_t)31; /* whole 256-byte steps */
+    const bw_vec *v = (const bw_vec *)(j->buf + per * (size_t)ith);
+    bw_vec a[8] = { { 0 } };
+    for (size_t i = 0; i + 8 <= per / 4; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += v[i + k];
+    bw_vec t = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+    j->sum[ith & 63] = t[0] + t[1] + t[2] + t[3];
+}
+
+double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
+{
+    struct bw_job j = { .n = bytes / sizeof(uint64_t) };
+    uint64_t *buf = aligned_alloc(64, j.n * sizeof(uint64_t));
+    if (!buf)
+        return 0;
+    memset(buf, 1, j.n * sizeof(uint64_t)); /* real pages, not the shared zero page */
+    j.buf = buf;
+    const int nth = tpool_size(tp);
+    const size_t read = (j.n / 4 / (size_t)nth * 4 & ~(size_t)31) * (size_t)nth * sizeof(uint64_t);
+    double best = 0;
+    for (int p = 0; p < passes; p++) {
+        double t0 = omni_time_s();
+        tpool_run(tp, bw_sum, &j);
+        double bw = (double)read / (omni_time_s() - t0);
+        if (bw > best)
+            best = bw;
+    }
+    free(buf);
+    return best;
+}
+
+size_t bench_decode_bytes(const struct llm_model *m)
+{
+    const struct gguf *g = llm_model_gguf(m);
+    size_t total = 0, embd = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        if (!strcmp(t->name, "token_embd.weight"))
+            embd = t->nbytes;
+        else
+            total += t->nbytes;
+    }
+    return total + (llm_model_hparams(m)->tied_output ? embd : 0);
 }

@@ -3,14 +3,18 @@
  *   double med = bench_median(samples, n);          // sorts samples
  *   int32_t tok = bench_argmax_finite(logits, n_vocab);
  *   double t = bench_decode("bench", ctx, kv, &seq, tok, n_prompt, n_gen, logits, n_vocab, zeros);
+ *   double gb_s = bench_read_bandwidth(tp, 1 << 30, 5) / 1e9;   // streaming read, all of tp's threads
  *
  * No shared state: safe from any thread on distinct arguments. */
 #ifndef OMNI_CLI_BENCH_UTIL_H
 #define OMNI_CLI_BENCH_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct llm_ctx;
+struct llm_model;
+struct tpool;
 struct llm_kv;
 struct llm_seq_view;
 
@@ -27,5 +31,15 @@ int32_t bench_argmax_finite(const float *row, int n);
 double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
                     const struct llm_seq_view *seq, int32_t tok, int pos0, int n_gen,
                     float *logits, int n_vocab, const int32_t *seq_id);
+
+/* The machine's streaming read bandwidth in bytes/s as the threads of tp
+ * (NULL: one thread) see it: a buffer of bytes (>= 1 GiB to defeat every
+ * cache) is filled once, then summed passes times in even slices per
+ * thread; the best pass counts. 0 when the buffer cannot be allocated. */
+double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes);
+/* Bytes of weights one decode step of one sequence reads: every tensor but
+ * the token embedding (one row of it is read), plus the embedding again
+ * when the output projection reuses it (tied). */
+size_t bench_decode_bytes(const struct llm_model *m);
 
 #endif

@@ -10,7 +10,15 @@
  * generation and width together, so a worker always knows whether a run
  * includes it; the ones beyond the width neither run nor spin, and sleepers
  * are woken through a futex bitset that names only the participants, so an
- * idle worker is not woken by every matmul of a narrower unit. */
+ * idle worker is not woken by every matmul of a narrower unit.
+ *
+ * Spinning only pays while every spinner has a CPU of its own. When the
+ * machine is oversubscribed (another process, or more busy threads than
+ * CPUs), a spinner steals the CPU from the thread whose work it waits for,
+ * and both engines on a shared machine collapse. So a spinning thread
+ * sched_yield()s every few microseconds, and goes to sleep at once while the
+ * kernel reports more runnable threads than this process may use CPUs
+ * (/proc/loadavg's running count, read at most every OMNI_BUSY_CHECK_US). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include "threadpool.h"
 
@@ -25,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,6 +49,7 @@
 #endif
 
 #define OMNI_SPIN_US 300 /* how long an idle thread polls before sleeping */
+#define OMNI_BUSY_CHECK_US 2000 /* how often a spinner re-reads the machine's load */
 #define TPOOL_MAX_THREADS 512
 
 /* The job word: generation (bumped once per run; its low half is the
@@ -129,6 +139,79 @@ static void futex_wake(uint32_t *addr, uint32_t bitset)
     syscall(SYS_futex, addr, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, bitset);
 }
 
+// ---- oversubscription ----------------------------------------------------------
+
+static int n_cpus_allowed(void)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                        : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* Runnable threads on the machine from the 4th field of a /proc/loadavg
+ * line ("0.52 0.58 0.59 3/613 4242": 3 running now); -1 when malformed. */
+int tpool_loadavg_running(const char *line)
+{
+    const char *p = line;
+    for (int field = 0; field < 3; field++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return -1;
+        p++;
+    }
+    char *end;
+    long r = strtol(p, &end, 10);
+    return end != p && *end == '/' && r >= 0 && r < INT_MAX ? (int)r : -1;
+}
+
+static _Atomic int busy_fd = -2; /* -2: not opened yet; -1: unavailable */
+static _Atomic int64_t busy_checked_us;
+static atomic_bool busy;
+static int busy_cpus;
+
+/* True while more threads are runnable than this process has CPUs: spinning
+ * would take a CPU from a thread with work. Re-read at most every
+ * OMNI_BUSY_CHECK_US, by whichever spinner gets there first. */
+bool tpool_machine_busy(void)
+{
+    const int64_t now = (int64_t)(omni_time_s() * 1e6);
+    int64_t last = atomic_load_explicit(&busy_checked_us, memory_order_relaxed);
+    if (now - last < OMNI_BUSY_CHECK_US ||
+        !atomic_compare_exchange_strong(&busy_checked_us, &last, now))
+        return atomic_load_explicit(&busy, memory_order_relaxed);
+    int fd = atomic_load(&busy_fd);
+    if (fd == -2) {
+        busy_cpus = n_cpus_allowed();
+        int f = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        int expect = -2;
+        if (!atomic_compare_exchange_strong(&busy_fd, &expect, f < 0 ? -1 : f)) {
+            if (f >= 0)
+                close(f);
+        }
+        fd = atomic_load(&busy_fd);
+    }
+    if (fd < 0)
+        return false;
+    char line[128];
+    ssize_t n = pread(fd, line, sizeof line - 1, 0);
+    if (n <= 0)
+        return false;
+    line[n] = 0;
+    const int running = tpool_loadavg_running(line);
+    const bool b = running > busy_cpus;
+    atomic_store_explicit(&busy, b, memory_order_relaxed);
+    return b;
+}
+
+/* One round of spinning done: yield the CPU to anything runnable, and tell
+ * the spinner to sleep when the machine is oversubscribed. */
+static bool spin_should_stop(void)
+{
+    sched_yield();
+    return tpool_machine_busy();
+}
+
 /* Spin while worker ith has no new job (generation seen), up to spin_us and
  * while the pool lets it spin; true when a job came. */
 static int spin_job(struct tpool *tp, int ith, uint32_t seen)
@@ -144,7 +227,7 @@ static int spin_job(struct tpool *tp, int ith, uint32_t seen)
             double now = omni_time_s();
             if (deadline == 0)
                 deadline = now + tp->spin_us * 1e-6;
-            else if (now > deadline)
+            else if (now > deadline || spin_should_stop())
                 return 0;
         }
     }
@@ -164,7 +247,7 @@ static int spin_pending(struct tpool *tp)
             double now = omni_time_s();
             if (deadline == 0)
                 deadline = now + tp->spin_us * 1e-6;
-            else if (now > deadline)
+            else if (now > deadline || spin_should_stop())
                 return 0;
         }
     }

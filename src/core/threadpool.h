@@ -6,7 +6,8 @@
  *
  * tpool_run blocks until every thread has returned from fn; the calling thread
  * runs ith 0. Workers spin briefly before sleeping so back-to-back runs (one per
- * matmul in a decode step) cost microseconds. Thread safety: one tpool_run at a
+ * matmul in a decode step) cost microseconds; they yield while spinning and
+ * sleep at once when the machine has more runnable threads than CPUs. Thread safety: one tpool_run at a
  * time per pool (the engine thread owns it).
  *
  * Under the process's compute budget (compute.h) a pool is a client of it:
@@ -63,6 +64,14 @@ struct tpool_census {
 };
 void tpool_census_enable(bool on);   /* also resets max */
 void tpool_census_get(struct tpool_census *out);
+
+/* Oversubscription: true while the kernel reports more runnable threads
+ * than this process may use CPUs; spinning workers then yield and sleep.
+ * Cached, re-read at most every 2 ms; any thread. */
+bool tpool_machine_busy(void);
+/* The running-thread count of a /proc/loadavg line, -1 when malformed
+ * (exposed for tests). */
+int tpool_loadavg_running(const char *line);
 
 /* Physical cores of this machine (>= 1): the default for --threads. */
 int omni_physical_cores(void);
