@@ -20,6 +20,7 @@
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
+#include "vision/qwen2vl.h"
 #include "vision/vision.h"
 
 struct clip_layer {
@@ -33,7 +34,8 @@ struct clip_layer {
 struct vision_model {
     struct gguf *g;
     struct vision_info info;
-    char marker[16];
+    char marker[48];
+    struct qwen2vl_model *qv;        /* Qwen2.5-VL files: the whole tower lives there */
     int n_ff;
     float eps;
     bool gelu;                       /* GELU (tanh form) in the ViT MLP; else quick GELU */
@@ -173,6 +175,7 @@ void vision_model_free(struct vision_model *m)
     if (!m)
         return;
     free_layers(m);
+    qwen2vl_free(m->qv);
     float *v[] = { m->patch_b, m->cls, m->pos, m->pre_w, m->pre_b, m->post_w, m->post_b,
                    m->mm0_b, m->mm2_b };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
@@ -263,8 +266,19 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
         in->family = VISION_LLAVA, in->projector = "mlp";
     } else if (proj && len == 8 && !memcmp(proj, "idefics3", 8)) {
         in->family = VISION_IDEFICS3, in->projector = "idefics3";
+    } else if (qwen2vl_is_projector(proj, len)) {
+        if (!(m->qv = qwen2vl_load(m->g, path, in, err, errlen)))
+            goto fail;
+        snprintf(m->marker, sizeof m->marker, "<|vision_start|><|image_pad|><|vision_end|>");
+        in->file_hash = file_hash(path, &l);
+        int pp[] = { in->family, in->patch_size, in->merge_size, (int)in->min_pixels, (int)in->max_pixels };
+        in->preprocess_hash = vision_hash(vision_hash(0x71776e32ULL, pp, sizeof pp), in->image_mean,
+                                          sizeof in->image_mean + sizeof in->image_std);
+        if (l.rc)
+            goto fail;
+        return m;
     } else {
-        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3)",
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3, qwen2.5vl_merger)",
               proj ? (int)(len > 40 ? 40 : len) : 6, proj ? proj : "(none)");
         goto fail;
     }
@@ -414,6 +428,8 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
     if (!c)
         goto oom;
     c->m = m, c->tp = tp;
+    if (m->qv)
+        return c; /* qwen2vl_encode sizes its scratch per image */
     const struct vision_info *in = &m->info;
     const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd;
     const size_t s2 = (size_t)in->scale_factor * in->scale_factor;
@@ -630,6 +646,8 @@ int vision_encode_pixels(struct vision_ctx *c, const float *pixels, int n_images
     const size_t plane = (size_t)3 * in->image_size * in->image_size;
     const size_t rows = (size_t)in->tokens_per_image;
     memset(out, 0, sizeof *out);
+    if (m->qv)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl images go through vision_encode_image");
     if (n_images < 1 || n_images > 1024)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images per encode", n_images);
     out->data = malloc(sizeof(float) * rows * n_images * in->n_embd_lm);
@@ -667,6 +685,11 @@ int vision_encode_image(struct vision_ctx *c, const struct media_image *img, boo
     int rc = vision_preprocess(c->m, img, tiles, &pixels, &n_images, &rows, &cols, err, errlen);
     if (rc < 0)
         return rc;
+    if (c->m->qv) {
+        rc = qwen2vl_encode(c->m->qv, c->tp, pixels, rows, cols, NULL, out, err, errlen);
+        free(pixels);
+        return rc;
+    }
     rc = vision_encode_pixels(c, pixels, n_images, NULL, out, err, errlen);
     free(pixels);
     out->tile_rows = rows, out->tile_cols = cols;
@@ -775,8 +798,8 @@ void vision_layout_release(struct vision_layout *l)
 int vision_layout_build(const struct vision_model *m, const struct vision_embd *e,
                         struct vision_layout *out, char *err, size_t errlen)
 {
-    const int per = m->info.tokens_per_image;
-    const int R = e->tile_rows, C = e->tile_cols;
+    const int per = m->qv ? e->n_tokens : m->info.tokens_per_image;
+    const int R = m->qv ? 0 : e->tile_rows, C = e->tile_cols;
     memset(out, 0, sizeof *out);
     if (e->n_tokens != per * e->n_images || (m->info.family == VISION_IDEFICS3 && R * C + 1 != e->n_images) ||
         (m->info.family == VISION_LLAVA && e->n_images != 1))
@@ -793,6 +816,12 @@ int vision_layout_build(const struct vision_model *m, const struct vision_embd *
 #define ROWS(r0) (out->seg[out->n].row0 = (r0), out->seg[out->n++].n_rows = per)
     if (m->info.family == VISION_LLAVA) {
         ROWS(0);
+        return OMNI_OK;
+    }
+    if (m->qv) { /* the marker's <|image_pad|> becomes the rows */
+        TEXT("<|vision_start|>");
+        ROWS(0);
+        TEXT("<|vision_end|>");
         return OMNI_OK;
     }
     const char *fake = "<fake_token_around_image>";

@@ -2,7 +2,9 @@
  * Hugging Face processors of the reference models compute them: CLIP
  * (resize the shortest edge to the input size with bicubic, centre crop)
  * and Idefics3 (resize the longest edge, round up to whole tiles, split into
- * tiles plus a global view, Lanczos). The processors resize with Pillow, so
+ * tiles plus a global view, Lanczos) and Qwen2-VL (bicubic resize to
+ * sides that are multiples of 28 px within a pixel budget, no crop, cut
+ * into 14 px patches grouped 2x2). The processors resize with Pillow, so
  * the resampler here computes what Pillow's 8-bit resize computes:
  * separable passes (horizontal first) with filter support widened by the
  * downscale factor, weights normalised per output pixel and applied in
@@ -216,6 +218,54 @@ static int idefics3_grid(const struct vision_info *in, int w, int h, bool tiles,
     return OMNI_OK;
 }
 
+/* Qwen2VLImageProcessor's smart_resize: each side rounded (half to even,
+ * as Python's round) to a multiple of f = patch * merge; an area over
+ * max_pixels scales both sides down by sqrt(area / max) and floors, one
+ * under min_pixels scales up and ceils. Aspect ratios over 200 fail. */
+static int qwen_size(const struct vision_info *in, int w, int h, int *rw, int *rh, char *err,
+                     size_t errlen)
+{
+    const int f = in->patch_size * in->merge_size;
+    if ((w > h ? (double)w / h : (double)h / w) > 200)
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "vision: image %dx%d: aspect ratio over 200 (the model's processor refuses it)", w, h);
+    double hb = rint((double)h / f) * f, wb = rint((double)w / f) * f;
+    if (hb * wb > (double)in->max_pixels) {
+        double beta = sqrt((double)h * w / (double)in->max_pixels);
+        hb = floor(h / beta / f) * f, wb = floor(w / beta / f) * f;
+        hb = hb < f ? f : hb, wb = wb < f ? f : wb;
+    } else if (hb * wb < (double)in->min_pixels) {
+        double beta = sqrt((double)in->min_pixels / ((double)h * w));
+        hb = ceil(h * beta / f) * f, wb = ceil(w * beta / f) * f;
+    }
+    if (hb < f || wb < f || hb > 65536 || wb > 65536)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: image %dx%d: no valid size", w, h);
+    *rw = (int)wb, *rh = (int)hb;
+    return OMNI_OK;
+}
+
+/* The resized image as patch rows in the reference's order: 2x2 groups in
+ * raster order, the group's patches row by row, each [3][P][P] normalised
+ * (one frame: the reference's second temporal frame repeats it). */
+static void qwen_patches(const struct vision_info *in, const struct media_image *img, float *out)
+{
+    const int P = in->patch_size, m = in->merge_size, gw = img->width / P, gh = img->height / P;
+    float *row = out;
+    for (int by = 0; by < gh / m; by++)
+        for (int bx = 0; bx < gw / m; bx++)
+            for (int my = 0; my < m; my++)
+                for (int mx = 0; mx < m; mx++, row += 3 * P * P) {
+                    const int y0 = (by * m + my) * P, x0 = (bx * m + mx) * P;
+                    for (int c = 0; c < 3; c++)
+                        for (int y = 0; y < P; y++)
+                            for (int x = 0; x < P; x++) {
+                                float v = (float)(img->rgb[((size_t)(y0 + y) * img->width + x0 + x) * 3 + c] *
+                                                  (1.0 / 255.0));
+                                row[(c * P + y) * P + x] = (v - in->image_mean[c]) / in->image_std[c];
+                            }
+                }
+}
+
 int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t height, bool tiles,
                         char *err, size_t errlen)
 {
@@ -225,6 +275,11 @@ int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t hei
                          (long long)width, (long long)height);
     if (in->family == VISION_LLAVA)
         return in->tokens_per_image; /* any size becomes one S x S crop */
+    if (in->family == VISION_QWEN2VL) {
+        int rw, rh, rc = qwen_size(in, (int)width, (int)height, &rw, &rh, err, errlen);
+        const int f = in->patch_size * in->merge_size;
+        return rc < 0 ? rc : (rw / f) * (rh / f);
+    }
     int nw, nh, tw, th;
     int rc = idefics3_grid(in, (int)width, (int)height, tiles, &nw, &nh, &tw, &th, err, errlen);
     if (rc < 0)
@@ -260,6 +315,21 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
         }
         to_plane(in, &a, (nw - S) / 2, (nh - S) / 2, *pixels);
         media_image_release(&a);
+        return OMNI_OK;
+    }
+    if (in->family == VISION_QWEN2VL) {
+        int rw, rh;
+        if ((rc = qwen_size(in, w, h, &rw, &rh, err, errlen)) < 0 ||
+            (rc = media_image_check_size(rw, rh, NULL, err, errlen)) < 0 ||
+            (rc = resized(img, rw, rh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
+            return rc;
+        if (!(*pixels = malloc(sizeof(float) * 3 * (size_t)rw * rh))) {
+            media_image_release(&a);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        }
+        qwen_patches(in, &a, *pixels);
+        media_image_release(&a);
+        *tile_rows = rh / in->patch_size, *tile_cols = rw / in->patch_size;
         return OMNI_OK;
     }
     int nw, nh, tw, th;

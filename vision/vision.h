@@ -190,7 +190,10 @@ void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, i
                      enum vision_filter filter);
 
 /* The encoder inputs for img: n_images planes of float [3][S][S] (S =
- * image_size), normalized; *pixels malloc'ed. Also the tile grid. */
+ * image_size), normalized; *pixels malloc'ed. Also the tile grid.
+ * qwen2vl: one image of patch rows [tile_rows * tile_cols][3][P][P] in
+ * the reference processor's 2x2-group order, *tile_rows x *tile_cols
+ * being the patch grid of the resized image (both even). */
 int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
                       float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
                       size_t errlen);
