@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""hf_mmproj_to_gguf.py - convert the vision half of a Hugging Face LLaVA or
-Idefics3/SmolVLM checkpoint to a llama.cpp mmproj GGUF (and the language half
-to an LM GGUF with --lm).
+"""hf_mmproj_to_gguf.py - convert the vision half of a Hugging Face LLaVA,
+Idefics3/SmolVLM or Qwen2.5-VL checkpoint to a llama.cpp mmproj GGUF (and the
+language half of the first two to an LM GGUF with --lm).
 
     tools/hf_mmproj_to_gguf.py MODEL_DIR MMPROJ.gguf [--type f32|f16] [--lm LM.gguf [--lm-type T]]
 
@@ -24,6 +24,16 @@ converters write:
     v.position_embd.weight, v.pre_ln, v.blk.N.{ln1, attn_q, attn_k, attn_v,
     attn_out, ln2, ffn_up (fc1), ffn_down (fc2)}, v.post_ln; biases, norms
     and embeddings F32.
+Qwen2_5_VLForConditionalGeneration (the visual.* tensors) becomes
+clip.projector_type "qwen2.5vl_merger" as llama.cpp's Qwen2VLVisionModel
+writes it: the conv3d patch kernel split per frame into v.patch_embd.weight
+and v.patch_embd.weight.1, attn.qkv split into attn_q/k/v, attn.proj ->
+attn_out, norm1/norm2 -> ln1/ln2, mlp gate/up/down_proj -> ffn_gate/up/down,
+merger.ln_q -> v.post_ln, merger.mlp.0/2 -> mm.0/mm.2; clip.use_silu,
+clip.vision.n_wa_pattern (fullatt_block_indexes[0] + 1, evenly spaced),
+plus clip.vision.spatial_merge_size, window_size and image_min_pixels /
+image_max_pixels from the processor (llama.cpp reads the last two when
+present).
 --lm writes the language model (Llama text config) through hf_to_gguf.py.
 """
 import argparse
@@ -41,6 +51,7 @@ import hf_to_gguf  # noqa: E402
 from hf_to_gguf import ConvertError, open_checkpoint, read_json  # noqa: E402
 
 FAMILIES = {"LlavaForConditionalGeneration": "llava",
+            "Qwen2_5_VLForConditionalGeneration": "qwen2.5vl",
             "Idefics3ForConditionalGeneration": "idefics3",
             "SmolVLMForConditionalGeneration": "idefics3"}
 # Where each family keeps its parts (transformers 4.x and 5.x checkpoints differ).
@@ -98,6 +109,116 @@ def vision_name(name):
     raise ConvertError(f"vision tensor '{name}' is not known to this converter")
 
 
+QWEN_BLOCK = {"norm1.weight": "ln1.weight", "norm2.weight": "ln2.weight",
+              "attn.proj.weight": "attn_out.weight", "attn.proj.bias": "attn_out.bias",
+              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.gate_proj.bias": "ffn_gate.bias",
+              "mlp.up_proj.weight": "ffn_up.weight", "mlp.up_proj.bias": "ffn_up.bias",
+              "mlp.down_proj.weight": "ffn_down.weight", "mlp.down_proj.bias": "ffn_down.bias"}
+QWEN_FIXED = {"merger.ln_q.weight": "v.post_ln.weight", "merger.mlp.0.weight": "mm.0.weight",
+              "merger.mlp.0.bias": "mm.0.bias", "merger.mlp.2.weight": "mm.2.weight",
+              "merger.mlp.2.bias": "mm.2.bias"}
+
+
+def qwen_names(name):
+    """GGUF names of one HF visual.* tensor (name without 'visual.'): several
+    when the tensor is split (per-frame patch kernels, fused q/k/v)."""
+    if name == "patch_embed.proj.weight":
+        return ["v.patch_embd.weight", "v.patch_embd.weight.1"]
+    if name in QWEN_FIXED:
+        return [QWEN_FIXED[name]]
+    parts = name.split(".")
+    if parts[0] == "blocks" and len(parts) >= 4:
+        blk, rest = parts[1], ".".join(parts[2:])
+        if rest in ("attn.qkv.weight", "attn.qkv.bias"):
+            return [f"v.blk.{blk}.attn_{x}.{parts[-1]}" for x in "qkv"]
+        if rest in QWEN_BLOCK:
+            return [f"v.blk.{blk}.{QWEN_BLOCK[rest]}"]
+    raise ConvertError(f"vision tensor 'visual.{name}' is not known to this converter")
+
+
+def qwen_part(name, a, i):
+    """Part i of the tensor, as qwen_names lists them."""
+    if name == "patch_embed.proj.weight":
+        return a[:, :, i]  # [D, 3, T, P, P] -> frame i's [D, 3, P, P]
+    if ".attn.qkv." in name:
+        c = a.shape[0] // 3
+        return a[i * c:(i + 1) * c]
+    return a
+
+
+def convert_qwen_mmproj(model_dir, out, type_name, cfg, path):
+    v, t = cfg.get("vision_config") or {}, cfg.get("text_config") or cfg
+    for key in ("hidden_size", "intermediate_size", "depth", "num_heads", "patch_size", "out_hidden_size"):
+        if not isinstance(v.get(key), int) or v[key] <= 0:
+            raise ConvertError(f"{path}: vision_config.{key} missing or not a positive integer")
+    if v.get("hidden_act", "silu") != "silu":
+        raise ConvertError(f"{path}: vision hidden_act {v['hidden_act']!r} not supported")
+    if v.get("temporal_patch_size", 2) != 2 or v.get("spatial_merge_size", 2) != 2:
+        raise ConvertError(f"{path}: only temporal_patch_size 2 and spatial_merge_size 2 are supported")
+    full = v.get("fullatt_block_indexes")
+    if not full or any(b - a != full[0] + 1 for a, b in zip(full, full[1:])):
+        raise ConvertError(f"{path}: fullatt_block_indexes {full!r} are not evenly spaced")
+    pp = preprocessor_config(model_dir)
+    size = pp.get("size") or {}
+    min_px = pp.get("min_pixels") or size.get("shortest_edge") or 56 * 56
+    max_px = pp.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280
+    w = gguf.GGUFWriter(out)
+    w.add("general.architecture", "clip")
+    w.add("general.type", "mmproj")
+    w.add("general.name", cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)))
+    w.add("general.file_type", 0 if type_name == "f32" else 1, gguf.GGUF_UINT32)
+    w.add("clip.has_vision_encoder", True)
+    w.add("clip.projector_type", "qwen2.5vl_merger")
+    w.add("clip.use_silu", True)
+    w.add("clip.vision.n_wa_pattern", int(full[0]) + 1, gguf.GGUF_UINT32)
+    w.add("clip.vision.image_size", int(v.get("image_size", 560)), gguf.GGUF_UINT32)
+    w.add("clip.vision.patch_size", v["patch_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.embedding_length", v["hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.feed_forward_length", v["intermediate_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.block_count", v["depth"], gguf.GGUF_UINT32)
+    w.add("clip.vision.attention.head_count", v["num_heads"], gguf.GGUF_UINT32)
+    # the HF blocks and the merger use RMSNorm eps 1e-6 whatever the config says
+    w.add("clip.vision.attention.layer_norm_epsilon", 1e-6, gguf.GGUF_FLOAT32)
+    w.add("clip.vision.projection_dim", v["out_hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.spatial_merge_size", 2, gguf.GGUF_UINT32)
+    w.add("clip.vision.window_size", int(v.get("window_size", 112)), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_min_pixels", int(min_px), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_max_pixels", int(max_px), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_mean", [float(x) for x in pp["image_mean"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+    w.add("clip.vision.image_std", [float(x) for x in pp["image_std"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+    ckpt = open_checkpoint(model_dir)
+    mat_type = gguf.GGML_F32 if type_name == "f32" else gguf.GGML_F16
+    n = 0
+    for name in sorted(ckpt):
+        rest = next((name[len(p):] for p in ("model.visual.", "visual.") if name.startswith(p)), None)
+        if rest is None:
+            continue
+        shape = list(ckpt[name].tensors[name][1])
+        names = qwen_names(rest)
+        if rest == "patch_embed.proj.weight":
+            if len(shape) != 5 or shape[2] != 2:
+                raise ConvertError(f"{name}: shape {shape}, expected [D, 3, 2, P, P]")
+            oshape = shape[:2] + shape[3:]
+        else:
+            if shape[0] % len(names):
+                raise ConvertError(f"{name}: {shape[0]} rows, not {len(names)} equal parts")
+            oshape = [shape[0] // len(names)] + shape[1:]
+        for i, gname in enumerate(names):
+            gtype = mat_type if len(oshape) >= 2 else gguf.GGML_F32
+
+            def data(name=name, rest=rest, i=i, gtype=gtype):
+                a = qwen_part(rest, ckpt[name].load(name), i)
+                return np.ascontiguousarray(a).astype("<f4" if gtype == gguf.GGML_F32 else "<f2").tobytes()
+
+            w.add_tensor_raw(gname, gtype, oshape, data)
+            n += 1
+    if n == 0:
+        raise ConvertError(f"{model_dir}: no visual.* tensors")
+    log(f"qwen2.5vl: {n} tensors, {v['depth']} vision blocks")
+    w.write()
+    log(f"wrote {out}")
+
+
 def convert_mmproj(model_dir, out, type_name):
     path = os.path.join(model_dir, "config.json")
     cfg = read_json(path, "config.json")
@@ -105,6 +226,8 @@ def convert_mmproj(model_dir, out, type_name):
     if arch not in FAMILIES:
         raise ConvertError(f"{path}: unsupported architecture {arch!r} (supported: {', '.join(FAMILIES)})")
     family = FAMILIES[arch]
+    if family == "qwen2.5vl":
+        return convert_qwen_mmproj(model_dir, out, type_name, cfg, path)
     v, t = cfg.get("vision_config") or {}, cfg.get("text_config") or {}
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "image_size", "patch_size"):
