@@ -3,6 +3,7 @@
  * Fixtures: tests/fixtures/quant/<type>.bin, made by tools/make_quant_fixtures.py. */
 #include "src/core/cpu.h"
 #include "src/core/quant.h"
+#include "src/core/quant_lowbit.h"
 #include "src/core/tensor.h"
 #include "tests/test.h"
 
@@ -79,6 +80,7 @@ static void free_fixture(struct fixture *f)
 
 static const char *fixture_names[] = {
     "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K",
+    "q2_K", "q3_K", "iq4_nl", "iq4_xs", "mxfp4",
 };
 
 /* Our dequantization, at every level, equals gguf-py's bit for bit. */
@@ -173,8 +175,12 @@ TEST(quant_rejects_bad_lengths_and_types)
     CHECK_EQ(quantize_row(GGML_TYPE_Q4_K, x, q, 64), -5);
     CHECK(dequantize_row(GGML_TYPE_IQ2_XXS, q, x, 256) < 0);
     CHECK(dequantize_row(999, q, x, 32) < 0);
-    CHECK(quantize_row(GGML_TYPE_Q2_K, x, q, 256) < 0);
-    CHECK(omni_quant_ops(GGML_TYPE_Q3_K) == NULL);
+    CHECK(quantize_row(GGML_TYPE_IQ2_XS, x, q, 256) < 0);
+    CHECK(omni_quant_ops(GGML_TYPE_IQ3_S) == NULL);
+    CHECK(omni_quant_ops(GGML_TYPE_COUNT) == NULL);
+    CHECK(omni_quant_ops(35 /* TQ2_0: no traits */) == NULL);
+    CHECK_EQ(quantize_row(GGML_TYPE_MXFP4, x, q, 48), -5);
+    CHECK_EQ(dequantize_row(GGML_TYPE_IQ4_XS, q, x, 32), -5);
     CHECK(omni_quant_ops(-1) == NULL);
 }
 
@@ -207,7 +213,8 @@ TEST(quant_roundtrip_error_bounds)
         { GGML_TYPE_F16, 1e-3 },  { GGML_TYPE_BF16, 4e-3 }, { GGML_TYPE_Q8_0, 0.007 },
         { GGML_TYPE_Q6_K, 0.025 }, { GGML_TYPE_Q5_0, 0.05 }, { GGML_TYPE_Q5_1, 0.05 },
         { GGML_TYPE_Q5_K, 0.05 },  { GGML_TYPE_Q4_0, 0.10 }, { GGML_TYPE_Q4_1, 0.10 },
-        { GGML_TYPE_Q4_K, 0.10 },
+        { GGML_TYPE_Q4_K, 0.10 },  { GGML_TYPE_IQ4_NL, 0.10 }, { GGML_TYPE_IQ4_XS, 0.10 },
+        { GGML_TYPE_MXFP4, 0.20 }, { GGML_TYPE_Q3_K, 0.25 }, { GGML_TYPE_Q2_K, 0.45 },
     };
     enum { N = 4096 };
     static float x[N];
@@ -285,6 +292,20 @@ static void random_weights(int type, void *dst, int64_t n)
         case GGML_TYPE_Q6_K:
             memcpy(blk + 208, &dpos, 2);
             break;
+        case GGML_TYPE_Q2_K:
+            memcpy(blk + 80, &dpos, 2);
+            dpos = omni_fp32_to_fp16(fabsf(frand()) * 0.01f);
+            memcpy(blk + 82, &dpos, 2);
+            break;
+        case GGML_TYPE_Q3_K:
+            memcpy(blk + 108, &d, 2);
+            break;
+        case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+            memcpy(blk, &d, 2);
+            break;
+        case GGML_TYPE_MXFP4: /* 2^(e - 128) around 2^-8 */
+            blk[0] = (uint8_t)(116 + rnd32() % 8);
+            break;
         }
     }
 }
@@ -309,7 +330,8 @@ static void act_to_float(int dot_type, const void *a, float *out, int64_t n)
 static const int dot_types[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
     GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K,
+    GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+    GGML_TYPE_MXFP4,
 };
 
 /* The activation quantizer of every level gives the reference's bytes, and
@@ -347,10 +369,17 @@ TEST(quant_simd_kernels_match_ref)
                 /* magnitude sum_k |w_k a_k| from the dequantized operands */
                 CHECK_EQ(dequantize_row(type, w, wdeq, n), 0);
                 act_to_float(ref->dot_type, a_ref, adeq, n);
-                double mag = 0;
-                for (int64_t i = 0; i < n; i++)
+                double mag = 0, exact = 0;
+                for (int64_t i = 0; i < n; i++) {
                     mag += fabs((double)wdeq[i] * adeq[i]);
+                    exact += (double)wdeq[i] * adeq[i];
+                }
                 const float s_ref = ref->vec_dot(n, w, a_ref);
+                /* the reference itself against the dot of the dequantized rows
+                 * (q8_1's min term uses its f16-rounded sum s: not comparable) */
+                CHECK_MSG(ref->dot_type == GGML_TYPE_Q8_1 || fabs(s_ref - exact) <= TOL_DOT_REL * mag + 1e-30,
+                          "%s n=%lld: ref %.9g vs dequantized dot %.9g (|w a| sum %.3g)",
+                          ggml_type_name(type), (long long)n, s_ref, exact, mag);
                 for (int level = 1; level <= omni_cpu()->max_level; level++) {
                     const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
                     if (op->from_float) {

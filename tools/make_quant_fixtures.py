@@ -5,9 +5,10 @@ Usage (gguf-py from a llama.cpp checkout kept outside the repo; needs numpy):
     /usr/bin/python3 tools/make_quant_fixtures.py /tmp/llama.cpp/gguf-py \
         [OUT_DIR=tests/fixtures/quant]
 
-For every type gguf-py can quantize, a seeded matrix (mixed block scales plus
-hand-made corner blocks) is quantized by gguf-py; for the K types, which it
-can only dequantize, blocks are random bytes with sane fp16 scales. Each file
+For every type gguf-py can quantize (mxfp4 included), a seeded matrix (mixed
+block scales plus hand-made corner blocks) is quantized by gguf-py; for the
+K and iq4 types, which it can only dequantize, blocks are random bytes with
+sane fp16 scales (every scale and level bit pattern occurs). Each file
 <type>.bin holds (little endian):
     magic "OMNIQF1\\0" | u32 ggml type | u32 rows | u32 cols | u32 input_rows
     f32 input[input_rows][cols]          (what gguf-py quantized)
@@ -84,6 +85,16 @@ def random_blocks(rng, qtype, n_blocks):
         b[:, 2:4] = random_fp16(rng, n_blocks, signed=False)
     elif qtype == T.Q6_K:
         b[:, 208:210] = random_fp16(rng, n_blocks, signed=False)
+    elif qtype == T.Q2_K:       # scales[16] qs[64] d dmin
+        b[:, 80:82] = random_fp16(rng, n_blocks, signed=False)
+        b[:, 82:84] = random_fp16(rng, n_blocks, signed=False)
+    elif qtype == T.Q3_K:       # hmask[32] qs[64] scales[12] d
+        b[:, 108:110] = random_fp16(rng, n_blocks)
+    elif qtype in (T.IQ4_NL, T.IQ4_XS):   # d first
+        b[:, 0:2] = random_fp16(rng, n_blocks)
+    elif qtype == T.MXFP4:      # e: E8M0 exponents, the denormal ones included
+        b[:, 0] = rng.integers(0, 255, n_blocks, dtype=np.uint8)
+        b[:4, 0] = [0, 1, 2, 254]
     elif qtype == T.BF16:
         # exponents in a sane range: drop the top exponent bits' NaN/Inf space
         v = (rng.standard_normal(n_blocks) * 10.0).astype(np.float32)
@@ -115,7 +126,14 @@ def main():
     quantizable = {"f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
                    "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
     dequant_only = {"q4_K": T.Q4_K, "q5_K": T.Q5_K, "q6_K": T.Q6_K}
-    for seed, (name, qtype) in enumerate({**quantizable, **dequant_only}.items()):
+    # added later: appended so that the older files keep their seeds
+    quantizable["mxfp4"] = T.MXFP4
+    dequant_only.update({"q2_K": T.Q2_K, "q3_K": T.Q3_K, "iq4_nl": T.IQ4_NL, "iq4_xs": T.IQ4_XS})
+    order = ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K",
+             "mxfp4", "q2_K", "q3_K", "iq4_nl", "iq4_xs"]
+    types = {**quantizable, **dequant_only}
+    for seed, name in enumerate(order):
+        qtype = types[name]
         rng = np.random.default_rng(1234 + seed)
         block_size, type_size = GGML_QUANT_SIZES[qtype]
         x = None

@@ -6,6 +6,7 @@
 #include "quant.h"
 
 #include "cpu.h"
+#include "quant_lowbit.h"
 #include "omni.h"
 #include "tensor.h"
 
@@ -716,13 +717,16 @@ static void build_tables(void)
 {
     const int max_level = omni_cpu()->max_level;
     memcpy(ops_table[0], scalar_ops, sizeof scalar_ops);
+    quant_lowbit_register(ops_table[0]); /* q2_K, q3_K, iq4_nl, iq4_xs, mxfp4 */
     for (int lvl = 1; lvl < OMNI_CPU_LEVELS; lvl++) {
         memcpy(ops_table[lvl], ops_table[lvl - 1], sizeof scalar_ops);
         if (lvl > max_level)
             continue;
 #if defined(__x86_64__)
-        if (lvl == OMNI_CPU_AVX2)
+        if (lvl == OMNI_CPU_AVX2) {
             omni_x86_register_avx2(ops_table[lvl]);
+            omni_x86_register_lowbit_avx2(ops_table[lvl]);
+        }
         else if (lvl == OMNI_CPU_AVX512)
             omni_x86_register_avx512(ops_table[lvl]);
 #endif
@@ -777,11 +781,12 @@ int quantize_row(int type, const float *src, void *dst, int64_t n)
         [GGML_TYPE_Q8_K] = FROM_FLOAT(quantize_row_q8_K_ref),
     };
     const struct ggml_type_traits *tr = ggml_type_traits_of(type);
-    if (!tr || !quantizers[type])
+    const omni_from_float_fn q = !tr ? NULL : quantizers[type] ? quantizers[type] : quant_lowbit_quantizer(type);
+    if (!q)
         return OMNI_ERR_UNSUPPORTED;
     if (n < 0 || n % tr->blck_size)
         return OMNI_ERR_ARG;
-    quantizers[type](src, dst, n);
+    q(src, dst, n);
     return OMNI_OK;
 }
 

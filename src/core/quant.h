@@ -111,7 +111,8 @@ static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
  * the CPU level in use where one exists; every variant gives the same bits. */
 int dequantize_row(int type, const void *src, float *dst, int64_t n);
 /* Reference weight quantizer for type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
- * q5_1, q8_1, q4_K, q5_K, q6_K, q8_K). Same return codes. */
+ * q5_1, q8_1, q4_K, q5_K, q6_K, q8_K; q2_K, q3_K, iq4_nl, iq4_xs, mxfp4 from
+ * quant_lowbit.h). Same return codes. */
 int quantize_row(int type, const float *src, void *dst, int64_t n);
 
 /* ---- scalar reference kernels ---- */

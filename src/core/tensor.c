@@ -13,8 +13,8 @@ static const struct ggml_type_traits type_traits[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q5_1] = { "q5_1", 32, 24, true },
     [GGML_TYPE_Q8_0] = { "q8_0", 32, 34, true },
     [GGML_TYPE_Q8_1] = { "q8_1", 32, 36, false },
-    [GGML_TYPE_Q2_K] = { "q2_K", 256, 84, false },
-    [GGML_TYPE_Q3_K] = { "q3_K", 256, 110, false },
+    [GGML_TYPE_Q2_K] = { "q2_K", 256, 84, true },
+    [GGML_TYPE_Q3_K] = { "q3_K", 256, 110, true },
     [GGML_TYPE_Q4_K] = { "q4_K", 256, 144, true },
     [GGML_TYPE_Q5_K] = { "q5_K", 256, 176, true },
     [GGML_TYPE_Q6_K] = { "q6_K", 256, 210, true },
@@ -23,10 +23,10 @@ static const struct ggml_type_traits type_traits[GGML_TYPE_COUNT] = {
     [GGML_TYPE_IQ2_XS] = { "iq2_xs", 256, 74, false },
     [GGML_TYPE_IQ3_XXS] = { "iq3_xxs", 256, 98, false },
     [GGML_TYPE_IQ1_S] = { "iq1_s", 256, 50, false },
-    [GGML_TYPE_IQ4_NL] = { "iq4_nl", 32, 18, false },
+    [GGML_TYPE_IQ4_NL] = { "iq4_nl", 32, 18, true },
     [GGML_TYPE_IQ3_S] = { "iq3_s", 256, 110, false },
     [GGML_TYPE_IQ2_S] = { "iq2_s", 256, 82, false },
-    [GGML_TYPE_IQ4_XS] = { "iq4_xs", 256, 136, false },
+    [GGML_TYPE_IQ4_XS] = { "iq4_xs", 256, 136, true },
     [GGML_TYPE_I8] = { "i8", 1, 1, false },
     [GGML_TYPE_I16] = { "i16", 1, 2, false },
     [GGML_TYPE_I32] = { "i32", 1, 4, false },
@@ -34,6 +34,7 @@ static const struct ggml_type_traits type_traits[GGML_TYPE_COUNT] = {
     [GGML_TYPE_F64] = { "f64", 1, 8, false },
     [GGML_TYPE_IQ1_M] = { "iq1_m", 256, 56, false },
     [GGML_TYPE_BF16] = { "bf16", 1, 2, true },
+    [GGML_TYPE_MXFP4] = { "mxfp4", 32, 17, true },
 };
 
 const struct ggml_type_traits *ggml_type_traits_of(int t)

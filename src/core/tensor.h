@@ -46,7 +46,10 @@ enum ggml_type {
     GGML_TYPE_F64 = 28,
     GGML_TYPE_IQ1_M = 29,
     GGML_TYPE_BF16 = 30,
-    GGML_TYPE_COUNT = 31,
+    /* 31-33: removed Q4_0_4_4/4_8/8_8; 34, 35: TQ1_0, TQ2_0 (not read);
+     * 36-38: removed IQ4_NL_4_4/4_8/8_8 */
+    GGML_TYPE_MXFP4 = 39,
+    GGML_TYPE_COUNT = 40,
 };
 
 struct ggml_type_traits {

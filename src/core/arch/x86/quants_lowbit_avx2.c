@@ -1,0 +1,213 @@
+/* quants_lowbit_avx2.c - AVX2 dot products of the low-bit types (q2_K, q3_K,
+ * iq4_xs against Q8_K; iq4_nl, mxfp4 against Q8_0; layouts in
+ * quant_lowbit.h).
+ *
+ * The non-linear 4-bit levels (iq4, E2M1) are a 16-entry byte table looked
+ * up with pshufb; the integer parts are exact, so results differ from the
+ * scalar _ref twins only in the float summation order. */
+#if defined(__x86_64__)
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "src/core/quant_lowbit.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline float h2f(ggml_half h)
+{
+    return _cvtsh_ss(h);
+}
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* int16 pair sums of signed x times signed y: x's sign moves onto y. No
+ * saturation: |x| <= 127 and y in [-127, 127] (our activation quantizers). */
+static inline __m256i madd_i8_i16(__m256i x, __m256i y)
+{
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 16 bytes of packed nibbles -> 32 table entries: the low nibbles' first,
+ * then the high nibbles' (the iq4_nl / mxfp4 element order). */
+static inline __m256i lookup_nibbles(const uint8_t *qs, __m256i table)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    return _mm256_shuffle_epi8(table, v);
+}
+
+static inline __m256i table16(const int8_t *k)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k));
+}
+
+// ---- 32-element blocks against Q8_0 ------------------------------------------
+
+/* The int32 sums of one block (8 lanes) of table-coded weights. */
+static inline __m256i block_dot(const uint8_t *qs, const int8_t *ys, __m256i table)
+{
+    __m256i p = madd_i8_i16(lookup_nibbles(qs, table), _mm256_loadu_si256((const __m256i *)ys));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Two accumulators hide the FMA latency. */
+static float vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_iq4_nl *x = w;
+    const block_q8_0 *y = a;
+    const __m256i table = table16(kvalues_iq4nl);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const int64_t nb = n / QK8_0;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i d0 = block_dot(x[i].qs, y[i].qs, table), d1 = block_dot(x[i + 1].qs, y[i + 1].qs, table);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), _mm256_cvtepi32_ps(d0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), _mm256_cvtepi32_ps(d1), acc1);
+    }
+    for (; i < nb; i++)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)),
+                               _mm256_cvtepi32_ps(block_dot(x[i].qs, y[i].qs, table)), acc0);
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    const __m256i table = table16(kvalues_mxfp4);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const int64_t nb = n / QK8_0;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i d0 = block_dot(x[i].qs, y[i].qs, table), d1 = block_dot(x[i + 1].qs, y[i + 1].qs, table);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i].e) * h2f(y[i].d)),
+                               _mm256_cvtepi32_ps(d0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i + 1].e) * h2f(y[i + 1].d)),
+                               _mm256_cvtepi32_ps(d1), acc1);
+    }
+    for (; i < nb; i++)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i].e) * h2f(y[i].d)),
+                               _mm256_cvtepi32_ps(block_dot(x[i].qs, y[i].qs, table)), acc0);
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+// ---- super-blocks against Q8_K ---------------------------------------------
+
+/* Two int16 scales for the int16 pair sums of 32 elements from maddubs:
+ * lanes 0-7 (elements 0-15) take lo, lanes 8-15 take hi. */
+static inline __m256i scale_pair(int lo, int hi)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
+}
+
+static float vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_iq4_xs *x = w;
+    const block_q8_K *y = a;
+    const __m256i table = table16(kvalues_iq4nl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = sumi0;
+        const unsigned sh = x[i].scales_h;
+        for (int b = 0; b < QK_K / 32; b += 2) {
+            const int ls0 = ((x[i].scales_l[b / 2] & 0x0f) | ((sh >> (2 * b)) & 3) << 4) - 32;
+            const int ls1 = ((x[i].scales_l[b / 2] >> 4) | ((sh >> (2 * b + 2)) & 3) << 4) - 32;
+            __m256i p0 = madd_i8_i16(lookup_nibbles(x[i].qs + 16 * b, table),
+                                     _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
+            __m256i p1 = madd_i8_i16(lookup_nibbles(x[i].qs + 16 * b + 16, table),
+                                     _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b + 32)));
+            sumi0 = _mm256_add_epi32(sumi0, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)));
+            sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * y[i].d),
+                              _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* q2_K: the 2-bit values of 32 elements are bits 2j..2j+1 of 32 qs bytes;
+ * the mins need only the activations' 16-sums (bsums). */
+static float vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q2_K *x = w;
+    const block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_m = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+        const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const uint8_t *sc = x[i].scales + 8 * h;
+            for (int j = 0; j < 4; j++) {
+                __m256i qj = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+                __m256i p = _mm256_maddubs_epi16(qj, _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * j)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[2 * j] & 0x0f, sc[2 * j + 1] & 0x0f)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m += y[i].d * h2f(x[i].dmin) * (float)summs;
+    }
+    return hsum_ps(acc) - acc_m;
+}
+
+/* q3_K: q = u - 4 with u = low 2 bits | hmask bit << 2 in 0..7, so
+ * sum(sc q y) = sum(sc u y) - 4 sum(sc bsum). */
+static float vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const block_q3_K *x = w;
+    const block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        quant_q3_K_scales(x[i].scales, sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m128i cq = _mm_cvtsi32_si128(2 * j), ch = _mm_cvtsi32_si128(4 * h + j);
+                __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, cq), m3);
+                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, ch), one);
+                u = _mm256_or_si256(u, _mm256_slli_epi16(hb, 2));
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * j)));
+                const int s = 8 * h + 2 * j;
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[s], sc[s + 1])));
+            }
+        }
+        acc += h2f(x[i].d) * y[i].d * (float)(hsum_epi32(sumi) - 4 * offset);
+    }
+    return acc;
+}
+
+void omni_x86_register_lowbit_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
+{
+    ops[GGML_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0_avx2;
+    ops[GGML_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
+    ops[GGML_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K_avx2;
+    ops[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K_avx2;
+    ops[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K_avx2;
+}
+
+#endif /* __x86_64__ */

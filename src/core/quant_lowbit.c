@@ -1,0 +1,451 @@
+/* quant_lowbit.c - scalar reference (de)quantizers and dot products of the
+ * low-bit types (q2_K, q3_K, iq4_nl, iq4_xs, mxfp4; layouts in
+ * quant_lowbit.h). Dequantization follows GGML's formulas step for step so
+ * that it is bit-exact with gguf-py; the dots sum exact integers per block
+ * and scale them once, as ggml's _ref kernels do. */
+#include "quant_lowbit.h"
+
+#include <math.h>
+#include <string.h>
+
+/* d*sc must round before it multiplies q (two roundings, as in ggml and
+ * gguf-py): no fused multiply-add. */
+#pragma GCC optimize("fp-contract=off")
+
+const int8_t kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113 };
+const int8_t kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+static inline float h2f(ggml_half h)
+{
+    return omni_fp16_to_fp32(h);
+}
+
+static inline ggml_half f2h(float x)
+{
+    return omni_fp32_to_fp16(x);
+}
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+void quant_q3_K_scales(const uint8_t scales[12], int8_t out[16])
+{
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? scales[i] & 0x0f : scales[i - 8] >> 4;
+        int hi = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+        out[i] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* The 6-bit scale of iq4_xs sub-block b (0..63, not yet minus 32). */
+static inline int iq4_xs_scale(const block_iq4_xs *x, int b)
+{
+    return ((x->scales_l[b / 2] >> (4 * (b % 2))) & 0x0f) | (((x->scales_h >> (2 * b)) & 3) << 4);
+}
+
+// ---- dequantization --------------------------------------------------------
+
+void dequantize_row_q2_K(const block_q2_K *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+            const uint8_t sc = x[i].scales[e / 16];
+            const float dl = d * (float)(sc & 0x0f), ml = dmin * (float)(sc >> 4);
+            *y++ = dl * (float)((x[i].qs[32 * h + l] >> (2 * j)) & 3) - ml;
+        }
+    }
+}
+
+void dequantize_row_q3_K(const block_q3_K *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d);
+        int8_t sc[16];
+        quant_q3_K_scales(x[i].scales, sc);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+            const int q = ((x[i].qs[32 * h + l] >> (2 * j)) & 3) -
+                          ((x[i].hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+            *y++ = (d * (float)sc[e / 16]) * (float)q;
+        }
+    }
+}
+
+void dequantize_row_iq4_nl(const block_iq4_nl *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {
+        const float d = h2f(x[i].d);
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            y[j] = d * (float)kvalues_iq4nl[x[i].qs[j] & 0x0f];
+            y[j + QK4_NL / 2] = d * (float)kvalues_iq4nl[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+void dequantize_row_iq4_xs(const block_iq4_xs *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d);
+        for (int b = 0; b < QK_K / 32; b++, y += 32) {
+            const float dl = d * (float)(iq4_xs_scale(&x[i], b) - 32);
+            const uint8_t *qs = x[i].qs + 16 * b;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)kvalues_iq4nl[qs[j] & 0x0f];
+                y[j + 16] = dl * (float)kvalues_iq4nl[qs[j] >> 4];
+            }
+        }
+    }
+}
+
+void dequantize_row_mxfp4(const block_mxfp4 *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+        const float d = quant_e8m0_to_fp32_half(x[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            y[j] = (float)kvalues_mxfp4[x[i].qs[j] & 0x0f] * d;
+            y[j + QK_MXFP4 / 2] = (float)kvalues_mxfp4[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
+// ---- weight quantizers -----------------------------------------------------
+
+/* Round half away from zero, as ggml's nearest_int for these fits. */
+static inline int round_int(float v)
+{
+    return (int)lroundf(v);
+}
+
+void quantize_row_q2_K_ref(const float *x, block_q2_K *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        /* per 16 elements: x ~ scale * q - min with q in 0..3, min >= 0 */
+        float scale[16], mins[16], max_scale = 0, max_min = 0;
+        for (int s = 0; s < 16; s++) {
+            float lo = 0, hi = 0;
+            for (int l = 0; l < 16; l++) {
+                lo = MIN(lo, x[16 * s + l]);
+                hi = MAX(hi, x[16 * s + l]);
+            }
+            scale[s] = (hi - lo) / 3;
+            mins[s] = -lo;
+            max_scale = MAX(max_scale, scale[s]);
+            max_min = MAX(max_min, mins[s]);
+        }
+        const float d = max_scale / 15, dmin = max_min / 15;
+        y[i].d = f2h(d);
+        y[i].dmin = f2h(dmin);
+        const float dh = h2f(y[i].d), dminh = h2f(y[i].dmin);
+        uint8_t L[QK_K];
+        for (int s = 0; s < 16; s++) {
+            int sc = dh > 0 ? MIN(15, round_int(scale[s] / dh)) : 0;
+            int m = dminh > 0 ? MIN(15, round_int(mins[s] / dminh)) : 0;
+            y[i].scales[s] = (uint8_t)(sc | m << 4);
+            const float dl = dh * (float)sc, ml = dminh * (float)m;
+            for (int l = 0; l < 16; l++) {
+                int q = dl > 0 ? round_int((x[16 * s + l] + ml) / dl) : 0;
+                L[16 * s + l] = (uint8_t)MAX(0, MIN(3, q));
+            }
+        }
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int e = 0; e < QK_K; e++)
+            y[i].qs[32 * (e / 128) + e % 32] |= (uint8_t)(L[e] << (2 * ((e / 32) % 4)));
+    }
+}
+
+void quantize_row_q3_K_ref(const float *x, block_q3_K *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        /* per 16 elements a signed scale mapping the largest |x| to -4 */
+        float scale[16], max_scale = 0;
+        for (int s = 0; s < 16; s++) {
+            float amax = 0, vmax = 0;
+            for (int l = 0; l < 16; l++)
+                if (fabsf(x[16 * s + l]) > amax) {
+                    amax = fabsf(x[16 * s + l]);
+                    vmax = x[16 * s + l];
+                }
+            scale[s] = vmax / -4;
+            if (fabsf(scale[s]) > fabsf(max_scale))
+                max_scale = scale[s];
+        }
+        const float d = max_scale / -32; /* the largest scale becomes -32 */
+        y[i].d = f2h(d);
+        const float dh = h2f(y[i].d);
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        uint8_t L[QK_K];
+        for (int s = 0; s < 16; s++) {
+            int ls = dh != 0 ? MAX(-32, MIN(31, round_int(scale[s] / dh))) : 0;
+            const int u = ls + 32;
+            y[i].scales[s % 8] |= (uint8_t)((u & 0x0f) << (4 * (s / 8)));
+            y[i].scales[8 + s % 4] |= (uint8_t)((u >> 4) << (2 * (s / 4)));
+            const float dl = dh * (float)ls;
+            for (int l = 0; l < 16; l++) {
+                int q = dl != 0 ? round_int(x[16 * s + l] / dl) : 0;
+                L[16 * s + l] = (uint8_t)(MAX(-4, MIN(3, q)) + 4);
+            }
+        }
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        memset(y[i].hmask, 0, sizeof y[i].hmask);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+            y[i].qs[32 * h + l] |= (uint8_t)((L[e] & 3) << (2 * j));
+            if (L[e] & 4)
+                y[i].hmask[l] |= (uint8_t)(1u << (4 * h + j));
+        }
+    }
+}
+
+/* The iq4 level nearest to v (in units of the block scale). */
+static inline int best_index_iq4nl(float v)
+{
+    int best = 0;
+    float err = fabsf(v - kvalues_iq4nl[0]);
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - kvalues_iq4nl[k]) < err) {
+            err = fabsf(v - kvalues_iq4nl[k]);
+            best = k;
+        }
+    return best;
+}
+
+/* The scale of 32 (iq4_nl) or 32 (iq4_xs sub-block) values: the signed
+ * largest value onto -127, then one least-squares refit of the scale for
+ * the levels that picked. L gets the level indices for the final scale. */
+static float iq4_fit(const float *x, int n, uint8_t *L)
+{
+    float amax = 0, vmax = 0;
+    for (int l = 0; l < n; l++)
+        if (fabsf(x[l]) > amax) {
+            amax = fabsf(x[l]);
+            vmax = x[l];
+        }
+    if (amax == 0) {
+        memset(L, 8, (size_t)n); /* kvalues_iq4nl[8] = 1: times d = 0 */
+        return 0;
+    }
+    float d = vmax / kvalues_iq4nl[0];
+    double sxv = 0, svv = 0;
+    for (int l = 0; l < n; l++) {
+        const int k = best_index_iq4nl(x[l] / d);
+        sxv += (double)x[l] * kvalues_iq4nl[k];
+        svv += (double)kvalues_iq4nl[k] * kvalues_iq4nl[k];
+    }
+    if (svv > 0 && sxv != 0)
+        d = (float)(sxv / svv);
+    for (int l = 0; l < n; l++)
+        L[l] = (uint8_t)best_index_iq4nl(x[l] / d);
+    return d;
+}
+
+void quantize_row_iq4_nl_ref(const float *x, block_iq4_nl *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK4_NL; i++, x += QK4_NL) {
+        uint8_t L[QK4_NL];
+        const float d = iq4_fit(x, QK4_NL, L);
+        y[i].d = f2h(d);
+        const float dh = h2f(y[i].d);
+        if (dh != 0) /* re-pick the levels for the rounded scale */
+            for (int l = 0; l < QK4_NL; l++)
+                L[l] = (uint8_t)best_index_iq4nl(x[l] / dh);
+        for (int j = 0; j < QK4_NL / 2; j++)
+            y[i].qs[j] = (uint8_t)(L[j] | L[j + QK4_NL / 2] << 4);
+    }
+}
+
+void quantize_row_iq4_xs_ref(const float *x, block_iq4_xs *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[32];
+        float scale[QK_K / 32], max_scale = 0;
+        for (int b = 0; b < QK_K / 32; b++) {
+            scale[b] = iq4_fit(x + 32 * b, 32, L);
+            if (fabsf(scale[b]) > fabsf(max_scale))
+                max_scale = scale[b];
+        }
+        const float d = max_scale / -32; /* the largest sub-block scale becomes -32 */
+        y[i].d = f2h(d);
+        const float dh = h2f(y[i].d);
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int b = 0; b < QK_K / 32; b++) {
+            const float *xb = x + 32 * b;
+            const int ls = dh != 0 ? MAX(-32, MIN(31, round_int(scale[b] / dh))) : 0;
+            const int u = ls + 32;
+            y[i].scales_l[b / 2] |= (uint8_t)((u & 0x0f) << (4 * (b % 2)));
+            y[i].scales_h |= (uint16_t)((u >> 4) << (2 * b));
+            const float dl = dh * (float)ls;
+            for (int l = 0; l < 32; l++)
+                L[l] = dl != 0 ? (uint8_t)best_index_iq4nl(xb[l] / dl) : 8;
+            for (int j = 0; j < 16; j++)
+                y[i].qs[16 * b + j] = (uint8_t)(L[j] | L[j + 16] << 4);
+        }
+    }
+}
+
+/* The first of the 16 E2M1 levels nearest to v at scale d (ggml's order). */
+static inline int best_index_mxfp4(float v, float d)
+{
+    int best = 0;
+    float err = fabsf((float)kvalues_mxfp4[0] * d - v);
+    for (int k = 1; k < 16; k++) {
+        const float e = fabsf((float)kvalues_mxfp4[k] * d - v);
+        if (e < err) {
+            err = e;
+            best = k;
+        }
+    }
+    return best;
+}
+
+void quantize_row_mxfp4_ref(const float *x, block_mxfp4 *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+        float amax = 0;
+        for (int j = 0; j < QK_MXFP4; j++)
+            amax = MAX(amax, fabsf(x[j]));
+        /* ggml: e = floor(log2(amax)) - 2 + 127 (the largest level, 6 = 12/2,
+         * lies in [4, 8)); clamped here where ggml's cast would overflow */
+        int e = 0;
+        if (amax > 0)
+            e = MAX(0, MIN(255, (int)floorf(log2f(amax)) - 2 + 127));
+        const float d = quant_e8m0_to_fp32_half((uint8_t)e);
+        y[i].e = (uint8_t)e;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            y[i].qs[j] = (uint8_t)(best_index_mxfp4(x[j], d) |
+                                   best_index_mxfp4(x[j + QK_MXFP4 / 2], d) << 4);
+    }
+}
+
+// ---- dot products (scalar references) --------------------------------------
+
+float vec_dot_q2_K_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const block_q2_K *x = w;
+    const block_q8_K *y = a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int isum = 0, summs = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            /* the min term needs only the activations' 16-sums */
+            summs += y[i].bsums[sb] * (x[i].scales[sb] >> 4);
+            int dot = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++)
+                dot += ((x[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3) * y[i].qs[e];
+            isum += (x[i].scales[sb] & 0x0f) * dot;
+        }
+        const float dall = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        s += dall * (float)isum - dmin * (float)summs;
+    }
+    return s;
+}
+
+float vec_dot_q3_K_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const block_q3_K *x = w;
+    const block_q8_K *y = a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        quant_q3_K_scales(x[i].scales, sc);
+        int isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int dot = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++) {
+                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+                const int q = ((x[i].qs[32 * h + l] >> (2 * j)) & 3) -
+                              ((x[i].hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+                dot += q * y[i].qs[e];
+            }
+            isum += sc[sb] * dot;
+        }
+        s += h2f(x[i].d) * y[i].d * (float)isum;
+    }
+    return s;
+}
+
+float vec_dot_iq4_xs_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const block_iq4_xs *x = w;
+    const block_q8_K *y = a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int isum = 0;
+        for (int b = 0; b < QK_K / 32; b++) {
+            const uint8_t *qs = x[i].qs + 16 * b;
+            const int8_t *p = y[i].qs + 32 * b;
+            int dot = 0;
+            for (int j = 0; j < 16; j++)
+                dot += kvalues_iq4nl[qs[j] & 0x0f] * p[j] + kvalues_iq4nl[qs[j] >> 4] * p[j + 16];
+            isum += (iq4_xs_scale(&x[i], b) - 32) * dot;
+        }
+        s += h2f(x[i].d) * y[i].d * (float)isum;
+    }
+    return s;
+}
+
+float vec_dot_iq4_nl_q8_0_ref(int64_t n, const void *w, const void *a)
+{
+    const block_iq4_nl *x = w;
+    const block_q8_0 *y = a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0 / 2; j++)
+            sumi += kvalues_iq4nl[x[i].qs[j] & 0x0f] * y[i].qs[j] +
+                    kvalues_iq4nl[x[i].qs[j] >> 4] * y[i].qs[j + QK8_0 / 2];
+        s += h2f(x[i].d) * h2f(y[i].d) * (float)sumi;
+    }
+    return s;
+}
+
+float vec_dot_mxfp4_q8_0_ref(int64_t n, const void *w, const void *a)
+{
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0 / 2; j++)
+            sumi += kvalues_mxfp4[x[i].qs[j] & 0x0f] * y[i].qs[j] +
+                    kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + QK8_0 / 2];
+        s += quant_e8m0_to_fp32_half(x[i].e) * h2f(y[i].d) * (float)sumi;
+    }
+    return s;
+}
+
+// ---- registration ----------------------------------------------------------
+
+#define TO_FLOAT(fn) ((omni_to_float_fn)(void (*)(void))(fn))
+#define FROM_FLOAT(fn) ((omni_from_float_fn)(void (*)(void))(fn))
+
+void quant_lowbit_register(struct omni_quant_ops ops[GGML_TYPE_COUNT])
+{
+    const omni_from_float_fn q8_K = FROM_FLOAT(quantize_row_q8_K_ref);
+    const omni_from_float_fn q8_0 = FROM_FLOAT(quantize_row_q8_0_ref);
+    ops[GGML_TYPE_Q2_K] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_q2_K_q8_K_ref,
+                                                   TO_FLOAT(dequantize_row_q2_K), NULL };
+    ops[GGML_TYPE_Q3_K] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_q3_K_q8_K_ref,
+                                                   TO_FLOAT(dequantize_row_q3_K), NULL };
+    ops[GGML_TYPE_IQ4_XS] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_iq4_xs_q8_K_ref,
+                                                     TO_FLOAT(dequantize_row_iq4_xs), NULL };
+    ops[GGML_TYPE_IQ4_NL] = (struct omni_quant_ops){ GGML_TYPE_Q8_0, q8_0, vec_dot_iq4_nl_q8_0_ref,
+                                                     TO_FLOAT(dequantize_row_iq4_nl), NULL };
+    ops[GGML_TYPE_MXFP4] = (struct omni_quant_ops){ GGML_TYPE_Q8_0, q8_0, vec_dot_mxfp4_q8_0_ref,
+                                                    TO_FLOAT(dequantize_row_mxfp4), NULL };
+}
+
+omni_from_float_fn quant_lowbit_quantizer(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q2_K: return FROM_FLOAT(quantize_row_q2_K_ref);
+    case GGML_TYPE_Q3_K: return FROM_FLOAT(quantize_row_q3_K_ref);
+    case GGML_TYPE_IQ4_NL: return FROM_FLOAT(quantize_row_iq4_nl_ref);
+    case GGML_TYPE_IQ4_XS: return FROM_FLOAT(quantize_row_iq4_xs_ref);
+    case GGML_TYPE_MXFP4: return FROM_FLOAT(quantize_row_mxfp4_ref);
+    default: return NULL;
+    }
+}
