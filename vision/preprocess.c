@@ -222,26 +222,35 @@ static int idefics3_grid(const struct vision_info *in, int w, int h, bool tiles,
  * as Python's round) to a multiple of f = patch * merge; an area over
  * max_pixels scales both sides down by sqrt(area / max) and floors, one
  * under min_pixels scales up and ceils. Aspect ratios over 200 fail. */
-static int qwen_size(const struct vision_info *in, int w, int h, int *rw, int *rh, char *err,
-                     size_t errlen)
+int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *rw,
+                        int *rh, char *err, size_t errlen)
 {
-    const int f = in->patch_size * in->merge_size;
+    const int f = factor;
+    if (w <= 0 || h <= 0 || f <= 0 || min_pixels < 0 || max_pixels < (int64_t)f * f)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: bad resize arguments (%dx%d, factor %d)", w, h, f);
     if ((w > h ? (double)w / h : (double)h / w) > 200)
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "vision: image %dx%d: aspect ratio over 200 (the model's processor refuses it)", w, h);
-    double hb = rint((double)h / f) * f, wb = rint((double)w / f) * f;
-    if (hb * wb > (double)in->max_pixels) {
-        double beta = sqrt((double)h * w / (double)in->max_pixels);
+    double hb = rint((double)h / f) * f, wb = rint((double)w / f) * f; /* rint: half to even */
+    if (hb * wb > (double)max_pixels) {
+        double beta = sqrt((double)h * w / (double)max_pixels);
         hb = floor(h / beta / f) * f, wb = floor(w / beta / f) * f;
         hb = hb < f ? f : hb, wb = wb < f ? f : wb;
-    } else if (hb * wb < (double)in->min_pixels) {
-        double beta = sqrt((double)in->min_pixels / ((double)h * w));
+    } else if (hb * wb < (double)min_pixels) {
+        double beta = sqrt((double)min_pixels / ((double)h * w));
         hb = ceil(h * beta / f) * f, wb = ceil(w * beta / f) * f;
     }
     if (hb < f || wb < f || hb > 65536 || wb > 65536)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: image %dx%d: no valid size", w, h);
     *rw = (int)wb, *rh = (int)hb;
     return OMNI_OK;
+}
+
+static int qwen_size(const struct vision_info *in, int w, int h, int *rw, int *rh, char *err,
+                     size_t errlen)
+{
+    return vision_smart_resize(w, h, in->patch_size * in->merge_size, in->min_pixels, in->max_pixels,
+                               rw, rh, err, errlen);
 }
 
 /* The resized image as patch rows in the reference's order: 2x2 groups in

@@ -189,6 +189,14 @@ enum vision_filter { VISION_FILTER_BILINEAR, VISION_FILTER_BICUBIC, VISION_FILTE
 void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh,
                      enum vision_filter filter);
 
+/* Qwen2VLImageProcessor's smart_resize: the w x h image's new size, both
+ * sides multiples of factor (patch * merge), each side rounded half to even
+ * as Python's round; an area over max_pixels scales both down by
+ * sqrt(area / max) and floors (at least factor), one under min_pixels
+ * scales up and ceils. Fails on aspect ratios over 200. */
+int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *rw,
+                        int *rh, char *err, size_t errlen);
+
 /* The encoder inputs for img: n_images planes of float [3][S][S] (S =
  * image_size), normalized; *pixels malloc'ed. Also the tile grid.
  * qwen2vl: one image of patch rows [tile_rows * tile_cols][3][P][P] in

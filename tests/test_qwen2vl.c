@@ -1,0 +1,266 @@
+/* test_qwen2vl.c - the Qwen2.5-VL vision tower against the tiny Hugging Face
+ * Qwen2_5_VLForConditionalGeneration of tests/fixtures/vision/qwen2_5_vl
+ * (tools/make_vision_golden.py, converted by tools/hf_mmproj_to_gguf.py into
+ * $OMNI_GOLDEN_DIR): smart_resize sizes, pixel values and patch order of the
+ * processor, the last ViT block's output (window order), the merged
+ * features of two pictures of different grids, the prompt layout; the
+ * window order; broken files. */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "media/image.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+#include "src/core/threadpool.h"
+#include "test.h"
+#include "vision/qwen2vl.h"
+#include "vision/vision.h"
+
+#define QDIR "vision/qwen2_5_vl/"
+#define QGGUF "vision-qwen2_5_vl-mmproj-f32.gguf"
+
+/* An integer array field of reference.json ("key": [a, b, ...]); count. */
+static int json_ints(const char *js, const char *key, int *out, int cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": [", key);
+    const char *p = strstr(js, pat);
+    int n = 0;
+    if (!p)
+        return -1;
+    for (p += strlen(pat); *p && *p != ']' && n < cap;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        out[n++] = (int)v;
+        for (p = end; *p == ',' || *p == ' ' || *p == '\n' || *p == '['; p++)
+            ;
+    }
+    return n;
+}
+
+TEST(qwen2vl_smart_resize_matches_processor)
+{
+    /* w, h, min, max -> the processor's size (Qwen2VLImageProcessor's
+     * smart_resize evaluated in Python) */
+    static const int64_t cases[][6] = {
+        { 160, 96, 3136, 50176, 168, 84 },      { 160, 96, 3136, 6272, 84, 56 },
+        { 100, 60, 3136, 50176, 112, 56 },      { 20, 20, 3136, 50176, 56, 56 },
+        { 70, 42, 3136, 50176, 56, 56 },        /* 2.5 and 1.5 round to 2 */
+        { 1000, 10, 3136, 1003520, 560, 28 },   { 3000, 2000, 3136, 12845056, 2996, 1988 },
+        { 3000, 2000, 6272, 3211264, 2184, 1456 }, { 1920, 1080, 3136, 1003520, 1316, 728 },
+        { 29, 4000, 3136, 1003520, 28, 4004 },  { 640, 480, 200704, 1003520, 644, 476 },
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rw = 0, rh = 0;
+        CHECK_EQ(vision_smart_resize((int)cases[i][0], (int)cases[i][1], 28, cases[i][2], cases[i][3], &rw,
+                                     &rh, err, sizeof err), 0);
+        CHECK_MSG(rw == cases[i][4] && rh == cases[i][5], "%lldx%lld -> %dx%d, want %lldx%lld",
+                  (long long)cases[i][0], (long long)cases[i][1], rw, rh, (long long)cases[i][4],
+                  (long long)cases[i][5]);
+    }
+    int rw, rh;
+    CHECK(vision_smart_resize(2010, 10, 28, 3136, 1003520, &rw, &rh, err, sizeof err) < 0);
+    CHECK_STR_CONTAINS(err, "aspect ratio");
+    CHECK(vision_smart_resize(0, 10, 28, 3136, 1003520, &rw, &rh, err, sizeof err) < 0);
+}
+
+TEST(qwen2vl_window_order_as_reference)
+{
+    /* 3 x 6 merged units, windows of 4 x 4: a full-height window of 3 x 4
+     * then the 3 x 2 rest */
+    int order[18], seg[19], n_seg;
+    qwen2vl_window_order(3, 6, 4, order, seg, &n_seg);
+    static const int want[18] = { 0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 4, 5, 10, 11, 16, 17 };
+    CHECK_EQ(n_seg, 2);
+    CHECK(seg[0] == 0 && seg[1] == 12 && seg[2] == 18);
+    CHECK(!memcmp(order, want, sizeof want));
+    /* 9 x 9: windows 4 x 4, 4 x 4, 4 x 1, ..., the last 1 x 1 */
+    int o2[81], s2[82];
+    qwen2vl_window_order(9, 9, 4, o2, s2, &n_seg);
+    CHECK_EQ(n_seg, 9);
+    CHECK(s2[1] == 16 && s2[3] == 36 && s2[9] == 81 && o2[80] == 80 && o2[16] == 4);
+}
+
+static struct vision_model *load_qwen(void)
+{
+    char err[256];
+    struct vision_model *m = vision_model_load(test_golden(QGGUF), err, sizeof err);
+    if (!m)
+        fprintf(stderr, "    %s\n", err);
+    return m;
+}
+
+/* The processor's pixel values are [n][3][2][14][14] with the frame
+ * repeated; ours [n][3][14][14]: compare against both frames. */
+static double pixel_diff(const float *ours, const float *ref, int n, int P)
+{
+    double d = 0;
+    const int K = P * P;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < 3; c++)
+            for (int t = 0; t < 2; t++)
+                for (int i = 0; i < K; i++) {
+                    double e = ours[((size_t)r * 3 + c) * K + i] - ref[(((size_t)r * 3 + c) * 2 + t) * K + i];
+                    d = e > d ? e : -e > d ? -e : d;
+                }
+    return d;
+}
+
+static void check_picture(struct vision_model *m, const char *png, const int grid[3], const char *pix_bin,
+                          const char *feat_bin)
+{
+    char err[256];
+    const struct vision_info *in = vision_model_info(m);
+    struct media_image img;
+    CHECK_EQ(media_image_decode_file(test_fixture(png), NULL, &img, err, sizeof err), 0);
+    float *pix;
+    int n, gh, gw;
+    CHECK_EQ(vision_preprocess(m, &img, true, &pix, &n, &gh, &gw, err, sizeof err), 0);
+    CHECK(n == 1 && gh == grid[1] && gw == grid[2]);
+    CHECK_EQ(vision_image_tokens(m, img.width, img.height, true, err, sizeof err), gh * gw / 4);
+    const int P = in->patch_size;
+    float *ref = test_read_floats(test_fixture(pix_bin), (size_t)gh * gw * 3 * 2 * P * P);
+    CHECK(ref);
+    double dp = pixel_diff(pix, ref, gh * gw, P);
+    printf("    %s: grid %dx%d, pixels max diff %.3g\n", png, gh, gw, dp);
+    CHECK_MSG(dp < 1e-5, "pixels differ by %g", dp);
+
+    // the whole path: vision_encode_image on 2 threads
+    char e2[256];
+    struct tpool *tp = tpool_new(2, e2, sizeof e2);
+    struct vision_ctx *vc = vision_ctx_new(m, tp, err, sizeof err);
+    CHECK(tp && vc);
+    struct vision_embd e;
+    CHECK_EQ(vision_encode_image(vc, &img, true, &e, err, sizeof err), 0);
+    CHECK(e.n_tokens == gh * gw / 4 && e.n_embd == in->n_embd_lm);
+    float *fref = test_read_floats(test_fixture(feat_bin), (size_t)e.n_tokens * e.n_embd);
+    CHECK(fref);
+    double scale = 0;
+    for (size_t i = 0; i < (size_t)e.n_tokens * e.n_embd; i++)
+        scale = fabs(fref[i]) > scale ? fabs(fref[i]) : scale;
+    double df = test_max_diff(e.data, fref, (size_t)e.n_tokens * e.n_embd);
+    printf("    %s: features max diff %.3g (max |ref| %.3g)\n", png, df, scale);
+    CHECK_MSG(df < 1e-4 * (scale > 1 ? scale : 1), "features differ by %g", df);
+
+    // layout: <|vision_start|> rows <|vision_end|>
+    struct vision_layout lay;
+    CHECK_EQ(vision_layout_build(m, &e, &lay, err, sizeof err), 0);
+    CHECK_EQ(lay.n, 3);
+    CHECK_STR_EQ(lay.seg[0].text, "<|vision_start|>");
+    CHECK(!lay.seg[1].text && lay.seg[1].row0 == 0 && lay.seg[1].n_rows == e.n_tokens);
+    CHECK_STR_EQ(lay.seg[2].text, "<|vision_end|>");
+    vision_layout_release(&lay);
+    vision_embd_release(&e);
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    free(fref);
+    free(ref);
+    free(pix);
+    media_image_release(&img);
+}
+
+TEST(qwen2vl_matches_reference)
+{
+    struct vision_model *m = load_qwen();
+    CHECK(m);
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
+    CHECK(js);
+    int grids[6], small[3];
+    CHECK_EQ(json_ints(js, "grid_thw", grids, 6), 6);
+    CHECK_EQ(json_ints(js, "grid_thw_small", small, 3), 3);
+    free(js);
+    const struct vision_info *in = vision_model_info(m);
+    CHECK(in->family == VISION_QWEN2VL && in->merge_size == 2);
+    CHECK_STR_EQ(vision_image_marker(m), "<|vision_start|><|image_pad|><|vision_end|>");
+    // the processor with max_pixels 28*28*8 on the first picture
+    int rw, rh;
+    char err[256];
+    CHECK_EQ(vision_smart_resize(160, 96, 28, in->min_pixels, 28 * 28 * 8, &rw, &rh, err, sizeof err), 0);
+    CHECK(rh / 14 == small[1] && rw / 14 == small[2]);
+    check_picture(m, QDIR "../image.png", grids, QDIR "pixels.bin", QDIR "features.bin");
+    check_picture(m, QDIR "image2.png", grids + 3, QDIR "pixels2.bin", QDIR "features2.bin");
+    vision_model_free(m);
+}
+
+/* The last block's output in window order (what the merger reads) on the
+ * reference's own pixel values: narrows a features mismatch to the ViT or
+ * the merger. */
+TEST(qwen2vl_vit_output_matches_reference)
+{
+    char err[256];
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
+    CHECK(js);
+    int grid[6];
+    CHECK_EQ(json_ints(js, "grid_thw", grid, 6), 6);
+    free(js);
+    struct gguf *g = gguf_open(test_golden(QGGUF), err, sizeof err);
+    CHECK(g);
+    struct vision_info info = { 0 };
+    struct qwen2vl_model *q = qwen2vl_load(g, QGGUF, &info, err, sizeof err);
+    CHECK(q);
+    const int n = grid[1] * grid[2], P = info.patch_size, K = 3 * P * P;
+    float *ref = test_read_floats(test_fixture(QDIR "pixels.bin"), (size_t)n * 2 * K);
+    float *vit_ref = test_read_floats(test_fixture(QDIR "vit_out.bin"), (size_t)n * info.n_embd);
+    float *pix = malloc(sizeof(float) * n * K), *vit = malloc(sizeof(float) * n * info.n_embd);
+    CHECK(ref && vit_ref && pix && vit);
+    for (int r = 0; r < n; r++) /* frame 0 of each [3][2][P][P] row */
+        for (int c = 0; c < 3; c++)
+            memcpy(pix + (size_t)r * K + c * P * P, ref + (size_t)r * 2 * K + c * 2 * P * P,
+                   sizeof(float) * P * P);
+    struct vision_embd e;
+    CHECK_EQ(qwen2vl_encode(q, NULL, pix, grid[1], grid[2], vit, &e, err, sizeof err), 0);
+    double d = test_max_diff(vit, vit_ref, (size_t)n * info.n_embd);
+    printf("    last block output max diff %.3g\n", d);
+    CHECK_MSG(d < 1e-3, "ViT output differs by %g", d);
+    vision_embd_release(&e);
+    /* odd or tiny grids are refused, not read past */
+    CHECK(qwen2vl_encode(q, NULL, pix, 3, 4, NULL, &e, err, sizeof err) < 0);
+    CHECK(qwen2vl_encode(q, NULL, pix, 0, 4, NULL, &e, err, sizeof err) < 0);
+    free(pix), free(vit), free(ref), free(vit_ref);
+    qwen2vl_free(q);
+    gguf_free(g);
+}
+
+/* A file with its window pattern key or a block tensor gone, or cut short
+ * anywhere, fails with the file and the field named. */
+TEST(qwen2vl_rejects_broken_mmproj)
+{
+    char err[256], tmp[512];
+    size_t len;
+    char *buf = test_read_file(test_golden(QGGUF), &len);
+    CHECK(buf);
+    snprintf(tmp, sizeof tmp, "%s/broken-qwen-mmproj.gguf", test_tmpdir());
+    const struct { const char *what, *expect; int at; } edits[] = {
+        { "clip.vision.n_wa_pattern", "n_wa_pattern", 14 },
+        { "v.blk.2.ffn_gate.weight", "v.blk.2.ffn_gate.weight", 8 },
+        { "v.patch_embd.weight.1", "v.patch_embd.weight.1", 2 },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char *p = memmem(buf, len, edits[i].what, strlen(edits[i].what));
+        CHECK_MSG(p, "%s not in the file", edits[i].what);
+        char was = p[edits[i].at];
+        p[edits[i].at] = 'X';
+        FILE *f = fopen(tmp, "wb");
+        fwrite(buf, 1, len, f);
+        fclose(f);
+        p[edits[i].at] = was;
+        CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
+        CHECK_STR_CONTAINS(err, "broken-qwen-mmproj.gguf");
+        CHECK_STR_CONTAINS(err, edits[i].expect);
+    }
+    for (size_t cut = 0; cut < len; cut += len / 29 + 1) {
+        FILE *f = fopen(tmp, "wb");
+        fwrite(buf, 1, cut, f);
+        fclose(f);
+        CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
+    }
+    free(buf);
+}
