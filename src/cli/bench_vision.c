@@ -11,7 +11,9 @@
  * argmax: prompt and generation tok/s, medians over --reps. With --video the
  * clip is sampled (media_video_sample, --fps, --max-frames) and every frame
  * encoded as one global view: frames sampled, frames decoded (seeking skips
- * the rest), sampling ms and encoder ms. */
+ * the rest), sampling ms and encoder ms. --encode-only (no -m) times just
+ * the encoder: the first encode and the median of --reps more, uncached
+ * (for encoders whose language model does not load, e.g. Qwen2.5-VL). */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
@@ -43,6 +45,7 @@ struct bvis_opts {
     double fps;          /* video sampling */
     int max_frames;
     bool json_only;
+    bool encode_only;    /* no language model: time the encoder alone */
 };
 
 static void bvis_usage(FILE *f)
@@ -58,6 +61,7 @@ static void bvis_usage(FILE *f)
             "  -t, --threads N   compute threads (default: physical cores, %d here)\n"
             "  --reps R          repetitions of the cached encode and the chat turn (default 3)\n"
             "  -n N              generated tokens per chat turn (default 32)\n"
+            "  --encode-only     no -m: time the encoder alone (median of --reps uncached encodes)\n"
             "  --json            print only one JSON line\n",
             omni_physical_cores());
 }
@@ -84,6 +88,10 @@ static int bvis_parse(int argc, char **argv, struct bvis_opts *o)
         }
         if (!strcmp(a, "--json")) {
             o->json_only = true;
+            continue;
+        }
+        if (!strcmp(a, "--encode-only")) {
+            o->encode_only = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -119,7 +127,7 @@ static int bvis_parse(int argc, char **argv, struct bvis_opts *o)
             return 2;
         }
     }
-    if (!o->model || !o->mmproj || !o->image) {
+    if ((!o->model && !o->encode_only) || !o->mmproj || !o->image) {
         fprintf(stderr, "bench-vision: -m LM.gguf, --mmproj MMPROJ.gguf and --image FILE are "
                         "required (see --help)\n");
         return 2;
@@ -254,6 +262,66 @@ struct bvis_video {
 };
 
 /* Sample the clip and encode each frame as a global view. 0, or 1 with a message. */
+/* --encode-only: decode + preprocess + encode the image once, then --reps
+ * more times without a cache; the median is the encoder's cost per image. */
+static int bvis_encode_only(const struct bvis_opts *o)
+{
+    char err[512];
+    struct vision_model *vm = NULL;
+    struct tpool *tp = NULL;
+    struct vision_ctx *vc = NULL;
+    struct vision_embd e = { 0 };
+    char *img = NULL;
+    size_t img_len = 0;
+    double *ms = malloc(sizeof *ms * (size_t)o->reps), first_ms = 0;
+    int ret = 1;
+    if (!ms || !(vm = vision_model_load(o->mmproj, err, sizeof err)) ||
+        !(tp = tpool_new(o->n_threads, err, sizeof err)) || !(vc = vision_ctx_new(vm, tp, err, sizeof err))) {
+        fprintf(stderr, "bench-vision: %s\n", ms ? err : "out of memory");
+        goto done;
+    }
+    if (!(img = bvis_read(o->image, &img_len)))
+        goto done;
+    for (int r = -1; r < o->reps; r++) {
+        vision_embd_release(&e);
+        double t0 = omni_time_s();
+        if (vision_encode_bytes(vc, NULL, img, img_len, NULL, &e, NULL, err, sizeof err) < 0) {
+            fprintf(stderr, "bench-vision: %s: %s\n", o->image, err);
+            goto done;
+        }
+        double t = 1e3 * (omni_time_s() - t0);
+        if (r < 0)
+            first_ms = t;
+        else
+            ms[r] = t;
+        fprintf(stderr, "bench-vision: %s encode %d/%d: %d rows (%d x %d), %.1f ms\n", o->image, r + 2,
+                o->reps + 1, e.n_tokens, e.tile_rows, e.tile_cols, t);
+    }
+    const struct vision_info *vi = vision_model_info(vm);
+    const char *cpu = omni_cpu_level_name(omni_cpu_level());
+    double med = bench_median(ms, o->reps);
+    if (!o->json_only)
+        printf("encoder  %s %d layers, %d rows (%d x %d); first %.1f ms, median %.1f ms per image\n"
+               "cpu      %s, %d threads\n",
+               vi->projector, vi->n_layer, e.n_tokens, e.tile_rows, e.tile_cols, first_ms, med, cpu,
+               o->n_threads);
+    printf("{\"projector\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"reps\": %d, \"layers\": %d, "
+           "\"image_rows\": %d, \"grid_rows\": %d, \"grid_cols\": %d, \"encode_first_ms\": %.3f, "
+           "\"encode_ms\": %.3f}\n",
+           vi->projector, cpu, o->n_threads, o->reps, vi->n_layer, e.n_tokens, e.tile_rows, e.tile_cols,
+           first_ms, med);
+    fflush(stdout);
+    ret = 0;
+done:
+    vision_embd_release(&e);
+    free(img);
+    free(ms);
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    vision_model_free(vm);
+    return ret;
+}
+
 static int bvis_video_run(struct vision_ctx *vc, const struct bvis_opts *o, struct bvis_video *r)
 {
     char err[512];
@@ -291,6 +359,8 @@ int cli_bench_vision(int argc, char **argv)
     int rc = bvis_parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (o.encode_only)
+        return bvis_encode_only(&o);
 
     char err[512];
     struct llm_model *lm = NULL;
