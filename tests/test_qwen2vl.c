@@ -264,3 +264,38 @@ TEST(qwen2vl_rejects_broken_mmproj)
     }
     free(buf);
 }
+
+/* M-RoPE ids of the reference's two-image prompt = the position_ids its
+ * language model received; runs that do not match the grids fail. */
+TEST(qwen2vl_mrope_positions_match_reference)
+{
+    char err[256];
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
+    CHECK(js);
+    int ids_i[512], grid[6], img_tok[1];
+    int n = json_ints(js, "ids", ids_i, 512);
+    CHECK(n > 0 && n < 512);
+    CHECK_EQ(json_ints(js, "grid_thw", grid, 6), 6);
+    const char *p = strstr(js, "\"image_token_id\": ");
+    CHECK(p);
+    img_tok[0] = atoi(p + 18);
+    free(js);
+    int32_t ids[512], *pos = malloc(sizeof(int32_t) * 3 * n);
+    for (int i = 0; i < n; i++)
+        ids[i] = ids_i[i];
+    const int grids[2][2] = { { grid[1] / 2, grid[2] / 2 }, { grid[4] / 2, grid[5] / 2 } };
+    int32_t *ref = (int32_t *)test_read_file(test_fixture(QDIR "positions.bin"), &len);
+    CHECK(ref && pos);
+    CHECK_EQ(len, sizeof(int32_t) * 3 * n);
+    int next = qwen2vl_mrope_positions(ids, n, img_tok[0], grids, 2, pos, err, sizeof err);
+    CHECK(next > 0);
+    for (int i = 0; i < 3 * n; i++)
+        CHECK_MSG(pos[i] == ref[i], "axis %d token %d: %d, reference %d", i / n, i % n, pos[i], ref[i]);
+    CHECK_EQ(next, pos[n - 1] + 1); /* the prompt ends in text */
+    const int wrong[2][2] = { { grids[0][0], grids[0][1] + 1 }, { grids[1][0], grids[1][1] } };
+    CHECK(qwen2vl_mrope_positions(ids, n, img_tok[0], wrong, 2, pos, err, sizeof err) < 0);
+    CHECK(qwen2vl_mrope_positions(ids, n, img_tok[0], grids, 1, pos, err, sizeof err) < 0);
+    free(pos);
+    free(ref);
+}

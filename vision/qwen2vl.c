@@ -526,3 +526,38 @@ done:
     qctx_free(&c);
     return rc;
 }
+
+// ---- M-RoPE positions ------------------------------------------------------------
+
+int qwen2vl_mrope_positions(const int32_t *ids, int n, int32_t image_token, const int (*grids)[2],
+                            int n_images, int32_t *pos, char *err, size_t errlen)
+{
+    int32_t *t = pos, *h = pos + n, *w = pos + 2 * (size_t)n;
+    int32_t next = 0;
+    int img = 0;
+    for (int i = 0; i < n;) {
+        if (ids[i] != image_token) {
+            t[i] = h[i] = w[i] = next++;
+            i++;
+            continue;
+        }
+        int run = 0;
+        while (i + run < n && ids[i + run] == image_token)
+            run++;
+        if (img >= n_images || grids[img][0] < 1 || grids[img][1] < 1 ||
+            (int64_t)grids[img][0] * grids[img][1] != run)
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "vision: image run %d of %d tokens does not match its grid", img, run);
+        const int rows = grids[img][0], cols = grids[img][1];
+        for (int k = 0; k < run; k++) {
+            t[i + k] = next;
+            h[i + k] = next + k / cols;
+            w[i + k] = next + k % cols;
+        }
+        next += rows > cols ? rows : cols;
+        i += run, img++;
+    }
+    if (img != n_images)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images but %d image runs", n_images, img);
+    return next;
+}

@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct gguf;
 struct tpool;
@@ -51,5 +52,17 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
  * each): order[k] = the raster index of the k-th unit; seg[0..*n_seg] the
  * window boundaries in units (seg has room for mh*mw + 1). */
 void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_seg);
+
+/* M-RoPE position ids of a Qwen2-VL / 2.5-VL prompt, as the reference's
+ * get_rope_index computes them for still images: a text token advances all
+ * three ids (temporal, height, width) by one; a run of image_token ids is
+ * the next image of grids (merged rows x columns, in order) and gets
+ * temporal = s, height = s + row, width = s + column, s being one past the
+ * largest id so far; the text after it continues from one past the image's
+ * largest id. pos is [3][n] (pos[0..n) temporal, then height, width).
+ * Returns one past the largest id (where generated tokens continue), or a
+ * negative enum omni_err when the runs do not match the grids. */
+int qwen2vl_mrope_positions(const int32_t *ids, int n, int32_t image_token, const int (*grids)[2],
+                            int n_images, int32_t *pos, char *err, size_t errlen);
 
 #endif
