@@ -406,8 +406,17 @@ def build_qwen(out, image_path, seed):
         cand = [out2] if torch.is_tensor(out2) else [getattr(out2, k, None) for k in
                                                      ("pooler_output", "last_hidden_state")]
         feats2 = next(c for c in cand if c is not None and c.shape[0] == n_img_tokens[1])
-        o = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                  pixel_values=pixel_values, image_grid_thw=grid_thw, use_cache=False)
+        def run(ids_t):
+            # newer releases want mm_token_type_ids (1 = image token) for M-RoPE
+            kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
+                      image_grid_thw=grid_thw, use_cache=False)
+            mm = (ids_t == ids_of["<|image_pad|>"]).to(torch.int32)
+            try:
+                return model(mm_token_type_ids=mm, **kw)
+            except TypeError:
+                return model(**kw)
+
+        o = run(input_ids)
         logits = o.logits[0].float()
         a, kw = captured["lm"]
         pos = kw.get("position_ids")
@@ -417,8 +426,7 @@ def build_qwen(out, image_path, seed):
         gen, top_ids, top_lp = [], [], []
         cur = input_ids
         for _ in range(6):
-            lo = model(input_ids=cur, attention_mask=torch.ones_like(cur), pixel_values=pixel_values,
-                       image_grid_thw=grid_thw, use_cache=False).logits[0, -1].float()
+            lo = run(cur).logits[0, -1].float()
             lp = torch.log_softmax(lo, -1)
             t5 = torch.topk(lp, 5)
             top_ids.append(t5.indices.tolist())
