@@ -6,7 +6,10 @@
  * RMSNorm), gemma2 (soft-capping, post-norms, every other layer sliding),
  * gemma3 text (q/k norm, five sliding layers in six with their own rope
  * base), phi3 (Phi-3.5-mini / Phi-4-mini: fused QKV and gate-up, partial
- * rotary, LongRoPE). Sliding-window layers keep every position's K/V in the
+ * rotary, LongRoPE), qwen3moe (qwen3 attention, mixture-of-experts FFN of
+ * llm/moe.h in every layer: softmax router, top-k experts, renormalised
+ * weights), smollm3 (llama layout, every 4th layer without rotary: NoPE).
+ * Sliding-window layers keep every position's K/V in the
  * paged cache and mask keys older than the window (prefix caching and
  * preemption need nothing special; memory is that of full attention).
  *
@@ -41,7 +44,7 @@ struct tpool;
 
 enum llm_arch {
     LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
-    LLM_ARCH_PHI3,
+    LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
 };
 
 struct llm_hparams {
@@ -71,6 +74,13 @@ struct llm_hparams {
     bool rope_longrope;      /* phi3 LongRoPE: rope_factors_{short,long} */
     bool rope_long;          /* the long factors are in use (n_ctx > rope_orig_ctx) */
     float rope_attn_factor;  /* LongRoPE cos/sin scale (rope.scaling.attn_factor) */
+    /* mixture of experts (qwen3moe; 0 experts: dense FFN) */
+    int n_expert;            /* <arch>.expert_count */
+    int n_expert_used;       /* <arch>.expert_used_count */
+    int n_ff_exp;            /* <arch>.expert_feed_forward_length */
+    int n_ff_shexp;          /* shared expert width (0: none) */
+    bool expert_weights_norm; /* top-k weights renormalised (default true, as llama.cpp) */
+    int nope_period;         /* every n-th layer has no rotary (smollm3: 4; 0: none) */
 };
 
 struct llm_model_params {
@@ -92,6 +102,10 @@ const struct tokenizer *llm_model_tokenizer(const struct llm_model *m); /* owned
 const struct gguf *llm_model_gguf(const struct llm_model *m);           /* owned by m */
 /* Bytes of weights, for reports. */
 size_t llm_model_weight_bytes(const struct llm_model *m);
+/* Bytes of weights one decoded token reads: every matrix it multiplies
+ * (the output projection, and token_embd when tied, included; one embedding
+ * row is not counted) - with experts, only n_expert_used of n_expert. */
+size_t llm_model_decode_bytes(const struct llm_model *m);
 
 /* ---- paged KV storage ---- */
 struct llm_kv {
@@ -144,6 +158,12 @@ void llm_ctx_free(struct llm_ctx *ctx);
  * not depend on the other tokens of its batch. Slower for long batches.
  * Default off. */
 void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on);
+
+/* Bytes of weight matrices the forwards of ctx multiplied since it was made
+ * or reset (each matrix counted once per product; MoE experts only when a
+ * token chose them): one decode step reads llm_model_decode_bytes. */
+uint64_t llm_ctx_weight_bytes_read(const struct llm_ctx *ctx);
+void llm_ctx_reset_weight_bytes_read(struct llm_ctx *ctx);
 
 /* Run the batch. Writes n_vocab logits for each token with want_logits set,
  * in batch order, into logits (caller sized; NULL when no token wants
