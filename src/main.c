@@ -24,6 +24,7 @@ static const struct command commands[] = {
     { "template", cli_template, "template -m FILE.gguf --messages M.json  render the chat template" },
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
     { "speak", cli_speak, "speak [--voice V] TEXT -o OUT   text to speech (espeak-ng voices; wav/mp3/opus/aac/flac/pcm)" },
+    { "codec-decode", cli_codec_decode, "codec-decode --codec DAC.gguf --codes C.json -o OUT.wav  neural codec codes to audio" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },
     { "embed", cli_embed, "embed -m FILE.gguf TEXT...      embedding vectors (bert, nomic-bert, Qwen3-Embedding; stdin lines)" },

@@ -19,6 +19,7 @@ int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
 int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
+int cli_codec_decode(int argc, char **argv); /* src/cli/codec.c */
 
 int cli_embed(int argc, char **argv);       /* src/cli/embed.c */
 int cli_rerank(int argc, char **argv);      /* src/cli/embed.c */
