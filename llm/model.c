@@ -16,8 +16,8 @@
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
-#include "src/core/nn.h"
 #include "src/core/omni.h"
+#include "src/core/ops.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
@@ -742,73 +742,6 @@ void llm_ctx_free(struct llm_ctx *ctx)
     free(ctx);
 }
 
-// ---- math ------------------------------------------------------------------
-
-/* out = x / rms(x) * w over n values. */
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
-    double ss = 0.0;
-    for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    const float scale = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * scale * w[i];
-}
-
-/* GCC vector extension: 8 floats, lowered to AVX, SSE or scalar code. */
-typedef float v8f __attribute__((vector_size(32)));
-
-static float dot(const float *a, const float *b, int n)
-{
-    v8f acc = { 0 };
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f va, vb;
-        memcpy(&va, a + i, sizeof va);
-        memcpy(&vb, b + i, sizeof vb);
-        acc += va * vb;
-    }
-    float s = 0.0f;
-    for (int j = 0; j < 8; j++)
-        s += acc[j];
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-/* y += w * x over n values (8 at a time: gcc -O2 leaves the plain loop
- * scalar, and attention spends most of its time here). */
-static void axpy(float *y, float w, const float *x, int n)
-{
-    const v8f vw = { w, w, w, w, w, w, w, w };
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f vx, vy;
-        memcpy(&vx, x + i, sizeof vx);
-        memcpy(&vy, y + i, sizeof vy);
-        vy += vw * vx;
-        memcpy(y + i, &vy, sizeof vy);
-    }
-    for (; i < n; i++)
-        y[i] += w * x[i];
-}
-
-/* Rotate the first n_rot values of one head by the position's angles: pairs
- * (2i, 2i+1) for GGUF llama (its converter permuted Q/K rows to match),
- * halves (i, i + n_rot/2) for the NEOX layout of the others; values past
- * n_rot (partial rotary, phi3) pass unchanged. */
-static void rope(float *v, const float *cos_, const float *sin_, int n_rot, bool neox)
-{
-    const int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        float *a = neox ? &v[i] : &v[2 * i];
-        float *b = neox ? &v[i + half] : &v[2 * i + 1];
-        const float x0 = *a, x1 = *b;
-        *a = x0 * cos_[i] - x1 * sin_[i];
-        *b = x0 * sin_[i] + x1 * cos_[i];
-    }
-}
-
 // ---- attention -------------------------------------------------------------
 
 struct attn_job {
@@ -892,6 +825,7 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_rep = hp->n_head / hp->n_head_kv, groups_per_token = hp->n_head / j->group;
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
+    const struct omni_ops *op = omni_ops();
 
     for (int64_t item = ith; item < j->n_items; item += nth) {
         const int t = j->tok[item / groups_per_token];
@@ -912,8 +846,7 @@ static void attn_worker(void *arg, int ith, int nth)
             for (int r = 0; r < j->group; r++) {
                 float *sc = s->score + (size_t)r * ATTN_CHUNK, *acc = s->acc + (size_t)r * hd;
                 float cmax = -INFINITY;
-                for (int i = 0; i < n; i++)
-                    sc[i] = dot(q + (size_t)r * hd, krows[i], hd) * scale;
+                op->attn_scores(sc, q + (size_t)r * hd, krows, n, hd, scale);
                 if (cap > 0)
                     omni_softcap(sc, n, cap); /* gemma2 */
                 for (int i = 0; i < n; i++)
@@ -921,17 +854,15 @@ static void attn_worker(void *arg, int ith, int nth)
                 if (cmax > s->max[r]) {
                     const float c = expf(s->max[r] - cmax); /* 0 on the first chunk */
                     s->sum[r] *= c;
-                    for (int d = 0; d < hd; d++)
-                        acc[d] *= c;
+                    op->scale(acc, c, hd);
                     s->max[r] = cmax;
                 }
                 for (int i = 0; i < n; i++)
                     sc[i] -= s->max[r];
-                omni_vec_expf(n, sc, sc);
-                for (int i = 0; i < n; i++) {
+                op->exp(sc, sc, n);
+                for (int i = 0; i < n; i++)
                     s->sum[r] += sc[i];
-                    axpy(acc, sc[i], vrows[i], hd);
-                }
+                op->attn_wsum(acc, sc, vrows, n, hd);
             }
         }
         float *out = ctx->att + (size_t)t * q_dim + (size_t)h0 * hd;
@@ -974,6 +905,7 @@ static void attn_block_worker(void *arg, int ith, int nth)
     const int hd = hp->head_dim, q_dim = hp->n_head * hd, n_rep = hp->n_head / hp->n_head_kv;
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const int64_t n_items = (int64_t)j->n_blocks * hp->n_head_kv;
+    const struct omni_ops *op = omni_ops();
     for (int64_t item = ith; item < n_items; item += nth) {
         const struct attn_block *b = &j->blocks[item / hp->n_head_kv];
         const int kvh = (int)(item % hp->n_head_kv), rows = b->n * n_rep;
@@ -1015,14 +947,12 @@ static void attn_block_worker(void *arg, int ith, int nth)
                 if (cmax > s->bmax[r]) {
                     const float c = expf(s->bmax[r] - cmax); /* 0 on the first chunk */
                     s->bsum[r] *= c;
-                    float *acc = s->bacc + (size_t)r * hd;
-                    for (int d = 0; d < hd; d++)
-                        acc[d] *= c;
+                    op->scale(s->bacc + (size_t)r * hd, c, hd);
                     s->bmax[r] = cmax;
                 }
                 for (int i = a; i < nv; i++)
                     sc[i] -= s->bmax[r];
-                omni_vec_expf(nv - a, sc + a, sc + a);
+                op->exp(sc + a, sc + a, nv - a);
                 float sum = 0.0f;
                 for (int i = a; i < nv; i++)
                     sum += sc[i];
@@ -1127,7 +1057,7 @@ static void attn_norm_step(const struct token_job *j, int t)
 {
     const struct llm_hparams *hp = &j->ctx->m->hp;
     const size_t row = (size_t)t * hp->n_embd;
-    rmsnorm(j->ctx->xn + row, j->ctx->x + row, j->L->attn_norm, hp->n_embd, hp->norm_eps);
+    omni_ops()->rmsnorm(j->ctx->xn + row, j->ctx->x + row, j->L->attn_norm, hp->n_embd, hp->norm_eps);
 }
 
 /* q, k, v out of the fused projection (phi3); biases; per-head q/k rmsnorm
@@ -1161,13 +1091,13 @@ static void qkv_step(const struct token_job *j, int t)
     const bool neox = m->fam->rope_neox;
     for (int h = 0; h < hp->n_head; h++) {
         if (L->q_norm)
-            rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-        rope(q + h * hd, c, s, hp->n_rot, neox);
+            omni_ops()->rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+        omni_ops()->rope(q + h * hd, c, s, hp->n_rot, neox);
     }
     for (int h = 0; h < hp->n_head_kv; h++) {
         if (L->k_norm)
-            rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-        rope(k + h * hd, c, s, hp->n_rot, neox);
+            omni_ops()->rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        omni_ops()->rope(k + h * hd, c, s, hp->n_rot, neox);
     }
     const struct llm_kv *kv = j->kv;
     if (kv->type == GGML_TYPE_F32) {
@@ -1190,10 +1120,10 @@ static void attn_residual_ffn_norm_step(const struct token_job *j, int t)
     const size_t row = (size_t)t * hp->n_embd;
     float *x = j->ctx->x + row, *o = j->ctx->xn + row;
     if (j->L->attn_post_norm)
-        rmsnorm(o, o, j->L->attn_post_norm, hp->n_embd, hp->norm_eps);
+        omni_ops()->rmsnorm(o, o, j->L->attn_post_norm, hp->n_embd, hp->norm_eps);
     for (int i = 0; i < hp->n_embd; i++)
         x[i] += o[i] + (j->L->bo ? j->L->bo[i] : 0.0f);
-    rmsnorm(o, x, j->L->ffn_norm, hp->n_embd, hp->norm_eps);
+    omni_ops()->rmsnorm(o, x, j->L->ffn_norm, hp->n_embd, hp->norm_eps);
 }
 
 /* up = act(gate) * up: SwiGLU, or GeGLU with the tanh GELU (gemma). A fused
@@ -1219,7 +1149,7 @@ static void ffn_residual_step(const struct token_job *j, int t)
     const struct llm_hparams *hp = &j->ctx->m->hp;
     float *x = j->ctx->x + (size_t)t * hp->n_embd, *d = j->ctx->xn + (size_t)t * hp->n_embd;
     if (j->L->ffn_post_norm)
-        rmsnorm(d, d, j->L->ffn_post_norm, hp->n_embd, hp->norm_eps);
+        omni_ops()->rmsnorm(d, d, j->L->ffn_post_norm, hp->n_embd, hp->norm_eps);
     for (int i = 0; i < hp->n_embd; i++)
         x[i] += d[i];
 }
@@ -1345,10 +1275,10 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     for (int t = 0; t < n; t++) {
         const bool want = batch->want_logits ? batch->want_logits[t] : t == n - 1;
         if (want)
-            rmsnorm(ctx->xn + (size_t)n_out++ * n_embd, ctx->x + (size_t)t * n_embd,
+            omni_ops()->rmsnorm(ctx->xn + (size_t)n_out++ * n_embd, ctx->x + (size_t)t * n_embd,
                     m->output_norm, n_embd, hp->norm_eps);
         if (batch->want_hidden && batch->want_hidden[t])
-            rmsnorm(batch->hidden + (size_t)n_hid++ * n_embd, ctx->x + (size_t)t * n_embd,
+            omni_ops()->rmsnorm(batch->hidden + (size_t)n_hid++ * n_embd, ctx->x + (size_t)t * n_embd,
                     m->output_norm, n_embd, hp->norm_eps);
     }
     /* logits (only for the rows that want them: an embedding row would waste

@@ -1,0 +1,466 @@
+/* ops_simd.h - the compute layer's ops (src/core/ops.h) written once over
+ * GCC vector extensions of VW floats, included by one file per ISA level
+ * (ops_avx2.c: VW 8, ops_avx512.c: VW 16) after its `#pragma GCC target`,
+ * so that each copy is compiled for that level only. The includer defines
+ *   VW                  lanes per vector
+ *   LOAD_F16(p)         VW halves at p -> vf
+ *   STORE_F16(p, v)     vf -> VW halves at p (round to nearest even)
+ *   LOAD_BF16(p)        VW bfloat16 at p -> vf
+ *   OPS_NAME, OPS_FILL  the table's name and its fill function
+ * The exp and erf polynomials are ops_ref.c's, lane by lane; tails go
+ * through the same vector code on a zero-padded copy. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "src/core/ops_impl.h"
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+
+static inline vf ld(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void st(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf ld_part(const float *p, int64_t k)
+{
+    vf v = { 0 };
+    memcpy(&v, p, (size_t)k * sizeof(float));
+    return v;
+}
+static inline void st_part(float *p, vf v, int64_t k) { memcpy(p, &v, (size_t)k * sizeof(float)); }
+static inline vf splat(float x) { return (vf){ 0 } + x; }
+static inline float hsum(vf v)
+{
+    float s = 0.0f;
+    for (int l = 0; l < VW; l++)
+        s += v[l];
+    return s;
+}
+/* a where mask (all ones per lane), b elsewhere */
+static inline vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+
+static inline vf ld_f16_part(const uint16_t *p, int k)
+{
+    uint16_t buf[VW] = { 0 };
+    memcpy(buf, p, (size_t)k * 2);
+    return LOAD_F16(buf);
+}
+static inline vf ld_bf16_part(const uint16_t *p, int k)
+{
+    uint16_t buf[VW] = { 0 };
+    memcpy(buf, p, (size_t)k * 2);
+    return LOAD_BF16(buf);
+}
+
+/* omni_ref_expf1 lane by lane: e^x = 2^n e^r, n = round(x / ln 2) */
+static inline vf vexp(vf x)
+{
+    const vf x_max = splat(88.0f), x_min = splat(-87.3f);
+    x = sel(x > x_max, x_max, x);
+    x = sel(x < x_min, x_min, x);
+    const float magic = 12582912.0f;
+    const vf t = x * 1.44269504088896341f + magic;
+    const vf n = t - magic;
+    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (vf)(((vi)t - 0x4b400000 + 127) << 23);
+}
+
+/* omni_ref_gelu_erf1 lane by lane */
+static inline vf vgelu_erf(vf x)
+{
+    const vi sign = (vi){ 0 } + INT32_MIN; /* (not splat(-0.0f): 0.0f + -0.0f is +0) */
+    const vf ax = (vf)((vi)x & ~sign);
+    const vf z = ax * 0.70710678118654752f;
+    const vf t = 1.0f / (1.0f + 0.3275911f * z);
+    const vf e = vexp(-z * z);
+    const vf p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f +
+                 t * (-1.453152027f + t * 1.061405429f))));
+    const vf erf_abs = 1.0f - p * e;
+    const vf erf = (vf)((vi)erf_abs | ((vi)x & sign));
+    return 0.5f * x * (1.0f + erf);
+}
+
+static inline vf vgelu_tanh(vf x)
+{
+    return x / (1.0f + vexp(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+}
+
+static inline vf vsilu(vf x) { return x / (1.0f + vexp(-x)); }
+
+// ---- vectors -----------------------------------------------------------------
+
+static float dot_simd(const float *a, const float *b, int n)
+{
+    vf s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 += ld(a + i) * ld(b + i);
+        s1 += ld(a + i + VW) * ld(b + i + VW);
+    }
+    for (; i + VW <= n; i += VW)
+        s0 += ld(a + i) * ld(b + i);
+    if (i < n)
+        s1 += ld_part(a + i, n - i) * ld_part(b + i, n - i);
+    return hsum(s0 + s1);
+}
+
+static void axpy_simd(float *y, float a, const float *x, int n)
+{
+    const vf va = splat(a);
+    int i = 0;
+    for (; i + VW <= n; i += VW)
+        st(y + i, ld(y + i) + va * ld(x + i));
+    if (i < n)
+        st_part(y + i, ld_part(y + i, n - i) + va * ld_part(x + i, n - i), n - i);
+}
+
+static void scale_simd(float *y, float a, int n)
+{
+    const vf va = splat(a);
+    int i = 0;
+    for (; i + VW <= n; i += VW)
+        st(y + i, ld(y + i) * va);
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float dot_f16_simd(const float *a, const uint16_t *b, int n)
+{
+    vf s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 += ld(a + i) * LOAD_F16(b + i);
+        s1 += ld(a + i + VW) * LOAD_F16(b + i + VW);
+    }
+    for (; i + VW <= n; i += VW)
+        s0 += ld(a + i) * LOAD_F16(b + i);
+    if (i < n)
+        s1 += ld_part(a + i, n - i) * ld_f16_part(b + i, n - i);
+    return hsum(s0 + s1);
+}
+
+static void axpy_f16_simd(float *y, float a, const uint16_t *x, int n)
+{
+    const vf va = splat(a);
+    int i = 0;
+    for (; i + VW <= n; i += VW)
+        st(y + i, ld(y + i) + va * LOAD_F16(x + i));
+    if (i < n)
+        st_part(y + i, ld_part(y + i, n - i) + va * ld_f16_part(x + i, n - i), n - i);
+}
+
+static float dot_bf16_simd(const float *a, const uint16_t *b, int n)
+{
+    vf s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 += ld(a + i) * LOAD_BF16(b + i);
+        s1 += ld(a + i + VW) * LOAD_BF16(b + i + VW);
+    }
+    for (; i + VW <= n; i += VW)
+        s0 += ld(a + i) * LOAD_BF16(b + i);
+    if (i < n)
+        s1 += ld_part(a + i, n - i) * ld_bf16_part(b + i, n - i);
+    return hsum(s0 + s1);
+}
+
+static void axpy_bf16_simd(float *y, float a, const uint16_t *x, int n)
+{
+    const vf va = splat(a);
+    int i = 0;
+    for (; i + VW <= n; i += VW)
+        st(y + i, ld(y + i) + va * LOAD_BF16(x + i));
+    if (i < n)
+        st_part(y + i, ld_part(y + i, n - i) + va * ld_bf16_part(x + i, n - i), n - i);
+}
+
+static void f16_to_f32_simd(const uint16_t *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        st(y + i, LOAD_F16(x + i));
+    if (i < n)
+        st_part(y + i, ld_f16_part(x + i, (int)(n - i)), n - i);
+}
+
+static void f32_to_f16_simd(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        STORE_F16(y + i, ld(x + i));
+    if (i < n) {
+        uint16_t buf[VW];
+        STORE_F16(buf, ld_part(x + i, n - i));
+        memcpy(y + i, buf, (size_t)(n - i) * 2);
+    }
+}
+
+// ---- norms -------------------------------------------------------------------
+
+static void rmsnorm_simd(float *y, const float *x, const float *w, int n, float eps)
+{
+    vf s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        const vf a = ld(x + i), b = ld(x + i + VW);
+        s0 += a * a;
+        s1 += b * b;
+    }
+    for (; i + VW <= n; i += VW) {
+        const vf a = ld(x + i);
+        s0 += a * a;
+    }
+    double ss = 0.0;
+    for (int l = 0; l < VW; l++)
+        ss += (double)s0[l] + (double)s1[l];
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float s = (float)(1.0 / sqrt(ss / n + eps));
+    const vf vs = splat(s);
+    for (i = 0; i + VW <= n; i += VW)
+        st(y + i, ld(x + i) * vs * ld(w + i));
+    for (; i < n; i++)
+        y[i] = x[i] * s * w[i];
+}
+
+static void layernorm_simd(float *y, const float *x, const float *w, const float *b, int n, float eps)
+{
+    vf s = { 0 };
+    int i = 0;
+    for (; i + VW <= n; i += VW)
+        s += ld(x + i);
+    double sum = 0.0;
+    for (int l = 0; l < VW; l++)
+        sum += s[l];
+    for (; i < n; i++)
+        sum += x[i];
+    const float m = (float)(sum / n);
+    const vf vm = splat(m);
+    vf v = { 0 };
+    for (i = 0; i + VW <= n; i += VW) {
+        const vf d = ld(x + i) - vm;
+        v += d * d;
+    }
+    double var = 0.0;
+    for (int l = 0; l < VW; l++)
+        var += v[l];
+    for (; i < n; i++)
+        var += (double)(x[i] - m) * (x[i] - m);
+    const float inv = (float)(1.0 / sqrt(var / n + eps));
+    const vf vinv = splat(inv);
+    for (i = 0; i + VW <= n; i += VW) {
+        vf r = (ld(x + i) - vm) * vinv;
+        if (w)
+            r *= ld(w + i);
+        if (b)
+            r += ld(b + i);
+        st(y + i, r);
+    }
+    for (; i < n; i++)
+        y[i] = (x[i] - m) * inv * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+}
+
+// ---- RoPE --------------------------------------------------------------------
+
+static void rope_simd(float *v, const float *cos_, const float *sin_, int n_rot, bool neox)
+{
+    const int half = n_rot / 2;
+    int i = 0;
+    if (neox) {
+        for (; i + VW <= half; i += VW) {
+            const vf x0 = ld(v + i), x1 = ld(v + i + half), c = ld(cos_ + i), s = ld(sin_ + i);
+            st(v + i, x0 * c - x1 * s);
+            st(v + i + half, x0 * s + x1 * c);
+        }
+        for (; i < half; i++) {
+            const float x0 = v[i], x1 = v[i + half];
+            v[i] = x0 * cos_[i] - x1 * sin_[i];
+            v[i + half] = x0 * sin_[i] + x1 * cos_[i];
+        }
+        return;
+    }
+    for (; i < half; i++) { /* interleaved pairs: short, gcc pairs them up */
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * cos_[i] - x1 * sin_[i];
+        v[2 * i + 1] = x0 * sin_[i] + x1 * cos_[i];
+    }
+}
+
+// ---- elementwise -------------------------------------------------------------
+
+/* y = f(x) over n floats, the tail through a zero-padded vector */
+#define MAP1(name, expr)                                                  \
+    static void name(float *y, const float *x, int64_t n)                \
+    {                                                                     \
+        int64_t i = 0;                                                    \
+        for (; i + VW <= n; i += VW) {                                    \
+            const vf v = ld(x + i);                                       \
+            st(y + i, (expr));                                            \
+        }                                                                 \
+        if (i < n) {                                                      \
+            const vf v = ld_part(x + i, n - i);                           \
+            st_part(y + i, (expr), n - i);                                \
+        }                                                                 \
+    }
+MAP1(exp_map, vexp(v))
+MAP1(gelu_erf_map, vgelu_erf(v))
+MAP1(gelu_tanh_map, vgelu_tanh(v))
+MAP1(silu_map, vsilu(v))
+
+static void exp_simd(float *y, const float *x, int64_t n) { exp_map(y, x, n); }
+static void gelu_erf_simd(float *x, int64_t n) { gelu_erf_map(x, x, n); }
+static void gelu_tanh_simd(float *x, int64_t n) { gelu_tanh_map(x, x, n); }
+static void silu_simd(float *x, int64_t n) { silu_map(x, x, n); }
+
+/* up *= f(gate) */
+#define GLU(name, fn)                                                         \
+    static void name(const float *gate, float *up, int64_t n)                \
+    {                                                                         \
+        int64_t i = 0;                                                        \
+        for (; i + VW <= n; i += VW)                                          \
+            st(up + i, ld(up + i) * fn(ld(gate + i)));                        \
+        if (i < n)                                                            \
+            st_part(up + i, ld_part(up + i, n - i) * fn(ld_part(gate + i, n - i)), n - i); \
+    }
+GLU(swiglu_simd, vsilu)
+GLU(geglu_erf_simd, vgelu_erf)
+GLU(geglu_tanh_simd, vgelu_tanh)
+
+static void softcap_simd(float *x, int64_t n, float cap)
+{
+    const float k = 2.0f / cap;
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        st(x + i, cap - 2.0f * cap / (vexp(ld(x + i) * k) + 1.0f));
+    if (i < n)
+        st_part(x + i, cap - 2.0f * cap / (vexp(ld_part(x + i, n - i) * k) + 1.0f), n - i);
+}
+
+static void softmax_simd(float *x, int64_t n)
+{
+    vf vm = splat(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        const vf v = ld(x + i);
+        vm = sel(v > vm, v, vm);
+    }
+    float mx = -INFINITY;
+    for (int l = 0; l < VW; l++)
+        mx = vm[l] > mx ? vm[l] : mx;
+    for (int64_t j = i; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    const vf vmx = splat(mx);
+    vf vs = { 0 };
+    for (i = 0; i + VW <= n; i += VW) {
+        const vf e = vexp(ld(x + i) - vmx);
+        st(x + i, e);
+        vs += e;
+    }
+    if (i < n) {
+        vf e = vexp(ld_part(x + i, n - i) - vmx);
+        /* the padding lanes gave e^(0 - mx): keep them out of the sum */
+        for (int64_t l = n - i; l < VW; l++)
+            e[l] = 0.0f;
+        st_part(x + i, e, n - i);
+        vs += e;
+    }
+    const vf inv = splat(1.0f / hsum(vs));
+    for (i = 0; i + VW <= n; i += VW)
+        st(x + i, ld(x + i) * inv);
+    for (; i < n; i++)
+        x[i] *= inv[0];
+}
+
+// ---- attention ---------------------------------------------------------------
+
+static void attn_scores_simd(float *s, const float *q, const float *const *k, int n, int d, float scale)
+{
+    for (int i = 0; i < n; i++)
+        s[i] = dot_simd(q, k[i], d) * scale;
+}
+
+static void attn_scores_f16_simd(float *s, const float *q, const uint16_t *const *k, int n, int d,
+                                 float scale)
+{
+    for (int i = 0; i < n; i++)
+        s[i] = dot_f16_simd(q, k[i], d) * scale;
+}
+
+/* acc += sum w[i] v[i]: for heads of up to 8 vectors the accumulator stays
+ * in registers across the keys instead of being loaded and stored per key */
+static void attn_wsum_simd(float *acc, const float *w, const float *const *v, int n, int d)
+{
+    enum { MAXV = 8 };
+    if (d % VW == 0 && d <= MAXV * VW) {
+        const int nv = d / VW;
+        vf a[MAXV];
+        for (int c = 0; c < nv; c++)
+            a[c] = ld(acc + c * VW);
+        for (int i = 0; i < n; i++) {
+            const vf wi = splat(w[i]);
+            for (int c = 0; c < nv; c++)
+                a[c] += wi * ld(v[i] + c * VW);
+        }
+        for (int c = 0; c < nv; c++)
+            st(acc + c * VW, a[c]);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        axpy_simd(acc, w[i], v[i], d);
+}
+
+static void attn_wsum_f16_simd(float *acc, const float *w, const uint16_t *const *v, int n, int d)
+{
+    enum { MAXV = 8 };
+    if (d % VW == 0 && d <= MAXV * VW) {
+        const int nv = d / VW;
+        vf a[MAXV];
+        for (int c = 0; c < nv; c++)
+            a[c] = ld(acc + c * VW);
+        for (int i = 0; i < n; i++) {
+            const vf wi = splat(w[i]);
+            for (int c = 0; c < nv; c++)
+                a[c] += wi * LOAD_F16(v[i] + c * VW);
+        }
+        for (int c = 0; c < nv; c++)
+            st(acc + c * VW, a[c]);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        axpy_f16_simd(acc, w[i], v[i], d);
+}
+
+void OPS_FILL(struct omni_ops *o)
+{
+    o->name = OPS_NAME;
+    o->dot = dot_simd;
+    o->axpy = axpy_simd;
+    o->scale = scale_simd;
+    o->dot_f16 = dot_f16_simd;
+    o->axpy_f16 = axpy_f16_simd;
+    o->dot_bf16 = dot_bf16_simd;
+    o->axpy_bf16 = axpy_bf16_simd;
+    o->f16_to_f32 = f16_to_f32_simd;
+    o->f32_to_f16 = f32_to_f16_simd;
+    o->rmsnorm = rmsnorm_simd;
+    o->layernorm = layernorm_simd;
+    o->rope = rope_simd;
+    o->exp = exp_simd;
+    o->softmax = softmax_simd;
+    o->gelu_erf = gelu_erf_simd;
+    o->gelu_tanh = gelu_tanh_simd;
+    o->silu = silu_simd;
+    o->swiglu = swiglu_simd;
+    o->geglu_erf = geglu_erf_simd;
+    o->geglu_tanh = geglu_tanh_simd;
+    o->softcap = softcap_simd;
+    o->attn_scores = attn_scores_simd;
+    o->attn_scores_f16 = attn_scores_f16_simd;
+    o->attn_wsum = attn_wsum_simd;
+    o->attn_wsum_f16 = attn_wsum_f16_simd;
+}

@@ -1,0 +1,111 @@
+/* ops.h - the one compute layer: the float math the models share (norms,
+ * RoPE, activations, softmax, f32/F16/BF16 dot and axpy, the attention
+ * inner loops), once, for every family in llm/, audio/ and vision/.
+ *
+ *   const struct omni_ops *op = omni_ops();          // table of the CPU level in use
+ *   op->rmsnorm(y, x, w, n_embd, 1e-6f);
+ *   op->rope(q + h * hd, cos_t, sin_t, n_rot, true);  // precomputed angle tables
+ *   op->attn_scores(sc, q, krows, n_keys, hd, scale); // sc[i] = q . krows[i] * scale
+ *   op->softmax(sc, n_keys);
+ *   op->attn_wsum(acc, sc, vrows, n_keys, hd);        // acc += sum_i sc[i] vrows[i]
+ *
+ * Backends. Each op is a function pointer in struct omni_ops; a table
+ * exists per CPU level (cpu.h): the scalar reference (ops_ref.c, plain C,
+ * the `_ref` kernels the tests compare against) and the SIMD versions of
+ * src/core/arch/x86/ops_avx2.c and ops_avx512.c, each compiled with its own
+ * target flags and used only when CPUID reports the level, so the binary
+ * stays portable. A second backend (CUDA, issue 19) implements the same
+ * table over its own memory: every op takes plain pointers and sizes, works
+ * row by row with no hidden state and no allocation, and attention reads K/V
+ * through row pointers (strided, paged or device rows alike), so a model
+ * written against the table does not change when the table does. Callers
+ * fetch the table once per unit of work (a layer, a worker's share), not per
+ * element.
+ *
+ * Numerics: SIMD versions differ from the reference only by summation order
+ * and FMA contraction (relative 1e-6 on dots and norms); exp, GELU and
+ * friends go through the same polynomials at every level (tests/test_ops.c
+ * checks every level this CPU has against the reference).
+ *
+ * Thread safety: the ops are pure functions of their arguments, safe from
+ * any thread; omni_cpu_set_level must not race with running ops. */
+#ifndef OMNI_OPS_H
+#define OMNI_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct omni_ops {
+    const char *name; /* "ref", "avx2", "avx512" */
+
+    /* ---- vectors: n floats ---- */
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a x */
+    void (*scale)(float *y, float a, int n);                /* y *= a */
+    /* F16 (IEEE half) and BF16 rows, e.g. K/V caches, against f32 */
+    float (*dot_f16)(const float *a, const uint16_t *b, int n);
+    void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
+    float (*dot_bf16)(const float *a, const uint16_t *b, int n);
+    void (*axpy_bf16)(float *y, float a, const uint16_t *x, int n);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n); /* round to nearest even */
+
+    /* ---- norms over one row of n; y may be x ---- */
+    /* y = x / sqrt(mean(x^2) + eps) * w */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+    /* y = (x - mean) / sqrt(var + eps) * w + b (biased variance; w, b may be NULL) */
+    void (*layernorm)(float *y, const float *x, const float *w, const float *b, int n, float eps);
+
+    /* ---- RoPE: rotate the first n_rot values of one head in place by the
+     * position's angles cos_[i], sin_[i] (i < n_rot / 2): pairs (i, i + n_rot/2)
+     * when neox, (2i, 2i + 1) otherwise; values past n_rot pass unchanged ---- */
+    void (*rope)(float *x, const float *cos_, const float *sin_, int n_rot, bool neox);
+
+    /* ---- elementwise over n floats (in place where only x is given) ---- */
+    void (*exp)(float *y, const float *x, int64_t n); /* |rel err| ~1e-7, args clamped to [-87.3, 88] */
+    void (*softmax)(float *x, int64_t n);              /* n >= 1 */
+    void (*gelu_erf)(float *x, int64_t n);             /* 0.5 x (1 + erf(x / sqrt 2)) */
+    void (*gelu_tanh)(float *x, int64_t n);            /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*silu)(float *x, int64_t n);                 /* x sigmoid(x) */
+    void (*swiglu)(const float *gate, float *up, int64_t n);     /* up *= silu(gate) */
+    void (*geglu_erf)(const float *gate, float *up, int64_t n);  /* up *= gelu_erf(gate) */
+    void (*geglu_tanh)(const float *gate, float *up, int64_t n); /* up *= gelu_tanh(gate) */
+    void (*softcap)(float *x, int64_t n, float cap);             /* x = cap tanh(x / cap) */
+
+    /* ---- attention inner loops over n keys of one head of d values, K/V
+     * rows given by pointer (strided, paged: any layout) ---- */
+    /* s[i] = (q . k[i]) * scale */
+    void (*attn_scores)(float *s, const float *q, const float *const *k, int n, int d, float scale);
+    void (*attn_scores_f16)(float *s, const float *q, const uint16_t *const *k, int n, int d,
+                            float scale);
+    /* acc += sum_i w[i] v[i] */
+    void (*attn_wsum)(float *acc, const float *w, const float *const *v, int n, int d);
+    void (*attn_wsum_f16)(float *acc, const float *w, const uint16_t *const *v, int n, int d);
+};
+
+/* The table of the CPU level in use (omni_cpu_level()). Never NULL. */
+const struct omni_ops *omni_ops(void);
+/* The table of an explicit level, capped at what this CPU supports (tests
+ * compare every level with OMNI_CPU_SCALAR, the reference). */
+const struct omni_ops *omni_ops_at(int level);
+
+// ---- row helpers on top of the table (ops.c) ---------------------------------
+
+/* y[r] = layernorm(x[r]) over n_rows rows of n floats; b may be NULL; y may be x. */
+void omni_layer_norm_rows(const float *x, const float *w, const float *b, int64_t n_rows, int n,
+                          float eps, float *y);
+/* In-place activations of the table in use (see struct omni_ops). */
+void omni_gelu_erf(float *x, int64_t n);
+void omni_gelu_tanh(float *x, int64_t n);
+void omni_swiglu(const float *gate, float *up, int64_t n);
+void omni_geglu_erf(const float *gate, float *up, int64_t n);
+void omni_geglu_tanh(const float *gate, float *up, int64_t n);
+void omni_softcap(float *x, int64_t n, float cap);
+/* Rotary positions, NEOX layout, angles computed here (pos * base^(-2i/d),
+ * in double): in place over n_head heads of head_dim floats of one token. */
+void omni_rope_neox(float *x, int n_head, int head_dim, int pos, float base);
+/* x /= |x| over n floats (a zero vector stays zero). */
+void omni_l2_normalize(float *x, int n);
+
+#endif
