@@ -299,3 +299,29 @@ TEST(qwen2vl_mrope_positions_match_reference)
     free(pos);
     free(ref);
 }
+
+/* The F16 conversion (matrices rounded to half precision) stays close. */
+TEST(qwen2vl_f16_close_to_reference)
+{
+    char err[256];
+    struct vision_model *m = vision_model_load(test_golden("vision-qwen2_5_vl-mmproj-f16.gguf"), err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    struct media_image img;
+    CHECK_EQ(media_image_decode_file(test_fixture("vision/image.png"), NULL, &img, err, sizeof err), 0);
+    struct vision_ctx *vc = vision_ctx_new(m, NULL, err, sizeof err);
+    CHECK(vc);
+    struct vision_embd e;
+    CHECK_EQ(vision_encode_image(vc, &img, true, &e, err, sizeof err), 0);
+    float *ref = test_read_floats(test_fixture(QDIR "features.bin"), (size_t)e.n_tokens * e.n_embd);
+    CHECK(ref);
+    double scale = 0, d = test_max_diff(e.data, ref, (size_t)e.n_tokens * e.n_embd);
+    for (size_t i = 0; i < (size_t)e.n_tokens * e.n_embd; i++)
+        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+    printf("    f16: features max diff %.3g (max |ref| %.3g)\n", d, scale);
+    CHECK_MSG(d < 2e-2 * (scale > 1 ? scale : 1), "f16 features differ by %g", d);
+    free(ref);
+    vision_embd_release(&e);
+    vision_ctx_free(vc);
+    media_image_release(&img);
+    vision_model_free(m);
+}
