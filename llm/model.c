@@ -532,6 +532,7 @@ const struct llm_hparams *llm_model_hparams(const struct llm_model *m) { return 
 const struct tokenizer *llm_model_tokenizer(const struct llm_model *m) { return m->tok; }
 const struct gguf *llm_model_gguf(const struct llm_model *m) { return m->g; }
 size_t llm_model_weight_bytes(const struct llm_model *m) { return m->weight_bytes; }
+const float *llm_model_rope_freqs(const struct llm_model *m) { return m->rope_inv_freq; }
 
 // ---- paged KV storage ------------------------------------------------------
 
@@ -650,6 +651,8 @@ struct llm_ctx {
     struct attn_block *attn_blocks; /* [max_tokens / ATTN_QBLOCK_MIN + 1] */
     struct attn_scratch *scratch; /* [n_threads] */
     float *scratch_mem;
+    llm_forward_fn dev_forward; /* llm_ctx_set_forward: a device forward, or NULL */
+    void *dev_impl;
 };
 
 struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tpool *tp,
@@ -1022,6 +1025,12 @@ static void matmul(const struct llm_ctx *ctx, const struct omni_tensor *w, const
     }
 }
 
+void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl)
+{
+    ctx->dev_forward = fn;
+    ctx->dev_impl = impl;
+}
+
 void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on)
 {
     ctx->batch_invariant = on;
@@ -1186,6 +1195,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     int rc = check_batch(ctx, batch, kv, seqs);
     if (rc < 0)
         return rc;
+    if (ctx->dev_forward)
+        return ctx->dev_forward(ctx->dev_impl, batch, kv, seqs, logits);
     const struct llm_model *m = ctx->m;
     const struct llm_hparams *hp = &m->hp;
     const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->n_rot / 2;

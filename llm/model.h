@@ -173,4 +173,14 @@ void llm_ctx_reset_weight_bytes_read(struct llm_ctx *ctx);
 int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,
                 const struct llm_seq_view *seqs, float *logits);
 
+/* A device forward (llm/model_dev.h) for ctx: llm_forward checks the batch,
+ * then runs fn(impl, ...) in place of the CPU forward, with the same
+ * contract. fn NULL: the CPU forward again. */
+typedef int (*llm_forward_fn)(void *impl, const struct llm_batch *batch, struct llm_kv *kv,
+                              const struct llm_seq_view *seqs, float *logits);
+void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl);
+/* Rope angle per position of each rotated pair ([n_rot / 2], llama3 / linear
+ * scaling applied) of the global layers; owned by m. */
+const float *llm_model_rope_freqs(const struct llm_model *m);
+
 #endif
