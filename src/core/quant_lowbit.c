@@ -50,11 +50,15 @@ void dequantize_row_q2_K(const block_q2_K *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
-        for (int e = 0; e < QK_K; e++) {
-            const int h = e / 128, j = (e / 32) % 4, l = e % 32;
-            const uint8_t sc = x[i].scales[e / 16];
-            const float dl = d * (float)(sc & 0x0f), ml = dmin * (float)(sc >> 4);
-            *y++ = dl * (float)((x[i].qs[32 * h + l] >> (2 * j)) & 3) - ml;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = x[i].qs + 32 * h;
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++) { /* 16 elements, one scale */
+                    const uint8_t sc = x[i].scales[8 * h + 2 * j + half];
+                    const float dl = d * (float)(sc & 0x0f), ml = dmin * (float)(sc >> 4);
+                    for (int l = 16 * half; l < 16 * half + 16; l++)
+                        *y++ = dl * (float)((q[l] >> (2 * j)) & 3) - ml;
+                }
         }
     }
 }
@@ -65,11 +69,16 @@ void dequantize_row_q3_K(const block_q3_K *x, float *y, int64_t n)
         const float d = h2f(x[i].d);
         int8_t sc[16];
         quant_q3_K_scales(x[i].scales, sc);
-        for (int e = 0; e < QK_K; e++) {
-            const int h = e / 128, j = (e / 32) % 4, l = e % 32;
-            const int q = ((x[i].qs[32 * h + l] >> (2 * j)) & 3) -
-                          ((x[i].hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
-            *y++ = (d * (float)sc[e / 16]) * (float)q;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = x[i].qs + 32 * h;
+            for (int j = 0; j < 4; j++) {
+                const int m = 4 * h + j; /* hmask bit of these 32 elements */
+                for (int half = 0; half < 2; half++) {
+                    const float dl = d * (float)sc[8 * h + 2 * j + half];
+                    for (int l = 16 * half; l < 16 * half + 16; l++)
+                        *y++ = dl * (float)(((q[l] >> (2 * j)) & 3) - ((x[i].hmask[l] >> m) & 1 ? 0 : 4));
+                }
+            }
         }
     }
 }

@@ -3,8 +3,9 @@
  * quant_lowbit.h).
  *
  * The non-linear 4-bit levels (iq4, E2M1) are a 16-entry byte table looked
- * up with pshufb; the integer parts are exact, so results differ from the
- * scalar _ref twins only in the float summation order. */
+ * up with pshufb; the integer parts are exact, so dots differ from the
+ * scalar _ref twins only in the float summation order, and dequantization
+ * takes the reference's float steps (same bits). */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
@@ -201,6 +202,94 @@ static float vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     return acc;
 }
 
+// ---- dequantization (the scalar steps: dl*q, then - ml; same bits) ----------
+
+/* y[0..15] = dl * q - ml for 16 int8 q (ml = 0: the subtraction is exact). */
+static inline void store16(float *y, __m128i q, float dl, float ml)
+{
+    const __m256 vd = _mm256_set1_ps(dl), vm = _mm256_set1_ps(ml);
+    __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(a, vd), vm));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(b, vd), vm));
+}
+
+/* 32 table-coded weights of one block times d. */
+static inline void store32_table(float *y, const uint8_t *qs, __m256i table, float d)
+{
+    const __m256i v = lookup_nibbles(qs, table);
+    store16(y, _mm256_castsi256_si128(v), d, 0.0f);
+    store16(y + 16, _mm256_extracti128_si256(v, 1), d, 0.0f);
+}
+
+static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_iq4_nl *x = vx;
+    const __m256i table = table16(kvalues_iq4nl);
+    for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL)
+        store32_table(y, x[i].qs, table, h2f(x[i].d));
+}
+
+static void dequantize_row_mxfp4_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_mxfp4 *x = vx;
+    const __m256i table = table16(kvalues_mxfp4);
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4)
+        store32_table(y, x[i].qs, table, quant_e8m0_to_fp32_half(x[i].e));
+}
+
+static void dequantize_row_iq4_xs_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_iq4_xs *x = vx;
+    const __m256i table = table16(kvalues_iq4nl);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d);
+        for (int b = 0; b < QK_K / 32; b++, y += 32) {
+            const int ls = ((x[i].scales_l[b / 2] >> (4 * (b % 2))) & 0x0f) | ((x[i].scales_h >> (2 * b)) & 3) << 4;
+            store32_table(y, x[i].qs + 16 * b, table, d * (float)(ls - 32));
+        }
+    }
+}
+
+static void dequantize_row_q2_K_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_q2_K *x = vx;
+    const __m128i m3 = _mm_set1_epi8(3);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++, y += 16) {
+                    const uint8_t sc = x[i].scales[8 * h + 2 * j + half];
+                    __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 32 * h + 16 * half));
+                    q = _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+                    store16(y, q, d * (float)(sc & 0x0f), dmin * (float)(sc >> 4));
+                }
+    }
+}
+
+static void dequantize_row_q3_K_avx2(const void *vx, float *y, int64_t n)
+{
+    const block_q3_K *x = vx;
+    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = h2f(x[i].d);
+        int8_t sc[16];
+        quant_q3_K_scales(x[i].scales, sc);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++, y += 16) {
+                    __m128i q = _mm_loadu_si128((const __m128i *)(x[i].qs + 32 * h + 16 * half));
+                    __m128i hm = _mm_loadu_si128((const __m128i *)(x[i].hmask + 16 * half));
+                    q = _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+                    hm = _mm_and_si128(_mm_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + j)), one);
+                    /* q - 4 where the hmask bit is clear */
+                    q = _mm_sub_epi8(q, _mm_slli_epi16(_mm_xor_si128(hm, one), 2));
+                    store16(y, q, d * (float)sc[8 * h + 2 * j + half], 0.0f);
+                }
+    }
+}
+
 void omni_x86_register_lowbit_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
 {
     ops[GGML_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0_avx2;
@@ -208,6 +297,11 @@ void omni_x86_register_lowbit_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K_avx2;
     ops[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K_avx2;
     ops[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K_avx2;
+    ops[GGML_TYPE_IQ4_NL].to_float = dequantize_row_iq4_nl_avx2;
+    ops[GGML_TYPE_MXFP4].to_float = dequantize_row_mxfp4_avx2;
+    ops[GGML_TYPE_IQ4_XS].to_float = dequantize_row_iq4_xs_avx2;
+    ops[GGML_TYPE_Q2_K].to_float = dequantize_row_q2_K_avx2;
+    ops[GGML_TYPE_Q3_K].to_float = dequantize_row_q3_K_avx2;
 }
 
 #endif /* __x86_64__ */
