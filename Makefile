@@ -7,7 +7,7 @@
 #   make bench      speed benchmarks (machine-readable, with baseline ratios)
 #   make fuzz       libFuzzer targets under build-fuzz, FUZZ_SECONDS each (tests/fuzz)
 #   make samples    build/samples/*: programs on the library (mic_transcribe, portaudio)
-# Variables: DEBUG=1, SAN=address, CC, EXTRA_CFLAGS.
+# Variables: DEBUG=1, SAN=address, NATIVE=1, CC, EXTRA_CFLAGS.
 
 CC      ?= gcc
 BUILD   ?= build
@@ -20,10 +20,16 @@ APT_PKGS := build-essential pkg-config libwebsockets-dev libssl-dev libcjson-dev
 	clang libclang-rt-14-dev chromium
 
 OPT     := $(if $(DEBUG),-O0,-O2)
+# A portable binary by default: the generic code targets x86-64-v2 (SSE4.2),
+# and the AVX2 / AVX-512 / AMX kernels (src/core/arch/x86/, each file under
+# its own `#pragma GCC target`) are picked at run time from CPUID (cpu.h).
+# NATIVE=1 builds for this host only (-march=native: the generic code
+# vectorized for it too).
+ARCH    := $(if $(NATIVE),-march=native,-march=x86-64-v2)
 # -Wno-psabi: GCC notes that 64-byte vector arguments are passed differently
 # with and without AVX-512; only static functions take them, so no ABI
 # boundary is crossed (the note appears on machines without AVX-512).
-CFLAGS  := -std=gnu11 $(OPT) -march=native -g -Wall -Wextra -Wno-psabi -pthread -I. \
+CFLAGS  := -std=gnu11 $(OPT) $(ARCH) -g -Wall -Wextra -Wno-psabi -pthread -I. \
 	   -fno-strict-aliasing $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer) \
 	   $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
 LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
@@ -252,7 +258,7 @@ FUZZ_SECONDS  ?= 10
 # these seconds only cap a target that got stuck.
 FUZZ_SMOKE_SECONDS ?= 120
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_BASE     := -std=gnu11 -O1 -g -march=native -pthread -I. -fno-strict-aliasing -ffp-contract=off \
+FUZZ_BASE     := -std=gnu11 -O1 -g $(ARCH) -pthread -I. -fno-strict-aliasing -ffp-contract=off \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_CFLAGS   := $(FUZZ_BASE) -Wall -Wextra -Wno-unknown-pragmas -Wno-missing-field-initializers \
 	-fsanitize=fuzzer-no-link $(FUZZ_SAN)

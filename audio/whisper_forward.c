@@ -10,13 +10,11 @@
 #include "audio/whisper_impl.h"
 
 #include "src/core/omni.h"
+#include "src/core/ops.h"
 #include "src/core/quant.h"
 #include "src/core/threadpool.h"
 
 #include <math.h>
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,31 +35,21 @@ struct rows_job {
 static void layer_norm_worker(void *arg, int ith, int nth)
 {
     const struct rows_job *j = arg;
-    FOR_ROWS(j, ith, nth, r) {
-        const float *x = j->x + (size_t)r * j->d;
-        float *y = j->y + (size_t)r * j->d;
-        float mean = 0.0f, var = 0.0f;
-        for (int i = 0; i < j->d; i++)
-            mean += x[i];
-        mean /= j->d;
-        for (int i = 0; i < j->d; i++)
-            var += (x[i] - mean) * (x[i] - mean);
-        const float inv = 1.0f / sqrtf(var / j->d + LN_EPS);
-        for (int i = 0; i < j->d; i++)
-            y[i] = (x[i] - mean) * inv * j->w[i] + j->b[i];
-    }
+    const struct omni_ops *op = omni_ops();
+    FOR_ROWS(j, ith, nth, r)
+        op->layernorm(j->y + (size_t)r * j->d, j->x + (size_t)r * j->d, j->w, j->b, j->d, LN_EPS);
 }
 
-static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
-
-/* y = gelu(y + b) */
+/* y = gelu(y + b), the exact (erf) GELU */
 static void bias_gelu_worker(void *arg, int ith, int nth)
 {
     const struct rows_job *j = arg;
+    const struct omni_ops *op = omni_ops();
     FOR_ROWS(j, ith, nth, r) {
         float *y = j->y + (size_t)r * j->d;
         for (int i = 0; i < j->d; i++)
-            y[i] = gelu(y[i] + j->b[i]);
+            y[i] += j->b[i];
+        op->gelu_erf(y, j->d);
     }
 }
 
@@ -118,8 +106,9 @@ struct softmax_job {
 static void softmax_worker(void *arg, int ith, int nth)
 {
     const struct softmax_job *j = arg;
+    const struct omni_ops *op = omni_ops();
     FOR_ROWS(j, ith, nth, r)
-        omni_vec_softmax(j->len, j->x + (size_t)r * j->len);
+        op->softmax(j->x + (size_t)r * j->len, j->len);
 }
 
 /* Full (non-causal) attention of n_ctx queries over n_ctx keys, one head at a
@@ -159,102 +148,42 @@ struct dec_attn_job {
     bool causal;
 };
 
-/* q . k over one head (d_head values, 64 in every Whisper size) in 16
- * lanes, so that -O2 vectorizes it; the tail, if any, one by one. */
-static inline float dot_head(const float *restrict q, const float *restrict k, int dh)
-{
-    float acc[16] = { 0 };
-    const int d16 = dh / 16 * 16;
-    for (int c = 0; c < d16; c += 16)
-        for (int l = 0; l < 16; l++)
-            acc[l] += q[c + l] * k[c + l];
-    float sum = 0.0f;
-    for (int c = d16; c < dh; c++)
-        sum += q[c] * k[c];
-    for (int l = 0; l < 16; l++)
-        sum += acc[l];
-    return sum;
-}
-
-/* o += p v over one head, in blocks of 16 like dot_head */
-static inline void axpy_head(float *restrict o, float p, const float *restrict v, int dh)
-{
-    const int d16 = dh / 16 * 16;
-    for (int c = 0; c < d16; c += 16)
-        for (int l = 0; l < 16; l++)
-            o[c + l] += p * v[c + l];
-    for (int c = d16; c < dh; c++)
-        o[c] += p * v[c];
-}
-
-/* The same over keys or values stored as f16 (cross-attention K/V of
- * non-F32 models), converted as they are read: 8 at a time with F16C
- * (gcc does not vectorize _Float16 -> float conversions by itself). */
-static inline float dot_head_f16(const float *restrict q, const _Float16 *restrict k, int dh)
-{
-    int c = 0;
-    float sum = 0.0f;
-#if defined(__F16C__) && defined(__FMA__)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; c + 16 <= dh; c += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8),
-                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c + 8))), acc1);
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
-    for (int l = 0; l < 8; l++)
-        sum += lanes[l];
-#endif
-    for (; c < dh; c++)
-        sum += q[c] * (float)k[c];
-    return sum;
-}
-
-static inline void axpy_head_f16(float *restrict o, float p, const _Float16 *restrict v, int dh)
-{
-    int c = 0;
-#if defined(__F16C__) && defined(__FMA__)
-    const __m256 pv = _mm256_set1_ps(p);
-    for (; c + 8 <= dh; c += 8)
-        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(pv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + c))),
-                                                _mm256_loadu_ps(o + c)));
-#endif
-    for (; c < dh; c++)
-        o[c] += p * (float)v[c];
-}
-
 static void dec_attn_worker(void *arg, int ith, int nth)
 {
     const struct dec_attn_job *j = arg;
     const struct whisper_hparams *hp = &j->w->m->hp;
+    const struct omni_ops *op = omni_ops();
     const int d = hp->n_text_state, n_head = hp->n_text_head, nc = hp->n_audio_ctx;
     const int dh = d / n_head, n_items = j->n_rows * n_head;
     const float scale = 1.0f / sqrtf((float)dh);
     const int max_keys = nc > hp->n_text_ctx ? nc : hp->n_text_ctx;
     float *sc = j->w->d_scores + (size_t)ith * max_keys;
+    const void *krows[max_keys], *vrows[max_keys]; /* the head's K/V rows, d apart */
     for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
         const int t = it / n_head, h = it % n_head;
         const struct whisper_row *r = &j->rows[t];
         const int n_keys = j->causal ? r->pos + 1 : r->s->n_ctx;
         const bool f16 = !j->causal && j->w->m->cross_f16;
         const size_t at = (size_t)j->layer * (j->causal ? hp->n_text_ctx : nc) * d + h * dh;
-        const float *K = j->causal ? r->s->self_k[r->slot] + at : f16 ? NULL : (const float *)r->s->cross_k + at;
-        const float *V = j->causal ? r->s->self_v[r->slot] + at : f16 ? NULL : (const float *)r->s->cross_v + at;
-        const _Float16 *K16 = f16 ? (const _Float16 *)r->s->cross_k + at : NULL;
-        const _Float16 *V16 = f16 ? (const _Float16 *)r->s->cross_v + at : NULL;
+        const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
+        const char *K = (const char *)(j->causal ? (const void *)r->s->self_k[r->slot] : r->s->cross_k) + at * esz;
+        const char *V = (const char *)(j->causal ? (const void *)r->s->self_v[r->slot] : r->s->cross_v) + at * esz;
+        for (int i = 0; i < n_keys; i++) {
+            krows[i] = K + (size_t)i * d * esz;
+            vrows[i] = V + (size_t)i * d * esz;
+        }
         const float *q = j->q + (size_t)t * d + h * dh;
-        for (int i = 0; i < n_keys; i++)
-            sc[i] = (f16 ? dot_head_f16(q, K16 + (size_t)i * d, dh) : dot_head(q, K + (size_t)i * d, dh)) * scale;
-        omni_vec_softmax(n_keys, sc);
+        if (f16)
+            op->attn_scores_f16(sc, q, (const uint16_t *const *)krows, n_keys, dh, scale);
+        else
+            op->attn_scores(sc, q, (const float *const *)krows, n_keys, dh, scale);
+        op->softmax(sc, n_keys);
         float *o = j->out + (size_t)t * d + h * dh;
         memset(o, 0, dh * sizeof(float));
-        for (int i = 0; i < n_keys; i++) {
-            if (f16)
-                axpy_head_f16(o, sc[i], V16 + (size_t)i * d, dh);
-            else
-                axpy_head(o, sc[i], V + (size_t)i * d, dh);
-        }
+        if (f16)
+            op->attn_wsum_f16(o, sc, (const uint16_t *const *)vrows, n_keys, dh);
+        else
+            op->attn_wsum(o, sc, (const float *const *)vrows, n_keys, dh);
     }
 }
 
@@ -386,18 +315,10 @@ static void im2col_worker(void *arg, int ith, int nth)
 /* n floats into dst's elements at..at+n-1, in the model's cross K/V type. */
 static void store_cross(const struct whisper_model *m, void *dst, size_t at, const float *src, size_t n)
 {
-    if (!m->cross_f16) {
+    if (!m->cross_f16)
         memcpy((float *)dst + at, src, n * sizeof(float));
-        return;
-    }
-    _Float16 *h = (_Float16 *)dst + at;
-    size_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-    for (; i < n; i++)
-        h[i] = (_Float16)src[i];
+    else
+        omni_ops()->f32_to_f16(src, (uint16_t *)dst + at, (int64_t)n);
 }
 
 int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *states, const float *const *mel,

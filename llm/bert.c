@@ -18,7 +18,7 @@
 #include "llm/bert_int.h"
 #include "llm/tokenizer.h"
 #include "src/core/matmul.h"
-#include "src/core/nn.h"
+#include "src/core/ops.h"
 #include "src/core/omni.h"
 #include "src/core/quant.h"
 #include "src/core/threadpool.h"
@@ -235,6 +235,7 @@ static void bert_attn_worker(void *ctx, int ith, int nth)
     const struct bert_model *m = r->m;
     const int H = m->info.n_embd, dh = m->head_dim, NH = m->n_head;
     const float scale = 1.0f / sqrtf((float)dh);
+    const struct omni_ops *op = omni_ops();
     float *S = r->scores + (size_t)ith * BERT_ATTN_ROWS * r->max_len;
     for (int item = ith; item < r->n * NH; item += nth) {
         const int b = item / NH, hd = item % NH;
@@ -254,7 +255,7 @@ static void bert_attn_worker(void *ctx, int ith, int nth)
                     for (int jj = 0; jj < len; jj++)
                         row[jj] -= slope * (float)abs(i0 + i - jj);
                 }
-                omni_vec_softmax(len, row);
+                op->softmax(row, len);
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, S, len,
                         r->v + o, H, 0.0f, r->att + oq, H);

@@ -95,19 +95,19 @@ static int run_gemm(struct setup *s)
         return -1;
     if (omni_x86_gemm_k_takes(s->type)) {
         quantize_x(s);
-        if (level >= OMNI_CPU_AVX512)
+        if (level >= OMNI_CPU_AVX512VNNI)
             omni_x86_gemm_k_avx512(s->type, s->w, s->w_row, s->n_in, s->n_out, s->xq, s->xq_row, s->nb, s->y, 0, s->n_out);
         else
             omni_x86_gemm_k_avx2(s->type, s->w, s->w_row, s->n_in, s->n_out, s->xq, s->xq_row, s->nb, s->y, 0, s->n_out);
         return 0;
     }
-    const int k = level >= OMNI_CPU_AVX512 ? omni_x86_gemm_q8_0_offset_avx512(s->type)
+    const int k = level >= OMNI_CPU_AVX512VNNI ? omni_x86_gemm_q8_0_offset_avx512(s->type)
                                            : omni_x86_gemm_q8_0_offset_avx2(s->type);
     if (k < 0)
         return -1;
     quantize_x(s);
     omni_x86_gemm_q8_0_prep(k, s->xq, s->xq_row, s->nb, s->n_in, s->ad, s->corr);
-    if (level >= OMNI_CPU_AVX512)
+    if (level >= OMNI_CPU_AVX512VNNI)
         omni_x86_gemm_q8_0_avx512(s->type, s->w, s->w_row, s->n_in, s->n_out, s->xq, s->xq_row, s->ad, s->corr, s->nb, s->y, 0, s->n_out);
     else
         omni_x86_gemm_q8_0_avx2(s->type, s->w, s->w_row, s->n_in, s->n_out, s->xq, s->xq_row, s->ad, s->corr, s->nb, s->y, 0, s->n_out, s->scratch);
@@ -186,7 +186,7 @@ static int check_k(void)
                 worst = e > worst ? e : worst;
             }
         int same = -1;
-        if (omni_cpu()->max_level >= OMNI_CPU_AVX512) {
+        if (omni_cpu()->max_level >= OMNI_CPU_AVX512VNNI) {
             omni_x86_gemm_k_avx512(t, w, w_row, n_in, n_out, xq, xq_row, nb, y5, 0, n_out);
             same = memcmp(y2, y5, sizeof(float) * (size_t)(nb * n_out)) == 0;
         }

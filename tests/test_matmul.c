@@ -322,7 +322,7 @@ TEST(matmul_gemm_k_any_batch_matches_reference)
                     break;
                 }
             }
-        for (int use512 = 0; use512 <= (max_level >= OMNI_CPU_AVX512) && !fail[0]; use512++) {
+        for (int use512 = 0; use512 <= (max_level >= OMNI_CPU_AVX512VNNI) && !fail[0]; use512++) {
             for (size_t bi = 0; bi < sizeof batches / sizeof *batches && !fail[0]; bi++) {
                 const int64_t nb = batches[bi];
                 for (int64_t i = 0; i < n_out * nb; i++)

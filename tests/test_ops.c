@@ -142,6 +142,7 @@ static void check_level(const struct omni_ops *op)
         ACT(gelu_erf)
         ACT(gelu_tanh)
         ACT(silu)
+        ACT(gelu_quick)
         ACT(softmax)
 #undef ACT
 #define GLU(fn)                                                     \

@@ -18,6 +18,7 @@
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
 #include "src/core/omni.h"
+#include "src/core/ops.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen2vl.h"
@@ -459,19 +460,7 @@ oom:
 static void layer_norm(float *x, const float *w, const float *b, int n_rows, int n, float eps,
                        float *out)
 {
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *o = out + (size_t)r * n;
-        double mean = 0, var = 0;
-        for (int i = 0; i < n; i++)
-            mean += xr[i];
-        mean /= n;
-        for (int i = 0; i < n; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        float inv = (float)(1.0 / sqrt(var / n + eps));
-        for (int i = 0; i < n; i++)
-            o[i] = (float)(xr[i] - mean) * inv * w[i] + b[i];
-    }
+    omni_layer_norm_rows(x, w, b, n_rows, n, eps, out);
 }
 
 static void add_bias(float *y, const float *b, int n_rows, int n)
@@ -489,10 +478,8 @@ static void linear(struct vision_ctx *c, const struct omni_tensor *w, const floa
     add_bias(y, b, n_rows, (int)w->ne[1]);
 }
 
-/* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): one expf instead of tanhf */
-/* The MLP's GELU in place over n values, split across the pool: tanh form
- * x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) or quick x / (1 + e^(-1.702 x)),
- * a block at a time through the SIMD exp. */
+/* The MLP's GELU in place over n values, split across the pool: the tanh
+ * form or the quick one, x sigmoid(1.702 x) (ops.h). */
 struct gelu_job {
     float *y;
     size_t n;
@@ -502,19 +489,15 @@ struct gelu_job {
 static void gelu_worker(void *arg, int ith, int nth)
 {
     const struct gelu_job *j = arg;
-    enum { BLOCK = 1024 };
-    float e[BLOCK];
+    const struct omni_ops *op = omni_ops();
     const size_t per = (j->n + (size_t)nth - 1) / (size_t)nth, from = (size_t)ith * per;
     const size_t to = from + per < j->n ? from + per : j->n;
-    for (size_t b = from; b < to; b += BLOCK) {
-        const int k = (int)(to - b < BLOCK ? to - b : BLOCK);
-        float *y = j->y + b;
-        for (int i = 0; i < k; i++)
-            e[i] = j->tanh_form ? -1.5957691216f * (y[i] + 0.044715f * y[i] * y[i] * y[i]) : -1.702f * y[i];
-        omni_vec_expf(k, e, e);
-        for (int i = 0; i < k; i++)
-            y[i] = y[i] / (1.0f + e[i]);
-    }
+    if (from >= to)
+        return;
+    if (j->tanh_form)
+        op->gelu_tanh(j->y + from, (int64_t)(to - from));
+    else
+        op->gelu_quick(j->y + from, (int64_t)(to - from));
 }
 
 static void gelu_rows(struct vision_ctx *c, float *y, size_t n, bool tanh_form)
@@ -525,7 +508,6 @@ static void gelu_rows(struct vision_ctx *c, float *y, size_t n, bool tanh_form)
     else
         gelu_worker(&j, 0, 1);
 }
-static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 
 struct attn_job {
     struct vision_ctx *c;
@@ -541,13 +523,14 @@ static void attention_heads(void *arg, int ith, int nth)
     struct vision_ctx *c = j->c;
     const int n = j->n, D = c->m->info.n_embd, H = c->m->info.n_head, dh = D / H;
     const float scale = 1.0f / sqrtf((float)dh);
+    const struct omni_ops *op = omni_ops();
     float *scores = c->scores + (size_t)ith * n * n;
     for (int hd = ith; hd < H; hd += nth) {
         const float *q = c->q + hd * dh, *k = c->k + hd * dh, *v = c->v + hd * dh;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dh, scale, q, D, k, D, 0.0f,
                     scores, n);
-        for (int i = 0; i < n; i++) /* the SIMD exp: libm's expf per element was a tenth of the time */
-            omni_vec_softmax(n, scores + (size_t)i * n);
+        for (int i = 0; i < n; i++)
+            op->softmax(scores + (size_t)i * n, n);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dh, n, 1.0f, scores, n, v, D,
                     0.0f, c->att + hd * dh, D);
     }
@@ -619,8 +602,7 @@ static void project(struct vision_ctx *c, const float *feat, float *out)
         // linear_1, GELU (erf form, as the HF projector), linear_2
         const int mid = (int)m->mm0.ne[1];
         linear(c, &m->mm0, m->mm0_b, feat, m->n_patches, c->ff);
-        for (size_t i = 0; i < (size_t)m->n_patches * mid; i++)
-            c->ff[i] = gelu_erf(c->ff[i]);
+        omni_gelu_erf(c->ff, (int64_t)m->n_patches * mid);
         linear(c, &m->mm2, m->mm2_b, c->ff, m->n_patches, out);
         return;
     }

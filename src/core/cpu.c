@@ -26,7 +26,7 @@ static struct omni_cpu_features features;
 static atomic_int level_in_use;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
-static const char *level_names[OMNI_CPU_LEVELS] = { "scalar", "avx2", "avx512", "amx" };
+static const char *level_names[OMNI_CPU_LEVELS] = { "scalar", "avx2", "avx512", "avx512vnni", "amx" };
 
 #ifdef OMNI_X86
 static uint64_t xgetbv0(void)
@@ -74,10 +74,10 @@ static void detect_x86(struct omni_cpu_features *f)
         f->amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 
     bool l_avx2 = f->avx && f->avx2 && f->fma && f->f16c && f->os_ymm;
-    bool l_avx512 = l_avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
-                    f->avx512_vnni && f->os_zmm;
-    bool l_amx = l_avx512 && f->amx_tile && f->amx_int8 && f->os_amx && f->amx_permitted;
-    f->max_level = l_amx ? OMNI_CPU_AMX : l_avx512 ? OMNI_CPU_AVX512
+    bool l_avx512 = l_avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->os_zmm;
+    bool l_vnni = l_avx512 && f->avx512_vnni;
+    bool l_amx = l_vnni && f->amx_tile && f->amx_int8 && f->os_amx && f->amx_permitted;
+    f->max_level = l_amx ? OMNI_CPU_AMX : l_vnni ? OMNI_CPU_AVX512VNNI : l_avx512 ? OMNI_CPU_AVX512
                  : l_avx2 ? OMNI_CPU_AVX2 : OMNI_CPU_SCALAR;
 }
 #endif
@@ -92,7 +92,8 @@ static void detect(void)
     if (env && *env) {
         int cap = omni_cpu_level_from_name(env);
         if (cap < 0)
-            fprintf(stderr, "omniserve: OMNI_CPU=%s unknown (scalar|avx2|avx512|amx); ignored\n", env);
+            fprintf(stderr, "omniserve: OMNI_CPU=%s unknown (scalar|avx2|avx512|avx512vnni|amx); ignored\n",
+                    env);
         else if (cap < lvl)
             lvl = cap;
     }

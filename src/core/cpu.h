@@ -3,8 +3,9 @@
  * Features come from CPUID and from XGETBV (the OS must save YMM/ZMM/opmask
  * state, and for AMX the XTILECFG/XTILEDATA state after an arch_prctl
  * permission request). The level picks the kernel tables in quant.c and the
- * matmul paths; the environment variable OMNI_CPU=scalar|avx2|avx512|amx caps
- * it (tests and benchmarks use it to exercise every path on one machine).
+ * matmul paths and the compute layer's ops (ops.h); the environment variable
+ * OMNI_CPU=scalar|avx2|avx512|avx512vnni|amx caps it (tests and benchmarks
+ * use it to exercise every path on one machine).
  *
  *   char line[128];
  *   omni_cpu_describe(line, sizeof line);   // "AVX2 FMA F16C AVX512 VNNI BF16 AMX"
@@ -18,12 +19,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Ordered: each level includes the ones below it. The binary's floor is
+ * SSE4.2 (x86-64-v2, the default build's -march); "scalar" is that floor
+ * with the plain-C kernels. */
 enum omni_cpu_level {
     OMNI_CPU_SCALAR = 0,
-    OMNI_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    OMNI_CPU_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI */
-    OMNI_CPU_AMX = 3,    /* AVX512 level + AMX tile/int8, OS state and permission */
-    OMNI_CPU_LEVELS = 4,
+    OMNI_CPU_AVX2 = 1,       /* AVX2 + FMA + F16C */
+    OMNI_CPU_AVX512 = 2,     /* AVX-512 F/BW/VL/DQ (Skylake-X without VNNI) */
+    OMNI_CPU_AVX512VNNI = 3, /* AVX512 level + AVX-512 VNNI (the int8 kernels' vpdpbusd) */
+    OMNI_CPU_AMX = 4,        /* AVX512VNNI level + AMX tile/int8, OS state and permission */
+    OMNI_CPU_LEVELS = 5,
 };
 
 struct omni_cpu_features {
@@ -41,7 +46,7 @@ const struct omni_cpu_features *omni_cpu(void);
 int omni_cpu_level(void);
 /* Cap the level (clamped to max_level); returns the level now in use. */
 int omni_cpu_set_level(int level);
-/* "scalar", "avx2", "avx512", "amx"; "?" otherwise. */
+/* "scalar", "avx2", "avx512", "avx512vnni", "amx"; "?" otherwise. */
 const char *omni_cpu_level_name(int level);
 /* Parse a level name; -1 when unknown. */
 int omni_cpu_level_from_name(const char *name);

@@ -297,7 +297,7 @@ static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
         return;
     for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
         if (ranges[k].type == type) {
-            const int16_t *r = ranges[k].r[level >= OMNI_CPU_AVX512];
+            const int16_t *r = ranges[k].r[level >= OMNI_CPU_AVX512VNNI];
             *lo = r[0];
             *hi = r[1] ? r[1] : INT32_MAX;
         }
@@ -410,7 +410,7 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
     };
     const int level = omni_cpu_level();
     const enum gemm_kind gemm = use_gemm(w->type, n_batch, level);
-    j.gemm_avx512 = level >= OMNI_CPU_AVX512;
+    j.gemm_avx512 = level >= OMNI_CPU_AVX512VNNI;
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
         j.m_pad = omni_amx_m_pad(n_batch);

@@ -67,6 +67,7 @@ struct omni_ops {
     void (*softmax)(float *x, int64_t n);              /* n >= 1 */
     void (*gelu_erf)(float *x, int64_t n);             /* 0.5 x (1 + erf(x / sqrt 2)) */
     void (*gelu_tanh)(float *x, int64_t n);            /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*gelu_quick)(float *x, int64_t n);           /* x sigmoid(1.702 x) (CLIP's quick GELU) */
     void (*silu)(float *x, int64_t n);                 /* x sigmoid(x) */
     void (*swiglu)(const float *gate, float *up, int64_t n);     /* up *= silu(gate) */
     void (*geglu_erf)(const float *gate, float *up, int64_t n);  /* up *= gelu_erf(gate) */

@@ -205,6 +205,12 @@ static void gelu_tanh_ref(float *x, int64_t n)
         x[i] = gelu_tanh1(x[i]);
 }
 
+static void gelu_quick_ref(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] / (1.0f + omni_ref_expf1(-1.702f * x[i]));
+}
+
 static void silu_ref(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -281,6 +287,7 @@ const struct omni_ops omni_ops_ref = {
     .softmax = softmax_ref,
     .gelu_erf = gelu_erf_ref,
     .gelu_tanh = gelu_tanh_ref,
+    .gelu_quick = gelu_quick_ref,
     .silu = silu_ref,
     .swiglu = swiglu_ref,
     .geglu_erf = geglu_erf_ref,

@@ -311,11 +311,13 @@ MAP1(exp_map, vexp(v))
 MAP1(gelu_erf_map, vgelu_erf(v))
 MAP1(gelu_tanh_map, vgelu_tanh(v))
 MAP1(silu_map, vsilu(v))
+MAP1(gelu_quick_map, v / (1.0f + vexp(-1.702f * v)))
 
 static void exp_simd(float *y, const float *x, int64_t n) { exp_map(y, x, n); }
 static void gelu_erf_simd(float *x, int64_t n) { gelu_erf_map(x, x, n); }
 static void gelu_tanh_simd(float *x, int64_t n) { gelu_tanh_map(x, x, n); }
 static void silu_simd(float *x, int64_t n) { silu_map(x, x, n); }
+static void gelu_quick_simd(float *x, int64_t n) { gelu_quick_map(x, x, n); }
 
 /* up *= f(gate) */
 #define GLU(name, fn)                                                         \
@@ -454,6 +456,7 @@ void OPS_FILL(struct omni_ops *o)
     o->softmax = softmax_simd;
     o->gelu_erf = gelu_erf_simd;
     o->gelu_tanh = gelu_tanh_simd;
+    o->gelu_quick = gelu_quick_simd;
     o->silu = silu_simd;
     o->swiglu = swiglu_simd;
     o->geglu_erf = geglu_erf_simd;

@@ -34,7 +34,7 @@ void omni_amx_matmul(int wtype, const void *w, size_t w_row, int64_t n_in, int64
                      int64_t r0, int64_t r1, void *scratch);
 
 /* Int8 GEMM for small batches of the weights whose dot type is Q8_0 (q8_0,
- * q4_0, q5_0): AVX2 (level OMNI_CPU_AVX2) and AVX-512 VNNI (OMNI_CPU_AVX512).
+ * q4_0, q5_0): AVX2 (level OMNI_CPU_AVX2) and AVX-512 VNNI (OMNI_CPU_AVX512VNNI).
  * _offset_<isa>(wtype) is the weight offset K the kernel works with, or -1
  * when it does not take the type. xq holds n_batch activation rows in Q8_0
  * (stride xq_row); omni_x86_gemm_q8_0_prep(K, ...) fills, per activation row,
