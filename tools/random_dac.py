@@ -150,10 +150,20 @@ def reference_decode(hp, wt, codes):
     return np.tanh(x[0]).astype(np.float32)
 
 
-def main():
+def wanted(argv):
+    """True when a random_model command line names one of these shapes."""
+    for i, a in enumerate(argv):
+        name = a.split("=", 1)[1] if a.startswith("--shape=") else \
+            argv[i + 1] if a == "--shape" and i + 1 < len(argv) else None
+        if name in SHAPES:
+            return True
+    return False
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    ap.add_argument("-o", "--out")
+    ap.add_argument("-o", "--out", "--output", dest="out")
     ap.add_argument("--type", choices=("f32", "f16"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frames", type=int, default=12)
@@ -161,7 +171,7 @@ def main():
     ap.add_argument("--ref-out")
     ap.add_argument("--n-q", type=int, default=0, help="codebooks in the codes (default all)")
     ap.add_argument("--safetensors", help="also write a fake HF checkpoint directory")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     hp = SHAPES[a.shape]
     wt = random_weights(hp, a.seed)
     if a.out:
@@ -177,7 +187,8 @@ def main():
                 json.dump(codes, f)
         if a.ref_out:
             reference_decode(hp, wt, codes).astype("<f4").tofile(a.ref_out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
