@@ -31,11 +31,21 @@ static inline ggml_half f2h(float x)
 
 void quant_q3_K_scales(const uint8_t scales[12], int8_t out[16])
 {
-    for (int i = 0; i < 16; i++) {
-        int lo = i < 8 ? scales[i] & 0x0f : scales[i - 8] >> 4;
-        int hi = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
-        out[i] = (int8_t)((lo | hi << 4) - 32);
-    }
+    /* four bytes at a time: low nibbles of bytes 0-3 / 4-7 give scales 0-7,
+     * their high nibbles scales 8-15; byte k of bytes 8-11 holds bits 4-5 of
+     * scales k, k+4, k+8, k+12 in its bit pairs 0, 2, 4, 6 */
+    uint32_t a0, a1, hi, aux[4];
+    memcpy(&a0, scales, 4);
+    memcpy(&a1, scales + 4, 4);
+    memcpy(&hi, scales + 8, 4);
+    aux[0] = (a0 & 0x0f0f0f0f) | ((hi & 0x03030303) << 4);
+    aux[1] = (a1 & 0x0f0f0f0f) | (((hi >> 2) & 0x03030303) << 4);
+    aux[2] = ((a0 >> 4) & 0x0f0f0f0f) | (((hi >> 4) & 0x03030303) << 4);
+    aux[3] = ((a1 >> 4) & 0x0f0f0f0f) | (((hi >> 6) & 0x03030303) << 4);
+    uint8_t u[16];
+    memcpy(u, aux, 16);
+    for (int i = 0; i < 16; i++)
+        out[i] = (int8_t)(u[i] - 32);
 }
 
 /* The 6-bit scale of iq4_xs sub-block b (0..63, not yet minus 32). */

@@ -109,13 +109,6 @@ static float vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *a)
 
 // ---- super-blocks against Q8_K ---------------------------------------------
 
-/* Two int16 scales for the int16 pair sums of 32 elements from maddubs:
- * lanes 0-7 (elements 0-15) take lo, lanes 8-15 take hi. */
-static inline __m256i scale_pair(int lo, int hi)
-{
-    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
-}
-
 static float vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *a)
 {
     const block_iq4_xs *x = w;
@@ -141,29 +134,61 @@ static float vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *a)
     return hsum_ps(acc);
 }
 
+/* pshufb masks: mask[j] picks int16 lane 2j of a 128-bit lane for the low
+ * half of the result and lane 2j + 1 for the high half (the two scales of
+ * the 32 elements j of a super-block half). */
+static inline void pair_masks(__m256i mask[4])
+{
+    for (int j = 0; j < 4; j++)
+        mask[j] = _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1))),
+                                   _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))));
+}
+
+/* The int32 sums sum_l sc[l / 16] * u[l] * y[l] of one super-block half h
+ * (128 elements): u = (bytes of q >> 2j) & 3, plus 4 where bit 4h + j of
+ * hm is set (q3_K; hm = NULL for q2_K); sc8 = the 8 int16 scales of the
+ * half in both 128-bit lanes. */
+static inline __attribute__((always_inline)) __m256i
+half_dot(const uint8_t *qs, const __m256i *hm, int h, const int8_t *ys, __m256i sc8,
+         const __m256i mask[4])
+{
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)qs);
+    __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+        if (hm) { /* bit m = 4h+j of each byte, moved to bit 2 (no bit of the
+                   * other byte of a 16-bit lane reaches bit 2) */
+            const int m = 4 * h + j;
+            const __m256i t = m >= 2 ? _mm256_srli_epi16(*hm, m - 2) : _mm256_slli_epi16(*hm, 2 - m);
+            u = _mm256_or_si256(u, _mm256_and_si256(t, four));
+        }
+        __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(ys + 32 * j)));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc8, mask[j])));
+    }
+    return sum;
+}
+
 /* q2_K: the 2-bit values of 32 elements are bits 2j..2j+1 of 32 qs bytes;
  * the mins need only the activations' 16-sums (bsums). */
 static float vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 {
     const block_q2_K *x = w;
     const block_q8_K *y = a;
-    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i mask[4];
+    pair_masks(mask);
     __m256 acc = _mm256_setzero_ps();
     float acc_m = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
         const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            const uint8_t *sc = x[i].scales + 8 * h;
-            for (int j = 0; j < 4; j++) {
-                __m256i qj = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
-                __m256i p = _mm256_maddubs_epi16(qj, _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * j)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[2 * j] & 0x0f, sc[2 * j + 1] & 0x0f)));
-            }
-        }
+        const __m128i sc = _mm_and_si128(sc8, _mm_set1_epi8(0x0f));
+        const __m256i lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+        const __m256i hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)));
+        __m256i sumi = _mm256_add_epi32(half_dot(x[i].qs, NULL, 0, y[i].qs, lo, mask),
+                                        half_dot(x[i].qs + 32, NULL, 1, y[i].qs + 128, hi, mask));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
         acc_m += y[i].d * h2f(x[i].dmin) * (float)summs;
     }
@@ -176,27 +201,28 @@ static float vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 {
     const block_q3_K *x = w;
     const block_q8_K *y = a;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256i mask[4];
+    pair_masks(mask);
     float acc = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int8_t sc[16];
-        quant_q3_K_scales(x[i].scales, sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        /* the 16 scales as in quant_q3_K_scales, four bytes at a time */
+        uint32_t a0, a1, hb;
+        memcpy(&a0, x[i].scales, 4);
+        memcpy(&a1, x[i].scales + 4, 4);
+        memcpy(&hb, x[i].scales + 8, 4);
+        const __m128i sc = _mm_sub_epi8(
+            _mm_setr_epi32((int)((a0 & 0x0f0f0f0f) | ((hb & 0x03030303) << 4)),
+                           (int)((a1 & 0x0f0f0f0f) | (((hb >> 2) & 0x03030303) << 4)),
+                           (int)(((a0 >> 4) & 0x0f0f0f0f) | (((hb >> 4) & 0x03030303) << 4)),
+                           (int)(((a1 >> 4) & 0x0f0f0f0f) | (((hb >> 6) & 0x03030303) << 4))),
+            _mm_set1_epi8(32));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
         const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
+        const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const __m128i cq = _mm_cvtsi32_si128(2 * j), ch = _mm_cvtsi32_si128(4 * h + j);
-                __m256i u = _mm256_and_si256(_mm256_srl_epi16(q, cq), m3);
-                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, ch), one);
-                u = _mm256_or_si256(u, _mm256_slli_epi16(hb, 2));
-                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * j)));
-                const int s = 8 * h + 2 * j;
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[s], sc[s + 1])));
-            }
-        }
+        __m256i sumi = _mm256_add_epi32(half_dot(x[i].qs, &hm, 0, y[i].qs, lo, mask),
+                                        half_dot(x[i].qs + 32, &hm, 1, y[i].qs + 128, hi, mask));
         acc += h2f(x[i].d) * y[i].d * (float)(hsum_epi32(sumi) - 4 * offset);
     }
     return acc;

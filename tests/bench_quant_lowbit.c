@@ -1,0 +1,104 @@
+/* bench_quant_lowbit.c - dot-product and dequantization throughput of each
+ * weight type at each CPU level, with q4_K at the same level in the same run
+ * as the baseline, one JSON line per (type, level).
+ *
+ * The weights (n_rows x 4096, about 0.5 MB) stay in L2, so this measures the
+ * kernels, not memory. Repetitions of all types are interleaved and timed in
+ * thread CPU time (median), so load from other processes skews them alike.
+ * Not a test and not built by make:
+ *   cc -O2 -march=native -pthread -I. tests/bench_quant_lowbit.c build-h6/libomni.a \
+ *      $(pkg-config --libs openblas) -lm -o /tmp/bench_quant_lowbit
+ *   /tmp/bench_quant_lowbit [reps]
+ * Fields: gelem_s (weight elements dotted per second, billions), ns_per_256
+ * (one super-block), deq_gelem_s (dequantization), ratio_vs_q4_K (dot speed
+ * relative to q4_K at that level; above 1 = faster). */
+#include "src/core/cpu.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { N_IN = 4096, N_ROWS = 96, MAX_REPS = 64 };
+
+static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL,
+                             GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,
+                             GGML_TYPE_BF16 };
+#define N_TYPES (int)(sizeof types / sizeof *types)
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 15;
+    if (reps < 1 || reps > MAX_REPS)
+        reps = 15;
+    static float wf[N_ROWS * N_IN], x[N_IN], deq[N_ROWS * N_IN];
+    uint32_t r = 12345;
+    for (int i = 0; i < N_ROWS * N_IN; i++) {
+        r = r * 1664525u + 1013904223u;
+        wf[i] = ((float)(r >> 8) / (1 << 24) - 0.5f) * 0.1f;
+    }
+    for (int i = 0; i < N_IN; i++)
+        x[i] = wf[i] * 10;
+    static uint8_t w[N_TYPES][N_ROWS * N_IN * 2], xq[N_IN * 4];
+    for (int t = 0; t < N_TYPES; t++)
+        if (quantize_row(types[t], wf, w[t], (int64_t)N_ROWS * N_IN) != 0) {
+            fprintf(stderr, "quantize %s failed\n", ggml_type_name(types[t]));
+            return 1;
+        }
+    volatile float sink = 0;
+    for (int level = 0; level <= omni_cpu()->max_level; level++) {
+        static double dot_t[N_TYPES][MAX_REPS], deq_t[N_TYPES][MAX_REPS];
+        for (int rep = 0; rep < reps; rep++)
+            for (int t = 0; t < N_TYPES; t++) {
+                const struct omni_quant_ops *op = omni_quant_ops_at(types[t], level);
+                const size_t row = ggml_row_size(types[t], N_IN);
+                if (op->from_float)
+                    op->from_float(x, xq, N_IN);
+                else
+                    memcpy(xq, x, sizeof x);
+                double t0 = cpu_s();
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < N_ROWS; i++)
+                        sink += op->vec_dot(N_IN, w[t] + (size_t)i * row, xq);
+                double t1 = cpu_s();
+                op->to_float(w[t], deq, (int64_t)N_ROWS * N_IN);
+                double t2 = cpu_s();
+                dot_t[t][rep] = (t1 - t0) / 4;
+                deq_t[t][rep] = t2 - t1;
+            }
+        double base = 0;
+        for (int t = 0; t < N_TYPES; t++) {
+            const double d = median(dot_t[t], reps), q = median(deq_t[t], reps);
+            const double n = (double)N_ROWS * N_IN;
+            if (t == 0)
+                base = d;
+            printf("{\"bench\": \"quant_dot\", \"type\": \"%s\", \"level\": \"%s\", \"gelem_s\": %.3f, "
+                   "\"ns_per_256\": %.2f, \"deq_gelem_s\": %.3f, \"ratio_vs_q4_K\": %.3f}\n",
+                   ggml_type_name(types[t]), omni_cpu_level_name(level), n / d * 1e-9,
+                   d / n * 256 * 1e9, n / q * 1e-9, base / d);
+        }
+    }
+    return sink == 12345.0f; /* keeps the dots from being optimized away */
+}
