@@ -319,3 +319,53 @@ $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/samples/rt_client.o $(BUILD)/l
 DEPS += $(SAMPLES:=.d) $(BUILD)/samples/rt_client.d
 
 -include $(DEPS)
+
+# ---- CUDA backend (docs/gpu.md; issue 19) -----------------------------------
+# make CUDA=1 [CUDA_ARCH=90a] [CUDA_HOME=/usr/local/cuda]: src/core/cuda/*.cu
+# compiled by nvcc into libomni.a (SASS for CUDA_ARCH plus compute_80 PTX that
+# newer cards JIT), OMNI_HAVE_CUDA defined, cudart + cuBLAS linked. Without
+# CUDA=1 nothing here changes the build.
+# make test-cuda: $(BUILD)/test_cuda - tests/test_model_dev.c (the device
+# forward against llm_forward on the golden fixtures and stories260K) and the
+# test runner over only what the forward needs (no server libraries), run
+# with OMNI_DEV_BACKEND=cuda. BLAS_SHIM=1 links a plain sgemm in place of
+# OpenBLAS (machines without its headers: add -Itools/bench_only to
+# EXTRA_CFLAGS); DEV_LIBS: the libraries it links (pcre2, BLAS, ...).
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= 90a
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_SRCS := $(sort $(wildcard src/core/cuda/*.cu))
+CUDA_OBJS := $(if $(CUDA),$(CUDA_SRCS:%.cu=$(BUILD)/%.o))
+CUDA_LIBS := $(if $(CUDA),-L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -ldl -lrt)
+ifneq ($(CUDA),)
+CFLAGS    += -DOMNI_HAVE_CUDA
+LDLIBS    += $(CUDA_LIBS)
+NVCCFLAGS ?= -O3 -std=c++17 -I. -lineinfo --expt-relaxed-constexpr \
+	-gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
+	-gencode arch=compute_80,code=compute_80 -Xcompiler -Wall,-Wextra
+$(BUILD)/libomni.a: $(CUDA_OBJS)
+$(BUILD)/%.o: %.cu $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+DEPS += $(CUDA_OBJS:.o=.d)
+endif
+DEV_LIB_SRCS := llm/model.c llm/model_dev.c llm/moe.c llm/tokenizer.c llm/unicode.c \
+	$(filter-out src/core/download.c,$(sort $(wildcard src/core/*.c))) \
+	$(sort $(wildcard src/core/arch/x86/*.c))
+DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_main.o \
+	$(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/tests/cuda/blas_shim.o) $(CUDA_OBJS)
+DEV_LIBS ?= $(shell pkg-config --libs libpcre2-8 openblas 2>/dev/null) -lm -pthread
+$(BUILD)/test_cuda: $(DEV_TEST_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
+.PHONY: test-cuda
+test-cuda: $(BUILD)/test_cuda
+	OMNI_DEV_BACKEND=$(if $(CUDA),cuda,cpu) OMNI_GOLDEN_DIR=$(or $(CUDA_GOLDEN),$(BUILD)/fixtures) \
+		$(BUILD)/test_cuda
+# stories260K (../shared) as GGUF beside the golden fixtures, for test_model_dev
+STORIES_GGUF := $(if $(wildcard ../shared/models/stories260K/stories260K.bin),$(BUILD)/fixtures/stories260K.gguf)
+golden-fixtures: $(STORIES_GGUF)
+$(BUILD)/fixtures/stories260K.gguf: tools/llama2c_to_gguf tools/gguf.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tools/llama2c_to_gguf ../shared/models/stories260K/stories260K.bin \
+		../shared/models/stories260K/tok512.bin $@ >$@.log 2>&1 \
+		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }

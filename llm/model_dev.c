@@ -1,0 +1,483 @@
+/* model_dev.c - the llama / qwen2 / qwen3 forward on a compute backend
+ * (model_dev.h). The same steps as llm_forward in model.c, each one batched
+ * backend op over every token of the step: embedding rows -> per layer
+ * RMSNorm, Q/K/V (+ bias, qwen2; per-head q/k RMSNorm, qwen3), RoPE, K/V
+ * into the paged pool, attention through the block tables, output
+ * projection + residual, RMSNorm, SwiGLU FFN + residual -> output norm of
+ * the rows that want logits -> logits (-> argmax on the device). */
+#include "model_dev.h"
+
+#include "src/core/backend.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The attention kernels keep a head in registers: head_dim up to this. */
+#define DEV_MAX_HEAD_DIM 256
+
+struct dev_layer {
+    const float *attn_norm, *ffn_norm;      /* [n_embd] */
+    struct omni_btensor wq, wk, wv, wo;     /* as llm_layer in model.c */
+    struct omni_btensor w_gate, w_up, w_down;
+    const float *bq, *bk, *bv, *bo;         /* biases or NULL */
+    const float *q_norm, *k_norm;           /* [head_dim] (qwen3) or NULL */
+};
+
+struct llm_dev {
+    const struct llm_model *m;
+    struct llm_hparams hp;
+    struct llm_dev_params p;
+    struct omni_backend *be;
+    bool neox;                      /* qwen2/qwen3 rotate halves */
+    struct dev_layer *layers;       /* [n_layer] */
+    struct omni_btensor tok_embd, output;
+    const float *output_norm;       /* [n_embd] */
+    const float *rope_freqs;        /* [n_rot / 2] */
+    void **kc, **vc;                /* [n_layer] pools of n_blocks * block_size slots */
+    /* activations, backend memory, [max_tokens][...] */
+    float *x, *xn, *q, *k, *v, *att, *gate, *up;
+    float *logits;                  /* [max_tokens][n_vocab] */
+    int32_t *d_i32;                 /* tokens, pos, seq, out rows, hidden rows [5][max_tokens] */
+    int64_t *d_slot;                /* [max_tokens] */
+    int32_t *d_tables;              /* [tables_cap] */
+    int32_t *d_argmax;              /* [max_tokens] */
+    size_t tables_cap;
+    /* host staging */
+    int32_t *h_i32, *h_tables;
+    int64_t *h_slot;
+    size_t weight_bytes, kv_bytes;
+    void **allocs;                  /* everything alloc'd, freed at the end */
+    int n_allocs, cap_allocs;
+};
+
+struct llm_dev_params llm_dev_default_params(void)
+{
+    return (struct llm_dev_params){ .backend = "cuda", .device = 0, .max_tokens = 512,
+                                    .block_size = 16, .n_blocks = 256, .kv_type = 0 };
+}
+
+static void *dev_alloc(struct llm_dev *d, size_t bytes)
+{
+    if (d->n_allocs == d->cap_allocs) {
+        int cap = d->cap_allocs ? 2 * d->cap_allocs : 64;
+        void **a = realloc(d->allocs, (size_t)cap * sizeof *a);
+        if (!a)
+            return NULL;
+        d->allocs = a;
+        d->cap_allocs = cap;
+    }
+    void *p = d->be->alloc(d->be, bytes);
+    if (p)
+        d->allocs[d->n_allocs++] = p;
+    return p;
+}
+
+/* A GGUF tensor uploaded as it is. Matrices: a type the backend multiplies;
+ * vectors: F32 (the loader checked shapes already). */
+static int upload(struct llm_dev *d, const char *name, bool required, bool matrix,
+                  struct omni_btensor *out, char *err, size_t errlen)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(llm_model_gguf(d->m), name);
+    memset(out, 0, sizeof *out);
+    if (!t) {
+        if (!required)
+            return 0;
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "model_dev: tensor '%s' missing", name);
+    }
+    if (matrix ? !d->be->supports(d->be, t->type) : t->type != GGML_TYPE_F32)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                         "model_dev: tensor '%s': type %s not supported on %s", name,
+                         ggml_type_name(t->type), d->be->name);
+    void *p = dev_alloc(d, t->nbytes);
+    if (!p)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                         "model_dev: %s: out of device memory for '%s' (%zu bytes; %zu of the "
+                         "weights so far)", d->be->name, name, t->nbytes, d->weight_bytes);
+    int rc = d->be->upload(d->be, p, t->data, t->nbytes);
+    if (rc < 0)
+        return omni_fail(err, errlen, rc, "model_dev: %s: upload of '%s' failed", d->be->name,
+                         name);
+    d->weight_bytes += t->nbytes;
+    *out = (struct omni_btensor){ .type = t->type, .cols = t->ne[0], .rows = t->ne[1], .data = p };
+    return 0;
+}
+
+static int upload_vec(struct llm_dev *d, const char *name, bool required, const float **v,
+                      char *err, size_t errlen)
+{
+    struct omni_btensor t;
+    int rc = upload(d, name, required, false, &t, err, errlen);
+    *v = t.data;
+    return rc;
+}
+
+static int check_supported(const struct llm_dev *d, char *err, size_t errlen)
+{
+    const struct llm_hparams *hp = &d->hp;
+    const char *why = NULL;
+    if (hp->arch != LLM_ARCH_LLAMA && hp->arch != LLM_ARCH_QWEN2 && hp->arch != LLM_ARCH_QWEN3)
+        why = "architecture (llama, qwen2, qwen3 run on the device)";
+    else if (hp->n_swa)
+        why = "sliding-window attention";
+    else if (hp->rope_longrope)
+        why = "LongRoPE";
+    else if (hp->head_dim > DEV_MAX_HEAD_DIM)
+        why = "head_dim above 256";
+    else if (hp->n_rot != hp->head_dim)
+        why = "partial rotary";
+    if (why)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "model_dev: %s: %s not supported yet",
+                         hp->arch_name, why);
+    return 0;
+}
+
+struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_params *params,
+                            char *err, size_t errlen)
+{
+    struct llm_dev_params p = params ? *params : llm_dev_default_params();
+    if (!p.backend)
+        p.backend = "cuda";
+    if (!p.kv_type)
+        p.kv_type = GGML_TYPE_F16;
+    if (p.max_tokens < 1 || p.max_tokens > (1 << 16) || p.block_size < 1 || p.n_blocks < 1 ||
+        (int64_t)p.block_size * p.n_blocks > (1 << 26) ||
+        (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32)) {
+        omni_fail(err, errlen, OMNI_ERR_ARG,
+                  "model_dev: bad params (max_tokens %d, %d blocks of %d, kv type %d)",
+                  p.max_tokens, p.n_blocks, p.block_size, p.kv_type);
+        return NULL;
+    }
+    struct llm_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "model_dev: out of memory");
+        return NULL;
+    }
+    d->m = m;
+    d->hp = *llm_model_hparams(m);
+    d->p = p;
+    const struct llm_hparams *hp = &d->hp;
+    d->neox = hp->arch == LLM_ARCH_QWEN2 || hp->arch == LLM_ARCH_QWEN3;
+    if (check_supported(d, err, errlen) < 0)
+        goto fail;
+    d->be = omni_backend_new(p.backend, p.device, err, errlen);
+    if (!d->be)
+        goto fail;
+
+    /* weights */
+    d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
+    d->kc = calloc((size_t)hp->n_layer, sizeof *d->kc);
+    d->vc = calloc((size_t)hp->n_layer, sizeof *d->vc);
+    if (!d->layers || !d->kc || !d->vc) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "model_dev: out of memory");
+        goto fail;
+    }
+    if (upload(d, "token_embd.weight", true, true, &d->tok_embd, err, errlen) < 0 ||
+        upload_vec(d, "output_norm.weight", true, &d->output_norm, err, errlen) < 0)
+        goto fail;
+    if (hp->tied_output)
+        d->output = d->tok_embd;
+    else if (upload(d, "output.weight", true, true, &d->output, err, errlen) < 0)
+        goto fail;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct dev_layer *L = &d->layers[l];
+        char name[64];
+#define BLK(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
+        if (upload(d, BLK("attn_q.weight"), true, true, &L->wq, err, errlen) < 0 ||
+            upload(d, BLK("attn_k.weight"), true, true, &L->wk, err, errlen) < 0 ||
+            upload(d, BLK("attn_v.weight"), true, true, &L->wv, err, errlen) < 0 ||
+            upload(d, BLK("attn_output.weight"), true, true, &L->wo, err, errlen) < 0 ||
+            upload(d, BLK("ffn_gate.weight"), true, true, &L->w_gate, err, errlen) < 0 ||
+            upload(d, BLK("ffn_up.weight"), true, true, &L->w_up, err, errlen) < 0 ||
+            upload(d, BLK("ffn_down.weight"), true, true, &L->w_down, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_norm.weight"), true, &L->attn_norm, err, errlen) < 0 ||
+            upload_vec(d, BLK("ffn_norm.weight"), true, &L->ffn_norm, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_q.bias"), false, &L->bq, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_k.bias"), false, &L->bk, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_v.bias"), false, &L->bv, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_output.bias"), false, &L->bo, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_q_norm.weight"), false, &L->q_norm, err, errlen) < 0 ||
+            upload_vec(d, BLK("attn_k_norm.weight"), false, &L->k_norm, err, errlen) < 0)
+            goto fail;
+#undef BLK
+    }
+    const size_t half = (size_t)hp->n_rot / 2;
+    float *rf = dev_alloc(d, half * sizeof(float));
+    if (!rf || d->be->upload(d->be, rf, llm_model_rope_freqs(m), half * sizeof(float)) < 0) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "model_dev: rope table");
+        goto fail;
+    }
+    d->rope_freqs = rf;
+
+    /* KV pool */
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t pool = (size_t)p.n_blocks * p.block_size * kv_dim *
+                        (p.kv_type == GGML_TYPE_F32 ? 4 : 2);
+    for (int l = 0; l < hp->n_layer; l++) {
+        d->kc[l] = dev_alloc(d, pool);
+        d->vc[l] = dev_alloc(d, pool);
+        if (!d->kc[l] || !d->vc[l] || d->be->memset0(d->be, d->kc[l], pool) < 0 ||
+            d->be->memset0(d->be, d->vc[l], pool) < 0) {
+            omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                      "model_dev: out of device memory for the KV pool (%d blocks of %d)",
+                      p.n_blocks, p.block_size);
+            goto fail;
+        }
+        d->kv_bytes += 2 * pool;
+    }
+
+    /* activations and step inputs */
+    const size_t T = (size_t)p.max_tokens, q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t widest = (size_t)hp->n_embd > q_dim ? (size_t)hp->n_embd : q_dim;
+    d->x = dev_alloc(d, T * hp->n_embd * sizeof(float));
+    d->xn = dev_alloc(d, T * widest * sizeof(float));
+    d->q = dev_alloc(d, T * q_dim * sizeof(float));
+    d->k = dev_alloc(d, T * kv_dim * sizeof(float));
+    d->v = dev_alloc(d, T * kv_dim * sizeof(float));
+    d->att = dev_alloc(d, T * widest * sizeof(float));
+    d->gate = dev_alloc(d, T * hp->n_ff * sizeof(float));
+    d->up = dev_alloc(d, T * hp->n_ff * sizeof(float));
+    d->logits = dev_alloc(d, T * hp->n_vocab * sizeof(float));
+    d->d_i32 = dev_alloc(d, 5 * T * sizeof(int32_t));
+    d->d_slot = dev_alloc(d, T * sizeof(int64_t));
+    d->d_argmax = dev_alloc(d, T * sizeof(int32_t));
+    d->h_i32 = malloc(5 * T * sizeof(int32_t));
+    d->h_slot = malloc(T * sizeof(int64_t));
+    if (!d->x || !d->xn || !d->q || !d->k || !d->v || !d->att || !d->gate || !d->up ||
+        !d->logits || !d->d_i32 || !d->d_slot || !d->d_argmax || !d->h_i32 || !d->h_slot) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                  "model_dev: out of memory for %d-token activation buffers", p.max_tokens);
+        goto fail;
+    }
+    return d;
+fail:
+    llm_dev_free(d);
+    return NULL;
+}
+
+void llm_dev_free(struct llm_dev *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; d->be && i < d->n_allocs; i++)
+        d->be->free(d->be, d->allocs[i]);
+    if (d->be && d->d_tables)
+        d->be->free(d->be, d->d_tables);
+    omni_backend_free(d->be);
+    free(d->allocs);
+    free(d->layers);
+    free(d->kc);
+    free(d->vc);
+    free(d->h_i32);
+    free(d->h_slot);
+    free(d->h_tables);
+    free(d);
+}
+
+const char *llm_dev_device(const struct llm_dev *d) { return d->be->device; }
+size_t llm_dev_weight_bytes(const struct llm_dev *d) { return d->weight_bytes; }
+size_t llm_dev_kv_bytes(const struct llm_dev *d) { return d->kv_bytes; }
+
+/* check_batch of model.c against the device pool; also finds the number of
+ * sequences and the longest block table the batch needs. */
+static int dev_check(const struct llm_dev *d, const struct llm_batch *b,
+                     const struct llm_seq_view *seqs, int *n_seq, int *max_blocks)
+{
+    const struct llm_hparams *hp = &d->hp;
+    if (!b || !seqs || b->n_tokens < 1 || b->n_tokens > d->p.max_tokens ||
+        (!b->token && !b->embd) || !b->pos || !b->seq || (b->want_hidden && !b->hidden))
+        return OMNI_ERR_ARG;
+    *n_seq = 0;
+    *max_blocks = 1;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->token && (b->token[i] < 0 || b->token[i] >= hp->n_vocab))
+            return OMNI_ERR_ARG;
+        if (b->pos[i] < 0 || b->seq[i] < 0)
+            return OMNI_ERR_ARG;
+        const struct llm_seq_view *sv = &seqs[b->seq[i]];
+        const int last_block = b->pos[i] / d->p.block_size;
+        if (!sv->block_table || last_block >= sv->n_blocks)
+            return OMNI_ERR_LIMIT;
+        for (int blk = 0; blk <= last_block; blk++)
+            if (sv->block_table[blk] < 0 || sv->block_table[blk] >= d->p.n_blocks)
+                return OMNI_ERR_ARG;
+        *n_seq = b->seq[i] + 1 > *n_seq ? b->seq[i] + 1 : *n_seq;
+        *max_blocks = last_block + 1 > *max_blocks ? last_block + 1 : *max_blocks;
+    }
+    return 0;
+}
+
+/* Tokens, positions, sequences, output rows, slots and block tables of the
+ * step, in one upload each. */
+static int dev_inputs(struct llm_dev *d, const struct llm_batch *b,
+                      const struct llm_seq_view *seqs, int n_seq, int max_blocks, int *n_out,
+                      int *n_hid)
+{
+    const int n = b->n_tokens, T = d->p.max_tokens;
+    int32_t *tok = d->h_i32, *pos = tok + T, *seq = pos + T, *out = seq + T, *hid = out + T;
+    *n_out = *n_hid = 0;
+    for (int t = 0; t < n; t++) {
+        tok[t] = b->token ? b->token[t] : 0;
+        pos[t] = b->pos[t];
+        seq[t] = b->seq[t];
+        const int32_t blk = seqs[b->seq[t]].block_table[b->pos[t] / d->p.block_size];
+        d->h_slot[t] = (int64_t)blk * d->p.block_size + b->pos[t] % d->p.block_size;
+        if (b->want_logits ? b->want_logits[t] : t == n - 1)
+            out[(*n_out)++] = t;
+        if (b->want_hidden && b->want_hidden[t])
+            hid[(*n_hid)++] = t;
+    }
+    const size_t need = (size_t)n_seq * max_blocks;
+    if (need > d->tables_cap) {
+        size_t cap = need * 2;
+        int32_t *h = realloc(d->h_tables, cap * sizeof(int32_t));
+        if (!h)
+            return OMNI_ERR_NOMEM;
+        d->h_tables = h;
+        if (d->d_tables)
+            d->be->free(d->be, d->d_tables);
+        d->d_tables = d->be->alloc(d->be, cap * sizeof(int32_t));
+        if (!d->d_tables) {
+            d->tables_cap = 0;
+            return OMNI_ERR_NOMEM;
+        }
+        d->tables_cap = cap;
+    }
+    /* only the sequences the batch names are read; the rest stay zero */
+    memset(d->h_tables, 0, need * sizeof(int32_t));
+    for (int t = 0; t < n; t++) {
+        const struct llm_seq_view *sv = &seqs[b->seq[t]];
+        int32_t *row = d->h_tables + (size_t)b->seq[t] * max_blocks;
+        const int nb = b->pos[t] / d->p.block_size + 1;
+        for (int j = 0; j < nb; j++)
+            row[j] = sv->block_table[j];
+    }
+    int rc;
+    if ((rc = d->be->upload(d->be, d->d_i32, d->h_i32, 5 * (size_t)T * sizeof(int32_t))) < 0 ||
+        (rc = d->be->upload(d->be, d->d_slot, d->h_slot, (size_t)n * sizeof(int64_t))) < 0 ||
+        (rc = d->be->upload(d->be, d->d_tables, d->h_tables, need * sizeof(int32_t))) < 0)
+        return rc;
+    if (b->embd)
+        rc = d->be->upload(d->be, d->x, b->embd, (size_t)n * d->hp.n_embd * sizeof(float));
+    return rc;
+}
+
+#define TRY(call)                                                                             \
+    do {                                                                                      \
+        if ((rc = (call)) < 0)                                                                \
+            return rc;                                                                        \
+    } while (0)
+
+static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
+                     const int32_t *d_pos, const int32_t *d_seq)
+{
+    struct omni_backend *be = d->be;
+    const struct llm_hparams *hp = &d->hp;
+    const struct dev_layer *L = &d->layers[l];
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    int rc;
+    /* attention rmsnorm; q, k, v (+ biases) */
+    TRY(be->rmsnorm(be, d->xn, d->x, L->attn_norm, n, hp->n_embd, hp->norm_eps));
+    TRY(be->matmul(be, &L->wq, d->xn, n, d->q));
+    TRY(be->matmul(be, &L->wk, d->xn, n, d->k));
+    TRY(be->matmul(be, &L->wv, d->xn, n, d->v));
+    if (L->bq)
+        TRY(be->add(be, d->q, NULL, L->bq, n, q_dim));
+    if (L->bk)
+        TRY(be->add(be, d->k, NULL, L->bk, n, kv_dim));
+    if (L->bv)
+        TRY(be->add(be, d->v, NULL, L->bv, n, kv_dim));
+    /* per-head q/k norm (qwen3), rope, k/v into the pool */
+    if (L->q_norm)
+        TRY(be->rmsnorm(be, d->q, d->q, L->q_norm, n * hp->n_head, hd, hp->norm_eps));
+    if (L->k_norm)
+        TRY(be->rmsnorm(be, d->k, d->k, L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps));
+    TRY(be->rope(be, d->q, d_pos, n, hp->n_head, hd, hp->n_rot, d->rope_freqs,
+                 hp->rope_attn_factor, d->neox));
+    TRY(be->rope(be, d->k, d_pos, n, hp->n_head_kv, hd, hp->n_rot, d->rope_freqs,
+                 hp->rope_attn_factor, d->neox));
+    TRY(be->kv_store(be, d->k, d->v, d->kc[l], d->vc[l], d->p.kv_type, d->d_slot, n, kv_dim));
+    /* attention through the block tables */
+    const struct omni_battn a = {
+        .out = d->att, .q = d->q, .k = d->kc[l], .v = d->vc[l], .kv_type = d->p.kv_type,
+        .n_tok = n, .pos = d_pos, .seq = d_seq, .tables = d->d_tables,
+        .max_blocks = n_seq_blocks, .block_size = d->p.block_size, .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv, .head_dim = hd, .scale = hp->attn_scale, .n_swa = 0,
+    };
+    TRY(be->attention(be, &a));
+    /* output projection + residual; ffn rmsnorm */
+    TRY(be->matmul(be, &L->wo, d->att, n, d->xn));
+    if (L->bo)
+        TRY(be->add(be, d->xn, NULL, L->bo, n, hp->n_embd));
+    TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
+    TRY(be->rmsnorm(be, d->xn, d->x, L->ffn_norm, n, hp->n_embd, hp->norm_eps));
+    /* x += down(silu(gate(x)) * up(x)) */
+    TRY(be->matmul(be, &L->w_gate, d->xn, n, d->gate));
+    TRY(be->matmul(be, &L->w_up, d->xn, n, d->up));
+    TRY(be->swiglu(be, d->gate, d->up, (int64_t)n * hp->n_ff));
+    TRY(be->matmul(be, &L->w_down, d->up, n, d->xn));
+    TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
+    return 0;
+}
+
+int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
+                    const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
+{
+    int n_seq, max_blocks, n_out, n_hid, rc;
+    if ((rc = dev_check(d, batch, seqs, &n_seq, &max_blocks)) < 0)
+        return rc;
+    if ((rc = dev_inputs(d, batch, seqs, n_seq, max_blocks, &n_out, &n_hid)) < 0)
+        return rc;
+    struct omni_backend *be = d->be;
+    const struct llm_hparams *hp = &d->hp;
+    const int n = batch->n_tokens, T = d->p.max_tokens, n_embd = hp->n_embd;
+    const int32_t *d_tok = d->d_i32, *d_pos = d_tok + T, *d_seq = d_pos + T;
+    const int32_t *d_out = d_seq + T, *d_hid = d_out + T;
+
+    /* token embeddings (multimodal rows were uploaded into x) */
+    if (batch->token)
+        TRY(be->get_rows(be, &d->tok_embd, d_tok, n, d->x));
+    for (int l = 0; l < hp->n_layer; l++)
+        TRY(dev_layer(d, l, n, max_blocks, d_pos, d_seq));
+
+    /* final hidden states of the embedding rows (output norm applied) */
+    const struct omni_btensor xs = { GGML_TYPE_F32, n_embd, n, d->x };
+    if (n_hid) {
+        TRY(be->get_rows(be, &xs, d_hid, n_hid, d->att));
+        TRY(be->rmsnorm(be, d->att, d->att, d->output_norm, n_hid, n_embd, hp->norm_eps));
+        TRY(be->download(be, batch->hidden, d->att, (size_t)n_hid * n_embd * sizeof(float)));
+    }
+    if (!n_out)
+        return 0;
+    /* output norm and logits of the rows that want them, packed */
+    TRY(be->get_rows(be, &xs, d_out, n_out, d->xn));
+    TRY(be->rmsnorm(be, d->xn, d->xn, d->output_norm, n_out, n_embd, hp->norm_eps));
+    TRY(be->matmul(be, &d->output, d->xn, n_out, d->logits));
+    if (argmax) {
+        TRY(be->argmax(be, d->logits, n_out, hp->n_vocab, d->d_argmax));
+        TRY(be->download(be, argmax, d->d_argmax, (size_t)n_out * sizeof(int32_t)));
+    }
+    if (logits)
+        TRY(be->download(be, logits, d->logits, (size_t)n_out * hp->n_vocab * sizeof(float)));
+    if (!argmax && !logits)
+        TRY(be->sync(be));
+    return n_out;
+}
+
+static int dev_forward_hook(void *impl, const struct llm_batch *batch, struct llm_kv *kv,
+                            const struct llm_seq_view *seqs, float *logits)
+{
+    struct llm_dev *d = impl;
+    if (kv->block_size != d->p.block_size || kv->n_blocks > d->p.n_blocks)
+        return OMNI_ERR_ARG;
+    return llm_dev_forward(d, batch, seqs, logits, NULL);
+}
+
+void llm_dev_attach(struct llm_dev *d, struct llm_ctx *ctx)
+{
+    llm_ctx_set_forward(ctx, d ? dev_forward_hook : NULL, d);
+}

@@ -1,0 +1,318 @@
+/* test_model_dev.c - the device forward (llm/model_dev.c) and the backend
+ * ops (src/core/backend.h) against the CPU: matmul / get_rows for every
+ * weight type against the dequantized product, and whole models (the
+ * golden llama, llama3, qwen2, qwen3 fixtures at f32/f16/q8_0 and the real
+ * stories260K) run side by side with llm_forward: two sequences with
+ * scattered block tables prefilled in one batch, then decoded together;
+ * greedy tokens must be identical and the CPU's top-5 log-probabilities
+ * within a tolerance. The backend is $OMNI_DEV_BACKEND ("cpu" by default:
+ * the ops in plain C, so these run in every build; build/test_cuda runs
+ * them with "cuda", see `make test-cuda` and docs/gpu.md). */
+#include "test.h"
+
+#include "llm/model.h"
+#include "llm/model_dev.h"
+#include "src/core/backend.h"
+#include "src/core/omni.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *backend_name(void)
+{
+    const char *b = getenv("OMNI_DEV_BACKEND");
+    return b && *b ? b : "cpu";
+}
+
+static bool on_cpu(void) { return !strcmp(backend_name(), "cpu"); }
+
+/* log-prob tolerance of the CPU's top-5 tokens: the cpu backend differs from
+ * llm_forward only in summation order; cuda multiplies prompts (more than 8
+ * rows) with F16 activations and weights on tensor cores */
+static double logprob_tol(void) { return on_cpu() ? 5e-3 : 1e-2; }
+
+static uint32_t rng_state;
+static float frand(void)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static void free_backend(void *be) { omni_backend_free(be); }
+static void free_model(void *m) { llm_model_free(m); }
+static void free_dev(void *d) { llm_dev_free(d); }
+static void free_ctx(void *c) { llm_ctx_free(c); }
+static void free_kv(void *kv) { llm_kv_free(kv); }
+
+TEST(backend_unknown_and_missing)
+{
+    char err[256] = "";
+    CHECK(omni_backend_new("tpu", 0, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "unknown");
+    if (!omni_backend_available("cuda")) {
+        CHECK(omni_backend_new("cuda", 0, err, sizeof err) == NULL);
+        CHECK_STR_CONTAINS(err, "CUDA=1");
+    }
+}
+
+/* y = x W^T for each weight type and batch size (decode matvec up to 8
+ * rows, GEMM above) against the product with the dequantized weights. */
+TEST(backend_matmul_types)
+{
+    char err[256];
+    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+    CHECK_MSG(be, "%s", err);
+    test_defer(free_backend, be);
+    static const int types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,
+                                 GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
+    static const int batches[] = { 1, 2, 5, 8, 9, 33 };
+    const int rows = 37, cols = 512, max_n = 33;
+    float *w = malloc((size_t)rows * cols * sizeof(float));
+    float *wd = malloc((size_t)rows * cols * sizeof(float));
+    float *x = malloc((size_t)max_n * cols * sizeof(float));
+    float *y = malloc((size_t)max_n * rows * sizeof(float));
+    float *g = malloc((size_t)5 * cols * sizeof(float));
+    void *q = malloc((size_t)rows * cols * sizeof(float));
+    CHECK(w && wd && x && y && q && g);
+    rng_state = 7;
+    for (int i = 0; i < rows * cols; i++)
+        w[i] = frand() * 0.1f;
+    for (int i = 0; i < max_n * cols; i++)
+        x[i] = frand();
+    float *dx = be->alloc(be, (size_t)max_n * cols * sizeof(float));
+    float *dy = be->alloc(be, (size_t)max_n * (rows > cols ? rows : cols) * sizeof(float));
+    int32_t *dids = be->alloc(be, 5 * sizeof(int32_t));
+    void *dw = be->alloc(be, (size_t)rows * cols * sizeof(float));
+    CHECK(dx && dy && dw && dids);
+    const int32_t ids[5] = { 3, 0, 36, 3, 17 };
+    CHECK(be->upload(be, dx, x, (size_t)max_n * cols * sizeof(float)) == 0);
+    CHECK(be->upload(be, dids, ids, sizeof ids) == 0);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int type = types[ti];
+        CHECK(be->supports(be, type));
+        const size_t row_bytes = ggml_row_size(type, cols);
+        for (int r = 0; r < rows; r++) {
+            CHECK(quantize_row(type, w + (size_t)r * cols, (char *)q + r * row_bytes, cols) == 0);
+            CHECK(dequantize_row(type, (char *)q + r * row_bytes, wd + (size_t)r * cols, cols) == 0);
+        }
+        CHECK(be->upload(be, dw, q, row_bytes * rows) == 0);
+        const struct omni_btensor t = { type, cols, rows, dw };
+        /* embedding rows: exact */
+        int rc = be->get_rows(be, &t, dids, 5, dy);
+        CHECK_MSG(rc == 0, "%s get_rows: %d", ggml_type_name(type), rc);
+        CHECK(be->download(be, g, dy, (size_t)5 * cols * sizeof(float)) == 0);
+        for (int i = 0; i < 5; i++)
+            CHECK_MSG(test_max_diff(g + (size_t)i * cols, wd + (size_t)ids[i] * cols, cols) <= 1e-6,
+                      "%s get_rows row %d", ggml_type_name(type), ids[i]);
+        for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+            const int n = batches[bi];
+            CHECK(be->matmul(be, &t, dx, n, dy) == 0);
+            CHECK(be->download(be, y, dy, (size_t)n * rows * sizeof(float)) == 0);
+            double max_err = 0, max_ref = 0;
+            for (int b = 0; b < n; b++)
+                for (int r = 0; r < rows; r++) {
+                    double ref = 0;
+                    for (int c = 0; c < cols; c++)
+                        ref += (double)wd[(size_t)r * cols + c] * x[(size_t)b * cols + c];
+                    const double e = fabs(ref - y[(size_t)b * rows + r]);
+                    max_err = e > max_err ? e : max_err;
+                    max_ref = fabs(ref) > max_ref ? fabs(ref) : max_ref;
+                }
+            /* the CPU backend quantizes activations to Q8 for quantized
+             * weights; cuda uses F32 activations up to 8 rows, F16 above */
+            const double tol = (on_cpu() && type != GGML_TYPE_F32 && type != GGML_TYPE_F16) ||
+                                       (!on_cpu() && n > 8)
+                                   ? 2e-2
+                                   : 1e-4;
+            CHECK_MSG(max_err <= tol * max_ref, "%s n=%d: max error %.3g of max |y| %.3g",
+                      ggml_type_name(type), n, max_err, max_ref);
+        }
+    }
+    be->free(be, dx);
+    be->free(be, dy);
+    be->free(be, dw);
+    be->free(be, dids);
+    free(w);
+    free(wd);
+    free(x);
+    free(y);
+    free(g);
+    free(q);
+}
+
+/* log-softmax of one row of logits, in double */
+static void log_softmax(const float *x, int n, double *out)
+{
+    double mx = x[0], sum = 0;
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++)
+        sum += exp(x[i] - mx);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] - mx - log(sum);
+}
+
+static int argmax_row(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Largest |log p_dev - log p_cpu| over the CPU's 5 most likely tokens. */
+static double top5_diff(const float *cpu, const float *dev, int n, double *a, double *b)
+{
+    log_softmax(cpu, n, a);
+    log_softmax(dev, n, b);
+    double worst = 0;
+    bool used[8192] = { false };
+    for (int k = 0; k < 5 && k < n; k++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if ((i >= 8192 || !used[i]) && (best < 0 || a[i] > a[best]))
+                best = i;
+        if (best < 8192)
+            used[best] = true;
+        const double d = fabs(a[best] - b[best]);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+#define BS 4
+static const int32_t table_a[] = { 5, 0, 7, 2, 9, 12, 14, 3, 15 };
+static const int32_t table_b[] = { 1, 4, 6, 8, 10, 11, 13 };
+
+/* Prefill A (20 tokens) and B (11) in one batch, then 12 decode steps of
+ * both; the device side runs the prefill through llm_forward with the
+ * device attached to its context and the decode through llm_dev_forward
+ * (logits and the device's argmax). */
+static void compare_model(const char *path)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f)
+        SKIP("model file missing (make golden-fixtures)");
+    fclose(f);
+    char err[512];
+    struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    test_defer(free_model, m);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    const int V = hp->n_vocab;
+    struct llm_dev_params p = llm_dev_default_params();
+    p.backend = backend_name();
+    p.max_tokens = 40;
+    p.block_size = BS;
+    p.n_blocks = 16;
+    struct llm_dev *d = llm_dev_new(m, &p, err, sizeof err);
+    CHECK_MSG(d, "%s", err);
+    test_defer(free_dev, d);
+    struct llm_ctx *cpu = llm_ctx_new(m, 40, NULL, err, sizeof err);
+    CHECK_MSG(cpu, "%s", err);
+    test_defer(free_ctx, cpu);
+    struct llm_ctx *dctx = llm_ctx_new(m, 40, NULL, err, sizeof err);
+    CHECK_MSG(dctx, "%s", err);
+    test_defer(free_ctx, dctx);
+    llm_dev_attach(d, dctx);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F16, BS, 16, err, sizeof err);
+    CHECK_MSG(kv, "%s", err);
+    test_defer(free_kv, kv);
+
+    const struct llm_seq_view seqs[2] = { { table_a, 9 }, { table_b, 7 } };
+    int32_t tok[40], pos[40], seq[40];
+    bool want[40];
+    int n = 0;
+    rng_state = 11;
+    for (int i = 0; i < 20; i++, n++)
+        tok[n] = (int32_t)((frand() + 1.0f) * 0.5f * (V - 1)), pos[n] = i, seq[n] = 0,
+        want[n] = i == 19;
+    for (int i = 0; i < 11; i++, n++)
+        tok[n] = (int32_t)((frand() + 1.0f) * 0.5f * (V - 1)), pos[n] = i, seq[n] = 1,
+        want[n] = i == 10;
+    float *lc = malloc((size_t)2 * V * sizeof(float)), *ld = malloc((size_t)2 * V * sizeof(float));
+    double *a = malloc((size_t)V * sizeof(double)), *b = malloc((size_t)V * sizeof(double));
+    CHECK(lc && ld && a && b);
+    struct llm_batch batch = { .n_tokens = n, .token = tok, .pos = pos, .seq = seq,
+                               .want_logits = want };
+    CHECK_EQ(llm_forward(cpu, &batch, kv, seqs, lc), 2);
+    CHECK_EQ(llm_forward(dctx, &batch, kv, seqs, ld), 2);
+    double worst = 0;
+    int next[2], pa = 20, pb = 11;
+    for (int s = 0; s < 2; s++) {
+        next[s] = argmax_row(lc + (size_t)s * V, V);
+        CHECK_MSG(argmax_row(ld + (size_t)s * V, V) == next[s], "prefill greedy token differs");
+        double dlt = top5_diff(lc + (size_t)s * V, ld + (size_t)s * V, V, a, b);
+        worst = dlt > worst ? dlt : worst;
+    }
+    for (int step = 0; step < 12; step++) {
+        int32_t t2[2] = { next[0], next[1] }, p2[2] = { pa++, pb++ }, s2[2] = { 0, 1 }, am[2];
+        struct llm_batch db = { .n_tokens = 2, .token = t2, .pos = p2, .seq = s2,
+                                .want_logits = (const bool[]){ true, true } };
+        CHECK_EQ(llm_forward(cpu, &db, kv, seqs, lc), 2);
+        CHECK_EQ(llm_dev_forward(d, &db, seqs, ld, am), 2);
+        for (int s = 0; s < 2; s++) {
+            next[s] = argmax_row(lc + (size_t)s * V, V);
+            CHECK_MSG(am[s] == next[s], "step %d seq %d: greedy token %d on %s, %d on the CPU",
+                      step, s, am[s], backend_name(), next[s]);
+            CHECK_EQ(argmax_row(ld + (size_t)s * V, V), am[s]);
+            double dlt = top5_diff(lc + (size_t)s * V, ld + (size_t)s * V, V, a, b);
+            worst = dlt > worst ? dlt : worst;
+        }
+    }
+    printf("  %s on %s (%s): top-5 log-prob max diff %.3g\n", path, backend_name(),
+           llm_dev_device(d), worst);
+    CHECK_MSG(worst <= logprob_tol(), "top-5 log-prob diff %.3g > %.3g", worst, logprob_tol());
+    /* a bad batch is refused before anything runs */
+    int32_t bad_tok = V;
+    const int32_t zero = 0;
+    struct llm_batch bad = { .n_tokens = 1, .token = &bad_tok, .pos = &zero, .seq = &zero };
+    CHECK(llm_dev_forward(d, &bad, seqs, ld, NULL) == OMNI_ERR_ARG);
+    free(lc);
+    free(ld);
+    free(a);
+    free(b);
+}
+
+static const char *golden(const char *name)
+{
+    return test_golden(name);
+}
+
+TEST(model_dev_llama_f32) { compare_model(golden("llama-f32.gguf")); }
+TEST(model_dev_llama_f16) { compare_model(golden("llama-f16.gguf")); }
+TEST(model_dev_llama_q8_0) { compare_model(golden("llama-q8_0.gguf")); }
+TEST(model_dev_llama3_f32) { compare_model(golden("llama3-f32.gguf")); }
+TEST(model_dev_llama3_f16) { compare_model(golden("llama3-f16.gguf")); }
+TEST(model_dev_llama3_q8_0) { compare_model(golden("llama3-q8_0.gguf")); }
+TEST(model_dev_qwen2_f32) { compare_model(golden("qwen2-f32.gguf")); }
+TEST(model_dev_qwen2_f16) { compare_model(golden("qwen2-f16.gguf")); }
+TEST(model_dev_qwen2_q8_0) { compare_model(golden("qwen2-q8_0.gguf")); }
+TEST(model_dev_qwen3_f32) { compare_model(golden("qwen3-f32.gguf")); }
+TEST(model_dev_qwen3_f16) { compare_model(golden("qwen3-f16.gguf")); }
+TEST(model_dev_qwen3_q8_0) { compare_model(golden("qwen3-q8_0.gguf")); }
+/* the real TinyStories model (tools/llama2c_to_gguf of ../shared's file) */
+TEST(model_dev_stories260k) { compare_model(golden("stories260K.gguf")); }
+
+/* Families the device forward does not run yet are refused by name. */
+TEST(model_dev_refuses_unsupported)
+{
+    const char *path = golden("gemma2-f32.gguf");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        SKIP("gemma2 fixture missing");
+    fclose(f);
+    char err[512];
+    struct llm_model *m = llm_model_load(path, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    test_defer(free_model, m);
+    struct llm_dev_params p = llm_dev_default_params();
+    p.backend = backend_name();
+    CHECK(llm_dev_new(m, &p, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "not supported");
+}
