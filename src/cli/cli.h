@@ -13,6 +13,8 @@ int cli_serve(int argc, char **argv);    /* src/cli/serve.c */
 int cli_bench_engine(int argc, char **argv); /* src/cli/bench_engine.c */
 int cli_template(int argc, char **argv);  /* src/cli/template.c */
 int cli_pull(int argc, char **argv);      /* src/cli/pull.c */
+int cli_recommend(int argc, char **argv); /* src/cli/models.c */
+int cli_models(int argc, char **argv);    /* src/cli/models.c */
 int cli_bench_serve(int argc, char **argv); /* src/cli/bench_serve.c */
 
 int cli_transcribe(int argc, char **argv); /* src/cli/transcribe.c */
@@ -20,6 +22,7 @@ int cli_vad(int argc, char **argv);        /* src/cli/vad.c */
 int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
 int cli_codec_decode(int argc, char **argv); /* src/cli/codec.c */
+int cli_bench_tts(int argc, char **argv);    /* src/cli/bench_tts.c */
 
 int cli_embed(int argc, char **argv);       /* src/cli/embed.c */
 int cli_rerank(int argc, char **argv);      /* src/cli/embed.c */

@@ -1,0 +1,183 @@
+/* bench_tts.c - `omniserve bench-tts`: speed of neural speech synthesis.
+ *
+ *   omniserve bench-tts --codec DAC.gguf [--seconds 10] [--threads 2] [--n-q 2] [--json]
+ *
+ * Today the codec part: random codes for --seconds of audio decoded in one
+ * shot and streamed frame by frame (the TTS path), median of --reps runs.
+ * Prints codec frames/s, times real time (audio seconds per wall second),
+ * the streamed / one-shot time ratio (the cost of the windows' context) and
+ * the time to the first streamed chunk. The language-model part (-m) is
+ * not in this build yet. */
+#include "audio/codec/dac.h"
+#include "src/cli/args.h"
+#include "src/cli/bench_util.h"
+#include "src/cli/cli.h"
+#include "src/core/omni.h"
+#include "src/core/threadpool.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void bench_tts_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: omniserve bench-tts --codec DAC.gguf [options]\n"
+            "  --seconds S     audio per run (default 10)\n"
+            "  --threads N     compute threads (default 2)\n"
+            "  --n-q N         codebooks per frame (default 2, as OuteTTS 1.0)\n"
+            "  --reps N        runs of each kind; the median counts (default 3)\n"
+            "  --chunk N       frames per streamed chunk after the first (default 32)\n"
+            "  --json          print only one JSON object\n");
+}
+
+/* seconds for a streamed decode of codes (frame-major), and to its first chunk */
+static double bench_tts_stream(const struct dac_model *m, struct tpool *tp, int chunk,
+                               const int32_t *fm, int n_q, int64_t n_frames, double *first_s,
+                               char *err, size_t errlen)
+{
+    struct dac_stream_params p = dac_stream_default_params();
+    p.chunk_frames = chunk;
+    struct dac_stream *s = dac_stream_new(m, &p, n_q, err, errlen);
+    if (!s)
+        return -1;
+    const float *part;
+    int64_t k;
+    *first_s = -1;
+    double t0 = omni_time_s();
+    for (int64_t f = 0; f < n_frames; f++) {
+        if (dac_stream_push(s, tp, fm + f * n_q, 1, &part, &k, err, errlen) < 0) {
+            dac_stream_free(s);
+            return -1;
+        }
+        if (k > 0 && *first_s < 0)
+            *first_s = omni_time_s() - t0;
+    }
+    int rc = dac_stream_finish(s, tp, &part, &k, err, errlen);
+    double dt = omni_time_s() - t0;
+    if (*first_s < 0)
+        *first_s = dt;
+    dac_stream_free(s);
+    return rc < 0 ? -1 : dt;
+}
+
+int cli_bench_tts(int argc, char **argv)
+{
+    const char *codec = NULL;
+    double seconds = 10;
+    long threads = 2, n_q = 2, reps = 3, chunk = 32;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--codec") && i + 1 < argc)
+            codec = argv[++i];
+        else if (!strcmp(a, "--seconds") && i + 1 < argc) {
+            if (cli_double("bench-tts", a, argv[++i], 0.1, 3600, &seconds))
+                return 2;
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 256, &threads))
+                return 2;
+        } else if (!strcmp(a, "--n-q") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 64, &n_q))
+                return 2;
+        } else if (!strcmp(a, "--reps") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 100, &reps))
+                return 2;
+        } else if (!strcmp(a, "--chunk") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 4096, &chunk))
+                return 2;
+        } else if (!strcmp(a, "--json"))
+            json = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_tts_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") && i + 1 < argc) {
+            fprintf(stderr, "omniserve bench-tts: -m (the speaking language model) is not "
+                            "supported by this build yet: only the codec part runs\n");
+            return 2;
+        } else {
+            fprintf(stderr, "omniserve bench-tts: unknown or incomplete option '%s'\n", a);
+            bench_tts_usage(stderr);
+            return 2;
+        }
+    }
+    if (!codec) {
+        bench_tts_usage(stderr);
+        return 2;
+    }
+    char err[512] = "";
+    int rc = 1;
+    struct tpool *tp = NULL;
+    int32_t *cm = NULL, *fm = NULL;
+    float *pcm = NULL;
+    double *t_one = calloc((size_t)reps, sizeof *t_one);
+    double *t_str = calloc((size_t)reps, sizeof *t_str);
+    double *t_first = calloc((size_t)reps, sizeof *t_first);
+    struct dac_model *m = dac_load(codec, err, sizeof err);
+    if (!m || !t_one || !t_str || !t_first)
+        goto fail;
+    const struct dac_info *I = dac_get_info(m);
+    if (n_q > I->n_codebooks) {
+        snprintf(err, sizeof err, "--n-q %ld: %s has %d codebooks", n_q, codec, I->n_codebooks);
+        goto fail;
+    }
+    if (!(tp = tpool_new((int)threads, err, sizeof err)))
+        goto fail;
+    int64_t n_frames = (int64_t)(seconds * I->sample_rate / I->hop + 0.5);
+    if (n_frames < 1)
+        n_frames = 1;
+    cm = malloc((size_t)n_frames * n_q * sizeof *cm);
+    fm = malloc((size_t)n_frames * n_q * sizeof *fm);
+    if (!cm || !fm) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    uint32_t seed = 42;
+    for (int64_t f = 0; f < n_frames; f++)
+        for (int q = 0; q < n_q; q++) {
+            seed = seed * 1664525u + 1013904223u;
+            int32_t c = (int32_t)((seed >> 8) % (uint32_t)I->codebook_size);
+            cm[q * n_frames + f] = c;
+            fm[f * n_q + q] = c;
+        }
+    int64_t n = 0;
+    for (long r = 0; r < reps; r++) {
+        double t0 = omni_time_s();
+        if (dac_decode(m, tp, cm, (int)n_q, n_frames, &pcm, &n, err, sizeof err) < 0)
+            goto fail;
+        t_one[r] = omni_time_s() - t0;
+        free(pcm);
+        pcm = NULL;
+        if ((t_str[r] = bench_tts_stream(m, tp, (int)chunk, fm, (int)n_q, n_frames, &t_first[r],
+                                         err, sizeof err)) < 0)
+            goto fail;
+    }
+    double one = bench_median(t_one, (int)reps), str = bench_median(t_str, (int)reps);
+    double first = bench_median(t_first, (int)reps), audio_s = (double)n / I->sample_rate;
+    if (!json)
+        fprintf(stderr, "bench-tts: codec %s: %d Hz, hop %d, %lld M params; %lld frames x %ld "
+                "codebooks = %.2f s of audio, %ld threads, %ld reps (medians)\n", codec,
+                I->sample_rate, I->hop, (long long)(I->n_params / 1000000), (long long)n_frames,
+                n_q, audio_s, threads, reps);
+    printf("{\"codec_frames\":%lld,\"audio_s\":%.3f,\"threads\":%ld,\"n_q\":%ld,"
+           "\"codec_one_shot_s\":%.4f,\"codec_frames_per_s\":%.1f,\"codec_x_realtime\":%.3f,"
+           "\"stream_s\":%.4f,\"stream_x_realtime\":%.3f,\"stream_vs_one_shot\":%.3f,"
+           "\"stream_first_chunk_ms\":%.1f,\"context_frames\":%d,\"chunk_frames\":%ld}\n",
+           (long long)n_frames, audio_s, threads, n_q, one, n_frames / one, audio_s / one, str,
+           audio_s / str, str / one, first * 1e3, dac_context_frames(m), chunk);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "omniserve bench-tts: %s\n", err[0] ? err : "out of memory");
+done:
+    free(pcm);
+    free(cm);
+    free(fm);
+    free(t_one);
+    free(t_str);
+    free(t_first);
+    tpool_free(tp);
+    dac_free(m);
+    return rc;
+}
