@@ -1,5 +1,5 @@
 /* model.c - decoder-only transformer forward (llama, qwen2, qwen3, gemma2,
- * gemma3, phi3) over GGUF weights.
+ * gemma3, phi3, qwen3moe, smollm3) over GGUF weights.
  *
  * Weights stay in the mapped GGUF file and are multiplied in place through
  * omni_matmul; per-run activations live in a llm_ctx allocated once; K/V live
@@ -8,11 +8,13 @@
  * qwen2) -> per-head q/k RMSNorm (qwen3, gemma3) -> RoPE -> attention (scores
  * soft-capped in gemma2; keys older than the window masked in sliding layers)
  * -> output projection (-> post-norm, gemma) + residual -> RMSNorm -> gated
- * FFN (SwiGLU, or GeGLU for gemma; gate and up fused in phi3) (-> post-norm)
- * + residual. What differs between the families is one row of `families`
+ * FFN (SwiGLU, or GeGLU for gemma; gate and up fused in phi3; a mixture of
+ * experts in qwen3moe, llm/moe.c) (-> post-norm) + residual. smollm3 skips
+ * RoPE in every 4th layer (NoPE). What differs between the families is one row of `families`
  * below; the forward reads those flags and the tensors that are present. */
 #include "model.h"
 
+#include "llm/moe.h"
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
@@ -52,7 +54,9 @@ struct llm_layer {
     struct omni_tensor w_up;        /* [n_ff][n_embd], or [2 n_ff][n_embd] gate rows then up rows (phi3) */
     struct omni_tensor w_down;      /* [n_embd][n_ff] */
     const float *ffn_post_norm;     /* [n_embd] norm of the FFN output (gemma) or NULL */
+    struct moe_layer moe;           /* experts (qwen3moe) instead of w_gate/w_up/w_down */
     bool swa;                       /* sliding-window layer: keys within n_swa positions */
+    bool nope;                      /* no rotary in this layer (smollm3's every 4th) */
 };
 
 /* What sets a family apart, one row per architecture. */
@@ -66,6 +70,8 @@ struct llm_family {
     bool fused_qkv;        /* attn_qkv instead of attn_q/k/v */
     bool fused_gate_up;    /* ffn_up holds the gate rows then the up rows */
     bool embd_scale;       /* token embeddings times sqrt(n_embd) */
+    bool moe;              /* mixture-of-experts FFN in every layer (llm/moe.h) */
+    int nope_period;       /* every n-th layer without rotary (llama.cpp fixes 4 for smollm3) */
     enum llm_act act;      /* gate activation of the FFN */
     /* Which layers slide when attention.sliding_window is set (llama.cpp
      * fixes it per family): 0 none, 1 all, n: all but every n-th layer. */
@@ -86,6 +92,8 @@ static const struct llm_family families[] = {
                           .rope_theta_swa = 10000.0f, .layers_27b = 62 },
     [LLM_ARCH_PHI3] = { "phi3", .rope_neox = true, .fused_qkv = true, .fused_gate_up = true,
                         .swa_period = 1 },
+    [LLM_ARCH_QWEN3MOE] = { "qwen3moe", .rope_neox = true, .qk_norm = true, .moe = true },
+    [LLM_ARCH_SMOLLM3] = { "smollm3", .nope_period = 4 },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
@@ -104,6 +112,7 @@ struct llm_model {
     const float *output_norm;       /* [n_embd] */
     struct llm_layer *layers;       /* [n_layer] */
     size_t weight_bytes;
+    size_t decode_bytes;            /* llm_model_decode_bytes */
 };
 
 // ---- loading ---------------------------------------------------------------
@@ -166,6 +175,7 @@ static int get_matrix(struct loader *ld, const char *name, int64_t rows, int64_t
     if (rc < 0)
         return rc;
     *w = (struct omni_tensor){ .type = t->type, .ne = { t->ne[0], t->ne[1] }, .data = t->data };
+    ld->m->decode_bytes += t->nbytes; /* a decoded token multiplies every matrix once */
     return 0;
 }
 
@@ -176,6 +186,59 @@ static int get_vector(struct loader *ld, const char *name, int64_t n, bool requi
     int rc = get_tensor(ld, name, 1, n, 1, required, &t);
     *v = t ? t->data : NULL;
     return rc;
+}
+
+/* A 3-D expert tensor as llama.cpp writes it: ne = {cols, rows, n_expert}. */
+static int get_experts(struct loader *ld, const char *name, int n_expert, int64_t rows,
+                       int64_t cols, struct moe_experts *x)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(ld->m->g, name);
+    if (!t)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: tensor '%s' missing",
+                         ld->path, name);
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_expert)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: tensor '%s': shape [%lld, %lld, %lld] (%d dims), expected "
+                         "[%lld, %lld, %d]", ld->path, name, (long long)t->ne[0],
+                         (long long)t->ne[1], (long long)t->ne[2], t->n_dims, (long long)cols,
+                         (long long)rows, n_expert);
+    const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
+    const size_t row = tr && tr->supported ? ggml_row_size(t->type, cols) : 0;
+    if (!row)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: tensor '%s': type %s not supported", ld->path, name,
+                         ggml_type_name(t->type));
+    *x = (struct moe_experts){ .type = t->type, .cols = cols, .rows = rows, .n_expert = n_expert,
+                               .expert_bytes = row * (size_t)rows, .data = t->data };
+    ld->m->weight_bytes += t->nbytes;
+    /* a decoded token reads expert_used_count of the experts */
+    ld->m->decode_bytes += x->expert_bytes * (size_t)ld->m->hp.n_expert_used;
+    return 0;
+}
+
+/* Router, experts and the optional shared expert of layer l (qwen3moe). */
+static int load_moe(struct loader *ld, int l, struct moe_layer *x)
+{
+    const struct llm_hparams *hp = &ld->m->hp;
+    const int64_t n_embd = hp->n_embd, ff = hp->n_ff_exp;
+    char name[64];
+    int rc;
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+    if ((rc = get_matrix(ld, BLK("ffn_gate_inp.weight"), hp->n_expert, n_embd, &x->router)) < 0 ||
+        (rc = get_experts(ld, BLK("ffn_gate_exps.weight"), hp->n_expert, ff, n_embd, &x->gate)) < 0 ||
+        (rc = get_experts(ld, BLK("ffn_up_exps.weight"), hp->n_expert, ff, n_embd, &x->up)) < 0 ||
+        (rc = get_experts(ld, BLK("ffn_down_exps.weight"), hp->n_expert, n_embd, ff, &x->down)) < 0)
+        return rc;
+    if (!hp->n_ff_shexp)
+        return 0;
+    const int64_t sff = hp->n_ff_shexp;
+    if ((rc = get_matrix(ld, BLK("ffn_gate_shexp.weight"), sff, n_embd, &x->sh_gate)) < 0 ||
+        (rc = get_matrix(ld, BLK("ffn_up_shexp.weight"), sff, n_embd, &x->sh_up)) < 0 ||
+        (rc = get_matrix(ld, BLK("ffn_down_shexp.weight"), n_embd, sff, &x->sh_down)) < 0 ||
+        (rc = get_vector(ld, BLK("ffn_gate_inp_shexp.weight"), n_embd, false, &x->sh_router)) < 0)
+        return rc;
+#undef BLK
+    return 0;
 }
 
 /* Integer hyper-parameter <arch>.key, in [1, 1 << 20] (0 when optional and absent). */
@@ -229,7 +292,7 @@ static int load_hparams(struct loader *ld)
     if (a < 0)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
-                         "qwen3, gemma2, gemma3, phi3)", ld->path, (int)(len < 64 ? len : 64), arch);
+                         "qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
     m->fam = &families[a];
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
@@ -299,6 +362,32 @@ static int load_hparams(struct loader *ld)
                              "model: %s: key %s: bad value (need an integer)", ld->path, swa_key);
         /* a window as long as the context changes nothing: leave it off */
         hp->n_swa = w < (uint32_t)hp->n_ctx_train ? (int)w : 0;
+    }
+
+    hp->nope_period = m->fam->nope_period;
+    if (m->fam->moe) {
+        if ((rc = get_dim(ld, "expert_count", true, &hp->n_expert)) < 0 ||
+            (rc = get_dim(ld, "expert_used_count", true, &hp->n_expert_used)) < 0 ||
+            (rc = get_dim(ld, "expert_feed_forward_length", true, &hp->n_ff_exp)) < 0 ||
+            (rc = get_dim(ld, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp)) < 0)
+            return rc;
+        if (hp->n_expert_used > hp->n_expert || hp->n_expert > 4096 || hp->n_expert_used > 64)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                             "model: %s: %d of %d experts per token: need at most 64 of at most "
+                             "4096 and no more used than there are", ld->path,
+                             hp->n_expert_used, hp->n_expert);
+        /* llama.cpp's qwen3moe always renormalises the top-k weights; the
+         * converter states norm_topk_prob in expert_weights_norm */
+        hp->expert_weights_norm = true;
+        char nkey[96];
+        snprintf(nkey, sizeof nkey, "%s.expert_weights_norm", hp->arch_name);
+        bool norm;
+        rc = gguf_get_bool(m->g, nkey, &norm);
+        if (rc == 0)
+            hp->expert_weights_norm = norm;
+        else if (rc != OMNI_ERR_NOTFOUND)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: key %s: bad value (need a bool)", ld->path, nkey);
     }
 
     char key[96];
@@ -404,6 +493,8 @@ static int load_weights(struct loader *ld)
         (rc = get_vector(ld, "output_norm.weight", n_embd, true, &m->output_norm)) < 0)
         return rc;
     hp->tied_output = !gguf_find_tensor(m->g, "output.weight");
+    if (!hp->tied_output) /* only a row of the embeddings is read per token */
+        m->decode_bytes -= ggml_row_size(m->tok_embd.type, n_embd) * (size_t)hp->n_vocab;
     if (hp->tied_output)
         m->output = m->tok_embd;
     else if ((rc = get_matrix(ld, "output.weight", hp->n_vocab, n_embd, &m->output)) < 0)
@@ -417,6 +508,7 @@ static int load_weights(struct loader *ld)
     for (int l = 0; l < hp->n_layer; l++) {
         struct llm_layer *L = &m->layers[l];
         L->swa = hp->n_swa && f->swa_period && (f->swa_period == 1 || (l + 1) % f->swa_period);
+        L->nope = f->nope_period && (l + 1) % f->nope_period == 0;
         char name[64];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
         if (f->fused_qkv)
@@ -426,10 +518,14 @@ static int load_weights(struct loader *ld)
             rc = get_matrix(ld, BLK("attn_v.weight"), kv_dim, n_embd, &L->wv);
         if (rc < 0)
             return rc;
-        if (f->fused_gate_up)
+        if (f->moe)
+            rc = load_moe(ld, l, &L->moe);
+        else if (f->fused_gate_up)
             rc = get_matrix(ld, BLK("ffn_up.weight"), 2 * n_ff, n_embd, &L->w_up);
         else if ((rc = get_matrix(ld, BLK("ffn_gate.weight"), n_ff, n_embd, &L->w_gate)) >= 0)
             rc = get_matrix(ld, BLK("ffn_up.weight"), n_ff, n_embd, &L->w_up);
+        if (rc >= 0 && !f->moe)
+            rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down);
         if (rc < 0)
             return rc;
         if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0 ||
@@ -442,7 +538,6 @@ static int load_weights(struct loader *ld)
             (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0 ||
             (rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
             (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
-            (rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down)) < 0 ||
             (rc = get_vector(ld, BLK("post_ffw_norm.weight"), n_embd, post, &L->ffn_post_norm)) < 0)
             return rc;
 #undef BLK
@@ -476,6 +571,14 @@ static void *read_file(const char *path, size_t *size, char *err, size_t errlen)
 struct llm_model_params llm_model_default_params(void)
 {
     return (struct llm_model_params){ .use_mmap = true, .n_ctx = 0 };
+}
+
+bool llm_arch_supported(const char *name)
+{
+    for (int i = 0; name && i < N_FAMILIES; i++)
+        if (families[i].name && !strcmp(families[i].name, name))
+            return true;
+    return false;
 }
 
 struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
@@ -532,6 +635,7 @@ const struct llm_hparams *llm_model_hparams(const struct llm_model *m) { return 
 const struct tokenizer *llm_model_tokenizer(const struct llm_model *m) { return m->tok; }
 const struct gguf *llm_model_gguf(const struct llm_model *m) { return m->g; }
 size_t llm_model_weight_bytes(const struct llm_model *m) { return m->weight_bytes; }
+size_t llm_model_decode_bytes(const struct llm_model *m) { return m->decode_bytes; }
 const float *llm_model_rope_freqs(const struct llm_model *m) { return m->rope_inv_freq; }
 
 // ---- paged KV storage ------------------------------------------------------
@@ -651,6 +755,9 @@ struct llm_ctx {
     struct attn_block *attn_blocks; /* [max_tokens / ATTN_QBLOCK_MIN + 1] */
     struct attn_scratch *scratch; /* [n_threads] */
     float *scratch_mem;
+    struct moe_ctx *moe; /* expert scratch (qwen3moe) or NULL */
+    float *moe_out;    /* [max_tokens][n_embd] expert output (qwen3moe) or NULL */
+    uint64_t bytes_read; /* llm_ctx_weight_bytes_read */
     llm_forward_fn dev_forward; /* llm_ctx_set_forward: a device forward, or NULL */
     void *dev_impl;
 };
@@ -680,8 +787,24 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
     ctx->k = malloc(T * kv_dim * sizeof(float));
     ctx->v = malloc(T * kv_dim * sizeof(float));
     ctx->att = malloc(T * q_dim * sizeof(float));
-    ctx->gate = malloc(T * hp->n_ff * (m->fam->fused_gate_up ? 2 : 1) * sizeof(float));
-    ctx->up = malloc(T * hp->n_ff * sizeof(float));
+    /* the dense FFN's buffers; experts have their own (llm/moe.c) */
+    const size_t n_ff = m->fam->moe ? 1 : (size_t)hp->n_ff;
+    ctx->gate = malloc(T * n_ff * (m->fam->fused_gate_up ? 2 : 1) * sizeof(float));
+    ctx->up = malloc(T * n_ff * sizeof(float));
+    if (m->fam->moe) {
+        const struct moe_params mp = { .n_embd = hp->n_embd, .n_expert = hp->n_expert,
+                                       .n_used = hp->n_expert_used, .n_ff_exp = hp->n_ff_exp,
+                                       .n_ff_shexp = hp->n_ff_shexp,
+                                       .norm_weights = hp->expert_weights_norm };
+        ctx->moe = moe_ctx_new(&mp, max_tokens, err, errlen);
+        ctx->moe_out = malloc(T * hp->n_embd * sizeof(float));
+        if (!ctx->moe) {
+            llm_ctx_free(ctx);
+            return NULL;
+        }
+        if (!ctx->moe_out)
+            goto nomem;
+    }
     if (m->fam->fused_qkv && !(ctx->qkv = malloc(T * (q_dim + 2 * kv_dim) * sizeof(float))))
         goto nomem;
     ctx->rope_cos = malloc(m->n_rope * T * (size_t)(hp->n_rot / 2) * sizeof(float));
@@ -742,6 +865,8 @@ void llm_ctx_free(struct llm_ctx *ctx)
     free(ctx->attn_blocks);
     free(ctx->scratch);
     free(ctx->scratch_mem);
+    moe_ctx_free(ctx->moe);
+    free(ctx->moe_out);
     free(ctx);
 }
 
@@ -1012,9 +1137,10 @@ static void attn_plan(struct llm_ctx *ctx, const struct llm_batch *batch, struct
 #define INVARIANT_ROWS (OMNI_MATMUL_QUANT_MAX - 1)
 _Static_assert(INVARIANT_ROWS < OMNI_MATMUL_BLAS_MIN, "invariant rows must stay on the dot path");
 
-static void matmul(const struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
+static void matmul(struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
                    int n, float *y)
 {
+    ctx->bytes_read += ggml_row_size(w->type, w->ne[0]) * (uint64_t)w->ne[1];
     if (!ctx->batch_invariant || n <= INVARIANT_ROWS) {
         omni_matmul(ctx->tp, w, x, n, y);
         return;
@@ -1034,6 +1160,15 @@ void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl)
 void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on)
 {
     ctx->batch_invariant = on;
+}
+
+uint64_t llm_ctx_weight_bytes_read(const struct llm_ctx *ctx) { return ctx->bytes_read; }
+void llm_ctx_reset_weight_bytes_read(struct llm_ctx *ctx) { ctx->bytes_read = 0; }
+
+/* The experts' products go through matmul above (batch-invariant mode, byte count). */
+static void moe_matmul(void *arg, const struct omni_tensor *w, const float *x, int n, float *y)
+{
+    matmul(arg, w, x, n, y);
 }
 
 /* One layer's per-token steps, run over the batch's tokens split across the
@@ -1101,12 +1236,14 @@ static void qkv_step(const struct token_job *j, int t)
     for (int h = 0; h < hp->n_head; h++) {
         if (L->q_norm)
             omni_ops()->rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-        omni_ops()->rope(q + h * hd, c, s, hp->n_rot, neox);
+        if (!L->nope)
+            omni_ops()->rope(q + h * hd, c, s, hp->n_rot, neox);
     }
     for (int h = 0; h < hp->n_head_kv; h++) {
         if (L->k_norm)
             omni_ops()->rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-        omni_ops()->rope(k + h * hd, c, s, hp->n_rot, neox);
+        if (!L->nope)
+            omni_ops()->rope(k + h * hd, c, s, hp->n_rot, neox);
     }
     const struct llm_kv *kv = j->kv;
     if (kv->type == GGML_TYPE_F32) {
@@ -1268,7 +1405,14 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
         for_each_token(&tj, attn_residual_ffn_norm_step);
 
-        /* gated ffn (post-norm) + residual: x += down(act(gate(x)) * up(x)) */
+        /* gated ffn (post-norm) + residual: x += down(act(gate(x)) * up(x)),
+         * or the sum of the chosen experts' (qwen3moe) */
+        if (m->fam->moe) {
+            moe_forward(ctx->moe, &L->moe, ctx->xn, n, ctx->moe_out, moe_matmul, ctx);
+            memcpy(ctx->xn, ctx->moe_out, (size_t)n * n_embd * sizeof(float));
+            for_each_token(&tj, ffn_residual_step);
+            continue;
+        }
         if (m->fam->fused_gate_up) {
             matmul(ctx, &L->w_up, ctx->xn, n, ctx->gate);
         } else {
