@@ -31,6 +31,17 @@ enum omni_cpu_level {
     OMNI_CPU_LEVELS = 5,
 };
 
+/* Plain-C hot loops whose per-element results do not depend on the ISA
+ * (dequantizers under fp-contract=off, conversions): compiled twice, for the
+ * binary's x86-64-v2 floor and for x86-64-v3 (AVX2, FMA, F16C), the copy
+ * picked once at load time from CPUID (an ifunc; OMNI_CPU does not cap it,
+ * as both copies give the same bits). Put it before the definition. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__)
+#define OMNI_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define OMNI_CLONES
+#endif
+
 struct omni_cpu_features {
     /* CPUID bits */
     bool avx, avx2, fma, f16c;

@@ -49,19 +49,19 @@ static inline int nearest_int(float x)
 
 // ---- dequantization --------------------------------------------------------
 
-void dequantize_row_f16(const ggml_half *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_f16(const ggml_half *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = h2f(x[i]);
 }
 
-void dequantize_row_bf16(const uint16_t *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_bf16(const uint16_t *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = omni_bf16_to_fp32(x[i]);
 }
 
-void dequantize_row_q4_0(const block_q4_0 *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q4_0(const block_q4_0 *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
         const float d = h2f(x[i].d);
@@ -72,7 +72,7 @@ void dequantize_row_q4_0(const block_q4_0 *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q4_1(const block_q4_1 *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q4_1(const block_q4_1 *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK4_1; i++, y += QK4_1) {
         const float d = h2f(x[i].d), m = h2f(x[i].m);
@@ -83,7 +83,7 @@ void dequantize_row_q4_1(const block_q4_1 *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q5_0(const block_q5_0 *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q5_0(const block_q5_0 *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
         const float d = h2f(x[i].d);
@@ -97,7 +97,7 @@ void dequantize_row_q5_0(const block_q5_0 *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q5_1(const block_q5_1 *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q5_1(const block_q5_1 *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
         const float d = h2f(x[i].d), m = h2f(x[i].m);
@@ -111,7 +111,7 @@ void dequantize_row_q5_1(const block_q5_1 *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q8_0(const block_q8_0 *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q8_0(const block_q8_0 *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
         const float d = h2f(x[i].d);
@@ -134,7 +134,7 @@ static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_
     }
 }
 
-void dequantize_row_q4_K(const block_q4_K *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q4_K(const block_q4_K *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *q = x[i].qs;
@@ -153,7 +153,7 @@ void dequantize_row_q4_K(const block_q4_K *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q5_K(const block_q5_K *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q5_K(const block_q5_K *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *ql = x[i].qs, *qh = x[i].qh;
@@ -173,7 +173,7 @@ void dequantize_row_q5_K(const block_q5_K *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q6_K(const block_q6_K *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q6_K(const block_q6_K *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = h2f(x[i].d);
@@ -197,7 +197,7 @@ void dequantize_row_q6_K(const block_q6_K *x, float *y, int64_t n)
     }
 }
 
-void dequantize_row_q8_K(const block_q8_K *x, float *y, int64_t n)
+OMNI_CLONES void dequantize_row_q8_K(const block_q8_K *x, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++)
         for (int j = 0; j < QK_K; j++)
@@ -823,7 +823,7 @@ static v16f expf16(v16f x)
     return p * (v16f)(((v16i)t - 0x4b400000 + 127) << 23);
 }
 
-float omni_vec_max(int64_t n, const float *x)
+OMNI_CLONES float omni_vec_max(int64_t n, const float *x)
 {
     float m16[16];
     for (int k = 0; k < 16; k++)
@@ -840,7 +840,7 @@ float omni_vec_max(int64_t n, const float *x)
     return mx;
 }
 
-void omni_vec_softmax(int64_t n, float *x)
+OMNI_CLONES void omni_vec_softmax(int64_t n, float *x)
 {
     const float mx = omni_vec_max(n, x);
     for (int64_t i = 0; i < n; i++)
@@ -861,7 +861,7 @@ void omni_vec_softmax(int64_t n, float *x)
         x[i] *= inv;
 }
 
-void omni_vec_expf(int64_t n, float *y, const float *x)
+OMNI_CLONES void omni_vec_expf(int64_t n, float *y, const float *x)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
