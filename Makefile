@@ -149,8 +149,10 @@ asan:
 	$(MAKE) BUILD=build-asan SAN=address,undefined EXTRA_CFLAGS="-O1" build-asan/test_runner build-asan/omniserve
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-asan/test_runner
 
+# make bench [PEERS=DIR]: against llama.cpp/whisper.cpp under DIR, else the
+# previous commit's build; writes bench/results.json and bench/results.md.
 bench: all
-	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve BENCH_DIR=$(BUILD)/bench sh tools/bench_suite.sh
+	PYTHON=$(PYTHON) OMNI=$(BUILD)/omniserve BENCH_DIR=$(BUILD)/bench PEERS=$(PEERS) sh tools/bench_suite.sh
 
 clean:
 	rm -rf build build-asan build-fuzz
