@@ -74,7 +74,8 @@ ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3moe",
     "SmolLM3ForCausalLM": "smollm3",
 }
-FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7)}
+FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7),
+              "bf16": (gguf.GGML_BF16, 32)}
 
 # token types stored in tokenizer.ggml.token_type
 TOK_NORMAL, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE = 1, 2, 3, 4, 5, 6
@@ -598,6 +599,9 @@ def add_tensors(w, hp, ckpt, ggml_type):
                 a = a + np.float32(1)  # HF's x * (1 + w), as llama.cpp stores it
             if t == gguf.GGML_Q8_0:
                 return quantize_q8_0(a)
+            if t == gguf.GGML_BF16:  # round to nearest even, as llama.cpp's converter
+                u = np.ascontiguousarray(a, "<f4").view("<u4")
+                return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
             return a.astype("<f4" if t == gguf.GGML_F32 else "<f2").tobytes()
 
         w.add_tensor_raw(gname, t, shape, data)
