@@ -115,14 +115,6 @@ double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
 
 size_t bench_decode_bytes(const struct llm_model *m)
 {
-    const struct gguf *g = llm_model_gguf(m);
-    size_t total = 0, embd = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(g, i);
-        if (!strcmp(t->name, "token_embd.weight"))
-            embd = t->nbytes;
-        else
-            total += t->nbytes;
-    }
-    return total + (llm_model_hparams(m)->tied_output ? embd : 0);
+    /* every matrix a decoded token multiplies; of experts only the used ones */
+    return llm_model_decode_bytes(m);
 }

@@ -37,9 +37,10 @@ double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
  * cache) is filled once, then summed passes times in even slices per
  * thread; the best pass counts. 0 when the buffer cannot be allocated. */
 double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes);
-/* Bytes of weights one decode step of one sequence reads: every tensor but
+/* Bytes of weights one decode step of one sequence reads: every matrix but
  * the token embedding (one row of it is read), plus the embedding again
- * when the output projection reuses it (tied). */
+ * when the output projection reuses it (tied); of a mixture of experts only
+ * the experts a token uses (llm_model_decode_bytes). */
 size_t bench_decode_bytes(const struct llm_model *m);
 
 #endif
