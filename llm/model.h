@@ -94,6 +94,8 @@ struct llm_model_params llm_model_default_params(void);
 
 /* Load weights, hyper-parameters and tokenizer. NULL + message naming the file
  * and field on a bad file, unknown architecture or unsupported tensor type. */
+/* Can this build run GGUF files of general.architecture name? */
+bool llm_arch_supported(const char *name);
 struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
                                  char *err, size_t errlen);
 void llm_model_free(struct llm_model *m);

@@ -4,6 +4,7 @@
  * Without a REPO it fetches the default chat model. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
+#include "src/cli/models.h"
 #include "src/core/download.h"
 #include "src/core/omni.h"
 
@@ -14,9 +15,11 @@
 static void pull_usage(FILE *f)
 {
     fprintf(f,
-            "usage: omniserve pull [REPO[:FILE] | hf://REPO/FILE] [options]\n"
+            "usage: omniserve pull [REPO[:FILE] | hf://REPO/FILE | ALIAS[:QUANT]] [options]\n"
             "  REPO                owner/name on the hub (default %s:%s);\n"
             "                      without FILE: its only GGUF, or its Q4_K_M\n"
+            "  ALIAS[:QUANT]       a model of 'omniserve recommend' (qwen3-4b, gemma-3-4b, ...):\n"
+            "                      its repo, in QUANT or the best quantization that fits this RAM\n"
             "  --revision REV      branch, tag or commit (default main)\n"
             "  --endpoint URL      hub address (default $HF_ENDPOINT or https://huggingface.co)\n"
             "  --cache-dir DIR     model cache (default $OMNISERVE_CACHE or ~/.cache/omniserve)\n"
@@ -70,8 +73,19 @@ int cli_pull(int argc, char **argv)
             return 2;
         }
     }
-    char repo[512], file[1024], path[4096], err[1024];
-    if (!ref) {
+    char repo[512], file[1024], path[4096], err[1024], quant[32];
+    int alias = ref ? models_resolve_alias(ref, 8192, repo, sizeof repo, quant, sizeof quant, err,
+                                           sizeof err) : 0;
+    if (alias < 0) {
+        fprintf(stderr, "pull: %s\n", err);
+        return 2;
+    }
+    if (alias) {
+        file[0] = 0;
+        p.quant = quant;
+        if (p.progress)
+            fprintf(stderr, "pull: %s is %s, %s\n", ref, repo, quant);
+    } else if (!ref) {
         snprintf(repo, sizeof repo, "%s", DOWNLOAD_DEFAULT_REPO);
         snprintf(file, sizeof file, "%s", DOWNLOAD_DEFAULT_FILE);
     } else if (download_parse_ref(ref, repo, sizeof repo, file, sizeof file, err, sizeof err)) {

@@ -10,6 +10,7 @@
  * process at once (exit 1). */
 #include "src/cli/args.h"
 #include "src/cli/cli.h"
+#include "src/cli/models.h"
 
 #include "llm/model.h"
 #include "audio/tts/tts.h"
@@ -41,6 +42,8 @@
 struct serve_opts {
     const char *model;
     const char *hf_repo, *hf_file; /* a hub model, fetched into the cache by the loader */
+    char hf_quant[32];             /* -m ALIAS: the quantization picked (download_params.quant) */
+    char alias_repo[256];          /* -m ALIAS: its repo (hf_repo points here) */
     const char *served_name;
     const char *api_key;
     bool strict_model_id;
@@ -499,6 +502,8 @@ static int serve_fetch(struct serve_loader *L, char *path, size_t cap)
     struct download_params dp = download_default_params();
     dp.cancel = serve_cancel_download;
     int rc = 0;
+    if (L->o->hf_quant[0])
+        dp.quant = L->o->hf_quant;
     if (L->o->hf_repo) {
         snprintf(repo, sizeof repo, "%s", L->o->hf_repo);
         snprintf(file, sizeof file, "%s", L->o->hf_file ? L->o->hf_file : "");
@@ -632,6 +637,24 @@ int cli_serve(int argc, char **argv)
     if (o.hf_file && !o.hf_repo) {
         fprintf(stderr, "serve: --hf-file needs --hf-repo\n");
         return 2;
+    }
+    /* -m qwen3-4b (not a file): the catalog's repo, in the quantization
+     * that fits this machine (or -m ALIAS:QUANT) */
+    if (o.model && access(o.model, F_OK) != 0) {
+        const char *alias = o.model;
+        rc = models_resolve_alias(alias, 8192, o.alias_repo, sizeof o.alias_repo, o.hf_quant,
+                                  sizeof o.hf_quant, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "serve: %s\n", err);
+            return 2;
+        }
+        if (rc == 1) {
+            fprintf(stderr, "serve: %s is %s, %s\n", alias, o.alias_repo, o.hf_quant);
+            o.hf_repo = o.alias_repo;
+            o.model = NULL;
+            if (!o.served_name)
+                o.served_name = alias;
+        }
     }
     if (o.embeddings && !o.model && !o.hf_repo) {
         fprintf(stderr, "serve: --embeddings makes the chat model (-m) embed; give -m, or "

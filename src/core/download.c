@@ -8,6 +8,8 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -264,6 +266,63 @@ int download_cache_path(const struct download_params *p, const char *repo, const
     if (n < 0 || (size_t)n >= cap)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "download: cache path too long");
     return 0;
+}
+
+int download_cache_root(const struct download_params *p, char *path, size_t cap, char *err,
+                        size_t errlen)
+{
+    int n;
+    if (p->cache_dir && *p->cache_dir)
+        n = snprintf(path, cap, "%s", p->cache_dir);
+    else if (dl_env("HOME"))
+        n = snprintf(path, cap, "%s/.cache/omniserve", dl_env("HOME"));
+    else
+        return omni_fail(err, errlen, OMNI_ERR_ARG,
+                         "download: no model cache: set HOME or OMNISERVE_CACHE");
+    if (n < 0 || (size_t)n >= cap)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "download: cache path too long");
+    return 0;
+}
+
+/* Does a GGUF file name carry quantization tag q? "Qwen3-4B-Q4_K_M.gguf"
+ * has Q4_K_M but not Q4_K; multimodal projectors never count. */
+static bool dl_has_quant(const char *name, const char *q)
+{
+    if (dl_contains_nocase(name, "mmproj"))
+        return false;
+    const size_t n = strlen(q);
+    for (const char *s = name; *s; s++) {
+        if (strncasecmp(s, q, n))
+            continue;
+        const char before = s == name ? '-' : s[-1], after = s[n];
+        if (!isalnum((unsigned char)before) && !isalnum((unsigned char)after) && after != '_')
+            return true;
+    }
+    return false;
+}
+
+/* A cached GGUF of repo with quantization tag quant (for aliases: the
+ * second `serve -m qwen3-4b` needs no network). */
+static bool dl_cached_quant(const struct download_params *p, const char *repo, const char *quant,
+                            char *file, size_t cap)
+{
+    char dir[DL_PATH_MAX], err[256];
+    if (download_cache_path(p, repo, "x", dir, sizeof dir, err, sizeof err))
+        return false;
+    dir[strlen(dir) - 2] = 0; /* drop "/x" */
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d)))
+        if (dl_ends_with(e->d_name, ".gguf") && !strstr(e->d_name, "-of-") &&
+            dl_has_quant(e->d_name, quant) && strlen(e->d_name) < cap) {
+            strcpy(file, e->d_name);
+            found = true;
+        }
+    closedir(d);
+    return found;
 }
 
 /* mkdir -p of the directory holding path. */
@@ -951,7 +1010,7 @@ static int dl_pick_file(const struct download_params *p, const char *repo, char 
     }
     root = cJSON_Parse(b.data ? b.data : "");
     const cJSON *sib = cJSON_GetObjectItemCaseSensitive(root, "siblings");
-    const char *only = NULL, *q4km = NULL;
+    const char *only = NULL, *q4km = NULL, *want = NULL;
     int n_gguf = 0;
     char list[512] = "";
     const cJSON *s;
@@ -964,16 +1023,21 @@ static int dl_pick_file(const struct download_params *p, const char *repo, char 
         only = f->valuestring;
         if (dl_contains_nocase(f->valuestring, "q4_k_m"))
             q4km = f->valuestring;
+        if (p->quant && dl_has_quant(f->valuestring, p->quant))
+            want = f->valuestring;
         const size_t l = strlen(list);
         if (l + strlen(f->valuestring) + 3 < sizeof list)
             snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", f->valuestring);
     }
-    const char *pick = n_gguf == 1 ? only : q4km;
+    const char *pick = p->quant ? want : n_gguf == 1 ? only : q4km;
     if (!cJSON_IsArray(sib))
         rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "download: %s: the hub's listing has no "
                        "'siblings'", repo);
     else if (!n_gguf)
         rc = omni_fail(err, errlen, OMNI_ERR_NOTFOUND, "download: %s has no .gguf file", repo);
+    else if (!pick && p->quant)
+        rc = omni_fail(err, errlen, OMNI_ERR_NOTFOUND, "download: %s has no %s file (it has: %s)",
+                       repo, p->quant, list);
     else if (!pick)
         rc = omni_fail(err, errlen, OMNI_ERR_ARG, "download: %s has several GGUF files, name one "
                        "(REPO:FILE): %s", repo, list);
@@ -1008,6 +1072,8 @@ int download_hf_file(const struct download_params *p_in, const char *repo, const
         return omni_fail(err, errlen, OMNI_ERR_ARG, "download: '%s' is not a repo (owner/name)",
                          repo);
     char picked[1024];
+    if ((!file || !*file) && p.quant && dl_cached_quant(&p, repo, p.quant, picked, sizeof picked))
+        file = picked;
     if (!file || !*file) {
         if (p.offline)
             return omni_fail(err, errlen, OMNI_ERR_IO, "download: %s: name the file (REPO:FILE) "

@@ -31,6 +31,10 @@ struct download_params {
                                 CDN it redirects to); default $HF_TOKEN; NULL/"": none */
     const char *revision;    /* branch, tag or commit; default "main" */
     const char *cache_dir;   /* default $OMNISERVE_CACHE or ~/.cache/omniserve */
+    /* Without a FILE: the GGUF whose name carries this quantization tag
+     * ("Q8_0", case-insensitive; model aliases set it), a copy of it already
+     * in the cache first. NULL: the repo's only GGUF, else its Q4_K_M. */
+    const char *quant;
     bool offline;            /* never touch the network (cache only); default $HF_HUB_OFFLINE=1 */
     bool progress;           /* progress on stderr: in place on a TTY, every 10% otherwise */
     int max_retries;         /* resumes after a dropped or stalled transfer; default 5 */
@@ -52,6 +56,10 @@ int download_parse_ref(const char *ref, char *repo, size_t repo_cap, char *file,
                        size_t file_cap, char *err, size_t errlen);
 /* True for "hf://..." (what serve -m hands to download_parse_ref). */
 bool download_is_hf_ref(const char *s);
+
+/* The cache's root directory ({cache} of the paths below). */
+int download_cache_root(const struct download_params *p, char *path, size_t cap, char *err,
+                        size_t errlen);
 
 /* Where REPO/FILE lives in the cache (whether or not it is there):
  * {cache}/{repo}/{file}, or {cache}/{repo}@{revision}/{file} off "main". */
