@@ -9,7 +9,6 @@
  * with the family differences in small branches: learned positions (bert),
  * rotary positions on a fused QKV and SwiGLU (nomic-bert), ALiBi and GEGLU
  * (jina-bert-v2). */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,8 +225,21 @@ static void bert_linear(struct bert_run *r, const struct omni_tensor *w, const f
 
 enum { BERT_ATTN_ROWS = 128 }; /* query rows per score block */
 
+/* ALiBi for jina-bert-v2: score(i, j) -= slope |i - j| (query rows from i0) */
+struct alibi {
+    float slope;
+    int i0;
+};
+
+static void alibi_bias(float *row, int i, int nk, void *user)
+{
+    const struct alibi *a = user;
+    for (int jj = 0; jj < nk; jj++)
+        row[jj] -= a->slope * (float)abs(a->i0 + i - jj);
+}
+
 /* softmax(Q K^T / sqrt(d) + bias) V for (input, head) pairs ith, ith + nth, ...
- * with strided sgemm straight on the [T][H] rows; bias is ALiBi's
+ * straight on the [T][H] rows (omni_attn_dense); bias is ALiBi's
  * -slope |i - j| for jina-bert-v2, nothing otherwise. */
 static void bert_attn_worker(void *ctx, int ith, int nth)
 {
@@ -235,7 +247,6 @@ static void bert_attn_worker(void *ctx, int ith, int nth)
     const struct bert_model *m = r->m;
     const int H = m->info.n_embd, dh = m->head_dim, NH = m->n_head;
     const float scale = 1.0f / sqrtf((float)dh);
-    const struct omni_ops *op = omni_ops();
     float *S = r->scores + (size_t)ith * BERT_ATTN_ROWS * r->max_len;
     for (int item = ith; item < r->n * NH; item += nth) {
         const int b = item / NH, hd = item % NH;
@@ -246,19 +257,9 @@ static void bert_attn_worker(void *ctx, int ith, int nth)
         for (int i0 = 0; i0 < len; i0 += BERT_ATTN_ROWS) {
             const int nq = len - i0 < BERT_ATTN_ROWS ? len - i0 : BERT_ATTN_ROWS;
             const size_t oq = o + (size_t)i0 * H;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, len, dh, scale, r->q + oq, H,
-                        r->k + o, H, 0.0f, S, len);
-            for (int i = 0; i < nq; i++) {
-                float *row = S + (size_t)i * len;
-                if (m->alibi_slopes) {
-                    const float slope = m->alibi_slopes[hd];
-                    for (int jj = 0; jj < len; jj++)
-                        row[jj] -= slope * (float)abs(i0 + i - jj);
-                }
-                op->softmax(row, len);
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, S, len,
-                        r->v + o, H, 0.0f, r->att + oq, H);
+            struct alibi al = { m->alibi_slopes ? m->alibi_slopes[hd] : 0.0f, i0 };
+            omni_attn_dense(r->q + oq, r->k + o, r->v + o, r->att + oq, (size_t)H, nq, len, dh, scale, S,
+                            m->alibi_slopes ? alibi_bias : NULL, &al);
         }
     }
 }

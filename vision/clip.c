@@ -5,7 +5,6 @@
  * SigLIP has a patch bias and a post-norm; LLaVA reads the output of layer
  * clip.vision.feature_layer without the class token. Matrix products go
  * through omni_matmul on the caller's thread pool. */
-#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -523,16 +522,10 @@ static void attention_heads(void *arg, int ith, int nth)
     struct vision_ctx *c = j->c;
     const int n = j->n, D = c->m->info.n_embd, H = c->m->info.n_head, dh = D / H;
     const float scale = 1.0f / sqrtf((float)dh);
-    const struct omni_ops *op = omni_ops();
     float *scores = c->scores + (size_t)ith * n * n;
     for (int hd = ith; hd < H; hd += nth) {
         const float *q = c->q + hd * dh, *k = c->k + hd * dh, *v = c->v + hd * dh;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dh, scale, q, D, k, D, 0.0f,
-                    scores, n);
-        for (int i = 0; i < n; i++)
-            op->softmax(scores + (size_t)i * n, n);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dh, n, 1.0f, scores, n, v, D,
-                    0.0f, c->att + hd * dh, D);
+        omni_attn_dense(q, k, v, c->att + hd * dh, (size_t)D, n, n, dh, scale, scores, NULL, NULL);
     }
 }
 

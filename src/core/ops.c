@@ -5,6 +5,7 @@
 
 #include "src/core/cpu.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 
@@ -76,6 +77,23 @@ void omni_rope_neox(float *x, int n_head, int head_dim, int pos, float base)
             p[i + half] = x0 * s + x1 * c;
         }
     }
+}
+
+void omni_attn_dense(const float *q, const float *k, const float *v, float *out, size_t ld, int nq,
+                     int nk, int d, float scale, float *scores,
+                     void (*bias)(float *row, int i, int nk, void *user), void *user)
+{
+    const struct omni_ops *op = omni_ops();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, d, scale, q, (int)ld, k, (int)ld, 0.0f,
+                scores, nk);
+    for (int i = 0; i < nq; i++) {
+        float *row = scores + (size_t)i * nk;
+        if (bias)
+            bias(row, i, nk, user);
+        op->softmax(row, nk);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d, nk, 1.0f, scores, nk, v, (int)ld, 0.0f,
+                out, (int)ld);
 }
 
 void omni_l2_normalize(float *x, int n)

@@ -106,6 +106,17 @@ void omni_softcap(float *x, int64_t n, float cap);
 /* Rotary positions, NEOX layout, angles computed here (pos * base^(-2i/d),
  * in double): in place over n_head heads of head_dim floats of one token. */
 void omni_rope_neox(float *x, int n_head, int head_dim, int pos, float base);
+/* Dense attention of one head, out = softmax(scale Q K^T [+ bias]) V, for nq
+ * query rows against nk key/value rows (the encoders' full attention: BERT,
+ * CLIP/SigLIP): q, k, v and out are row-major with their rows ld floats
+ * apart (a head's columns of [T][n_embd] activations), d values per row;
+ * two sgemm calls around a row softmax of the table in use. scores is the
+ * caller's [nq][nk] buffer. bias, when not NULL, adjusts query row i's
+ * scaled scores before the softmax (ALiBi, masks). */
+void omni_attn_dense(const float *q, const float *k, const float *v, float *out, size_t ld, int nq,
+                     int nk, int d, float scale, float *scores,
+                     void (*bias)(float *row, int i, int nk, void *user), void *user);
+
 /* x /= |x| over n floats (a zero vector stays zero). */
 void omni_l2_normalize(float *x, int n);
 
