@@ -1,0 +1,248 @@
+/* test_dac_outetts.c - the OuteTTS 1.0 text side (audio/tts/outetts.c).
+ *
+ * Fixtures in tests/fixtures/outetts/ (tools/random_outetts.py --prompt-ids,
+ * the prompt built in Python from the published interface-v3 format and
+ * tokenized byte by byte around the special tokens):
+ *   speaker_tiny.json     a 5-word speaker profile
+ *   prompt_speaker.json   {"prompt", "ids"} of a messy text with that speaker
+ *   prompt_plain.json     the same without a speaker
+ * The tiny vocabulary's model is written at test time by the same tool
+ * (needs /usr/bin/python3 with numpy; skipped without). */
+#include "test.h"
+
+#include "audio/tts/outetts.h"
+#include "llm/tokenizer.h"
+#include "src/core/gguf.h"
+#include "src/core/omni.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+#define MESSY_TEXT "  Hi \xe2\x80\x9cthere\xe2\x80\x9d \xe2\x80\x94 it\xe2\x80\x99s\xe2\x80\xa6\n\tfine.  "
+
+static void free_spk(void *s) { outetts_speaker_free(s); }
+static void free_tok(void *t) { tokenizer_free(t); }
+static void free_vocab(void *v) { outetts_vocab_free(v); }
+
+/* tools/random_outetts.py's tiny model, made once per run; NULL to skip */
+static const char *tiny_lm(void)
+{
+    static char path[600];
+    static int made = 0;
+    if (made == 0) {
+        snprintf(path, sizeof path, "%s/outetts_tiny_lm.gguf", test_tmpdir());
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/random_outetts.py -o %s >/dev/null 2>&1",
+                 path);
+        made = system(cmd) == 0 ? 1 : -1;
+    }
+    return made == 1 ? path : NULL;
+}
+
+/* the prompt (string) of a fixture */
+static char *fixture_prompt(const char *name, cJSON **ids)
+{
+    char *text = test_read_file(test_fixture(name), NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!j)
+        return NULL;
+    char *p = strdup(cJSON_GetObjectItem(j, "prompt")->valuestring);
+    *ids = cJSON_DetachItemFromObject(j, "ids");
+    cJSON_Delete(j);
+    return p;
+}
+
+TEST(outetts_prompt_matches_published_format)
+{
+    char err[256];
+    struct outetts_speaker *s = outetts_speaker_load(test_fixture("outetts/speaker_tiny.json"),
+                                                     err, sizeof err);
+    CHECK_MSG(s, "%s", err);
+    test_defer(free_spk, s);
+    CHECK_EQ(outetts_speaker_n_words(s), 5);
+    CHECK_EQ(outetts_speaker_n_frames(s), 13);
+    cJSON *ids1 = NULL, *ids2 = NULL;
+    char *want1 = fixture_prompt("outetts/prompt_speaker.json", &ids1);
+    char *want2 = fixture_prompt("outetts/prompt_plain.json", &ids2);
+    char *got1 = outetts_prompt(MESSY_TEXT, s, err, sizeof err);
+    char *got2 = outetts_prompt("\xc3\x9cn\xc3\xaf" "code  text, no speaker!", NULL, err, sizeof err);
+    bool ok1 = want1 && got1 && !strcmp(want1, got1), ok2 = want2 && got2 && !strcmp(want2, got2);
+    if (!ok1)
+        fprintf(stderr, "    want: %s\n    got:  %s\n", want1, got1);
+    free(want1), free(want2), free(got1), free(got2);
+    cJSON_Delete(ids1);
+    cJSON_Delete(ids2);
+    CHECK(ok1);
+    CHECK(ok2);
+}
+
+/* Our tokenizer on our prompt gives the reference ids (special tokens parsed). */
+TEST(outetts_prompt_token_ids)
+{
+    const char *lm = tiny_lm();
+    if (!lm)
+        SKIP("no /usr/bin/python3 with numpy for tools/random_outetts.py");
+    char err[256];
+    struct gguf *g = gguf_open(lm, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    struct tokenizer *tok = tokenizer_from_gguf(g, err, sizeof err);
+    gguf_free(g);
+    CHECK_MSG(tok, "%s", err);
+    test_defer(free_tok, tok);
+    struct outetts_speaker *s = outetts_speaker_load(test_fixture("outetts/speaker_tiny.json"),
+                                                     err, sizeof err);
+    CHECK(s);
+    test_defer(free_spk, s);
+    for (int k = 0; k < 2; k++) {
+        cJSON *ids = NULL;
+        char *want = fixture_prompt(k ? "outetts/prompt_plain.json" : "outetts/prompt_speaker.json",
+                                    &ids);
+        char *p = outetts_prompt(k ? "\xc3\x9cn\xc3\xaf" "code  text, no speaker!" : MESSY_TEXT,
+                                 k ? NULL : s, err, sizeof err);
+        int32_t got[4096];
+        int n = p ? tokenizer_encode(tok, p, strlen(p), TOK_PARSE_SPECIAL, got, 4096, NULL) : -1;
+        bool same = n == cJSON_GetArraySize(ids);
+        for (int i = 0; same && i < n; i++)
+            same = got[i] == cJSON_GetArrayItem(ids, i)->valueint;
+        free(want);
+        free(p);
+        cJSON_Delete(ids);
+        CHECK_MSG(same, "prompt %d: %d ids, or an id differs", k, n);
+    }
+}
+
+TEST(outetts_text_normalization)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        { "  a\t\n b  ", "a b" },
+        { "wait\xe2\x80\xa6 what", "wait... what" },
+        { "\xe2\x80\x98q\xe2\x80\x99 \xe2\x80\x9c" "dq\xe2\x80\x9d a\xe2\x80\x93" "b\xe2\x80\x94" "c",
+          "'q' \"dq\" a-b-c" },
+        { "x\x01y\x7f" "z\xc2\x85w", "xyz w" },      /* U+0085 is whitespace first */
+        { "\xe3\x80\x80" "full\xe3\x80\x80" "width ", "full width" },
+        { "", "" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *o = outetts_normalize(cases[i].in, strlen(cases[i].in));
+        bool same = o && !strcmp(o, cases[i].out);
+        if (!same)
+            fprintf(stderr, "    case %zu: '%s'\n", i, o ? o : "(null)");
+        free(o);
+        CHECK(same);
+    }
+    CHECK(outetts_normalize("\xff", 1) == NULL);
+}
+
+TEST(outetts_speaker_separators)
+{
+    char err[256];
+    /* ends in '.': a space, the last word unchanged; CJK without an end: "。" */
+    static const char *spk_dot = "{\"text\":\"It is.\",\"words\":[{\"word\":\"is.\",\"duration\":0.1,"
+                                 "\"c1\":[1],\"c2\":[2]}]}";
+    static const char *spk_cjk = "{\"text\":\"\xe4\xbd\xa0\xe5\xa5\xbd\",\"words\":[{\"word\":"
+                                 "\"\xe4\xbd\xa0\xe5\xa5\xbd\",\"duration\":0.1,\"c1\":[1],\"c2\":[2]}]}";
+    struct outetts_speaker *a = outetts_speaker_parse(spk_dot, strlen(spk_dot), "dot", err, sizeof err);
+    struct outetts_speaker *b = outetts_speaker_parse(spk_cjk, strlen(spk_cjk), "cjk", err, sizeof err);
+    CHECK(a && b);
+    test_defer(free_spk, a);
+    test_defer(free_spk, b);
+    char *pa = outetts_prompt("Next", a, err, sizeof err), *pb = outetts_prompt("Go", b, err, sizeof err);
+    bool ok = pa && strstr(pa, "<|text_start|>It is. Next<|text_end|>") &&
+              strstr(pa, "<|word_start|>is.<|features|>") &&
+              pb && strstr(pb, "<|text_start|>\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82" "Go<|text_end|>") &&
+              strstr(pb, "<|word_start|>\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82<|features|>");
+    free(pa);
+    free(pb);
+    CHECK(ok);
+}
+
+TEST(outetts_rejects_bad_input)
+{
+    char err[256];
+    static const struct { const char *json, *msg; } bad[] = {
+        { "[1,2]", "not a JSON object" },
+        { "{\"words\":[]}", "'text'" },
+        { "{\"text\":\"a\"}", "'words'" },
+        { "{\"text\":\"a\",\"words\":[]}", "'words'" },
+        { "{\"text\":\"a\",\"words\":[{\"word\":\"a\",\"duration\":0.1,\"c1\":[1,2],\"c2\":[3]}]}",
+          "c1 has 2 codes, c2 1" },
+        { "{\"text\":\"a\",\"words\":[{\"word\":\"a\",\"duration\":0.1,\"c1\":[1024],\"c2\":[3]}]}",
+          "c1[0] is not a code" },
+        { "{\"text\":\"a\",\"words\":[{\"word\":\"a\",\"duration\":-1,\"c1\":[1],\"c2\":[3]}]}",
+          "'duration'" },
+        { "{\"text\":\"a\",\"words\":[{\"word\":\"a\",\"duration\":0.1,\"c2\":[3]}]}", "'c1'" },
+        { "{\"text\":", "not a JSON object" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        struct outetts_speaker *s = outetts_speaker_parse(bad[i].json, strlen(bad[i].json), "x.json",
+                                                          err, sizeof err);
+        outetts_speaker_free(s);
+        CHECK_MSG(!s, "case %zu parsed", i);
+        CHECK_STR_CONTAINS(err, bad[i].msg);
+        CHECK_STR_CONTAINS(err, "x.json");
+    }
+    CHECK(outetts_speaker_load("/nonexistent/s.json", err, sizeof err) == NULL);
+    CHECK(outetts_prompt(" \n\t ", NULL, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "empty text");
+    char *big = malloc(OUTETTS_MAX_TEXT_BYTES + 2);
+    CHECK(big);
+    memset(big, 'a', OUTETTS_MAX_TEXT_BYTES + 1);
+    big[OUTETTS_MAX_TEXT_BYTES + 1] = 0;
+    char *p = outetts_prompt(big, NULL, err, sizeof err);
+    free(big);
+    CHECK(p == NULL);
+    CHECK(outetts_prompt("\xc3", NULL, err, sizeof err) == NULL);
+}
+
+/* Generated ids -> (c1, c2) frames per word: lone or doubled halves of a
+ * pair dropped, the word's end and the audio's end reported. */
+TEST(outetts_parser_frames)
+{
+    const char *lm = tiny_lm();
+    if (!lm)
+        SKIP("no /usr/bin/python3 with numpy for tools/random_outetts.py");
+    char err[256];
+    struct gguf *g = gguf_open(lm, err, sizeof err);
+    CHECK(g);
+    struct tokenizer *tok = tokenizer_from_gguf(g, err, sizeof err);
+    gguf_free(g);
+    CHECK(tok);
+    test_defer(free_tok, tok);
+    struct outetts_vocab *v = outetts_vocab_new(tok, err, sizeof err);
+    CHECK_MSG(v, "%s", err);
+    test_defer(free_vocab, v);
+    const char *gen = "hi<|features|><|t_0.20|><|code|><|c1_5|><|c2_6|><|c1_7|><|c2_8|>"
+                      "<|c2_9|><|c1_1|><|c1_2|><|c2_3|><|word_end|>\n<|word_start|>yo<|code|>"
+                      "<|c1_1023|><|c2_0|><|audio_end|>";
+    int32_t ids[256];
+    int n = tokenizer_encode(tok, gen, strlen(gen), TOK_PARSE_SPECIAL, ids, 256, NULL);
+    CHECK(n > 0);
+    struct outetts_parser p;
+    outetts_parser_init(&p);
+    int words = 0, ended = 0;
+    int32_t want0[3][2] = { { 5, 6 }, { 7, 8 }, { 2, 3 } };
+    for (int i = 0; i < n; i++) {
+        enum outetts_event ev = outetts_parser_push(&p, v, ids[i]);
+        if (ev == OUTETTS_WORD_END) {
+            CHECK_EQ(words, 0);
+            CHECK_EQ(p.n_frames, 3);
+            for (int f = 0; f < 3; f++) {
+                CHECK_EQ(p.frames[f][0], want0[f][0]);
+                CHECK_EQ(p.frames[f][1], want0[f][1]);
+            }
+            p.n_frames = 0;
+            words++;
+        } else if (ev == OUTETTS_AUDIO_END) {
+            CHECK_EQ(p.n_frames, 1);
+            CHECK_EQ(p.frames[0][0], 1023);
+            CHECK_EQ(p.frames[0][1], 0);
+            ended = 1;
+        }
+    }
+    CHECK(ended && words == 1 && p.total_frames == 4);
+    int32_t stop[2];
+    CHECK_EQ(outetts_vocab_stop_tokens(v, stop), 2);
+    CHECK_EQ(stop[0], tokenizer_find(tok, "<|audio_end|>", 13));
+}
