@@ -9,6 +9,9 @@
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
+/* scalar a*b + c stays two roundings in every instance of a kernel, so the
+ * one- and several-column versions agree bit for bit */
+#pragma GCC optimize("fp-contract=off")
 
 #include "src/core/quant_lowbit.h"
 
@@ -57,81 +60,123 @@ static inline __m256i table16(const int8_t *k)
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k));
 }
 
+/* Every dot kernel below is written for NC activation rows at once
+ * (a + c * a_row, results s[c * s_stride]): the weights are decoded once
+ * and each column then takes exactly the steps of the one-column kernel,
+ * which is the same code with NC = 1, so vec_dot_n agrees with vec_dot bit
+ * for bit. */
+#define COLS_SWITCH(fn, n, w, a, a_row, nc, s, s_stride)      \
+    switch (nc) {                                             \
+    case 1: fn(n, w, a, a_row, s, s_stride, 1); break;        \
+    case 2: fn(n, w, a, a_row, s, s_stride, 2); break;        \
+    case 3: fn(n, w, a, a_row, s, s_stride, 3); break;        \
+    default: fn(n, w, a, a_row, s, s_stride, 4); break;       \
+    }
+#define ACT(a, a_row, c) ((const void *)((const uint8_t *)(a) + (size_t)(c) * (a_row)))
+#define INLINE static inline __attribute__((always_inline))
+
 // ---- 32-element blocks against Q8_0 ------------------------------------------
 
-/* The int32 sums of one block (8 lanes) of table-coded weights. */
-static inline __m256i block_dot(const uint8_t *qs, const int8_t *ys, __m256i table)
+/* The scale of a block of iq4_nl (f16 d first) or mxfp4 (E8M0 e first). */
+INLINE float b32_scale(const uint8_t *blk, int mx)
 {
-    __m256i p = madd_i8_i16(lookup_nibbles(qs, table), _mm256_loadu_si256((const __m256i *)ys));
+    if (mx)
+        return quant_e8m0_to_fp32_half(blk[0]);
+    ggml_half d;
+    memcpy(&d, blk, 2);
+    return h2f(d);
+}
+
+/* The int32 sums (8 lanes) of decoded weights qx and one Q8_0 block. */
+INLINE __m256i q8_block_dot(__m256i qx, const block_q8_0 *y)
+{
+    __m256i p = madd_i8_i16(qx, _mm256_loadu_si256((const __m256i *)y->qs));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* Two accumulators hide the FMA latency. */
-static float vec_dot_iq4_nl_q8_0_avx2(int64_t n, const void *w, const void *a)
+/* iq4_nl (mx = 0, 18-byte blocks) and mxfp4 (mx = 1, 17 bytes): blocks in
+ * pairs into two accumulators per column, hiding the FMA latency. */
+INLINE void dot_b32(int64_t n, const uint8_t *w, const void *a, size_t a_row, float *s,
+                    size_t s_stride, const int nc, const int mx)
 {
-    const block_iq4_nl *x = w;
-    const block_q8_0 *y = a;
-    const __m256i table = table16(kvalues_iq4nl);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const size_t bs = mx ? sizeof(block_mxfp4) : sizeof(block_iq4_nl);
+    const __m256i table = table16(mx ? kvalues_mxfp4 : kvalues_iq4nl);
+    __m256 acc0[4], acc1[4];
+    for (int c = 0; c < nc; c++)
+        acc0[c] = acc1[c] = _mm256_setzero_ps();
     const int64_t nb = n / QK8_0;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        __m256i d0 = block_dot(x[i].qs, y[i].qs, table), d1 = block_dot(x[i + 1].qs, y[i + 1].qs, table);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), _mm256_cvtepi32_ps(d0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), _mm256_cvtepi32_ps(d1), acc1);
+        const uint8_t *x0 = w + (size_t)i * bs, *x1 = x0 + bs;
+        const __m256i q0 = lookup_nibbles(x0 + bs - 16, table), q1 = lookup_nibbles(x1 + bs - 16, table);
+        const float d0 = b32_scale(x0, mx), d1 = b32_scale(x1, mx);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_0 *y = (const block_q8_0 *)ACT(a, a_row, c) + i;
+            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * h2f(y[0].d)), _mm256_cvtepi32_ps(q8_block_dot(q0, &y[0])), acc0[c]);
+            acc1[c] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * h2f(y[1].d)), _mm256_cvtepi32_ps(q8_block_dot(q1, &y[1])), acc1[c]);
+        }
     }
-    for (; i < nb; i++)
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)),
-                               _mm256_cvtepi32_ps(block_dot(x[i].qs, y[i].qs, table)), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < nb; i++) {
+        const uint8_t *x0 = w + (size_t)i * bs;
+        const __m256i q0 = lookup_nibbles(x0 + bs - 16, table);
+        const float d0 = b32_scale(x0, mx);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_0 *y = (const block_q8_0 *)ACT(a, a_row, c) + i;
+            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * h2f(y->d)), _mm256_cvtepi32_ps(q8_block_dot(q0, y)), acc0[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        s[c * s_stride] = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));
 }
 
-static float vec_dot_mxfp4_q8_0_avx2(int64_t n, const void *w, const void *a)
+INLINE void dot_n_iq4_nl(int64_t n, const void *w, const void *a, size_t a_row, float *s,
+                         size_t s_stride, const int nc)
 {
-    const block_mxfp4 *x = w;
-    const block_q8_0 *y = a;
-    const __m256i table = table16(kvalues_mxfp4);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    const int64_t nb = n / QK8_0;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i d0 = block_dot(x[i].qs, y[i].qs, table), d1 = block_dot(x[i + 1].qs, y[i + 1].qs, table);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i].e) * h2f(y[i].d)),
-                               _mm256_cvtepi32_ps(d0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i + 1].e) * h2f(y[i + 1].d)),
-                               _mm256_cvtepi32_ps(d1), acc1);
-    }
-    for (; i < nb; i++)
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(quant_e8m0_to_fp32_half(x[i].e) * h2f(y[i].d)),
-                               _mm256_cvtepi32_ps(block_dot(x[i].qs, y[i].qs, table)), acc0);
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    dot_b32(n, w, a, a_row, s, s_stride, nc, 0);
+}
+
+INLINE void dot_n_mxfp4(int64_t n, const void *w, const void *a, size_t a_row, float *s,
+                        size_t s_stride, const int nc)
+{
+    dot_b32(n, w, a, a_row, s, s_stride, nc, 1);
 }
 
 // ---- super-blocks against Q8_K ---------------------------------------------
 
-static float vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *a)
+INLINE void dot_n_iq4_xs(int64_t n, const void *w, const void *a, size_t a_row, float *s,
+                         size_t s_stride, const int nc)
 {
     const block_iq4_xs *x = w;
-    const block_q8_K *y = a;
     const __m256i table = table16(kvalues_iq4nl);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int c = 0; c < nc; c++)
+        acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = sumi0;
+        __m256i sumi0[4], sumi1[4];
+        for (int c = 0; c < nc; c++)
+            sumi0[c] = sumi1[c] = _mm256_setzero_si256();
         const unsigned sh = x[i].scales_h;
         for (int b = 0; b < QK_K / 32; b += 2) {
             const int ls0 = ((x[i].scales_l[b / 2] & 0x0f) | ((sh >> (2 * b)) & 3) << 4) - 32;
             const int ls1 = ((x[i].scales_l[b / 2] >> 4) | ((sh >> (2 * b + 2)) & 3) << 4) - 32;
-            __m256i p0 = madd_i8_i16(lookup_nibbles(x[i].qs + 16 * b, table),
-                                     _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b)));
-            __m256i p1 = madd_i8_i16(lookup_nibbles(x[i].qs + 16 * b + 16, table),
-                                     _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * b + 32)));
-            sumi0 = _mm256_add_epi32(sumi0, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)));
-            sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1)));
+            const __m256i q0 = lookup_nibbles(x[i].qs + 16 * b, table);
+            const __m256i q1 = lookup_nibbles(x[i].qs + 16 * b + 16, table);
+            for (int c = 0; c < nc; c++) {
+                const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
+                __m256i p0 = madd_i8_i16(q0, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * b)));
+                __m256i p1 = madd_i8_i16(q1, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * b + 32)));
+                sumi0[c] = _mm256_add_epi32(sumi0[c], _mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)));
+                sumi1[c] = _mm256_add_epi32(sumi1[c], _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1)));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * y[i].d),
-                              _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)), acc);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * y->d),
+                                     _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0[c], sumi1[c])), acc[c]);
+        }
     }
-    return hsum_ps(acc);
+    for (int c = 0; c < nc; c++)
+        s[c * s_stride] = hsum_ps(acc[c]);
 }
 
 /* pshufb masks: mask[j] picks int16 lane 2j of a 128-bit lane for the low
@@ -144,27 +189,33 @@ static inline void pair_masks(__m256i mask[4])
                                    _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))));
 }
 
-/* The int32 sums sum_l sc[l / 16] * u[l] * y[l] of one super-block half h
- * (128 elements): u = (bytes of q >> 2j) & 3, plus 4 where bit 4h + j of
- * hm is set (q3_K; hm = NULL for q2_K); sc8 = the 8 int16 scales of the
- * half in both 128-bit lanes. */
-static inline __attribute__((always_inline)) __m256i
-half_dot(const uint8_t *qs, const __m256i *hm, int h, const int8_t *ys, __m256i sc8,
-         const __m256i mask[4])
+/* The 4 x 32 unsigned 2-bit (q2_K) or 3-bit (q3_K: hm != NULL) values of
+ * super-block half h: u[j] = (bytes of qs >> 2j) & 3, plus 4 where bit
+ * 4h + j of hm is set. */
+INLINE void half_values(const uint8_t *qs, const __m256i *hm, int h, __m256i u[4])
 {
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i q = _mm256_loadu_si256((const __m256i *)qs);
-    __m256i sum = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+        u[j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
         if (hm) { /* bit m = 4h+j of each byte, moved to bit 2 (no bit of the
                    * other byte of a 16-bit lane reaches bit 2) */
             const int m = 4 * h + j;
             const __m256i t = m >= 2 ? _mm256_srli_epi16(*hm, m - 2) : _mm256_slli_epi16(*hm, 2 - m);
-            u = _mm256_or_si256(u, _mm256_and_si256(t, four));
+            u[j] = _mm256_or_si256(u[j], _mm256_and_si256(t, four));
         }
-        __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(ys + 32 * j)));
+    }
+}
+
+/* sum_l sc[l / 16] * u[l] * y[l] over one half (128 elements) as 8 int32
+ * lanes; sc8 = the 8 int16 scales of the half in both 128-bit lanes. */
+INLINE __m256i half_dot(const __m256i u[4], const int8_t *ys, __m256i sc8, const __m256i mask[4])
+{
+    __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i p = _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(ys + 32 * j)));
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc8, mask[j])));
     }
     return sum;
@@ -172,38 +223,49 @@ half_dot(const uint8_t *qs, const __m256i *hm, int h, const int8_t *ys, __m256i 
 
 /* q2_K: the 2-bit values of 32 elements are bits 2j..2j+1 of 32 qs bytes;
  * the mins need only the activations' 16-sums (bsums). */
-static float vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+INLINE void dot_n_q2_K(int64_t n, const void *w, const void *a, size_t a_row, float *s,
+                       size_t s_stride, const int nc)
 {
     const block_q2_K *x = w;
-    const block_q8_K *y = a;
     __m256i mask[4];
     pair_masks(mask);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_m = 0.0f;
+    __m256 acc[4];
+    float acc_m[4];
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = 0.0f;
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
-        const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         const __m128i sc = _mm_and_si128(sc8, _mm_set1_epi8(0x0f));
         const __m256i lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
         const __m256i hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)));
-        __m256i sumi = _mm256_add_epi32(half_dot(x[i].qs, NULL, 0, y[i].qs, lo, mask),
-                                        half_dot(x[i].qs + 32, NULL, 1, y[i].qs + 128, hi, mask));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_m += y[i].d * h2f(x[i].dmin) * (float)summs;
+        __m256i u0[4], u1[4];
+        half_values(x[i].qs, NULL, 0, u0);
+        half_values(x[i].qs + 32, NULL, 1, u1);
+        const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
+            const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums)));
+            __m256i sumi = _mm256_add_epi32(half_dot(u0, y->qs, lo, mask), half_dot(u1, y->qs + 128, hi, mask));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(sumi), acc[c]);
+            acc_m[c] += y->d * dmin * (float)summs;
+        }
     }
-    return hsum_ps(acc) - acc_m;
+    for (int c = 0; c < nc; c++)
+        s[c * s_stride] = hsum_ps(acc[c]) - acc_m[c];
 }
 
 /* q3_K: q = u - 4 with u = low 2 bits | hmask bit << 2 in 0..7, so
  * sum(sc q y) = sum(sc u y) - 4 sum(sc bsum). */
-static float vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+INLINE void dot_n_q3_K(int64_t n, const void *w, const void *a, size_t a_row, float *s,
+                       size_t s_stride, const int nc)
 {
     const block_q3_K *x = w;
-    const block_q8_K *y = a;
     __m256i mask[4];
     pair_masks(mask);
-    float acc = 0.0f;
+    float acc[4] = { 0 };
     for (int64_t i = 0; i < n / QK_K; i++) {
         /* the 16 scales as in quant_q3_K_scales, four bytes at a time */
         uint32_t a0, a1, hb;
@@ -217,16 +279,42 @@ static float vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *a)
                            (int)(((a1 >> 4) & 0x0f0f0f0f) | (((hb >> 6) & 0x03030303) << 4))),
             _mm_set1_epi8(32));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-        const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i sumi = _mm256_add_epi32(half_dot(x[i].qs, &hm, 0, y[i].qs, lo, mask),
-                                        half_dot(x[i].qs + 32, &hm, 1, y[i].qs + 128, hi, mask));
-        acc += h2f(x[i].d) * y[i].d * (float)(hsum_epi32(sumi) - 4 * offset);
+        __m256i u0[4], u1[4];
+        half_values(x[i].qs, &hm, 0, u0);
+        half_values(x[i].qs + 32, &hm, 1, u1);
+        const float d = h2f(x[i].d);
+        for (int c = 0; c < nc; c++) {
+            const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
+            const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)));
+            __m256i sumi = _mm256_add_epi32(half_dot(u0, y->qs, lo, mask), half_dot(u1, y->qs + 128, hi, mask));
+            acc[c] += d * y->d * (float)(hsum_epi32(sumi) - 4 * offset);
+        }
     }
-    return acc;
+    for (int c = 0; c < nc; c++)
+        s[c * s_stride] = acc[c];
 }
+
+/* vec_dot (one column) and vec_dot_n entry points of each type */
+#define DOT_ENTRIES(type, act)                                                                  \
+    static float vec_dot_##type##_##act##_avx2(int64_t n, const void *w, const void *a)          \
+    {                                                                                           \
+        float s;                                                                                \
+        dot_n_##type(n, w, a, 0, &s, 1, 1);                                                     \
+        return s;                                                                               \
+    }                                                                                           \
+    static void vec_dot_n_##type##_##act##_avx2(int64_t n, const void *w, const void *a,         \
+                                                size_t a_row, int nc, float *s, size_t s_stride) \
+    {                                                                                           \
+        COLS_SWITCH(dot_n_##type, n, w, a, a_row, nc, s, s_stride)                              \
+    }
+DOT_ENTRIES(iq4_nl, q8_0)
+DOT_ENTRIES(mxfp4, q8_0)
+DOT_ENTRIES(iq4_xs, q8_K)
+DOT_ENTRIES(q2_K, q8_K)
+DOT_ENTRIES(q3_K, q8_K)
 
 // ---- dequantization (the scalar steps: dl*q, then - ml; same bits) ----------
 
@@ -319,6 +407,11 @@ static void dequantize_row_q3_K_avx2(const void *vx, float *y, int64_t n)
 void omni_x86_register_lowbit_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
 {
     ops[GGML_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0_avx2;
+    ops[GGML_TYPE_IQ4_NL].vec_dot_n = vec_dot_n_iq4_nl_q8_0_avx2;
+    ops[GGML_TYPE_MXFP4].vec_dot_n = vec_dot_n_mxfp4_q8_0_avx2;
+    ops[GGML_TYPE_IQ4_XS].vec_dot_n = vec_dot_n_iq4_xs_q8_K_avx2;
+    ops[GGML_TYPE_Q2_K].vec_dot_n = vec_dot_n_q2_K_q8_K_avx2;
+    ops[GGML_TYPE_Q3_K].vec_dot_n = vec_dot_n_q3_K_q8_K_avx2;
     ops[GGML_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
     ops[GGML_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K_avx2;
     ops[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K_avx2;
