@@ -371,3 +371,8 @@ $(BUILD)/fixtures/stories260K.gguf: tools/llama2c_to_gguf tools/gguf.py
 	@$(PYTHON) tools/llama2c_to_gguf ../shared/models/stories260K/stories260K.bin \
 		../shared/models/stories260K/tok512.bin $@ >$@.log 2>&1 \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
+# bench_dev: pp/tg of the device forward (tests/cuda/bench_dev.c, docs/gpu.md)
+DEV_LIB_OBJS := $(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/tests/cuda/blas_shim.o) $(CUDA_OBJS)
+$(BUILD)/bench_dev: $(BUILD)/tests/cuda/bench_dev.o $(DEV_LIB_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
+DEPS += $(BUILD)/tests/cuda/bench_dev.d

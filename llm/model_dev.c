@@ -50,7 +50,7 @@ struct llm_dev {
     /* host staging */
     int32_t *h_i32, *h_tables;
     int64_t *h_slot;
-    size_t weight_bytes, kv_bytes;
+    size_t weight_bytes, kv_bytes, decode_bytes;
     void **allocs;                  /* everything alloc'd, freed at the end */
     int n_allocs, cap_allocs;
 };
@@ -103,6 +103,8 @@ static int upload(struct llm_dev *d, const char *name, bool required, bool matri
         return omni_fail(err, errlen, rc, "model_dev: %s: upload of '%s' failed", d->be->name,
                          name);
     d->weight_bytes += t->nbytes;
+    if (matrix)
+        d->decode_bytes += t->nbytes;
     *out = (struct omni_btensor){ .type = t->type, .cols = t->ne[0], .rows = t->ne[1], .data = p };
     return 0;
 }
@@ -179,10 +181,15 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     if (upload(d, "token_embd.weight", true, true, &d->tok_embd, err, errlen) < 0 ||
         upload_vec(d, "output_norm.weight", true, &d->output_norm, err, errlen) < 0)
         goto fail;
-    if (hp->tied_output)
+    if (hp->tied_output) {
         d->output = d->tok_embd;
-    else if (upload(d, "output.weight", true, true, &d->output, err, errlen) < 0)
-        goto fail;
+    } else {
+        /* only one row of the embeddings is read per token */
+        d->decode_bytes -= (size_t)d->tok_embd.rows *
+                           ggml_row_size(d->tok_embd.type, d->tok_embd.cols);
+        if (upload(d, "output.weight", true, true, &d->output, err, errlen) < 0)
+            goto fail;
+    }
     for (int l = 0; l < hp->n_layer; l++) {
         struct dev_layer *L = &d->layers[l];
         char name[64];
@@ -281,6 +288,7 @@ void llm_dev_free(struct llm_dev *d)
 const char *llm_dev_device(const struct llm_dev *d) { return d->be->device; }
 size_t llm_dev_weight_bytes(const struct llm_dev *d) { return d->weight_bytes; }
 size_t llm_dev_kv_bytes(const struct llm_dev *d) { return d->kv_bytes; }
+size_t llm_dev_decode_bytes(const struct llm_dev *d) { return d->decode_bytes; }
 
 /* check_batch of model.c against the device pool; also finds the number of
  * sequences and the longest block table the batch needs. */

@@ -50,6 +50,9 @@ const char *llm_dev_device(const struct llm_dev *d);
 /* Bytes of backend memory the weights and the KV pool take. */
 size_t llm_dev_weight_bytes(const struct llm_dev *d);
 size_t llm_dev_kv_bytes(const struct llm_dev *d);
+/* Bytes of weights one decoded token reads (every matrix it multiplies;
+ * token_embd only when tied as the output). */
+size_t llm_dev_decode_bytes(const struct llm_dev *d);
 
 /* llm_forward's contract, run on the backend: logits of the want_logits
  * tokens into logits (host, may be NULL) and their argmax into argmax (host,

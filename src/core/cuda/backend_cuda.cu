@@ -1,0 +1,859 @@
+/* backend_cuda.cu - the "cuda" compute backend (src/core/backend.h), built
+ * by `make CUDA=1`. Weights stay in their GGUF block layout in device
+ * memory. Products of up to 8 activation rows (decode) run a matvec kernel:
+ * one warp per weight row, each lane dequantizing 32-value chunks of the row
+ * into registers and dotting them with every activation row (F32), so the
+ * weights are read once per step. Longer batches (prompts) dequantize the
+ * matrix to F16 in a scratch buffer and multiply on tensor cores through
+ * cuBLAS (F32 weights: cublasSgemm, no TF32). Attention is one warp per
+ * (token, query head) walking the sequence's block table 32 keys at a time
+ * with an online softmax. All work is queued on one stream. */
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "src/core/backend.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+}
+
+// ---- state -------------------------------------------------------------------
+
+struct cuda_state {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    __half *wh;        /* dequantized weights of the GEMM path */
+    size_t wh_cap;     /* elements */
+    __half *xh;        /* activations as F16 for the GEMM path */
+    size_t xh_cap;
+};
+
+static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
+
+/* Launch / API errors: one line on stderr naming the op, OMNI_ERR_IO back. */
+static int chk(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    fprintf(stderr, "backend: cuda: %s: %s\n", what, cudaGetErrorString(e));
+    return OMNI_ERR_IO;
+}
+
+static int chk_launch(const char *what) { return chk(cudaGetLastError(), what); }
+
+static int chk_blas(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    fprintf(stderr, "backend: cuda: %s: cuBLAS status %d\n", what, (int)s);
+    return OMNI_ERR_IO;
+}
+
+// ---- device helpers ------------------------------------------------------------
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/* Blocks of Q4_0 / Q8_0 / Q6_K are only 2-byte aligned: 16-bit loads. */
+__device__ __forceinline__ uint32_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Values 32c .. 32c+31 of a quantized row into w (the layouts of quant.h). */
+template <int T> __device__ __forceinline__ void dq32(const uint8_t *row, int c, float *w);
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_0>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)c * 18;
+    const float d = h2f((uint16_t)ld16(b));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t u = ld16(b + 2 + 2 * i);
+        const int b0 = u & 0xff, b1 = u >> 8;
+        w[2 * i] = d * (float)((b0 & 15) - 8);
+        w[2 * i + 1] = d * (float)((b1 & 15) - 8);
+        w[2 * i + 16] = d * (float)((b0 >> 4) - 8);
+        w[2 * i + 17] = d * (float)((b1 >> 4) - 8);
+    }
+}
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q8_0>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)c * 34;
+    const float d = h2f((uint16_t)ld16(b));
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const uint32_t u = ld16(b + 2 + 2 * i);
+        w[2 * i] = d * (float)(int8_t)(u & 0xff);
+        w[2 * i + 1] = d * (float)(int8_t)(u >> 8);
+    }
+}
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_K>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 144;
+    const int j = c & 7;
+    const float d = h2f((uint16_t)ld16(b)), dmin = h2f((uint16_t)ld16(b + 2));
+    const uint8_t *sc = b + 4;
+    int s, m;
+    if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+    } else {
+        s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+    const float d1 = d * (float)s, m1 = dmin * (float)m;
+    /* sub-blocks 2g and 2g+1 share qs[32g .. 32g+31]: low, then high nibbles */
+    const uint32_t *q = (const uint32_t *)(b + 16 + 32 * (j >> 1));
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t u = q[i] >> shift;
+        w[4 * i] = d1 * (float)(u & 15) - m1;
+        w[4 * i + 1] = d1 * (float)((u >> 8) & 15) - m1;
+        w[4 * i + 2] = d1 * (float)((u >> 16) & 15) - m1;
+        w[4 * i + 3] = d1 * (float)((u >> 24) & 15) - m1;
+    }
+}
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q6_K>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 210;
+    const int s = c & 7, h = s >> 2, qd = s & 3;
+    /* group qd of half h: ql[64h + 32(qd&1) + l] (low nibble for qd < 2,
+     * else high), 2-bit high part (qh[32h + l] >> 2qd) & 3, scale
+     * sc[8h + l/16 + 2qd] */
+    const uint8_t *ql = b + 64 * h + 32 * (qd & 1), *qh = b + 128 + 32 * h;
+    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + 2 * qd;
+    const float d = h2f((uint16_t)ld16(b + 208));
+    const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
+    const int lshift = (qd >> 1) * 4, hshift = 2 * qd;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const uint32_t l2 = ld16(ql + 2 * i), h2 = ld16(qh + 2 * i);
+        const int q0 = (int)(((l2 >> lshift) & 15) | (((h2 >> hshift) & 3) << 4)) - 32;
+        const int q1 = (int)(((l2 >> (8 + lshift)) & 15) | (((h2 >> (8 + hshift)) & 3) << 4)) - 32;
+        const float dd = i < 8 ? d0 : d1;
+        w[2 * i] = dd * (float)q0;
+        w[2 * i + 1] = dd * (float)q1;
+    }
+}
+
+// ---- matmul ---------------------------------------------------------------------
+
+#define MV_WARPS 4 /* rows (warps) per block of the matvec kernels */
+
+/* y[t][r] = sum_c W[r][c] x[t][c], t < N: one warp per row, each lane 32-value
+ * chunks lane, lane + 32, ...; the N dots share each dequantized chunk. */
+template <int T, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_q(const uint8_t *__restrict__ W, size_t row_bytes, int rows, int cols,
+               const float *__restrict__ x, float *__restrict__ y)
+{
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    const uint8_t *row = W + (size_t)r * row_bytes;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        acc[t] = 0.0f;
+    for (int c = lane; c < (cols >> 5); c += 32) {
+        float w[32];
+        dq32<T>(row, c, w);
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * cols + 32 * c);
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float4 v = __ldg(xp + i);
+                s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
+            }
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(size_t)t * rows + r] = s;
+    }
+}
+
+__device__ __forceinline__ float ldw(const float *p, size_t i) { return __ldg(p + i); }
+__device__ __forceinline__ float ldw(const __half *p, size_t i) { return __half2float(p[i]); }
+
+/* F32 / F16 rows of any length: lanes stride over the elements. */
+template <typename WT, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_f(const WT *__restrict__ W, int rows, int cols, const float *__restrict__ x,
+               float *__restrict__ y)
+{
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        acc[t] = 0.0f;
+    for (int c = lane; c < cols; c += 32) {
+        const float w = ldw(W, (size_t)r * cols + c);
+#pragma unroll
+        for (int t = 0; t < N; t++)
+            acc[t] += w * __ldg(x + (size_t)t * cols + c);
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(size_t)t * rows + r] = s;
+    }
+}
+
+/* The whole matrix as F16 (GEMM path): one thread per 32-value chunk. */
+template <int T>
+__global__ void k_dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, int rows, int cols,
+                              __half *__restrict__ out)
+{
+    const int64_t chunks = (int64_t)rows * (cols >> 5);
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks)
+        return;
+    const int r = (int)(i / (cols >> 5)), c = (int)(i % (cols >> 5));
+    float w[32];
+    dq32<T>(W + (size_t)r * row_bytes, c, w);
+    __half2 *o = (__half2 *)(out + (size_t)r * cols + 32 * c);
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        o[k] = __floats2half2_rn(w[2 * k], w[2 * k + 1]);
+}
+
+__global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __float2half_rn(x[i]);
+}
+
+static unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+template <int T>
+static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, const float *x, int n,
+                            float *y, cudaStream_t s)
+{
+    const dim3 grid(blocks_for(rows, MV_WARPS)), block(MV_WARPS * 32);
+    switch (n) {
+    case 1: k_matvec_q<T, 1><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 2: k_matvec_q<T, 2><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 3: k_matvec_q<T, 3><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 4: k_matvec_q<T, 4><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 5: k_matvec_q<T, 5><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 6: k_matvec_q<T, 6><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    case 7: k_matvec_q<T, 7><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    default: k_matvec_q<T, 8><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    }
+}
+
+template <typename WT>
+static void launch_matvec_f(const WT *W, int rows, int cols, const float *x, int n, float *y,
+                            cudaStream_t s)
+{
+    const dim3 grid(blocks_for(rows, MV_WARPS)), block(MV_WARPS * 32);
+    switch (n) {
+    case 1: k_matvec_f<WT, 1><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 2: k_matvec_f<WT, 2><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 3: k_matvec_f<WT, 3><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 4: k_matvec_f<WT, 4><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 5: k_matvec_f<WT, 5><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 6: k_matvec_f<WT, 6><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    case 7: k_matvec_f<WT, 7><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    default: k_matvec_f<WT, 8><<<grid, block, 0, s>>>(W, rows, cols, x, y); break;
+    }
+}
+
+static bool is_quant(int type)
+{
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K ||
+           type == GGML_TYPE_Q6_K;
+}
+
+static bool cuda_supports(const struct omni_backend *be, int type)
+{
+    (void)be;
+    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || is_quant(type);
+}
+
+/* Scratch of at least n elements (grown, never shrunk). */
+static int grow(__half **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    if (*p)
+        cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    if (chk(cudaMalloc((void **)p, n * sizeof(__half)), "scratch"))
+        return OMNI_ERR_NOMEM;
+    *cap = n;
+    return 0;
+}
+
+static int quant_chunk_ok(const struct omni_btensor *w)
+{
+    return !is_quant(w->type) || (w->cols % 32 == 0 &&
+                                  ((w->type != GGML_TYPE_Q4_K && w->type != GGML_TYPE_Q6_K) ||
+                                   w->cols % 256 == 0));
+}
+
+#define MATVEC_MAX 8 /* rows of activations through the matvec kernels */
+
+static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
+                       float *y)
+{
+    struct cuda_state *s = st(be);
+    if (!cuda_supports(be, w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
+        w->cols > INT32_MAX)
+        return OMNI_ERR_UNSUPPORTED;
+    if (n < 1)
+        return 0;
+    const int rows = (int)w->rows, cols = (int)w->cols;
+    const size_t rb = ggml_row_size(w->type, w->cols);
+    const uint8_t *W = (const uint8_t *)w->data;
+    if (n <= MATVEC_MAX) {
+        switch (w->type) {
+        case GGML_TYPE_F32: launch_matvec_f((const float *)W, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_F16: launch_matvec_f((const __half *)W, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q4_0: launch_matvec_q<GGML_TYPE_Q4_0>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q8_0: launch_matvec_q<GGML_TYPE_Q8_0>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q4_K: launch_matvec_q<GGML_TYPE_Q4_K>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q6_K: launch_matvec_q<GGML_TYPE_Q6_K>(W, rb, rows, cols, x, n, y, s->stream); break;
+        }
+        return chk_launch("matvec");
+    }
+    const float one = 1.0f, zero = 0.0f;
+    /* column-major view: C[rows][n] = op(A = W^T stored [cols][rows])^T . B[cols][n] */
+    if (w->type == GGML_TYPE_F32)
+        return chk_blas(cublasSgemm(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one,
+                                    (const float *)W, cols, x, cols, &zero, y, rows),
+                        "sgemm");
+    int rc;
+    const __half *A = (const __half *)W;
+    if (w->type != GGML_TYPE_F16) {
+        if ((rc = grow(&s->wh, &s->wh_cap, (size_t)rows * cols)) < 0)
+            return rc;
+        const int64_t chunks = (int64_t)rows * (cols / 32);
+        const unsigned g = blocks_for(chunks, 256);
+        switch (w->type) {
+        case GGML_TYPE_Q4_0: k_dequant_f16<GGML_TYPE_Q4_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        }
+        if ((rc = chk_launch("dequant")) < 0)
+            return rc;
+        A = s->wh;
+    }
+    const int64_t nx = (int64_t)n * cols;
+    if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
+        return rc;
+    k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
+    if ((rc = chk_launch("f32_to_f16")) < 0)
+        return rc;
+    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, A,
+                                 CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, y, CUDA_R_32F,
+                                 rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "gemm f16");
+}
+
+// ---- rows, norms, elementwise ------------------------------------------------------
+
+/* out[i] = row ids[i] of W: a block per row. */
+template <int T>
+__global__ void k_get_rows_q(const uint8_t *__restrict__ W, size_t rb, int cols,
+                             const int32_t *__restrict__ ids, float *__restrict__ out)
+{
+    const uint8_t *row = W + (size_t)ids[blockIdx.x] * rb;
+    float *o = out + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
+        float w[32];
+        dq32<T>(row, c, w);
+#pragma unroll
+        for (int k = 0; k < 32; k++)
+            o[32 * c + k] = w[k];
+    }
+}
+
+template <typename WT>
+__global__ void k_get_rows_f(const WT *__restrict__ W, int cols, const int32_t *__restrict__ ids,
+                             float *__restrict__ out)
+{
+    const size_t r = (size_t)ids[blockIdx.x];
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        out[(size_t)blockIdx.x * cols + c] = ldw(W, r * cols + c);
+}
+
+static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, const int32_t *ids,
+                         int n, float *out)
+{
+    if (!cuda_supports(be, w->type) || !quant_chunk_ok(w) || w->cols > INT32_MAX)
+        return OMNI_ERR_UNSUPPORTED;
+    if (n < 1)
+        return 0;
+    cudaStream_t s = st(be)->stream;
+    const int cols = (int)w->cols;
+    const size_t rb = ggml_row_size(w->type, w->cols);
+    const uint8_t *W = (const uint8_t *)w->data;
+    switch (w->type) {
+    case GGML_TYPE_F32: k_get_rows_f<<<n, 256, 0, s>>>((const float *)W, cols, ids, out); break;
+    case GGML_TYPE_F16: k_get_rows_f<<<n, 256, 0, s>>>((const __half *)W, cols, ids, out); break;
+    case GGML_TYPE_Q4_0: k_get_rows_q<GGML_TYPE_Q4_0><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q8_0: k_get_rows_q<GGML_TYPE_Q8_0><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q4_K: k_get_rows_q<GGML_TYPE_Q4_K><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q6_K: k_get_rows_q<GGML_TYPE_Q6_K><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    }
+    return chk_launch("get_rows");
+}
+
+/* A block of 256 threads per row: sum of squares, then scale (y may be x). */
+__global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps)
+{
+    __shared__ float part[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *yr = y + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * inv * w[i];
+}
+
+static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const float *w, int rows,
+                        int dim, float eps)
+{
+    if (rows < 1)
+        return 0;
+    const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
+    k_rmsnorm<<<rows, threads, 0, st(be)->stream>>>(y, x, w, dim, eps);
+    return chk_launch("rmsnorm");
+}
+
+__global__ void k_add(float *y, const float *x, const float *b, int64_t n, int dim)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += b ? b[i % dim] : x[i];
+}
+
+static int cuda_add(struct omni_backend *be, float *y, const float *x, const float *b, int rows,
+                    int dim)
+{
+    const int64_t n = (int64_t)rows * dim;
+    if (n < 1)
+        return 0;
+    k_add<<<blocks_for(n, 256), 256, 0, st(be)->stream>>>(y, x, b, n, dim);
+    return chk_launch("add");
+}
+
+/* One thread per (token, head, rotated pair). */
+__global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_tok, int n_head,
+                       int head_dim, int half, const float *__restrict__ inv_freq,
+                       float attn_factor, bool neox)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * n_head * half)
+        return;
+    const int p = (int)(i % half);
+    const int64_t th = i / half; /* token * n_head + head */
+    const int t = (int)(th / n_head);
+    const float angle = (float)pos[t] * inv_freq[p];
+    const float c = cosf(angle) * attn_factor, s = sinf(angle) * attn_factor;
+    float *v = x + th * head_dim;
+    const int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x0 * s + x1 * c;
+}
+
+static int cuda_rope(struct omni_backend *be, float *x, const int32_t *pos, int n_tok, int n_head,
+                     int head_dim, int n_rot, const float *inv_freq, float attn_factor, bool neox)
+{
+    const int64_t n = (int64_t)n_tok * n_head * (n_rot / 2);
+    if (n < 1)
+        return 0;
+    k_rope<<<blocks_for(n, 256), 256, 0, st(be)->stream>>>(x, pos, n_tok, n_head, head_dim,
+                                                           n_rot / 2, inv_freq, attn_factor, neox);
+    return chk_launch("rope");
+}
+
+__global__ void k_swiglu(const float *__restrict__ g, float *u, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float v = g[i];
+        u[i] *= v / (1.0f + expf(-v));
+    }
+}
+
+static int cuda_swiglu(struct omni_backend *be, const float *g, float *u, int64_t n)
+{
+    if (n < 1)
+        return 0;
+    k_swiglu<<<blocks_for(n, 256), 256, 0, st(be)->stream>>>(g, u, n);
+    return chk_launch("swiglu");
+}
+
+// ---- KV and attention ------------------------------------------------------------------
+
+template <typename KT> __device__ __forceinline__ KT to_kv(float v);
+template <> __device__ __forceinline__ float to_kv<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half to_kv<__half>(float v) { return __float2half_rn(v); }
+
+template <typename KT>
+__global__ void k_kv_store(const float *__restrict__ k, const float *__restrict__ v, KT *kc, KT *vc,
+                           const int64_t *__restrict__ slot, int n, int kv_dim)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * kv_dim)
+        return;
+    const int t = (int)(i / kv_dim), e = (int)(i % kv_dim);
+    const int64_t at = slot[t] * kv_dim + e;
+    kc[at] = to_kv<KT>(k[i]);
+    vc[at] = to_kv<KT>(v[i]);
+}
+
+static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v, void *kc,
+                         void *vc, int kv_type, const int64_t *slot, int n, int kv_dim)
+{
+    const int64_t total = (int64_t)n * kv_dim;
+    if (total < 1)
+        return 0;
+    cudaStream_t s = st(be)->stream;
+    if (kv_type == GGML_TYPE_F16)
+        k_kv_store<__half><<<blocks_for(total, 256), 256, 0, s>>>(k, v, (__half *)kc, (__half *)vc,
+                                                                  slot, n, kv_dim);
+    else if (kv_type == GGML_TYPE_F32)
+        k_kv_store<float><<<blocks_for(total, 256), 256, 0, s>>>(k, v, (float *)kc, (float *)vc,
+                                                                 slot, n, kv_dim);
+    else
+        return OMNI_ERR_UNSUPPORTED;
+    return chk_launch("kv_store");
+}
+
+__device__ __forceinline__ float2 ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
+__device__ __forceinline__ float2 ld2(const float *p) { return *(const float2 *)p; }
+__device__ __forceinline__ float ld1(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ld1(const float *p) { return *p; }
+
+#define ATT_WARPS 4
+
+/* One warp per (token, query head): keys 32 at a time (lane j scores key
+ * j0 + j against the scaled query in shared memory), online softmax over
+ * the tiles; lane d accumulates output dims d, d + 32, ... (DPL of them). */
+template <typename KT, int DPL>
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn a)
+{
+    __shared__ float qs[ATT_WARPS][DPL * 32];
+    const int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int item = blockIdx.x * ATT_WARPS + wid;
+    if (item >= a.n_tok * a.n_head)
+        return;
+    const int t = item / a.n_head, h = item % a.n_head, hd = a.head_dim;
+    const int kvh = h / (a.n_head / a.n_head_kv);
+    const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
+    const int pos = a.pos[t];
+    const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
+    const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
+    const float *q = a.q + (size_t)item * hd;
+    for (int d = lane; d < hd; d += 32)
+        qs[wid][d] = q[d] * a.scale;
+    __syncwarp();
+    float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; i++)
+        acc[i] = 0.0f;
+    for (int j0 = first; j0 <= pos; j0 += 32) {
+        const int j = j0 + lane;
+        const bool valid = j <= pos;
+        int64_t base = 0;
+        float s = -INFINITY;
+        if (valid) {
+            const int64_t slot = (int64_t)table[j / a.block_size] * a.block_size + j % a.block_size;
+            base = slot * kv_dim + (int64_t)kvh * hd;
+            const KT *kr = K + base;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d += 2) { /* head_dim is even */
+                const float2 kv = ld2(kr + d);
+                dot += qs[wid][d] * kv.x + qs[wid][d + 1] * kv.y;
+            }
+            s = dot;
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        const float p = valid ? expf(s - m_new) : 0.0f;
+        const float corr = expf(m - m_new); /* 0 on the first tile */
+        l = l * corr + warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            acc[i] *= corr;
+        const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
+        for (int k = 0; k < n_valid; k++) {
+            const float pk = __shfl_sync(0xffffffffu, p, k);
+            const int64_t bk = __shfl_sync(0xffffffffu, (long long)base, k);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) {
+                const int d = lane + 32 * i;
+                if (d < hd)
+                    acc[i] += pk * ld1(V + bk + d);
+            }
+        }
+        m = m_new;
+    }
+    float *out = a.out + (size_t)item * hd;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < DPL; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd)
+            out[d] = acc[i] * inv;
+    }
+}
+
+template <typename KT>
+static void launch_attention(const struct omni_battn *a, cudaStream_t s)
+{
+    const unsigned g = blocks_for((int64_t)a->n_tok * a->n_head, ATT_WARPS);
+    if (a->head_dim <= 32)
+        k_attention<KT, 1><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+    else if (a->head_dim <= 64)
+        k_attention<KT, 2><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+    else if (a->head_dim <= 128)
+        k_attention<KT, 4><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+    else
+        k_attention<KT, 8><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+}
+
+static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
+{
+    if (a->head_dim > 256 || a->head_dim % 2 || a->n_head % a->n_head_kv)
+        return OMNI_ERR_UNSUPPORTED;
+    if (a->n_tok < 1)
+        return 0;
+    cudaStream_t s = st(be)->stream;
+    if (a->kv_type == GGML_TYPE_F16)
+        launch_attention<__half>(a, s);
+    else if (a->kv_type == GGML_TYPE_F32)
+        launch_attention<float>(a, s);
+    else
+        return OMNI_ERR_UNSUPPORTED;
+    return chk_launch("attention");
+}
+
+/* A block per row: the largest value, the first index on ties. */
+__global__ void k_argmax(const float *__restrict__ x, int n, int32_t *out)
+{
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float *row = x + (size_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int idx = n; /* none yet */
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float xi = row[i];
+        if (idx == n || xi > v) { /* strictly larger: a thread keeps its first */
+            v = xi;
+            idx = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) {
+            v = ov;
+            idx = oi;
+        }
+    }
+    if ((threadIdx.x & 31) == 0) {
+        bv[threadIdx.x >> 5] = v;
+        bi[threadIdx.x >> 5] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const unsigned nw = blockDim.x >> 5;
+        v = threadIdx.x < nw ? bv[threadIdx.x] : -INFINITY;
+        idx = threadIdx.x < nw ? bi[threadIdx.x] : n;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (ov > v || (ov == v && oi < idx)) {
+                v = ov;
+                idx = oi;
+            }
+        }
+        if (threadIdx.x == 0)
+            out[blockIdx.x] = idx < n ? idx : 0;
+    }
+}
+
+static int cuda_argmax(struct omni_backend *be, const float *x, int rows, int n, int32_t *out)
+{
+    if (rows < 1)
+        return 0;
+    k_argmax<<<rows, 1024, 0, st(be)->stream>>>(x, n, out);
+    return chk_launch("argmax");
+}
+
+// ---- memory --------------------------------------------------------------------------
+
+static void *cuda_alloc(struct omni_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: out of memory is an answer, not a broken context */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(struct omni_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFree(p);
+}
+
+static int cuda_upload(struct omni_backend *be, void *dst, const void *src, size_t bytes)
+{
+    return chk(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st(be)->stream), "upload");
+}
+
+static int cuda_download(struct omni_backend *be, void *dst, const void *src, size_t bytes)
+{
+    struct cuda_state *s = st(be);
+    int rc = chk(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream), "download");
+    return rc ? rc : chk(cudaStreamSynchronize(s->stream), "download sync");
+}
+
+static int cuda_memset0(struct omni_backend *be, void *dst, size_t bytes)
+{
+    return chk(cudaMemsetAsync(dst, 0, bytes, st(be)->stream), "memset");
+}
+
+static int cuda_sync(struct omni_backend *be)
+{
+    return chk(cudaStreamSynchronize(st(be)->stream), "sync");
+}
+
+static void cuda_destroy(struct omni_backend *be)
+{
+    struct cuda_state *s = st(be);
+    if (s) {
+        if (s->stream)
+            cudaStreamSynchronize(s->stream);
+        if (s->wh)
+            cudaFree(s->wh);
+        if (s->xh)
+            cudaFree(s->xh);
+        if (s->blas)
+            cublasDestroy(s->blas);
+        if (s->stream)
+            cudaStreamDestroy(s->stream);
+        free(s);
+    }
+    free(be);
+}
+
+extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, size_t errlen)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "backend: cuda: no usable GPU (%s)",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "backend: cuda: device %d of %d", device, count);
+        return NULL;
+    }
+    struct omni_backend *be = (struct omni_backend *)calloc(1, sizeof *be);
+    struct cuda_state *s = (struct cuda_state *)calloc(1, sizeof *s);
+    if (!be || !s) {
+        free(be);
+        free(s);
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "backend: cuda: out of memory");
+        return NULL;
+    }
+    be->impl = s;
+    s->device = device;
+    be->destroy = cuda_destroy;
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMemGetInfo(&be->mem_free, &be->mem_total)) != cudaSuccess) {
+        omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: device %d: %s", device,
+                  cudaGetErrorString(e));
+        cuda_destroy(be);
+        return NULL;
+    }
+    if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
+        omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
+        cuda_destroy(be);
+        return NULL;
+    }
+    snprintf(be->device, sizeof be->device, "%s (sm_%d%d, %zu MiB)", prop.name, prop.major,
+             prop.minor, be->mem_total >> 20);
+    be->name = "cuda";
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->memset0 = cuda_memset0;
+    be->sync = cuda_sync;
+    be->matmul = cuda_matmul;
+    be->get_rows = cuda_get_rows;
+    be->rmsnorm = cuda_rmsnorm;
+    be->add = cuda_add;
+    be->rope = cuda_rope;
+    be->swiglu = cuda_swiglu;
+    be->kv_store = cuda_kv_store;
+    be->attention = cuda_attention;
+    be->argmax = cuda_argmax;
+    be->supports = cuda_supports;
+    return be;
+}
