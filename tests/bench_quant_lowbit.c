@@ -10,8 +10,10 @@
  *      $(pkg-config --libs openblas) -lm -o /tmp/bench_quant_lowbit
  *   /tmp/bench_quant_lowbit [reps]
  * Fields: gelem_s (weight elements dotted per second, billions), ns_per_256
- * (one super-block), deq_gelem_s (dequantization), ratio_vs_q4_K (dot speed
- * relative to q4_K at that level; above 1 = faster). */
+ * (one super-block), cols4_ns_per_256 (vec_dot_n on 4 activation rows, per
+ * row; 0 where the type has none at that level), deq_gelem_s
+ * (dequantization), ratio_vs_q4_K (dot speed relative to q4_K at that level;
+ * above 1 = faster). */
 #include "src/core/cpu.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
@@ -61,7 +63,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < N_IN; i++)
         x[i] = wf[i] * 10;
-    static uint8_t w[N_TYPES][N_ROWS * N_IN * 2], xq[N_IN * 4];
+    static uint8_t w[N_TYPES][N_ROWS * N_IN * 2], xq[4][N_IN * 4];
     for (int t = 0; t < N_TYPES; t++)
         if (quantize_row(types[t], wf, w[t], (int64_t)N_ROWS * N_IN) != 0) {
             fprintf(stderr, "quantize %s failed\n", ggml_type_name(types[t]));
@@ -69,35 +71,45 @@ int main(int argc, char **argv)
         }
     volatile float sink = 0;
     for (int level = 0; level <= omni_cpu()->max_level; level++) {
-        static double dot_t[N_TYPES][MAX_REPS], deq_t[N_TYPES][MAX_REPS];
+        static double dot_t[N_TYPES][MAX_REPS], deq_t[N_TYPES][MAX_REPS], n4_t[N_TYPES][MAX_REPS];
         for (int rep = 0; rep < reps; rep++)
             for (int t = 0; t < N_TYPES; t++) {
                 const struct omni_quant_ops *op = omni_quant_ops_at(types[t], level);
                 const size_t row = ggml_row_size(types[t], N_IN);
-                if (op->from_float)
-                    op->from_float(x, xq, N_IN);
-                else
-                    memcpy(xq, x, sizeof x);
+                for (int c = 0; c < 4; c++)
+                    if (op->from_float)
+                        op->from_float(x, xq[c], N_IN);
+                    else
+                        memcpy(xq[c], x, sizeof x);
                 double t0 = cpu_s();
                 for (int k = 0; k < 4; k++)
                     for (int i = 0; i < N_ROWS; i++)
-                        sink += op->vec_dot(N_IN, w[t] + (size_t)i * row, xq);
+                        sink += op->vec_dot(N_IN, w[t] + (size_t)i * row, xq[0]);
                 double t1 = cpu_s();
                 op->to_float(w[t], deq, (int64_t)N_ROWS * N_IN);
                 double t2 = cpu_s();
+                float s4[4];
+                if (op->vec_dot_n)
+                    for (int i = 0; i < N_ROWS; i++) {
+                        op->vec_dot_n(N_IN, w[t] + (size_t)i * row, xq[0], sizeof xq[0], 4, s4, 1);
+                        sink += s4[3];
+                    }
+                double t3 = cpu_s();
                 dot_t[t][rep] = (t1 - t0) / 4;
                 deq_t[t][rep] = t2 - t1;
+                n4_t[t][rep] = op->vec_dot_n ? (t3 - t2) / 4 : 0;
             }
         double base = 0;
         for (int t = 0; t < N_TYPES; t++) {
-            const double d = median(dot_t[t], reps), q = median(deq_t[t], reps);
+            const double d = median(dot_t[t], reps), q = median(deq_t[t], reps), d4 = median(n4_t[t], reps);
             const double n = (double)N_ROWS * N_IN;
             if (t == 0)
                 base = d;
             printf("{\"bench\": \"quant_dot\", \"type\": \"%s\", \"level\": \"%s\", \"gelem_s\": %.3f, "
-                   "\"ns_per_256\": %.2f, \"deq_gelem_s\": %.3f, \"ratio_vs_q4_K\": %.3f}\n",
+                   "\"ns_per_256\": %.2f, \"cols4_ns_per_256\": %.2f, \"deq_gelem_s\": %.3f, "
+                   "\"ratio_vs_q4_K\": %.3f}\n",
                    ggml_type_name(types[t]), omni_cpu_level_name(level), n / d * 1e-9,
-                   d / n * 256 * 1e9, n / q * 1e-9, base / d);
+                   d / n * 256 * 1e9, d4 / n * 256 * 1e9, n / q * 1e-9, base / d);
         }
     }
     return sink == 12345.0f; /* keeps the dots from being optimized away */
