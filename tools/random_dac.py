@@ -33,6 +33,10 @@ SHAPES = {
     "tiny": dict(hidden_size=16, decoder_hidden_size=32, upsampling_ratios=[2, 5, 4],
                  downsampling_ratios=[4, 5, 2], n_codebooks=3, codebook_size=64,
                  codebook_dim=4, sampling_rate=24000),
+    # the tiny decoder with DAC.speech's codebooks: 2 of 1024 codes (OuteTTS tests)
+    "tiny-1024": dict(hidden_size=16, decoder_hidden_size=32, upsampling_ratios=[2, 5, 4],
+                      downsampling_ratios=[4, 5, 2], n_codebooks=2, codebook_size=1024,
+                      codebook_dim=4, sampling_rate=24000),
 }
 
 
