@@ -241,15 +241,18 @@ INLINE void dot_n_q2_K(int64_t n, const void *w, const void *a, size_t a_row, fl
         const __m128i sc = _mm_and_si128(sc8, _mm_set1_epi8(0x0f));
         const __m256i lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
         const __m256i hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)));
-        __m256i u0[4], u1[4];
-        half_values(x[i].qs, NULL, 0, u0);
-        half_values(x[i].qs + 32, NULL, 1, u1);
+        __m256i u[4], sumi[4];
+        half_values(x[i].qs, NULL, 0, u); /* one half's values live at a time */
+        for (int c = 0; c < nc; c++)
+            sumi[c] = half_dot(u, ((const block_q8_K *)ACT(a, a_row, c) + i)->qs, lo, mask);
+        half_values(x[i].qs + 32, NULL, 1, u);
+        for (int c = 0; c < nc; c++)
+            sumi[c] = _mm256_add_epi32(sumi[c], half_dot(u, ((const block_q8_K *)ACT(a, a_row, c) + i)->qs + 128, hi, mask));
         const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
             const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums)));
-            __m256i sumi = _mm256_add_epi32(half_dot(u0, y->qs, lo, mask), half_dot(u1, y->qs + 128, hi, mask));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(sumi), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
             acc_m[c] += y->d * dmin * (float)summs;
         }
     }
@@ -282,15 +285,18 @@ INLINE void dot_n_q3_K(int64_t n, const void *w, const void *a, size_t a_row, fl
         const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i u0[4], u1[4];
-        half_values(x[i].qs, &hm, 0, u0);
-        half_values(x[i].qs + 32, &hm, 1, u1);
+        __m256i u[4], sumi[4];
+        half_values(x[i].qs, &hm, 0, u); /* one half's values live at a time */
+        for (int c = 0; c < nc; c++)
+            sumi[c] = half_dot(u, ((const block_q8_K *)ACT(a, a_row, c) + i)->qs, lo, mask);
+        half_values(x[i].qs + 32, &hm, 1, u);
+        for (int c = 0; c < nc; c++)
+            sumi[c] = _mm256_add_epi32(sumi[c], half_dot(u, ((const block_q8_K *)ACT(a, a_row, c) + i)->qs + 128, hi, mask));
         const float d = h2f(x[i].d);
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
             const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)));
-            __m256i sumi = _mm256_add_epi32(half_dot(u0, y->qs, lo, mask), half_dot(u1, y->qs + 128, hi, mask));
-            acc[c] += d * y->d * (float)(hsum_epi32(sumi) - 4 * offset);
+            acc[c] += d * y->d * (float)(hsum_epi32(sumi[c]) - 4 * offset);
         }
     }
     for (int c = 0; c < nc; c++)
