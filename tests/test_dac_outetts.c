@@ -6,17 +6,24 @@
  *   speaker_tiny.json     a 5-word speaker profile
  *   prompt_speaker.json   {"prompt", "ids"} of a messy text with that speaker
  *   prompt_plain.json     the same without a speaker
- * The tiny vocabulary's model is written at test time by the same tool
- * (needs /usr/bin/python3 with numpy; skipped without). */
+ * The tiny vocabulary's model (and the tiny 2 x 1024-code DAC of
+ * tools/random_dac.py --shape tiny-1024) are written at test time (needs
+ * /usr/bin/python3 with numpy; skipped without). */
 #include "test.h"
 
+#include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
+#include "audio/tts/outetts_speak.h"
+#include "llm/model.h"
 #include "llm/tokenizer.h"
+#include "src/cli/cli.h"
+#include "src/engine/engine.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #define MESSY_TEXT "  Hi \xe2\x80\x9cthere\xe2\x80\x9d \xe2\x80\x94 it\xe2\x80\x99s\xe2\x80\xa6\n\tfine.  "
 
@@ -245,4 +252,138 @@ TEST(outetts_parser_frames)
     int32_t stop[2];
     CHECK_EQ(outetts_vocab_stop_tokens(v, stop), 2);
     CHECK_EQ(stop[0], tokenizer_find(tok, "<|audio_end|>", 13));
+}
+
+// ---- end to end: tiny random LM + tiny codec through the engine ----
+
+static void free_model(void *m) { llm_model_free(m); }
+static void free_engine(void *e) { engine_free(e); }
+static void free_dac_model(void *d) { dac_free(d); }
+
+/* the tiny decoder with 2 codebooks of 1024 (tools/random_dac.py --shape tiny-1024) */
+static const char *tiny_codec(void)
+{
+    static char path[600];
+    static int made = 0;
+    if (made == 0) {
+        snprintf(path, sizeof path, "%s/outetts_tiny_dac.gguf", test_tmpdir());
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/random_dac.py --shape tiny-1024 -o %s "
+                 ">/dev/null 2>&1", path);
+        made = system(cmd) == 0 ? 1 : -1;
+    }
+    return made == 1 ? path : NULL;
+}
+
+struct collected {
+    int64_t n, calls;
+    int stop_after;   /* > 0: stop after this many chunks */
+};
+
+static int collect(void *user, const float *pcm, size_t n)
+{
+    struct collected *c = user;
+    for (size_t i = 0; i < n; i++)
+        if (!(pcm[i] >= -1.0f && pcm[i] <= 1.0f))
+            return 1;
+    c->n += (int64_t)n;
+    c->calls++;
+    return c->stop_after > 0 && c->calls >= c->stop_after;
+}
+
+/* The audio is as long as the frames the model wrote; the second request
+ * with the same speaker reuses the speaker prompt's KV blocks; a stopped
+ * request frees its sequence. */
+TEST(outetts_speak_end_to_end)
+{
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    char err[256];
+    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    test_defer(free_model, m);
+    struct dac_model *dac = dac_load(codec, err, sizeof err);
+    CHECK_MSG(dac, "%s", err);
+    test_defer(free_dac_model, dac);
+    struct outetts_speaker *s = outetts_speaker_load(test_fixture("outetts/speaker_tiny.json"),
+                                                     err, sizeof err);
+    CHECK(s);
+    test_defer(free_spk, s);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 2;
+    ep.kv_memory_bytes = 16 << 20;
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(e, "%s", err);
+    test_defer(free_engine, e);
+    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
+    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
+
+    struct outetts_speak_params p = outetts_speak_default_params();
+    p.text = "Hello there, how are you today?";
+    p.speaker = s;
+    p.max_tokens = 200;
+    p.seed = 7;
+    p.first_chunk_frames = 4;
+    p.chunk_frames = 8;
+    struct outetts_speak_stats st1, st2;
+    struct collected c1 = { 0 }, c2 = { 0 };
+    CHECK_MSG(outetts_speak(e, 0, dac, NULL, &p, collect, &c1, &st1, err, sizeof err) == 0, "%s",
+              err);
+    CHECK(st1.frames > 0);   /* the tiny model favours code tokens */
+    CHECK_EQ(c1.n, dac_samples_for_frames(dac, st1.frames));
+    CHECK_EQ(st1.samples, c1.n);
+    CHECK_EQ(st1.completion_tokens, 200);
+    CHECK(st1.prompt_tokens > 100);
+    /* same speaker, same seed: the speaker prompt comes from the prefix
+     * cache, and the audio is the same length */
+    CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &c2, &st2, err, sizeof err) == 0);
+    CHECK(st2.cached_tokens >= 64);
+    CHECK_EQ(st2.frames, st1.frames);
+    CHECK_EQ(c2.n, c1.n);
+    /* a client that leaves after its first chunk: cancelled, nothing left running */
+    struct collected c3 = { .stop_after = 1 };
+    struct outetts_speak_stats st3;
+    p.max_tokens = 2000;
+    CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &c3, &st3, err, sizeof err) == 0);
+    CHECK_EQ(c3.calls, 1);
+    CHECK(st3.completion_tokens < 2000);
+    struct engine_stats es;
+    engine_stats(e, &es);
+    CHECK_EQ(es.running, 0);
+    CHECK_EQ(es.waiting, 0);
+    /* bad input: empty text, a codec with too small codebooks */
+    p.text = "   ";
+    CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &c3, &st3, err, sizeof err) < 0);
+    CHECK_STR_CONTAINS(err, "empty text");
+    struct dac_model *small = dac_load(test_fixture("dac/random_tiny.gguf"), err, sizeof err);
+    CHECK(small);
+    p.text = "Hi.";
+    int rc = outetts_speak(e, 0, small, NULL, &p, collect, &c3, &st3, err, sizeof err);
+    dac_free(small);
+    CHECK(rc < 0);
+    CHECK_STR_CONTAINS(err, "needs 2 of 1024");
+}
+
+/* speak -m ... -o out.wav: a wav of the samples the frames give */
+TEST(outetts_cli_speak)
+{
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    char out[600];
+    snprintf(out, sizeof out, "%s/outetts_speak.wav", test_tmpdir());
+    char *a_lm = strdup(lm), *a_codec = strdup(codec);
+    char *a_voice = strdup(test_fixture("outetts/speaker_tiny.json"));
+    char *argv[] = { "speak", "-m", a_lm, "--codec", a_codec, "--voice", a_voice, "--max-tokens",
+                     "120", "--threads", "2", "--seed", "3", "Good morning.", "-o", out };
+    int rc = cli_speak(16, argv);
+    char *bad_argv[] = { "speak", "-m", a_lm, "--voice", a_voice, "Hi", "-o", out };
+    int rc_bad = cli_speak(8, bad_argv);   /* no --codec */
+    free(a_lm), free(a_codec), free(a_voice);
+    CHECK_EQ(rc, 0);
+    CHECK(rc_bad != 0);
+    struct stat stt;
+    CHECK(stat(out, &stt) == 0);
+    CHECK(stt.st_size >= 44);
 }
