@@ -22,23 +22,27 @@
 #define QDIR "vision/qwen2_5_vl/"
 #define QGGUF "vision-qwen2_5_vl-mmproj-f32.gguf"
 
-/* An integer array field of reference.json ("key": [a, b, ...]); count. */
+/* The integers of an array field of reference.json ("key": [...], nested
+ * arrays flattened), at most cap; the count, or -1 without the key. */
 static int json_ints(const char *js, const char *key, int *out, int cap)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\": [", key);
     const char *p = strstr(js, pat);
-    int n = 0;
     if (!p)
         return -1;
-    for (p += strlen(pat); *p && *p != ']' && n < cap;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        out[n++] = (int)v;
-        for (p = end; *p == ',' || *p == ' ' || *p == '\n' || *p == '['; p++)
-            ;
+    int n = 0, depth = 1;
+    for (p += strlen(pat); *p && depth > 0 && n < cap;) {
+        if (*p == '[' || *p == ']') {
+            depth += *p == '[' ? 1 : -1;
+            p++;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            char *end;
+            out[n++] = (int)strtol(p, &end, 10);
+            p = end;
+        } else {
+            p++;
+        }
     }
     return n;
 }
