@@ -276,7 +276,8 @@ class HParams:
             if cfg.get("qkv_bias") or cfg.get("attention_bias"):
                 raise ConvertError(f"{path}: phi3 attention biases are not supported")
         if self.arch == "qwen3moe":
-            self.n_expert = need("num_experts")
+            # transformers 5 saves num_local_experts (num_experts before)
+            self.n_expert = need("num_local_experts" if "num_local_experts" in cfg else "num_experts")
             self.n_expert_used = need("num_experts_per_tok")
             self.n_ff_exp = need("moe_intermediate_size")
             if self.n_expert_used > self.n_expert:
