@@ -94,6 +94,7 @@ static const struct llm_family families[] = {
                         .swa_period = 1 },
     [LLM_ARCH_QWEN3MOE] = { "qwen3moe", .rope_neox = true, .qk_norm = true, .moe = true },
     [LLM_ARCH_SMOLLM3] = { "smollm3", .nope_period = 4 },
+    [LLM_ARCH_QWEN2VL] = { "qwen2vl", .rope_neox = true, .qkv_bias = true }, /* + M-RoPE */
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
@@ -241,6 +242,44 @@ static int load_moe(struct loader *ld, int l, struct moe_layer *x)
     return 0;
 }
 
+/* qwen2vl: <arch>.rope.dimension_sections, 4 integers (llama.cpp writes the
+ * reference's mrope_section padded with 0) summing to at most n_rot / 2. */
+static int get_rope_sections(struct loader *ld, struct llm_hparams *hp)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch_name);
+    enum gguf_type et;
+    uint64_t n = 0;
+    const int32_t *v = gguf_get_arr_data(ld->m->g, key);
+    if (gguf_get_arr(ld->m->g, key, &et, &n) < 0 || !v || n != 4 ||
+        (et != GGUF_TYPE_INT32 && et != GGUF_TYPE_UINT32))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: key %s missing or not 4 integers",
+                         ld->path, key);
+    int64_t sum = 0;
+    for (int i = 0; i < 4; i++) {
+        int32_t x;
+        memcpy(&x, v + i, sizeof x);
+        if (x < 0 || x > hp->n_rot)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: key %s: bad value", ld->path, key);
+        hp->rope_sections[i] = x, sum += x;
+    }
+    if (sum > hp->n_rot / 2)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: key %s: %lld pairs, rotary has %d",
+                         ld->path, key, (long long)sum, hp->n_rot / 2);
+    return 0;
+}
+
+/* The rotary position of pair i of token t: M-RoPE's stream for the pair
+ * (temporal, height, width sections in turn) when the batch has them. */
+static inline int32_t rope_pos(const struct llm_hparams *hp, const struct llm_batch *b, int t, int i)
+{
+    if (!b->rope_pos)
+        return b->pos[t];
+    const int s0 = hp->rope_sections[0], s1 = s0 + hp->rope_sections[1], s2 = s1 + hp->rope_sections[2];
+    const int stream = i < s0 ? 0 : i < s1 ? 1 : i < s2 ? 2 : 0;
+    return b->rope_pos[(size_t)stream * b->n_tokens + t];
+}
+
 /* Integer hyper-parameter <arch>.key, in [1, 1 << 20] (0 when optional and absent). */
 static int get_dim(struct loader *ld, const char *key, bool required, int *out)
 {
@@ -292,7 +331,7 @@ static int load_hparams(struct loader *ld)
     if (a < 0)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
-                         "qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3)", ld->path, (int)(len < 64 ? len : 64), arch);
+                         "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
     m->fam = &families[a];
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
@@ -316,6 +355,8 @@ static int load_hparams(struct loader *ld)
         return rc;
     /* partial rotary (rope.dimension_count < head_dim) only where the family has it */
     hp->n_rot = rope_dim ? rope_dim : hp->head_dim;
+    if (hp->arch == LLM_ARCH_QWEN2VL && (rc = get_rope_sections(ld, hp)) < 0)
+        return rc;
     const bool partial_ok = hp->arch == LLM_ARCH_PHI3;
     if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
@@ -1358,7 +1399,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         for (int r = 0; r < m->n_rope; r++) {
             const size_t at = ((size_t)r * ctx->max_tokens + t) * half;
             for (int i = 0; i < half; i++) {
-                const float angle = (float)batch->pos[t] * m->rope_inv_freq[r * half + i];
+                const float angle = (float)rope_pos(hp, batch, t, i) * m->rope_inv_freq[r * half + i];
                 ctx->rope_cos[at + i] = cosf(angle) * hp->rope_attn_factor;
                 ctx->rope_sin[at + i] = sinf(angle) * hp->rope_attn_factor;
             }

@@ -44,7 +44,7 @@ struct tpool;
 
 enum llm_arch {
     LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
-    LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
+    LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3, LLM_ARCH_QWEN2VL,
 };
 
 struct llm_hparams {
@@ -66,6 +66,8 @@ struct llm_hparams {
     int rope_orig_ctx;
     bool tied_output;        /* output.weight absent: reuse token_embd */
     int n_rot;               /* rotated dims per head (rope.dimension_count, phi3 partial) */
+    int rope_sections[4];    /* qwen2vl M-RoPE (rope.dimension_sections): rotary pairs turned by
+                                the temporal, height, width position (the rest: temporal) */
     int n_swa;               /* sliding window of the sliding layers (tokens; 0 none) */
     float rope_theta_swa;    /* rope base of the sliding layers (gemma3 local: 10000) */
     float attn_scale;        /* query scale: attention.scale or 1/sqrt(head_dim) */
@@ -148,6 +150,9 @@ struct llm_batch {
      * NULL: none. Rows without want_logits skip the output projection. */
     const bool *want_hidden;
     float *hidden;
+    /* qwen2vl M-RoPE: [3][n_tokens] temporal, height, width rotary positions
+     * (images advance them by grid, not by token); NULL = pos for all three */
+    const int32_t *rope_pos;
 };
 
 /* Per-run scratch: buffers for up to max_tokens tokens per forward. */
