@@ -322,6 +322,20 @@ fail:
     return NULL;
 }
 
+int tts_add_outetts(struct tts *t, struct engine *e, int model, const struct dac_model *dac,
+                    const char *voices_dir, char *err, size_t errlen)
+{
+    int n = __atomic_load_n(&t->n_backends, __ATOMIC_ACQUIRE);
+    if (n >= TTS_MAX_BACKENDS)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "tts: no room for another voice backend");
+    int rc = tts_outetts_open(&t->backends[n], e, model, dac, voices_dir, err, errlen);
+    if (rc < 0)
+        return rc;
+    /* the backend is complete before readers of n_backends can see it */
+    __atomic_store_n(&t->n_backends, n + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
 void tts_free(struct tts *t)
 {
     if (!t)

@@ -59,6 +59,17 @@ struct tts *tts_new(const struct tts_params *p, char *err, size_t errlen);
 /* Cancels every open stream, joins the worker. NULL is a no-op. */
 void tts_free(struct tts *t);
 
+struct engine;
+struct dac_model;
+/* Adds the OuteTTS 1.0 voices (audio/tts/outetts_speak.h): the language
+ * model `model` of engine e (started), the DAC codec dac, and a voice per
+ * speaker file NAME.json in voices_dir (NULL: none) besides voice "outetts"
+ * (no speaker). e and dac are borrowed until tts_free. Call once, before
+ * streams use these voices; listing threads see them atomically. 0 or a
+ * negative omni_err + message (a malformed speaker file is named). */
+int tts_add_outetts(struct tts *t, struct engine *e, int model, const struct dac_model *dac,
+                    const char *voices_dir, char *err, size_t errlen);
+
 /* Voices in listing order: OpenAI's names first, then every espeak-ng
  * language. Variants ("+f3") are accepted by tts_voice_find but not listed. */
 int tts_voice_count(const struct tts *t);

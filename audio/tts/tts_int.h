@@ -39,4 +39,12 @@ int tts_stretch(const float *in, size_t n, int rate_hz, double factor, float **o
 /* The built-in espeak-ng backend; 0 or a negative enum omni_err + message. */
 int tts_espeak_open(struct tts_backend *b, char *err, size_t errlen);
 
+struct engine;
+struct dac_model;
+/* The OuteTTS 1.0 backend (tts_outetts.c): model in e, codec dac, speaker
+ * files NAME.json of voices_dir (may be NULL) as voices. */
+int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
+                     const struct dac_model *dac, const char *voices_dir, char *err,
+                     size_t errlen);
+
 #endif
