@@ -235,14 +235,15 @@ $(BUILD)/fixtures/vision-%-mmproj-f32.gguf: tests/fixtures/vision/%/config.json 
 	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/$* $@ --type f32 \
 		--lm $(BUILD)/fixtures/vision-$*-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
-# The tiny Qwen2.5-VL (tests/test_qwen2vl.c): the mmproj alone (its M-RoPE text model is not
-# converted); the f16 file through the pattern rule above.
+# The tiny Qwen2.5-VL (tests/test_qwen2vl.c): mmproj + qwen2vl LM; the f16 mmproj through the
+# pattern rule above.
 VISION_QWEN := $(if $(wildcard tests/fixtures/vision/qwen2_5_vl/config.json),$(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f32.gguf \
 	$(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f16.gguf)
 golden-fixtures: $(VISION_QWEN)
 $(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f32.gguf: tests/fixtures/vision/qwen2_5_vl/config.json tools/hf_mmproj_to_gguf.py tools/gguf.py
 	@mkdir -p $(dir $@)
-	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/qwen2_5_vl $@ --type f32 2>$@.log \
+	@$(PYTHON) tools/hf_mmproj_to_gguf.py tests/fixtures/vision/qwen2_5_vl $@ --type f32 \
+		--lm $(BUILD)/fixtures/vision-qwen2_5_vl-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
 # ---- fuzzing (tests/fuzz, libFuzzer) -----------------------------------------
