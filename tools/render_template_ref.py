@@ -9,7 +9,11 @@ tojson without ASCII escaping, raise_exception and strftime_now globals, and the
       prints the prompt (exactly, nothing added); a raised error goes to stderr, exit 1
   render_template_ref.py --fixtures tests/fixtures/templates
       renders every *.jinja with every cases/*.json (variables from vars.json) into
-      expected/<template>.<case>.txt, or .err ("raise: MSG" or "error: TYPE: MSG")
+      expected/<template>.<case>.txt, or .err ("raise: MSG" or "error: TYPE: MSG"),
+      with strftime_now's clock fixed at FIXTURE_EPOCH
+
+strftime_now reads the local clock, as transformers does, unless SOURCE_DATE_EPOCH
+is set (seconds since 1970): then that instant in UTC, as the C renderer does.
 """
 import argparse
 import datetime
@@ -56,7 +60,12 @@ def make_env():
         raise RaisedByTemplate(message)
 
     def strftime_now(fmt):
-        return datetime.datetime.now().strftime(fmt)
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if epoch is not None:
+            when = datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+        else:
+            when = datetime.datetime.now()
+        return when.strftime(fmt)
 
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
@@ -71,7 +80,13 @@ def render(source, messages, tools=None, kwargs=None, add_generation_prompt=True
                            add_generation_prompt=add_generation_prompt, **(kwargs or {}))
 
 
+# The fixtures' clock (2025-08-05 12:00 UTC), so templates that print
+# strftime_now's date render the same every day; test_template.c sets the same.
+FIXTURE_EPOCH = "1754395200"
+
+
 def fixtures(root):
+    os.environ["SOURCE_DATE_EPOCH"] = FIXTURE_EPOCH
     with open(os.path.join(root, "vars.json"), encoding="utf-8") as f:
         variables = json.load(f)
     out_dir = os.path.join(root, "expected")
