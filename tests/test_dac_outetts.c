@@ -14,6 +14,7 @@
 #include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
 #include "audio/tts/outetts_speak.h"
+#include "audio/tts/tts.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 #include "src/cli/cli.h"
@@ -392,4 +393,71 @@ TEST(outetts_cli_speak)
     struct stat stt;
     CHECK(stat(out, &stt) == 0);
     CHECK(stt.st_size >= 44);
+}
+
+/* The voice backend: speaker files of a voices directory are voices beside
+ * the espeak ones and speak through the engine; a bad speaker file is named. */
+TEST(outetts_tts_backend)
+{
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    char err[512], dir[600], path[700], bad_dir[600];
+    snprintf(dir, sizeof dir, "%s/voices", test_tmpdir());
+    snprintf(bad_dir, sizeof bad_dir, "%s/voices_bad", test_tmpdir());
+    mkdir(dir, 0755);
+    mkdir(bad_dir, 0755);
+    size_t len;
+    char *spk = test_read_file(test_fixture("outetts/speaker_tiny.json"), &len);
+    CHECK(spk);
+    snprintf(path, sizeof path, "%s/alice.json", dir);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(spk, 1, len, f) == len;
+    if (f)
+        fclose(f);
+    free(spk);
+    snprintf(path, sizeof path, "%s/broken.json", bad_dir);
+    f = fopen(path, "wb");
+    if (f) {
+        fputs("{\"text\": 3}", f);
+        fclose(f);
+    }
+    CHECK(ok);
+    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
+    CHECK(m);
+    test_defer(free_model, m);
+    struct dac_model *dac = dac_load(codec, err, sizeof err);
+    CHECK(dac);
+    test_defer(free_dac_model, dac);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 2;
+    ep.kv_memory_bytes = 16 << 20;
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK(e);
+    test_defer(free_engine, e);
+    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
+    CHECK(engine_start(e, err, sizeof err) == 0);
+    struct tts *t = tts_new(NULL, err, sizeof err);
+    if (!t)
+        SKIP("no espeak-ng data for the tts core");
+    int rc_bad = tts_add_outetts(t, e, 0, dac, bad_dir, err, sizeof err);
+    bool named = strstr(err, "broken.json") != NULL;
+    int rc = tts_add_outetts(t, e, 0, dac, dir, err, sizeof err);
+    struct tts_voice_info vi;
+    int found = tts_voice_find(t, "alice", &vi, err, sizeof err);
+    int found2 = tts_voice_find(t, "outetts", &vi, err, sizeof err);
+    struct tts_stream_params sp = tts_stream_default_params();
+    sp.voice = "alice";
+    float *pcm = NULL;
+    size_t n = 0;
+    int rate = 0;
+    int rs = tts_synthesize(t, &sp, "Hi there. This is a test.", &pcm, &n, &rate, err, sizeof err);
+    free(pcm);
+    tts_free(t);
+    CHECK(rc_bad < 0 && named);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(found, 0);
+    CHECK_EQ(found2, 0);
+    CHECK_MSG(rs == 0, "%s", err);
+    CHECK_EQ(rate, 24000);
 }

@@ -24,7 +24,7 @@
 
 struct outetts_speak_params outetts_speak_default_params(void)
 {
-    return (struct outetts_speak_params){ .max_tokens = 4096, .temperature = OUTETTS_TEMPERATURE,
+    return (struct outetts_speak_params){ .max_tokens = 0, .temperature = OUTETTS_TEMPERATURE,
                                           .first_chunk_frames = 8, .chunk_frames = 32 };
 }
 
@@ -172,7 +172,12 @@ int outetts_speak(struct engine *e, int model, const struct dac_model *dac, stru
     rq.model = model;
     rq.prompt = ids;
     rq.n_prompt = n;
-    rq.max_tokens = p->max_tokens;
+    /* auto: a generous 40 tokens per byte of text (speech runs ~10: a word's
+     * ~25 code pairs and its markers), a guard against a model that never
+     * ends its audio */
+    size_t tl = strlen(p->text);
+    rq.max_tokens = p->max_tokens > 0 ? p->max_tokens
+                                      : (int)(tl > 200 ? 8192 : 64 + 40 * tl);
     rq.sampling = sampler_default_params();
     rq.sampling.temperature = p->temperature;
     rq.sampling.top_k = OUTETTS_TOP_K;

@@ -32,7 +32,8 @@ struct outetts_speaker;
 struct outetts_speak_params {
     const char *text;                      /* what to say (normalized here) */
     const struct outetts_speaker *speaker; /* NULL: no speaker (a random voice) */
-    int max_tokens;                        /* generated tokens; default 4096 */
+    int max_tokens;                        /* generated tokens; 0 (default): 64 + 40 per
+                                              byte of text, at most 8192 */
     uint64_t seed;                         /* sampling seed; default 0 */
     float temperature;                     /* default 0.4 (the model card's); 0: greedy */
     int first_chunk_frames, chunk_frames;  /* DAC stream chunking; default 8, 32 */

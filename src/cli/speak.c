@@ -36,7 +36,7 @@ static void speak_usage(FILE *f)
             "  -m, --model FILE   OuteTTS 1.0 GGUF (needs --codec and a --voice speaker file)\n"
             "  --codec FILE       DAC GGUF for -m (tools/hf_dac_to_gguf.py of DAC.speech.v1.0)\n"
             "                     with -m, --voice is an OuteTTS speaker JSON (none: random voice)\n"
-            "  --max-tokens N     with -m: generated tokens (default 4096)\n"
+            "  --max-tokens N     with -m: generated tokens (default: 64 + 40 per byte of text)\n"
             "  --seed N           with -m: sampling seed (default 0)\n"
             "  --threads N        with -m: compute threads (default: physical cores)\n"
             "  --list-voices      id, language, engine and name of every voice\n"
