@@ -19,6 +19,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -56,7 +57,8 @@
 #define TOL_Q8_0_KV_GEMMA_MEAN 0.08
 
 static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3",
-                                       "gemma2", "gemma3", "phi3", "mistral" };
+                                       "gemma2", "gemma3", "phi3", "mistral",
+                                       "qwen3moe", "smollm3" };
 #define N_GOLDEN ((int)(sizeof golden_models / sizeof *golden_models))
 
 /* The context the fixture's reference ran in: phi3's text (31 tokens) is
@@ -243,6 +245,16 @@ TEST(model_golden_gemma2_q8_0) { check_golden("gemma2", "q8_0", TOL_Q8_0_GEMMA2,
 TEST(model_golden_gemma3_q8_0) { check_golden("gemma3", "q8_0", TOL_Q8_0_GEMMA3, TOL_Q8_0_GEMMA3_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_phi3_q8_0) { check_golden("phi3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_mistral_q8_0) { check_golden("mistral", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+/* qwen3moe: 8 experts, 2 per token, renormalised weights (the fixture's
+ * router keeps its 2nd and 3rd logits >= 0.023 apart, so rounding in F16 or
+ * Q8_0 does not swap experts: measured F16 max 3.6e-3, Q8_0 max 0.07);
+ * smollm3: NoPE in layers 3 and 7 of 8 (Q8_0 max 0.12). */
+TEST(model_golden_qwen3moe_f32) { check_golden("qwen3moe", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_qwen3moe_f16) { check_golden("qwen3moe", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen3moe_q8_0) { check_golden("qwen3moe", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_smollm3_f32) { check_golden("smollm3", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_smollm3_f16) { check_golden("smollm3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_smollm3_q8_0) { check_golden("smollm3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_llama_f16) { check_golden("llama", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_llama3_f16) { check_golden("llama3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_qwen2_f16) { check_golden("qwen2", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
@@ -1108,6 +1120,17 @@ TEST(model_arch_bad_files)
         { "mistral", "rot_dims", { .drop_key = "llama.rope.dimension_count",
                                    .u32_key = "llama.rope.dimension_count", .u32_val = 16 },
           "rope dims 16" },
+        { "qwen3moe", "no_up_exps", { .drop_tensor = "blk.1.ffn_up_exps.weight" },
+          "'blk.1.ffn_up_exps.weight' missing" },
+        { "qwen3moe", "no_router", { .drop_tensor = "blk.2.ffn_gate_inp.weight" },
+          "'blk.2.ffn_gate_inp.weight' missing" },
+        { "qwen3moe", "short_down_exps", { .shrink_tensor = "blk.0.ffn_down_exps.weight" },
+          "'blk.0.ffn_down_exps.weight': shape [16, 64, 8] (3 dims), expected [32, 64, 8]" },
+        { "qwen3moe", "no_expert_count", { .drop_key = "qwen3moe.expert_count" },
+          "key qwen3moe.expert_count missing" },
+        { "qwen3moe", "too_many_used", { .drop_key = "qwen3moe.expert_used_count",
+                                         .u32_key = "qwen3moe.expert_used_count", .u32_val = 9 },
+          "9 of 8 experts" },
     };
     char err[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -1130,11 +1153,11 @@ TEST(model_arch_bad_files)
  * byte for byte as transformers rendered it for the fixture. */
 TEST(model_arch_chat_template_from_gguf)
 {
-    static const char *models[] = { "gemma2", "gemma3", "phi3", "mistral" };
+    static const char *models[] = { "gemma2", "gemma3", "phi3", "mistral", "qwen3moe" };
     const char *msgs = "[{\"role\": \"system\", \"content\": \"You are terse.\"},"
                        " {\"role\": \"user\", \"content\": \"Hello world!\"}]";
     char err[512];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         struct llm_model *m = llm_model_load(golden_gguf(models[k], "f32"), NULL, err, sizeof err);
         if (!m)
             SKIP("converted fixture missing (make golden-fixtures)");
@@ -1184,4 +1207,116 @@ TEST(model_nn_geglu_tanh_and_softcap)
     fprintf(stderr, "[geglu_tanh %.1e, softcap %.1e] ", dg, dc);
     CHECK_MSG(dg < 1e-5, "geglu_tanh: %g", dg);
     CHECK_MSG(dc < 1e-6 * 30, "softcap: %g", dc); /* relative to the cap */
+}
+
+/* "Today Date: ..." lines out (SmolLM3's template prints the date it
+ * renders on; the fixture was rendered on another day). */
+static void drop_today(char *s)
+{
+    char *p;
+    while (s && (p = strstr(s, "Today Date: "))) {
+        char *e = strchr(p, '\n');
+        memmove(p, e ? e + 1 : p + strlen(p), strlen(e ? e + 1 : p + strlen(p)) + 1);
+        s = p;
+    }
+}
+
+/* SmolLM3's published template from the converted file, with its reasoning
+ * switches: enable_thinking and the system message's /think and /no_think
+ * flags (which win over it), each byte for byte as transformers rendered it
+ * (reference.json chat_rendered and chat_variants). */
+TEST(model_smollm3_template_think_flags)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(golden_gguf("smollm3", "f32"), NULL, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    char *ref_text = test_read_file(test_fixture("golden/smollm3/reference.json"), NULL);
+    cJSON *ref = ref_text ? cJSON_Parse(ref_text) : NULL;
+    CHECK(ref);
+    /* the plain chat first, then every variant */
+    cJSON *cases = cJSON_CreateArray();
+    cJSON *plain = cJSON_CreateObject();
+    cJSON_AddItemToObject(plain, "messages", cJSON_Duplicate(cJSON_GetObjectItem(ref, "chat_messages"), 1));
+    cJSON_AddItemToObject(plain, "kwargs", cJSON_CreateObject());
+    cJSON_AddItemToObject(plain, "rendered", cJSON_Duplicate(cJSON_GetObjectItem(ref, "chat_rendered"), 1));
+    cJSON_AddItemToArray(cases, plain);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItem(ref, "chat_variants"))
+        cJSON_AddItemToArray(cases, cJSON_Duplicate(v, 1));
+    CHECK_EQ(cJSON_GetArraySize(cases), 4);
+    int k = 0;
+    cJSON_ArrayForEach(v, cases) {
+        char *msgs = cJSON_PrintUnformatted(cJSON_GetObjectItem(v, "messages"));
+        char *kw = cJSON_PrintUnformatted(cJSON_GetObjectItem(v, "kwargs"));
+        const char *want_s = cJSON_GetStringValue(cJSON_GetObjectItem(v, "rendered"));
+        CHECK(msgs && kw && want_s);
+        char *want = strdup(want_s), *out = NULL;
+        size_t len = 0;
+        bool fallback = true;
+        int rc = tpl_render_gguf(llm_model_gguf(m), llm_model_tokenizer(m), msgs, NULL, kw, true,
+                                 &out, &len, &fallback, err, sizeof err);
+        CHECK_MSG(rc == 0, "case %d: %s", k, err);
+        CHECK_MSG(!fallback, "case %d: fell back to the built-in format", k);
+        drop_today(out);
+        drop_today(want);
+        CHECK_MSG(!strcmp(out, want), "case %d (%s): rendered\n%s\nwanted\n%s", k, kw, out, want);
+        free(out);
+        free(want);
+        cJSON_free(msgs);
+        cJSON_free(kw);
+        k++;
+    }
+    cJSON_Delete(cases);
+    cJSON_Delete(ref);
+    free(ref_text);
+    llm_model_free(m);
+}
+
+/* A decoded token of qwen3moe multiplies the router and only the experts
+ * it chose (2 of 8 per layer): the context's byte counter equals
+ * llm_model_decode_bytes exactly, well under the file's weights; a prefill
+ * reads each chosen expert once however many of its tokens chose it. */
+TEST(model_moe_decode_reads_chosen_experts)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load("qwen3moe", &g) == 0);
+    struct llm_model *m = llm_model_load(golden_gguf("qwen3moe", "f32"), NULL, err, sizeof err);
+    if (!m) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    CHECK_EQ(hp->n_expert, 8);
+    CHECK_EQ(hp->n_expert_used, 2);
+    CHECK_EQ(hp->n_ff_exp, 32);
+    CHECK(hp->expert_weights_norm);
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 4, err, sizeof err);
+    CHECK(ctx && kv);
+    struct seq s;
+    seq_init(&s, 4, 0, 1, 4);
+    const int n = g.n_tokens, V = g.n_vocab;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    CHECK_EQ(run_chunks(ctx, kv, &s.view, g.ids, n - 1, n - 1, out, V), 0);
+    const uint64_t prefill = llm_ctx_weight_bytes_read(ctx);
+    llm_ctx_reset_weight_bytes_read(ctx);
+    int32_t pos = n - 1, sq = 0;
+    struct llm_batch b = { .n_tokens = 1, .token = &g.ids[n - 1], .pos = &pos, .seq = &sq };
+    CHECK_EQ(llm_forward(ctx, &b, kv, &s.view, out), 1);
+    const uint64_t decode = llm_ctx_weight_bytes_read(ctx);
+    /* experts: 3 layers x 3 matrices x [32][64] floats each */
+    const uint64_t expert = 3 * 32 * 64 * 4, all = llm_model_weight_bytes(m);
+    fprintf(stderr, "[decode %llu B, prefill %llu B, file %llu B] ", (unsigned long long)decode,
+            (unsigned long long)prefill, (unsigned long long)all);
+    CHECK_EQ(decode, (uint64_t)llm_model_decode_bytes(m));
+    CHECK(decode + 3 * 6 * expert <= all); /* 6 of 8 experts per layer unread */
+    CHECK(prefill >= decode && prefill <= decode + 3 * 6 * expert);
+    CHECK(test_max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
+    free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
 }
