@@ -1057,3 +1057,20 @@ TEST(engine_sliding_window_models)
     test_release(m);
     concurrency_identity("gemma2-f32", 6, 24 * block, 4, true);
 }
+
+/* qwen3moe (experts routed per token) and smollm3 (NoPE layers) through the
+ * engine: greedy tokens equal the plain forward; 6 sequences preempted and
+ * recomputed in deterministic mode give their solo tokens (the expert
+ * products go through the model's batch-invariant matmul). */
+TEST(engine_moe_and_nope_models)
+{
+    static const char *models[] = { "qwen3moe-f32", "smollm3-f32" };
+    for (int k = 0; k < 2 && !test_failed_now(); k++) {
+        check_matches_plain_forward(models[k], GGML_TYPE_F16);
+        struct llm_model *m = golden(models[k]);
+        const struct llm_hparams *hp = llm_model_hparams(m);
+        const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+        test_release(m);
+        concurrency_identity(models[k], 6, 24 * block, 4, true);
+    }
+}
