@@ -13,6 +13,7 @@
 #include "src/cli/models.h"
 
 #include "llm/model.h"
+#include "audio/codec/dac.h"
 #include "audio/tts/tts.h"
 #include "src/api/api.h"
 #include "src/api/responses_store.h"
@@ -60,6 +61,7 @@ struct serve_opts {
     long vision_cache_mb;         /* --vision-cache-mb N */
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
+    const char *tts_model, *tts_codec, *voices_dir; /* --tts-model/--tts-codec/--voices-dir: OuteTTS */
     struct realtime_limits rl;    /* --realtime-max-*: Realtime conversations */
     const char *mcp_config;       /* --mcp-config FILE.json: MCP servers for tool_execution server */
     struct mcp_params mcpp;       /* --mcp-tool-timeout, --mcp-max-result, ... */
@@ -81,6 +83,10 @@ struct serve_loader {
     struct llm_model *model;
     struct engine *engine;
     struct embed_service *embed;  /* embedding and rerank models (freed after the engine) */
+    struct tts *tts;              /* --tts-model: its voices join these */
+    struct llm_model *tts_lm;     /* --tts-model, in the engine */
+    struct dac_model *tts_dac;    /* --tts-codec */
+    bool tts_added;               /* the tts uses the engine: free it first */
     int failed;
 };
 
@@ -199,6 +205,9 @@ static void serve_usage(FILE *f)
             "  --stt-workers N            transcriptions in flight at once, sharing batched passes (default 4)\n"
             "  --stt-threads N            at most N of the --threads for the speech model (default: all)\n"
             "  --no-tts                   no speech synthesis (/v1/audio/speech answers 503)\n"
+            "  --tts-model FILE           OuteTTS 1.0 GGUF: neural voices, run by the engine beside chat\n"
+            "  --tts-codec FILE           its DAC codec GGUF (tools/hf_dac_to_gguf.py)\n"
+            "  --voices-dir DIR           OuteTTS speaker files NAME.json: voice NAME (besides 'outetts')\n"
             "  --realtime-max-items N     items kept per Realtime conversation (default 256)\n"
             "  --realtime-max-item-bytes N  text of one conversation item (default 65536)\n"
             "  --realtime-max-audio-s S   input audio without a commit (default 300)\n"
@@ -401,6 +410,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->ep.max_queue = (int)n;
         } else if (!strcmp(a, "--stt-model"))
             o->sp.model_path = v;
+        else if (!strcmp(a, "--tts-model"))
+            o->tts_model = v;
+        else if (!strcmp(a, "--tts-codec"))
+            o->tts_codec = v;
+        else if (!strcmp(a, "--voices-dir"))
+            o->voices_dir = v;
         else if (!strcmp(a, "--vad-model"))
             o->sp.vad_path = v;
         else if (!strcmp(a, "--realtime-max-items")) {
@@ -560,6 +575,13 @@ static void *serve_load(void *arg)
         ok = false;
     if (ok && chat && engine_add_model(L->engine, L->model, o->served_name, err, sizeof err) < 0)
         ok = false;
+    int tts_idx = -1;   /* --tts-model: a model of the same engine, batched with chat */
+    if (ok && o->tts_model && L->tts &&
+        (!(L->tts_dac = dac_load(o->tts_codec, err, sizeof err)) ||
+         !(L->tts_lm = llm_model_load(o->tts_model, NULL, err, sizeof err)) ||
+         (!L->engine && !(L->engine = engine_new(&o->ep, err, sizeof err))) ||
+         (tts_idx = engine_add_model(L->engine, L->tts_lm, "outetts", err, sizeof err)) < 0))
+        ok = false;
     if (ok && (o->n_embed || o->embeddings) && !(L->embed = embed_service_new(&o->emp, err, sizeof err)))
         ok = false;
     /* the chat model first: the default of requests that name no model */
@@ -573,6 +595,13 @@ static void *serve_load(void *arg)
                                 sizeof err) >= 0;
     if (ok && L->engine)
         ok = engine_start(L->engine, err, sizeof err) == 0;
+    if (ok && tts_idx >= 0) {
+        ok = tts_add_outetts(L->tts, L->engine, tts_idx, L->tts_dac, o->voices_dir, err,
+                             sizeof err) == 0;
+        L->tts_added = ok;
+        if (ok)
+            OMNI_INFO("serve: OuteTTS voices from %s ready", o->tts_model);
+    }
     if (ok && L->embed)
         ok = embed_service_start(L->embed, err, sizeof err) == 0;
     if (ok) {
@@ -704,6 +733,11 @@ int cli_serve(int argc, char **argv)
     o.wp.on_done = api_on_done;
     o.wp.upgrade = api_upgrade;
     o.wp.user = api;
+    if (o.tts_model && !o.tts_codec) {
+        fprintf(stderr, "serve: --tts-model needs --tts-codec DAC.gguf\n");
+        api_free(api);
+        return 2;
+    }
     if (o.sp.vad_path && !o.sp.model_path) {
         fprintf(stderr, "serve: --vad-model needs --stt-model\n");
         api_free(api);
@@ -779,10 +813,10 @@ int cli_serve(int argc, char **argv)
         mcp_config_free(mcp_cfg);
         mcp_cfg = NULL;
     }
-    struct serve_loader L = { .o = &o, .api = api, .srv = srv };
+    struct serve_loader L = { .o = &o, .api = api, .srv = srv, .tts = tts };
     pthread_t loader;
     bool have_loader = false;
-    if (o.model || o.hf_repo || o.n_embed) {
+    if (o.model || o.hf_repo || o.n_embed || o.tts_model) {
         have_loader = pthread_create(&loader, NULL, serve_load, &L) == 0;
         if (!have_loader) {
             fprintf(stderr, "serve: cannot start the loader thread\n");
@@ -821,6 +855,10 @@ int cli_serve(int argc, char **argv)
      * then releases. */
     api_images_pool_free(vis.pool);
     vis.pool = NULL;
+    if (L.tts_added) {            /* its voices speak through the engine: stop them first */
+        tts_free(tts);
+        tts = NULL;
+    }
     engine_free(L.engine);
     /* after the engine: its final events reached the jobs; queued encoder
      * jobs end here, while their responses still exist */
@@ -835,6 +873,8 @@ int cli_serve(int argc, char **argv)
     serve_vision_free(&vis);
     compute_free(budget);         /* every client is gone; also clears the default */
     llm_model_free(L.model);
+    llm_model_free(L.tts_lm);
+    dac_free(L.tts_dac);
     apireq_set_default_bias(NULL, err, sizeof err);
     return L.failed ? 1 : 0;
 }
