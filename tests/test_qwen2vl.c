@@ -11,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/model.h"
 #include "media/image.h"
 #include "src/core/gguf.h"
+#include "src/core/matmul.h"
 #include "src/core/omni.h"
+#include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "test.h"
 #include "vision/qwen2vl.h"
@@ -328,4 +331,121 @@ TEST(qwen2vl_f16_close_to_reference)
     vision_ctx_free(vc);
     media_image_release(&img);
     vision_model_free(m);
+}
+
+/* The language side: the reference prompt laid out by vision_prompt_build
+ * (its ids = the processor's), both pictures' rows fused, M-RoPE ids from
+ * qwen2vl_mrope_positions -> the qwen2vl LM's logits = the reference's;
+ * then greedy decoding (rotary ids continuing from one past the largest)
+ * gives the reference's tokens. */
+TEST(qwen2vl_fused_logits_and_greedy_match_reference)
+{
+    char err[256];
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
+    CHECK(js);
+    int ref_ids[512], greedy[16], grid[6];
+    const int n_ref = json_ints(js, "ids", ref_ids, 512), n_greedy = json_ints(js, "greedy", greedy, 16);
+    CHECK(n_ref > 0 && n_greedy > 0 && json_ints(js, "grid_thw", grid, 6) == 6);
+    const char *it = strstr(js, "\"image_token_id\": ");
+    CHECK(it);
+    const int32_t image_token = atoi(it + 18);
+    char prompt[1024];
+    const char *p = strstr(js, "\"prompt\": \"");
+    CHECK(p);
+    size_t k = 0;
+    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
+        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
+    prompt[k] = 0;
+    free(js);
+
+    struct vision_model *vm = load_qwen();
+    CHECK(vm);
+    struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(lm);
+    CHECK(hp->arch == LLM_ARCH_QWEN2VL && hp->rope_sections[0] == 2 && hp->rope_sections[1] == 3);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    CHECK(vc);
+    struct vision_embd img[2];
+    const char *png[2] = { "vision/image.png", QDIR "image2.png" };
+    for (int i = 0; i < 2; i++) {
+        struct media_image im;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
+        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
+        media_image_release(&im);
+    }
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), prompt, strlen(prompt), false, img, 2, &vp, err,
+                                 sizeof err), 0);
+    CHECK_EQ(vp.n_positions, n_ref);
+    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
+    CHECK(te);
+    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
+    const int n = n_ref, D = hp->n_embd, V = hp->n_vocab, T = n + n_greedy;
+    float *x = malloc(sizeof(float) * T * D), *logits = malloc(sizeof(float) * n * V);
+    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
+    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
+    bool *want = malloc(sizeof(bool) * T);
+    CHECK(x && logits && ids && pos && seq && rp && want);
+    for (int i = 0, q = 0; q < vp.n_parts; q++) {
+        const struct vision_prompt_part *pt = &vp.parts[q];
+        for (int j = 0; j < pt->n; j++, i++) {
+            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
+            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
+            if (pt->embd)
+                memcpy(x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
+            else
+                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * D);
+            pos[i] = i, want[i] = true;
+        }
+    }
+    const int grids[2][2] = { { grid[1] / 2, grid[2] / 2 }, { grid[4] / 2, grid[5] / 2 } };
+    int next = qwen2vl_mrope_positions(ids, n, image_token, grids, 2, rp, err, sizeof err);
+    CHECK_MSG(next > 0, "%s", err);
+    for (int i = 0; i < 64; i++)
+        table[i] = i;
+    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
+    CHECK(ctx && kv);
+    struct llm_seq_view view = { table, 16 };
+    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    float *ref = test_read_floats(test_fixture(QDIR "logits.bin"), (size_t)n * V);
+    CHECK(ref);
+    double d = test_max_diff(logits, ref, (size_t)n * V);
+    printf("    fused logits max diff %.3g over %d positions\n", d, n);
+    CHECK_MSG(d < 1e-3, "logits differ by %g", d);
+    /* without the M-RoPE ids (plain positions) the logits after the first image differ */
+    b.rope_pos = NULL;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    CHECK(test_max_diff(logits, ref, (size_t)n * V) > 1e-3);
+    b.rope_pos = rp;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    // greedy: one token at a time, rotary ids next, next + 1, ...
+    int last = n - 1;
+    for (int g = 0; g < n_greedy; g++) {
+        const float *lg = logits + (size_t)(g ? 0 : last) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            best = lg[v] > lg[best] ? v : best;
+        CHECK_MSG(best == greedy[g], "greedy token %d: %d, reference %d", g, best, greedy[g]);
+        int32_t tp = n + g, trp[3] = { next + g, next + g, next + g };
+        bool w = true;
+        float *xe = x + (size_t)(n + g) * D;
+        omni_tensor_get_row(&tok, best, xe);
+        struct llm_batch s = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
+                               .rope_pos = trp };
+        CHECK_EQ(llm_forward(ctx, &s, kv, &view, logits), 1);
+    }
+    printf("    greedy: %d tokens as the reference\n", n_greedy);
+    free(ref), free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    vision_prompt_release(&vp);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    vision_embd_release(&img[0]);
+    vision_embd_release(&img[1]);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """hf_mmproj_to_gguf.py - convert the vision half of a Hugging Face LLaVA,
 Idefics3/SmolVLM or Qwen2.5-VL checkpoint to a llama.cpp mmproj GGUF (and the
-language half of the first two to an LM GGUF with --lm).
+language half to an LM GGUF with --lm: Llama text models, and Qwen2.5-VL's
+as llama.cpp's qwen2vl architecture with rope.dimension_sections).
 
     tools/hf_mmproj_to_gguf.py MODEL_DIR MMPROJ.gguf [--type f32|f16] [--lm LM.gguf [--lm-type T]]
 
@@ -324,12 +325,27 @@ def convert_lm(model_dir, out, type_name):
     the tokenizer, and the checkpoint's LM tensors under standalone names."""
     cfg = read_json(os.path.join(model_dir, "config.json"), "config.json")
     text = dict(cfg.get("text_config") or {})
-    if text.get("model_type", "llama") != "llama":
+    qwen = FAMILIES.get((cfg.get("architectures") or [None])[0]) == "qwen2.5vl"
+    sections = None
+    if qwen:
+        # a qwen2 model plus M-RoPE: llama.cpp's qwen2vl architecture, its
+        # rope.dimension_sections the reference's mrope_section padded to 4
+        rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+        sections = list(rope.get("mrope_section") or [])
+        if not 1 <= len(sections) <= 4 or not all(isinstance(x, int) and x >= 0 for x in sections):
+            raise ConvertError(f"{model_dir}: text_config mrope_section {sections!r} not supported")
+        sections += [0] * (4 - len(sections))
+        text["architectures"] = ["Qwen2ForCausalLM"]
+    elif text.get("model_type", "llama") != "llama":
         raise ConvertError(f"{model_dir}: text model type {text.get('model_type')!r} not supported")
-    text["architectures"] = ["LlamaForCausalLM"]
+    else:
+        text["architectures"] = ["LlamaForCausalLM"]
     ckpt = open_checkpoint(model_dir)
     renamed = {}
     for name in ckpt:
+        if qwen and name.startswith("model.") and not name.startswith(("model.visual.", "model.language_model.")):
+            renamed[name] = name  # transformers 4.x layout: the LM at the top
+            continue
         for old, new in LM_RENAMES:
             if name.startswith(old):
                 renamed[new + name[len(old):]] = name
@@ -354,6 +370,12 @@ def convert_lm(model_dir, out, type_name):
         hp = hf_to_gguf.HParams(tmp)
         w = gguf.GGUFWriter(out)
         hp.write(w, cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)), file_type)
+        if qwen:
+            # rename qwen2.* -> qwen2vl.* and add the M-RoPE sections
+            w.kv = [(k.replace("qwen2.", "qwen2vl.", 1) if k.startswith("qwen2.") else k, t, v)
+                    for k, t, v in w.kv if k != "general.architecture"]
+            w.add("general.architecture", "qwen2vl")
+            w.add("qwen2vl.rope.dimension_sections", sections, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
         hf_to_gguf.add_tokenizer(w, hp, tmp)
         hf_to_gguf.add_tensors(w, hp, lm_ckpt, ggml_type)
         w.write()
