@@ -1,9 +1,12 @@
 /* inspect.c - `omniserve inspect FILE.gguf`: what is inside a GGUF file.
  *
  * Prints the header facts, architecture and every `<arch>.*` hyper-parameter,
- * a tokenizer summary, whether a chat template is present, and a table of
+ * whether omniserve runs the architecture as a language model (and, for a
+ * mixture of experts, what share of the weights a decoded token reads), a
+ * tokenizer summary, whether a chat template is present, and a table of
  * tensors with totals per type. Works on any GGUF (models, vocabularies,
  * mmproj files) because all keys are printed generically. */
+#include "llm/model.h"
 #include "src/cli/cli.h"
 #include "src/core/gguf.h"
 #include "src/core/tensor.h"
@@ -190,6 +193,49 @@ static void inspect_header(const struct gguf *g)
             printf("pooling:       %u, %s\n", pool, pool < 5 ? uses[pool] : "unknown");
         }
     }
+}
+
+/* Whether this build runs the file as a language model; for a mixture of
+ * experts (<arch>.expert_count, 3-D *_exps tensors) the bytes a decoded token
+ * reads: every other tensor but the embedding, and expert_used_count of
+ * expert_count experts. */
+static void inspect_support(const struct gguf *g)
+{
+    size_t len;
+    const char *arch = gguf_get_str(g, "general.architecture", &len);
+    char name[64];
+    if (!arch || len >= sizeof name || memchr(arch, 0, len))
+        return;
+    memcpy(name, arch, len);
+    name[len] = 0;
+    if (llm_arch_supported(name))
+        printf("omniserve:     runs it (language model)\n");
+    else if (!strncmp(name, "bert", 4) || !strcmp(name, "nomic-bert") || !strcmp(name, "jina-bert-v2") ||
+             !strcmp(name, "clip"))
+        printf("omniserve:     %s file (see docs/models.md)\n",
+               strcmp(name, "clip") ? "embedding encoder" : "vision projector");
+    else
+        printf("omniserve:     architecture '%s' is not one it runs\n", name);
+    char key[96];
+    uint32_t n_expert = 0, n_used = 0;
+    snprintf(key, sizeof key, "%s.expert_count", name);
+    gguf_get_u32(g, key, &n_expert);
+    snprintf(key, sizeof key, "%s.expert_used_count", name);
+    gguf_get_u32(g, key, &n_used);
+    if (!n_expert || !n_used || n_used > n_expert)
+        return;
+    uint64_t experts = 0, other = 0, total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        total += t->nbytes;
+        if (strstr(t->name, "_exps."))
+            experts += t->nbytes;
+        else if (strcmp(t->name, "token_embd.weight"))
+            other += t->nbytes;
+    }
+    const double read = (double)other + (double)experts * n_used / n_expert;
+    printf("experts:       %u, %u per token: a decoded token reads %.1f of %.1f MiB (%.0f%%)\n",
+           n_expert, n_used, read / 1048576.0, total / 1048576.0, total ? 100.0 * read / total : 0.0);
 }
 
 /* Every key starting with prefix (e.g. "llama."), in file order. */
@@ -405,6 +451,7 @@ int cli_inspect(int argc, char **argv)
     }
 
     inspect_header(g);
+    inspect_support(g);
     inspect_keys_with_prefix(g, "general", "general.");
     inspect_hparams(g);
     inspect_tokenizer(g);
