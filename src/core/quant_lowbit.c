@@ -138,19 +138,86 @@ static inline int round_int(float v)
     return (int)lroundf(v);
 }
 
+/* x[0..n) ~ scale * q - min, q in 0..qmax, scale >= 0, min >= 0: the
+ * min/max line, then a few rounds of "round q, least-squares refit of scale
+ * and min" keeping the best squared error. */
+static void fit_scale_min(const float *x, int n, int qmax, float *scale, float *min)
+{
+    float lo = 0, hi = 0;
+    for (int l = 0; l < n; l++) {
+        lo = MIN(lo, x[l]);
+        hi = MAX(hi, x[l]);
+    }
+    float a = (hi - lo) / (float)qmax, b = -lo, best = INFINITY;
+    *scale = a;
+    *min = b;
+    for (int iter = 0; iter < 4 && a > 0; iter++) {
+        double sq = 0, sqq = 0, sx = 0, sqx = 0, err = 0;
+        for (int l = 0; l < n; l++) {
+            const int q = MAX(0, MIN(qmax, round_int((x[l] + b) / a)));
+            const float e = a * (float)q - b - x[l];
+            err += (double)e * e;
+            sq += q;
+            sqq += (double)q * q;
+            sx += x[l];
+            sqx += (double)q * x[l];
+        }
+        if (err < best) {
+            best = (float)err;
+            *scale = a;
+            *min = b;
+        }
+        const double det = n * sqq - sq * sq;
+        if (det <= 0)
+            break;
+        double na = (n * sqx - sq * sx) / det, nb = (na * sq - sx) / n;
+        if (nb < 0) { /* the min term cannot be negative: scale alone */
+            nb = 0;
+            na = sqq > 0 ? sqx / sqq : 0;
+        }
+        a = (float)na;
+        b = (float)nb;
+    }
+}
+
+/* x[0..n) ~ scale * q, q in qmin..qmax: the largest |x| onto qmin, then
+ * rounds of "round q, least-squares scale" keeping the best error. */
+static float fit_scale(const float *x, int n, int qmin, int qmax)
+{
+    float amax = 0, vmax = 0;
+    for (int l = 0; l < n; l++)
+        if (fabsf(x[l]) > amax) {
+            amax = fabsf(x[l]);
+            vmax = x[l];
+        }
+    float a = vmax / (float)qmin, best_a = a, best = INFINITY;
+    for (int iter = 0; iter < 4 && a != 0; iter++) {
+        double sqq = 0, sqx = 0, err = 0;
+        for (int l = 0; l < n; l++) {
+            const int q = MAX(qmin, MIN(qmax, round_int(x[l] / a)));
+            const float e = a * (float)q - x[l];
+            err += (double)e * e;
+            sqq += (double)q * q;
+            sqx += (double)q * x[l];
+        }
+        if (err < best) {
+            best = (float)err;
+            best_a = a;
+        }
+        if (sqq <= 0)
+            break;
+        a = (float)(sqx / sqq);
+    }
+    return best_a;
+}
+
 void quantize_row_q2_K_ref(const float *x, block_q2_K *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         /* per 16 elements: x ~ scale * q - min with q in 0..3, min >= 0 */
         float scale[16], mins[16], max_scale = 0, max_min = 0;
         for (int s = 0; s < 16; s++) {
-            float lo = 0, hi = 0;
-            for (int l = 0; l < 16; l++) {
-                lo = MIN(lo, x[16 * s + l]);
-                hi = MAX(hi, x[16 * s + l]);
-            }
-            scale[s] = (hi - lo) / 3;
-            mins[s] = -lo;
+            fit_scale_min(x + 16 * s, 16, 3, &scale[s], &mins[s]);
             max_scale = MAX(max_scale, scale[s]);
             max_min = MAX(max_min, mins[s]);
         }
@@ -178,16 +245,10 @@ void quantize_row_q2_K_ref(const float *x, block_q2_K *y, int64_t n)
 void quantize_row_q3_K_ref(const float *x, block_q3_K *y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        /* per 16 elements a signed scale mapping the largest |x| to -4 */
+        /* per 16 elements a signed scale (fit_scale: the largest |x| onto -4, refined) */
         float scale[16], max_scale = 0;
         for (int s = 0; s < 16; s++) {
-            float amax = 0, vmax = 0;
-            for (int l = 0; l < 16; l++)
-                if (fabsf(x[16 * s + l]) > amax) {
-                    amax = fabsf(x[16 * s + l]);
-                    vmax = x[16 * s + l];
-                }
-            scale[s] = vmax / -4;
+            scale[s] = fit_scale(x + 16 * s, 16, -4, 3);
             if (fabsf(scale[s]) > fabsf(max_scale))
                 max_scale = scale[s];
         }

@@ -93,8 +93,8 @@ void dequantize_row_iq4_xs(const block_iq4_xs *x, float *y, int64_t n);
 void dequantize_row_mxfp4(const block_mxfp4 *x, float *y, int64_t n);
 
 /* Weight quantizers. mxfp4 gives ggml's (and gguf-py's) bytes; the others
- * are plain fits (per-sub-block min/max or absmax, one least-squares
- * refinement for the iq4 scales), valid blocks but not llama.cpp's
+ * are plain fits (per sub-block a min/max or absmax start refined by
+ * least-squares rounds), valid blocks but not llama.cpp's
  * importance-weighted search. */
 void quantize_row_q2_K_ref(const float *x, block_q2_K *y, int64_t n);
 void quantize_row_q3_K_ref(const float *x, block_q3_K *y, int64_t n);
