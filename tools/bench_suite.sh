@@ -16,7 +16,7 @@
 # $RESULTS/results.json (machine: CPU model, ISA level, cores, read bandwidth;
 # the commit; every line) and $RESULTS/results.md (the table docs/benchmarks.md
 # shows). Ratios above 1: omniserve is faster. Models are generated once into
-# $BENCH_DIR.
+# $BENCH_DIR. SHAPES= / STT_SHAPES= (empty) / VISION=0 skip a part.
 set -e
 OMNI=${OMNI:-build/omniserve}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -27,8 +27,8 @@ P=${P:-128}
 N=${N:-32}
 REPS=${REPS:-3}
 BATCH_DECODE=${BATCH_DECODE:-8}
-SHAPES=${SHAPES:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:q4_k_m"}
-STT_SHAPES=${STT_SHAPES:-"whisper-tiny.en:q8_0"}
+SHAPES=${SHAPES-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:q4_k_m"}
+STT_SHAPES=${STT_SHAPES-"whisper-tiny.en:q8_0"}
 VISION=${VISION:-1}
 PEERS=${PEERS:-}
 BASE_REV=${BASE_REV:-HEAD~1}
@@ -40,8 +40,8 @@ emit() { echo "$1"; echo "$1" >> "$LINES"; }
 # ---- the baseline --------------------------------------------------------------
 LLAMA_BENCH=; WHISPER_CLI=; BASE=; BASE_NAME=
 if [ -n "$PEERS" ]; then
-    LLAMA_BENCH=$(find "$PEERS" -maxdepth 5 -name llama-bench -type f -perm -u+x 2>/dev/null | head -1)
-    WHISPER_CLI=$(find "$PEERS" -maxdepth 5 -name whisper-cli -type f -perm -u+x 2>/dev/null | head -1)
+    LLAMA_BENCH=$(find -L "$PEERS" -maxdepth 5 -name llama-bench -type f -perm -u+x 2>/dev/null | head -1)
+    WHISPER_CLI=$(find -L "$PEERS" -maxdepth 5 -name whisper-cli -type f -perm -u+x 2>/dev/null | head -1)
     echo "bench: peers: llama-bench '${LLAMA_BENCH:-none}', whisper-cli '${WHISPER_CLI:-none}'" >&2
     BASE_NAME=peers
 else
