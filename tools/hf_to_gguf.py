@@ -73,6 +73,7 @@ ARCHITECTURES = {
     "Qwen3Model": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3moe",
     "SmolLM3ForCausalLM": "smollm3",
+    "Lfm2ForCausalLM": "lfm2",
 }
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7),
               "bf16": (gguf.GGML_BF16, 32)}
@@ -216,7 +217,7 @@ class HParams:
         self.n_head_kv = cfg.get("num_key_value_heads") or self.n_head
         self.n_ctx = cfg.get("max_position_embeddings")
         self.head_dim = cfg.get("head_dim") or self.n_embd // self.n_head
-        self.norm_eps = float(cfg.get("rms_norm_eps", 1e-6))
+        self.norm_eps = float(cfg.get("rms_norm_eps", cfg.get("norm_eps", 1e-6)))
         self.tied = bool(cfg.get("tie_word_embeddings", False))
         if self.n_head % self.n_head_kv:
             raise ConvertError(f"{path}: num_attention_heads {self.n_head} is not a multiple of "
@@ -288,6 +289,31 @@ class HParams:
                 raise ConvertError(f"{path}: decoder_sparse_step / mlp_only_layers: dense layers "
                                    "between the MoE ones are not supported")
             self.norm_topk_prob = bool(cfg.get("norm_topk_prob", True))
+        if self.arch == "lfm2":
+            # short-convolution blocks beside attention: layer_types (or the
+            # older full_attn_idxs); the feed-forward width is the tensors'
+            # (block_auto_adjust_ff_dim shrinks intermediate_size)
+            types = cfg.get("layer_types")
+            if not types:
+                idxs = cfg.get("full_attn_idxs") or []
+                types = ["full_attention" if i in idxs else "conv" for i in range(self.n_layer)]
+            if len(types) != self.n_layer or any(x not in ("conv", "full_attention") for x in types):
+                raise ConvertError(f"{path}: layer_types {types}: need {self.n_layer} of "
+                                   "'conv' / 'full_attention'")
+            self.lfm2_attn = [x == "full_attention" for x in types]
+            self.l_cache = need("conv_L_cache")
+            if cfg.get("conv_bias"):
+                raise ConvertError(f"{path}: conv_bias is not supported")
+            self.tied = bool(cfg.get("tie_word_embeddings", cfg.get("tie_embedding", True)))
+            ff = self.n_ff
+            if cfg.get("block_auto_adjust_ff_dim"):
+                ff = int(2 * ff / 3)
+                mult = cfg.get("block_ffn_dim_multiplier")
+                if mult is not None:
+                    ff = int(mult * ff)
+                m = cfg.get("block_multiple_of", 256)
+                ff = m * ((ff + m - 1) // m)
+            self.n_ff = ff
         if self.arch == "smollm3":
             # NoPE layers: llama.cpp fixes them at every 4th ((i + 1) % 4 == 0)
             interval = cfg.get("no_rope_layer_interval", 4)
@@ -309,7 +335,12 @@ class HParams:
         w.add(f"{a}.embedding_length", self.n_embd, gguf.GGUF_UINT32)
         w.add(f"{a}.feed_forward_length", self.n_ff, gguf.GGUF_UINT32)
         w.add(f"{a}.attention.head_count", self.n_head, gguf.GGUF_UINT32)
-        w.add(f"{a}.attention.head_count_kv", self.n_head_kv, gguf.GGUF_UINT32)
+        if a == "lfm2":  # per layer: 0 marks a short-convolution layer (llama.cpp)
+            w.add(f"{a}.attention.head_count_kv",
+                  [self.n_head_kv if at else 0 for at in self.lfm2_attn], gguf.GGUF_ARRAY, gguf.GGUF_UINT32)
+            w.add(f"{a}.shortconv.l_cache", self.l_cache, gguf.GGUF_UINT32)
+        else:
+            w.add(f"{a}.attention.head_count_kv", self.n_head_kv, gguf.GGUF_UINT32)
         factor = self.rope.get("factor")
         if self.rope_type == "linear" and factor is not None:
             w.add(f"{a}.rope.scaling.type", "linear")
@@ -391,6 +422,8 @@ def tensor_plan(hp, names):
     """[(gguf name, hf name, permute heads or None)] in file order; checks that
     every tensor the architecture needs is present and nothing is left over."""
     plan = [("token_embd.weight", "model.embed_tokens.weight", None)]
+    if hp.arch == "lfm2":
+        return lfm2_plan(hp, names, plan)
     for i in range(hp.n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         qk_perm = hp.arch in ("llama", "smollm3")
@@ -469,6 +502,44 @@ def tensor_plan(hp, names):
     return plan
 
 
+def lfm2_plan(hp, names, plan):
+    """LFM2 in llama.cpp's names: operator_norm -> attn_norm, the conv block's
+    in_proj / conv (squeezed to [n_embd, l_cache]) / out_proj under
+    shortconv., attention with q/k norms, w1/w3/w2 -> ffn_gate/up/down, and
+    the final embedding_norm -> token_embd_norm (applied after the layers)."""
+    for i in range(hp.n_layer):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        plan.append((b + "attn_norm.weight", p + "operator_norm.weight", None))
+        if hp.lfm2_attn[i]:
+            plan += [(b + "attn_q.weight", p + "self_attn.q_proj.weight", None),
+                     (b + "attn_k.weight", p + "self_attn.k_proj.weight", None),
+                     (b + "attn_v.weight", p + "self_attn.v_proj.weight", None),
+                     (b + "attn_output.weight", p + "self_attn.out_proj.weight", None),
+                     (b + "attn_q_norm.weight", p + "self_attn.q_layernorm.weight", None),
+                     (b + "attn_k_norm.weight", p + "self_attn.k_layernorm.weight", None)]
+        else:
+            plan += [(b + "shortconv.in_proj.weight", p + "conv.in_proj.weight", None),
+                     (b + "shortconv.conv.weight", ("squeeze", p + "conv.conv.weight"), None),
+                     (b + "shortconv.out_proj.weight", p + "conv.out_proj.weight", None)]
+        plan += [(b + "ffn_norm.weight", p + "ffn_norm.weight", None),
+                 (b + "ffn_gate.weight", p + "feed_forward.w1.weight", None),
+                 (b + "ffn_up.weight", p + "feed_forward.w3.weight", None),
+                 (b + "ffn_down.weight", p + "feed_forward.w2.weight", None)]
+    plan.append(("token_embd_norm.weight", "model.embedding_norm.weight", None))
+    if not hp.tied:
+        plan.append(("output.weight", "lm_head.weight", None))
+    missing = [hf for _, src, _ in plan for hf in source_names(src) if hf not in names]
+    if missing:
+        raise ConvertError(f"checkpoint lacks {len(missing)} tensor(s) {hp.hf_arch} needs: "
+                           + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    used = {hf for _, src, _ in plan for hf in source_names(src)} | {"lm_head.weight"}
+    extra = [n for n in names if n not in used]
+    if extra:
+        raise ConvertError(f"checkpoint has {len(extra)} tensor(s) this converter does not know: "
+                           + ", ".join(sorted(extra)[:5]))
+    return plan
+
+
 def expert_plan(hp, names, b, e):
     """The three 3-D expert tensors of one MoE layer: transformers 5 keeps
     them fused (experts.gate_up_proj [E, 2 ff, n_embd], gate rows first, and
@@ -485,8 +556,9 @@ def expert_plan(hp, names, b, e):
 
 
 def source_names(src):
-    """HF tensor names a plan entry reads: a name, ("stack", [names]) or
-    ("rows", name, first, end)."""
+    """HF tensor names a plan entry reads: a name, ("stack", [names]),
+    ("rows", name, first, end) or ("squeeze", name) (a [n, 1, k] conv weight
+    as [n, k])."""
     if isinstance(src, str):
         return [src]
     return src[1] if src[0] == "stack" else [src[1]]
@@ -495,6 +567,11 @@ def source_names(src):
 def source_shape(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].tensors[src][1]
+    if src[0] == "squeeze":
+        shape = ckpt[src[1]].tensors[src[1]][1]
+        if len(shape) != 3 or shape[1] != 1:
+            raise ConvertError(f"tensor '{src[1]}': shape {list(shape)}, expected [n, 1, k]")
+        return (shape[0], shape[2])
     if src[0] == "stack":
         shapes = {ckpt[n].tensors[n][1] for n in src[1]}
         if len(shapes) != 1:
@@ -510,6 +587,9 @@ def source_shape(ckpt, src):
 def source_load(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].load(src)
+    if src[0] == "squeeze":
+        a = ckpt[src[1]].load(src[1])
+        return np.ascontiguousarray(a.reshape(a.shape[0], a.shape[2]))
     if src[0] == "stack":
         return np.stack([ckpt[n].load(n) for n in src[1]])
     return np.ascontiguousarray(ckpt[src[1]].load(src[1])[:, src[2]:src[3], :])
@@ -533,6 +613,10 @@ def expected_shape(hp, gname):
         "ffn_up.weight": ((2 if hp.arch == "phi3" else 1) * hp.n_ff, hp.n_embd),
         "ffn_down.weight": (hp.n_embd, hp.n_ff),
         "ffn_gate_inp.weight": (getattr(hp, "n_expert", 0), hp.n_embd),
+        "token_embd_norm.weight": (hp.n_embd,),
+        "shortconv.in_proj.weight": (3 * hp.n_embd, hp.n_embd),
+        "shortconv.conv.weight": (hp.n_embd, getattr(hp, "l_cache", 0)),
+        "shortconv.out_proj.weight": (hp.n_embd, hp.n_embd),
         "ffn_gate_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
         "ffn_up_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
         "ffn_down_exps.weight": (getattr(hp, "n_expert", 0), hp.n_embd, getattr(hp, "n_ff_exp", 0)),
@@ -585,7 +669,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
                                f"expected {list(want)} from config.json")
         t = ggml_type
         # the MoE router stays F32, as llama.cpp's converter and quantizer keep it
-        if len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname:
+        if (len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname
+                or gname.endswith("shortconv.conv.weight")):
             t = gguf.GGML_F32
         elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
             log(f"{gname}: row length {shape[-1]} is not a multiple of 32, stored as F16")
