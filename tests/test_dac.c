@@ -405,3 +405,32 @@ TEST(conv1d_matches_direct_sums)
     }
 #undef RND
 }
+
+/* Snake's fast sin^2 against libm over small, large and huge arguments. */
+TEST(conv1d_snake_matches_libm)
+{
+    enum { T = 64, C = 48 };
+    float x[T * C], y[T * C], alpha[C];
+    uint32_t seed = 99;
+    for (int i = 0; i < C; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        alpha[i] = 0.05f + (float)((seed >> 8) % 3000) / 1000.0f;
+    }
+    for (int i = 0; i < T * C; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float u = (float)((seed >> 8) % 2000001) / 1000000.0f - 1.0f;   /* -1..1 */
+        float scale = i % 3 == 0 ? 3.0f : i % 3 == 1 ? 300.0f : 30000.0f;
+        x[i] = u * scale;
+    }
+    omni_snake(NULL, x, T, C, alpha, y);
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double a = alpha[c], v = x[t * C + c];
+            double s = sin((double)(float)(alpha[c] * x[t * C + c]));   /* the float product */
+            double want = v + (1.0 / (a + 1e-9)) * s * s;
+            double d = fabs(y[t * C + c] - want) / (1.0 + fabs(want));
+            worst = d > worst ? d : worst;
+        }
+    CHECK_MSG(worst < 2e-6, "worst relative error %g", worst);
+}
