@@ -82,6 +82,11 @@ enum reasoning_state {
 
 enum harmony_kind { H_ANALYSIS, H_FINAL, H_TOOL };
 
+/* Longest Harmony header read before its <|message|>: "<|start|>assistant
+ * to=functions.NAME<|channel|>commentary <|constrain|>json" with a long name
+ * fits many times over. */
+#define RS_H_MAX_HEADER 512
+
 struct reasoning_parser {
     enum reasoning_format f;
     enum reasoning_state st;
@@ -171,7 +176,29 @@ static void rp_drop_blanks(struct reasoning_parser *p)
         p->skip_blanks = false;
 }
 
-/* A Harmony header: "<|start|>assistant to=functions.f<|channel|>commentary json". */
+/* Harmony's framing tokens: every header starts with one of these (the
+ * prompt ends "<|start|>assistant", so the model opens with "<|channel|>",
+ * or with " to=..." naming a recipient before the channel). */
+static bool rp_harmony_framed(const char *h, size_t n, bool final)
+{
+    static const char *const starts[] = { "<|channel|>", "<|start|>", "<|constrain|>", "to=" };
+    size_t i = 0;
+    while (i < n && isspace((unsigned char)h[i]))
+        i++;
+    if (i == n)
+        return !final;                /* blanks only: wait for more */
+    for (int k = 0; k < 4; k++) {
+        size_t sl = strlen(starts[k]), m = n - i < sl ? n - i : sl;
+        if (!memcmp(h + i, starts[k], m) && (m == sl || !final))
+            return true;
+    }
+    return false;
+}
+
+/* A Harmony header: "<|start|>assistant to=functions.f<|channel|>commentary json"
+ * or "<|channel|>commentary to=functions.f <|constrain|>json". A recipient
+ * outside functions.* (the built-in browser / python tools) is the model's
+ * own business: its message counts as reasoning. */
 static void rp_harmony_header(struct reasoning_parser *p, const char *h, size_t n)
 {
     p->hk = H_FINAL;
@@ -184,27 +211,35 @@ static void rp_harmony_header(struct reasoning_parser *p, const char *h, size_t 
         }
     if (ch && (size_t)(h + n - ch) >= 8 && !memcmp(ch, "analysis", 8))
         p->hk = H_ANALYSIS;
-    for (size_t i = 0; i + 13 <= n; i++)
-        if (!memcmp(h + i, "to=functions.", 13)) {
-            size_t b = i + 13, e = b;
-            while (e < n && !isspace((unsigned char)h[e]) && h[e] != '<' && e - b < sizeof p->tool - 1)
-                e++;
-            memcpy(p->tool, h + b, e - b);
-            p->tool[e - b] = 0;
-            p->hk = H_TOOL;
+    for (size_t i = 0; i + 3 <= n; i++) {
+        if (memcmp(h + i, "to=", 3) || (i > 0 && !isspace((unsigned char)h[i - 1]) && h[i - 1] != '>'))
+            continue;
+        if (i + 13 > n || memcmp(h + i, "to=functions.", 13)) {
+            p->hk = H_ANALYSIS;
             break;
         }
+        /* the name as far as it is a name: it goes into JSON unescaped */
+        size_t b = i + 13, e = b;
+        while (e < n && (isalnum((unsigned char)h[e]) || h[e] == '_' || h[e] == '-' || h[e] == '.') &&
+               e - b < sizeof p->tool - 1)
+            e++;
+        if (e == b)
+            break;
+        memcpy(p->tool, h + b, e - b);
+        p->tool[e - b] = 0;
+        p->hk = H_TOOL;
+        break;
+    }
 }
 
-/* A tool call's body, spelled for the hermes parser. */
-static void rp_harmony_tool(struct reasoning_parser *p, reasoning_fn fn, void *user, size_t n)
+/* A tool call's message, spelled for the hermes parser downstream: the
+ * opening as soon as the header is read, the arguments as they come. */
+static void rp_harmony_tool_open(struct reasoning_parser *p, reasoning_fn fn, void *user)
 {
-    static const char a[] = "<tool_call>{\"name\": \"", b[] = "\", \"arguments\": ", c[] = "}</tool_call>";
+    static const char a[] = "<tool_call>{\"name\": \"", b[] = "\", \"arguments\": ";
     rp_emit(fn, user, false, a, sizeof a - 1);
     rp_emit(fn, user, false, p->tool, strlen(p->tool));
     rp_emit(fn, user, false, b, sizeof b - 1);
-    rp_emit(fn, user, false, p->buf, n);
-    rp_emit(fn, user, false, c, sizeof c - 1);
 }
 
 static void rp_run(struct reasoning_parser *p, bool final, reasoning_fn fn, void *user)
@@ -275,18 +310,26 @@ static void rp_run(struct reasoning_parser *p, bool final, reasoning_fn fn, void
             return;
         case RS_H_HEADER: {
             const char *at = rp_find(p, "<|message|>");
+            /* Text that is not a header (a model that skipped the channels,
+             * or a header past any sane length) is answer text, up to the
+             * next framing token. */
+            if (!rp_harmony_framed(p->buf, at ? (size_t)(at - p->buf) : p->len, final) ||
+                (!at && p->len > RS_H_MAX_HEADER)) {
+                p->hk = H_FINAL;
+                p->st = RS_H_BODY;
+                continue;
+            }
             if (!at) {
-                if (!final)
-                    return;
-                /* no Harmony framing at all: plain answer text */
-                if (!rp_find(p, "<|"))
-                    rp_emit(fn, user, false, p->buf, p->len);
-                p->len = 0;
+                /* a header cut short by the end of the output says nothing */
+                if (final)
+                    p->len = 0;
                 return;
             }
             rp_harmony_header(p, p->buf, (size_t)(at - p->buf));
             rp_consume(p, (size_t)(at - p->buf) + 11);
             p->st = RS_H_BODY;
+            if (p->hk == H_TOOL)
+                rp_harmony_tool_open(p, fn, user);
             continue;
         }
         case RS_H_BODY: {
@@ -297,21 +340,15 @@ static void rp_run(struct reasoning_parser *p, bool final, reasoning_fn fn, void
                     best = (size_t)(at - p->buf);
             }
             bool ended = best < p->len || final;
-            if (p->hk == H_TOOL) {
-                if (!ended)
-                    return;
-                rp_harmony_tool(p, fn, user, best);
-            } else {
-                size_t n = best;
-                if (!ended)
-                    n -= rp_hold(p, h_ends, 5);
-                rp_emit(fn, user, p->hk == H_ANALYSIS, p->buf, n);
-                rp_consume(p, n);
-                if (!ended)
-                    return;
-                best = 0;
-            }
-            rp_consume(p, best);
+            size_t n = best;
+            if (!ended)
+                n -= rp_hold(p, h_ends, 5);
+            rp_emit(fn, user, p->hk == H_ANALYSIS, p->buf, n);
+            rp_consume(p, n);
+            if (!ended)
+                return;
+            if (p->hk == H_TOOL)
+                rp_emit(fn, user, false, "}</tool_call>", 13);
             /* <|end|> and friends close the message; the next header follows */
             for (int k = 0; k < 3; k++)
                 if (p->len >= strlen(h_ends[k]) && !memcmp(p->buf, h_ends[k], strlen(h_ends[k])))

@@ -76,6 +76,75 @@ TEST(reasoning_recorded_outputs_all_chunkings)
         }
 }
 
+/* gpt-oss's Harmony channels cut at every byte: analysis -> reasoning,
+ * final and commentary preambles -> answer, a functions.* recipient -> a
+ * hermes-spelled call whose arguments stream, built-in tool messages ->
+ * reasoning; text without the framing is answer, a cut header is dropped and
+ * no framing token ever reaches either side. */
+TEST(reasoning_harmony_every_split)
+{
+    static const struct {
+        const char *text, *reasoning, *answer;
+    } cases[] = {
+        { "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>The answer is 4.",
+          "Think.", "The answer is 4." },
+        { "<|channel|>final<|message|>Done.<|return|>", "", "Done." },
+        { "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant to=functions.get_weather"
+          "<|channel|>commentary json<|message|>{\"city\": \"Rome\"}<|call|>",
+          "", "Let me check.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>" },
+        { "<|channel|>analysis<|message|>Search.<|end|><|start|>assistant<|channel|>analysis to=browser.search "
+          "code<|message|>{\"query\":\"x\"}<|call|>",
+          "Search.{\"query\":\"x\"}", "" },
+        { "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|chan", "a", "" },
+        { "Hello <|weird|> text, no channels.", "", "Hello <|weird|> text, no channels." },
+        { "<|weird|>x", "", "<|weird|>x" },
+        { "<|channel|>analysis<|message|>cut by max_tokens <|en", "cut by max_tokens <|en", "" },
+        { "<|channel|>commentary to=functions.a\"b <|constrain|>json<|message|>{}<|call|>", "",
+          "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>" },
+    };
+    static const char *const framing[] = { "<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|call|>",
+                                           "<|return|>", "<|constrain|>" };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].text);
+        for (size_t cut = 0; cut <= n + 1; cut++) {
+            struct split sp;
+            memset(&sp, 0, sizeof sp);
+            struct reasoning_parser *p = reasoning_parser_new(REASONING_HARMONY, false);
+            if (cut <= n) {
+                reasoning_parser_feed(p, cases[i].text, cut, split_fn, &sp);
+                reasoning_parser_feed(p, cases[i].text + cut, n - cut, split_fn, &sp);
+            } else {
+                for (size_t k = 0; k < n; k++)
+                    reasoning_parser_feed(p, cases[i].text + k, 1, split_fn, &sp);
+            }
+            reasoning_parser_finish(p, split_fn, &sp);
+            reasoning_parser_free(p);
+            bool leak = false;
+            for (size_t f = 0; f < sizeof framing / sizeof framing[0]; f++)
+                leak |= strstr(sp.r, framing[f]) || strstr(sp.a, framing[f]);
+            CHECK_MSG(!strcmp(sp.r, cases[i].reasoning) && !strcmp(sp.a, cases[i].answer) && !leak,
+                      "case %zu cut %zu: reasoning '%s' answer '%s'", i, cut, sp.r, sp.a);
+        }
+    }
+}
+
+/* A tool call's arguments go out while they are generated, not at <|call|>. */
+TEST(reasoning_harmony_tool_arguments_stream)
+{
+    struct split sp;
+    memset(&sp, 0, sizeof sp);
+    struct reasoning_parser *p = reasoning_parser_new(REASONING_HARMONY, false);
+    const char *head = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": \"lon";
+    reasoning_parser_feed(p, head, strlen(head), split_fn, &sp);
+    CHECK_STR_EQ(sp.a, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"lon");
+    reasoning_parser_feed(p, "g\"}<|ca", 7, split_fn, &sp);
+    CHECK_STR_EQ(sp.a, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"long\"}");
+    reasoning_parser_feed(p, "ll|>", 4, split_fn, &sp);
+    reasoning_parser_finish(p, split_fn, &sp);
+    CHECK_STR_EQ(sp.a, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"long\"}}</tool_call>");
+    reasoning_parser_free(p);
+}
+
 TEST(reasoning_detection_and_prompt_opening)
 {
     CHECK_EQ(reasoning_format_detect(NULL), REASONING_THINK);

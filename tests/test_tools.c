@@ -288,6 +288,115 @@ TEST(tools_format_detection_and_names)
     CHECK_EQ(tools_format_from_name("nope"), -1);
 }
 
+/* The published templates of the families (tests/fixtures/templates) pick
+ * the format their models write. */
+TEST(tools_format_detection_on_family_templates)
+{
+    static const struct {
+        const char *file;
+        enum tools_format f;
+    } cases[] = {
+        { "gpt-oss", TOOLS_FMT_HERMES },   /* Harmony, through the reasoning splitter */
+        { "qwen3.5", TOOLS_FMT_QWEN3_CODER }, { "qwen3", TOOLS_FMT_HERMES },
+        { "lfm2", TOOLS_FMT_PYTHONIC },    { "lfm2.5", TOOLS_FMT_PYTHONIC },
+        { "smollm3", TOOLS_FMT_HERMES },   { "gemma3", TOOLS_FMT_GEMMA },
+        { "llama3.1", TOOLS_FMT_LLAMA3 },  { "mistral-v0.3", TOOLS_FMT_MISTRAL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "templates/%s.jinja", cases[i].file);
+        char *t = test_read_file(test_fixture(rel), NULL);
+        CHECK_MSG(t, "missing %s", rel);
+        enum tools_format got = tools_format_detect(t);
+        free(t);
+        CHECK_MSG(got == cases[i].f, "%s: %s, want %s", cases[i].file, tools_format_name(got),
+                  tools_format_name(cases[i].f));
+    }
+    CHECK_EQ(tools_format_from_name("harmony"), TOOLS_FMT_HERMES);
+    CHECK_EQ(tools_format_from_name("gpt-oss"), TOOLS_FMT_HERMES);
+    CHECK_EQ(tools_format_from_name("smollm3"), TOOLS_FMT_HERMES);
+    CHECK_EQ(tools_format_from_name("lfm2"), TOOLS_FMT_PYTHONIC);
+    CHECK_EQ(tools_format_from_name("gemma3"), TOOLS_FMT_GEMMA);
+}
+
+/* Feed text in two pieces cut at `cut` (then finish). */
+static void run_cut(const struct tools_parser_params *pp, const char *text, size_t cut, struct collect *c)
+{
+    memset(c, 0, sizeof *c);
+    c->calls = cJSON_CreateArray();
+    struct tools_parser *p = tools_parser_new(pp);
+    size_t n = strlen(text);
+    tools_parser_feed(p, text, cut, collect_fn, c);
+    tools_parser_feed(p, text + cut, n - cut, collect_fn, c);
+    tools_parser_finish(p, collect_fn, c);
+    tools_parser_free(p);
+}
+
+/* LFM2's Pythonic calls: Python literals become JSON, the same at every cut
+ * of the text and one byte at a time; what is not a call stays text (without
+ * the markers); nesting past the reader's depth limit is not a call. */
+TEST(tools_lfm2_pythonic_every_split)
+{
+    static char deep[400];
+    if (!deep[0]) {
+        strcpy(deep, "<|tool_call_start|>[get_weather(city=");
+        for (int i = 0; i < 100; i++)
+            strcat(deep, "[");
+        strcat(deep, ")]<|tool_call_end|>");
+    }
+    static const struct {
+        const char *text, *content;
+        int n;
+        const char *name, *args;
+    } cases[] = {
+        { "<|tool_call_start|>[get_weather(city=\"Paris\", days=2, ratio=-2.5e1, exact=True, note=None, "
+          "tags=['a', \"b\"], opts={'deep': {'x': [1, False]}})]<|tool_call_end|>",
+          "", 1, "get_weather",
+          "{\"city\":\"Paris\",\"days\":2,\"ratio\":-25,\"exact\":true,\"note\":null,\"tags\":[\"a\",\"b\"],"
+          "\"opts\":{\"deep\":{\"x\":[1,false]}}}" },
+        { "Checking.<|tool_call_start|>[get_weather(city='it\\'s'), get_time(tz=\"UTC\")]<|tool_call_end|>",
+          "Checking.", 2, "get_weather", "{\"city\":\"it's\"}" },
+        { "<|tool_call_start|>[get_time()]<|tool_call_end|>Done.", "Done.", 1, "get_time", "{}" },
+        { "<|tool_call_start|>[get_weather(city=\"Lima\")]", "", 1, "get_weather", "{\"city\":\"Lima\"}" },
+        { "Sure <|tool_call_start|>[get_weather(city=]<|tool_call_end|> ok", "Sure [get_weather(city=] ok", 0, NULL, NULL },
+        { "<|tool_call_start|>not a call<|tool_call_end|>", "not a call", 0, NULL, NULL },
+        { "<|tool_call_start|>[get_weather(\"positional\")]<|tool_call_end|>", "[get_weather(\"positional\")]", 0, NULL, NULL },
+        { "A list [1, 2] and f(x) in prose.", "A list [1, 2] and f(x) in prose.", 0, NULL, NULL },
+        { "<|tool_call_", "<|tool_call_", 0, NULL, NULL },
+    };
+    struct tools_parser_params pp = tools_parser_default_params();
+    pp.fmt = (enum tools_format)tools_format_from_name("lfm2");
+    pp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+                    "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
+    pp.parallel = true;
+    pp.id_seed = 3;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].text);
+        for (size_t cut = 0; cut <= n + 1; cut++) {
+            struct collect c;
+            if (cut <= n)
+                run_cut(&pp, cases[i].text, cut, &c);
+            else
+                run_parser(&pp, cases[i].text, 1, &c);
+            int got = cJSON_GetArraySize(c.calls);
+            const cJSON *c0 = cJSON_GetArrayItem(c.calls, 0);
+            bool ok = got == cases[i].n && !strcmp(c.content, cases[i].content) && c.bad_order == 0 &&
+                      (!got || (!strcmp(cJSON_GetObjectItem(c0, "name")->valuestring, cases[i].name) &&
+                                !strcmp(cJSON_GetObjectItem(c0, "arguments")->valuestring, cases[i].args)));
+            char why[512];
+            snprintf(why, sizeof why, "%d calls %s, content '%.200s'", got,
+                     got ? cJSON_GetObjectItem(c0, "arguments")->valuestring : "", c.content);
+            cJSON_Delete(c.calls);
+            CHECK_MSG(ok, "case %zu cut %zu: %s", i, cut, why);
+        }
+    }
+    struct collect c;
+    run_parser(&pp, deep, 7, &c);
+    CHECK_EQ(cJSON_GetArraySize(c.calls), 0);
+    CHECK(!strstr(c.content, "<|tool_call"));
+    cJSON_Delete(c.calls);
+}
+
 /* What a grammar forces (tools_wire_of) must be read back by every parser. */
 TEST(tools_wire_round_trips)
 {

@@ -87,17 +87,29 @@ int tools_format_from_name(const char *name)
     for (int f = 0; name && f < TOOLS_FMT_COUNT; f++)
         if (!strcmp(name, tools_fmts[f].name))
             return f;
-    if (name && (!strcmp(name, "qwen") || !strcmp(name, "qwen2.5") || !strcmp(name, "qwen3")))
-        return TOOLS_FMT_HERMES;
-    if (name && (!strcmp(name, "llama4") || !strcmp(name, "lfm2")))
-        return TOOLS_FMT_PYTHONIC;
+    /* Family names people type. gpt-oss's Harmony tool messages come out of
+     * the reasoning splitter (llm/reasoning.h) spelled as hermes calls. */
+    static const struct {
+        const char *alias;
+        enum tools_format f;
+    } aliases[] = {
+        { "qwen", TOOLS_FMT_HERMES },       { "qwen2.5", TOOLS_FMT_HERMES },
+        { "qwen3", TOOLS_FMT_HERMES },      { "smollm3", TOOLS_FMT_HERMES },
+        { "harmony", TOOLS_FMT_HERMES },    { "gpt-oss", TOOLS_FMT_HERMES },
+        { "qwen3.5", TOOLS_FMT_QWEN3_CODER }, { "llama4", TOOLS_FMT_PYTHONIC },
+        { "lfm2", TOOLS_FMT_PYTHONIC },     { "lfm2.5", TOOLS_FMT_PYTHONIC },
+        { "gemma3", TOOLS_FMT_GEMMA },
+    };
+    for (size_t i = 0; name && i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcmp(name, aliases[i].alias))
+            return aliases[i].f;
     return -1;
 }
 
 const char *tools_format_names(void)
 {
-    return "json, hermes (qwen), qwen3_coder, llama3, mistral, deepseek, functionary, granite, "
-           "gemma, pythonic (llama4, lfm2), none";
+    return "json, hermes (qwen, smollm3, harmony/gpt-oss), qwen3_coder (qwen3.5), llama3, mistral, "
+           "deepseek, functionary, granite, gemma (gemma3), pythonic (llama4, lfm2), none";
 }
 
 void tools_wire_of(enum tools_format f, struct tools_wire *out)
@@ -109,6 +121,10 @@ enum tools_format tools_format_detect(const char *t)
 {
     if (!t || !*t)
         return TOOLS_FMT_JSON;
+    /* gpt-oss: Harmony tool messages, turned into hermes calls by the
+     * reasoning splitter (reasoning_format_detect gives "harmony"). */
+    if (strstr(t, "<|channel|>") && strstr(t, "<|call|>"))
+        return TOOLS_FMT_HERMES;
     if (strstr(t, "<parameter=") && strstr(t, "<function="))
         return TOOLS_FMT_QWEN3_CODER;
     if (strstr(t, "<tool_call>"))
@@ -119,7 +135,10 @@ enum tools_format tools_format_detect(const char *t)
         return TOOLS_FMT_MISTRAL;
     if (strstr(t, "<|tool_call|>"))
         return TOOLS_FMT_GRANITE;
-    if (strstr(t, "<|tool_call_start|>"))
+    /* LFM2: the template lists tools in <|tool_list_start|> (LFM2.5: "List of
+     * tools: [") and the model answers <|tool_call_start|>[f(a=1)]<|tool_call_end|>. */
+    if (strstr(t, "<|tool_call_start|>") || strstr(t, "<|tool_list_start|>") ||
+        strstr(t, "<|tool_response_start|>") || strstr(t, "List of tools: ["))
         return TOOLS_FMT_PYTHONIC;
     if (strstr(t, ">>>all") || strstr(t, "<function="))
         return TOOLS_FMT_FUNCTIONARY;
