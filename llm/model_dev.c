@@ -47,9 +47,16 @@ struct llm_dev {
     int32_t *d_tables;              /* [tables_cap] */
     int32_t *d_argmax;              /* [max_tokens] */
     size_t tables_cap;
-    /* host staging */
-    int32_t *h_i32, *h_tables;
+    /* host staging (pinned on cuda) */
+    int32_t *h_i32, *h_tables, *h_argmax;
     int64_t *h_slot;
+    int tables_gen;                 /* bumped when d_tables moves */
+    /* the decode step (1 token, argmax out) as a graph, recorded on its
+     * second run and replayed after (src/core/backend.h) */
+    void *graph;
+    int graph_gen;
+    bool graph_warm;                /* one plain run done: scratch sized */
+    bool graphs_ok;                 /* backend has graphs; OMNI_DEV_GRAPHS=0 turns them off */
     size_t weight_bytes, kv_bytes, decode_bytes;
     void **allocs;                  /* everything alloc'd, freed at the end */
     int n_allocs, cap_allocs;
@@ -252,10 +259,14 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     d->d_i32 = dev_alloc(d, 5 * T * sizeof(int32_t));
     d->d_slot = dev_alloc(d, T * sizeof(int64_t));
     d->d_argmax = dev_alloc(d, T * sizeof(int32_t));
-    d->h_i32 = malloc(5 * T * sizeof(int32_t));
-    d->h_slot = malloc(T * sizeof(int64_t));
+    d->h_i32 = d->be->host_alloc(d->be, 5 * T * sizeof(int32_t));
+    d->h_slot = d->be->host_alloc(d->be, T * sizeof(int64_t));
+    d->h_argmax = d->be->host_alloc(d->be, T * sizeof(int32_t));
+    const char *g = getenv("OMNI_DEV_GRAPHS");
+    d->graphs_ok = !(g && !strcmp(g, "0"));
     if (!d->x || !d->xn || !d->q || !d->k || !d->v || !d->att || !d->gate || !d->up ||
-        !d->logits || !d->d_i32 || !d->d_slot || !d->d_argmax || !d->h_i32 || !d->h_slot) {
+        !d->logits || !d->d_i32 || !d->d_slot || !d->d_argmax || !d->h_i32 || !d->h_slot ||
+        !d->h_argmax) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM,
                   "model_dev: out of memory for %d-token activation buffers", p.max_tokens);
         goto fail;
@@ -270,18 +281,22 @@ void llm_dev_free(struct llm_dev *d)
 {
     if (!d)
         return;
-    for (int i = 0; d->be && i < d->n_allocs; i++)
-        d->be->free(d->be, d->allocs[i]);
-    if (d->be && d->d_tables)
+    if (d->be) {
+        for (int i = 0; i < d->n_allocs; i++)
+            d->be->free(d->be, d->allocs[i]);
         d->be->free(d->be, d->d_tables);
+        d->be->host_free(d->be, d->h_i32);
+        d->be->host_free(d->be, d->h_slot);
+        d->be->host_free(d->be, d->h_argmax);
+        d->be->host_free(d->be, d->h_tables);
+        if (d->graph)
+            d->be->graph_free(d->be, d->graph);
+    }
     omni_backend_free(d->be);
     free(d->allocs);
     free(d->layers);
     free(d->kc);
     free(d->vc);
-    free(d->h_i32);
-    free(d->h_slot);
-    free(d->h_tables);
     free(d);
 }
 
@@ -319,19 +334,19 @@ static int dev_check(const struct llm_dev *d, const struct llm_batch *b,
     return 0;
 }
 
-/* Tokens, positions, sequences, output rows, slots and block tables of the
- * step, in one upload each. */
+/* Tokens, positions, table rows, output rows, slots and block tables of the
+ * step, one upload each. The sequences the batch names get table rows 0, 1,
+ * ... in order of first appearance, max_blocks entries each. */
 static int dev_inputs(struct llm_dev *d, const struct llm_batch *b,
-                      const struct llm_seq_view *seqs, int n_seq, int max_blocks, int *n_out,
-                      int *n_hid)
+                      const struct llm_seq_view *seqs, int max_blocks, int *n_out, int *n_hid)
 {
     const int n = b->n_tokens, T = d->p.max_tokens;
-    int32_t *tok = d->h_i32, *pos = tok + T, *seq = pos + T, *out = seq + T, *hid = out + T;
+    int32_t *tok = d->h_i32, *pos = tok + T, *row = pos + T, *out = row + T, *hid = out + T;
+    int n_rows = 0;
     *n_out = *n_hid = 0;
     for (int t = 0; t < n; t++) {
         tok[t] = b->token ? b->token[t] : 0;
         pos[t] = b->pos[t];
-        seq[t] = b->seq[t];
         const int32_t blk = seqs[b->seq[t]].block_table[b->pos[t] / d->p.block_size];
         d->h_slot[t] = (int64_t)blk * d->p.block_size + b->pos[t] % d->p.block_size;
         if (b->want_logits ? b->want_logits[t] : t == n - 1)
@@ -339,30 +354,45 @@ static int dev_inputs(struct llm_dev *d, const struct llm_batch *b,
         if (b->want_hidden && b->want_hidden[t])
             hid[(*n_hid)++] = t;
     }
-    const size_t need = (size_t)n_seq * max_blocks;
+    /* table rows: first token of each distinct sequence (small batches of
+     * few sequences: a linear scan) */
+    int first_tok[256];
+    for (int t = 0; t < n; t++) {
+        int r = 0;
+        while (r < n_rows && b->seq[first_tok[r]] != b->seq[t])
+            r++;
+        if (r == n_rows) {
+            if (n_rows == (int)(sizeof first_tok / sizeof *first_tok))
+                return OMNI_ERR_LIMIT;
+            first_tok[n_rows++] = t;
+        }
+        row[t] = r;
+    }
+    const size_t need = (size_t)n_rows * max_blocks;
     if (need > d->tables_cap) {
-        size_t cap = need * 2;
-        int32_t *h = realloc(d->h_tables, cap * sizeof(int32_t));
-        if (!h)
-            return OMNI_ERR_NOMEM;
-        d->h_tables = h;
-        if (d->d_tables)
-            d->be->free(d->be, d->d_tables);
+        const size_t cap = need * 2;
+        d->be->host_free(d->be, d->h_tables);
+        d->be->free(d->be, d->d_tables);
+        d->h_tables = d->be->host_alloc(d->be, cap * sizeof(int32_t));
         d->d_tables = d->be->alloc(d->be, cap * sizeof(int32_t));
-        if (!d->d_tables) {
+        d->tables_gen++;
+        if (!d->h_tables || !d->d_tables) {
             d->tables_cap = 0;
             return OMNI_ERR_NOMEM;
         }
         d->tables_cap = cap;
     }
-    /* only the sequences the batch names are read; the rest stay zero */
     memset(d->h_tables, 0, need * sizeof(int32_t));
-    for (int t = 0; t < n; t++) {
-        const struct llm_seq_view *sv = &seqs[b->seq[t]];
-        int32_t *row = d->h_tables + (size_t)b->seq[t] * max_blocks;
-        const int nb = b->pos[t] / d->p.block_size + 1;
-        for (int j = 0; j < nb; j++)
-            row[j] = sv->block_table[j];
+    for (int r = 0; r < n_rows; r++) {
+        const int t0 = first_tok[r];
+        const struct llm_seq_view *sv = &seqs[b->seq[t0]];
+        /* the blocks this batch can reach: up to the sequence's last position in it */
+        int last = 0;
+        for (int t = t0; t < n; t++)
+            if (b->seq[t] == b->seq[t0] && b->pos[t] > last)
+                last = b->pos[t];
+        const int nb = last / d->p.block_size + 1;
+        memcpy(d->h_tables + (size_t)r * max_blocks, sv->block_table, (size_t)nb * sizeof(int32_t));
     }
     int rc;
     if ((rc = d->be->upload(d->be, d->d_i32, d->h_i32, 5 * (size_t)T * sizeof(int32_t))) < 0 ||
@@ -381,7 +411,7 @@ static int dev_inputs(struct llm_dev *d, const struct llm_batch *b,
     } while (0)
 
 static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
-                     const int32_t *d_pos, const int32_t *d_seq)
+                     const int32_t *d_pos, const int32_t *d_row)
 {
     struct omni_backend *be = d->be;
     const struct llm_hparams *hp = &d->hp;
@@ -412,7 +442,7 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     /* attention through the block tables */
     const struct omni_battn a = {
         .out = d->att, .q = d->q, .k = d->kc[l], .v = d->vc[l], .kv_type = d->p.kv_type,
-        .n_tok = n, .pos = d_pos, .seq = d_seq, .tables = d->d_tables,
+        .n_tok = n, .pos = d_pos, .seq = d_row, .tables = d->d_tables,
         .max_blocks = n_seq_blocks, .block_size = d->p.block_size, .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv, .head_dim = hd, .scale = hp->attn_scale, .n_swa = 0,
     };
@@ -432,32 +462,28 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     return 0;
 }
 
-int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
-                    const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
+/* Everything of a step after its inputs, queued without a download:
+ * embeddings, the layers, the output-normed hidden rows (into att), logits
+ * of the rows that want them and, with want_argmax, their argmax. */
+static int dev_compute(struct llm_dev *d, bool tokens, int n, int max_blocks, int n_out,
+                       int n_hid, bool want_argmax)
 {
-    int n_seq, max_blocks, n_out, n_hid, rc;
-    if ((rc = dev_check(d, batch, seqs, &n_seq, &max_blocks)) < 0)
-        return rc;
-    if ((rc = dev_inputs(d, batch, seqs, n_seq, max_blocks, &n_out, &n_hid)) < 0)
-        return rc;
     struct omni_backend *be = d->be;
     const struct llm_hparams *hp = &d->hp;
-    const int n = batch->n_tokens, T = d->p.max_tokens, n_embd = hp->n_embd;
-    const int32_t *d_tok = d->d_i32, *d_pos = d_tok + T, *d_seq = d_pos + T;
-    const int32_t *d_out = d_seq + T, *d_hid = d_out + T;
-
+    const int T = d->p.max_tokens, n_embd = hp->n_embd;
+    const int32_t *d_tok = d->d_i32, *d_pos = d_tok + T, *d_row = d_pos + T;
+    const int32_t *d_out = d_row + T, *d_hid = d_out + T;
+    int rc;
     /* token embeddings (multimodal rows were uploaded into x) */
-    if (batch->token)
+    if (tokens)
         TRY(be->get_rows(be, &d->tok_embd, d_tok, n, d->x));
     for (int l = 0; l < hp->n_layer; l++)
-        TRY(dev_layer(d, l, n, max_blocks, d_pos, d_seq));
-
+        TRY(dev_layer(d, l, n, max_blocks, d_pos, d_row));
     /* final hidden states of the embedding rows (output norm applied) */
     const struct omni_btensor xs = { GGML_TYPE_F32, n_embd, n, d->x };
     if (n_hid) {
         TRY(be->get_rows(be, &xs, d_hid, n_hid, d->att));
         TRY(be->rmsnorm(be, d->att, d->att, d->output_norm, n_hid, n_embd, hp->norm_eps));
-        TRY(be->download(be, batch->hidden, d->att, (size_t)n_hid * n_embd * sizeof(float)));
     }
     if (!n_out)
         return 0;
@@ -465,13 +491,78 @@ int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
     TRY(be->get_rows(be, &xs, d_out, n_out, d->xn));
     TRY(be->rmsnorm(be, d->xn, d->xn, d->output_norm, n_out, n_embd, hp->norm_eps));
     TRY(be->matmul(be, &d->output, d->xn, n_out, d->logits));
-    if (argmax) {
+    if (want_argmax)
         TRY(be->argmax(be, d->logits, n_out, hp->n_vocab, d->d_argmax));
-        TRY(be->download(be, argmax, d->d_argmax, (size_t)n_out * sizeof(int32_t)));
+    return 0;
+}
+
+/* The decode step as a graph: replayed when recorded for the current
+ * tables buffer; recorded on the second run (the first sizes the scratch);
+ * on any failure graphs are turned off and the step runs plainly. */
+static int dev_compute_graph(struct llm_dev *d, int max_blocks)
+{
+    struct omni_backend *be = d->be;
+    if (d->graph && d->graph_gen == d->tables_gen)
+        return be->graph_launch(be, d->graph);
+    if (d->graph) {
+        be->graph_free(be, d->graph);
+        d->graph = NULL;
     }
-    if (logits)
+    if (!d->graph_warm) {
+        d->graph_warm = true;
+        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    }
+    if (be->graph_begin(be) < 0) {
+        d->graphs_ok = false;
+        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    }
+    const int rc = dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    void *g = NULL;
+    const int rc_end = be->graph_end(be, &g);
+    if (rc < 0 || rc_end < 0 || !g) {
+        if (g)
+            be->graph_free(be, g);
+        d->graphs_ok = false;
+        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    }
+    d->graph = g;
+    d->graph_gen = d->tables_gen;
+    return be->graph_launch(be, g);
+}
+
+int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
+                    const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
+{
+    int n_seq, max_blocks, n_out, n_hid, rc;
+    if ((rc = dev_check(d, batch, seqs, &n_seq, &max_blocks)) < 0)
+        return rc;
+    struct omni_backend *be = d->be;
+    const struct llm_hparams *hp = &d->hp;
+    const int n = batch->n_tokens;
+    /* one token, its argmax only: the graph path, with tables as wide as
+     * the pool so that their shape never changes */
+    const bool graph = d->graphs_ok && n == 1 && batch->token && argmax && !logits &&
+                       !(batch->want_hidden && batch->want_hidden[0]) &&
+                       (!batch->want_logits || batch->want_logits[0]);
+    if (graph)
+        max_blocks = d->p.n_blocks;
+    if ((rc = dev_inputs(d, batch, seqs, max_blocks, &n_out, &n_hid)) < 0)
+        return rc;
+    if (graph)
+        rc = dev_compute_graph(d, max_blocks);
+    else
+        rc = dev_compute(d, batch->token != NULL, n, max_blocks, n_out, n_hid, argmax != NULL);
+    if (rc < 0)
+        return rc;
+    if (n_hid)
+        TRY(be->download(be, batch->hidden, d->att, (size_t)n_hid * hp->n_embd * sizeof(float)));
+    if (n_out && argmax) {
+        TRY(be->download(be, d->h_argmax, d->d_argmax, (size_t)n_out * sizeof(int32_t)));
+        memcpy(argmax, d->h_argmax, (size_t)n_out * sizeof(int32_t));
+    }
+    if (n_out && logits)
         TRY(be->download(be, logits, d->logits, (size_t)n_out * hp->n_vocab * sizeof(float)));
-    if (!argmax && !logits)
+    if (!n_hid && !(n_out && (argmax || logits)))
         TRY(be->sync(be));
     return n_out;
 }

@@ -12,12 +12,12 @@
 #   pcre2/{include/pcre2.h,lib/libpcre2-8.a}   Debian's pcre2, static
 #   ggml-vocab-llama-bpe.gguf                  ../shared/vocab's file
 #   fixtures/    the golden GGUFs (make golden-fixtures) and stories260K.gguf
-# Variables: LLAMA=0 skips llama.cpp; STEPS="build test san bench llama"
+# Variables: STEPS="build test san bench prof llama"
 # picks steps; DEADLINE_S (default 540) stops starting new steps after it.
 set -u
 DEV=${DEV:-build-h7dev}
 JOBS_LLAMA=${JOBS_LLAMA:-12}
-STEPS=${STEPS:-build test san bench llama}
+STEPS=${STEPS:-build test san bench prof llama}
 DEADLINE_S=${DEADLINE_S:-540}
 O=${OUT:-/tmp/out}/h7
 mkdir -p "$O"
@@ -101,6 +101,23 @@ if want bench && [ -x build-cuda/bench_dev ]; then
         echo "rc $?"
         cat "$O/ours_$(basename "$M" .gguf).jsonl" "$O/ours_$(basename "$M" .gguf).err"
     done
+fi
+
+if want prof && [ -x build-cuda/bench_dev ] && ! late; then
+    stamp "decode without graphs; nsys kernel table"
+    OMNI_DEV_GRAPHS=0 timeout 60 build-cuda/bench_dev -m "$M4" -p 512 -n 128 -r 3 \
+        > "$O/ours_nograph_q4_k_m.jsonl" 2>&1
+    cat "$O/ours_nograph_q4_k_m.jsonl"
+    if command -v nsys >/dev/null; then
+        timeout 120 nsys profile -o "$O/prof" --force-overwrite true --stats=false \
+            build-cuda/bench_dev -m "$M4" -p 512 -n 32 -r 1 > /dev/null 2>&1
+        timeout 60 nsys stats --report cuda_gpu_kern_sum --format csv "$O/prof.nsys-rep" \
+            > "$O/prof_kernels.csv" 2>&1
+        rm -f "$O/prof.nsys-rep" "$O/prof.sqlite"
+        head -25 "$O/prof_kernels.csv" | cut -c1-220
+    else
+        echo "no nsys"
+    fi
 fi
 
 if want llama; then

@@ -72,6 +72,20 @@ struct omni_backend {
     int (*download)(struct omni_backend *be, void *dst, const void *src, size_t bytes);
     int (*memset0)(struct omni_backend *be, void *dst, size_t bytes);
     int (*sync)(struct omni_backend *be);
+    /* Host memory the backend copies from / to fastest (CUDA: pinned);
+     * uploads from it can be part of a graph. */
+    void *(*host_alloc)(struct omni_backend *be, size_t bytes);
+    void (*host_free)(struct omni_backend *be, void *p);
+
+    /* ---- graphs: record the ops queued between begin and end once, then
+     * replay them with one call (CUDA Graphs: no per-kernel launch cost).
+     * A replay reads the same buffers with the same sizes: only their
+     * contents may change. Ops that would allocate fail while recording.
+     * OMNI_ERR_UNSUPPORTED from graph_begin: no graphs (cpu). ---- */
+    int (*graph_begin)(struct omni_backend *be);
+    int (*graph_end)(struct omni_backend *be, void **graph); /* *graph NULL on failure */
+    int (*graph_launch)(struct omni_backend *be, void *graph);
+    void (*graph_free)(struct omni_backend *be, void *graph);
 
     /* ---- ops ---- */
     /* y[n][w->rows] = x[n][w->cols] . W^T (F32 activations). */

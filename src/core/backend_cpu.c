@@ -47,6 +47,36 @@ static int cpu_sync(struct omni_backend *be)
     return 0;
 }
 
+static void *cpu_host_alloc(struct omni_backend *be, size_t bytes)
+{
+    (void)be;
+    return malloc(bytes ? bytes : 1);
+}
+
+static int cpu_graph_begin(struct omni_backend *be)
+{
+    (void)be;
+    return OMNI_ERR_UNSUPPORTED;
+}
+
+static int cpu_graph_end(struct omni_backend *be, void **graph)
+{
+    (void)be;
+    *graph = NULL;
+    return OMNI_ERR_UNSUPPORTED;
+}
+
+static int cpu_graph_launch(struct omni_backend *be, void *graph)
+{
+    (void)be, (void)graph;
+    return OMNI_ERR_UNSUPPORTED;
+}
+
+static void cpu_graph_free(struct omni_backend *be, void *graph)
+{
+    (void)be, (void)graph;
+}
+
 static bool cpu_supports(const struct omni_backend *be, int type)
 {
     (void)be;
@@ -226,6 +256,9 @@ struct omni_backend *omni_backend_cpu_new(char *err, size_t errlen)
         .get_rows = cpu_get_rows, .rmsnorm = cpu_rmsnorm, .add = cpu_add, .rope = cpu_rope,
         .swiglu = cpu_swiglu, .kv_store = cpu_kv_store, .attention = cpu_attention,
         .argmax = cpu_argmax, .supports = cpu_supports, .destroy = cpu_destroy,
+        .host_alloc = cpu_host_alloc, .host_free = cpu_free, .graph_begin = cpu_graph_begin,
+        .graph_end = cpu_graph_end, .graph_launch = cpu_graph_launch,
+        .graph_free = cpu_graph_free,
     };
     snprintf(be->device, sizeof be->device, "host");
     return be;

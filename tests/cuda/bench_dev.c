@@ -7,7 +7,8 @@
  * --check N first runs an N-token prompt and N greedy steps on the CPU
  * (llm_forward, 16 threads) and on the device side by side and prints the
  * largest top-5 log-prob difference and whether the greedy tokens agree:
- * the real-shape check of the quantized kernels (Q4_K, Q6_K, ...). */
+ * the real-shape check of the quantized kernels (Q4_K, Q6_K, ...); then the
+ * same against model_dev.c on the "cpu" backend (same steps, CPU kernels). */
 #include "llm/model.h"
 #include "llm/model_dev.h"
 #include "src/core/threadpool.h"
@@ -73,14 +74,28 @@ static double top5_diff(const float *cpu, const float *dev, int n, double *a, do
     return worst;
 }
 
+/* ref_dev: the reference is the same forward on the "cpu" backend (the CPU
+ * kernels under model_dev.c's steps) instead of llm_forward. */
 static int check(const struct llm_model *m, struct llm_dev *d, const int32_t *table, int n_blocks,
-                 int n)
+                 int n, bool ref_dev)
 {
     char err[256];
     const int V = llm_model_hparams(m)->n_vocab;
     struct tpool *tp = getenv("CHECK_THREADS") && atoi(getenv("CHECK_THREADS")) <= 1 ? NULL : tpool_new(getenv("CHECK_THREADS") ? atoi(getenv("CHECK_THREADS")) : 16, err, sizeof err);
     struct llm_ctx *ctx = llm_ctx_new(m, n, tp, err, sizeof err);
     struct llm_kv *kv = llm_kv_new(m, 1 /* F16 */, 16, n_blocks, err, sizeof err);
+    struct llm_dev *ref = NULL;
+    if (ref_dev) {
+        struct llm_dev_params p = llm_dev_default_params();
+        p.backend = "cpu";
+        p.max_tokens = n;
+        p.block_size = 16;
+        p.n_blocks = n_blocks;
+        if (!(ref = llm_dev_new(m, &p, err, sizeof err))) {
+            fprintf(stderr, "check: %s\n", err);
+            return 1;
+        }
+    }
     float *lc = malloc((size_t)V * sizeof(float)), *ld = malloc((size_t)V * sizeof(float));
     double *a = malloc((size_t)V * sizeof(double)), *b = malloc((size_t)V * sizeof(double));
     int32_t *tok = malloc((size_t)n * sizeof(int32_t)), *pos = malloc((size_t)n * sizeof(int32_t));
@@ -91,13 +106,15 @@ static int check(const struct llm_model *m, struct llm_dev *d, const int32_t *ta
     }
     for (int i = 0; i < n; i++)
         tok[i] = (int32_t)((i * 7919 + 13) % V), pos[i] = i;
-    const struct llm_seq_view sv = { table, n_blocks };
+    const struct llm_seq_view sv = { .block_table = table, .n_blocks = n_blocks };
     struct llm_batch bt = { .n_tokens = n, .token = tok, .pos = pos, .seq = seq };
     double worst = 0;
     int agree = 0, steps = 0;
     for (int step = 0; step <= n; step++) {
         int32_t am;
-        if (llm_forward(ctx, &bt, kv, &sv, lc) != 1 || llm_dev_forward(d, &bt, &sv, ld, &am) != 1) {
+        const int rc_ref = ref ? llm_dev_forward(ref, &bt, &sv, lc, NULL)
+                               : llm_forward(ctx, &bt, kv, &sv, lc);
+        if (rc_ref != 1 || llm_dev_forward(d, &bt, &sv, ld, &am) != 1) {
             fprintf(stderr, "check: forward failed\n");
             return 1;
         }
@@ -112,8 +129,10 @@ static int check(const struct llm_model *m, struct llm_dev *d, const int32_t *ta
         pos[0] = n + step;
         bt.n_tokens = 1;
     }
-    printf("{\"test\":\"check\",\"prompt\":%d,\"steps\":%d,\"greedy_agree\":%d,"
-           "\"top5_logprob_max_diff\":%.4g}\n", n, steps, agree, worst);
+    printf("{\"test\":\"check\",\"ref\":\"%s\",\"prompt\":%d,\"steps\":%d,\"greedy_agree\":%d,"
+           "\"top5_logprob_max_diff\":%.4g}\n", ref ? "model_dev on cpu" : "llm_forward", n, steps,
+           agree, worst);
+    llm_dev_free(ref);
     llm_ctx_free(ctx);
     llm_kv_free(kv);
     tpool_free(tp);
@@ -171,9 +190,10 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < n_blocks; i++)
         table[i] = n_blocks - 1 - i; /* scattered on purpose */
-    if (check_n > 0 && check(m, d, table, n_blocks, check_n))
+    if (check_n > 0 && (check(m, d, table, n_blocks, check_n, false) ||
+                        check(m, d, table, n_blocks, check_n, true)))
         return 1;
-    const struct llm_seq_view sv = { table, n_blocks };
+    const struct llm_seq_view sv = { .block_table = table, .n_blocks = n_blocks };
     const int V = llm_model_hparams(m)->n_vocab;
     for (int i = 0; i < P; i++)
         tok[i] = (int32_t)((i * 7919 + 13) % V), pos[i] = i;

@@ -34,6 +34,9 @@ struct cuda_state {
     size_t wh_cap;     /* elements */
     __half *xh;        /* activations as F16 for the GEMM path */
     size_t xh_cap;
+    void *xq;          /* activations as Q8_0: int8 values, then a float scale per 32 */
+    size_t xq_cap;     /* bytes */
+    bool capturing;    /* a graph capture is open: no allocation, no sync */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -259,6 +262,94 @@ __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y
 
 static unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
+/* Activation rows as Q8_0 the way quant.c's quantize_row_q8_0_ref makes
+ * them (d = amax / 127 kept as F16, q = round(x / d) with the unrounded d):
+ * one warp per 32 values. With Q8_0 / Q4_0 weights the CPU multiplies these,
+ * so the device does too (same integers, same scales). */
+__global__ void k_quant_q8_0(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
+                             float *__restrict__ d)
+{
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (b >= n_blocks)
+        return;
+    const float v = x[b * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    q[b * 32 + lane] = (int8_t)roundf(v * id);
+    if (lane == 0)
+        d[b] = __half2float(__float2half_rn(dd));
+}
+
+/* Block c of a Q8_0 / Q4_0 weight row as 8 words of 4 signed bytes (values
+ * 4i .. 4i+3 in word i); returns the block scale. */
+template <int T> __device__ __forceinline__ float q8w(const uint8_t *row, int c, int *wq);
+
+template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q8_0>(const uint8_t *row, int c, int *wq)
+{
+    const uint8_t *b = row + (size_t)c * 34;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        wq[i] = (int)(ld16(b + 2 + 4 * i) | (ld16(b + 4 + 4 * i) << 16));
+    return h2f((uint16_t)ld16(b));
+}
+
+template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q4_0>(const uint8_t *row, int c, int *wq)
+{
+    const uint8_t *b = row + (size_t)c * 18;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld16(b + 2 + 4 * i) | (ld16(b + 4 + 4 * i) << 16);
+        wq[i] = __vsubss4((int)(u & 0x0f0f0f0fu), 0x08080808);            /* values 4i .. */
+        wq[4 + i] = __vsubss4((int)((u >> 4) & 0x0f0f0f0fu), 0x08080808); /* values 16 + 4i .. */
+    }
+    return h2f((uint16_t)ld16(b));
+}
+
+/* k_matvec_q over Q8_0 activations: per block, an integer dot (dp4a) times
+ * the two scales, summed in the CPU's order within a block. */
+template <int T, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_q8(const uint8_t *__restrict__ W, size_t row_bytes, int rows, int cols,
+                const int8_t *__restrict__ xq, const float *__restrict__ xd, float *__restrict__ y)
+{
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    const uint8_t *row = W + (size_t)r * row_bytes;
+    const int nb = cols >> 5;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        acc[t] = 0.0f;
+    for (int c = lane; c < nb; c += 32) {
+        int wq[8];
+        const float dw = q8w<T>(row, c, wq);
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const int4 *xp = (const int4 *)(xq + (size_t)t * cols + 32 * c);
+            const int4 a = __ldg(xp), b = __ldg(xp + 1);
+            int sumi = __dp4a(wq[0], a.x, 0);
+            sumi = __dp4a(wq[1], a.y, sumi);
+            sumi = __dp4a(wq[2], a.z, sumi);
+            sumi = __dp4a(wq[3], a.w, sumi);
+            sumi = __dp4a(wq[4], b.x, sumi);
+            sumi = __dp4a(wq[5], b.y, sumi);
+            sumi = __dp4a(wq[6], b.z, sumi);
+            sumi = __dp4a(wq[7], b.w, sumi);
+            acc[t] += (float)sumi * (dw * __ldg(xd + (size_t)t * nb + c));
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(size_t)t * rows + r] = s;
+    }
+}
+
 template <int T>
 static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, const float *x, int n,
                             float *y, cudaStream_t s)
@@ -273,6 +364,23 @@ static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, con
     case 6: k_matvec_q<T, 6><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
     case 7: k_matvec_q<T, 7><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
     default: k_matvec_q<T, 8><<<grid, block, 0, s>>>(W, rb, rows, cols, x, y); break;
+    }
+}
+
+template <int T>
+static void launch_matvec_q8(const uint8_t *W, size_t rb, int rows, int cols, const int8_t *xq,
+                             const float *xd, int n, float *y, cudaStream_t s)
+{
+    const dim3 grid(blocks_for(rows, MV_WARPS)), block(MV_WARPS * 32);
+    switch (n) {
+    case 1: k_matvec_q8<T, 1><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 2: k_matvec_q8<T, 2><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 3: k_matvec_q8<T, 3><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 4: k_matvec_q8<T, 4><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 5: k_matvec_q8<T, 5><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 6: k_matvec_q8<T, 6><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 7: k_matvec_q8<T, 7><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    default: k_matvec_q8<T, 8><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
     }
 }
 
@@ -320,6 +428,22 @@ static int grow(__half **p, size_t *cap, size_t n)
     return 0;
 }
 
+static int grow_bytes(struct cuda_state *s, void **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    if (s->capturing) /* buffers are sized by a run before any capture */
+        return OMNI_ERR_LIMIT;
+    if (*p)
+        cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    if (chk(cudaMalloc(p, n), "scratch"))
+        return OMNI_ERR_NOMEM;
+    *cap = n;
+    return 0;
+}
+
 static int quant_chunk_ok(const struct omni_btensor *w)
 {
     return !is_quant(w->type) || (w->cols % 32 == 0 &&
@@ -328,6 +452,10 @@ static int quant_chunk_ok(const struct omni_btensor *w)
 }
 
 #define MATVEC_MAX 8 /* rows of activations through the matvec kernels */
+/* Q8_0 / Q4_0 weights: batches below this (matmul.h's OMNI_MATMUL_BLAS_MIN,
+ * where the CPU leaves its quantized dots for sgemm) multiply Q8_0
+ * activations, 8 rows per launch. */
+#define Q8_ACT_MAX 32
 
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
                        float *y)
@@ -341,6 +469,28 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t rb = ggml_row_size(w->type, w->cols);
     const uint8_t *W = (const uint8_t *)w->data;
+    if ((w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_0) && n < Q8_ACT_MAX) {
+        /* as the CPU below its BLAS switch point: Q8_0 activations, integer dots */
+        const int64_t nb = (int64_t)n * cols / 32;
+        int rc = grow_bytes(s, &s->xq, &s->xq_cap, (size_t)nb * 32 + (size_t)nb * sizeof(float));
+        if (rc < 0)
+            return rc;
+        int8_t *xq = (int8_t *)s->xq;
+        float *xd = (float *)(xq + nb * 32);
+        k_quant_q8_0<<<blocks_for(nb * 32, 256), 256, 0, s->stream>>>(x, nb, xq, xd);
+        if ((rc = chk_launch("quantize q8_0")) < 0)
+            return rc;
+        for (int r0 = 0; r0 < n; r0 += MATVEC_MAX) {
+            const int m = n - r0 < MATVEC_MAX ? n - r0 : MATVEC_MAX;
+            const int8_t *q = xq + (size_t)r0 * cols;
+            const float *d = xd + (size_t)r0 * (cols / 32);
+            if (w->type == GGML_TYPE_Q8_0)
+                launch_matvec_q8<GGML_TYPE_Q8_0>(W, rb, rows, cols, q, d, m, y + (size_t)r0 * rows, s->stream);
+            else
+                launch_matvec_q8<GGML_TYPE_Q4_0>(W, rb, rows, cols, q, d, m, y + (size_t)r0 * rows, s->stream);
+        }
+        return chk_launch("matvec q8");
+    }
     if (n <= MATVEC_MAX) {
         switch (w->type) {
         case GGML_TYPE_F32: launch_matvec_f((const float *)W, rows, cols, x, n, y, s->stream); break;
@@ -361,6 +511,8 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
     int rc;
     const __half *A = (const __half *)W;
     if (w->type != GGML_TYPE_F16) {
+        if (s->capturing)
+            return OMNI_ERR_LIMIT;
         if ((rc = grow(&s->wh, &s->wh_cap, (size_t)rows * cols)) < 0)
             return rc;
         const int64_t chunks = (int64_t)rows * (cols / 32);
@@ -376,6 +528,8 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
         A = s->wh;
     }
     const int64_t nx = (int64_t)n * cols;
+    if ((size_t)nx > s->xh_cap && s->capturing)
+        return OMNI_ERR_LIMIT;
     if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
         return rc;
     k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
@@ -777,6 +931,62 @@ static int cuda_sync(struct omni_backend *be)
     return chk(cudaStreamSynchronize(st(be)->stream), "sync");
 }
 
+static void *cuda_host_alloc(struct omni_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(struct omni_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
+static int cuda_graph_begin(struct omni_backend *be)
+{
+    struct cuda_state *s = st(be);
+    int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
+    s->capturing = rc == 0;
+    return rc;
+}
+
+static int cuda_graph_end(struct omni_backend *be, void **graph)
+{
+    struct cuda_state *s = st(be);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    *graph = NULL;
+    s->capturing = false;
+    int rc = chk(cudaStreamEndCapture(s->stream, &g), "graph end");
+    if (rc == 0)
+        rc = chk(cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
+    if (g)
+        cudaGraphDestroy(g);
+    if (rc == 0)
+        *graph = exec;
+    cudaGetLastError();
+    return rc;
+}
+
+static int cuda_graph_launch(struct omni_backend *be, void *graph)
+{
+    return chk(cudaGraphLaunch((cudaGraphExec_t)graph, st(be)->stream), "graph launch");
+}
+
+static void cuda_graph_free(struct omni_backend *be, void *graph)
+{
+    (void)be;
+    if (graph)
+        cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static void cuda_destroy(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
@@ -787,6 +997,8 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->wh);
         if (s->xh)
             cudaFree(s->xh);
+        if (s->xq)
+            cudaFree(s->xq);
         if (s->blas)
             cublasDestroy(s->blas);
         if (s->stream)
@@ -855,5 +1067,11 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->attention = cuda_attention;
     be->argmax = cuda_argmax;
     be->supports = cuda_supports;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
+    be->graph_begin = cuda_graph_begin;
+    be->graph_end = cuda_graph_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_free = cuda_graph_free;
     return be;
 }
