@@ -461,3 +461,77 @@ TEST(outetts_tts_backend)
     CHECK_MSG(rs == 0, "%s", err);
     CHECK_EQ(rate, 24000);
 }
+
+struct chat_collect {
+    int32_t toks[256];
+    int n;
+    bool done;
+};
+
+static void chat_event(void *user, const struct engine_event *ev)
+{
+    struct chat_collect *c = user;
+    if (ev->type == ENGINE_EV_TOKEN && c->n < 256)
+        c->toks[c->n++] = ev->token;
+    else if (ev->type != ENGINE_EV_TOKEN)
+        __atomic_store_n(&c->done, true, __ATOMIC_RELEASE);
+}
+
+/* --deterministic: a TTS request batched with a chat request gives the same
+ * audio, and the chat the same tokens, as each alone. */
+TEST(outetts_deterministic_with_chat)
+{
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    char err[256];
+    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
+    CHECK(m);
+    test_defer(free_model, m);
+    struct dac_model *dac = dac_load(codec, err, sizeof err);
+    CHECK(dac);
+    test_defer(free_dac_model, dac);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 2;
+    ep.kv_memory_bytes = 16 << 20;
+    ep.deterministic = true;
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK(e);
+    test_defer(free_engine, e);
+    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
+    CHECK(engine_start(e, err, sizeof err) == 0);
+    int32_t chat_prompt[40];
+    for (int i = 0; i < 40; i++)
+        chat_prompt[i] = 32 + (i * 7) % 90;
+    struct engine_request rq = engine_default_request();
+    rq.prompt = chat_prompt;
+    rq.n_prompt = 40;
+    rq.max_tokens = 120;
+    rq.sampling.seed = 5;
+    rq.on_event = chat_event;
+    struct outetts_speak_params p = outetts_speak_default_params();
+    p.text = "Deterministic speech, please.";
+    p.max_tokens = 150;
+    p.seed = 11;
+    struct collected a1 = { 0 }, a2 = { 0 };
+    struct outetts_speak_stats s1, s2;
+    struct chat_collect c1 = { .n = 0 }, c2 = { .n = 0 };
+    /* alone: chat, then speech */
+    rq.user = &c1;
+    CHECK(engine_generate(e, &rq, err, sizeof err) == 0);
+    CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &a1, &s1, err, sizeof err) == 0);
+    /* together: the chat is submitted first and runs while the speech does */
+    rq.user = &c2;
+    uint64_t id;
+    CHECK(engine_submit(e, &rq, &id, err, sizeof err) == 0);
+    int rc = outetts_speak(e, 0, dac, NULL, &p, collect, &a2, &s2, err, sizeof err);
+    for (int i = 0; i < 4000 && !__atomic_load_n(&c2.done, __ATOMIC_ACQUIRE); i++)
+        usleep(5000);
+    CHECK(__atomic_load_n(&c2.done, __ATOMIC_ACQUIRE));
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(c1.n, c2.n);
+    CHECK(memcmp(c1.toks, c2.toks, (size_t)c1.n * sizeof *c1.toks) == 0);
+    CHECK_EQ(s1.completion_tokens, s2.completion_tokens);
+    CHECK_EQ(s1.frames, s2.frames);
+    CHECK_EQ(a1.n, a2.n);
+}
