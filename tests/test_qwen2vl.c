@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llm/model.h"
+#include "src/engine/engine.h"
 #include "media/image.h"
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
@@ -408,7 +409,7 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
     struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
     struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
     CHECK(ctx && kv);
-    struct llm_seq_view view = { table, 16 };
+    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
     struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
     CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
     float *ref = test_read_floats(test_fixture(QDIR "logits.bin"), (size_t)n * V);
@@ -443,6 +444,104 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
     vision_prompt_release(&vp);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
+    vision_embd_release(&img[0]);
+    vision_embd_release(&img[1]);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
+}
+
+// ---- through the engine ---------------------------------------------------------
+
+struct qgen {
+    int32_t tok[32];
+    int n;
+    bool done;
+};
+
+static void qgen_event(void *user, const struct engine_event *ev)
+{
+    struct qgen *g = user;
+    if (ev->type == ENGINE_EV_TOKEN && g->n < 32)
+        g->tok[g->n++] = ev->token;
+    else if (ev->type != ENGINE_EV_TOKEN)
+        g->done = true;
+}
+
+/* The same prompt as engine segments (vision_prompt_build's parts with
+ * their grids): the engine's M-RoPE ids give the reference's greedy tokens,
+ * with prefill chunks that cut through the images, and again from the
+ * prefix cache. */
+TEST(qwen2vl_engine_greedy_matches_reference)
+{
+    char err[256];
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
+    CHECK(js);
+    int greedy[16];
+    const int n_greedy = json_ints(js, "greedy", greedy, 16);
+    char prompt[1024];
+    const char *p = strstr(js, "\"prompt\": \"");
+    CHECK(p && n_greedy > 0);
+    size_t k = 0;
+    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
+        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
+    prompt[k] = 0;
+    free(js);
+    struct vision_model *vm = load_qwen();
+    CHECK(vm);
+    struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    CHECK(vc);
+    struct vision_embd img[2];
+    const char *png[2] = { "vision/image.png", QDIR "image2.png" };
+    for (int i = 0; i < 2; i++) {
+        struct media_image im;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
+        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
+        media_image_release(&im);
+    }
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), prompt, strlen(prompt), false, img, 2, &vp, err,
+                                 sizeof err), 0);
+    struct engine_segment segs[16];
+    CHECK(vp.n_parts <= 16);
+    int grids = 0;
+    for (int i = 0; i < vp.n_parts; i++) {
+        const struct vision_prompt_part *pt = &vp.parts[i];
+        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
+                                           pt->grid_cols };
+        grids += pt->grid_rows > 0;
+    }
+    CHECK_EQ(grids, 2);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 1;
+    ep.kv_type = GGML_TYPE_F32;
+    ep.kv_memory_bytes = 4 << 20;
+    ep.max_batch_tokens = 20; /* prefill chunks end inside the images */
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(e, "%s", err);
+    CHECK_MSG(engine_add_model(e, lm, "qwen2vl", err, sizeof err) >= 0, "%s", err);
+    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
+    for (int round = 0; round < 2; round++) { /* the second from the prefix cache */
+        struct qgen g = { .n = 0 };
+        struct engine_request rq = engine_default_request();
+        rq.segments = segs, rq.n_segments = vp.n_parts;
+        rq.max_tokens = n_greedy, rq.ignore_eog = true;
+        rq.sampling.temperature = 0;
+        rq.on_event = qgen_event, rq.user = &g;
+        CHECK_MSG(engine_generate(e, &rq, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(g.n, n_greedy);
+        for (int i = 0; i < n_greedy; i++)
+            CHECK_MSG(g.tok[i] == greedy[i], "round %d token %d: %d, reference %d", round, i, g.tok[i], greedy[i]);
+    }
+    struct engine_stats st;
+    engine_stats(e, &st);
+    printf("    engine: %d greedy tokens as the reference twice, prefix hit tokens %llu\n", n_greedy,
+           (unsigned long long)st.prefix_hit_tokens);
+    engine_free(e);
+    vision_prompt_release(&vp);
     vision_embd_release(&img[0]);
     vision_embd_release(&img[1]);
     vision_ctx_free(vc);

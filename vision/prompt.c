@@ -117,11 +117,20 @@ int vision_prompt_build(const struct vision_model *m, const struct tokenizer *to
         const struct vision_embd *e = &images[used++];
         if ((rc = vision_layout_build(m, e, &lay, err, errlen)) < 0)
             break;
-        for (int i = 0; i < lay.n && rc == OMNI_OK; i++)
-            rc = lay.seg[i].text
-                     ? add_text(&b, lay.seg[i].text, strlen(lay.seg[i].text))
-                     : add_part(&b, e->data + (size_t)lay.seg[i].row0 * e->n_embd, lay.seg[i].n_rows,
-                                e->key_hash);
+        for (int i = 0; i < lay.n && rc == OMNI_OK; i++) {
+            if (lay.seg[i].text) {
+                rc = add_text(&b, lay.seg[i].text, strlen(lay.seg[i].text));
+                continue;
+            }
+            rc = add_part(&b, e->data + (size_t)lay.seg[i].row0 * e->n_embd, lay.seg[i].n_rows, e->key_hash);
+            /* a qwen2vl image is one run of rows over its merged grid: the
+             * language model's M-RoPE ids follow the grid */
+            if (rc == OMNI_OK && vision_model_info(m)->family == VISION_QWEN2VL &&
+                e->tile_rows * e->tile_cols == lay.seg[i].n_rows) {
+                out->parts[out->n_parts - 1].grid_rows = e->tile_rows;
+                out->parts[out->n_parts - 1].grid_cols = e->tile_cols;
+            }
+        }
         vision_layout_release(&lay);
         p = hit + mlen;
     }

@@ -143,6 +143,7 @@ struct vision_prompt_part {
     const float *embd;       /* [n][n_embd_lm] */
     int n;
     uint64_t media_hash;     /* the image's key_hash for rows; 0 for tokens */
+    int grid_rows, grid_cols;/* qwen2vl rows: the image's merged grid (M-RoPE ids); else 0 */
 };
 struct vision_prompt {
     int n_parts;

@@ -678,7 +678,8 @@ int api_images_attach(struct api_images_pool *pool, const struct api_model *m,
         return api_error_set(e, 500, NULL, "out of memory");
     for (int i = 0; i < im->vp.n_parts; i++) {
         const struct vision_prompt_part *p = &im->vp.parts[i];
-        im->segs[i] = (struct engine_segment){ p->tokens, p->embd, p->n, p->media_hash };
+        im->segs[i] = (struct engine_segment){ p->tokens, p->embd, p->n, p->media_hash, p->grid_rows,
+                                               p->grid_cols };
     }
     rq->prompt = NULL;
     rq->n_prompt = 0;

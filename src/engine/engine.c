@@ -74,6 +74,8 @@ struct request {
     uint64_t *keys;          /* [n_prompt] prefix-hash keys */
     int32_t *embd_row;       /* [n_prompt] row in embd, -1 for tokens; NULL: text only */
     float *embd;             /* [rows][n_embd] */
+    int32_t *rope_pos;       /* M-RoPE (qwen2vl): [3][n_prompt] rotary ids; NULL: the positions */
+    int32_t rope_delta;      /* generated tokens: rotary id = position + rope_delta */
     int n_prompt;
     int n, n_open;           /* choices, choices without a final event yet */
     struct seq *seqs;        /* [n] */
@@ -112,6 +114,7 @@ struct emodel {
     struct item { struct seq *s; int start, n; bool embd; int hid_row; } *items;
     int n_items;
     int32_t *b_tok, *b_pos, *b_seq;
+    int32_t *b_rpos;         /* [3][T] M-RoPE rotary ids of the batch (qwen2vl) */
     bool *b_want, *b_hid;
     float *hidden;           /* [max_batch_tokens][n_embd] hidden states of embedding rows */
     struct llm_seq_view *views;
@@ -383,13 +386,14 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         em->items = calloc((size_t)S, sizeof *em->items);
         em->b_tok = malloc((size_t)T * sizeof(int32_t));
         em->b_pos = malloc((size_t)T * sizeof(int32_t));
+        em->b_rpos = malloc((size_t)T * 3 * sizeof(int32_t));
         em->b_seq = malloc((size_t)T * sizeof(int32_t));
         em->b_want = malloc((size_t)T * sizeof(bool));
         em->b_hid = malloc((size_t)T * sizeof(bool));
         em->hidden = malloc((size_t)T * (size_t)em->hp->n_embd * sizeof(float));
         em->views = malloc((size_t)S * sizeof *em->views);
         em->logits = malloc((size_t)S * (size_t)em->hp->n_vocab * sizeof(float));
-        if (!em->running || !em->items || !em->b_tok || !em->b_pos || !em->b_seq ||
+        if (!em->running || !em->items || !em->b_tok || !em->b_pos || !em->b_rpos || !em->b_seq ||
             !em->b_want || !em->b_hid || !em->hidden || !em->views || !em->logits)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
         OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
@@ -431,6 +435,7 @@ static void request_free(struct request *r)
     free(r->keys);
     free(r->embd_row);
     free(r->embd);
+    free(r->rope_pos);
     free(r);
 }
 
@@ -457,6 +462,7 @@ void engine_free(struct engine *e)
         free(em->items);
         free(em->b_tok);
         free(em->b_pos);
+        free(em->b_rpos);
         free(em->b_seq);
         free(em->b_want);
         free(em->b_hid);
@@ -535,6 +541,26 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
                        (size_t)n_embd * sizeof(float));
             }
         }
+    }
+    /* M-RoPE (qwen2vl): text advances the three rotary ids together; an
+     * image grid's rows sit at (s, s + row, s + column), s one past the
+     * largest id so far, and the text after it continues past the image */
+    if (em->hp->arch == LLM_ARCH_QWEN2VL) {
+        if (!(r->rope_pos = malloc((size_t)total * 3 * sizeof *r->rope_pos)))
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory for the prompt");
+        int32_t next = 0, *t = r->rope_pos, *h = t + total, *w = h + total;
+        p = 0;
+        for (int i = 0; i < n_segs; i++) {
+            const int R = segs[i].grid_rows, C = segs[i].grid_cols;
+            const bool grid = !segs[i].tokens && R > 0 && C > 0 && (int64_t)R * C == segs[i].n;
+            for (int j = 0; j < segs[i].n; j++, p++) {
+                t[p] = grid ? next : next + j;
+                h[p] = grid ? next + j / C : next + j;
+                w[p] = grid ? next + j % C : next + j;
+            }
+            next += grid ? (R > C ? R : C) : segs[i].n;
+        }
+        r->rope_delta = next - (int32_t)total;
     }
     return 0;
 }
@@ -1240,11 +1266,21 @@ static void count_kernel_switches(struct engine *e, const struct emodel *em, int
     }
 }
 
+/* M-RoPE rotary id (axis 0..2) of position p of r's sequences: the
+ * prompt's own, then position + delta; the position itself without M-RoPE. */
+static int32_t rope_id(const struct request *r, int p, int axis)
+{
+    if (!r->rope_pos)
+        return p;
+    return p < r->n_prompt ? r->rope_pos[(size_t)axis * r->n_prompt + p] : p + r->rope_delta;
+}
+
 /* Run the forwards of this step's items; 0 or a negative omni_err. Logit
  * rows go to em->logits in item order. */
 static int forward(struct engine *e, struct emodel *em)
 {
     int n_tok = 0, n_views = 0, n_rows = 0, n_hid = 0;
+    bool rope = false;
     for (int k = 0; k < em->n_items; k++) {
         struct item *it = &em->items[k];
         it->s->logit_row = -1;
@@ -1257,6 +1293,9 @@ static int forward(struct engine *e, struct emodel *em)
             const int p = it->start + i;
             em->b_tok[n_tok] = it->s->tok[p];
             em->b_pos[n_tok] = p;
+            for (int a = 0; a < 3; a++) /* M-RoPE ids (filled for all; used when a request has them) */
+                em->b_rpos[(size_t)a * e->p.max_batch_tokens + n_tok] = rope_id(r, p, a);
+            rope |= r->rope_pos != NULL;
             em->b_seq[n_tok] = n_views;
             em->b_want[n_tok] = !r->embed && p == it->s->n_tok - 1;
             em->b_hid[n_tok] = r->embed && (r->pooling == EMBED_POOL_MEAN ||
@@ -1270,10 +1309,15 @@ static int forward(struct engine *e, struct emodel *em)
         n_views++;
     }
     const size_t n_vocab = (size_t)em->hp->n_vocab;
+    if (n_tok && rope) /* llm_batch.rope_pos is [3][n_tok]: close the gaps */
+        for (int a = 1; a < 3; a++)
+            memmove(em->b_rpos + (size_t)a * n_tok, em->b_rpos + (size_t)a * e->p.max_batch_tokens,
+                    (size_t)n_tok * sizeof(int32_t));
     if (n_tok) {
         struct llm_batch b = { .n_tokens = n_tok, .token = em->b_tok, .pos = em->b_pos,
                                .seq = em->b_seq, .want_logits = em->b_want,
-                               .want_hidden = n_hid ? em->b_hid : NULL, .hidden = em->hidden };
+                               .want_hidden = n_hid ? em->b_hid : NULL, .hidden = em->hidden,
+                               .rope_pos = rope ? em->b_rpos : NULL };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
         if (rc < 0)
             return rc;
@@ -1290,11 +1334,14 @@ static int forward(struct engine *e, struct emodel *em)
             em->b_pos[i] = it->start + i;
             em->b_seq[i] = 0;
             em->b_want[i] = it->start + i == it->s->n_tok - 1;
+            for (int a = 0; a < 3; a++)
+                em->b_rpos[(size_t)a * it->n + i] = rope_id(r, it->start + i, a);
         }
         struct llm_seq_view view = { it->s->blocks, it->s->n_blocks };
         struct llm_batch b = {
             .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
             .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
+            .rope_pos = r->rope_pos ? em->b_rpos : NULL,
         };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), &view,
                              em->logits + (size_t)n_rows * n_vocab);

@@ -69,6 +69,8 @@ struct engine_segment {
     const float *embd;       /* [n][n_embd] */
     int n;
     uint64_t media_hash;     /* content hash of the media behind embd; 0 for tokens */
+    int grid_rows, grid_cols;/* M-RoPE models (qwen2vl): the image's merged grid, rows x cols
+                                = n (0: rows in sequence, as text) */
 };
 
 enum engine_finish {
