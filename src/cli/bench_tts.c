@@ -2,19 +2,31 @@
  *
  *   omniserve bench-tts --codec DAC.gguf [--seconds 10] [--threads 2] [--n-q 2] [--json]
  *
- * Today the codec part: random codes for --seconds of audio decoded in one
- * shot and streamed frame by frame (the TTS path), median of --reps runs.
+ * The codec part: random codes for --seconds of audio decoded in one shot
+ * and streamed frame by frame (the TTS path), median of --reps runs.
  * Prints codec frames/s, times real time (audio seconds per wall second),
  * the streamed / one-shot time ratio (the cost of the windows' context) and
- * the time to the first streamed chunk. The language-model part (-m) is
- * not in this build yet. */
+ * the time to the first streamed chunk.
+ *
+ * With -m OUTETTS.gguf: whole syntheses of a 60-word paragraph (or --text)
+ * through the engine, --concurrency N requests at once (a list: "1,4"),
+ * each decoding its own audio; per level one JSON line with the aggregate
+ * audio seconds per wall second, tokens/s, the median time to first audio
+ * and its share of the request's time, and the throughput ratio to the
+ * first level. */
 #include "audio/codec/dac.h"
+#include "audio/tts/outetts.h"
+#include "audio/tts/outetts_speak.h"
+#include "llm/model.h"
+#include "src/core/compute.h"
+#include "src/engine/engine.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
 #include "src/cli/cli.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +41,134 @@ static void bench_tts_usage(FILE *f)
             "  --n-q N         codebooks per frame (default 2, as OuteTTS 1.0)\n"
             "  --reps N        runs of each kind; the median counts (default 3)\n"
             "  --chunk N       frames per streamed chunk after the first (default 32)\n"
-            "  --json          print only one JSON object\n");
+            "  --json          print only one JSON object\n"
+            "  -m FILE         OuteTTS 1.0 GGUF: whole syntheses through the engine\n"
+            "  --voice FILE    speaker JSON for -m (default: none)\n"
+            "  --concurrency L requests at once, a list (default 1,4)\n"
+            "  --text T        what to say (default: a 60-word paragraph)\n"
+            "  --max-tokens N  per request (default: from the text's length)\n");
+}
+
+static const char *BENCH_TTS_TEXT =
+    "The old lighthouse stood at the edge of the cliff, watching the grey sea roll in "
+    "beneath a heavy sky. Every evening the keeper climbed the narrow stairs, lit the "
+    "great lamp, and wrote a few lines in his worn notebook. Ships passed safely through "
+    "the dark, and nobody in the village ever thought to thank him for the quiet work.";
+
+struct bench_tts_req {
+    struct engine *e;
+    const struct dac_model *dac;
+    struct compute *budget;
+    struct outetts_speak_params p;
+    struct outetts_speak_stats st;
+    int rc;
+    char err[256];
+};
+
+static void *bench_tts_worker(void *arg)
+{
+    struct bench_tts_req *r = arg;
+    struct tpool *tp = tpool_new(1, r->err, sizeof r->err);
+    if (!tp || tpool_attach(tp, r->budget, "tts-dac", r->err, sizeof r->err) < 0) {
+        r->rc = -1;
+        tpool_free(tp);
+        return NULL;
+    }
+    r->rc = outetts_speak(r->e, 0, r->dac, tp, &r->p, NULL, NULL, &r->st, r->err, sizeof r->err);
+    tpool_free(tp);
+    return NULL;
+}
+
+/* -m: whole syntheses at each concurrency level; 0 or 1 */
+static int bench_tts_lm(const char *lm_path, const struct dac_model *dac, const char *voice,
+                        const char *text, const int *conc, int n_conc, int threads,
+                        int max_tokens)
+{
+    char err[512] = "";
+    int rc = 1;
+    struct llm_model *m = NULL;
+    struct outetts_speaker *spk = NULL;
+    struct compute *c = NULL;
+    struct engine *e = NULL;
+    struct compute_params cp = compute_default_params();
+    cp.n_threads = threads;
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = threads;
+    ep.kv_memory_bytes = (size_t)1 << 30;
+    if ((voice && !(spk = outetts_speaker_load(voice, err, sizeof err))) ||
+        !(m = llm_model_load(lm_path, NULL, err, sizeof err)) ||
+        !(c = compute_new(&cp, err, sizeof err)))
+        goto fail;
+    ep.compute = c;
+    if (!(e = engine_new(&ep, err, sizeof err)) ||
+        engine_add_model(e, m, "outetts", err, sizeof err) < 0 || engine_start(e, err, sizeof err) < 0)
+        goto fail;
+    int rate = dac_get_info(dac)->sample_rate;
+    double base = 0;
+    for (int k = 0; k < n_conc; k++) {
+        int n = conc[k];
+        struct bench_tts_req *r = calloc((size_t)n, sizeof *r);
+        pthread_t *th = calloc((size_t)n, sizeof *th);
+        if (!r || !th) {
+            free(r);
+            free(th);
+            snprintf(err, sizeof err, "out of memory");
+            goto fail;
+        }
+        double t0 = omni_time_s();
+        for (int i = 0; i < n; i++) {
+            r[i] = (struct bench_tts_req){ .e = e, .dac = dac, .budget = c };
+            r[i].p = outetts_speak_default_params();
+            r[i].p.text = text;
+            r[i].p.speaker = spk;
+            r[i].p.seed = (uint64_t)i + 1;
+            r[i].p.max_tokens = max_tokens;
+            pthread_create(&th[i], NULL, bench_tts_worker, &r[i]);
+        }
+        for (int i = 0; i < n; i++)
+            pthread_join(th[i], NULL);
+        double wall = omni_time_s() - t0, audio = 0, toks = 0;
+        double *ttfa = calloc((size_t)n, sizeof *ttfa), *share = calloc((size_t)n, sizeof *share);
+        bool ok = ttfa && share;
+        for (int i = 0; i < n && ok; i++) {
+            if (r[i].rc < 0) {
+                snprintf(err, sizeof err, "request %d: %s", i, r[i].err);
+                ok = false;
+                break;
+            }
+            audio += (double)r[i].st.samples / rate;
+            toks += r[i].st.completion_tokens;
+            ttfa[i] = r[i].st.first_audio_ms;
+            share[i] = r[i].st.total_ms > 0 ? r[i].st.first_audio_ms / r[i].st.total_ms : 0;
+        }
+        if (ok) {
+            double agg = audio / wall;
+            if (k == 0)
+                base = agg;
+            printf("{\"concurrency\":%d,\"wall_s\":%.3f,\"audio_s\":%.3f,\"x_realtime\":%.4f,"
+                   "\"tokens_per_s\":%.2f,\"ttfa_ms_median\":%.1f,\"ttfa_share_median\":%.4f,"
+                   "\"throughput_vs_first\":%.3f,\"cached_tokens_last\":%d}\n",
+                   n, wall, audio, agg, toks / wall, bench_median(ttfa, n), bench_median(share, n),
+                   base > 0 ? agg / base : 0, r[n - 1].st.cached_tokens);
+            fflush(stdout);
+        }
+        free(ttfa);
+        free(share);
+        free(r);
+        free(th);
+        if (!ok)
+            goto fail;
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "omniserve bench-tts: %s\n", err);
+done:
+    engine_free(e);
+    compute_free(c);
+    llm_model_free(m);
+    outetts_speaker_free(spk);
+    return rc;
 }
 
 /* seconds for a streamed decode of codes (frame-major), and to its first chunk */
@@ -64,7 +203,9 @@ static double bench_tts_stream(const struct dac_model *m, struct tpool *tp, int 
 
 int cli_bench_tts(int argc, char **argv)
 {
-    const char *codec = NULL;
+    const char *codec = NULL, *lm = NULL, *voice = NULL, *text = BENCH_TTS_TEXT;
+    int conc[8] = { 1, 4 }, n_conc = 2;
+    long max_tokens = 0;
     double seconds = 10;
     long threads = 2, n_q = 2, reps = 3, chunk = 32;
     bool json = false;
@@ -93,9 +234,19 @@ int cli_bench_tts(int argc, char **argv)
             bench_tts_usage(stdout);
             return 0;
         } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            fprintf(stderr, "omniserve bench-tts: -m (the speaking language model) is not "
-                            "supported by this build yet: only the codec part runs\n");
-            return 2;
+            lm = argv[++i];
+        } else if (!strcmp(a, "--voice") && i + 1 < argc) {
+            voice = argv[++i];
+        } else if (!strcmp(a, "--text") && i + 1 < argc) {
+            text = argv[++i];
+        } else if (!strcmp(a, "--max-tokens") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 1 << 20, &max_tokens))
+                return 2;
+        } else if (!strcmp(a, "--concurrency") && i + 1 < argc) {
+            if ((n_conc = cli_int_list(argv[++i], 1, 64, conc, 8)) <= 0) {
+                fprintf(stderr, "omniserve bench-tts: --concurrency: a list of 1..64, e.g. 1,4\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "omniserve bench-tts: unknown or incomplete option '%s'\n", a);
             bench_tts_usage(stderr);
@@ -118,6 +269,10 @@ int cli_bench_tts(int argc, char **argv)
     if (!m || !t_one || !t_str || !t_first)
         goto fail;
     const struct dac_info *I = dac_get_info(m);
+    if (lm) {
+        rc = bench_tts_lm(lm, m, voice, text, conc, n_conc, (int)threads, (int)max_tokens);
+        goto done;
+    }
     if (n_q > I->n_codebooks) {
         snprintf(err, sizeof err, "--n-q %ld: %s has %d codebooks", n_q, codec, I->n_codebooks);
         goto fail;
