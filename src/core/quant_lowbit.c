@@ -31,9 +31,9 @@ static inline ggml_half f2h(float x)
 
 void quant_q3_K_scales(const uint8_t scales[12], int8_t out[16])
 {
-    /* four bytes at a time: low nibbles of bytes 0-3 / 4-7 give scales 0-7,
-     * their high nibbles scales 8-15; byte k of bytes 8-11 holds bits 4-5 of
-     * scales k, k+4, k+8, k+12 in its bit pairs 0, 2, 4, 6 */
+    /* four bytes at a time (little endian): low nibbles of bytes 0-3 / 4-7
+     * give scales 0-7, their high nibbles scales 8-15; byte k of bytes 8-11
+     * holds bits 4-5 of scales k, k+4, k+8, k+12 in its bit pairs 0, 2, 4, 6 */
     uint32_t a0, a1, hi, aux[4];
     memcpy(&a0, scales, 4);
     memcpy(&a1, scales + 4, 4);
@@ -292,9 +292,9 @@ static inline int best_index_iq4nl(float v)
     return best;
 }
 
-/* The scale of 32 (iq4_nl) or 32 (iq4_xs sub-block) values: the signed
- * largest value onto -127, then one least-squares refit of the scale for
- * the levels that picked. L gets the level indices for the final scale. */
+/* The scale of n values (an iq4_nl block or an iq4_xs sub-block): the
+ * signed largest value onto -127, then one least-squares refit of the scale
+ * for the levels picked. L gets the level indices for the final scale. */
 static float iq4_fit(const float *x, int n, uint8_t *L)
 {
     float amax = 0, vmax = 0;
