@@ -5,6 +5,13 @@ tests of audio/tts/outetts.c (numpy only).
 
     tools/random_outetts.py -o lm.gguf [--seed N]
     tools/random_outetts.py --prompt-ids TEXT [--speaker S.json] -o ids.json
+    tools/random_model --shape outetts-1.0-0.6b --type q8_0 -o o.gguf [--layers N]
+
+outetts-1.0-0.6b (for benchmarks) is tools/random_model's qwen3-0.6b shape
+with a stand-in vocabulary: Qwen3's (../shared/vocab) followed by the
+OuteTTS special tokens below, so the embedding has that many more rows (the
+published file's ids and exact vocabulary size may differ: assumed, not
+looked up).
 
 The vocabulary is byte-level BPE without merges (GPT-2's 256 byte symbols),
 then <|endoftext|>, <|im_start|>, <|im_end|> and the OuteTTS 1.0 markers:
@@ -172,6 +179,54 @@ def write_model(path, seed):
     w.add_tensor(p + "ffn_up.weight", mat(ff, e))
     w.add_tensor(p + "ffn_down.weight", mat(e, ff))
     w.write()
+
+
+SHAPES = ("outetts-1.0-0.6b",)
+
+
+def wanted(argv):
+    """True when a random_model command line names one of these shapes."""
+    for i, a in enumerate(argv):
+        name = a.split("=", 1)[1] if a.startswith("--shape=") else \
+            argv[i + 1] if a == "--shape" and i + 1 < len(argv) else None
+        if name in SHAPES:
+            return True
+    return False
+
+
+def random_model_main(argv, rm):
+    """--shape outetts-1.0-0.6b through random_model's builder (module rm)."""
+    ap = argparse.ArgumentParser(prog="random_model")
+    ap.add_argument("--shape", choices=SHAPES, required=True)
+    ap.add_argument("--type", default="q8_0", choices=sorted(rm.FTYPES))
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int)
+    a = ap.parse_args(argv)
+    kv = rm._qwen_vocab(rm.QWEN25_ADDED + rm.QWEN3_ADDED)
+    tokens = list(kv["tokenizer.ggml.tokens"][1])
+    types = list(kv["tokenizer.ggml.token_type"][1])
+    have = set(tokens)
+    extra, extra_types = vocabulary()
+    for t, ty in zip(extra[256:], extra_types[256:]):
+        if t not in have:
+            tokens.append(t)
+            types.append(ty)
+    kv["tokenizer.ggml.tokens"][1] = tokens
+    kv["tokenizer.ggml.token_type"][1] = types
+    vocab_path = a.output + ".vocab.gguf"
+    w = gguf.GGUFWriter(vocab_path)
+    for key, (vtype, value, elem) in kv.items():
+        w.add(key, value, vtype, elem)
+    w.write()
+    rm.SHAPES[a.shape] = dict(rm.SHAPES["qwen3-0.6b"], hf="OuteAI/OuteTTS-1.0-0.6B",
+                              name="OuteTTS 1.0 0.6B (stand-in vocabulary)", n_vocab=len(tokens))
+    a.vocab = vocab_path
+    try:
+        rm.build(a)
+    finally:
+        os.unlink(vocab_path)
+    return 0
 
 
 def main():
