@@ -14,13 +14,14 @@
  * the `_ref` kernels the tests compare against) and the SIMD versions of
  * src/core/arch/x86/ops_avx2.c and ops_avx512.c, each compiled with its own
  * target flags and used only when CPUID reports the level, so the binary
- * stays portable. A second backend (CUDA, issue 19) implements the same
- * table over its own memory: every op takes plain pointers and sizes, works
- * row by row with no hidden state and no allocation, and attention reads K/V
- * through row pointers (strided, paged or device rows alike), so a model
- * written against the table does not change when the table does. Callers
- * fetch the table once per unit of work (a layer, a worker's share), not per
- * element.
+ * stays portable. Every op takes plain pointers and sizes, keeps no state
+ * and allocates nothing, and attention reads K/V through row pointers
+ * (strided, paged or device rows alike), so another implementation of the
+ * table needs no change in its callers. The device backends
+ * (src/core/backend.h, CUDA) batch these same ops over a whole step under
+ * the same names; their "cpu" backend runs them through this table, which
+ * is how device results are checked. Callers fetch the table once per unit
+ * of work (a layer, a worker's share), not per element.
  *
  * Numerics: SIMD versions differ from the reference only by summation order
  * and FMA contraction (relative 1e-6 on dots and norms); exp, GELU and
