@@ -57,6 +57,11 @@ struct llm_layer {
     struct moe_layer moe;           /* experts (qwen3moe) instead of w_gate/w_up/w_down */
     bool swa;                       /* sliding-window layer: keys within n_swa positions */
     bool nope;                      /* no rotary in this layer (smollm3's every 4th) */
+    /* lfm2 short-convolution block (conv_in.data != NULL) instead of attention */
+    struct omni_tensor conv_in;     /* [3 n_embd][n_embd]: rows B, then C, then x */
+    const float *conv_w;            /* [n_embd][conv_l_cache] depthwise causal kernel */
+    struct omni_tensor conv_out;    /* [n_embd][n_embd] */
+    int conv_index;                 /* which conv layer (its state's place), or -1 */
 };
 
 /* What sets a family apart, one row per architecture. */
@@ -72,6 +77,7 @@ struct llm_family {
     bool embd_scale;       /* token embeddings times sqrt(n_embd) */
     bool moe;              /* mixture-of-experts FFN in every layer (llm/moe.h) */
     int nope_period;       /* every n-th layer without rotary (llama.cpp fixes 4 for smollm3) */
+    bool short_conv;       /* lfm2: head_count_kv per layer, 0 = a short-convolution block */
     enum llm_act act;      /* gate activation of the FFN */
     /* Which layers slide when attention.sliding_window is set (llama.cpp
      * fixes it per family): 0 none, 1 all, n: all but every n-th layer. */
@@ -94,6 +100,7 @@ static const struct llm_family families[] = {
                         .swa_period = 1 },
     [LLM_ARCH_QWEN3MOE] = { "qwen3moe", .rope_neox = true, .qk_norm = true, .moe = true },
     [LLM_ARCH_SMOLLM3] = { "smollm3", .nope_period = 4 },
+    [LLM_ARCH_LFM2] = { "lfm2", .rope_neox = true, .qk_norm = true, .short_conv = true },
     [LLM_ARCH_QWEN2VL] = { "qwen2vl", .rope_neox = true, .qkv_bias = true }, /* + M-RoPE */
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
@@ -114,6 +121,7 @@ struct llm_model {
     struct llm_layer *layers;       /* [n_layer] */
     size_t weight_bytes;
     size_t decode_bytes;            /* llm_model_decode_bytes */
+    bool *conv_layer;               /* [n_layer] short-convolution layers (lfm2) or NULL */
 };
 
 // ---- loading ---------------------------------------------------------------
@@ -315,6 +323,52 @@ static int get_float(struct loader *ld, const char *key, float *out)
     return 0;
 }
 
+/* lfm2: attention.head_count_kv is an array with one entry per layer, 0 for
+ * the short-convolution layers and the kv heads of the attention ones (all
+ * equal); shortconv.l_cache is the kernel length. */
+static int load_conv_layers(struct loader *ld)
+{
+    struct llm_model *m = ld->m;
+    struct llm_hparams *hp = &m->hp;
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", hp->arch_name);
+    enum gguf_type et;
+    uint64_t count = 0;
+    const uint32_t *kv = gguf_get_arr(m->g, key, &et, &count) == 0 &&
+                                 (et == GGUF_TYPE_UINT32 || et == GGUF_TYPE_INT32)
+                             ? gguf_get_arr_data(m->g, key)
+                             : NULL;
+    if (!kv || count != (uint64_t)hp->n_layer)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                         "model: %s: key %s: need an array of %d integers (0 marks a "
+                         "short-convolution layer)", ld->path, key, hp->n_layer);
+    m->conv_layer = calloc((size_t)hp->n_layer, sizeof *m->conv_layer);
+    if (!m->conv_layer)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
+    for (int l = 0; l < hp->n_layer; l++) {
+        uint32_t v;
+        memcpy(&v, &kv[l], sizeof v);
+        if (v && hp->n_head_kv && v != (uint32_t)hp->n_head_kv)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                             "model: %s: key %s: layers with %d and %u kv heads", ld->path, key,
+                             hp->n_head_kv, v);
+        if (v > (1u << 20))
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: key %s: bad value",
+                             ld->path, key);
+        if (v)
+            hp->n_head_kv = (int)v;
+        m->conv_layer[l] = !v;
+        hp->n_conv_layer += !v;
+    }
+    int rc = get_dim(ld, "shortconv.l_cache", true, &hp->conv_l_cache);
+    if (rc < 0)
+        return rc;
+    if (hp->conv_l_cache < 2 || hp->conv_l_cache > 64)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: shortconv.l_cache %d not in 2..64", ld->path, hp->conv_l_cache);
+    return 0;
+}
+
 static int load_hparams(struct loader *ld)
 {
     struct llm_model *m = ld->m;
@@ -342,8 +396,11 @@ static int load_hparams(struct loader *ld)
         (rc = get_dim(ld, "block_count", true, &hp->n_layer)) < 0 ||
         (rc = get_dim(ld, "feed_forward_length", true, &hp->n_ff)) < 0 ||
         (rc = get_dim(ld, "attention.head_count", true, &hp->n_head)) < 0 ||
-        (rc = get_dim(ld, "attention.head_count_kv", false, &hp->n_head_kv)) < 0 ||
+        (!m->fam->short_conv &&
+         (rc = get_dim(ld, "attention.head_count_kv", false, &hp->n_head_kv)) < 0) ||
         (rc = get_dim(ld, "attention.key_length", false, &hp->head_dim)) < 0)
+        return rc;
+    if (m->fam->short_conv && (rc = load_conv_layers(ld)) < 0)
         return rc;
     if (!hp->n_head_kv)
         hp->n_head_kv = hp->n_head;
@@ -516,6 +573,29 @@ static int init_rope(struct loader *ld)
     return 0;
 }
 
+/* lfm2 short-convolution block of layer l: in_proj (B, C, x rows), the
+ * depthwise kernel (F32 [n_embd][l_cache]) and out_proj. */
+static int load_short_conv(struct loader *ld, int l, struct llm_layer *L)
+{
+    const struct llm_hparams *hp = &ld->m->hp;
+    const int64_t n_embd = hp->n_embd;
+    char name[64];
+    const struct gguf_tensor *t;
+    int rc;
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+    if ((rc = get_matrix(ld, BLK("shortconv.in_proj.weight"), 3 * n_embd, n_embd, &L->conv_in)) < 0 ||
+        (rc = get_matrix(ld, BLK("shortconv.out_proj.weight"), n_embd, n_embd, &L->conv_out)) < 0 ||
+        (rc = get_tensor(ld, BLK("shortconv.conv.weight"), 2, n_embd, hp->conv_l_cache, true, &t)) < 0)
+        return rc;
+    if (t->type != GGML_TYPE_F32 || (uintptr_t)t->data % sizeof(float))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: tensor '%s': type %s, need f32 (4-byte aligned)", ld->path,
+                         name, ggml_type_name(t->type));
+#undef BLK
+    L->conv_w = t->data;
+    return 0;
+}
+
 static int load_weights(struct loader *ld)
 {
     struct llm_model *m = ld->m;
@@ -531,8 +611,9 @@ static int load_weights(struct loader *ld)
     const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     int rc;
     if ((rc = get_matrix(ld, "token_embd.weight", hp->n_vocab, n_embd, &m->tok_embd)) < 0 ||
-        (rc = get_vector(ld, "output_norm.weight", n_embd, true, &m->output_norm)) < 0)
-        return rc;
+        (rc = get_vector(ld, m->fam->short_conv ? "token_embd_norm.weight" : "output_norm.weight",
+                         n_embd, true, &m->output_norm)) < 0)
+        return rc; /* lfm2's final norm is named token_embd_norm (HF embedding_norm) */
     hp->tied_output = !gguf_find_tensor(m->g, "output.weight");
     if (!hp->tied_output) /* only a row of the embeddings is read per token */
         m->decode_bytes -= ggml_row_size(m->tok_embd.type, n_embd) * (size_t)hp->n_vocab;
@@ -545,6 +626,7 @@ static int load_weights(struct loader *ld)
     if (!m->layers)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
     const struct llm_family *f = m->fam;
+    int n_conv = 0;
     const bool biases_required = f->qkv_bias, qk_norm = f->qk_norm, post = f->post_norms;
     for (int l = 0; l < hp->n_layer; l++) {
         struct llm_layer *L = &m->layers[l];
@@ -552,7 +634,11 @@ static int load_weights(struct loader *ld)
         L->nope = f->nope_period && (l + 1) % f->nope_period == 0;
         char name[64];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-        if (f->fused_qkv)
+        const bool conv = m->conv_layer && m->conv_layer[l];
+        L->conv_index = conv ? n_conv++ : -1;
+        if (conv)
+            rc = load_short_conv(ld, l, L);
+        else if (f->fused_qkv)
             rc = get_matrix(ld, BLK("attn_qkv.weight"), q_dim + 2 * kv_dim, n_embd, &L->wqkv);
         else if ((rc = get_matrix(ld, BLK("attn_q.weight"), q_dim, n_embd, &L->wq)) >= 0 &&
                  (rc = get_matrix(ld, BLK("attn_k.weight"), kv_dim, n_embd, &L->wk)) >= 0)
@@ -569,15 +655,18 @@ static int load_weights(struct loader *ld)
             rc = get_matrix(ld, BLK("ffn_down.weight"), n_embd, n_ff, &L->w_down);
         if (rc < 0)
             return rc;
-        if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0 ||
-            (rc = get_matrix(ld, BLK("attn_output.weight"), n_embd, q_dim, &L->wo)) < 0 ||
+        if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0)
+            return rc;
+        if (!conv &&
+            ((rc = get_matrix(ld, BLK("attn_output.weight"), n_embd, q_dim, &L->wo)) < 0 ||
             (rc = get_vector(ld, BLK("attn_q.bias"), q_dim, biases_required, &L->bq)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k.bias"), kv_dim, biases_required, &L->bk)) < 0 ||
             (rc = get_vector(ld, BLK("attn_v.bias"), kv_dim, biases_required, &L->bv)) < 0 ||
             (rc = get_vector(ld, BLK("attn_output.bias"), n_embd, false, &L->bo)) < 0 ||
             (rc = get_vector(ld, BLK("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm)) < 0 ||
-            (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0 ||
-            (rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
+            (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0))
+            return rc;
+        if ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
             (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
             (rc = get_vector(ld, BLK("post_ffw_norm.weight"), n_embd, post, &L->ffn_post_norm)) < 0)
             return rc;
@@ -666,6 +755,7 @@ void llm_model_free(struct llm_model *m)
         return;
     tokenizer_free(m->tok);
     free(m->layers);
+    free(m->conv_layer);
     free(m->rope_inv_freq);
     gguf_free(m->g);
     free(m->file_buf);
@@ -733,6 +823,10 @@ struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, i
         if (!kv->k[l] || !kv->v[l])
             goto nomem;
     }
+    /* recurrent state: one slot to begin with (llm_kv_set_state_slots) */
+    kv->state_floats = (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) * hp->n_embd;
+    if (kv->state_floats && llm_kv_set_state_slots(kv, 1) < 0)
+        goto nomem;
     return kv;
 nomem:
     omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv: out of memory for %d blocks of %d tokens",
@@ -753,8 +847,39 @@ void llm_kv_free(struct llm_kv *kv)
     }
     free(kv->k);
     free(kv->v);
+    free(kv->state);
     free(kv);
 }
+
+int llm_kv_set_state_slots(struct llm_kv *kv, int n)
+{
+    if (n < 1)
+        return OMNI_ERR_ARG;
+    if (!kv->state_floats)
+        return 0;
+    size_t bytes;
+    if (omni_mul_size((size_t)n, kv->state_floats * sizeof(float), &bytes))
+        return OMNI_ERR_NOMEM;
+    float *st = realloc(kv->state, bytes);
+    if (!st)
+        return OMNI_ERR_NOMEM;
+    if (n > kv->n_state_slots)
+        memset(st + (size_t)kv->n_state_slots * kv->state_floats, 0,
+               (size_t)(n - kv->n_state_slots) * kv->state_floats * sizeof(float));
+    kv->state = st;
+    kv->n_state_slots = n;
+    return 0;
+}
+
+void llm_kv_copy_state(struct llm_kv *kv, int dst, int src)
+{
+    if (kv->state_floats && dst != src && dst >= 0 && src >= 0 && dst < kv->n_state_slots &&
+        src < kv->n_state_slots)
+        memcpy(kv->state + (size_t)dst * kv->state_floats,
+               kv->state + (size_t)src * kv->state_floats, kv->state_floats * sizeof(float));
+}
+
+bool llm_model_has_state(const struct llm_model *m) { return m->hp.n_conv_layer > 0; }
 
 // ---- per-run context -------------------------------------------------------
 
@@ -798,6 +923,8 @@ struct llm_ctx {
     float *scratch_mem;
     struct moe_ctx *moe; /* expert scratch (qwen3moe) or NULL */
     float *moe_out;    /* [max_tokens][n_embd] expert output (qwen3moe) or NULL */
+    float *conv;       /* [max_tokens][3 n_embd] in_proj (B, C, x), then [max_tokens][n_embd]
+                          gated conv output (lfm2) or NULL */
     uint64_t bytes_read; /* llm_ctx_weight_bytes_read */
     llm_forward_fn dev_forward; /* llm_ctx_set_forward: a device forward, or NULL */
     void *dev_impl;
@@ -846,6 +973,8 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
         if (!ctx->moe_out)
             goto nomem;
     }
+    if (hp->n_conv_layer && !(ctx->conv = malloc(T * 4 * (size_t)hp->n_embd * sizeof(float))))
+        goto nomem;
     if (m->fam->fused_qkv && !(ctx->qkv = malloc(T * (q_dim + 2 * kv_dim) * sizeof(float))))
         goto nomem;
     ctx->rope_cos = malloc(m->n_rope * T * (size_t)(hp->n_rot / 2) * sizeof(float));
@@ -908,6 +1037,7 @@ void llm_ctx_free(struct llm_ctx *ctx)
     free(ctx->scratch_mem);
     moe_ctx_free(ctx->moe);
     free(ctx->moe_out);
+    free(ctx->conv);
     free(ctx);
 }
 
@@ -1341,6 +1471,39 @@ static void ffn_residual_step(const struct token_job *j, int t)
         x[i] += d[i];
 }
 
+/* lfm2 short convolution over the batch, token by token in batch order (a
+ * sequence's tokens depend on its earlier ones through the state): with
+ * B, C, x the three parts of in_proj(xn), y = C * conv(B * x), where conv is
+ * the causal depthwise kernel over this input and the last l_cache - 1 of
+ * the sequence kept in its state slot (zero at position 0). y goes to the
+ * rows after the in_proj block of ctx->conv. */
+static void short_conv(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,
+                       const struct llm_layer *L)
+{
+    const struct llm_hparams *hp = &ctx->m->hp;
+    const int d = hp->n_embd, K = hp->conv_l_cache;
+    float *y0 = ctx->conv + (size_t)ctx->max_tokens * 3 * d;
+    for (int t = 0; t < batch->n_tokens; t++) {
+        const float *bcx = ctx->conv + (size_t)t * 3 * d, *B = bcx, *C = bcx + d, *x = bcx + 2 * d;
+        const int slot = batch->state_slot ? batch->state_slot[batch->seq[t]] : batch->seq[t];
+        float *st = kv->state + (size_t)slot * kv->state_floats +
+                    (size_t)L->conv_index * (K - 1) * d; /* [K - 1][d], oldest first */
+        if (batch->pos[t] == 0)
+            memset(st, 0, (size_t)(K - 1) * d * sizeof(float));
+        float *y = y0 + (size_t)t * d;
+        for (int c = 0; c < d; c++) {
+            const float *w = L->conv_w + (size_t)c * K, bx = B[c] * x[c];
+            float acc = w[K - 1] * bx;
+            for (int k = 0; k < K - 1; k++)
+                acc += w[k] * st[(size_t)k * d + c];
+            for (int k = 0; k + 1 < K - 1; k++)
+                st[(size_t)k * d + c] = st[(size_t)(k + 1) * d + c];
+            st[(size_t)(K - 2) * d + c] = bx;
+            y[c] = C[c] * acc;
+        }
+    }
+}
+
 /* Checks everything llm_forward would trust, before anything is written. */
 static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
                        const struct llm_kv *kv, const struct llm_seq_view *seqs)
@@ -1363,6 +1526,20 @@ static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
         for (int blk = 0; blk <= last_block; blk++)
             if (sv->block_table[blk] < 0 || sv->block_table[blk] >= kv->n_blocks)
                 return OMNI_ERR_ARG;
+        /* recurrent state: a slot of the right size, and a sequence's tokens
+         * in order (each one continues from the previous one's state) */
+        if (hp->n_conv_layer) {
+            if (kv->state_floats != (size_t)hp->n_conv_layer * (hp->conv_l_cache - 1) * hp->n_embd ||
+                (b->state_slot ? b->state_slot[b->seq[i]] : b->seq[i]) < 0 ||
+                (b->state_slot ? b->state_slot[b->seq[i]] : b->seq[i]) >= kv->n_state_slots)
+                return OMNI_ERR_ARG;
+            for (int j = i - 1; j >= 0; j--)
+                if (b->seq[j] == b->seq[i]) {
+                    if (b->pos[j] != b->pos[i] - 1)
+                        return OMNI_ERR_ARG;
+                    break;
+                }
+        }
     }
     return OMNI_OK;
 }
@@ -1426,24 +1603,32 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         /* attention rmsnorm */
         for_each_token(&tj, attn_norm_step);
 
-        /* qkv projections; biases, q/k norm, rope, k/v into the cache */
-        if (ctx->qkv) {
+        /* lfm2 short-convolution block instead of attention: in_proj, gated
+         * causal conv with the sequence's state, out_proj (+ residual below) */
+        if (L->conv_in.data) {
+            matmul(ctx, &L->conv_in, ctx->xn, n, ctx->conv);
+            short_conv(ctx, batch, kv, L);
+            matmul(ctx, &L->conv_out, ctx->conv + (size_t)ctx->max_tokens * 3 * n_embd, n, ctx->xn);
+        } else if (ctx->qkv) {
             matmul(ctx, &L->wqkv, ctx->xn, n, ctx->qkv);
         } else {
             matmul(ctx, &L->wq, ctx->xn, n, ctx->q);
             matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
             matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
         }
-        for_each_token(&tj, qkv_step);
+        if (!L->conv_in.data) {
+            for_each_token(&tj, qkv_step);
 
-        /* attention through the block tables: blocks of prefill, then single tokens */
-        if (attn.n_blocks)
-            run(tp, attn_block_worker, &attn);
-        if (attn.n_items)
-            run(tp, attn_worker, &attn);
+            /* attention through the block tables: blocks of prefill, then single tokens */
+            if (attn.n_blocks)
+                run(tp, attn_block_worker, &attn);
+            if (attn.n_items)
+                run(tp, attn_worker, &attn);
 
-        /* output projection (post-norm) + residual, ffn rmsnorm */
-        matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
+            /* output projection */
+            matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
+        }
+        /* (post-norm) + residual, ffn rmsnorm */
         for_each_token(&tj, attn_residual_ffn_norm_step);
 
         /* gated ffn (post-norm) + residual: x += down(act(gate(x)) * up(x)),

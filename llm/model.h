@@ -8,7 +8,10 @@
  * base), phi3 (Phi-3.5-mini / Phi-4-mini: fused QKV and gate-up, partial
  * rotary, LongRoPE), qwen3moe (qwen3 attention, mixture-of-experts FFN of
  * llm/moe.h in every layer: softmax router, top-k experts, renormalised
- * weights), smollm3 (llama layout, every 4th layer without rotary: NoPE).
+ * weights), smollm3 (llama layout, every 4th layer without rotary: NoPE),
+ * lfm2 (LiquidAI: gated short-convolution blocks beside attention layers;
+ * each sequence keeps its last l_cache - 1 convolution inputs per conv
+ * layer as recurrent state in the llm_kv, see llm_kv_set_state_slots).
  * Sliding-window layers keep every position's K/V in the
  * paged cache and mask keys older than the window (prefix caching and
  * preemption need nothing special; memory is that of full attention).
@@ -44,7 +47,8 @@ struct tpool;
 
 enum llm_arch {
     LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
-    LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3, LLM_ARCH_QWEN2VL,
+    LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
+    LLM_ARCH_LFM2, LLM_ARCH_QWEN2VL,
 };
 
 struct llm_hparams {
@@ -83,6 +87,8 @@ struct llm_hparams {
     int n_ff_shexp;          /* shared expert width (0: none) */
     bool expert_weights_norm; /* top-k weights renormalised (default true, as llama.cpp) */
     int nope_period;         /* every n-th layer has no rotary (smollm3: 4; 0: none) */
+    int conv_l_cache;        /* lfm2 short-convolution kernel (shortconv.l_cache; 0: none) */
+    int n_conv_layer;        /* layers that are short-convolution blocks */
 };
 
 struct llm_model_params {
@@ -122,11 +128,31 @@ struct llm_kv {
      * into k[l] / v[l]. Q8_0 stores each slot's kv_dim values as kv_dim / 32
      * block_q8_0 (src/core/quant.h), so element e lives in block e / 32. */
     void **k, **v;
+    /* Per-sequence recurrent state (lfm2: the last conv_l_cache - 1 inputs of
+     * every conv layer, [n_conv_layer][conv_l_cache - 1][n_embd] floats):
+     * n_state_slots slots of state_floats floats; a sequence uses the slot
+     * llm_batch.state_slot gives it. 0 floats for models without it. */
+    int n_state_slots;
+    size_t state_floats;
+    float *state;
 };
 /* KV storage types: F32, F16 or Q8_0 (the last needs n_head_kv * head_dim a
  * multiple of 32; a clear error otherwise). */
 struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                           char *err, size_t errlen);
+/* Recurrent state for n sequences (llm_kv_new makes 1 slot when the model
+ * has state); existing slots keep their contents, new ones are zero. 0, or
+ * OMNI_ERR_NOMEM / OMNI_ERR_ARG (n < 1). A no-op for stateless models. */
+int llm_kv_set_state_slots(struct llm_kv *kv, int n);
+/* Copy slot src's state into slot dst (a forked sequence continues from its
+ * parent's state). */
+void llm_kv_copy_state(struct llm_kv *kv, int dst, int src);
+/* Whether the model keeps per-sequence recurrent state: a prefix of its K/V
+ * blocks alone cannot resume a sequence (no prefix-cache reuse), and the
+ * tokens of one sequence must come in order, each batch continuing from
+ * the state the previous one left (position 0 starts from zero state). */
+bool llm_model_has_state(const struct llm_model *m);
+
 /* Bytes of one token slot of one layer's K (or V): kv_dim values of type.
  * 0 when the type is not a KV type or kv_dim does not fit it. */
 size_t llm_kv_slot_bytes(int type, int kv_dim);
@@ -144,6 +170,9 @@ struct llm_batch {
     const float *embd;        /* [n_tokens][n_embd] input embeddings (multimodal), or NULL */
     const int32_t *pos;       /* [n_tokens] position within the token's sequence */
     const int32_t *seq;       /* [n_tokens] index into the seqs array */
+    /* [number of seqs] recurrent state slot of each sequence (models with
+     * state, llm_model_has_state), or NULL: sequence i uses slot i */
+    const int32_t *state_slot;
     const bool *want_logits;  /* [n_tokens] or NULL = only the last token */
     /* Embeddings: tokens whose final hidden state (after the output norm) is
      * written to hidden[k][n_embd], k counting flagged tokens in batch order.
