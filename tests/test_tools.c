@@ -517,3 +517,78 @@ TEST(chatout_call_inside_reasoning)
     CHECK_STR_EQ(chatout_content(o), "");
     chatout_free(o);
 }
+
+/* One family's raw output through the API's builder, cut at every byte and
+ * fed one byte at a time: the same reasoning, content and call each time,
+ * the arguments in more than one fragment when fed bytewise. */
+static void check_family_output(enum reasoning_format rf, enum tools_format tf, const char *raw,
+                                const char *reasoning, const char *content, const char *name,
+                                const char *args)
+{
+    size_t n = strlen(raw);
+    for (size_t cut = 0; cut <= n + 1; cut++) {
+        struct chatout_params cp = chatout_default_params();
+        cp.rfmt = rf;
+        cp.tools = true;
+        cp.tp.fmt = tf;
+        cp.tp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                           "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                           "\"days\":{\"type\":\"integer\"}}}}}]";
+        struct chatout *o = chatout_new(&cp);
+        struct deltas x;
+        memset(&x, 0, sizeof x);
+        if (cut <= n) {
+            chatout_feed(o, raw, cut, true, delta_fn, &x);
+            chatout_feed(o, raw + cut, n - cut, true, delta_fn, &x);
+        } else
+            for (size_t i = 0; i < n; i++)
+                chatout_feed(o, raw + i, 1, true, delta_fn, &x);
+        chatout_finish(o, delta_fn, &x);
+        const cJSON *f = cJSON_GetObjectItem(cJSON_GetArrayItem(chatout_calls(o), 0), "function");
+        bool ok = !strcmp(x.reasoning, reasoning) && !strcmp(x.content, content) &&
+                  !strcmp(chatout_content(o) ? chatout_content(o) : "", content) &&
+                  chatout_n_calls(o) == (name ? 1 : 0) &&
+                  (!name || (!strcmp(cJSON_GetObjectItem(f, "name")->valuestring, name) &&
+                             !strcmp(cJSON_GetObjectItem(f, "arguments")->valuestring, args)));
+        if (ok && name && cut > n) {
+            const char *a = strchr(x.kinds, 'A');
+            ok = a && a[1] == 'A';    /* the arguments streamed */
+        }
+        CHECK_MSG(ok, "cut %zu: reasoning '%s' content '%s' calls %d (%s)", cut, x.reasoning, x.content,
+                  chatout_n_calls(o), x.kinds);
+        chatout_free(o);
+    }
+}
+
+/* gpt-oss: analysis reasoning, a commentary preamble, a Harmony tool call. */
+TEST(chatout_gpt_oss_harmony_call)
+{
+    check_family_output(REASONING_HARMONY, TOOLS_FMT_HERMES,
+                        "<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant"
+                        "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary "
+                        "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": \"2\"}"
+                        "<|call|>",
+                        "User wants weather.", "Checking.", "get_weather", "{\"city\":\"Paris\",\"days\":2}");
+    check_family_output(REASONING_HARMONY, TOOLS_FMT_HERMES,
+                        "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>"
+                        "Hi there.<|return|>",
+                        "Easy.", "Hi there.", NULL, NULL);
+}
+
+/* SmolLM3 (/think): <think> reasoning, then a hermes <tool_call>. */
+TEST(chatout_smollm3_think_then_call)
+{
+    check_family_output(REASONING_THINK, TOOLS_FMT_HERMES,
+                        "<think>\nNeed the weather tool.\n</think>\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+                        "Need the weather tool.", "", "get_weather", "{\"city\":\"Oslo\"}");
+}
+
+/* LFM2: <think> (LFM2.5 thinking models) and a Pythonic call. */
+TEST(chatout_lfm2_pythonic_call)
+{
+    check_family_output(REASONING_THINK, TOOLS_FMT_PYTHONIC,
+                        "<think>Weather.</think>Let me look.<|tool_call_start|>[get_weather(city='Oslo', days=3)]"
+                        "<|tool_call_end|>",
+                        "Weather.", "Let me look.", "get_weather", "{\"city\":\"Oslo\",\"days\":3}");
+}

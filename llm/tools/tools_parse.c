@@ -1164,6 +1164,97 @@ static bool ts_call_object(const char *s, size_t n, size_t *ip, const cJSON *too
     }
 }
 
+/* name(k=v, ...) at s[*ip] (Pythonic calls, LFM2 / Llama 4), read as
+ * tools_pycall reads it: the call is known with its first member, and each k=v member is
+ * certain once the ',' or ')' after its value shows the value whole; the
+ * value is printed as the final arguments print it (the lenient reader's
+ * value, coerced on its own: coercion is per property). true when the call
+ * closed (*ip past its ')'). */
+static bool ts_pycall(const char *s, size_t n, size_t *ip, const cJSON *tools, struct tools_partials *out)
+{
+    size_t i = *ip, b = i;
+    while (i < n && tools_ident_char(s[i]))
+        i++;
+    size_t e = i;
+    while (i < n && isspace((unsigned char)s[i]))
+        i++;
+    if (i >= n || s[i] != '(')
+        return false;
+    i++;
+    if (e - b > 5 && !memcmp(s + e - 5, ".call", 5))
+        e -= 5;
+    struct tools_partial *c = ts_call(s, b, e, false, out);
+    if (!c)
+        return false;
+    const cJSON *schema = tools ? tools_find_schema(tools, c->name) : NULL;
+    struct ts_out o = { 0 };
+    ts_put(&o, "{", 1);
+    bool first = true, closed = false;
+    for (;;) {
+        while (i < n && (isspace((unsigned char)s[i]) || s[i] == ','))
+            i++;
+        if (i >= n)
+            break;
+        if (s[i] == ')') {
+            ts_put(&o, "}", 1);
+            i++;
+            closed = true;
+            break;
+        }
+        size_t kb = i;
+        while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '_'))
+            i++;
+        size_t ke = i;
+        while (i < n && isspace((unsigned char)s[i]))
+            i++;
+        if (ke == kb || i >= n || (s[i] != '=' && s[i] != ':'))
+            break;
+        i++;
+        size_t used = 0;
+        cJSON *v = tools_json_parse_lenient(s + i, n - i, &used);
+        size_t after = i + used;
+        while (after < n && isspace((unsigned char)s[after]))
+            after++;
+        if (!v || after >= n || (s[after] != ',' && s[after] != ')')) {
+            cJSON_Delete(v);
+            break;
+        }
+        char *key = strndup(s + kb, ke - kb);
+        cJSON *one = cJSON_CreateObject();
+        if (!key || !one) {
+            free(key);
+            cJSON_Delete(one);
+            cJSON_Delete(v);
+            break;
+        }
+        cJSON_AddItemToObject(one, key, v);
+        tools_coerce_args(one, schema);
+        char *printed = cJSON_PrintUnformatted(one);   /* {"k":v} */
+        cJSON_Delete(one);
+        free(key);
+        if (!printed)
+            break;
+        if (!first)
+            ts_put(&o, ",", 1);
+        ts_put(&o, printed + 1, strlen(printed) - 2);
+        free(printed);
+        first = false;
+        i = after;
+    }
+    if (first && !closed) {
+        /* nothing certain yet: announced only once a member or the ')' is
+         * there, so that a call broken in its first argument stays text
+         * however the output was chunked */
+        free(o.s);
+        free(c->name);
+        out->n--;
+        return false;
+    }
+    ts_done(c, &o);
+    *ip = i;
+    return closed;
+}
+
 /* Length of the longest tail of s[b..e) that is a proper start of one of
  * the markers (text that may still become one). */
 static size_t ts_marker_tail(const char *s, size_t b, size_t e, const char *const *markers)
@@ -1321,6 +1412,14 @@ void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tool
         while (i < n && tools_ident_char(s[i]))
             i++;
         size_t e = i;
+        size_t w = i;
+        while (w < n && isspace((unsigned char)s[w]))
+            w++;
+        if (w < n && s[w] == '(') {          /* a bare Pythonic call */
+            i = b;
+            ts_pycall(s, n, &i, tools, out);
+            return;
+        }
         if (n - i >= 6 && !memcmp(s + i, "[ARGS]", 6)) {
             i += 6;
         } else if (i < n && s[i] == '\n') {
@@ -1361,6 +1460,15 @@ void tools_partial_scan(const char *s, size_t n, const cJSON *tools, struct tool
     bool list = s[i] == '[';
     if (list)
         i++;
+    while (list && i < n && isspace((unsigned char)s[i]))
+        i++;
+    if (list && i < n && tools_ident_start(s[i])) {
+        /* [f(a=1), g(b="x")] */
+        while (ts_pycall(s, n, &i, tools, out))
+            while (i < n && (isspace((unsigned char)s[i]) || s[i] == ','))
+                i++;
+        return;
+    }
     for (;;) {
         while (i < n && (isspace((unsigned char)s[i]) || (out->n > 0 && (s[i] == ',' || s[i] == ';'))))
             i++;
