@@ -58,7 +58,7 @@
 
 static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3",
                                        "gemma2", "gemma3", "phi3", "mistral",
-                                       "qwen3moe", "smollm3" };
+                                       "qwen3moe", "smollm3", "lfm2" };
 #define N_GOLDEN ((int)(sizeof golden_models / sizeof *golden_models))
 
 /* The context the fixture's reference ran in: phi3's text (31 tokens) is
@@ -255,6 +255,11 @@ TEST(model_golden_qwen3moe_q8_0) { check_golden("qwen3moe", "q8_0", TOL_Q8_0, TO
 TEST(model_golden_smollm3_f32) { check_golden("smollm3", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
 TEST(model_golden_smollm3_f16) { check_golden("smollm3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_smollm3_q8_0) { check_golden("smollm3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+/* lfm2: 4 short-convolution layers and 2 attention ones (F16 max 7.6e-3,
+ * Q8_0 max 0.19 mean 0.022) */
+TEST(model_golden_lfm2_f32) { check_golden("lfm2", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_lfm2_f16) { check_golden("lfm2", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_lfm2_q8_0) { check_golden("lfm2", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_llama_f16) { check_golden("llama", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_llama3_f16) { check_golden("llama3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_qwen2_f16) { check_golden("qwen2", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
@@ -1315,6 +1320,95 @@ TEST(model_moe_decode_reads_chosen_experts)
     CHECK(prefill >= decode && prefill <= decode + 3 * 6 * expert);
     CHECK(test_max_diff(out, g.logits + (size_t)(n - 1) * V, V) <= TOL_F32);
     free(out);
+    free(g.logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
+}
+
+/* lfm2's recurrent conv state: the 51-token text in prefill chunks of 7, 16
+ * and 51 matches transformers; two sequences interleaved token by token in
+ * one batch, each in its own state slot, give their solo logits; a forked
+ * sequence (shared full block, state copied with llm_kv_copy_state)
+ * continues exactly as its parent; a batch whose tokens of one sequence are
+ * out of order, or whose slot does not exist, is refused. */
+TEST(model_lfm2_state)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load_files("lfm2", "tokens_long.txt", "logits_long.bin", &g) == 0);
+    struct llm_model *m = llm_model_load(golden_gguf("lfm2", "f32"), NULL, err, sizeof err);
+    if (!m) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    CHECK(llm_model_has_state(m));
+    CHECK_EQ(llm_model_hparams(m)->n_conv_layer, 4);
+    CHECK_EQ(llm_model_hparams(m)->conv_l_cache, 3);
+    const int n = g.n_tokens, V = g.n_vocab;
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 12, err, sizeof err);
+    CHECK(ctx && kv);
+    CHECK_EQ(kv->n_state_slots, 1);
+    CHECK_EQ(llm_kv_set_state_slots(kv, 3), 0);
+    float *out = malloc((size_t)n * V * sizeof(float)), *two = malloc((size_t)2 * n * V * sizeof(float));
+    const int chunks[] = { 7, 16, 51 };
+    struct seq a, b;
+    seq_init(&a, 4, 0, 1, 12);
+    for (int c = 0; c < 3; c++) {
+        CHECK_EQ(run_chunks(ctx, kv, &a.view, g.ids, n, chunks[c], out, V), 0);
+        const double d = test_max_diff(out, g.logits, (size_t)n * V);
+        CHECK_MSG(d <= TOL_F32, "chunks of %d: %g", chunks[c], d);
+    }
+    /* two sequences in one batch: A (slot 2) and B (slot 0), B's text shifted */
+    seq_init(&a, 4, 0, 1, 12);
+    seq_init(&b, 4, 4, 1, 12);
+    struct llm_seq_view views[2] = { a.view, b.view };
+    const int32_t slots[2] = { 2, 0 };
+    int32_t tok[2 * 51], pos[2 * 51], sq[2 * 51];
+    bool want[2 * 51];
+    for (int i = 0; i < n; i++) {
+        tok[2 * i] = g.ids[i], tok[2 * i + 1] = g.ids[(i + 3) % n];
+        pos[2 * i] = pos[2 * i + 1] = i;
+        sq[2 * i] = 0, sq[2 * i + 1] = 1;
+        want[2 * i] = want[2 * i + 1] = true;
+    }
+    for (int i0 = 0; i0 < 2 * n; i0 += 40) {
+        const int cnt = 2 * n - i0 < 40 ? 2 * n - i0 : 40;
+        struct llm_batch bt = { .n_tokens = cnt, .token = tok + i0, .pos = pos + i0, .seq = sq + i0,
+                                .want_logits = want, .state_slot = slots };
+        CHECK_EQ(llm_forward(ctx, &bt, kv, views, two + (size_t)i0 * V), cnt);
+    }
+    int32_t shifted[51];
+    for (int i = 0; i < n; i++)
+        shifted[i] = g.ids[(i + 3) % n];
+    seq_init(&b, 4, 8, 1, 12);
+    CHECK_EQ(run_chunks(ctx, kv, &b.view, shifted, n, n, out, V), 0);
+    double da = 0, db = 0;
+    for (int i = 0; i < n; i++) {
+        da = fmax(da, test_max_diff(two + (size_t)2 * i * V, g.logits + (size_t)i * V, V));
+        db = fmax(db, test_max_diff(two + (size_t)(2 * i + 1) * V, out + (size_t)i * V, V));
+    }
+    CHECK_MSG(da <= TOL_F32 && db <= TOL_SAME, "interleaved: A %g, B %g", da, db);
+    /* fork after 16 tokens: B shares A's first block and copies its state */
+    seq_init(&a, 4, 0, 1, 12);
+    CHECK_EQ(run_chunks(ctx, kv, &a.view, g.ids, 16, 16, out, V), 0);
+    llm_kv_copy_state(kv, 1, 0);
+    int32_t ftable[4] = { a.table[0], 8, 9, 10 };
+    struct llm_seq_view fview = { ftable, 4 };
+    int32_t p1 = 16, s0 = 0, slot1 = 1;
+    struct llm_batch fb = { .n_tokens = 1, .token = &g.ids[16], .pos = &p1, .seq = &s0,
+                            .state_slot = &slot1 };
+    CHECK_EQ(llm_forward(ctx, &fb, kv, &fview, out), 1);
+    CHECK(test_max_diff(out, g.logits + (size_t)16 * V, V) <= TOL_F32);
+    /* refused: out of order, and a slot that does not exist */
+    int32_t bad_pos[2] = { 5, 4 }, zero[2] = { 0, 0 }, big = 3;
+    struct llm_batch bad = { .n_tokens = 2, .token = g.ids, .pos = bad_pos, .seq = zero };
+    CHECK_EQ(llm_forward(ctx, &bad, kv, &a.view, out), OMNI_ERR_ARG);
+    fb.state_slot = &big;
+    CHECK_EQ(llm_forward(ctx, &fb, kv, &fview, out), OMNI_ERR_ARG);
+    free(out);
+    free(two);
     free(g.logits);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
