@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The attention kernels keep a head in registers: head_dim up to this. */
 #define DEV_MAX_HEAD_DIM 256
@@ -57,6 +58,12 @@ struct llm_dev {
     int graph_gen;
     bool graph_warm;                /* one plain run done: scratch sized */
     bool graphs_ok;                 /* backend has graphs; OMNI_DEV_GRAPHS=0 turns them off */
+    /* OMNI_DEV_PROFILE=1: the backend synced at each mark and the wall time
+     * since the previous mark added to that step's bucket, printed by
+     * llm_dev_free (graphs off) */
+    bool prof;
+    double prof_t;
+    struct { const char *name; double s; long n; } prof_b[16];
     size_t weight_bytes, kv_bytes, decode_bytes;
     void **allocs;                  /* everything alloc'd, freed at the end */
     int n_allocs, cap_allocs;
@@ -262,8 +269,9 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     d->h_i32 = d->be->host_alloc(d->be, 5 * T * sizeof(int32_t));
     d->h_slot = d->be->host_alloc(d->be, T * sizeof(int64_t));
     d->h_argmax = d->be->host_alloc(d->be, T * sizeof(int32_t));
-    const char *g = getenv("OMNI_DEV_GRAPHS");
-    d->graphs_ok = !(g && !strcmp(g, "0"));
+    const char *g = getenv("OMNI_DEV_GRAPHS"), *pr = getenv("OMNI_DEV_PROFILE");
+    d->prof = pr && *pr && strcmp(pr, "0");
+    d->graphs_ok = !(g && !strcmp(g, "0")) && !d->prof;
     if (!d->x || !d->xn || !d->q || !d->k || !d->v || !d->att || !d->gate || !d->up ||
         !d->logits || !d->d_i32 || !d->d_slot || !d->d_argmax || !d->h_i32 || !d->h_slot ||
         !d->h_argmax) {
@@ -281,6 +289,10 @@ void llm_dev_free(struct llm_dev *d)
 {
     if (!d)
         return;
+    for (int i = 0; d->prof && i < 16 && d->prof_b[i].name; i++)
+        fprintf(stderr, "model_dev profile: %-32s %10.3f ms %8ld marks %9.4f ms each\n",
+                d->prof_b[i].name, 1e3 * d->prof_b[i].s, d->prof_b[i].n,
+                1e3 * d->prof_b[i].s / d->prof_b[i].n);
     if (d->be) {
         for (int i = 0; i < d->n_allocs; i++)
             d->be->free(d->be, d->allocs[i]);
@@ -404,6 +416,31 @@ static int dev_inputs(struct llm_dev *d, const struct llm_batch *b,
     return rc;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Profile mark: the time since the previous mark goes to bucket name
+ * (NULL: restart the clock). */
+static void prof_mark(struct llm_dev *d, const char *name)
+{
+    if (!d->prof)
+        return;
+    d->be->sync(d->be);
+    const double t = now_s();
+    for (int i = 0; name && i < 16; i++)
+        if (!d->prof_b[i].name || !strcmp(d->prof_b[i].name, name)) {
+            d->prof_b[i].name = name;
+            d->prof_b[i].s += t - d->prof_t;
+            d->prof_b[i].n++;
+            break;
+        }
+    d->prof_t = t;
+}
+
 #define TRY(call)                                                                             \
     do {                                                                                      \
         if ((rc = (call)) < 0)                                                                \
@@ -420,9 +457,11 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     int rc;
     /* attention rmsnorm; q, k, v (+ biases) */
     TRY(be->rmsnorm(be, d->xn, d->x, L->attn_norm, n, hp->n_embd, hp->norm_eps));
+    prof_mark(d, "norms, adds");
     TRY(be->matmul(be, &L->wq, d->xn, n, d->q));
     TRY(be->matmul(be, &L->wk, d->xn, n, d->k));
     TRY(be->matmul(be, &L->wv, d->xn, n, d->v));
+    prof_mark(d, "matmul q k v");
     if (L->bq)
         TRY(be->add(be, d->q, NULL, L->bq, n, q_dim));
     if (L->bk)
@@ -439,6 +478,7 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     TRY(be->rope(be, d->k, d_pos, n, hp->n_head_kv, hd, hp->n_rot, d->rope_freqs,
                  hp->rope_attn_factor, d->neox));
     TRY(be->kv_store(be, d->k, d->v, d->kc[l], d->vc[l], d->p.kv_type, d->d_slot, n, kv_dim));
+    prof_mark(d, "bias, q/k norm, rope, kv store");
     /* attention through the block tables */
     const struct omni_battn a = {
         .out = d->att, .q = d->q, .k = d->kc[l], .v = d->vc[l], .kv_type = d->p.kv_type,
@@ -447,18 +487,25 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
         .n_head_kv = hp->n_head_kv, .head_dim = hd, .scale = hp->attn_scale, .n_swa = 0,
     };
     TRY(be->attention(be, &a));
+    prof_mark(d, "attention");
     /* output projection + residual; ffn rmsnorm */
     TRY(be->matmul(be, &L->wo, d->att, n, d->xn));
+    prof_mark(d, "matmul o");
     if (L->bo)
         TRY(be->add(be, d->xn, NULL, L->bo, n, hp->n_embd));
     TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
     TRY(be->rmsnorm(be, d->xn, d->x, L->ffn_norm, n, hp->n_embd, hp->norm_eps));
+    prof_mark(d, "norms, adds");
     /* x += down(silu(gate(x)) * up(x)) */
     TRY(be->matmul(be, &L->w_gate, d->xn, n, d->gate));
     TRY(be->matmul(be, &L->w_up, d->xn, n, d->up));
+    prof_mark(d, "matmul gate up");
     TRY(be->swiglu(be, d->gate, d->up, (int64_t)n * hp->n_ff));
+    prof_mark(d, "swiglu");
     TRY(be->matmul(be, &L->w_down, d->up, n, d->xn));
+    prof_mark(d, "matmul down");
     TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
+    prof_mark(d, "norms, adds");
     return 0;
 }
 
@@ -475,8 +522,10 @@ static int dev_compute(struct llm_dev *d, bool tokens, int n, int max_blocks, in
     const int32_t *d_out = d_row + T, *d_hid = d_out + T;
     int rc;
     /* token embeddings (multimodal rows were uploaded into x) */
+    prof_mark(d, NULL);
     if (tokens)
         TRY(be->get_rows(be, &d->tok_embd, d_tok, n, d->x));
+    prof_mark(d, "embeddings");
     for (int l = 0; l < hp->n_layer; l++)
         TRY(dev_layer(d, l, n, max_blocks, d_pos, d_row));
     /* final hidden states of the embedding rows (output norm applied) */
@@ -491,8 +540,10 @@ static int dev_compute(struct llm_dev *d, bool tokens, int n, int max_blocks, in
     TRY(be->get_rows(be, &xs, d_out, n_out, d->xn));
     TRY(be->rmsnorm(be, d->xn, d->xn, d->output_norm, n_out, n_embd, hp->norm_eps));
     TRY(be->matmul(be, &d->output, d->xn, n_out, d->logits));
+    prof_mark(d, "output norm, logits");
     if (want_argmax)
         TRY(be->argmax(be, d->logits, n_out, hp->n_vocab, d->d_argmax));
+    prof_mark(d, "argmax");
     return 0;
 }
 

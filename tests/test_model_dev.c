@@ -30,10 +30,21 @@ static const char *backend_name(void)
 
 static bool on_cpu(void) { return !strcmp(backend_name(), "cpu"); }
 
-/* log-prob tolerance of the CPU's top-5 tokens: the cpu backend differs from
- * llm_forward only in summation order; cuda multiplies prompts (more than 8
- * rows) with F16 activations and weights on tensor cores */
-static double logprob_tol(void) { return on_cpu() ? 5e-3 : 1e-2; }
+/* log-prob tolerance of the CPU's top-5 tokens, per weight type (docs/gpu.md):
+ * the cpu backend differs from llm_forward only in summation order. cuda:
+ * f32 files run F32 products (measured 1e-4); f16 files multiply F32
+ * activations where the CPU rounds them to F16 (measured 1.4e-3); q8_0
+ * files quantize activations to Q8_0 as the CPU does, but an activation that
+ * differs in its last bits can round to the next integer (measured 1.5e-2
+ * on llama3, 2e-7 on the others). */
+static double logprob_tol(const char *path)
+{
+    if (on_cpu())
+        return 5e-3;
+    if (strstr(path, "q8_0"))
+        return 2e-2;
+    return strstr(path, "f16") ? 1e-2 : 1e-3;
+}
 
 static uint32_t rng_state;
 static float frand(void)
@@ -126,8 +137,7 @@ TEST(backend_matmul_types)
              * on cuda for Q8_0 / Q4_0 below 32 rows; F16 activations on
              * cuda's GEMM path (more than 8 rows); F32 elsewhere */
             const bool quant = type != GGML_TYPE_F32 && type != GGML_TYPE_F16;
-            const bool q8 = type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0;
-            const bool exact = on_cpu() ? !quant : (q8 ? false : n <= 8);
+            const bool exact = on_cpu() ? !quant : !quant && n <= 8;
             const double tol = exact ? 1e-4 : 2e-2;
             CHECK_MSG(max_err <= tol * max_ref, "%s n=%d: max error %.3g of max |y| %.3g",
                       ggml_type_name(type), n, max_err, max_ref);
@@ -269,7 +279,8 @@ static void compare_model(const char *path)
     }
     printf("  %s on %s (%s): top-5 log-prob max diff %.3g\n", path, backend_name(),
            llm_dev_device(d), worst);
-    CHECK_MSG(worst <= logprob_tol(), "top-5 log-prob diff %.3g > %.3g", worst, logprob_tol());
+    CHECK_MSG(worst <= logprob_tol(path), "top-5 log-prob diff %.3g > %.3g", worst,
+              logprob_tol(path));
     /* a bad batch is refused before anything runs */
     int32_t bad_tok = V;
     const int32_t zero = 0;

@@ -104,20 +104,18 @@ if want bench && [ -x build-cuda/bench_dev ]; then
 fi
 
 if want prof && [ -x build-cuda/bench_dev ] && ! late; then
-    stamp "decode without graphs; nsys kernel table"
-    OMNI_DEV_GRAPHS=0 timeout 60 build-cuda/bench_dev -m "$M4" -p 512 -n 128 -r 3 \
-        > "$O/ours_nograph_q4_k_m.jsonl" 2>&1
-    cat "$O/ours_nograph_q4_k_m.jsonl"
-    if command -v nsys >/dev/null; then
-        timeout 120 nsys profile -o "$O/prof" --force-overwrite true --stats=false \
-            build-cuda/bench_dev -m "$M4" -p 512 -n 32 -r 1 > /dev/null 2>&1
-        timeout 60 nsys stats --report cuda_gpu_kern_sum --format csv "$O/prof.nsys-rep" \
-            > "$O/prof_kernels.csv" 2>&1
-        rm -f "$O/prof.nsys-rep" "$O/prof.sqlite"
-        head -25 "$O/prof_kernels.csv" | cut -c1-220
-    else
-        echo "no nsys"
-    fi
+    stamp "decode without graphs; with F32 activations"
+    for v in "OMNI_DEV_GRAPHS=0" "OMNI_CUDA_ACT=f32"; do
+        for M in "$M4" "$M8"; do
+            env $v timeout 60 build-cuda/bench_dev -m "$M" -p 512 -n 128 -r 3 2>/dev/null |
+                sed "s/^{/{\"env\":\"$v\",/"
+        done
+    done | tee "$O/ours_variants.jsonl"
+    stamp "per-step profile (OMNI_DEV_PROFILE=1): prompt of 512, then 64 decode steps"
+    OMNI_DEV_PROFILE=1 timeout 60 build-cuda/bench_dev -m "$M4" -p 512 -n 1 -r 1 2>&1 |
+        grep profile | tee "$O/profile_pp512.txt"
+    OMNI_DEV_PROFILE=1 timeout 60 build-cuda/bench_dev -m "$M4" -p 1 -n 64 -r 1 2>&1 |
+        grep profile | tee "$O/profile_tg.txt"
 fi
 
 if want llama; then

@@ -37,6 +37,7 @@ struct cuda_state {
     void *xq;          /* activations as Q8_0: int8 values, then a float scale per 32 */
     size_t xq_cap;     /* bytes */
     bool capturing;    /* a graph capture is open: no allocation, no sync */
+    bool f32_act;      /* OMNI_CUDA_ACT=f32: quantized matvecs on F32 activations */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -307,6 +308,52 @@ template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q4_0>(const uint8_t *
     return h2f((uint16_t)ld16(b));
 }
 
+/* K-quant chunks for the same integer dots: 8 words of 4 unsigned (Q4_K,
+ * 0..15) or signed (Q6_K, q - 32) bytes and the chunk's float parameters:
+ * Q4_K value = a * q - b (a = d * scale, b = dmin * min); Q6_K values 0-15
+ * have scale a, 16-31 scale b. */
+__device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *a, float *b)
+{
+    const uint8_t *blk = row + (size_t)(c >> 3) * 144;
+    const int j = c & 7;
+    const float d = h2f((uint16_t)ld16(blk)), dmin = h2f((uint16_t)ld16(blk + 2));
+    const uint8_t *sc = blk + 4;
+    int s, m;
+    if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+    } else {
+        s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+    *a = d * (float)s;
+    *b = dmin * (float)m;
+    const uint32_t *q = (const uint32_t *)(blk + 16 + 32 * (j >> 1));
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        wq[i] = (int)((q[i] >> shift) & 0x0f0f0f0fu);
+}
+
+__device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *a, float *b)
+{
+    const uint8_t *blk = row + (size_t)(c >> 3) * 210;
+    const int s = c & 7, h = s >> 2, qd = s & 3;
+    const uint8_t *ql = blk + 64 * h + 32 * (qd & 1), *qh = blk + 128 + 32 * h;
+    const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + 2 * qd;
+    const float d = h2f((uint16_t)ld16(blk + 208));
+    *a = d * (float)sc[0];
+    *b = d * (float)sc[1];
+    const int lshift = (qd >> 1) * 4, hshift = 2 * qd;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t l4 = ld16(ql + 4 * i) | (ld16(ql + 4 * i + 2) << 16);
+        const uint32_t h4 = ld16(qh + 4 * i) | (ld16(qh + 4 * i + 2) << 16);
+        const uint32_t q = ((l4 >> lshift) & 0x0f0f0f0fu) | (((h4 >> hshift) & 0x03030303u) << 4);
+        wq[i] = __vsubss4((int)q, 0x20202020);
+    }
+}
+
 /* k_matvec_q over Q8_0 activations: per block, an integer dot (dp4a) times
  * the two scales, summed in the CPU's order within a block. */
 template <int T, int N>
@@ -326,20 +373,42 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         acc[t] = 0.0f;
     for (int c = lane; c < nb; c += 32) {
         int wq[8];
-        const float dw = q8w<T>(row, c, wq);
+        float pa = 0.0f, pb = 0.0f;
+        if constexpr (T == GGML_TYPE_Q4_K)
+            q4kw(row, c, wq, &pa, &pb);
+        else if constexpr (T == GGML_TYPE_Q6_K)
+            q6kw(row, c, wq, &pa, &pb);
+        else
+            pa = q8w<T>(row, c, wq);
 #pragma unroll
         for (int t = 0; t < N; t++) {
             const int4 *xp = (const int4 *)(xq + (size_t)t * cols + 32 * c);
             const int4 a = __ldg(xp), b = __ldg(xp + 1);
-            int sumi = __dp4a(wq[0], a.x, 0);
-            sumi = __dp4a(wq[1], a.y, sumi);
-            sumi = __dp4a(wq[2], a.z, sumi);
-            sumi = __dp4a(wq[3], a.w, sumi);
-            sumi = __dp4a(wq[4], b.x, sumi);
-            sumi = __dp4a(wq[5], b.y, sumi);
-            sumi = __dp4a(wq[6], b.z, sumi);
-            sumi = __dp4a(wq[7], b.w, sumi);
-            acc[t] += (float)sumi * (dw * __ldg(xd + (size_t)t * nb + c));
+            int lo = __dp4a(wq[0], a.x, 0);
+            lo = __dp4a(wq[1], a.y, lo);
+            lo = __dp4a(wq[2], a.z, lo);
+            lo = __dp4a(wq[3], a.w, lo);
+            int hi = __dp4a(wq[4], b.x, 0);
+            hi = __dp4a(wq[5], b.y, hi);
+            hi = __dp4a(wq[6], b.z, hi);
+            hi = __dp4a(wq[7], b.w, hi);
+            const float dx = __ldg(xd + (size_t)t * nb + c);
+            if constexpr (T == GGML_TYPE_Q4_K) {
+                /* sum of the activation integers, for the min term */
+                int sx = __dp4a(0x01010101, a.x, 0);
+                sx = __dp4a(0x01010101, a.y, sx);
+                sx = __dp4a(0x01010101, a.z, sx);
+                sx = __dp4a(0x01010101, a.w, sx);
+                sx = __dp4a(0x01010101, b.x, sx);
+                sx = __dp4a(0x01010101, b.y, sx);
+                sx = __dp4a(0x01010101, b.z, sx);
+                sx = __dp4a(0x01010101, b.w, sx);
+                acc[t] += dx * (pa * (float)(lo + hi) - pb * (float)sx);
+            } else if constexpr (T == GGML_TYPE_Q6_K) {
+                acc[t] += dx * (pa * (float)lo + pb * (float)hi);
+            } else {
+                acc[t] += (float)(lo + hi) * (pa * dx); /* the CPU's order */
+            }
         }
     }
 #pragma unroll
@@ -452,9 +521,11 @@ static int quant_chunk_ok(const struct omni_btensor *w)
 }
 
 #define MATVEC_MAX 8 /* rows of activations through the matvec kernels */
-/* Q8_0 / Q4_0 weights: batches below this (matmul.h's OMNI_MATMUL_BLAS_MIN,
- * where the CPU leaves its quantized dots for sgemm) multiply Q8_0
- * activations, 8 rows per launch. */
+/* Quantized weights: batches below this (matmul.h's OMNI_MATMUL_BLAS_MIN,
+ * where the CPU leaves its quantized dots for sgemm) multiply Q8_0-style
+ * activations (int8 per 32 values + a scale) with dp4a, 8 rows per launch:
+ * Q8_0 / Q4_0 exactly as the CPU's dots; Q4_K / Q6_K with 32-value
+ * activation blocks where the CPU uses Q8_K's 256. */
 #define Q8_ACT_MAX 32
 
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
@@ -469,7 +540,7 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t rb = ggml_row_size(w->type, w->cols);
     const uint8_t *W = (const uint8_t *)w->data;
-    if ((w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_0) && n < Q8_ACT_MAX) {
+    if (is_quant(w->type) && n < Q8_ACT_MAX && !s->f32_act) {
         /* as the CPU below its BLAS switch point: Q8_0 activations, integer dots */
         const int64_t nb = (int64_t)n * cols / 32;
         int rc = grow_bytes(s, &s->xq, &s->xq_cap, (size_t)nb * 32 + (size_t)nb * sizeof(float));
@@ -484,10 +555,13 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
             const int m = n - r0 < MATVEC_MAX ? n - r0 : MATVEC_MAX;
             const int8_t *q = xq + (size_t)r0 * cols;
             const float *d = xd + (size_t)r0 * (cols / 32);
-            if (w->type == GGML_TYPE_Q8_0)
-                launch_matvec_q8<GGML_TYPE_Q8_0>(W, rb, rows, cols, q, d, m, y + (size_t)r0 * rows, s->stream);
-            else
-                launch_matvec_q8<GGML_TYPE_Q4_0>(W, rb, rows, cols, q, d, m, y + (size_t)r0 * rows, s->stream);
+            float *yr = y + (size_t)r0 * rows;
+            switch (w->type) {
+            case GGML_TYPE_Q8_0: launch_matvec_q8<GGML_TYPE_Q8_0>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q4_0: launch_matvec_q8<GGML_TYPE_Q4_0>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q4_K: launch_matvec_q8<GGML_TYPE_Q4_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q6_K: launch_matvec_q8<GGML_TYPE_Q6_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            }
         }
         return chk_launch("matvec q8");
     }
@@ -1031,6 +1105,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     }
     be->impl = s;
     s->device = device;
+    const char *act = getenv("OMNI_CUDA_ACT");
+    s->f32_act = act && !strcmp(act, "f32");
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
