@@ -612,10 +612,24 @@ static void tok_init_eog(struct tokenizer *tok)
     tok_add_eog(tok, tok->eos);
     tok_add_eog(tok, tok->eot);
     tok_add_eog(tok, tok->eom);
+    /* gpt-oss (Harmony): <|end|> closes every message, the reasoning too;
+     * the turn ends with <|return|> (the answer) or <|call|> (a tool call). */
+    int32_t h_end = tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, "<|end|>", 7);
+    int32_t h_ret = tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, "<|return|>", 10);
+    int32_t h_call = tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, "<|call|>", 8);
+    bool harmony = h_ret >= 0 && h_call >= 0 &&
+                   tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, "<|channel|>", 11) >= 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         int32_t id = tok_ix_find(tok, tok->vocab_ix, tok->vocab_mask, names[i], strlen(names[i]));
-        if (id >= 0 && tok->tokens[id].type == TOK_TYPE_CONTROL)
+        if (id >= 0 && tok->tokens[id].type == TOK_TYPE_CONTROL && !(harmony && id == h_end))
             tok_add_eog(tok, id);
+    }
+    if (harmony) {
+        tok_add_eog(tok, h_ret);
+        tok_add_eog(tok, h_call);
+        for (int i = 0; i < tok->n_eog; i++)
+            if (tok->eog[i] == h_end)
+                tok->eog[i--] = tok->eog[--tok->n_eog];
     }
 }
 

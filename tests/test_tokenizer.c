@@ -597,6 +597,32 @@ TEST(tokenizer_bpe_merges_by_rank)
     tokenizer_free(tok);
 }
 
+/* gpt-oss's Harmony vocabulary: <|end|> closes each message (the reasoning
+ * too), so only <|return|> and <|call|> end the turn. */
+TEST(tokenizer_harmony_eog)
+{
+    static struct gw w;
+    char err[256];
+    char *tokens[] = { "a", "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>" };
+    int32_t types[] = { TOK_TYPE_NORMAL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
+                        TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL };
+    gw_init(&w);
+    gw_str(&w, "tokenizer.ggml.model", "gpt2");
+    gw_arr_str(&w, "tokenizer.ggml.tokens", tokens, 7);
+    gw_arr(&w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, 7);
+    gw_raw(&w, types, sizeof types);
+    char *merges[] = { "a a" };
+    gw_arr_str(&w, "tokenizer.ggml.merges", merges, 1);
+    gw_u32(&w, "tokenizer.ggml.eos_token_id", 5);
+    struct tokenizer *tok = gw_open(&w, err, sizeof err);
+    CHECK_MSG(tok, "%s", err);
+    CHECK(!tokenizer_is_eog(tok, 4));
+    CHECK(tokenizer_is_eog(tok, 5));
+    CHECK(tokenizer_is_eog(tok, 6));
+    CHECK(!tokenizer_is_eog(tok, 2));
+    tokenizer_free(tok);
+}
+
 TEST(tokenizer_rejects_broken_vocab)
 {
     static struct gw w;
