@@ -25,6 +25,7 @@
 #include <time.h>
 
 enum { N_IN = 4096, N_ROWS = 96, MAX_REPS = 64 };
+#define MEM_BYTES ((size_t)192 << 20) /* beyond any L3 */
 
 static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL,
                              GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,
@@ -112,5 +113,40 @@ int main(int argc, char **argv)
                    d / n * 256 * 1e9, d4 / n * 256 * 1e9, n / q * 1e-9, base / d);
         }
     }
+
+    /* Memory-bound: one pass of single-row dots over MEM_BYTES of weights
+     * (the L2 rows repeated), as a decode step reads its matrices. */
+    uint8_t *big = malloc(MEM_BYTES);
+    if (!big)
+        return 1;
+    static double mem_t[N_TYPES][MAX_REPS];
+    const int mem_reps = reps < 5 ? reps : 5;
+    for (int rep = 0; rep < mem_reps; rep++)
+        for (int t = 0; t < N_TYPES; t++) {
+            const struct omni_quant_ops *op = omni_quant_ops(types[t]);
+            const size_t row = ggml_row_size(types[t], N_IN);
+            if (op->from_float)
+                op->from_float(x, xq[0], N_IN);
+            else
+                memcpy(xq[0], x, sizeof x);
+            const size_t rows = MEM_BYTES / row, chunk = row * N_ROWS;
+            for (size_t off = 0; off + chunk <= rows * row; off += chunk)
+                memcpy(big + off, w[t], chunk);
+            for (size_t off = rows / N_ROWS * chunk; off < rows * row; off += row)
+                memcpy(big + off, w[t], row);
+            double t0 = cpu_s();
+            for (size_t i = 0; i < rows; i++) {
+                sink += op->vec_dot(N_IN, big + (size_t)i * row, xq[0]);
+            }
+            mem_t[t][rep] = (cpu_s() - t0) / (double)rows; /* per row */
+        }
+    for (int t = 0; t < N_TYPES; t++) {
+        qsort(mem_t[t], (size_t)mem_reps, sizeof(double), cmp_d);
+        const double d = mem_t[t][mem_reps / 2];
+        printf("{\"bench\": \"quant_dot_mem\", \"type\": \"%s\", \"level\": \"%s\", \"gb_s\": %.2f, \"ns_per_256\": %.2f}\n",
+               ggml_type_name(types[t]), omni_cpu_level_name(omni_cpu_level()), (double)ggml_row_size(types[t], N_IN) / d * 1e-9,
+               d / N_IN * 256 * 1e9);
+    }
+    free(big);
     return sink == 12345.0f; /* keeps the dots from being optimized away */
 }

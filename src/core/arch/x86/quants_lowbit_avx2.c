@@ -229,12 +229,9 @@ INLINE void dot_n_q2_K(int64_t n, const void *w, const void *a, size_t a_row, fl
     const block_q2_K *x = w;
     __m256i mask[4];
     pair_masks(mask);
-    __m256 acc[4];
-    float acc_m[4];
-    for (int c = 0; c < nc; c++) {
-        acc[c] = _mm256_setzero_ps();
-        acc_m[c] = 0.0f;
-    }
+    __m256 acc[4], acc_m[4];
+    for (int c = 0; c < nc; c++)
+        acc[c] = acc_m[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
@@ -251,13 +248,14 @@ INLINE void dot_n_q2_K(int64_t n, const void *w, const void *a, size_t a_row, fl
         const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
-            const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums)));
+            /* the min term in 8 int32 lanes too: one horizontal sum at the end */
+            const __m256i summs = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums));
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc_m[c] += y->d * dmin * (float)summs;
+            acc_m[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dmin), _mm256_cvtepi32_ps(summs), acc_m[c]);
         }
     }
     for (int c = 0; c < nc; c++)
-        s[c * s_stride] = hsum_ps(acc[c]) - acc_m[c];
+        s[c * s_stride] = hsum_ps(acc[c]) - hsum_ps(acc_m[c]);
 }
 
 /* q3_K: q = u - 4 with u = low 2 bits | hmask bit << 2 in 0..7, so
@@ -268,7 +266,9 @@ INLINE void dot_n_q3_K(int64_t n, const void *w, const void *a, size_t a_row, fl
     const block_q3_K *x = w;
     __m256i mask[4];
     pair_masks(mask);
-    float acc[4] = { 0 };
+    __m256 acc[4];
+    for (int c = 0; c < nc; c++)
+        acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         /* the 16 scales as in quant_q3_K_scales, four bytes at a time */
         uint32_t a0, a1, hb;
@@ -295,12 +295,14 @@ INLINE void dot_n_q3_K(int64_t n, const void *w, const void *a, size_t a_row, fl
         const float d = h2f(x[i].d);
         for (int c = 0; c < nc; c++) {
             const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
-            const int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)));
-            acc[c] += d * y->d * (float)(hsum_epi32(sumi[c]) - 4 * offset);
+            /* - 4 sum(sc bsum), lane by lane: the lanes' total is what counts */
+            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+            const __m256i q = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(offset, 2));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(q), acc[c]);
         }
     }
     for (int c = 0; c < nc; c++)
-        s[c * s_stride] = acc[c];
+        s[c * s_stride] = hsum_ps(acc[c]);
 }
 
 /* vec_dot (one column) and vec_dot_n entry points of each type */
