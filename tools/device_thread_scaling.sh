@@ -28,6 +28,8 @@ N=${N:-64}
 REPS=${REPS:-3}
 LLAMA=${LLAMA:-1}          # 0: omniserve only (a local test of the script)
 M=${M:-$DEV/llama-3.2-1b-q4_k_m.gguf}
+CC=${CC:-cc}
+command -v "$CC" >/dev/null 2>&1 || CC=gcc
 O=${OUT:-/tmp/out}/thread_scaling
 mkdir -p "$O"
 exec > >(tee -a "$O/log.txt") 2>&1
@@ -35,7 +37,7 @@ t0=$(date +%s)
 stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
 
 stamp "machine"
-{ lscpu; echo; nproc; cat /proc/loadavg; cc --version | head -1; cmake --version | head -1; python3 -c 'import numpy; print("numpy", numpy.__version__)'; } > "$O/machine.txt" 2>&1
+{ lscpu; echo; nproc; cat /proc/loadavg; "$CC" --version | head -1; cmake --version | head -1; python3 -c 'import numpy; print("numpy", numpy.__version__)'; } > "$O/machine.txt" 2>&1
 grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|Flags" "$O/machine.txt" | cut -c1-200
 
 # 1. llama.cpp in the background (its own log)
@@ -58,8 +60,8 @@ SRCS="tools/bench_only/bench_only.c src/cli/bench.c src/cli/bench_util.c src/cli
       llm/model.c llm/tokenizer.c llm/unicode.c $(ls llm/moe.c 2>/dev/null)
       $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P 8 -I{} sh -c \
-    'o='"$OBJ"'/$(echo {} | tr / _).o; cc -std=gnu11 -O2 -march=native -pthread -I. -Itools/bench_only -I'"$DEV"'/pcre2/include -w -c {} -o $o || echo "compile failed: {}"'
-cc -o "$DEV/bench_only" "$OBJ"/*.o "$DEV/pcre2/lib/libpcre2-8.a" -lm -pthread && stamp "bench_only built" || stamp "bench_only link failed"
+    'o='"$OBJ"'/$(echo {} | tr / _).o; '"$CC"' -std=gnu11 -O2 -march=native -pthread -I. -Itools/bench_only -I'"$DEV"'/pcre2/include -w -c {} -o $o || echo "compile failed: {}"'
+"$CC" -o "$DEV/bench_only" "$OBJ"/*.o "$DEV/pcre2/lib/libpcre2-8.a" -lm -pthread && stamp "bench_only built" || stamp "bench_only link failed"
 
 # 3. the model
 stamp "random_model"
@@ -76,13 +78,13 @@ LB="$DEV/llama-build/bin/llama-bench"
 cat /proc/loadavg
 if [ -x "$DEV/bench_only" ]; then
     stamp "omniserve bench -t $THREADS"
-    "$DEV/bench_only" -m "$M" -t "$THREADS" -p 1 -n "$N" --reps "$REPS" > "$O/omniserve.txt" 2> "$O/omniserve.err"
+    timeout 200 "$DEV/bench_only" -m "$M" -t "$THREADS" -p 1 -n "$N" --reps "$REPS" > "$O/omniserve.txt" 2> "$O/omniserve.err"
     echo "rc $?"; grep '^{' "$O/omniserve.txt" > "$O/omniserve.jsonl"; grep -E "^tg|bandwidth" "$O/omniserve.txt"
 fi
 cat /proc/loadavg
 if [ -x "$LB" ]; then
     stamp "llama-bench -t $THREADS"
-    "$LB" -m "$M" -t "$THREADS" -p 0 -n "$N" -r "$REPS" -o jsonl > "$O/llama.jsonl" 2> "$O/llama.err"
+    timeout 200 "$LB" -m "$M" -t "$THREADS" -p 0 -n "$N" -r "$REPS" -o jsonl > "$O/llama.jsonl" 2> "$O/llama.err"
     echo "rc $?"; cat "$O/llama.jsonl" | cut -c1-300
 fi
 cat /proc/loadavg
