@@ -2,24 +2,30 @@
  * template for text messages: Qwen2-style ChatML, Llama 3 Instruct, Llama 2
  * chat, Gemma 3 (system folded into the first turn), Phi-3.5 mini and
  * Mistral 7B Instruct v0.1 (which has no system role: we fold it into the
- * first user turn as Mistral's later templates do). Jinja's trim/strip are
+ * first user turn as Mistral's later templates do) and gpt-oss's Harmony. Jinja's trim/strip are
  * reproduced where the templates apply them. */
 #include "llm/chat.h"
 
+#include "llm/template/template.h"
 #include "src/core/omni.h"
 
 #include <string.h>
+#include <time.h>
 
 static const char *const format_names[CHAT_FORMAT_COUNT] = {
     [CHAT_FORMAT_CHATML] = "chatml", [CHAT_FORMAT_LLAMA3] = "llama3",
     [CHAT_FORMAT_LLAMA2] = "llama2", [CHAT_FORMAT_GEMMA] = "gemma",
     [CHAT_FORMAT_PHI3] = "phi3",     [CHAT_FORMAT_MISTRAL] = "mistral",
+    [CHAT_FORMAT_HARMONY] = "harmony",
 };
 
 static const char *const format_eot[CHAT_FORMAT_COUNT] = {
     [CHAT_FORMAT_CHATML] = "<|im_end|>",   [CHAT_FORMAT_LLAMA3] = "<|eot_id|>",
     [CHAT_FORMAT_LLAMA2] = "</s>",         [CHAT_FORMAT_GEMMA] = "<end_of_turn>",
     [CHAT_FORMAT_PHI3] = "<|end|>",        [CHAT_FORMAT_MISTRAL] = "</s>",
+    /* <|end|> closes every Harmony message; the turn ends at <|return|> (or
+     * at <|call|>, a tool call: the tokenizer marks both end-of-generation) */
+    [CHAT_FORMAT_HARMONY] = "<|return|>",
 };
 
 const char *chat_format_name(enum chat_format fmt)
@@ -45,6 +51,8 @@ enum chat_format chat_format_detect(const char *t)
     if (!t || !*t)
         return CHAT_FORMAT_CHATML;
     /* Most specific markers first: each family's turn header is unique to it. */
+    if (strstr(t, "<|channel|>") && strstr(t, "<|start|>"))
+        return CHAT_FORMAT_HARMONY;
     if (strstr(t, "<|im_start|>"))
         return CHAT_FORMAT_CHATML;
     if (strstr(t, "<|start_header_id|>"))
@@ -255,6 +263,46 @@ static void render_phi3(struct chat_out *o, const struct chat_message *m, int n,
     put(o, gen ? "<|assistant|>\n" : "<|endoftext|>");
 }
 
+/* gpt-oss's template for text messages: its system header (default model
+ * identity, reasoning effort medium, today's date as strftime_now gives it), a
+ * leading system/developer message as the developer's "# Instructions",
+ * answers on the final channel, the last one closed by <|return|> when no
+ * generation prompt follows. Other roles are skipped, as the template does. */
+static void render_harmony(struct chat_out *o, const struct chat_message *m, int n, bool gen)
+{
+    char date[32];
+    struct tm tm;
+    tpl_clock(&tm);
+    strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    put(o, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+           "Knowledge cutoff: 2024-06\nCurrent date: ");
+    put(o, date);
+    put(o, "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be "
+           "included for every message.<|end|>");
+    int i = 0;
+    if (n > 0 && (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer"))) {
+        if (*m[0].content) {
+            put(o, "<|start|>developer<|message|># Instructions\n\n");
+            put(o, m[0].content);
+            put(o, "\n\n<|end|>");
+        }
+        i = 1;
+    }
+    for (; i < n; i++) {
+        if (!strcmp(m[i].role, "assistant")) {
+            put(o, "<|start|>assistant<|channel|>final<|message|>");
+            put(o, m[i].content);
+            put(o, i == n - 1 && !gen ? "<|return|>" : "<|end|>");
+        } else if (!strcmp(m[i].role, "user")) {
+            put(o, "<|start|>user<|message|>");
+            put(o, m[i].content);
+            put(o, "<|end|>");
+        }
+    }
+    if (gen)
+        put(o, "<|start|>assistant");
+}
+
 int chat_format_apply(enum chat_format fmt, const struct chat_message *messages, int n,
                       bool add_generation_prompt, char *out, size_t cap, size_t *len)
 {
@@ -274,6 +322,7 @@ int chat_format_apply(enum chat_format fmt, const struct chat_message *messages,
     case CHAT_FORMAT_GEMMA: render_gemma(&o, messages, n, add_generation_prompt); break;
     case CHAT_FORMAT_PHI3: render_phi3(&o, messages, n, add_generation_prompt); break;
     case CHAT_FORMAT_MISTRAL: render_mistral(&o, messages, n); break;
+    case CHAT_FORMAT_HARMONY: render_harmony(&o, messages, n, add_generation_prompt); break;
     case CHAT_FORMAT_COUNT: return OMNI_ERR_ARG;
     }
     if (cap)

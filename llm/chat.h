@@ -28,6 +28,8 @@ enum chat_format {
     CHAT_FORMAT_GEMMA,    /* <start_of_turn>user\n...<end_of_turn>\n, role model */
     CHAT_FORMAT_PHI3,     /* <|user|>\n...<|end|>\n<|assistant|>\n */
     CHAT_FORMAT_MISTRAL,  /* [INST] ... [/INST]...</s> (no <<SYS>> block) */
+    CHAT_FORMAT_HARMONY,  /* gpt-oss: <|start|>role<|message|>...<|end|>, answers on
+                             <|channel|>final; the system header carries today's date */
     CHAT_FORMAT_COUNT
 };
 

@@ -7,6 +7,7 @@
 #include "src/core/gguf.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static const struct chat_message conv[] = {
     { "system", "You are terse." },
@@ -91,6 +92,43 @@ TEST(chat_phi3)
                  "<|assistant|>\n");
     CHECK_STR_EQ(render(CHAT_FORMAT_PHI3, conv + 2, 1, false),
                  "<|assistant|>\nHello!<|end|>\n<|endoftext|>");
+}
+
+static void unset_epoch(void *unused)
+{
+    (void)unused;
+    unsetenv("SOURCE_DATE_EPOCH");
+}
+
+/* gpt-oss's Harmony, byte for byte what its published template renders
+ * (tests/fixtures/templates/expected, made by jinja2 with the same clock). */
+TEST(chat_harmony)
+{
+    setenv("SOURCE_DATE_EPOCH", "1754395200", 1);   /* render_template_ref.py's FIXTURE_EPOCH */
+    test_defer(unset_epoch, NULL);
+    static const struct chat_message basic[] = {
+        { "system", "You are a concise assistant." },
+        { "user", "What is the capital of France?" },
+    };
+    static const struct chat_message multi[] = {
+        { "user", "  Hi there!  \n" },
+        { "assistant", "Hello! How can I help?" },
+        { "user", "Tell me a joke." },
+        { "assistant", "Why did the C programmer quit? He didn't get arrays." },
+    };
+    char *want = test_read_file(test_fixture("templates/expected/gpt-oss.basic.txt"), NULL);
+    CHECK(want);
+    CHECK_STR_EQ(render(CHAT_FORMAT_HARMONY, basic, 2, true), want);
+    free(want);
+    want = test_read_file(test_fixture("templates/expected/gpt-oss.multiturn.txt"), NULL);
+    CHECK(want);
+    CHECK_STR_EQ(render(CHAT_FORMAT_HARMONY, multi, 4, false), want);
+    free(want);
+    char *t = test_read_file(test_fixture("templates/gpt-oss.jinja"), NULL);
+    CHECK(t);
+    CHECK_EQ(chat_format_detect(t), CHAT_FORMAT_HARMONY);
+    free(t);
+    CHECK_STR_EQ(chat_format_end_of_turn(CHAT_FORMAT_HARMONY), "<|return|>");
 }
 
 TEST(chat_apply_small_buffer_and_errors)

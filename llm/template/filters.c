@@ -1438,6 +1438,21 @@ int tpl_method_call(struct tpl_ctx *c, const struct tpl_method *m, const struct 
 // ---- globals ---------------------------------------------------------------------------
 
 enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME, G_COUNT };
+void tpl_clock(struct tm *out)
+{
+    /* The local clock, as transformers; SOURCE_DATE_EPOCH fixes it, in UTC. */
+    time_t now = time(NULL);
+    const char *epoch = getenv("SOURCE_DATE_EPOCH");
+    char *end = NULL;
+    long long fixed = epoch && *epoch ? strtoll(epoch, &end, 10) : 0;
+    if (end && !*end && fixed >= 0) {
+        now = (time_t)fixed;
+        gmtime_r(&now, out);
+    } else {
+        localtime_r(&now, out);
+    }
+}
+
 static const char *const globals[G_COUNT] = { "range", "namespace", "dict", "raise_exception", "strftime_now" };
 
 int tpl_global_find(const char *name)
@@ -1512,19 +1527,8 @@ int tpl_global_call(struct tpl_ctx *c, int fn, const struct tpl_args *a, struct 
             return tpl_error(c, OMNI_ERR_LIMIT, "strftime_now: format too long");
         memcpy(fmt, f.s.p, f.s.n);
         fmt[f.s.n] = 0;
-        /* The local clock, as transformers; SOURCE_DATE_EPOCH (the
-         * reproducible-builds variable, seconds since 1970) fixes it, in UTC,
-         * so prompts that print today's date can be reproduced and tested. */
-        time_t now = time(NULL);
         struct tm tm;
-        const char *epoch = getenv("SOURCE_DATE_EPOCH");
-        char *end = NULL;
-        long long fixed = epoch && *epoch ? strtoll(epoch, &end, 10) : 0;
-        if (end && !*end && fixed >= 0) {
-            now = (time_t)fixed;
-            gmtime_r(&now, &tm);
-        } else
-            localtime_r(&now, &tm);
+        tpl_clock(&tm);
         size_t n = strftime(buf, sizeof buf, fmt, &tm);
         return tpl_str_new(c, buf, n, out);
     }

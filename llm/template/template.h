@@ -80,4 +80,10 @@ int tpl_render_gguf(const struct gguf *g, const struct tokenizer *tok,
                     const char *kwargs_json, bool add_generation_prompt, char **out,
                     size_t *out_len, bool *used_fallback, char *err, size_t errlen);
 
+/* The time strftime_now renders: local time, or when SOURCE_DATE_EPOCH is set
+ * (seconds since 1970, the reproducible-builds variable) that instant in UTC,
+ * so that prompts printing today's date can be reproduced and tested. */
+struct tm;
+void tpl_clock(struct tm *out);
+
 #endif
