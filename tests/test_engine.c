@@ -1074,3 +1074,49 @@ TEST(engine_moe_and_nope_models)
         concurrency_identity(models[k], 6, 24 * block, 4, true);
     }
 }
+
+/* lfm2 (per-sequence conv state in the pool's llm_kv) through the engine:
+ * greedy == plain forward; n = 3 greedy choices forked from one prompt
+ * (the state copied to each child) all give the single choice's tokens; a
+ * repeated prompt recomputes instead of resuming from cached blocks (K/V
+ * alone cannot restore the state) with the same tokens; 6 sequences
+ * preempted and recomputed give their solo tokens; every slot and block
+ * comes back. */
+TEST(engine_recurrent_state_lfm2)
+{
+    check_matches_plain_forward("lfm2-f32", GGML_TYPE_F16);
+    struct llm_model *m = golden("lfm2-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    struct engine_params ep = small_params(true);
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    int32_t ids[37];
+    random_prompt(ids, 37, llm_model_hparams(m)->n_vocab, 23);
+    struct group g;
+    group_init(&g);
+    struct result one, three, again;
+    result_init(&one, &g);
+    result_init(&three, &g);
+    result_init(&again, &g);
+    char err[256];
+    struct engine_request rq = greedy(ids, 37, 20, &one);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    rq.user = &again;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(again.usage[0].cached_tokens, 0);
+    CHECK(memcmp(again.tok[0], one.tok[0], sizeof one.tok[0]) == 0);
+    rq.n = 3;
+    rq.user = &three;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    for (int c = 0; c < 3; c++) {
+        CHECK_EQ(three.n_tok[c], 20);
+        CHECK_MSG(memcmp(three.tok[c], one.tok[0], sizeof one.tok[0]) == 0, "choice %d", c);
+    }
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    test_release(e);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+    test_release(m);
+    concurrency_identity("lfm2-f32", 6, 24 * block, 4, true);
+}

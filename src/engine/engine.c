@@ -48,6 +48,7 @@ struct seq {
     int32_t *blocks;         /* [max_blocks] block table */
     uint64_t *hashes;        /* [max_blocks] chain hash of each full block */
     int n_blocks, n_hashed;
+    int32_t state_slot;      /* recurrent state slot while running (lfm2), else -1 */
     bool admitted_once;
     uint64_t admit_order;
     int n_gen;
@@ -118,6 +119,13 @@ struct emodel {
     bool *b_want, *b_hid;
     float *hidden;           /* [max_batch_tokens][n_embd] hidden states of embedding rows */
     struct llm_seq_view *views;
+    /* Models with per-sequence recurrent state (llm_model_has_state): one
+     * slot of the pool's llm_kv per running sequence (max_seqs of them),
+     * taken when it starts running, given back when it stops. */
+    bool has_state;
+    int32_t *state_free;     /* [max_seqs] free slots, a stack */
+    int n_state_free;
+    int32_t *view_slots;     /* [max_seqs] state slot of each view of a batch */
     float *logits;           /* [max_seqs][n_vocab] */
 };
 
@@ -393,6 +401,17 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         em->hidden = malloc((size_t)T * (size_t)em->hp->n_embd * sizeof(float));
         em->views = malloc((size_t)S * sizeof *em->views);
         em->logits = malloc((size_t)S * (size_t)em->hp->n_vocab * sizeof(float));
+        em->has_state = llm_model_has_state(em->m);
+        if (em->has_state) {
+            em->state_free = malloc((size_t)S * sizeof(int32_t));
+            em->view_slots = malloc((size_t)S * sizeof(int32_t));
+            if (!em->state_free || !em->view_slots ||
+                llm_kv_set_state_slots(kv_pool_kv(em->pool), S) < 0)
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+            for (int k = 0; k < S; k++)
+                em->state_free[k] = S - 1 - k;
+            em->n_state_free = S;
+        }
         if (!em->running || !em->items || !em->b_tok || !em->b_pos || !em->b_rpos || !em->b_seq ||
             !em->b_want || !em->b_hid || !em->hidden || !em->views || !em->logits)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
@@ -468,6 +487,8 @@ void engine_free(struct engine *e)
         free(em->b_hid);
         free(em->hidden);
         free(em->views);
+        free(em->state_free);
+        free(em->view_slots);
         free(em->logits);
     }
     tpool_free(e->tp);
@@ -577,6 +598,7 @@ static int make_seqs(const struct emodel *em, const struct engine_request *rq,
         s->choice = i;
         s->state = i == 0 ? SEQ_WAITING : SEQ_FORK_WAIT;
         s->logit_row = -1;
+        s->state_slot = -1;
         /* an embedding never grows past its prompt */
         s->tok = malloc((size_t)(r->embed ? r->n_prompt : em->n_ctx) * sizeof *s->tok);
         s->blocks = malloc((size_t)em->max_blocks * sizeof *s->blocks);
@@ -769,6 +791,15 @@ static void wait_remove(struct emodel *em, struct seq *s)
     em->n_waiting--;
 }
 
+/* s joins the running sequences (the caller checked n_running < max_seqs,
+ * so a state slot is free where the model has state). */
+static void running_add(struct emodel *em, struct seq *s)
+{
+    if (em->has_state)
+        s->state_slot = em->state_free[--em->n_state_free];
+    em->running[em->n_running++] = s;
+}
+
 static void running_remove(struct emodel *em, struct seq *s)
 {
     for (int i = 0; i < em->n_running; i++)
@@ -776,6 +807,10 @@ static void running_remove(struct emodel *em, struct seq *s)
             memmove(&em->running[i], &em->running[i + 1],
                     (size_t)(em->n_running - i - 1) * sizeof *em->running);
             em->n_running--;
+            if (em->has_state && s->state_slot >= 0) {
+                em->state_free[em->n_state_free++] = s->state_slot;
+                s->state_slot = -1;
+            }
             return;
         }
 }
@@ -917,7 +952,9 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     uint64_t parent = KV_HASH_ROOT;
     /* an embedding pooled over its rows (mean, cls) needs every row computed;
      * last-token pooling needs only the last, like a generation prompt */
-    const bool lookup = !s->rq->embed || s->rq->pooling == EMBED_POOL_LAST;
+    const bool lookup = (!s->rq->embed || s->rq->pooling == EMBED_POOL_LAST) &&
+                        /* cached K/V alone cannot resume recurrent state: recompute */
+                        !em->has_state;
     while (lookup && (hits + 1) * bs <= s->n_tok - 1) {
         const uint64_t h = block_hash(s, hits, bs, parent);
         const int b = kv_pool_lookup(pool, h);
@@ -952,7 +989,7 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     wait_remove(em, s);
     s->state = SEQ_RUNNING;
     s->admit_order = ++e->admit_counter;
-    em->running[em->n_running++] = s;
+    running_add(em, s);
     return ADMIT_OK;
 }
 
@@ -1193,7 +1230,9 @@ static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, st
     c->admitted_once = true;
     c->state = SEQ_RUNNING;
     c->admit_order = ++e->admit_counter;
-    em->running[em->n_running++] = c;
+    running_add(em, c);
+    if (em->has_state) /* the child continues from the parent's state */
+        llm_kv_copy_state(kv_pool_kv(pool), c->state_slot, parent->state_slot);
     seq_sample(e, em, c, logits);
 }
 
@@ -1289,6 +1328,8 @@ static int forward(struct engine *e, struct emodel *em)
             continue;
         const struct request *r = it->s->rq;
         em->views[n_views] = (struct llm_seq_view){ it->s->blocks, it->s->n_blocks };
+        if (em->has_state)
+            em->view_slots[n_views] = it->s->state_slot;
         for (int i = 0; i < it->n; i++) {
             const int p = it->start + i;
             em->b_tok[n_tok] = it->s->tok[p];
@@ -1317,7 +1358,8 @@ static int forward(struct engine *e, struct emodel *em)
         struct llm_batch b = { .n_tokens = n_tok, .token = em->b_tok, .pos = em->b_pos,
                                .seq = em->b_seq, .want_logits = em->b_want,
                                .want_hidden = n_hid ? em->b_hid : NULL, .hidden = em->hidden,
-                               .rope_pos = rope ? em->b_rpos : NULL };
+                               .rope_pos = rope ? em->b_rpos : NULL,
+                               .state_slot = em->has_state ? em->view_slots : NULL };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
         if (rc < 0)
             return rc;
@@ -1342,6 +1384,7 @@ static int forward(struct engine *e, struct emodel *em)
             .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
             .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
             .rope_pos = r->rope_pos ? em->b_rpos : NULL,
+            .state_slot = em->has_state ? &it->s->state_slot : NULL,
         };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), &view,
                              em->logits + (size_t)n_rows * n_vocab);
