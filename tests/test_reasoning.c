@@ -6,6 +6,8 @@
 
 #include "llm/reasoning.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct split {
@@ -157,6 +159,40 @@ TEST(reasoning_detection_and_prompt_opening)
     for (int f = 0; f < REASONING_FMT_COUNT; f++)
         CHECK_EQ(reasoning_format_from_name(reasoning_format_name((enum reasoning_format)f)), f);
     CHECK_EQ(reasoning_format_from_name("nope"), -1);
+}
+
+/* The families' published templates (their jinja2 renderings in
+ * tests/fixtures/templates/expected): which prompts leave reasoning open. */
+TEST(reasoning_family_prompts)
+{
+    static const struct {
+        const char *tpl, *rendering;
+        enum reasoning_format f;
+        bool opens;
+    } cases[] = {
+        { "qwen3.5", "qwen3.5.basic", REASONING_THINK, true },          /* "<think>\n" */
+        { "qwen3.5", "qwen3.5.no_thinking", REASONING_THINK, false },   /* closed empty block */
+        { "smollm3", "smollm3.thinking", REASONING_THINK, false },      /* the model opens it */
+        { "smollm3", "smollm3.think_flags", REASONING_THINK, false },   /* /no_think: closed */
+        { "lfm2", "lfm2.basic", REASONING_THINK, false },
+        { "gpt-oss", "gpt-oss.basic", REASONING_HARMONY, false },
+        { "gemma3", "gemma3.basic", REASONING_THINK, false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "templates/%s.jinja", cases[i].tpl);
+        char *t = test_read_file(test_fixture(rel), NULL);
+        snprintf(rel, sizeof rel, "templates/expected/%s.txt", cases[i].rendering);
+        size_t n = 0;
+        char *prompt = test_read_file(test_fixture(rel), &n);
+        CHECK_MSG(t && prompt, "missing %s", rel);
+        enum reasoning_format f = reasoning_format_detect(t);
+        bool opens = reasoning_prompt_opens(f, prompt, n);
+        free(t);
+        free(prompt);
+        CHECK_MSG(f == cases[i].f && opens == cases[i].opens, "%s: %s, opens %d", cases[i].rendering,
+                  reasoning_format_name(f), opens);
+    }
 }
 
 TEST(reasoning_in_reasoning_tracks_state)
