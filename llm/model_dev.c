@@ -455,8 +455,12 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     const struct dev_layer *L = &d->layers[l];
     const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     int rc;
-    /* attention rmsnorm; q, k, v (+ biases) */
-    TRY(be->rmsnorm(be, d->xn, d->x, L->attn_norm, n, hp->n_embd, hp->norm_eps));
+    /* (the previous layer's FFN output, in xn, into the residual;) attention
+     * rmsnorm; q, k, v (+ biases) */
+    if (l == 0)
+        TRY(be->rmsnorm(be, d->xn, d->x, L->attn_norm, n, hp->n_embd, hp->norm_eps));
+    else
+        TRY(be->add_rmsnorm(be, d->x, d->xn, d->xn, L->attn_norm, n, hp->n_embd, hp->norm_eps));
     prof_mark(d, "norms, adds");
     TRY(be->matmul(be, &L->wq, d->xn, n, d->q));
     TRY(be->matmul(be, &L->wk, d->xn, n, d->k));
@@ -493,8 +497,7 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     prof_mark(d, "matmul o");
     if (L->bo)
         TRY(be->add(be, d->xn, NULL, L->bo, n, hp->n_embd));
-    TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
-    TRY(be->rmsnorm(be, d->xn, d->x, L->ffn_norm, n, hp->n_embd, hp->norm_eps));
+    TRY(be->add_rmsnorm(be, d->x, d->xn, d->xn, L->ffn_norm, n, hp->n_embd, hp->norm_eps));
     prof_mark(d, "norms, adds");
     /* x += down(silu(gate(x)) * up(x)) */
     TRY(be->matmul(be, &L->w_gate, d->xn, n, d->gate));
@@ -504,8 +507,9 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     prof_mark(d, "swiglu");
     TRY(be->matmul(be, &L->w_down, d->up, n, d->xn));
     prof_mark(d, "matmul down");
-    TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
-    prof_mark(d, "norms, adds");
+    /* the FFN output stays in xn: the next layer's first step adds it */
+    if (l == hp->n_layer - 1)
+        TRY(be->add(be, d->x, d->xn, NULL, n, hp->n_embd));
     return 0;
 }
 

@@ -97,6 +97,10 @@ struct omni_backend {
     /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows of dim (y may be x). */
     int (*rmsnorm)(struct omni_backend *be, float *y, const float *x, const float *w, int rows,
                    int dim, float eps);
+    /* The residual step fused: x[r] += dx[r], then y[r] = rmsnorm(x[r]) * w
+     * (y may be dx). */
+    int (*add_rmsnorm)(struct omni_backend *be, float *x, const float *dx, float *y,
+                       const float *w, int rows, int dim, float eps);
     /* y[r][i] += b[i] (b NULL: y += x elementwise over rows * dim, x given). */
     int (*add)(struct omni_backend *be, float *y, const float *x, const float *b, int rows,
                int dim);

@@ -127,6 +127,13 @@ static int cpu_add(struct omni_backend *be, float *y, const float *x, const floa
     return 0;
 }
 
+static int cpu_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
+                           const float *w, int rows, int dim, float eps)
+{
+    cpu_add(be, x, dx, NULL, rows, dim);
+    return cpu_rmsnorm(be, y, x, w, rows, dim, eps);
+}
+
 static int cpu_rope(struct omni_backend *be, float *x, const int32_t *pos, int n_tok, int n_head,
                     int head_dim, int n_rot, const float *inv_freq, float attn_factor, bool neox)
 {
@@ -253,7 +260,8 @@ struct omni_backend *omni_backend_cpu_new(char *err, size_t errlen)
     *be = (struct omni_backend){
         .name = "cpu", .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,
         .download = cpu_copy, .memset0 = cpu_memset0, .sync = cpu_sync, .matmul = cpu_matmul,
-        .get_rows = cpu_get_rows, .rmsnorm = cpu_rmsnorm, .add = cpu_add, .rope = cpu_rope,
+        .get_rows = cpu_get_rows, .rmsnorm = cpu_rmsnorm, .add_rmsnorm = cpu_add_rmsnorm,
+        .add = cpu_add, .rope = cpu_rope,
         .swiglu = cpu_swiglu, .kv_store = cpu_kv_store, .attention = cpu_attention,
         .argmax = cpu_argmax, .supports = cpu_supports, .destroy = cpu_destroy,
         .host_alloc = cpu_host_alloc, .host_free = cpu_free, .graph_begin = cpu_graph_begin,

@@ -371,6 +371,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 #pragma unroll
     for (int t = 0; t < N; t++)
         acc[t] = 0.0f;
+#pragma unroll 2
     for (int c = lane; c < nb; c += 32) {
         int wq[8];
         float pa = 0.0f, pb = 0.0f;
@@ -699,6 +700,48 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     return chk_launch("rmsnorm");
 }
 
+/* x += dx, then y = x / rms(x) * w: a block of 256 threads per row; each
+ * thread reads its dx values before the barrier and writes y after, so y
+ * may be dx. */
+__global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
+                              int dim, float eps)
+{
+    __shared__ float part[32];
+    float *xr = x + (size_t)blockIdx.x * dim;
+    const float *dr = dx + (size_t)blockIdx.x * dim;
+    float *yr = y + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] + dr[i];
+        xr[i] = v;
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * inv * w[i];
+}
+
+static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
+                            const float *w, int rows, int dim, float eps)
+{
+    if (rows < 1)
+        return 0;
+    const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
+    k_add_rmsnorm<<<rows, threads, 0, st(be)->stream>>>(x, dx, y, w, dim, eps);
+    return chk_launch("add_rmsnorm");
+}
+
 __global__ void k_add(float *y, const float *x, const float *b, int64_t n, int dim)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -808,13 +851,35 @@ __device__ __forceinline__ float ld1(const float *p) { return *p; }
 
 #define ATT_WARPS 4
 
+/* q[0..7] . k[0..7] with one 16-byte load of k (8 halves or 2 x 4 floats) */
+template <typename KT> __device__ __forceinline__ float dot8(const float *q, const KT *k);
+template <> __device__ __forceinline__ float dot8<__half>(const float *q, const __half *k)
+{
+    const uint4 u = *(const uint4 *)k;
+    const __half2 *h = (const __half2 *)&u;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        s += q[2 * i] * f.x + q[2 * i + 1] * f.y;
+    }
+    return s;
+}
+template <> __device__ __forceinline__ float dot8<float>(const float *q, const float *k)
+{
+    const float4 a = *(const float4 *)k, b = *(const float4 *)(k + 4);
+    return q[0] * a.x + q[1] * a.y + q[2] * a.z + q[3] * a.w + q[4] * b.x + q[5] * b.y +
+           q[6] * b.z + q[7] * b.w;
+}
+
 /* One warp per (token, query head): keys 32 at a time (lane j scores key
- * j0 + j against the scaled query in shared memory), online softmax over
- * the tiles; lane d accumulates output dims d, d + 32, ... (DPL of them). */
-template <typename KT, int DPL>
+ * j0 + j against the scaled query in shared memory, 16-byte loads when
+ * head_dim is a multiple of 8), online softmax over the tiles; lane l
+ * accumulates the output pairs (2p, 2p+1), p = l, l + 32, ... (DPL2 pairs). */
+template <typename KT, int DPL2>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn a)
 {
-    __shared__ float qs[ATT_WARPS][DPL * 32];
+    __shared__ float qs[ATT_WARPS][256];
     const int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int item = blockIdx.x * ATT_WARPS + wid;
     if (item >= a.n_tok * a.n_head)
@@ -830,10 +895,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
     for (int d = lane; d < hd; d += 32)
         qs[wid][d] = q[d] * a.scale;
     __syncwarp();
-    float m = -INFINITY, l = 0.0f, acc[DPL];
+    const bool vec8 = (hd & 7) == 0;
+    float m = -INFINITY, l = 0.0f;
+    float2 acc[DPL2];
 #pragma unroll
-    for (int i = 0; i < DPL; i++)
-        acc[i] = 0.0f;
+    for (int i = 0; i < DPL2; i++)
+        acc[i] = make_float2(0.0f, 0.0f);
     for (int j0 = first; j0 <= pos; j0 += 32) {
         const int j = j0 + lane;
         const bool valid = j <= pos;
@@ -844,9 +911,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
             base = slot * kv_dim + (int64_t)kvh * hd;
             const KT *kr = K + base;
             float dot = 0.0f;
-            for (int d = 0; d < hd; d += 2) { /* head_dim is even */
-                const float2 kv = ld2(kr + d);
-                dot += qs[wid][d] * kv.x + qs[wid][d + 1] * kv.y;
+            if (vec8) {
+                for (int d = 0; d < hd; d += 8)
+                    dot += dot8<KT>(&qs[wid][d], kr + d);
+            } else {
+                for (int d = 0; d < hd; d += 2) { /* head_dim is even */
+                    const float2 kv = ld2(kr + d);
+                    dot += qs[wid][d] * kv.x + qs[wid][d + 1] * kv.y;
+                }
             }
             s = dot;
         }
@@ -855,17 +927,22 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
         const float corr = expf(m - m_new); /* 0 on the first tile */
         l = l * corr + warp_sum(p);
 #pragma unroll
-        for (int i = 0; i < DPL; i++)
-            acc[i] *= corr;
+        for (int i = 0; i < DPL2; i++) {
+            acc[i].x *= corr;
+            acc[i].y *= corr;
+        }
         const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
         for (int k = 0; k < n_valid; k++) {
             const float pk = __shfl_sync(0xffffffffu, p, k);
             const int64_t bk = __shfl_sync(0xffffffffu, (long long)base, k);
 #pragma unroll
-            for (int i = 0; i < DPL; i++) {
-                const int d = lane + 32 * i;
-                if (d < hd)
-                    acc[i] += pk * ld1(V + bk + d);
+            for (int i = 0; i < DPL2; i++) {
+                const int d = 2 * (lane + 32 * i);
+                if (d < hd) {
+                    const float2 v = ld2(V + bk + d);
+                    acc[i].x += pk * v.x;
+                    acc[i].y += pk * v.y;
+                }
             }
         }
         m = m_new;
@@ -873,10 +950,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
     float *out = a.out + (size_t)item * hd;
     const float inv = 1.0f / l;
 #pragma unroll
-    for (int i = 0; i < DPL; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd)
-            out[d] = acc[i] * inv;
+    for (int i = 0; i < DPL2; i++) {
+        const int d = 2 * (lane + 32 * i);
+        if (d < hd) {
+            out[d] = acc[i].x * inv;
+            out[d + 1] = acc[i].y * inv;
+        }
     }
 }
 
@@ -884,14 +963,12 @@ template <typename KT>
 static void launch_attention(const struct omni_battn *a, cudaStream_t s)
 {
     const unsigned g = blocks_for((int64_t)a->n_tok * a->n_head, ATT_WARPS);
-    if (a->head_dim <= 32)
+    if (a->head_dim <= 64)
         k_attention<KT, 1><<<g, ATT_WARPS * 32, 0, s>>>(*a);
-    else if (a->head_dim <= 64)
-        k_attention<KT, 2><<<g, ATT_WARPS * 32, 0, s>>>(*a);
     else if (a->head_dim <= 128)
-        k_attention<KT, 4><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+        k_attention<KT, 2><<<g, ATT_WARPS * 32, 0, s>>>(*a);
     else
-        k_attention<KT, 8><<<g, ATT_WARPS * 32, 0, s>>>(*a);
+        k_attention<KT, 4><<<g, ATT_WARPS * 32, 0, s>>>(*a);
 }
 
 static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
@@ -1137,6 +1214,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->get_rows = cuda_get_rows;
     be->rmsnorm = cuda_rmsnorm;
     be->add = cuda_add;
+    be->add_rmsnorm = cuda_add_rmsnorm;
     be->rope = cuda_rope;
     be->swiglu = cuda_swiglu;
     be->kv_store = cuda_kv_store;
