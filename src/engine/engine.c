@@ -9,7 +9,10 @@
  * it is recomputed later from its tokens, with its sampler state kept.
  * Embedding requests are prompt-only sequences: their rows skip the output
  * projection, their final hidden states are pooled as the chunks go by and
- * the pooled vector ends the sequence in its DONE event. */
+ * the pooled vector ends the sequence in its DONE event. Models with
+ * per-sequence recurrent state (lfm2's conv state, llm_model_has_state) hold
+ * one state slot of the pool's llm_kv per running sequence, copied on fork;
+ * their prompts are recomputed rather than resumed from cached blocks. */
 #include "engine.h"
 
 #include "kv_pool.h"

@@ -4,7 +4,11 @@
  * the per-step token budget allow, takes one decode token from every running
  * sequence plus chunked prefill from the admitted ones, runs one batched
  * llm_forward over the paged KV pool, samples each sequence with its own
- * sampler, detokenizes, applies stop strings and delivers events.
+ * sampler, detokenizes, applies stop strings and delivers events. A model
+ * with per-sequence recurrent state (lfm2) keeps it beside the KV blocks:
+ * allocated with the sequence, copied on fork (n > 1), dropped on cancel,
+ * finish or preemption (recomputed from the tokens); the prefix cache is
+ * not reused for such models.
  *
  *   struct engine_params ep = engine_default_params();
  *   struct engine *e = engine_new(&ep, err, sizeof err);
