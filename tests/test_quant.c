@@ -186,6 +186,30 @@ TEST(quant_rejects_bad_lengths_and_types)
     CHECK(omni_quant_ops(-1) == NULL);
 }
 
+/* What tensor.c marks supported (the loaders' test) is exactly what has
+ * kernels, at every level: a file never loads a type matmul cannot run. */
+TEST(quant_supported_types_have_kernels)
+{
+    int n_supported = 0;
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        const struct ggml_type_traits *tr = ggml_type_traits_of(t);
+        const bool supported = tr && tr->supported;
+        n_supported += supported;
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            const struct omni_quant_ops *op = omni_quant_ops_at(t, level);
+            CHECK_MSG(supported == (op != NULL), "type %d (%s) level %d: supported %d, kernels %d",
+                      t, ggml_type_name(t), level, supported, op != NULL);
+            if (op)
+                CHECK(op->to_float && op->vec_dot && (op->from_float || op->dot_type == GGML_TYPE_F32));
+        }
+    }
+    CHECK_EQ(n_supported, 16); /* f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2..6_K iq4_nl iq4_xs mxfp4 */
+    CHECK_STR_EQ(ggml_type_name(GGML_TYPE_MXFP4), "mxfp4");
+    CHECK_EQ(ggml_type_from_name("MXFP4"), GGML_TYPE_MXFP4);
+    CHECK_EQ(ggml_row_size(GGML_TYPE_MXFP4, 64), 34u);
+    CHECK_EQ(ggml_row_size(GGML_TYPE_IQ4_XS, 512), 272u);
+}
+
 // ---- round trips -----------------------------------------------------------
 
 /* Quantize -> dequantize error, relative to the RMS of the input. */
