@@ -239,7 +239,7 @@ TEST(quant_roundtrip_error_bounds)
         { GGML_TYPE_F16, 1e-3 },  { GGML_TYPE_BF16, 4e-3 }, { GGML_TYPE_Q8_0, 0.007 },
         { GGML_TYPE_Q6_K, 0.025 }, { GGML_TYPE_Q5_0, 0.05 }, { GGML_TYPE_Q5_1, 0.05 },
         { GGML_TYPE_Q5_K, 0.05 },  { GGML_TYPE_Q4_0, 0.10 }, { GGML_TYPE_Q4_1, 0.10 },
-        { GGML_TYPE_Q4_K, 0.10 },  { GGML_TYPE_IQ4_NL, 0.09 }, { GGML_TYPE_IQ4_XS, 0.09 },
+        { GGML_TYPE_Q4_K, 0.10 },  { GGML_TYPE_IQ4_NL, 0.08 }, { GGML_TYPE_IQ4_XS, 0.08 },
         { GGML_TYPE_MXFP4, 0.13 }, { GGML_TYPE_Q3_K, 0.15 }, { GGML_TYPE_Q2_K, 0.30 },
     };
     enum { N = 4096 };

@@ -292,9 +292,12 @@ static inline int best_index_iq4nl(float v)
     return best;
 }
 
-/* The scale of n values (an iq4_nl block or an iq4_xs sub-block): the
- * signed largest value onto -127, then one least-squares refit of the scale
- * for the levels picked. L gets the level indices for the final scale. */
+/* The scale of n values (an iq4_nl block or an iq4_xs sub-block): 15
+ * starting scales that put the signed largest value on or near level 0
+ * (-127 + t, |t| <= 7, as ggml's search), each followed by a least-squares
+ * refit for the levels it picked; the refit with the largest
+ * sum(x v)^2 / sum(v v) (the least squared error) wins. L gets the level
+ * indices for the winning scale. */
 static float iq4_fit(const float *x, int n, uint8_t *L)
 {
     float amax = 0, vmax = 0;
@@ -308,14 +311,20 @@ static float iq4_fit(const float *x, int n, uint8_t *L)
         return 0;
     }
     float d = vmax / kvalues_iq4nl[0];
-    double sxv = 0, svv = 0;
-    for (int l = 0; l < n; l++) {
-        const int k = best_index_iq4nl(x[l] / d);
-        sxv += (double)x[l] * kvalues_iq4nl[k];
-        svv += (double)kvalues_iq4nl[k] * kvalues_iq4nl[k];
+    double best = -1;
+    for (int t = -7; t <= 7; t++) {
+        const float id = (float)(kvalues_iq4nl[0] + t) / vmax;
+        double sxv = 0, svv = 0;
+        for (int l = 0; l < n; l++) {
+            const int k = best_index_iq4nl(x[l] * id);
+            sxv += (double)x[l] * kvalues_iq4nl[k];
+            svv += (double)kvalues_iq4nl[k] * kvalues_iq4nl[k];
+        }
+        if (svv > 0 && sxv * sxv / svv > best) {
+            best = sxv * sxv / svv;
+            d = (float)(sxv / svv);
+        }
     }
-    if (svv > 0 && sxv != 0)
-        d = (float)(sxv / svv);
     for (int l = 0; l < n; l++)
         L[l] = (uint8_t)best_index_iq4nl(x[l] / d);
     return d;
