@@ -337,8 +337,9 @@ TEST(outetts_speak_end_to_end)
     CHECK_EQ(st1.samples, c1.n);
     CHECK_EQ(st1.completion_tokens, 200);
     CHECK(st1.prompt_tokens > 100);
-    /* same speaker, same seed: the speaker prompt comes from the prefix
-     * cache, and the audio is the same length */
+    /* same text and speaker, same seed: the prompt comes from the prefix
+     * cache (the format puts the text before the speaker's words, so only
+     * a repeated text shares the speaker's part), the same audio length */
     CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &c2, &st2, err, sizeof err) == 0);
     CHECK(st2.cached_tokens >= 64);
     CHECK_EQ(st2.frames, st1.frames);
@@ -359,6 +360,19 @@ TEST(outetts_speak_end_to_end)
     }
     CHECK_EQ(es.running, 0);
     CHECK_EQ(es.waiting, 0);
+    /* long text: chunks of whole sentences, one request each */
+    struct collected c4 = { 0 };
+    struct outetts_speak_stats st4;
+    p.max_tokens = 40;
+    p.text = "This is the first sentence of a longer text, and it goes on for a while. "
+             "Here comes the second one, which is also rather long for a test like this. "
+             "The third sentence makes sure that the text is over the chunk size by now. "
+             "And a fourth, short one. Then the fifth sentence brings us near the end. "
+             "Finally the sixth sentence closes the whole thing.";
+    CHECK_MSG(outetts_speak(e, 0, dac, NULL, &p, collect, &c4, &st4, err, sizeof err) == 0, "%s",
+              err);
+    CHECK_EQ(st4.completion_tokens, 80);     /* two chunks of 40 tokens */
+    CHECK_EQ(c4.n, st4.samples);
     /* bad input: empty text, a codec with too small codebooks */
     p.text = "   ";
     CHECK(outetts_speak(e, 0, dac, NULL, &p, collect, &c3, &st3, err, sizeof err) < 0);

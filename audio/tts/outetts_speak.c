@@ -9,6 +9,7 @@
 
 #include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
+#include "audio/tts/tts.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 #include "src/core/omni.h"
@@ -21,6 +22,8 @@
 #include <string.h>
 
 #define SPEAK_MAX_PROMPT 32768
+/* text longer than this is spoken in chunks of whole sentences up to it */
+#define OUTETTS_CHUNK_CHARS 300
 
 struct outetts_speak_params outetts_speak_default_params(void)
 {
@@ -117,11 +120,12 @@ static int decode_some(struct dac_stream *s, struct tpool *tp, const int32_t *fr
     return 0;
 }
 
-int outetts_speak(struct engine *e, int model, const struct dac_model *dac, struct tpool *tp,
-                  const struct outetts_speak_params *p, outetts_audio_fn on_audio, void *user,
-                  struct outetts_speak_stats *st, char *err, size_t errlen)
+/* One chunk of text: one request, one DAC stream. */
+static int speak_chunk(struct engine *e, int model, const struct dac_model *dac, struct tpool *tp,
+                       const struct outetts_speak_params *p, outetts_audio_fn on_audio,
+                       void *user, struct outetts_speak_stats *st, double t0, char *err,
+                       size_t errlen)
 {
-    double t0 = omni_time_s();
     memset(st, 0, sizeof *st);
     struct llm_model *lm = engine_model(e, model);
     if (!lm)
@@ -245,8 +249,6 @@ out:
         if (rc == 0 && j.failed)
             rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "outetts: %s", j.error);
     }
-    if (rc == 1)
-        rc = 0;                 /* stopped by the caller */
     st->total_ms = (omni_time_s() - t0) * 1e3;
     dac_stream_free(s);
     free(ids);
@@ -256,4 +258,72 @@ out:
     pthread_mutex_destroy(&j.mu);
     pthread_cond_destroy(&j.cv);
     return rc;
+}
+
+/* Long text goes as chunks of whole sentences (tts_splitter), each its own
+ * request with the speaker: the model was trained on utterances of a few
+ * sentences. */
+int outetts_speak(struct engine *e, int model, const struct dac_model *dac, struct tpool *tp,
+                  const struct outetts_speak_params *p, outetts_audio_fn on_audio, void *user,
+                  struct outetts_speak_stats *st, char *err, size_t errlen)
+{
+    double t0 = omni_time_s();
+    memset(st, 0, sizeof *st);
+    const char *text = p->text ? p->text : "";
+    size_t len = strlen(text);
+    if (len <= OUTETTS_CHUNK_CHARS) {
+        int rc = speak_chunk(e, model, dac, tp, p, on_audio, user, st, t0, err, errlen);
+        return rc == 1 ? 0 : rc;
+    }
+    if (len > OUTETTS_MAX_TEXT_BYTES)
+        return omni_fail(err, errlen, OMNI_ERR_LIMIT, "outetts: text of %zu bytes, over %d", len,
+                         OUTETTS_MAX_TEXT_BYTES);
+    struct tts_splitter *sp = tts_splitter_new(OUTETTS_CHUNK_CHARS);
+    if (!sp || tts_splitter_push(sp, text, len) < 0) {
+        tts_splitter_free(sp);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "outetts: out of memory");
+    }
+    char chunk[OUTETTS_CHUNK_CHARS * 2 + 2];
+    size_t n = 0;
+    int rc = 0;
+    bool first = true;
+    for (;;) {
+        char *sent = tts_splitter_next(sp, false);   /* complete sentences first */
+        if (!sent)
+            sent = tts_splitter_next(sp, true);      /* then the rest */
+        size_t sl = sent ? strlen(sent) : 0;
+        /* flush the chunk when this sentence would overflow it, or at the end */
+        if (n && (!sent || n + 1 + sl > OUTETTS_CHUNK_CHARS)) {
+            chunk[n] = 0;
+            struct outetts_speak_params q = *p;
+            q.text = chunk;
+            struct outetts_speak_stats cs;
+            rc = speak_chunk(e, model, dac, tp, &q, on_audio, user, &cs, t0, err, errlen);
+            st->prompt_tokens += cs.prompt_tokens;
+            st->cached_tokens += cs.cached_tokens;
+            st->completion_tokens += cs.completion_tokens;
+            st->frames += cs.frames;
+            st->words += cs.words;
+            if (first && cs.samples)
+                st->first_audio_ms = cs.first_audio_ms;
+            first = first && !cs.samples;
+            st->samples += cs.samples;
+            st->audio_end = cs.audio_end;
+            n = 0;
+            if (rc != 0)
+                break;
+        }
+        if (!sent)
+            break;
+        if (sl > 2 * OUTETTS_CHUNK_CHARS)
+            sl = 2 * OUTETTS_CHUNK_CHARS;   /* the splitter cuts near max_chars; a guard */
+        if (n)
+            chunk[n++] = ' ';
+        memcpy(chunk + n, sent, sl);   /* sl <= OUTETTS_CHUNK_CHARS: the splitter cuts longer */
+        n += sl;
+        free(sent);
+    }
+    tts_splitter_free(sp);
+    st->total_ms = (omni_time_s() - t0) * 1e3;
+    return rc == 1 ? 0 : rc;
 }

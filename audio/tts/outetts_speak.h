@@ -2,6 +2,9 @@
  * runs as an ordinary engine request (paged KV, batching with chat,
  * prefix caching of the speaker prompt, cancellation), and each word's DAC
  * codes go to a streaming DAC decoder as soon as the word is complete.
+ * The interface-v3 prompt puts the text before the speaker's words, so the
+ * prefix cache shares a speaker's KV only between requests for the same
+ * text (and the transcript's first blocks between any two).
  *
  *   int lm = engine_add_model(e, model, "outetts", err, sizeof err);  ... engine_start
  *   struct dac_model *dac = dac_load("dac.gguf", err, sizeof err);
@@ -10,6 +13,9 @@
  *   struct outetts_speak_stats st;
  *   outetts_speak(e, lm, dac, tp, &p, on_audio, user, &st, err, sizeof err);
  *   // on_audio(user, pcm, n) per decoded chunk (24 kHz mono floats), on the calling thread
+ *
+ * Text over 300 characters is spoken in chunks of whole sentences up to
+ * that size, one request each, one after the other into on_audio.
  *
  * outetts_speak blocks: the engine thread samples tokens and parses them
  * into code frames (cheap); the calling thread decodes the frames with tp
@@ -32,8 +38,8 @@ struct outetts_speaker;
 struct outetts_speak_params {
     const char *text;                      /* what to say (normalized here) */
     const struct outetts_speaker *speaker; /* NULL: no speaker (a random voice) */
-    int max_tokens;                        /* generated tokens; 0 (default): 64 + 40 per
-                                              byte of text, at most 8192 */
+    int max_tokens;                        /* generated tokens per chunk; 0 (default): 64
+                                              + 40 per byte of the chunk, at most 8192 */
     uint64_t seed;                         /* sampling seed; default 0 */
     float temperature;                     /* default 0.4 (the model card's); 0: greedy */
     int first_chunk_frames, chunk_frames;  /* DAC stream chunking; default 8, 32 */
