@@ -408,6 +408,20 @@ static void attention(struct qctx *c)
         attention_worker(c, 0, 1);
 }
 
+/* The merger over the last block's output c->x (copied to vit_out when
+ * not NULL): ln_q, each unit's 4 patches as one row of 4D, mm.0, GELU,
+ * mm.2 -> proj [M][n_embd_lm], still in window order. */
+static void merge(struct qctx *c, int M, float *vit_out, float *proj)
+{
+    const struct qwen2vl_model *q = c->q;
+    if (vit_out)
+        memcpy(vit_out, c->x, sizeof(float) * (size_t)c->n * q->D);
+    rms_norm_rows(c->x, q->post_ln, c->n, q->D, q->eps, c->h);
+    linear(c, &q->mm0, q->mm0_b, c->h, M, c->ff);
+    omni_gelu_erf(c->ff, (int64_t)M * 4 * q->D);
+    linear(c, &q->mm2, q->mm2_b, c->ff, M, proj);
+}
+
 static void qctx_free(struct qctx *c)
 {
     float *v[] = { c->x, c->h, c->qb, c->kb, c->vb, c->att, c->ff, c->ff2, c->cosv, c->sinv, c->scores };
@@ -445,10 +459,6 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
         rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for a %dx%d patch image", gw, gh);
         goto done;
     }
-    if (tpool_begin(tp, false) < 0) {
-        rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
-        goto done;
-    }
     // windows over the merged grid; the patch rows regrouped window by window
     qwen2vl_window_order(mh, mw, q->window_px / (q->P * q->merge), order, wseg, &n_wseg);
     for (int s = 0; s <= n_wseg; s++)
@@ -471,9 +481,22 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
                 c.sinv[(size_t)r * half + quarter + i] = (float)sin(px * f);
             }
         }
-    // patch embedding
-    linear(&c, &q->patch, q->patch_b, in, n, c.x);
-    for (int l = 0; l < q->n_layer; l++) {
+    /* Each block is one unit of the pool's compute budget (as a CLIP tile
+     * is): an image of a thousand patches takes seconds per block, and
+     * engine steps and speech passes get their turn in between. */
+    for (int l = -1; l <= q->n_layer; l++) {
+        if (tpool_begin(tp, false) < 0) {
+            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
+            goto done;
+        }
+        if (l < 0 || l == q->n_layer) {
+            if (l < 0) /* patch embedding */
+                linear(&c, &q->patch, q->patch_b, in, n, c.x);
+            else
+                merge(&c, M, vit_out, proj);
+            tpool_end(tp);
+            continue;
+        }
         const struct qwen2vl_layer *L = &q->layers[l];
         const bool full = (l + 1) % q->n_wa_pattern == 0;
         c.seg = full ? fseg : wseg, c.n_seg = full ? 1 : n_wseg;
@@ -496,15 +519,8 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
         linear(&c, &L->down, L->down_b, c.ff2, n, c.h);
         for (size_t i = 0; i < (size_t)n * D; i++)
             c.x[i] += c.h[i];
+        tpool_end(tp);
     }
-    if (vit_out)
-        memcpy(vit_out, c.x, sizeof(float) * (size_t)n * D);
-    // merger: ln_q, each unit's 4 patches as one row of 4D, mm.0, GELU, mm.2
-    rms_norm_rows(c.x, q->post_ln, n, D, q->eps, c.h);
-    linear(&c, &q->mm0, q->mm0_b, c.h, M, c.ff);
-    omni_gelu_erf(c.ff, (int64_t)M * 4 * D);
-    linear(&c, &q->mm2, q->mm2_b, c.ff, M, proj);
-    tpool_end(tp);
     // undo the windows: window row k is unit order[k]
     for (int k = 0; k < M; k++)
         memcpy(out->data + (size_t)order[k] * q->n_embd_lm, proj + (size_t)k * q->n_embd_lm,
