@@ -267,7 +267,11 @@ static void *tts_worker_main(void *arg)
          * first sentence goes before batch work. A refused acquire means
          * tts_free: every stream is cancelled then. */
         char err[256] = "";
-        const int held = t->budget ? compute_acquire(t->budget, s->urgent && !s->spoken) : 0;
+        /* A voice run by the engine takes no thread here: the engine's steps
+         * and the backend's decoder pool take their own from the budget, and
+         * one held while this thread waits for tokens would starve them. */
+        const int held = t->budget && !s->voice.needs_engine
+                             ? compute_acquire(t->budget, s->urgent && !s->spoken) : 0;
         int rc = held < 0 ? 0 : tts_speak(t, s, x->text, err, sizeof err);
         if (held > 0)
             compute_release(t->budget, held);

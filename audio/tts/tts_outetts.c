@@ -1,14 +1,17 @@
 /* tts_outetts.c - the OuteTTS 1.0 voice backend: speaker profiles from a
  * voices directory (each NAME.json is voice "NAME"), plus voice "outetts"
  * (no speaker: the model picks a voice). A sentence is one engine request
- * (audio/tts/outetts_speak.h) decoded by the DAC on the tts worker thread,
- * which already holds its thread of the compute budget - the engine's
- * steps take the rest. */
+ * (audio/tts/outetts_speak.h); the tts worker waits for its tokens holding
+ * no thread of the compute budget, and decodes them with the backend's
+ * pool, a client of the budget, so decoding and the engine's steps share
+ * the cores. */
 #include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
 #include "audio/tts/outetts_speak.h"
 #include "audio/tts/tts_int.h"
+#include "src/core/compute.h"
 #include "src/core/omni.h"
+#include "src/core/threadpool.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@ struct outetts_backend {
     struct engine *e;
     int model;
     const struct dac_model *dac;
+    struct tpool *tp;     /* the decoder's threads (tts worker only); NULL: one */
     int n;
     char ids[OUTETTS_MAX_VOICES][TTS_VOICE_ID_MAX];
     struct outetts_speaker *spk[OUTETTS_MAX_VOICES];   /* NULL: no speaker */
@@ -81,7 +85,7 @@ static int ob_synth(void *state, const struct tts_voice_info *v, float speed, co
     p.text = text;
     p.speaker = o->spk[i];
     struct outetts_speak_stats st;
-    return outetts_speak(o->e, o->model, o->dac, NULL, &p, emit, user, &st, err, errlen);
+    return outetts_speak(o->e, o->model, o->dac, o->tp, &p, emit, user, &st, err, errlen);
 }
 
 static void ob_free(void *state)
@@ -91,6 +95,7 @@ static void ob_free(void *state)
         return;
     for (int i = 0; i < o->n; i++)
         outetts_speaker_free(o->spk[i]);
+    tpool_free(o->tp);
     free(o);
 }
 
@@ -109,6 +114,13 @@ int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
     o->e = e;
     o->model = model;
     o->dac = dac;
+    /* with the process's budget: a decoder pool as large as it, a client of it */
+    struct compute *c = compute_default();
+    if (c && (!(o->tp = tpool_new(compute_size(c), err, errlen)) ||
+              tpool_attach(o->tp, c, "tts-dac", err, errlen) < 0)) {
+        ob_free(o);
+        return OMNI_ERR_NOMEM;
+    }
     if (voices_dir) {
         DIR *d = opendir(voices_dir);
         if (!d) {
