@@ -287,7 +287,7 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
         qfail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
         goto fail;
     }
-    in->image_size = (int)sqrt((double)in->max_pixels);
+    in->image_size = P * q->merge; /* no fixed input: sides are multiples of this */
     in->tokens_per_image = 0; /* depends on the image */
     return q;
 fail:

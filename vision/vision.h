@@ -44,7 +44,7 @@ struct vision_info {
     enum vision_family family;
     const char *projector;   /* "mlp" / "idefics3" */
     int n_embd_lm;           /* width of the projected embeddings (the projector's output rows) */
-    int image_size;          /* encoder input side, pixels */
+    int image_size;          /* encoder input side, pixels (qwen2vl: the side unit, 28) */
     int patch_size;
     int n_embd;              /* ViT width */
     int n_layer;             /* ViT layers run */
