@@ -360,12 +360,14 @@ DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_main.o \
 DEV_LIBS ?= $(shell pkg-config --libs libpcre2-8 openblas 2>/dev/null) -lm -pthread
 $(BUILD)/test_cuda: $(DEV_TEST_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
+STORIES_GGUF := $(if $(wildcard ../shared/models/stories260K/stories260K.bin),$(BUILD)/fixtures/stories260K.gguf)
 .PHONY: test-cuda
-test-cuda: $(BUILD)/test_cuda
+CUDA_TEST_GGUFS := $(foreach m,llama llama3 qwen2 qwen3,$(foreach t,f32 f16 q8_0,$(BUILD)/fixtures/$(m)-$(t).gguf)) \
+	$(BUILD)/fixtures/gemma2-f32.gguf $(STORIES_GGUF)
+test-cuda: $(BUILD)/test_cuda $(if $(CUDA_GOLDEN),,$(CUDA_TEST_GGUFS))
 	OMNI_DEV_BACKEND=$(if $(CUDA),cuda,cpu) OMNI_GOLDEN_DIR=$(or $(CUDA_GOLDEN),$(BUILD)/fixtures) \
 		$(BUILD)/test_cuda
 # stories260K (../shared) as GGUF beside the golden fixtures, for test_model_dev
-STORIES_GGUF := $(if $(wildcard ../shared/models/stories260K/stories260K.bin),$(BUILD)/fixtures/stories260K.gguf)
 golden-fixtures: $(STORIES_GGUF)
 $(BUILD)/fixtures/stories260K.gguf: tools/llama2c_to_gguf tools/gguf.py
 	@mkdir -p $(dir $@)

@@ -1201,7 +1201,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         cuda_destroy(be);
         return NULL;
     }
-    snprintf(be->device, sizeof be->device, "%s (sm_%d%d, %zu MiB)", prop.name, prop.major,
+    snprintf(be->device, sizeof be->device, "%.96s (sm_%d%d, %zu MiB)", prop.name, prop.major,
              prop.minor, be->mem_total >> 20);
     be->name = "cuda";
     be->alloc = cuda_alloc;
