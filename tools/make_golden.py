@@ -410,6 +410,52 @@ def case_lfm2():
                 dtype=torch.float32, shard=None, long_text=TEXT_LONG)
 
 
+def case_gptoss():
+    specials = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                "<|start|>", "<|end|>", "<|message|>", "<|call|>"]
+    tok = bytelevel_tokenizer(60, LLAMA3_RE, specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|return|>",
+                                   pad_token="<|endoftext|>")
+    # gpt-oss-20b in small: 3 layers alternating sliding (window 6, layers 0
+    # and 2) and full attention, a learned sink logit per head, q/k/v/o
+    # biases, head_dim 32 of a 64-wide model, YaRN (factor 32 over an original
+    # 4096 as the published config, truncate false), 8 experts with 4 per
+    # token (softmax over the top-4 router logits, router bias), interleaved
+    # gate_up [E, H, 2I] with biases, clamped SwiGLU (alpha 1.702, limit 7).
+    # intermediate 48 so that H (64), I and 2I (96) tell the layouts apart.
+    rope = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096, "truncate": False}
+    kw = dict(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=48,
+              num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+              num_local_experts=8, num_experts_per_tok=4, sliding_window=6,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+              attention_bias=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+              initializer_range=0.1, tie_word_embeddings=False,
+              pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None,
+              eos_token_id=tok.token_to_id("<|return|>"))
+    cfgs = [lambda: transformers.GptOssConfig(rope_parameters=dict(rope, rope_theta=150000.0), **kw),
+            lambda: transformers.GptOssConfig(rope_scaling=rope, rope_theta=150000.0, **kw)]
+    return dict(cls=transformers.GptOssForCausalLM, cfg=None, cfgs=cfgs, tok=fast,
+                template=published_template("gpt-oss.jinja"),
+                tok_config={"add_bos_token": False}, dtype=torch.bfloat16, shard=None,
+                rope_type="yarn", long_text=TEXT_LONG, min_routing_margin=0.02,
+                extra_randomize=gptoss_randomize)
+
+
+def gptoss_randomize(model, gen):
+    """Sinks large enough to take a real share of the softmax, expert biases
+    (2-D, so randomize() leaves them at zero), and gate_up weights wide
+    enough that some gate and up values pass the clamp limit of 7."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("gate_up_proj_bias") or name.endswith("down_proj_bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("gate_up_proj"):
+                p.copy_(0.4 * torch.randn(p.shape, generator=gen))
+
+
 # SmolLM3's reasoning switches: enable_thinking, and the /think and /no_think
 # flags of the system message, which override it.
 SMOLLM3_VARIANTS = [
@@ -425,7 +471,8 @@ SMOLLM3_VARIANTS = [
 
 CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3,
          "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral,
-         "qwen3moe": case_qwen3moe, "smollm3": case_smollm3, "lfm2": case_lfm2}
+         "qwen3moe": case_qwen3moe, "smollm3": case_smollm3, "lfm2": case_lfm2,
+         "gptoss": case_gptoss}
 
 
 
@@ -447,13 +494,16 @@ def routing_margin(model, ids, k, chosen=None):
 
     def hook(mod, args):
         x = args[0].reshape(-1, args[0].shape[-1]).float()
-        logits = x @ mod.gate.weight.float().t()
+        router = mod.gate if hasattr(mod, "gate") else mod.router  # gpt-oss: router + bias
+        logits = x @ router.weight.float().t()
+        if getattr(router, "bias", None) is not None:
+            logits = logits + router.bias.float()
         top = torch.topk(logits, k + 1, dim=-1)
         gaps.append(float((top.values[:, k - 1] - top.values[:, k]).min()))
         if chosen is not None:
             chosen.append(top.indices[:, :k].tolist())
     handles = [m.register_forward_pre_hook(hook) for n, m in model.named_modules()
-               if hasattr(m, "gate") and hasattr(m, "experts")]
+               if (hasattr(m, "gate") or hasattr(m, "router")) and hasattr(m, "experts")]
     if not handles:
         raise RuntimeError("no MoE blocks found for the routing margin")
     with torch.no_grad():
@@ -492,6 +542,8 @@ def build(name, out, seed):
         torch.manual_seed(s)
         model = spec["cls"](cfg).float().eval()
         randomize(model, torch.Generator().manual_seed(s + 1))
+        if spec.get("extra_randomize"):
+            spec["extra_randomize"](model, torch.Generator().manual_seed(s + 2))
         # The reference runs in float32 on exactly the values that are stored.
         with torch.no_grad():
             for p in model.parameters():
@@ -505,6 +557,9 @@ def build(name, out, seed):
         # another expert and change the logits discontinuously).
         for attempt in range(200):
             margin = routing_margin(model, ids, cfg.num_experts_per_tok)
+            if spec.get("long_text"):  # the long text's tokens route too
+                margin = min(margin, routing_margin(model, fast(spec["long_text"])["input_ids"],
+                                                    cfg.num_experts_per_tok))
             if margin >= spec["min_routing_margin"]:
                 break
             seed += 7919
