@@ -317,16 +317,15 @@ size_t llm_dev_weight_bytes(const struct llm_dev *d) { return d->weight_bytes; }
 size_t llm_dev_kv_bytes(const struct llm_dev *d) { return d->kv_bytes; }
 size_t llm_dev_decode_bytes(const struct llm_dev *d) { return d->decode_bytes; }
 
-/* check_batch of model.c against the device pool; also finds the number of
- * sequences and the longest block table the batch needs. */
+/* check_batch of model.c against the device pool; also finds the longest
+ * block table the batch needs. */
 static int dev_check(const struct llm_dev *d, const struct llm_batch *b,
-                     const struct llm_seq_view *seqs, int *n_seq, int *max_blocks)
+                     const struct llm_seq_view *seqs, int *max_blocks)
 {
     const struct llm_hparams *hp = &d->hp;
     if (!b || !seqs || b->n_tokens < 1 || b->n_tokens > d->p.max_tokens ||
         (!b->token && !b->embd) || !b->pos || !b->seq || (b->want_hidden && !b->hidden))
         return OMNI_ERR_ARG;
-    *n_seq = 0;
     *max_blocks = 1;
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->token && (b->token[i] < 0 || b->token[i] >= hp->n_vocab))
@@ -340,7 +339,6 @@ static int dev_check(const struct llm_dev *d, const struct llm_batch *b,
         for (int blk = 0; blk <= last_block; blk++)
             if (sv->block_table[blk] < 0 || sv->block_table[blk] >= d->p.n_blocks)
                 return OMNI_ERR_ARG;
-        *n_seq = b->seq[i] + 1 > *n_seq ? b->seq[i] + 1 : *n_seq;
         *max_blocks = last_block + 1 > *max_blocks ? last_block + 1 : *max_blocks;
     }
     return 0;
@@ -588,8 +586,8 @@ static int dev_compute_graph(struct llm_dev *d, int max_blocks)
 int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
                     const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
 {
-    int n_seq, max_blocks, n_out, n_hid, rc;
-    if ((rc = dev_check(d, batch, seqs, &n_seq, &max_blocks)) < 0)
+    int max_blocks, n_out, n_hid, rc;
+    if ((rc = dev_check(d, batch, seqs, &max_blocks)) < 0)
         return rc;
     struct omni_backend *be = d->be;
     const struct llm_hparams *hp = &d->hp;
