@@ -444,8 +444,8 @@ def case_gptoss():
 
 def gptoss_randomize(model, gen):
     """Sinks large enough to take a real share of the softmax, expert biases
-    (2-D, so randomize() leaves them at zero), and gate_up weights wide
-    enough that some gate and up values pass the clamp limit of 7."""
+    (2-D, so randomize() leaves them at zero), gate_up weights wide enough
+    that some gate and up values pass the clamp limit of 7, a wide router."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("sinks"):
@@ -454,6 +454,11 @@ def gptoss_randomize(model, gen):
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("gate_up_proj"):
                 p.copy_(0.4 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("router.weight"):
+                # router logits spread wide (std ~6): with 4 of 8 experts
+                # over ~130 token-layers, draws whose 4th and 5th logits
+                # stay 0.02 apart everywhere are common enough
+                p.copy_(0.8 * torch.randn(p.shape, generator=gen))
 
 
 # SmolLM3's reasoning switches: enable_thinking, and the /think and /no_think
