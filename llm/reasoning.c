@@ -181,13 +181,13 @@ static void rp_drop_blanks(struct reasoning_parser *p)
  * or with " to=..." naming a recipient before the channel). */
 static bool rp_harmony_framed(const char *h, size_t n, bool final)
 {
-    static const char *const starts[] = { "<|channel|>", "<|start|>", "<|constrain|>", "to=" };
+    static const char *const starts[] = { "<|channel|>", "<|start|>", "<|constrain|>", "<|message|>", "to=" };
     size_t i = 0;
     while (i < n && isspace((unsigned char)h[i]))
         i++;
     if (i == n)
         return !final;                /* blanks only: wait for more */
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         size_t sl = strlen(starts[k]), m = n - i < sl ? n - i : sl;
         if (!memcmp(h + i, starts[k], m) && (m == sl || !final))
             return true;
@@ -313,7 +313,8 @@ static void rp_run(struct reasoning_parser *p, bool final, reasoning_fn fn, void
             /* Text that is not a header (a model that skipped the channels,
              * or a header past any sane length) is answer text, up to the
              * next framing token. */
-            if (!rp_harmony_framed(p->buf, at ? (size_t)(at - p->buf) : p->len, final) ||
+            /* (with its <|message|> seen, the header is whole: no prefixes) */
+            if (!rp_harmony_framed(p->buf, at ? (size_t)(at - p->buf) : p->len, final || at) ||
                 (!at && p->len > RS_H_MAX_HEADER)) {
                 p->hk = H_FINAL;
                 p->st = RS_H_BODY;

@@ -130,6 +130,45 @@ TEST(reasoning_harmony_every_split)
     }
 }
 
+/* Random mixes of Harmony's pieces: never a crash, and the same split
+ * whole, cut in two anywhere, or fed byte by byte. */
+TEST(reasoning_harmony_random_pieces_consistent)
+{
+    static const char *const pieces[] = { "<|channel|>", "analysis", "final", "commentary", "<|message|>",
+                                          "<|end|>", "<|start|>", "assistant", " to=functions.f", " to=python",
+                                          "<|call|>", "<|return|>", "<|constrain|>", "json", "{\"a\": 1}",
+                                          "text ", "<|", "|>", "<", " ", "\n" };
+    const size_t np = sizeof pieces / sizeof pieces[0];
+    unsigned long long seed = 12345;
+    for (int iter = 0; iter < 300; iter++) {
+        char text[512] = "";
+        int k = 1 + (int)(seed % 12);
+        for (int j = 0; j < k; j++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            strcat(text, pieces[(seed >> 33) % np]);
+        }
+        size_t n = strlen(text);
+        struct split whole, part;
+        run_split(REASONING_HARMONY, false, text, 0, &whole);
+        for (size_t cut = 0; cut <= n + 1; cut++) {
+            memset(&part, 0, sizeof part);
+            struct reasoning_parser *p = reasoning_parser_new(REASONING_HARMONY, false);
+            if (cut <= n) {
+                reasoning_parser_feed(p, text, cut, split_fn, &part);
+                reasoning_parser_feed(p, text + cut, n - cut, split_fn, &part);
+            } else {
+                for (size_t b = 0; b < n; b++)
+                    reasoning_parser_feed(p, text + b, 1, split_fn, &part);
+            }
+            reasoning_parser_finish(p, split_fn, &part);
+            reasoning_parser_free(p);
+            CHECK_MSG(!strcmp(part.r, whole.r) && !strcmp(part.a, whole.a),
+                      "'%s' cut %zu: reasoning '%s' answer '%s', whole '%s' '%s'", text, cut, part.r, part.a,
+                      whole.r, whole.a);
+        }
+    }
+}
+
 /* A tool call's arguments go out while they are generated, not at <|call|>. */
 TEST(reasoning_harmony_tool_arguments_stream)
 {

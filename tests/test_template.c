@@ -206,6 +206,17 @@ TEST(template_fixtures_match_jinja2)
     CHECK_EQ(bad, 0);
 }
 
+/* jinja2's select/reject/map look at their input only when it is truthy:
+ * functionary v3.1 filters `tools = none` with selectattr. */
+TEST(template_select_and_map_of_nothing)
+{
+    CHECK_STR_EQ(r("{{ none | selectattr('type', 'equalto', 'x') | list | length }}"), "0");
+    CHECK_STR_EQ(r("{{ none | rejectattr('type') | list }}"), "[]");
+    CHECK_STR_EQ(r("{{ nothing | map(attribute='a') | list }}"), "[]");
+    CHECK_STR_EQ(r("{{ '' | select | list }}"), "[]");
+    CHECK_STR_EQ(r("{{ [0, 1, 2] | select | list }}"), "[1, 2]");
+}
+
 /* The templates stored in the shared vocabularies, with their BOS/EOS texts. */
 TEST(template_shared_vocab_gguf)
 {

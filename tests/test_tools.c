@@ -592,3 +592,54 @@ TEST(chatout_lfm2_pythonic_call)
                         "<|tool_call_end|>",
                         "Weather.", "Let me look.", "get_weather", "{\"city\":\"Oslo\",\"days\":3}");
 }
+
+/* Random mixes of Pythonic pieces (LFM2 markers, calls, literals, text):
+ * never a crash, and the same calls and content whole, cut in two
+ * anywhere, or fed byte by byte (text that is not a call, markers included,
+ * stays text). */
+TEST(tools_pythonic_random_pieces_consistent)
+{
+    static const char *const pieces[] = { "<|tool_call_start|>", "<|tool_call_end|>", "[", "]", "get_weather",
+                                           "(", ")", "city=", "days=", "'x'", "\"y\"", "1", ", ", "True",
+                                           "None", "[1, ", "{'a': ", "}", "text ", "\n" };
+    const size_t np = sizeof pieces / sizeof pieces[0];
+    struct tools_parser_params pp = tools_parser_default_params();
+    pp.fmt = TOOLS_FMT_PYTHONIC;
+    pp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}]";
+    pp.parallel = true;
+    pp.id_seed = 5;
+    unsigned long long seed = 777;
+    for (int iter = 0; iter < 300; iter++) {
+        char text[512] = "";
+        int k = 1 + (int)(seed % 14);
+        for (int j = 0; j < k; j++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            strcat(text, pieces[(seed >> 33) % np]);
+        }
+        size_t n = strlen(text);
+        struct collect whole;
+        run_parser(&pp, text, 0, &whole);
+        char *wc = cJSON_PrintUnformatted(whole.calls);
+        for (size_t cut = 0; cut <= n + 1; cut++) {
+            struct collect c;
+            if (cut <= n)
+                run_cut(&pp, text, cut, &c);
+            else
+                run_parser(&pp, text, 1, &c);
+            /* ids are per parser: compare names and arguments */
+            cJSON *e;
+            cJSON_ArrayForEach(e, c.calls) cJSON_DeleteItemFromObject(e, "id");
+            cJSON_ArrayForEach(e, whole.calls) cJSON_DeleteItemFromObject(e, "id");
+            char *cc = cJSON_PrintUnformatted(c.calls);
+            free(wc);
+            wc = cJSON_PrintUnformatted(whole.calls);
+            bool ok = !strcmp(cc, wc) && !strcmp(c.content, whole.content) && c.bad_order == 0;
+            CHECK_MSG(ok, "'%s' cut %zu: calls %s content '%s'; whole %s '%s'", text, cut, cc, c.content, wc,
+                      whole.content);
+            free(cc);
+            cJSON_Delete(c.calls);
+        }
+        free(wc);
+        cJSON_Delete(whole.calls);
+    }
+}

@@ -721,11 +721,31 @@ static int f_list(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a,
 
 /* select/reject/selectattr/rejectattr: keep items where the test (truthiness
  * when none is named) is want; attr items are read through the path first. */
+/* jinja2's select/reject/map are generators that look at their input only
+ * when it is truthy: none, undefined or "" give an empty sequence, even with
+ * arguments that would not do (functionary v3.1 filters tools = none). */
+static int empty_if_falsy(struct tpl_ctx *c, struct tpl_val v, struct tpl_val *out, bool *done)
+{
+    *done = !tpl_truthy(v);
+    if (!*done)
+        return 0;
+    struct tpl_list *o = tpl_list_new(c, 0);
+    if (!o)
+        return TPL_NOMEM(c);
+    o->n = 0;
+    *out = list_val(o);
+    return 0;
+}
+
 static int select_common(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, bool attr, bool want,
                          struct tpl_val *out)
 {
+    bool done;
+    int rc = empty_if_falsy(c, v, out, &done);
+    if (rc || done)
+        return rc;
     struct tpl_list *l;
-    int rc = tpl_iterable(c, v, &l);
+    rc = tpl_iterable(c, v, &l);
     if (rc)
         return rc;
     int k = 0;
@@ -771,8 +791,12 @@ static int f_rejectattr(struct tpl_ctx *c, struct tpl_val v, const struct tpl_ar
 
 static int f_map(struct tpl_ctx *c, struct tpl_val v, const struct tpl_args *a, struct tpl_val *out)
 {
+    bool done;
+    int rc = empty_if_falsy(c, v, out, &done);
+    if (rc || done)
+        return rc;
     struct tpl_list *l;
-    int rc = tpl_iterable(c, v, &l);
+    rc = tpl_iterable(c, v, &l);
     if (rc)
         return rc;
     struct tpl_list *o = tpl_list_new(c, l->n);
