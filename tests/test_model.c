@@ -1136,6 +1136,19 @@ TEST(model_arch_bad_files)
         { "qwen3moe", "too_many_used", { .drop_key = "qwen3moe.expert_used_count",
                                          .u32_key = "qwen3moe.expert_used_count", .u32_val = 9 },
           "9 of 8 experts" },
+        { "lfm2", "kv_heads_scalar", { .drop_key = "lfm2.attention.head_count_kv",
+                                       .u32_key = "lfm2.attention.head_count_kv", .u32_val = 2 },
+          "need an array of 6 integers" },
+        { "lfm2", "no_l_cache", { .drop_key = "lfm2.shortconv.l_cache" },
+          "key lfm2.shortconv.l_cache missing" },
+        { "lfm2", "l_cache_1", { .drop_key = "lfm2.shortconv.l_cache",
+                                 .u32_key = "lfm2.shortconv.l_cache", .u32_val = 1 },
+          "l_cache 1 not in 2..64" },
+        { "lfm2", "no_conv", { .drop_tensor = "blk.3.shortconv.conv.weight" },
+          "'blk.3.shortconv.conv.weight' missing" },
+        { "lfm2", "conv_f16", { .f16_tensor = "blk.0.shortconv.conv.weight" }, "need f32" },
+        { "lfm2", "no_final_norm", { .drop_tensor = "token_embd_norm.weight" },
+          "'token_embd_norm.weight' missing" },
     };
     char err[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -70,18 +70,21 @@ static void fixture_init(struct fixture *f, bool shared)
     f->ge = rand_floats((size_t)NE * FF * D, 0.2f);
     f->ue = rand_floats((size_t)NE * FF * D, 0.2f);
     f->de = rand_floats((size_t)NE * D * FF, 0.2f);
-    f->L.router = (struct omni_tensor){ GGML_TYPE_F32, { D, NE }, f->router };
-    f->L.gate = (struct moe_experts){ GGML_TYPE_F32, D, FF, NE, (size_t)FF * D * 4, f->ge };
-    f->L.up = (struct moe_experts){ GGML_TYPE_F32, D, FF, NE, (size_t)FF * D * 4, f->ue };
-    f->L.down = (struct moe_experts){ GGML_TYPE_F32, FF, D, NE, (size_t)D * FF * 4, f->de };
+    f->L.router = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { D, NE }, .data = f->router };
+    f->L.gate = (struct moe_experts){ .type = GGML_TYPE_F32, .cols = D, .rows = FF, .n_expert = NE,
+                                    .expert_bytes = (size_t)FF * D * 4, .data = f->ge };
+    f->L.up = (struct moe_experts){ .type = GGML_TYPE_F32, .cols = D, .rows = FF, .n_expert = NE,
+                                    .expert_bytes = (size_t)FF * D * 4, .data = f->ue };
+    f->L.down = (struct moe_experts){ .type = GGML_TYPE_F32, .cols = FF, .rows = D, .n_expert = NE,
+                                    .expert_bytes = (size_t)D * FF * 4, .data = f->de };
     if (shared) {
         f->sg = rand_floats((size_t)SFF * D, 0.2f);
         f->su = rand_floats((size_t)SFF * D, 0.2f);
         f->sd = rand_floats((size_t)D * SFF, 0.2f);
         f->sr = rand_floats(D, 0.3f);
-        f->L.sh_gate = (struct omni_tensor){ GGML_TYPE_F32, { D, SFF }, f->sg };
-        f->L.sh_up = (struct omni_tensor){ GGML_TYPE_F32, { D, SFF }, f->su };
-        f->L.sh_down = (struct omni_tensor){ GGML_TYPE_F32, { SFF, D }, f->sd };
+        f->L.sh_gate = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { D, SFF }, .data = f->sg };
+        f->L.sh_up = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { D, SFF }, .data = f->su };
+        f->L.sh_down = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { SFF, D }, .data = f->sd };
         f->L.sh_router = f->sr;
     }
 }
@@ -137,7 +140,8 @@ static void check_moe(bool norm, bool shared)
     struct fixture f;
     fixture_init(&f, shared);
     char err[256];
-    const struct moe_params p = { D, NE, K, FF, shared ? SFF : 0, norm };
+    const struct moe_params p = { .n_embd = D, .n_expert = NE, .n_used = K, .n_ff_exp = FF,
+                                  .n_ff_shexp = shared ? SFF : 0, .norm_weights = norm };
     struct moe_ctx *c = moe_ctx_new(&p, T, err, sizeof err);
     CHECK_MSG(c, "%s", err);
     float *x = rand_floats((size_t)T * D, 1.0f), out[T * D], one[T * D], want[T * D];
@@ -200,7 +204,8 @@ TEST(moe_route_ties_and_weights)
 TEST(moe_bad_params)
 {
     char err[256];
-    struct moe_params p = { D, NE, NE + 1, FF, 0, true };
+    struct moe_params p = { .n_embd = D, .n_expert = NE, .n_used = NE + 1, .n_ff_exp = FF,
+                            .norm_weights = true };
     CHECK(!moe_ctx_new(&p, 4, err, sizeof err));
     CHECK_STR_CONTAINS(err, "moe:");
     p.n_used = 0;
