@@ -1068,6 +1068,8 @@ TEST(engine_moe_and_nope_models)
     for (int k = 0; k < 2 && !test_failed_now(); k++) {
         check_matches_plain_forward(models[k], GGML_TYPE_F16);
         struct llm_model *m = golden(models[k]);
+        if (!m)
+            SKIP("golden fixtures missing (make golden-fixtures)");
         const struct llm_hparams *hp = llm_model_hparams(m);
         const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
         test_release(m);
