@@ -1,9 +1,11 @@
 /* reasoning.h - splits generated text into reasoning and the answer:
  * <think>...</think> (also when the chat template opened <think> itself and
  * only </think> appears), Mistral's [THINK]...[/THINK], and gpt-oss Harmony
- * channels (analysis -> reasoning, final -> answer; a commentary message to
- * functions.NAME becomes "<tool_call>{"name":NAME,"arguments":...}</tool_call>"
- * in the answer, for the hermes tool parser downstream).
+ * channels (analysis -> reasoning, final and commentary preambles -> answer;
+ * a message to functions.NAME becomes "<tool_call>{"name": "NAME", "arguments":
+ * ...}</tool_call>" in the answer, for the hermes tool parser downstream, its
+ * arguments streamed as generated; messages to the built-in tools (browser,
+ * python) are reasoning; text without Harmony framing is answer).
  *
  *   enum reasoning_format f = reasoning_format_detect(chat_template);
  *   bool open = reasoning_prompt_opens(f, prompt, prompt_len);
