@@ -98,42 +98,37 @@ static void bias_gelu(struct whisper_work *wk, float *y, const float *b, int n, 
 
 // ---- attention --------------------------------------------------------------
 
-struct softmax_job {
-    float *x;  /* [n][len] */
-    int n, len;
+/* Full (non-causal) attention of n_ctx queries over n_ctx keys, head by head
+ * (omni_attn_dense: scores = (q_h / sqrt(d_h)) k_h^T, out_h = softmax(scores)
+ * v_h as two GEMMs straight on the [n_ctx][d] rows); each thread takes a
+ * share of the query rows and its slice of the [n_ctx][n_ctx] score buffer. */
+struct enc_attn_job {
+    struct whisper_work *wk;
+    const float *q, *k, *v;
+    float *out;
+    int n, d, n_head; /* n: n_ctx (FOR_ROWS splits the query rows) */
 };
 
-static void softmax_worker(void *arg, int ith, int nth)
+static void enc_attn_worker(void *arg, int ith, int nth)
 {
-    const struct softmax_job *j = arg;
-    const struct omni_ops *op = omni_ops();
-    FOR_ROWS(j, ith, nth, r)
-        op->softmax(j->x + (size_t)r * j->len, j->len);
+    const struct enc_attn_job *j = arg;
+    const int r0 = (int)((int64_t)j->n * ith / nth), r1 = (int)((int64_t)j->n * (ith + 1) / nth);
+    const int dh = j->d / j->n_head;
+    const float scale = 1.0f / sqrtf((float)dh);
+    if (r0 >= r1)
+        return;
+    float *scores = j->wk->e_scores + (size_t)r0 * j->n;
+    for (int h = 0; h < j->n_head; h++)
+        omni_attn_dense(j->q + (size_t)r0 * j->d + h * dh, j->k + h * dh, j->v + h * dh,
+                        j->out + (size_t)r0 * j->d + h * dh, (size_t)j->d, r1 - r0, j->n, dh, scale,
+                        scores, NULL, NULL);
 }
 
-/* Full (non-causal) attention of n_ctx queries over n_ctx keys, one head at a
- * time as two GEMMs: scores = (q_h / sqrt(d_h)) k_h^T, out_h = softmax(scores) v_h. */
 static void encoder_attention(struct whisper_work *wk, const float *q, const float *k, const float *v, float *out,
                               int n_ctx, int d, int n_head)
 {
-    const int dh = d / n_head;
-    const float scale = 1.0f / sqrtf((float)dh);
-    for (int h = 0; h < n_head; h++) {
-        for (int t = 0; t < n_ctx; t++)
-            for (int i = 0; i < dh; i++) {
-                wk->e_qh[(size_t)t * dh + i] = q[(size_t)t * d + h * dh + i] * scale;
-                wk->e_kh[(size_t)t * dh + i] = k[(size_t)t * d + h * dh + i];
-                wk->e_vt[(size_t)i * n_ctx + t] = v[(size_t)t * d + h * dh + i];
-            }
-        const struct omni_tensor kt = { .type = 0 /* F32 */, .ne = { dh, n_ctx }, .data = wk->e_kh };
-        const struct omni_tensor vt = { .type = 0, .ne = { n_ctx, dh }, .data = wk->e_vt };
-        omni_matmul(wk->tp, &kt, wk->e_qh, n_ctx, wk->e_scores);
-        struct softmax_job sj = { wk->e_scores, n_ctx, n_ctx };
-        whisper_run(wk, softmax_worker, &sj);
-        omni_matmul(wk->tp, &vt, wk->e_scores, n_ctx, wk->e_oh);
-        for (int t = 0; t < n_ctx; t++)
-            memcpy(out + (size_t)t * d + h * dh, wk->e_oh + (size_t)t * dh, dh * sizeof(float));
-    }
+    struct enc_attn_job j = { wk, q, k, v, out, n_ctx, d, n_head };
+    whisper_run(wk, enc_attn_worker, &j);
 }
 
 /* Decoder attention of row t's query. Self-attention (causal): over keys
@@ -230,7 +225,7 @@ void whisper_work_free(struct whisper_work *w)
     if (!w)
         return;
     float *bufs[] = { w->e_col, w->e_x, w->e_h, w->e_q, w->e_k, w->e_v, w->e_att, w->e_mlp,
-                      w->e_qh, w->e_kh, w->e_vt, w->e_oh, w->e_scores, w->d_x, w->d_h, w->d_q,
+                      w->e_scores, w->d_x, w->d_h, w->d_q,
                       w->d_k, w->d_v, w->d_att, w->d_mlp, w->d_scores, w->logits };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
@@ -251,16 +246,15 @@ static bool grow(float **const *list, const size_t *per, int k, int n)
 static int reserve_windows(struct whisper_work *w, int n, char *err, size_t errlen)
 {
     const struct whisper_hparams *hp = &w->m->hp;
-    const size_t nc = hp->n_audio_ctx, d = hp->n_audio_state, dh = d / hp->n_audio_head;
+    const size_t nc = hp->n_audio_ctx, d = hp->n_audio_state;
     if (n <= w->cap_windows)
         return OMNI_OK;
     float **const list[] = { &w->e_col, &w->e_x, &w->e_h, &w->e_q, &w->e_k, &w->e_v, &w->e_att, &w->e_mlp,
-                             &w->e_qh, &w->e_kh, &w->e_vt, &w->e_oh, &w->e_scores };
-    const size_t per[] = { col_floats(hp), nc * d, nc * d, nc * d, nc * d, nc * d, nc * d, nc * 4 * d,
-                           0, 0, 0, 0, 0 };
-    const size_t once[] = { nc * dh, nc * dh, nc * dh, nc * dh, nc * nc }; /* one head at a time */
+                             &w->e_scores };
+    const size_t per[] = { col_floats(hp), nc * d, nc * d, nc * d, nc * d, nc * d, nc * d, nc * 4 * d };
+    const size_t once[] = { nc * nc }; /* one window at a time, split by query rows */
     w->cap_windows = 0;
-    if (!grow(list, per, 8, n) || !grow(list + 8, once, 5, 1))
+    if (!grow(list, per, 8, n) || !grow(list + 8, once, 1, 1))
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: encode: out of memory for %d windows", n);
     w->cap_windows = n;
     return OMNI_OK;

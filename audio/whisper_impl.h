@@ -77,7 +77,6 @@ struct whisper_work {
     float *e_col;                           /* im2col: [w][col_floats] */
     float *e_x, *e_h, *e_q, *e_k, *e_v, *e_att; /* [w][n_audio_ctx][n_state] */
     float *e_mlp;                           /* [w][n_audio_ctx][4 n_state] (also conv1 out) */
-    float *e_qh, *e_kh, *e_vt, *e_oh;       /* one head of one window: [n_ctx][d_head], v^T */
     float *e_scores;                        /* [n_ctx][n_ctx] */
     /* decoder, cap_rows token rows of any states */
     int cap_rows;
