@@ -46,6 +46,8 @@ struct qwen2vl_model {
 
 // ---- loading -----------------------------------------------------------------
 
+enum { QWEN2VL_MAX_ROWS = 4096 }; /* embedding rows per image at most (see qwen2vl_load) */
+
 bool qwen2vl_is_projector(const char *type, size_t len)
 {
     return type && len == 16 && !memcmp(type, "qwen2.5vl_merger", 16);
@@ -287,6 +289,15 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
         qfail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
         goto fail;
     }
+    /* The reference processor allows 16384 rows (12.8 MP); one such image
+     * needs gigabytes of scratch and minutes of encoder on a CPU, and any
+     * request could send one: at most QWEN2VL_MAX_ROWS rows (llama.cpp's own
+     * default), larger images are scaled down like the reference does at
+     * its max_pixels. */
+    if (in->max_pixels > QWEN2VL_MAX_ROWS * unit)
+        in->max_pixels = QWEN2VL_MAX_ROWS * unit;
+    if (in->min_pixels > in->max_pixels)
+        in->min_pixels = in->max_pixels;
     in->image_size = P * q->merge; /* no fixed input: sides are multiples of this */
     in->tokens_per_image = 0; /* depends on the image */
     return q;
