@@ -228,6 +228,8 @@ void kv_pool_copy(struct kv_pool *p, int dst, int src, int n_slots)
     const size_t block_bytes = p->slot_bytes * (size_t)p->block_size;
     const size_t n = p->slot_bytes * (size_t)n_slots;
     for (int l = 0; l < p->kv->n_layer; l++) {
+        if (!p->kv->k[l]) /* a layer without K/V (lfm2's conv blocks) */
+            continue;
         memcpy((char *)p->kv->k[l] + (size_t)dst * block_bytes,
                (char *)p->kv->k[l] + (size_t)src * block_bytes, n);
         memcpy((char *)p->kv->v[l] + (size_t)dst * block_bytes,

@@ -80,6 +80,8 @@ static bool put(FILE *f, uint64_t *sum, const void *p, size_t n)
 int prefix_store_save(struct kv_pool *pool, const struct llm_model *m, const char *dir,
                       const char *name)
 {
+    if (llm_model_has_state(m)) /* K/V alone cannot resume recurrent state */
+        return 0;
     char path[4096], tmp[4096];
     store_path(path, sizeof path, dir, name, false);
     store_path(tmp, sizeof tmp, dir, name, true);
@@ -117,6 +119,8 @@ int prefix_store_save(struct kv_pool *pool, const struct llm_model *m, const cha
 int prefix_store_load(struct kv_pool *pool, const struct llm_model *m, const char *dir,
                       const char *name)
 {
+    if (llm_model_has_state(m)) /* never reused: see prefix_store_save */
+        return 0;
     char path[4096];
     store_path(path, sizeof path, dir, name, false);
     FILE *f = fopen(path, "rb");
