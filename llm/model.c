@@ -1,5 +1,5 @@
 /* model.c - decoder-only transformer forward (llama, qwen2, qwen3, gemma2,
- * gemma3, phi3, qwen3moe, smollm3) over GGUF weights.
+ * gemma3, phi3, qwen3moe, smollm3, lfm2, qwen2vl, gpt-oss) over GGUF weights.
  *
  * Weights stay in the mapped GGUF file and are multiplied in place through
  * omni_matmul; per-run activations live in a llm_ctx allocated once; K/V live
@@ -10,7 +10,9 @@
  * -> output projection (-> post-norm, gemma) + residual -> RMSNorm -> gated
  * FFN (SwiGLU, or GeGLU for gemma; gate and up fused in phi3; a mixture of
  * experts in qwen3moe, llm/moe.c) (-> post-norm) + residual. smollm3 skips
- * RoPE in every 4th layer (NoPE). What differs between the families is one row of `families`
+ * RoPE in every 4th layer (NoPE). gpt-oss adds a learned sink logit per head
+ * to each softmax denominator, YaRN rope, biases on the router and experts
+ * and a clamped SwiGLU. What differs between the families is one row of `families`
  * below; the forward reads those flags and the tensors that are present. */
 #include "model.h"
 
@@ -21,6 +23,7 @@
 #include "src/core/omni.h"
 #include "src/core/ops.h"
 #include "src/core/quant.h"
+#include "src/core/rope_yarn.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
@@ -47,6 +50,7 @@ struct llm_layer {
     struct omni_tensor wo;          /* [n_embd][n_head * head_dim] */
     const float *bq, *bk, *bv, *bo; /* biases (qwen2; llama with attention_bias) or NULL */
     const float *q_norm, *k_norm;   /* [head_dim] per-head RMSNorm gains (qwen3, gemma3) or NULL */
+    const float *attn_sinks;        /* [n_head] sink logit in each softmax denominator (gpt-oss) or NULL */
     struct omni_tensor wqkv;        /* [(n_head + 2 n_head_kv) * head_dim][n_embd] (phi3: q, k, v rows) */
     const float *attn_post_norm;    /* [n_embd] norm of the attention output (gemma) or NULL */
     const float *ffn_norm;          /* [n_embd] */
@@ -77,6 +81,8 @@ struct llm_family {
     bool embd_scale;       /* token embeddings times sqrt(n_embd) */
     bool moe;              /* mixture-of-experts FFN in every layer (llm/moe.h) */
     int nope_period;       /* every n-th layer without rotary (llama.cpp fixes 4 for smollm3) */
+    bool gptoss;           /* attn_sinks; the FFN norm is post_attention_norm; biased experts
+                              with the clamped SwiGLU (limit 7); YaRN without truncation */
     bool short_conv;       /* lfm2: head_count_kv per layer, 0 = a short-convolution block */
     enum llm_act act;      /* gate activation of the FFN */
     /* Which layers slide when attention.sliding_window is set (llama.cpp
@@ -102,6 +108,7 @@ static const struct llm_family families[] = {
     [LLM_ARCH_SMOLLM3] = { "smollm3", .nope_period = 4 },
     [LLM_ARCH_LFM2] = { "lfm2", .rope_neox = true, .qk_norm = true, .short_conv = true },
     [LLM_ARCH_QWEN2VL] = { "qwen2vl", .rope_neox = true, .qkv_bias = true }, /* + M-RoPE */
+    [LLM_ARCH_GPTOSS] = { "gpt-oss", .rope_neox = true, .moe = true, .swa_period = 2, .gptoss = true },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
@@ -225,7 +232,24 @@ static int get_experts(struct loader *ld, const char *name, int n_expert, int64_
     return 0;
 }
 
-/* Router, experts and the optional shared expert of layer l (qwen3moe). */
+/* An F32 matrix of biases, [rows][cols] (gpt-oss expert biases: ne = {cols, rows}). */
+static int get_bias_matrix(struct loader *ld, const char *name, int64_t rows, int64_t cols,
+                           const float **out)
+{
+    const struct gguf_tensor *t;
+    int rc = get_tensor(ld, name, 2, rows, cols, true, &t);
+    if (rc < 0)
+        return rc;
+    if (t->type != GGML_TYPE_F32 || (uintptr_t)t->data % sizeof(float))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: tensor '%s': type %s, need f32 (4-byte aligned)", ld->path,
+                         name, ggml_type_name(t->type));
+    *out = t->data;
+    return 0;
+}
+
+/* Router, experts and the optional shared expert of layer l (qwen3moe);
+ * gpt-oss: the router's and experts' biases as well. */
 static int load_moe(struct loader *ld, int l, struct moe_layer *x)
 {
     const struct llm_hparams *hp = &ld->m->hp;
@@ -237,6 +261,12 @@ static int load_moe(struct loader *ld, int l, struct moe_layer *x)
         (rc = get_experts(ld, BLK("ffn_gate_exps.weight"), hp->n_expert, ff, n_embd, &x->gate)) < 0 ||
         (rc = get_experts(ld, BLK("ffn_up_exps.weight"), hp->n_expert, ff, n_embd, &x->up)) < 0 ||
         (rc = get_experts(ld, BLK("ffn_down_exps.weight"), hp->n_expert, n_embd, ff, &x->down)) < 0)
+        return rc;
+    if (ld->m->fam->gptoss &&
+        ((rc = get_vector(ld, BLK("ffn_gate_inp.bias"), hp->n_expert, true, &x->router_b)) < 0 ||
+         (rc = get_bias_matrix(ld, BLK("ffn_gate_exps.bias"), hp->n_expert, ff, &x->gate_b)) < 0 ||
+         (rc = get_bias_matrix(ld, BLK("ffn_up_exps.bias"), hp->n_expert, ff, &x->up_b)) < 0 ||
+         (rc = get_bias_matrix(ld, BLK("ffn_down_exps.bias"), hp->n_expert, n_embd, &x->down_b)) < 0))
         return rc;
     if (!hp->n_ff_shexp)
         return 0;
@@ -385,7 +415,7 @@ static int load_hparams(struct loader *ld)
     if (a < 0)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
-                         "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3)", ld->path, (int)(len < 64 ? len : 64), arch);
+                         "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, lfm2, gpt-oss)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
     m->fam = &families[a];
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
@@ -500,9 +530,22 @@ static int load_hparams(struct loader *ld)
                              "model: %s: llama3 rope scaling needs "
                              "rope.scaling.original_context_length and high_freq_factor > "
                              "low_freq_factor", ld->path);
+    } else if (len == 4 && !memcmp(scaling, "yarn", 4)) {
+        hp->rope_yarn = true;
+        hp->yarn_beta_fast = 32.0f; /* llama.cpp's defaults, gpt-oss's values */
+        hp->yarn_beta_slow = 1.0f;
+        hp->rope_attn_factor = rope_yarn_mscale(hp->rope_factor);
+        if ((rc = get_float(ld, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast)) < 0 ||
+            (rc = get_float(ld, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow)) < 0 ||
+            (rc = get_float(ld, "rope.scaling.yarn_attn_factor", &hp->rope_attn_factor)) < 0)
+            return rc;
+        if (!hp->rope_orig_ctx || hp->rope_factor < 1.0f)
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: yarn rope scaling needs "
+                             "rope.scaling.original_context_length and a factor >= 1", ld->path);
     } else if (!(len == 6 && !memcmp(scaling, "linear", 6))) {
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
-                         "model: %s: %s '%.*s' not supported (none, linear, llama3)", ld->path,
+                         "model: %s: %s '%.*s' not supported (none, linear, llama3, yarn)", ld->path,
                          key, (int)(len < 32 ? len : 32), scaling);
     }
     return 0;
@@ -543,9 +586,15 @@ static int init_rope(struct loader *ld)
     m->rope_inv_freq = malloc((size_t)m->n_rope * half * sizeof(float));
     if (!m->rope_inv_freq)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
+    if (hp->rope_yarn) /* gpt-oss publishes truncate: false; HF's default rounds */
+        rope_yarn_inv_freq(m->rope_inv_freq, hp->n_rot, hp->rope_theta, hp->rope_factor,
+                           hp->rope_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                           !m->fam->gptoss);
     for (int i = 0; i < half; i++) {
         double freq = pow(hp->rope_theta, -2.0 * i / hp->n_rot);
-        if (freq_factors) {
+        if (hp->rope_yarn) {
+            freq = m->rope_inv_freq[i];
+        } else if (freq_factors) {
             freq /= freq_factors[i];
         } else if (hp->rope_longrope) {
             freq /= hp->rope_long ? f_long[i] : f_short[i];
@@ -666,8 +715,14 @@ static int load_weights(struct loader *ld)
             (rc = get_vector(ld, BLK("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0))
             return rc;
-        if ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
-            (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
+        /* gpt-oss: llama.cpp names the FFN's input norm post_attention_norm */
+        if (f->gptoss &&
+            ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
+             (rc = get_vector(ld, BLK("attn_sinks.weight"), hp->n_head, true, &L->attn_sinks)) < 0))
+            return rc;
+        if ((!f->gptoss &&
+             ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
+              (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0)) ||
             (rc = get_vector(ld, BLK("post_ffw_norm.weight"), n_embd, post, &L->ffn_post_norm)) < 0)
             return rc;
 #undef BLK
@@ -963,7 +1018,8 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
         const struct moe_params mp = { .n_embd = hp->n_embd, .n_expert = hp->n_expert,
                                        .n_used = hp->n_expert_used, .n_ff_exp = hp->n_ff_exp,
                                        .n_ff_shexp = hp->n_ff_shexp,
-                                       .norm_weights = hp->expert_weights_norm };
+                                       .norm_weights = hp->expert_weights_norm,
+                                       .swiglu_limit = m->fam->gptoss ? 7.0f : 0.0f };
         ctx->moe = moe_ctx_new(&mp, max_tokens, err, errlen);
         ctx->moe_out = malloc(T * hp->n_embd * sizeof(float));
         if (!ctx->moe) {
@@ -1108,6 +1164,15 @@ static int attn_first_key(const struct attn_job *j, int pos)
     return j->ctx->m->layers[j->layer].swa && pos >= n_swa ? pos - n_swa + 1 : 0;
 }
 
+/* gpt-oss: head h's sink logit joins the softmax denominator as exp(sink -
+ * max), max being the running maximum the sums were taken against; it
+ * takes probability from every key without adding a value. 0 elsewhere. */
+static inline float attn_sink(const struct attn_job *j, int h, float max)
+{
+    const float *sinks = j->ctx->m->layers[j->layer].attn_sinks;
+    return sinks ? expf(sinks[h] - max) : 0.0f;
+}
+
 /* Work item = (token, run of `group` query heads sharing one kv head): scores
  * over positions first..pos of the token's sequence (first = 0, or the
  * window's start), read through its block table, softmax in F32 computed
@@ -1165,9 +1230,11 @@ static void attn_worker(void *arg, int ith, int nth)
             }
         }
         float *out = ctx->att + (size_t)t * q_dim + (size_t)h0 * hd;
-        for (int r = 0; r < j->group; r++)
+        for (int r = 0; r < j->group; r++) {
+            const float den = s->sum[r] + attn_sink(j, h0 + r, s->max[r]);
             for (int d = 0; d < hd; d++)
-                out[(size_t)r * hd + d] = s->acc[(size_t)r * hd + d] / s->sum[r];
+                out[(size_t)r * hd + d] = s->acc[(size_t)r * hd + d] / den;
+        }
     }
 }
 
@@ -1265,7 +1332,8 @@ static void attn_block_worker(void *arg, int ith, int nth)
         for (int i = 0; i < b->n; i++) {
             float *out = ctx->att + (size_t)(b->t0 + i) * q_dim + (size_t)kvh * n_rep * hd;
             for (int r = 0; r < n_rep; r++) {
-                const float inv = 1.0f / s->bsum[i * n_rep + r];
+                const int row = i * n_rep + r;
+                const float inv = 1.0f / (s->bsum[row] + attn_sink(j, kvh * n_rep + r, s->bmax[row]));
                 const float *acc = s->bacc + (size_t)(i * n_rep + r) * hd;
                 for (int d = 0; d < hd; d++)
                     out[(size_t)r * hd + d] = acc[d] * inv;

@@ -48,7 +48,7 @@ struct tpool;
 enum llm_arch {
     LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
     LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
-    LLM_ARCH_LFM2, LLM_ARCH_QWEN2VL,
+    LLM_ARCH_LFM2, LLM_ARCH_QWEN2VL, LLM_ARCH_GPTOSS,
 };
 
 struct llm_hparams {
@@ -68,6 +68,11 @@ struct llm_hparams {
     bool rope_scaling_llama3;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_orig_ctx;
+    /* YaRN (rope.scaling.type yarn, gpt-oss): frequencies blended between
+     * rope_factor-interpolated and original over the rotation counts
+     * yarn_beta_fast..yarn_beta_slow; rope_attn_factor scales cos and sin */
+    bool rope_yarn;
+    float yarn_beta_fast, yarn_beta_slow;
     bool tied_output;        /* output.weight absent: reuse token_embd */
     int n_rot;               /* rotated dims per head (rope.dimension_count, phi3 partial) */
     int rope_sections[4];    /* qwen2vl M-RoPE (rope.dimension_sections): rotary pairs turned by
@@ -79,7 +84,7 @@ struct llm_hparams {
     float final_softcap;     /* logits -> cap * tanh(logit / cap) (gemma2; 0 none) */
     bool rope_longrope;      /* phi3 LongRoPE: rope_factors_{short,long} */
     bool rope_long;          /* the long factors are in use (n_ctx > rope_orig_ctx) */
-    float rope_attn_factor;  /* LongRoPE cos/sin scale (rope.scaling.attn_factor) */
+    float rope_attn_factor;  /* cos/sin scale (LongRoPE rope.scaling.attn_factor, YaRN's mscale) */
     /* mixture of experts (qwen3moe; 0 experts: dense FFN) */
     int n_expert;            /* <arch>.expert_count */
     int n_expert_used;       /* <arch>.expert_used_count */

@@ -2,7 +2,8 @@
  *
  * Per layer: router logits for every token in one product, softmax and top-k
  * per token, then expert by expert: gather the rows of the tokens that chose
- * it, gate and up products on that batch, SwiGLU, down product, and add each
+ * it, gate and up products on that batch (+ biases, gpt-oss), SwiGLU (clamped,
+ * gpt-oss), down product (+ bias), and add each
  * row back into its token's output times the token's weight for the expert.
  * Only experts some token chose are touched, so a decode step reads k of
  * n_expert experts' weights. */
@@ -130,16 +131,32 @@ void moe_route(const float *logits, int n_expert, int k, bool norm, int *idx, fl
         w[j] = (float)(w[j] / wsum);
 }
 
-/* One SwiGLU MLP on the n rows of xg: result into xg. */
+/* y[r] += b over n rows of m (b NULL: nothing). */
+static void add_bias(float *y, const float *b, int n, int64_t m)
+{
+    for (int r = 0; b && r < n; r++)
+        for (int64_t i = 0; i < m; i++)
+            y[(size_t)r * m + i] += b[i];
+}
+
+/* One SwiGLU MLP on the n rows of xg: result into xg. gb, ub, db are the
+ * expert's gpt-oss biases or NULL. */
 static void expert_mlp(struct moe_ctx *c, const struct omni_tensor *gate,
-                       const struct omni_tensor *up, const struct omni_tensor *down, int n,
+                       const struct omni_tensor *up, const struct omni_tensor *down,
+                       const float *gb, const float *ub, const float *db, int n,
                        moe_matmul_fn mm, void *arg)
 {
     const int64_t ff = gate->ne[1];
     mm(arg, gate, c->xg, n, c->g);
     mm(arg, up, c->xg, n, c->u);
-    omni_swiglu(c->g, c->u, (int64_t)n * ff);
+    add_bias(c->g, gb, n, ff);
+    add_bias(c->u, ub, n, ff);
+    if (c->p.swiglu_limit > 0)
+        omni_swiglu_oai(c->g, c->u, (int64_t)n * ff, 1.702f, c->p.swiglu_limit);
+    else
+        omni_swiglu(c->g, c->u, (int64_t)n * ff);
     mm(arg, down, c->u, n, c->xg);
+    add_bias(c->xg, db, n, down->ne[1]);
 }
 
 int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n, float *out,
@@ -154,6 +171,7 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
 
     /* route every token */
     mm(mm_arg, &L->router, x, n, c->logits);
+    add_bias(c->logits, L->router_b, n, E);
     c->bytes_read += ggml_row_size(L->router.type, L->router.ne[0]) * (size_t)L->router.ne[1];
     memset(c->count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
@@ -182,7 +200,10 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
             memcpy(c->xg + (size_t)i * d, x + (size_t)(slots[i] / k) * d, (size_t)d * sizeof(float));
         const struct omni_tensor g = moe_expert(&L->gate, e), u = moe_expert(&L->up, e),
                                  dn = moe_expert(&L->down, e);
-        expert_mlp(c, &g, &u, &dn, m, mm, mm_arg);
+        const int64_t ff = L->gate.rows;
+        expert_mlp(c, &g, &u, &dn, L->gate_b ? L->gate_b + e * ff : NULL,
+                   L->up_b ? L->up_b + e * ff : NULL, L->down_b ? L->down_b + (int64_t)e * d : NULL,
+                   m, mm, mm_arg);
         c->bytes_read += L->gate.expert_bytes + L->up.expert_bytes + L->down.expert_bytes;
         for (int i = 0; i < m; i++) {
             const float wt = c->w[slots[i]];
@@ -196,7 +217,7 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
     /* shared expert: every token, scaled by sigmoid(x . sh_router) where present */
     if (L->sh_gate.data) {
         memcpy(c->xg, x, (size_t)n * d * sizeof(float));
-        expert_mlp(c, &L->sh_gate, &L->sh_up, &L->sh_down, n, mm, mm_arg);
+        expert_mlp(c, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, n, mm, mm_arg);
         c->bytes_read += ggml_row_size(L->sh_gate.type, L->sh_gate.ne[0]) * (size_t)L->sh_gate.ne[1] +
                          ggml_row_size(L->sh_up.type, L->sh_up.ne[0]) * (size_t)L->sh_up.ne[1] +
                          ggml_row_size(L->sh_down.type, L->sh_down.ne[0]) * (size_t)L->sh_down.ne[1];

@@ -10,7 +10,8 @@
  *
  * The experts of a layer are the 3-D GGUF tensors llama.cpp writes
  * (ffn_gate_exps / ffn_up_exps: ne = {n_embd, n_ff_exp, n_expert};
- * ffn_down_exps: ne = {n_ff_exp, n_embd, n_expert}): expert e is the 2-D
+ * ffn_down_exps: ne = {n_ff_exp, n_embd, n_expert}; gpt-oss adds
+ * per-expert biases): expert e is the 2-D
  * slice at data + e * expert_bytes, multiplied in place. The tokens routed
  * to one expert are gathered and multiplied as one batch (prefill), and an
  * expert no token chose is never read (decode reads k of n_expert).
@@ -46,6 +47,9 @@ struct moe_layer {
      * ffn_down_shexp [n_embd][n_ff_shexp] */
     struct omni_tensor sh_gate, sh_up, sh_down;
     const float *sh_router;         /* ffn_gate_inp_shexp [n_embd]: sigmoid gate, or NULL */
+    /* gpt-oss biases, or NULL: router [n_expert], gate and up
+     * [n_expert][n_ff_exp], down [n_expert][n_embd] */
+    const float *router_b, *gate_b, *up_b, *down_b;
 };
 
 struct moe_params {
@@ -55,6 +59,9 @@ struct moe_params {
     int n_ff_exp;            /* <arch>.expert_feed_forward_length */
     int n_ff_shexp;          /* shared expert width (0: none) */
     bool norm_weights;       /* top-k weights divided by their sum (norm_topk_prob) */
+    /* gpt-oss clamped SwiGLU (omni_swiglu_oai with alpha 1.702) when > 0:
+     * gate clamped above, up to +-limit (7); 0: plain SwiGLU */
+    float swiglu_limit;
 };
 
 /* A matrix product y[n][rows] = x[n][cols] W^T; the model passes its own
@@ -66,7 +73,8 @@ struct moe_ctx *moe_ctx_new(const struct moe_params *p, int max_tokens, char *er
 void moe_ctx_free(struct moe_ctx *c);
 
 /* out[n][n_embd] = sum over each token's k chosen experts of weight *
- * down(silu(gate(x)) * up(x)) (+ the shared expert). x is the normed input
+ * down(silu(gate(x)) * up(x)) (+ the shared expert); with the gpt-oss
+ * biases each product adds its bias and the router logits theirs. x is the normed input
  * [n][n_embd]; out must not alias x. mm(mm_arg, ...) does the products.
  * Returns 0, or OMNI_ERR_ARG when n exceeds max_tokens. */
 int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n, float *out,

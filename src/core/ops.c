@@ -62,6 +62,15 @@ void omni_geglu_erf(const float *gate, float *up, int64_t n) { omni_ops()->geglu
 void omni_geglu_tanh(const float *gate, float *up, int64_t n) { omni_ops()->geglu_tanh(gate, up, n); }
 void omni_softcap(float *x, int64_t n, float cap) { omni_ops()->softcap(x, n, cap); }
 
+void omni_swiglu_oai(const float *gate, float *up, int64_t n, float alpha, float limit)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i] < limit ? gate[i] : limit;
+        const float u = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        up[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+}
+
 void omni_rope_neox(float *x, int n_head, int head_dim, int pos, float base)
 {
     const int half = head_dim / 2;

@@ -104,6 +104,10 @@ void omni_swiglu(const float *gate, float *up, int64_t n);
 void omni_geglu_erf(const float *gate, float *up, int64_t n);
 void omni_geglu_tanh(const float *gate, float *up, int64_t n);
 void omni_softcap(float *x, int64_t n, float cap);
+/* gpt-oss's clamped SwiGLU, in place into up: g = min(gate, limit),
+ * u = clamp(up, -limit, limit), up = g sigmoid(alpha g) (u + 1) (scalar:
+ * its cost is small beside the expert products). */
+void omni_swiglu_oai(const float *gate, float *up, int64_t n, float alpha, float limit);
 /* Rotary positions, NEOX layout, angles computed here (pos * base^(-2i/d),
  * in double): in place over n_head heads of head_dim floats of one token. */
 void omni_rope_neox(float *x, int n_head, int head_dim, int pos, float base);
