@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """hf_to_gguf.py - convert a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / SmolLM3 /
-Gemma 2 / Gemma 3 (text) / Phi-3 / BERT checkpoint to GGUF.
+Gemma 2 / Gemma 3 (text) / Phi-3 / LFM2 / gpt-oss / BERT checkpoint to GGUF.
 
     tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
 
@@ -47,6 +47,19 @@ architectures, so files from either converter load the same way:
     4th, as llama.cpp assumes (another no_rope_layers pattern is an error);
   - MistralForCausalLM converts as llama (head_dim may differ from
     hidden/heads: attention.key_length) with attention.sliding_window;
+  - gpt-oss (GptOssForCausalLM with dense F32/BF16/F16 experts, as
+    save_pretrained writes a random or dequantized model; the hub's MXFP4
+    *_blocks/*_scales files are refused): experts.gate_up_proj [E, n_embd,
+    2 ff] with gate and up columns interleaved (gate even, up odd) is
+    transposed and split into ffn_gate_exps / ffn_up_exps, down_proj [E, ff,
+    n_embd] transposed into ffn_down_exps; their biases into
+    ffn_{gate,up,down}_exps.bias, the router into ffn_gate_inp.weight/.bias
+    (F32), self_attn.sinks into attn_sinks.weight, post_attention_layernorm
+    into post_attention_norm (llama.cpp's name for the FFN norm); q/k/v/o
+    biases; expert_count, expert_used_count, expert_feed_forward_length,
+    attention.sliding_window (every other layer from layer 0, checked against
+    layer_types) and YaRN (rope.scaling.type yarn, factor,
+    original_context_length, yarn_beta_fast/slow);
   - BertModel / BertForSequenceClassification: see hf_bert.py.
 """
 import argparse
@@ -74,6 +87,7 @@ ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3moe",
     "SmolLM3ForCausalLM": "smollm3",
     "Lfm2ForCausalLM": "lfm2",
+    "GptOssForCausalLM": "gpt-oss",
 }
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7),
               "bf16": (gguf.GGML_BF16, 32)}
@@ -260,7 +274,7 @@ class HParams:
         # every other, gemma3: five in six, phi3 / mistral: all): check it.
         types = cfg.get("layer_types")
         if types and self.sliding_window:
-            period = {"gemma2": 2, "gemma3": 6}.get(self.arch, 1)
+            period = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}.get(self.arch, 1)
             want = ["sliding_attention" if period == 1 or (i + 1) % period else "full_attention"
                     for i in range(self.n_layer)]
             if list(types) != want:
@@ -289,6 +303,19 @@ class HParams:
                 raise ConvertError(f"{path}: decoder_sparse_step / mlp_only_layers: dense layers "
                                    "between the MoE ones are not supported")
             self.norm_topk_prob = bool(cfg.get("norm_topk_prob", True))
+        if self.arch == "gpt-oss":
+            # every layer sparse; experts as wide as intermediate_size; the
+            # clamped SwiGLU's constants are fixed in the model code
+            self.n_expert = need("num_local_experts")
+            self.n_expert_used = need("num_experts_per_tok")
+            self.n_ff_exp = self.n_ff
+            if self.n_expert_used > self.n_expert:
+                raise ConvertError(f"{path}: num_experts_per_tok {self.n_expert_used} > "
+                                   f"num_local_experts {self.n_expert}")
+            if float(cfg.get("swiglu_limit", 7.0)) != 7.0:
+                raise ConvertError(f"{path}: swiglu_limit {cfg.get('swiglu_limit')} (only 7.0)")
+            if self.rope_type == "yarn" and self.rope.get("truncate", False):
+                log(f"{path}: yarn truncate true: the runtime follows gpt-oss's truncate false")
         if self.arch == "lfm2":
             # short-convolution blocks beside attention: layer_types (or the
             # older full_attn_idxs); the feed-forward width is the tensors'
@@ -350,6 +377,9 @@ class HParams:
             w.add(f"{a}.rope.scaling.factor", float(factor), gguf.GGUF_FLOAT32)
             w.add(f"{a}.rope.scaling.original_context_length",
                   int(self.rope["original_max_position_embeddings"]), gguf.GGUF_UINT32)
+            for key in ("beta_fast", "beta_slow"):
+                if self.rope.get(key) is not None:
+                    w.add(f"{a}.rope.scaling.yarn_{key}", float(self.rope[key]), gguf.GGUF_FLOAT32)
         # llama3 scaling is stored as the rope_freqs tensor (see rope_freqs()).
         w.add(f"{a}.rope.freq_base", self.rope_theta, gguf.GGUF_FLOAT32)
         cfg = self.cfg
@@ -392,6 +422,10 @@ class HParams:
             w.add(f"{a}.expert_feed_forward_length", self.n_ff_exp, gguf.GGUF_UINT32)
             # llama.cpp's qwen3moe always renormalises; the key says so explicitly
             w.add(f"{a}.expert_weights_norm", self.norm_topk_prob)
+        if a == "gpt-oss":  # softmax over the top-k logits == normalised top-k weights
+            w.add(f"{a}.expert_count", self.n_expert, gguf.GGUF_UINT32)
+            w.add(f"{a}.expert_used_count", self.n_expert_used, gguf.GGUF_UINT32)
+            w.add(f"{a}.expert_feed_forward_length", self.n_ff_exp, gguf.GGUF_UINT32)
         w.add("general.quantization_version", 2, gguf.GGUF_UINT32)
 
     def rope_freqs(self):
@@ -479,6 +513,9 @@ def tensor_plan(hp, names):
                      (b + "ffn_gate_inp.weight", p + "mlp.gate.weight", None)]
             plan += expert_plan(hp, names, b, p + "mlp.experts.")
             continue
+        if hp.arch == "gpt-oss":
+            plan += gptoss_plan(names, b, p)
+            continue
         plan += [
             (b + "ffn_norm.weight", p + "post_attention_layernorm.weight", None),
             (b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
@@ -555,10 +592,32 @@ def expert_plan(hp, names, b, e):
             for w in ("gate", "up", "down")]
 
 
+def gptoss_plan(names, b, p):
+    """Sinks, the FFN norm (llama.cpp: post_attention_norm), router and the
+    dense experts of one gpt-oss layer: gate_up_proj [E, n_embd, 2 ff] has
+    x @ W's layout with gate and up columns interleaved."""
+    e = p + "mlp.experts."
+    if e + "gate_up_proj_blocks" in names:
+        raise ConvertError(f"{e}gate_up_proj_blocks: MXFP4-packed experts are not supported "
+                           "(dequantize with transformers first: the dense gate_up_proj is)")
+    return [(b + "attn_sinks.weight", p + "self_attn.sinks", None),
+            (b + "post_attention_norm.weight", p + "post_attention_layernorm.weight", None),
+            (b + "ffn_gate_inp.weight", p + "mlp.router.weight", None),
+            (b + "ffn_gate_inp.bias", p + "mlp.router.bias", None),
+            (b + "ffn_gate_exps.weight", ("interleaved", e + "gate_up_proj", 0), None),
+            (b + "ffn_gate_exps.bias", ("interleaved", e + "gate_up_proj_bias", 0), None),
+            (b + "ffn_up_exps.weight", ("interleaved", e + "gate_up_proj", 1), None),
+            (b + "ffn_up_exps.bias", ("interleaved", e + "gate_up_proj_bias", 1), None),
+            (b + "ffn_down_exps.weight", ("transpose", e + "down_proj"), None),
+            (b + "ffn_down_exps.bias", e + "down_proj_bias", None)]
+
+
 def source_names(src):
     """HF tensor names a plan entry reads: a name, ("stack", [names]),
-    ("rows", name, first, end) or ("squeeze", name) (a [n, 1, k] conv weight
-    as [n, k])."""
+    ("rows", name, first, end), ("squeeze", name) (a [n, 1, k] conv weight
+    as [n, k]), ("transpose", name) (the last two axes of a 3-D tensor
+    swapped) or ("interleaved", name, parity) (gpt-oss: every other column,
+    from parity, of [E, n, 2 ff] as [E, ff, n], or of [E, 2 ff] as [E, ff])."""
     if isinstance(src, str):
         return [src]
     return src[1] if src[0] == "stack" else [src[1]]
@@ -567,6 +626,14 @@ def source_names(src):
 def source_shape(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].tensors[src][1]
+    if src[0] in ("transpose", "interleaved"):
+        shape = tuple(ckpt[src[1]].tensors[src[1]][1])
+        if len(shape) == 3 and (src[0] == "transpose" or shape[2] % 2 == 0):
+            return (shape[0], shape[2] // (2 if src[0] == "interleaved" else 1), shape[1])
+        if src[0] == "interleaved" and len(shape) == 2 and shape[1] % 2 == 0:
+            return (shape[0], shape[1] // 2)
+        raise ConvertError(f"tensor '{src[1]}': shape {list(shape)} cannot be "
+                           f"{'split' if src[0] == 'interleaved' else 'transposed'}")
     if src[0] == "squeeze":
         shape = ckpt[src[1]].tensors[src[1]][1]
         if len(shape) != 3 or shape[1] != 1:
@@ -587,6 +654,13 @@ def source_shape(ckpt, src):
 def source_load(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].load(src)
+    if src[0] == "transpose":
+        return np.ascontiguousarray(ckpt[src[1]].load(src[1]).transpose(0, 2, 1))
+    if src[0] == "interleaved":
+        a = ckpt[src[1]].load(src[1])
+        if a.ndim == 3:
+            return np.ascontiguousarray(a[:, :, src[2]::2].transpose(0, 2, 1))
+        return np.ascontiguousarray(a[:, src[2]::2])
     if src[0] == "squeeze":
         a = ckpt[src[1]].load(src[1])
         return np.ascontiguousarray(a.reshape(a.shape[0], a.shape[2]))
@@ -620,6 +694,11 @@ def expected_shape(hp, gname):
         "ffn_gate_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
         "ffn_up_exps.weight": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0), hp.n_embd),
         "ffn_down_exps.weight": (getattr(hp, "n_expert", 0), hp.n_embd, getattr(hp, "n_ff_exp", 0)),
+        "attn_sinks.weight": (hp.n_head,),
+        "ffn_gate_inp.bias": (getattr(hp, "n_expert", 0),),
+        "ffn_gate_exps.bias": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0)),
+        "ffn_up_exps.bias": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0)),
+        "ffn_down_exps.bias": (getattr(hp, "n_expert", 0), hp.n_embd),
     }[base]
 
 
@@ -670,7 +749,7 @@ def add_tensors(w, hp, ckpt, ggml_type):
         t = ggml_type
         # the MoE router stays F32, as llama.cpp's converter and quantizer keep it
         if (len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname
-                or gname.endswith("shortconv.conv.weight")):
+                or gname.endswith("shortconv.conv.weight") or gname.endswith(".bias")):
             t = gguf.GGML_F32
         elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
             log(f"{gname}: row length {shape[-1]} is not a multiple of 32, stored as F16")
