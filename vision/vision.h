@@ -1,8 +1,10 @@
 /* vision.h - image encoders for vision-language models, loaded from llama.cpp
  * mmproj GGUF files: LLaVA-1.5-style CLIP ViT + 2-layer MLP projector
- * (clip.projector_type "mlp") and SmolVLM / Idefics3 SigLIP + pixel shuffle +
- * linear connector with tiling ("idefics3"); per-family preprocessing; a
- * content-keyed LRU cache of the projected embeddings.
+ * (clip.projector_type "mlp"), SmolVLM / Idefics3 SigLIP + pixel shuffle +
+ * linear connector with tiling ("idefics3") and the Qwen2.5-VL dynamic-
+ * resolution ViT + patch merger ("qwen2.5vl_merger", vision/qwen2vl.h);
+ * per-family preprocessing; a content-keyed LRU cache of the projected
+ * embeddings.
  *
  *   struct vision_model *vm = vision_model_load("mmproj.gguf", err, sizeof err);
  *   struct vision_ctx *vc = vision_ctx_new(vm, tp, err, sizeof err);
