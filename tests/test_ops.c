@@ -52,7 +52,7 @@ static double rel_err(const float *a, const float *b, int n, double tol_rel, dou
 /* One level's table against the reference. */
 static void check_level(const struct omni_ops *op)
 {
-    const struct omni_ops *ref = omni_ops_at(OMNI_CPU_SCALAR);
+    const struct omni_ops *ref = omni_ops_reference();
     static float a[NMAX], b[NMAX], w[NMAX], bias[NMAX], y0[NMAX], y1[NMAX], g[NMAX];
     static uint16_t h[NMAX], hb[NMAX], h0[NMAX], h1[NMAX];
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
@@ -212,11 +212,30 @@ TEST(ops_every_level_matches_reference)
     /* above what the CPU has: the best table it has */
     CHECK(memcmp(omni_ops_at(OMNI_CPU_LEVELS - 1), omni_ops_at(max_level), sizeof(struct omni_ops)) == 0);
     CHECK(omni_ops_at(-5) == omni_ops_at(OMNI_CPU_SCALAR));
+    /* the reference against itself: the checker's own sanity */
+    check_level(omni_ops_reference());
+}
+
+/* every half (subnormals, infinities, NaNs) widens to the same float at every level */
+TEST(ops_f16_to_f32_every_half)
+{
+    static uint16_t all[65536];
+    static float want[65536], got[65536];
+    for (int i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    omni_ops_reference()->f16_to_f32(all, want, 65536);
+    for (int lvl = OMNI_CPU_SCALAR; lvl <= omni_cpu()->max_level; lvl++) {
+        const struct omni_ops *op = omni_ops_at(lvl);
+        op->f16_to_f32(all, got, 65536);
+        for (int i = 0; i < 65536; i++)
+            CHECK_MSG(memcmp(&got[i], &want[i], 4) == 0 || (isnan(got[i]) && isnan(want[i])),
+                      "level %s: half 0x%04x -> %g, want %g", op->name, i, got[i], want[i]);
+    }
 }
 
 TEST(ops_reference_against_libm)
 {
-    const struct omni_ops *ref = omni_ops_at(OMNI_CPU_SCALAR);
+    const struct omni_ops *ref = omni_ops_reference();
     float x[64], y[64];
     for (int i = 0; i < 64; i++)
         x[i] = -8.0f + 0.25f * i;

@@ -19,10 +19,12 @@ static void build_tables(void)
     const int max_level = omni_cpu()->max_level;
     for (int lvl = 0; lvl < OMNI_CPU_LEVELS; lvl++) {
         tables[lvl] = lvl ? tables[lvl - 1] : omni_ops_ref;
-        if (lvl == 0 || lvl > max_level)
+        if (lvl > max_level)
             continue;
 #if defined(__x86_64__)
-        if (lvl == OMNI_CPU_AVX2)
+        if (lvl == OMNI_CPU_SCALAR)
+            omni_ops_fill_sse(&tables[lvl]);
+        else if (lvl == OMNI_CPU_AVX2)
             omni_ops_fill_avx2(&tables[lvl]);
         else if (lvl == OMNI_CPU_AVX512)
             omni_ops_fill_avx512(&tables[lvl]);
@@ -38,6 +40,11 @@ const struct omni_ops *omni_ops_at(int level)
     if (level >= OMNI_CPU_LEVELS)
         level = OMNI_CPU_LEVELS - 1;
     return &tables[level];
+}
+
+const struct omni_ops *omni_ops_reference(void)
+{
+    return &omni_ops_ref;
 }
 
 const struct omni_ops *omni_ops(void)

@@ -10,11 +10,12 @@
  *   op->attn_wsum(acc, sc, vrows, n_keys, hd);        // acc += sum_i sc[i] vrows[i]
  *
  * Backends. Each op is a function pointer in struct omni_ops; a table
- * exists per CPU level (cpu.h): the scalar reference (ops_ref.c, plain C,
- * the `_ref` kernels the tests compare against) and the SIMD versions of
- * src/core/arch/x86/ops_avx2.c and ops_avx512.c, each compiled with its own
- * target flags and used only when CPUID reports the level, so the binary
- * stays portable. Every op takes plain pointers and sizes, keeps no state
+ * exists per CPU level (cpu.h): the SIMD versions of src/core/arch/x86/
+ * ops_sse.c (the x86-64-v2 floor, level "scalar"), ops_avx2.c and
+ * ops_avx512.c, each compiled with its own target flags and used only when
+ * CPUID reports the level, so the binary stays portable; and the plain-C
+ * reference (ops_ref.c, the `_ref` kernels the tests compare every level
+ * against). Every op takes plain pointers and sizes, keeps no state
  * and allocates nothing, and attention reads K/V through row pointers
  * (strided, paged or device rows alike), so another implementation of the
  * table needs no change in its callers. The device backends
@@ -38,7 +39,7 @@
 #include <stdint.h>
 
 struct omni_ops {
-    const char *name; /* "ref", "avx2", "avx512" */
+    const char *name; /* "ref", "sse4", "avx2", "avx512" */
 
     /* ---- vectors: n floats ---- */
     float (*dot)(const float *a, const float *b, int n);
@@ -88,9 +89,11 @@ struct omni_ops {
 
 /* The table of the CPU level in use (omni_cpu_level()). Never NULL. */
 const struct omni_ops *omni_ops(void);
-/* The table of an explicit level, capped at what this CPU supports (tests
- * compare every level with OMNI_CPU_SCALAR, the reference). */
+/* The table of an explicit level, capped at what this CPU supports. */
 const struct omni_ops *omni_ops_at(int level);
+/* The plain-C reference (ops_ref.c) every level is tested against; slow,
+ * for tests and benchmarks only. */
+const struct omni_ops *omni_ops_reference(void);
 
 // ---- row helpers on top of the table (ops.c) ---------------------------------
 

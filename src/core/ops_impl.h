@@ -15,7 +15,9 @@ float omni_ref_expf1(float x);
 float omni_ref_gelu_erf1(float x);
 
 /* Overwrite the entries of *ops with a level's SIMD versions; call only when
- * omni_cpu() reports the level (src/core/arch/x86/ops_avx2.c, ops_avx512.c). */
+ * omni_cpu() reports the level (src/core/arch/x86/ops_sse.c: the x86-64-v2
+ * floor every build runs on; ops_avx2.c, ops_avx512.c). */
+void omni_ops_fill_sse(struct omni_ops *ops);
 void omni_ops_fill_avx2(struct omni_ops *ops);
 void omni_ops_fill_avx512(struct omni_ops *ops);
 

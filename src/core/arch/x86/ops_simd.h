@@ -1,7 +1,8 @@
 /* ops_simd.h - the compute layer's ops (src/core/ops.h) written once over
  * GCC vector extensions of VW floats, included by one file per ISA level
  * (ops_avx2.c: VW 8, ops_avx512.c: VW 16) after its `#pragma GCC target`,
- * so that each copy is compiled for that level only. The includer defines
+ * so that each copy is compiled for that level only (ops_sse.c: VW 4, the
+ * x86-64-v2 floor). The includer defines
  *   VW                  lanes per vector
  *   LOAD_F16(p)         VW halves at p -> vf
  *   STORE_F16(p, v)     vf -> VW halves at p (round to nearest even)
@@ -437,6 +438,7 @@ static void attn_wsum_f16_simd(float *acc, const float *w, const uint16_t *const
         axpy_f16_simd(acc, w[i], v[i], d);
 }
 
+void OPS_FILL(struct omni_ops *o);
 void OPS_FILL(struct omni_ops *o)
 {
     o->name = OPS_NAME;
