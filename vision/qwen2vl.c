@@ -328,8 +328,12 @@ struct qctx {
     const struct qwen2vl_model *q;
     struct tpool *tp;
     int n;                       /* patches */
-    float *x, *h, *qb, *kb, *vb, *att; /* (n, D) */
-    float *ff, *ff2;             /* (n, F) */
+    float *x, *h;                /* (n, D) */
+    /* The attention block's q, k, v, att (n, D) and the MLP's ff, ff2
+     * (n, F; ff also the merger's (n / 4, 4D)) are never live together: one
+     * arena holds both sets (a 4096-row image: 0.6 GB of scratch, not 1). */
+    float *arena;
+    float *qb, *kb, *vb, *att, *ff, *ff2;
     float *cosv, *sinv;          /* (n, head_dim / 2): each row's rotary angles */
     float *scores;               /* (threads, QBLOCK, n) */
     const int *seg;              /* current layer's attention segments, in patches */
@@ -435,7 +439,7 @@ static void merge(struct qctx *c, int M, float *vit_out, float *proj)
 
 static void qctx_free(struct qctx *c)
 {
-    float *v[] = { c->x, c->h, c->qb, c->kb, c->vb, c->att, c->ff, c->ff2, c->cosv, c->sinv, c->scores };
+    float *v[] = { c->x, c->h, c->arena, c->cosv, c->sinv, c->scores };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
         free(v[j]);
 }
@@ -455,11 +459,14 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
     int *fseg = malloc(sizeof(int) * 2), n_wseg = 0;
     float *in = malloc(sizeof(float) * (size_t)n * K);
     float *proj = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
-    float **bufs[] = { &c.x, &c.h, &c.qb, &c.kb, &c.vb, &c.att };
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++)
-        *bufs[j] = malloc(sizeof(float) * (size_t)n * D);
-    c.ff = malloc(sizeof(float) * (size_t)n * (F > D ? F : D)); /* also the merger's M x 4D */
-    c.ff2 = malloc(sizeof(float) * (size_t)n * F);
+    c.x = malloc(sizeof(float) * (size_t)n * D);
+    c.h = malloc(sizeof(float) * (size_t)n * D);
+    const size_t nD = (size_t)n * D, nF = (size_t)n * (F > D ? F : D);
+    c.arena = malloc(sizeof(float) * (4 * nD > 2 * nF ? 4 * nD : 2 * nF));
+    if (c.arena) {
+        c.qb = c.arena, c.kb = c.arena + nD, c.vb = c.arena + 2 * nD, c.att = c.arena + 3 * nD;
+        c.ff = c.arena, c.ff2 = c.arena + nF;
+    }
     c.cosv = malloc(sizeof(float) * (size_t)n * half);
     c.sinv = malloc(sizeof(float) * (size_t)n * half);
     c.scores = malloc(sizeof(float) * (size_t)nth * QBLOCK * n);
