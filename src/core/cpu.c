@@ -82,6 +82,23 @@ static void detect_x86(struct omni_cpu_features *f)
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__SSE4_2__)
+/* The binary's floor: the generic code is compiled for x86-64-v2 (or more),
+ * so on an older CPU say so instead of dying on the first SSE4.2 or POPCNT
+ * instruction. This function itself is plain x86-64 and runs before main. */
+__attribute__((constructor(101), target("arch=x86-64"))) static void check_floor(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("sse4.2") || !__builtin_cpu_supports("popcnt")) {
+        static const char msg[] = "omniserve: this CPU lacks SSE4.2/POPCNT (x86-64-v2), the floor of this "
+                                  "build; build with `make NATIVE=1` on it\n";
+        ssize_t n = write(2, msg, sizeof msg - 1);
+        (void)n;
+        _exit(1);
+    }
+}
+#endif
+
 static void detect(void)
 {
 #ifdef OMNI_X86
