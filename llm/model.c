@@ -873,6 +873,8 @@ struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, i
     if (!kv->k || !kv->v)
         goto nomem;
     for (int l = 0; l < hp->n_layer; l++) {
+        if (m->conv_layer && m->conv_layer[l])
+            continue; /* lfm2's conv blocks keep no K/V (their state is below) */
         kv->k[l] = calloc(1, bytes);
         kv->v[l] = calloc(1, bytes);
         if (!kv->k[l] || !kv->v[l])

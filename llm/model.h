@@ -131,7 +131,8 @@ struct llm_kv {
     int kv_dim;              /* n_head_kv * head_dim values per slot */
     /* Layer l, block b, slot s: element offset ((size_t)b * block_size + s) * kv_dim
      * into k[l] / v[l]. Q8_0 stores each slot's kv_dim values as kv_dim / 32
-     * block_q8_0 (src/core/quant.h), so element e lives in block e / 32. */
+     * block_q8_0 (src/core/quant.h), so element e lives in block e / 32.
+     * NULL for layers without attention (lfm2's short-convolution blocks). */
     void **k, **v;
     /* Per-sequence recurrent state (lfm2: the last conv_l_cache - 1 inputs of
      * every conv layer, [n_conv_layer][conv_l_cache - 1][n_embd] floats):

@@ -1118,7 +1118,9 @@ TEST(engine_recurrent_state_lfm2)
     CHECK_EQ(blocks_used_when_idle(e), 0);
     test_release(e);
     const struct llm_hparams *hp = llm_model_hparams(m);
-    const size_t block = (size_t)hp->n_layer * 2 * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+    /* K/V in the 2 attention layers only */
+    const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer) * 2 *
+                         (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
     test_release(m);
     concurrency_identity("lfm2-f32", 6, 24 * block, 4, true);
 }

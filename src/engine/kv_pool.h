@@ -31,8 +31,8 @@ struct llm_kv;
 struct kv_pool;
 
 /* Bytes one block takes for model m with this KV type and block size (K and
- * V, all layers); 0 for an unsupported type (Q8_0 with a kv_dim not a multiple
- * of 32) or overflow. */
+ * V of every layer with attention: lfm2's conv blocks have none); 0 for an
+ * unsupported type (Q8_0 with a kv_dim not a multiple of 32) or overflow. */
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size);
 
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
