@@ -151,7 +151,7 @@ static const char *inspect_ftype_name(uint32_t ft)
         [23] = "MOSTLY_IQ3_XXS", [24] = "MOSTLY_IQ1_S", [25] = "MOSTLY_IQ4_NL",
         [26] = "MOSTLY_IQ3_S", [27] = "MOSTLY_IQ3_M", [28] = "MOSTLY_IQ2_S",
         [29] = "MOSTLY_IQ2_M", [30] = "MOSTLY_IQ4_XS", [31] = "MOSTLY_IQ1_M",
-        [32] = "MOSTLY_BF16",
+        [32] = "MOSTLY_BF16", [36] = "MOSTLY_TQ1_0", [37] = "MOSTLY_TQ2_0", [38] = "MOSTLY_MXFP4_MOE",
     };
     return ft < sizeof names / sizeof names[0] && names[ft] ? names[ft] : "?";
 }
