@@ -153,7 +153,8 @@ static void dec_attn_worker(void *arg, int ith, int nth)
     const float scale = 1.0f / sqrtf((float)dh);
     const int max_keys = nc > hp->n_text_ctx ? nc : hp->n_text_ctx;
     float *sc = j->w->d_scores + (size_t)ith * max_keys;
-    const void *krows[max_keys], *vrows[max_keys]; /* the head's K/V rows, d apart */
+    enum { CHUNK = 256 };
+    const void *rows[CHUNK]; /* a chunk of the head's K or V rows, d apart */
     for (int it = n_items * ith / nth; it < n_items * (ith + 1) / nth; it++) {
         const int t = it / n_head, h = it % n_head;
         const struct whisper_row *r = &j->rows[t];
@@ -163,22 +164,28 @@ static void dec_attn_worker(void *arg, int ith, int nth)
         const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
         const char *K = (const char *)(j->causal ? (const void *)r->s->self_k[r->slot] : r->s->cross_k) + at * esz;
         const char *V = (const char *)(j->causal ? (const void *)r->s->self_v[r->slot] : r->s->cross_v) + at * esz;
-        for (int i = 0; i < n_keys; i++) {
-            krows[i] = K + (size_t)i * d * esz;
-            vrows[i] = V + (size_t)i * d * esz;
-        }
         const float *q = j->q + (size_t)t * d + h * dh;
-        if (f16)
-            op->attn_scores_f16(sc, q, (const uint16_t *const *)krows, n_keys, dh, scale);
-        else
-            op->attn_scores(sc, q, (const float *const *)krows, n_keys, dh, scale);
+        for (int i0 = 0; i0 < n_keys; i0 += CHUNK) {
+            const int n = n_keys - i0 < CHUNK ? n_keys - i0 : CHUNK;
+            for (int i = 0; i < n; i++)
+                rows[i] = K + (size_t)(i0 + i) * d * esz;
+            if (f16)
+                op->attn_scores_f16(sc + i0, q, (const uint16_t *const *)rows, n, dh, scale);
+            else
+                op->attn_scores(sc + i0, q, (const float *const *)rows, n, dh, scale);
+        }
         op->softmax(sc, n_keys);
         float *o = j->out + (size_t)t * d + h * dh;
         memset(o, 0, dh * sizeof(float));
-        if (f16)
-            op->attn_wsum_f16(o, sc, (const uint16_t *const *)vrows, n_keys, dh);
-        else
-            op->attn_wsum(o, sc, (const float *const *)vrows, n_keys, dh);
+        for (int i0 = 0; i0 < n_keys; i0 += CHUNK) {
+            const int n = n_keys - i0 < CHUNK ? n_keys - i0 : CHUNK;
+            for (int i = 0; i < n; i++)
+                rows[i] = V + (size_t)(i0 + i) * d * esz;
+            if (f16)
+                op->attn_wsum_f16(o, sc + i0, (const uint16_t *const *)rows, n, dh);
+            else
+                op->attn_wsum(o, sc + i0, (const float *const *)rows, n, dh);
+        }
     }
 }
 
