@@ -35,7 +35,11 @@ within 0.02, so rounding cannot swap an expert; reference.json records the
 experts each layer chose), smollm3 (NoPE every 4th layer; the published
 template, also rendered with its /think and /no_think flags into
 chat_variants) and lfm2 (short-convolution blocks beside attention; a long
-text as well).
+text as well). gptoss (issue 17): GptOssForCausalLM with attention sinks,
+sliding window 6 on layers 0 and 2 that the texts cross, YaRN, q/k/v/o
+biases, 8 biased experts with 4 per token behind a biased router (the 4th
+and 5th logits kept 0.02 apart over both texts) and gate_up weights wide
+enough to hit the SwiGLU clamp; the published Harmony template.
 
 Weights are drawn larger than the HF initialiser would (norm gains and biases
 away from 1 and 0) so that every term of the forward pass moves the logits.
