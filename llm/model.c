@@ -938,6 +938,19 @@ void llm_kv_copy_state(struct llm_kv *kv, int dst, int src)
 
 bool llm_model_has_state(const struct llm_model *m) { return m->hp.n_conv_layer > 0; }
 
+size_t llm_model_state_floats(const struct llm_model *m)
+{
+    const struct llm_hparams *hp = &m->hp;
+    return hp->n_conv_layer ? (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) * hp->n_embd : 0;
+}
+
+float *llm_kv_state(struct llm_kv *kv, int slot)
+{
+    return kv->state_floats && slot >= 0 && slot < kv->n_state_slots
+               ? kv->state + (size_t)slot * kv->state_floats
+               : NULL;
+}
+
 // ---- per-run context -------------------------------------------------------
 
 /* Per-thread attention scratch, for the n_rep query heads sharing a kv head. */
@@ -1571,6 +1584,9 @@ static void short_conv(struct llm_ctx *ctx, const struct llm_batch *batch, struc
             st[(size_t)(K - 2) * d + c] = bx;
             y[c] = C[c] * acc;
         }
+        if (batch->state_snap && batch->state_snap[t]) /* this layer's part of the snapshot */
+            memcpy(batch->state_snap[t] + (size_t)L->conv_index * (K - 1) * d, st,
+                   (size_t)(K - 1) * d * sizeof(float));
     }
 }
 

@@ -153,6 +153,10 @@ int llm_kv_set_state_slots(struct llm_kv *kv, int n);
 /* Copy slot src's state into slot dst (a forked sequence continues from its
  * parent's state). */
 void llm_kv_copy_state(struct llm_kv *kv, int dst, int src);
+/* Slot `slot`'s state (kv->state_floats floats, writable), or NULL. */
+float *llm_kv_state(struct llm_kv *kv, int slot);
+/* Floats of one sequence's recurrent state (0: none). */
+size_t llm_model_state_floats(const struct llm_model *m);
 /* Whether the model keeps per-sequence recurrent state: a prefix of its K/V
  * blocks alone cannot resume a sequence (no prefix-cache reuse), and the
  * tokens of one sequence must come in order, each batch continuing from
@@ -179,6 +183,11 @@ struct llm_batch {
     /* [number of seqs] recurrent state slot of each sequence (models with
      * state, llm_model_has_state), or NULL: sequence i uses slot i */
     const int32_t *state_slot;
+    /* [n_tokens] or NULL: where non-NULL, a snapshot of the token's sequence
+     * state just after the token (kv->state_floats floats) is written there
+     * - the engine keeps one per full KV block, so a cached prefix resumes
+     * with exact state (llm_kv_state) */
+    float *const *state_snap;
     const bool *want_logits;  /* [n_tokens] or NULL = only the last token */
     /* Embeddings: tokens whose final hidden state (after the output norm) is
      * written to hidden[k][n_embd], k counting flagged tokens in batch order.

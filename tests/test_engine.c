@@ -1078,12 +1078,11 @@ TEST(engine_moe_and_nope_models)
 }
 
 /* lfm2 (per-sequence conv state in the pool's llm_kv) through the engine:
- * greedy == plain forward; n = 3 greedy choices forked from one prompt
- * (the state copied to each child) all give the single choice's tokens; a
- * repeated prompt recomputes instead of resuming from cached blocks (K/V
- * alone cannot restore the state) with the same tokens; 6 sequences
- * preempted and recomputed give their solo tokens; every slot and block
- * comes back. */
+ * greedy == plain forward; a repeated prompt resumes from its cached blocks
+ * and the state snapshot of the last one with the same tokens; n = 3 greedy
+ * choices forked from one prompt (the state copied to each child) all give
+ * the single choice's tokens; 6 sequences preempted and resumed give their
+ * solo tokens; every slot and block comes back. */
 TEST(engine_recurrent_state_lfm2)
 {
     check_matches_plain_forward("lfm2-f32", GGML_TYPE_F16);
@@ -1106,7 +1105,7 @@ TEST(engine_recurrent_state_lfm2)
     CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
     rq.user = &again;
     CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
-    CHECK_EQ(again.usage[0].cached_tokens, 0);
+    CHECK_EQ(again.usage[0].cached_tokens, 32); /* resumed from the block-32 snapshot */
     CHECK(memcmp(again.tok[0], one.tok[0], sizeof one.tok[0]) == 0);
     rq.n = 3;
     rq.user = &three;
@@ -1118,9 +1117,10 @@ TEST(engine_recurrent_state_lfm2)
     CHECK_EQ(blocks_used_when_idle(e), 0);
     test_release(e);
     const struct llm_hparams *hp = llm_model_hparams(m);
-    /* K/V in the 2 attention layers only */
+    /* K/V in the 2 attention layers only, and each block's state snapshot */
     const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer) * 2 *
-                         (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
+                         (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4 +
+                         llm_model_state_floats(m) * sizeof(float);
     test_release(m);
     concurrency_identity("lfm2-f32", 6, 24 * block, 4, true);
 }

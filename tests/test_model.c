@@ -1359,8 +1359,9 @@ TEST(model_moe_decode_reads_chosen_experts)
  * and 51 matches transformers; two sequences interleaved token by token in
  * one batch, each in its own state slot, give their solo logits; a forked
  * sequence (shared full block, state copied with llm_kv_copy_state)
- * continues exactly as its parent; a batch whose tokens of one sequence are
- * out of order, or whose slot does not exist, is refused. */
+ * continues exactly as its parent, and so does one restored from the
+ * snapshot a prefill wrote after its 16th token; a batch whose tokens of one
+ * sequence are out of order, or whose slot does not exist, is refused. */
 TEST(model_lfm2_state)
 {
     char err[512];
@@ -1430,6 +1431,26 @@ TEST(model_lfm2_state)
                             .state_slot = &slot1 };
     CHECK_EQ(llm_forward(ctx, &fb, kv, &fview, out), 1);
     CHECK(test_max_diff(out, g.logits + (size_t)16 * V, V) <= TOL_F32);
+    /* a snapshot after token 15 (llm_batch.state_snap) restores a fresh slot
+     * exactly: the sequence resumes at 16 through the shared first block */
+    float *snap = calloc(kv->state_floats, sizeof(float));
+    float *snaps[16] = { 0 };
+    snaps[15] = snap;
+    int32_t p16[16], z16[16] = { 0 };
+    for (int i = 0; i < 16; i++)
+        p16[i] = i;
+    struct llm_batch sb = { .n_tokens = 16, .token = g.ids, .pos = p16, .seq = z16,
+                            .state_snap = snaps };
+    CHECK_EQ(llm_forward(ctx, &sb, kv, &a.view, out), 1);
+    CHECK(memcmp(snap, llm_kv_state(kv, 0), kv->state_floats * sizeof(float)) == 0);
+    memset(llm_kv_state(kv, 2), 0x7f, kv->state_floats * sizeof(float));
+    memcpy(llm_kv_state(kv, 2), snap, kv->state_floats * sizeof(float));
+    int32_t slot2 = 2;
+    fb.state_slot = &slot2;
+    CHECK_EQ(llm_forward(ctx, &fb, kv, &fview, out), 1);
+    CHECK(test_max_diff(out, g.logits + (size_t)16 * V, V) <= TOL_F32);
+    CHECK(!llm_kv_state(kv, 3));
+    free(snap);
     /* refused: out of order, and a slot that does not exist */
     int32_t bad_pos[2] = { 5, 4 }, zero[2] = { 0, 0 }, big = 3;
     struct llm_batch bad = { .n_tokens = 2, .token = g.ids, .pos = bad_pos, .seq = zero };

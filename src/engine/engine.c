@@ -129,6 +129,7 @@ struct emodel {
     int32_t *state_free;     /* [max_seqs] free slots, a stack */
     int n_state_free;
     int32_t *view_slots;     /* [max_seqs] state slot of each view of a batch */
+    float **b_snap;          /* [max_batch_tokens] where each token's state snapshot goes, or NULL */
     float *logits;           /* [max_seqs][n_vocab] */
 };
 
@@ -408,7 +409,8 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         if (em->has_state) {
             em->state_free = malloc((size_t)S * sizeof(int32_t));
             em->view_slots = malloc((size_t)S * sizeof(int32_t));
-            if (!em->state_free || !em->view_slots ||
+            em->b_snap = calloc((size_t)T, sizeof *em->b_snap);
+            if (!em->state_free || !em->view_slots || !em->b_snap ||
                 llm_kv_set_state_slots(kv_pool_kv(em->pool), S) < 0)
                 return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
             for (int k = 0; k < S; k++)
@@ -492,6 +494,7 @@ void engine_free(struct engine *e)
         free(em->views);
         free(em->state_free);
         free(em->view_slots);
+        free(em->b_snap);
         free(em->logits);
     }
     tpool_free(e->tp);
@@ -955,9 +958,7 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     uint64_t parent = KV_HASH_ROOT;
     /* an embedding pooled over its rows (mean, cls) needs every row computed;
      * last-token pooling needs only the last, like a generation prompt */
-    const bool lookup = (!s->rq->embed || s->rq->pooling == EMBED_POOL_LAST) &&
-                        /* cached K/V alone cannot resume recurrent state: recompute */
-                        !em->has_state;
+    const bool lookup = !s->rq->embed || s->rq->pooling == EMBED_POOL_LAST;
     while (lookup && (hits + 1) * bs <= s->n_tok - 1) {
         const uint64_t h = block_hash(s, hits, bs, parent);
         const int b = kv_pool_lookup(pool, h);
@@ -993,6 +994,11 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
     s->state = SEQ_RUNNING;
     s->admit_order = ++e->admit_counter;
     running_add(em, s);
+    /* recurrent state: resume from the snapshot taken after the last cached block */
+    if (em->has_state && hits)
+        memcpy(llm_kv_state(kv_pool_kv(pool), s->state_slot),
+               kv_pool_block_state(pool, s->blocks[hits - 1]),
+               llm_model_state_floats(em->m) * sizeof(float));
     return ADMIT_OK;
 }
 
@@ -1321,6 +1327,7 @@ static int32_t rope_id(const struct request *r, int p, int axis)
  * rows go to em->logits in item order. */
 static int forward(struct engine *e, struct emodel *em)
 {
+    const int bs = kv_pool_block_size(em->pool);
     int n_tok = 0, n_views = 0, n_rows = 0, n_hid = 0;
     bool rope = false;
     for (int k = 0; k < em->n_items; k++) {
@@ -1342,6 +1349,9 @@ static int forward(struct engine *e, struct emodel *em)
             rope |= r->rope_pos != NULL;
             em->b_seq[n_tok] = n_views;
             em->b_want[n_tok] = !r->embed && p == it->s->n_tok - 1;
+            if (em->has_state) /* the state after a block's last token: its snapshot */
+                em->b_snap[n_tok] = (p + 1) % bs ? NULL
+                                                 : kv_pool_block_state(em->pool, it->s->blocks[p / bs]);
             em->b_hid[n_tok] = r->embed && (r->pooling == EMBED_POOL_MEAN ||
                                             (r->pooling == EMBED_POOL_CLS && p == 0) ||
                                             (r->pooling == EMBED_POOL_LAST && p == it->s->n_tok - 1));
@@ -1362,7 +1372,8 @@ static int forward(struct engine *e, struct emodel *em)
                                .seq = em->b_seq, .want_logits = em->b_want,
                                .want_hidden = n_hid ? em->b_hid : NULL, .hidden = em->hidden,
                                .rope_pos = rope ? em->b_rpos : NULL,
-                               .state_slot = em->has_state ? em->view_slots : NULL };
+                               .state_slot = em->has_state ? em->view_slots : NULL,
+                               .state_snap = em->has_state ? em->b_snap : NULL };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
         if (rc < 0)
             return rc;
@@ -1379,6 +1390,9 @@ static int forward(struct engine *e, struct emodel *em)
             em->b_pos[i] = it->start + i;
             em->b_seq[i] = 0;
             em->b_want[i] = it->start + i == it->s->n_tok - 1;
+            if (em->has_state)
+                em->b_snap[i] = (it->start + i + 1) % bs ? NULL
+                                : kv_pool_block_state(em->pool, it->s->blocks[(it->start + i) / bs]);
             for (int a = 0; a < 3; a++)
                 em->b_rpos[(size_t)a * it->n + i] = rope_id(r, it->start + i, a);
         }
@@ -1388,6 +1402,7 @@ static int forward(struct engine *e, struct emodel *em)
             .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
             .rope_pos = r->rope_pos ? em->b_rpos : NULL,
             .state_slot = em->has_state ? &it->s->state_slot : NULL,
+            .state_snap = em->has_state ? em->b_snap : NULL,
         };
         int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), &view,
                              em->logits + (size_t)n_rows * n_vocab);

@@ -31,6 +31,10 @@ struct kv_pool {
     int32_t lru_head, lru_tail;
     int32_t *bucket;             /* [mask + 1] first block of each chain, -1 if none */
     uint32_t mask;
+    /* models with recurrent state: [n_blocks][state_floats] the state after
+     * each block's last token, written by the forward that fills it */
+    float *snap;
+    size_t state_floats;
 };
 
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
@@ -42,7 +46,9 @@ size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
         /* layers with K/V: not lfm2's short-convolution blocks */
         omni_mul_size(bytes, (size_t)(hp->n_layer - hp->n_conv_layer), &bytes))
         return 0;
-    return bytes;
+    /* plus the block's state snapshot (models with recurrent state) */
+    const size_t snap = llm_model_state_floats(m) * sizeof(float);
+    return bytes + snap < bytes ? 0 : bytes + snap;
 }
 
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
@@ -69,6 +75,15 @@ struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size,
     p->mask = nb - 1;
     p->b = calloc((size_t)n_blocks, sizeof *p->b);
     p->bucket = malloc((size_t)nb * sizeof *p->bucket);
+    p->state_floats = llm_model_state_floats(m);
+    size_t snap_bytes = 0;
+    if (p->state_floats &&
+        (omni_mul_size(p->state_floats * sizeof(float), (size_t)n_blocks, &snap_bytes) ||
+         !(p->snap = calloc(1, snap_bytes)))) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory for %d state snapshots",
+                  n_blocks);
+        goto fail;
+    }
     if (!p->b || !p->bucket) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory for %d blocks", n_blocks);
         goto fail;
@@ -94,7 +109,14 @@ void kv_pool_free(struct kv_pool *p)
     llm_kv_free(p->kv);
     free(p->b);
     free(p->bucket);
+    free(p->snap);
     free(p);
+}
+
+float *kv_pool_block_state(struct kv_pool *p, int block)
+{
+    return p->snap && block >= 0 && block < p->n_blocks ? p->snap + (size_t)block * p->state_floats
+                                                         : NULL;
 }
 
 struct llm_kv *kv_pool_kv(struct kv_pool *p) { return p->kv; }

@@ -64,6 +64,13 @@ int kv_pool_lookup(const struct kv_pool *p, uint64_t hash);
 /* The hash a block is indexed under; false when it is not hashed. */
 bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
 
+/* Models with recurrent state (llm_model_has_state): the snapshot of a
+ * sequence's state after the block's last token (llm_model_state_floats
+ * floats), which the forward filling the block writes (llm_batch.state_snap)
+ * and a sequence resuming after this block's prefix copies into its slot.
+ * NULL for other models. */
+float *kv_pool_block_state(struct kv_pool *p, int block);
+
 /* Copy the first n_slots token slots of every layer's K and V from block src
  * to block dst (copy-on-write of a partially filled block). */
 void kv_pool_copy(struct kv_pool *p, int dst, int src, int n_slots);
