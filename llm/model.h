@@ -158,9 +158,10 @@ float *llm_kv_state(struct llm_kv *kv, int slot);
 /* Floats of one sequence's recurrent state (0: none). */
 size_t llm_model_state_floats(const struct llm_model *m);
 /* Whether the model keeps per-sequence recurrent state: a prefix of its K/V
- * blocks alone cannot resume a sequence (no prefix-cache reuse), and the
- * tokens of one sequence must come in order, each batch continuing from
- * the state the previous one left (position 0 starts from zero state). */
+ * blocks alone cannot resume a sequence (its state must be restored too:
+ * llm_batch.state_snap, llm_kv_state), and the tokens of one sequence must
+ * come in order, each batch continuing from the state the previous one
+ * left (position 0 starts from zero state). */
 bool llm_model_has_state(const struct llm_model *m);
 
 /* Bytes of one token slot of one layer's K (or V): kv_dim values of type.

@@ -12,7 +12,8 @@
  * the pooled vector ends the sequence in its DONE event. Models with
  * per-sequence recurrent state (lfm2's conv state, llm_model_has_state) hold
  * one state slot of the pool's llm_kv per running sequence, copied on fork;
- * their prompts are recomputed rather than resumed from cached blocks. */
+ * each full block keeps the state after its last token (kv_pool_block_state),
+ * which a sequence resuming after that cached prefix copies into its slot. */
 #include "engine.h"
 
 #include "kv_pool.h"

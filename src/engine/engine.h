@@ -7,8 +7,10 @@
  * sampler, detokenizes, applies stop strings and delivers events. A model
  * with per-sequence recurrent state (lfm2) keeps it beside the KV blocks:
  * allocated with the sequence, copied on fork (n > 1), dropped on cancel,
- * finish or preemption (recomputed from the tokens); the prefix cache is
- * not reused for such models.
+ * finish or preemption; every full KV block keeps a snapshot of the state
+ * after its last token, so a cached prefix (or a preempted sequence's
+ * surviving blocks) resumes with exact state. Those blocks are not written
+ * to the on-disk prefix store.
  *
  *   struct engine_params ep = engine_default_params();
  *   struct engine *e = engine_new(&ep, err, sizeof err);
