@@ -190,6 +190,14 @@ static const struct tok_pre tok_pres[] = {
       { "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"
         "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
       false, false },
+    /* o200k (gpt-oss, Phi-4-mini, Llama 4): letters split at case changes,
+     * contractions kept on their word, digits in threes (the tokenizer.json
+     * regex; PCRE2 reads its \p{Lu} classes as they are) */
+    { { "gpt-4o", "llama4" },
+      { "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+        "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+        "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+      false, false },
     { { "gpt-2", "phi-2", "mpt", "olmo", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "exaone4" },
       { TOK_RE_GPT2 }, false, false },
     { { "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva" },
