@@ -17,7 +17,7 @@
  * CPUs), a spinner steals the CPU from the thread whose work it waits for,
  * and both engines on a shared machine collapse. So a spinning thread
  * sched_yield()s every few microseconds, and goes to sleep at once while the
- * kernel reports more runnable threads than this process may use CPUs
+ * kernel reports more runnable threads than the machine has online CPUs
  * (/proc/loadavg's running count, read at most every OMNI_BUSY_CHECK_US). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include "threadpool.h"
@@ -141,12 +141,13 @@ static void futex_wake(uint32_t *addr, uint32_t bitset)
 
 // ---- oversubscription ----------------------------------------------------------
 
-static int n_cpus_allowed(void)
+/* The machine's online CPUs: /proc/loadavg counts the runnable threads of
+ * the whole kernel, so a container's cpuset (where other tenants' threads
+ * do not compete for our CPUs) must not be compared against it. */
+static int n_cpus_online(void)
 {
-    cpu_set_t set;
-    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                        : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? n : 1;
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 /* Runnable threads on the machine from the 4th field of a /proc/loadavg
@@ -170,7 +171,7 @@ static _Atomic int64_t busy_checked_us;
 static atomic_bool busy;
 static int busy_cpus;
 
-/* True while more threads are runnable than this process has CPUs: spinning
+/* True while more threads are runnable than the machine has CPUs: spinning
  * would take a CPU from a thread with work. Re-read at most every
  * OMNI_BUSY_CHECK_US, by whichever spinner gets there first. */
 bool tpool_machine_busy(void)
@@ -182,7 +183,7 @@ bool tpool_machine_busy(void)
         return atomic_load_explicit(&busy, memory_order_relaxed);
     int fd = atomic_load(&busy_fd);
     if (fd == -2) {
-        busy_cpus = n_cpus_allowed();
+        busy_cpus = n_cpus_online();
         int f = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
         int expect = -2;
         if (!atomic_compare_exchange_strong(&busy_fd, &expect, f < 0 ? -1 : f)) {

@@ -66,7 +66,7 @@ void tpool_census_enable(bool on);   /* also resets max */
 void tpool_census_get(struct tpool_census *out);
 
 /* Oversubscription: true while the kernel reports more runnable threads
- * than this process may use CPUs; spinning workers then yield and sleep.
+ * than the machine has online CPUs; spinning workers then yield and sleep.
  * Cached, re-read at most every 2 ms; any thread. */
 bool tpool_machine_busy(void);
 /* The running-thread count of a /proc/loadavg line, -1 when malformed
