@@ -1058,14 +1058,15 @@ TEST(engine_sliding_window_models)
     concurrency_identity("gemma2-f32", 6, 24 * block, 4, true);
 }
 
-/* qwen3moe (experts routed per token) and smollm3 (NoPE layers) through the
- * engine: greedy tokens equal the plain forward; 6 sequences preempted and
- * recomputed in deterministic mode give their solo tokens (the expert
- * products go through the model's batch-invariant matmul). */
+/* qwen3moe (experts routed per token), smollm3 (NoPE layers) and gptoss
+ * (sinks, sliding window, biased experts) through the engine: greedy tokens
+ * equal the plain forward; 6 sequences preempted and recomputed in
+ * deterministic mode give their solo tokens (the expert products go through
+ * the model's batch-invariant matmul). */
 TEST(engine_moe_and_nope_models)
 {
-    static const char *models[] = { "qwen3moe-f32", "smollm3-f32" };
-    for (int k = 0; k < 2 && !test_failed_now(); k++) {
+    static const char *models[] = { "qwen3moe-f32", "smollm3-f32", "gptoss-f32" };
+    for (int k = 0; k < 3 && !test_failed_now(); k++) {
         check_matches_plain_forward(models[k], GGML_TYPE_F16);
         struct llm_model *m = golden(models[k]);
         if (!m)
