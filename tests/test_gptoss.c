@@ -9,6 +9,7 @@
 #include "llm/model.h"
 #include "src/core/ops.h"
 #include "src/core/rope_yarn.h"
+#include "src/core/tensor.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -68,4 +69,46 @@ TEST(gptoss_yarn_matches_transformers)
         llm_model_free(m);
     }
     cJSON_Delete(root);
+}
+
+/* A decoded token of the gptoss fixture multiplies the attention, the router,
+ * 4 of 8 experts per layer and the output: the context's byte counter equals
+ * llm_model_decode_bytes (the expert biases are vectors, not counted), and
+ * 4 experts' three matrices per layer stay unread. */
+TEST(gptoss_decode_reads_chosen_experts)
+{
+    char err[512];
+    struct llm_model *m = llm_model_load(test_golden("gptoss-f32.gguf"), NULL, err, sizeof err);
+    if (!m)
+        SKIP("converted fixture missing (make golden-fixtures)");
+    char *toks = test_read_file(test_fixture("golden/gptoss/tokens.txt"), NULL);
+    CHECK(toks);
+    int32_t ids[64], pos[64], seq[64] = { 0 };
+    int n = 0;
+    char *p = toks, *end;
+    for (long v; n < 64 && (v = strtol(p, &end, 10), end != p); p = end)
+        pos[n] = n, ids[n++] = (int32_t)v;
+    free(toks);
+    CHECK(n > 8);
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    struct llm_ctx *ctx = llm_ctx_new(m, 64, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(m, GGML_TYPE_F32, 16, 4, err, sizeof err);
+    CHECK(ctx && kv);
+    const int32_t table[4] = { 0, 1, 2, 3 };
+    const struct llm_seq_view view = { table, 4 };
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    struct llm_batch prefill = { .n_tokens = n - 1, .token = ids, .pos = pos, .seq = seq };
+    CHECK_EQ(llm_forward(ctx, &prefill, kv, &view, logits), 1);
+    llm_ctx_reset_weight_bytes_read(ctx);
+    struct llm_batch step = { .n_tokens = 1, .token = &ids[n - 1], .pos = &pos[n - 1], .seq = seq };
+    CHECK_EQ(llm_forward(ctx, &step, kv, &view, logits), 1);
+    const uint64_t decode = llm_ctx_weight_bytes_read(ctx);
+    /* one expert's gate, up and down: 3 x [48][64] floats */
+    const uint64_t expert = 3ull * 48 * 64 * 4;
+    CHECK_EQ(decode, (uint64_t)llm_model_decode_bytes(m));
+    CHECK(decode + (uint64_t)hp->n_layer * 4 * expert <= llm_model_weight_bytes(m));
+    free(logits);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    llm_model_free(m);
 }
