@@ -1165,6 +1165,17 @@ TEST(model_arch_bad_files)
         { "lfm2", "conv_f16", { .f16_tensor = "blk.0.shortconv.conv.weight" }, "need f32" },
         { "lfm2", "no_final_norm", { .drop_tensor = "token_embd_norm.weight" },
           "'token_embd_norm.weight' missing" },
+        { "gptoss", "no_sinks", { .drop_tensor = "blk.1.attn_sinks.weight" },
+          "'blk.1.attn_sinks.weight' missing" },
+        { "gptoss", "no_gate_bias", { .drop_tensor = "blk.2.ffn_gate_exps.bias" },
+          "'blk.2.ffn_gate_exps.bias' missing" },
+        { "gptoss", "no_router_bias", { .drop_tensor = "blk.0.ffn_gate_inp.bias" },
+          "'blk.0.ffn_gate_inp.bias' missing" },
+        { "gptoss", "no_ffn_norm", { .drop_tensor = "blk.0.post_attention_norm.weight" },
+          "'blk.0.post_attention_norm.weight' missing" },
+        { "gptoss", "down_bias_f16", { .f16_tensor = "blk.0.ffn_down_exps.bias" }, "need f32" },
+        { "gptoss", "yarn_no_orig", { .drop_key = "gpt-oss.rope.scaling.original_context_length" },
+          "yarn rope scaling needs" },
     };
     char err[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
