@@ -47,12 +47,16 @@ architectures, so files from either converter load the same way:
     4th, as llama.cpp assumes (another no_rope_layers pattern is an error);
   - MistralForCausalLM converts as llama (head_dim may differ from
     hidden/heads: attention.key_length) with attention.sliding_window;
-  - gpt-oss (GptOssForCausalLM with dense F32/BF16/F16 experts, as
-    save_pretrained writes a random or dequantized model; the hub's MXFP4
-    *_blocks/*_scales files are refused): experts.gate_up_proj [E, n_embd,
-    2 ff] with gate and up columns interleaved (gate even, up odd) is
-    transposed and split into ffn_gate_exps / ffn_up_exps, down_proj [E, ff,
-    n_embd] transposed into ffn_down_exps; their biases into
+  - gpt-oss (GptOssForCausalLM): dense F32/BF16/F16 experts as
+    save_pretrained writes a random or dequantized model - experts.gate_up_proj
+    [E, n_embd, 2 ff] with gate and up columns interleaved (gate even, up odd)
+    is transposed and split into ffn_gate_exps / ffn_up_exps, down_proj [E,
+    ff, n_embd] transposed into ffn_down_exps - or the hub's MXFP4 experts
+    (gate_up_proj_blocks [E, 2 ff, n_embd / 32, 16] and _scales [E, 2 ff,
+    n_embd / 32], rows interleaved the same way; down_proj_blocks/_scales),
+    copied as MXFP4 whatever --type says: each 16-byte block's nibbles
+    (values 2j low, 2j + 1 high) reordered to ggml's (j low, j + 16 high)
+    behind its E8M0 scale byte; their biases into
     ffn_{gate,up,down}_exps.bias, the router into ffn_gate_inp.weight/.bias
     (F32), self_attn.sinks into attn_sinks.weight, post_attention_layernorm
     into post_attention_norm (llama.cpp's name for the FFN norm); q/k/v/o
@@ -89,6 +93,8 @@ ARCHITECTURES = {
     "Lfm2ForCausalLM": "lfm2",
     "GptOssForCausalLM": "gpt-oss",
 }
+GGML_MXFP4 = 39  # gpt-oss experts: blocks of 32 FP4 values and an E8M0 scale
+gguf.GGML_TYPES.setdefault(GGML_MXFP4, ("MXFP4", 32, 17))
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7),
               "bf16": (gguf.GGML_BF16, 32)}
 
@@ -124,7 +130,8 @@ def read_json(path, what):
 
 # ---- safetensors ----
 
-SAFETENSORS_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+# U8: gpt-oss's MXFP4 blocks and scales (read raw, never as floats)
+SAFETENSORS_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "U8": ("u1", 1)}
 
 
 class SafetensorsFile:
@@ -166,9 +173,11 @@ class SafetensorsFile:
         self.map = np.memmap(path, dtype=np.uint8, mode="r") if size else None
 
     def load(self, name):
-        """The tensor as float32."""
+        """The tensor as float32 (U8 tensors as they are)."""
         dtype, shape, begin, end = self.tensors[name]
         raw = self.map[self.data_start + begin:self.data_start + end]
+        if dtype == "U8":
+            return np.asarray(raw).reshape(shape)
         npt = SAFETENSORS_DTYPES[dtype][0]
         a = raw.view(npt)
         if dtype == "BF16":
@@ -597,18 +606,19 @@ def gptoss_plan(names, b, p):
     dense experts of one gpt-oss layer: gate_up_proj [E, n_embd, 2 ff] has
     x @ W's layout with gate and up columns interleaved."""
     e = p + "mlp.experts."
-    if e + "gate_up_proj_blocks" in names:
-        raise ConvertError(f"{e}gate_up_proj_blocks: MXFP4-packed experts are not supported "
-                           "(dequantize with transformers first: the dense gate_up_proj is)")
+    mx = e + "gate_up_proj_blocks" in names
+    gu = [("mxfp4", e + "gate_up_proj", k) for k in (0, 1)] if mx else \
+        [("interleaved", e + "gate_up_proj", k) for k in (0, 1)]
+    down = ("mxfp4", e + "down_proj", None) if mx else ("transpose", e + "down_proj")
     return [(b + "attn_sinks.weight", p + "self_attn.sinks", None),
             (b + "post_attention_norm.weight", p + "post_attention_layernorm.weight", None),
             (b + "ffn_gate_inp.weight", p + "mlp.router.weight", None),
             (b + "ffn_gate_inp.bias", p + "mlp.router.bias", None),
-            (b + "ffn_gate_exps.weight", ("interleaved", e + "gate_up_proj", 0), None),
+            (b + "ffn_gate_exps.weight", gu[0], None),
             (b + "ffn_gate_exps.bias", ("interleaved", e + "gate_up_proj_bias", 0), None),
-            (b + "ffn_up_exps.weight", ("interleaved", e + "gate_up_proj", 1), None),
+            (b + "ffn_up_exps.weight", gu[1], None),
             (b + "ffn_up_exps.bias", ("interleaved", e + "gate_up_proj_bias", 1), None),
-            (b + "ffn_down_exps.weight", ("transpose", e + "down_proj"), None),
+            (b + "ffn_down_exps.weight", down, None),
             (b + "ffn_down_exps.bias", e + "down_proj_bias", None)]
 
 
@@ -620,12 +630,21 @@ def source_names(src):
     from parity, of [E, n, 2 ff] as [E, ff, n], or of [E, 2 ff] as [E, ff])."""
     if isinstance(src, str):
         return [src]
+    if src[0] == "mxfp4":
+        return [src[1] + "_blocks", src[1] + "_scales"]
     return src[1] if src[0] == "stack" else [src[1]]
 
 
 def source_shape(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].tensors[src][1]
+    if src[0] == "mxfp4":  # blocks [E, rows, cols / 32, 16]: every other row for gate / up
+        shape = tuple(ckpt[src[1] + "_blocks"].tensors[src[1] + "_blocks"][1])
+        sshape = tuple(ckpt[src[1] + "_scales"].tensors[src[1] + "_scales"][1])
+        if len(shape) != 4 or shape[3] != 16 or sshape != shape[:3] or (src[2] is not None and shape[1] % 2):
+            raise ConvertError(f"tensor '{src[1]}_blocks': shape {list(shape)} with scales "
+                               f"{list(sshape)}, expected [E, rows, cols / 32, 16] and [E, rows, cols / 32]")
+        return (shape[0], shape[1] // (1 if src[2] is None else 2), shape[2] * 32)
     if src[0] in ("transpose", "interleaved"):
         shape = tuple(ckpt[src[1]].tensors[src[1]][1])
         if len(shape) == 3 and (src[0] == "transpose" or shape[2] % 2 == 0):
@@ -653,9 +672,15 @@ def source_shape(ckpt, src):
 
 def source_load(ckpt, src):
     if isinstance(src, str):
-        return ckpt[src].load(src)
+        a = ckpt[src].load(src)
+        if a.dtype == np.uint8:
+            raise ConvertError(f"tensor '{src}': U8 data where weights are expected")
+        return a
     if src[0] == "transpose":
         return np.ascontiguousarray(ckpt[src[1]].load(src[1]).transpose(0, 2, 1))
+    if src[0] == "mxfp4":
+        return mxfp4_ggml(ckpt[src[1] + "_blocks"].load(src[1] + "_blocks"),
+                          ckpt[src[1] + "_scales"].load(src[1] + "_scales"), src[2])
     if src[0] == "interleaved":
         a = ckpt[src[1]].load(src[1])
         if a.ndim == 3:
@@ -667,6 +692,22 @@ def source_load(ckpt, src):
     if src[0] == "stack":
         return np.stack([ckpt[n].load(n) for n in src[1]])
     return np.ascontiguousarray(ckpt[src[1]].load(src[1])[:, src[2]:src[3], :])
+
+
+def mxfp4_ggml(blocks, scales, parity):
+    """OpenAI's MXFP4 ([E, rows, G, 16] bytes, value 2j in byte j's low
+    nibble and 2j + 1 in its high one; [E, rows, G] E8M0 scales) as ggml's
+    block_mxfp4 rows: the scale byte, then 16 bytes holding value j low and
+    j + 16 high. parity 0 / 1 keeps the even / odd rows (gate / up)."""
+    if blocks.dtype != np.uint8 or scales.dtype != np.uint8:
+        raise ConvertError("MXFP4 blocks and scales must be U8")
+    if parity is not None:
+        blocks, scales = blocks[:, parity::2], scales[:, parity::2]
+    codes = np.empty(blocks.shape[:-1] + (32,), np.uint8)
+    codes[..., 0::2] = blocks & 0x0F
+    codes[..., 1::2] = blocks >> 4
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.ascontiguousarray(np.concatenate([scales[..., None], qs], axis=-1))
 
 
 def expected_shape(hp, gname):
@@ -747,8 +788,12 @@ def add_tensors(w, hp, ckpt, ggml_type):
             raise ConvertError(f"{ckpt[first].path}: tensor '{first}': shape {list(shape)}, "
                                f"expected {list(want)} from config.json")
         t = ggml_type
+        if not isinstance(hfname, str) and hfname[0] == "mxfp4":
+            t = GGML_MXFP4  # the hub's gpt-oss experts stay MXFP4, as llama.cpp's converter keeps them
         # the MoE router stays F32, as llama.cpp's converter and quantizer keep it
-        if (len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname
+        if t == GGML_MXFP4:
+            pass
+        elif (len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname
                 or gname.endswith("shortconv.conv.weight") or gname.endswith(".bias")):
             t = gguf.GGML_F32
         elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
@@ -758,6 +803,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
 
         def data(hfname=hfname, perm=perm, t=t, gname=gname):
             a = source_load(ckpt, hfname)
+            if t == GGML_MXFP4:
+                return a.tobytes()
             if perm:
                 a = permute_rope(a, perm)
             if hp.gemma and gname.endswith("norm.weight"):
