@@ -126,8 +126,8 @@ for st in $STT_SHAPES; do
     if [ -n "$BASE" ]; then
         base=$("$BASE" bench-stt -m "$model" --file "$STT_AUDIO" -t "$THREADS" --reps "$REPS" --json 2>/dev/null | tail -1)
     elif [ -n "$WHISPER_CLI" ]; then
-        # whisper.cpp's own timings: encode per run, decode per token
-        base=$(for r in $(seq "$REPS"); do "$WHISPER_CLI" -m "$model" -f "$STT_AUDIO" -t "$THREADS" -np 2>&1; done |
+        # whisper.cpp's own timings (greedy, no temperature fallback): encode per run, decode per token
+        base=$(for r in $(seq "$REPS"); do "$WHISPER_CLI" -m "$model" -f "$STT_AUDIO" -t "$THREADS" -bo 1 -nf 2>&1; done |
             "$PYTHON" -c 'import json, re, statistics, sys
 enc, dec = [], []
 for l in sys.stdin:
