@@ -36,13 +36,18 @@ static bool on_cpu(void) { return !strcmp(backend_name(), "cpu"); }
  * activations where the CPU rounds them to F16 (measured 1.6e-3); q8_0
  * files quantize activations to Q8_0 as the CPU does, but an activation that
  * differs in its last bits can round to the neighbouring integer (measured
- * 2e-7 on llama, qwen2, qwen3 and 1.5e-2, then 2.3e-2 on llama3). */
+ * 2e-7 on llama, qwen2, qwen3 and 1.5e-2, then 2.3e-2 on llama3); the cpu
+ * backend too, see below. */
 static double logprob_tol(const char *path)
 {
-    if (on_cpu())
-        return 5e-3;
+    /* the neighbouring-integer rounding of Q8_0 activations happens on the
+     * cpu backend too: a different summation order (or -O1's contraction
+     * in the sanitizer build) moves an activation's last bits (measured
+     * 2.3e-2 on llama3 in `make asan` at the avx2 level) */
     if (strstr(path, "q8_0"))
         return 3e-2;
+    if (on_cpu())
+        return 5e-3;
     return strstr(path, "f16") ? 1e-2 : 1e-3;
 }
 
