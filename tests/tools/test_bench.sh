@@ -53,7 +53,8 @@ bad() { # bad RC TEXT ARGS...
 }
 bad 2 "-m FILE.gguf is required" -p 8
 bad 2 "an integer in 1.." -m "$f" -p 0
-bad 2 "an integer in 1.." -m "$f" --threads x
+bad 2 "not a thread count or a list like 1,2,4" -m "$f" --threads x
+bad 2 "not a thread count" -m "$f" --threads 0,2
 bad 2 "unknown option" -m "$f" --frobnicate 1
 bad 1 "$TMP/none.gguf" -m "$TMP/none.gguf"
 
