@@ -30,16 +30,7 @@ enum { MODELS_DEFAULT_CTX = 8192, MODELS_WALK_DEPTH = 6 };
 
 uint64_t models_ram_bytes(void)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
+    return omni_meminfo_bytes("MemTotal");
 }
 
 static bool type_supported(int type)

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 const char *omni_strerror(int err)
@@ -76,4 +77,19 @@ void omni_log(enum omni_log_level level, const char *fmt, ...)
     fputc('\n', stderr);
     pthread_mutex_unlock(&log_lock);
     va_end(ap);
+}
+
+uint64_t omni_meminfo_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    const size_t n = strlen(key);
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':' && sscanf(line + n + 1, "%llu", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
 }

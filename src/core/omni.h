@@ -48,6 +48,9 @@ int omni_reserve(char **buf, size_t *cap, size_t need);
 
 /* Monotonic time in seconds. */
 double omni_time_s(void);
+/* A line of /proc/meminfo in bytes (key "MemTotal", "MemAvailable", ...);
+ * 0 when unknown. */
+uint64_t omni_meminfo_bytes(const char *key);
 
 /* Logging to stderr; level names the severity. Thread-safe. */
 enum omni_log_level { OMNI_LOG_DEBUG, OMNI_LOG_INFO, OMNI_LOG_WARN, OMNI_LOG_ERROR };

@@ -304,21 +304,6 @@ struct llm_model *engine_model(const struct engine *e, int model)
     return model >= 0 && model < e->n_models ? e->models[model].m : NULL;
 }
 
-/* MemAvailable from /proc/meminfo in bytes, 0 when unknown. */
-static size_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (size_t)kb * 1024;
-}
-
 /* Blocks per model: the budget is shared so that every model holds the
  * same number of tokens. Default budget: half of what is available after
  * the weights, and no more than two full contexts per running sequence. */
@@ -348,7 +333,7 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
     if (budget) {
         blocks = budget / per_block;
     } else {
-        size_t avail = mem_available();
+        size_t avail = (size_t)omni_meminfo_bytes("MemAvailable");
         avail = avail > weights ? avail - weights : 0;
         blocks = avail / 2 / per_block;
         if (blocks > want)
