@@ -597,7 +597,8 @@ int dac_stream_push(struct dac_stream *s, struct tpool *tp, const int32_t *codes
         s->codes = c;
         s->cap_frames = cap;
     }
-    memcpy(s->codes + s->n_kept * s->n_q, codes, (size_t)n_frames * s->n_q * sizeof *codes);
+    if (n_frames > 0) /* codes may be NULL when no frame comes */
+        memcpy(s->codes + s->n_kept * s->n_q, codes, (size_t)n_frames * s->n_q * sizeof *codes);
     s->n_kept += n_frames;
     size_t n = 0;
     for (;;) {
@@ -684,13 +685,14 @@ int dac_decode(const struct dac_model *m, struct tpool *tp, const int32_t *codes
         if (!rc)
             rc = dac_stream_push(s, tp, fm, (int)n_frames, &chunk, &k, err, errlen);
         if (!rc) {
-            memcpy(pcm, chunk, (size_t)k * sizeof(float));
+            if (k > 0) /* chunk is NULL while nothing is ready */
+                memcpy(pcm, chunk, (size_t)k * sizeof(float));
             got = k;
             rc = dac_stream_finish(s, tp, &chunk, &k, err, errlen);
         }
-        if (!rc && got + k == n)
+        if (!rc && got + k == n && k > 0)
             memcpy(pcm + got, chunk, (size_t)k * sizeof(float));
-        else if (!rc)
+        else if (!rc && got + k != n)
             rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: stream gave %lld samples, not "
                            "%lld", (long long)(got + k), (long long)n);
         dac_stream_free(s);
