@@ -213,7 +213,8 @@ int cli_codec_decode(int argc, char **argv)
                 snprintf(err, sizeof err, "stream gave more than %lld samples", (long long)want);
                 goto fail;
             }
-            memcpy(pcm + n, part, (size_t)k * sizeof *pcm);
+            if (k > 0)
+                memcpy(pcm + n, part, (size_t)k * sizeof *pcm);
             n += k;
         }
     }
