@@ -40,6 +40,10 @@ sliding window 6 on layers 0 and 2 that the texts cross, YaRN, q/k/v/o
 biases, 8 biased experts with 4 per token behind a biased router (the 4th
 and 5th logits kept 0.02 apart over both texts) and gate_up weights wide
 enough to hit the SwiGLU clamp; the published Harmony template.
+qwen3next and qwen35 (issue 17): hybrid Gated DeltaNet / gated attention
+models (Qwen3NextForCausalLM with experts and a gated shared expert;
+Qwen3_5ForCausalLM, dense, when the installed transformers has it), F32, a
+long text as well.
 
 Weights are drawn larger than the HF initialiser would (norm gains and biases
 away from 1 and 0) so that every term of the forward pass moves the logits.
@@ -465,6 +469,78 @@ def gptoss_randomize(model, gen):
                 p.copy_(0.8 * torch.randn(p.shape, generator=gen))
 
 
+# Qwen3-Next / Qwen3.5 in small (issue 17): Gated DeltaNet layers (conv
+# kernel 4, 2 key heads of 16, 4 value heads of 16: two value heads share a
+# key head) beside gated full-attention layers (layers 1 and 3: q/k norms,
+# head_dim 32 of a 64-wide model, rotary on a quarter of it, sigmoid output
+# gate). qwen3next: 8 experts of 32, 2 per token, renormalised, plus a
+# shared expert of 48 behind a sigmoid gate. qwen35: a dense SwiGLU FFN and
+# the interleaved M-RoPE sections of Qwen3.5 (equal for text positions).
+NEXT_LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+NEXT_DIMS = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=32, max_position_embeddings=128, initializer_range=0.1,
+                 rms_norm_eps=1e-6, linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                 linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                 tie_word_embeddings=False, layer_types=NEXT_LAYERS)
+
+
+def next_cfgs(cls_name, rope, **kw):
+    """Config candidates: rope_parameters (transformers 5) or the older keys."""
+    cls = getattr(transformers, cls_name, None)
+    if cls is None:
+        raise RuntimeError(f"transformers {transformers.__version__} has no {cls_name}")
+    return [lambda: cls(rope_parameters=dict(rope), **kw),
+            lambda: cls(rope_theta=rope["rope_theta"],
+                        partial_rotary_factor=rope["partial_rotary_factor"], **kw)]
+
+
+def case_qwen3next():
+    tok, fast = qwen_tok()
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}
+    kw = dict(NEXT_DIMS, vocab_size=n, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
+              moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+              decoder_sparse_step=1, mlp_only_layers=[],
+              eos_token_id=tok.token_to_id("<|im_end|>"))
+    if getattr(transformers, "Qwen3NextForCausalLM", None) is None:
+        raise RuntimeError(f"transformers {transformers.__version__} has no Qwen3NextForCausalLM")
+    return dict(cls=transformers.Qwen3NextForCausalLM, cfg=None,
+                cfgs=next_cfgs("Qwen3NextConfig", rope, **kw), tok=fast,
+                template=CHATML_TEMPLATE, tok_config={"add_bos_token": False},
+                dtype=torch.float32, shard=None, long_text=TEXT_LONG, min_routing_margin=0.02,
+                extra_randomize=next_randomize)
+
+
+def case_qwen35():
+    tok, fast = qwen_tok()
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [2, 1, 1], "mrope_interleaved": True}
+    kw = dict(NEXT_DIMS, vocab_size=n, intermediate_size=96,
+              eos_token_id=tok.token_to_id("<|im_end|>"))
+    cls = getattr(transformers, "Qwen3_5ForCausalLM", None)
+    if cls is None:
+        raise RuntimeError(f"transformers {transformers.__version__} has no Qwen3_5ForCausalLM")
+    return dict(cls=cls, cfg=None, cfgs=next_cfgs("Qwen3_5TextConfig", rope, **kw), tok=fast,
+                template=published_template("qwen3.5.jinja"), tok_config={"add_bos_token": False},
+                dtype=torch.float32, shard=None, long_text=TEXT_LONG,
+                extra_randomize=next_randomize)
+
+
+def next_randomize(model, gen):
+    """Gated DeltaNet: decays of different speeds per value head (A_log and
+    dt_bias spread), conv kernels and the gated norm away from their
+    initial values, so that the state carries information over many tokens."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.linspace(-2.0, 0.5, p.numel()).reshape(p.shape))
+            elif name.endswith("dt_bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(0.4 * torch.randn(p.shape, generator=gen))
+
+
 # SmolLM3's reasoning switches: enable_thinking, and the /think and /no_think
 # flags of the system message, which override it.
 SMOLLM3_VARIANTS = [
@@ -481,7 +557,7 @@ SMOLLM3_VARIANTS = [
 CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3,
          "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral,
          "qwen3moe": case_qwen3moe, "smollm3": case_smollm3, "lfm2": case_lfm2,
-         "gptoss": case_gptoss}
+         "gptoss": case_gptoss, "qwen3next": case_qwen3next, "qwen35": case_qwen35}
 
 
 
