@@ -24,7 +24,10 @@ OUT/<case>/ with:
 
 Cases: llava (CLIP ViT, quick_gelu, 112 px / patch 14, 2-layer GELU MLP,
 feature layer -2) and idefics3 (SigLIP, 64 px / patch 8, pixel shuffle 2,
-linear connector, image split into 2x2 tiles plus a global view).
+linear connector, image split into 2x2 tiles plus a global view), qwen2_5_vl
+and gemma3 (SigLIP 224 px / patch 14, 4x4 average pool to 16 tokens, soft-
+embedding RMSNorm + projection; 6-layer Gemma 3 text model whose image
+tokens attend to each other both ways; greedy tokens and top-5 logprobs).
 The reference runs in float32 on the bfloat16-rounded weights.
 """
 import argparse
@@ -474,6 +477,171 @@ def build_qwen(out, image_path, seed):
           f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
 
 
+# ---- Gemma 3 (SigLIP at a fixed size, 4x4 average pool, soft-embedding norm,
+# bidirectional attention over each image's tokens in the causal LM) ----
+
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
+                  "<end_of_image>", "<image_soft_token>"]
+GEMMA_SIZE, GEMMA_PATCH, GEMMA_TOKENS = 224, 14, 16   # 16x16 patches pooled 4x4 -> 16 tokens
+GEMMA_WINDOW = 8                                      # shorter than an image: the OR of the masks shows
+# The prompt as Gemma3Processor makes it: the chat template writes
+# <start_of_image> for the image part, the processor expands it to
+# "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n".
+GEMMA_RENDERED = "<start_of_turn>user\n<start_of_image>What is this?<end_of_turn>\n<start_of_turn>model\n"
+
+
+def build_gemma3(out, image_path, seed):
+    """Gemma3ForConditionalGeneration: SigLIP 224 px / patch 14 (2 layers),
+    mm_tokens_per_image 16 (avg pool 4), text 6 layers (5 sliding, window 8
+    shorter than the image's 16 tokens, then 1 global)."""
+    import torch
+    import transformers
+    from PIL import Image
+    name = "gemma3"
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tok = make_golden_bytelevel(GEMMA_SPECIALS)
+    from transformers import PreTrainedTokenizerFast
+    ids_of = {t: tok.token_to_id(t) for t in GEMMA_SPECIALS}
+    from tokenizers import processors
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", ids_of["<bos>"])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>")
+    vocab = (tok.get_vocab_size() + 31) // 32 * 32
+    vcfg = transformers.SiglipVisionConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                           num_attention_heads=3, num_channels=3, image_size=GEMMA_SIZE,
+                                           patch_size=GEMMA_PATCH, hidden_act="gelu_pytorch_tanh",
+                                           layer_norm_eps=1e-6, vision_use_head=False)
+    kw = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+              max_position_embeddings=512, initializer_range=0.1, rms_norm_eps=1e-6,
+              hidden_activation="gelu_pytorch_tanh", sliding_window=GEMMA_WINDOW,
+              pad_token_id=ids_of["<pad>"], bos_token_id=ids_of["<bos>"], eos_token_id=ids_of["<eos>"],
+              tie_word_embeddings=True)
+    try:
+        tcfg = transformers.Gemma3TextConfig(
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}, **kw)
+    except (TypeError, ValueError, KeyError):
+        tcfg = transformers.Gemma3TextConfig(rope_theta=1000000.0, rope_local_base_freq=10000.0, **kw)
+    cfg = transformers.Gemma3Config(text_config=tcfg, vision_config=vcfg, mm_tokens_per_image=GEMMA_TOKENS,
+                                    boi_token_index=ids_of["<start_of_image>"],
+                                    eoi_token_index=ids_of["<end_of_image>"],
+                                    image_token_index=ids_of["<image_soft_token>"])
+    try:
+        cfg.image_token_id = ids_of["<image_soft_token>"]
+    except AttributeError:  # a read-only alias of image_token_index
+        pass
+    cfg._attn_implementation = "eager"
+    for sub in ("vision_config", "text_config"):
+        try:
+            getattr(cfg, sub)._attn_implementation = "eager"
+        except AttributeError:
+            pass
+    torch.manual_seed(seed)
+    model = transformers.Gemma3ForConditionalGeneration(cfg).float().eval()
+    gen_ = torch.Generator().manual_seed(seed + 1)
+    randomize(model, gen_)
+    with torch.no_grad():
+        # the projector starts at zero (and its norm at 0 = gain 1): draw both
+        mp = submodule(model, "model.multi_modal_projector", "multi_modal_projector")
+        mp.mm_input_projection_weight.copy_(0.15 * torch.randn(mp.mm_input_projection_weight.shape,
+                                                               generator=gen_))
+        mp.mm_soft_emb_norm.weight.copy_(0.3 * torch.randn(mp.mm_soft_emb_norm.weight.shape, generator=gen_))
+        for n_, p in model.named_parameters():  # Gemma RMSNorm gains are (1 + w): centre w on 0
+            if p.dim() == 1 and "norm" in n_ and "vision_tower" not in n_ and "mm_soft_emb_norm" not in n_:
+                p.sub_(1.0)
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+    image = Image.open(image_path).convert("RGB")
+    ip = pil_processor("Gemma3ImageProcessor")(
+        do_resize=True, size={"height": GEMMA_SIZE, "width": GEMMA_SIZE}, resample=Image.BILINEAR,
+        do_rescale=True, rescale_factor=1 / 255, do_normalize=True, image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5], do_convert_rgb=True, do_pan_and_scan=False)
+    pv = ip(images=[image], return_tensors="pt")["pixel_values"].float()
+    seq = ("\n\n<start_of_image>" + "<image_soft_token>" * GEMMA_TOKENS + "<end_of_image>\n\n")
+    text = "<bos>" + GEMMA_RENDERED.replace("<start_of_image>", seq)
+    ids = tok.encode(text, add_special_tokens=False).ids
+    image_id = ids_of["<image_soft_token>"]
+    n_image_tokens = sum(1 for i in ids if i == image_id)
+    assert n_image_tokens == GEMMA_TOKENS, n_image_tokens
+    input_ids = torch.tensor([ids])
+
+    def run(ids_t, bidirectional=True):
+        tt = (ids_t == image_id).long()
+        kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pv, use_cache=False)
+        if bidirectional:
+            kw["token_type_ids"] = tt
+        return model(**kw)
+
+    with torch.no_grad():
+        vt = submodule(model, "model.vision_tower", "vision_tower")
+        feats = vt(pixel_values=pv).last_hidden_state
+        emb = mp(feats)
+        emb = emb.reshape(-1, emb.shape[-1])
+        logits = run(input_ids).logits[0].float()
+        causal = run(input_ids, False).logits[0].float()
+        bidir_diff = float((logits - causal).abs().max())
+        # the fusion recipe the C side uses: scaled token embeddings with the
+        # image rows substituted (not scaled), through the model with the mask
+        x = model.get_input_embeddings()(input_ids)[0].clone()
+        x[input_ids[0] == image_id] = emb
+        fused = model(inputs_embeds=x[None], token_type_ids=(input_ids == image_id).long(),
+                      attention_mask=torch.ones_like(input_ids), use_cache=False).logits[0].float()
+        fuse_diff = float((fused - logits).abs().max())
+        if fuse_diff > 1e-4:
+            raise RuntimeError(f"gemma3: fused-embedding logits differ by {fuse_diff}")
+        gen, top_ids, top_lp = [], [], []
+        cur = input_ids
+        for _ in range(6):
+            lo = run(cur).logits[0, -1].float()
+            lp = torch.log_softmax(lo, -1)
+            t5 = torch.topk(lp, 5)
+            top_ids.append(t5.indices.tolist())
+            top_lp.append(t5.values.tolist())
+            nxt = int(lo.argmax())
+            gen.append(nxt)
+            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+
+    model.to(torch.bfloat16).save_pretrained(d)
+    ip.save_pretrained(d)
+    fast.chat_template = ("{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + "
+                          "m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
+                          "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}")
+    fast.save_pretrained(d)
+    tcp = os.path.join(d, "tokenizer_config.json")
+    with open(tcp) as f:
+        tc = json.load(f)
+    tc.update({"add_bos_token": True, "add_eos_token": False})
+    with open(tcp, "w") as f:
+        json.dump(tc, f, indent=1)
+    save_f32(os.path.join(d, "pixels.bin"), pv)
+    save_f32(os.path.join(d, "features.bin"), feats)
+    save_f32(os.path.join(d, "embeddings.bin"), emb)
+    save_f32(os.path.join(d, "logits.bin"), logits)
+    ref = {"case": name, "rendered": GEMMA_RENDERED, "text": text, "ids": ids, "n_tokens": len(ids),
+           "image_token_id": image_id, "special_ids": ids_of, "n_image_tokens": n_image_tokens,
+           "image_span": [ids.index(image_id), ids.index(image_id) + n_image_tokens - 1],
+           "sliding_window": GEMMA_WINDOW,
+           "pixels_shape": list(pv.shape), "features_shape": list(feats.shape),
+           "embeddings_shape": list(emb.shape), "vocab_size": int(logits.shape[-1]),
+           "fused_logits_max_diff": fuse_diff, "bidirectional_vs_causal_max_diff": bidir_diff,
+           "greedy": gen, "greedy_text": fast.decode(gen), "top5_ids": top_ids, "top5_logprobs": top_lp,
+           "seed": seed, "torch": torch.__version__, "transformers": transformers.__version__,
+           "image_processor": type(ip).__name__,
+           "features_abs_max": float(feats.abs().max()), "embeddings_std": float(emb.std()),
+           "logits_std": float(logits.std())}
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    print(f"{name}: {len(ids)} tokens ({n_image_tokens} image), bidirectional vs causal {bidir_diff:.3g}, "
+          f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
+
+
 def make_golden_bytelevel(specials):
     import make_golden  # tools/make_golden.py: the byte-level BPE builder
     return make_golden.bytelevel_tokenizer(60, make_golden.QWEN2_RE, specials)
@@ -485,7 +653,7 @@ def main():
     ap.add_argument("--image", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "..", "tests", "fixtures", "vision", "image.png"))
     ap.add_argument("--image-only", metavar="PNG", help="only write the test picture")
-    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl"])
+    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl", "gemma3"])
     args = ap.parse_args()
     if args.image_only:
         write_png(args.image_only, test_image())
@@ -500,10 +668,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     shutil.copy(args.image, os.path.join(args.out, "image.png"))
     failed = []
-    for name in args.case or list(CASES) + ["qwen2_5_vl"]:
+    for name in args.case or list(CASES) + ["qwen2_5_vl", "gemma3"]:
         try:
             if name == "qwen2_5_vl":
                 build_qwen(args.out, args.image, seed=5678)
+                continue
+            if name == "gemma3":
+                build_gemma3(args.out, args.image, seed=6789)
                 continue
             build(name, args.out, args.image, seed=4321 + 10 * list(CASES).index(name))
         except Exception as e:  # report every case, then fail
