@@ -562,6 +562,10 @@ def build_gemma3(out, image_path, seed):
         do_rescale=True, rescale_factor=1 / 255, do_normalize=True, image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5], do_convert_rgb=True, do_pan_and_scan=False)
     pv = ip(images=[image], return_tensors="pt")["pixel_values"].float()
+    # what the C side computes: Pillow's 8-bit bilinear resize, x / 255, (x - 0.5) / 0.5
+    pil = np.asarray(image.resize((GEMMA_SIZE, GEMMA_SIZE), Image.BILINEAR), dtype=np.float32)
+    pil = ((pil.astype(np.float64) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)[None]
+    pil_diff = float(np.abs(pil - pv.numpy()).max())
     seq = ("\n\n<start_of_image>" + "<image_soft_token>" * GEMMA_TOKENS + "<end_of_image>\n\n")
     text = "<bos>" + GEMMA_RENDERED.replace("<start_of_image>", seq)
     ids = tok.encode(text, add_special_tokens=False).ids
@@ -606,8 +610,11 @@ def build_gemma3(out, image_path, seed):
             gen.append(nxt)
             cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
 
+    tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     model.to(torch.bfloat16).save_pretrained(d)
     ip.save_pretrained(d)
+    if pil_diff > 1e-6:
+        np.asarray(pil, dtype="<f4").tofile(os.path.join(d, "pixels_pil.bin"))
     fast.chat_template = ("{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + "
                           "m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
                           "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}")
@@ -625,7 +632,7 @@ def build_gemma3(out, image_path, seed):
     ref = {"case": name, "rendered": GEMMA_RENDERED, "text": text, "ids": ids, "n_tokens": len(ids),
            "image_token_id": image_id, "special_ids": ids_of, "n_image_tokens": n_image_tokens,
            "image_span": [ids.index(image_id), ids.index(image_id) + n_image_tokens - 1],
-           "sliding_window": GEMMA_WINDOW,
+           "sliding_window": GEMMA_WINDOW, "tied_output": tied, "pixels_vs_pillow_max_diff": pil_diff,
            "pixels_shape": list(pv.shape), "features_shape": list(feats.shape),
            "embeddings_shape": list(emb.shape), "vocab_size": int(logits.shape[-1]),
            "fused_logits_max_diff": fuse_diff, "bidirectional_vs_causal_max_diff": bidir_diff,
