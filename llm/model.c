@@ -442,6 +442,9 @@ static int load_hparams(struct loader *ld)
         return rc;
     /* partial rotary (rope.dimension_count < head_dim) only where the family has it */
     hp->n_rot = rope_dim ? rope_dim : hp->head_dim;
+    /* Gemma 3's image tokens attend to each other both ways (transformers'
+     * token_type_ids mask; llama.cpp decodes an image non-causally) */
+    hp->embd_bidirectional = hp->arch == LLM_ARCH_GEMMA3;
     if (hp->arch == LLM_ARCH_QWEN2VL && (rc = get_rope_sections(ld, hp)) < 0)
         return rc;
     const bool partial_ok = hp->arch == LLM_ARCH_PHI3;
@@ -1179,6 +1182,21 @@ static int attn_first_key(const struct attn_job *j, int pos)
     return j->ctx->m->layers[j->layer].swa && pos >= n_swa ? pos - n_swa + 1 : 0;
 }
 
+/* Keys token t (at pos) sees: *first .. the returned last. Inside a
+ * bidirectional span the causal (windowed) range [first_key, pos] is
+ * OR'ed with the span [s0, s1] (transformers' or_mask for Gemma 3's image
+ * tokens); as s0 <= pos <= s1 the union is [min(first_key, s0), s1]. */
+static int attn_keys(const struct attn_job *j, int t, int pos, int *first)
+{
+    *first = attn_first_key(j, pos);
+    const struct llm_batch *b = j->batch;
+    if (!b->span_last || b->span_last[t] < 0)
+        return pos;
+    if (b->span_first[t] < *first)
+        *first = b->span_first[t];
+    return b->span_last[t];
+}
+
 /* gpt-oss: head h's sink logit joins the softmax denominator as exp(sink -
  * max), max being the running maximum the sums were taken against; it
  * takes probability from every key without adding a value. 0 elsewhere. */
@@ -1218,8 +1236,10 @@ static void attn_worker(void *arg, int ith, int nth)
             s->sum[r] = 0.0f;
             memset(s->acc + (size_t)r * hd, 0, (size_t)hd * sizeof(float));
         }
-        for (int j0 = attn_first_key(j, pos); j0 <= pos; j0 += ATTN_CHUNK) {
-            const int n = pos + 1 - j0 < ATTN_CHUNK ? pos + 1 - j0 : ATTN_CHUNK;
+        int first;
+        const int last = attn_keys(j, t, pos, &first);
+        for (int j0 = first; j0 <= last; j0 += ATTN_CHUNK) {
+            const int n = last + 1 - j0 < ATTN_CHUNK ? last + 1 - j0 : ATTN_CHUNK;
             kv_rows(j, kv->k[j->layer], sv, j0, n, kvh * hd, hd, s->k, krows);
             kv_rows(j, kv->v[j->layer], sv, j0, n, kvh * hd, hd, s->v, vrows);
             for (int r = 0; r < j->group; r++) {
@@ -1290,7 +1310,15 @@ static void attn_block_worker(void *arg, int ith, int nth)
     for (int64_t item = ith; item < n_items; item += nth) {
         const struct attn_block *b = &j->blocks[item / hp->n_head_kv];
         const int kvh = (int)(item % hp->n_head_kv), rows = b->n * n_rep;
-        const int p0 = j->batch->pos[b->t0], p_last = p0 + b->n - 1;
+        const int p0 = j->batch->pos[b->t0];
+        /* the block's key range: the union of its rows' (spans widen it) */
+        int k_first = attn_first_key(j, p0), p_last = p0 + b->n - 1;
+        for (int i = 0; j->batch->span_last && i < b->n; i++) {
+            int f;
+            const int l = attn_keys(j, b->t0 + i, p0 + i, &f);
+            k_first = f < k_first ? f : k_first;
+            p_last = l > p_last ? l : p_last;
+        }
         const struct llm_seq_view *sv = &j->seqs[j->batch->seq[b->t0]];
         /* row i * n_rep + r: token t0 + i, query head kvh * n_rep + r */
         for (int i = 0; i < b->n; i++) {
@@ -1302,7 +1330,7 @@ static void attn_block_worker(void *arg, int ith, int nth)
         for (int r = 0; r < rows; r++)
             s->bmax[r] = -INFINITY, s->bsum[r] = 0.0f;
         memset(s->bacc, 0, (size_t)rows * hd * sizeof(float));
-        for (int j0 = attn_first_key(j, p0); j0 <= p_last; j0 += ATTN_KBLOCK) {
+        for (int j0 = k_first; j0 <= p_last; j0 += ATTN_KBLOCK) {
             const int nk = p_last + 1 - j0 < ATTN_KBLOCK ? p_last + 1 - j0 : ATTN_KBLOCK;
             kv_chunk(j, j->kv->k[j->layer], sv, j0, nk, kvh * hd, hd, s->bk);
             kv_chunk(j, j->kv->v[j->layer], sv, j0, nk, kvh * hd, hd, s->bv);
@@ -1310,10 +1338,12 @@ static void attn_block_worker(void *arg, int ith, int nth)
                         0.0f, s->bs, ATTN_KBLOCK);
             for (int r = 0; r < rows; r++) {
                 float *sc = s->bs + (size_t)r * ATTN_KBLOCK;
-                const int visible = p0 + r / n_rep + 1 - j0; /* keys up to the row's position */
+                int row_first;
+                const int row_last = attn_keys(j, b->t0 + r / n_rep, p0 + r / n_rep, &row_first);
+                const int visible = row_last + 1 - j0; /* keys up to the row's position (span end) */
                 const int nv = visible < nk ? visible : nk;
                 /* keys [a, nv) of the chunk are in the row's window */
-                const int first = attn_first_key(j, p0 + r / n_rep) - j0, a = first > 0 ? first : 0;
+                const int first = row_first - j0, a = first > 0 ? first : 0;
                 if (nv <= a) { /* all in this row's future or past its window */
                     memset(sc, 0, (size_t)nk * sizeof(float));
                     continue;
@@ -1605,8 +1635,13 @@ static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
             return OMNI_ERR_ARG;
         if (b->pos[i] < 0 || b->seq[i] < 0)
             return OMNI_ERR_ARG;
+        /* a bidirectional span holds the token; its keys are in the table */
+        const bool span = b->span_last && b->span_last[i] >= 0;
+        if (b->span_last && (!b->span_first || (span && (b->span_first[i] < 0 ||
+                             b->span_first[i] > b->pos[i] || b->span_last[i] < b->pos[i]))))
+            return OMNI_ERR_ARG;
         const struct llm_seq_view *sv = &seqs[b->seq[i]];
-        const int last_block = b->pos[i] / kv->block_size;
+        const int last_block = (span ? b->span_last[i] : b->pos[i]) / kv->block_size;
         if (!sv->block_table || last_block >= sv->n_blocks)
             return OMNI_ERR_LIMIT;
         for (int blk = 0; blk <= last_block; blk++)
@@ -1636,6 +1671,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     int rc = check_batch(ctx, batch, kv, seqs);
     if (rc < 0)
         return rc;
+    if (ctx->dev_forward && batch->span_last) /* device forwards are causal only */
+        return OMNI_ERR_UNSUPPORTED;
     if (ctx->dev_forward)
         return ctx->dev_forward(ctx->dev_impl, batch, kv, seqs, logits);
     const struct llm_model *m = ctx->m;

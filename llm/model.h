@@ -81,6 +81,8 @@ struct llm_hparams {
     float rope_theta_swa;    /* rope base of the sliding layers (gemma3 local: 10000) */
     float attn_scale;        /* query scale: attention.scale or 1/sqrt(head_dim) */
     float attn_softcap;      /* scores -> cap * tanh(score / cap) (gemma2; 0 none) */
+    bool embd_bidirectional; /* multimodal embedding runs (images) attend to each other both
+                                ways: llm_batch.span_* (gemma3) */
     float final_softcap;     /* logits -> cap * tanh(logit / cap) (gemma2; 0 none) */
     bool rope_longrope;      /* phi3 LongRoPE: rope_factors_{short,long} */
     bool rope_long;          /* the long factors are in use (n_ctx > rope_orig_ctx) */
@@ -198,6 +200,13 @@ struct llm_batch {
     /* qwen2vl M-RoPE: [3][n_tokens] temporal, height, width rotary positions
      * (images advance them by grid, not by token); NULL = pos for all three */
     const int32_t *rope_pos;
+    /* Bidirectional spans (gemma3: the rows of one image see each other both
+     * ways): [n_tokens] each, or NULL. Where span_last[t] >= 0, token t
+     * attends as usual (causal, within the window) or to positions
+     * span_first[t] .. span_last[t] of its sequence, span_first[t] <= pos[t]
+     * <= span_last[t]; every position up to span_last[t] must have its K/V
+     * (an earlier batch or this one). Not on device forwards. */
+    const int32_t *span_first, *span_last;
 };
 
 /* Per-run scratch: buffers for up to max_tokens tokens per forward. */
