@@ -35,6 +35,12 @@ clip.vision.n_wa_pattern (fullatt_block_indexes[0] + 1, evenly spaced),
 plus clip.vision.spatial_merge_size, window_size and image_min_pixels /
 image_max_pixels from the processor (llama.cpp reads the last two when
 present).
+Gemma3ForConditionalGeneration becomes clip.projector_type "gemma3" (the
+SigLIP tower as above, mm.input_projection.weight = the projector's
+[vision width, text width] matrix as it is, mm.soft_emb_norm.weight = the
+Gemma RMSNorm gain plus one, clip.vision.projector.scale_factor = the
+average pool's kernel); --lm writes its text model as the gemma3
+architecture.
 --lm writes the language model (Llama text config) through hf_to_gguf.py.
 """
 import argparse
@@ -52,6 +58,7 @@ import hf_to_gguf  # noqa: E402
 from hf_to_gguf import ConvertError, open_checkpoint, read_json  # noqa: E402
 
 FAMILIES = {"LlavaForConditionalGeneration": "llava",
+            "Gemma3ForConditionalGeneration": "gemma3",
             "Qwen2_5_VLForConditionalGeneration": "qwen2.5vl",
             "Idefics3ForConditionalGeneration": "idefics3",
             "SmolVLMForConditionalGeneration": "idefics3"}
@@ -82,6 +89,10 @@ def preprocessor_config(model_dir):
 
 def vision_name(name):
     """HF vision tensor name -> GGUF name, or None for tensors not in the mmproj."""
+    if name.endswith("multi_modal_projector.mm_input_projection_weight"):
+        return "mm.input_projection.weight"
+    if name.endswith("multi_modal_projector.mm_soft_emb_norm.weight"):
+        return "mm.soft_emb_norm.weight"
     if name.startswith(("multi_modal_projector.linear_1.", "model.multi_modal_projector.linear_1.")):
         return "mm.0." + name.rsplit(".", 1)[1]
     if name.startswith(("multi_modal_projector.linear_2.", "model.multi_modal_projector.linear_2.")):
@@ -265,6 +276,19 @@ def convert_mmproj(model_dir, out, type_name):
         w.add("clip.projector_type", "mlp")
         w.add("clip.has_llava_projector", True)
         w.add("clip.vision.feature_layer", [keep_layers], gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+    elif family == "gemma3":
+        # SigLIP at a fixed size, then an average pool of k x k patches
+        # (k = patches per side / sqrt(mm_tokens_per_image), llama.cpp's
+        # projector.scale_factor, 4 when absent), Gemma RMSNorm, projection
+        side = v["image_size"] // v["patch_size"]
+        per_side = int(round(float(cfg.get("mm_tokens_per_image", 256)) ** 0.5))
+        if per_side < 1 or per_side * per_side != cfg.get("mm_tokens_per_image", 256) or side % per_side:
+            raise ConvertError(f"{path}: mm_tokens_per_image {cfg.get('mm_tokens_per_image')!r} is not a "
+                               f"square dividing the {side}x{side} patches")
+        if pp.get("do_pan_and_scan"):
+            log("warning: pan-and-scan is not converted (images are one 896 px view)")
+        w.add("clip.projector_type", "gemma3")
+        w.add("clip.vision.projector.scale_factor", side // per_side, gguf.GGUF_UINT32)
     else:
         w.add("clip.projector_type", "idefics3")
         w.add("clip.vision.projector.scale_factor", int(cfg.get("scale_factor", 2)), gguf.GGUF_UINT32)
@@ -299,8 +323,10 @@ def convert_mmproj(model_dir, out, type_name):
         shape = ckpt[name].tensors[name][1]
         gtype = mat_type if len(shape) >= 2 and gname != "v.position_embd.weight" else gguf.GGML_F32
 
-        def data(name=name, gtype=gtype):
+        def data(name=name, gtype=gtype, gname=gname):
             a = ckpt[name].load(name)
+            if gname == "mm.soft_emb_norm.weight":
+                a = a.astype(np.float32) + 1.0  # Gemma's RMSNorm gain is (1 + w): stored as llama.cpp does
             return a.astype("<f4" if gtype == gguf.GGML_F32 else "<f2").tobytes()
 
         w.add_tensor_raw(gname, gtype, shape, data)
@@ -336,11 +362,16 @@ def convert_lm(model_dir, out, type_name):
             raise ConvertError(f"{model_dir}: text_config mrope_section {sections!r} not supported")
         sections += [0] * (4 - len(sections))
         text["architectures"] = ["Qwen2ForCausalLM"]
+    elif FAMILIES.get((cfg.get("architectures") or [None])[0]) == "gemma3":
+        text["architectures"] = ["Gemma3ForCausalLM"]
     elif text.get("model_type", "llama") != "llama":
         raise ConvertError(f"{model_dir}: text model type {text.get('model_type')!r} not supported")
     else:
         text["architectures"] = ["LlamaForCausalLM"]
     ckpt = open_checkpoint(model_dir)
+    if text["architectures"] == ["Gemma3ForCausalLM"]:
+        # save_pretrained drops a tied lm_head (the top-level config says)
+        text["tie_word_embeddings"] = not any(n.endswith("lm_head.weight") for n in ckpt)
     renamed = {}
     for name in ckpt:
         if qwen and name.startswith("model.") and not name.startswith(("model.visual.", "model.language_model.")):

@@ -1,5 +1,9 @@
 /* clip.c - the ViT encoders of mmproj GGUF files (CLIP for LLaVA, SigLIP for
- * Idefics3/SmolVLM), their projectors and the families' prompt layouts.
+ * Idefics3/SmolVLM and Gemma 3), their projectors and the families' prompt
+ * layouts. Gemma 3's projector averages 4x4 patches, applies an RMSNorm
+ * (the file stores Gemma's 1 + w gain) and multiplies by
+ * mm.input_projection, which is stored as HF's [vision, text] x @ W
+ * matrix and transposed here once at load.
  * The forward pass follows the Hugging Face modules the files are converted
  * from: CLIP puts a class token before the patches and has a pre-norm;
  * SigLIP has a patch bias and a post-norm; LLaVA reads the output of layer
@@ -47,7 +51,10 @@ struct vision_model {
     struct clip_layer *layers;       /* (n_layer) */
     struct omni_tensor mm0, mm2;     /* llava: (n_mid, n_embd), (n_embd_lm, n_mid) */
     float *mm0_b, *mm2_b;
-    struct omni_tensor fc;           /* idefics3: (n_embd_lm, n_embd * scale^2) */
+    struct omni_tensor fc;           /* idefics3: (n_embd_lm, n_embd * scale^2); gemma3: the
+                                        projection transposed, F32 (n_embd_lm, n_embd) */
+    float *fc_data;                  /* gemma3: fc's storage */
+    float *soft_norm;                /* gemma3: (n_embd) RMSNorm gain before the projection */
     int n_patches, n_pos;
 };
 
@@ -177,7 +184,7 @@ void vision_model_free(struct vision_model *m)
     free_layers(m);
     qwen2vl_free(m->qv);
     float *v[] = { m->patch_b, m->cls, m->pos, m->pre_w, m->pre_b, m->post_w, m->post_b,
-                   m->mm0_b, m->mm2_b };
+                   m->mm0_b, m->mm2_b, m->fc_data, m->soft_norm };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
         free(v[j]);
     gguf_free(m->g);
@@ -247,6 +254,40 @@ static int load_layers(struct loader *l)
     return l->rc;
 }
 
+/* Gemma 3: mm.input_projection.weight is [n_embd rows of n_embd_lm] (ne =
+ * {n_embd_lm, n_embd}, HF's x @ W); transposed once into F32 rows of n_embd
+ * so omni_matmul takes it like any projection. The soft-embedding norm
+ * gain is stored with Gemma's + 1 applied. */
+static int load_gemma3_projector(struct loader *l)
+{
+    struct vision_model *m = l->m;
+    const int D = m->info.n_embd;
+    const struct gguf_tensor *t = find(l, "mm.input_projection.weight", true);
+    if (!t)
+        return l->rc;
+    if (t->ne[1] != D || t->ne[2] * t->ne[3] != 1 || t->ne[0] < 1 || t->ne[0] > 65536)
+        return lfail(l, OMNI_ERR_FORMAT, "tensor 'mm.input_projection.weight': shape [%lld x %lld], "
+                     "expected [LM width x %d]", (long long)t->ne[0], (long long)t->ne[1], D);
+    const int E = (int)t->ne[0];
+    m->info.n_embd_lm = E;
+    float *row = malloc(sizeof(float) * (size_t)E);
+    m->fc_data = malloc(sizeof(float) * (size_t)E * D);
+    if (!row || !m->fc_data) {
+        free(row);
+        return l->rc = omni_fail(l->err, l->errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    }
+    const struct omni_tensor w = { .type = t->type, .ne = { E, D }, .data = t->data };
+    for (int r = 0; r < D; r++) {
+        omni_tensor_get_row(&w, r, row);
+        for (int c = 0; c < E; c++)
+            m->fc_data[(size_t)c * D + r] = row[c];
+    }
+    free(row);
+    m->fc = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { D, E }, .data = m->fc_data };
+    m->soft_norm = get_vec(l, "mm.soft_emb_norm.weight", D, 1, true);
+    return l->rc;
+}
+
 struct vision_model *vision_model_load(const char *path, char *err, size_t errlen)
 {
     struct vision_model *m = calloc(1, sizeof *m);
@@ -266,6 +307,8 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
         in->family = VISION_LLAVA, in->projector = "mlp";
     } else if (proj && len == 8 && !memcmp(proj, "idefics3", 8)) {
         in->family = VISION_IDEFICS3, in->projector = "idefics3";
+    } else if (proj && len == 6 && !memcmp(proj, "gemma3", 6)) {
+        in->family = VISION_GEMMA3, in->projector = "gemma3";
     } else if (qwen2vl_is_projector(proj, len)) {
         if (!(m->qv = qwen2vl_load(m->g, path, in, err, errlen)))
             goto fail;
@@ -278,11 +321,12 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
             goto fail;
         return m;
     } else {
-        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3, qwen2.5vl_merger)",
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3, gemma3, qwen2.5vl_merger)",
               proj ? (int)(len > 40 ? 40 : len) : 6, proj ? proj : "(none)");
         goto fail;
     }
-    snprintf(m->marker, sizeof m->marker, "<image>");
+    /* Gemma 3's chat template writes <start_of_image> where an image goes */
+    snprintf(m->marker, sizeof m->marker, "%s", in->family == VISION_GEMMA3 ? "<start_of_image>" : "<image>");
     int n_block = 0;
     if (get_u32(&l, "clip.vision.embedding_length", &in->n_embd, true) ||
         get_u32(&l, "clip.vision.feed_forward_length", &m->n_ff, true) ||
@@ -327,6 +371,19 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
             goto fail;
         }
         in->tokens_per_image = m->n_patches;
+    } else if (in->family == VISION_GEMMA3) {
+        /* average pool of k x k patches (k = llama.cpp's projector.scale_factor,
+         * 4 when absent: 64 x 64 patches of 896 px -> 256 tokens) */
+        in->scale_factor = 4;
+        if (get_u32(&l, "clip.vision.projector.scale_factor", &in->scale_factor, false))
+            goto fail;
+        in->longest_edge = in->image_size;
+        if (side % in->scale_factor) {
+            lfail(&l, OMNI_ERR_FORMAT, "patch grid %d not divisible by the pooling %d",
+                  side, in->scale_factor);
+            goto fail;
+        }
+        in->tokens_per_image = m->n_patches / (in->scale_factor * in->scale_factor);
     } else {
         in->scale_factor = 2;
         if (get_u32(&l, "clip.vision.projector.scale_factor", &in->scale_factor, false))
@@ -362,12 +419,16 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     m->pos = get_vec(&l, "v.position_embd.weight", D, m->n_pos, true);
     m->pre_w = get_vec(&l, "v.pre_ln.weight", D, 1, false);
     m->pre_b = get_vec(&l, "v.pre_ln.bias", D, 1, m->pre_w != NULL);
-    if (in->family == VISION_IDEFICS3) {
+    if (in->family != VISION_LLAVA) {
         m->post_w = get_vec(&l, "v.post_ln.weight", D, 1, true);
         m->post_b = get_vec(&l, "v.post_ln.bias", D, 1, true);
     }
     if (l.rc || load_layers(&l))
         goto fail;
+    if (in->family == VISION_GEMMA3) {
+        if (load_gemma3_projector(&l) < 0)
+            goto fail;
+    } else {
     /* The output width comes from the projector's last matrix: files from
      * llama.cpp's LLaVA converter store CLIP's own projection width (768)
      * in clip.vision.projection_dim, not the language model's. */
@@ -390,6 +451,7 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
     } else if (get_mat(&l, "mm.model.fc.weight", (int64_t)D * in->scale_factor * in->scale_factor,
                        in->n_embd_lm, &m->fc, true)) {
         goto fail;
+    }
     }
     if (l.rc)
         goto fail;
@@ -432,7 +494,8 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
         return c; /* qwen2vl_encode sizes its scratch per image */
     const struct vision_info *in = &m->info;
     const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd;
-    const size_t s2 = (size_t)in->scale_factor * in->scale_factor;
+    /* idefics3's pixel shuffle gathers scale^2 patches per row; gemma3's pool one row of D */
+    const size_t s2 = in->family == VISION_GEMMA3 ? 1 : (size_t)in->scale_factor * in->scale_factor;
     size_t wide = (size_t)m->n_ff;
     if (m->mm0.type >= 0 && (size_t)m->mm0.ne[1] > wide)
         wide = (size_t)m->mm0.ne[1];
@@ -586,6 +649,33 @@ static int vit_forward(struct vision_ctx *c, const float *plane)
     return first;
 }
 
+/* Gemma 3: token (i2, j2) = the mean of the k x k patches below it (an
+ * AvgPool2d over the [D][side][side] grid, tokens in raster order), then
+ * RMSNorm with the stored gain, then the projection. */
+static void project_gemma3(struct vision_ctx *c, const float *feat, float *out)
+{
+    const struct vision_model *m = c->m;
+    const int D = m->info.n_embd, k = m->info.scale_factor, side = m->info.image_size / m->info.patch_size;
+    const int so = side / k;
+    const float inv = 1.0f / (float)(k * k);
+    const struct omni_ops *op = omni_ops();
+    for (int i2 = 0; i2 < so; i2++)
+        for (int j2 = 0; j2 < so; j2++) {
+            float *dst = c->shuf + (size_t)(i2 * so + j2) * D;
+            memset(dst, 0, sizeof(float) * D);
+            for (int di = 0; di < k; di++)
+                for (int dj = 0; dj < k; dj++) {
+                    const float *src = feat + ((size_t)(i2 * k + di) * side + j2 * k + dj) * D;
+                    for (int d = 0; d < D; d++)
+                        dst[d] += src[d];
+                }
+            for (int d = 0; d < D; d++)
+                dst[d] *= inv;
+            op->rmsnorm(dst, dst, m->soft_norm, D, m->eps);
+        }
+    linear(c, &m->fc, NULL, c->shuf, so * so, out);
+}
+
 /* Features [n_patches][D] -> rows [tokens_per_image][n_embd_lm]. */
 static void project(struct vision_ctx *c, const float *feat, float *out)
 {
@@ -597,6 +687,10 @@ static void project(struct vision_ctx *c, const float *feat, float *out)
         linear(c, &m->mm0, m->mm0_b, feat, m->n_patches, c->ff);
         omni_gelu_erf(c->ff, (int64_t)m->n_patches * mid);
         linear(c, &m->mm2, m->mm2_b, c->ff, m->n_patches, out);
+        return;
+    }
+    if (m->info.family == VISION_GEMMA3) {
+        project_gemma3(c, feat, out);
         return;
     }
     // pixel shuffle: token (i2, j2) gathers the s x s block below it,
@@ -777,7 +871,7 @@ int vision_layout_build(const struct vision_model *m, const struct vision_embd *
     const int R = m->qv ? 0 : e->tile_rows, C = e->tile_cols;
     memset(out, 0, sizeof *out);
     if (e->n_tokens != per * e->n_images || (m->info.family == VISION_IDEFICS3 && R * C + 1 != e->n_images) ||
-        (m->info.family == VISION_LLAVA && e->n_images != 1))
+        ((m->info.family == VISION_LLAVA || m->info.family == VISION_GEMMA3) && e->n_images != 1))
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: embeddings do not match the model");
     const int max_seg = 2 * e->n_images + R + 2;
     out->seg = calloc((size_t)max_seg, sizeof *out->seg);
@@ -791,6 +885,12 @@ int vision_layout_build(const struct vision_model *m, const struct vision_embd *
 #define ROWS(r0) (out->seg[out->n].row0 = (r0), out->seg[out->n++].n_rows = per)
     if (m->info.family == VISION_LLAVA) {
         ROWS(0);
+        return OMNI_OK;
+    }
+    if (m->info.family == VISION_GEMMA3) { /* as Gemma3Processor expands <start_of_image> */
+        TEXT("\n\n<start_of_image>");
+        ROWS(0);
+        TEXT("<end_of_image>\n\n");
         return OMNI_OK;
     }
     if (m->qv) { /* the marker's <|image_pad|> becomes the rows */

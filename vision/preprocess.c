@@ -4,7 +4,9 @@
  * and Idefics3 (resize the longest edge, round up to whole tiles, split into
  * tiles plus a global view, Lanczos) and Qwen2-VL (bicubic resize to
  * sides that are multiples of 28 px within a pixel budget, no crop, cut
- * into 14 px patches grouped 2x2). The processors resize with Pillow, so
+ * into 14 px patches grouped 2x2) and Gemma 3 (bilinear resize to the
+ * square input size, aspect ratio not kept, no crop; pan-and-scan is not
+ * done). The processors resize with Pillow, so
  * the resampler here computes what Pillow's 8-bit resize computes:
  * separable passes (horizontal first) with filter support widened by the
  * downscale factor, weights normalised per output pixel and applied in
@@ -282,8 +284,8 @@ int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t hei
     if (width <= 0 || height <= 0 || width > INT_MAX || height > INT_MAX)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: invalid image size %lldx%lld",
                          (long long)width, (long long)height);
-    if (in->family == VISION_LLAVA)
-        return in->tokens_per_image; /* any size becomes one S x S crop */
+    if (in->family == VISION_LLAVA || in->family == VISION_GEMMA3)
+        return in->tokens_per_image; /* any size becomes one S x S view */
     if (in->family == VISION_QWEN2VL) {
         int rw, rh, rc = qwen_size(in, (int)width, (int)height, &rw, &rh, err, errlen);
         const int f = in->patch_size * in->merge_size;
@@ -323,6 +325,18 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
         }
         to_plane(in, &a, (nw - S) / 2, (nh - S) / 2, *pixels);
+        media_image_release(&a);
+        return OMNI_OK;
+    }
+    if (in->family == VISION_GEMMA3) {
+        // Gemma3ImageProcessor: resize to S x S (bilinear), rescale, normalize
+        if ((rc = resized(img, S, S, VISION_FILTER_BILINEAR, &a, err, errlen)) < 0)
+            return rc;
+        if (!(*pixels = malloc(sizeof(float) * plane))) {
+            media_image_release(&a);
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        }
+        to_plane(in, &a, 0, 0, *pixels);
         media_image_release(&a);
         return OMNI_OK;
     }

@@ -2,7 +2,9 @@
  * mmproj GGUF files: LLaVA-1.5-style CLIP ViT + 2-layer MLP projector
  * (clip.projector_type "mlp"), SmolVLM / Idefics3 SigLIP + pixel shuffle +
  * linear connector with tiling ("idefics3") and the Qwen2.5-VL dynamic-
- * resolution ViT + patch merger ("qwen2.5vl_merger", vision/qwen2vl.h);
+ * resolution ViT + patch merger ("qwen2.5vl_merger", vision/qwen2vl.h),
+ * Gemma 3's SigLIP + average pool + soft-embedding norm + projection
+ * ("gemma3");
  * per-family preprocessing; a content-keyed LRU cache of the projected
  * embeddings.
  *
@@ -40,6 +42,7 @@ enum vision_family {
     VISION_LLAVA,    /* CLIP ViT (CLS + patches), layer feature_layer, MLP projector */
     VISION_IDEFICS3, /* SigLIP ViT, post-norm, pixel shuffle, linear connector, tiles */
     VISION_QWEN2VL,  /* Qwen2.5-VL: dynamic resolution, window attention, 2x2 patch merger */
+    VISION_GEMMA3,   /* Gemma 3: SigLIP at a fixed size, k x k average pool, RMSNorm, projection */
 };
 
 struct vision_info {
@@ -51,7 +54,7 @@ struct vision_info {
     int n_embd;              /* ViT width */
     int n_layer;             /* ViT layers run */
     int n_head;
-    int scale_factor;        /* idefics3 pixel shuffle (1 for llava) */
+    int scale_factor;        /* idefics3 pixel shuffle, gemma3 average-pool kernel (1 for llava) */
     int longest_edge;        /* idefics3: images are first resized to this longest edge */
     int tokens_per_image;    /* embeddings per encoder pass (per tile); qwen2vl: 0 (per image size) */
     float image_mean[3], image_std[3];
