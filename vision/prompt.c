@@ -1,8 +1,10 @@
 /* prompt.c - a rendered chat prompt with image markers -> token runs and
- * embedding runs for the engine. The text is cut at each marker; the pieces
- * are tokenized on their own with special tokens parsed (as the reference
- * processors do: an image placeholder is a special token, so no merge
- * crosses it), and each image contributes its family layout. */
+ * embedding runs for the engine. The text is cut at each marker and each
+ * image contributes its family layout; the text between two embedding runs
+ * (prompt text and layout texts together) is tokenized as one piece with
+ * special tokens parsed, as the reference processors tokenize the expanded
+ * prompt: Gemma 3's "user\n" + "\n\n<start_of_image>" is "user\n\n\n..." to
+ * its tokenizer, one newline run. */
 #define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,8 @@ struct builder {
     struct vision_prompt *p;
     const struct tokenizer *tok;
     int cap_parts, cap_ids, n_ids;
+    char *pend;    /* text not tokenized yet (up to the next embedding run) */
+    size_t n_pend, cap_pend;
     int *offs;     /* [n_parts] where each token part starts in ids (ids moves as it grows) */
     char *err;
     size_t errlen;
@@ -62,7 +66,7 @@ static int add_ids(struct builder *b, const int32_t *ids, int n)
     return add_part(b, NULL, n, 0);
 }
 
-static int add_text(struct builder *b, const char *text, size_t len)
+static int tokenize(struct builder *b, const char *text, size_t len)
 {
     if (len == 0)
         return OMNI_OK;
@@ -88,12 +92,38 @@ static int add_text(struct builder *b, const char *text, size_t len)
     return rc;
 }
 
+/* Queue text; flush() tokenizes what is queued. */
+static int add_text(struct builder *b, const char *text, size_t len)
+{
+    if (len == 0)
+        return OMNI_OK;
+    if (len > (1u << 28) || b->n_pend + len > (1u << 28))
+        return omni_fail(b->err, b->errlen, OMNI_ERR_LIMIT, "vision: prompt text too long");
+    if (b->n_pend + len > b->cap_pend) {
+        size_t cap = (b->n_pend + len) * 2 + 64;
+        char *np = realloc(b->pend, cap);
+        if (!np)
+            return omni_fail(b->err, b->errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+        b->pend = np, b->cap_pend = cap;
+    }
+    memcpy(b->pend + b->n_pend, text, len);
+    b->n_pend += len;
+    return OMNI_OK;
+}
+
+static int flush(struct builder *b)
+{
+    int rc = tokenize(b, b->pend, b->n_pend);
+    b->n_pend = 0;
+    return rc;
+}
+
 int vision_prompt_build(const struct vision_model *m, const struct tokenizer *tok,
                         const char *text, size_t len, bool add_bos,
                         const struct vision_embd *images, int n_images, struct vision_prompt *out,
                         char *err, size_t errlen)
 {
-    struct builder b = { out, tok, 0, 0, 0, NULL, err, errlen };
+    struct builder b = { .p = out, .tok = tok, .err = err, .errlen = errlen };
     const char *marker = vision_image_marker(m);
     const size_t mlen = strlen(marker);
     int rc = OMNI_OK, used = 0;
@@ -122,6 +152,8 @@ int vision_prompt_build(const struct vision_model *m, const struct tokenizer *to
                 rc = add_text(&b, lay.seg[i].text, strlen(lay.seg[i].text));
                 continue;
             }
+            if ((rc = flush(&b)) < 0)
+                break;
             rc = add_part(&b, e->data + (size_t)lay.seg[i].row0 * e->n_embd, lay.seg[i].n_rows, e->key_hash);
             /* a qwen2vl image is one run of rows over its merged grid: the
              * language model's M-RoPE ids follow the grid */
@@ -134,6 +166,8 @@ int vision_prompt_build(const struct vision_model *m, const struct tokenizer *to
         vision_layout_release(&lay);
         p = hit + mlen;
     }
+    if (rc == OMNI_OK)
+        rc = flush(&b);
     if (rc == OMNI_OK && used != n_images)
         rc = omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images but %d %s markers in the prompt",
                        n_images, used, marker);
@@ -142,6 +176,7 @@ int vision_prompt_build(const struct vision_model *m, const struct tokenizer *to
             if (!out->parts[i].embd)
                 out->parts[i].tokens = out->ids + b.offs[i];
     free(b.offs);
+    free(b.pend);
     if (rc < 0)
         vision_prompt_release(out);
     return rc;
