@@ -842,8 +842,23 @@ size_t llm_kv_slot_bytes(int type, int kv_dim)
     }
 }
 
+static struct llm_kv *kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                             bool storage, char *err, size_t errlen);
+
 struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                           char *err, size_t errlen)
+{
+    return kv_new(m, type, block_size, n_blocks, true, err, errlen);
+}
+
+struct llm_kv *llm_kv_new_shape(const struct llm_model *m, int type, int block_size,
+                                int n_blocks, char *err, size_t errlen)
+{
+    return kv_new(m, type, block_size, n_blocks, false, err, errlen);
+}
+
+static struct llm_kv *kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
+                             bool storage, char *err, size_t errlen)
 {
     const struct llm_hparams *hp = &m->hp;
     const int kv_dim = hp->n_head_kv * hp->head_dim;
@@ -870,13 +885,13 @@ struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, i
     if (!kv)
         goto nomem;
     *kv = (struct llm_kv){ .type = type, .block_size = block_size, .n_blocks = n_blocks,
-                           .n_layer = hp->n_layer, .kv_dim = kv_dim };
+                           .n_layer = hp->n_layer, .kv_dim = kv_dim, .no_storage = !storage };
     kv->k = calloc((size_t)hp->n_layer, sizeof *kv->k);
     kv->v = calloc((size_t)hp->n_layer, sizeof *kv->v);
     if (!kv->k || !kv->v)
         goto nomem;
     for (int l = 0; l < hp->n_layer; l++) {
-        if (m->conv_layer && m->conv_layer[l])
+        if ((m->conv_layer && m->conv_layer[l]) || !storage)
             continue; /* lfm2's conv blocks keep no K/V (their state is below) */
         kv->k[l] = calloc(1, bytes);
         kv->v[l] = calloc(1, bytes);
@@ -1675,6 +1690,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         return OMNI_ERR_UNSUPPORTED;
     if (ctx->dev_forward)
         return ctx->dev_forward(ctx->dev_impl, batch, kv, seqs, logits);
+    if (kv->no_storage) /* llm_kv_new_shape's: the K/V live on a device */
+        return OMNI_ERR_ARG;
     const struct llm_model *m = ctx->m;
     const struct llm_hparams *hp = &m->hp;
     const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->n_rot / 2;

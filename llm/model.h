@@ -136,6 +136,7 @@ struct llm_kv {
      * block_q8_0 (src/core/quant.h), so element e lives in block e / 32.
      * NULL for layers without attention (lfm2's short-convolution blocks). */
     void **k, **v;
+    bool no_storage;         /* llm_kv_new_shape: every k[l], v[l] NULL */
     /* Per-sequence recurrent state (lfm2: the last conv_l_cache - 1 inputs of
      * every conv layer, [n_conv_layer][conv_l_cache - 1][n_embd] floats):
      * n_state_slots slots of state_floats floats; a sequence uses the slot
@@ -148,6 +149,11 @@ struct llm_kv {
  * multiple of 32; a clear error otherwise). */
 struct llm_kv *llm_kv_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                           char *err, size_t errlen);
+/* The same geometry without K/V storage (k[l], v[l] all NULL): for a device
+ * forward (llm/model_dev.h) that keeps the pool in its own memory and only
+ * checks the geometry; llm_forward on the CPU refuses it. */
+struct llm_kv *llm_kv_new_shape(const struct llm_model *m, int type, int block_size,
+                                int n_blocks, char *err, size_t errlen);
 /* Recurrent state for n sequences (llm_kv_new makes 1 slot when the model
  * has state); existing slots keep their contents, new ones are zero. 0, or
  * OMNI_ERR_NOMEM / OMNI_ERR_ARG (n < 1). A no-op for stateless models. */

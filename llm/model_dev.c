@@ -20,6 +20,11 @@
 
 /* The attention kernels keep a head in registers: head_dim up to this. */
 #define DEV_MAX_HEAD_DIM 256
+/* Steps of fewer tokens than this run as graphs (the backend's matvec
+ * path; longer ones go through cuBLAS, which is not captured). */
+#define DEV_GRAPH_MAX_TOKENS 31
+/* Graphs kept, one per step shape; the least recently used one goes. */
+#define DEV_GRAPHS 32
 
 struct dev_layer {
     const float *attn_norm, *ffn_norm;      /* [n_embd] */
@@ -52,12 +57,21 @@ struct llm_dev {
     int32_t *h_i32, *h_tables, *h_argmax;
     int64_t *h_slot;
     int tables_gen;                 /* bumped when d_tables moves */
-    /* the decode step (1 token, argmax out) as a graph, recorded on its
-     * second run and replayed after (src/core/backend.h) */
-    void *graph;
-    int graph_gen;
-    bool graph_warm;                /* one plain run done: scratch sized */
+    /* decode steps as graphs (src/core/backend.h), one per shape: recorded
+     * the second time a shape comes, replayed after; a shape whose capture
+     * failed stays plain (bad) */
+    struct dev_graph {
+        int n, n_out, width;        /* tokens, output rows, block-table width */
+        void *g;
+        int gen;                    /* tables_gen it was recorded for */
+        bool bad;
+        uint64_t used;              /* step counter at the last use */
+    } graphs[DEV_GRAPHS];
+    uint64_t step;
     bool graphs_ok;                 /* backend has graphs; OMNI_DEV_GRAPHS=0 turns them off */
+    bool all_quant;                 /* every matrix quantized: no cuBLAS below 32 rows */
+    void *h_copy;                   /* llm_dev_copy_block's staging (host) */
+    size_t h_copy_cap;
     /* OMNI_DEV_PROFILE=1: the backend synced at each mark and the wall time
      * since the previous mark added to that step's bucket, printed by
      * llm_dev_free (graphs off) */
@@ -65,6 +79,7 @@ struct llm_dev {
     double prof_t;
     struct { const char *name; double s; long n; } prof_b[16];
     size_t weight_bytes, kv_bytes, decode_bytes;
+    size_t alloc_bytes;             /* everything dev_alloc'd */
     void **allocs;                  /* everything alloc'd, freed at the end */
     int n_allocs, cap_allocs;
 };
@@ -72,7 +87,8 @@ struct llm_dev {
 struct llm_dev_params llm_dev_default_params(void)
 {
     return (struct llm_dev_params){ .backend = "cuda", .device = 0, .max_tokens = 512,
-                                    .block_size = 16, .n_blocks = 256, .kv_type = 0 };
+                                    .block_size = 16, .n_blocks = 256, .kv_type = 0,
+                                    .n_blocks_max = 0, .mem_fraction = 0.9 };
 }
 
 static void *dev_alloc(struct llm_dev *d, size_t bytes)
@@ -86,8 +102,10 @@ static void *dev_alloc(struct llm_dev *d, size_t bytes)
         d->cap_allocs = cap;
     }
     void *p = d->be->alloc(d->be, bytes);
-    if (p)
+    if (p) {
         d->allocs[d->n_allocs++] = p;
+        d->alloc_bytes += bytes;
+    }
     return p;
 }
 
@@ -152,6 +170,28 @@ static int check_supported(const struct llm_dev *d, char *err, size_t errlen)
     return 0;
 }
 
+/* The backend's matvec scratch (activations as int8) at its largest, once:
+ * the widest quantized matrix times as many rows as a graph step has. A
+ * scratch that grew after a graph was recorded would move under it. */
+static int dev_presize(struct llm_dev *d)
+{
+    const struct dev_layer *L = &d->layers[0];
+    const struct omni_btensor *mats[] = { &L->wq, &L->wo, &L->w_gate, &L->w_down, &d->output };
+    const struct omni_btensor *w = NULL;
+    for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+        if (mats[i]->type != GGML_TYPE_F32 && mats[i]->type != GGML_TYPE_F16 &&
+            (!w || mats[i]->cols > w->cols))
+            w = mats[i];
+    const int n = d->p.max_tokens < DEV_GRAPH_MAX_TOKENS ? d->p.max_tokens : DEV_GRAPH_MAX_TOKENS;
+    const int64_t room = (int64_t)d->p.max_tokens * d->hp.n_ff; /* d->up and d->gate */
+    if (!w || (int64_t)n * w->cols > room || (int64_t)n * w->rows > room)
+        return 0;
+    int rc = d->be->memset0(d->be, d->up, (size_t)n * w->cols * sizeof(float));
+    if (rc >= 0)
+        rc = d->be->matmul(d->be, w, d->up, n, d->gate);
+    return rc < 0 ? rc : d->be->sync(d->be);
+}
+
 struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_params *params,
                             char *err, size_t errlen)
 {
@@ -160,9 +200,11 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
         p.backend = "cuda";
     if (!p.kv_type)
         p.kv_type = GGML_TYPE_F16;
-    if (p.max_tokens < 1 || p.max_tokens > (1 << 16) || p.block_size < 1 || p.n_blocks < 1 ||
-        (int64_t)p.block_size * p.n_blocks > (1 << 26) ||
-        (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32)) {
+    if (!(p.mem_fraction > 0.0))
+        p.mem_fraction = 0.9;
+    if (p.max_tokens < 1 || p.max_tokens > (1 << 16) || p.block_size < 1 || p.n_blocks < 0 ||
+        p.n_blocks_max < 0 || (int64_t)p.block_size * p.n_blocks > (1 << 26) ||
+        p.mem_fraction > 1.0 || (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32)) {
         omni_fail(err, errlen, OMNI_ERR_ARG,
                   "model_dev: bad params (max_tokens %d, %d blocks of %d, kv type %d)",
                   p.max_tokens, p.n_blocks, p.block_size, p.kv_type);
@@ -183,6 +225,16 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     d->be = omni_backend_new(p.backend, p.device, err, errlen);
     if (!d->be)
         goto fail;
+    /* a model larger than the card: say so before uploading gigabytes */
+    const size_t wb = llm_model_weight_bytes(m);
+    if (d->be->mem_free && wb > d->be->mem_free) {
+        omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                  "model_dev: %s: the weights (%.2f GiB) do not fit in the %.2f GiB free on %s "
+                  "(partial offload is not supported yet; use --device cpu)",
+                  d->be->name, wb / 1073741824.0, d->be->mem_free / 1073741824.0,
+                  d->be->device);
+        goto fail;
+    }
 
     /* weights */
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);
@@ -226,6 +278,15 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
             goto fail;
 #undef BLK
     }
+    d->all_quant = true;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct dev_layer *L = &d->layers[l];
+        const struct omni_btensor *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+                                              &L->w_gate, &L->w_up, &L->w_down, &d->output };
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if (mats[i]->type == GGML_TYPE_F32 || mats[i]->type == GGML_TYPE_F16)
+                d->all_quant = false;
+    }
     const size_t half = (size_t)hp->n_rot / 2;
     float *rf = dev_alloc(d, half * sizeof(float));
     if (!rf || d->be->upload(d->be, rf, llm_model_rope_freqs(m), half * sizeof(float)) < 0) {
@@ -234,31 +295,15 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     }
     d->rope_freqs = rf;
 
-    /* KV pool */
-    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t pool = (size_t)p.n_blocks * p.block_size * kv_dim *
-                        (p.kv_type == GGML_TYPE_F32 ? 4 : 2);
-    for (int l = 0; l < hp->n_layer; l++) {
-        d->kc[l] = dev_alloc(d, pool);
-        d->vc[l] = dev_alloc(d, pool);
-        if (!d->kc[l] || !d->vc[l] || d->be->memset0(d->be, d->kc[l], pool) < 0 ||
-            d->be->memset0(d->be, d->vc[l], pool) < 0) {
-            omni_fail(err, errlen, OMNI_ERR_NOMEM,
-                      "model_dev: out of device memory for the KV pool (%d blocks of %d)",
-                      p.n_blocks, p.block_size);
-            goto fail;
-        }
-        d->kv_bytes += 2 * pool;
-    }
-
     /* activations and step inputs */
     const size_t T = (size_t)p.max_tokens, q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t kv_dim_a = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t widest = (size_t)hp->n_embd > q_dim ? (size_t)hp->n_embd : q_dim;
     d->x = dev_alloc(d, T * hp->n_embd * sizeof(float));
     d->xn = dev_alloc(d, T * widest * sizeof(float));
     d->q = dev_alloc(d, T * q_dim * sizeof(float));
-    d->k = dev_alloc(d, T * kv_dim * sizeof(float));
-    d->v = dev_alloc(d, T * kv_dim * sizeof(float));
+    d->k = dev_alloc(d, T * kv_dim_a * sizeof(float));
+    d->v = dev_alloc(d, T * kv_dim_a * sizeof(float));
     d->att = dev_alloc(d, T * widest * sizeof(float));
     d->gate = dev_alloc(d, T * hp->n_ff * sizeof(float));
     d->up = dev_alloc(d, T * hp->n_ff * sizeof(float));
@@ -277,6 +322,68 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
         !d->h_argmax) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM,
                   "model_dev: out of memory for %d-token activation buffers", p.max_tokens);
+        goto fail;
+    }
+    /* KV pool: n_blocks, or what the device memory holds */
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t slot_bytes = 2 * kv_dim * (p.kv_type == GGML_TYPE_F32 ? 4 : 2) * hp->n_layer;
+    if (!p.n_blocks) {
+        /* what matmul's GEMM path grows later: a dequantized F16 copy of
+         * the largest matrix and F16 activations of a full batch */
+        size_t big = 0;
+        const struct omni_btensor *mats[] = { &d->output, &d->layers[0].wq, &d->layers[0].wo,
+                                              &d->layers[0].w_gate, &d->layers[0].w_down };
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if ((size_t)(mats[i]->rows * mats[i]->cols) > big)
+                big = (size_t)(mats[i]->rows * mats[i]->cols);
+        const size_t scratch = 2 * big + 2 * (size_t)p.max_tokens * (size_t)hp->n_ff;
+        const size_t used = d->alloc_bytes + scratch;
+        int64_t n_fit = -1;
+        if (d->be->mem_free)
+            n_fit = d->be->mem_free > used
+                        ? (int64_t)((double)(d->be->mem_free - used) * p.mem_fraction /
+                                    ((double)slot_bytes * p.block_size))
+                        : 0;
+        if (n_fit < 0 && !p.n_blocks_max) {
+            omni_fail(err, errlen, OMNI_ERR_ARG,
+                      "model_dev: %s does not report its free memory: give n_blocks",
+                      d->be->name);
+            goto fail;
+        }
+        int64_t nb = n_fit < 0 ? p.n_blocks_max : n_fit;
+        if (p.n_blocks_max && nb > p.n_blocks_max)
+            nb = p.n_blocks_max;
+        if (nb > (1 << 26) / p.block_size)
+            nb = (1 << 26) / p.block_size;
+        if (nb < 1) {
+            omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                      "model_dev: %s: no device memory left for the KV pool on %s (%.2f GiB free "
+                      "before the weights, %.2f GiB of weights and buffers)",
+                      d->be->name, d->be->device, d->be->mem_free / 1073741824.0,
+                      used / 1073741824.0);
+            goto fail;
+        }
+        p.n_blocks = d->p.n_blocks = (int)nb;
+    }
+    const size_t pool = (size_t)p.n_blocks * p.block_size * kv_dim *
+                        (p.kv_type == GGML_TYPE_F32 ? 4 : 2);
+    for (int l = 0; l < hp->n_layer; l++) {
+        d->kc[l] = dev_alloc(d, pool);
+        d->vc[l] = dev_alloc(d, pool);
+        if (!d->kc[l] || !d->vc[l] || d->be->memset0(d->be, d->kc[l], pool) < 0 ||
+            d->be->memset0(d->be, d->vc[l], pool) < 0) {
+            omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                      "model_dev: out of device memory for the KV pool (%d blocks of %d)",
+                      p.n_blocks, p.block_size);
+            goto fail;
+        }
+        d->kv_bytes += 2 * pool;
+    }
+    /* the matvec path's activation scratch at its largest, once (a later
+     * growth would move it under recorded graphs) */
+    if (dev_presize(d) < 0) {
+        omni_fail(err, errlen, OMNI_ERR_IO, "model_dev: %s: warm-up matmul failed",
+                  d->be->name);
         goto fail;
     }
     return d;
@@ -301,9 +408,11 @@ void llm_dev_free(struct llm_dev *d)
         d->be->host_free(d->be, d->h_slot);
         d->be->host_free(d->be, d->h_argmax);
         d->be->host_free(d->be, d->h_tables);
-        if (d->graph)
-            d->be->graph_free(d->be, d->graph);
+        for (int i = 0; i < DEV_GRAPHS; i++)
+            if (d->graphs[i].g)
+                d->be->graph_free(d->be, d->graphs[i].g);
     }
+    free(d->h_copy);
     omni_backend_free(d->be);
     free(d->allocs);
     free(d->layers);
@@ -316,6 +425,7 @@ const char *llm_dev_device(const struct llm_dev *d) { return d->be->device; }
 size_t llm_dev_weight_bytes(const struct llm_dev *d) { return d->weight_bytes; }
 size_t llm_dev_kv_bytes(const struct llm_dev *d) { return d->kv_bytes; }
 size_t llm_dev_decode_bytes(const struct llm_dev *d) { return d->decode_bytes; }
+int llm_dev_n_blocks(const struct llm_dev *d) { return d->p.n_blocks; }
 
 /* check_batch of model.c against the device pool; also finds the longest
  * block table the batch needs. */
@@ -549,42 +659,68 @@ static int dev_compute(struct llm_dev *d, bool tokens, int n, int max_blocks, in
     return 0;
 }
 
-/* The decode step as a graph: replayed when recorded for the current
- * tables buffer; recorded on the second run (the first sizes the scratch);
- * on any failure graphs are turned off and the step runs plainly. */
-static int dev_compute_graph(struct llm_dev *d, int max_blocks)
+/* Width of the block tables of a graph step: the next power of two (at
+ * least 8, at most the pool), so that a graph serves growing sequences for
+ * a while. */
+static int graph_width(const struct llm_dev *d, int max_blocks)
+{
+    int w = 8;
+    while (w < max_blocks)
+        w *= 2;
+    return w < d->p.n_blocks ? w : d->p.n_blocks;
+}
+
+/* A step of this shape as a graph: replayed when recorded for the current
+ * tables buffer; recorded the second time the shape comes (the first run
+ * is plain); a shape whose capture fails runs plainly from then on. */
+static int dev_compute_graph(struct llm_dev *d, int n, int width, int n_out)
 {
     struct omni_backend *be = d->be;
-    if (d->graph && d->graph_gen == d->tables_gen)
-        return be->graph_launch(be, d->graph);
-    if (d->graph) {
-        be->graph_free(be, d->graph);
-        d->graph = NULL;
+    struct dev_graph *slot = NULL, *lru = &d->graphs[0];
+    d->step++;
+    for (int i = 0; i < DEV_GRAPHS; i++) {
+        struct dev_graph *g = &d->graphs[i];
+        if (g->used && g->n == n && g->n_out == n_out && g->width == width) {
+            slot = g;
+            break;
+        }
+        if (g->used < lru->used)
+            lru = g;
     }
-    if (!d->graph_warm) {
-        d->graph_warm = true;
-        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    if (!slot) { /* first sight: remember the shape, run plainly */
+        if (lru->g)
+            be->graph_free(be, lru->g);
+        *lru = (struct dev_graph){ .n = n, .n_out = n_out, .width = width, .used = d->step };
+        return dev_compute(d, true, n, width, n_out, 0, true);
     }
-    if (be->graph_begin(be) < 0) {
-        d->graphs_ok = false;
-        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    slot->used = d->step;
+    if (slot->g && slot->gen == d->tables_gen)
+        return be->graph_launch(be, slot->g);
+    if (slot->g) { /* the tables moved */
+        be->graph_free(be, slot->g);
+        slot->g = NULL;
     }
-    const int rc = dev_compute(d, true, 1, max_blocks, 1, 0, true);
+    if (slot->bad || be->graph_begin(be) < 0) {
+        slot->bad = true;
+        return dev_compute(d, true, n, width, n_out, 0, true);
+    }
+    const int rc = dev_compute(d, true, n, width, n_out, 0, true);
     void *g = NULL;
     const int rc_end = be->graph_end(be, &g);
     if (rc < 0 || rc_end < 0 || !g) {
         if (g)
             be->graph_free(be, g);
-        d->graphs_ok = false;
-        return dev_compute(d, true, 1, max_blocks, 1, 0, true);
+        slot->bad = true;
+        return dev_compute(d, true, n, width, n_out, 0, true);
     }
-    d->graph = g;
-    d->graph_gen = d->tables_gen;
+    slot->g = g;
+    slot->gen = d->tables_gen;
     return be->graph_launch(be, g);
 }
 
-int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
-                    const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
+int llm_dev_forward_rows(struct llm_dev *d, const struct llm_batch *batch,
+                         const struct llm_seq_view *seqs, float *logits, const bool *row_logits,
+                         int32_t *argmax)
 {
     int max_blocks, n_out, n_hid, rc;
     if ((rc = dev_check(d, batch, seqs, &max_blocks)) < 0)
@@ -592,17 +728,23 @@ int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
     struct omni_backend *be = d->be;
     const struct llm_hparams *hp = &d->hp;
     const int n = batch->n_tokens;
-    /* one token, its argmax only: the graph path, with tables as wide as
-     * the pool so that their shape never changes */
-    const bool graph = d->graphs_ok && n == 1 && batch->token && argmax && !logits &&
-                       !(batch->want_hidden && batch->want_hidden[0]) &&
-                       (!batch->want_logits || batch->want_logits[0]);
+    /* a short step of tokens with no hidden states: a graph of its shape,
+     * with tables of a bucketed width (F32/F16 matrices: only where they
+     * stay on the matvec path, 8 rows) */
+    bool any_hidden = false;
+    for (int i = 0; batch->want_hidden && i < n; i++)
+        any_hidden |= batch->want_hidden[i];
+    int n_want = 0;
+    for (int i = 0; i < n; i++)
+        n_want += batch->want_logits ? batch->want_logits[i] : i == n - 1;
+    const bool graph = d->graphs_ok && batch->token && !any_hidden && n_want > 0 &&
+                       n <= DEV_GRAPH_MAX_TOKENS && (d->all_quant || n <= 8);
     if (graph)
-        max_blocks = d->p.n_blocks;
+        max_blocks = graph_width(d, max_blocks);
     if ((rc = dev_inputs(d, batch, seqs, max_blocks, &n_out, &n_hid)) < 0)
         return rc;
     if (graph)
-        rc = dev_compute_graph(d, max_blocks);
+        rc = dev_compute_graph(d, n, max_blocks, n_out);
     else
         rc = dev_compute(d, batch->token != NULL, n, max_blocks, n_out, n_hid, argmax != NULL);
     if (rc < 0)
@@ -613,11 +755,60 @@ int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
         TRY(be->download(be, d->h_argmax, d->d_argmax, (size_t)n_out * sizeof(int32_t)));
         memcpy(argmax, d->h_argmax, (size_t)n_out * sizeof(int32_t));
     }
-    if (n_out && logits)
-        TRY(be->download(be, logits, d->logits, (size_t)n_out * hp->n_vocab * sizeof(float)));
-    if (!n_hid && !(n_out && (argmax || logits)))
+    const size_t row = (size_t)hp->n_vocab * sizeof(float);
+    bool synced = n_hid || (n_out && argmax);
+    for (int r = 0; logits && r < n_out;) {
+        if (row_logits && !row_logits[r]) {
+            r++;
+            continue;
+        }
+        int e = r + 1; /* a run of wanted rows: one copy */
+        while (e < n_out && (!row_logits || row_logits[e]))
+            e++;
+        TRY(be->download(be, (char *)logits + r * row, (const char *)d->logits + r * row,
+                         (size_t)(e - r) * row));
+        synced = true;
+        r = e;
+    }
+    if (!synced)
         TRY(be->sync(be));
     return n_out;
+}
+
+int llm_dev_forward(struct llm_dev *d, const struct llm_batch *batch,
+                    const struct llm_seq_view *seqs, float *logits, int32_t *argmax)
+{
+    return llm_dev_forward_rows(d, batch, seqs, logits, NULL, argmax);
+}
+
+int llm_dev_copy_block(struct llm_dev *d, int dst, int src, int n_slots)
+{
+    if (dst < 0 || src < 0 || dst >= d->p.n_blocks || src >= d->p.n_blocks || n_slots < 0 ||
+        n_slots > d->p.block_size)
+        return OMNI_ERR_ARG;
+    if (!n_slots || dst == src)
+        return 0;
+    const size_t slot = (size_t)d->hp.n_head_kv * d->hp.head_dim *
+                        (d->p.kv_type == GGML_TYPE_F32 ? 4 : 2);
+    const size_t bytes = slot * (size_t)n_slots, block = slot * (size_t)d->p.block_size;
+    if (bytes > d->h_copy_cap) {
+        void *h = realloc(d->h_copy, bytes);
+        if (!h)
+            return OMNI_ERR_NOMEM;
+        d->h_copy = h;
+        d->h_copy_cap = bytes;
+    }
+    /* through the host: a fork's partial block is rare and small */
+    int rc;
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        void *pools[2] = { d->kc[l], d->vc[l] };
+        for (int k = 0; k < 2; k++) {
+            char *base = pools[k];
+            TRY(d->be->download(d->be, d->h_copy, base + (size_t)src * block, bytes));
+            TRY(d->be->upload(d->be, base + (size_t)dst * block, d->h_copy, bytes));
+        }
+    }
+    return d->be->sync(d->be);
 }
 
 static int dev_forward_hook(void *impl, const struct llm_batch *batch, struct llm_kv *kv,

@@ -20,6 +20,7 @@
 #include "prefix_store.h"
 #include "llm/grammar/grammar.h"
 #include "llm/model.h"
+#include "llm/model_dev.h"
 #include "llm/tokenizer.h"
 #include "src/core/compute.h"
 #include "src/core/matmul.h"
@@ -58,6 +59,8 @@ struct seq {
     int n_gen;
     double t_last_s;         /* time of the last token */
     int logit_row;           /* row of this step's logits, or -1 */
+    bool dev_greedy;         /* plain greedy (no penalties, bias, logprobs, grammar, n = 1):
+                                on a device its token is the device's argmax */
     float *pool_acc;         /* [n_embd] embedding requests: sum (mean) or the chosen row */
     struct sampler *smp;
     struct sampler_stop *stop;
@@ -132,6 +135,11 @@ struct emodel {
     int32_t *view_slots;     /* [max_seqs] state slot of each view of a batch */
     float **b_snap;          /* [max_batch_tokens] where each token's state snapshot goes, or NULL */
     float *logits;           /* [max_seqs][n_vocab] */
+    /* engine_params.device: the forward on a GPU (llm/model_dev.h); the pool
+     * then has no host K/V (kv_pool_new_shape) */
+    struct llm_dev *dev;
+    int32_t *argmax;         /* [max_seqs] the device's argmax of each logit row */
+    bool *row_logits;        /* [max_seqs] which logit rows come back to the host */
 };
 
 struct hist {
@@ -332,6 +340,9 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
     size_t blocks;
     if (budget) {
         blocks = budget / per_block;
+    } else if (e->p.device && strcmp(e->p.device, "cpu")) {
+        blocks = want; /* at most this; the device sizes the pool from its memory */
+        budget = blocks * per_block;
     } else {
         size_t avail = (size_t)omni_meminfo_bytes("MemAvailable");
         avail = avail > weights ? avail - weights : 0;
@@ -354,6 +365,56 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
 static void *engine_thread(void *arg);
 static void publish_stats(struct engine *e);
 
+/* The model's forward on engine_params.device ("cuda", "cuda:N", "cpu-dev"):
+ * weights and a pool of at most n_blocks blocks in its memory (all of them
+ * when kv_memory_bytes says so, else what gpu_memory_fraction of the free
+ * memory holds). A model it cannot run fails here, naming why. */
+static int engine_dev_new(struct engine *e, struct emodel *em, int n_blocks, char *err,
+                          size_t errlen)
+{
+    struct llm_dev_params dp = llm_dev_default_params();
+    char name[16];
+    const char *dev = e->p.device, *colon = strchr(dev, ':');
+    if (!strcmp(dev, "cpu-dev")) {
+        dp.backend = "cpu";
+    } else {
+        const size_t len = colon ? (size_t)(colon - dev) : strlen(dev);
+        char *end = NULL;
+        if (len >= sizeof name || (colon && (!colon[1] || (dp.device = (int)strtol(colon + 1, &end, 10)) < 0 || *end)))
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "engine: device '%s': expected cpu, cuda or cuda:N", dev);
+        memcpy(name, dev, len);
+        name[len] = 0;
+        if (strcmp(name, "cuda"))
+            return omni_fail(err, errlen, OMNI_ERR_ARG,
+                             "engine: device '%s': expected cpu, cuda or cuda:N", dev);
+        dp.backend = "cuda";
+    }
+    if (e->p.kv_type != GGML_TYPE_F16 && e->p.kv_type != GGML_TYPE_F32)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                         "engine: device %s keeps K/V as f16 or f32, not %s", dev,
+                         engine_kv_type_name(e->p.kv_type));
+    dp.max_tokens = e->p.max_batch_tokens;
+    dp.block_size = e->p.kv_block_size;
+    dp.kv_type = e->p.kv_type;
+    dp.n_blocks = e->p.kv_memory_bytes ? n_blocks : 0;
+    dp.n_blocks_max = n_blocks;
+    dp.mem_fraction = e->p.gpu_memory_fraction;
+    char derr[384];
+    em->dev = llm_dev_new(em->m, &dp, derr, sizeof derr);
+    if (!em->dev)
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "engine: model '%s' on %s: %s",
+                         em->name, dev, derr);
+    OMNI_INFO("engine: model '%s' on %s (%s): %.2f GiB of weights, %d KV blocks of %d (%.2f GiB)",
+              em->name, dev, llm_dev_device(em->dev), llm_dev_weight_bytes(em->dev) / 1073741824.0,
+              llm_dev_n_blocks(em->dev), e->p.kv_block_size,
+              llm_dev_kv_bytes(em->dev) / 1073741824.0);
+    if (e->p.prefix_cache_dir)
+        OMNI_INFO("engine: model '%s': no on-disk prefix cache on a device (its K/V are there)",
+                  em->name);
+    return 0;
+}
+
 int engine_start(struct engine *e, char *err, size_t errlen)
 {
     if (e->started)
@@ -367,14 +428,30 @@ int engine_start(struct engine *e, char *err, size_t errlen)
     const int T = e->p.max_batch_tokens, S = e->p.max_seqs;
     for (int i = 0; i < e->n_models; i++) {
         struct emodel *em = &e->models[i];
-        em->pool = kv_pool_new(em->m, e->p.kv_type, e->p.kv_block_size, n_blocks[i], err, errlen);
+        if (e->p.device && strcmp(e->p.device, "cpu")) {
+            if ((rc = engine_dev_new(e, em, n_blocks[i], err, errlen)) < 0)
+                return rc;
+            n_blocks[i] = llm_dev_n_blocks(em->dev);
+            em->pool = kv_pool_new_shape(em->m, e->p.kv_type, e->p.kv_block_size, n_blocks[i],
+                                         err, errlen);
+        } else {
+            em->pool = kv_pool_new(em->m, e->p.kv_type, e->p.kv_block_size, n_blocks[i], err,
+                                   errlen);
+        }
         if (!em->pool)
             return OMNI_ERR_NOMEM;
         em->ctx = llm_ctx_new(em->m, T, e->tp, err, errlen);
         if (!em->ctx)
             return OMNI_ERR_NOMEM;
+        if (em->dev) { /* llm_forward(em->ctx) (embedding chunks) runs there too */
+            llm_dev_attach(em->dev, em->ctx);
+            em->argmax = malloc((size_t)S * sizeof *em->argmax);
+            em->row_logits = malloc((size_t)S * sizeof *em->row_logits);
+            if (!em->argmax || !em->row_logits)
+                return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        }
         llm_ctx_set_batch_invariant(em->ctx, e->p.deterministic);
-        if (e->p.prefix_cache_dir) {
+        if (e->p.prefix_cache_dir && !em->dev) { /* the store reads host K/V */
             int n = prefix_store_load(em->pool, em->m, e->p.prefix_cache_dir, em->file_name);
             if (n > 0)
                 OMNI_INFO("engine: model '%s': %d prefix blocks loaded from %s", em->name, n,
@@ -463,10 +540,13 @@ void engine_free(struct engine *e)
     }
     for (int i = 0; i < e->n_models; i++) {
         struct emodel *em = &e->models[i];
-        if (e->started && e->p.prefix_cache_dir)
+        if (e->started && e->p.prefix_cache_dir && !em->dev)
             prefix_store_save(em->pool, em->m, e->p.prefix_cache_dir, em->file_name);
         kv_pool_free(em->pool);
         llm_ctx_free(em->ctx);
+        llm_dev_free(em->dev);
+        free(em->argmax);
+        free(em->row_logits);
         grammar_vocab_free(em->gvocab);
         free(em->running);
         free(em->items);
@@ -615,6 +695,11 @@ static int make_seqs(const struct emodel *em, const struct engine_request *rq,
         for (int p = 0; p < r->n_prompt; p++)
             if (r->prompt[p] >= 0 && sampler_accept(s->smp, r->prompt[p]) < 0)
                 return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
+        s->dev_greedy = sp.temperature <= 0.0f && sp.n_logit_bias == 0 && sp.n_logprobs == 0 &&
+                        !rq->grammar && r->n == 1 &&
+                        (sp.penalty_last_n == 0 ||
+                         (sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                          sp.frequency_penalty == 0.0f));
         s->stop = sampler_stop_new(rq->stop, rq->n_stop, serr, sizeof serr);
         if (!s->stop)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: %s", serr);
@@ -1118,8 +1203,11 @@ static const char *seq_no_token_reason(const struct emodel *em, struct seq *s, c
                : "engine: every token is banned: the grammar allows no token of the vocabulary here";
 }
 
-/* Sample s's next token from logits and deliver it. */
-static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits)
+/* Sample s's next token from logits and deliver it; dev_id >= 0: the
+ * device's argmax, taken as is for a plain greedy sequence (logits may then
+ * be stale: not downloaded). */
+static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const float *logits,
+                       int32_t dev_id)
 {
     struct request *r = s->rq;
     const float *raw = logits;
@@ -1134,7 +1222,9 @@ static void seq_sample(struct engine *e, struct emodel *em, struct seq *s, const
         return;
     }
     const bool want_lp = r->want_logprobs && forced < 0;
-    const int32_t id = forced >= 0 ? forced : sampler_sample(s->smp, logits, want_lp ? &lp : NULL);
+    const int32_t id = forced >= 0                    ? forced
+                       : dev_id >= 0 && s->dev_greedy ? dev_id
+                                                      : sampler_sample(s->smp, logits, want_lp ? &lp : NULL);
     if (id < 0) {
         seq_finish(e, s, ENGINE_FINISH_NONE, -1, seq_no_token_reason(em, s, raw));
         return;
@@ -1217,6 +1307,11 @@ static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, st
     c->n_blocks = c->n_hashed = full;
     if (partial) {
         const int b = kv_pool_alloc(pool);
+        if (em->dev && llm_dev_copy_block(em->dev, b, parent->blocks[full], parent->n_done % bs) < 0) {
+            kv_pool_unref(pool, b);
+            seq_finish(e, c, ENGINE_FINISH_NONE, -1, "engine: device copy of a KV block failed");
+            return;
+        }
         kv_pool_copy(pool, b, parent->blocks[full], parent->n_done % bs);
         c->blocks[c->n_blocks++] = b;
     }
@@ -1228,7 +1323,7 @@ static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, st
     running_add(em, c);
     if (em->has_state) /* the child continues from the parent's state */
         llm_kv_copy_state(kv_pool_kv(pool), c->state_slot, parent->state_slot);
-    seq_sample(e, em, c, logits);
+    seq_sample(e, em, c, logits, -1);
 }
 
 // ---- one step ----------------------------------------------------------------
@@ -1360,7 +1455,18 @@ static int forward(struct engine *e, struct emodel *em)
                                .rope_pos = rope ? em->b_rpos : NULL,
                                .state_slot = em->has_state ? em->view_slots : NULL,
                                .state_snap = em->has_state ? em->b_snap : NULL };
-        int rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
+        int rc;
+        if (em->dev) { /* logits back only for rows that sample from them */
+            for (int k = 0; k < em->n_items; k++) {
+                const struct seq *s = em->items[k].s;
+                if (!em->items[k].embd && s->logit_row >= 0)
+                    em->row_logits[s->logit_row] = !s->dev_greedy;
+            }
+            rc = llm_dev_forward_rows(em->dev, &b, em->views, em->logits, em->row_logits,
+                                      em->argmax);
+        } else {
+            rc = llm_forward(em->ctx, &b, kv_pool_kv(em->pool), em->views, em->logits);
+        }
         if (rc < 0)
             return rc;
         if (!e->p.deterministic) /* deterministic: every matmul row runs on its own */
@@ -1492,7 +1598,7 @@ static void model_step(struct engine *e, struct emodel *em)
             for (int c = 1; c < s->rq->n; c++)
                 if (s->rq->seqs[c].state == SEQ_FORK_WAIT)
                     seq_fork(e, em, s, &s->rq->seqs[c], logits);
-        seq_sample(e, em, s, logits);
+        seq_sample(e, em, s, logits, em->dev && !it->embd ? em->argmax[s->logit_row] : -1);
     }
     tpool_end(e->tp);
     e->local.steps++;

@@ -61,6 +61,15 @@ struct engine_params {
     int max_queue;           /* waiting requests before submit refuses; default 256 */
     bool deterministic;      /* batch-invariant results */
     const char *prefix_cache_dir; /* persist hot prefixes there; NULL = off */
+    /* Where the model forward runs (read by engine_start): NULL or "cpu":
+     * llm_forward here; "cuda" or "cuda:N": the GPU (llm/model_dev.h: weights
+     * and the KV pool in GPU memory, the host pool keeps only the block
+     * bookkeeping; greedy requests get their argmax from the GPU, others
+     * their logits); "cpu-dev": that device path on the "cpu" backend (tests).
+     * A model the device cannot run fails engine_start naming why. */
+    const char *device;
+    double gpu_memory_fraction; /* device: share of free GPU memory for KV when
+                                   kv_memory_bytes is 0; 0 = 0.9 */
 };
 struct engine_params engine_default_params(void);
 /* --kv-type names: "f16", "f32", "q8_0" -> GGML type, -1 when unknown; and

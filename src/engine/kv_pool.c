@@ -51,8 +51,23 @@ size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
     return bytes + snap < bytes ? 0 : bytes + snap;
 }
 
+static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_size,
+                                int n_blocks, bool storage, char *err, size_t errlen);
+
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                             char *err, size_t errlen)
+{
+    return pool_new(m, type, block_size, n_blocks, true, err, errlen);
+}
+
+struct kv_pool *kv_pool_new_shape(const struct llm_model *m, int type, int block_size,
+                                  int n_blocks, char *err, size_t errlen)
+{
+    return pool_new(m, type, block_size, n_blocks, false, err, errlen);
+}
+
+static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_size,
+                                int n_blocks, bool storage, char *err, size_t errlen)
 {
     if (n_blocks < 1 || n_blocks > (1 << 30)) {
         omni_fail(err, errlen, OMNI_ERR_ARG, "kv_pool: %d blocks out of range", n_blocks);
@@ -63,7 +78,8 @@ struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size,
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory");
         return NULL;
     }
-    p->kv = llm_kv_new(m, type, block_size, n_blocks, err, errlen);
+    p->kv = storage ? llm_kv_new(m, type, block_size, n_blocks, err, errlen)
+                    : llm_kv_new_shape(m, type, block_size, n_blocks, err, errlen);
     if (!p->kv)
         goto fail;
     p->n_blocks = n_blocks;

@@ -37,6 +37,11 @@ size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size);
 
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                             char *err, size_t errlen);
+/* The same pool whose llm_kv has no K/V storage (llm_kv_new_shape): the
+ * blocks' contents live on a device (llm/model_dev.h); kv_pool_copy is then
+ * a no-op and the device copies (llm_dev_copy_block). */
+struct kv_pool *kv_pool_new_shape(const struct llm_model *m, int type, int block_size,
+                                  int n_blocks, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p);
 
 struct llm_kv *kv_pool_kv(struct kv_pool *p); /* owned by p; attention reads it */
