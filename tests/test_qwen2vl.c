@@ -548,3 +548,77 @@ TEST(qwen2vl_engine_greedy_matches_reference)
     llm_model_free(lm);
     vision_model_free(vm);
 }
+
+/* Polls of a cancel callback: nonzero from the limit-th on. */
+struct cancel_after {
+    int polls, limit;
+};
+static int cancel_after_fn(void *user)
+{
+    struct cancel_after *c = user;
+    return ++c->polls >= c->limit;
+}
+
+/* Both pictures in one pass (rows concatenated, attention per image) give
+ * what each gives alone, and the reference's features; a pass cancelled
+ * between blocks fails cleanly (nothing left allocated: ASan) and the
+ * next one works. */
+TEST(qwen2vl_batch_matches_single_and_cancels)
+{
+    struct vision_model *m = load_qwen();
+    CHECK(m);
+    char err[256];
+    const char *png[2] = { QDIR "../image.png", QDIR "image2.png" };
+    const char *feat[2] = { QDIR "features.bin", QDIR "features2.bin" };
+    struct media_image img[2];
+    float *pix[2];
+    struct vision_input in[3];
+    for (int i = 0; i < 2; i++) {
+        int n;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &img[i], err, sizeof err), 0);
+        CHECK_EQ(vision_preprocess(m, &img[i], true, &pix[i], &n, &in[i].tile_rows, &in[i].tile_cols,
+                                   err, sizeof err), 0);
+        in[i].pixels = pix[i], in[i].n_images = n;
+    }
+    in[2] = in[0]; /* the first again: a pass of three images of two shapes */
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    struct vision_ctx *vc = vision_ctx_new(m, tp, err, sizeof err);
+    CHECK(tp && vc);
+    struct vision_embd outs[3], one;
+    CHECK_EQ(vision_encode_batch(vc, in, 3, NULL, NULL, outs, err, sizeof err), 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(vision_encode_image(vc, &img[i % 2], true, &one, err, sizeof err), 0);
+        CHECK(outs[i].n_tokens == one.n_tokens && outs[i].n_embd == one.n_embd &&
+              outs[i].tile_rows == one.tile_rows && outs[i].tile_cols == one.tile_cols);
+        size_t cnt = (size_t)one.n_tokens * one.n_embd;
+        float *fref = test_read_floats(test_fixture(feat[i % 2]), cnt);
+        CHECK(fref);
+        double d1 = test_max_diff(outs[i].data, one.data, cnt), d2 = test_max_diff(outs[i].data, fref, cnt);
+        printf("    image %d in a pass of 3: %.3g from alone, %.3g from the reference\n", i, d1, d2);
+        CHECK_MSG(d1 < 1e-4 && d2 < 1e-3, "batched image %d differs by %g / %g", i, d1, d2);
+        free(fref);
+        vision_embd_release(&one);
+        vision_embd_release(&outs[i]);
+    }
+    // cancelled before the patch embedding, then after a few blocks
+    for (int limit = 1; limit <= 3; limit += 2) {
+        struct cancel_after ca = { 0, limit };
+        CHECK(vision_encode_batch(vc, in, 3, cancel_after_fn, &ca, outs, err, sizeof err) < 0);
+        CHECK_STR_CONTAINS(err, "cancelled");
+        CHECK_EQ(ca.polls, limit);
+        for (int i = 0; i < 3; i++)
+            CHECK(!outs[i].data && outs[i].n_tokens == 0);
+    }
+    CHECK_EQ(vision_encode_batch(vc, in, 1, NULL, NULL, outs, err, sizeof err), 0);
+    vision_embd_release(&outs[0]);
+    /* a bad grid anywhere in the pass is refused */
+    in[1].tile_rows = 3;
+    CHECK(vision_encode_batch(vc, in, 2, NULL, NULL, outs, err, sizeof err) < 0);
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    for (int i = 0; i < 2; i++) {
+        free(pix[i]);
+        media_image_release(&img[i]);
+    }
+    vision_model_free(m);
+}

@@ -765,6 +765,69 @@ int vision_encode_image(struct vision_ctx *c, const struct media_image *img, boo
     return rc;
 }
 
+/* One image's planes, a pass each (so a cancel is seen between tiles). */
+static int encode_planes(struct vision_ctx *c, const struct vision_input *in,
+                         int (*cancelled)(void *user), void *user, struct vision_embd *out,
+                         char *err, size_t errlen)
+{
+    const struct vision_info *vi = &c->m->info;
+    const size_t plane = (size_t)3 * vi->image_size * vi->image_size;
+    const size_t rows = (size_t)vi->tokens_per_image * vi->n_embd_lm;
+    if (in->n_images < 1 || in->n_images > 1024)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images per encode", in->n_images);
+    if (!(out->data = malloc(sizeof(float) * rows * in->n_images)))
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for embeddings");
+    for (int t = 0; t < in->n_images; t++) {
+        struct vision_embd one;
+        int rc = cancelled && cancelled(user)
+                     ? omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: the encode was cancelled")
+                     : vision_encode_pixels(c, in->pixels + plane * t, 1, NULL, &one, err, errlen);
+        if (rc < 0)
+            return rc; /* the caller frees out */
+        memcpy(out->data + rows * t, one.data, sizeof(float) * rows);
+        vision_embd_release(&one);
+    }
+    out->n_tokens = vi->tokens_per_image * in->n_images;
+    out->n_embd = vi->n_embd_lm;
+    out->n_images = in->n_images;
+    out->tile_rows = in->tile_rows, out->tile_cols = in->tile_cols;
+    return OMNI_OK;
+}
+
+int vision_encode_batch(struct vision_ctx *c, const struct vision_input *in, int n,
+                        int (*cancelled)(void *user), void *user, struct vision_embd *outs,
+                        char *err, size_t errlen)
+{
+    enum { PASS_MAX = 64 };
+    int rc = OMNI_OK;
+    for (int i = 0; i < n; i++)
+        memset(&outs[i], 0, sizeof outs[i]);
+    for (int i = 0; i < n && rc >= 0;) {
+        if (!c->m->qv) {
+            rc = encode_planes(c, &in[i], cancelled, user, &outs[i], err, errlen);
+            i++;
+            continue;
+        }
+        /* as many images as one pass holds */
+        struct qwen2vl_image qi[PASS_MAX];
+        int k = 0;
+        int64_t rows = 0;
+        while (i + k < n && k < PASS_MAX) {
+            const int64_t r = (int64_t)in[i + k].tile_rows * in[i + k].tile_cols;
+            if (k && rows + r > QWEN2VL_MAX_BATCH_PATCHES)
+                break;
+            qi[k] = (struct qwen2vl_image){ in[i + k].pixels, in[i + k].tile_rows, in[i + k].tile_cols };
+            rows += r, k++;
+        }
+        rc = qwen2vl_encode_batch(c->m->qv, c->tp, qi, k, cancelled, user, NULL, outs + i, err, errlen);
+        i += k;
+    }
+    if (rc < 0)
+        for (int i = 0; i < n; i++)
+            vision_embd_release(&outs[i]);
+    return rc;
+}
+
 int vision_encode_bytes(struct vision_ctx *c, struct vision_cache *cache, const void *data,
                         size_t len, const struct media_image_params *ip, struct vision_embd *out,
                         bool *hit, char *err, size_t errlen)

@@ -47,6 +47,7 @@ struct qwen2vl_model {
 // ---- loading -----------------------------------------------------------------
 
 enum { QWEN2VL_MAX_ROWS = 4096 }; /* embedding rows per image at most (see qwen2vl_load) */
+_Static_assert(QWEN2VL_MAX_BATCH_PATCHES >= 4 * QWEN2VL_MAX_ROWS, "a pass holds the largest image");
 
 bool qwen2vl_is_projector(const char *type, size_t len)
 {
@@ -327,7 +328,8 @@ void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_
 struct qctx {
     const struct qwen2vl_model *q;
     struct tpool *tp;
-    int n;                       /* patches */
+    int n;                       /* patches of every image in the pass */
+    int max_seg;                 /* the longest attention segment (the largest image) */
     float *x, *h;                /* (n, D) */
     /* The attention block's q, k, v, att (n, D) and the MLP's ff, ff2
      * (n, F; ff also the merger's (n / 4, 4D)) are never live together: one
@@ -335,7 +337,7 @@ struct qctx {
     float *arena;
     float *qb, *kb, *vb, *att, *ff, *ff2;
     float *cosv, *sinv;          /* (n, head_dim / 2): each row's rotary angles */
-    float *scores;               /* (threads, QBLOCK, n) */
+    float *scores;               /* (threads, QBLOCK, max_seg) */
     const int *seg;              /* current layer's attention segments, in patches */
     int n_seg;
 };
@@ -369,12 +371,12 @@ static void rms_norm_rows(const float *x, const float *w, int n_rows, int n, flo
     }
 }
 
-/* NEOX rotation of every head of every row: pair (i, i + dh/2) by the
+/* NEOX rotation of every head of rows [r0, r1): pair (i, i + dh/2) by the
  * row's angle i. */
-static void rope_rows(struct qctx *c, float *x)
+static void rope_rows(struct qctx *c, float *x, int r0, int r1)
 {
     const int D = c->q->D, dh = D / c->q->H, half = dh / 2;
-    for (int r = 0; r < c->n; r++) {
+    for (int r = r0; r < r1; r++) {
         const float *cs = c->cosv + (size_t)r * half, *sn = c->sinv + (size_t)r * half;
         for (int hd = 0; hd < c->q->H; hd++) {
             float *v = x + (size_t)r * D + hd * dh;
@@ -394,7 +396,7 @@ static void attention_worker(void *arg, int ith, int nth)
     struct qctx *c = arg;
     const int D = c->q->D, H = c->q->H, dh = D / H;
     const float scale = 1.0f / sqrtf((float)dh);
-    float *scores = c->scores + (size_t)ith * QBLOCK * c->n;
+    float *scores = c->scores + (size_t)ith * QBLOCK * c->max_seg;
     int job = 0;
     for (int s = 0; s < c->n_seg; s++) {
         const int a = c->seg[s], len = c->seg[s + 1] - a;
@@ -423,6 +425,56 @@ static void attention(struct qctx *c)
         attention_worker(c, 0, 1);
 }
 
+/* The serial per-row steps (RMSNorm, rotary, residual adds, the SwiGLU
+ * gate) split across the pool by rows: on 2 cores they were a tenth of an
+ * encode left to one thread while the other waited. */
+enum rows_op { ROWS_RMS_NORM, ROWS_ROPE_QK, ROWS_ADD, ROWS_SWIGLU, ROWS_GELU };
+struct rows_job {
+    struct qctx *c;
+    enum rows_op op;
+    const float *x, *w;          /* RMS_NORM: x -> y with gain w; ADD: y += x */
+    float *y;
+    int n_rows, n;               /* rows of n floats */
+};
+
+static void rows_worker(void *arg, int ith, int nth)
+{
+    struct rows_job *j = arg;
+    const int r0 = (int)((int64_t)j->n_rows * ith / nth), r1 = (int)((int64_t)j->n_rows * (ith + 1) / nth);
+    if (r0 >= r1)
+        return;
+    const size_t o = (size_t)r0 * j->n, cnt = (size_t)(r1 - r0) * j->n;
+    switch (j->op) {
+    case ROWS_RMS_NORM:
+        rms_norm_rows(j->x + o, j->w, r1 - r0, j->n, j->c->q->eps, j->y + o);
+        break;
+    case ROWS_ROPE_QK:
+        rope_rows(j->c, j->c->qb, r0, r1);
+        rope_rows(j->c, j->c->kb, r0, r1);
+        break;
+    case ROWS_ADD:
+        for (size_t i = 0; i < cnt; i++)
+            j->y[o + i] += j->x[o + i];
+        break;
+    case ROWS_SWIGLU:
+        omni_swiglu(j->x + o, j->y + o, (int64_t)cnt);
+        break;
+    case ROWS_GELU:
+        omni_gelu_erf(j->y + o, (int64_t)cnt);
+        break;
+    }
+}
+
+static void rows_run(struct qctx *c, enum rows_op op, const float *x, const float *w, float *y,
+                     int n_rows, int n)
+{
+    struct rows_job j = { c, op, x, w, y, n_rows, n };
+    if (c->tp)
+        tpool_run(c->tp, rows_worker, &j);
+    else
+        rows_worker(&j, 0, 1);
+}
+
 /* The merger over the last block's output c->x (copied to vit_out when
  * not NULL): ln_q, each unit's 4 patches as one row of 4D, mm.0, GELU,
  * mm.2 -> proj [M][n_embd_lm], still in window order. */
@@ -431,9 +483,9 @@ static void merge(struct qctx *c, int M, float *vit_out, float *proj)
     const struct qwen2vl_model *q = c->q;
     if (vit_out)
         memcpy(vit_out, c->x, sizeof(float) * (size_t)c->n * q->D);
-    rms_norm_rows(c->x, q->post_ln, c->n, q->D, q->eps, c->h);
+    rows_run(c, ROWS_RMS_NORM, c->x, q->post_ln, c->h, c->n, q->D);
     linear(c, &q->mm0, q->mm0_b, c->h, M, c->ff);
-    omni_gelu_erf(c->ff, (int64_t)M * 4 * q->D);
+    rows_run(c, ROWS_GELU, NULL, NULL, c->ff, M, 4 * q->D);
     linear(c, &q->mm2, q->mm2_b, c->ff, M, proj);
 }
 
@@ -447,16 +499,44 @@ static void qctx_free(struct qctx *c)
 int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
                    int gw, float *vit_out, struct vision_embd *out, char *err, size_t errlen)
 {
-    memset(out, 0, sizeof *out);
+    const struct qwen2vl_image im = { patches, gh, gw };
+    return qwen2vl_encode_batch(q, tp, &im, 1, NULL, NULL, vit_out, out, err, errlen);
+}
+
+int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
+                         const struct qwen2vl_image *im, int n_img, int (*cancelled)(void *user),
+                         void *user, float *vit_out, struct vision_embd *outs, char *err,
+                         size_t errlen)
+{
     const int D = q->D, F = q->F, dh = D / q->H, half = dh / 2, quarter = dh / 4;
     const int64_t K = 3LL * q->P * q->P;
-    if (gh < 2 || gw < 2 || gh % 2 || gw % 2 || (int64_t)gh * gw > (1 << 20))
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d", gh, gw);
-    const int n = gh * gw, mh = gh / 2, mw = gw / 2, M = n / 4;
+    const int win = q->window_px / (q->P * q->merge);
+    if (n_img < 1 || n_img > QWEN2VL_MAX_BATCH_PATCHES / 4)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: %d images in one pass", n_img);
+    for (int i = 0; i < n_img; i++)
+        memset(&outs[i], 0, sizeof outs[i]);
+    /* every grid checked, and the batch's rows bounded, before any size is used */
+    int64_t total = 0;
+    int max_len = 0;
+    for (int i = 0; i < n_img; i++) {
+        const int gh = im[i].gh, gw = im[i].gw;
+        if (!im[i].patches || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
+            (int64_t)gh * gw > QWEN2VL_MAX_BATCH_PATCHES)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d", gh, gw);
+        total += (int64_t)gh * gw;
+        if (gh * gw > max_len)
+            max_len = gh * gw;
+    }
+    if (total > QWEN2VL_MAX_BATCH_PATCHES)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: %lld patches in one pass (at "
+                         "most %d)", (long long)total, QWEN2VL_MAX_BATCH_PATCHES);
+    const int n = (int)total, M = n / 4;
     const int nth = tp ? tpool_size(tp) : 1;
-    struct qctx c = { .q = q, .tp = tp, .n = n };
+    struct qctx c = { .q = q, .tp = tp, .n = n, .max_seg = max_len };
+    /* per image: its units' window order, its first unit in the batch */
     int *order = malloc(sizeof(int) * M), *wseg = malloc(sizeof(int) * (M + 1));
-    int *fseg = malloc(sizeof(int) * 2), n_wseg = 0;
+    int *fseg = malloc(sizeof(int) * (n_img + 1)), *unit0 = malloc(sizeof(int) * (n_img + 1));
+    int n_wseg = 0;
     float *in = malloc(sizeof(float) * (size_t)n * K);
     float *proj = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
     c.x = malloc(sizeof(float) * (size_t)n * D);
@@ -469,40 +549,59 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
     }
     c.cosv = malloc(sizeof(float) * (size_t)n * half);
     c.sinv = malloc(sizeof(float) * (size_t)n * half);
-    c.scores = malloc(sizeof(float) * (size_t)nth * QBLOCK * n);
-    out->data = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
-    int rc = OMNI_OK;
-    if (!order || !wseg || !fseg || !in || !c.x || !c.h || !c.qb || !c.kb || !c.vb || !c.att ||
-        !c.ff || !c.ff2 || !c.cosv || !c.sinv || !c.scores || !proj || !out->data) {
-        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for a %dx%d patch image", gw, gh);
+    c.scores = malloc(sizeof(float) * (size_t)nth * QBLOCK * max_len);
+    int rc = OMNI_OK, done_img = 0;
+    for (; done_img < n_img; done_img++) {
+        const int mi = im[done_img].gh * im[done_img].gw / 4;
+        if (!(outs[done_img].data = malloc(sizeof(float) * (size_t)mi * q->n_embd_lm)))
+            break;
+    }
+    if (!order || !wseg || !fseg || !unit0 || !in || !c.x || !c.h || !c.arena || !c.cosv ||
+        !c.sinv || !c.scores || !proj || done_img < n_img) {
+        rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for %d patches", n);
         goto done;
     }
-    // windows over the merged grid; the patch rows regrouped window by window
-    qwen2vl_window_order(mh, mw, q->window_px / (q->P * q->merge), order, wseg, &n_wseg);
-    for (int s = 0; s <= n_wseg; s++)
-        wseg[s] *= 4;
-    fseg[0] = 0, fseg[1] = n;
-    for (int k = 0; k < M; k++)
-        memcpy(in + (size_t)k * 4 * K, patches + (size_t)order[k] * 4 * K, sizeof(float) * 4 * K);
-    // rotary angles: patch j of unit u = (uy, ux) sits at row 2 uy + j / 2,
-    // column 2 ux + j % 2; the first dh/4 angles turn with the row, the next
-    // dh/4 with the column, at base 10000^(-4i/dh)
-    for (int k = 0; k < M; k++)
-        for (int j = 0; j < 4; j++) {
-            const int r = k * 4 + j, u = order[k];
-            const double py = 2 * (u / mw) + j / 2, px = 2 * (u % mw) + j % 2;
-            for (int i = 0; i < quarter; i++) {
-                const double f = pow(10000.0, -4.0 * i / dh);
-                c.cosv[(size_t)r * half + i] = (float)cos(py * f);
-                c.sinv[(size_t)r * half + i] = (float)sin(py * f);
-                c.cosv[(size_t)r * half + quarter + i] = (float)cos(px * f);
-                c.sinv[(size_t)r * half + quarter + i] = (float)sin(px * f);
+    // windows over each merged grid; the patch rows regrouped window by
+    // window, image after image; full attention stays inside each image
+    unit0[0] = 0, fseg[0] = 0, wseg[0] = 0;
+    for (int i = 0; i < n_img; i++) {
+        const int mh = im[i].gh / 2, mw = im[i].gw / 2, u0 = unit0[i];
+        int ns;
+        qwen2vl_window_order(mh, mw, win, order + u0, wseg + n_wseg, &ns);
+        for (int s = 1; s <= ns; s++)
+            wseg[n_wseg + s] = (wseg[n_wseg + s] + u0) * 4;
+        wseg[n_wseg] = u0 * 4;
+        n_wseg += ns;
+        unit0[i + 1] = u0 + mh * mw;
+        fseg[i + 1] = unit0[i + 1] * 4;
+        for (int k = 0; k < mh * mw; k++)
+            memcpy(in + (size_t)(u0 + k) * 4 * K, im[i].patches + (size_t)order[u0 + k] * 4 * K,
+                   sizeof(float) * 4 * K);
+        // rotary angles: patch j of unit u = (uy, ux) sits at row 2 uy + j / 2,
+        // column 2 ux + j % 2 of its image; the first dh/4 angles turn with
+        // the row, the next dh/4 with the column, at base 10000^(-4i/dh)
+        for (int k = 0; k < mh * mw; k++)
+            for (int j = 0; j < 4; j++) {
+                const int r = (u0 + k) * 4 + j, u = order[u0 + k];
+                const double py = 2 * (u / mw) + j / 2, px = 2 * (u % mw) + j % 2;
+                for (int f = 0; f < quarter; f++) {
+                    const double fr = pow(10000.0, -4.0 * f / dh);
+                    c.cosv[(size_t)r * half + f] = (float)cos(py * fr);
+                    c.sinv[(size_t)r * half + f] = (float)sin(py * fr);
+                    c.cosv[(size_t)r * half + quarter + f] = (float)cos(px * fr);
+                    c.sinv[(size_t)r * half + quarter + f] = (float)sin(px * fr);
+                }
             }
-        }
+    }
     /* Each block is one unit of the pool's compute budget (as a CLIP tile
      * is): an image of a thousand patches takes seconds per block, and
-     * engine steps and speech passes get their turn in between. */
+     * engine steps and speech passes get their turn in between. A cancelled
+     * caller stops the pass between blocks. */
     for (int l = -1; l <= q->n_layer; l++) {
+        if (cancelled && cancelled(user)) {
+            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: the encode was cancelled");
+            goto done;
+        }
         if (tpool_begin(tp, false) < 0) {
             rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
             goto done;
@@ -517,44 +616,47 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
         }
         const struct qwen2vl_layer *L = &q->layers[l];
         const bool full = (l + 1) % q->n_wa_pattern == 0;
-        c.seg = full ? fseg : wseg, c.n_seg = full ? 1 : n_wseg;
+        c.seg = full ? fseg : wseg, c.n_seg = full ? n_img : n_wseg;
         // x += o(attn(rope(q), rope(k), v)) of rmsnorm(x)
-        rms_norm_rows(c.x, L->ln1, n, D, q->eps, c.h);
+        rows_run(&c, ROWS_RMS_NORM, c.x, L->ln1, c.h, n, D);
         linear(&c, &L->q, L->q_b, c.h, n, c.qb);
         linear(&c, &L->k, L->k_b, c.h, n, c.kb);
         linear(&c, &L->v, L->v_b, c.h, n, c.vb);
-        rope_rows(&c, c.qb);
-        rope_rows(&c, c.kb);
+        rows_run(&c, ROWS_ROPE_QK, NULL, NULL, NULL, n, D);
         attention(&c);
         linear(&c, &L->o, L->o_b, c.att, n, c.h);
-        for (size_t i = 0; i < (size_t)n * D; i++)
-            c.x[i] += c.h[i];
+        rows_run(&c, ROWS_ADD, c.h, NULL, c.x, n, D);
         // x += down(silu(gate(h)) * up(h)), h = rmsnorm(x)
-        rms_norm_rows(c.x, L->ln2, n, D, q->eps, c.h);
+        rows_run(&c, ROWS_RMS_NORM, c.x, L->ln2, c.h, n, D);
         linear(&c, &L->gate, L->gate_b, c.h, n, c.ff);
         linear(&c, &L->up, L->up_b, c.h, n, c.ff2);
-        omni_swiglu(c.ff, c.ff2, (int64_t)n * F);
+        rows_run(&c, ROWS_SWIGLU, c.ff, NULL, c.ff2, n, F);
         linear(&c, &L->down, L->down_b, c.ff2, n, c.h);
-        for (size_t i = 0; i < (size_t)n * D; i++)
-            c.x[i] += c.h[i];
+        rows_run(&c, ROWS_ADD, c.h, NULL, c.x, n, D);
         tpool_end(tp);
     }
-    // undo the windows: window row k is unit order[k]
-    for (int k = 0; k < M; k++)
-        memcpy(out->data + (size_t)order[k] * q->n_embd_lm, proj + (size_t)k * q->n_embd_lm,
-               sizeof(float) * q->n_embd_lm);
-    out->n_tokens = M;
-    out->n_embd = q->n_embd_lm;
-    out->n_images = 1;
-    out->tile_rows = mh, out->tile_cols = mw;
-done:
-    if (rc < 0) {
-        free(out->data);
-        memset(out, 0, sizeof *out);
+    // undo the windows: window row u0 + k of image i is its unit order[u0 + k]
+    for (int i = 0; i < n_img; i++) {
+        const int u0 = unit0[i], mu = unit0[i + 1] - u0;
+        struct vision_embd *o = &outs[i];
+        for (int k = 0; k < mu; k++)
+            memcpy(o->data + (size_t)order[u0 + k] * q->n_embd_lm,
+                   proj + (size_t)(u0 + k) * q->n_embd_lm, sizeof(float) * q->n_embd_lm);
+        o->n_tokens = mu;
+        o->n_embd = q->n_embd_lm;
+        o->n_images = 1;
+        o->tile_rows = im[i].gh / 2, o->tile_cols = im[i].gw / 2;
     }
+done:
+    if (rc < 0)
+        for (int i = 0; i < n_img; i++) {
+            free(outs[i].data);
+            memset(&outs[i], 0, sizeof outs[i]);
+        }
     free(order);
     free(wseg);
     free(fseg);
+    free(unit0);
     free(in);
     free(proj);
     qctx_free(&c);

@@ -47,6 +47,25 @@ void qwen2vl_free(struct qwen2vl_model *q);
 int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
                    int gw, float *vit_out, struct vision_embd *out, char *err, size_t errlen);
 
+/* Several images in one pass: their patch rows concatenated through every
+ * matrix product, attention inside each image's windows (or the whole
+ * image on full-attention blocks), never across images. At most
+ * QWEN2VL_MAX_BATCH_PATCHES patches in all (the largest single image's).
+ * cancelled(user), when not NULL, is polled before each block: once it
+ * returns nonzero the pass stops there with OMNI_ERR_LIMIT and frees
+ * everything. outs[n_img] get each image's rows as qwen2vl_encode's out
+ * (all released on failure); vit_out, when not NULL, [total][n_embd] in
+ * the pass's order (image after image, each in window order). */
+#define QWEN2VL_MAX_BATCH_PATCHES 16384
+struct qwen2vl_image {
+    const float *patches;        /* [gh*gw][3*P*P] in the processor's order */
+    int gh, gw;                  /* patch grid, both even */
+};
+int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
+                         const struct qwen2vl_image *im, int n_img, int (*cancelled)(void *user),
+                         void *user, float *vit_out, struct vision_embd *outs, char *err,
+                         size_t errlen);
+
 /* The reference's window order of the merged grid (mh x mw merged units,
  * windows of win x win units in raster order, units in raster order inside
  * each): order[k] = the raster index of the k-th unit; seg[0..*n_seg] the

@@ -112,6 +112,23 @@ int vision_encode_video(struct vision_ctx *ctx, struct vision_cache *cache, cons
                         size_t len, const struct media_video_params *vp, struct vision_embd **frames,
                         int *n_frames, double **times_s, int *n_hits, char *err, size_t errlen);
 
+/* Several preprocessed images (vision_preprocess's outputs, owned by the
+ * caller) in as few encoder passes as their shapes allow: Qwen2.5-VL
+ * images share passes (their patch rows concatenated through every
+ * matrix product, attention per image), up to the row bound of one pass;
+ * other families encode each image's tiles one pass after another.
+ * cancelled(user), when not NULL, is polled between blocks (qwen2vl) or
+ * tiles: once nonzero, OMNI_ERR_LIMIT with everything freed. outs[n] get
+ * what vision_encode_image would give (no key_hash); all released on
+ * failure. */
+struct vision_input {
+    const float *pixels;     /* n_images planes (qwen2vl: patch rows) */
+    int n_images, tile_rows, tile_cols;
+};
+int vision_encode_batch(struct vision_ctx *ctx, const struct vision_input *in, int n,
+                        int (*cancelled)(void *user), void *user, struct vision_embd *outs,
+                        char *err, size_t errlen);
+
 /* ---- the family's prompt layout -------------------------------------------
  * llava: the image's rows replace the "<image>" marker as one run.
  * idefics3: for each tile row r, col c: "<fake_token_around_image><row_r_col_c>"
