@@ -84,6 +84,11 @@ struct request {
     float *embd;             /* [rows][n_embd] */
     int32_t *rope_pos;       /* M-RoPE (qwen2vl): [3][n_prompt] rotary ids; NULL: the positions */
     int32_t rope_delta;      /* generated tokens: rotary id = position + rope_delta */
+    /* gemma3 (llm_hparams.embd_bidirectional): [n_prompt] each, the first and
+     * last position of the embedding segment holding a position (-1 for
+     * tokens): its rows attend to each other both ways (llm_batch.span_*),
+     * so a prefill chunk never ends inside one (chunk_len) */
+    int32_t *span_first, *span_last;
     int n_prompt;
     int n, n_open;           /* choices, choices without a final event yet */
     struct seq *seqs;        /* [n] */
@@ -523,6 +528,8 @@ static void request_free(struct request *r)
     free(r->embd_row);
     free(r->embd);
     free(r->rope_pos);
+    free(r->span_first);
+    free(r->span_last);
     free(r);
 }
 
@@ -632,6 +639,23 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
                 r->embd_row[p] = row;
                 memcpy(r->embd + (size_t)row++ * n_embd, segs[i].embd + (size_t)j * n_embd,
                        (size_t)n_embd * sizeof(float));
+            }
+        }
+    }
+    if (em->hp->embd_bidirectional && rows) {
+        r->span_first = malloc((size_t)total * sizeof *r->span_first);
+        r->span_last = malloc((size_t)total * sizeof *r->span_last);
+        if (!r->span_first || !r->span_last)
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory for the prompt");
+        p = 0;
+        for (int i = 0; i < n_segs; i++) {
+            if (!segs[i].tokens && segs[i].n > e->p.max_batch_tokens)
+                return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: an image of %d rows does not fit "
+                                 "one batch of %d tokens (its rows attend to each other, so they "
+                                 "are computed together)", segs[i].n, e->p.max_batch_tokens);
+            for (int j = 0; j < segs[i].n; j++, p++) {
+                r->span_first[p] = segs[i].tokens ? -1 : p - j;
+                r->span_last[p] = segs[i].tokens ? -1 : p - j + segs[i].n - 1;
             }
         }
     }
@@ -1097,7 +1121,8 @@ static bool seq_grow(struct engine *e, struct emodel *em, struct seq *s, int n_p
 }
 
 /* Prefill chunk of s starting at n_done: at most budget positions, all text
- * or all embeddings. */
+ * or all embeddings; a bidirectional span is never cut (the chunk stops
+ * before it, or takes all of it past the budget when it starts there). */
 static int chunk_len(const struct seq *s, int budget, bool *embd)
 {
     const int32_t *row = s->rq->embd_row;
@@ -1110,6 +1135,10 @@ static int chunk_len(const struct seq *s, int budget, bool *embd)
             break;
         n++;
     }
+    const struct request *r = s->rq;
+    const int q = p0 + n - 1; /* the chunk's last position */
+    if (*embd && r->span_last && n > 0 && r->span_last[q] > q)
+        n = r->span_first[q] > p0 ? r->span_first[q] - p0 : r->span_last[q] + 1 - p0;
     return n;
 }
 
@@ -1493,6 +1522,8 @@ static int forward(struct engine *e, struct emodel *em)
             .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
             .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
             .rope_pos = r->rope_pos ? em->b_rpos : NULL,
+            .span_first = r->span_first ? r->span_first + it->start : NULL,
+            .span_last = r->span_last ? r->span_last + it->start : NULL,
             .state_slot = em->has_state ? &it->s->state_slot : NULL,
             .state_snap = em->has_state ? em->b_snap : NULL,
         };
