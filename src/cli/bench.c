@@ -21,6 +21,7 @@
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
 #include "llm/model.h"
+#include "llm/model_dev.h"
 #include "src/core/cpu.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
@@ -50,6 +51,7 @@ struct bench_opts {
     uint64_t seed;
     bool json_only;
     bool no_bandwidth;   /* skip the bandwidth measurement */
+    const char *device;  /* --device cuda[:N]: llm_forward on that GPU (llm/model_dev.h) */
 };
 
 struct bench_result {
@@ -71,6 +73,8 @@ static void bench_usage(FILE *f)
             "  --batch N         at most N tokens per prefill forward (default 512)\n"
             "  --batch-decode B  also decode B sequences together (aggregate tok/s)\n"
             "  --seed N          seed of the random prompt (default 42)\n"
+            "  --device D        cpu (default), cuda or cuda:N: the forward on that GPU,\n"
+            "                    logits copied back each step\n"
             "  --json            print only the JSON line on stdout\n",
             omni_physical_cores());
 }
@@ -130,6 +134,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         } else if (!strcmp(a, "--seed")) {
             if (cli_long("bench", a, v, 0, LONG_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
+        } else if (!strcmp(a, "--device")) {
+            o->device = strcmp(v, "cpu") ? v : NULL;
         } else {
             fprintf(stderr, "bench: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -296,6 +302,7 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     struct tpool *tp = NULL;
     struct llm_ctx *ctx = NULL;
     struct llm_kv *kv = NULL;
+    struct llm_dev *dev = NULL;
     int32_t *prompt = NULL, *pos = NULL, *zeros = NULL, *table = NULL;
     int32_t *seq_ids = NULL, *bd_tok = NULL;
     bool *want = NULL;
@@ -326,7 +333,26 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     }
     int n_ctx = o.n_prompt + o.n_gen;
     int n_blocks = (n_ctx + BENCH_KV_BLOCK - 1) / BENCH_KV_BLOCK;
-    if (!(kv = llm_kv_new(m, GGML_TYPE_F16, BENCH_KV_BLOCK, n_blocks * n_seqs, err, sizeof err))) {
+    if (o.device) { /* the forward on the GPU: its own pool, the host one only a shape */
+        struct llm_dev_params dp = llm_dev_default_params();
+        const char *colon = strchr(o.device, ':');
+        dp.device = colon ? atoi(colon + 1) : 0;
+        if (strncmp(o.device, "cuda", 4) || (o.device[4] && o.device[4] != ':')) {
+            fprintf(stderr, "bench: --device: '%s' is not cpu, cuda or cuda:N\n", o.device);
+            goto done;
+        }
+        dp.max_tokens = ctx_tokens;
+        dp.block_size = BENCH_KV_BLOCK;
+        dp.n_blocks = n_blocks * n_seqs;
+        if (!(dev = llm_dev_new(m, &dp, err, sizeof err))) {
+            fprintf(stderr, "bench: %s\n", err);
+            goto done;
+        }
+        llm_dev_attach(dev, ctx);
+        fprintf(stderr, "bench: forward on %s (%s)\n", o.device, llm_dev_device(dev));
+    }
+    if (!(kv = (dev ? llm_kv_new_shape : llm_kv_new)(m, GGML_TYPE_F16, BENCH_KV_BLOCK,
+                                                      n_blocks * n_seqs, err, sizeof err))) {
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
@@ -435,6 +461,7 @@ done:
     free(bd);
     llm_kv_free(kv);
     llm_ctx_free(ctx);
+    llm_dev_free(dev);
     tpool_free(tp);
     return ret;
 }

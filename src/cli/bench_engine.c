@@ -76,7 +76,9 @@ static void be_usage(FILE *f)
             "  --kv-type T           KV storage: f16 (default), f32, q8_0\n"
             "  --kv-memory SIZE      KV pool size, e.g. 512MiB, 2GiB (default: from free RAM)\n"
             "  --max-batch-tokens N  per-step token budget (default 512)\n"
-            "  --seed N              seed of the random prompts (default 42)\n",
+            "  --seed N              seed of the random prompts (default 42)\n"
+            "  --device D            cpu (default), cuda or cuda:N: the forward on that GPU\n"
+            "  --gpu-memory-fraction F  with --device cuda: share of free GPU memory for KV\n",
             omni_physical_cores());
 }
 
@@ -163,6 +165,12 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
                 fprintf(stderr, "bench-engine: --kv-type: '%s' is not f16, f32 or q8_0\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--device")) {
+            o->ep.device = v;
+        } else if (!strcmp(a, "--gpu-memory-fraction")) {
+            double f;
+            if (cli_double("bench-engine", a, v, 0.01, 1.0, &f)) return 2;
+            o->ep.gpu_memory_fraction = f;
         } else if (!strcmp(a, "--kv-memory")) {
             if (!be_size(v, &o->ep.kv_memory_bytes) || !o->ep.kv_memory_bytes) {
                 fprintf(stderr, "bench-engine: --kv-memory: '%s' is not a size like 512MiB\n", v);

@@ -17,6 +17,7 @@
 #include "audio/tts/tts.h"
 #include "src/api/api.h"
 #include "src/api/responses_store.h"
+#include "src/core/backend.h"
 #include "src/core/download.h"
 #include "src/core/omni.h"
 #include "src/engine/engine.h"
@@ -245,6 +246,9 @@ static void serve_usage(FILE *f)
             "  --max-seqs N               sequences generated at once (default 16)\n"
             "  --max-queue N              waiting requests before 429 (default 256)\n"
             "  --deterministic            results independent of batch composition\n"
+            "  --device cpu|cuda|cuda:N   where the language model runs (default: cuda when this\n"
+            "                             build has it (make CUDA=1) and a GPU answers, else cpu)\n"
+            "  --gpu-memory-fraction F    share of free GPU memory for the KV pool (default 0.9)\n"
             "  --prefix-cache-dir DIR     keep hot prompt prefixes on disk across restarts\n");
 }
 
@@ -398,6 +402,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                 fprintf(stderr, "serve: --kv-type expects f16, f32 or q8_0, got '%s'\n", v);
                 rc = -1;
             }
+        } else if (!strcmp(a, "--device")) {
+            o->ep.device = v;
+        } else if (!strcmp(a, "--gpu-memory-fraction")) {
+            rc = cli_double("serve", a, v, 0.01, 1.0, &o->ep.gpu_memory_fraction);
         } else if (!strcmp(a, "--kv-memory"))
             rc = cli_size("serve", a, v, 0, &o->ep.kv_memory_bytes);
         else if (!strcmp(a, "--max-batch-tokens")) {
@@ -488,6 +496,15 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         }
         if (rc)
             return 2;
+    }
+    if (!o->ep.device && omni_backend_available("cuda")) {
+        /* no --device: the GPU when this build has CUDA and one answers */
+        char err[256];
+        struct omni_backend *be = omni_backend_new("cuda", 0, err, sizeof err);
+        o->ep.device = be ? "cuda" : "cpu";
+        if (!be)
+            OMNI_INFO("serve: no usable GPU (%s): the language model runs on the CPU", err);
+        omni_backend_free(be);
     }
     return 0;
 }

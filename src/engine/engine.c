@@ -408,7 +408,8 @@ static int engine_dev_new(struct engine *e, struct emodel *em, int n_blocks, cha
     char derr[384];
     em->dev = llm_dev_new(em->m, &dp, derr, sizeof derr);
     if (!em->dev)
-        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "engine: model '%s' on %s: %s",
+        return omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                         "engine: model '%s' on %s: %s (--device cpu runs it on the CPU)",
                          em->name, dev, derr);
     OMNI_INFO("engine: model '%s' on %s (%s): %.2f GiB of weights, %d KV blocks of %d (%.2f GiB)",
               em->name, dev, llm_dev_device(em->dev), llm_dev_weight_bytes(em->dev) / 1073741824.0,
