@@ -246,6 +246,11 @@ $(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f32.gguf: tests/fixtures/vision/qwen2
 		--lm $(BUILD)/fixtures/vision-qwen2_5_vl-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
+# The tiny Gemma 3 (tests/test_vision_gemma3.c): mmproj + gemma3 LM through the pattern rules above.
+VISION_GEMMA3 := $(if $(wildcard tests/fixtures/vision/gemma3/config.json),$(BUILD)/fixtures/vision-gemma3-mmproj-f32.gguf \
+	$(BUILD)/fixtures/vision-gemma3-mmproj-f16.gguf)
+golden-fixtures: $(VISION_GEMMA3)
+
 # ---- fuzzing (tests/fuzz, libFuzzer) -----------------------------------------
 # make fuzz [FUZZ_SECONDS=N] [FUZZ_TARGETS="fuzz_gguf fuzz_grammar"]: every
 # tests/fuzz/fuzz_*.c built with clang, libFuzzer, ASan and UBSan under
@@ -352,10 +357,13 @@ $(BUILD)/%.o: %.cu $(BUILD)/.flags
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 DEPS += $(CUDA_OBJS:.o=.d)
 endif
-DEV_LIB_SRCS := llm/model.c llm/model_dev.c llm/moe.c llm/tokenizer.c llm/unicode.c \
+ENGINE_DEV_LIB_SRCS := src/engine/engine.c src/engine/kv_pool.c src/engine/prefix_store.c \
+	llm/grammar/grammar.c llm/sampler.c
+DEV_LIB_SRCS := llm/model.c llm/model_dev.c llm/moe.c llm/tokenizer.c llm/unicode.c $(wildcard llm/deltanet.c) \
 	$(filter-out src/core/download.c,$(sort $(wildcard src/core/*.c))) \
 	$(sort $(wildcard src/core/arch/x86/*.c))
-DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_main.o \
+DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_engine_dev.o \
+	$(BUILD)/tests/test_main.o $(ENGINE_DEV_LIB_SRCS:%.c=$(BUILD)/%.o) \
 	$(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/tests/cuda/blas_shim.o) $(CUDA_OBJS)
 DEV_LIBS ?= $(shell pkg-config --libs libpcre2-8 openblas 2>/dev/null) -lm -pthread
 $(BUILD)/test_cuda: $(DEV_TEST_OBJS)
@@ -379,3 +387,11 @@ DEV_LIB_OBJS := $(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/test
 $(BUILD)/bench_dev: $(BUILD)/tests/cuda/bench_dev.o $(DEV_LIB_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
 DEPS += $(BUILD)/tests/cuda/bench_dev.d
+# bench_engine_dev: `omniserve bench-engine` alone (tests/cuda/bench_engine_dev.c):
+# the engine and the forward, no server libraries (--device cuda on a GPU
+# machine without our Debian packages)
+ENGINE_DEV_SRCS := $(ENGINE_DEV_LIB_SRCS) src/cli/bench_engine.c src/cli/args.c src/cli/bench_util.c
+ENGINE_DEV_OBJS := $(ENGINE_DEV_SRCS:%.c=$(BUILD)/%.o)
+$(BUILD)/bench_engine_dev: $(BUILD)/tests/cuda/bench_engine_dev.o $(ENGINE_DEV_OBJS) $(DEV_LIB_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
+DEPS += $(BUILD)/tests/cuda/bench_engine_dev.d
