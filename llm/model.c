@@ -16,6 +16,7 @@
  * below; the forward reads those flags and the tensors that are present. */
 #include "model.h"
 
+#include "llm/deltanet.h"
 #include "llm/moe.h"
 #include "llm/tokenizer.h"
 #include "src/core/gguf.h"
@@ -66,6 +67,8 @@ struct llm_layer {
     const float *conv_w;            /* [n_embd][conv_l_cache] depthwise causal kernel */
     struct omni_tensor conv_out;    /* [n_embd][n_embd] */
     int conv_index;                 /* which conv layer (its state's place), or -1 */
+    struct gdn_layer gdn;           /* Gated DeltaNet layer (gdn.qkv.data != NULL) instead of
+                                       attention (qwen3next, qwen35) */
 };
 
 /* What sets a family apart, one row per architecture. */
@@ -84,6 +87,9 @@ struct llm_family {
     bool gptoss;           /* attn_sinks; the FFN norm is post_attention_norm; biased experts
                               with the clamped SwiGLU (limit 7); YaRN without truncation */
     bool short_conv;       /* lfm2: head_count_kv per layer, 0 = a short-convolution block */
+    bool gdn;              /* Gated DeltaNet layers (llm/deltanet.h) beside gated attention:
+                              attn_q holds each head's query rows then its output-gate rows;
+                              the FFN norm is post_attention_norm (qwen3next, qwen35) */
     enum llm_act act;      /* gate activation of the FFN */
     /* Which layers slide when attention.sliding_window is set (llama.cpp
      * fixes it per family): 0 none, 1 all, n: all but every n-th layer. */
@@ -109,6 +115,10 @@ static const struct llm_family families[] = {
     [LLM_ARCH_LFM2] = { "lfm2", .rope_neox = true, .qk_norm = true, .short_conv = true },
     [LLM_ARCH_QWEN2VL] = { "qwen2vl", .rope_neox = true, .qkv_bias = true }, /* + M-RoPE */
     [LLM_ARCH_GPTOSS] = { "gpt-oss", .rope_neox = true, .moe = true, .swa_period = 2, .gptoss = true },
+    [LLM_ARCH_QWEN3NEXT] = { "qwen3next", .rope_neox = true, .qk_norm = true, .moe = true, .gdn = true },
+    /* Qwen3.5's M-RoPE sections turn alike for text positions: plain neox rope */
+    [LLM_ARCH_QWEN35] = { "qwen35", .rope_neox = true, .qk_norm = true, .gdn = true },
+    [LLM_ARCH_QWEN35MOE] = { "qwen35moe", .rope_neox = true, .qk_norm = true, .moe = true, .gdn = true },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
@@ -128,7 +138,10 @@ struct llm_model {
     struct llm_layer *layers;       /* [n_layer] */
     size_t weight_bytes;
     size_t decode_bytes;            /* llm_model_decode_bytes */
-    bool *conv_layer;               /* [n_layer] short-convolution layers (lfm2) or NULL */
+    /* [n_layer] layers without K/V: lfm2's short-convolution blocks, or the
+     * Gated DeltaNet layers (fam->gdn); NULL when there are none */
+    bool *conv_layer;
+    size_t state_floats;            /* llm_model_state_floats */
 };
 
 // ---- loading ---------------------------------------------------------------
@@ -399,6 +412,110 @@ static int load_conv_layers(struct loader *ld)
     return 0;
 }
 
+/* qwen3next / qwen35: the Gated DeltaNet sizes (ssm.*) and which layers
+ * are recurrent: attention.recurrent_layers (one flag per layer), else all
+ * but every full_attention_interval-th (default 4), as llama.cpp reads
+ * them. Multi-token-prediction blocks (nextn_predict_layers, counted in
+ * block_count after the trunk) are not run. */
+static int load_gdn_layers(struct loader *ld)
+{
+    struct llm_model *m = ld->m;
+    struct llm_hparams *hp = &m->hp;
+    int inner = 0, interval = 4, nextn = 0, rc;
+    if ((rc = get_dim(ld, "ssm.conv_kernel", true, &hp->gdn_kernel)) < 0 ||
+        (rc = get_dim(ld, "ssm.state_size", true, &hp->gdn_head_k)) < 0 ||
+        (rc = get_dim(ld, "ssm.group_count", true, &hp->gdn_n_k_heads)) < 0 ||
+        (rc = get_dim(ld, "ssm.time_step_rank", true, &hp->gdn_n_v_heads)) < 0 ||
+        (rc = get_dim(ld, "ssm.inner_size", true, &inner)) < 0 ||
+        (rc = get_dim(ld, "full_attention_interval", false, &interval)) < 0 ||
+        (rc = get_dim(ld, "nextn_predict_layers", false, &nextn)) < 0)
+        return rc;
+    if (inner % hp->gdn_n_v_heads || hp->gdn_n_v_heads % hp->gdn_n_k_heads ||
+        hp->gdn_kernel > 64 || inner / hp->gdn_n_v_heads > 1024 || hp->gdn_head_k > 1024 ||
+        nextn >= hp->n_layer)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: ssm.inner_size %d, %d value heads, %d key heads of %d, conv "
+                         "kernel %d, %d of %d blocks for next-token prediction: need the inner size "
+                         "a multiple of the value heads, those a multiple of the key heads, heads "
+                         "of at most 1024, a kernel of at most 64, a trunk", ld->path, inner,
+                         hp->gdn_n_v_heads, hp->gdn_n_k_heads, hp->gdn_head_k, hp->gdn_kernel,
+                         nextn, hp->n_layer);
+    hp->gdn_head_v = inner / hp->gdn_n_v_heads;
+    const int n_all = hp->n_layer;
+    hp->n_layer -= nextn;
+    m->conv_layer = calloc((size_t)hp->n_layer, sizeof *m->conv_layer);
+    if (!m->conv_layer)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", hp->arch_name);
+    enum gguf_type et;
+    uint64_t count = 0;
+    if (gguf_get_arr(m->g, key, &et, &count) == 0) {
+        const unsigned char *d = gguf_get_arr_data(m->g, key);
+        const size_t es = et == GGUF_TYPE_BOOL || et == GGUF_TYPE_UINT8 || et == GGUF_TYPE_INT8 ? 1
+                          : et == GGUF_TYPE_UINT32 || et == GGUF_TYPE_INT32            ? 4
+                                                                                       : 0;
+        if (!d || !es || (count != (uint64_t)n_all && count != (uint64_t)hp->n_layer))
+            return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT,
+                             "model: %s: key %s: need an array of %d flags", ld->path, key, n_all);
+        for (int l = 0; l < hp->n_layer; l++) {
+            uint32_t v = 0;
+            memcpy(&v, d + (size_t)l * es, es);
+            m->conv_layer[l] = v != 0;
+        }
+    } else {
+        for (int l = 0; l < hp->n_layer; l++)
+            m->conv_layer[l] = (l + 1) % interval != 0;
+    }
+    for (int l = 0; l < hp->n_layer; l++)
+        hp->n_gdn_layer += m->conv_layer[l];
+    return 0;
+}
+
+static struct gdn_params gdn_params_of(const struct llm_hparams *hp, bool tiled)
+{
+    return (struct gdn_params){ .n_embd = hp->n_embd, .n_k_heads = hp->gdn_n_k_heads,
+                                .n_v_heads = hp->gdn_n_v_heads, .head_k = hp->gdn_head_k,
+                                .head_v = hp->gdn_head_v, .kernel = hp->gdn_kernel,
+                                .tiled = tiled, .norm_eps = hp->norm_eps };
+}
+
+/* One Gated DeltaNet layer: fused q/k/v and z projections, b and a (one
+ * ssm_ba, or ssm_beta and ssm_alpha), the conv kernel (F32), dt bias,
+ * A (= -exp(A_log)), the gated norm and the output projection. */
+static int load_gdn(struct loader *ld, int l, struct llm_layer *L, size_t state_off)
+{
+    const struct llm_hparams *hp = &ld->m->hp;
+    const int64_t n_embd = hp->n_embd, nv = hp->gdn_n_v_heads;
+    const int64_t vd = nv * hp->gdn_head_v, C = 2 * (int64_t)hp->gdn_n_k_heads * hp->gdn_head_k + vd;
+    struct gdn_layer *G = &L->gdn;
+    char name[64];
+    const struct gguf_tensor *t;
+    int rc;
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+    if ((rc = get_matrix(ld, BLK("attn_qkv.weight"), C, n_embd, &G->qkv)) < 0 ||
+        (rc = get_matrix(ld, BLK("attn_gate.weight"), vd, n_embd, &G->gate)) < 0 ||
+        (rc = get_matrix(ld, BLK("ssm_out.weight"), n_embd, vd, &G->out)) < 0 ||
+        (rc = get_vector(ld, BLK("ssm_dt.bias"), nv, true, &G->dt_bias)) < 0 ||
+        (rc = get_vector(ld, BLK("ssm_a"), nv, true, &G->a)) < 0 ||
+        (rc = get_vector(ld, BLK("ssm_norm.weight"), hp->gdn_head_v, true, &G->norm)) < 0)
+        return rc;
+    if (gguf_find_tensor(ld->m->g, BLK("ssm_ba.weight")))
+        rc = get_matrix(ld, name, 2 * nv, n_embd, &G->ba);
+    else if ((rc = get_matrix(ld, BLK("ssm_beta.weight"), nv, n_embd, &G->beta)) >= 0)
+        rc = get_matrix(ld, BLK("ssm_alpha.weight"), nv, n_embd, &G->alpha);
+    if (rc < 0 || (rc = get_tensor(ld, BLK("ssm_conv1d.weight"), 2, C, hp->gdn_kernel, true, &t)) < 0)
+        return rc;
+    if (t->type != GGML_TYPE_F32 || (uintptr_t)t->data % sizeof(float))
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
+                         "model: %s: tensor '%s': type %s, need f32 (4-byte aligned)", ld->path,
+                         name, ggml_type_name(t->type));
+#undef BLK
+    G->conv_w = t->data;
+    G->state_off = state_off;
+    return 0;
+}
+
 static int load_hparams(struct loader *ld)
 {
     struct llm_model *m = ld->m;
@@ -415,7 +532,8 @@ static int load_hparams(struct loader *ld)
     if (a < 0)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
-                         "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, lfm2, gpt-oss)", ld->path, (int)(len < 64 ? len : 64), arch);
+                         "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, lfm2, gpt-oss, qwen3next, "
+                         "qwen35, qwen35moe)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
     m->fam = &families[a];
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
@@ -432,6 +550,8 @@ static int load_hparams(struct loader *ld)
         return rc;
     if (m->fam->short_conv && (rc = load_conv_layers(ld)) < 0)
         return rc;
+    if (m->fam->gdn && (rc = load_gdn_layers(ld)) < 0)
+        return rc;
     if (!hp->n_head_kv)
         hp->n_head_kv = hp->n_head;
     if (!hp->head_dim)
@@ -447,7 +567,7 @@ static int load_hparams(struct loader *ld)
     hp->embd_bidirectional = hp->arch == LLM_ARCH_GEMMA3;
     if (hp->arch == LLM_ARCH_QWEN2VL && (rc = get_rope_sections(ld, hp)) < 0)
         return rc;
-    const bool partial_ok = hp->arch == LLM_ARCH_PHI3;
+    const bool partial_ok = hp->arch == LLM_ARCH_PHI3 || m->fam->gdn;
     if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
         (v_dim && v_dim != hp->head_dim) || hp->n_rot % 2 || hp->n_rot > hp->head_dim ||
@@ -678,7 +798,11 @@ static int load_weights(struct loader *ld)
     if (!m->layers)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_NOMEM, "model: %s: out of memory", ld->path);
     const struct llm_family *f = m->fam;
-    int n_conv = 0;
+    int n_conv = 0, n_gdn = 0;
+    /* recurrent state per sequence: lfm2's conv inputs, then each Gated DeltaNet layer's */
+    m->state_floats = (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) * hp->n_embd;
+    const struct gdn_params gp = gdn_params_of(hp, false);
+    const size_t gdn_floats = f->gdn ? gdn_state_floats(&gp) : 0;
     const bool biases_required = f->qkv_bias, qk_norm = f->qk_norm, post = f->post_norms;
     for (int l = 0; l < hp->n_layer; l++) {
         struct llm_layer *L = &m->layers[l];
@@ -686,13 +810,17 @@ static int load_weights(struct loader *ld)
         L->nope = f->nope_period && (l + 1) % f->nope_period == 0;
         char name[64];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-        const bool conv = m->conv_layer && m->conv_layer[l];
+        const bool gdn = f->gdn && m->conv_layer[l];
+        const bool conv = !f->gdn && m->conv_layer && m->conv_layer[l];
         L->conv_index = conv ? n_conv++ : -1;
-        if (conv)
+        if (gdn) /* its state after the lfm2 conv layers' (none in these models) */
+            rc = load_gdn(ld, l, L, m->state_floats + (size_t)n_gdn++ * gdn_floats);
+        else if (conv)
             rc = load_short_conv(ld, l, L);
         else if (f->fused_qkv)
             rc = get_matrix(ld, BLK("attn_qkv.weight"), q_dim + 2 * kv_dim, n_embd, &L->wqkv);
-        else if ((rc = get_matrix(ld, BLK("attn_q.weight"), q_dim, n_embd, &L->wq)) >= 0 &&
+        else if ((rc = get_matrix(ld, BLK("attn_q.weight"), (f->gdn ? 2 : 1) * q_dim, n_embd,
+                                  &L->wq)) >= 0 &&
                  (rc = get_matrix(ld, BLK("attn_k.weight"), kv_dim, n_embd, &L->wk)) >= 0)
             rc = get_matrix(ld, BLK("attn_v.weight"), kv_dim, n_embd, &L->wv);
         if (rc < 0)
@@ -709,7 +837,7 @@ static int load_weights(struct loader *ld)
             return rc;
         if ((rc = get_vector(ld, BLK("attn_norm.weight"), n_embd, true, &L->attn_norm)) < 0)
             return rc;
-        if (!conv &&
+        if (!conv && !gdn &&
             ((rc = get_matrix(ld, BLK("attn_output.weight"), n_embd, q_dim, &L->wo)) < 0 ||
             (rc = get_vector(ld, BLK("attn_q.bias"), q_dim, biases_required, &L->bq)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k.bias"), kv_dim, biases_required, &L->bk)) < 0 ||
@@ -718,18 +846,21 @@ static int load_weights(struct loader *ld)
             (rc = get_vector(ld, BLK("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm)) < 0 ||
             (rc = get_vector(ld, BLK("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm)) < 0))
             return rc;
-        /* gpt-oss: llama.cpp names the FFN's input norm post_attention_norm */
-        if (f->gptoss &&
-            ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, true, &L->ffn_norm)) < 0 ||
-             (rc = get_vector(ld, BLK("attn_sinks.weight"), hp->n_head, true, &L->attn_sinks)) < 0))
+        /* gpt-oss, qwen3next: llama.cpp names the FFN's input norm post_attention_norm */
+        if ((f->gptoss || f->gdn) &&
+            (rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, true, &L->ffn_norm)) < 0)
             return rc;
-        if ((!f->gptoss &&
+        if (f->gptoss &&
+            (rc = get_vector(ld, BLK("attn_sinks.weight"), hp->n_head, true, &L->attn_sinks)) < 0)
+            return rc;
+        if ((!f->gptoss && !f->gdn &&
              ((rc = get_vector(ld, BLK("post_attention_norm.weight"), n_embd, post, &L->attn_post_norm)) < 0 ||
               (rc = get_vector(ld, BLK("ffn_norm.weight"), n_embd, true, &L->ffn_norm)) < 0)) ||
             (rc = get_vector(ld, BLK("post_ffw_norm.weight"), n_embd, post, &L->ffn_post_norm)) < 0)
             return rc;
 #undef BLK
     }
+    m->state_floats += (size_t)n_gdn * gdn_floats;
     return 0;
 }
 
@@ -899,7 +1030,7 @@ static struct llm_kv *kv_new(const struct llm_model *m, int type, int block_size
             goto nomem;
     }
     /* recurrent state: one slot to begin with (llm_kv_set_state_slots) */
-    kv->state_floats = (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) * hp->n_embd;
+    kv->state_floats = llm_model_state_floats(m);
     if (kv->state_floats && llm_kv_set_state_slots(kv, 1) < 0)
         goto nomem;
     return kv;
@@ -954,13 +1085,9 @@ void llm_kv_copy_state(struct llm_kv *kv, int dst, int src)
                kv->state + (size_t)src * kv->state_floats, kv->state_floats * sizeof(float));
 }
 
-bool llm_model_has_state(const struct llm_model *m) { return m->hp.n_conv_layer > 0; }
+bool llm_model_has_state(const struct llm_model *m) { return m->state_floats > 0; }
 
-size_t llm_model_state_floats(const struct llm_model *m)
-{
-    const struct llm_hparams *hp = &m->hp;
-    return hp->n_conv_layer ? (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) * hp->n_embd : 0;
-}
+size_t llm_model_state_floats(const struct llm_model *m) { return m->state_floats; }
 
 float *llm_kv_state(struct llm_kv *kv, int slot)
 {
@@ -1013,6 +1140,10 @@ struct llm_ctx {
     float *moe_out;    /* [max_tokens][n_embd] expert output (qwen3moe) or NULL */
     float *conv;       /* [max_tokens][3 n_embd] in_proj (B, C, x), then [max_tokens][n_embd]
                           gated conv output (lfm2) or NULL */
+    struct gdn_ctx *gdn;          /* Gated DeltaNet scratch (qwen3next, qwen35) or NULL */
+    struct gdn_token *gdn_tok;    /* [max_tokens] each token's state and snapshot */
+    float *qg;         /* [max_tokens][2 q_dim] each head's query then output gate (gated
+                          attention, fam->gdn) or NULL */
     uint64_t bytes_read; /* llm_ctx_weight_bytes_read */
     llm_forward_fn dev_forward; /* llm_ctx_set_forward: a device forward, or NULL */
     void *dev_impl;
@@ -1064,6 +1195,16 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
     }
     if (hp->n_conv_layer && !(ctx->conv = malloc(T * 4 * (size_t)hp->n_embd * sizeof(float))))
         goto nomem;
+    if (m->fam->gdn) {
+        const struct gdn_params gp = gdn_params_of(hp, hp->arch != LLM_ARCH_QWEN3NEXT);
+        if (hp->n_gdn_layer && !(ctx->gdn = gdn_ctx_new(&gp, max_tokens, tp, err, errlen))) {
+            llm_ctx_free(ctx);
+            return NULL;
+        }
+        if (!(ctx->gdn_tok = calloc(T, sizeof *ctx->gdn_tok)) ||
+            !(ctx->qg = malloc(T * 2 * q_dim * sizeof(float))))
+            goto nomem;
+    }
     if (m->fam->fused_qkv && !(ctx->qkv = malloc(T * (q_dim + 2 * kv_dim) * sizeof(float))))
         goto nomem;
     ctx->rope_cos = malloc(m->n_rope * T * (size_t)(hp->n_rot / 2) * sizeof(float));
@@ -1127,6 +1268,9 @@ void llm_ctx_free(struct llm_ctx *ctx)
     moe_ctx_free(ctx->moe);
     free(ctx->moe_out);
     free(ctx->conv);
+    gdn_ctx_free(ctx->gdn);
+    free(ctx->gdn_tok);
+    free(ctx->qg);
     free(ctx);
 }
 
@@ -1522,6 +1666,10 @@ static void qkv_step(const struct token_job *j, int t)
         memcpy(k, f + q_dim, (size_t)kv_dim * sizeof(float));
         memcpy(v, f + q_dim + kv_dim, (size_t)kv_dim * sizeof(float));
     }
+    if (ctx->qg) /* gated attention: per head its query rows, then its gate rows */
+        for (int h = 0; h < hp->n_head; h++)
+            memcpy(q + h * hd, ctx->qg + (size_t)t * 2 * q_dim + (size_t)h * 2 * hd,
+                   (size_t)hd * sizeof(float));
     for (int i = 0; L->bq && i < q_dim; i++)
         q[i] += L->bq[i];
     for (int i = 0; L->bk && i < kv_dim; i++)
@@ -1555,6 +1703,19 @@ static void qkv_step(const struct token_job *j, int t)
         quantize_row_q8_0_ref(k, (block_q8_0 *)kv->k[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
         quantize_row_q8_0_ref(v, (block_q8_0 *)kv->v[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
     }
+}
+
+/* gated attention (qwen3next, qwen35): each head's output times the
+ * sigmoid of its gate rows */
+static void attn_gate_step(const struct token_job *j, int t)
+{
+    const struct llm_hparams *hp = &j->ctx->m->hp;
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd;
+    float *o = j->ctx->att + (size_t)t * q_dim;
+    const float *g = j->ctx->qg + (size_t)t * 2 * q_dim;
+    for (int h = 0; h < hp->n_head; h++)
+        for (int i = 0; i < hd; i++)
+            o[h * hd + i] /= 1.0f + expf(-g[(size_t)h * 2 * hd + hd + i]);
 }
 
 /* x += attention output projection (+ bias; post-norm first, gemma); then
@@ -1664,8 +1825,8 @@ static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
                 return OMNI_ERR_ARG;
         /* recurrent state: a slot of the right size, and a sequence's tokens
          * in order (each one continues from the previous one's state) */
-        if (hp->n_conv_layer) {
-            if (kv->state_floats != (size_t)hp->n_conv_layer * (hp->conv_l_cache - 1) * hp->n_embd ||
+        if (ctx->m->state_floats) {
+            if (kv->state_floats != ctx->m->state_floats ||
                 (b->state_slot ? b->state_slot[b->seq[i]] : b->seq[i]) < 0 ||
                 (b->state_slot ? b->state_slot[b->seq[i]] : b->seq[i]) >= kv->n_state_slots)
                 return OMNI_ERR_ARG;
@@ -1734,6 +1895,13 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
                              .q8_0_to_float = omni_quant_ops(GGML_TYPE_Q8_0)->to_float };
     attn_plan(ctx, batch, &attn);
     struct token_job tj = { .ctx = ctx, .batch = batch, .kv = kv };
+    /* Gated DeltaNet layers: each token's sequence state, snapshot, start */
+    for (int t = 0; ctx->gdn && t < n; t++) {
+        const int slot = batch->state_slot ? batch->state_slot[batch->seq[t]] : batch->seq[t];
+        ctx->gdn_tok[t] = (struct gdn_token){
+            .state = kv->state + (size_t)slot * kv->state_floats,
+            .snap = batch->state_snap ? batch->state_snap[t] : NULL, .reset = batch->pos[t] == 0 };
+    }
 
     for (int l = 0; l < hp->n_layer; l++) {
         const struct llm_layer *L = &m->layers[l];
@@ -1749,14 +1917,16 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
             matmul(ctx, &L->conv_in, ctx->xn, n, ctx->conv);
             short_conv(ctx, batch, kv, L);
             matmul(ctx, &L->conv_out, ctx->conv + (size_t)ctx->max_tokens * 3 * n_embd, n, ctx->xn);
+        } else if (L->gdn.qkv.data) { /* Gated DeltaNet with the sequences' state */
+            gdn_forward(ctx->gdn, &L->gdn, ctx->xn, n, ctx->gdn_tok, ctx->xn, moe_matmul, ctx);
         } else if (ctx->qkv) {
             matmul(ctx, &L->wqkv, ctx->xn, n, ctx->qkv);
         } else {
-            matmul(ctx, &L->wq, ctx->xn, n, ctx->q);
+            matmul(ctx, &L->wq, ctx->xn, n, ctx->qg ? ctx->qg : ctx->q);
             matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
             matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
         }
-        if (!L->conv_in.data) {
+        if (!L->conv_in.data && !L->gdn.qkv.data) {
             for_each_token(&tj, qkv_step);
 
             /* attention through the block tables: blocks of prefill, then single tokens */
@@ -1765,7 +1935,9 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
             if (attn.n_items)
                 run(tp, attn_worker, &attn);
 
-            /* output projection */
+            /* (output gate,) output projection */
+            if (ctx->qg)
+                for_each_token(&tj, attn_gate_step);
             matmul(ctx, &L->wo, ctx->att, n, ctx->xn);
         }
         /* (post-norm) + residual, ffn rmsnorm */

@@ -11,7 +11,12 @@
  * weights), smollm3 (llama layout, every 4th layer without rotary: NoPE),
  * lfm2 (LiquidAI: gated short-convolution blocks beside attention layers;
  * each sequence keeps its last l_cache - 1 convolution inputs per conv
- * layer as recurrent state in the llm_kv, see llm_kv_set_state_slots).
+ * layer as recurrent state in the llm_kv, see llm_kv_set_state_slots),
+ * qwen3next / qwen35 / qwen35moe (Qwen3-Next, Qwen3.5: Gated DeltaNet
+ * layers of llm/deltanet.h, whose conv and delta-rule state is per-sequence
+ * state as lfm2's, beside full-attention layers with a sigmoid output gate,
+ * partial rotary and q/k norms; experts with a gated shared expert in
+ * qwen3next and qwen35moe).
  * Sliding-window layers keep every position's K/V in the
  * paged cache and mask keys older than the window (prefix caching and
  * preemption need nothing special; memory is that of full attention).
@@ -49,6 +54,7 @@ enum llm_arch {
     LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3,
     LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
     LLM_ARCH_LFM2, LLM_ARCH_QWEN2VL, LLM_ARCH_GPTOSS,
+    LLM_ARCH_QWEN3NEXT, LLM_ARCH_QWEN35, LLM_ARCH_QWEN35MOE,
 };
 
 struct llm_hparams {
@@ -96,6 +102,11 @@ struct llm_hparams {
     int nope_period;         /* every n-th layer has no rotary (smollm3: 4; 0: none) */
     int conv_l_cache;        /* lfm2 short-convolution kernel (shortconv.l_cache; 0: none) */
     int n_conv_layer;        /* layers that are short-convolution blocks */
+    /* Gated DeltaNet layers (qwen3next, qwen35, qwen35moe: llm/deltanet.h):
+     * ssm.conv_kernel, ssm.group_count key heads of ssm.state_size,
+     * ssm.time_step_rank value heads of ssm.inner_size / that */
+    int n_gdn_layer;
+    int gdn_kernel, gdn_n_k_heads, gdn_n_v_heads, gdn_head_k, gdn_head_v;
 };
 
 struct llm_model_params {
@@ -138,7 +149,8 @@ struct llm_kv {
     void **k, **v;
     bool no_storage;         /* llm_kv_new_shape: every k[l], v[l] NULL */
     /* Per-sequence recurrent state (lfm2: the last conv_l_cache - 1 inputs of
-     * every conv layer, [n_conv_layer][conv_l_cache - 1][n_embd] floats):
+     * every conv layer, [n_conv_layer][conv_l_cache - 1][n_embd] floats;
+     * Gated DeltaNet layers: gdn_state_floats each, after those):
      * n_state_slots slots of state_floats floats; a sequence uses the slot
      * llm_batch.state_slot gives it. 0 floats for models without it. */
     int n_state_slots;

@@ -21,6 +21,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "src/engine/engine.h"
+#include "src/engine/kv_pool.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -245,15 +246,15 @@ static void run_event(void *user, const struct engine_event *ev)
 
 /* Bytes of KV for the first `steps` positions (a block more for the engine's
  * admission check), or 0 to let the engine decide (it reports a bad type). */
-static size_t run_kv_bytes(const struct llm_hparams *hp, const struct engine_params *ep,
+/* the pool's own block size: K/V of the attention layers, plus the state
+ * snapshot of models with recurrent state (hybrid models' is most of it) */
+static size_t run_kv_bytes(const struct llm_model *m, const struct engine_params *ep,
                            long steps)
 {
-    const size_t slot = llm_kv_slot_bytes(ep->kv_type, hp->n_head_kv * hp->head_dim);
+    const size_t block = kv_pool_block_bytes(m, ep->kv_type, ep->kv_block_size);
     const size_t blocks = (size_t)steps / (size_t)ep->kv_block_size + 2;
     size_t bytes;
-    if (!slot || omni_mul_size(slot, (size_t)ep->kv_block_size * 2, &bytes) ||
-        omni_mul_size(bytes, (size_t)hp->n_layer, &bytes) ||
-        omni_mul_size(bytes, blocks, &bytes))
+    if (!block || omni_mul_size(block, blocks, &bytes))
         return 0;
     return bytes;
 }
@@ -345,7 +346,7 @@ int cli_run(int argc, char **argv)
     ep.max_queue = 1;
     ep.max_batch_tokens = RUN_PREFILL_CHUNK;
     if (!ep.kv_memory_bytes)
-        ep.kv_memory_bytes = run_kv_bytes(hp, &ep, steps);
+        ep.kv_memory_bytes = run_kv_bytes(m, &ep, steps);
     if (!(e = engine_new(&ep, err, sizeof err)) ||
         engine_add_model(e, m, "run", err, sizeof err) < 0 ||
         engine_start(e, err, sizeof err) < 0) {

@@ -43,8 +43,8 @@ size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
     size_t bytes = llm_kv_slot_bytes(type, hp->n_head_kv * hp->head_dim);
     if (!bytes || block_size < 1 ||
         omni_mul_size(bytes, (size_t)block_size * 2, &bytes) ||
-        /* layers with K/V: not lfm2's short-convolution blocks */
-        omni_mul_size(bytes, (size_t)(hp->n_layer - hp->n_conv_layer), &bytes))
+        /* layers with K/V: not lfm2's short-convolution blocks, nor Gated DeltaNet layers */
+        omni_mul_size(bytes, (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer), &bytes))
         return 0;
     /* plus the block's state snapshot (models with recurrent state) */
     const size_t snap = llm_model_state_floats(m) * sizeof(float);

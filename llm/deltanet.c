@@ -1,0 +1,257 @@
+/* deltanet.c - Gated DeltaNet layers (see deltanet.h): input projections,
+ * the causal conv with its per-sequence state, L2-normalised q/k, the
+ * delta-rule recurrence token by token, the gated RMSNorm and the output
+ * projection.
+ *
+ * The tokens of a batch go in batch order (a sequence's tokens depend on its
+ * earlier ones through the state); the work is split across the pool by
+ * conv channel (conv pass) and by value head (recurrence pass), each thread
+ * owning its slice of every state, so no two threads touch the same floats. */
+#include "deltanet.h"
+
+#include "src/core/omni.h"
+#include "src/core/ops.h"
+#include "src/core/threadpool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* HF's l2norm: x / sqrt(sum x^2 + 1e-6) */
+#define GDN_L2_EPS 1e-6f
+
+struct gdn_ctx {
+    struct gdn_params p;
+    int max_tokens;
+    struct tpool *tp;
+    float *qkv;   /* [max_tokens][conv_dim]: projections, then conv outputs in place */
+    float *z;     /* [max_tokens][n_v head_v] */
+    float *ba;    /* [max_tokens][2 n_v]: b and a as the projection(s) left them */
+    float *y;     /* [max_tokens][n_v head_v] normed, gated outputs */
+    float *tmp;   /* [2][max_tokens][n_v]: beta and alpha projections (Qwen3.5) */
+};
+
+int gdn_conv_dim(const struct gdn_params *p)
+{
+    return 2 * p->n_k_heads * p->head_k + p->n_v_heads * p->head_v;
+}
+
+size_t gdn_state_floats(const struct gdn_params *p)
+{
+    return (size_t)(p->kernel - 1) * gdn_conv_dim(p) +
+           (size_t)p->n_v_heads * p->head_k * p->head_v;
+}
+
+struct gdn_ctx *gdn_ctx_new(const struct gdn_params *p, int max_tokens, struct tpool *tp,
+                            char *err, size_t errlen)
+{
+    if (p->n_k_heads < 1 || p->n_v_heads < 1 || p->n_v_heads % p->n_k_heads ||
+        p->head_k < 1 || p->head_v < 1 || p->head_k > 1024 || p->head_v > 1024 ||
+        p->n_v_heads > 4096 || p->kernel < 1 || p->kernel > 64 || max_tokens < 1) {
+        omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED,
+                  "deltanet: %d key heads of %d, %d value heads of %d, kernel %d: need value "
+                  "heads a multiple of key heads, head sizes in 1..1024, a kernel in 1..64",
+                  p->n_k_heads, p->head_k, p->n_v_heads, p->head_v, p->kernel);
+        return NULL;
+    }
+    struct gdn_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        goto nomem;
+    c->p = *p;
+    c->max_tokens = max_tokens;
+    c->tp = tp;
+    const size_t T = (size_t)max_tokens, vd = (size_t)p->n_v_heads * p->head_v;
+    c->qkv = malloc(T * gdn_conv_dim(p) * sizeof(float));
+    c->z = malloc(T * vd * sizeof(float));
+    c->ba = malloc(T * 2 * (size_t)p->n_v_heads * sizeof(float));
+    c->y = malloc(T * vd * sizeof(float));
+    c->tmp = malloc(T * 2 * (size_t)p->n_v_heads * sizeof(float));
+    if (!c->qkv || !c->z || !c->ba || !c->y || !c->tmp)
+        goto nomem;
+    return c;
+nomem:
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "deltanet: out of memory for %d-token buffers",
+              max_tokens);
+    gdn_ctx_free(c);
+    return NULL;
+}
+
+void gdn_ctx_free(struct gdn_ctx *c)
+{
+    if (!c)
+        return;
+    free(c->qkv);
+    free(c->z);
+    free(c->ba);
+    free(c->y);
+    free(c->tmp);
+    free(c);
+}
+
+void gdn_delta_step(float *S, const float *q, const float *k, const float *v, float g,
+                    float beta, int head_k, int head_v, float *o)
+{
+    const float decay = expf(g);
+    /* u = beta (v - (decayed S)^T k), accumulated row by row of S */
+    float u[1024];
+    for (int j = 0; j < head_v; j++)
+        u[j] = 0.0f;
+    for (int i = 0; i < head_k; i++) {
+        float *s = S + (size_t)i * head_v;
+        const float ki = k[i];
+        for (int j = 0; j < head_v; j++) {
+            s[j] *= decay;
+            u[j] += s[j] * ki;
+        }
+    }
+    for (int j = 0; j < head_v; j++) {
+        u[j] = beta * (v[j] - u[j]);
+        o[j] = 0.0f;
+    }
+    /* S += k u^T, then o = S^T q */
+    for (int i = 0; i < head_k; i++) {
+        float *s = S + (size_t)i * head_v;
+        const float ki = k[i], qi = q[i];
+        for (int j = 0; j < head_v; j++) {
+            s[j] += ki * u[j];
+            o[j] += s[j] * qi;
+        }
+    }
+}
+
+struct gdn_job {
+    struct gdn_ctx *c;
+    const struct gdn_layer *L;
+    const struct gdn_token *tok;
+    int n;
+};
+
+/* Channels [c0, c1) of every token in order: y = silu(w . (state, x)),
+ * the state shifted by one input. */
+static void conv_worker(void *arg, int ith, int nth)
+{
+    const struct gdn_job *j = arg;
+    const struct gdn_params *p = &j->c->p;
+    const int C = gdn_conv_dim(p), K = p->kernel;
+    const int c0 = (int)((int64_t)C * ith / nth), c1 = (int)((int64_t)C * (ith + 1) / nth);
+    const size_t off = j->L->state_off;
+    for (int t = 0; t < j->n; t++) {
+        float *st = j->tok[t].state + off; /* [K - 1][C], oldest first */
+        float *x = j->c->qkv + (size_t)t * C;
+        if (j->tok[t].reset)
+            for (int k = 0; k < K - 1; k++)
+                memset(st + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+        for (int ch = c0; ch < c1; ch++) {
+            const float *w = j->L->conv_w + (size_t)ch * K, xc = x[ch];
+            float acc = w[K - 1] * xc;
+            for (int k = 0; k < K - 1; k++)
+                acc += w[k] * st[(size_t)k * C + ch];
+            for (int k = 0; k + 1 < K - 1; k++)
+                st[(size_t)k * C + ch] = st[(size_t)(k + 1) * C + ch];
+            if (K > 1)
+                st[(size_t)(K - 2) * C + ch] = xc;
+            x[ch] = acc / (1.0f + expf(-acc)); /* silu */
+        }
+        if (j->tok[t].snap)
+            for (int k = 0; k < K - 1; k++)
+                memcpy(j->tok[t].snap + off + (size_t)k * C + c0, st + (size_t)k * C + c0,
+                       (size_t)(c1 - c0) * sizeof(float));
+    }
+}
+
+/* q and k of every (token, key head): L2-normalised, q scaled by 1/sqrt(head_k). */
+static void qk_norm_worker(void *arg, int ith, int nth)
+{
+    const struct gdn_job *j = arg;
+    const struct gdn_params *p = &j->c->p;
+    const int C = gdn_conv_dim(p), dk = p->head_k, rows = j->n * 2 * p->n_k_heads;
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int r = (int)((int64_t)rows * ith / nth); r < (int)((int64_t)rows * (ith + 1) / nth); r++) {
+        const int t = r / (2 * p->n_k_heads), h = r % (2 * p->n_k_heads); /* q heads, then k heads */
+        float *x = j->c->qkv + (size_t)t * C + (size_t)h * dk;
+        double ss = 0;
+        for (int i = 0; i < dk; i++)
+            ss += (double)x[i] * x[i];
+        const float inv = (1.0f / sqrtf((float)ss + GDN_L2_EPS)) * (h < p->n_k_heads ? scale : 1.0f);
+        for (int i = 0; i < dk; i++)
+            x[i] *= inv;
+    }
+}
+
+static inline float softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x)); /* torch's threshold 20 */
+}
+
+/* Value heads [h0, h1) of every token in order: the recurrence, then the
+ * gated RMSNorm of the head's output. */
+static void delta_worker(void *arg, int ith, int nth)
+{
+    const struct gdn_job *j = arg;
+    const struct gdn_params *p = &j->c->p;
+    const struct gdn_layer *L = j->L;
+    const int C = gdn_conv_dim(p), dk = p->head_k, dv = p->head_v, nv = p->n_v_heads;
+    const int nk = p->n_k_heads, r = nv / nk, kd = nk * dk;
+    const int h0 = (int)((int64_t)nv * ith / nth), h1 = (int)((int64_t)nv * (ith + 1) / nth);
+    const size_t head_floats = (size_t)dk * dv;
+    const size_t soff = L->state_off + (size_t)(p->kernel - 1) * C;
+    for (int t = 0; t < j->n; t++) {
+        float *S0 = j->tok[t].state + soff;
+        const float *qkv = j->c->qkv + (size_t)t * C, *ba = j->c->ba + (size_t)t * 2 * nv;
+        if (j->tok[t].reset)
+            memset(S0 + (size_t)h0 * head_floats, 0, (size_t)(h1 - h0) * head_floats * sizeof(float));
+        for (int h = h0; h < h1; h++) {
+            const int kh = p->tiled ? h % nk : h / r;
+            /* b and a: per key head [b x r, a x r] (ssm_ba), or [b x nv][a x nv] */
+            const float b = L->ba.data ? ba[kh * 2 * r + h % r] : ba[h];
+            const float a = L->ba.data ? ba[kh * 2 * r + r + h % r] : ba[nv + h];
+            const float beta = 1.0f / (1.0f + expf(-b));
+            const float g = L->a[h] * softplus(a + L->dt_bias[h]);
+            float *o = j->c->y + (size_t)t * nv * dv + (size_t)h * dv;
+            gdn_delta_step(S0 + (size_t)h * head_floats, qkv + (size_t)kh * dk,
+                           qkv + kd + (size_t)kh * dk, qkv + 2 * kd + (size_t)h * dv, g, beta,
+                           dk, dv, o);
+            omni_ops()->rmsnorm(o, o, L->norm, dv, p->norm_eps);
+            omni_ops()->swiglu(j->c->z + (size_t)t * nv * dv + (size_t)h * dv, o, dv);
+        }
+        if (j->tok[t].snap)
+            memcpy(j->tok[t].snap + soff + (size_t)h0 * head_floats, S0 + (size_t)h0 * head_floats,
+                   (size_t)(h1 - h0) * head_floats * sizeof(float));
+    }
+}
+
+static void run(struct tpool *tp, tpool_fn fn, void *arg)
+{
+    if (tp)
+        tpool_run(tp, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+int gdn_forward(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, int n,
+                const struct gdn_token *tok, float *out, gdn_matmul_fn mm, void *mm_arg)
+{
+    if (n < 1 || n > c->max_tokens)
+        return OMNI_ERR_ARG;
+    const int nv = c->p.n_v_heads;
+    mm(mm_arg, &L->qkv, xn, n, c->qkv);
+    mm(mm_arg, &L->gate, xn, n, c->z);
+    if (L->ba.data) {
+        mm(mm_arg, &L->ba, xn, n, c->ba);
+    } else { /* b then a, each [n][nv], into rows of 2 nv */
+        float *tmp = c->tmp;
+        mm(mm_arg, &L->beta, xn, n, tmp);
+        mm(mm_arg, &L->alpha, xn, n, tmp + (size_t)n * nv);
+        for (int t = 0; t < n; t++) {
+            memcpy(c->ba + (size_t)t * 2 * nv, tmp + (size_t)t * nv, (size_t)nv * sizeof(float));
+            memcpy(c->ba + (size_t)t * 2 * nv + nv, tmp + (size_t)(n + t) * nv,
+                   (size_t)nv * sizeof(float));
+        }
+    }
+    struct gdn_job j = { .c = c, .L = L, .tok = tok, .n = n };
+    run(c->tp, conv_worker, &j);
+    run(c->tp, qk_norm_worker, &j);
+    run(c->tp, delta_worker, &j);
+    mm(mm_arg, &L->out, c->y, n, out);
+    return 0;
+}
