@@ -92,7 +92,12 @@ ARCHITECTURES = {
     "SmolLM3ForCausalLM": "smollm3",
     "Lfm2ForCausalLM": "lfm2",
     "GptOssForCausalLM": "gpt-oss",
+    "Qwen3NextForCausalLM": "qwen3next",
+    "Qwen3_5ForCausalLM": "qwen35",
+    "Qwen3_5MoeForCausalLM": "qwen35moe",
 }
+# hybrid Gated DeltaNet / gated-attention families (Qwen3-Next, Qwen3.5)
+HYBRID = ("qwen3next", "qwen35", "qwen35moe")
 GGML_MXFP4 = 39  # gpt-oss experts: blocks of 32 FP4 values and an E8M0 scale
 gguf.GGML_TYPES.setdefault(GGML_MXFP4, ("MXFP4", 32, 17))
 FILE_TYPES = {"f32": (gguf.GGML_F32, 0), "f16": (gguf.GGML_F16, 1), "q8_0": (gguf.GGML_Q8_0, 7),
@@ -350,6 +355,8 @@ class HParams:
                 m = cfg.get("block_multiple_of", 256)
                 ff = m * ((ff + m - 1) // m)
             self.n_ff = ff
+        if self.arch in HYBRID:
+            self.hybrid_hparams(path, need)
         if self.arch == "smollm3":
             # NoPE layers: llama.cpp fixes them at every 4th ((i + 1) % 4 == 0)
             interval = cfg.get("no_rope_layer_interval", 4)
@@ -360,6 +367,56 @@ class HParams:
                                    "NoPE pattern llama.cpp assumes")
             if cfg.get("use_sliding_window"):
                 raise ConvertError(f"{path}: use_sliding_window is not supported for SmolLM3")
+
+    def hybrid_hparams(self, path, need):
+        """Qwen3-Next / Qwen3.5: Gated DeltaNet layer sizes, which layers are
+        linear (layer_types, else every full_attention_interval-th is full),
+        partial rotary, experts with a shared expert (qwen3next, qwen35moe)."""
+        cfg = self.cfg
+        self.conv_kernel = need("linear_conv_kernel_dim")
+        self.head_k = need("linear_key_head_dim")
+        self.head_v = need("linear_value_head_dim")
+        self.n_k_heads = need("linear_num_key_heads")
+        self.n_v_heads = need("linear_num_value_heads")
+        if self.n_v_heads % self.n_k_heads:
+            raise ConvertError(f"{path}: linear_num_value_heads {self.n_v_heads} is not a multiple "
+                               f"of linear_num_key_heads {self.n_k_heads}")
+        interval = cfg.get("full_attention_interval", 4)
+        types = cfg.get("layer_types") or [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(self.n_layer)]
+        if len(types) != self.n_layer or any(x not in ("linear_attention", "full_attention")
+                                             for x in types):
+            raise ConvertError(f"{path}: layer_types {types}: need {self.n_layer} of "
+                               "'linear_attention' / 'full_attention'")
+        self.recurrent = [x == "linear_attention" for x in types]
+        # an interval the layer types follow, for readers without the per-layer array
+        self.full_interval = next((k for k in range(1, self.n_layer + 1)
+                                   if all(r == ((i + 1) % k != 0) for i, r in enumerate(self.recurrent))),
+                                  interval)
+        prf = float(self.rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25)))
+        self.n_rot = int(self.head_dim * prf)
+        if self.n_rot % 2 or not 0 < self.n_rot <= self.head_dim:
+            raise ConvertError(f"{path}: partial_rotary_factor {prf} gives {self.n_rot} rotary "
+                               f"dims of {self.head_dim}")
+        if cfg.get("attention_bias"):
+            raise ConvertError(f"{path}: attention_bias is not supported for {self.hf_arch}")
+        self.sections = None
+        if self.arch in ("qwen35", "qwen35moe"):  # text positions: all sections turn alike
+            sec = list(self.rope.get("mrope_section") or [11, 11, 10])
+            self.sections = (sec + [0, 0, 0, 0])[:4]
+        if self.arch in ("qwen3next", "qwen35moe"):
+            self.n_expert = need("num_local_experts" if "num_local_experts" in cfg else "num_experts")
+            self.n_expert_used = need("num_experts_per_tok")
+            self.n_ff_exp = need("moe_intermediate_size")
+            self.n_ff_shexp = cfg.get("shared_expert_intermediate_size") or 0
+            if self.n_expert_used > self.n_expert:
+                raise ConvertError(f"{path}: num_experts_per_tok {self.n_expert_used} > "
+                                   f"num_experts {self.n_expert}")
+            if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+                raise ConvertError(f"{path}: decoder_sparse_step / mlp_only_layers: dense layers "
+                                   "between the MoE ones are not supported")
+            self.norm_topk_prob = bool(cfg.get("norm_topk_prob", True))
 
     def write(self, w, name, file_type):
         a = self.arch
@@ -435,6 +492,24 @@ class HParams:
             w.add(f"{a}.expert_count", self.n_expert, gguf.GGUF_UINT32)
             w.add(f"{a}.expert_used_count", self.n_expert_used, gguf.GGUF_UINT32)
             w.add(f"{a}.expert_feed_forward_length", self.n_ff_exp, gguf.GGUF_UINT32)
+        if a in HYBRID:
+            w.add(f"{a}.rope.dimension_count", self.n_rot, gguf.GGUF_UINT32)
+            if self.sections:
+                w.add(f"{a}.rope.dimension_sections", self.sections, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+            w.add(f"{a}.ssm.conv_kernel", self.conv_kernel, gguf.GGUF_UINT32)
+            w.add(f"{a}.ssm.state_size", self.head_k, gguf.GGUF_UINT32)
+            w.add(f"{a}.ssm.group_count", self.n_k_heads, gguf.GGUF_UINT32)
+            w.add(f"{a}.ssm.time_step_rank", self.n_v_heads, gguf.GGUF_UINT32)
+            w.add(f"{a}.ssm.inner_size", self.head_v * self.n_v_heads, gguf.GGUF_UINT32)
+            w.add(f"{a}.full_attention_interval", self.full_interval, gguf.GGUF_UINT32)
+            w.add(f"{a}.attention.recurrent_layers", self.recurrent, gguf.GGUF_ARRAY, gguf.GGUF_BOOL)
+            if hasattr(self, "n_expert"):
+                w.add(f"{a}.expert_count", self.n_expert, gguf.GGUF_UINT32)
+                w.add(f"{a}.expert_used_count", self.n_expert_used, gguf.GGUF_UINT32)
+                w.add(f"{a}.expert_feed_forward_length", self.n_ff_exp, gguf.GGUF_UINT32)
+                if self.n_ff_shexp:
+                    w.add(f"{a}.expert_shared_feed_forward_length", self.n_ff_shexp, gguf.GGUF_UINT32)
+                w.add(f"{a}.expert_weights_norm", self.norm_topk_prob)
         w.add("general.quantization_version", 2, gguf.GGUF_UINT32)
 
     def rope_freqs(self):
@@ -467,6 +542,8 @@ def tensor_plan(hp, names):
     plan = [("token_embd.weight", "model.embed_tokens.weight", None)]
     if hp.arch == "lfm2":
         return lfm2_plan(hp, names, plan)
+    if hp.arch in HYBRID:
+        return hybrid_plan(hp, names, plan)
     for i in range(hp.n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         qk_perm = hp.arch in ("llama", "smollm3")
@@ -586,6 +663,112 @@ def lfm2_plan(hp, names, plan):
     return plan
 
 
+def hybrid_plan(hp, names, plan):
+    """Qwen3-Next / Qwen3.5 in llama.cpp's names and layouts. Gated DeltaNet
+    layers: attn_qkv (q of every key head, then k, then v) and attn_gate (z)
+    - Qwen3-Next's fused in_proj_qkvz is grouped per key head and split here -
+    ssm_ba (Qwen3-Next: per key head its b then its a rows) or ssm_beta /
+    ssm_alpha (Qwen3.5), ssm_conv1d [channels, kernel] (F32), ssm_dt.bias,
+    ssm_a = -exp(A_log), ssm_norm, ssm_out. Qwen3.5's value heads are put in
+    tiled order (value head j uses key head j % key heads), as llama.cpp's
+    converter does; Qwen3-Next's stay grouped (j / (value / key heads)).
+    Attention layers: attn_q holds per head its query then its gate rows.
+    Norm gains other than ssm_norm are stored plus one (HF: x * (1 + w))."""
+    nk, nv, hk, hv = hp.n_k_heads, hp.n_v_heads, hp.head_k, hp.head_v
+    r, n = nv // nk, hp.n_embd
+    kd, vd = nk * hk, nv * hv
+    conv = 2 * kd + vd
+    tiled = hp.arch != "qwen3next"
+
+    def tile(a, axis, head):  # value heads grouped by key head -> tiled
+        if not tiled or r == 1:
+            return a
+        a = np.moveaxis(a, axis, 0)
+        rest = a.shape[1:]
+        a = a.reshape(nk, r, head, *rest).swapaxes(0, 1).reshape(nv * head, *rest)
+        return np.ascontiguousarray(np.moveaxis(a, 0, axis))
+
+    def qkvz(part):
+        def f(w):
+            g = w.reshape(nk, 2 * hk + 2 * r * hv, n)
+            q, k = g[:, :hk], g[:, hk:2 * hk]
+            v, z = g[:, 2 * hk:2 * hk + r * hv], g[:, 2 * hk + r * hv:]
+            if part == "z":
+                return np.ascontiguousarray(z.reshape(vd, n))
+            return np.ascontiguousarray(np.concatenate(
+                [q.reshape(kd, n), k.reshape(kd, n), v.reshape(vd, n)]))
+        return f
+
+    def qkv_tiled(w):
+        return np.concatenate([w[:2 * kd], tile(w[2 * kd:], 0, hv)])
+
+    def conv_w(w):  # [channels, 1, kernel] -> [channels, kernel], value channels tiled
+        w = w.reshape(w.shape[0], w.shape[-1])
+        return np.concatenate([w[:2 * kd], tile(w[2 * kd:], 0, hv)])
+
+    moe = hasattr(hp, "n_expert")
+    for i in range(hp.n_layer):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        plan.append((b + "attn_norm.weight", p + "input_layernorm.weight", None))
+        if hp.recurrent[i]:
+            la = p + "linear_attn."
+            if hp.arch == "qwen3next":
+                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkvz.weight", (conv, n), qkvz("qkv")), None),
+                         (b + "attn_gate.weight", ("fn", la + "in_proj_qkvz.weight", (vd, n), qkvz("z")), None),
+                         (b + "ssm_ba.weight", la + "in_proj_ba.weight", None)]
+            else:
+                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkv.weight", (conv, n), qkv_tiled), None),
+                         (b + "attn_gate.weight", ("fn", la + "in_proj_z.weight", (vd, n),
+                                                   lambda w: tile(w, 0, hv)), None),
+                         (b + "ssm_beta.weight", ("fn", la + "in_proj_b.weight", (nv, n),
+                                                  lambda w: tile(w, 0, 1)), None),
+                         (b + "ssm_alpha.weight", ("fn", la + "in_proj_a.weight", (nv, n),
+                                                   lambda w: tile(w, 0, 1)), None)]
+            plan += [(b + "ssm_conv1d.weight", ("fn", la + "conv1d.weight", (conv, hp.conv_kernel), conv_w), None),
+                     (b + "ssm_dt.bias", ("fn", la + "dt_bias", (nv,), lambda a: tile(a, 0, 1)), None),
+                     (b + "ssm_a", ("fn", la + "A_log", (nv,),
+                                    lambda a: -np.exp(tile(a.astype(np.float32), 0, 1))), None),
+                     (b + "ssm_norm.weight", la + "norm.weight", None),
+                     (b + "ssm_out.weight", ("fn", la + "out_proj.weight", (n, vd),
+                                             lambda w: tile(w, 1, hv)), None)]
+        else:
+            sa = p + "self_attn."
+            plan += [(b + "attn_q.weight", sa + "q_proj.weight", None),
+                     (b + "attn_k.weight", sa + "k_proj.weight", None),
+                     (b + "attn_v.weight", sa + "v_proj.weight", None),
+                     (b + "attn_output.weight", sa + "o_proj.weight", None),
+                     (b + "attn_q_norm.weight", sa + "q_norm.weight", None),
+                     (b + "attn_k_norm.weight", sa + "k_norm.weight", None)]
+        plan.append((b + "post_attention_norm.weight", p + "post_attention_layernorm.weight", None))
+        if moe:
+            plan.append((b + "ffn_gate_inp.weight", p + "mlp.gate.weight", None))
+            plan += expert_plan(hp, names, b, p + "mlp.experts.")
+            if hp.n_ff_shexp:
+                se = p + "mlp.shared_expert."
+                plan += [(b + "ffn_gate_shexp.weight", se + "gate_proj.weight", None),
+                         (b + "ffn_up_shexp.weight", se + "up_proj.weight", None),
+                         (b + "ffn_down_shexp.weight", se + "down_proj.weight", None),
+                         (b + "ffn_gate_inp_shexp.weight", ("fn", p + "mlp.shared_expert_gate.weight",
+                                                           (n,), lambda w: w.reshape(-1)), None)]
+        else:
+            plan += [(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
+                     (b + "ffn_up.weight", p + "mlp.up_proj.weight", None),
+                     (b + "ffn_down.weight", p + "mlp.down_proj.weight", None)]
+    plan.append(("output_norm.weight", "model.norm.weight", None))
+    if not hp.tied:
+        plan.append(("output.weight", "lm_head.weight", None))
+    missing = [hf for _, src, _ in plan for hf in source_names(src) if hf not in names]
+    if missing:
+        raise ConvertError(f"checkpoint lacks {len(missing)} tensor(s) {hp.hf_arch} needs: "
+                           + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    used = {hf for _, src, _ in plan for hf in source_names(src)} | {"lm_head.weight"}
+    extra = [x for x in names if x not in used and not x.startswith("mtp.")]
+    if extra:
+        raise ConvertError(f"checkpoint has {len(extra)} tensor(s) this converter does not know: "
+                           + ", ".join(sorted(extra)[:5]))
+    return plan
+
+
 def expert_plan(hp, names, b, e):
     """The three 3-D expert tensors of one MoE layer: transformers 5 keeps
     them fused (experts.gate_up_proj [E, 2 ff, n_embd], gate rows first, and
@@ -633,11 +816,18 @@ def source_names(src):
     if src[0] == "mxfp4":
         return [src[1] + "_blocks", src[1] + "_scales"]
     return src[1] if src[0] == "stack" else [src[1]]
+    # ("fn", name, shape, f): f(the tensor) of the given shape (hybrid layouts)
 
 
 def source_shape(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].tensors[src][1]
+    if src[0] == "fn":  # checked against the source's element count
+        have = ckpt[src[1]].tensors[src[1]][1]
+        if math.prod(have) != math.prod(src[2]):
+            raise ConvertError(f"tensor '{src[1]}': shape {list(have)}, expected "
+                               f"{math.prod(src[2])} values ({list(src[2])}) from config.json")
+        return tuple(src[2])
     if src[0] == "mxfp4":  # blocks [E, rows, cols / 32, 16]: every other row for gate / up
         shape = tuple(ckpt[src[1] + "_blocks"].tensors[src[1] + "_blocks"][1])
         sshape = tuple(ckpt[src[1] + "_scales"].tensors[src[1] + "_scales"][1])
@@ -678,6 +868,8 @@ def source_load(ckpt, src):
         return a
     if src[0] == "transpose":
         return np.ascontiguousarray(ckpt[src[1]].load(src[1]).transpose(0, 2, 1))
+    if src[0] == "fn":
+        return np.ascontiguousarray(src[3](ckpt[src[1]].load(src[1]))).reshape(src[2])
     if src[0] == "mxfp4":
         return mxfp4_ggml(ckpt[src[1] + "_blocks"].load(src[1] + "_blocks"),
                           ckpt[src[1] + "_scales"].load(src[1] + "_scales"), src[2])
@@ -740,6 +932,24 @@ def expected_shape(hp, gname):
         "ffn_gate_exps.bias": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0)),
         "ffn_up_exps.bias": (getattr(hp, "n_expert", 0), getattr(hp, "n_ff_exp", 0)),
         "ffn_down_exps.bias": (getattr(hp, "n_expert", 0), hp.n_embd),
+    }.get(base) or hybrid_shape(hp, base)
+
+
+def hybrid_shape(hp, base):
+    """Shapes of the Qwen3-Next / Qwen3.5 tensors (attn_q: query and gate rows)."""
+    if hp.arch not in HYBRID:
+        raise ConvertError(f"no shape known for tensor '{base}'")
+    kd, vd, nv = hp.n_k_heads * hp.head_k, hp.n_v_heads * hp.head_v, hp.n_v_heads
+    sh = getattr(hp, "n_ff_shexp", 0)
+    return {
+        "attn_q.weight": (2 * hp.n_head * hp.head_dim, hp.n_embd),
+        "attn_qkv.weight": (2 * kd + vd, hp.n_embd), "attn_gate.weight": (vd, hp.n_embd),
+        "ssm_ba.weight": (2 * nv, hp.n_embd), "ssm_beta.weight": (nv, hp.n_embd),
+        "ssm_alpha.weight": (nv, hp.n_embd), "ssm_conv1d.weight": (2 * kd + vd, hp.conv_kernel),
+        "ssm_dt.bias": (nv,), "ssm_a": (nv,), "ssm_norm.weight": (hp.head_v,),
+        "ssm_out.weight": (hp.n_embd, vd),
+        "ffn_gate_shexp.weight": (sh, hp.n_embd), "ffn_up_shexp.weight": (sh, hp.n_embd),
+        "ffn_down_shexp.weight": (hp.n_embd, sh), "ffn_gate_inp_shexp.weight": (hp.n_embd,),
     }[base]
 
 
@@ -782,7 +992,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
     counts = {}
     for gname, hfname, perm in plan:
         shape = tuple(source_shape(ckpt, hfname))
-        want = expected_shape(hp, gname)
+        want = hybrid_shape(hp, gname.split(".", 2)[-1]) if hp.arch in HYBRID and gname.endswith(
+            ("attn_q.weight", "ssm_a")) else expected_shape(hp, gname)
         if shape != want:
             first = source_names(hfname)[0]
             raise ConvertError(f"{ckpt[first].path}: tensor '{first}': shape {list(shape)}, "
@@ -794,7 +1005,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
         if t == GGML_MXFP4:
             pass
         elif (len(shape) == 1 or gname.endswith("_norm.weight") or ".ffn_gate_inp." in gname
-                or gname.endswith("shortconv.conv.weight") or gname.endswith(".bias")):
+                or gname.endswith("shortconv.conv.weight") or gname.endswith(".bias")
+                or gname.endswith("ssm_conv1d.weight")):
             t = gguf.GGML_F32
         elif t == gguf.GGML_Q8_0 and shape[-1] % 32:
             log(f"{gname}: row length {shape[-1]} is not a multiple of 32, stored as F16")
@@ -807,7 +1019,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
                 return a.tobytes()
             if perm:
                 a = permute_rope(a, perm)
-            if hp.gemma and gname.endswith("norm.weight"):
+            if (hp.gemma or hp.arch in HYBRID) and gname.endswith("norm.weight") \
+                    and not gname.endswith("ssm_norm.weight"):
                 a = a + np.float32(1)  # HF's x * (1 + w), as llama.cpp stores it
             if t == gguf.GGML_Q8_0:
                 return quantize_q8_0(a)
