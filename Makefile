@@ -338,7 +338,8 @@ DEPS += $(SAMPLES:=.d) $(BUILD)/samples/rt_client.d
 # test runner over only what the forward needs (no server libraries), run
 # with OMNI_DEV_BACKEND=cuda. BLAS_SHIM=1 links a plain sgemm in place of
 # OpenBLAS (machines without its headers: add -Itools/bench_only to
-# EXTRA_CFLAGS); DEV_LIBS: the libraries it links (pcre2, BLAS, ...).
+# EXTRA_CFLAGS); DEV_LIBS: the libraries it links (pcre2, BLAS, ...);
+# NVCC_EXTRA: more nvcc flags (e.g. -DOMNI_CUDA_NO_BATCH_MV).
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= 90a
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
@@ -354,7 +355,7 @@ NVCCFLAGS ?= -O3 -std=c++17 -I. -lineinfo --expt-relaxed-constexpr \
 $(BUILD)/libomni.a: $(CUDA_OBJS)
 $(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVCC_EXTRA) -MMD -MP -c $< -o $@
 DEPS += $(CUDA_OBJS:.o=.d)
 endif
 ENGINE_DEV_LIB_SRCS := src/engine/engine.c src/engine/kv_pool.c src/engine/prefix_store.c \
