@@ -1084,10 +1084,10 @@ TEST(engine_moe_and_nope_models)
  * choices forked from one prompt (the state copied to each child) all give
  * the single choice's tokens; 6 sequences preempted and resumed give their
  * solo tokens; every slot and block comes back. */
-TEST(engine_recurrent_state_lfm2)
+static void recurrent_state_case(const char *name)
 {
-    check_matches_plain_forward("lfm2-f32", GGML_TYPE_F16);
-    struct llm_model *m = golden("lfm2-f32");
+    check_matches_plain_forward(name, GGML_TYPE_F16);
+    struct llm_model *m = golden(name);
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
     struct engine_params ep = small_params(true);
@@ -1118,10 +1118,12 @@ TEST(engine_recurrent_state_lfm2)
     CHECK_EQ(blocks_used_when_idle(e), 0);
     test_release(e);
     const struct llm_hparams *hp = llm_model_hparams(m);
-    /* K/V in the 2 attention layers only, and each block's state snapshot */
-    const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer) * 2 *
+    /* K/V in the attention layers only, and each block's state snapshot */
+    const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer) * 2 *
                          (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4 +
                          llm_model_state_floats(m) * sizeof(float);
     test_release(m);
-    concurrency_identity("lfm2-f32", 6, 24 * block, 4, true);
+    concurrency_identity(name, 6, 24 * block, 4, true);
 }
+
+TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
