@@ -615,9 +615,17 @@ def build_gemma3(out, image_path, seed):
     ip.save_pretrained(d)
     if pil_diff > 1e-6:
         np.asarray(pil, dtype="<f4").tofile(os.path.join(d, "pixels_pil.bin"))
-    fast.chat_template = ("{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + "
-                          "m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
-                          "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}")
+    # the published Gemma 3 template: an image part renders as <start_of_image>
+    tpl = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "templates",
+                       "gemma3.jinja")
+    with open(tpl, encoding="utf-8") as f:
+        fast.chat_template = f.read()
+    try:
+        by_template = fast.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}],
+            tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # recorded, not fatal: the C side uses GEMMA_RENDERED
+        by_template = f"error: {e}"
     fast.save_pretrained(d)
     tcp = os.path.join(d, "tokenizer_config.json")
     with open(tcp) as f:
@@ -632,6 +640,7 @@ def build_gemma3(out, image_path, seed):
     ref = {"case": name, "rendered": GEMMA_RENDERED, "text": text, "ids": ids, "n_tokens": len(ids),
            "image_token_id": image_id, "special_ids": ids_of, "n_image_tokens": n_image_tokens,
            "image_span": [ids.index(image_id), ids.index(image_id) + n_image_tokens - 1],
+           "template_rendered": by_template, "template_matches": by_template == "<bos>" + GEMMA_RENDERED,
            "sliding_window": GEMMA_WINDOW, "tied_output": tied, "pixels_vs_pillow_max_diff": pil_diff,
            "pixels_shape": list(pv.shape), "features_shape": list(feats.shape),
            "embeddings_shape": list(emb.shape), "vocab_size": int(logits.shape[-1]),
