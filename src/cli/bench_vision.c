@@ -13,7 +13,13 @@
  * encoded as one global view: frames sampled, frames decoded (seeking skips
  * the rest), sampling ms and encoder ms. --encode-only (no -m) times just
  * the encoder: the first encode and the median of --reps more, uncached
- * (for encoders whose language model does not load, e.g. Qwen2.5-VL). */
+ * (for encoders whose language model does not load, e.g. Qwen2.5-VL).
+ * --images N (with --encode-only) encodes the image N times one request
+ * after the other (N vision_encode_batch calls of one image) and as one
+ * request (one call of N: Qwen2.5-VL images share encoder passes),
+ * alternating the two --reps times (A B, then B A), and reports both
+ * medians, their ratio and the process CPU seconds of each; --size WxH
+ * resamples the decoded image first (smaller grids, quicker runs). */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
@@ -31,6 +37,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +53,8 @@ struct bvis_opts {
     int max_frames;
     bool json_only;
     bool encode_only;    /* no language model: time the encoder alone */
+    int n_images;        /* --images N: N images one after the other vs in one batch */
+    int size_w, size_h;  /* --size WxH: the decoded image resampled first (0: as decoded) */
 };
 
 static void bvis_usage(FILE *f)
@@ -62,6 +71,8 @@ static void bvis_usage(FILE *f)
             "  --reps R          repetitions of the cached encode and the chat turn (default 3)\n"
             "  -n N              generated tokens per chat turn (default 32)\n"
             "  --encode-only     no -m: time the encoder alone (median of --reps uncached encodes)\n"
+            "  --images N        with --encode-only: N images one after the other vs in one batch\n"
+            "  --size WxH        resample the decoded image to W x H pixels first\n"
             "  --json            print only one JSON line\n",
             omni_physical_cores());
 }
@@ -79,7 +90,7 @@ static bool bvis_int(const char *opt, const char *s, long lo, long hi, int *out)
 static int bvis_parse(int argc, char **argv, struct bvis_opts *o)
 {
     *o = (struct bvis_opts){ .n_threads = omni_physical_cores(), .reps = 3, .n_gen = 32,
-                             .fps = 2, .max_frames = 8 };
+                             .fps = 2, .max_frames = 8, .n_images = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -119,6 +130,15 @@ static int bvis_parse(int argc, char **argv, struct bvis_opts *o)
         } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
             if (!bvis_int(a, v, 1, 1000, &o->reps))
                 return 2;
+        } else if (!strcmp(a, "--images")) {
+            if (!bvis_int(a, v, 1, 64, &o->n_images))
+                return 2;
+        } else if (!strcmp(a, "--size")) {
+            if (sscanf(v, "%dx%d", &o->size_w, &o->size_h) != 2 || o->size_w < 1 || o->size_h < 1 ||
+                o->size_w > 8192 || o->size_h > 8192) {
+                fprintf(stderr, "bench-vision: --size takes WxH (1..8192 each), not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "-n")) {
             if (!bvis_int(a, v, 0, 4096, &o->n_gen))
                 return 2;
@@ -126,6 +146,10 @@ static int bvis_parse(int argc, char **argv, struct bvis_opts *o)
             fprintf(stderr, "bench-vision: unknown option '%s' (see --help)\n", a);
             return 2;
         }
+    }
+    if (o->n_images > 1 && !o->encode_only) {
+        fprintf(stderr, "bench-vision: --images N goes with --encode-only\n");
+        return 2;
     }
     if ((!o->model && !o->encode_only) || !o->mmproj || !o->image) {
         fprintf(stderr, "bench-vision: -m LM.gguf, --mmproj MMPROJ.gguf and --image FILE are "
@@ -261,6 +285,102 @@ struct bvis_video {
     double duration_s, sample_ms, encode_ms;
 };
 
+static double bvis_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* --images N: the decoded (and --size'd) image preprocessed once, then per
+ * round N one-image encodes (A) and one N-image encode (B), the order
+ * swapped every round so both see the same drift in the machine's load. */
+static int bvis_batch(const struct bvis_opts *o, struct vision_model *vm, struct vision_ctx *vc,
+                      const char *img, size_t img_len)
+{
+    char err[512];
+    const int N = o->n_images;
+    struct media_image dec = { 0 }, sized = { 0 };
+    float *pixels = NULL;
+    struct vision_input *in = calloc((size_t)N, sizeof *in);
+    struct vision_embd *outs = calloc((size_t)N, sizeof *outs);
+    double *a_ms = calloc((size_t)o->reps, sizeof *a_ms), *b_ms = calloc((size_t)o->reps, sizeof *b_ms);
+    double *a_cpu = calloc((size_t)o->reps, sizeof *a_cpu), *b_cpu = calloc((size_t)o->reps, sizeof *b_cpu);
+    int ret = 1, n_planes = 0, rows = 0, cols = 0;
+    if (!in || !outs || !a_ms || !b_ms || !a_cpu || !b_cpu) {
+        fprintf(stderr, "bench-vision: out of memory\n");
+        goto done;
+    }
+    if (media_image_decode(img, img_len, NULL, &dec, err, sizeof err) < 0) {
+        fprintf(stderr, "bench-vision: %s: %s\n", o->image, err);
+        goto done;
+    }
+    const struct media_image *use = &dec;
+    if (o->size_w) {
+        sized = (struct media_image){ o->size_w, o->size_h, malloc((size_t)o->size_w * o->size_h * 3) };
+        if (!sized.rgb) {
+            fprintf(stderr, "bench-vision: out of memory\n");
+            goto done;
+        }
+        vision_resample(dec.rgb, dec.width, dec.height, sized.rgb, o->size_w, o->size_h,
+                        VISION_FILTER_BICUBIC);
+        use = &sized;
+    }
+    if (vision_preprocess(vm, use, true, &pixels, &n_planes, &rows, &cols, err, sizeof err) < 0) {
+        fprintf(stderr, "bench-vision: %s\n", err);
+        goto done;
+    }
+    for (int i = 0; i < N; i++)
+        in[i] = (struct vision_input){ pixels, n_planes, rows, cols };
+    for (int r = 0; r < o->reps; r++)
+        for (int half = 0; half < 2; half++) {
+            const bool batch = (half == 0) == (r % 2 == 1); /* A B, B A, A B, ... */
+            double t0 = omni_time_s(), c0 = bvis_cpu_s();
+            for (int i = 0; i < (batch ? 1 : N); i++)
+                if (vision_encode_batch(vc, batch ? in : &in[i], batch ? N : 1, NULL, NULL,
+                                        batch ? outs : &outs[i], err, sizeof err) < 0) {
+                    fprintf(stderr, "bench-vision: %s\n", err);
+                    goto done;
+                }
+            double ms = 1e3 * (omni_time_s() - t0), cpu = bvis_cpu_s() - c0;
+            for (int i = 0; i < N; i++)
+                vision_embd_release(&outs[i]);
+            (batch ? b_ms : a_ms)[r] = ms, (batch ? b_cpu : a_cpu)[r] = cpu;
+            fprintf(stderr, "bench-vision: round %d/%d: %d images %s: %.1f ms (%.1f ms each), cpu %.2f s\n",
+                    r + 1, o->reps, N, batch ? "in one batch" : "one after the other", ms, ms / N, cpu);
+        }
+    const struct vision_info *vi = vision_model_info(vm);
+    const char *cpu = omni_cpu_level_name(omni_cpu_level());
+    const double a = bench_median(a_ms, o->reps), b = bench_median(b_ms, o->reps);
+    const double ac = bench_median(a_cpu, o->reps), bc = bench_median(b_cpu, o->reps);
+    double load[3] = { 0 };
+    if (getloadavg(load, 3) < 1)
+        load[0] = -1;
+    if (!o->json_only)
+        printf("encoder  %s %d layers, %d images of %d x %d patches\n"
+               "serial   %.1f ms (%.1f ms per image), cpu %.2f s\n"
+               "batch    %.1f ms (%.1f ms per image), cpu %.2f s\n"
+               "speedup  %.3f x (load %.2f)\n",
+               vi->projector, vi->n_layer, N, rows, cols, a, a / N, ac, b, b / N, bc, b > 0 ? a / b : 0,
+               load[0]);
+    printf("{\"projector\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"reps\": %d, \"layers\": %d, "
+           "\"images\": %d, \"grid_rows\": %d, \"grid_cols\": %d, \"serial_ms\": %.3f, "
+           "\"batch_ms\": %.3f, \"serial_ms_per_image\": %.3f, \"batch_ms_per_image\": %.3f, "
+           "\"serial_cpu_s\": %.3f, \"batch_cpu_s\": %.3f, \"speedup\": %.4f, \"loadavg\": %.2f}\n",
+           vi->projector, cpu, o->n_threads, o->reps, vi->n_layer, N, rows, cols, a, b, a / N, b / N,
+           ac, bc, b > 0 ? a / b : 0, load[0]);
+    fflush(stdout);
+    ret = 0;
+done:
+    for (int i = 0; outs && i < N; i++)
+        vision_embd_release(&outs[i]);
+    free(outs), free(in), free(pixels);
+    free(a_ms), free(b_ms), free(a_cpu), free(b_cpu);
+    media_image_release(&dec);
+    free(sized.rgb);
+    return ret;
+}
+
 /* Sample the clip and encode each frame as a global view. 0, or 1 with a message. */
 /* --encode-only: decode + preprocess + encode the image once, then --reps
  * more times without a cache; the median is the encoder's cost per image. */
@@ -282,6 +402,10 @@ static int bvis_encode_only(const struct bvis_opts *o)
     }
     if (!(img = bvis_read(o->image, &img_len)))
         goto done;
+    if (o->n_images > 1 || o->size_w) {
+        ret = bvis_batch(o, vm, vc, img, img_len);
+        goto done;
+    }
     for (int r = -1; r < o->reps; r++) {
         vision_embd_release(&e);
         double t0 = omni_time_s();
