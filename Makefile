@@ -339,7 +339,7 @@ DEPS += $(SAMPLES:=.d) $(BUILD)/samples/rt_client.d
 # with OMNI_DEV_BACKEND=cuda. BLAS_SHIM=1 links a plain sgemm in place of
 # OpenBLAS (machines without its headers: add -Itools/bench_only to
 # EXTRA_CFLAGS); DEV_LIBS: the libraries it links (pcre2, BLAS, ...);
-# NVCC_EXTRA: more nvcc flags (e.g. -DOMNI_CUDA_NO_BATCH_MV).
+# NVCC_EXTRA: more nvcc flags (e.g. -DOMNI_CUDA_NO_F16_CACHE).
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= 90a
 NVCC      ?= $(CUDA_HOME)/bin/nvcc

@@ -20,9 +20,12 @@
 
 /* The attention kernels keep a head in registers: head_dim up to this. */
 #define DEV_MAX_HEAD_DIM 256
-/* Steps of fewer tokens than this run as graphs (the backend's matvec
- * path; longer ones go through cuBLAS, which is not captured). */
-#define DEV_GRAPH_MAX_TOKENS 31
+/* Steps of up to this many tokens run as graphs (batched decode: the
+ * matvec path below 32 rows, cuBLAS on the backend's F16 weight copies
+ * above); a shape whose capture fails runs plainly. */
+#define DEV_GRAPH_MAX_TOKENS 64
+/* Rows of the backend's int8 matvec path (backend_cuda.cu: below 32). */
+#define DEV_MATVEC_ROWS 31
 /* Graphs kept, one per step shape; the least recently used one goes. */
 #define DEV_GRAPHS 32
 
@@ -170,25 +173,55 @@ static int check_supported(const struct llm_dev *d, char *err, size_t errlen)
     return 0;
 }
 
-/* The backend's matvec scratch (activations as int8) at its largest, once:
- * the widest quantized matrix times as many rows as a graph step has. A
- * scratch that grew after a graph was recorded would move under it. */
+/* The backend's activation scratch at its largest, once: the int8 rows of
+ * the matvec path (31 rows) and the F16 rows of the GEMM path (a full
+ * batch) of the widest matrix. A scratch that grew after a graph was
+ * recorded would move under it. The cpu backend has no graphs: nothing. */
 static int dev_presize(struct llm_dev *d)
 {
+    if (!strcmp(d->be->name, "cpu"))
+        return 0;
     const struct dev_layer *L = &d->layers[0];
     const struct omni_btensor *mats[] = { &L->wq, &L->wo, &L->w_gate, &L->w_down, &d->output };
-    const struct omni_btensor *w = NULL;
-    for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+    const struct omni_btensor *wq = NULL, *wide = NULL;
+    for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
+        if (mats[i]->type != GGML_TYPE_F32 && (!wide || mats[i]->cols > wide->cols))
+            wide = mats[i];
         if (mats[i]->type != GGML_TYPE_F32 && mats[i]->type != GGML_TYPE_F16 &&
-            (!w || mats[i]->cols > w->cols))
-            w = mats[i];
-    const int n = d->p.max_tokens < DEV_GRAPH_MAX_TOKENS ? d->p.max_tokens : DEV_GRAPH_MAX_TOKENS;
+            (!wq || mats[i]->cols > wq->cols))
+            wq = mats[i];
+    }
     const int64_t room = (int64_t)d->p.max_tokens * d->hp.n_ff; /* d->up and d->gate */
-    if (!w || (int64_t)n * w->cols > room || (int64_t)n * w->rows > room)
+    const int T = d->p.max_tokens;
+    const int rows[2] = { T < DEV_MATVEC_ROWS ? T : DEV_MATVEC_ROWS, T };
+    const struct omni_btensor *ws[2] = { wq, wide };
+    for (int k = 0; k < 2; k++) {
+        const struct omni_btensor *w = ws[k];
+        if (!w || (int64_t)rows[k] * w->cols > room || (int64_t)rows[k] * w->rows > room)
+            continue;
+        int rc = d->be->memset0(d->be, d->up, (size_t)rows[k] * w->cols * sizeof(float));
+        if (rc >= 0)
+            rc = d->be->matmul(d->be, w, d->up, rows[k], d->gate);
+        if (rc < 0)
+            return rc;
+    }
+    return d->be->sync(d->be);
+}
+
+/* The backend's own preparation of every matrix (cuda: F16 copies for
+ * batched steps), before the KV pool takes what memory is left. */
+static int dev_prepare(struct llm_dev *d)
+{
+    if (!d->be->prepare)
         return 0;
-    int rc = d->be->memset0(d->be, d->up, (size_t)n * w->cols * sizeof(float));
-    if (rc >= 0)
-        rc = d->be->matmul(d->be, w, d->up, n, d->gate);
+    int rc = d->be->prepare(d->be, &d->output);
+    for (int l = 0; rc >= 0 && l < d->hp.n_layer; l++) {
+        const struct dev_layer *L = &d->layers[l];
+        const struct omni_btensor *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+                                              &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t i = 0; rc >= 0 && i < sizeof mats / sizeof *mats; i++)
+            rc = d->be->prepare(d->be, mats[i]);
+    }
     return rc < 0 ? rc : d->be->sync(d->be);
 }
 
@@ -324,6 +357,11 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
                   "model_dev: out of memory for %d-token activation buffers", p.max_tokens);
         goto fail;
     }
+    if (dev_prepare(d) < 0) {
+        omni_fail(err, errlen, OMNI_ERR_IO, "model_dev: %s: preparing the matrices failed",
+                  d->be->name);
+        goto fail;
+    }
     /* KV pool: n_blocks, or what the device memory holds */
     const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t slot_bytes = 2 * kv_dim * (p.kv_type == GGML_TYPE_F32 ? 4 : 2) * hp->n_layer;
@@ -337,7 +375,9 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
             if ((size_t)(mats[i]->rows * mats[i]->cols) > big)
                 big = (size_t)(mats[i]->rows * mats[i]->cols);
         const size_t scratch = 2 * big + 2 * (size_t)p.max_tokens * (size_t)hp->n_ff;
-        const size_t used = d->alloc_bytes + scratch;
+        const size_t avail = d->be->mem_available ? d->be->mem_available(d->be) : 0;
+        const size_t used = avail && avail <= d->be->mem_free ? d->be->mem_free - avail + scratch
+                                                                : d->alloc_bytes + scratch;
         int64_t n_fit = -1;
         if (d->be->mem_free)
             n_fit = d->be->mem_free > used

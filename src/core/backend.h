@@ -119,6 +119,13 @@ struct omni_backend {
     /* out[r] = index of the largest of x[r][0..n) (the first on ties). */
     int (*argmax)(struct omni_backend *be, const float *x, int rows, int n, int32_t *out);
 
+    /* Optional (NULL: nothing to do / unknown). prepare: make matrix w (its
+     * data stays where it is) ready for batched products - cuda keeps an F16
+     * copy for its GEMM path when memory allows; 0 or an error. mem_available:
+     * free device memory now, in bytes. */
+    int (*prepare)(struct omni_backend *be, const struct omni_btensor *w);
+    size_t (*mem_available)(struct omni_backend *be);
+
     /* Matrix types matmul and get_rows take (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, ...). */
     bool (*supports)(const struct omni_backend *be, int type);
 

@@ -7,7 +7,14 @@
  * matrix to F16 in a scratch buffer and multiply on tensor cores through
  * cuBLAS (F32 weights: cublasSgemm, no TF32). Attention is one warp per
  * (token, query head) walking the sequence's block table 32 keys at a time
- * with an online softmax. All work is queued on one stream. */
+ * with an online softmax. All work is queued on one stream.
+ *
+ * prepare (llm/model_dev.c calls it for every matrix at load) keeps an F16
+ * copy of a quantized matrix for the GEMM path, so that batched decode
+ * steps of 32+ rows read 2 bytes a weight once, with no dequantization per
+ * step (and can be captured in a graph); without the memory for it, the
+ * per-call dequantization stays. OMNI_CUDA_NO_F16_CACHE at build time, or
+ * OMNI_CUDA_F16_CACHE=0 at run time, turns it off. */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,6 +33,12 @@ extern "C" {
 
 // ---- state -------------------------------------------------------------------
 
+/* An F16 copy of a quantized matrix (prepare), found by its data pointer. */
+struct f16_copy {
+    const void *w;
+    __half *h;
+};
+
 struct cuda_state {
     int device;
     cudaStream_t stream;
@@ -38,6 +51,10 @@ struct cuda_state {
     size_t xq_cap;     /* bytes */
     bool capturing;    /* a graph capture is open: no allocation, no sync */
     bool f32_act;      /* OMNI_CUDA_ACT=f32: quantized matvecs on F32 activations */
+    /* prepare's F16 copies of quantized matrices, by their data pointer */
+    struct f16_copy *f16;
+    int n_f16, cap_f16;
+    bool f16_off;      /* OMNI_CUDA_F16_CACHE=0 */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -585,7 +602,12 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
                         "sgemm");
     int rc;
     const __half *A = (const __half *)W;
-    if (w->type != GGML_TYPE_F16) {
+    for (int i = 0; i < s->n_f16 && w->type != GGML_TYPE_F16; i++)
+        if (s->f16[i].w == W) { /* prepare's copy: no dequantization */
+            A = s->f16[i].h;
+            break;
+        }
+    if (w->type != GGML_TYPE_F16 && A == (const __half *)W) {
         if (s->capturing)
             return OMNI_ERR_LIMIT;
         if ((rc = grow(&s->wh, &s->wh_cap, (size_t)rows * cols)) < 0)
@@ -615,6 +637,64 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
                                  rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "gemm f16");
 }
+
+#ifndef OMNI_CUDA_NO_F16_CACHE
+/* An F16 copy of quantized matrix w for the GEMM path (see the top); 0
+ * also when there is no memory for it (the GEMM then dequantizes per call). */
+static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
+{
+    struct cuda_state *s = st(be);
+    if (s->f16_off || !is_quant(w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
+        w->cols > INT32_MAX || s->capturing)
+        return 0;
+    for (int i = 0; i < s->n_f16; i++)
+        if (s->f16[i].w == w->data)
+            return 0;
+    if (s->n_f16 == s->cap_f16) {
+        const int cap = s->cap_f16 ? 2 * s->cap_f16 : 256;
+        struct f16_copy *t = (struct f16_copy *)realloc(s->f16, (size_t)cap * sizeof *t);
+        if (!t)
+            return OMNI_ERR_NOMEM;
+        s->f16 = t;
+        s->cap_f16 = cap;
+    }
+    const int rows = (int)w->rows, cols = (int)w->cols;
+    __half *h = NULL;
+    if (cudaMalloc((void **)&h, (size_t)rows * cols * sizeof(__half)) != cudaSuccess) {
+        cudaGetLastError(); /* no room: this matrix keeps the per-call path */
+        return 0;
+    }
+    const size_t rb = ggml_row_size(w->type, w->cols);
+    const uint8_t *W = (const uint8_t *)w->data;
+    const unsigned g = blocks_for((int64_t)rows * (cols / 32), 256);
+    switch (w->type) {
+    case GGML_TYPE_Q4_0: k_dequant_f16<GGML_TYPE_Q4_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+    case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+    case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+    case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+    }
+    const int rc = chk_launch("prepare f16");
+    if (rc < 0) {
+        cudaFree(h);
+        return rc;
+    }
+    s->f16[s->n_f16].w = w->data;
+    s->f16[s->n_f16].h = h;
+    s->n_f16++;
+    return 0;
+}
+
+static size_t cuda_mem_available(struct omni_backend *be)
+{
+    (void)be;
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return free_b;
+}
+#endif
 
 // ---- rows, norms, elementwise ------------------------------------------------------
 
@@ -1150,6 +1230,9 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->xh);
         if (s->xq)
             cudaFree(s->xq);
+        for (int i = 0; i < s->n_f16; i++)
+            cudaFree(s->f16[i].h);
+        free(s->f16);
         if (s->blas)
             cublasDestroy(s->blas);
         if (s->stream)
@@ -1184,6 +1267,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->device = device;
     const char *act = getenv("OMNI_CUDA_ACT");
     s->f32_act = act && !strcmp(act, "f32");
+    const char *fc = getenv("OMNI_CUDA_F16_CACHE");
+    s->f16_off = fc && !strcmp(fc, "0");
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
@@ -1227,5 +1312,9 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->graph_end = cuda_graph_end;
     be->graph_launch = cuda_graph_launch;
     be->graph_free = cuda_graph_free;
+#ifndef OMNI_CUDA_NO_F16_CACHE
+    be->prepare = cuda_prepare;
+    be->mem_available = cuda_mem_available;
+#endif
     return be;
 }
