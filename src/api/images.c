@@ -23,6 +23,7 @@
 #include "src/core/download.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
+#include "vision/encode_queue.h"
 
 struct api_images_job {
     struct api_call *c;
@@ -37,8 +38,7 @@ struct api_images_pool {
     char media_root[PATH_MAX];       /* realpath of p.media_root, "" when none */
     struct vision_model *vm;
     struct vision_cache *cache;
-    pthread_mutex_t enc_lock;
-    struct vision_ctx *vc;           /* {enc_lock} */
+    struct vision_queue *vq;         /* every encode goes through it (owns the vision_ctx) */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     struct api_images_job *head, *tail; /* {lock} */
@@ -235,28 +235,141 @@ static struct media_image_params image_params(const struct api_images_pool *p)
 /* A media error as an HTTP status: only a failed allocation is ours. */
 static int media_status(int rc) { return rc == OMNI_ERR_NOMEM ? 500 : 400; }
 
-/* A clip's frames into im (each an image; past max_images the request is refused). */
+/* A request's images waiting for the encoder: preprocessed, each with its
+ * slot in im->e and its cache key. Sent to the queue together (so they
+ * share encoder passes), or earlier when their pixels pass
+ * PENDING_MAX_BYTES. */
+enum { PENDING_MAX_BYTES = 256 << 20 };
+struct pending {
+    int n;
+    struct vision_input *in;     /* [max_images] */
+    int *slot;                   /* [max_images] */
+    uint64_t *key;               /* [max_images] */
+    size_t bytes;
+};
+
+static void pending_clear(struct pending *pd)
+{
+    for (int i = 0; i < pd->n; i++)
+        free((float *)pd->in[i].pixels);
+    pd->n = 0, pd->bytes = 0;
+}
+
+/* The pending images through the queue into their slots (and the cache). */
+static int pending_flush(struct api_images_pool *p, struct api_images *im, struct pending *pd,
+                         int (*cancelled)(void *user), void *user, struct api_error *e)
+{
+    if (!pd->n)
+        return 0;
+    char err[256];
+    struct vision_embd *outs = p->vq ? calloc((size_t)pd->n, sizeof *outs) : NULL;
+    if (!outs) {
+        pending_clear(pd);
+        return api_error_set(e, 500, NULL, "out of memory");
+    }
+    double t0 = omni_time_s();
+    int rc = vision_queue_encode(p->vq, pd->in, pd->n, cancelled, user, outs, err, sizeof err);
+    if (rc >= 0) {
+        const double ms = (omni_time_s() - t0) * 1e3 / pd->n;
+        for (int i = 0; i < pd->n; i++) {
+            outs[i].key_hash = pd->key[i];
+            im->e[pd->slot[i]] = outs[i];
+            if (p->cache)
+                vision_cache_put(p->cache, pd->key[i], &outs[i], ms);
+        }
+    }
+    free(outs);
+    pending_clear(pd);
+    if (rc >= 0)
+        return 0;
+    if (cancelled && cancelled(user))
+        return api_error_set(e, 499, NULL, "the client left");
+    return api_error_set(e, rc == OMNI_ERR_LIMIT ? 503 : 500, NULL, "%s", err);
+}
+
+/* img (decoded) preprocessed into the next slot of im, to be encoded. */
+static int pending_add(struct api_images_pool *p, struct api_images *im, struct pending *pd,
+                       const struct media_image *img, bool tiles, uint64_t key, const char *field,
+                       int (*cancelled)(void *user), void *user, struct api_error *e)
+{
+    char err[256];
+    if (im->n == p->p.max_images)
+        return api_error_set(e, 400, field, "more than %d images or video frames in one request "
+                             "(--max-images)", p->p.max_images);
+    struct vision_input in;
+    float *pixels;
+    int rc = vision_preprocess(p->vm, img, tiles, &pixels, &in.n_images, &in.tile_rows,
+                               &in.tile_cols, err, sizeof err);
+    if (rc < 0)
+        return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
+    in.pixels = pixels;
+    const struct vision_info *vi = vision_model_info(p->vm);
+    const size_t floats = vi->family == VISION_QWEN2VL
+                              ? (size_t)in.tile_rows * in.tile_cols * 3 * vi->patch_size * vi->patch_size
+                              : (size_t)in.n_images * 3 * vi->image_size * vi->image_size;
+    pd->in[pd->n] = in, pd->slot[pd->n] = im->n++, pd->key[pd->n] = key;
+    pd->n++;
+    pd->bytes += floats * sizeof(float);
+    return pd->bytes > PENDING_MAX_BYTES ? pending_flush(p, im, pd, cancelled, user, e) : 0;
+}
+
+/* An image part: the cache's rows, or decoded and pending. */
+static int take_image(struct api_images_pool *p, const uint8_t *bytes, size_t n, const char *field,
+                      struct api_images *im, struct pending *pd, int (*cancelled)(void *user),
+                      void *user, struct api_error *e)
+{
+    char err[256];
+    if (im->n == p->p.max_images)
+        return api_error_set(e, 400, field, "more than %d images or video frames in one request "
+                             "(--max-images)", p->p.max_images);
+    const uint64_t key = vision_cache_key(p->vm, bytes, n);
+    if (p->cache && vision_cache_get(p->cache, key, &im->e[im->n])) {
+        im->e[im->n++].key_hash = key;
+        return 0;
+    }
+    struct media_image_params ip = image_params(p);
+    struct media_image img;
+    int rc = media_image_decode(bytes, n, &ip, &img, err, sizeof err);
+    if (rc < 0)
+        return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
+    rc = pending_add(p, im, pd, &img, true, key, field, cancelled, user, e);
+    media_image_release(&img);
+    return rc;
+}
+
+/* A clip sampled (seeking, media_video_sample) into frames, each an image
+ * of one global view; cached per frame by the clip's bytes, the sampling
+ * settings and the index (the key vision_encode_video uses). Past
+ * max_images the request is refused. */
 static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
-                      const char *field, struct api_images *im, int *n_frames,
+                      const char *field, struct api_images *im, struct pending *pd,
+                      int *n_frames, int (*cancelled)(void *user), void *user,
                       struct api_error *e)
 {
     char err[256];
-    struct vision_embd *frames;
     struct media_video_params vp = video_params(p);
-    pthread_mutex_lock(&p->enc_lock);
-    int rc = vision_encode_video(p->vc, p->cache, bytes, n, &vp, &frames, n_frames, NULL, NULL,
-                                 err, sizeof err);
-    pthread_mutex_unlock(&p->enc_lock);
+    struct media_video_frames v;
+    int rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err);
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
-    for (int f = 0; f < *n_frames; f++) {
-        if (im->n < p->p.max_images)
-            im->e[im->n++] = frames[f];
-        else
-            vision_embd_release(&frames[f]);
+    *n_frames = v.n_frames;
+    if (im->n + v.n_frames > p->p.max_images) {
+        media_video_frames_release(&v);
+        return api_error_set(e, 400, field, "more than %d images or video frames in one request "
+                             "(--max-images)", p->p.max_images);
     }
-    free(frames);
-    return 0;
+    const uint64_t base = vision_cache_key(p->vm, bytes, n);
+    for (int i = 0; i < v.n_frames && rc >= 0; i++) {
+        struct { uint64_t base; int index, max_frames; double fps; } k = { base, i, vp.max_frames, vp.fps };
+        const uint64_t key = vision_hash(0x766964656fULL, &k, sizeof k);
+        if (p->cache && vision_cache_get(p->cache, key, &im->e[im->n])) {
+            im->e[im->n++].key_hash = key;
+            continue;
+        }
+        rc = pending_add(p, im, pd, &v.frames[i], false, key, field, cancelled, user, e);
+    }
+    media_video_frames_release(&v);
+    return rc < 0 ? -1 : 0;
 }
 
 /* content[k] := a text part of n markers, one per line. */
@@ -395,6 +508,7 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
         return 0; /* chatreq_build says what is wrong */
     // first pass: read every part and measure it from its headers
     struct take_part *parts = NULL;
+    struct pending pd = { 0 };
     int n_parts = 0, cap = 0, i = 0, n_images = 0, rc = -1;
     int64_t n_rows = 0;
     size_t total = 0;
@@ -444,38 +558,28 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     }
     if (check_budget(n_images, n_rows, n_ctx, g, e) < 0)
         goto done;
-    // second pass: decode and encode each, replace it by its markers
+    // second pass: decode each part (the cache answers repeats), replace
+    // it by its markers; the misses go to the encode queue together
     const char *marker = vision_image_marker(p->vm);
+    const int cap_img = p->p.max_images;
+    pd.in = malloc(sizeof *pd.in * (size_t)cap_img);
+    pd.slot = malloc(sizeof *pd.slot * (size_t)cap_img);
+    pd.key = malloc(sizeof *pd.key * (size_t)cap_img);
+    if (!pd.in || !pd.slot || !pd.key) {
+        api_error_set(e, 500, NULL, "out of memory");
+        goto done;
+    }
     for (int q = 0; q < n_parts; q++) {
         struct take_part *t = &parts[q];
-        char err[256];
         if (cancelled && cancelled(user)) {
             api_error_set(e, 499, NULL, "the client left");
             goto done;
         }
-        if (im->n == p->p.max_images) {
-            api_error_set(e, 400, t->field, "more than %d images or video frames in one request "
-                          "(--max-images)", p->p.max_images);
-            goto done;
-        }
         int r, n_markers = 1;
-        if (t->kind == 2) { /* a video: one marker per frame, a line each */
-            int before = im->n;
-            r = take_video(p, t->bytes, t->n, t->field, im, &n_markers, e);
-            if (r == 0 && before + n_markers > p->p.max_images)
-                r = api_error_set(e, 400, t->field, "more than %d images or video frames in one "
-                                  "request (--max-images)", p->p.max_images);
-        } else {
-            struct media_image_params ip = image_params(p);
-            pthread_mutex_lock(&p->enc_lock);
-            r = vision_encode_bytes(p->vc, p->cache, t->bytes, t->n, &ip, &im->e[im->n], NULL,
-                                    err, sizeof err);
-            pthread_mutex_unlock(&p->enc_lock);
-            if (r < 0)
-                api_error_set(e, media_status(r), t->field, "'%s': %s", t->field, err);
-            else
-                im->n++;
-        }
+        if (t->kind == 2) /* a video: one marker per frame, a line each */
+            r = take_video(p, t->bytes, t->n, t->field, im, &pd, &n_markers, cancelled, user, e);
+        else
+            r = take_image(p, t->bytes, t->n, t->field, im, &pd, cancelled, user, e);
         free(t->bytes);
         t->bytes = NULL;
         if (r < 0)
@@ -485,8 +589,12 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
             goto done;
         }
     }
+    if (pending_flush(p, im, &pd, cancelled, user, e) < 0)
+        goto done;
     rc = n_parts;
 done:
+    pending_clear(&pd);
+    free(pd.in), free(pd.slot), free(pd.key);
     parts_free(parts, n_parts);
     return rc;
 }
@@ -558,8 +666,7 @@ struct api_images_pool *api_images_pool_new(struct vision_model *vm, struct visi
         return NULL;
     }
     p->p = *prm;
-    p->vm = vm, p->vc = vc, p->cache = cache;
-    pthread_mutex_init(&p->enc_lock, NULL);
+    p->vm = vm, p->cache = cache;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     if (prm->media_root && !realpath(prm->media_root, p->media_root)) {
@@ -568,6 +675,8 @@ struct api_images_pool *api_images_pool_new(struct vision_model *vm, struct visi
         goto fail;
     }
     p->p.media_root = NULL;
+    if (vc && !(p->vq = vision_queue_new(vc, NULL, err, errlen)))
+        goto fail;
     for (; p->n_threads < prm->n_workers; p->n_threads++)
         if (pthread_create(&p->threads[p->n_threads], NULL, pool_main, p) != 0) {
             omni_fail(err, errlen, OMNI_ERR_NOMEM, "images: cannot start a worker thread");
@@ -583,6 +692,7 @@ void api_images_pool_free(struct api_images_pool *p)
 {
     if (!p)
         return;
+    vision_queue_shutdown(p->vq); /* workers waiting on an encode return */
     pthread_mutex_lock(&p->lock);
     p->stop = true;
     struct api_images_job *left = p->head;
@@ -601,7 +711,7 @@ void api_images_pool_free(struct api_images_pool *p)
     }
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->lock);
-    pthread_mutex_destroy(&p->enc_lock);
+    vision_queue_free(p->vq);
     free(p->threads);
     free(p);
 }

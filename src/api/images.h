@@ -4,8 +4,11 @@
  * download_fetch with size/time limits and no private addresses unless
  * allowed; file:// under --media-root only), measured from their headers
  * (a request whose images pass --max-images or cannot fit the context is
- * refused before any pixel is decoded), decoded, encoded by the vision
- * model (through its embedding cache) on a small worker pool, and replaced
+ * refused before any pixel is decoded), decoded and preprocessed on a
+ * small worker pool, encoded through the process's encode queue
+ * (vision/encode_queue.h: a request's images, and those of requests that
+ * wait together, share encoder passes; the embedding cache answers
+ * repeats before anything is decoded), and replaced
  * by the model's image marker, so the chat template renders the prompt as
  * text; then the prompt becomes engine segments with the embeddings at the
  * marker positions (vision_prompt_build) and the request is submitted from
@@ -23,10 +26,11 @@
  *     return api_call_submit(c, r, &rq, start), 0;
  *
  * Thread safety: api_images_defer on the service thread; the workers read
- * and encode (one encoder pass at a time: the vision context is shared
- * under a lock), never touch lws, and answer through the call's ws_out. A
- * client that leaves stops the job between fetches, images and frames (an
- * encoder pass that started finishes). */
+ * and preprocess, hand the images to the encode queue (whose thread owns
+ * the vision context), never touch lws, and answer through the call's
+ * ws_out. A client that leaves stops the job between fetches and parts,
+ * leaves the encode queue at once, and stops a running encoder pass
+ * between blocks (Qwen2.5-VL) or tiles unless another request shares it. */
 #ifndef OMNI_API_IMAGES_H
 #define OMNI_API_IMAGES_H
 
@@ -61,8 +65,10 @@ struct api_images_params {
 struct api_images_params api_images_default_params(void);
 
 /* Workers over a vision model, its encoder scratch and cache (borrowed
- * until api_images_pool_free, which answers queued jobs with 503 and joins
- * the workers: call it while the engine still runs). NULL + err. */
+ * until api_images_pool_free, which answers queued jobs with 503, fails
+ * waiting encodes, joins the workers and the encode queue's thread: call
+ * it while the engine still runs). vc NULL: parts are only counted and
+ * measured (tests). NULL + err. */
 struct api_images_pool *api_images_pool_new(struct vision_model *vm, struct vision_ctx *vc,
                                             struct vision_cache *cache,
                                             const struct api_images_params *p, char *err,
