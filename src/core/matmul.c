@@ -142,6 +142,7 @@ struct mm_job {
     int32_t *corr;       /* int8 GEMM: (n_batch, blocks) weight offset corrections */
     int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
     int gemm_k;          /* int8 GEMM of the K-quants (gemm_k_*.c), else of Q8_0 dots */
+    int quant_each;      /* one row: every thread quantizes x into its own scratch */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -165,6 +166,19 @@ static void dot_rows(void *arg, int ith, int nth)
     struct mm_job *j = arg;
     int64_t r0, r1;
     split(j->n_out, ith, nth, &r0, &r1);
+    const uint8_t *xq = j->xq;
+    if (j->quant_each) {
+        /* Decode: quantizing the one row on the caller before the run would
+         * keep the workers waiting that long (2-3% of a small matmul);
+         * every thread doing it at once costs no wall time. */
+        uint8_t *own = scratch_get(SCRATCH_XQ, j->xq_row);
+        if (!own) {
+            atomic_store(&j->failed, 1);
+            return;
+        }
+        j->op->from_float(j->x, own, j->n_in);
+        xq = own;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
         if (r + PREFETCH_ROWS < r1) {
@@ -176,12 +190,11 @@ static void dot_rows(void *arg, int ith, int nth)
         if (j->op->vec_dot_n && j->n_batch > 1) /* several columns per pass over the row */
             for (; b < j->n_batch; b += OMNI_DOT_COLS_MAX) {
                 const int64_t nc = j->n_batch - b < OMNI_DOT_COLS_MAX ? j->n_batch - b : OMNI_DOT_COLS_MAX;
-                j->op->vec_dot_n(j->n_in, wr, j->xq + (size_t)b * j->xq_row, j->xq_row, (int)nc,
+                j->op->vec_dot_n(j->n_in, wr, xq + (size_t)b * j->xq_row, j->xq_row, (int)nc,
                                  j->y + b * j->n_out + r, (size_t)j->n_out);
             }
         for (; b < j->n_batch; b++)
-            j->y[b * j->n_out + r] =
-                j->op->vec_dot(j->n_in, wr, j->xq + (size_t)b * j->xq_row);
+            j->y[b * j->n_out + r] = j->op->vec_dot(j->n_in, wr, xq + (size_t)b * j->xq_row);
     }
 }
 
@@ -447,6 +460,10 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
     } else if (!op->from_float) {
         j.xq = (uint8_t *)x; /* float activations: no conversion */
         j.xq_row = (size_t)n_in * sizeof(float);
+        tpool_run(tp, dot_rows, &j);
+    } else if (n_batch == 1 && tpool_size(tp) > 1) {
+        j.quant_each = 1;
+        j.xq_row = ggml_row_size(op->dot_type, n_in);
         tpool_run(tp, dot_rows, &j);
     } else if (quantize_x(tp, &j, n_batch) != 0) {
         atomic_store(&j.failed, 1);
