@@ -7,6 +7,8 @@
  * download_addr_is_private, the filter the image URLs go through. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +306,77 @@ TEST(images_api_encodes_and_bounds_request_bytes)
     apireq_gen_free(&g);
     free(png);
     golden_pool_close(&gp);
+}
+
+/* Cancelled once the encode queue's thread has polled `after` times (the
+ * request's own polls only look). */
+struct take_cancel {
+    pthread_t caller;
+    atomic_int encoder_polls;
+    int after;
+};
+static int take_cancel_fn(void *user)
+{
+    struct take_cancel *c = user;
+    if (!pthread_equal(pthread_self(), c->caller))
+        return atomic_fetch_add(&c->encoder_polls, 1) + 1 > c->after;
+    return atomic_load(&c->encoder_polls) > c->after;
+}
+
+/* Three pictures through the encode queue: a client that leaves in the
+ * middle of the encode gets a 499 with nothing left allocated (ASan), the
+ * next request gets all three, and a repeat is answered by the cache. */
+TEST(images_api_cancel_mid_encode_then_cache)
+{
+    size_t len;
+    char *png = test_read_file(test_fixture("vision/image.png"), &len);
+    CHECK(png);
+    char err[256];
+    struct api_images_params prm = api_images_default_params();
+    prm.n_workers = 1;
+    struct golden_pool gp = { 0 };
+    struct vision_cache *cache = vision_cache_new((size_t)64 << 20);
+    gp.vm = vision_model_load(test_golden("vision-llava-mmproj-f32.gguf"), err, sizeof err);
+    gp.vc = gp.vm ? vision_ctx_new(gp.vm, NULL, err, sizeof err) : NULL;
+    gp.pool = gp.vc ? api_images_pool_new(gp.vm, gp.vc, cache, &prm, err, sizeof err) : NULL;
+    if (!gp.pool) {
+        golden_pool_close(&gp);
+        vision_cache_free(cache);
+        free(png);
+        SKIP("no golden vision fixture (make golden-fixtures)");
+    }
+    struct apireq_gen g;
+    apireq_gen_init(&g);
+    struct api_images im;
+    struct api_error e = { 0 };
+    for (int round = 0; round < 3; round++) {
+        cJSON *parts = cJSON_CreateArray();
+        for (int i = 0; i < 3; i++)
+            add_data_url(parts, "image_url", "image/png", png, len);
+        cJSON *root = request_with(parts);
+        struct take_cancel tc = { .caller = pthread_self(), .after = 1 };
+        int rc = api_images_take(gp.pool, root, 0, &g, round ? NULL : take_cancel_fn, &tc, &im, &e);
+        if (round == 0) {
+            CHECK_EQ(rc, -1);
+            CHECK_EQ(e.status, 499);
+            CHECK(atomic_load(&tc.encoder_polls) >= 2); /* it did start encoding */
+        } else {
+            CHECK_MSG(rc == 3, "round %d: rc %d: %s", round, rc, e.message);
+            CHECK_EQ(im.n, 3);
+            for (int i = 0; i < 3; i++)
+                CHECK(im.e[i].data && im.e[i].n_tokens == vision_model_info(gp.vm)->tokens_per_image &&
+                      im.e[i].key_hash == im.e[0].key_hash);
+        }
+        api_images_free(&im);
+        cJSON_Delete(root);
+    }
+    /* round 1 encoded three misses, round 2 hit the cache three times */
+    struct vision_cache_stats st = vision_cache_stats(cache);
+    CHECK_MSG(st.hits == 3, "cache hits %llu", (unsigned long long)st.hits);
+    apireq_gen_free(&g);
+    free(png);
+    golden_pool_close(&gp);
+    vision_cache_free(cache);
 }
 
 /* A clip's frames count against --max-images from its header (4 s at the
