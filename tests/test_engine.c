@@ -1127,3 +1127,7 @@ static void recurrent_state_case(const char *name)
 }
 
 TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
+/* qwen3next / qwen35: conv inputs and DeltaNet state per sequence, a
+ * snapshot of both per full block */
+TEST(engine_recurrent_state_qwen3next) { recurrent_state_case("qwen3next-f32"); }
+TEST(engine_recurrent_state_qwen35) { recurrent_state_case("qwen35-f32"); }

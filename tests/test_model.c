@@ -55,10 +55,20 @@
 #define TOL_Q8_0_GEMMA3_MEAN 0.25
 #define TOL_Q8_0_KV_GEMMA 0.8      /* Q8_0 KV, measured: gemma2 0.11 / 0.014, gemma3 0.55 / 0.054 */
 #define TOL_Q8_0_KV_GEMMA_MEAN 0.08
+/* The hybrid fixtures (qwen3next, qwen35) are the most sensitive: (1 + w)
+ * norm gains near 2 in every layer, L2-normalised q/k and a decaying state
+ * that carries each rounding forward. F32 matches transformers to 6e-5; F16
+ * weights measured qwen3next max 3.9e-2 mean 4.3e-3, qwen35 0.15 / 7.8e-3;
+ * Q8_0 weights 3.2 / 0.26 and 4.6 / 0.19; F32 weights with Q8_0 KV 0.17 / 0.016. */
+#define TOL_F16_HYBRID 0.3
+#define TOL_F16_HYBRID_MEAN 0.02
+#define TOL_Q8_0_HYBRID 8.0
+#define TOL_Q8_0_HYBRID_MEAN 0.5
 
 static const char *golden_models[] = { "llama", "llama3", "qwen2", "qwen3",
                                        "gemma2", "gemma3", "phi3", "mistral",
-                                       "qwen3moe", "smollm3", "lfm2", "gptoss" };
+                                       "qwen3moe", "smollm3", "lfm2", "gptoss",
+                                       "qwen3next", "qwen35" };
 #define N_GOLDEN ((int)(sizeof golden_models / sizeof *golden_models))
 
 /* The context the fixture's reference ran in: phi3's text (31 tokens) is
@@ -293,7 +303,8 @@ TEST(model_golden_f32_weights_q8_0_kv)
     for (int i = 0; i < N_GOLDEN && !test_failed_now(); i++) {
         /* gptoss, measured 0.24 / 0.014: clamped expert inputs amplify the
          * rounding of V, as gemma's peaky attention does */
-        const bool gemma = !strncmp(golden_models[i], "gemma", 5) || !strcmp(golden_models[i], "gptoss");
+        const bool gemma = !strncmp(golden_models[i], "gemma", 5) || !strcmp(golden_models[i], "gptoss") ||
+                           !strncmp(golden_models[i], "qwen3next", 9) || !strcmp(golden_models[i], "qwen35");
         check_golden(golden_models[i], "f32", gemma ? TOL_Q8_0_KV_GEMMA : TOL_Q8_0_KV,
                      gemma ? TOL_Q8_0_KV_GEMMA_MEAN : TOL_Q8_0_KV_MEAN, GGML_TYPE_Q8_0);
     }
@@ -1176,6 +1187,21 @@ TEST(model_arch_bad_files)
         { "gptoss", "down_bias_f16", { .f16_tensor = "blk.0.ffn_down_exps.bias" }, "need f32" },
         { "gptoss", "yarn_no_orig", { .drop_key = "gpt-oss.rope.scaling.original_context_length" },
           "yarn rope scaling needs" },
+        { "qwen3next", "no_ssm_a", { .drop_tensor = "blk.0.ssm_a" }, "'blk.0.ssm_a' missing" },
+        { "qwen3next", "no_gate", { .drop_tensor = "blk.2.attn_gate.weight" },
+          "'blk.2.attn_gate.weight' missing" },
+        { "qwen3next", "conv_f16", { .f16_tensor = "blk.2.ssm_conv1d.weight" }, "need f32" },
+        { "qwen3next", "short_qkv", { .shrink_tensor = "blk.0.attn_qkv.weight" },
+          "'blk.0.attn_qkv.weight': shape [32, 128], expected [64, 128]" },
+        { "qwen3next", "no_state_size", { .drop_key = "qwen3next.ssm.state_size" },
+          "key qwen3next.ssm.state_size missing" },
+        { "qwen3next", "groups_3", { .drop_key = "qwen3next.ssm.group_count",
+                                     .u32_key = "qwen3next.ssm.group_count", .u32_val = 3 },
+          "a multiple of the key heads" },
+        { "qwen35", "no_alpha", { .drop_tensor = "blk.2.ssm_alpha.weight" },
+          "'blk.2.ssm_alpha.weight' missing" },
+        { "qwen35", "no_ffn_norm", { .drop_tensor = "blk.1.post_attention_norm.weight" },
+          "'blk.1.post_attention_norm.weight' missing" },
     };
     char err[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -1577,3 +1603,49 @@ static void check_top5(struct llm_model *m, const struct golden *g)
     llm_kv_free(kv);
     llm_ctx_free(ctx);
 }
+
+/* qwen3next (issue 17): Gated DeltaNet layers 0 and 2 (conv kernel 4, 2 key
+ * heads and 4 value heads of 16, value heads grouped by key head) beside
+ * gated attention in layers 1 and 3 (per-head query and sigmoid output gate,
+ * q/k norms, 8 of head_dim 32 rotated), 8 experts of 32 with 2 per token
+ * and a shared expert of 48 behind a sigmoid gate (routing margin >= 0.02). */
+TEST(model_golden_qwen3next_f32) { check_golden("qwen3next", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_qwen3next_f16) { check_golden("qwen3next", "f16", TOL_F16_HYBRID, TOL_F16_HYBRID_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen3next_q8_0) { check_golden("qwen3next", "q8_0", TOL_Q8_0_HYBRID, TOL_Q8_0_HYBRID_MEAN, GGML_TYPE_F16); }
+
+/* The hybrid fixtures' hyper-parameters as llama.cpp's keys give them, then
+ * the long text: greedy identical and top-5 log-probs within 1e-3 in one
+ * prefill, chunks of 7 and token by token; the recurrent-state checks of
+ * check_state (chunks, interleaved slots, fork, snapshot restore). */
+static void check_hybrid(const char *model, bool moe)
+{
+    char err[512];
+    struct golden g;
+    CHECK(golden_load_files(model, "tokens_long.txt", "logits_long.bin", &g) == 0);
+    struct llm_model *m = llm_model_load(golden_gguf(model, "f32"), NULL, err, sizeof err);
+    if (!m) {
+        free(g.logits);
+        SKIP("converted fixture missing (make golden-fixtures)");
+    }
+    const struct llm_hparams *hp = llm_model_hparams(m);
+    CHECK(hp->n_layer == 4 && hp->n_gdn_layer == 2 && hp->gdn_kernel == 4 &&
+          hp->gdn_n_k_heads == 2 && hp->gdn_n_v_heads == 4 && hp->gdn_head_k == 16 &&
+          hp->gdn_head_v == 16 && hp->head_dim == 32 && hp->n_rot == 8);
+    CHECK(!moe || (hp->n_expert == 8 && hp->n_expert_used == 2 && hp->n_ff_shexp == 48));
+    /* a state slot: 2 layers x (3 conv inputs of 128 channels + 4 states of 16 x 16) */
+    CHECK_EQ(llm_model_state_floats(m), (size_t)2 * (3 * 128 + 4 * 16 * 16));
+    check_top5(m, &g);
+    free(g.logits);
+    llm_model_free(m);
+    check_state(model);
+}
+
+TEST(model_qwen3next_long_and_state) { check_hybrid("qwen3next", true); }
+
+/* qwen35: Qwen3_5ForCausalLM, the same sizes with a dense SwiGLU FFN of 96,
+ * separate b / a projections (ssm_beta, ssm_alpha) and the value heads in
+ * the tiled order llama.cpp's converter gives them. */
+TEST(model_golden_qwen35_f32) { check_golden("qwen35", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
+TEST(model_golden_qwen35_f16) { check_golden("qwen35", "f16", TOL_F16_HYBRID, TOL_F16_HYBRID_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_qwen35_q8_0) { check_golden("qwen35", "q8_0", TOL_Q8_0_HYBRID, TOL_Q8_0_HYBRID_MEAN, GGML_TYPE_F16); }
+TEST(model_qwen35_long_and_state) { check_hybrid("qwen35", false); }

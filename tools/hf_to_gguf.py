@@ -713,24 +713,29 @@ def hybrid_plan(hp, names, plan):
         if hp.recurrent[i]:
             la = p + "linear_attn."
             if hp.arch == "qwen3next":
-                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkvz.weight", (conv, n), qkvz("qkv")), None),
-                         (b + "attn_gate.weight", ("fn", la + "in_proj_qkvz.weight", (vd, n), qkvz("z")), None),
+                qkvz_shape = (conv + vd, n)
+                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkvz.weight", (conv, n), qkvz("qkv"),
+                                                  qkvz_shape), None),
+                         (b + "attn_gate.weight", ("fn", la + "in_proj_qkvz.weight", (vd, n), qkvz("z"),
+                                                   qkvz_shape), None),
                          (b + "ssm_ba.weight", la + "in_proj_ba.weight", None)]
             else:
-                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkv.weight", (conv, n), qkv_tiled), None),
+                plan += [(b + "attn_qkv.weight", ("fn", la + "in_proj_qkv.weight", (conv, n), qkv_tiled,
+                                                  (conv, n)), None),
                          (b + "attn_gate.weight", ("fn", la + "in_proj_z.weight", (vd, n),
-                                                   lambda w: tile(w, 0, hv)), None),
+                                                   lambda w: tile(w, 0, hv), (vd, n)), None),
                          (b + "ssm_beta.weight", ("fn", la + "in_proj_b.weight", (nv, n),
-                                                  lambda w: tile(w, 0, 1)), None),
+                                                  lambda w: tile(w, 0, 1), (nv, n)), None),
                          (b + "ssm_alpha.weight", ("fn", la + "in_proj_a.weight", (nv, n),
-                                                   lambda w: tile(w, 0, 1)), None)]
-            plan += [(b + "ssm_conv1d.weight", ("fn", la + "conv1d.weight", (conv, hp.conv_kernel), conv_w), None),
-                     (b + "ssm_dt.bias", ("fn", la + "dt_bias", (nv,), lambda a: tile(a, 0, 1)), None),
+                                                   lambda w: tile(w, 0, 1), (nv, n)), None)]
+            plan += [(b + "ssm_conv1d.weight", ("fn", la + "conv1d.weight", (conv, hp.conv_kernel), conv_w,
+                                                (conv, 1, hp.conv_kernel)), None),
+                     (b + "ssm_dt.bias", ("fn", la + "dt_bias", (nv,), lambda a: tile(a, 0, 1), (nv,)), None),
                      (b + "ssm_a", ("fn", la + "A_log", (nv,),
-                                    lambda a: -np.exp(tile(a.astype(np.float32), 0, 1))), None),
+                                    lambda a: -np.exp(tile(a.astype(np.float32), 0, 1)), (nv,)), None),
                      (b + "ssm_norm.weight", la + "norm.weight", None),
                      (b + "ssm_out.weight", ("fn", la + "out_proj.weight", (n, vd),
-                                             lambda w: tile(w, 1, hv)), None)]
+                                             lambda w: tile(w, 1, hv), (n, vd)), None)]
         else:
             sa = p + "self_attn."
             plan += [(b + "attn_q.weight", sa + "q_proj.weight", None),
@@ -749,7 +754,7 @@ def hybrid_plan(hp, names, plan):
                          (b + "ffn_up_shexp.weight", se + "up_proj.weight", None),
                          (b + "ffn_down_shexp.weight", se + "down_proj.weight", None),
                          (b + "ffn_gate_inp_shexp.weight", ("fn", p + "mlp.shared_expert_gate.weight",
-                                                           (n,), lambda w: w.reshape(-1)), None)]
+                                                           (n,), lambda w: w.reshape(-1), (1, n)), None)]
         else:
             plan += [(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", None),
                      (b + "ffn_up.weight", p + "mlp.up_proj.weight", None),
@@ -816,17 +821,17 @@ def source_names(src):
     if src[0] == "mxfp4":
         return [src[1] + "_blocks", src[1] + "_scales"]
     return src[1] if src[0] == "stack" else [src[1]]
-    # ("fn", name, shape, f): f(the tensor) of the given shape (hybrid layouts)
+    # ("fn", name, shape, f, source shape): f(the tensor) of the given shape (hybrid layouts)
 
 
 def source_shape(ckpt, src):
     if isinstance(src, str):
         return ckpt[src].tensors[src][1]
-    if src[0] == "fn":  # checked against the source's element count
-        have = ckpt[src[1]].tensors[src[1]][1]
-        if math.prod(have) != math.prod(src[2]):
-            raise ConvertError(f"tensor '{src[1]}': shape {list(have)}, expected "
-                               f"{math.prod(src[2])} values ({list(src[2])}) from config.json")
+    if src[0] == "fn":  # ("fn", name, shape out, f, shape in)
+        have = tuple(ckpt[src[1]].tensors[src[1]][1])
+        if have != tuple(src[4]):
+            raise ConvertError(f"{ckpt[src[1]].path}: tensor '{src[1]}': shape {list(have)}, "
+                               f"expected {list(src[4])} from config.json")
         return tuple(src[2])
     if src[0] == "mxfp4":  # blocks [E, rows, cols / 32, 16]: every other row for gate / up
         shape = tuple(ckpt[src[1] + "_blocks"].tensors[src[1] + "_blocks"][1])
@@ -936,7 +941,8 @@ def expected_shape(hp, gname):
 
 
 def hybrid_shape(hp, base):
-    """Shapes of the Qwen3-Next / Qwen3.5 tensors (attn_q: query and gate rows)."""
+    """Shapes of the Qwen3-Next / Qwen3.5 tensors (attn_q: query and gate rows);
+    None for the tensors they share with the other families."""
     if hp.arch not in HYBRID:
         raise ConvertError(f"no shape known for tensor '{base}'")
     kd, vd, nv = hp.n_k_heads * hp.head_k, hp.n_v_heads * hp.head_v, hp.n_v_heads
@@ -950,7 +956,7 @@ def hybrid_shape(hp, base):
         "ssm_out.weight": (hp.n_embd, vd),
         "ffn_gate_shexp.weight": (sh, hp.n_embd), "ffn_up_shexp.weight": (sh, hp.n_embd),
         "ffn_down_shexp.weight": (hp.n_embd, sh), "ffn_gate_inp_shexp.weight": (hp.n_embd,),
-    }[base]
+    }.get(base)
 
 
 def permute_rope(w, n_head):
@@ -992,8 +998,8 @@ def add_tensors(w, hp, ckpt, ggml_type):
     counts = {}
     for gname, hfname, perm in plan:
         shape = tuple(source_shape(ckpt, hfname))
-        want = hybrid_shape(hp, gname.split(".", 2)[-1]) if hp.arch in HYBRID and gname.endswith(
-            ("attn_q.weight", "ssm_a")) else expected_shape(hp, gname)
+        want = (hp.arch in HYBRID and hybrid_shape(hp, gname.split(".", 2)[-1])) or \
+            expected_shape(hp, gname)
         if shape != want:
             first = source_names(hfname)[0]
             raise ConvertError(f"{ckpt[first].path}: tensor '{first}': shape {list(shape)}, "
