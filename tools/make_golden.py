@@ -42,8 +42,8 @@ and 5th logits kept 0.02 apart over both texts) and gate_up weights wide
 enough to hit the SwiGLU clamp; the published Harmony template.
 qwen3next and qwen35 (issue 17): hybrid Gated DeltaNet / gated attention
 models (Qwen3NextForCausalLM with experts and a gated shared expert;
-Qwen3_5ForCausalLM, dense, when the installed transformers has it), F32, a
-long text as well.
+Qwen3_5ForCausalLM, dense, and Qwen3_5MoeForCausalLM when the installed
+transformers has them), F32, a long text as well.
 
 Weights are drawn larger than the HF initialiser would (norm gains and biases
 away from 1 and 0) so that every term of the forward pass moves the logits.
@@ -527,6 +527,23 @@ def case_qwen35():
                 extra_randomize=next_randomize)
 
 
+def case_qwen35moe():
+    tok, fast = qwen_tok()
+    n = (tok.get_vocab_size() + 31) // 32 * 32
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [2, 1, 1], "mrope_interleaved": True}
+    kw = dict(NEXT_DIMS, vocab_size=n, num_experts=8, num_experts_per_tok=2,
+              moe_intermediate_size=32, shared_expert_intermediate_size=48,
+              eos_token_id=tok.token_to_id("<|im_end|>"))
+    cls = getattr(transformers, "Qwen3_5MoeForCausalLM", None)
+    if cls is None:
+        raise RuntimeError(f"transformers {transformers.__version__} has no Qwen3_5MoeForCausalLM")
+    return dict(cls=cls, cfg=None, cfgs=next_cfgs("Qwen3_5MoeTextConfig", rope, **kw), tok=fast,
+                template=published_template("qwen3.5.jinja"), tok_config={"add_bos_token": False},
+                dtype=torch.float32, shard=None, long_text=TEXT_LONG, min_routing_margin=0.02,
+                extra_randomize=next_randomize)
+
+
 def next_randomize(model, gen):
     """Gated DeltaNet: decays of different speeds per value head (A_log and
     dt_bias spread), conv kernels and the gated norm away from their
@@ -557,7 +574,8 @@ SMOLLM3_VARIANTS = [
 CASES = {"llama": case_llama, "llama3": case_llama3, "qwen2": case_qwen2, "qwen3": case_qwen3,
          "gemma2": case_gemma2, "gemma3": case_gemma3, "phi3": case_phi3, "mistral": case_mistral,
          "qwen3moe": case_qwen3moe, "smollm3": case_smollm3, "lfm2": case_lfm2,
-         "gptoss": case_gptoss, "qwen3next": case_qwen3next, "qwen35": case_qwen35}
+         "gptoss": case_gptoss, "qwen3next": case_qwen3next, "qwen35": case_qwen35,
+         "qwen35moe": case_qwen35moe}
 
 
 
