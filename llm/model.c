@@ -1190,6 +1190,7 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
             llm_ctx_free(ctx);
             return NULL;
         }
+        moe_ctx_set_pool(ctx->moe, tp); /* a decoded token's experts in two pool passes */
         if (!ctx->moe_out)
             goto nomem;
     }
@@ -1580,10 +1581,10 @@ static void attn_plan(struct llm_ctx *ctx, const struct llm_batch *batch, struct
 #define INVARIANT_ROWS (OMNI_MATMUL_QUANT_MAX - 1)
 _Static_assert(INVARIANT_ROWS < OMNI_MATMUL_BLAS_MIN, "invariant rows must stay on the dot path");
 
-static void matmul(struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
-                   int n, float *y)
+/* y = x W^T, uncounted (the experts count their own bytes, llm/moe.h) */
+static void matmul_rows(struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
+                        int n, float *y)
 {
-    ctx->bytes_read += ggml_row_size(w->type, w->ne[0]) * (uint64_t)w->ne[1];
     if (!ctx->batch_invariant || n <= INVARIANT_ROWS) {
         omni_matmul(ctx->tp, w, x, n, y);
         return;
@@ -1592,6 +1593,13 @@ static void matmul(struct llm_ctx *ctx, const struct omni_tensor *w, const float
         const int rows = n - r < INVARIANT_ROWS ? n - r : INVARIANT_ROWS;
         omni_matmul(ctx->tp, w, x + (size_t)r * w->ne[0], rows, y + (size_t)r * w->ne[1]);
     }
+}
+
+static void matmul(struct llm_ctx *ctx, const struct omni_tensor *w, const float *x,
+                   int n, float *y)
+{
+    ctx->bytes_read += ggml_row_size(w->type, w->ne[0]) * (uint64_t)w->ne[1];
+    matmul_rows(ctx, w, x, n, y);
 }
 
 void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl)
@@ -1608,10 +1616,16 @@ void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on)
 uint64_t llm_ctx_weight_bytes_read(const struct llm_ctx *ctx) { return ctx->bytes_read; }
 void llm_ctx_reset_weight_bytes_read(struct llm_ctx *ctx) { ctx->bytes_read = 0; }
 
-/* The experts' products go through matmul above (batch-invariant mode, byte count). */
+/* The Gated DeltaNet products go through matmul above (batch-invariant mode, byte count). */
 static void moe_matmul(void *arg, const struct omni_tensor *w, const float *x, int n, float *y)
 {
     matmul(arg, w, x, n, y);
+}
+
+/* The experts' products: batch-invariant mode as matmul; bytes from moe's counter. */
+static void expert_matmul(void *arg, const struct omni_tensor *w, const float *x, int n, float *y)
+{
+    matmul_rows(arg, w, x, n, y);
 }
 
 /* One layer's per-token steps, run over the batch's tokens split across the
@@ -1946,7 +1960,9 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         /* gated ffn (post-norm) + residual: x += down(act(gate(x)) * up(x)),
          * or the sum of the chosen experts' (qwen3moe) */
         if (m->fam->moe) {
-            moe_forward(ctx->moe, &L->moe, ctx->xn, n, ctx->moe_out, moe_matmul, ctx);
+            const uint64_t before = moe_ctx_bytes_read(ctx->moe);
+            moe_forward(ctx->moe, &L->moe, ctx->xn, n, ctx->moe_out, expert_matmul, ctx);
+            ctx->bytes_read += moe_ctx_bytes_read(ctx->moe) - before;
             memcpy(ctx->xn, ctx->moe_out, (size_t)n * n_embd * sizeof(float));
             for_each_token(&tj, ffn_residual_step);
             continue;

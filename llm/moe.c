@@ -6,12 +6,22 @@
  * gpt-oss), down product (+ bias), and add each
  * row back into its token's output times the token's weight for the expert.
  * Only experts some token chose are touched, so a decode step reads k of
- * n_expert experts' weights. */
+ * n_expert experts' weights.
+ *
+ * One token with a pool (decode): the k experts' gate and up rows (and the
+ * shared expert's) are one parallel pass of per-row dots against x quantized
+ * once, and their down rows a second pass, instead of 3k separate products
+ * of a few hundred rows each (every one a quantization of its input and a
+ * pool wake-up). The dots are omni_matmul's for one row (same quantizer,
+ * same vec_dot), and the outputs are summed in expert order as below, so the
+ * result has the same bits as the product-by-product path. */
 #include "moe.h"
 
 #include "src/core/nn.h"
 #include "src/core/omni.h"
+#include "src/core/quant.h"
 #include "src/core/tensor.h"
+#include "src/core/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,6 +40,25 @@ struct moe_ctx {
     float *g, *u;      /* [max_tokens][max(n_ff_exp, n_ff_shexp)] */
     float *sh;         /* [max_tokens] shared-expert gate */
     uint64_t bytes_read;
+    /* one-token pool path (moe_ctx_set_pool) */
+    struct tpool *tp;
+    struct dec_mat *mat;   /* [2 (n_used + 1)] the products of one pass */
+    int64_t *mat_start;    /* [2 (n_used + 1) + 1] first row of each in the pass */
+    int n_mat;
+    uint8_t *xq[2];        /* [n_embd * 4] x in the gate's and the up's dot types */
+    uint8_t *aq;           /* [(n_used + 1) * ff * 4] down inputs in the dot type */
+    float *dg, *du;        /* [(n_used + 1) * ff] gate / up (then SwiGLU) outputs */
+    float *dy;             /* [(n_used + 1) * n_embd] down outputs */
+};
+
+/* One matrix of a pass: y[r] = W[r] . a for every row r. */
+struct dec_mat {
+    const struct omni_quant_ops *op;
+    const uint8_t *w;      /* [rows][w_row bytes] */
+    size_t w_row;
+    int64_t n_in, rows;
+    const void *a;         /* the input in op->dot_type (floats when F32) */
+    float *y;              /* [rows] */
 };
 
 struct omni_tensor moe_expert(const struct moe_experts *x, int e)
@@ -71,8 +100,20 @@ struct moe_ctx *moe_ctx_new(const struct moe_params *p, int max_tokens, char *er
     c->g = malloc(T * ff * sizeof(float));
     c->u = malloc(T * ff * sizeof(float));
     c->sh = malloc(T * sizeof(float));
+    /* the one-token path: k experts and the shared one; every dot type
+     * takes at most 4 bytes a value (F32) */
+    const size_t slots = k + 1;
+    c->mat = malloc(2 * slots * sizeof *c->mat);
+    c->mat_start = malloc((2 * slots + 1) * sizeof *c->mat_start);
+    c->xq[0] = malloc((size_t)p->n_embd * sizeof(float));
+    c->xq[1] = malloc((size_t)p->n_embd * sizeof(float));
+    c->aq = malloc(slots * ff * sizeof(float));
+    c->dg = malloc(slots * ff * sizeof(float));
+    c->du = malloc(slots * ff * sizeof(float));
+    c->dy = malloc(slots * p->n_embd * sizeof(float));
     if (!c->logits || !c->idx || !c->w || !c->count || !c->start || !c->order || !c->xg ||
-        !c->g || !c->u || !c->sh)
+        !c->g || !c->u || !c->sh || !c->mat || !c->mat_start || !c->xq[0] || !c->xq[1] ||
+        !c->aq || !c->dg || !c->du || !c->dy)
         goto nomem;
     return c;
 nomem:
@@ -95,8 +136,18 @@ void moe_ctx_free(struct moe_ctx *c)
     free(c->g);
     free(c->u);
     free(c->sh);
+    free(c->mat);
+    free(c->mat_start);
+    free(c->xq[0]);
+    free(c->xq[1]);
+    free(c->aq);
+    free(c->dg);
+    free(c->du);
+    free(c->dy);
     free(c);
 }
+
+void moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp) { c->tp = tp; }
 
 uint64_t moe_ctx_bytes_read(const struct moe_ctx *c) { return c->bytes_read; }
 void moe_ctx_reset_bytes_read(struct moe_ctx *c) { c->bytes_read = 0; }
@@ -159,6 +210,179 @@ static void expert_mlp(struct moe_ctx *c, const struct omni_tensor *gate,
     add_bias(c->xg, db, n, down->ne[1]);
 }
 
+/* sigmoid(x . sh_router): the shared expert's gate of one token, 1 without */
+static float shared_scale(const struct moe_layer *L, const float *x, int d)
+{
+    if (!L->sh_router)
+        return 1.0f;
+    double z = 0.0;
+    for (int j = 0; j < d; j++)
+        z += (double)L->sh_router[j] * x[j];
+    return (float)(1.0 / (1.0 + exp(-z)));
+}
+
+static size_t matrix_bytes(const struct omni_tensor *t)
+{
+    return ggml_row_size(t->type, t->ne[0]) * (size_t)t->ne[1];
+}
+
+// ---- one token: two pool passes --------------------------------------------
+
+/* Rows ahead to prefetch, as omni_matmul's decode path does. */
+#define DEC_PREFETCH_ROWS 4
+
+/* The rows of all the pass's matrices split evenly over the threads (a
+ * thread's range may span several matrices, so k small matrices keep every
+ * thread busy). */
+static void dec_worker(void *arg, int ith, int nth)
+{
+    const struct moe_ctx *c = arg;
+    const int64_t total = c->mat_start[c->n_mat];
+    const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    for (int m = 0; m < c->n_mat; m++) {
+        const struct dec_mat *M = &c->mat[m];
+        const int64_t r0 = lo > c->mat_start[m] ? lo - c->mat_start[m] : 0;
+        const int64_t r1 = hi - c->mat_start[m] < M->rows ? hi - c->mat_start[m] : M->rows;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = M->w + (size_t)r * M->w_row;
+            if (r + DEC_PREFETCH_ROWS < r1) {
+                const uint8_t *next = wr + DEC_PREFETCH_ROWS * M->w_row;
+                for (size_t o = 0; o < M->w_row; o += 64)
+                    __builtin_prefetch(next + o, 0, 3);
+            }
+            M->y[r] = M->op->vec_dot(M->n_in, wr, M->a);
+        }
+    }
+}
+
+/* Append y = W a to the pass; 0, or -1 when W's type has no dot kernel. */
+static int dec_add(struct moe_ctx *c, const struct omni_tensor *w, const void *a, float *y)
+{
+    const struct omni_quant_ops *op = omni_quant_ops(w->type);
+    const size_t w_row = ggml_row_size(w->type, w->ne[0]);
+    if (!op || !op->vec_dot || !w_row)
+        return -1;
+    c->mat[c->n_mat] = (struct dec_mat){ .op = op, .w = w->data, .w_row = w_row, .n_in = w->ne[0],
+                                         .rows = w->ne[1], .a = a, .y = y };
+    c->mat_start[c->n_mat + 1] = c->mat_start[c->n_mat] + w->ne[1];
+    c->n_mat++;
+    return 0;
+}
+
+static void dec_run(struct moe_ctx *c)
+{
+    if (c->tp)
+        tpool_run(c->tp, dec_worker, c);
+    else
+        dec_worker(c, 0, 1);
+}
+
+/* a[n] as W's activation (W's dot type, as omni_matmul quantizes it) in
+ * buf, or a itself for float dots. */
+static const void *dec_input(int w_type, const float *a, int64_t n, uint8_t *buf)
+{
+    const struct omni_quant_ops *op = omni_quant_ops(w_type);
+    if (!op || !op->from_float)
+        return a;
+    op->from_float(a, buf, n);
+    return buf;
+}
+
+/* One token's experts (already routed: idx/w of token 0) and shared expert
+ * in two passes; 0, or -1 (nothing written) when a type has no dot kernel
+ * or the widths exceed the buffers, for the general path to handle. */
+static int moe_one_token(struct moe_ctx *c, const struct moe_layer *L, const float *x, float *out)
+{
+    const struct moe_params *p = &c->p;
+    const int k = p->n_used, d = p->n_embd;
+    const int64_t F = p->n_ff_exp > p->n_ff_shexp ? p->n_ff_exp : p->n_ff_shexp;
+    const int64_t ff = L->gate.rows, sff = L->sh_gate.data ? L->sh_gate.ne[1] : 0;
+    if (ff > F || sff > F || L->gate.cols != d || L->down.rows != d ||
+        (L->sh_gate.data && L->sh_gate.ne[0] != d))
+        return -1;
+    /* slots in expert order: the sum below adds them as the general path does */
+    int ord[64];
+    for (int j = 0; j < k; j++) {
+        int i = j;
+        while (i > 0 && c->idx[ord[i - 1]] > c->idx[j]) {
+            ord[i] = ord[i - 1];
+            i--;
+        }
+        ord[i] = j;
+    }
+    /* pass 1: gate and up rows of every chosen expert (and the shared one),
+     * x quantized once per dot type */
+    const void *xg = dec_input(L->gate.type, x, d, c->xq[0]);
+    const void *xu = L->up.type == L->gate.type ? xg : dec_input(L->up.type, x, d, c->xq[1]);
+    c->n_mat = 0;
+    c->mat_start[0] = 0;
+    for (int s = 0; s < k; s++) {
+        const int e = c->idx[ord[s]];
+        const struct omni_tensor g = moe_expert(&L->gate, e), u = moe_expert(&L->up, e);
+        if (dec_add(c, &g, xg, c->dg + s * F) || dec_add(c, &u, xu, c->du + s * F))
+            return -1;
+    }
+    if (sff && (L->sh_gate.type != L->gate.type || L->sh_up.type != L->up.type ||
+                dec_add(c, &L->sh_gate, xg, c->dg + k * F) ||
+                dec_add(c, &L->sh_up, xu, c->du + k * F)))
+        return -1;
+    /* every type checked before the first product: pass 2's are checked here */
+    if (!omni_quant_ops(L->down.type) || (sff && !omni_quant_ops(L->sh_down.type)))
+        return -1;
+    dec_run(c);
+
+    /* biases, SwiGLU, and each down input in its dot type */
+    const size_t aq_row = (size_t)F * sizeof(float);
+    const void *a[65];
+    for (int s = 0; s <= k; s++) {
+        if (s == k && !sff)
+            break;
+        const int e = s < k ? c->idx[ord[s]] : -1;
+        const int64_t w = s < k ? ff : sff;
+        float *g = c->dg + s * F, *u = c->du + s * F;
+        if (s < k) {
+            add_bias(g, L->gate_b ? L->gate_b + e * ff : NULL, 1, ff);
+            add_bias(u, L->up_b ? L->up_b + e * ff : NULL, 1, ff);
+        }
+        if (p->swiglu_limit > 0)
+            omni_swiglu_oai(g, u, w, 1.702f, p->swiglu_limit);
+        else
+            omni_swiglu(g, u, w);
+        a[s] = dec_input(s < k ? L->down.type : L->sh_down.type, u, w, c->aq + s * aq_row);
+    }
+    /* pass 2: the down rows */
+    c->n_mat = 0;
+    for (int s = 0; s < k; s++) {
+        const struct omni_tensor dn = moe_expert(&L->down, c->idx[ord[s]]);
+        dec_add(c, &dn, a[s], c->dy + (size_t)s * d);
+    }
+    if (sff)
+        dec_add(c, &L->sh_down, a[k], c->dy + (size_t)k * d);
+    dec_run(c);
+
+    /* weighted sum in expert order, then the shared expert */
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (int s = 0; s < k; s++) {
+        const int e = c->idx[ord[s]];
+        const float wt = c->w[ord[s]];
+        float *y = c->dy + (size_t)s * d;
+        add_bias(y, L->down_b ? L->down_b + (int64_t)e * d : NULL, 1, d);
+        for (int j = 0; j < d; j++)
+            out[j] += wt * y[j];
+        c->bytes_read += L->gate.expert_bytes + L->up.expert_bytes + L->down.expert_bytes;
+    }
+    if (sff) {
+        const float sc = shared_scale(L, x, d);
+        const float *y = c->dy + (size_t)k * d;
+        for (int j = 0; j < d; j++)
+            out[j] += sc * y[j];
+        c->bytes_read += matrix_bytes(&L->sh_gate) + matrix_bytes(&L->sh_up) + matrix_bytes(&L->sh_down);
+    }
+    return 0;
+}
+
+// ---- any number of tokens --------------------------------------------------
+
 int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n, float *out,
                 moe_matmul_fn mm, void *mm_arg)
 {
@@ -180,6 +404,8 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
         for (int j = 0; j < k; j++)
             c->count[c->idx[(size_t)t * k + j]]++;
     }
+    if (n == 1 && moe_one_token(c, L, x, out) == 0)
+        return 0;
     /* slots (t * k + j) grouped by expert, tokens in order within each */
     c->start[0] = 0;
     for (int e = 0; e < E; e++)
@@ -218,17 +444,9 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
     if (L->sh_gate.data) {
         memcpy(c->xg, x, (size_t)n * d * sizeof(float));
         expert_mlp(c, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, n, mm, mm_arg);
-        c->bytes_read += ggml_row_size(L->sh_gate.type, L->sh_gate.ne[0]) * (size_t)L->sh_gate.ne[1] +
-                         ggml_row_size(L->sh_up.type, L->sh_up.ne[0]) * (size_t)L->sh_up.ne[1] +
-                         ggml_row_size(L->sh_down.type, L->sh_down.ne[0]) * (size_t)L->sh_down.ne[1];
+        c->bytes_read += matrix_bytes(&L->sh_gate) + matrix_bytes(&L->sh_up) + matrix_bytes(&L->sh_down);
         for (int t = 0; t < n; t++) {
-            float s = 1.0f;
-            if (L->sh_router) {
-                double z = 0.0;
-                for (int j = 0; j < d; j++)
-                    z += (double)L->sh_router[j] * x[(size_t)t * d + j];
-                s = (float)(1.0 / (1.0 + exp(-z)));
-            }
+            const float s = shared_scale(L, x + (size_t)t * d, d);
             float *o = out + (size_t)t * d;
             const float *y = c->xg + (size_t)t * d;
             for (int j = 0; j < d; j++)

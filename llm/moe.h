@@ -4,6 +4,7 @@
  * sigmoid gate where the file has one).
  *
  *   struct moe_ctx *c = moe_ctx_new(&params, max_tokens, err, sizeof err);
+ *   moe_ctx_set_pool(c, tp);                                  // optional: decode threads
  *   moe_forward(c, &layer, xn, n_tokens, out, mm, mm_arg);  // out = moe(xn)
  *   moe_ctx_bytes_read(c);                                    // expert bytes so far
  *   moe_ctx_free(c);
@@ -14,7 +15,9 @@
  * per-expert biases): expert e is the 2-D
  * slice at data + e * expert_bytes, multiplied in place. The tokens routed
  * to one expert are gathered and multiplied as one batch (prefill), and an
- * expert no token chose is never read (decode reads k of n_expert).
+ * expert no token chose is never read (decode reads k of n_expert). One
+ * token (decode) runs the k experts' gate and up rows as one parallel pass
+ * of per-row dots, x quantized once, and their down rows as a second.
  *
  * Thread safety: a moe_ctx (scratch and counter) belongs to one thread at a
  * time; the weights are read-only. */
@@ -72,10 +75,19 @@ typedef void (*moe_matmul_fn)(void *arg, const struct omni_tensor *w, const floa
 struct moe_ctx *moe_ctx_new(const struct moe_params *p, int max_tokens, char *err, size_t errlen);
 void moe_ctx_free(struct moe_ctx *c);
 
+struct tpool;
+/* The pool a one-token forward splits its expert rows over (NULL: the
+ * calling thread alone). The pool belongs to the caller and must outlive
+ * the forwards that use it; one tpool_run at a time, as for omni_matmul. */
+void moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp);
+
 /* out[n][n_embd] = sum over each token's k chosen experts of weight *
  * down(silu(gate(x)) * up(x)) (+ the shared expert); with the gpt-oss
  * biases each product adds its bias and the router logits theirs. x is the normed input
- * [n][n_embd]; out must not alias x. mm(mm_arg, ...) does the products.
+ * [n][n_embd]; out must not alias x. mm(mm_arg, ...) does the products -
+ * for one token only the router's: the experts' rows are then per-row dots
+ * on the pool (the same kernels and bits as omni_matmul of one row), so a
+ * caller counting bytes in mm adds moe_ctx_bytes_read's instead.
  * Returns 0, or OMNI_ERR_ARG when n exceeds max_tokens. */
 int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n, float *out,
                 moe_matmul_fn mm, void *mm_arg);

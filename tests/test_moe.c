@@ -2,13 +2,18 @@
  * plain per-token reference on seeded random weights: routing (softmax,
  * top-k, ties to the lower index, renormalised or not), a prefill batch
  * equal to the same tokens one at a time, the shared expert, and the bytes
- * counter reading only the experts some token chose. */
+ * counter reading only the experts some token chose; one token's two-pass
+ * path (quantized experts, with and without a pool) bit for bit equal to
+ * the expert-by-expert products it replaces. */
 #include "test.h"
 
 #include "llm/moe.h"
 #include "src/core/omni.h"
 #include "src/core/quant.h"
+#include "src/core/matmul.h"
+#include "src/core/ops.h"
 #include "src/core/tensor.h"
+#include "src/core/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -213,4 +218,118 @@ TEST(moe_bad_params)
     p.n_used = K;
     CHECK(!moe_ctx_new(&p, 0, err, sizeof err));
     moe_ctx_free(NULL);
+}
+
+/* One token through Q4_K_M-like experts (gate/up q4_K, down q6_K, a q8_0
+ * shared down) equals, bit for bit, what the expert-by-expert path computed
+ * for it: one-row omni_matmul products, SwiGLU, the sum in expert order. */
+enum { QD = 256, QFF = 256, QNE = 8, QK = 3 };
+
+static void *quant_matrix(int type, int rows, int cols)
+{
+    const size_t row = ggml_row_size(type, cols);
+    uint8_t *q = malloc(row * rows);
+    float *f = rand_floats((size_t)cols, 0.1f);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            f[c] = frand() * 0.1f;
+        quantize_row(type, f, q + row * r, cols);
+    }
+    free(f);
+    return q;
+}
+
+static void quant_one_token(bool shared, struct tpool *tp)
+{
+    const size_t ge = ggml_row_size(GGML_TYPE_Q4_K, QD) * QFF, de = ggml_row_size(GGML_TYPE_Q6_K, QFF) * QD;
+    float *router = rand_floats((size_t)QNE * QD, 0.5f);
+    struct moe_layer L = {
+        .router = { .type = GGML_TYPE_F32, .ne = { QD, QNE }, .data = router },
+        .gate = { .type = GGML_TYPE_Q4_K, .cols = QD, .rows = QFF, .n_expert = QNE, .expert_bytes = ge,
+                  .data = quant_matrix(GGML_TYPE_Q4_K, QNE * QFF, QD) },
+        .up = { .type = GGML_TYPE_Q4_K, .cols = QD, .rows = QFF, .n_expert = QNE, .expert_bytes = ge,
+                .data = quant_matrix(GGML_TYPE_Q4_K, QNE * QFF, QD) },
+        .down = { .type = GGML_TYPE_Q6_K, .cols = QFF, .rows = QD, .n_expert = QNE, .expert_bytes = de,
+                  .data = quant_matrix(GGML_TYPE_Q6_K, QNE * QD, QFF) },
+    };
+    float *shr = NULL;
+    if (shared) {
+        L.sh_gate = (struct omni_tensor){ .type = GGML_TYPE_Q4_K, .ne = { QD, QFF },
+                                          .data = quant_matrix(GGML_TYPE_Q4_K, QFF, QD) };
+        L.sh_up = (struct omni_tensor){ .type = GGML_TYPE_Q4_K, .ne = { QD, QFF },
+                                        .data = quant_matrix(GGML_TYPE_Q4_K, QFF, QD) };
+        L.sh_down = (struct omni_tensor){ .type = GGML_TYPE_Q8_0, .ne = { QFF, QD },
+                                          .data = quant_matrix(GGML_TYPE_Q8_0, QD, QFF) };
+        L.sh_router = shr = rand_floats(QD, 0.1f);
+    }
+    const struct moe_params p = { .n_embd = QD, .n_expert = QNE, .n_used = QK, .n_ff_exp = QFF,
+                                  .n_ff_shexp = shared ? QFF : 0, .norm_weights = true };
+    char err[256];
+    struct moe_ctx *c = moe_ctx_new(&p, 4, err, sizeof err);
+    CHECK_MSG(c, "%s", err);
+    moe_ctx_set_pool(c, tp);
+    float *x = rand_floats(QD, 1.0f), out[QD], want[QD], lg[QNE], g[QFF], u[QFF], y[QD];
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < QD; i++)
+            x[i] = frand();
+        /* the expert-by-expert path */
+        omni_matmul(NULL, &L.router, x, 1, lg);
+        int idx[QK];
+        float w[QK];
+        moe_route(lg, QNE, QK, true, idx, w);
+        memset(want, 0, sizeof want);
+        for (int e = 0; e < QNE; e++)
+            for (int j = 0; j < QK; j++) {
+                if (idx[j] != e)
+                    continue;
+                const struct omni_tensor tg = moe_expert(&L.gate, e), tu = moe_expert(&L.up, e),
+                                         td = moe_expert(&L.down, e);
+                omni_matmul(NULL, &tg, x, 1, g);
+                omni_matmul(NULL, &tu, x, 1, u);
+                omni_swiglu(g, u, QFF);
+                omni_matmul(NULL, &td, u, 1, y);
+                for (int i = 0; i < QD; i++)
+                    want[i] += w[j] * y[i];
+            }
+        if (shared) {
+            omni_matmul(NULL, &L.sh_gate, x, 1, g);
+            omni_matmul(NULL, &L.sh_up, x, 1, u);
+            omni_swiglu(g, u, QFF);
+            omni_matmul(NULL, &L.sh_down, u, 1, y);
+            double z = 0.0;
+            for (int i = 0; i < QD; i++)
+                z += (double)shr[i] * x[i];
+            const float s = (float)(1.0 / (1.0 + exp(-z)));
+            for (int i = 0; i < QD; i++)
+                want[i] += s * y[i];
+        }
+        moe_ctx_reset_bytes_read(c);
+        CHECK_EQ(moe_forward(c, &L, x, 1, out, NULL, NULL), 0);
+        CHECK_MSG(memcmp(out, want, sizeof out) == 0, "shared %d pool %d: max diff %g", shared,
+                  tp != NULL, test_max_diff(out, want, QD));
+        const uint64_t sh = shared ? 2 * ge + ggml_row_size(GGML_TYPE_Q8_0, QFF) * QD : 0;
+        CHECK_EQ(moe_ctx_bytes_read(c), (uint64_t)QNE * QD * 4 + QK * (2 * ge + de) + sh);
+    }
+    free(x);
+    free(router);
+    free(shr);
+    free((void *)L.gate.data);
+    free((void *)L.up.data);
+    free((void *)L.down.data);
+    free((void *)L.sh_gate.data);
+    free((void *)L.sh_up.data);
+    free((void *)L.sh_down.data);
+    moe_ctx_free(c);
+}
+
+TEST(moe_one_token_quantized_bit_exact)
+{
+    char err[128];
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    CHECK_MSG(tp, "%s", err);
+    for (int shared = 0; shared < 2; shared++) {
+        quant_one_token(shared, NULL);
+        quant_one_token(shared, tp);
+    }
+    tpool_free(tp);
 }
