@@ -14,8 +14,10 @@
  * Before the runs of each thread count the machine's streaming read
  * bandwidth is measured with that many threads (bench_read_bandwidth, 1 GiB),
  * and generation is reported as bandwidth_fraction: the weight bytes one
- * decode step reads (bench_decode_bytes) times tg tok/s over that bandwidth -
- * how close decode runs to the memory limit. -t takes a list (1,2,4,8,16):
+ * decode step reads (bench_decode_bytes: the k chosen experts of a MoE
+ * layer, not all) times tg tok/s over that bandwidth - how close decode runs
+ * to the memory limit; decode_bytes_read is the same counted during the
+ * decode steps (llm_ctx_weight_bytes_read per step). -t takes a list (1,2,4,8,16):
  * the model is loaded once and each thread count prints its own lines. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
@@ -57,6 +59,7 @@ struct bench_opts {
 struct bench_result {
     double pp_tok_s, tg_tok_s;
     double bd_tok_s;     /* aggregate over batch_decode sequences */
+    uint64_t tg_bytes;   /* weight bytes the decode steps' products read, per step */
 };
 
 static void bench_usage(FILE *f)
@@ -241,10 +244,13 @@ static int bench_once(struct llm_ctx *ctx, struct llm_kv *kv, const struct llm_s
     double t_pp = bench_prefill(ctx, kv, seq, o, prompt, logits, pos, zeros);
     if (t_pp < 0)
         return 1;
+    llm_ctx_reset_weight_bytes_read(ctx);
     double t_tg = bench_decode("bench", ctx, kv, seq, bench_argmax_finite(logits, n_vocab),
                                o->n_prompt, o->n_gen, logits, n_vocab, zeros);
     if (t_tg < 0)
         return 1;
+    /* counted where the products run: MoE steps count only the experts read */
+    r->tg_bytes = o->n_gen ? llm_ctx_weight_bytes_read(ctx) / (uint64_t)o->n_gen : 0;
     r->pp_tok_s = o->n_prompt / t_pp;
     r->tg_tok_s = o->n_gen ? o->n_gen / t_tg : 0;
     return 0;
@@ -439,10 +445,11 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     bench_type_mix(stdout, llm_model_gguf(m), true);
     printf(", \"threads\": %d, \"cpu\": \"%s\", \"p\": %d, \"n\": %d, \"reps\": %d, "
            "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"batch_decode\": %d, \"bd_tok_s\": %.3f, "
-           "\"load_s\": %.3f, \"decode_bytes\": %zu, \"bandwidth_gb_s\": %.3f, "
-           "\"bandwidth_fraction\": %.4f}\n",
+           "\"load_s\": %.3f, \"decode_bytes\": %zu, \"decode_bytes_read\": %llu, "
+           "\"bandwidth_gb_s\": %.3f, \"bandwidth_fraction\": %.4f}\n",
            o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
-           o.batch_decode, bd_med, load_s, decode_bytes, bw / 1e9, frac);
+           o.batch_decode, bd_med, load_s, decode_bytes, (unsigned long long)res.tg_bytes, bw / 1e9,
+           frac);
     fflush(stdout);
     ret = 0;
 
