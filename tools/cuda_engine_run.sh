@@ -60,21 +60,21 @@ MK=(make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-cuda BLAS_SHIM=1
     DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
 TARGETS=(build-cuda/test_cuda build-cuda/bench_engine_dev build-cuda/bench_dev)
 stamp "build ${TARGETS[*]}"
-"${MK[@]}" "${TARGETS[@]}" > "$O/build.log" 2>&1
+timeout 240 "${MK[@]}" "${TARGETS[@]}" > "$O/build.log" 2>&1
 rc=$?
 echo "build rc $rc"
 grep -E "error|warning" "$O/build.log" | head -30
 if [ $rc -ne 0 ]; then
     stamp "rebuild with NVCC_EXTRA=-DOMNI_CUDA_NO_F16_CACHE"
     rm -f build-cuda/src/core/cuda/backend_cuda.o
-    "${MK[@]}" NVCC_EXTRA=-DOMNI_CUDA_NO_F16_CACHE "${TARGETS[@]}" > "$O/build2.log" 2>&1
+    timeout 150 "${MK[@]}" NVCC_EXTRA=-DOMNI_CUDA_NO_F16_CACHE "${TARGETS[@]}" > "$O/build2.log" 2>&1
     echo "build (fallback) rc $?"
     grep -E "error|warning" "$O/build2.log" | head -20
 fi
 
-if [ -x build-cuda/test_cuda ]; then
+if [ -x build-cuda/test_cuda ] && [ "$(left)" -gt 120 ]; then
     stamp "test_cuda (OMNI_DEV_BACKEND=cuda): model_dev + engine_dev"
-    OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR="$DEV/fixtures" timeout 150 build-cuda/test_cuda \
+    OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR="$DEV/fixtures" timeout 100 build-cuda/test_cuda \
         > "$O/test_cuda.txt" 2>&1
     echo "test_cuda rc $?"
     grep -E "FAIL|tests/|passed" "$O/test_cuda.txt" | head -40
@@ -87,7 +87,7 @@ SUMMARY="$O/summary.txt"
 : > "$SUMMARY"
 if [ -x build-cuda/bench_engine_dev ] && [ -f "$M" ] && [ "$(left)" -gt 40 ]; then
     stamp "bench-engine --device cuda --concurrency 1,16,64 (prompt 128, generate 64)"
-    timeout 150 build-cuda/bench_engine_dev -m "$M" --device cuda --concurrency 1,16,64 \
+    timeout 100 build-cuda/bench_engine_dev -m "$M" --device cuda --concurrency 1,16,64 \
         --prompt-tokens 128 --gen-tokens 64 --json > "$O/engine_cuda.jsonl" 2> "$O/engine_cuda.err"
     echo "rc $?"
     cat "$O/engine_cuda.jsonl"
@@ -101,29 +101,36 @@ for c in sorted(agg):
           % (c, agg[c], agg[c] / agg[1] if agg.get(1) else 0))
 PY
 fi
-if [ -x build-cuda/bench_engine_dev ] && [ -f "$M" ] && [ "$(left)" -gt 60 ]; then
+if [ -x build-cuda/bench_engine_dev ] && [ -f "$M" ] && [ "$(left)" -gt 90 ]; then
     stamp "the same without graphs (OMNI_DEV_GRAPHS=0), 1 and 16"
-    OMNI_DEV_GRAPHS=0 timeout 60 build-cuda/bench_engine_dev -m "$M" --device cuda \
+    OMNI_DEV_GRAPHS=0 timeout 40 build-cuda/bench_engine_dev -m "$M" --device cuda \
         --concurrency 1,16 --prompt-tokens 128 --gen-tokens 64 --json 2>/dev/null |
         tee "$O/engine_cuda_nographs.jsonl"
+fi
+
+if [ -x build-cuda/bench_dev ] && [ -f "$M" ] && [ "$(left)" -gt 90 ]; then
+    stamp "bench_dev pp512 / tg128 (the forward alone; prompts now on the F16 copies)"
+    timeout 40 build-cuda/bench_dev -m "$M" -p 512 -n 128 -r 3 2>&1 | tee "$O/bench_dev.jsonl" |
+        tail -4
 fi
 
 if [ "$LLAMA" = 1 ]; then
     if [ -n "${llama_pid:-}" ]; then
         stamp "waiting for llama.cpp (until $DEADLINE_S s)"
-        while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 25 ]; do sleep 3; done
+        while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 40 ]; do sleep 3; done
         tail -3 "$O/llama_build.log"
     fi
-    if [ -x "$LBB" ] && [ -f "$M" ]; then
+    if [ -x "$LBB" ] && [ -f "$M" ] && [ "$(left)" -gt 35 ]; then
         stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
-        timeout 60 "$LBB" -m "$M" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,16,64 \
+        timeout 35 "$LBB" -m "$M" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,16,64 \
             -ngl 99 > "$O/llama_batched.txt" 2>&1
         echo "rc $?"
         grep -E "^\|" "$O/llama_batched.txt"
         awk -F'|' '/^\|/ && $2+0 > 0 { printf "llama-batched-bench: B %d S_TG %s t/s\n", $4, $9 }' \
             "$O/llama_batched.txt" >> "$SUMMARY"
     else
-        echo "llama-batched-bench not built in time: $(tail -2 "$O/llama_build.log" 2>/dev/null | tr '\n' ' ')"
+        [ -n "${llama_pid:-}" ] && kill "$llama_pid" 2>/dev/null
+        echo "llama-batched-bench not built (or no time left): $(tail -2 "$O/llama_build.log" 2>/dev/null | tr '\n' ' ')"
     fi
 fi
 stamp "done"
