@@ -1342,19 +1342,17 @@ static int attn_first_key(const struct attn_job *j, int pos)
     return j->ctx->m->layers[j->layer].swa && pos >= n_swa ? pos - n_swa + 1 : 0;
 }
 
-/* Keys token t (at pos) sees: *first .. the returned last. Inside a
- * bidirectional span the causal (windowed) range [first_key, pos] is
- * OR'ed with the span [s0, s1] (transformers' or_mask for Gemma 3's image
- * tokens); as s0 <= pos <= s1 the union is [min(first_key, s0), s1]. */
+/* Keys token t (at pos) sees: *first .. the returned last. A token inside
+ * a bidirectional span also sees the span's later positions, up to s1; a
+ * sliding layer's window still masks keys n_swa or more before it, span or
+ * not: transformers (5.17) ANDs the window with "causal OR same image", and
+ * llama.cpp's window masks the past only (checked against the reference
+ * logits: the union with the whole span differs). */
 static int attn_keys(const struct attn_job *j, int t, int pos, int *first)
 {
     *first = attn_first_key(j, pos);
     const struct llm_batch *b = j->batch;
-    if (!b->span_last || b->span_last[t] < 0)
-        return pos;
-    if (b->span_first[t] < *first)
-        *first = b->span_first[t];
-    return b->span_last[t];
+    return b->span_last && b->span_last[t] > pos ? b->span_last[t] : pos;
 }
 
 /* gpt-oss: head h's sink logit joins the softmax denominator as exp(sink -

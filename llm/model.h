@@ -219,11 +219,12 @@ struct llm_batch {
      * (images advance them by grid, not by token); NULL = pos for all three */
     const int32_t *rope_pos;
     /* Bidirectional spans (gemma3: the rows of one image see each other both
-     * ways): [n_tokens] each, or NULL. Where span_last[t] >= 0, token t
-     * attends as usual (causal, within the window) or to positions
-     * span_first[t] .. span_last[t] of its sequence, span_first[t] <= pos[t]
-     * <= span_last[t]; every position up to span_last[t] must have its K/V
-     * (an earlier batch or this one). Not on device forwards. */
+     * ways): [n_tokens] each, or NULL. Where span_last[t] >= 0, the token's
+     * span is span_first[t] <= pos[t] <= span_last[t] and it attends as usual
+     * (causal, within the window) and also to the later positions of its
+     * span, up to span_last[t] (a sliding window still masks older keys, as
+     * the reference does); every position up to span_last[t] must have its
+     * K/V (an earlier batch or this one). Not on device forwards. */
     const int32_t *span_first, *span_last;
 };
 
