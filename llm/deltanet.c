@@ -29,6 +29,7 @@ struct gdn_ctx {
     float *ba;    /* [max_tokens][2 n_v]: b and a as the projection(s) left them */
     float *y;     /* [max_tokens][n_v head_v] normed, gated outputs */
     float *tmp;   /* [2][max_tokens][n_v]: beta and alpha projections (Qwen3.5) */
+    float *qkvz;  /* [max_tokens][conv_dim + n_v head_v] ssm_in's rows, or NULL */
 };
 
 int gdn_conv_dim(const struct gdn_params *p)
@@ -68,6 +69,8 @@ struct gdn_ctx *gdn_ctx_new(const struct gdn_params *p, int max_tokens, struct t
     c->tmp = malloc(T * 2 * (size_t)p->n_v_heads * sizeof(float));
     if (!c->qkv || !c->z || !c->ba || !c->y || !c->tmp)
         goto nomem;
+    if (p->fused_qkvz && !(c->qkvz = malloc(T * (gdn_conv_dim(p) + vd) * sizeof(float))))
+        goto nomem;
     return c;
 nomem:
     omni_fail(err, errlen, OMNI_ERR_NOMEM, "deltanet: out of memory for %d-token buffers",
@@ -85,6 +88,7 @@ void gdn_ctx_free(struct gdn_ctx *c)
     free(c->ba);
     free(c->y);
     free(c->tmp);
+    free(c->qkvz);
     free(c);
 }
 
@@ -220,6 +224,27 @@ static void delta_worker(void *arg, int ith, int nth)
     }
 }
 
+/* ssm_in: one product, then each key head's q, k, v, z rows to where
+ * attn_qkv and attn_gate would have put them */
+static void split_qkvz(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, int n,
+                       gdn_matmul_fn mm, void *mm_arg)
+{
+    const struct gdn_params *p = &c->p;
+    const int C = gdn_conv_dim(p), nk = p->n_k_heads, dk = p->head_k;
+    const int rv = p->n_v_heads / nk * p->head_v, vd = p->n_v_heads * p->head_v, kd = nk * dk;
+    mm(mm_arg, &L->qkvz, xn, n, c->qkvz);
+    for (int t = 0; t < n; t++) {
+        const float *src = c->qkvz + (size_t)t * (C + vd);
+        float *qkv = c->qkv + (size_t)t * C, *z = c->z + (size_t)t * vd;
+        for (int h = 0; h < nk; h++, src += 2 * dk + 2 * rv) {
+            memcpy(qkv + (size_t)h * dk, src, (size_t)dk * sizeof(float));
+            memcpy(qkv + kd + (size_t)h * dk, src + dk, (size_t)dk * sizeof(float));
+            memcpy(qkv + 2 * kd + (size_t)h * rv, src + 2 * dk, (size_t)rv * sizeof(float));
+            memcpy(z + (size_t)h * rv, src + 2 * dk + rv, (size_t)rv * sizeof(float));
+        }
+    }
+}
+
 static void run(struct tpool *tp, tpool_fn fn, void *arg)
 {
     if (tp)
@@ -234,8 +259,14 @@ int gdn_forward(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, i
     if (n < 1 || n > c->max_tokens)
         return OMNI_ERR_ARG;
     const int nv = c->p.n_v_heads;
-    mm(mm_arg, &L->qkv, xn, n, c->qkv);
-    mm(mm_arg, &L->gate, xn, n, c->z);
+    if (L->qkvz.data) {
+        if (!c->qkvz)
+            return OMNI_ERR_ARG;
+        split_qkvz(c, L, xn, n, mm, mm_arg);
+    } else {
+        mm(mm_arg, &L->qkv, xn, n, c->qkv);
+        mm(mm_arg, &L->gate, xn, n, c->z);
+    }
     if (L->ba.data) {
         mm(mm_arg, &L->ba, xn, n, c->ba);
     } else { /* b then a, each [n][nv], into rows of 2 nv */

@@ -39,12 +39,17 @@ struct gdn_params {
     int head_k, head_v;         /* ssm.state_size, ssm.inner_size / n_v_heads */
     int kernel;                 /* ssm.conv_kernel */
     bool tiled;                 /* value head h reads key head h % n_k_heads */
+    bool fused_qkvz;            /* some layer has ssm_in (gdn_layer.qkvz): scratch for it */
     float norm_eps;             /* the gated RMSNorm's epsilon */
 };
 
 struct gdn_layer {
     struct omni_tensor qkv;     /* attn_qkv [2 n_k head_k + n_v head_v][n_embd] */
     struct omni_tensor gate;    /* attn_gate (z) [n_v head_v][n_embd] */
+    /* ssm_in, older Qwen3-Next GGUFs: qkv and z in one matrix, per key head
+     * its q, k, v and z rows ([n_k][2 head_k + 2 (n_v / n_k) head_v][n_embd]);
+     * data NULL when qkv and gate are given */
+    struct omni_tensor qkvz;
     struct omni_tensor ba;      /* ssm_ba [2 n_v][n_embd]: per key head its b rows, then its a
                                    rows (Qwen3-Next); data NULL when beta / alpha are given */
     struct omni_tensor beta, alpha; /* ssm_beta / ssm_alpha [n_v][n_embd] (Qwen3.5) */

@@ -67,7 +67,7 @@ struct llm_layer {
     const float *conv_w;            /* [n_embd][conv_l_cache] depthwise causal kernel */
     struct omni_tensor conv_out;    /* [n_embd][n_embd] */
     int conv_index;                 /* which conv layer (its state's place), or -1 */
-    struct gdn_layer gdn;           /* Gated DeltaNet layer (gdn.qkv.data != NULL) instead of
+    struct gdn_layer gdn;           /* Gated DeltaNet layer (gdn.out.data != NULL) instead of
                                        attention (qwen3next, qwen35) */
 };
 
@@ -480,9 +480,10 @@ static struct gdn_params gdn_params_of(const struct llm_hparams *hp, bool tiled)
                                 .tiled = tiled, .norm_eps = hp->norm_eps };
 }
 
-/* One Gated DeltaNet layer: fused q/k/v and z projections, b and a (one
- * ssm_ba, or ssm_beta and ssm_alpha), the conv kernel (F32), dt bias,
- * A (= -exp(A_log)), the gated norm and the output projection. */
+/* One Gated DeltaNet layer: fused q/k/v and z projections (attn_qkv and
+ * attn_gate, or one ssm_in in older Qwen3-Next files), b and a (one ssm_ba,
+ * or ssm_beta and ssm_alpha), the conv kernel (F32), dt bias, A (=
+ * -exp(A_log)), the gated norm and the output projection. */
 static int load_gdn(struct loader *ld, int l, struct llm_layer *L, size_t state_off)
 {
     const struct llm_hparams *hp = &ld->m->hp;
@@ -493,8 +494,11 @@ static int load_gdn(struct loader *ld, int l, struct llm_layer *L, size_t state_
     const struct gguf_tensor *t;
     int rc;
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-    if ((rc = get_matrix(ld, BLK("attn_qkv.weight"), C, n_embd, &G->qkv)) < 0 ||
-        (rc = get_matrix(ld, BLK("attn_gate.weight"), vd, n_embd, &G->gate)) < 0 ||
+    if (gguf_find_tensor(ld->m->g, BLK("ssm_in.weight")))
+        rc = get_matrix(ld, name, C + vd, n_embd, &G->qkvz);
+    else if ((rc = get_matrix(ld, BLK("attn_qkv.weight"), C, n_embd, &G->qkv)) >= 0)
+        rc = get_matrix(ld, BLK("attn_gate.weight"), vd, n_embd, &G->gate);
+    if (rc < 0 ||
         (rc = get_matrix(ld, BLK("ssm_out.weight"), n_embd, vd, &G->out)) < 0 ||
         (rc = get_vector(ld, BLK("ssm_dt.bias"), nv, true, &G->dt_bias)) < 0 ||
         (rc = get_vector(ld, BLK("ssm_a"), nv, true, &G->a)) < 0 ||
@@ -1197,7 +1201,9 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
     if (hp->n_conv_layer && !(ctx->conv = malloc(T * 4 * (size_t)hp->n_embd * sizeof(float))))
         goto nomem;
     if (m->fam->gdn) {
-        const struct gdn_params gp = gdn_params_of(hp, hp->arch != LLM_ARCH_QWEN3NEXT);
+        struct gdn_params gp = gdn_params_of(hp, hp->arch != LLM_ARCH_QWEN3NEXT);
+        for (int l = 0; l < hp->n_layer; l++)
+            gp.fused_qkvz |= m->layers[l].gdn.qkvz.data != NULL;
         if (hp->n_gdn_layer && !(ctx->gdn = gdn_ctx_new(&gp, max_tokens, tp, err, errlen))) {
             llm_ctx_free(ctx);
             return NULL;
@@ -1929,7 +1935,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
             matmul(ctx, &L->conv_in, ctx->xn, n, ctx->conv);
             short_conv(ctx, batch, kv, L);
             matmul(ctx, &L->conv_out, ctx->conv + (size_t)ctx->max_tokens * 3 * n_embd, n, ctx->xn);
-        } else if (L->gdn.qkv.data) { /* Gated DeltaNet with the sequences' state */
+        } else if (L->gdn.out.data) { /* Gated DeltaNet with the sequences' state */
             gdn_forward(ctx->gdn, &L->gdn, ctx->xn, n, ctx->gdn_tok, ctx->xn, moe_matmul, ctx);
         } else if (ctx->qkv) {
             matmul(ctx, &L->wqkv, ctx->xn, n, ctx->qkv);
@@ -1938,7 +1944,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
             matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
             matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
         }
-        if (!L->conv_in.data && !L->gdn.qkv.data) {
+        if (!L->conv_in.data && !L->gdn.out.data) {
             for_each_token(&tj, qkv_step);
 
             /* attention through the block tables: blocks of prefill, then single tokens */

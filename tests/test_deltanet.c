@@ -237,3 +237,44 @@ TEST(deltanet_bad_sizes)
     CHECK(!gdn_ctx_new(&p, 4, NULL, err, sizeof err));
     CHECK_STR_CONTAINS(err, "multiple of key heads");
 }
+
+/* Older Qwen3-Next GGUFs' ssm_in (per key head its q, k, v and z rows) gives
+ * the same bits as attn_qkv + attn_gate holding those rows. */
+TEST(deltanet_ssm_in_equals_split)
+{
+    enum { N = 5 };
+    struct rand_layer r;
+    rand_layer_init(&r, false, true, 21);
+    r.p.fused_qkvz = true;
+    const int E = r.p.n_embd, C = gdn_conv_dim(&r.p), nk = r.p.n_k_heads, dk = r.p.head_k;
+    const int rv = r.p.n_v_heads / nk * r.p.head_v, vd = r.p.n_v_heads * r.p.head_v;
+    float *qkvz = malloc((size_t)(C + vd) * E * sizeof(float));
+    for (int h = 0, row = 0; h < nk; h++) { /* q, k, v, z rows of key head h */
+        const int from[4] = { h * dk, nk * dk + h * dk, 2 * nk * dk + h * rv, h * rv };
+        const int len[4] = { dk, dk, rv, rv };
+        for (int part = 0; part < 4; part++)
+            for (int i = 0; i < len[part]; i++, row++)
+                memcpy(qkvz + (size_t)row * E,
+                       (part < 3 ? r.w[0] : r.w[1]) + (size_t)(from[part] + i) * E,
+                       (size_t)E * sizeof(float));
+    }
+    char err[256];
+    struct gdn_ctx *c = gdn_ctx_new(&r.p, N, NULL, err, sizeof err);
+    CHECK(c);
+    const size_t S = r.L.state_off + gdn_state_floats(&r.p);
+    float *st = calloc(S, sizeof(float));
+    unsigned seed = 5;
+    float *x = rand_vec((size_t)N * E, 1.0f, &seed);
+    float a[N * 24], b[N * 24];
+    struct gdn_token tok[N];
+    for (int t = 0; t < N; t++)
+        tok[t] = (struct gdn_token){ .state = st, .reset = t == 0 };
+    CHECK_EQ(gdn_forward(c, &r.L, x, N, tok, a, mm_f32, NULL), 0);
+    r.L.qkvz = f32_matrix(qkvz, C + vd, E);
+    r.L.qkv = r.L.gate = (struct omni_tensor){ 0 };
+    CHECK_EQ(gdn_forward(c, &r.L, x, N, tok, b, mm_f32, NULL), 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    free(st), free(x), free(qkvz);
+    gdn_ctx_free(c);
+    rand_layer_free(&r);
+}
