@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <libavutil/base64.h>
 
+#include "llm/tokenizer.h"
 #include "media/image.h"
 #include "media/video.h"
 #include "src/api/api.h"
@@ -778,7 +779,12 @@ int api_images_attach(struct api_images_pool *pool, const struct api_model *m,
         return api_error_set(e, 500, NULL, "the vision model's output width (%d) is not the "
                              "language model's (%d): wrong --mmproj for this model",
                              vision_model_info(vm)->n_embd_lm, lm_n_embd(m));
-    if (vision_prompt_build(vm, m->tok, cr->prompt, strlen(cr->prompt), true, im->e, im->n, &im->vp,
+    /* a template that writes the BOS itself gets no second one (as api.c's text path) */
+    char bos[64];
+    const int32_t bos_id = tokenizer_bos(m->tok);
+    const size_t bl = bos_id >= 0 ? tokenizer_piece(m->tok, bos_id, true, bos, sizeof bos) : 0;
+    const bool add_bos = !(bl > 0 && bl < sizeof bos && !strncmp(cr->prompt, bos, bl));
+    if (vision_prompt_build(vm, m->tok, cr->prompt, strlen(cr->prompt), add_bos, im->e, im->n, &im->vp,
                             err, sizeof err) < 0)
         return api_error_set(e, 400, "messages", "%s", err);
     if (api_check_context(m, im->vp.n_positions, g, e) < 0)
