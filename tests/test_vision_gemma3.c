@@ -248,13 +248,13 @@ TEST(gemma3_prompt_ids_match_processor)
     if (!s)
         return;
     CHECK_EQ(s->vp.n_positions, ref.n_ids);
-    CHECK_EQ(s->vp.n_parts, 3);
+    CHECK_EQ(s->vp.n_parts, 4); /* BOS, the text up to the image, its rows, the rest */
     for (int i = 0, q = 0; q < s->vp.n_parts; q++)
         for (int j = 0; j < s->vp.parts[q].n; j++, i++) {
             const int id = s->vp.parts[q].embd ? ref.image_token : s->vp.parts[q].tokens[j];
             CHECK_MSG(id == ref.ids[i], "position %d: token %d, processor %d", i, id, ref.ids[i]);
         }
-    CHECK(s->vp.parts[1].embd && s->vp.parts[1].n == 16 && s->vp.parts[0].n == ref.span[0]);
+    CHECK(s->vp.parts[2].embd && s->vp.parts[2].n == 16 && s->vp.parts[0].n + s->vp.parts[1].n == ref.span[0]);
 }
 
 /* log_softmax of one row of V logits into lp. */
@@ -299,10 +299,11 @@ static int forward_prompt(struct setup *s, struct llm_ctx *ctx, struct llm_kv *k
 }
 
 /* Logits of the whole prompt within 1e-3 of transformers' (the image's
- * tokens attending to each other both ways, window 8 shorter than the 16
- * image tokens: the mask's OR), in the prefill blocks and token by token
- * (batch-invariant mode); causal attention gives other logits; then 6
- * greedy tokens and their top-5 logprobs. */
+ * tokens attending to each other both ways; the window of 8, shorter than
+ * the 16 image tokens, still masks older keys in the sliding layers), in
+ * the prefill blocks and token by token (batch-invariant mode); causal
+ * attention gives other logits; then 6 greedy tokens and their top-5
+ * logprobs. */
 TEST(gemma3_logits_greedy_top5_match_reference)
 {
     struct gref ref;

@@ -484,10 +484,13 @@ GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>",
                   "<end_of_image>", "<image_soft_token>"]
 GEMMA_SIZE, GEMMA_PATCH, GEMMA_TOKENS = 224, 14, 16   # 16x16 patches pooled 4x4 -> 16 tokens
 GEMMA_WINDOW = 8                                      # shorter than an image: the OR of the masks shows
-# The prompt as Gemma3Processor makes it: the chat template writes
-# <start_of_image> for the image part, the processor expands it to
-# "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n".
-GEMMA_RENDERED = "<start_of_turn>user\n<start_of_image>What is this?<end_of_turn>\n<start_of_turn>model\n"
+# The prompt as the server renders an OpenAI message [image, text] (parts
+# joined by a newline, the image part replaced by the marker the chat
+# template itself writes, <start_of_image>), then expanded as
+# Gemma3Processor does: "\n\n<start_of_image>" + image tokens +
+# "<end_of_image>\n\n".
+GEMMA_USER = "<start_of_image>\nWhat is this?"
+GEMMA_RENDERED = "<start_of_turn>user\n" + GEMMA_USER + "<end_of_turn>\n<start_of_turn>model\n"
 
 
 def build_gemma3(out, image_path, seed):
@@ -633,9 +636,8 @@ def build_gemma3(out, image_path, seed):
     with open(tpl, encoding="utf-8") as f:
         fast.chat_template = f.read()
     try:
-        by_template = fast.apply_chat_template(
-            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}],
-            tokenize=False, add_generation_prompt=True)
+        by_template = fast.apply_chat_template([{"role": "user", "content": GEMMA_USER}], tokenize=False,
+                                               add_generation_prompt=True)
     except Exception as e:  # recorded, not fatal: the C side uses GEMMA_RENDERED
         by_template = f"error: {e}"
     fast.save_pretrained(d)

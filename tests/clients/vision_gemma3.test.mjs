@@ -23,6 +23,9 @@ const mmproj = path.join(dir, 'mmproj.gguf'), lm = path.join(dir, 'lm.gguf');
 let skip = fs.existsSync(omni) ? false : `${omni} is not built`;
 if (!skip && !fs.existsSync(refPath)) skip = 'no tests/fixtures/vision/gemma3';
 const ref = skip ? null : JSON.parse(fs.readFileSync(refPath, 'utf8'));
+// the server joins a message's parts with a newline: the reference must be that rendering
+if (!skip && !ref.rendered.includes('<start_of_image>\nWhat is this?'))
+  skip = 'the reference prompt is not the server\'s rendering of [image, text] (parts joined by a newline)';
 if (!skip) {
   const py = process.env.PYTHON || 'python3';
   const r = spawnSync(py, [path.join(root, 'tools', 'hf_mmproj_to_gguf.py'), fixture, mmproj, '--type', 'f32',
