@@ -169,6 +169,7 @@ int tpool_loadavg_running(const char *line)
 static _Atomic int busy_fd = -2; /* -2: not opened yet; -1: unavailable */
 static _Atomic int64_t busy_checked_us;
 static atomic_bool busy;
+static _Atomic int busy_running; /* the runnable threads last read */
 static int busy_cpus;
 
 /* True while more threads are runnable than the machine has CPUs: spinning
@@ -201,8 +202,15 @@ bool tpool_machine_busy(void)
     line[n] = 0;
     const int running = tpool_loadavg_running(line);
     const bool b = running > busy_cpus;
+    atomic_store_explicit(&busy_running, running, memory_order_relaxed);
     atomic_store_explicit(&busy, b, memory_order_relaxed);
     return b;
+}
+
+bool tpool_machine_crowded(int extra)
+{
+    return tpool_machine_busy() &&
+           atomic_load_explicit(&busy_running, memory_order_relaxed) > busy_cpus + extra;
 }
 
 /* One round of spinning done: yield the CPU to anything runnable, and tell

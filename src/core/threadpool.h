@@ -69,6 +69,12 @@ void tpool_census_get(struct tpool_census *out);
  * than the machine has online CPUs; spinning workers then yield and sleep.
  * Cached, re-read at most every 2 ms; any thread. */
 bool tpool_machine_busy(void);
+/* True while the runnable threads exceed the online CPUs by more than
+ * extra (pass the pool's size: its own threads count while they run): the
+ * machine is crowded by others, waking a worker for a short job costs
+ * more than it saves, and the caller does better running it alone.
+ * Same cache as tpool_machine_busy. */
+bool tpool_machine_crowded(int extra);
 /* The running-thread count of a /proc/loadavg line, -1 when malformed
  * (exposed for tests). */
 int tpool_loadavg_running(const char *line);
