@@ -350,6 +350,10 @@ static void concurrency_identity(const char *model, int count, size_t kv_bytes, 
     struct engine_stats before;
     CHECK_EQ(blocks_used_when_idle(e), 0);
     engine_stats(e, &before);
+    /* alone, every token after the first took a decode-only step of one row */
+    CHECK_EQ(before.decode_steps, (uint64_t)count * (NG - 1));
+    CHECK_EQ(before.decode_rows, before.decode_steps);
+    CHECK(before.decode_step_ms <= before.step_ms);
     group_init(&g);
     for (int i = 0; i < count; i++) {
         result_init(&all[i], &g);
@@ -368,6 +372,12 @@ static void concurrency_identity(const char *model, int count, size_t kv_bytes, 
     engine_stats(e, &st);
     if (expect_preemption)
         CHECK_MSG(st.preemptions > before.preemptions, "no preemption happened");
+    /* together: decode-only steps of several rows, never more rows than tokens */
+    const uint64_t d_steps = st.decode_steps - before.decode_steps;
+    const uint64_t d_rows = st.decode_rows - before.decode_rows;
+    CHECK(d_steps > 0 && d_rows <= (uint64_t)count * (NG - 1));
+    CHECK(count == 1 || d_rows > d_steps);
+    CHECK(st.decode_step_ms - before.decode_step_ms <= st.step_ms - before.step_ms);
     free(solo);
     free(all);
     test_release(e);

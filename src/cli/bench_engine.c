@@ -5,7 +5,9 @@
  * --shared-prefix of them common to all), --gen-tokens generated. Reported:
  * aggregate decode tok/s (tokens generated while all c sequences decode
  * together, over that window), per-sequence tok/s, TTFT p50/p95, prefix-cache
- * reuse, and the share of step time spent scheduling (and outside llm_forward). With
+ * reuse, the share of step time spent scheduling (and outside llm_forward), the
+ * mean step (prompt chunks included) and the mean decode-only step (one
+ * generated token per sequence, no prompt chunk: the batched-decode cost). With
  * --shared-prefix, one request alone on the empty cache (cold) and one alone
  * after it (warm) time the first token first. --verify reruns every sequence
  * alone and counts those whose tokens differ. */
@@ -287,6 +289,7 @@ struct be_level {
     long cached_tokens;
     int mismatches;
     double sched_pct, host_pct, step_ms;
+    double decode_step_ms, decode_rows; /* mean time and rows of the decode-only steps */
     uint64_t preemptions;
     uint64_t kernel_switches;
 };
@@ -371,6 +374,9 @@ static int be_measure(struct llm_model *m, const struct be_opts *o, int c, struc
     out->sched_pct = step_ms > 0 ? 100.0 * (st1.sched_ms - st0.sched_ms) / step_ms : 0;
     out->host_pct = step_ms > 0 ? 100.0 * (step_ms - fwd_ms) / step_ms : 0;
     out->step_ms = steps ? step_ms / (double)steps : 0;
+    const uint64_t dsteps = st1.decode_steps - st0.decode_steps;
+    out->decode_step_ms = dsteps ? (st1.decode_step_ms - st0.decode_step_ms) / (double)dsteps : 0;
+    out->decode_rows = dsteps ? (double)(st1.decode_rows - st0.decode_rows) / (double)dsteps : 0;
     out->preemptions = st1.preemptions - st0.preemptions;
     out->kernel_switches = st1.kernel_switches - st0.kernel_switches;
     if (o->verify) {
@@ -411,10 +417,10 @@ int cli_bench_engine(int argc, char **argv)
     }
     if (!o.json)
         printf("%s: prompt %d (shared %d), generate %d, %s\n\n"
-               "%5s %12s %12s %10s %10s %8s %7s %9s%s%s\n", o.model, o.n_prompt,
+               "%5s %12s %12s %10s %10s %8s %7s %9s %9s%s%s\n", o.model, o.n_prompt,
                o.shared_prefix, o.n_gen, o.ep.deterministic ? "deterministic" : "fastest kernels",
                "conc", "agg tok/s", "seq tok/s", "ttft p50", "ttft p95", "cached", "sched%",
-               "step ms", o.shared_prefix ? "  ttft cold  ttft warm" : "",
+               "step ms", "decode ms", o.shared_prefix ? "  ttft cold  ttft warm" : "",
                o.verify ? "  mismatches" : "");
     for (int i = 0; i < o.n_levels && !rc; i++) {
         struct be_level L;
@@ -426,19 +432,20 @@ int cli_bench_engine(int argc, char **argv)
             printf("{\"concurrency\":%d,\"aggregate_tok_s\":%.2f,\"per_seq_tok_s\":%.2f,"
                    "\"ttft_ms_p50\":%.2f,\"ttft_ms_p95\":%.2f,\"cached_tokens\":%ld,"
                    "\"sched_overhead_pct\":%.3f,\"outside_forward_pct\":%.3f,\"step_ms\":%.3f,"
+                   "\"decode_step_ms\":%.3f,\"decode_rows\":%.2f,"
                    "\"preemptions\":%llu,\"kernel_switches\":%llu",
                    L.c, L.agg_tok_s, L.per_seq_tok_s, L.ttft_p50, L.ttft_p95, L.cached_tokens,
-                   L.sched_pct, L.host_pct, L.step_ms, (unsigned long long)L.preemptions,
-                   (unsigned long long)L.kernel_switches);
+                   L.sched_pct, L.host_pct, L.step_ms, L.decode_step_ms, L.decode_rows,
+                   (unsigned long long)L.preemptions, (unsigned long long)L.kernel_switches);
             if (o.shared_prefix)
                 printf(",\"ttft_ms_cold\":%.2f,\"ttft_ms_warm\":%.2f", L.ttft_cold, L.ttft_warm);
             if (o.verify)
                 printf(",\"mismatches\":%d", L.mismatches);
             printf("}\n");
         } else {
-            printf("%5d %12.2f %12.2f %10.1f %10.1f %8ld %7.2f %9.2f", L.c, L.agg_tok_s,
+            printf("%5d %12.2f %12.2f %10.1f %10.1f %8ld %7.2f %9.2f %9.2f", L.c, L.agg_tok_s,
                    L.per_seq_tok_s, L.ttft_p50, L.ttft_p95, L.cached_tokens, L.sched_pct,
-                   L.step_ms);
+                   L.step_ms, L.decode_step_ms);
             if (o.shared_prefix)
                 printf(" %10.1f %10.1f", L.ttft_cold, L.ttft_warm);
             if (o.verify)

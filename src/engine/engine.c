@@ -1591,6 +1591,13 @@ static void model_step(struct engine *e, struct emodel *em)
         return;
     const double t1 = omni_time_s();
     e->local.sched_ms += (t1 - t0) * 1e3;
+    /* a decode-only step: one generated token per item, no prompt chunk */
+    bool decode_only = true;
+    for (int k = 0; k < em->n_items && decode_only; k++) {
+        const struct item *it = &em->items[k];
+        decode_only = !it->embd && it->n == 1 && it->start >= it->s->rq->n_prompt &&
+                      it->start == it->s->n_tok - 1;
+    }
     /* The step's threads come from the compute budget, once per step (not
      * per matmul); it holds them through sampling, which runs on this
      * thread, one of them. */
@@ -1633,8 +1640,14 @@ static void model_step(struct engine *e, struct emodel *em)
         seq_sample(e, em, s, logits, em->dev && !it->embd ? em->argmax[s->logit_row] : -1);
     }
     tpool_end(e->tp);
+    const double ms = (omni_time_s() - t0) * 1e3;
     e->local.steps++;
-    e->local.step_ms += (omni_time_s() - t0) * 1e3;
+    e->local.step_ms += ms;
+    if (decode_only) {
+        e->local.decode_steps++;
+        e->local.decode_rows += (uint64_t)em->n_items;
+        e->local.decode_step_ms += ms;
+    }
 }
 
 // ---- the engine thread -------------------------------------------------------

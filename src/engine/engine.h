@@ -247,6 +247,11 @@ struct engine_stats {
     double step_ms;          /* total time spent in steps */
     double forward_ms;       /* of which in llm_forward (the rest: scheduling, sampling, events) */
     double sched_ms;         /* of which in scheduling (admission, prefix lookup, preemption) */
+    /* Decode-only steps: every item one generated token of its sequence, no
+     * prompt chunk in the batch (their mean time is the batched-decode cost) */
+    uint64_t decode_steps;
+    uint64_t decode_rows;    /* tokens of those steps (rows per step = decode_rows / decode_steps) */
+    double decode_step_ms;   /* total time of those steps */
     double compute_wait_ms;  /* of which waiting for threads from the compute budget */
     uint64_t urgent_steps;   /* steps that asked the budget first (an interactive prompt) */
 };
