@@ -55,7 +55,7 @@ model_pid=$!
 
 # ours: the batched matvec first; if nvcc refuses it, the build without it
 # (OMNI_CUDA_NO_F16_CACHE: no F16 weight copies, as before) so the rest still runs
-MK=(make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-cuda BLAS_SHIM=1
+MK=(make -k -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-cuda BLAS_SHIM=1
     EXTRA_CFLAGS="-Itools/bench_only -I$DEV/pcre2/include"
     DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
 TARGETS=(build-cuda/test_cuda build-cuda/bench_engine_dev build-cuda/bench_dev)
