@@ -578,7 +578,7 @@ TEST(qwen2vl_batch_matches_single_and_cancels)
         CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &img[i], err, sizeof err), 0);
         CHECK_EQ(vision_preprocess(m, &img[i], true, &pix[i], &n, &in[i].tile_rows, &in[i].tile_cols,
                                    err, sizeof err), 0);
-        in[i].pixels = pix[i], in[i].n_images = n;
+        in[i].pixels = pix[i], in[i].n_images = n, in[i].frames = 1;
     }
     in[2] = in[0]; /* the first again: a pass of three images of two shapes */
     struct tpool *tp = tpool_new(2, err, sizeof err);
@@ -616,6 +616,69 @@ TEST(qwen2vl_batch_matches_single_and_cancels)
     CHECK(vision_encode_batch(vc, in, 2, NULL, NULL, outs, err, sizeof err) < 0);
     vision_ctx_free(vc);
     tpool_free(tp);
+    for (int i = 0; i < 2; i++) {
+        free(pix[i]);
+        media_image_release(&img[i]);
+    }
+    vision_model_free(m);
+}
+
+/* A temporal patch of two identical frames is what the reference makes of
+ * a still image (its frame repeated): both frame kernels on the same
+ * pixels equal the summed kernel, so the pair's rows equal the image's,
+ * in a pass shared with a still image; swapped frames give other rows. */
+TEST(qwen2vl_frame_pairs_as_still_images)
+{
+    struct vision_model *m = load_qwen();
+    CHECK(m);
+    char err[256];
+    const int P = vision_model_info(m)->patch_size;
+    struct media_image img[2];
+    float *pix[2];
+    struct vision_input in[3] = { 0 };
+    const char *png[2] = { QDIR "../image.png", QDIR "image2.png" };
+    for (int i = 0; i < 2; i++) {
+        int n;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &img[i], err, sizeof err), 0);
+        CHECK_EQ(vision_preprocess(m, &img[i], false, &pix[i], &n, &in[i].tile_rows, &in[i].tile_cols,
+                                   err, sizeof err), 0);
+        in[i].pixels = pix[i], in[i].n_images = n, in[i].frames = 1;
+    }
+    const int n0 = in[0].tile_rows * in[0].tile_cols;
+    float *pair = qwen2vl_pair_frames(pix[0], pix[0], n0, P);
+    float *half = malloc(sizeof(float) * (size_t)n0 * 3 * P * P);
+    CHECK(pair && half);
+    for (size_t i = 0; i < (size_t)n0 * 3 * P * P; i++)
+        half[i] = pix[0][i] * 0.5f;
+    float *mixed = qwen2vl_pair_frames(pix[0], half, n0, P), *swapped = qwen2vl_pair_frames(half, pix[0], n0, P);
+    CHECK(mixed && swapped);
+    in[2] = in[0];
+    in[2].pixels = pair, in[2].frames = 2;
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    struct vision_ctx *vc = vision_ctx_new(m, tp, err, sizeof err);
+    CHECK(tp && vc);
+    struct vision_embd out[3];
+    CHECK_EQ(vision_encode_batch(vc, in, 3, NULL, NULL, out, err, sizeof err), 0);
+    const size_t cnt = (size_t)out[0].n_tokens * out[0].n_embd;
+    double d = test_max_diff(out[2].data, out[0].data, cnt);
+    printf("    two identical frames vs the still image: %.3g\n", d);
+    CHECK_MSG(out[2].n_tokens == out[0].n_tokens && d < 1e-4, "pair differs by %g", d);
+    /* frame order matters: (a, a/2) and (a/2, a) are different clips */
+    struct vision_input v[2] = { in[2], in[2] };
+    v[0].pixels = mixed, v[1].pixels = swapped;
+    struct vision_embd vo[2];
+    CHECK_EQ(vision_encode_batch(vc, v, 2, NULL, NULL, vo, err, sizeof err), 0);
+    CHECK(test_max_diff(vo[0].data, vo[1].data, cnt) > 1e-3);
+    vision_embd_release(&vo[1]);
+    /* a pair that says 3 frames is refused */
+    v[0].frames = 3;
+    CHECK(vision_encode_batch(vc, v, 1, NULL, NULL, vo + 1, err, sizeof err) < 0);
+    vision_embd_release(&vo[0]);
+    for (int i = 0; i < 3; i++)
+        vision_embd_release(&out[i]);
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    free(pair), free(half), free(mixed), free(swapped);
     for (int i = 0; i < 2; i++) {
         free(pix[i]);
         media_image_release(&img[i]);

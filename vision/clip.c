@@ -816,7 +816,8 @@ int vision_encode_batch(struct vision_ctx *c, const struct vision_input *in, int
             const int64_t r = (int64_t)in[i + k].tile_rows * in[i + k].tile_cols;
             if (k && rows + r > QWEN2VL_MAX_BATCH_PATCHES)
                 break;
-            qi[k] = (struct qwen2vl_image){ in[i + k].pixels, in[i + k].tile_rows, in[i + k].tile_cols };
+            qi[k] = (struct qwen2vl_image){ in[i + k].pixels, in[i + k].tile_rows, in[i + k].tile_cols,
+                                            in[i + k].frames };
             rows += r, k++;
         }
         rc = qwen2vl_encode_batch(c->m->qv, c->tp, qi, k, cancelled, user, NULL, outs + i, err, errlen);

@@ -36,6 +36,9 @@ struct qwen2vl_model {
     float eps;
     struct omni_tensor patch;                      /* (D, 3*P*P): both frames' kernels summed, F32 */
     float *patch_w;                                /* its storage */
+    struct omni_tensor patch2;                     /* (D, 3*2*P*P): a pair of frames, F32, each
+                                                      row [channel][frame][P][P] as HF's conv3d */
+    float *patch2_w;                               /* its storage */
     float *patch_b;                                /* (D) or NULL */
     struct qwen2vl_layer *layers;                  /* (n_layer) */
     float *post_ln;                                /* (D) the merger's ln_q */
@@ -141,6 +144,7 @@ void qwen2vl_free(struct qwen2vl_model *q)
     }
     free(q->layers);
     free(q->patch_w);
+    free(q->patch2_w);
     free(q->patch_b);
     free(q->post_ln);
     free(q->mm0_b);
@@ -211,14 +215,28 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     }
     struct omni_tensor w0 = { .type = p0->type, .ne = { K, D }, .data = p0->data };
     struct omni_tensor w1 = { .type = p1->type, .ne = { K, D }, .data = p1->data };
+    /* video: the two kernels side by side per channel, as a temporal patch
+     * [channel][frame][P][P] lays out its pixels */
+    q->patch2_w = malloc(sizeof(float) * (size_t)(2 * K * D));
+    if (!q->patch2_w) {
+        free(row);
+        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
+        goto fail;
+    }
+    const int64_t PP = (int64_t)P * P;
     for (int64_t r = 0; r < D; r++) {
         omni_tensor_get_row(&w0, r, q->patch_w + r * K);
         omni_tensor_get_row(&w1, r, row);
+        for (int64_t ch = 0; ch < 3; ch++) {
+            memcpy(q->patch2_w + r * 2 * K + (2 * ch) * PP, q->patch_w + r * K + ch * PP, sizeof(float) * PP);
+            memcpy(q->patch2_w + r * 2 * K + (2 * ch + 1) * PP, row + ch * PP, sizeof(float) * PP);
+        }
         for (int64_t i = 0; i < K; i++)
             q->patch_w[r * K + i] += row[i];
     }
     free(row);
     q->patch = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { K, D }, .data = q->patch_w };
+    q->patch2 = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { 2 * K, D }, .data = q->patch2_w };
     q->patch_b = qvec(&l, "v.patch_embd.bias", D, false);
     if (l.rc)
         goto fail;
@@ -544,7 +562,7 @@ static void qctx_free(struct qctx *c)
 int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
                    int gw, float *vit_out, struct vision_embd *out, char *err, size_t errlen)
 {
-    const struct qwen2vl_image im = { patches, gh, gw };
+    const struct qwen2vl_image im = { patches, gh, gw, 1 };
     return qwen2vl_encode_batch(q, tp, &im, 1, NULL, NULL, vit_out, out, err, errlen);
 }
 
@@ -566,8 +584,9 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
     for (int i = 0; i < n_img; i++) {
         const int gh = im[i].gh, gw = im[i].gw;
         if (!im[i].patches || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
-            (int64_t)gh * gw > QWEN2VL_MAX_BATCH_PATCHES)
-            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d", gh, gw);
+            (int64_t)gh * gw > QWEN2VL_MAX_BATCH_PATCHES || im[i].frames < 0 || im[i].frames > 2)
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d (%d frames)",
+                             gh, gw, im[i].frames);
         total += (int64_t)gh * gw;
         if (gh * gw > max_len)
             max_len = gh * gw;
@@ -582,7 +601,9 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
     int *order = malloc(sizeof(int) * M), *wseg = malloc(sizeof(int) * (M + 1));
     int *fseg = malloc(sizeof(int) * (n_img + 1)), *unit0 = malloc(sizeof(int) * (n_img + 1));
     int n_wseg = 0;
-    float *in = malloc(sizeof(float) * (size_t)n * K);
+    /* one image's patch rows at a time, regrouped into windows (a frame
+     * pair's rows are twice as long) */
+    float *in = malloc(sizeof(float) * (size_t)max_len * 2 * K);
     float *proj = malloc(sizeof(float) * (size_t)M * q->n_embd_lm);
     c.x = malloc(sizeof(float) * (size_t)n * D);
     c.h = malloc(sizeof(float) * (size_t)n * D);
@@ -632,9 +653,6 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
         n_wseg += ns;
         unit0[i + 1] = u0 + mh * mw;
         fseg[i + 1] = unit0[i + 1] * 4;
-        for (int k = 0; k < mh * mw; k++)
-            memcpy(in + (size_t)(u0 + k) * 4 * K, im[i].patches + (size_t)order[u0 + k] * 4 * K,
-                   sizeof(float) * 4 * K);
         // rotary angles: patch j of unit u = (uy, ux) sits at row 2 uy + j / 2,
         // column 2 ux + j % 2 of its image; the first dh/4 angles turn with
         // the row, the next dh/4 with the column, at base 10000^(-4i/dh)
@@ -665,8 +683,16 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
             goto done;
         }
         if (l < 0 || l == q->n_layer) {
-            if (l < 0) /* patch embedding */
-                linear(&c, &q->patch, q->patch_b, in, n, c.x);
+            if (l < 0) /* patch embedding, image by image: rows regrouped by window */
+                for (int i = 0; i < n_img; i++) {
+                    const int u0 = unit0[i], mu = unit0[i + 1] - u0;
+                    const int64_t Ki = im[i].frames == 2 ? 2 * K : K;
+                    for (int k = 0; k < mu; k++)
+                        memcpy(in + (size_t)k * 4 * Ki, im[i].patches + (size_t)order[u0 + k] * 4 * Ki,
+                               sizeof(float) * 4 * Ki);
+                    linear(&c, im[i].frames == 2 ? &q->patch2 : &q->patch, q->patch_b, in, 4 * mu,
+                           c.x + (size_t)u0 * 4 * D);
+                }
             else
                 merge(&c, M, vit_out, proj);
             tpool_end(tp);
@@ -719,6 +745,20 @@ done:
     free(proj);
     qctx_free(&c);
     return rc;
+}
+
+float *qwen2vl_pair_frames(const float *a, const float *b, int n, int P)
+{
+    const size_t PP = (size_t)P * P;
+    float *out = malloc(sizeof(float) * (size_t)n * 6 * PP);
+    if (!out)
+        return NULL;
+    for (size_t r = 0; r < (size_t)n; r++)
+        for (size_t ch = 0; ch < 3; ch++) {
+            memcpy(out + (r * 6 + 2 * ch) * PP, a + (r * 3 + ch) * PP, sizeof(float) * PP);
+            memcpy(out + (r * 6 + 2 * ch + 1) * PP, b + (r * 3 + ch) * PP, sizeof(float) * PP);
+        }
+    return out;
 }
 
 // ---- M-RoPE positions ------------------------------------------------------------

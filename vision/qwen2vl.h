@@ -58,9 +58,18 @@ int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float 
  * the pass's order (image after image, each in window order). */
 #define QWEN2VL_MAX_BATCH_PATCHES 16384
 struct qwen2vl_image {
-    const float *patches;        /* [gh*gw][3*P*P] in the processor's order */
+    const float *patches;        /* [gh*gw][3*P*P] in the processor's order; frames 2:
+                                    [gh*gw][3][2][P][P] (qwen2vl_pair_frames) */
     int gh, gw;                  /* patch grid, both even */
+    int frames;                  /* 0 or 1: a still image (its frame twice, as the reference
+                                    repeats it); 2: a temporal patch of two video frames */
 };
+
+/* Two frames' patch rows (vision_preprocess of frames of one size, n
+ * rows each) as one temporal patch [n][3][2][P][P]: what the reference's
+ * video processor gives for a pair of frames. malloc'ed; NULL when out of
+ * memory. */
+float *qwen2vl_pair_frames(const float *a, const float *b, int n, int P);
 int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
                          const struct qwen2vl_image *im, int n_img, int (*cancelled)(void *user),
                          void *user, float *vit_out, struct vision_embd *outs, char *err,

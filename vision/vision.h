@@ -124,6 +124,8 @@ int vision_encode_video(struct vision_ctx *ctx, struct vision_cache *cache, cons
 struct vision_input {
     const float *pixels;     /* n_images planes (qwen2vl: patch rows) */
     int n_images, tile_rows, tile_cols;
+    int frames;              /* qwen2vl: 2 for a temporal patch of two video frames
+                                (qwen2vl_pair_frames); 0 or 1 otherwise */
 };
 int vision_encode_batch(struct vision_ctx *ctx, const struct vision_input *in, int n,
                         int (*cancelled)(void *user), void *user, struct vision_embd *outs,

@@ -297,7 +297,7 @@ static int pending_add(struct api_images_pool *p, struct api_images *im, struct 
     if (im->n == p->p.max_images)
         return api_error_set(e, 400, field, "more than %d images or video frames in one request "
                              "(--max-images)", p->p.max_images);
-    struct vision_input in;
+    struct vision_input in = { .frames = 1 };
     float *pixels;
     int rc = vision_preprocess(p->vm, img, tiles, &pixels, &in.n_images, &in.tile_rows,
                                &in.tile_cols, err, sizeof err);

@@ -331,7 +331,7 @@ static int bvis_batch(const struct bvis_opts *o, struct vision_model *vm, struct
         goto done;
     }
     for (int i = 0; i < N; i++)
-        in[i] = (struct vision_input){ pixels, n_planes, rows, cols };
+        in[i] = (struct vision_input){ pixels, n_planes, rows, cols, 1 };
     for (int r = 0; r < o->reps; r++)
         for (int half = 0; half < 2; half++) {
             const bool batch = (half == 0) == (r % 2 == 1); /* A B, B A, A B, ... */
