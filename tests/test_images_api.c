@@ -465,3 +465,54 @@ TEST(images_api_private_address_filter)
     struct sockaddr sa = { .sa_family = AF_UNIX };
     CHECK(download_addr_is_private(&sa));
 }
+
+/* Qwen2.5-VL takes a clip as temporal patches of two frames: the 4 frames
+ * sampled from sample.mp4 become 2 images (2 markers), counted as such
+ * against --max-images; a repeat comes from the vision cache. */
+TEST(images_api_qwen_video_as_frame_pairs)
+{
+    SKIP_IF_NO_SHARED();
+    size_t len;
+    char *mp4 = test_read_file(test_shared("video/sample.mp4"), &len);
+    CHECK(mp4);
+    char err[256];
+    struct api_images_params prm = api_images_default_params();
+    prm.n_workers = 1;
+    prm.max_images = 2;
+    struct golden_pool gp = { 0 };
+    struct vision_cache *cache = vision_cache_new((size_t)64 << 20);
+    gp.vm = vision_model_load(test_golden("vision-qwen2_5_vl-mmproj-f32.gguf"), err, sizeof err);
+    gp.vc = gp.vm ? vision_ctx_new(gp.vm, NULL, err, sizeof err) : NULL;
+    gp.pool = gp.vc ? api_images_pool_new(gp.vm, gp.vc, cache, &prm, err, sizeof err) : NULL;
+    if (!gp.pool) {
+        golden_pool_close(&gp);
+        vision_cache_free(cache);
+        free(mp4);
+        SKIP("no golden qwen2_5_vl fixture (make golden-fixtures)");
+    }
+    struct apireq_gen g;
+    apireq_gen_init(&g);
+    for (int round = 0; round < 2; round++) {
+        cJSON *parts = cJSON_CreateArray();
+        add_data_url(parts, "video_url", "video/mp4", mp4, len);
+        cJSON *root = request_with(parts);
+        struct api_images im;
+        struct api_error e = { 0 };
+        int rc = api_images_take(gp.pool, root, 0, &g, NULL, NULL, &im, &e);
+        CHECK_MSG(rc == 1, "rc %d: %s", rc, e.message);
+        CHECK_EQ(im.n, 2);
+        for (int i = 0; i < 2; i++)
+            CHECK(im.e[i].data && im.e[i].n_tokens == im.e[i].tile_rows * im.e[i].tile_cols &&
+                  im.e[i].n_tokens > 0);
+        const char *text = cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 0), "text")->valuestring;
+        const char *nl = strchr(text, '\n');
+        CHECK(nl && !strchr(nl + 1, '\n') && !strcmp(nl + 1, vision_image_marker(gp.vm)));
+        api_images_free(&im);
+        cJSON_Delete(root);
+    }
+    CHECK_EQ(vision_cache_stats(cache).hits, 2);
+    apireq_gen_free(&g);
+    free(mp4);
+    golden_pool_close(&gp);
+    vision_cache_free(cache);
+}

@@ -25,6 +25,7 @@
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
 #include "vision/encode_queue.h"
+#include "vision/qwen2vl.h"
 
 struct api_images_job {
     struct api_call *c;
@@ -288,6 +289,28 @@ static int pending_flush(struct api_images_pool *p, struct api_images *im, struc
     return api_error_set(e, rc == OMNI_ERR_LIMIT ? 503 : 500, NULL, "%s", err);
 }
 
+/* Preprocessed pixels (in->pixels malloc'ed, now the queue's) into the
+ * next slot of im, to be encoded. */
+static int pending_push(struct api_images_pool *p, struct api_images *im, struct pending *pd,
+                        const struct vision_input *in, uint64_t key, const char *field,
+                        int (*cancelled)(void *user), void *user, struct api_error *e)
+{
+    if (im->n == p->p.max_images) {
+        free((float *)in->pixels);
+        return api_error_set(e, 400, field, "more than %d images or video frames in one request "
+                             "(--max-images)", p->p.max_images);
+    }
+    const struct vision_info *vi = vision_model_info(p->vm);
+    const size_t floats = vi->family == VISION_QWEN2VL
+                              ? (size_t)in->tile_rows * in->tile_cols * 3 * (in->frames == 2 ? 2 : 1) *
+                                    vi->patch_size * vi->patch_size
+                              : (size_t)in->n_images * 3 * vi->image_size * vi->image_size;
+    pd->in[pd->n] = *in, pd->slot[pd->n] = im->n++, pd->key[pd->n] = key;
+    pd->n++;
+    pd->bytes += floats * sizeof(float);
+    return pd->bytes > PENDING_MAX_BYTES ? pending_flush(p, im, pd, cancelled, user, e) : 0;
+}
+
 /* img (decoded) preprocessed into the next slot of im, to be encoded. */
 static int pending_add(struct api_images_pool *p, struct api_images *im, struct pending *pd,
                        const struct media_image *img, bool tiles, uint64_t key, const char *field,
@@ -304,14 +327,32 @@ static int pending_add(struct api_images_pool *p, struct api_images *im, struct 
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
     in.pixels = pixels;
-    const struct vision_info *vi = vision_model_info(p->vm);
-    const size_t floats = vi->family == VISION_QWEN2VL
-                              ? (size_t)in.tile_rows * in.tile_cols * 3 * vi->patch_size * vi->patch_size
-                              : (size_t)in.n_images * 3 * vi->image_size * vi->image_size;
-    pd->in[pd->n] = in, pd->slot[pd->n] = im->n++, pd->key[pd->n] = key;
-    pd->n++;
-    pd->bytes += floats * sizeof(float);
-    return pd->bytes > PENDING_MAX_BYTES ? pending_flush(p, im, pd, cancelled, user, e) : 0;
+    return pending_push(p, im, pd, &in, key, field, cancelled, user, e);
+}
+
+/* Qwen2.5-VL: frames a and b (of one size) as one temporal patch. */
+static int pending_add_pair(struct api_images_pool *p, struct api_images *im, struct pending *pd,
+                            const struct media_image *a, const struct media_image *b, uint64_t key,
+                            const char *field, int (*cancelled)(void *user), void *user,
+                            struct api_error *e)
+{
+    char err[256];
+    float *pa = NULL, *pb = NULL;
+    int n, ra, ca, rb, cb, rc;
+    if ((rc = vision_preprocess(p->vm, a, false, &pa, &n, &ra, &ca, err, sizeof err)) < 0 ||
+        (rc = vision_preprocess(p->vm, b, false, &pb, &n, &rb, &cb, err, sizeof err)) < 0) {
+        free(pa);
+        return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
+    }
+    float *pair = ra == rb && ca == cb
+                      ? qwen2vl_pair_frames(pa, pb, ra * ca, vision_model_info(p->vm)->patch_size)
+                      : NULL;
+    free(pa), free(pb);
+    if (!pair)
+        return ra == rb && ca == cb ? api_error_set(e, 500, NULL, "out of memory")
+                                    : api_error_set(e, 400, field, "'%s': the video's frames change size", field);
+    const struct vision_input in = { pair, 1, ra, ca, 2 };
+    return pending_push(p, im, pd, &in, key, field, cancelled, user, e);
 }
 
 /* An image part: the cache's rows, or decoded and pending. */
@@ -339,12 +380,15 @@ static int take_image(struct api_images_pool *p, const uint8_t *bytes, size_t n,
 }
 
 /* A clip sampled (seeking, media_video_sample) into frames, each an image
- * of one global view; cached per frame by the clip's bytes, the sampling
- * settings and the index (the key vision_encode_video uses). Past
- * max_images the request is refused. */
+ * of one global view - or, for Qwen2.5-VL, a temporal patch of two frames
+ * as its video processor makes them (an odd last frame paired with
+ * itself): half the rows and encoder work of frame-by-frame images. Cached
+ * per image by the clip's bytes, the sampling settings and the index (per
+ * frame: the key vision_encode_video uses). *n_images: the images (markers)
+ * it became. Past max_images the request is refused. */
 static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
                       const char *field, struct api_images *im, struct pending *pd,
-                      int *n_frames, int (*cancelled)(void *user), void *user,
+                      int *n_images, int (*cancelled)(void *user), void *user,
                       struct api_error *e)
 {
     char err[256];
@@ -353,21 +397,27 @@ static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
     int rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err);
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
-    *n_frames = v.n_frames;
-    if (im->n + v.n_frames > p->p.max_images) {
+    const bool pairs = vision_model_info(p->vm)->family == VISION_QWEN2VL;
+    const int step = pairs ? 2 : 1;
+    *n_images = (v.n_frames + step - 1) / step;
+    if (im->n + *n_images > p->p.max_images) {
         media_video_frames_release(&v);
         return api_error_set(e, 400, field, "more than %d images or video frames in one request "
                              "(--max-images)", p->p.max_images);
     }
     const uint64_t base = vision_cache_key(p->vm, bytes, n);
-    for (int i = 0; i < v.n_frames && rc >= 0; i++) {
+    for (int i = 0; i < v.n_frames && rc >= 0; i += step) {
         struct { uint64_t base; int index, max_frames; double fps; } k = { base, i, vp.max_frames, vp.fps };
-        const uint64_t key = vision_hash(0x766964656fULL, &k, sizeof k);
+        const uint64_t key = vision_hash(pairs ? 0x7669646570ULL : 0x766964656fULL, &k, sizeof k);
         if (p->cache && vision_cache_get(p->cache, key, &im->e[im->n])) {
             im->e[im->n++].key_hash = key;
             continue;
         }
-        rc = pending_add(p, im, pd, &v.frames[i], false, key, field, cancelled, user, e);
+        if (pairs)
+            rc = pending_add_pair(p, im, pd, &v.frames[i], &v.frames[i + 1 < v.n_frames ? i + 1 : i],
+                                  key, field, cancelled, user, e);
+        else
+            rc = pending_add(p, im, pd, &v.frames[i], false, key, field, cancelled, user, e);
     }
     media_video_frames_release(&v);
     return rc < 0 ? -1 : 0;
@@ -449,6 +499,8 @@ static int measure_part(struct api_images_pool *p, const struct take_part *t, in
         if ((rc = media_video_probe(t->bytes, t->n, &vp, &info, err, sizeof err)) < 0)
             return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
         frames = info.duration_s > 0 ? info.n_frames : 1;
+        if (vision_model_info(p->vm)->family == VISION_QWEN2VL)
+            frames = (frames + 1) / 2; /* temporal patches of two frames */
         rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
     } else {
         struct media_image_params ip = image_params(p);
