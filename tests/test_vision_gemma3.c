@@ -7,6 +7,7 @@
  * logits, greedy tokens and top-5 logprobs with the image's tokens attending
  * to each other both ways (llm_batch.span_*), directly and through the
  * engine. Skipped while the fixture is not there. */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -475,4 +476,49 @@ TEST(gemma3_engine_greedy_matches_reference)
         }
         test_release(e);
     }
+}
+
+static void write_file(const char *path, const char *buf, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(buf, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* Truncated files and missing projector tensors fail with the file and
+ * the tensor named, never crash. */
+TEST(gemma3_rejects_broken_mmproj)
+{
+    struct gref ref;
+    if (!load_ref(&ref))
+        return;
+    char err[256], tmp[512];
+    size_t len;
+    char *buf = test_read_file(test_golden("vision-gemma3-mmproj-f16.gguf"), &len);
+    CHECK(buf);
+    snprintf(tmp, sizeof tmp, "%s/broken-gemma3-mmproj.gguf", test_tmpdir());
+    for (size_t cut = 0; cut < len; cut += len / 29 + 1) {
+        write_file(tmp, buf, cut);
+        struct vision_model *m = vision_model_load(tmp, err, sizeof err);
+        vision_model_free(m);
+        CHECK_MSG(m == NULL, "loaded %zu of %zu bytes", cut, len);
+        CHECK_STR_CONTAINS(err, "broken-gemma3-mmproj.gguf");
+    }
+    static const char *names[] = { "mm.input_projection.weight", "mm.soft_emb_norm.weight", "v.post_ln.weight" };
+    for (int i = 0; i < 3; i++) {
+        char *p = memmem(buf, len, names[i], strlen(names[i]));
+        CHECK(p);
+        p[1] = 'X';
+        write_file(tmp, buf, len);
+        CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
+        CHECK_STR_CONTAINS(err, names[i]);
+        p[1] = names[i][1];
+    }
+    write_file(tmp, buf, len); /* restored: loads */
+    struct vision_model *m = vision_model_load(tmp, err, sizeof err);
+    CHECK_MSG(m, "%s", err);
+    vision_model_free(m);
+    free(buf);
 }
