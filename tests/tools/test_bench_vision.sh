@@ -3,8 +3,9 @@
 # models (tools/random_model: smolvlm-256m with 1 layer; clip-vit-l-336-mmproj
 # and smolvlm-256m-mmproj with 1 encoder layer): the JSON line has every key,
 # the repeated image is answered by the vision cache (one miss, --reps hits),
-# 8 frames of ../shared/video/sample.mp4 at 2 fps are sampled and encoded, bad
-# usage exits 2. No timing is asserted.
+# 8 frames of ../shared/video/sample.mp4 at 2 fps are sampled and encoded,
+# --images 2 on a 1-block qwen2.5-vl-3b-mmproj has its keys, bad usage exits
+# 2. No timing is asserted.
 set -u
 : "${OMNI:=build/omniserve}" "${PYTHON:=/usr/bin/python3}" "${TMP:=/tmp}"
 [ -d ../shared/vocab ] || { echo "no ../shared/vocab"; exit 77; }
@@ -46,9 +47,27 @@ out=$($OMNI bench-vision -m "$TMP/bv_lm.gguf" --mmproj "$TMP/bv_smol.gguf" --ima
       --reps 1 -n 1 --threads 2 --json 2>"$TMP/bv.err") || { fail "idefics3 run exited $?"; cat "$TMP/bv.err"; }
 check "$out" idefics3 0 || fail "idefics3 JSON: $out"
 
+# --images N: N images one after the other vs one batch (Qwen2.5-VL, 1 block)
+$RM --shape qwen2.5-vl-3b-mmproj --layers 1 -o "$TMP/bv_qwen.gguf" 2>/dev/null || fail "random_model qwen2.5-vl-3b-mmproj"
+out=$($OMNI bench-vision --encode-only --mmproj "$TMP/bv_qwen.gguf" --image "$IMG" --size 56x56 \
+      --images 2 --reps 1 --threads 2 --json 2>"$TMP/bv.err") || { fail "--images run exited $?"; cat "$TMP/bv.err"; }
+"$PYTHON" - "$out" <<'PY' || fail "--images JSON: $out"
+import json, sys
+r = json.loads(sys.argv[1])
+for k in ["serial_ms", "batch_ms", "serial_ms_per_image", "batch_ms_per_image", "serial_cpu_s",
+          "batch_cpu_s", "speedup", "loadavg"]:
+    assert k in r, k
+assert r["projector"] == "qwen2.5vl_merger" and r["images"] == 2 and r["grid_rows"] == 4 and r["grid_cols"] == 4, r
+assert r["serial_ms"] > 0 and r["batch_ms"] > 0
+PY
+$OMNI bench-vision --mmproj "$TMP/bv_qwen.gguf" --image "$IMG" -m "$TMP/bv_lm.gguf" --images 2 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--images without --encode-only did not exit 2"
+$OMNI bench-vision --encode-only --mmproj "$TMP/bv_qwen.gguf" --image "$IMG" --size 0x5 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--size 0x5 did not exit 2"
+
 $OMNI bench-vision -m "$TMP/bv_lm.gguf" --image "$IMG" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "missing --mmproj did not exit 2"
 $OMNI bench-vision -m "$TMP/bv_lm.gguf" --mmproj "$TMP/bv_clip.gguf" --image "$IMG" --reps 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--reps 0 did not exit 2"
-rm -f "$TMP"/bv_lm.gguf "$TMP"/bv_clip.gguf "$TMP"/bv_smol.gguf "$TMP"/bv.err
+rm -f "$TMP"/bv_lm.gguf "$TMP"/bv_clip.gguf "$TMP"/bv_smol.gguf "$TMP"/bv_qwen.gguf "$TMP"/bv.err
 [ $fails -eq 0 ]
