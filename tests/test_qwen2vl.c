@@ -685,3 +685,58 @@ TEST(qwen2vl_frame_pairs_as_still_images)
     }
     vision_model_free(m);
 }
+
+/* A video against transformers' vision tower (tests/fixtures/vision/
+ * qwen2_5_vl/video_features.bin, from the GPU machine's job
+ * e_qwen_video): frame a = the processor's pixels of image.png, frame
+ * b = a / 2; one temporal slice (a, b), then a clip of two slices (a, b),
+ * (b, a) - which the reference windows and attends slice by slice, so it
+ * is two frame-pair images in one pass here. */
+TEST(qwen2vl_video_pairs_match_reference)
+{
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "video_reference.json"), &len);
+    if (!js)
+        SKIP("no tests/fixtures/vision/qwen2_5_vl/video_features.bin (GPU job e_qwen_video)");
+    int grid[2];
+    CHECK_EQ(json_ints(js, "grid", grid, 2), 2);
+    free(js);
+    struct vision_model *m = load_qwen();
+    CHECK(m);
+    char err[256];
+    const struct vision_info *in = vision_model_info(m);
+    const int n = grid[0] * grid[1], P = in->patch_size, K = 3 * P * P, rows = n / 4, W = in->n_embd_lm;
+    float *ref = test_read_floats(test_fixture(QDIR "pixels.bin"), (size_t)n * 2 * K);
+    float *feat = test_read_floats(test_fixture(QDIR "video_features.bin"), (size_t)3 * rows * W);
+    float *a = malloc(sizeof(float) * n * K), *b = malloc(sizeof(float) * n * K);
+    CHECK(ref && feat && a && b);
+    for (int r = 0; r < n; r++) /* frame 0 of each [3][2][P][P] row */
+        for (int c = 0; c < 3; c++)
+            memcpy(a + (size_t)r * K + c * P * P, ref + (size_t)r * 2 * K + c * 2 * P * P,
+                   sizeof(float) * P * P);
+    for (size_t i = 0; i < (size_t)n * K; i++)
+        b[i] = a[i] * 0.5f;
+    float *ab = qwen2vl_pair_frames(a, b, n, P), *ba = qwen2vl_pair_frames(b, a, n, P);
+    CHECK(ab && ba);
+    const struct vision_input vin[3] = { { ab, 1, grid[0], grid[1], 2 }, { ab, 1, grid[0], grid[1], 2 },
+                                         { ba, 1, grid[0], grid[1], 2 } };
+    struct tpool *tp = tpool_new(2, err, sizeof err);
+    struct vision_ctx *vc = vision_ctx_new(m, tp, err, sizeof err);
+    CHECK(tp && vc);
+    struct vision_embd out[3];
+    CHECK_EQ(vision_encode_batch(vc, vin, 3, NULL, NULL, out, err, sizeof err), 0);
+    double scale = 0;
+    for (size_t i = 0; i < (size_t)3 * rows * W; i++)
+        scale = fabs(feat[i]) > scale ? fabs(feat[i]) : scale;
+    for (int i = 0; i < 3; i++) {
+        CHECK(out[i].n_tokens == rows && out[i].n_embd == W);
+        double d = test_max_diff(out[i].data, feat + (size_t)i * rows * W, (size_t)rows * W);
+        printf("    video slice %d: max diff %.3g (max |ref| %.3g)\n", i, d, scale);
+        CHECK_MSG(d < 1e-4 * (scale > 1 ? scale : 1), "slice %d differs by %g", i, d);
+        vision_embd_release(&out[i]);
+    }
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    free(ab), free(ba), free(a), free(b), free(ref), free(feat);
+    vision_model_free(m);
+}
