@@ -76,7 +76,8 @@ TEST(backend_unknown_and_missing)
 }
 
 /* y = x W^T for each weight type and batch size (decode matvec up to 8
- * rows, GEMM above) against the product with the dequantized weights. */
+ * rows, 16 for int8 activations, GEMM above; and after prepare, where the
+ * backend has it) against the product with the dequantized weights. */
 TEST(backend_matmul_types)
 {
     char err[256];
@@ -85,7 +86,7 @@ TEST(backend_matmul_types)
     test_defer(free_backend, be);
     static const int types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,
                                  GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
-    static const int batches[] = { 1, 2, 5, 8, 9, 33 };
+    static const int batches[] = { 1, 2, 5, 8, 9, 16, 33 };
     const int rows = 37, cols = 512, max_n = 33;
     float *w = malloc((size_t)rows * cols * sizeof(float));
     float *wd = malloc((size_t)rows * cols * sizeof(float));
@@ -146,6 +147,28 @@ TEST(backend_matmul_types)
             const double tol = exact ? 1e-4 : 2e-2;
             CHECK_MSG(max_err <= tol * max_ref, "%s n=%d: max error %.3g of max |y| %.3g",
                       ggml_type_name(type), n, max_err, max_ref);
+        }
+        /* prepared (cuda: the GEMM path on an F16 copy) in a fresh buffer,
+         * freed after: the copy must follow its matrix */
+        void *dp = be->prepare ? be->alloc(be, row_bytes * rows) : NULL;
+        if (dp) {
+            CHECK(be->upload(be, dp, q, row_bytes * rows) == 0);
+            const struct omni_btensor tp = { type, cols, rows, dp };
+            CHECK(be->prepare(be, &tp) == 0);
+            CHECK(be->matmul(be, &tp, dx, max_n, dy) == 0);
+            CHECK(be->download(be, y, dy, (size_t)max_n * rows * sizeof(float)) == 0);
+            double max_err = 0, max_ref = 0;
+            for (int b = 0; b < max_n; b++)
+                for (int r = 0; r < rows; r++) {
+                    double ref = 0;
+                    for (int c = 0; c < cols; c++)
+                        ref += (double)wd[(size_t)r * cols + c] * x[(size_t)b * cols + c];
+                    max_err = fmax(max_err, fabs(ref - y[(size_t)b * rows + r]));
+                    max_ref = fmax(max_ref, fabs(ref));
+                }
+            CHECK_MSG(max_err <= 2e-2 * max_ref, "%s prepared n=%d: max error %.3g of max |y| %.3g",
+                      ggml_type_name(type), max_n, max_err, max_ref);
+            be->free(be, dp);
         }
     }
     be->free(be, dx);

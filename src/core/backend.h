@@ -121,7 +121,8 @@ struct omni_backend {
 
     /* Optional (NULL: nothing to do / unknown). prepare: make matrix w (its
      * data stays where it is) ready for batched products - cuda keeps an F16
-     * copy for its GEMM path when memory allows; 0 or an error. mem_available:
+     * copy for its GEMM path when memory allows, until w->data is freed: its
+     * contents must not change meanwhile; 0 or an error. mem_available:
      * free device memory now, in bytes. */
     int (*prepare)(struct omni_backend *be, const struct omni_btensor *w);
     size_t (*mem_available)(struct omni_backend *be);

@@ -467,7 +467,19 @@ static void launch_matvec_q8(const uint8_t *W, size_t rb, int rows, int cols, co
     case 5: k_matvec_q8<T, 5><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
     case 6: k_matvec_q8<T, 6><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
     case 7: k_matvec_q8<T, 7><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 8: k_matvec_q8<T, 8><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+#ifndef OMNI_CUDA_NO_F16_CACHE
+    case 9: k_matvec_q8<T, 9><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 10: k_matvec_q8<T, 10><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 11: k_matvec_q8<T, 11><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 12: k_matvec_q8<T, 12><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 13: k_matvec_q8<T, 13><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 14: k_matvec_q8<T, 14><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    case 15: k_matvec_q8<T, 15><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+    default: k_matvec_q8<T, 16><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+#else
     default: k_matvec_q8<T, 8><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
+#endif
     }
 }
 
@@ -539,9 +551,16 @@ static int quant_chunk_ok(const struct omni_btensor *w)
 }
 
 #define MATVEC_MAX 8 /* rows of activations through the matvec kernels */
+/* rows per launch of the int8 matvec: 16 (a batched decode step of 16
+ * sequences reads the weights once), 8 without the batched build */
+#ifndef OMNI_CUDA_NO_F16_CACHE
+#define MATVEC_Q8_MAX 16
+#else
+#define MATVEC_Q8_MAX 8
+#endif
 /* Quantized weights: batches below this (matmul.h's OMNI_MATMUL_BLAS_MIN,
  * where the CPU leaves its quantized dots for sgemm) multiply Q8_0-style
- * activations (int8 per 32 values + a scale) with dp4a, 8 rows per launch:
+ * activations (int8 per 32 values + a scale) with dp4a, 16 rows per launch:
  * Q8_0 / Q4_0 exactly as the CPU's dots; Q4_K / Q6_K with 32-value
  * activation blocks where the CPU uses Q8_K's 256. */
 #define Q8_ACT_MAX 32
@@ -569,8 +588,8 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
         k_quant_q8_0<<<blocks_for(nb * 32, 256), 256, 0, s->stream>>>(x, nb, xq, xd);
         if ((rc = chk_launch("quantize q8_0")) < 0)
             return rc;
-        for (int r0 = 0; r0 < n; r0 += MATVEC_MAX) {
-            const int m = n - r0 < MATVEC_MAX ? n - r0 : MATVEC_MAX;
+        for (int r0 = 0; r0 < n; r0 += MATVEC_Q8_MAX) {
+            const int m = n - r0 < MATVEC_Q8_MAX ? n - r0 : MATVEC_Q8_MAX;
             const int8_t *q = xq + (size_t)r0 * cols;
             const float *d = xd + (size_t)r0 * (cols / 32);
             float *yr = y + (size_t)r0 * rows;
@@ -1135,7 +1154,14 @@ static void *cuda_alloc(struct omni_backend *be, size_t bytes)
 
 static void cuda_free(struct omni_backend *be, void *p)
 {
-    (void)be;
+    struct cuda_state *s = st(be);
+    /* a matrix freed: its F16 copy goes too (the address may come back) */
+    for (int i = 0; p && i < s->n_f16; i++)
+        if (s->f16[i].w == p) {
+            cudaFree(s->f16[i].h);
+            s->f16[i] = s->f16[--s->n_f16];
+            break;
+        }
     if (p)
         cudaFree(p);
 }
