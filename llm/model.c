@@ -546,7 +546,8 @@ static int load_hparams(struct loader *ld)
     if ((rc = get_dim(ld, "context_length", true, &hp->n_ctx_train)) < 0 ||
         (rc = get_dim(ld, "embedding_length", true, &hp->n_embd)) < 0 ||
         (rc = get_dim(ld, "block_count", true, &hp->n_layer)) < 0 ||
-        (rc = get_dim(ld, "feed_forward_length", true, &hp->n_ff)) < 0 ||
+        /* Qwen3.5-MoE files have no dense width: experts only */
+        (rc = get_dim(ld, "feed_forward_length", !m->fam->moe, &hp->n_ff)) < 0 ||
         (rc = get_dim(ld, "attention.head_count", true, &hp->n_head)) < 0 ||
         (!m->fam->short_conv &&
          (rc = get_dim(ld, "attention.head_count_kv", false, &hp->n_head_kv)) < 0) ||
@@ -626,6 +627,8 @@ static int load_hparams(struct loader *ld)
             (rc = get_dim(ld, "expert_feed_forward_length", true, &hp->n_ff_exp)) < 0 ||
             (rc = get_dim(ld, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp)) < 0)
             return rc;
+        if (!hp->n_ff)
+            hp->n_ff = hp->n_ff_exp;
         if (hp->n_expert_used > hp->n_expert || hp->n_expert > 4096 || hp->n_expert_used > 64)
             return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                              "model: %s: %d of %d experts per token: need at most 64 of at most "

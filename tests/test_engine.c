@@ -1141,3 +1141,4 @@ TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
  * snapshot of both per full block */
 TEST(engine_recurrent_state_qwen3next) { recurrent_state_case("qwen3next-f32"); }
 TEST(engine_recurrent_state_qwen35) { recurrent_state_case("qwen35-f32"); }
+TEST(engine_recurrent_state_qwen35moe) { recurrent_state_case("qwen35moe-f32"); }

@@ -239,7 +239,9 @@ class HParams:
 
         self.n_vocab = need("vocab_size")
         self.n_embd = need("hidden_size")
-        self.n_ff = need("intermediate_size")
+        # Qwen3.5-MoE has experts only: its width stands in for the dense one
+        self.n_ff = need("intermediate_size" if "intermediate_size" in cfg or hf_arch != "Qwen3_5MoeForCausalLM"
+                         else "moe_intermediate_size")
         self.n_layer = need("num_hidden_layers")
         self.n_head = need("num_attention_heads")
         self.n_head_kv = cfg.get("num_key_value_heads") or self.n_head
