@@ -468,7 +468,8 @@ TEST(images_api_private_address_filter)
 
 /* Qwen2.5-VL takes a clip as temporal patches of two frames: the 4 frames
  * sampled from sample.mp4 become 2 images (2 markers), counted as such
- * against --max-images; a repeat comes from the vision cache. */
+ * against --max-images; a repeat comes from the vision cache; the part's
+ * fps / max_frames choose the frames. */
 TEST(images_api_qwen_video_as_frame_pairs)
 {
     SKIP_IF_NO_SHARED();
@@ -511,6 +512,29 @@ TEST(images_api_qwen_video_as_frame_pairs)
         cJSON_Delete(root);
     }
     CHECK_EQ(vision_cache_stats(cache).hits, 2);
+    /* "fps": 0.5 in the video_url object: 2 frames, one pair; bad controls are a 400 */
+    const char *bad[][2] = { { "fps", "0" }, { "fps", "\"2\"" }, { "max_frames", "1.5" }, { "max_frames", "3" } };
+    for (int k = -1; k < 4; k++) {
+        cJSON *parts = cJSON_CreateArray();
+        add_data_url(parts, "video_url", "video/mp4", mp4, len);
+        cJSON *vu = cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 0), "video_url");
+        if (k < 0)
+            cJSON_AddNumberToObject(vu, "fps", 0.5);
+        else
+            cJSON_AddItemToObject(vu, bad[k][0], cJSON_Parse(bad[k][1]));
+        cJSON *root = request_with(parts);
+        struct api_images im;
+        struct api_error e = { 0 };
+        int rc = api_images_take(gp.pool, root, 0, &g, NULL, NULL, &im, &e);
+        if (k < 0) {
+            CHECK_MSG(rc == 1 && im.n == 1, "fps 0.5: rc %d, %d images: %s", rc, im.n, e.message);
+        } else {
+            CHECK_MSG(rc == -1 && e.status == 400 && strstr(e.message, bad[k][0]), "%s %s: rc %d %s",
+                      bad[k][0], bad[k][1], rc, e.message);
+        }
+        api_images_free(&im);
+        cJSON_Delete(root);
+    }
     apireq_gen_free(&g);
     free(mp4);
     golden_pool_close(&gp);

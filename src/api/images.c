@@ -216,9 +216,14 @@ static int part_bytes(const struct api_images_pool *p, const struct images_reade
 
 // ---- encoding -------------------------------------------------------------------
 
-static struct media_video_params video_params(const struct api_images_pool *p)
+static struct media_video_params video_params(const struct api_images_pool *p, double fps,
+                                              int max_frames)
 {
     struct media_video_params vp = media_video_default_params();
+    if (fps > 0)
+        vp.fps = fps;
+    if (max_frames > 0)
+        vp.max_frames = max_frames;
     vp.max_duration_s = p->p.max_video_seconds;
     /* 120 frames per allowed second: what the longest allowed clip may need */
     double frames = p->p.max_video_seconds * 120;
@@ -386,13 +391,13 @@ static int take_image(struct api_images_pool *p, const uint8_t *bytes, size_t n,
  * per image by the clip's bytes, the sampling settings and the index (per
  * frame: the key vision_encode_video uses). *n_images: the images (markers)
  * it became. Past max_images the request is refused. */
-static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
-                      const char *field, struct api_images *im, struct pending *pd,
+static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n, double fps,
+                      int max_frames, const char *field, struct api_images *im, struct pending *pd,
                       int *n_images, int (*cancelled)(void *user), void *user,
                       struct api_error *e)
 {
     char err[256];
-    struct media_video_params vp = video_params(p);
+    struct media_video_params vp = video_params(p, fps, max_frames);
     struct media_video_frames v;
     int rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err);
     if (rc < 0)
@@ -481,7 +486,38 @@ struct take_part {
     uint8_t *bytes;     /* malloc'ed */
     size_t n;
     int kind;           /* 1 image, 2 video */
+    double fps;         /* video: frames sampled per second (0: the server's default) */
+    int max_frames;     /* video: at most this many (0: the server's default) */
 };
+
+/* A video part's sampling controls: "fps" and "max_frames" in the
+ * video_url object (or beside it in the part), as OpenAI-style clients of
+ * Qwen2.5-VL servers send them. 0, or -1 with a 400. */
+static int video_controls(const struct api_images_pool *p, const cJSON *part, struct take_part *t,
+                          struct api_error *e)
+{
+    const cJSON *srcs[2] = { cJSON_GetObjectItemCaseSensitive(part, "video_url"), part };
+    for (int i = 0; i < 2; i++) {
+        if (!cJSON_IsObject(srcs[i]))
+            continue;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(srcs[i], "fps");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(srcs[i], "max_frames");
+        if (f && !t->fps) {
+            if (!cJSON_IsNumber(f) || !(f->valuedouble >= 0.01 && f->valuedouble <= 60))
+                return api_error_set(e, 400, t->field, "'%s': fps must be a number from 0.01 to 60",
+                                     t->field);
+            t->fps = f->valuedouble;
+        }
+        if (m && !t->max_frames) {
+            if (!cJSON_IsNumber(m) || m->valuedouble != (int)m->valuedouble || m->valuedouble < 1 ||
+                m->valuedouble > p->p.max_images)
+                return api_error_set(e, 400, t->field, "'%s': max_frames must be an integer from 1 "
+                                     "to %d (--max-images)", t->field, p->p.max_images);
+            t->max_frames = (int)m->valuedouble;
+        }
+    }
+    return 0;
+}
 
 /* First pass over one part's bytes: check it from its headers and count
  * the images (frames) and prompt rows it will take. No pixel is decoded
@@ -494,7 +530,7 @@ static int measure_part(struct api_images_pool *p, const struct take_part *t, in
     char err[256];
     int rc, rows, frames = 1;
     if (t->kind == 2) {
-        struct media_video_params vp = video_params(p);
+        struct media_video_params vp = video_params(p, t->fps, t->max_frames);
         struct media_video_info info;
         if ((rc = media_video_probe(t->bytes, t->n, &vp, &info, err, sizeof err)) < 0)
             return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
@@ -591,6 +627,8 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
             if (t->kind == 0)
                 continue;
             n_parts++;
+            if (t->kind == 2 && video_controls(p, cJSON_GetArrayItem(content, k), t, e) < 0)
+                goto done;
             /* Every part is held until all are measured: bound their sum. */
             total += t->n;
             if (total > p->p.max_request_media_bytes) {
@@ -630,7 +668,8 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
         }
         int r, n_markers = 1;
         if (t->kind == 2) /* a video: one marker per frame, a line each */
-            r = take_video(p, t->bytes, t->n, t->field, im, &pd, &n_markers, cancelled, user, e);
+            r = take_video(p, t->bytes, t->n, t->fps, t->max_frames, t->field, im, &pd, &n_markers,
+                           cancelled, user, e);
         else
             r = take_image(p, t->bytes, t->n, t->field, im, &pd, cancelled, user, e);
         free(t->bytes);

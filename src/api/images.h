@@ -12,8 +12,9 @@
  * by the model's image marker, so the chat template renders the prompt as
  * text; then the prompt becomes engine segments with the embeddings at the
  * marker positions (vision_prompt_build) and the request is submitted from
- * the worker. A video is sampled into frames (1 per second, at most 16),
- * each an image.
+ * the worker. A video is sampled into frames (1 per second, at most 16;
+ * the part's "fps" / "max_frames" choose), each an image - for
+ * Qwen2.5-VL each pair of frames one temporal patch image.
  *
  *   c = api_call_new(...);                                  // service thread
  *   rc = api_images_defer(pool, c, r, &root, &g, then, &e); // 1: a worker has it
