@@ -4,7 +4,9 @@
 // here by tools/hf_mmproj_to_gguf.py (mmproj + qwen2vl LM), served with
 // --mmproj; a message with two pictures as image_url parts gives the
 // reference's prompt length, greedy tokens and top-5 logprobs (M-RoPE ids
-// over the image grids), also on a repeat served from the caches.
+// over the image grids), also on a repeat served from the caches; a video_url
+// part of ../shared/video/sample.mp4 becomes frame pairs (its fps chooses how
+// many), and a request aborted by the client leaves the server serving.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -69,4 +71,26 @@ test('qwen2.5-vl: two images -> the reference greedy tokens and top-5 logprobs',
           `round ${round} token ${i} top ${j}: ${tops[j]}, reference ${ref.top5_logprobs[i][j]}`);
     }
   }
+});
+
+test('qwen2.5-vl: a video_url part as frame pairs (fps chooses), an aborted request leaves it serving', { skip }, async () => {
+  const mp4 = path.join(root, '..', 'shared', 'video', 'sample.mp4');
+  if (!fs.existsSync(mp4)) return; // no ../shared samples
+  const url = `data:video/mp4;base64,${fs.readFileSync(mp4).toString('base64')}`;
+  const video = (fps) => [{ role: 'user', content: [
+    { type: 'video_url', video_url: { url, fps } }, { type: 'text', text: 'What happens?' }] }];
+  const ask = (fps, opts) => client.chat.completions.create(
+    { model: 'lm', messages: video(fps), max_tokens: 2, temperature: 0 }, opts);
+  const one = await ask(0.5); // 2 frames: one temporal patch
+  const two = await ask(1); // 4 frames: two
+  assert.ok(two.usage.prompt_tokens > one.usage.prompt_tokens + 8,
+    `fps 1: ${two.usage.prompt_tokens} prompt tokens, fps 0.5: ${one.usage.prompt_tokens}`);
+  const ac = new AbortController();
+  const gone = ask(1, { signal: ac.signal });
+  ac.abort();
+  await assert.rejects(gone);
+  const again = await ask(1);
+  assert.equal(again.usage.prompt_tokens, two.usage.prompt_tokens);
+  assert.equal(again.choices[0].message.content, two.choices[0].message.content);
+  await assert.rejects(ask(0), (e) => e.status === 400 && /fps/.test(e.message));
 });
