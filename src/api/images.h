@@ -102,7 +102,8 @@ int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_re
                      struct api_error *e);
 /* The worker's part of api_images_defer (exposed for tests): read every
  * image part of req (cancelled(user), when not NULL, is polled between
- * parts and during fetches) and measure each from its headers - pixel and
+ * parts, during fetches and by the encode queue, from its thread too,
+ * while the images encode) and measure each from its headers - pixel and
  * duration limits, the frames a clip gives, the prompt rows each takes
  * (vision_image_tokens) - so that a request is refused before any pixel is
  * decoded when its images and frames pass max_images, or need more than
@@ -110,7 +111,8 @@ int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_re
  * n_ctx <= 0: not checked); then decode and encode them into im (im->e
  * allocated here; free with api_images_free whatever the result) and
  * replace each part in req by its markers. The number of parts, or -1
- * with e (400, 413 past a byte limit, 499 when cancelled, 500). */
+ * with e (400, 413 past a byte limit, 499 when cancelled, 503 shutting
+ * down, 500). */
 int api_images_take(struct api_images_pool *p, struct cJSON *req, int n_ctx,
                     const struct apireq_gen *g, int (*cancelled)(void *user), void *user,
                     struct api_images *im, struct api_error *e);
