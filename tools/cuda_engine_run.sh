@@ -64,7 +64,7 @@ timeout 240 "${MK[@]}" "${TARGETS[@]}" > "$O/build.log" 2>&1
 rc=$?
 echo "build rc $rc"
 grep -E "error|warning" "$O/build.log" | head -30
-if [ $rc -ne 0 ]; then
+if [ $rc -ne 0 ] && [ "$(left)" -gt 200 ]; then
     stamp "rebuild with NVCC_EXTRA=-DOMNI_CUDA_NO_F16_CACHE"
     rm -f build-cuda/src/core/cuda/backend_cuda.o
     timeout 150 "${MK[@]}" NVCC_EXTRA=-DOMNI_CUDA_NO_F16_CACHE "${TARGETS[@]}" > "$O/build2.log" 2>&1
@@ -85,9 +85,9 @@ wait "$model_pid"
 cat "$O/model.log"
 SUMMARY="$O/summary.txt"
 : > "$SUMMARY"
-if [ -x build-cuda/bench_engine_dev ] && [ -f "$M" ] && [ "$(left)" -gt 40 ]; then
+if [ -x build-cuda/bench_engine_dev ] && [ -f "$M" ] && [ "$(left)" -gt 50 ]; then
     stamp "bench-engine --device cuda --concurrency 1,16,64 (prompt 128, generate 64)"
-    timeout 100 build-cuda/bench_engine_dev -m "$M" --device cuda --concurrency 1,16,64 \
+    timeout $(( $(left) > 100 ? 100 : $(left) - 10 )) build-cuda/bench_engine_dev -m "$M" --device cuda --concurrency 1,16,64 \
         --prompt-tokens 128 --gen-tokens 64 --json > "$O/engine_cuda.jsonl" 2> "$O/engine_cuda.err"
     echo "rc $?"
     cat "$O/engine_cuda.jsonl"
