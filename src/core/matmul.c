@@ -40,6 +40,9 @@
  * (not non-temporal: that measured half as fast) lets the loads overlap the
  * dot products; 20 GB/s on 2 threads here, where DRAM gives 23. */
 #define PREFETCH_ROWS 4
+/* On a crowded machine, one-row products of smaller matrices than this run
+ * on the caller alone (omni_matmul): about 0.3 ms of one core's work. */
+#define CROWDED_SERIAL_BYTES (4u << 20)
 /* Batches from this many rows quantize x in parallel. */
 #define PARALLEL_QUANT_MIN 4
 
@@ -466,9 +469,10 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
         j.xq_row = ggml_row_size(op->dot_type, n_in);
         /* On a machine crowded by other processes a sleeping worker takes
          * 0.1-0.5 ms to wake (measured at 18-20 runnable threads on 2
-         * CPUs), more than a decode matmul's share: the caller runs it
-         * alone (the same rows, the same bits). */
-        if (tpool_machine_crowded(tpool_size(tp)))
+         * CPUs), more than a small decode matmul's share: the caller runs
+         * it alone (the same rows, the same bits). Large matrices (an
+         * output projection) still gain from a second share of the CPU. */
+        if ((size_t)n_out * w_row < CROWDED_SERIAL_BYTES && tpool_machine_crowded(tpool_size(tp)))
             dot_rows(&j, 0, 1);
         else
             tpool_run(tp, dot_rows, &j);
