@@ -53,8 +53,10 @@ void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t 
 /* From OMNI_X86_GEMM_AVX2_GROUP_MIN batch rows the AVX2 kernel packs
  * q4_0/q5_0 weights 8 rows at a time into scratch
  * (omni_x86_gemm_q8_0_avx2_scratch(n_in) bytes per thread) and multiplies 8
- * rows per register; below that (the packing did not pay off, measured) it
- * keeps 2 x 4 register tiles. Rows agree bit for bit within each range. */
+ * rows per register (batches of a multiple of 8 rows transpose the
+ * activations instead, same bits); below that (the packing did not pay off,
+ * measured) it keeps 2 x 4 register tiles. Rows agree bit for bit within
+ * each range. */
 #define OMNI_X86_GEMM_AVX2_GROUP_MIN 8
 size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in);
 void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
