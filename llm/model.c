@@ -1193,11 +1193,11 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
                                        .swiglu_limit = m->fam->gptoss ? 7.0f : 0.0f };
         ctx->moe = moe_ctx_new(&mp, max_tokens, err, errlen);
         ctx->moe_out = malloc(T * hp->n_embd * sizeof(float));
-        if (!ctx->moe) {
+        /* the pool: a decoded token's experts in two passes, a prompt's whole experts per thread */
+        if (!ctx->moe || moe_ctx_set_pool(ctx->moe, tp, err, errlen) < 0) {
             llm_ctx_free(ctx);
             return NULL;
         }
-        moe_ctx_set_pool(ctx->moe, tp); /* a decoded token's experts in two pool passes */
         if (!ctx->moe_out)
             goto nomem;
     }
@@ -1618,6 +1618,8 @@ void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl)
 void llm_ctx_set_batch_invariant(struct llm_ctx *ctx, bool on)
 {
     ctx->batch_invariant = on;
+    if (ctx->moe) /* its pool threads split their products as matmul below does */
+        moe_ctx_set_split_rows(ctx->moe, on ? INVARIANT_ROWS : 0);
 }
 
 uint64_t llm_ctx_weight_bytes_read(const struct llm_ctx *ctx) { return ctx->bytes_read; }

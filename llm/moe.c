@@ -24,6 +24,7 @@
 #include "src/core/threadpool.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,20 @@ struct moe_ctx {
     uint8_t *aq;           /* [(n_used + 1) * ff * 4] down inputs in the dot type */
     float *dg, *du;        /* [(n_used + 1) * ff] gate / up (then SwiGLU) outputs */
     float *dy;             /* [(n_used + 1) * n_embd] down outputs */
+    /* several tokens on a pool: whole experts per thread */
+    int n_thr;             /* threads the scratch below serves (tpool_size) */
+    int split_rows;        /* products in calls of at most this many rows (0: any) */
+    struct moe_scratch *ts; /* [n_thr] */
+    float *ys;             /* [max_tokens * n_used][n_embd] outputs per (token, k) slot */
+    int *list;             /* [n_expert] chosen experts, most tokens first */
+    _Atomic int next;      /* next index into list to take */
+    const struct moe_layer *L;
+    const float *x;
+};
+
+/* One thread's buffers for an expert's batch (the general path's xg/g/u). */
+struct moe_scratch {
+    float *xg, *g, *u;
 };
 
 /* One matrix of a pass: y[r] = W[r] . a for every row r. */
@@ -144,10 +159,51 @@ void moe_ctx_free(struct moe_ctx *c)
     free(c->dg);
     free(c->du);
     free(c->dy);
+    free(c->ys);
+    free(c->list);
+    for (int i = 0; c->ts && i < c->n_thr; i++) {
+        free(c->ts[i].xg);
+        free(c->ts[i].g);
+        free(c->ts[i].u);
+    }
+    free(c->ts);
     free(c);
 }
 
-void moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp) { c->tp = tp; }
+int moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp, char *err, size_t errlen)
+{
+    c->tp = tp;
+    const int nth = tp ? tpool_size(tp) : 1;
+    if (nth <= c->n_thr)
+        return 0;
+    /* several tokens' experts run whole on the threads: each thread gathers
+     * up to max_tokens rows of its expert, and every (token, k) slot keeps
+     * its output for the sum in expert order */
+    const size_t T = (size_t)c->max_tokens, k = (size_t)c->p.n_used, d = (size_t)c->p.n_embd;
+    const size_t ff = (size_t)(c->p.n_ff_exp > c->p.n_ff_shexp ? c->p.n_ff_exp : c->p.n_ff_shexp);
+    struct moe_scratch *ts = realloc(c->ts, (size_t)nth * sizeof *ts);
+    if (!ts)
+        goto nomem;
+    c->ts = ts;
+    for (int i = c->n_thr; i < nth; i++) {
+        ts[i] = (struct moe_scratch){ malloc(T * d * sizeof(float)), malloc(T * ff * sizeof(float)),
+                                      malloc(T * ff * sizeof(float)) };
+        c->n_thr = i + 1;
+        if (!ts[i].xg || !ts[i].g || !ts[i].u)
+            goto nomem;
+    }
+    if (!c->ys && !(c->ys = malloc(T * k * d * sizeof(float))))
+        goto nomem;
+    if (!c->list && !(c->list = malloc((size_t)c->p.n_expert * sizeof(int))))
+        goto nomem;
+    return 0;
+nomem:
+    c->tp = NULL; /* the pool-less paths still work */
+    omni_fail(err, errlen, OMNI_ERR_NOMEM, "moe: out of memory for %d threads' expert buffers", nth);
+    return OMNI_ERR_NOMEM;
+}
+
+void moe_ctx_set_split_rows(struct moe_ctx *c, int rows) { c->split_rows = rows > 0 ? rows : 0; }
 
 uint64_t moe_ctx_bytes_read(const struct moe_ctx *c) { return c->bytes_read; }
 void moe_ctx_reset_bytes_read(struct moe_ctx *c) { c->bytes_read = 0; }
@@ -192,22 +248,31 @@ static void add_bias(float *y, const float *b, int n, int64_t m)
 
 /* One SwiGLU MLP on the n rows of xg: result into xg. gb, ub, db are the
  * expert's gpt-oss biases or NULL. */
+static void expert_mlp_in(const struct moe_ctx *c, const struct moe_scratch *b,
+                          const struct omni_tensor *gate, const struct omni_tensor *up,
+                          const struct omni_tensor *down, const float *gb, const float *ub,
+                          const float *db, int n, moe_matmul_fn mm, void *arg)
+{
+    const int64_t ff = gate->ne[1];
+    mm(arg, gate, b->xg, n, b->g);
+    mm(arg, up, b->xg, n, b->u);
+    add_bias(b->g, gb, n, ff);
+    add_bias(b->u, ub, n, ff);
+    if (c->p.swiglu_limit > 0)
+        omni_swiglu_oai(b->g, b->u, (int64_t)n * ff, 1.702f, c->p.swiglu_limit);
+    else
+        omni_swiglu(b->g, b->u, (int64_t)n * ff);
+    mm(arg, down, b->u, n, b->xg);
+    add_bias(b->xg, db, n, down->ne[1]);
+}
+
 static void expert_mlp(struct moe_ctx *c, const struct omni_tensor *gate,
                        const struct omni_tensor *up, const struct omni_tensor *down,
                        const float *gb, const float *ub, const float *db, int n,
                        moe_matmul_fn mm, void *arg)
 {
-    const int64_t ff = gate->ne[1];
-    mm(arg, gate, c->xg, n, c->g);
-    mm(arg, up, c->xg, n, c->u);
-    add_bias(c->g, gb, n, ff);
-    add_bias(c->u, ub, n, ff);
-    if (c->p.swiglu_limit > 0)
-        omni_swiglu_oai(c->g, c->u, (int64_t)n * ff, 1.702f, c->p.swiglu_limit);
-    else
-        omni_swiglu(c->g, c->u, (int64_t)n * ff);
-    mm(arg, down, c->u, n, c->xg);
-    add_bias(c->xg, db, n, down->ne[1]);
+    const struct moe_scratch b = { c->xg, c->g, c->u };
+    expert_mlp_in(c, &b, gate, up, down, gb, ub, db, n, mm, arg);
 }
 
 /* sigmoid(x . sh_router): the shared expert's gate of one token, 1 without */
@@ -381,6 +446,96 @@ static int moe_one_token(struct moe_ctx *c, const struct moe_layer *L, const flo
     return 0;
 }
 
+// ---- several tokens on a pool: whole experts per thread --------------------
+
+/* A product on the calling thread alone, in calls of at most split_rows
+ * rows (the caller's batch-invariant mode), as the model's mm would split it. */
+static void st_matmul(void *arg, const struct omni_tensor *w, const float *x, int n, float *y)
+{
+    const struct moe_ctx *c = arg;
+    const int step = c->split_rows > 0 ? c->split_rows : n;
+    for (int r = 0; r < n; r += step)
+        omni_matmul(NULL, w, x + (size_t)r * w->ne[0], n - r < step ? n - r : step,
+                    y + (size_t)r * w->ne[1]);
+}
+
+/* Threads take the chosen experts one at a time, largest batch first (a
+ * thread the machine descheduled holds up one expert, not half of them),
+ * and run each one's gate, up and down products on their own; per-row
+ * results depend on the batch size alone, not on the threads, so they
+ * have the same bits as the pool-split products. */
+static void experts_worker(void *arg, int ith, int nth)
+{
+    struct moe_ctx *c = arg;
+    (void)nth;
+    const struct moe_layer *L = c->L;
+    const struct moe_scratch *b = &c->ts[ith];
+    const int k = c->p.n_used, d = c->p.n_embd;
+    const int64_t ff = L->gate.rows;
+    for (;;) {
+        const int i = atomic_fetch_add(&c->next, 1);
+        if (i >= c->p.n_expert || c->list[i] < 0)
+            break;
+        const int e = c->list[i], m = c->count[e];
+        const int *slots = c->order + c->start[e];
+        for (int r = 0; r < m; r++)
+            memcpy(b->xg + (size_t)r * d, c->x + (size_t)(slots[r] / k) * d, (size_t)d * sizeof(float));
+        const struct omni_tensor g = moe_expert(&L->gate, e), u = moe_expert(&L->up, e),
+                                 dn = moe_expert(&L->down, e);
+        expert_mlp_in(c, b, &g, &u, &dn, L->gate_b ? L->gate_b + e * ff : NULL,
+                      L->up_b ? L->up_b + e * ff : NULL,
+                      L->down_b ? L->down_b + (int64_t)e * d : NULL, m, st_matmul, c);
+        for (int r = 0; r < m; r++)
+            memcpy(c->ys + (size_t)slots[r] * d, b->xg + (size_t)r * d, (size_t)d * sizeof(float));
+    }
+}
+
+/* The routed experts of n tokens (routing, count/start/order done) into
+ * out; each token's k outputs are added in expert order, as the general
+ * path adds them. */
+static void experts_on_pool(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n,
+                            float *out)
+{
+    const int k = c->p.n_used, E = c->p.n_expert, d = c->p.n_embd;
+    int nl = 0;
+    for (int e = 0; e < E; e++) {
+        if (!c->count[e])
+            continue;
+        int i = nl++;
+        while (i > 0 && c->count[c->list[i - 1]] < c->count[e]) {
+            c->list[i] = c->list[i - 1];
+            i--;
+        }
+        c->list[i] = e;
+        c->bytes_read += L->gate.expert_bytes + L->up.expert_bytes + L->down.expert_bytes;
+    }
+    if (nl < E)
+        c->list[nl] = -1;
+    c->L = L;
+    c->x = x;
+    atomic_store(&c->next, 0);
+    tpool_run(c->tp, experts_worker, c);
+    for (int t = 0; t < n; t++) {
+        int sl[64];
+        for (int j = 0; j < k; j++) { /* the token's slots in expert order */
+            int i = j;
+            while (i > 0 && c->idx[(size_t)t * k + sl[i - 1]] > c->idx[(size_t)t * k + j]) {
+                sl[i] = sl[i - 1];
+                i--;
+            }
+            sl[i] = j;
+        }
+        float *o = out + (size_t)t * d;
+        memset(o, 0, (size_t)d * sizeof(float));
+        for (int j = 0; j < k; j++) {
+            const size_t s = (size_t)t * k + sl[j];
+            const float wt = c->w[s], *y = c->ys + s * d;
+            for (int i = 0; i < d; i++)
+                o[i] += wt * y[i];
+        }
+    }
+}
+
 // ---- any number of tokens --------------------------------------------------
 
 int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, int n, float *out,
@@ -416,6 +571,10 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
         c->order[c->start[e] + c->count[e]++] = s;
     }
 
+    if (c->tp && c->n_thr > 1 && c->ys && tpool_size(c->tp) <= c->n_thr) {
+        experts_on_pool(c, L, x, n, out);
+        goto shared;
+    }
     memset(out, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < E; e++) {
         const int m = c->count[e];
@@ -440,6 +599,7 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
         }
     }
 
+shared:
     /* shared expert: every token, scaled by sigmoid(x . sh_router) where present */
     if (L->sh_gate.data) {
         memcpy(c->xg, x, (size_t)n * d * sizeof(float));

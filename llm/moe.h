@@ -76,10 +76,16 @@ struct moe_ctx *moe_ctx_new(const struct moe_params *p, int max_tokens, char *er
 void moe_ctx_free(struct moe_ctx *c);
 
 struct tpool;
-/* The pool a one-token forward splits its expert rows over (NULL: the
- * calling thread alone). The pool belongs to the caller and must outlive
- * the forwards that use it; one tpool_run at a time, as for omni_matmul. */
-void moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp);
+/* The pool the forwards run on (NULL: the calling thread alone): one token
+ * splits its experts' rows over it; several tokens give each thread whole
+ * experts (its own buffers, allocated here for tpool_size threads). The
+ * pool belongs to the caller and must outlive the forwards that use it;
+ * one tpool_run at a time, as for omni_matmul. 0, or OMNI_ERR_NOMEM (the
+ * context then runs without the pool). */
+int moe_ctx_set_pool(struct moe_ctx *c, struct tpool *tp, char *err, size_t errlen);
+/* Products on a pool thread in calls of at most rows rows (0: any): the
+ * caller's batch-invariant split, which its mm would otherwise apply. */
+void moe_ctx_set_split_rows(struct moe_ctx *c, int rows);
 
 /* out[n][n_embd] = sum over each token's k chosen experts of weight *
  * down(silu(gate(x)) * up(x)) (+ the shared expert); with the gpt-oss

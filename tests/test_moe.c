@@ -267,7 +267,7 @@ static void quant_one_token(bool shared, struct tpool *tp)
     char err[256];
     struct moe_ctx *c = moe_ctx_new(&p, 4, err, sizeof err);
     CHECK_MSG(c, "%s", err);
-    moe_ctx_set_pool(c, tp);
+    CHECK_EQ(moe_ctx_set_pool(c, tp, err, sizeof err), 0);
     float *x = rand_floats(QD, 1.0f), out[QD], want[QD], lg[QNE], g[QFF], u[QFF], y[QD];
     for (int rep = 0; rep < 3; rep++) {
         for (int i = 0; i < QD; i++)
@@ -310,6 +310,18 @@ static void quant_one_token(bool shared, struct tpool *tp)
         const uint64_t sh = shared ? 2 * ge + ggml_row_size(GGML_TYPE_Q8_0, QFF) * QD : 0;
         CHECK_EQ(moe_ctx_bytes_read(c), (uint64_t)QNE * QD * 4 + QK * (2 * ge + de) + sh);
     }
+    /* a batch: whole experts per pool thread == the products split over it */
+    enum { B = 4 };
+    float xb[B * QD], ob[B * QD], wb[B * QD];
+    for (int i = 0; i < B * QD; i++)
+        xb[i] = frand();
+    struct moe_ctx *c1 = moe_ctx_new(&p, B, err, sizeof err);
+    CHECK_MSG(c1, "%s", err);
+    CHECK_EQ(moe_forward(c1, &L, xb, B, wb, NULL, NULL), 0);
+    CHECK_EQ(moe_forward(c, &L, xb, B, ob, NULL, NULL), 0);
+    CHECK_MSG(memcmp(ob, wb, sizeof ob) == 0, "batch, shared %d pool %d: max diff %g", shared,
+              tp != NULL, test_max_diff(ob, wb, B * QD));
+    moe_ctx_free(c1);
     free(x);
     free(router);
     free(shr);

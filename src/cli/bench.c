@@ -337,7 +337,7 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
-    int n_ctx = o.n_prompt + o.n_gen;
+    int n_ctx = o.n_prompt + (o.n_gen > 1 ? o.n_gen : 1); /* the warm-up decodes one token (-n 0) */
     int n_blocks = (n_ctx + BENCH_KV_BLOCK - 1) / BENCH_KV_BLOCK;
     if (o.device) { /* the forward on the GPU: its own pool, the host one only a shape */
         struct llm_dev_params dp = llm_dev_default_params();
