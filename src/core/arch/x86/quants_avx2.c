@@ -455,6 +455,9 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
         unpack_k4_scales(x[i].scales, &sc, &mn);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         __m256i sumi = _mm256_setzero_si256();
+        /* unrolled: k4_scale_pair's shuffle masks become constants (GCC
+         * otherwise rebuilds them with two broadcasts per j) */
+#pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             __m256i lo = _mm256_and_si256(q, m4);
@@ -493,6 +496,9 @@ dot_n_q4_K(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_row, float
         __m256i sumi[OMNI_DOT_COLS_MAX];
         for (int c = 0; c < NC; c++)
             sumi[c] = _mm256_setzero_si256();
+        /* unrolled: k4_scale_pair's shuffle masks become constants (GCC
+         * otherwise rebuilds them with two broadcasts per j) */
+#pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             __m256i lo = _mm256_and_si256(q, m4);
@@ -538,6 +544,9 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
+        /* unrolled: k4_scale_pair's shuffle masks become constants (GCC
+         * otherwise rebuilds them with two broadcasts per j) */
+#pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             /* bit 2j of qh[l] is the 5th bit of the low nibble, 2j+1 of the high */
