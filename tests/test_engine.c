@@ -12,6 +12,7 @@
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/engine/engine.h"
+#include "src/engine/kv_pool.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -1101,6 +1102,7 @@ static void recurrent_state_case(const char *name)
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
     struct engine_params ep = small_params(true);
+    ep.state_snapshot_interval = ep.kv_block_size; /* a snapshot per block */
     struct engine *e = start(m, &ep);
     CHECK(e);
     int32_t ids[37];
@@ -1128,12 +1130,70 @@ static void recurrent_state_case(const char *name)
     CHECK_EQ(blocks_used_when_idle(e), 0);
     test_release(e);
     const struct llm_hparams *hp = llm_model_hparams(m);
-    /* K/V in the attention layers only, and each block's state snapshot */
+    /* K/V in the attention layers only, and a share of the state snapshot
+     * kept every kv_pool_snap_interval blocks */
+    const int every = kv_pool_snap_interval(m, GGML_TYPE_F16, 4);
+    CHECK(every >= 1);
     const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer) * 2 *
                          (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4 +
-                         llm_model_state_floats(m) * sizeof(float);
+                         (llm_model_state_floats(m) * sizeof(float) + (size_t)every - 1) / (size_t)every;
+    CHECK_EQ(kv_pool_block_bytes(m, GGML_TYPE_F16, 4), block);
     test_release(m);
     concurrency_identity(name, 6, 24 * block, 4, true);
+}
+
+/* A snapshot every 3 blocks of 4 tokens: a prompt sharing 30 tokens with a
+ * cached one (7 full blocks) resumes at the snapshot after block 6 (token
+ * 24) and recomputes the rest; the same prompt again resumes at token 36;
+ * with snapshots off nothing is cached. Every run gives the fresh engine's
+ * tokens. */
+static void snapshot_interval_case(const char *name)
+{
+    struct llm_model *m = golden(name);
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const int n_vocab = llm_model_hparams(m)->n_vocab;
+    int32_t a[37], b[37];
+    random_prompt(a, 37, n_vocab, 23);
+    random_prompt(b, 37, n_vocab, 29);
+    memcpy(b, a, 30 * sizeof *b); /* the shared prefix ends inside the third interval */
+    struct group g;
+    group_init(&g);
+    struct result fresh_b, ra, rb, again;
+    result_init(&fresh_b, &g);
+    result_init(&ra, &g);
+    result_init(&rb, &g);
+    result_init(&again, &g);
+    char err[256];
+    struct engine_params ep = small_params(true);
+    ep.kv_block_size = 4;
+    struct engine *e = start(m, &ep); /* b alone, nothing cached */
+    CHECK(e);
+    struct engine_request rq = greedy(b, 37, 12, &fresh_b);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(fresh_b.usage[0].cached_tokens, 0);
+    test_release(e);
+    for (int off = 0; off < 2; off++) {
+        ep.state_snapshot_interval = off ? -1 : 10; /* 10 tokens: 3 blocks */
+        e = start(m, &ep);
+        CHECK(e);
+        result_init(&ra, &g);
+        result_init(&rb, &g);
+        result_init(&again, &g);
+        rq = greedy(a, 37, 12, &ra);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        rq = greedy(b, 37, 12, &rb);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        CHECK_EQ(rb.usage[0].cached_tokens, off ? 0 : 24);
+        CHECK(memcmp(rb.tok[0], fresh_b.tok[0], sizeof rb.tok[0]) == 0);
+        rq = greedy(b, 37, 12, &again);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        CHECK_EQ(again.usage[0].cached_tokens, off ? 0 : 36);
+        CHECK(memcmp(again.tok[0], fresh_b.tok[0], sizeof again.tok[0]) == 0);
+        CHECK_EQ(blocks_used_when_idle(e), 0);
+        test_release(e);
+    }
+    test_release(m);
 }
 
 TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
@@ -1142,3 +1202,5 @@ TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
 TEST(engine_recurrent_state_qwen3next) { recurrent_state_case("qwen3next-f32"); }
 TEST(engine_recurrent_state_qwen35) { recurrent_state_case("qwen35-f32"); }
 TEST(engine_recurrent_state_qwen35moe) { recurrent_state_case("qwen35moe-f32"); }
+TEST(engine_recurrent_state_interval_lfm2) { snapshot_interval_case("lfm2-f32"); }
+TEST(engine_recurrent_state_interval_qwen35) { snapshot_interval_case("qwen35-f32"); }

@@ -139,6 +139,8 @@ struct emodel {
     int n_state_free;
     int32_t *view_slots;     /* [max_seqs] state slot of each view of a batch */
     float **b_snap;          /* [max_batch_tokens] where each token's state snapshot goes, or NULL */
+    int snap_every;          /* a snapshot after every snap_every-th block; 0: none (no prefix
+                                cache: a hybrid cannot resume without one) */
     float *logits;           /* [max_seqs][n_vocab] */
     /* engine_params.device: the forward on a GPU (llm/model_dev.h); the pool
      * then has no host K/V (kv_pool_new_shape) */
@@ -225,7 +227,8 @@ struct engine *engine_new(const struct engine_params *params, char *err, size_t 
     struct engine_params p = params ? *params : engine_default_params();
     if (p.kv_block_size < 1 || p.kv_block_size > 4096 || p.max_batch_tokens < 1 ||
         p.max_batch_tokens > (1 << 16) || p.max_seqs < 1 || p.max_seqs > 4096 ||
-        p.max_queue < 0 || p.n_threads < 0 || !engine_kv_type_name(p.kv_type)) {
+        p.max_queue < 0 || p.n_threads < 0 || !engine_kv_type_name(p.kv_type) ||
+        p.state_snapshot_interval < -1) {
         omni_fail(err, errlen, OMNI_ERR_ARG,
                   "engine: bad parameters (kv_block_size %d in 1..4096, kv_type f16/f32/q8_0, "
                   "max_batch_tokens %d in 1..65536, max_seqs %d in 1..4096, max_queue %d >= 0)",
@@ -320,6 +323,19 @@ struct llm_model *engine_model(const struct engine *e, int model)
 /* Blocks per model: the budget is shared so that every model holds the
  * same number of tokens. Default budget: half of what is available after
  * the weights, and no more than two full contexts per running sequence. */
+/* Blocks per recurrent-state snapshot (engine_params.state_snapshot_interval
+ * in tokens, rounded up to whole blocks; 0 there: the model's own interval,
+ * where snapshots take about as much memory as K/V). 0: none. */
+static int snap_interval(const struct engine *e, const struct llm_model *m)
+{
+    const int bs = e->p.kv_block_size, t = e->p.state_snapshot_interval;
+    if (!llm_model_has_state(m) || t < 0)
+        return 0;
+    return t ? (int)(((long)t + bs - 1) / bs) : kv_pool_snap_interval(m, e->p.kv_type, bs);
+}
+
+/* Blocks of each model's pool: K/V of every block, a snapshot every
+ * snap_every blocks of a hybrid's. */
 static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
 {
     const int bs = e->p.kv_block_size;
@@ -332,7 +348,9 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
                              "engine: model '%s': KV type %s needs n_head_kv * head_dim (%d) "
                              "a multiple of 32; use f16", e->models[i].name,
                              engine_kv_type_name(e->p.kv_type), kv_dim);
-        size_t b = kv_pool_block_bytes(e->models[i].m, e->p.kv_type, bs);
+        struct emodel *em = &e->models[i];
+        em->snap_every = snap_interval(e, em->m);
+        size_t b = kv_pool_block_bytes_at(em->m, e->p.kv_type, bs, em->snap_every);
         if (!b)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: KV block size overflows");
         per_block += b;
@@ -446,6 +464,13 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         }
         if (!em->pool)
             return OMNI_ERR_NOMEM;
+        if (kv_pool_snap_every(em->pool) != em->snap_every &&
+            (rc = kv_pool_set_snap_interval(em->pool, em->snap_every, err, errlen)) < 0)
+            return rc;
+        if (llm_model_has_state(em->m))
+            OMNI_DEBUG("engine: model '%s': recurrent-state snapshot every %d tokens%s", em->name,
+                      em->snap_every * e->p.kv_block_size,
+                      em->snap_every ? "" : " (none: no prefix cache for it)");
         em->ctx = llm_ctx_new(em->m, T, e->tp, err, errlen);
         if (!em->ctx)
             return OMNI_ERR_NOMEM;
@@ -492,8 +517,9 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
                   n_blocks[i], e->p.kv_block_size,
                   engine_kv_type_name(e->p.kv_type),
-                  (double)n_blocks[i] * (double)kv_pool_block_bytes(em->m, e->p.kv_type,
-                                                                     e->p.kv_block_size) /
+                  (double)n_blocks[i] * (double)kv_pool_block_bytes_at(em->m, e->p.kv_type,
+                                                                        e->p.kv_block_size,
+                                                                        em->snap_every) /
                       (1 << 20));
     }
     publish_stats(e);
@@ -1043,6 +1069,18 @@ static void seq_publish(struct emodel *em, struct seq *s)
 
 enum { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NEVER };
 
+/* Where the state after position p goes: the snapshot of p's block when p
+ * ends a block that keeps one (every snap_every-th of the sequence), else
+ * NULL (also when no snapshot slot can be had: that block then resumes
+ * nothing). */
+static float *snap_at(struct emodel *em, const struct seq *s, int p, int bs)
+{
+    const int j = p / bs;
+    if ((p + 1) % bs || !em->snap_every || (j + 1) % em->snap_every)
+        return NULL;
+    return kv_pool_snap_take(em->pool, s->blocks[j]);
+}
+
 /* Give a waiting sequence its blocks: the longest cached chain of full blocks
  * (never the last token, whose logits are needed) plus fresh ones for the
  * rest of its tokens. */
@@ -1063,6 +1101,16 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
         kv_pool_ref(pool, b);
         s->blocks[hits] = b;
         s->hashes[hits++] = parent = h;
+    }
+    /* recurrent state resumes only at a block with a snapshot: the last
+     * snapshotted boundary at or before the cached prefix; the rest is
+     * recomputed (into fresh blocks: the cached ones stay as they are) */
+    if (em->has_state) {
+        int keep = em->snap_every ? hits / em->snap_every * em->snap_every : 0;
+        while (keep > 0 && !kv_pool_block_state(pool, s->blocks[keep - 1]))
+            keep -= em->snap_every;
+        while (hits > keep)
+            kv_pool_unref(pool, s->blocks[--hits]);
     }
     const int need = (s->n_tok + bs - 1) / bs - hits;
     if (need > kv_pool_n_available(pool)) {
@@ -1460,9 +1508,8 @@ static int forward(struct engine *e, struct emodel *em)
             rope |= r->rope_pos != NULL;
             em->b_seq[n_tok] = n_views;
             em->b_want[n_tok] = !r->embed && p == it->s->n_tok - 1;
-            if (em->has_state) /* the state after a block's last token: its snapshot */
-                em->b_snap[n_tok] = (p + 1) % bs ? NULL
-                                                 : kv_pool_block_state(em->pool, it->s->blocks[p / bs]);
+            if (em->has_state)
+                em->b_snap[n_tok] = snap_at(em, it->s, p, bs);
             em->b_hid[n_tok] = r->embed && (r->pooling == EMBED_POOL_MEAN ||
                                             (r->pooling == EMBED_POOL_CLS && p == 0) ||
                                             (r->pooling == EMBED_POOL_LAST && p == it->s->n_tok - 1));
@@ -1513,8 +1560,7 @@ static int forward(struct engine *e, struct emodel *em)
             em->b_seq[i] = 0;
             em->b_want[i] = it->start + i == it->s->n_tok - 1;
             if (em->has_state)
-                em->b_snap[i] = (it->start + i + 1) % bs ? NULL
-                                : kv_pool_block_state(em->pool, it->s->blocks[(it->start + i) / bs]);
+                em->b_snap[i] = snap_at(em, it->s, it->start + i, bs);
             for (int a = 0; a < 3; a++)
                 em->b_rpos[(size_t)a * it->n + i] = rope_id(r, it->start + i, a);
         }

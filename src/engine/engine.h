@@ -61,6 +61,10 @@ struct engine_params {
     int max_queue;           /* waiting requests before submit refuses; default 256 */
     bool deterministic;      /* batch-invariant results */
     const char *prefix_cache_dir; /* persist hot prefixes there; NULL = off */
+    int state_snapshot_interval; /* models with recurrent state (hybrids): tokens between the
+                                    prefix cache's state snapshots, rounded up to whole blocks;
+                                    0 = per model (snapshots take about as much as K/V),
+                                    -1 = none (no prefix cache for them) */
     /* Where the model forward runs (read by engine_start): NULL or "cpu":
      * llm_forward here; "cuda" or "cuda:N": the GPU (llm/model_dev.h: weights
      * and the KV pool in GPU memory, the host pool keeps only the block

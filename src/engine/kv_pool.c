@@ -17,6 +17,7 @@ struct kv_block {
     int32_t ref;
     int32_t prev, next;  /* LRU links when cached; next = free-list link when free */
     int32_t hnext;       /* index chain when hashed */
+    int32_t snap;        /* its state snapshot slot, or -1 */
     bool hashed;
     uint64_t hash;
 };
@@ -31,13 +32,37 @@ struct kv_pool {
     int32_t lru_head, lru_tail;
     int32_t *bucket;             /* [mask + 1] first block of each chain, -1 if none */
     uint32_t mask;
-    /* models with recurrent state: [n_blocks][state_floats] the state after
-     * each block's last token, written by the forward that fills it */
+    /* models with recurrent state: [n_snap][state_floats] snapshots of the
+     * state after a block's last token, written by the forward that fills
+     * it; only every snap_every-th block of a sequence takes one, so there
+     * are about n_blocks / snap_every of them (kv_pool_set_snap_interval) */
     float *snap;
     size_t state_floats;
+    int n_snap, snap_every;
+    int32_t *snap_owner;         /* [n_snap] the block holding each, or -1 */
+    int32_t *snap_free;          /* [n_snap] a stack of unowned slots */
+    int n_snap_free;
 };
 
+int kv_pool_snap_interval(const struct llm_model *m, int type, int block_size)
+{
+    const size_t snap = llm_model_state_floats(m) * sizeof(float);
+    if (!snap)
+        return 0;
+    const size_t kv = kv_pool_block_bytes_at(m, type, block_size, 0);
+    if (!kv) /* no attention layer at all: nothing to weigh it against */
+        return 1;
+    const size_t n = (snap + kv - 1) / kv;
+    return n > (1 << 20) ? 1 << 20 : (int)n;
+}
+
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
+{
+    return kv_pool_block_bytes_at(m, type, block_size,
+                                  kv_pool_snap_interval(m, type, block_size));
+}
+
+size_t kv_pool_block_bytes_at(const struct llm_model *m, int type, int block_size, int every)
 {
     const struct llm_hparams *hp = llm_model_hparams(m);
     size_t bytes = llm_kv_slot_bytes(type, hp->n_head_kv * hp->head_dim);
@@ -46,8 +71,9 @@ size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
         /* layers with K/V: not lfm2's short-convolution blocks, nor Gated DeltaNet layers */
         omni_mul_size(bytes, (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer), &bytes))
         return 0;
-    /* plus the block's state snapshot (models with recurrent state) */
-    const size_t snap = llm_model_state_floats(m) * sizeof(float);
+    /* plus its share of a state snapshot (models with recurrent state) */
+    const size_t state = llm_model_state_floats(m) * sizeof(float);
+    const size_t snap = every > 0 ? (state + (size_t)every - 1) / (size_t)every : 0;
     return bytes + snap < bytes ? 0 : bytes + snap;
 }
 
@@ -92,14 +118,6 @@ static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_s
     p->b = calloc((size_t)n_blocks, sizeof *p->b);
     p->bucket = malloc((size_t)nb * sizeof *p->bucket);
     p->state_floats = llm_model_state_floats(m);
-    size_t snap_bytes = 0;
-    if (p->state_floats &&
-        (omni_mul_size(p->state_floats * sizeof(float), (size_t)n_blocks, &snap_bytes) ||
-         !(p->snap = calloc(1, snap_bytes)))) {
-        omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory for %d state snapshots",
-                  n_blocks);
-        goto fail;
-    }
     if (!p->b || !p->bucket) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "kv_pool: out of memory for %d blocks", n_blocks);
         goto fail;
@@ -108,10 +126,12 @@ static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_s
     /* free list in block order: block 0 is handed out first */
     for (int i = 0; i < n_blocks; i++)
         p->b[i] = (struct kv_block){ .prev = -1, .next = i + 1 < n_blocks ? i + 1 : -1,
-                                     .hnext = -1 };
+                                     .hnext = -1, .snap = -1 };
     p->free_head = 0;
     p->n_free = n_blocks;
     p->lru_head = p->lru_tail = -1;
+    if (kv_pool_set_snap_interval(p, kv_pool_snap_interval(m, type, block_size), err, errlen))
+        goto fail;
     return p;
 fail:
     kv_pool_free(p);
@@ -126,13 +146,82 @@ void kv_pool_free(struct kv_pool *p)
     free(p->b);
     free(p->bucket);
     free(p->snap);
+    free(p->snap_owner);
+    free(p->snap_free);
     free(p);
+}
+
+// ---- state snapshots -------------------------------------------------------------
+
+int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen)
+{
+    for (int i = 0; i < p->n_blocks; i++)
+        p->b[i].snap = -1;
+    free(p->snap);
+    free(p->snap_owner);
+    free(p->snap_free);
+    p->snap = NULL;
+    p->snap_owner = p->snap_free = NULL;
+    p->n_snap = p->n_snap_free = 0;
+    p->snap_every = p->state_floats && every > 0 ? every : 0;
+    if (!p->snap_every)
+        return 0;
+    /* a sequence of k blocks keeps k / every of them */
+    const int n = (p->n_blocks + p->snap_every - 1) / p->snap_every;
+    size_t bytes;
+    if (omni_mul_size(p->state_floats * sizeof(float), (size_t)n, &bytes) ||
+        !(p->snap = malloc(bytes)) || !(p->snap_owner = malloc((size_t)n * sizeof(int32_t))) ||
+        !(p->snap_free = malloc((size_t)n * sizeof(int32_t)))) {
+        p->snap_every = 0;
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM,
+                         "kv_pool: out of memory for %d state snapshots", n);
+    }
+    for (int i = 0; i < n; i++) {
+        p->snap_owner[i] = -1;
+        p->snap_free[i] = n - 1 - i;
+    }
+    p->n_snap = p->n_snap_free = n;
+    return 0;
+}
+
+int kv_pool_snap_every(const struct kv_pool *p) { return p->snap_every; }
+
+/* The block no longer holds what its snapshot describes: the slot goes back. */
+static void snap_drop(struct kv_pool *p, int block)
+{
+    const int32_t s = p->b[block].snap;
+    if (s < 0)
+        return;
+    p->snap_owner[s] = -1;
+    p->snap_free[p->n_snap_free++] = s;
+    p->b[block].snap = -1;
+}
+
+float *kv_pool_snap_take(struct kv_pool *p, int block)
+{
+    if (!p->snap_every || block < 0 || block >= p->n_blocks)
+        return NULL;
+    if (p->b[block].snap < 0) {
+        if (!p->n_snap_free) /* the least recently released cached block gives its up */
+            for (int32_t i = p->lru_head; i >= 0; i = p->b[i].next)
+                if (p->b[i].snap >= 0) {
+                    snap_drop(p, i);
+                    break;
+                }
+        if (!p->n_snap_free)
+            return NULL;
+        const int32_t s = p->snap_free[--p->n_snap_free];
+        p->snap_owner[s] = block;
+        p->b[block].snap = s;
+    }
+    return p->snap + (size_t)p->b[block].snap * p->state_floats;
 }
 
 float *kv_pool_block_state(struct kv_pool *p, int block)
 {
-    return p->snap && block >= 0 && block < p->n_blocks ? p->snap + (size_t)block * p->state_floats
-                                                         : NULL;
+    return block >= 0 && block < p->n_blocks && p->b[block].snap >= 0
+               ? p->snap + (size_t)p->b[block].snap * p->state_floats
+               : NULL;
 }
 
 struct llm_kv *kv_pool_kv(struct kv_pool *p) { return p->kv; }
@@ -203,7 +292,8 @@ int kv_pool_alloc(struct kv_pool *p)
     } else {
         return -1;
     }
-    p->b[block] = (struct kv_block){ .ref = 1, .prev = -1, .next = -1, .hnext = -1 };
+    snap_drop(p, block);
+    p->b[block] = (struct kv_block){ .ref = 1, .prev = -1, .next = -1, .hnext = -1, .snap = -1 };
     return block;
 }
 
@@ -225,6 +315,7 @@ void kv_pool_unref(struct kv_pool *p, int block)
     if (b->hashed) {
         lru_append(p, block);
     } else {
+        snap_drop(p, block);
         b->next = p->free_head;
         p->free_head = block;
         p->n_free++;
@@ -314,6 +405,18 @@ int kv_pool_check(const struct kv_pool *p, char *err, size_t errlen)
                                  "kv_pool: block %d hashed but not found by its hash", i);
         }
     }
+    int n_owned = 0;
+    for (int i = 0; i < p->n_blocks; i++) {
+        const int32_t s = p->b[i].snap;
+        if (s >= 0 && (s >= p->n_snap || p->snap_owner[s] != i))
+            return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                             "kv_pool: block %d's snapshot slot %d is not its own", i, s);
+        n_owned += s >= 0;
+    }
+    if (n_owned + p->n_snap_free != p->n_snap)
+        return omni_fail(err, errlen, OMNI_ERR_FORMAT,
+                         "kv_pool: %d snapshots owned + %d free of %d", n_owned, p->n_snap_free,
+                         p->n_snap);
     int n_indexed = 0;
     for (uint32_t k = 0; k <= p->mask; k++)
         for (int32_t i = p->bucket[k]; i >= 0; i = p->b[i].hnext)

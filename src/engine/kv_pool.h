@@ -31,9 +31,18 @@ struct llm_kv;
 struct kv_pool;
 
 /* Bytes one block takes for model m with this KV type and block size (K and
- * V of every layer with attention: lfm2's conv blocks have none); 0 for an
- * unsupported type (Q8_0 with a kv_dim not a multiple of 32) or overflow. */
+ * V of every layer with attention: lfm2's conv blocks have none), plus, for
+ * models with recurrent state, its share of a state snapshot kept every
+ * `every` blocks (0: none); 0 for an unsupported type (Q8_0 with a kv_dim
+ * not a multiple of 32) or overflow. kv_pool_block_bytes: at the model's
+ * kv_pool_snap_interval. */
+size_t kv_pool_block_bytes_at(const struct llm_model *m, int type, int block_size, int every);
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size);
+/* Blocks per state snapshot for a model with recurrent state: the fewest that
+ * hold at least a snapshot's bytes of K/V, so snapshots take at most about as
+ * much memory as K/V (1 for lfm2's small conv state, tens of blocks of 16 for
+ * Qwen3-Next / Qwen3.5's DeltaNet state). 0 for models without state. */
+int kv_pool_snap_interval(const struct llm_model *m, int type, int block_size);
 
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                             char *err, size_t errlen);
@@ -69,11 +78,23 @@ int kv_pool_lookup(const struct kv_pool *p, uint64_t hash);
 /* The hash a block is indexed under; false when it is not hashed. */
 bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
 
-/* Models with recurrent state (llm_model_has_state): the snapshot of a
- * sequence's state after the block's last token (llm_model_state_floats
+/* Models with recurrent state (llm_model_has_state): a snapshot of a
+ * sequence's state after a block's last token (llm_model_state_floats
  * floats), which the forward filling the block writes (llm_batch.state_snap)
  * and a sequence resuming after this block's prefix copies into its slot.
- * NULL for other models. */
+ * Only every `every`-th block of a sequence keeps one (the engine picks
+ * which), so the pool has ceil(n_blocks / every) snapshot slots; a new pool
+ * keeps them at kv_pool_snap_interval. set_snap_interval drops every
+ * snapshot and re-sizes the slots (every 0: none); OMNI_ERR_NOMEM. */
+int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen);
+int kv_pool_snap_every(const struct kv_pool *p); /* 0: no snapshots */
+/* The block's snapshot, giving it a slot when it has none: a free one, else
+ * the one of the least recently released cached block that has one (that
+ * block then no longer resumes a sequence). NULL when none can be had (the
+ * block then just keeps no snapshot) or the pool keeps none. A slot goes
+ * back when its block is freed or evicted. */
+float *kv_pool_snap_take(struct kv_pool *p, int block);
+/* The block's snapshot, or NULL when it keeps none. */
 float *kv_pool_block_state(struct kv_pool *p, int block);
 
 /* Copy the first n_slots token slots of every layer's K and V from block src
