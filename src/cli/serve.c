@@ -240,6 +240,10 @@ static void serve_usage(FILE *f)
             "  --threads N                compute threads, one budget shared by the engine, speech,\n"
             "                             vision and TTS (default: physical cores)\n"
             "  --kv-block-size N          tokens per KV block (default 16)\n"
+            "  --state-snapshot-interval TOKENS|auto|off  hybrid models (qwen3next, qwen35, lfm2):\n"
+            "                             tokens between the prefix cache's recurrent-state\n"
+            "                             snapshots (auto: snapshots about as big as the K/V;\n"
+            "                             0/off: no prefix cache for them)\n"
             "  --kv-type f16|f32|q8_0     KV cache type (default f16; q8_0 about half)\n"
             "  --kv-memory BYTES          KV pool size, K/M/G suffixes (default: from free RAM)\n"
             "  --max-batch-tokens N       tokens per engine step (default 512)\n"
@@ -397,6 +401,13 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--kv-block-size")) {
             rc = cli_long("serve", a, v, 1, 4096, &n);
             o->ep.kv_block_size = (int)n;
+        } else if (!strcmp(a, "--state-snapshot-interval")) {
+            if (!strcmp(v, "auto"))
+                o->ep.state_snapshot_interval = 0;
+            else if (!strcmp(v, "off"))
+                o->ep.state_snapshot_interval = -1;
+            else if (!(rc = cli_long("serve", a, v, 0, 1L << 20, &n)))
+                o->ep.state_snapshot_interval = n ? (int)n : -1;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
                 fprintf(stderr, "serve: --kv-type expects f16, f32 or q8_0, got '%s'\n", v);
