@@ -10,7 +10,9 @@
  *
  * Sizes are estimates (parameters x bits per weight of the quantization mix
  * llama.cpp's quantize writes); the KV cache is F16 K and V of the attention
- * layers at the given context. Pure data and arithmetic: no I/O, safe from
+ * layers at the given context, plus for hybrid models their recurrent state
+ * and the prefix cache's snapshots of it (one every kv-block-size-16 blocks
+ * as the engine picks them: about as much as the K/V). Pure data and arithmetic: no I/O, safe from
  * any thread. */
 #ifndef OMNI_CATALOG_H
 #define OMNI_CATALOG_H
@@ -36,13 +38,14 @@ struct catalog_model {
     int kv_layers;          /* layers with a KV cache (hybrids: the attention layers) */
     int n_head_kv, head_dim;
     const char *quants;     /* tags the repository has, best quality first, space separated */
+    uint64_t state_bytes;   /* hybrids: one sequence's recurrent state (conv + DeltaNet), else 0 */
 };
 
 /* The choice for one model and a memory budget. */
 struct catalog_fit {
     const struct catalog_quant *quant;
     uint64_t file_bytes;    /* estimated size of the GGUF */
-    uint64_t kv_bytes;      /* KV cache at the context asked for */
+    uint64_t kv_bytes;      /* KV cache at the context asked for (hybrids: + state snapshots) */
     uint64_t need_bytes;    /* file + KV + the server's working memory */
 };
 
