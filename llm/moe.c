@@ -14,7 +14,13 @@
  * of a few hundred rows each (every one a quantization of its input and a
  * pool wake-up). The dots are omni_matmul's for one row (same quantizer,
  * same vec_dot), and the outputs are summed in expert order as below, so the
- * result has the same bits as the product-by-product path. */
+ * result has the same bits as the product-by-product path.
+ *
+ * Several tokens with a pool (prefill, batched decode): each thread takes
+ * whole experts (largest batch first) and runs their three products on its
+ * own, so a layer is one pool wake-up instead of three per chosen expert;
+ * per-row results depend on the batch size only, and each token's k outputs
+ * are summed in expert order, so the bits are again the same. */
 #include "moe.h"
 
 #include "src/core/nn.h"
