@@ -24,7 +24,7 @@ for r in $(seq "$rounds"); do
             NF >= 4 { n = $2; s = $4; tot += n
                 if (s == "group_rows" || s ~ /act8/) q40 += n
                 else if (s ~ /tile_q8_0|tile_q4_0|tile_q5_0|omni_x86_gemm_q8_0_avx2/) q8 += n
-                else if (s ~ /tiles_Q|pack_dwords|gemm_k_pack|gemm_k_run/) k += n
+                else if (s ~ /tiles_Q|pack_dwords|gemm_k_pack|gemm_k_run|a8_/) k += n
                 else if (s ~ /vec_dot/) dot += n }
             END { printf "{\"bin\":\"%s\",\"total_ms\":%d,\"q4_0_q5_0_gemm_ms\":%d,\"q8_0_tiles_ms\":%d,\"kquant_gemm_ms\":%d,\"dots_ms\":%d,\"load\":%s}\n", b, tot, q40, q8, k, dot, l }'
     done

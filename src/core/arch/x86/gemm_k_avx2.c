@@ -336,10 +336,117 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
     }
 }
 
+// ---- q4_K: 8 activation rows interleaved ------------------------------------
+
+/* Batches of a multiple of 8 rows turn the roles around (as gemm_avx2.c's
+ * act8 kernel for q4_0/q5_0): the 8 activation rows of a few super-blocks
+ * are transposed once (lane c of register 8j + k = dword k of sub-block j
+ * of row c), and each weight row's super-block is unpacked in place and
+ * broadcast a dword at a time, so no weights are packed and every weight
+ * row streams from memory in order. Per (weight row, activation row) the
+ * integers (sumi, summ) and the float steps are those of k_tile, in the same
+ * order: the same bits. Partial sums live in y between chunks of
+ * super-blocks (a float stored and reloaded is unchanged). */
+#define A8_SB 8                               /* super-blocks per chunk */
+#define A8_BYTES (64 * 32 + 8 * 4 + 4 * 32)   /* per super-block: qs, d, summ pairs */
+
+static void a8_pack(const uint8_t *xq, size_t xq_row, int64_t i, uint8_t *o)
+{
+    const uint8_t *rows[KG_ROWS];
+    for (int c = 0; c < KG_ROWS; c++) {
+        const block_q8_K *a = (const block_q8_K *)(xq + (size_t)c * xq_row) + i;
+        rows[c] = (const uint8_t *)a->qs;
+        ((float *)(o + 2048))[c] = a->d;
+        /* bsums pair sums as int16 pairs: dword p = (b[4p]+b[4p+1], b[4p+2]+b[4p+3]) */
+        int32_t bs2[4];
+        _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                                        _mm_loadu_si128((const __m128i *)(a->bsums + 8))));
+        for (int p = 0; p < 4; p++)
+            ((int32_t *)(o + 2080))[8 * p + c] = bs2[p];
+    }
+    pack_dwords(rows, 64, o);
+}
+
+/* acc (8 activation rows) += super-block i of one q4_K weight row. */
+static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    uint64_t sc, mn;
+    k4_scales(b->scales, &sc, &mn);
+    _Alignas(32) int32_t wq[64]; /* sub-block j's 8 dwords at 8j */
+    for (int p = 0; p < 4; p++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
+        _mm256_store_si256((__m256i *)(wq + 16 * p), _mm256_and_si256(q, m4));
+        _mm256_store_si256((__m256i *)(wq + 16 * p + 8), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    }
+    const __m256i *A = (const __m256i *)o;
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const int32_t *wj = wq + 8 * j;
+        __m256i s0 = _mm256_maddubs_epi16(_mm256_set1_epi32(wj[0]), _mm256_load_si256(A + 8 * j));
+        __m256i s1 = _mm256_maddubs_epi16(_mm256_set1_epi32(wj[4]), _mm256_load_si256(A + 8 * j + 4));
+#pragma GCC unroll 4
+        for (int k = 1; k < 4; k++) { /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_set1_epi32(wj[k]), _mm256_load_si256(A + 8 * j + k)));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_set1_epi32(wj[k + 4]), _mm256_load_si256(A + 8 * j + k + 4)));
+        }
+        const uint32_t scj = (uint32_t)(sc >> (8 * j)) & 0xff;
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi32((int)(scj | scj << 16))));
+    }
+    /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]), two sub-blocks per vpmaddwd */
+    __m256i summ = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const uint32_t m2 = (uint32_t)(mn >> (16 * p)) & 0xff, m2b = (uint32_t)(mn >> (16 * p + 8)) & 0xff;
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_set1_epi32((int)(m2 | m2b << 16)),
+                                                        _mm256_load_si256((const __m256i *)(o + 2080) + p)));
+    }
+    const __m256 v = _mm256_fmsub_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), _mm256_cvtepi32_ps(sumi),
+                                     _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->dmin)), _mm256_cvtepi32_ps(summ)));
+    return _mm256_fmadd_ps(_mm256_load_ps((const float *)(o + 2048)), v, acc);
+}
+
+static void a8_rows_q4k(const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,
+                        size_t xq_row, int64_t n_batch, float *y, int64_t r0, int64_t r1)
+{
+    _Alignas(32) uint8_t apk[A8_SB * A8_BYTES];
+    const int64_t nsb = n_in / QK_K;
+    for (int64_t c0 = 0; c0 < n_batch; c0 += KG_ROWS) {
+        const uint8_t *xc = xq + (size_t)c0 * xq_row;
+        float *yc = y + c0 * n_out;
+        for (int64_t i0 = 0; i0 < nsb; i0 += A8_SB) {
+            const int64_t ni = nsb - i0 < A8_SB ? nsb - i0 : A8_SB;
+            for (int64_t i = 0; i < ni; i++)
+                a8_pack(xc, xq_row, i0 + i, apk + (size_t)i * A8_BYTES);
+            for (int64_t r = r0; r < r1; r++) {
+                const block_q4_K *b = (const block_q4_K *)(w + (size_t)r * w_row) + i0;
+                __m256 acc = _mm256_setzero_ps();
+                if (i0) { /* the sum so far, parked in y */
+                    float in[KG_ROWS];
+                    for (int c = 0; c < KG_ROWS; c++)
+                        in[c] = yc[(size_t)c * n_out + r];
+                    acc = _mm256_loadu_ps(in);
+                }
+                for (int64_t i = 0; i < ni; i++)
+                    acc = a8_q4k(b + i, apk + (size_t)i * A8_BYTES, acc);
+                float out[KG_ROWS];
+                _mm256_storeu_ps(out, acc);
+                for (int c = 0; c < KG_ROWS; c++)
+                    yc[(size_t)c * n_out + r] = out[c];
+            }
+        }
+    }
+}
+
 void omni_x86_gemm_k_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                           const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
                           int64_t r1)
 {
+    if (wtype == GGML_TYPE_Q4_K && n_batch % KG_ROWS == 0) {
+        a8_rows_q4k(w, w_row, n_in, n_out, xq, xq_row, n_batch, y, r0, r1);
+        return;
+    }
     omni_x86_gemm_k_run(wtype == GGML_TYPE_Q4_K ? tiles_Q4_K : wtype == GGML_TYPE_Q5_K ? tiles_Q5_K : tiles_Q6_K,
                         wtype, w, w_row, n_in, n_out, xq, xq_row, n_batch, y, r0, r1);
 }

@@ -1,0 +1,88 @@
+/* test_gemm_act8.c - the AVX2 int8 GEMM's activation-interleaved form for
+ * batches of a multiple of 8 rows (gemm_avx2.c's act8 for q4_0/q5_0,
+ * gemm_k_avx2.c's a8 for q4_K) on real row lengths: many blocks, and for
+ * q4_K more super-blocks than one chunk (partial sums parked in y). Every
+ * row of an 8- or 16-row batch must have the bits of the same row in a
+ * batch of 9 or 17 (the tiles and groups), and be near the float product. */
+#include "src/core/cpu.h"
+#include "src/core/matmul.h"
+#include "src/core/quant.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t act8_rng = 7;
+
+static float act8_rand(void)
+{
+    act8_rng = act8_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((act8_rng >> 40) & 0xffffff) / (float)0x800000 - 1.0f;
+}
+
+static void act8_free_tpool(void *tp) { tpool_free(tp); }
+
+TEST(gemm_act8_rows_equal_tiles)
+{
+    static const int types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K };
+    const int64_t n_in = 256 * 19, n_out = 21; /* 19 super-blocks: 3 chunks of q4_K */
+    enum { NB = 17 };
+    struct tpool *tp = tpool_new(2, NULL, 0);
+    test_defer(act8_free_tpool, tp);
+    float *x = malloc(sizeof(float) * (size_t)(n_in * NB));
+    float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
+    float *wd = malloc(sizeof(float) * (size_t)(n_in * n_out));
+    float *y8 = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *y9 = malloc(sizeof(float) * (size_t)(n_out * NB));
+    uint8_t *w = malloc(ggml_row_size(GGML_TYPE_Q8_0, n_in) * (size_t)n_out);
+    CHECK(tp && x && wf && wd && y8 && y9 && w);
+    for (int64_t i = 0; i < n_in * NB; i++)
+        x[i] = act8_rand();
+    for (int64_t i = 0; i < n_in * n_out; i++)
+        wf[i] = act8_rand() * (1.0f + (float)(i % 5));
+    const int saved = omni_cpu_level();
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int t = types[ti];
+        const size_t row = ggml_row_size(t, n_in);
+        for (int64_t r = 0; r < n_out; r++) {
+            CHECK_EQ(quantize_row(t, wf + r * n_in, w + r * row, n_in), 0);
+            CHECK_EQ(dequantize_row(t, w + r * row, wd + r * n_in, n_in), 0);
+        }
+        const struct omni_tensor wt = { .type = t, .ne = { n_in, n_out }, .data = w };
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            omni_cpu_set_level(level);
+            for (int b = 8; b < NB; b += 8) {
+                omni_matmul(tp, &wt, x, b, y8);
+                omni_matmul(tp, &wt, x, b + 1, y9);
+                for (int m = 0; m < b; m++) {
+                    if (omni_matmul_same_kernels(t, b, b + 1))
+                        CHECK_MSG(memcmp(y8 + m * n_out, y9 + m * n_out, sizeof(float) * (size_t)n_out) == 0,
+                                  "%s level %d: row %d of %d differs from the batch of %d",
+                                  ggml_type_name(t), level, m, b, b + 1);
+                    for (int64_t r = 0; r < n_out; r++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t k = 0; k < n_in; k++) {
+                            ref += (double)wd[r * n_in + k] * x[m * n_in + k];
+                            mag += fabs((double)wd[r * n_in + k] * x[m * n_in + k]);
+                        }
+                        /* activations are quantized to 8 bits: about 1% of the magnitude */
+                        CHECK_MSG(fabs(y8[m * n_out + r] - ref) <= 1e-2 * mag + 1e-3,
+                                  "%s level %d row %d out %lld: %g vs %g", ggml_type_name(t), level, m,
+                                  (long long)r, y8[m * n_out + r], ref);
+                    }
+                }
+            }
+        }
+    }
+    omni_cpu_set_level(saved);
+    free(x);
+    free(wf);
+    free(wd);
+    free(y8);
+    free(y9);
+    free(w);
+}
