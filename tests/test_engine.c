@@ -1202,5 +1202,41 @@ TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
 TEST(engine_recurrent_state_qwen3next) { recurrent_state_case("qwen3next-f32"); }
 TEST(engine_recurrent_state_qwen35) { recurrent_state_case("qwen35-f32"); }
 TEST(engine_recurrent_state_qwen35moe) { recurrent_state_case("qwen35moe-f32"); }
+/* The pool's snapshot slots: ceil(n_blocks / every) of them, taken by
+ * blocks, given up by the least recently released cached block when none
+ * is free, back when a block is freed; the invariants hold throughout. */
+TEST(kv_pool_snapshot_slots)
+{
+    struct llm_model *m = golden("lfm2-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    char err[256];
+    struct kv_pool *p = kv_pool_new(m, GGML_TYPE_F16, 4, 6, err, sizeof err);
+    CHECK(p);
+    CHECK_EQ(kv_pool_snap_every(p), kv_pool_snap_interval(m, GGML_TYPE_F16, 4));
+    CHECK_EQ(kv_pool_set_snap_interval(p, 3, err, sizeof err), 0); /* 2 slots */
+    int b[6];
+    for (int i = 0; i < 6; i++)
+        b[i] = kv_pool_alloc(p);
+    CHECK(kv_pool_block_state(p, b[0]) == NULL);
+    float *s0 = kv_pool_snap_take(p, b[0]), *s1 = kv_pool_snap_take(p, b[1]);
+    CHECK(s0 && s1 && s0 != s1);
+    CHECK(kv_pool_snap_take(p, b[0]) == s0 && kv_pool_block_state(p, b[0]) == s0);
+    CHECK(kv_pool_snap_take(p, b[2]) == NULL); /* all held by used blocks */
+    CHECK(kv_pool_publish(p, b[1], 11));
+    kv_pool_unref(p, b[1]); /* cached, keeps its snapshot */
+    CHECK(kv_pool_block_state(p, b[1]) == s1);
+    CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
+    CHECK(kv_pool_snap_take(p, b[2]) == s1); /* given up by the cached block */
+    CHECK(kv_pool_block_state(p, b[1]) == NULL && kv_pool_lookup(p, 11) == b[1]);
+    kv_pool_unref(p, b[0]); /* unhashed: freed, its slot back */
+    CHECK(kv_pool_snap_take(p, b[3]) == s0);
+    CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
+    CHECK_EQ(kv_pool_set_snap_interval(p, 0, err, sizeof err), 0);
+    CHECK(kv_pool_snap_take(p, b[3]) == NULL && kv_pool_block_state(p, b[2]) == NULL);
+    CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
+    kv_pool_free(p);
+}
+
 TEST(engine_recurrent_state_interval_lfm2) { snapshot_interval_case("lfm2-f32"); }
 TEST(engine_recurrent_state_interval_qwen35) { snapshot_interval_case("qwen35-f32"); }
