@@ -1229,6 +1229,8 @@ TEST(kv_pool_snapshot_slots)
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
     CHECK(kv_pool_snap_take(p, b[2]) == s1); /* given up by the cached block */
     CHECK(kv_pool_block_state(p, b[1]) == NULL && kv_pool_lookup(p, 11) == b[1]);
+    kv_pool_snap_move(p, b[1], b[2]); /* b[2] recomputed b[1]'s tokens */
+    CHECK(kv_pool_block_state(p, b[1]) == s1 && kv_pool_block_state(p, b[2]) == NULL);
     kv_pool_unref(p, b[0]); /* unhashed: freed, its slot back */
     CHECK(kv_pool_snap_take(p, b[3]) == s0);
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);

@@ -1061,7 +1061,10 @@ static void seq_publish(struct emodel *em, struct seq *s)
     const int bs = kv_pool_block_size(em->pool);
     for (int j = s->n_hashed; j < s->n_done / bs; j++) {
         s->hashes[j] = block_hash(s, j, bs, j ? s->hashes[j - 1] : KV_HASH_ROOT);
-        kv_pool_publish(em->pool, s->blocks[j], s->hashes[j]);
+        /* a twin already indexed (this one recomputed past the last
+         * snapshot): give it this block's snapshot if it lost its own */
+        if (!kv_pool_publish(em->pool, s->blocks[j], s->hashes[j]) && em->snap_every)
+            kv_pool_snap_move(em->pool, kv_pool_lookup(em->pool, s->hashes[j]), s->blocks[j]);
     }
     if (s->n_done / bs > s->n_hashed)
         s->n_hashed = s->n_done / bs;

@@ -217,6 +217,16 @@ float *kv_pool_snap_take(struct kv_pool *p, int block)
     return p->snap + (size_t)p->b[block].snap * p->state_floats;
 }
 
+void kv_pool_snap_move(struct kv_pool *p, int dst, int src)
+{
+    if (dst < 0 || src < 0 || dst >= p->n_blocks || src >= p->n_blocks || dst == src ||
+        p->b[src].snap < 0 || p->b[dst].snap >= 0)
+        return;
+    p->b[dst].snap = p->b[src].snap;
+    p->snap_owner[p->b[dst].snap] = dst;
+    p->b[src].snap = -1;
+}
+
 float *kv_pool_block_state(struct kv_pool *p, int block)
 {
     return block >= 0 && block < p->n_blocks && p->b[block].snap >= 0

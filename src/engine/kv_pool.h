@@ -94,6 +94,9 @@ int kv_pool_snap_every(const struct kv_pool *p); /* 0: no snapshots */
  * block then just keeps no snapshot) or the pool keeps none. A slot goes
  * back when its block is freed or evicted. */
 float *kv_pool_snap_take(struct kv_pool *p, int block);
+/* Hand src's snapshot to dst when dst has none (a recomputed block whose
+ * twin holds its hash: the indexed one is what lookups find). */
+void kv_pool_snap_move(struct kv_pool *p, int dst, int src);
 /* The block's snapshot, or NULL when it keeps none. */
 float *kv_pool_block_state(struct kv_pool *p, int block);
 
