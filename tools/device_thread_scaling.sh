@@ -57,7 +57,7 @@ stamp "bench_only compile"
 OBJ="$DEV/bench_only_obj"
 mkdir -p "$OBJ"
 SRCS="tools/bench_only/bench_only.c src/cli/bench.c src/cli/bench_util.c src/cli/args.c
-      llm/model.c llm/tokenizer.c llm/unicode.c $(ls llm/moe.c 2>/dev/null)
+      llm/model.c llm/tokenizer.c llm/unicode.c $(ls llm/moe.c llm/deltanet.c llm/model_dev.c 2>/dev/null)
       $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P 8 -I{} sh -c \
     'o='"$OBJ"'/$(echo {} | tr / _).o; '"$CC"' -std=gnu11 -O2 -march=native -pthread -I. -Itools/bench_only -I'"$DEV"'/pcre2/include -w -c {} -o $o || echo "compile failed: {}"'
