@@ -62,6 +62,7 @@ struct moe_ctx {
     struct moe_scratch *ts; /* [n_thr] */
     float *ys;             /* [max_tokens * n_used][n_embd] outputs per (token, k) slot */
     int *list;             /* [n_expert] chosen experts, most tokens first */
+    int n_list;            /* how many of list are set */
     _Atomic int next;      /* next index into list to take */
     const struct moe_layer *L;
     const float *x;
@@ -479,8 +480,10 @@ static void experts_worker(void *arg, int ith, int nth)
     const int k = c->p.n_used, d = c->p.n_embd;
     const int64_t ff = L->gate.rows;
     for (;;) {
+        /* past n_list, never a -1 sentinel: with several threads one may
+         * take the index after the sentinel, whose entry was never set */
         const int i = atomic_fetch_add(&c->next, 1);
-        if (i >= c->p.n_expert || c->list[i] < 0)
+        if (i >= c->n_list)
             break;
         const int e = c->list[i], m = c->count[e];
         const int *slots = c->order + c->start[e];
@@ -515,8 +518,7 @@ static void experts_on_pool(struct moe_ctx *c, const struct moe_layer *L, const 
         c->list[i] = e;
         c->bytes_read += L->gate.expert_bytes + L->up.expert_bytes + L->down.expert_bytes;
     }
-    if (nl < E)
-        c->list[nl] = -1;
+    c->n_list = nl;
     c->L = L;
     c->x = x;
     atomic_store(&c->next, 0);
