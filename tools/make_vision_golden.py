@@ -27,7 +27,9 @@ feature layer -2) and idefics3 (SigLIP, 64 px / patch 8, pixel shuffle 2,
 linear connector, image split into 2x2 tiles plus a global view), qwen2_5_vl
 and gemma3 (SigLIP 224 px / patch 14, 4x4 average pool to 16 tokens, soft-
 embedding RMSNorm + projection; 6-layer Gemma 3 text model whose image
-tokens attend to each other both ways; greedy tokens and top-5 logprobs).
+tokens attend to each other both ways; greedy tokens and top-5 logprobs) and
+qwen3vl (16 px patches, learned position table interpolated to the grid,
+DeepStack features added to the first LM layers, interleaved M-RoPE).
 The reference runs in float32 on the bfloat16-rounded weights.
 """
 import argparse
@@ -673,6 +675,262 @@ def build_gemma3(out, image_path, seed):
           f"{size / 1024:.0f} KiB: {sorted(os.listdir(d))}", file=sys.stderr)
 
 
+# ---- Qwen3-VL (16 px patches, learned position embeddings interpolated to
+# the grid + 2-D rotary, LayerNorm + GELU blocks, no windows; DeepStack
+# features added to the first LM layers; interleaved M-RoPE) ----
+
+QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 64 * 64, 32 * 32 * 64
+QWEN3_POS_GRID = 5                 # learned position table 5x5: interpolated to 6x10 and 4x6
+QWEN3_DEEPSTACK = [0, 2]           # vision blocks whose output feeds a DeepStack merger
+QWEN3_MROPE = [4, 2, 2]            # head_dim 16: 8 rotary pairs, t gets the rest as in [24, 20, 20]
+
+
+def qwen3_image_processor(min_pixels, max_pixels):
+    from PIL import Image
+    cls = pil_processor("Qwen2VLImageProcessor")
+    kw = dict(do_resize=True, resample=Image.BICUBIC, do_rescale=True, do_normalize=True,
+              image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_convert_rgb=True,
+              patch_size=16, temporal_patch_size=2, merge_size=2)
+    try:
+        return cls(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, **kw)
+    except (TypeError, ValueError):
+        return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
+
+
+def build_qwen3vl(out, image_path, seed):
+    """Qwen3VLForConditionalGeneration: ViT of 4 LayerNorm + GELU(tanh) blocks
+    (48 wide, 3 heads), 16 px patches, a 5x5 learned position table
+    interpolated to each grid, DeepStack mergers after blocks 0 and 2 added
+    to the outputs of LM layers 0 and 1; a 3-layer Qwen3 text model (QK-norm,
+    head_dim 16) with interleaved M-RoPE sections [4, 2, 2]."""
+    import torch
+    import transformers
+    from PIL import Image
+    name = "qwen3vl"
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tok = make_golden_bytelevel(QWEN_SPECIALS)
+    from transformers import PreTrainedTokenizerFast
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = QWEN_TEMPLATE
+    ids_of = {t: tok.token_to_id(t) for t in QWEN_SPECIALS}
+    vocab = (tok.get_vocab_size() + 31) // 32 * 32
+    vision = dict(depth=4, hidden_size=48, hidden_act="gelu_pytorch_tanh", intermediate_size=80,
+                  num_heads=3, in_channels=3, patch_size=16, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=64,
+                  num_position_embeddings=QWEN3_POS_GRID * QWEN3_POS_GRID,
+                  deepstack_visual_indexes=list(QWEN3_DEEPSTACK), initializer_range=0.1)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": list(QWEN3_MROPE),
+            "mrope_interleaved": True}
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=512, initializer_range=0.1, rms_norm_eps=1e-6,
+                rope_theta=10000.0, rope_parameters=dict(rope),
+                tie_word_embeddings=False, attention_bias=False,
+                bos_token_id=ids_of["<|endoftext|>"], eos_token_id=ids_of["<|im_end|>"])
+    cfg = transformers.Qwen3VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids_of["<|image_pad|>"],
+        video_token_id=ids_of["<|video_pad|>"], vision_start_token_id=ids_of["<|vision_start|>"],
+        vision_end_token_id=ids_of["<|vision_end|>"], tie_word_embeddings=False)
+    tc = cfg.text_config
+    rp = getattr(tc, "rope_parameters", None) or getattr(tc, "rope_scaling", None) or {}
+    if list(rp.get("mrope_section", [])) != QWEN3_MROPE:  # older releases: rope_scaling
+        tc.rope_scaling = dict(rope)
+        rp = tc.rope_scaling
+    if list(rp.get("mrope_section", [])) != QWEN3_MROPE:
+        raise RuntimeError(f"qwen3vl: mrope_section did not reach the text config: {rp}")
+    if getattr(tc, "head_dim", 16) != 16:
+        raise RuntimeError(f"qwen3vl: head_dim {tc.head_dim}")
+    cfg._attn_implementation = "eager"
+    for sub in ("vision_config", "text_config"):
+        try:
+            getattr(cfg, sub)._attn_implementation = "eager"
+        except AttributeError:
+            pass
+    torch.manual_seed(seed)
+    model = transformers.Qwen3VLForConditionalGeneration(cfg).float().eval()
+    randomize(model, torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+    image = Image.open(image_path).convert("RGB")
+    image2 = image.crop(QWEN_CROP)
+    image2.save(os.path.join(d, "image2.png"))
+    ip = qwen3_image_processor(QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS)
+    enc = [ip(images=[im], return_tensors="pt") for im in (image, image2)]
+    pv = [e["pixel_values"].float() for e in enc]
+    grids = [e["image_grid_thw"].reshape(-1, 3) for e in enc]
+    visual = submodule(model, "model.visual", "visual")
+    merge = 4
+
+    prompt = fast.apply_chat_template([{"role": "user", "content": QWEN_USER}], tokenize=False,
+                                      add_generation_prompt=True)
+    n_img_tokens = [int(g.prod()) // merge for g in grids]
+    pieces = prompt.split("<|image_pad|>")
+    assert len(pieces) == 3, pieces
+    ids = []
+    for i, piece in enumerate(pieces):
+        ids += tok.encode(piece, add_special_tokens=False).ids
+        if i < 2:
+            ids += [ids_of["<|image_pad|>"]] * n_img_tokens[i]
+    input_ids = torch.tensor([ids])
+    pixel_values = torch.cat(pv, 0)
+    grid_thw = torch.cat(grids, 0)
+
+    # what reaches the merger, each DeepStack merger and the LM (hooks work
+    # whatever the release's return types are)
+    captured = {}
+
+    def pre(key):
+        def hook(mod, args, kwargs):
+            captured.setdefault(key, (args, kwargs))
+        return hook
+
+    def post(key):
+        def hook(mod, args, output):
+            captured.setdefault(key, output[0] if isinstance(output, tuple) else output)
+        return hook
+
+    lm = submodule(model, "model.language_model", "language_model", "model")
+    hooks = [lm.register_forward_pre_hook(pre("lm"), with_kwargs=True),
+             visual.merger.register_forward_pre_hook(pre("merger_in"), with_kwargs=True),
+             visual.merger.register_forward_hook(post("merger_out")),
+             visual.blocks[0].register_forward_hook(post("block0"))]
+    for i, m in enumerate(visual.deepstack_merger_list):
+        hooks.append(m.register_forward_hook(post(f"ds{i}")))
+
+    def vision_run(px, grid):
+        captured.clear()
+        visual(px, grid_thw=grid)
+        ma, mkw = captured["merger_in"]
+        vin = (ma[0] if ma else next(v for v in mkw.values() if torch.is_tensor(v))).float()
+        feats_ = captured["merger_out"].float()
+        ds_ = torch.stack([captured[f"ds{i}"].float() for i in range(len(QWEN3_DEEPSTACK))])
+        return vin, feats_, ds_, captured["block0"].float()
+
+    with torch.no_grad():
+        vit_out, feats, ds, block0 = vision_run(pv[0], grids[0])
+        _, feats2, ds2, _ = vision_run(pv[1], grids[1])
+        if feats.shape[0] != n_img_tokens[0] or feats2.shape[0] != n_img_tokens[1]:
+            raise RuntimeError(f"qwen3vl: {feats.shape} / {feats2.shape} rows for {n_img_tokens}")
+        try:
+            posemb = visual.fast_pos_embed_interpolate(grids[0]).float()
+        except Exception as e:  # recorded only
+            print(f"qwen3vl: no fast_pos_embed_interpolate ({e!r})", file=sys.stderr)
+            posemb = None
+        patch_only = visual.patch_embed(pv[0]).float()
+
+        def run(ids_t):
+            kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
+                      image_grid_thw=grid_thw, use_cache=False)
+            mm = (ids_t == ids_of["<|image_pad|>"]).to(torch.int32)
+            try:
+                return model(mm_token_type_ids=mm, **kw)
+            except TypeError:
+                return model(**kw)
+
+        captured.clear()
+        o = run(input_ids)
+        logits = o.logits[0].float()
+        a, kw = captured["lm"]
+        pos = kw.get("position_ids")
+        if pos is None and len(a) > 2:
+            pos = a[2]
+        merged = kw.get("inputs_embeds")
+        dsv = kw.get("deepstack_visual_embeds")
+        vmask = kw.get("visual_pos_masks")
+        if merged is None or dsv is None:
+            raise RuntimeError(f"qwen3vl: LM kwargs {sorted(kw)}")
+        merged = merged[0].float()
+        dsv = torch.stack([t.float() for t in dsv])
+        ds_all = torch.cat([ds, ds2], 1)
+        ds_diff = float((dsv - ds_all).abs().max())
+        merged_diff = float((merged[input_ids[0] == ids_of["<|image_pad|>"]]
+                             - torch.cat([feats, feats2], 0)).abs().max())
+        # the same language model without DeepStack: how much the injection moves the logits
+        lm_kw = dict(inputs_embeds=merged[None], position_ids=pos, attention_mask=torch.ones_like(input_ids),
+                     use_cache=False)
+        head = model.get_output_embeddings()
+        try:  # recorded, not fatal: the C test compares against the full model's logits
+            plain = head(lm(**lm_kw).last_hidden_state)[0].float()
+            with_ds = head(lm(visual_pos_masks=vmask, deepstack_visual_embeds=list(dsv), **lm_kw)
+                           .last_hidden_state)[0].float()
+            deepstack_effect = float((plain - logits).abs().max())
+            fuse_diff = float((with_ds - logits).abs().max())
+        except Exception as e:
+            print(f"qwen3vl: the LM by hand failed ({e!r})", file=sys.stderr)
+            deepstack_effect = fuse_diff = None
+        if fuse_diff is not None and fuse_diff > 1e-4:
+            print(f"qwen3vl: warning: the LM with DeepStack by hand differs by {fuse_diff}", file=sys.stderr)
+        gen, top_ids, top_lp = [], [], []
+        cur = input_ids
+        for _ in range(6):
+            lo = run(cur).logits[0, -1].float()
+            lp = torch.log_softmax(lo, -1)
+            t5 = torch.topk(lp, 5)
+            top_ids.append(t5.indices.tolist())
+            top_lp.append(t5.values.tolist())
+            nxt = int(lo.argmax())
+            gen.append(nxt)
+            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+    for h in hooks:
+        h.remove()
+    if pos is None:
+        raise RuntimeError("qwen3vl: no position_ids reached the language model")
+    pos = pos.reshape(-1, pos.shape[-1])[-3:]  # [3][n]: temporal, height, width
+
+    model.to(torch.bfloat16).save_pretrained(d)
+    ip.save_pretrained(d)
+    fast.save_pretrained(d)
+    save_f32(os.path.join(d, "pixels.bin"), pv[0])
+    save_f32(os.path.join(d, "pixels2.bin"), pv[1])
+    save_f32(os.path.join(d, "features.bin"), feats)
+    save_f32(os.path.join(d, "features2.bin"), feats2)
+    save_f32(os.path.join(d, "deepstack.bin"), ds)       # [n_ds][rows][64]
+    save_f32(os.path.join(d, "deepstack2.bin"), ds2)
+    save_f32(os.path.join(d, "vit_out.bin"), vit_out)
+    save_f32(os.path.join(d, "block0.bin"), block0)
+    save_f32(os.path.join(d, "patch_embed.bin"), patch_only)
+    if posemb is not None:
+        save_f32(os.path.join(d, "pos_embed.bin"), posemb)
+    save_f32(os.path.join(d, "merged.bin"), merged)     # [n_tokens][64]: LM input rows
+    save_f32(os.path.join(d, "logits.bin"), logits)
+    np.asarray(pos.cpu().numpy(), dtype="<i4").tofile(os.path.join(d, "positions.bin"))
+    ref = {"case": name, "prompt": prompt, "user": QWEN_USER, "ids": ids, "n_tokens": len(ids),
+           "image_token_id": ids_of["<|image_pad|>"], "special_ids": ids_of,
+           "grid_thw": [g.reshape(-1).tolist() for g in grids],
+           "n_image_tokens": n_img_tokens, "crop": list(QWEN_CROP),
+           "min_pixels": QWEN3_MIN_PIXELS, "max_pixels": QWEN3_MAX_PIXELS,
+           "deepstack_visual_indexes": list(QWEN3_DEEPSTACK), "mrope_section": list(QWEN3_MROPE),
+           "pos_grid": QWEN3_POS_GRID,
+           "pixels_shape": list(pv[0].shape), "features_shape": list(feats.shape),
+           "deepstack_shape": list(ds.shape), "vit_out_shape": list(vit_out.shape),
+           "block0_shape": list(block0.shape), "merged_shape": list(merged.shape),
+           "pos_embed_shape": list(posemb.shape) if posemb is not None else None,
+           "vocab_size": int(logits.shape[-1]), "positions_shape": list(pos.shape),
+           "deepstack_vs_lm_kwargs_max_diff": ds_diff, "merged_vs_features_max_diff": merged_diff,
+           "lm_by_hand_max_diff": fuse_diff, "logits_without_deepstack_max_diff": deepstack_effect,
+           "greedy": gen, "greedy_text": fast.decode(gen), "top5_ids": top_ids, "top5_logprobs": top_lp,
+           "greedy_margins": [t[0] - t[1] for t in top_lp],
+           "seed": seed, "torch": torch.__version__, "transformers": transformers.__version__,
+           "image_processor": type(ip).__name__,
+           "features_abs_max": float(feats.abs().max()), "logits_std": float(logits.std())}
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    print(f"{name}: {len(ids)} tokens ({n_image_tokens_str(n_img_tokens)} image), grids {ref['grid_thw']}, "
+          f"deepstack moves the logits by {deepstack_effect}, {size / 1024:.0f} KiB: "
+          f"{sorted(os.listdir(d))}", file=sys.stderr)
+
+
+def n_image_tokens_str(n):
+    return "+".join(str(x) for x in n)
+
+
 def make_golden_bytelevel(specials):
     import make_golden  # tools/make_golden.py: the byte-level BPE builder
     return make_golden.bytelevel_tokenizer(60, make_golden.QWEN2_RE, specials)
@@ -684,7 +942,7 @@ def main():
     ap.add_argument("--image", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "..", "tests", "fixtures", "vision", "image.png"))
     ap.add_argument("--image-only", metavar="PNG", help="only write the test picture")
-    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl", "gemma3"])
+    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl", "gemma3", "qwen3vl"])
     args = ap.parse_args()
     if args.image_only:
         write_png(args.image_only, test_image())
@@ -699,13 +957,16 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     shutil.copy(args.image, os.path.join(args.out, "image.png"))
     failed = []
-    for name in args.case or list(CASES) + ["qwen2_5_vl", "gemma3"]:
+    for name in args.case or list(CASES) + ["qwen2_5_vl", "gemma3", "qwen3vl"]:
         try:
             if name == "qwen2_5_vl":
                 build_qwen(args.out, args.image, seed=5678)
                 continue
             if name == "gemma3":
                 build_gemma3(args.out, args.image, seed=6789)
+                continue
+            if name == "qwen3vl":
+                build_qwen3vl(args.out, args.image, seed=7890)
                 continue
             build(name, args.out, args.image, seed=4321 + 10 * list(CASES).index(name))
         except Exception as e:  # report every case, then fail
