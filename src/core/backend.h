@@ -60,6 +60,23 @@ struct omni_battn {
     int n_swa;                  /* sliding window (tokens), 0: none */
 };
 
+/* rope_kv: the step after q/k/v in one op - biases added (bq/bk/bv, each
+ * may be NULL), q and k rotated as rope() does, then k and v stored into
+ * slots slot[i] of the pools as kv_store() does (k keeps its rotated
+ * values too). */
+struct omni_brope_kv {
+    float *q, *k, *v;           /* [n_tok][n_head * head_dim], [n_tok][n_head_kv * head_dim] */
+    const float *bq, *bk, *bv;
+    const int32_t *pos;         /* [n_tok] */
+    int n_tok, n_head, n_head_kv, head_dim, n_rot;
+    const float *inv_freq;      /* [n_rot / 2] */
+    float attn_factor;
+    bool neox;
+    void *kc, *vc;
+    int kv_type;
+    const int64_t *slot;        /* [n_tok] */
+};
+
 struct omni_backend {
     const char *name;           /* "cpu", "cuda" */
     char device[128];           /* e.g. "NVIDIA H100 80GB HBM3", "host" */
@@ -126,6 +143,17 @@ struct omni_backend {
      * free device memory now, in bytes. */
     int (*prepare)(struct omni_backend *be, const struct omni_btensor *w);
     size_t (*mem_available)(struct omni_backend *be);
+
+    /* Optional fused ops of a decode step (NULL: the caller runs the plain
+     * ops above; llm/model_dev.c does). matmul_multi: y[i] = x . w[i]^T for
+     * i < nw (at most 3, equal cols: q, k, v from one read of x, one
+     * launch). matmul_glu: y = silu(x . w_gate^T) * (x . w_up^T) (swiglu
+     * fused). rope_kv: see struct omni_brope_kv. */
+    int (*matmul_multi)(struct omni_backend *be, int nw, const struct omni_btensor *const *w,
+                        const float *x, int n, float *const *y);
+    int (*matmul_glu)(struct omni_backend *be, const struct omni_btensor *w_gate,
+                      const struct omni_btensor *w_up, const float *x, int n, float *y);
+    int (*rope_kv)(struct omni_backend *be, const struct omni_brope_kv *r);
 
     /* Matrix types matmul and get_rows take (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, ...). */
     bool (*supports)(const struct omni_backend *be, int type);
