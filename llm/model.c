@@ -119,6 +119,9 @@ static const struct llm_family families[] = {
     /* Qwen3.5's M-RoPE sections turn alike for text positions: plain neox rope */
     [LLM_ARCH_QWEN35] = { "qwen35", .rope_neox = true, .qk_norm = true, .gdn = true },
     [LLM_ARCH_QWEN35MOE] = { "qwen35moe", .rope_neox = true, .qk_norm = true, .moe = true, .gdn = true },
+    /* Qwen3 blocks + interleaved M-RoPE + DeepStack (hparams.n_deepstack) */
+    [LLM_ARCH_QWEN3VL] = { "qwen3vl", .rope_neox = true, .qk_norm = true },
+    [LLM_ARCH_QWEN3VLMOE] = { "qwen3vlmoe", .rope_neox = true, .qk_norm = true, .moe = true },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof *families))
 
@@ -326,8 +329,13 @@ static inline int32_t rope_pos(const struct llm_hparams *hp, const struct llm_ba
 {
     if (!b->rope_pos)
         return b->pos[t];
-    const int s0 = hp->rope_sections[0], s1 = s0 + hp->rope_sections[1], s2 = s1 + hp->rope_sections[2];
-    const int stream = i < s0 ? 0 : i < s1 ? 1 : i < s2 ? 2 : 0;
+    int stream;
+    if (hp->rope_interleaved) /* qwen3vl: t h w t h w ..., the tail temporal */
+        stream = i % 3 == 1 && i < 3 * hp->rope_sections[1] ? 1 : i % 3 == 2 && i < 3 * hp->rope_sections[2] ? 2 : 0;
+    else {
+        const int s0 = hp->rope_sections[0], s1 = s0 + hp->rope_sections[1], s2 = s1 + hp->rope_sections[2];
+        stream = i < s0 ? 0 : i < s1 ? 1 : i < s2 ? 2 : 0;
+    }
     return b->rope_pos[(size_t)stream * b->n_tokens + t];
 }
 
@@ -537,7 +545,7 @@ static int load_hparams(struct loader *ld)
         return omni_fail(ld->err, ld->errlen, OMNI_ERR_UNSUPPORTED,
                          "model: %s: general.architecture '%.*s' not supported (llama, qwen2, "
                          "qwen2vl, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, lfm2, gpt-oss, qwen3next, "
-                         "qwen35, qwen35moe)", ld->path, (int)(len < 64 ? len : 64), arch);
+                         "qwen35, qwen35moe, qwen3vl, qwen3vlmoe)", ld->path, (int)(len < 64 ? len : 64), arch);
     hp->arch = (enum llm_arch)a;
     m->fam = &families[a];
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", m->fam->name);
@@ -570,8 +578,15 @@ static int load_hparams(struct loader *ld)
     /* Gemma 3's image tokens attend to each other both ways (transformers'
      * token_type_ids mask; llama.cpp decodes an image non-causally) */
     hp->embd_bidirectional = hp->arch == LLM_ARCH_GEMMA3;
-    if (hp->arch == LLM_ARCH_QWEN2VL && (rc = get_rope_sections(ld, hp)) < 0)
+    const bool qwen3vl = hp->arch == LLM_ARCH_QWEN3VL || hp->arch == LLM_ARCH_QWEN3VLMOE;
+    if ((hp->arch == LLM_ARCH_QWEN2VL || qwen3vl) && (rc = get_rope_sections(ld, hp)) < 0)
         return rc;
+    hp->rope_interleaved = qwen3vl;
+    if (qwen3vl && (rc = get_dim(ld, "n_deepstack_layers", false, &hp->n_deepstack)) < 0)
+        return rc;
+    if (hp->n_deepstack > hp->n_layer)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: %d DeepStack layers of %d",
+                         ld->path, hp->n_deepstack, hp->n_layer);
     const bool partial_ok = hp->arch == LLM_ARCH_PHI3 || m->fam->gdn;
     if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
@@ -1864,13 +1879,34 @@ static int check_batch(const struct llm_ctx *ctx, const struct llm_batch *b,
     return OMNI_OK;
 }
 
+/* DeepStack (qwen3vl): after layer l < n_deepstack, each embedding row's
+ * part l + 1 is added to its hidden state (the reference adds the vision
+ * tower's intermediate features at the image positions; text rows carry
+ * zeros). Called at the top of layer l + 1 (and after the last layer), so
+ * every family's layer body, MoE included, stays as it is. */
+static void deepstack_add(struct llm_ctx *ctx, const struct llm_batch *batch, int l)
+{
+    const struct llm_hparams *hp = &ctx->m->hp;
+    if (!batch->embd || l >= hp->n_deepstack)
+        return;
+    const int n_embd = hp->n_embd;
+    const size_t stride = (size_t)n_embd * (1 + hp->n_deepstack);
+    for (int t = 0; t < batch->n_tokens; t++) {
+        float *x = ctx->x + (size_t)t * n_embd;
+        const float *d = batch->embd + (size_t)t * stride + (size_t)(l + 1) * n_embd;
+        for (int i = 0; i < n_embd; i++)
+            x[i] += d[i];
+    }
+}
+
 int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_kv *kv,
                 const struct llm_seq_view *seqs, float *logits)
 {
     int rc = check_batch(ctx, batch, kv, seqs);
     if (rc < 0)
         return rc;
-    if (ctx->dev_forward && batch->span_last) /* device forwards are causal only */
+    /* device forwards are causal only, and add no DeepStack rows */
+    if (ctx->dev_forward && (batch->span_last || (batch->embd && ctx->m->hp.n_deepstack)))
         return OMNI_ERR_UNSUPPORTED;
     if (ctx->dev_forward)
         return ctx->dev_forward(ctx->dev_impl, batch, kv, seqs, logits);
@@ -1880,6 +1916,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
     const struct llm_hparams *hp = &m->hp;
     const int n = batch->n_tokens, n_embd = hp->n_embd, half = hp->n_rot / 2;
     const int kv_dim = hp->n_head_kv * hp->head_dim;
+    const size_t embd_stride = (size_t)n_embd * (1 + hp->n_deepstack);
     struct tpool *tp = ctx->tp;
 
     /* token embeddings */
@@ -1891,7 +1928,7 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
             for (int i = 0; m->fam->embd_scale && i < n_embd; i++)
                 x[i] *= sqrtf((float)n_embd);
         } else {
-            memcpy(x, batch->embd + (size_t)t * n_embd, (size_t)n_embd * sizeof(float));
+            memcpy(x, batch->embd + (size_t)t * embd_stride, (size_t)n_embd * sizeof(float));
         }
     }
     /* rope angles of every table (cos and sin scaled by LongRoPE's attention
@@ -1930,6 +1967,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         const struct llm_layer *L = &m->layers[l];
         tj.L = L;
         tj.layer = attn.layer = l;
+        if (l > 0)
+            deepstack_add(ctx, batch, l - 1);
 
         /* attention rmsnorm */
         for_each_token(&tj, attn_norm_step);
@@ -1986,6 +2025,8 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         matmul(ctx, &L->w_down, ctx->up, n, ctx->xn);
         for_each_token(&tj, ffn_residual_step);
     }
+
+    deepstack_add(ctx, batch, hp->n_layer - 1);
 
     /* output rmsnorm of the tokens that want logits, packed in batch order;
      * embedding rows get the same norm into their own output */

@@ -55,6 +55,7 @@ enum llm_arch {
     LLM_ARCH_PHI3, LLM_ARCH_QWEN3MOE, LLM_ARCH_SMOLLM3,
     LLM_ARCH_LFM2, LLM_ARCH_QWEN2VL, LLM_ARCH_GPTOSS,
     LLM_ARCH_QWEN3NEXT, LLM_ARCH_QWEN35, LLM_ARCH_QWEN35MOE,
+    LLM_ARCH_QWEN3VL, LLM_ARCH_QWEN3VLMOE,
 };
 
 struct llm_hparams {
@@ -83,6 +84,12 @@ struct llm_hparams {
     int n_rot;               /* rotated dims per head (rope.dimension_count, phi3 partial) */
     int rope_sections[4];    /* qwen2vl M-RoPE (rope.dimension_sections): rotary pairs turned by
                                 the temporal, height, width position (the rest: temporal) */
+    bool rope_interleaved;   /* qwen3vl: the sections interleave - pair i turns with the height
+                                when i % 3 == 1 and i < 3 * sections[1], the width when
+                                i % 3 == 2 and i < 3 * sections[2], else the temporal id */
+    int n_deepstack;         /* qwen3vl DeepStack (n_deepstack_layers): llm_batch.embd rows
+                                carry n_deepstack more n_embd-wide parts, part k added to the
+                                hidden state after layer k; 0 none */
     int n_swa;               /* sliding window of the sliding layers (tokens; 0 none) */
     float rope_theta_swa;    /* rope base of the sliding layers (gemma3 local: 10000) */
     float attn_scale;        /* query scale: attention.scale or 1/sqrt(head_dim) */
@@ -198,7 +205,9 @@ struct llm_seq_view {
 struct llm_batch {
     int n_tokens;
     const int32_t *token;     /* [n_tokens] token ids, or NULL when embd is set */
-    const float *embd;        /* [n_tokens][n_embd] input embeddings (multimodal), or NULL */
+    const float *embd;        /* [n_tokens][n_embd * (1 + n_deepstack)] input embeddings
+                                 (multimodal), or NULL; with DeepStack (qwen3vl) part k + 1 of a
+                                 row is added to its hidden state after layer k (zeros for text) */
     const int32_t *pos;       /* [n_tokens] position within the token's sequence */
     const int32_t *seq;       /* [n_tokens] index into the seqs array */
     /* [number of seqs] recurrent state slot of each sequence (models with
@@ -215,7 +224,7 @@ struct llm_batch {
      * NULL: none. Rows without want_logits skip the output projection. */
     const bool *want_hidden;
     float *hidden;
-    /* qwen2vl M-RoPE: [3][n_tokens] temporal, height, width rotary positions
+    /* qwen2vl / qwen3vl M-RoPE: [3][n_tokens] temporal, height, width rotary positions
      * (images advance them by grid, not by token); NULL = pos for all three */
     const int32_t *rope_pos;
     /* Bidirectional spans (gemma3: the rows of one image see each other both
