@@ -8,6 +8,7 @@
  *      implicitly up to n_vocab); 5. until EOF: i32 n_dims, i32 name_len,
  *      i32 type, i32 ne[n_dims], name, data (ggml row-major, no padding). */
 #include "audio/whisper_impl.h"
+#include "audio/whisper_dev.h"
 
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
@@ -669,6 +670,8 @@ void whisper_state_free(struct whisper_state *s)
 {
     if (!s)
         return;
+    if (s->dev)
+        whisper_dev_release(s->dev, s);
     whisper_work_free(s->work);
     free(s->enc_out);
     free(s->cross_k);

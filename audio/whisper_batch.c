@@ -293,6 +293,7 @@ struct whisper_batcher *whisper_batcher_new(const struct whisper_model *m, const
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: batch: out of memory");
         goto fail;
     }
+    b->work->dev = prm.dev; /* NULL: the CPU passes */
     if (pthread_create(&b->thread, NULL, batcher_main, b) != 0) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper: batch: cannot start its thread");
         goto fail;

@@ -29,6 +29,7 @@
 #include "audio/whisper.h"
 
 struct whisper_batcher;
+struct whisper_dev;
 struct compute;
 
 struct whisper_batcher_params {
@@ -41,6 +42,8 @@ struct whisper_batcher_params {
     int max_windows; /* encoder windows per pass (default 4) */
     int max_rows;    /* decoder token rows per pass (default 512; at least n_text_ctx) */
     int gather_us;   /* how long a pass waits for busy states' requests (default 1000) */
+    struct whisper_dev *dev; /* run the passes on this backend (whisper_dev.h), or NULL:
+                                the CPU; borrowed, outlives the batcher */
 };
 struct whisper_batcher_params whisper_batcher_default_params(void);
 

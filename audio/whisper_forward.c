@@ -8,6 +8,7 @@
  * many (the batcher's): the weights are read once for all of them, and only
  * attention looks at each row's own state (its caches, its window). */
 #include "audio/whisper_impl.h"
+#include "audio/whisper_dev.h"
 
 #include "src/core/omni.h"
 #include "src/core/ops.h"
@@ -326,6 +327,8 @@ int whisper_forward_encode(struct whisper_work *w, struct whisper_state *const *
                            const int *n_frames, const int *offset, const int *n_ctx, int n, char *err,
                            size_t errlen)
 {
+    if (w->dev)
+        return whisper_dev_encode(w->dev, states, mel, n_frames, offset, n_ctx, n, err, errlen);
     const struct whisper_model *m = w->m;
     const struct whisper_hparams *hp = &m->hp;
     const int d = hp->n_audio_state;
@@ -442,6 +445,8 @@ static int ensure_cache(struct whisper_state *s, int slot, char *err, size_t err
 
 int whisper_forward_decode(struct whisper_work *w, const struct whisper_row *rows, int n, char *err, size_t errlen)
 {
+    if (w->dev)
+        return whisper_dev_decode(w->dev, rows, n, err, errlen);
     const struct whisper_model *m = w->m;
     const struct whisper_hparams *hp = &m->hp;
     const int d = hp->n_text_state, nt = hp->n_text_ctx, nv = hp->n_vocab;

@@ -5,6 +5,7 @@
  * and timestamp rules, temperature fallback on compression ratio and average
  * log-probability, and no-speech detection. */
 #include "audio/whisper_impl.h"
+#include "audio/whisper_dev.h"
 
 #include "audio/mel.h"
 #include "llm/sampler.h"
@@ -124,6 +125,8 @@ static int copy_cache(struct ctx *c, int from, int to, int n)
     struct whisper_state *s = c->s;
     const struct whisper_hparams *hp = &c->m->hp;
     const size_t per_layer = (size_t)hp->n_text_ctx * hp->n_text_state;
+    if (s->dev) /* the caches live on the device (whisper_dev.h) */
+        return whisper_dev_copy_cache(s->dev, s, from, to, n, c->err, c->errlen);
     if (!s->self_k[to]) {
         s->self_k[to] = malloc(per_layer * hp->n_text_layer * sizeof(float));
         s->self_v[to] = malloc(per_layer * hp->n_text_layer * sizeof(float));

@@ -8,6 +8,7 @@
 #include "src/core/matmul.h"
 
 struct whisper_batcher;
+struct whisper_dev;
 
 #define WHISPER_N_SPECIAL 9
 
@@ -70,6 +71,7 @@ struct whisper_model {
  * demand to the windows and rows of a pass. */
 struct whisper_work {
     const struct whisper_model *m;
+    struct whisper_dev *dev;                /* passes on a backend (whisper_dev.h), or NULL */
     struct tpool *tp;
     int nth;
     /* encoder, cap_windows windows side by side */
@@ -91,6 +93,7 @@ struct whisper_state {
     struct tpool *tp;                       /* standalone: the pool (mel too); batched: NULL */
     struct whisper_work *work;              /* standalone passes; NULL when batched */
     struct whisper_batcher *batcher;        /* batched passes; NULL when standalone */
+    struct whisper_dev *dev;                /* holds this state's device caches, or NULL */
 
     /* encoder output of the window last encoded, n_ctx positions of it */
     int n_ctx;                              /* n_audio_ctx, or fewer (whisper_encode_ctx) */

@@ -60,6 +60,25 @@ struct omni_battn {
     int n_swa;                  /* sliding window (tokens), 0: none */
 };
 
+/* Attention over contiguous (non-paged) K/V sequences (Whisper: a stream's
+ * self-attention cache, its encoder window): token i (query row q[i][n_head
+ * * head_dim]) attends to keys 0 .. n_keys[i]-1 of sequence seq[i]; key j
+ * of sequence s, head h starts at element (s * seq_stride + j) * kv_row + h
+ * * head_dim of k and v. causal: n_keys[i] is pos[i] + 1 (the decoder's
+ * own cache); bidirectional: the whole window. Softmax in F32. */
+struct omni_bdense {
+    float *out;                 /* [n_tok][n_head * head_dim] */
+    const float *q;             /* [n_tok][n_head * head_dim], not yet scaled */
+    const void *k, *v;
+    int kv_type;                /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    int n_tok;
+    const int32_t *seq, *n_keys; /* [n_tok] */
+    int64_t seq_stride;         /* key rows between sequences */
+    int kv_row;                 /* elements between key rows (>= n_head * head_dim) */
+    int n_head, head_dim;
+    float scale;
+};
+
 /* rope_kv: the step after q/k/v in one op - biases added (bq/bk/bv, each
  * may be NULL), q and k rotated as rope() does, then k and v stored into
  * slots slot[i] of the pools as kv_store() does (k keeps its rotated
@@ -154,6 +173,21 @@ struct omni_backend {
     int (*matmul_glu)(struct omni_backend *be, const struct omni_btensor *w_gate,
                       const struct omni_btensor *w_up, const float *x, int n, float *y);
     int (*rope_kv)(struct omni_backend *be, const struct omni_brope_kv *r);
+
+    /* Whisper's ops (audio/whisper_dev.c); NULL where a backend lacks them.
+     * layernorm: y[r] = (x[r] - mean) / sqrt(var + eps) * w + b over rows of
+     * dim (y may be x). gelu: y = gelu(y + b) over rows of dim, the exact
+     * (erf) GELU; b NULL: none. im2col_k3: the columns of a kernel-3,
+     * padding-1 conv1d, col[t][i * 3 + k] = in(i, stride * t + k - 1) for t
+     * < n_out (0 outside 0..in_len), so that the conv is a matmul by its
+     * [out][in * 3] weights; in is [n_in][in_len] (channels_first) or
+     * [in_len][n_in]. attention_dense: see struct omni_bdense. */
+    int (*layernorm)(struct omni_backend *be, float *y, const float *x, const float *w,
+                     const float *b, int rows, int dim, float eps);
+    int (*gelu)(struct omni_backend *be, float *y, const float *b, int rows, int dim);
+    int (*im2col_k3)(struct omni_backend *be, float *col, const float *in, int n_in, int in_len,
+                     int n_out, int stride, bool channels_first);
+    int (*attention_dense)(struct omni_backend *be, const struct omni_bdense *a);
 
     /* Matrix types matmul and get_rows take (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, ...). */
     bool (*supports)(const struct omni_backend *be, int type);

@@ -231,6 +231,98 @@ static int cpu_attention(struct omni_backend *be, const struct omni_battn *a)
     return 0;
 }
 
+// ---- Whisper's ops (audio/whisper_dev.c) ------------------------------------
+
+static int cpu_layernorm(struct omni_backend *be, float *y, const float *x, const float *w,
+                         const float *b, int rows, int dim, float eps)
+{
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        omni_ops()->layernorm(y + (size_t)r * dim, x + (size_t)r * dim, w, b, dim, eps);
+    return 0;
+}
+
+static int cpu_gelu(struct omni_backend *be, float *y, const float *b, int rows, int dim)
+{
+    (void)be;
+    for (int r = 0; r < rows; r++) {
+        float *yr = y + (size_t)r * dim;
+        for (int i = 0; b && i < dim; i++)
+            yr[i] += b[i];
+        omni_ops()->gelu_erf(yr, dim);
+    }
+    return 0;
+}
+
+static int cpu_im2col_k3(struct omni_backend *be, float *col, const float *in, int n_in,
+                         int in_len, int n_out, int stride, bool channels_first)
+{
+    (void)be;
+    for (int t = 0; t < n_out; t++) {
+        float *c = col + (size_t)t * n_in * 3;
+        for (int k = 0; k < 3; k++) {
+            const int p = stride * t + k - 1;
+            const bool inside = p >= 0 && p < in_len;
+            for (int i = 0; i < n_in; i++)
+                c[i * 3 + k] = !inside         ? 0.0f
+                               : channels_first ? in[(size_t)i * in_len + p]
+                                                : in[(size_t)p * n_in + i];
+        }
+    }
+    return 0;
+}
+
+/* Per (token, head): scores through the ops.h attention loops (as the CPU
+ * forward), softmax, weighted sum. */
+static int cpu_attention_dense(struct omni_backend *be, const struct omni_bdense *a)
+{
+    (void)be;
+    const struct omni_ops *op = omni_ops();
+    const int hd = a->head_dim, qd = a->n_head * hd;
+    const bool f16 = a->kv_type == GGML_TYPE_F16;
+    const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
+    if (!f16 && a->kv_type != GGML_TYPE_F32)
+        return OMNI_ERR_UNSUPPORTED;
+    enum { CHUNK = 256 };
+    const void *rows[CHUNK];
+    for (int t = 0; t < a->n_tok; t++) {
+        const int n_keys = a->n_keys[t];
+        if (n_keys < 1)
+            return OMNI_ERR_ARG;
+        float *sc = malloc((size_t)n_keys * sizeof(float));
+        if (!sc)
+            return OMNI_ERR_NOMEM;
+        for (int h = 0; h < a->n_head; h++) {
+            const size_t at = ((size_t)a->seq[t] * a->seq_stride * a->kv_row + (size_t)h * hd) * esz;
+            const char *K = (const char *)a->k + at, *V = (const char *)a->v + at;
+            const float *q = a->q + (size_t)t * qd + h * hd;
+            float *o = a->out + (size_t)t * qd + h * hd;
+            for (int i0 = 0; i0 < n_keys; i0 += CHUNK) {
+                const int n = n_keys - i0 < CHUNK ? n_keys - i0 : CHUNK;
+                for (int i = 0; i < n; i++)
+                    rows[i] = K + (size_t)(i0 + i) * a->kv_row * esz;
+                if (f16)
+                    op->attn_scores_f16(sc + i0, q, (const uint16_t *const *)rows, n, hd, a->scale);
+                else
+                    op->attn_scores(sc + i0, q, (const float *const *)rows, n, hd, a->scale);
+            }
+            op->softmax(sc, n_keys);
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int i0 = 0; i0 < n_keys; i0 += CHUNK) {
+                const int n = n_keys - i0 < CHUNK ? n_keys - i0 : CHUNK;
+                for (int i = 0; i < n; i++)
+                    rows[i] = V + (size_t)(i0 + i) * a->kv_row * esz;
+                if (f16)
+                    op->attn_wsum_f16(o, sc + i0, (const uint16_t *const *)rows, n, hd);
+                else
+                    op->attn_wsum(o, sc + i0, (const float *const *)rows, n, hd);
+            }
+        }
+        free(sc);
+    }
+    return 0;
+}
+
 static int cpu_argmax(struct omni_backend *be, const float *x, int rows, int n, int32_t *out)
 {
     (void)be;
@@ -267,6 +359,8 @@ struct omni_backend *omni_backend_cpu_new(char *err, size_t errlen)
         .host_alloc = cpu_host_alloc, .host_free = cpu_free, .graph_begin = cpu_graph_begin,
         .graph_end = cpu_graph_end, .graph_launch = cpu_graph_launch,
         .graph_free = cpu_graph_free,
+        .layernorm = cpu_layernorm, .gelu = cpu_gelu, .im2col_k3 = cpu_im2col_k3,
+        .attention_dense = cpu_attention_dense,
     };
     snprintf(be->device, sizeof be->device, "host");
     return be;
