@@ -25,6 +25,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen2vl.h"
+#include "vision/qwen3vl.h"
 #include "vision/vision.h"
 
 struct clip_layer {
@@ -40,6 +41,7 @@ struct vision_model {
     struct vision_info info;
     char marker[48];
     struct qwen2vl_model *qv;        /* Qwen2.5-VL files: the whole tower lives there */
+    struct qwen3vl_model *q3;        /* Qwen3-VL files: likewise (vision/qwen3vl.c) */
     int n_ff;
     float eps;
     bool gelu;                       /* GELU (tanh form) in the ViT MLP; else quick GELU */
@@ -183,6 +185,7 @@ void vision_model_free(struct vision_model *m)
         return;
     free_layers(m);
     qwen2vl_free(m->qv);
+    qwen3vl_free(m->q3);
     float *v[] = { m->patch_b, m->cls, m->pos, m->pre_w, m->pre_b, m->post_w, m->post_b,
                    m->mm0_b, m->mm2_b, m->fc_data, m->soft_norm };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
@@ -309,8 +312,9 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
         in->family = VISION_IDEFICS3, in->projector = "idefics3";
     } else if (proj && len == 6 && !memcmp(proj, "gemma3", 6)) {
         in->family = VISION_GEMMA3, in->projector = "gemma3";
-    } else if (qwen2vl_is_projector(proj, len)) {
-        if (!(m->qv = qwen2vl_load(m->g, path, in, err, errlen)))
+    } else if (qwen2vl_is_projector(proj, len) || qwen3vl_is_projector(proj, len)) {
+        if (qwen3vl_is_projector(proj, len) ? !(m->q3 = qwen3vl_load(m->g, path, in, err, errlen))
+                                            : !(m->qv = qwen2vl_load(m->g, path, in, err, errlen)))
             goto fail;
         snprintf(m->marker, sizeof m->marker, "<|vision_start|><|image_pad|><|vision_end|>");
         in->file_hash = file_hash(path, &l);
@@ -321,7 +325,7 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
             goto fail;
         return m;
     } else {
-        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3, gemma3, qwen2.5vl_merger)",
+        lfail(&l, OMNI_ERR_UNSUPPORTED, "clip.projector_type '%.*s' not supported (mlp, idefics3, gemma3, qwen2.5vl_merger, qwen3vl_merger)",
               proj ? (int)(len > 40 ? 40 : len) : 6, proj ? proj : "(none)");
         goto fail;
     }
@@ -490,7 +494,7 @@ struct vision_ctx *vision_ctx_new(const struct vision_model *m, struct tpool *tp
     if (!c)
         goto oom;
     c->m = m, c->tp = tp;
-    if (m->qv)
+    if (m->qv || m->q3)
         return c; /* qwen2vl_encode sizes its scratch per image */
     const struct vision_info *in = &m->info;
     const size_t n = (size_t)m->n_pos, D = (size_t)in->n_embd;
@@ -715,7 +719,7 @@ int vision_encode_pixels(struct vision_ctx *c, const float *pixels, int n_images
     const size_t plane = (size_t)3 * in->image_size * in->image_size;
     const size_t rows = (size_t)in->tokens_per_image;
     memset(out, 0, sizeof *out);
-    if (m->qv)
+    if (m->qv || m->q3)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl images go through vision_encode_image");
     if (n_images < 1 || n_images > 1024)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images per encode", n_images);
@@ -754,6 +758,12 @@ int vision_encode_image(struct vision_ctx *c, const struct media_image *img, boo
     int rc = vision_preprocess(c->m, img, tiles, &pixels, &n_images, &rows, &cols, err, errlen);
     if (rc < 0)
         return rc;
+    if (c->m->q3) {
+        const struct qwen2vl_image qi = { pixels, rows, cols, 1 };
+        rc = qwen3vl_encode_batch(c->m->q3, c->tp, &qi, 1, NULL, NULL, NULL, out, err, errlen);
+        free(pixels);
+        return rc;
+    }
     if (c->m->qv) {
         rc = qwen2vl_encode(c->m->qv, c->tp, pixels, rows, cols, NULL, out, err, errlen);
         free(pixels);
@@ -803,7 +813,7 @@ int vision_encode_batch(struct vision_ctx *c, const struct vision_input *in, int
     for (int i = 0; i < n; i++)
         memset(&outs[i], 0, sizeof outs[i]);
     for (int i = 0; i < n && rc >= 0;) {
-        if (!c->m->qv) {
+        if (!c->m->qv && !c->m->q3) {
             rc = encode_planes(c, &in[i], cancelled, user, &outs[i], err, errlen);
             i++;
             continue;
@@ -820,7 +830,8 @@ int vision_encode_batch(struct vision_ctx *c, const struct vision_input *in, int
                                             in[i + k].frames };
             rows += r, k++;
         }
-        rc = qwen2vl_encode_batch(c->m->qv, c->tp, qi, k, cancelled, user, NULL, outs + i, err, errlen);
+        rc = c->m->q3 ? qwen3vl_encode_batch(c->m->q3, c->tp, qi, k, cancelled, user, NULL, outs + i, err, errlen)
+                      : qwen2vl_encode_batch(c->m->qv, c->tp, qi, k, cancelled, user, NULL, outs + i, err, errlen);
         i += k;
     }
     if (rc < 0)
@@ -931,8 +942,8 @@ void vision_layout_release(struct vision_layout *l)
 int vision_layout_build(const struct vision_model *m, const struct vision_embd *e,
                         struct vision_layout *out, char *err, size_t errlen)
 {
-    const int per = m->qv ? e->n_tokens : m->info.tokens_per_image;
-    const int R = m->qv ? 0 : e->tile_rows, C = e->tile_cols;
+    const int per = m->qv || m->q3 ? e->n_tokens : m->info.tokens_per_image;
+    const int R = m->qv || m->q3 ? 0 : e->tile_rows, C = e->tile_cols;
     memset(out, 0, sizeof *out);
     if (e->n_tokens != per * e->n_images || (m->info.family == VISION_IDEFICS3 && R * C + 1 != e->n_images) ||
         ((m->info.family == VISION_LLAVA || m->info.family == VISION_GEMMA3) && e->n_images != 1))
@@ -957,7 +968,7 @@ int vision_layout_build(const struct vision_model *m, const struct vision_embd *
         TEXT("<end_of_image>\n\n");
         return OMNI_OK;
     }
-    if (m->qv) { /* the marker's <|image_pad|> becomes the rows */
+    if (m->qv || m->q3) { /* the marker's <|image_pad|> becomes the rows */
         TEXT("<|vision_start|>");
         ROWS(0);
         TEXT("<|vision_end|>");

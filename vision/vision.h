@@ -41,7 +41,8 @@ struct vision_model;
 enum vision_family {
     VISION_LLAVA,    /* CLIP ViT (CLS + patches), layer feature_layer, MLP projector */
     VISION_IDEFICS3, /* SigLIP ViT, post-norm, pixel shuffle, linear connector, tiles */
-    VISION_QWEN2VL,  /* Qwen2.5-VL: dynamic resolution, window attention, 2x2 patch merger */
+    VISION_QWEN2VL,  /* Qwen2.5-VL (and Qwen3-VL, projector "qwen3vl_merger"): dynamic
+                        resolution, 2x2 patch merger, M-RoPE ids in the LM */
     VISION_GEMMA3,   /* Gemma 3: SigLIP at a fixed size, k x k average pool, RMSNorm, projection */
 };
 
@@ -60,6 +61,8 @@ struct vision_info {
     float image_mean[3], image_std[3];
     int merge_size;          /* qwen2vl: patches merged per side (2); 0 otherwise */
     int64_t min_pixels, max_pixels; /* qwen2vl: resized area bounds (multiples of 28 px sides) */
+    int n_deepstack;         /* qwen3vl: DeepStack mergers; each embedding row is then
+                                n_embd_lm * (1 + n_deepstack) floats (vision/qwen3vl.h) */
     uint64_t file_hash;      /* content hash of the mmproj file (cache key part) */
     uint64_t preprocess_hash;/* hash of every preprocessing parameter above */
 };
@@ -71,7 +74,7 @@ const struct vision_info *vision_model_info(const struct vision_model *m);
 /* Projected embeddings of one image. */
 struct vision_embd {
     int n_tokens;            /* rows */
-    int n_embd;              /* = n_embd_lm */
+    int n_embd;              /* = n_embd_lm (qwen3vl: n_embd_lm * (1 + n_deepstack)) */
     float *data;             /* [n_tokens][n_embd], malloc'ed, owned by the struct */
     int tile_rows, tile_cols;/* idefics3 grid (0 x 0: the image was one tile, no grid) */
     int n_images;            /* encoder passes: tiles + global view (llava: 1) */
