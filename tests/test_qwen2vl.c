@@ -511,7 +511,7 @@ TEST(qwen2vl_engine_greedy_matches_reference)
     for (int i = 0; i < vp.n_parts; i++) {
         const struct vision_prompt_part *pt = &vp.parts[i];
         segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
-                                           pt->grid_cols };
+                                           pt->grid_cols, pt->grid_t, pt->t_step };
         grids += pt->grid_rows > 0;
     }
     CHECK_EQ(grids, 2);

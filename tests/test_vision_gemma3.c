@@ -434,7 +434,7 @@ TEST(gemma3_engine_greedy_matches_reference)
     CHECK(s->vp.n_parts <= 4);
     for (int i = 0; i < s->vp.n_parts; i++) {
         const struct vision_prompt_part *pt = &s->vp.parts[i];
-        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, 0, 0 };
+        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, 0, 0, 0, 0 };
     }
     for (int small = 0; small < 2; small++) {
         struct engine_params ep = engine_default_params();

@@ -183,6 +183,8 @@ def convert_qwen_mmproj(model_dir, out, type_name, cfg, path):
     w.add("clip.projector_type", "qwen2.5vl_merger")
     w.add("clip.use_silu", True)
     w.add("clip.vision.n_wa_pattern", int(full[0]) + 1, gguf.GGUF_UINT32)
+    # M-RoPE temporal ids per second of video (omniserve's key; llama.cpp's files lack it)
+    w.add("clip.vision.tokens_per_second", int(v.get("tokens_per_second") or 2), gguf.GGUF_UINT32)
     w.add("clip.vision.image_size", int(v.get("image_size", 560)), gguf.GGUF_UINT32)
     w.add("clip.vision.patch_size", v["patch_size"], gguf.GGUF_UINT32)
     w.add("clip.vision.embedding_length", v["hidden_size"], gguf.GGUF_UINT32)

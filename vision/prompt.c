@@ -155,12 +155,17 @@ int vision_prompt_build(const struct vision_model *m, const struct tokenizer *to
             if ((rc = flush(&b)) < 0)
                 break;
             rc = add_part(&b, e->data + (size_t)lay.seg[i].row0 * e->n_embd, lay.seg[i].n_rows, e->key_hash);
-            /* a qwen2vl image is one run of rows over its merged grid: the
-             * language model's M-RoPE ids follow the grid */
+            /* a qwen2vl image is one run of rows over its merged grid, a
+             * video grid_t such grids: the language model's M-RoPE ids
+             * follow the grid (and the video's time) */
+            const int64_t n_grid = (int64_t)(e->grid_t > 0 ? e->grid_t : 1) * e->tile_rows * e->tile_cols;
             if (rc == OMNI_OK && vision_model_info(m)->family == VISION_QWEN2VL &&
-                e->tile_rows * e->tile_cols == lay.seg[i].n_rows) {
-                out->parts[out->n_parts - 1].grid_rows = e->tile_rows;
-                out->parts[out->n_parts - 1].grid_cols = e->tile_cols;
+                n_grid == lay.seg[i].n_rows) {
+                struct vision_prompt_part *pt = &out->parts[out->n_parts - 1];
+                pt->grid_rows = e->tile_rows;
+                pt->grid_cols = e->tile_cols;
+                pt->grid_t = e->grid_t;
+                pt->t_step = e->t_step;
             }
         }
         vision_layout_release(&lay);

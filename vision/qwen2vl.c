@@ -317,6 +317,11 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
         in->max_pixels = QWEN2VL_MAX_ROWS * unit;
     if (in->min_pixels > in->max_pixels)
         in->min_pixels = in->max_pixels;
+    /* Qwen2.5-VL's vision_config.tokens_per_second (2 in every released
+     * checkpoint; llama.cpp's converter does not write it) */
+    in->tokens_per_second = 2;
+    if (qkey(&l, "clip.vision.tokens_per_second", &in->tokens_per_second, false, 1 << 16))
+        goto fail;
     in->image_size = P * q->merge; /* no fixed input: sides are multiples of this */
     in->tokens_per_image = 0; /* depends on the image */
     return q;
@@ -763,35 +768,57 @@ float *qwen2vl_pair_frames(const float *a, const float *b, int n, int P)
 
 // ---- M-RoPE positions ------------------------------------------------------------
 
-int qwen2vl_mrope_positions(const int32_t *ids, int n, int32_t image_token, const int (*grids)[2],
-                            int n_images, int32_t *pos, char *err, size_t errlen)
+int qwen2vl_mrope_positions_av(const int32_t *ids, int n, int32_t image_token, int32_t video_token,
+                               const struct qwen2vl_grid *grids, int n_grids, int32_t *pos, char *err,
+                               size_t errlen)
 {
     int32_t *t = pos, *h = pos + n, *w = pos + 2 * (size_t)n;
     int32_t next = 0;
-    int img = 0;
+    int g = 0;
     for (int i = 0; i < n;) {
-        if (ids[i] != image_token) {
+        const int32_t id = ids[i];
+        if (id != image_token && id != video_token) {
             t[i] = h[i] = w[i] = next++;
             i++;
             continue;
         }
         int run = 0;
-        while (i + run < n && ids[i + run] == image_token)
+        while (i + run < n && ids[i + run] == id)
             run++;
-        if (img >= n_images || grids[img][0] < 1 || grids[img][1] < 1 ||
-            (int64_t)grids[img][0] * grids[img][1] != run)
-            return omni_fail(err, errlen, OMNI_ERR_ARG,
-                             "vision: image run %d of %d tokens does not match its grid", img, run);
-        const int rows = grids[img][0], cols = grids[img][1];
+        const struct qwen2vl_grid *gr = g < n_grids ? &grids[g] : NULL;
+        const int gt = gr && id == video_token ? gr->t : 1;
+        if (!gr || gr->rows < 1 || gr->cols < 1 || gt < 1 || (id == image_token && gr->t > 1) ||
+            (int64_t)gt * gr->rows * gr->cols != run || !(gr->t_step >= 0 && gr->t_step <= 1e6))
+            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %s run %d of %d tokens does not match its grid",
+                             id == image_token ? "image" : "video", g, run);
+        const int rows = gr->rows, cols = gr->cols, per = rows * cols;
+        int32_t top = (rows > cols ? rows : cols) - 1;
         for (int k = 0; k < run; k++) {
-            t[i + k] = next;
-            h[i + k] = next + k / cols;
+            /* the published get_rope_index: time in float, truncated */
+            const int32_t dt = k >= per ? (int32_t)((double)(k / per) * gr->t_step + 1e-6) : 0;
+            t[i + k] = next + dt;
+            h[i + k] = next + (k % per) / cols;
             w[i + k] = next + k % cols;
+            top = dt > top ? dt : top;
         }
-        next += rows > cols ? rows : cols;
-        i += run, img++;
+        next += top + 1;
+        i += run, g++;
     }
-    if (img != n_images)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d images but %d image runs", n_images, img);
+    if (g != n_grids)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: %d grids but %d image and video runs", n_grids, g);
     return next;
+}
+
+int qwen2vl_mrope_positions(const int32_t *ids, int n, int32_t image_token, const int (*grids)[2],
+                            int n_images, int32_t *pos, char *err, size_t errlen)
+{
+    struct qwen2vl_grid *g = malloc(sizeof *g * (size_t)(n_images > 0 ? n_images : 1));
+    if (!g)
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    for (int i = 0; i < n_images; i++)
+        g[i] = (struct qwen2vl_grid){ .t = 1, .rows = grids[i][0], .cols = grids[i][1] };
+    /* no video token: image runs only */
+    int rc = qwen2vl_mrope_positions_av(ids, n, image_token, image_token, g, n_images, pos, err, errlen);
+    free(g);
+    return rc;
 }

@@ -82,7 +82,7 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
 void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_seg);
 
 /* M-RoPE position ids of a Qwen2-VL / 2.5-VL prompt, as the reference's
- * get_rope_index computes them for still images: a text token advances all
+ * get_rope_index computes them for still images (videos: below): a text token advances all
  * three ids (temporal, height, width) by one; a run of image_token ids is
  * the next image of grids (merged rows x columns, in order) and gets
  * temporal = s, height = s + row, width = s + column, s being one past the
@@ -92,5 +92,25 @@ void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_
  * negative enum omni_err when the runs do not match the grids. */
 int qwen2vl_mrope_positions(const int32_t *ids, int n, int32_t image_token, const int (*grids)[2],
                             int n_images, int32_t *pos, char *err, size_t errlen);
+
+/* The same with videos, as the published get_rope_index does it: a run of
+ * video_token ids is the next grid's t temporal patches of rows x cols,
+ * patch k at temporal id s + floor(k * t_step) (t_step = second_per_grid_t
+ * * tokens_per_second, second_per_grid_t = 2 / the sampled fps), height
+ * and width as an image's; the text after it continues one past the
+ * largest id. grids[] go with the image and video runs in prompt order
+ * (t = 1 for an image). (transformers 5.x rewrote this: it truncates
+ * second_per_grid_t to an integer and continues the text at s + max(rows,
+ * cols) even when the video's time went further; both agree while
+ * second_per_grid_t is a whole number and the clip's last temporal id
+ * stays under max(rows, cols) - tests/fixtures/vision/qwen2_5_vl/
+ * clip_reference.json records both against transformers.) */
+struct qwen2vl_grid {
+    int t, rows, cols;           /* temporal patches (1 for an image), merged rows and columns */
+    float t_step;                /* video: temporal ids per temporal patch */
+};
+int qwen2vl_mrope_positions_av(const int32_t *ids, int n, int32_t image_token, int32_t video_token,
+                               const struct qwen2vl_grid *grids, int n_grids, int32_t *pos, char *err,
+                               size_t errlen);
 
 #endif

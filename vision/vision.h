@@ -61,6 +61,8 @@ struct vision_info {
     float image_mean[3], image_std[3];
     int merge_size;          /* qwen2vl: patches merged per side (2); 0 otherwise */
     int64_t min_pixels, max_pixels; /* qwen2vl: resized area bounds (multiples of 28 px sides) */
+    int tokens_per_second;   /* qwen2vl: M-RoPE temporal ids per second of video
+                                (clip.vision.tokens_per_second; 2 when the file lacks it) */
     int n_deepstack;         /* qwen3vl: DeepStack mergers; each embedding row is then
                                 n_embd_lm * (1 + n_deepstack) floats (vision/qwen3vl.h) */
     uint64_t file_hash;      /* content hash of the mmproj file (cache key part) */
@@ -79,6 +81,10 @@ struct vision_embd {
     int tile_rows, tile_cols;/* idefics3 grid (0 x 0: the image was one tile, no grid) */
     int n_images;            /* encoder passes: tiles + global view (llava: 1) */
     uint64_t key_hash;       /* the cache key this came from (media hash for prefix caching) */
+    int grid_t;              /* qwen2vl video: temporal patches of tile_rows x tile_cols rows each
+                                (n_tokens = grid_t * rows * cols); 0: an image */
+    float t_step;            /* qwen2vl video: M-RoPE temporal ids per temporal patch
+                                (second_per_grid_t * tokens_per_second; patch k at floor(k * t_step)) */
 };
 void vision_embd_release(struct vision_embd *e);
 
@@ -171,6 +177,8 @@ struct vision_prompt_part {
     int n;
     uint64_t media_hash;     /* the image's key_hash for rows; 0 for tokens */
     int grid_rows, grid_cols;/* qwen2vl rows: the image's merged grid (M-RoPE ids); else 0 */
+    int grid_t;              /* qwen2vl video rows: temporal patches (vision_embd.grid_t); else 0 */
+    float t_step;            /* qwen2vl video rows: vision_embd.t_step */
 };
 struct vision_prompt {
     int n_parts;

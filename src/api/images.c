@@ -144,13 +144,45 @@ struct images_reader {
     void *user;
 };
 
-/* The bytes of an image part: 1 (*out malloc'ed), 2 for a video, 0 when
- * the part is no image, -1 with a 400 (413 past a byte limit). With rd
- * NULL the part is only recognised (and an Anthropic source's shape
- * checked): nothing is read or decoded. OpenAI: {"type": "image_url" |
- * "input_image" | "video_url", "image_url" / "video_url": {"url": URL} or
- * the URL string}; Anthropic: {"type": "image", "source": {"type": "base64",
- * "data": ...} or {"type": "url", "url": URL}}. URL: data:...;base64,..., http(s)://..., file:///... */
+/* The bytes behind a URL (data:...;base64,..., http(s)://..., file:///...):
+ * 0 (*out malloc'ed) or -1 with a 400 (413 past a byte limit). */
+static int url_bytes(const struct api_images_pool *p, const struct images_reader *rd, const char *url,
+                     const char *field, uint8_t **out, size_t *n, struct api_error *e)
+{
+    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
+        struct download_fetch_params fp = download_fetch_default_params();
+        fp.max_bytes = p->p.max_url_bytes;
+        fp.timeout_s = p->p.url_timeout_s;
+        fp.allow_private = p->p.allow_private_urls;
+        fp.cancel = rd->cancelled;
+        fp.cancel_user = rd->user;
+        char err[256];
+        int rc = download_fetch(&fp, url, out, n, err, sizeof err);
+        if (rc < 0)
+            return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : rc == OMNI_ERR_LIMIT ? 413 : 400,
+                                 field, "'%s': %s", field, err);
+        return 0;
+    }
+    if (!strncasecmp(url, "file://", 7))
+        return read_file_url(p, url, field, out, n, e) < 0 ? -1 : 0;
+    const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
+    if (!comma)
+        return api_error_set(e, 400, field, "'%s': expected a data:, http(s):// or file:// URL",
+                             field);
+    if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
+        return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
+    return decode_base64(comma + 1, field, out, n, e) < 0 ? -1 : 0;
+}
+
+/* The bytes of an image part: 1 (*out malloc'ed), 2 for a video, 3 for a
+ * video given as frames (read by read_frames), 0 when the part is no
+ * image, -1 with a 400 (413 past a byte limit). With rd NULL the part is
+ * only recognised (and an Anthropic source's shape checked): nothing is
+ * read or decoded. OpenAI: {"type": "image_url" | "input_image" |
+ * "video_url", "image_url" / "video_url": {"url": URL} or the URL string};
+ * Qwen's message format: {"type": "video", "video": URL or [frame URLs]};
+ * Anthropic: {"type": "image", "source": {"type": "base64", "data": ...}
+ * or {"type": "url", "url": URL}}. */
 static int part_bytes(const struct api_images_pool *p, const struct images_reader *rd,
                       const cJSON *part, const char *field, uint8_t **out, size_t *n,
                       struct api_error *e)
@@ -176,6 +208,16 @@ static int part_bytes(const struct api_images_pool *p, const struct images_reade
             return 1; /* counting only: the worker decodes it */
         if (b64)
             return decode_base64(data->valuestring, field, out, n, e) < 0 ? -1 : 1;
+    } else if (!strcmp(type->valuestring, "video")) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(part, "video");
+        if (!cJSON_IsString(v) && !cJSON_IsArray(v))
+            return api_error_set(e, 400, field, "'%s': \"video\" must be a URL or an array of frame "
+                                 "URLs", field);
+        if (!rd)
+            return 1; /* counting only */
+        if (cJSON_IsArray(v))
+            return 3;
+        u = v, kind = 2;
     } else {
         const char *key = !strcmp(type->valuestring, "video_url") ? "video_url" : "image_url";
         if (strcmp(type->valuestring, "image_url") != 0 && strcmp(type->valuestring, "input_image") != 0 &&
@@ -189,29 +231,7 @@ static int part_bytes(const struct api_images_pool *p, const struct images_reade
             u = cJSON_GetObjectItemCaseSensitive(u, "url");
     }
     const char *url = cJSON_IsString(u) ? u->valuestring : "";
-    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
-        struct download_fetch_params fp = download_fetch_default_params();
-        fp.max_bytes = p->p.max_url_bytes;
-        fp.timeout_s = p->p.url_timeout_s;
-        fp.allow_private = p->p.allow_private_urls;
-        fp.cancel = rd->cancelled;
-        fp.cancel_user = rd->user;
-        char err[256];
-        int rc = download_fetch(&fp, url, out, n, err, sizeof err);
-        if (rc < 0)
-            return api_error_set(e, rc == OMNI_ERR_NOMEM ? 500 : rc == OMNI_ERR_LIMIT ? 413 : 400,
-                                 field, "'%s': %s", field, err);
-        return kind;
-    }
-    if (!strncasecmp(url, "file://", 7))
-        return read_file_url(p, url, field, out, n, e) < 0 ? -1 : kind;
-    const char *comma = strncmp(url, "data:", 5) == 0 ? strchr(url, ',') : NULL;
-    if (!comma)
-        return api_error_set(e, 400, field, "'%s': expected a data:, http(s):// or file:// URL",
-                             field);
-    if (comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
-        return api_error_set(e, 400, field, "'%s': the data: URL must be base64", field);
-    return decode_base64(comma + 1, field, out, n, e) < 0 ? -1 : kind;
+    return url_bytes(p, rd, url, field, out, n, e) < 0 ? -1 : kind;
 }
 
 // ---- encoding -------------------------------------------------------------------
@@ -294,13 +314,13 @@ static int pending_flush(struct api_images_pool *p, struct api_images *im, struc
     return api_error_set(e, rc == OMNI_ERR_LIMIT ? 503 : 500, NULL, "%s", err);
 }
 
-/* Preprocessed pixels (in->pixels malloc'ed, now the queue's) into the
- * next slot of im, to be encoded. */
+/* Preprocessed pixels (in->pixels malloc'ed, now the queue's) into slot
+ * of im (-1: the next one), to be encoded. */
 static int pending_push(struct api_images_pool *p, struct api_images *im, struct pending *pd,
-                        const struct vision_input *in, uint64_t key, const char *field,
+                        const struct vision_input *in, int slot, uint64_t key, const char *field,
                         int (*cancelled)(void *user), void *user, struct api_error *e)
 {
-    if (im->n == p->p.max_images) {
+    if (slot < 0 && im->n == p->p.max_images) {
         free((float *)in->pixels);
         return api_error_set(e, 400, field, "more than %d images or video frames in one request "
                              "(--max-images)", p->p.max_images);
@@ -310,19 +330,20 @@ static int pending_push(struct api_images_pool *p, struct api_images *im, struct
                               ? (size_t)in->tile_rows * in->tile_cols * 3 * (in->frames == 2 ? 2 : 1) *
                                     vi->patch_size * vi->patch_size
                               : (size_t)in->n_images * 3 * vi->image_size * vi->image_size;
-    pd->in[pd->n] = *in, pd->slot[pd->n] = im->n++, pd->key[pd->n] = key;
+    pd->in[pd->n] = *in, pd->slot[pd->n] = slot < 0 ? im->n++ : slot, pd->key[pd->n] = key;
     pd->n++;
     pd->bytes += floats * sizeof(float);
     return pd->bytes > PENDING_MAX_BYTES ? pending_flush(p, im, pd, cancelled, user, e) : 0;
 }
 
-/* img (decoded) preprocessed into the next slot of im, to be encoded. */
+/* img (decoded) preprocessed into slot of im (-1: the next), to be encoded. */
 static int pending_add(struct api_images_pool *p, struct api_images *im, struct pending *pd,
-                       const struct media_image *img, bool tiles, uint64_t key, const char *field,
-                       int (*cancelled)(void *user), void *user, struct api_error *e)
+                       const struct media_image *img, bool tiles, int slot, uint64_t key,
+                       const char *field, int (*cancelled)(void *user), void *user,
+                       struct api_error *e)
 {
     char err[256];
-    if (im->n == p->p.max_images)
+    if (slot < 0 && im->n == p->p.max_images)
         return api_error_set(e, 400, field, "more than %d images or video frames in one request "
                              "(--max-images)", p->p.max_images);
     struct vision_input in = { .frames = 1 };
@@ -332,14 +353,15 @@ static int pending_add(struct api_images_pool *p, struct api_images *im, struct 
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
     in.pixels = pixels;
-    return pending_push(p, im, pd, &in, key, field, cancelled, user, e);
+    return pending_push(p, im, pd, &in, slot, key, field, cancelled, user, e);
 }
 
-/* Qwen2.5-VL: frames a and b (of one size) as one temporal patch. */
+/* Qwen2.5-VL: frames a and b (of one size) as one temporal patch, into
+ * slot of im. */
 static int pending_add_pair(struct api_images_pool *p, struct api_images *im, struct pending *pd,
-                            const struct media_image *a, const struct media_image *b, uint64_t key,
-                            const char *field, int (*cancelled)(void *user), void *user,
-                            struct api_error *e)
+                            const struct media_image *a, const struct media_image *b, int slot,
+                            uint64_t key, const char *field, int (*cancelled)(void *user),
+                            void *user, struct api_error *e)
 {
     char err[256];
     float *pa = NULL, *pb = NULL;
@@ -357,7 +379,7 @@ static int pending_add_pair(struct api_images_pool *p, struct api_images *im, st
         return ra == rb && ca == cb ? api_error_set(e, 500, NULL, "out of memory")
                                     : api_error_set(e, 400, field, "'%s': the video's frames change size", field);
     const struct vision_input in = { pair, 1, ra, ca, 2 };
-    return pending_push(p, im, pd, &in, key, field, cancelled, user, e);
+    return pending_push(p, im, pd, &in, slot, key, field, cancelled, user, e);
 }
 
 /* An image part: the cache's rows, or decoded and pending. */
@@ -379,51 +401,95 @@ static int take_image(struct api_images_pool *p, const uint8_t *bytes, size_t n,
     int rc = media_image_decode(bytes, n, &ip, &img, err, sizeof err);
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
-    rc = pending_add(p, im, pd, &img, true, key, field, cancelled, user, e);
+    rc = pending_add(p, im, pd, &img, true, -1, key, field, cancelled, user, e);
     media_image_release(&img);
     return rc;
 }
 
+/* A Qwen2.5-VL video: slots [first, first + count) of im hold its
+ * temporal patches (each a frame pair's rows, cached on its own) until
+ * merge_videos makes them one embedding of grid_t = count patches. */
+struct video_group {
+    int first, count;
+    float t_step;               /* M-RoPE temporal ids per temporal patch */
+};
+
+/* second_per_grid_t (2 frames / the sampled fps) * tokens_per_second: how
+ * far Qwen2.5-VL's temporal rotary id moves per temporal patch. */
+static float video_t_step(const struct api_images_pool *p, double fps)
+{
+    return (float)(2.0 / fps * vision_model_info(p->vm)->tokens_per_second);
+}
+
 /* A clip sampled (seeking, media_video_sample) into frames, each an image
- * of one global view - or, for Qwen2.5-VL, a temporal patch of two frames
+ * of one global view - or, for Qwen2.5-VL, temporal patches of two frames
  * as its video processor makes them (an odd last frame paired with
- * itself): half the rows and encoder work of frame-by-frame images. Cached
- * per image by the clip's bytes, the sampling settings and the index (per
- * frame: the key vision_encode_video uses). *n_images: the images (markers)
- * it became. Past max_images the request is refused. */
+ * itself), recorded in *vg to become one video. Cached per image by the
+ * clip's bytes, the sampling settings and the index; when the clip's
+ * duration fixes its frames and the cache has them all, nothing is
+ * decoded. *n_images: the markers it became (a Qwen2.5-VL video: 1). Past
+ * max_images the request is refused. */
 static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n, double fps,
                       int max_frames, const char *field, struct api_images *im, struct pending *pd,
-                      int *n_images, int (*cancelled)(void *user), void *user,
-                      struct api_error *e)
+                      struct video_group *vg, int *n_images, int (*cancelled)(void *user),
+                      void *user, struct api_error *e)
 {
     char err[256];
     struct media_video_params vp = video_params(p, fps, max_frames);
-    struct media_video_frames v;
-    int rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err);
+    struct media_video_frames v = { 0 };
+    struct media_video_info info;
+    int rc = media_video_probe(bytes, n, &vp, &info, err, sizeof err);
+    int n_frames = rc >= 0 && info.duration_s > 0 ? info.n_frames : 0;
+    if (rc >= 0 && !n_frames) /* an unknown duration: the frames decide */
+        rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err);
     if (rc < 0)
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
+    n_frames = n_frames ? n_frames : v.n_frames;
     const bool pairs = vision_model_info(p->vm)->family == VISION_QWEN2VL;
-    const int step = pairs ? 2 : 1;
-    *n_images = (v.n_frames + step - 1) / step;
-    if (im->n + *n_images > p->p.max_images) {
+    const int step = pairs ? 2 : 1, count = (n_frames + step - 1) / step;
+    uint64_t *keys = malloc(sizeof *keys * (size_t)(count > 0 ? count : 1));
+    if (!keys || im->n + count > p->p.max_images) {
+        free(keys);
         media_video_frames_release(&v);
-        return api_error_set(e, 400, field, "more than %d images or video frames in one request "
-                             "(--max-images)", p->p.max_images);
+        return keys ? api_error_set(e, 400, field, "more than %d images or video frames in one "
+                                    "request (--max-images)", p->p.max_images)
+                    : api_error_set(e, 500, NULL, "out of memory");
     }
     const uint64_t base = vision_cache_key(p->vm, bytes, n);
-    for (int i = 0; i < v.n_frames && rc >= 0; i += step) {
-        struct { uint64_t base; int index, max_frames; double fps; } k = { base, i, vp.max_frames, vp.fps };
-        const uint64_t key = vision_hash(pairs ? 0x7669646570ULL : 0x766964656fULL, &k, sizeof k);
-        if (p->cache && vision_cache_get(p->cache, key, &im->e[im->n])) {
-            im->e[im->n++].key_hash = key;
-            continue;
-        }
-        if (pairs)
-            rc = pending_add_pair(p, im, pd, &v.frames[i], &v.frames[i + 1 < v.n_frames ? i + 1 : i],
-                                  key, field, cancelled, user, e);
+    const int first = im->n;
+    im->n += count;
+    bool missing = false;
+    for (int i = 0; i < count; i++) {
+        struct { uint64_t base; int index, max_frames; double fps; } k = { base, i * step, vp.max_frames, vp.fps };
+        keys[i] = vision_hash(pairs ? 0x7669646570ULL : 0x766964656fULL, &k, sizeof k);
+        if (p->cache && vision_cache_get(p->cache, keys[i], &im->e[first + i]))
+            im->e[first + i].key_hash = keys[i];
         else
-            rc = pending_add(p, im, pd, &v.frames[i], false, key, field, cancelled, user, e);
+            missing = true;
     }
+    rc = 0;
+    if (missing && !v.n_frames && (rc = media_video_sample(bytes, n, &vp, &v, err, sizeof err)) < 0)
+        api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
+    else if (missing && v.n_frames != n_frames)
+        rc = api_error_set(e, 400, field, "'%s': the clip gave %d frames where its duration says %d",
+                           field, v.n_frames, n_frames);
+    for (int i = 0; i < count && missing && rc >= 0; i++) {
+        const int f = i * step;
+        if (im->e[first + i].data)
+            continue; /* from the cache */
+        if (pairs)
+            rc = pending_add_pair(p, im, pd, &v.frames[f], &v.frames[f + 1 < v.n_frames ? f + 1 : f],
+                                  first + i, keys[i], field, cancelled, user, e);
+        else
+            rc = pending_add(p, im, pd, &v.frames[f], false, first + i, keys[i], field, cancelled,
+                             user, e);
+    }
+    *n_images = pairs ? 1 : count;
+    if (pairs) { /* the rate the frames were taken at: spread over the clip, as qwen-vl-utils' sample_fps */
+        const double dur = info.duration_s > 0 ? info.duration_s : v.duration_s;
+        *vg = (struct video_group){ first, count, video_t_step(p, dur > 0 ? n_frames / dur : vp.fps) };
+    }
+    free(keys);
     media_video_frames_release(&v);
     return rc < 0 ? -1 : 0;
 }
@@ -485,10 +551,63 @@ struct take_part {
     char field[64];
     uint8_t *bytes;     /* malloc'ed */
     size_t n;
-    int kind;           /* 1 image, 2 video */
-    double fps;         /* video: frames sampled per second (0: the server's default) */
+    int kind;           /* 1 image, 2 video, 3 video as frames */
+    double fps;         /* video: frames sampled per second (0: the server's default);
+                           frames: the rate they were taken at (0: 2, as qwen-vl-utils) */
     int max_frames;     /* video: at most this many (0: the server's default) */
+    struct { uint8_t *bytes; size_t n; } *frames; /* kind 3: [n_frames] malloc'ed */
+    int n_frames;
 };
+
+/* Frames a list of n keeps under max_frames (0: all): that many, spread
+ * evenly from the first to the last; *idx (may be NULL) gets the k-th's index. */
+static int frames_kept(const struct take_part *t, int k, int *idx)
+{
+    const int n = t->n_frames, m = t->max_frames > 0 && t->max_frames < n ? t->max_frames : n;
+    if (idx)
+        *idx = m > 1 ? (int)(((int64_t)2 * k * (n - 1) + (m - 1)) / (2 * (m - 1))) : 0;
+    return m;
+}
+
+/* A {"type": "video", "video": [...]} part's frames: each a URL string or
+ * {"url": URL} / {"image_url": URL or {"url": URL}}; read into t->frames.
+ * *total counts their bytes against max_request_media_bytes. */
+static int read_frames(const struct api_images_pool *p, const struct images_reader *rd,
+                       const cJSON *part, struct take_part *t, size_t *total, struct api_error *e)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(part, "video");
+    const int n = cJSON_GetArraySize(arr), cap = 4 * p->p.max_images;
+    if (n < 1 || n > cap)
+        return api_error_set(e, 400, t->field, "'%s': a video needs 1 to %d frames (4 x --max-images)",
+                             t->field, cap);
+    if (!(t->frames = calloc((size_t)n, sizeof *t->frames)))
+        return api_error_set(e, 500, NULL, "out of memory");
+    for (int k = 0; k < n; k++) {
+        char f[96];
+        snprintf(f, sizeof f, "%s.video[%d]", t->field, k);
+        const cJSON *it = cJSON_GetArrayItem(arr, k), *u = it;
+        if (cJSON_IsObject(it)) {
+            u = cJSON_GetObjectItemCaseSensitive(it, "url");
+            if (!u)
+                u = cJSON_GetObjectItemCaseSensitive(it, "image_url");
+            if (cJSON_IsObject(u))
+                u = cJSON_GetObjectItemCaseSensitive(u, "url");
+        }
+        if (!cJSON_IsString(u))
+            return api_error_set(e, 400, f, "'%s': a frame is a URL string or {\"url\": URL}", f);
+        if (rd->cancelled && rd->cancelled(rd->user))
+            return api_error_set(e, 499, NULL, "the client left");
+        if (url_bytes(p, rd, u->valuestring, f, &t->frames[k].bytes, &t->frames[k].n, e) < 0)
+            return -1;
+        t->n_frames = k + 1;
+        *total += t->frames[k].n;
+        if (*total > p->p.max_request_media_bytes)
+            return api_error_set(e, 413, f, "'%s': the images and videos of one request may total "
+                                 "%zu bytes; this one has more (max_request_media_bytes)", f,
+                                 p->p.max_request_media_bytes);
+    }
+    return 0;
+}
 
 /* A video part's sampling controls: "fps" and "max_frames" in the
  * video_url object (or beside it in the part), as OpenAI-style clients of
@@ -538,6 +657,16 @@ static int measure_part(struct api_images_pool *p, const struct take_part *t, in
         if (vision_model_info(p->vm)->family == VISION_QWEN2VL)
             frames = (frames + 1) / 2; /* temporal patches of two frames */
         rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
+    } else if (t->kind == 3) { /* frames: the first's size (take_frames checks the others) */
+        struct media_image_params ip = image_params(p);
+        struct media_image_info info;
+        if ((rc = media_image_probe(t->frames[0].bytes, t->frames[0].n, &info, err, sizeof err)) < 0 ||
+            (rc = media_image_check_size(info.width, info.height, &ip, err, sizeof err)) < 0)
+            return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
+        frames = frames_kept(t, 0, NULL);
+        if (vision_model_info(p->vm)->family == VISION_QWEN2VL)
+            frames = (frames + 1) / 2;
+        rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
     } else {
         struct media_image_params ip = image_params(p);
         struct media_image_info info;
@@ -577,11 +706,120 @@ static int check_budget(int n_images, int64_t n_rows, int n_ctx, const struct ap
     return -1;
 }
 
+static void part_release(struct take_part *t)
+{
+    free(t->bytes);
+    t->bytes = NULL;
+    for (int k = 0; k < t->n_frames; k++)
+        free(t->frames[k].bytes);
+    free(t->frames);
+    t->frames = NULL, t->n_frames = 0;
+}
+
 static void parts_free(struct take_part *t, int n)
 {
     for (int i = 0; i < n; i++)
-        free(t[i].bytes);
+        part_release(&t[i]);
     free(t);
+}
+
+/* A video given as frames (t->frames, kept by frames_kept): Qwen2.5-VL
+ * pairs them into temporal patches (an odd last frame with itself) and
+ * records them in *vg as one video; other models take each as an image of
+ * one global view. Cached per image by the frames' bytes. */
+static int take_frames(struct api_images_pool *p, const struct take_part *t, struct api_images *im,
+                       struct pending *pd, struct video_group *vg, int *n_images,
+                       int (*cancelled)(void *user), void *user, struct api_error *e)
+{
+    char err[256];
+    const bool pairs = vision_model_info(p->vm)->family == VISION_QWEN2VL;
+    const int m = frames_kept(t, 0, NULL), step = pairs ? 2 : 1, count = (m + step - 1) / step;
+    if (im->n + count > p->p.max_images)
+        return api_error_set(e, 400, t->field, "more than %d images or video frames in one request "
+                             "(--max-images)", p->p.max_images);
+    const int first = im->n;
+    im->n += count;
+    const struct media_image_params ip = image_params(p);
+    int rc = 0;
+    for (int i = 0; i < count && rc >= 0; i++) {
+        int a, b;
+        frames_kept(t, i * step, &a);
+        frames_kept(t, pairs && i * step + 1 < m ? i * step + 1 : i * step, &b);
+        struct { uint64_t a, b; } k = { vision_cache_key(p->vm, t->frames[a].bytes, t->frames[a].n),
+                                        vision_cache_key(p->vm, t->frames[b].bytes, t->frames[b].n) };
+        const uint64_t key = vision_hash(pairs ? 0x7669646670ULL : 0x7669646667ULL, &k, sizeof k);
+        if (p->cache && vision_cache_get(p->cache, key, &im->e[first + i])) {
+            im->e[first + i].key_hash = key;
+            continue;
+        }
+        if (cancelled && cancelled(user))
+            return api_error_set(e, 499, NULL, "the client left");
+        struct media_image fa, fb;
+        if ((rc = media_image_decode(t->frames[a].bytes, t->frames[a].n, &ip, &fa, err, sizeof err)) < 0)
+            return api_error_set(e, media_status(rc), t->field, "'%s': frame %d: %s", t->field, a, err);
+        if (!pairs) {
+            rc = pending_add(p, im, pd, &fa, false, first + i, key, t->field, cancelled, user, e);
+        } else if ((rc = media_image_decode(t->frames[b].bytes, t->frames[b].n, &ip, &fb, err,
+                                            sizeof err)) < 0) {
+            rc = api_error_set(e, media_status(rc), t->field, "'%s': frame %d: %s", t->field, b, err);
+        } else {
+            rc = pending_add_pair(p, im, pd, &fa, &fb, first + i, key, t->field, cancelled, user, e);
+            media_image_release(&fb);
+        }
+        media_image_release(&fa);
+    }
+    *n_images = pairs ? 1 : count;
+    if (pairs) /* m of the n frames taken at fps (default 2, as qwen-vl-utils for frame lists) */
+        *vg = (struct video_group){ first, count,
+                                    video_t_step(p, (t->fps > 0 ? t->fps : 2.0) * m / t->n_frames) };
+    return rc < 0 ? -1 : 0;
+}
+
+/* Each Qwen2.5-VL video's temporal patches (vg[g]: slots [first, first +
+ * count) of im, in order) into one embedding of grid_t = count patches:
+ * the rows the prompt lays out between <|vision_start|> and
+ * <|vision_end|>, its media hash covering every patch and the time step
+ * (the M-RoPE ids depend on it). im->e compacts to one entry per marker. */
+static int merge_videos(struct api_images *im, const struct video_group *vg, int n_vg,
+                        struct api_error *e)
+{
+    int w = 0, s = 0, rc = 0;
+    for (int g = 0; g < n_vg && rc == 0; g++) {
+        while (s < vg[g].first)
+            im->e[w++] = im->e[s++];
+        const struct vision_embd *pt = &im->e[s];
+        const int cnt = vg[g].count;
+        size_t rows = 0;
+        bool same = cnt > 0;
+        uint64_t h = vision_hash(0x7669646d67ULL, &vg[g].t_step, sizeof vg[g].t_step);
+        for (int k = 0; k < cnt; k++) {
+            same = same && pt[k].data && pt[k].n_embd == pt[0].n_embd && pt[k].tile_rows == pt[0].tile_rows &&
+                   pt[k].tile_cols == pt[0].tile_cols && pt[k].n_tokens == pt[0].n_tokens;
+            rows += (size_t)pt[k].n_tokens;
+            h = vision_hash(h, &pt[k].key_hash, sizeof pt[k].key_hash);
+        }
+        struct vision_embd v = same ? pt[0] : (struct vision_embd){ 0 };
+        if (!same) {
+            rc = api_error_set(e, 400, "messages", "a video's frames change size");
+            break;
+        }
+        if (!(v.data = malloc(rows * (size_t)v.n_embd * sizeof(float)))) {
+            rc = api_error_set(e, 500, NULL, "out of memory");
+            break;
+        }
+        for (int k = 0; k < cnt; k++) {
+            memcpy(v.data + (size_t)k * pt[0].n_tokens * v.n_embd, pt[k].data,
+                   (size_t)pt[k].n_tokens * v.n_embd * sizeof(float));
+            vision_embd_release(&im->e[s + k]);
+        }
+        v.n_tokens = (int)rows, v.n_images = 1, v.grid_t = cnt, v.t_step = vg[g].t_step, v.key_hash = h;
+        im->e[w++] = v;
+        s += cnt;
+    }
+    while (s < im->n) /* after the last video (or the one that failed: kept as it was) */
+        im->e[w++] = im->e[s++];
+    im->n = w;
+    return rc;
 }
 
 int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
@@ -598,7 +836,8 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     // first pass: read every part and measure it from its headers
     struct take_part *parts = NULL;
     struct pending pd = { 0 };
-    int n_parts = 0, cap = 0, i = 0, n_images = 0, rc = -1;
+    struct video_group *vg = NULL; /* Qwen2.5-VL videos, merged after the encodes */
+    int n_parts = 0, cap = 0, i = 0, n_images = 0, n_vg = 0, rc = -1;
     int64_t n_rows = 0;
     size_t total = 0;
     cJSON_ArrayForEach(msg, msgs) {
@@ -627,7 +866,9 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
             if (t->kind == 0)
                 continue;
             n_parts++;
-            if (t->kind == 2 && video_controls(p, cJSON_GetArrayItem(content, k), t, e) < 0)
+            if (t->kind >= 2 && video_controls(p, cJSON_GetArrayItem(content, k), t, e) < 0)
+                goto done;
+            if (t->kind == 3 && read_frames(p, &rd, cJSON_GetArrayItem(content, k), t, &total, e) < 0)
                 goto done;
             /* Every part is held until all are measured: bound their sum. */
             total += t->n;
@@ -656,7 +897,8 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     pd.in = malloc(sizeof *pd.in * (size_t)cap_img);
     pd.slot = malloc(sizeof *pd.slot * (size_t)cap_img);
     pd.key = malloc(sizeof *pd.key * (size_t)cap_img);
-    if (!pd.in || !pd.slot || !pd.key) {
+    vg = malloc(sizeof *vg * (size_t)cap_img);
+    if (!pd.in || !pd.slot || !pd.key || !vg) {
         api_error_set(e, 500, NULL, "out of memory");
         goto done;
     }
@@ -666,27 +908,32 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
             api_error_set(e, 499, NULL, "the client left");
             goto done;
         }
+        /* a video: one marker (Qwen2.5-VL: its temporal patches one run of
+         * rows) or one per frame, a line each */
         int r, n_markers = 1;
-        if (t->kind == 2) /* a video: one marker per frame, a line each */
-            r = take_video(p, t->bytes, t->n, t->fps, t->max_frames, t->field, im, &pd, &n_markers,
-                           cancelled, user, e);
+        vg[n_vg].count = 0;
+        if (t->kind == 2)
+            r = take_video(p, t->bytes, t->n, t->fps, t->max_frames, t->field, im, &pd, &vg[n_vg],
+                           &n_markers, cancelled, user, e);
+        else if (t->kind == 3)
+            r = take_frames(p, t, im, &pd, &vg[n_vg], &n_markers, cancelled, user, e);
         else
             r = take_image(p, t->bytes, t->n, t->field, im, &pd, cancelled, user, e);
-        free(t->bytes);
-        t->bytes = NULL;
+        part_release(t);
         if (r < 0)
             goto done;
+        n_vg += vg[n_vg].count > 0;
         if (replace_with_markers(t->content, t->k, marker, n_markers) < 0) {
             api_error_set(e, 500, NULL, "out of memory");
             goto done;
         }
     }
-    if (pending_flush(p, im, &pd, cancelled, user, e) < 0)
+    if (pending_flush(p, im, &pd, cancelled, user, e) < 0 || merge_videos(im, vg, n_vg, e) < 0)
         goto done;
     rc = n_parts;
 done:
     pending_clear(&pd);
-    free(pd.in), free(pd.slot), free(pd.key);
+    free(pd.in), free(pd.slot), free(pd.key), free(vg);
     parts_free(parts, n_parts);
     return rc;
 }
@@ -886,7 +1133,7 @@ int api_images_attach(struct api_images_pool *pool, const struct api_model *m,
     for (int i = 0; i < im->vp.n_parts; i++) {
         const struct vision_prompt_part *p = &im->vp.parts[i];
         im->segs[i] = (struct engine_segment){ p->tokens, p->embd, p->n, p->media_hash, p->grid_rows,
-                                               p->grid_cols };
+                                               p->grid_cols, p->grid_t, p->t_step };
     }
     rq->prompt = NULL;
     rq->n_prompt = 0;

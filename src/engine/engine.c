@@ -688,7 +688,8 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
     }
     /* M-RoPE (qwen2vl): text advances the three rotary ids together; an
      * image grid's rows sit at (s, s + row, s + column), s one past the
-     * largest id so far, and the text after it continues past the image */
+     * largest id so far, and the text after it continues past the image;
+     * a video's k-th temporal patch at temporal id s + floor(k * t_step) */
     if (em->hp->arch == LLM_ARCH_QWEN2VL) {
         if (!(r->rope_pos = malloc((size_t)total * 3 * sizeof *r->rope_pos)))
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory for the prompt");
@@ -696,13 +697,19 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
         p = 0;
         for (int i = 0; i < n_segs; i++) {
             const int R = segs[i].grid_rows, C = segs[i].grid_cols;
-            const bool grid = !segs[i].tokens && R > 0 && C > 0 && (int64_t)R * C == segs[i].n;
+            const int G = segs[i].grid_t > 1 ? segs[i].grid_t : 1;
+            const bool grid = !segs[i].tokens && R > 0 && C > 0 && (int64_t)G * R * C == segs[i].n &&
+                              (G == 1 || (segs[i].t_step >= 0 && segs[i].t_step <= 1e6));
+            int32_t top = (R > C ? R : C) - 1;
             for (int j = 0; j < segs[i].n; j++, p++) {
-                t[p] = grid ? next : next + j;
-                h[p] = grid ? next + j / C : next + j;
-                w[p] = grid ? next + j % C : next + j;
+                const int k = grid ? j / (R * C) : 0, q = grid ? j % (R * C) : 0;
+                const int32_t dt = k ? (int32_t)((double)k * segs[i].t_step + 1e-6) : 0;
+                t[p] = grid ? next + dt : next + j;
+                h[p] = grid ? next + q / C : next + j;
+                w[p] = grid ? next + q % C : next + j;
+                top = dt > top ? dt : top;
             }
-            next += grid ? (R > C ? R : C) : segs[i].n;
+            next += grid ? top + 1 : segs[i].n;
         }
         r->rope_delta = next - (int32_t)total;
     }

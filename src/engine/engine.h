@@ -90,6 +90,9 @@ struct engine_segment {
     uint64_t media_hash;     /* content hash of the media behind embd; 0 for tokens */
     int grid_rows, grid_cols;/* M-RoPE models (qwen2vl): the image's merged grid, rows x cols
                                 = n (0: rows in sequence, as text) */
+    int grid_t;              /* qwen2vl video: grid_t temporal patches of rows x cols (= n); the
+                                k-th at temporal id floor(k * t_step) past the grid's start */
+    float t_step;
 };
 
 enum engine_finish {
