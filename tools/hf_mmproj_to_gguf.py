@@ -35,6 +35,15 @@ clip.vision.n_wa_pattern (fullatt_block_indexes[0] + 1, evenly spaced),
 plus clip.vision.spatial_merge_size, window_size and image_min_pixels /
 image_max_pixels from the processor (llama.cpp reads the last two when
 present).
+Qwen3VLForConditionalGeneration becomes "qwen3vl_merger" as llama.cpp's
+Qwen3VLVisionModel writes it: patch kernel split per frame plus
+v.patch_embd.bias, v.position_embd.weight (the learned square table, F32),
+attn.qkv kept fused as attn_qkv, norm1/norm2 -> ln1/ln2 (LayerNorm with
+biases), mlp.linear_fc1/2 -> ffn_up/ffn_down, merger.norm -> v.post_ln,
+merger.linear_fc1/2 -> mm.0/mm.2, deepstack_merger_list.K.* ->
+v.deepstack.<deepstack_visual_indexes[K]>.{norm,fc1,fc2},
+clip.vision.is_deepstack_layers; --lm writes the text model as qwen3vl
+(qwen3 keys renamed, rope.dimension_sections, n_deepstack_layers).
 Gemma3ForConditionalGeneration becomes clip.projector_type "gemma3" (the
 SigLIP tower as above, mm.input_projection.weight = the projector's
 [vision width, text width] matrix as it is, mm.soft_emb_norm.weight = the
@@ -60,6 +69,7 @@ from hf_to_gguf import ConvertError, open_checkpoint, read_json  # noqa: E402
 FAMILIES = {"LlavaForConditionalGeneration": "llava",
             "Gemma3ForConditionalGeneration": "gemma3",
             "Qwen2_5_VLForConditionalGeneration": "qwen2.5vl",
+            "Qwen3VLForConditionalGeneration": "qwen3vl",
             "Idefics3ForConditionalGeneration": "idefics3",
             "SmolVLMForConditionalGeneration": "idefics3"}
 # Where each family keeps its parts (transformers 4.x and 5.x checkpoints differ).
@@ -233,6 +243,117 @@ def convert_qwen_mmproj(model_dir, out, type_name, cfg, path):
     log(f"wrote {out}")
 
 
+QWEN3_FIXED = {"patch_embed.proj.bias": "v.patch_embd.bias", "pos_embed.weight": "v.position_embd.weight",
+               "merger.norm.weight": "v.post_ln.weight", "merger.norm.bias": "v.post_ln.bias",
+               "merger.linear_fc1.weight": "mm.0.weight", "merger.linear_fc1.bias": "mm.0.bias",
+               "merger.linear_fc2.weight": "mm.2.weight", "merger.linear_fc2.bias": "mm.2.bias"}
+QWEN3_BLOCK = {"norm1": "ln1", "norm2": "ln2", "attn.qkv": "attn_qkv", "attn.proj": "attn_out",
+               "mlp.linear_fc1": "ffn_up", "mlp.linear_fc2": "ffn_down"}
+QWEN3_DEEPSTACK = {"norm": "norm", "linear_fc1": "fc1", "linear_fc2": "fc2"}
+
+
+def qwen3_names(name, deepstack):
+    """GGUF names of one HF Qwen3-VL visual.* tensor (without 'visual.'),
+    as llama.cpp's Qwen3VLVisionModel writes them; deepstack: the blocks the
+    DeepStack mergers read (deepstack_visual_indexes), which name them."""
+    if name == "patch_embed.proj.weight":
+        return ["v.patch_embd.weight", "v.patch_embd.weight.1"]
+    if name in QWEN3_FIXED:
+        return [QWEN3_FIXED[name]]
+    parts = name.split(".")
+    if parts[0] == "blocks" and len(parts) >= 4 and ".".join(parts[2:-1]) in QWEN3_BLOCK:
+        return [f"v.blk.{parts[1]}.{QWEN3_BLOCK['.'.join(parts[2:-1])]}.{parts[-1]}"]
+    if (parts[0] == "deepstack_merger_list" and len(parts) == 4 and parts[1].isdigit() and
+            int(parts[1]) < len(deepstack) and parts[2] in QWEN3_DEEPSTACK):
+        return [f"v.deepstack.{deepstack[int(parts[1])]}.{QWEN3_DEEPSTACK[parts[2]]}.{parts[3]}"]
+    raise ConvertError(f"vision tensor 'visual.{name}' is not known to this converter")
+
+
+def convert_qwen3vl_mmproj(model_dir, out, type_name, cfg, path):
+    """Qwen3VLForConditionalGeneration's visual.* -> clip.projector_type
+    "qwen3vl_merger" (llama.cpp's layout: fused attn_qkv, LayerNorm ln1/ln2
+    with biases, ffn_up/ffn_down, v.position_embd, v.post_ln = merger.norm,
+    mm.0 / mm.2, v.deepstack.<block>.{norm,fc1,fc2} and
+    clip.vision.is_deepstack_layers)."""
+    v = cfg.get("vision_config") or {}
+    for key in ("hidden_size", "intermediate_size", "depth", "num_heads", "patch_size", "out_hidden_size",
+                "num_position_embeddings"):
+        if not isinstance(v.get(key), int) or v[key] <= 0:
+            raise ConvertError(f"{path}: vision_config.{key} missing or not a positive integer")
+    if v.get("hidden_act", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise ConvertError(f"{path}: vision hidden_act {v['hidden_act']!r} not supported (gelu_pytorch_tanh)")
+    if v.get("temporal_patch_size", 2) != 2 or v.get("spatial_merge_size", 2) != 2:
+        raise ConvertError(f"{path}: only temporal_patch_size 2 and spatial_merge_size 2 are supported")
+    side = int(round(v["num_position_embeddings"] ** 0.5))
+    if side * side != v["num_position_embeddings"]:
+        raise ConvertError(f"{path}: num_position_embeddings {v['num_position_embeddings']} is not a square")
+    deepstack = list(v.get("deepstack_visual_indexes") or [])
+    if any(not isinstance(i, int) or not 0 <= i < v["depth"] for i in deepstack) or sorted(set(deepstack)) != deepstack:
+        raise ConvertError(f"{path}: deepstack_visual_indexes {deepstack!r} not increasing block indexes")
+    pp = preprocessor_config(model_dir)
+    size = pp.get("size") or {}
+    unit = (v["patch_size"] * 2) ** 2
+    min_px = pp.get("min_pixels") or size.get("shortest_edge") or 8 * unit
+    max_px = pp.get("max_pixels") or size.get("longest_edge") or 4096 * unit
+    w = gguf.GGUFWriter(out)
+    w.add("general.architecture", "clip")
+    w.add("general.type", "mmproj")
+    w.add("general.name", cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)))
+    w.add("general.file_type", 0 if type_name == "f32" else 1, gguf.GGUF_UINT32)
+    w.add("clip.has_vision_encoder", True)
+    w.add("clip.projector_type", "qwen3vl_merger")
+    w.add("clip.use_gelu", True)
+    w.add("clip.vision.image_size", side * v["patch_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.patch_size", v["patch_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.embedding_length", v["hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.feed_forward_length", v["intermediate_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.block_count", v["depth"], gguf.GGUF_UINT32)
+    w.add("clip.vision.attention.head_count", v["num_heads"], gguf.GGUF_UINT32)
+    # the HF blocks and mergers use LayerNorm eps 1e-6 whatever the config says
+    w.add("clip.vision.attention.layer_norm_epsilon", 1e-6, gguf.GGUF_FLOAT32)
+    w.add("clip.vision.projection_dim", v["out_hidden_size"], gguf.GGUF_UINT32)
+    w.add("clip.vision.spatial_merge_size", 2, gguf.GGUF_UINT32)
+    w.add("clip.vision.image_min_pixels", int(min_px), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_max_pixels", int(min(max_px, 2 ** 31 - 1)), gguf.GGUF_UINT32)
+    w.add("clip.vision.image_mean", [float(x) for x in pp["image_mean"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+    w.add("clip.vision.image_std", [float(x) for x in pp["image_std"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
+    if deepstack:
+        w.add("clip.vision.is_deepstack_layers", [i in deepstack for i in range(v["depth"])],
+              gguf.GGUF_ARRAY, gguf.GGUF_BOOL)
+    ckpt = open_checkpoint(model_dir)
+    mat_type = gguf.GGML_F32 if type_name == "f32" else gguf.GGML_F16
+    n = 0
+    for name in sorted(ckpt):
+        rest = next((name[len(p):] for p in ("model.visual.", "visual.") if name.startswith(p)), None)
+        if rest is None:
+            continue
+        shape = list(ckpt[name].tensors[name][1])
+        names = qwen3_names(rest, deepstack)
+        if rest == "patch_embed.proj.weight":
+            if len(shape) != 5 or shape[2] != 2:
+                raise ConvertError(f"{name}: shape {shape}, expected [D, 3, 2, P, P]")
+            oshape = shape[:2] + shape[3:]
+        else:
+            oshape = shape
+        for i, gname in enumerate(names):
+            # matrices in the chosen type; vectors and the position table F32
+            gtype = mat_type if len(oshape) >= 2 and rest != "pos_embed.weight" else gguf.GGML_F32
+
+            def data(name=name, rest=rest, i=i, gtype=gtype):
+                a = ckpt[name].load(name)
+                if rest == "patch_embed.proj.weight":
+                    a = a[:, :, i]  # [D, 3, T, P, P] -> frame i's [D, 3, P, P]
+                return np.ascontiguousarray(a).astype("<f4" if gtype == gguf.GGML_F32 else "<f2").tobytes()
+
+            w.add_tensor_raw(gname, gtype, oshape, data)
+            n += 1
+    if n == 0:
+        raise ConvertError(f"{model_dir}: no visual.* tensors")
+    log(f"qwen3vl: {n} tensors, {v['depth']} vision blocks, DeepStack after blocks {deepstack}")
+    w.write()
+    log(f"wrote {out}")
+
+
 def convert_mmproj(model_dir, out, type_name):
     path = os.path.join(model_dir, "config.json")
     cfg = read_json(path, "config.json")
@@ -242,6 +363,8 @@ def convert_mmproj(model_dir, out, type_name):
     family = FAMILIES[arch]
     if family == "qwen2.5vl":
         return convert_qwen_mmproj(model_dir, out, type_name, cfg, path)
+    if family == "qwen3vl":
+        return convert_qwen3vl_mmproj(model_dir, out, type_name, cfg, path)
     v, t = cfg.get("vision_config") or {}, cfg.get("text_config") or {}
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "image_size", "patch_size"):
@@ -353,7 +476,8 @@ def convert_lm(model_dir, out, type_name):
     the tokenizer, and the checkpoint's LM tensors under standalone names."""
     cfg = read_json(os.path.join(model_dir, "config.json"), "config.json")
     text = dict(cfg.get("text_config") or {})
-    qwen = FAMILIES.get((cfg.get("architectures") or [None])[0]) == "qwen2.5vl"
+    family = FAMILIES.get((cfg.get("architectures") or [None])[0])
+    qwen = family in ("qwen2.5vl", "qwen3vl")
     sections = None
     if qwen:
         # a qwen2 model plus M-RoPE: llama.cpp's qwen2vl architecture, its
@@ -363,7 +487,7 @@ def convert_lm(model_dir, out, type_name):
         if not 1 <= len(sections) <= 4 or not all(isinstance(x, int) and x >= 0 for x in sections):
             raise ConvertError(f"{model_dir}: text_config mrope_section {sections!r} not supported")
         sections += [0] * (4 - len(sections))
-        text["architectures"] = ["Qwen2ForCausalLM"]
+        text["architectures"] = ["Qwen3ForCausalLM" if family == "qwen3vl" else "Qwen2ForCausalLM"]
     elif FAMILIES.get((cfg.get("architectures") or [None])[0]) == "gemma3":
         text["architectures"] = ["Gemma3ForCausalLM"]
     elif text.get("model_type", "llama") != "llama":
@@ -404,11 +528,16 @@ def convert_lm(model_dir, out, type_name):
         w = gguf.GGUFWriter(out)
         hp.write(w, cfg.get("_name_or_path") or os.path.basename(os.path.normpath(model_dir)), file_type)
         if qwen:
-            # rename qwen2.* -> qwen2vl.* and add the M-RoPE sections
-            w.kv = [(k.replace("qwen2.", "qwen2vl.", 1) if k.startswith("qwen2.") else k, t, v)
+            # rename qwen2.* -> qwen2vl.* (qwen3.* -> qwen3vl.*) and add the
+            # M-RoPE sections (and Qwen3-VL's DeepStack layer count)
+            src, dst = ("qwen3.", "qwen3vl") if family == "qwen3vl" else ("qwen2.", "qwen2vl")
+            w.kv = [(dst + "." + k[len(src):] if k.startswith(src) else k, t, v)
                     for k, t, v in w.kv if k != "general.architecture"]
-            w.add("general.architecture", "qwen2vl")
-            w.add("qwen2vl.rope.dimension_sections", sections, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+            w.add("general.architecture", dst)
+            w.add(dst + ".rope.dimension_sections", sections, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
+            if family == "qwen3vl":
+                n_ds = len((cfg.get("vision_config") or {}).get("deepstack_visual_indexes") or [])
+                w.add("qwen3vl.n_deepstack_layers", n_ds, gguf.GGUF_UINT32)
         hf_to_gguf.add_tokenizer(w, hp, tmp)
         hf_to_gguf.add_tensors(w, hp, lm_ckpt, ggml_type)
         w.write()

@@ -1107,6 +1107,20 @@ static int lm_n_embd(const struct api_model *m)
     return (int)n;
 }
 
+/* <arch>.n_deepstack_layers of a qwen3vl LM (0 when absent). */
+static int lm_n_deepstack(const struct api_model *m)
+{
+    size_t len;
+    const char *arch = gguf_get_str(m->gguf, "general.architecture", &len);
+    char key[96];
+    uint32_t n = 0;
+    if (arch && len < 64) {
+        snprintf(key, sizeof key, "%.*s.n_deepstack_layers", (int)len, arch);
+        gguf_get_u32(m->gguf, key, &n);
+    }
+    return (int)n;
+}
+
 int api_images_attach(struct api_images_pool *pool, const struct api_model *m,
                       const struct chatreq *cr, const struct apireq_gen *g,
                       struct api_images *im, struct engine_request *rq, struct api_error *e)
@@ -1117,6 +1131,11 @@ int api_images_attach(struct api_images_pool *pool, const struct api_model *m,
         return api_error_set(e, 500, NULL, "the vision model's output width (%d) is not the "
                              "language model's (%d): wrong --mmproj for this model",
                              vision_model_info(vm)->n_embd_lm, lm_n_embd(m));
+    /* Qwen3-VL: rows carry DeepStack parts the LM adds to its first layers */
+    if (vision_model_info(vm)->n_deepstack != lm_n_deepstack(m))
+        return api_error_set(e, 500, NULL, "the vision model's DeepStack features (%d) are not "
+                             "the language model's (%d): wrong --mmproj for this model",
+                             vision_model_info(vm)->n_deepstack, lm_n_deepstack(m));
     /* a template that writes the BOS itself gets no second one (as api.c's text path) */
     char bos[64];
     const int32_t bos_id = tokenizer_bos(m->tok);

@@ -614,7 +614,8 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
                        const struct engine_request *rq, struct request *r, char *err,
                        size_t errlen)
 {
-    const int n_vocab = em->hp->n_vocab, n_embd = em->hp->n_embd;
+    /* an embedding row: n_embd, plus DeepStack parts (qwen3vl, llm_batch.embd) */
+    const int n_vocab = em->hp->n_vocab, n_embd = em->hp->n_embd * (1 + em->hp->n_deepstack);
     struct engine_segment one = { .tokens = rq->prompt, .n = rq->n_prompt };
     const struct engine_segment *segs = rq->segments ? rq->segments : &one;
     const int n_segs = rq->segments ? rq->n_segments : 1;
@@ -690,7 +691,8 @@ static int copy_prompt(const struct engine *e, const struct emodel *em,
      * image grid's rows sit at (s, s + row, s + column), s one past the
      * largest id so far, and the text after it continues past the image;
      * a video's k-th temporal patch at temporal id s + floor(k * t_step) */
-    if (em->hp->arch == LLM_ARCH_QWEN2VL) {
+    if (em->hp->arch == LLM_ARCH_QWEN2VL || em->hp->arch == LLM_ARCH_QWEN3VL ||
+        em->hp->arch == LLM_ARCH_QWEN3VLMOE) {
         if (!(r->rope_pos = malloc((size_t)total * 3 * sizeof *r->rope_pos)))
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory for the prompt");
         int32_t next = 0, *t = r->rope_pos, *h = t + total, *w = h + total;
@@ -1577,7 +1579,7 @@ static int forward(struct engine *e, struct emodel *em)
         struct llm_seq_view view = { it->s->blocks, it->s->n_blocks };
         struct llm_batch b = {
             .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
-            .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd,
+            .embd = r->embd + (size_t)r->embd_row[it->start] * (size_t)em->hp->n_embd * (1 + em->hp->n_deepstack),
             .rope_pos = r->rope_pos ? em->b_rpos : NULL,
             .span_first = r->span_first ? r->span_first + it->start : NULL,
             .span_last = r->span_last ? r->span_last + it->start : NULL,
