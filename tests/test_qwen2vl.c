@@ -6,12 +6,17 @@
  * features of two pictures of different grids, the prompt layout; the
  * window order; broken files. */
 #define _GNU_SOURCE /* memmem */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "llm/model.h"
+#include "src/api/apireq.h"
+#include "src/api/images.h"
 #include "src/engine/engine.h"
 #include "media/image.h"
 #include "src/core/gguf.h"
@@ -739,4 +744,351 @@ TEST(qwen2vl_video_pairs_match_reference)
     tpool_free(tp);
     free(ab), free(ba), free(a), free(b), free(ref), free(feat);
     vision_model_free(m);
+}
+
+// ---- a video in the prompt ---------------------------------------------------------
+
+/* The numbers of an array field ("key": [...], nested arrays flattened)
+ * found at or after from, at most cap; the count (-1 without the key);
+ * *end (may be NULL) just past the array. */
+static int json_nums_from(const char *from, const char *key, double *out, int cap, const char **end)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": [", key);
+    const char *p = strstr(from, pat);
+    if (!p)
+        return -1;
+    int n = 0, depth = 1;
+    for (p += strlen(pat); *p && depth > 0;) {
+        if (*p == '[' || *p == ']') {
+            depth += *p == '[' ? 1 : -1;
+            p++;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            char *e;
+            double v = strtod(p, &e);
+            if (n < cap)
+                out[n] = v;
+            n++;
+            p = e;
+        } else {
+            p++;
+        }
+    }
+    if (end)
+        *end = p;
+    return n < cap ? n : cap;
+}
+
+static double json_num(const char *js, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(js, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+static void add_url_part(cJSON *parts, const char *dir, const char *rel)
+{
+    char url[PATH_MAX + 16];
+    snprintf(url, sizeof url, "file://%s/%s", dir, rel);
+    cJSON *p = cJSON_CreateObject(), *u = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "image_url");
+    cJSON_AddStringToObject(u, "url", url);
+    cJSON_AddItemToObject(p, "image_url", u);
+    cJSON_AddItemToArray(parts, p);
+}
+
+static void add_text_part(cJSON *parts, const char *text)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "text");
+    cJSON_AddStringToObject(p, "text", text);
+    cJSON_AddItemToArray(parts, p);
+}
+
+/* Two images and a clip of 5 frames through the server's path against
+ * transformers (tests/fixtures/vision/qwen2_5_vl/clip_*, GPU job e_video
+ * of tools/qwen_video_golden.sh): the message [image, text, image, text,
+ * {"type": "video", "video": [5 frame URLs]}, text] through api_images_take
+ * (frames paired into 3 temporal patches, one video of 3 x 18 rows, fps 2
+ * -> second_per_grid_t 1, 2 temporal ids per patch), the prompt laid out
+ * by vision_prompt_build = the processor's ids, the merged embeddings,
+ * the video's rows, the M-RoPE ids, the logits of every position, greedy
+ * tokens with top-5 logprobs, the same tokens through the engine (twice);
+ * and the ids of the same prompt at other fps against both formulas. */
+TEST(qwen2vl_video_prompt_matches_reference)
+{
+    size_t len;
+    char *js = test_read_file(test_fixture(QDIR "clip_reference.json"), &len);
+    if (!js)
+        SKIP("no tests/fixtures/vision/qwen2_5_vl/clip_reference.json (GPU job e_video)");
+    char err[256];
+    static double num[4096];
+    int ref_ids[1024], greedy[16], vgrid[3], n_ref, n_greedy;
+    CHECK((n_ref = json_nums_from(js, "ids", num, 1024, NULL)) > 0 && n_ref < 1024);
+    for (int i = 0; i < n_ref; i++)
+        ref_ids[i] = (int)num[i];
+    CHECK((n_greedy = json_nums_from(js, "greedy", num, 16, NULL)) > 0);
+    for (int i = 0; i < n_greedy; i++)
+        greedy[i] = (int)num[i];
+    CHECK_EQ(json_nums_from(js, "video_grid_thw", num, 3, NULL), 3);
+    for (int i = 0; i < 3; i++)
+        vgrid[i] = (int)num[i];
+    double top5[16][5];
+    CHECK_EQ(json_nums_from(js, "top5_logprobs", num, 80, NULL), 5 * n_greedy);
+    for (int i = 0; i < 5 * n_greedy; i++)
+        top5[i / 5][i % 5] = num[i];
+    const int32_t image_token = (int32_t)json_num(js, "image_token_id");
+    const int32_t video_token = (int32_t)json_num(js, "video_token_id");
+    const double spg = json_num(js, "second_per_grid_t");
+    char prompt[2048];
+    const char *p = strstr(js, "\"prompt\": \"");
+    CHECK(p);
+    size_t k = 0;
+    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
+        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
+    prompt[k] = 0;
+
+    struct vision_model *vm = load_qwen();
+    CHECK(vm);
+    const struct vision_info *vi = vision_model_info(vm);
+    CHECK_EQ(vi->tokens_per_second, (int)json_num(js, "tokens_per_second"));
+    struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(lm);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    struct vision_cache *cache = vision_cache_new((size_t)16 << 20);
+    struct api_images_params prm = api_images_default_params();
+    char root_dir[PATH_MAX];
+    CHECK(vc && cache && realpath(test_fixture("vision"), root_dir));
+    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
+    struct api_images_pool *pool = api_images_pool_new(vm, vc, cache, &prm, err, sizeof err);
+    CHECK_MSG(pool, "%s", err);
+
+    // the message as a client sends it, through the server's image path (twice: the cache)
+    struct api_images im;
+    cJSON *req = NULL;
+    for (int round = 0; round < 2; round++) {
+        cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
+        add_url_part(parts, root_dir, "image.png");
+        add_text_part(parts, "What is this?");
+        add_url_part(parts, root_dir, "qwen2_5_vl/image2.png");
+        add_text_part(parts, "And this?");
+        for (int f = 0; f < 5; f++) {
+            char url[PATH_MAX + 64];
+            snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", root_dir, f);
+            cJSON_AddItemToArray(frames, cJSON_CreateString(url));
+        }
+        cJSON *vp = cJSON_CreateObject();
+        cJSON_AddStringToObject(vp, "type", "video");
+        cJSON_AddItemToObject(vp, "video", frames);
+        cJSON_AddItemToArray(parts, vp);
+        add_text_part(parts, "What happens?");
+        cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray();
+        cJSON_AddStringToObject(msg, "role", "user");
+        cJSON_AddItemToObject(msg, "content", parts);
+        cJSON_AddItemToArray(msgs, msg);
+        cJSON_Delete(req);
+        req = cJSON_CreateObject();
+        cJSON_AddItemToObject(req, "messages", msgs);
+        struct apireq_gen g;
+        apireq_gen_init(&g);
+        struct api_error e = { 0 };
+        if (round)
+            api_images_free(&im);
+        const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
+        apireq_gen_free(&g);
+        CHECK_MSG(rc == 3, "rc %d: %s", rc, e.message);
+        CHECK_EQ(im.n, 3);
+        CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 4), "text")->valuestring,
+                     vision_image_marker(vm));
+    }
+    CHECK_EQ(vision_cache_stats(cache).hits, 5); /* the second round: 2 images + 3 frame pairs */
+    const struct vision_embd *v = &im.e[2];
+    CHECK(v->grid_t == vgrid[0] && v->tile_rows == vgrid[1] / 2 && v->tile_cols == vgrid[2] / 2);
+    CHECK_MSG(fabsf(v->t_step - (float)(spg * vi->tokens_per_second)) < 1e-6f, "t_step %g", v->t_step);
+
+    // the rendered prompt: the server's marker where the template put the video's
+    char rendered[2048];
+    const char *vid = strstr(prompt, "<|vision_start|><|video_pad|><|vision_end|>");
+    CHECK(vid);
+    snprintf(rendered, sizeof rendered, "%.*s%s%s", (int)(vid - prompt), prompt, vision_image_marker(vm),
+             vid + strlen("<|vision_start|><|video_pad|><|vision_end|>"));
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), rendered, strlen(rendered), false, im.e, 3, &vp,
+                                 err, sizeof err), 0);
+    CHECK_EQ(vp.n_positions, n_ref);
+    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
+    CHECK(te);
+    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
+    const int n = n_ref, D = hp->n_embd, V = hp->n_vocab, T = n + n_greedy;
+    float *x = malloc(sizeof(float) * T * D), *logits = malloc(sizeof(float) * n * V);
+    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
+    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
+    bool *want = malloc(sizeof(bool) * T);
+    CHECK(x && logits && ids && pos && seq && rp && want);
+    int video_rows = 0, segs_video = 0;
+    for (int i = 0, q = 0; q < vp.n_parts; q++) {
+        const struct vision_prompt_part *pt = &vp.parts[q];
+        segs_video += pt->grid_t == vgrid[0];
+        for (int j = 0; j < pt->n; j++, i++) {
+            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
+            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
+            CHECK(!pt->embd || ids[i] == (pt->grid_t ? video_token : image_token));
+            video_rows += pt->grid_t > 0;
+            if (pt->embd)
+                memcpy(x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
+            else
+                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * D);
+            pos[i] = i, want[i] = true;
+        }
+    }
+    CHECK_EQ(segs_video, 1);
+    CHECK_EQ(video_rows, vgrid[0] * vgrid[1] * vgrid[2] / 4);
+    float *ref = test_read_floats(test_fixture(QDIR "clip_embeds.bin"), (size_t)n * D);
+    float *vref = test_read_floats(test_fixture(QDIR "clip_video_features.bin"), (size_t)video_rows * D);
+    CHECK(ref && vref);
+    double d = test_max_diff(x, ref, (size_t)n * D);
+    printf("    merged embeddings max diff %.3g over %d positions (%d video rows)\n", d, n, video_rows);
+    CHECK_MSG(d < 1e-4, "merged embeddings differ by %g", d);
+    d = test_max_diff(v->data, vref, (size_t)video_rows * D);
+    printf("    video features (3 temporal patches of frame pairs) max diff %.3g\n", d);
+    CHECK_MSG(d < 1e-4, "video features differ by %g", d);
+    free(ref), free(vref);
+
+    // M-RoPE ids
+    const struct qwen2vl_grid grids[3] = {
+        { 1, im.e[0].tile_rows, im.e[0].tile_cols, 0 }, { 1, im.e[1].tile_rows, im.e[1].tile_cols, 0 },
+        { v->grid_t, v->tile_rows, v->tile_cols, v->t_step } };
+    int next = qwen2vl_mrope_positions_av(ids, n, image_token, video_token, grids, 3, rp, err, sizeof err);
+    CHECK_MSG(next > 0, "%s", err);
+    int32_t *pref = (int32_t *)test_read_file(test_fixture(QDIR "clip_positions.bin"), &len);
+    CHECK(pref && len == sizeof(int32_t) * 3 * n);
+    for (int i = 0; i < 3 * n; i++)
+        CHECK_MSG(rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, rp[i], pref[i]);
+    free(pref);
+    printf("    M-RoPE ids of %d positions as transformers (video temporal ids step %g)\n", n, v->t_step);
+    // the same prompt at other fps: the published formula exactly; transformers 5.x where it agrees
+    const char *c = strstr(js, "\"fps_cases\"");
+    CHECK(c);
+    int32_t *alt = malloc(sizeof(int32_t) * 3 * n);
+    CHECK(alt);
+    for (int cs = 0; cs < 4; cs++) {
+        const double fps = json_num(c, "fps");
+        const char *e1, *e2;
+        CHECK_EQ(json_nums_from(c, "transformers", num, 4096, &e1), 3 * n);
+        int32_t tf[3 * 1024];
+        for (int i = 0; i < 3 * n; i++)
+            tf[i] = (int32_t)num[i];
+        CHECK_EQ(json_nums_from(e1, "published_formula", num, 4096, &e2), 3 * n);
+        struct qwen2vl_grid g3[3] = { grids[0], grids[1], grids[2] };
+        g3[2].t_step = (float)(2.0 / fps * vi->tokens_per_second);
+        CHECK(qwen2vl_mrope_positions_av(ids, n, image_token, video_token, g3, 3, alt, err, sizeof err) > 0);
+        int diff_tf = 0;
+        for (int i = 0; i < 3 * n; i++) {
+            CHECK_MSG(alt[i] == (int32_t)num[i], "fps %g: axis %d token %d: %d, formula %d", fps, i / n, i % n,
+                      alt[i], (int)num[i]);
+            diff_tf += alt[i] != tf[i];
+        }
+        printf("    fps %g: ids = the published get_rope_index; %d of %d differ from transformers %s\n", fps,
+               diff_tf, 3 * n, diff_tf ? "(its 5.x rewrite)" : "");
+        if (fps == 2.0)
+            CHECK_EQ(diff_tf, 0);
+        c = strstr(e2, "\"fps\": ");
+        if (cs < 3)
+            CHECK(c);
+    }
+    free(alt);
+
+    // logits of every position, then greedy with top-5 logprobs
+    for (int i = 0; i < 64; i++)
+        table[i] = i;
+    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
+    CHECK(ctx && kv);
+    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
+    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    ref = test_read_floats(test_fixture(QDIR "clip_logits.bin"), (size_t)n * V);
+    CHECK(ref);
+    d = test_max_diff(logits, ref, (size_t)n * V);
+    printf("    logits max diff %.3g over %d positions\n", d, n);
+    CHECK_MSG(d < 1e-3, "logits differ by %g", d);
+    free(ref);
+    double worst = 0;
+    for (int gi = 0; gi < n_greedy; gi++) {
+        const float *lg = logits + (size_t)(gi ? 0 : n - 1) * V;
+        double mx = lg[0], sum = 0;
+        int best = 0;
+        for (int t = 1; t < V; t++)
+            if (lg[t] > mx)
+                mx = lg[t], best = t;
+        for (int t = 0; t < V; t++)
+            sum += exp(lg[t] - mx);
+        CHECK_MSG(best == greedy[gi], "greedy token %d: %d, reference %d", gi, best, greedy[gi]);
+        float top[5];
+        for (int r = 0; r < 5; r++) { /* the r-th largest logit */
+            float cut = r ? top[r - 1] : INFINITY, m = -INFINITY;
+            for (int t = 0; t < V; t++)
+                if (lg[t] < cut && lg[t] > m)
+                    m = lg[t];
+            top[r] = m;
+            const double lp = m - mx - log(sum);
+            worst = fabs(lp - top5[gi][r]) > worst ? fabs(lp - top5[gi][r]) : worst;
+        }
+        int32_t tp = n + gi, trp[3] = { next + gi, next + gi, next + gi };
+        bool w = true;
+        float *xe = x + (size_t)(n + gi) * D;
+        omni_tensor_get_row(&tok, best, xe);
+        struct llm_batch s1 = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
+                                .rope_pos = trp };
+        CHECK_EQ(llm_forward(ctx, &s1, kv, &view, logits), 1);
+    }
+    printf("    greedy: %d tokens as the reference, top-5 logprobs within %.3g\n", n_greedy, worst);
+    CHECK_MSG(worst < 1e-4, "top-5 logprobs differ by %g", worst);
+
+    // through the engine: the segments' grids and time give the same tokens, twice
+    struct engine_segment segs[32];
+    CHECK(vp.n_parts <= 32);
+    for (int i = 0; i < vp.n_parts; i++) {
+        const struct vision_prompt_part *pt = &vp.parts[i];
+        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
+                                           pt->grid_cols, pt->grid_t, pt->t_step };
+    }
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 1;
+    ep.kv_type = GGML_TYPE_F32;
+    ep.kv_memory_bytes = 4 << 20;
+    ep.max_batch_tokens = 40; /* prefill chunks end inside the video */
+    struct engine *eng = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(eng, "%s", err);
+    CHECK_MSG(engine_add_model(eng, lm, "qwen2vl", err, sizeof err) >= 0, "%s", err);
+    CHECK_MSG(engine_start(eng, err, sizeof err) == 0, "%s", err);
+    for (int round = 0; round < 2; round++) {
+        struct qgen g = { .n = 0 };
+        struct engine_request rq = engine_default_request();
+        rq.segments = segs, rq.n_segments = vp.n_parts;
+        rq.max_tokens = n_greedy, rq.ignore_eog = true;
+        rq.sampling.temperature = 0;
+        rq.on_event = qgen_event, rq.user = &g;
+        CHECK_MSG(engine_generate(eng, &rq, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(g.n, n_greedy);
+        for (int i = 0; i < n_greedy; i++)
+            CHECK_MSG(g.tok[i] == greedy[i], "engine round %d token %d: %d, reference %d", round, i, g.tok[i],
+                      greedy[i]);
+    }
+    printf("    engine: %d greedy tokens as the reference twice\n", n_greedy);
+    engine_free(eng);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    vision_prompt_release(&vp);
+    api_images_free(&im);
+    cJSON_Delete(req);
+    api_images_pool_free(pool);
+    vision_cache_free(cache);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
+    free(js);
 }

@@ -807,8 +807,8 @@ static int merge_videos(struct api_images *im, const struct video_group *vg, int
             rc = api_error_set(e, 500, NULL, "out of memory");
             break;
         }
-        for (int k = 0; k < cnt; k++) {
-            memcpy(v.data + (size_t)k * pt[0].n_tokens * v.n_embd, pt[k].data,
+        for (int k = 0; k < cnt; k++) { /* pt[0] is released first: the saved v has its size */
+            memcpy(v.data + (size_t)k * v.n_tokens * v.n_embd, pt[k].data,
                    (size_t)pt[k].n_tokens * v.n_embd * sizeof(float));
             vision_embd_release(&im->e[s + k]);
         }
