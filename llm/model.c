@@ -584,9 +584,10 @@ static int load_hparams(struct loader *ld)
     hp->rope_interleaved = qwen3vl;
     if (qwen3vl && (rc = get_dim(ld, "n_deepstack_layers", false, &hp->n_deepstack)) < 0)
         return rc;
-    if (hp->n_deepstack > hp->n_layer)
-        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: %d DeepStack layers of %d",
-                         ld->path, hp->n_deepstack, hp->n_layer);
+    /* more DeepStack parts than layers (a cut model): the extra parts are carried, never added */
+    if (hp->n_deepstack > 64)
+        return omni_fail(ld->err, ld->errlen, OMNI_ERR_FORMAT, "model: %s: %d DeepStack layers",
+                         ld->path, hp->n_deepstack);
     const bool partial_ok = hp->arch == LLM_ARCH_PHI3 || m->fam->gdn;
     if (hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         (int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
