@@ -24,7 +24,7 @@ SHAPES = {
     # processor shortest_edge 65536 / longest_edge 16777216 px, mean/std 0.5
     "qwen3-vl-4b-mmproj": dict(
         hf="Qwen/Qwen3-VL-4B-Instruct", family="qwen3vl", n_embd=1024, n_layer=24, n_head=16,
-        n_ff=4096, patch_size=16, n_pos=2304, eps=1e-6, lm_dim=2560, deepstack=[5, 11, 17],
+        n_ff=4096, patch_size=16, n_pos=2304, image_size=768, eps=1e-6, lm_dim=2560, deepstack=[5, 11, 17],
         min_pixels=65536, max_pixels=16777216, mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5]),
 }
 
