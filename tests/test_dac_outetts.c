@@ -23,7 +23,10 @@
 #include "src/core/omni.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -548,4 +551,188 @@ TEST(outetts_deterministic_with_chat)
     CHECK_EQ(s1.completion_tokens, s2.completion_tokens);
     CHECK_EQ(s1.frames, s2.frames);
     CHECK_EQ(a1.n, a2.n);
+}
+
+// ---- several TTS streams at once (tts engine workers) ----
+
+struct conc_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    float *pcm;
+    size_t n, cap;
+    bool done, failed, got_audio;
+    struct conc_stream *wait_for;   /* on the first audio, block until this one has audio */
+    bool waited_ok;
+    struct tts_stream *self;
+};
+
+static void conc_event(void *user, const struct tts_event *ev)
+{
+    struct conc_stream *c = user;
+    if (ev->type == TTS_EV_AUDIO) {
+        pthread_mutex_lock(&c->mu);
+        bool first = !c->got_audio;
+        c->got_audio = true;
+        if (c->n + ev->n > c->cap) {
+            size_t cap = c->cap ? 2 * c->cap : 4096;
+            while (cap < c->n + ev->n)
+                cap *= 2;
+            float *p = realloc(c->pcm, cap * sizeof *p);
+            if (!p)
+                c->failed = true;
+            else {
+                c->pcm = p;
+                c->cap = cap;
+            }
+        }
+        if (!c->failed) {
+            memcpy(c->pcm + c->n, ev->pcm, ev->n * sizeof *ev->pcm);
+            c->n += ev->n;
+        }
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        if (first && c->wait_for) {
+            /* Only a second worker can give the other stream audio while
+             * this one's worker is held here; the deadline is for failure */
+            struct conc_stream *o = c->wait_for;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 60;
+            pthread_mutex_lock(&o->mu);
+            while (!o->got_audio && !o->done)
+                if (pthread_cond_timedwait(&o->cv, &o->mu, &ts) != 0)
+                    break;
+            c->waited_ok = o->got_audio;
+            pthread_mutex_unlock(&o->mu);
+        }
+    } else if (ev->type == TTS_EV_DONE) {
+        pthread_mutex_lock(&c->mu);
+        c->done = true;
+        c->failed = c->failed || ev->error != NULL;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static void conc_wait(struct conc_stream *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static struct tts_stream *conc_start(struct tts *t, struct conc_stream *c, const char *text)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    struct tts_stream_params sp = tts_stream_default_params();
+    sp.voice = "outetts";
+    char err[256];
+    int code = 0;
+    struct tts_stream *s = tts_stream_new(t, &sp, conc_event, c, &code, err, sizeof err);
+    if (!s)
+        return NULL;
+    c->self = s;
+    tts_stream_push(s, text, strlen(text));
+    tts_stream_finish(s);
+    return s;
+}
+
+static void conc_free(struct conc_stream *c)
+{
+    free(c->pcm);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+static void free_tts(void *t) { tts_free(t); }
+
+/* --deterministic: two OuteTTS streams in flight at once (the first one's
+ * worker is held until the second has audio, which only a second worker
+ * can give it) both give the audio each gives alone; a stream cancelled
+ * at its first audio frees its sequence while another one speaks. */
+TEST(outetts_tts_streams_concurrent)
+{
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    char err[256];
+    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
+    CHECK(m);
+    test_defer(free_model, m);
+    struct dac_model *dac = dac_load(codec, err, sizeof err);
+    CHECK(dac);
+    test_defer(free_dac_model, dac);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 2;
+    ep.kv_memory_bytes = 16 << 20;
+    ep.deterministic = true;
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK(e);
+    test_defer(free_engine, e);
+    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
+    CHECK(engine_start(e, err, sizeof err) == 0);
+    struct tts_params tp = tts_default_params();
+    tp.engine_max_tokens = 120;
+    struct tts *t = tts_new(&tp, err, sizeof err);
+    if (!t)
+        SKIP("no espeak-ng data for the tts core");
+    test_defer(free_tts, t);
+    CHECK_MSG(tts_add_outetts(t, e, 0, dac, NULL, err, sizeof err) == 0, "%s", err);
+    const char *ta = "The first voice speaks here.", *tb = "A second one, at the same time.";
+
+    /* alone, one after the other */
+    struct conc_stream a1 = { 0 }, b1 = { 0 };
+    struct tts_stream *s = conc_start(t, &a1, ta);
+    CHECK(s);
+    conc_wait(&a1);
+    tts_stream_free(s);
+    s = conc_start(t, &b1, tb);
+    CHECK(s);
+    conc_wait(&b1);
+    tts_stream_free(s);
+    CHECK(!a1.failed && !b1.failed);
+    CHECK(a1.n > 0 && b1.n > 0);
+
+    /* together */
+    struct conc_stream a2 = { 0 }, b2 = { 0 };
+    a2.wait_for = &b2;
+    struct tts_stream *sa = conc_start(t, &a2, ta);
+    struct tts_stream *sb = conc_start(t, &b2, tb);
+    CHECK(sa && sb);
+    conc_wait(&a2);
+    conc_wait(&b2);
+    tts_stream_free(sa);
+    tts_stream_free(sb);
+    CHECK(a2.waited_ok);   /* b spoke while a's worker was busy */
+    CHECK(!a2.failed && !b2.failed);
+    CHECK_EQ(a2.n, a1.n);
+    CHECK_EQ(b2.n, b1.n);
+    CHECK(a2.n == a1.n && memcmp(a2.pcm, a1.pcm, a1.n * sizeof *a1.pcm) == 0);
+    CHECK(b2.n == b1.n && memcmp(b2.pcm, b1.pcm, b1.n * sizeof *b1.pcm) == 0);
+
+    /* a cancelled stream beside a speaking one: its sequence goes */
+    struct conc_stream c3 = { 0 }, b3 = { 0 };
+    struct tts_stream *sc = conc_start(t, &c3, ta);
+    struct tts_stream *sb3 = conc_start(t, &b3, tb);
+    CHECK(sc && sb3);
+    tts_stream_cancel(sc);   /* while its model writes (this one says its words at the end) */
+    conc_wait(&c3);
+    conc_wait(&b3);
+    tts_stream_free(sc);
+    tts_stream_free(sb3);
+    CHECK(b3.n == b1.n && memcmp(b3.pcm, b1.pcm, b1.n * sizeof *b1.pcm) == 0);
+    CHECK(c3.n < a1.n);
+    struct engine_stats es;
+    for (int i = 0; i < 2000; i++) {   /* the engine retires it at its next step */
+        engine_stats(e, &es);
+        if (es.running == 0 && es.waiting == 0)
+            break;
+        usleep(5000);
+    }
+    CHECK_EQ(es.running, 0);
+    CHECK_EQ(es.waiting, 0);
+    CHECK_EQ(es.kv_blocks_used, 0);   /* no block held by a sequence (cached ones may stay) */
+    conc_free(&a1), conc_free(&b1), conc_free(&a2), conc_free(&b2), conc_free(&c3), conc_free(&b3);
 }

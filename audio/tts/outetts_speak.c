@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SPEAK_MAX_PROMPT 32768
 /* text longer than this is spoken in chunks of whole sentences up to it */
@@ -203,8 +204,30 @@ static int speak_chunk(struct engine *e, int model, const struct dac_model *dac,
     size_t cap = 0;
     for (;;) {
         pthread_mutex_lock(&j.mu);
-        while (!j.done && j.n_frames == 0)
-            pthread_cond_wait(&j.cv, &j.mu);
+        bool stop = false;
+        while (!j.done && j.n_frames == 0 && !stop) {
+            if (!p->poll) {
+                pthread_cond_wait(&j.cv, &j.mu);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += OUTETTS_POLL_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&j.cv, &j.mu, &ts) != 0) {
+                pthread_mutex_unlock(&j.mu);   /* the poll may take the caller's locks */
+                stop = p->poll(p->poll_user) != 0;
+                pthread_mutex_lock(&j.mu);
+            }
+        }
+        if (stop) {
+            pthread_mutex_unlock(&j.mu);
+            rc = 1;
+            break;
+        }
         size_t nf = j.n_frames;
         bool done = j.done;
         if (nf > cap) {

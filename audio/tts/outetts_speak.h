@@ -43,7 +43,13 @@ struct outetts_speak_params {
     uint64_t seed;                         /* sampling seed; default 0 */
     float temperature;                     /* default 0.4 (the model card's); 0: greedy */
     int first_chunk_frames, chunk_frames;  /* DAC stream chunking; default 8, 32 */
+    /* NULL, or asked about every OUTETTS_POLL_MS while the model writes (its
+     * words may come only at the end): nonzero stops the request as a
+     * nonzero on_audio does (the client left), freeing its sequence at once */
+    int (*poll)(void *poll_user);
+    void *poll_user;
 };
+#define OUTETTS_POLL_MS 50
 struct outetts_speak_params outetts_speak_default_params(void);
 
 struct outetts_speak_stats {

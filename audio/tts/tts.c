@@ -1,10 +1,15 @@
-/* tts.c - voices, streams and the synthesis worker behind tts.h.
+/* tts.c - voices, streams and the synthesis workers behind tts.h.
  *
- * One worker thread per struct tts speaks one sentence at a time: urgent
- * streams first, otherwise the sentence queued earliest. Interleaving at
- * sentence boundaries keeps every stream's first audio early; running
- * sentences one at a time keeps synthesis to one core, inside the process's
- * compute budget, and suits espeak-ng, whose state is process-wide. */
+ * One worker thread per struct tts speaks the local voices (espeak-ng) one
+ * sentence at a time: urgent streams first, otherwise the sentence queued
+ * earliest. Interleaving at sentence boundaries keeps every stream's first
+ * audio early; running sentences one at a time keeps synthesis to one core,
+ * inside the process's compute budget, and suits espeak-ng, whose state is
+ * process-wide. Voices run by the engine (OuteTTS) get engine_workers more
+ * workers (tts_params) once such a backend is added: their sentences wait on the
+ * engine, whose steps batch the language models of every stream at once,
+ * so several streams speak at the same time, each sentence of a stream
+ * still in order (a stream is served by one worker at a time). */
 #include "audio/tts/tts.h"
 
 #include "audio/tts/tts_int.h"
@@ -55,8 +60,10 @@ struct tts {
     pthread_mutex_t lock;
     pthread_cond_t work;            /* the worker waits for sentences */
     pthread_cond_t idle;            /* stream_free waits for its DONE */
-    pthread_t worker;
+    pthread_t worker;               /* local voices */
     bool worker_started;
+    pthread_t engine_workers[TTS_MAX_ENGINE_WORKERS];   /* voices run by the engine */
+    int n_engine_workers;           /* started; written under lock, before the backend shows */
     struct compute_client *budget;  /* the process's compute budget, one thread; NULL = none */
     bool stop;                      /* {lock} */
     struct tts_stream *streams;     /* {lock} */
@@ -66,7 +73,8 @@ struct tts {
 
 struct tts_params tts_default_params(void)
 {
-    return (struct tts_params){ .max_streams = 64, .max_text_bytes = 1u << 20 };
+    return (struct tts_params){ .max_streams = 64, .max_text_bytes = 1u << 20,
+                                .engine_workers = 4 };
 }
 
 struct tts_stream_params tts_stream_default_params(void)
@@ -121,6 +129,8 @@ static int tts_emit_pcm(void *user, const float *pcm, size_t n)
     struct tts_stream *s = user;
     if (atomic_load(&s->cancelled))
         return 1;
+    if (n == 0)   /* a backend asking whether to go on (tts_int.h) */
+        return 0;
     struct tts_event ev = { .type = TTS_EV_AUDIO, .pcm = pcm, .n = n,
                             .sample_rate_hz = s->voice.sample_rate_hz };
     s->fn(s->user, &ev);
@@ -136,6 +146,8 @@ struct tts_slow {
 static int tts_collect_pcm(void *user, const float *pcm, size_t n)
 {
     struct tts_slow *c = user;
+    if (n == 0)
+        return 0;
     if (c->n + n > c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 65536;
         while (cap < c->n + n)
@@ -179,13 +191,14 @@ static int tts_speak(struct tts *t, struct tts_stream *s, const char *text, char
     return rc;
 }
 
-/* Caller holds t->lock. The stream the worker should serve next and
- * whether that is its end (DONE) rather than a sentence. */
-static struct tts_stream *tts_pick(struct tts *t, bool *ending)
+/* Caller holds t->lock. The stream a worker for engine voices (engine) or
+ * local ones should serve next, and whether that is its end (DONE) rather
+ * than a sentence. */
+static struct tts_stream *tts_pick(struct tts *t, bool engine, bool *ending)
 {
     struct tts_stream *best = NULL;
     for (struct tts_stream *s = t->streams; s; s = s->next) {
-        if (s->done || s->busy)
+        if (s->done || s->busy || s->voice.needs_engine != engine)
             continue;
         if (atomic_load(&s->cancelled) || s->error[0] || (s->finished && !s->head)) {
             *ending = true;
@@ -227,13 +240,12 @@ static void tts_stream_destroy_locked(struct tts_stream *s)
     free(s);
 }
 
-static void *tts_worker_main(void *arg)
+static void tts_worker_loop(struct tts *t, bool engine)
 {
-    struct tts *t = arg;
     pthread_mutex_lock(&t->lock);
     for (;;) {
         bool ending;
-        struct tts_stream *s = tts_pick(t, &ending);
+        struct tts_stream *s = tts_pick(t, engine, &ending);
         if (!s) {
             if (t->stop)
                 break;
@@ -286,8 +298,21 @@ static void *tts_worker_main(void *arg)
         if (rc < 0)
             snprintf(s->error, sizeof s->error, "%s", err[0] ? err : "tts: synthesis failed");
         s->busy = false;
+        /* the stream's next sentence or end may be for another worker */
+        pthread_cond_broadcast(&t->work);
     }
     pthread_mutex_unlock(&t->lock);
+}
+
+static void *tts_worker_main(void *arg)
+{
+    tts_worker_loop(arg, false);
+    return NULL;
+}
+
+static void *tts_engine_worker_main(void *arg)
+{
+    tts_worker_loop(arg, true);
     return NULL;
 }
 
@@ -305,6 +330,10 @@ struct tts *tts_new(const struct tts_params *p, char *err, size_t errlen)
         t->p.max_streams = 64;
     if (!t->p.max_text_bytes)
         t->p.max_text_bytes = 1u << 20;
+    if (t->p.engine_workers <= 0)
+        t->p.engine_workers = 4;
+    if (t->p.engine_workers > TTS_MAX_ENGINE_WORKERS)
+        t->p.engine_workers = TTS_MAX_ENGINE_WORKERS;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->work, NULL);
     pthread_cond_init(&t->idle, NULL);
@@ -332,9 +361,22 @@ int tts_add_outetts(struct tts *t, struct engine *e, int model, const struct dac
     int n = __atomic_load_n(&t->n_backends, __ATOMIC_ACQUIRE);
     if (n >= TTS_MAX_BACKENDS)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT, "tts: no room for another voice backend");
-    int rc = tts_outetts_open(&t->backends[n], e, model, dac, voices_dir, err, errlen);
+    int rc = tts_outetts_open(&t->backends[n], e, model, dac, voices_dir, t->p.engine_max_tokens,
+                              err, errlen);
     if (rc < 0)
         return rc;
+    /* workers for engine voices, once (they wait on the engine, not the cores) */
+    pthread_mutex_lock(&t->lock);
+    while (t->n_engine_workers < t->p.engine_workers &&
+           pthread_create(&t->engine_workers[t->n_engine_workers], NULL, tts_engine_worker_main,
+                          t) == 0)
+        t->n_engine_workers++;
+    int started = t->n_engine_workers;
+    pthread_mutex_unlock(&t->lock);
+    if (started == 0) {
+        t->backends[n].free(t->backends[n].state);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "tts: cannot start a synthesis thread");
+    }
     /* the backend is complete before readers of n_backends can see it */
     __atomic_store_n(&t->n_backends, n + 1, __ATOMIC_RELEASE);
     return 0;
@@ -349,12 +391,15 @@ void tts_free(struct tts *t)
         for (struct tts_stream *s = t->streams; s; s = s->next)
             atomic_store(&s->cancelled, true);
         t->stop = true;
-        pthread_cond_signal(&t->work);
+        pthread_cond_broadcast(&t->work);
         pthread_mutex_unlock(&t->lock);
         if (t->budget)
             compute_client_cancel(t->budget); /* a sentence waiting for threads gives up */
         pthread_join(t->worker, NULL);
     }
+    /* they stop like the first one: every stream cancelled, t->stop set */
+    for (int i = 0; i < t->n_engine_workers; i++)
+        pthread_join(t->engine_workers[i], NULL);
     compute_client_free(t->budget);
     for (int b = 0; b < t->n_backends; b++)
         if (t->backends[b].free)
@@ -445,7 +490,7 @@ static int tts_stream_flush(struct tts_stream *s, bool final)
             else
                 s->head = x;
             s->tail = x;
-            pthread_cond_signal(&t->work);
+            pthread_cond_broadcast(&t->work);   /* workers of both kinds wait on it */
         }
         pthread_mutex_unlock(&t->lock);
     }
@@ -473,7 +518,7 @@ int tts_stream_finish(struct tts_stream *s)
     int rc = tts_stream_flush(s, true);
     pthread_mutex_lock(&t->lock);
     s->finished = true;
-    pthread_cond_signal(&t->work);
+    pthread_cond_broadcast(&t->work);   /* workers of both kinds wait on it */
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
@@ -486,7 +531,7 @@ void tts_stream_cancel(struct tts_stream *s)
     atomic_store(&s->cancelled, true);
     pthread_mutex_lock(&t->lock);
     tts_drop_queue(s);
-    pthread_cond_signal(&t->work);
+    pthread_cond_broadcast(&t->work);   /* workers of both kinds wait on it */
     pthread_mutex_unlock(&t->lock);
 }
 

@@ -24,8 +24,12 @@
  *
  * Thread safety: struct tts is shared by any number of threads. A stream's
  * push/finish/cancel may be called from any thread but by one at a time;
- * events arrive on the synthesis worker thread, in order, and must not call
- * back into the same stream except tts_stream_cancel. Streams marked urgent
+ * events arrive on a synthesis worker thread (one stream's from one at a
+ * time), in order, and must not call back into the same stream except
+ * tts_stream_cancel. Local voices (espeak-ng) are spoken by one worker, a
+ * sentence at a time; voices run by the engine by up to engine_workers at
+ * once, so several such streams speak together (their model rows batch in
+ * the engine's steps). Streams marked urgent
  * (a realtime reply) go before the others at every sentence boundary. */
 #ifndef OMNI_TTS_H
 #define OMNI_TTS_H
@@ -50,7 +54,13 @@ struct tts_voice_info {
 struct tts_params {
     int max_streams;             /* streams open at once; more: tts_stream_new fails LIMIT. default 64 */
     size_t max_text_bytes;       /* text one stream may push in all; default 1 MiB */
+    int engine_workers;          /* sentences of engine-run voices in flight at once
+                                    (1..TTS_MAX_ENGINE_WORKERS); default 4; 1: one
+                                    after another */
+    int engine_max_tokens;       /* tokens an engine-run voice may write per sentence;
+                                    0 (default): from the text's length */
 };
+#define TTS_MAX_ENGINE_WORKERS 8
 struct tts_params tts_default_params(void);
 
 /* Starts the synthesis worker and loads the built-in backends. p NULL:

@@ -1,17 +1,20 @@
 /* tts_int.h - the backend contract behind tts.h (audio/tts only).
  *
- * A backend owns a family of voices. The core (tts.c) runs every synthesis
- * call on its one worker thread, one sentence at a time, so a backend whose
- * library is a process-wide singleton (espeak-ng) needs no lock of its own
- * for synthesis. A neural backend (an LLM that writes codec tokens, decoded
- * to audio) sets needs_engine on its voices and may keep per-stream state in
- * the handle its open() returns. */
+ * A backend owns a family of voices. The core (tts.c) runs the synthesis
+ * calls of local voices on its one worker thread, one sentence at a time,
+ * so a backend whose library is a process-wide singleton (espeak-ng) needs
+ * no lock of its own for synthesis. A neural backend (an LLM that writes
+ * codec tokens, decoded to audio) sets needs_engine on its voices; their
+ * synth is called by up to tts_params.engine_workers threads at once (different
+ * streams), so its per-call state (the decoder's pool) is per call. */
 #ifndef OMNI_TTS_INT_H
 #define OMNI_TTS_INT_H
 
 #include "audio/tts/tts.h"
 
-/* Called by a backend's synth for each chunk of audio; nonzero stops it. */
+/* Called by a backend's synth for each chunk of audio; nonzero stops it.
+ * n == 0 (pcm may be NULL) only asks whether to go on: a backend that
+ * waits long between chunks polls with it. */
 typedef int (*tts_pcm_fn)(void *user, const float *pcm, size_t n);
 
 struct tts_backend {
@@ -25,7 +28,8 @@ struct tts_backend {
     int (*find)(void *state, const char *id, struct tts_voice_info *out);
     /* Speaks one sentence with the voice, feeding emit; returns 0, 1 when
      * emit asked to stop, or a negative enum omni_err + message. Worker
-     * thread only. */
+     * threads only: one at a time for local voices, up to
+     * tts_params.engine_workers at once for needs_engine ones. */
     int (*synth)(void *state, const struct tts_voice_info *v, float speed, const char *text,
                  tts_pcm_fn emit, void *user, char *err, size_t errlen);
     void (*free)(void *state);
@@ -42,9 +46,10 @@ int tts_espeak_open(struct tts_backend *b, char *err, size_t errlen);
 struct engine;
 struct dac_model;
 /* The OuteTTS 1.0 backend (tts_outetts.c): model in e, codec dac, speaker
- * files NAME.json of voices_dir (may be NULL) as voices. */
+ * files NAME.json of voices_dir (may be NULL) as voices; max_tokens per
+ * sentence (0: from the text). */
 int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
-                     const struct dac_model *dac, const char *voices_dir, char *err,
-                     size_t errlen);
+                     const struct dac_model *dac, const char *voices_dir, int max_tokens,
+                     char *err, size_t errlen);
 
 #endif

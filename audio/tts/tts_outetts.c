@@ -1,10 +1,11 @@
 /* tts_outetts.c - the OuteTTS 1.0 voice backend: speaker profiles from a
  * voices directory (each NAME.json is voice "NAME"), plus voice "outetts"
  * (no speaker: the model picks a voice). A sentence is one engine request
- * (audio/tts/outetts_speak.h); the tts worker waits for its tokens holding
- * no thread of the compute budget, and decodes them with the backend's
- * pool, a client of the budget, so decoding and the engine's steps share
- * the cores. */
+ * (audio/tts/outetts_speak.h); up to tts_params.engine_workers tts workers speak
+ * at once (their requests batch in the engine's steps). Each waits for its
+ * tokens holding no thread of the compute budget, and decodes them with a
+ * decoder pool of its own while it speaks (made on first use, a client of
+ * the budget), so decoding and the engine's steps share the cores. */
 #include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
 #include "audio/tts/outetts_speak.h"
@@ -14,6 +15,7 @@
 #include "src/core/threadpool.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +27,12 @@
 struct outetts_backend {
     struct engine *e;
     int model;
+    int max_tokens;       /* per sentence; 0: from the text */
     const struct dac_model *dac;
-    struct tpool *tp;     /* the decoder's threads (tts worker only); NULL: one */
+    struct compute *budget;                   /* NULL: pools ungated, one thread */
+    pthread_mutex_t lock;
+    struct tpool *tp[TTS_MAX_ENGINE_WORKERS];     /* {lock} decoder pools, made on first use */
+    bool tp_busy[TTS_MAX_ENGINE_WORKERS];         /* {lock} taken by a synth call */
     int n;
     char ids[OUTETTS_MAX_VOICES][TTS_VOICE_ID_MAX];
     struct outetts_speaker *spk[OUTETTS_MAX_VOICES];   /* NULL: no speaker */
@@ -73,6 +79,19 @@ static int ob_find(void *state, const char *id, struct tts_voice_info *out)
     return 0;
 }
 
+/* "still wanted?" while the model writes: the tts core answers an empty
+ * chunk with its stream's cancel flag */
+struct ob_poll {
+    tts_pcm_fn emit;
+    void *user;
+};
+
+static int ob_poll_fn(void *user)
+{
+    struct ob_poll *pp = user;
+    return pp->emit(pp->user, NULL, 0);
+}
+
 static int ob_synth(void *state, const struct tts_voice_info *v, float speed, const char *text,
                     tts_pcm_fn emit, void *user, char *err, size_t errlen)
 {
@@ -81,11 +100,43 @@ static int ob_synth(void *state, const struct tts_voice_info *v, float speed, co
     int i = ob_index(o, v->id);
     if (i < 0)
         return omni_fail(err, errlen, OMNI_ERR_NOTFOUND, "outetts: no voice '%s'", v->id);
+    /* a decoder pool of our own for the call (synth runs on several workers) */
+    struct tpool *tp = NULL;
+    int slot = -1;
+    if (o->budget) {
+        pthread_mutex_lock(&o->lock);
+        for (int k = 0; k < TTS_MAX_ENGINE_WORKERS && slot < 0; k++)
+            if (!o->tp_busy[k]) {
+                if (!o->tp[k] && (!(o->tp[k] = tpool_new(compute_size(o->budget), err, errlen)) ||
+                                  tpool_attach(o->tp[k], o->budget, "tts-dac", err, errlen) < 0)) {
+                    tpool_free(o->tp[k]);
+                    o->tp[k] = NULL;
+                    break;
+                }
+                slot = k;
+                o->tp_busy[k] = true;
+                tp = o->tp[k];
+            }
+        pthread_mutex_unlock(&o->lock);
+        if (slot < 0)   /* out of memory or threads (more callers than workers cannot be) */
+            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "outetts: no decoder threads%s%s",
+                             err[0] ? ": " : "", err);
+    }
     struct outetts_speak_params p = outetts_speak_default_params();
     p.text = text;
     p.speaker = o->spk[i];
+    p.max_tokens = o->max_tokens;
+    struct ob_poll pp = { emit, user };
+    p.poll = ob_poll_fn;
+    p.poll_user = &pp;
     struct outetts_speak_stats st;
-    return outetts_speak(o->e, o->model, o->dac, o->tp, &p, emit, user, &st, err, errlen);
+    int rc = outetts_speak(o->e, o->model, o->dac, tp, &p, emit, user, &st, err, errlen);
+    if (slot >= 0) {
+        pthread_mutex_lock(&o->lock);
+        o->tp_busy[slot] = false;
+        pthread_mutex_unlock(&o->lock);
+    }
+    return rc;
 }
 
 static void ob_free(void *state)
@@ -95,7 +146,9 @@ static void ob_free(void *state)
         return;
     for (int i = 0; i < o->n; i++)
         outetts_speaker_free(o->spk[i]);
-    tpool_free(o->tp);
+    for (int k = 0; k < TTS_MAX_ENGINE_WORKERS; k++)
+        tpool_free(o->tp[k]);
+    pthread_mutex_destroy(&o->lock);
     free(o);
 }
 
@@ -105,8 +158,8 @@ static int ob_cmp(const void *a, const void *b)
 }
 
 int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
-                     const struct dac_model *dac, const char *voices_dir, char *err,
-                     size_t errlen)
+                     const struct dac_model *dac, const char *voices_dir, int max_tokens,
+                     char *err, size_t errlen)
 {
     struct outetts_backend *o = calloc(1, sizeof *o);
     if (!o)
@@ -114,13 +167,10 @@ int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
     o->e = e;
     o->model = model;
     o->dac = dac;
-    /* with the process's budget: a decoder pool as large as it, a client of it */
-    struct compute *c = compute_default();
-    if (c && (!(o->tp = tpool_new(compute_size(c), err, errlen)) ||
-              tpool_attach(o->tp, c, "tts-dac", err, errlen) < 0)) {
-        ob_free(o);
-        return OMNI_ERR_NOMEM;
-    }
+    o->max_tokens = max_tokens > 0 ? max_tokens : 0;
+    pthread_mutex_init(&o->lock, NULL);
+    /* with the process's budget: decoder pools as large as it, clients of it */
+    o->budget = compute_default();
     if (voices_dir) {
         DIR *d = opendir(voices_dir);
         if (!d) {

@@ -9,14 +9,19 @@
  * the time to the first streamed chunk.
  *
  * With -m OUTETTS.gguf: whole syntheses of a 60-word paragraph (or --text)
- * through the engine, --concurrency N requests at once (a list: "1,4"),
- * each decoding its own audio; per level one JSON line with the aggregate
- * audio seconds per wall second, tokens/s, the median time to first audio
- * and its share of the request's time, and the throughput ratio to the
- * first level. */
+ * through the tts module as `serve` runs them (a tts stream per request,
+ * sentence by sentence, the engine batching the streams' language-model
+ * rows), --concurrency N requests at once (a list: "1,4"), for each
+ * --workers W (engine-voice sentences in flight at once; 1 is the old one
+ * after another), --rounds R times interleaved; per level one JSON line
+ * with the aggregate audio seconds per wall second, tokens/s (wall and
+ * process CPU), rows per decode step, the median time to first audio and
+ * its share of the request's time, the tokens/s ratio to the first level
+ * and the load average. */
 #include "audio/codec/dac.h"
 #include "audio/tts/outetts.h"
 #include "audio/tts/outetts_speak.h"
+#include "audio/tts/tts.h"
 #include "llm/model.h"
 #include "src/core/compute.h"
 #include "src/engine/engine.h"
@@ -31,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static void bench_tts_usage(FILE *f)
 {
@@ -46,7 +53,10 @@ static void bench_tts_usage(FILE *f)
             "  --voice FILE    speaker JSON for -m (default: none)\n"
             "  --concurrency L requests at once, a list (default 1,4)\n"
             "  --text T        what to say (default: a 60-word paragraph)\n"
-            "  --max-tokens N  per request (default: from the text's length)\n");
+            "  --max-tokens N  per sentence (default: from the text's length)\n"
+            "  --workers L     sentences of OuteTTS voices in flight at once, a list\n"
+            "                  (default 4; 1 = one after another, as before)\n"
+            "  --rounds N      repeat the workers x concurrency grid N times (default 1)\n");
 }
 
 static const char *BENCH_TTS_TEXT =
@@ -55,119 +65,220 @@ static const char *BENCH_TTS_TEXT =
     "great lamp, and wrote a few lines in his worn notebook. Ships passed safely through "
     "the dark, and nobody in the village ever thought to thank him for the quiet work.";
 
+static double bench_tts_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double bench_tts_load(void)
+{
+    double l[3];
+    return getloadavg(l, 3) < 1 ? -1 : l[0];
+}
+
 struct bench_tts_req {
-    struct engine *e;
-    const struct dac_model *dac;
-    struct compute *budget;
-    struct outetts_speak_params p;
-    struct outetts_speak_stats st;
-    int rc;
+    struct tts *t;
+    const char *voice, *text;
+    double t0, first_s, end_s;
+    int64_t samples;
+    bool done;
     char err[256];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
 
+static void bench_tts_event(void *user, const struct tts_event *ev)
+{
+    struct bench_tts_req *r = user;
+    pthread_mutex_lock(&r->mu);
+    if (ev->type == TTS_EV_AUDIO) {
+        if (r->samples == 0 && ev->n)
+            r->first_s = omni_time_s() - r->t0;
+        r->samples += (int64_t)ev->n;
+    } else if (ev->type == TTS_EV_DONE) {
+        if (ev->error)
+            snprintf(r->err, sizeof r->err, "%s", ev->error);
+        r->end_s = omni_time_s() - r->t0;
+        r->done = true;
+        pthread_cond_signal(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* one request as the server makes it: a tts stream with the whole text */
 static void *bench_tts_worker(void *arg)
 {
     struct bench_tts_req *r = arg;
-    struct tpool *tp = tpool_new(1, r->err, sizeof r->err);
-    if (!tp || tpool_attach(tp, r->budget, "tts-dac", r->err, sizeof r->err) < 0) {
-        r->rc = -1;
-        tpool_free(tp);
+    struct tts_stream_params sp = tts_stream_default_params();
+    sp.voice = r->voice;
+    int code = 0;
+    r->t0 = omni_time_s();
+    struct tts_stream *s = tts_stream_new(r->t, &sp, bench_tts_event, r, &code, r->err,
+                                          sizeof r->err);
+    if (!s) {
+        r->done = true;
         return NULL;
     }
-    r->rc = outetts_speak(r->e, 0, r->dac, tp, &r->p, NULL, NULL, &r->st, r->err, sizeof r->err);
-    tpool_free(tp);
+    tts_stream_push(s, r->text, strlen(r->text));
+    tts_stream_finish(s);
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    tts_stream_free(s);
     return NULL;
 }
 
-/* -m: whole syntheses at each concurrency level; 0 or 1 */
+/* One level: n requests at once through t; 0, or -1 with err set. */
+static int bench_tts_level(struct tts *t, struct engine *e, const char *voice, const char *text,
+                           int n, int workers, int rate, double *agg_out, double base,
+                           char *err, size_t errlen)
+{
+    struct bench_tts_req *r = calloc((size_t)n, sizeof *r);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    double *ttfa = calloc((size_t)n, sizeof *ttfa), *share = calloc((size_t)n, sizeof *share);
+    int rc = -1, started = 0;
+    if (!r || !th || !ttfa || !share) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    struct engine_stats e0, e1;
+    engine_stats(e, &e0);
+    double cpu0 = bench_tts_cpu_s(), t0 = omni_time_s();
+    for (int i = 0; i < n; i++) {
+        r[i] = (struct bench_tts_req){ .t = t, .voice = voice, .text = text };
+        pthread_mutex_init(&r[i].mu, NULL);
+        pthread_cond_init(&r[i].cv, NULL);
+        if (pthread_create(&th[i], NULL, bench_tts_worker, &r[i]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    double wall = omni_time_s() - t0, cpu = bench_tts_cpu_s() - cpu0, audio = 0;
+    engine_stats(e, &e1);
+    bool ok = started == n;
+    if (!ok)
+        snprintf(err, errlen, "cannot start request threads");
+    for (int i = 0; i < started && ok; i++) {
+        if (r[i].err[0]) {
+            snprintf(err, errlen, "request %d: %s", i, r[i].err);
+            ok = false;
+        }
+        audio += (double)r[i].samples / rate;
+        ttfa[i] = r[i].samples ? r[i].first_s * 1e3 : r[i].end_s * 1e3;
+        share[i] = r[i].end_s > 0 ? ttfa[i] / 1e3 / r[i].end_s : 0;
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_mutex_destroy(&r[i].mu);
+        pthread_cond_destroy(&r[i].cv);
+    }
+    if (ok) {
+        double toks = (double)(e1.generated_tokens - e0.generated_tokens);
+        uint64_t ds = e1.decode_steps - e0.decode_steps, dr = e1.decode_rows - e0.decode_rows;
+        *agg_out = toks / wall;
+        printf("{\"workers\":%d,\"concurrency\":%d,\"wall_s\":%.3f,\"cpu_s\":%.3f,"
+               "\"audio_s\":%.3f,\"x_realtime\":%.4f,\"tokens\":%.0f,\"tokens_per_s\":%.2f,"
+               "\"tokens_per_cpu_s\":%.2f,\"rows_per_decode_step\":%.2f,"
+               "\"decode_step_ms\":%.2f,\"ttfa_ms_median\":%.1f,\"ttfa_share_median\":%.4f,"
+               "\"tokens_per_s_vs_base\":%.3f,\"load\":%.2f}\n",
+               workers, n, wall, cpu, audio, audio / wall, toks, toks / wall, cpu > 0 ? toks / cpu : 0,
+               ds ? (double)dr / (double)ds : 0,
+               ds ? (e1.decode_step_ms - e0.decode_step_ms) / (double)ds : 0,
+               bench_median(ttfa, n), bench_median(share, n),
+               base > 0 ? toks / wall / base : 1.0, bench_tts_load());
+        fflush(stdout);
+        rc = 0;
+    }
+out:
+    free(r);
+    free(th);
+    free(ttfa);
+    free(share);
+    return rc;
+}
+
+/* -m: whole syntheses through the tts module (as serve runs them) at each
+ * concurrency level, for each number of engine-voice workers, --rounds
+ * times interleaved; 0 or 1 */
 static int bench_tts_lm(const char *lm_path, const struct dac_model *dac, const char *voice,
-                        const char *text, const int *conc, int n_conc, int threads,
-                        int max_tokens)
+                        const char *text, const int *conc, int n_conc, const int *workers,
+                        int n_workers, int rounds, int threads, int max_tokens)
 {
     char err[512] = "";
     int rc = 1;
     struct llm_model *m = NULL;
-    struct outetts_speaker *spk = NULL;
     struct compute *c = NULL;
     struct engine *e = NULL;
+    struct tts *ts[8] = { 0 };
+    char dir[64] = "", link_path[128] = "";
+    const char *voice_id = "outetts";
     struct compute_params cp = compute_default_params();
     cp.n_threads = threads;
     struct engine_params ep = engine_default_params();
     ep.n_threads = threads;
     ep.kv_memory_bytes = (size_t)1 << 30;
-    if ((voice && !(spk = outetts_speaker_load(voice, err, sizeof err))) ||
-        !(m = llm_model_load(lm_path, NULL, err, sizeof err)) ||
+    if (voice) {   /* the speaker file as voice "bench" of a voices directory */
+        snprintf(dir, sizeof dir, "/tmp/omni-bench-tts-XXXXXX");
+        char abs[4096];
+        if (!mkdtemp(dir) || !realpath(voice, abs)) {
+            snprintf(err, sizeof err, "%s: cannot read the speaker file", voice);
+            dir[0] = 0;
+            goto fail;
+        }
+        snprintf(link_path, sizeof link_path, "%s/bench.json", dir);
+        if (symlink(abs, link_path) != 0) {
+            snprintf(err, sizeof err, "cannot link %s", link_path);
+            goto fail;
+        }
+        voice_id = "bench";
+    }
+    if (!(m = llm_model_load(lm_path, NULL, err, sizeof err)) ||
         !(c = compute_new(&cp, err, sizeof err)))
         goto fail;
     ep.compute = c;
+    compute_set_default(c);   /* the tts module's decoder pools join this budget */
     if (!(e = engine_new(&ep, err, sizeof err)) ||
         engine_add_model(e, m, "outetts", err, sizeof err) < 0 || engine_start(e, err, sizeof err) < 0)
         goto fail;
-    int rate = dac_get_info(dac)->sample_rate;
-    double base = 0;
-    for (int k = 0; k < n_conc; k++) {
-        int n = conc[k];
-        struct bench_tts_req *r = calloc((size_t)n, sizeof *r);
-        pthread_t *th = calloc((size_t)n, sizeof *th);
-        if (!r || !th) {
-            free(r);
-            free(th);
-            snprintf(err, sizeof err, "out of memory");
-            goto fail;
-        }
-        double t0 = omni_time_s();
-        for (int i = 0; i < n; i++) {
-            r[i] = (struct bench_tts_req){ .e = e, .dac = dac, .budget = c };
-            r[i].p = outetts_speak_default_params();
-            r[i].p.text = text;
-            r[i].p.speaker = spk;
-            r[i].p.seed = (uint64_t)i + 1;
-            r[i].p.max_tokens = max_tokens;
-            pthread_create(&th[i], NULL, bench_tts_worker, &r[i]);
-        }
-        for (int i = 0; i < n; i++)
-            pthread_join(th[i], NULL);
-        double wall = omni_time_s() - t0, audio = 0, toks = 0;
-        double *ttfa = calloc((size_t)n, sizeof *ttfa), *share = calloc((size_t)n, sizeof *share);
-        bool ok = ttfa && share;
-        for (int i = 0; i < n && ok; i++) {
-            if (r[i].rc < 0) {
-                snprintf(err, sizeof err, "request %d: %s", i, r[i].err);
-                ok = false;
-                break;
-            }
-            audio += (double)r[i].st.samples / rate;
-            toks += r[i].st.completion_tokens;
-            ttfa[i] = r[i].st.first_audio_ms;
-            share[i] = r[i].st.total_ms > 0 ? r[i].st.first_audio_ms / r[i].st.total_ms : 0;
-        }
-        if (ok) {
-            double agg = audio / wall;
-            if (k == 0)
-                base = agg;
-            printf("{\"concurrency\":%d,\"wall_s\":%.3f,\"audio_s\":%.3f,\"x_realtime\":%.4f,"
-                   "\"tokens_per_s\":%.2f,\"ttfa_ms_median\":%.1f,\"ttfa_share_median\":%.4f,"
-                   "\"throughput_vs_first\":%.3f,\"cached_tokens_last\":%d}\n",
-                   n, wall, audio, agg, toks / wall, bench_median(ttfa, n), bench_median(share, n),
-                   base > 0 ? agg / base : 0, r[n - 1].st.cached_tokens);
-            fflush(stdout);
-        }
-        free(ttfa);
-        free(share);
-        free(r);
-        free(th);
-        if (!ok)
+    for (int w = 0; w < n_workers; w++) {
+        struct tts_params tp = tts_default_params();
+        tp.engine_workers = workers[w];
+        tp.engine_max_tokens = max_tokens;
+        if (!(ts[w] = tts_new(&tp, err, sizeof err)) ||
+            tts_add_outetts(ts[w], e, 0, dac, voice ? dir : NULL, err, sizeof err) < 0)
             goto fail;
     }
+    int rate = dac_get_info(dac)->sample_rate;
+    for (int round = 0; round < rounds; round++)
+        for (int w = 0; w < n_workers; w++) {
+            double base = 0;
+            for (int k = 0; k < n_conc; k++) {
+                double agg = 0;
+                if (bench_tts_level(ts[w], e, voice_id, text, conc[k], workers[w], rate, &agg,
+                                    base, err, sizeof err) < 0)
+                    goto fail;
+                if (k == 0)
+                    base = agg;
+            }
+        }
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "omniserve bench-tts: %s\n", err);
 done:
+    for (int w = 0; w < 8; w++)
+        tts_free(ts[w]);
     engine_free(e);
+    compute_set_default(NULL);
     compute_free(c);
     llm_model_free(m);
-    outetts_speaker_free(spk);
+    if (link_path[0])
+        unlink(link_path);
+    if (dir[0])
+        rmdir(dir);
     return rc;
 }
 
@@ -204,7 +315,8 @@ static double bench_tts_stream(const struct dac_model *m, struct tpool *tp, int 
 int cli_bench_tts(int argc, char **argv)
 {
     const char *codec = NULL, *lm = NULL, *voice = NULL, *text = BENCH_TTS_TEXT;
-    int conc[8] = { 1, 4 }, n_conc = 2;
+    int conc[8] = { 1, 4 }, n_conc = 2, workers[8] = { 4 }, n_workers = 1;
+    long rounds = 1;
     long max_tokens = 0;
     double seconds = 10;
     long threads = 2, n_q = 2, reps = 3, chunk = 32;
@@ -242,6 +354,15 @@ int cli_bench_tts(int argc, char **argv)
         } else if (!strcmp(a, "--max-tokens") && i + 1 < argc) {
             if (cli_long("bench-tts", a, argv[++i], 1, 1 << 20, &max_tokens))
                 return 2;
+        } else if (!strcmp(a, "--workers") && i + 1 < argc) {
+            if ((n_workers = cli_int_list(argv[++i], 1, TTS_MAX_ENGINE_WORKERS, workers, 8)) <= 0) {
+                fprintf(stderr, "omniserve bench-tts: --workers: a list of 1..%d, e.g. 1,4\n",
+                        TTS_MAX_ENGINE_WORKERS);
+                return 2;
+            }
+        } else if (!strcmp(a, "--rounds") && i + 1 < argc) {
+            if (cli_long("bench-tts", a, argv[++i], 1, 100, &rounds))
+                return 2;
         } else if (!strcmp(a, "--concurrency") && i + 1 < argc) {
             if ((n_conc = cli_int_list(argv[++i], 1, 64, conc, 8)) <= 0) {
                 fprintf(stderr, "omniserve bench-tts: --concurrency: a list of 1..64, e.g. 1,4\n");
@@ -270,7 +391,8 @@ int cli_bench_tts(int argc, char **argv)
         goto fail;
     const struct dac_info *I = dac_get_info(m);
     if (lm) {
-        rc = bench_tts_lm(lm, m, voice, text, conc, n_conc, (int)threads, (int)max_tokens);
+        rc = bench_tts_lm(lm, m, voice, text, conc, n_conc, workers, n_workers, (int)rounds,
+                          (int)threads, (int)max_tokens);
         goto done;
     }
     if (n_q > I->n_codebooks) {
