@@ -9,9 +9,11 @@
  * printed checksum of the output bits must agree.
  *   make BUILD=build-b build-b/libomni.a
  *   cc -O2 -pthread -I. tests/bench_decode.c build-b/libomni.a -lopenblas -lm -o /tmp/bench_decode
- *   /tmp/bench_decode -t q4_0 -s 896x4864 [-n threads] [-r reps] [-c copies] [-p rows]
+ *   /tmp/bench_decode -t q4_0 -s 896x4864 [-n threads] [-r reps] [-c copies] [-p rows] [-h hint]
+ * -h: the prefetch's locality hint, 3 (into L1, as matmul.c) down to 0.
  * One JSON line per run: GB/s of weights in wall time and in the calling
- * thread's CPU time (the robust number on a loaded machine). */
+ * thread's CPU time (the robust number on a loaded machine), and the kernel
+ * level (OMNI_CPU caps it). */
 #include "src/core/cpu.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
@@ -37,7 +39,7 @@ struct job {
     int64_t n_in, n_out;
     const uint8_t *xq;
     float *y;
-    int pf;
+    int pf, hint;
 };
 
 static void run_job(void *arg, int ith, int nth)
@@ -46,9 +48,17 @@ static void run_job(void *arg, int ith, int nth)
     const int64_t r0 = j->n_out * ith / nth, r1 = j->n_out * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
-        if (j->pf && r + j->pf < r1)
+        if (j->pf && r + j->pf < r1) {
+            const uint8_t *next = wr + j->pf * j->w_row;
+            /* the hint must be a constant */
             for (size_t o = 0; o < j->w_row; o += 64)
-                __builtin_prefetch(wr + j->pf * j->w_row + o, 0, 3);
+                switch (j->hint) {
+                case 0: __builtin_prefetch(next + o, 0, 0); break;
+                case 1: __builtin_prefetch(next + o, 0, 1); break;
+                case 2: __builtin_prefetch(next + o, 0, 2); break;
+                default: __builtin_prefetch(next + o, 0, 3); break;
+                }
+        }
         j->y[r] = j->op->vec_dot(j->n_in, wr, j->xq);
     }
 }
@@ -64,7 +74,7 @@ int main(int argc, char **argv)
 {
     const char *tname = "q8_0";
     int64_t n_in = 896, n_out = 151936;
-    int n_thr = 1, reps = 5, copies = 0, pf = 4;
+    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t"))
             tname = argv[i + 1];
@@ -78,6 +88,8 @@ int main(int argc, char **argv)
             copies = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) /* rows ahead the dot path prefetches; 0: none */
             pf = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-h"))
+            hint = atoi(argv[i + 1]);
     }
     int type = -1;
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
@@ -99,13 +111,10 @@ int main(int argc, char **argv)
     if (!w || !x || !y || !xq)
         return 1;
     uint64_t s = 1;
-    for (size_t i = 0; i < w_bytes * copies; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        w[i] = (uint8_t)(s >> 56);
-    }
-    /* valid scales: requantize every row from floats */
+    /* valid scales: requantize every row of the first copy from floats; the
+     * others are its bytes again (they only need other addresses) */
     float *row = malloc(sizeof(float) * n_in);
-    for (int64_t r = 0; r < n_out * copies; r++) {
+    for (int64_t r = 0; r < n_out; r++) {
         for (int64_t k = 0; k < n_in; k++) {
             s = s * 6364136223846793005ULL + 1442695040888963407ULL;
             row[k] = (float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23);
@@ -113,6 +122,8 @@ int main(int argc, char **argv)
         if (quantize_row(type, row, w + (size_t)r * w_row, n_in) != 0)
             return 1;
     }
+    for (int c = 1; c < copies; c++)
+        memcpy(w + (size_t)c * w_bytes, w, w_bytes);
     for (int64_t k = 0; k < n_in; k++)
         x[k] = row[k];
     if (op->from_float)
@@ -124,7 +135,7 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < reps; rep++) {
         const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
         for (int c = 0; c < copies * passes; c++) {
-            struct job j = { op, w + (size_t)(c % copies) * w_bytes, w_row, n_in, n_out, xq, y, pf };
+            struct job j = { op, w + (size_t)(c % copies) * w_bytes, w_row, n_in, n_out, xq, y, pf, hint };
             tpool_run(tp, run_job, &j);
         }
         const double t = now_s(CLOCK_MONOTONIC) - t0, ct = now_s(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -135,9 +146,10 @@ int main(int argc, char **argv)
     for (int64_t r = 0; r < n_out * 4; r++)
         sum = (sum ^ ((const uint8_t *)y)[r]) * 1099511628211ULL;
     const double gb = (double)w_bytes * copies * passes / 1e9;
-    printf("{\"type\":\"%s\",\"shape\":\"%ldx%ld\",\"threads\":%d,\"copies\":%d,\"gb_s\":%.2f,"
-           "\"gb_s_cpu\":%.2f,\"checksum\":\"%016llx\"}\n",
-           tname, n_in, n_out, n_thr, copies, gb / best, gb / cpu, (unsigned long long)sum);
+    printf("{\"type\":\"%s\",\"level\":\"%s\",\"shape\":\"%ldx%ld\",\"threads\":%d,\"copies\":%d,"
+           "\"prefetch_rows\":%d,\"hint\":%d,\"gb_s\":%.2f,\"gb_s_cpu\":%.2f,\"checksum\":\"%016llx\"}\n",
+           tname, omni_cpu_level_name(omni_cpu_level()), n_in, n_out, n_thr, copies, pf, hint, gb / best,
+           gb / cpu, (unsigned long long)sum);
     /* the cost of one empty parallel region */
     const int n_regions = 20000;
     double t0 = now_s(CLOCK_MONOTONIC);

@@ -727,8 +727,10 @@ static void build_tables(void)
             omni_x86_register_avx2(ops_table[lvl]);
             omni_x86_register_lowbit_avx2(ops_table[lvl]);
         }
-        else if (lvl == OMNI_CPU_AVX512VNNI)
+        else if (lvl == OMNI_CPU_AVX512)
             omni_x86_register_avx512(ops_table[lvl]);
+        else if (lvl == OMNI_CPU_AVX512VNNI)
+            omni_x86_register_avx512vnni(ops_table[lvl]);
 #endif
     }
 }

@@ -1,24 +1,27 @@
-/* quants_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) dot products.
+/* quants_avx512.c - AVX-512 dot products: level OMNI_CPU_AVX512 (F/BW/VL/DQ)
+ * and, from the second half of the file on, OMNI_CPU_AVX512VNNI.
  *
- * Only the kernels that measured faster than their AVX2 versions on Sapphire
- * Rapids: float weights (16 lanes, masked tails), q5_0 (VNNI + mask moves)
- * and q6_K (also for several activation rows at once), and q8_0 for several
- * rows (VNNI, 32 registers of accumulators); the AVX512 level inherits the
- * AVX2 kernels for the rest. Results
+ * AVX512: float weights (16 lanes, masked tails) and q6_K (a half block's
+ * 64 elements per register, also for several activation rows at once).
+ * AVX512VNNI adds the int8 dots decode runs: q8_0, q4_0, q5_0 (vpdpbusd on
+ * 256 bits: 512-bit integer work shuts vector port 1 and measured slower for
+ * q5_0 on Sapphire Rapids), q4_K/q5_K (vpdpwssd folds the scale products'
+ * add), and q8_0 for several rows (32 registers of accumulators). Each keeps
+ * the integer lanes, scale products and accumulation order of its AVX2 twin
+ * in quants_avx2.c, so the results have the same bits as at level AVX2; all
  * differ from the scalar _ref twins only in float summation order. */
 #if defined(__x86_64__)
 
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
+/* as quants_avx2.c: no fused multiply-adds the AVX2 twins do not have */
+#pragma GCC optimize("fp-contract=off")
 
 #include "x86.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-static inline float h2f(ggml_half h)
-{
-    return _cvtsh_ss(h);
-}
+#include "quants_x86_inl.h"
 
 static inline int hsum_epi32_256(__m256i v)
 {
@@ -94,117 +97,10 @@ static float vec_dot_bf16_f32_avx512(int64_t n, const void *w, const void *a)
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-// ---- 32-element blocks -----------------------------------------------------
-
-/* q5_0 uses 256-bit VNNI: 512-bit integer work shuts vector port 1 and was
- * measured slower here. The mask register builds the 5th bits in one move;
- * q8_0, q4_0, q4_1 and q5_1 measured no faster than their AVX2 kernels, which
- * this level keeps. */
-
-static inline __m256i unpack_nibbles(const uint8_t *q)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)q);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
-}
-
-/* d * dot of block i added to acc; y is never -128 (see the AVX2 dot_i8). */
-static inline __m256 block_q5_0_q8_0(const block_q5_0 *x, const block_q8_0 *y, __m256 acc)
-{
-    uint32_t h;
-    memcpy(&h, x->qh, 4);
-    __m256i qx = _mm256_or_si256(unpack_nibbles(x->qs),
-                                 _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
-    qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
-    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-    __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qx, qx),
-                                      _mm256_sign_epi8(qy, qx));
-    return _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * h2f(y->d)), _mm256_cvtepi32_ps(dot), acc);
-}
-
-static float vec_dot_q5_0_q8_0_avx512(int64_t n, const void *w, const void *a)
-{
-    const block_q5_0 *x = w;
-    const block_q8_0 *y = a;
-    const int64_t nb = n / QK8_0;
-    /* four accumulators hide the FMA latency */
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        acc0 = block_q5_0_q8_0(x + i, y + i, acc0);
-        acc1 = block_q5_0_q8_0(x + i + 1, y + i + 1, acc1);
-        acc2 = block_q5_0_q8_0(x + i + 2, y + i + 2, acc2);
-        acc3 = block_q5_0_q8_0(x + i + 3, y + i + 3, acc3);
-    }
-    for (; i < nb; i++)
-        acc0 = block_q5_0_q8_0(x + i, y + i, acc0);
-    __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_add_ps(acc0, acc1)),
-                                  _mm256_add_ps(acc2, acc3), 1);
-    return _mm512_reduce_add_ps(s);
-}
-
-/* The AVX2 q8_0 kernel (which this level keeps for one row) for NC
- * activation rows: the same four accumulators per row, block i into i % 4,
- * the same float steps, so each row's result has the single-row bits; the
- * weight block and its sign are loaded once, and 32 registers hold the
- * accumulators of four rows. y is never -128 (see the AVX2 dot_i8). */
-static inline __attribute__((always_inline)) void
-q8_0_block_n(const block_q8_0 *x, const uint8_t *a, size_t a_row, int64_t i,
-             __m256 acc[OMNI_DOT_COLS_MAX][4], const int k, const int NC)
-{
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-    const __m256i ax = _mm256_sign_epi8(qx, qx);
-    const float dx = h2f(x[i].d);
-    for (int c = 0; c < NC; c++) {
-        const block_q8_0 *y = (const block_q8_0 *)(a + c * a_row) + i;
-        const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
-        acc[c][k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(dot), acc[c][k]);
-    }
-}
-
-static inline __attribute__((always_inline)) void
-dot_n_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *a, size_t a_row, float *s,
-           size_t s_stride, const int NC)
-{
-    const int64_t nb = n / QK8_0;
-    __m256 acc[OMNI_DOT_COLS_MAX][4];
-    for (int c = 0; c < NC; c++)
-        for (int k = 0; k < 4; k++)
-            acc[c][k] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
-        q8_0_block_n(x, a, a_row, i + 1, acc, 1, NC);
-        q8_0_block_n(x, a, a_row, i + 2, acc, 2, NC);
-        q8_0_block_n(x, a, a_row, i + 3, acc, 3, NC);
-    }
-    for (; i < nb; i++)
-        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
-    for (int c = 0; c < NC; c++) {
-        const __m256 t = _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3]));
-        __m128 v = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        v = _mm_add_ss(v, _mm_movehdup_ps(v));
-        s[c * s_stride] = _mm_cvtss_f32(v);
-    }
-}
-
-static void vec_dot_n_q8_0_q8_0_avx512(int64_t n, const void *w, const void *a, size_t a_row,
-                                        int n_cols, float *s, size_t s_stride)
-{
-    switch (n_cols) {
-    case 1: dot_n_q8_0(n, w, a, a_row, s, s_stride, 1); break;
-    case 2: dot_n_q8_0(n, w, a, a_row, s, s_stride, 2); break;
-    case 3: dot_n_q8_0(n, w, a, a_row, s, s_stride, 3); break;
-    default: dot_n_q8_0(n, w, a, a_row, s, s_stride, 4); break;
-    }
-}
-
 // ---- K blocks ----------------------------------------------------------------
 
 /* q6_K in 512 bits: a half block's 64 ql bytes and its qh bytes (shifted by
- * 0 and 2) give 64 elements per register without any shuffles; q4_K/q5_K
- * stay on their AVX2 kernels, which measured faster. */
+ * 0 and 2) give 64 elements per register without any shuffles. */
 static float vec_dot_q6_K_q8_K_avx512(int64_t n, const void *w, const void *a)
 {
     const block_q6_K *x = w;
@@ -310,10 +206,258 @@ void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_F32].vec_dot = vec_dot_f32_f32_avx512;
     ops[GGML_TYPE_F16].vec_dot = vec_dot_f16_f32_avx512;
     ops[GGML_TYPE_BF16].vec_dot = vec_dot_bf16_f32_avx512;
-    ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx512;
-    ops[GGML_TYPE_Q8_0].vec_dot_n = vec_dot_n_q8_0_q8_0_avx512;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx512;
     ops[GGML_TYPE_Q6_K].vec_dot_n = vec_dot_n_q6_K_q8_K_avx512;
 }
+
+// ---- level AVX512VNNI ----------------------------------------------------------
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+
+// ---- 32-element blocks -----------------------------------------------------
+
+/* 256-bit VNNI (see the top of the file). q5_0: the mask register builds
+ * the 5th bits in one move. q4_1 and q5_1 keep their AVX2 kernels. */
+
+static inline __m256i unpack_nibbles(const uint8_t *q)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)q);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+}
+
+/* d * dot of block i added to acc; y is never -128 (see the AVX2 dot_i8). */
+static inline __m256 block_q5_0_q8_0(const block_q5_0 *x, const block_q8_0 *y, __m256 acc)
+{
+    uint32_t h;
+    memcpy(&h, x->qh, 4);
+    __m256i qx = _mm256_or_si256(unpack_nibbles(x->qs),
+                                 _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
+    qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qx, qx),
+                                      _mm256_sign_epi8(qy, qx));
+    return _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * h2f(y->d)), _mm256_cvtepi32_ps(dot), acc);
+}
+
+static float vec_dot_q5_0_q8_0_avx512(int64_t n, const void *w, const void *a)
+{
+    const block_q5_0 *x = w;
+    const block_q8_0 *y = a;
+    const int64_t nb = n / QK8_0;
+    /* four accumulators hide the FMA latency */
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        acc0 = block_q5_0_q8_0(x + i, y + i, acc0);
+        acc1 = block_q5_0_q8_0(x + i + 1, y + i + 1, acc1);
+        acc2 = block_q5_0_q8_0(x + i + 2, y + i + 2, acc2);
+        acc3 = block_q5_0_q8_0(x + i + 3, y + i + 3, acc3);
+    }
+    for (; i < nb; i++)
+        acc0 = block_q5_0_q8_0(x + i, y + i, acc0);
+    __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_add_ps(acc0, acc1)),
+                                  _mm256_add_ps(acc2, acc3), 1);
+    return _mm512_reduce_add_ps(s);
+}
+
+/* The AVX2 q8_0 kernel (which this level keeps for one row) for NC
+ * activation rows: the same four accumulators per row, block i into i % 4,
+ * the same float steps, so each row's result has the single-row bits; the
+ * weight block and its sign are loaded once, and 32 registers hold the
+ * accumulators of four rows. y is never -128 (see the AVX2 dot_i8). */
+static inline __attribute__((always_inline)) void
+q8_0_block_n(const block_q8_0 *x, const uint8_t *a, size_t a_row, int64_t i,
+             __m256 acc[OMNI_DOT_COLS_MAX][4], const int k, const int NC)
+{
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    const __m256i ax = _mm256_sign_epi8(qx, qx);
+    const float dx = h2f(x[i].d);
+    for (int c = 0; c < NC; c++) {
+        const block_q8_0 *y = (const block_q8_0 *)(a + c * a_row) + i;
+        const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
+        acc[c][k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), _mm256_cvtepi32_ps(dot), acc[c][k]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dot_n_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *a, size_t a_row, float *s,
+           size_t s_stride, const int NC)
+{
+    const int64_t nb = n / QK8_0;
+    __m256 acc[OMNI_DOT_COLS_MAX][4];
+    for (int c = 0; c < NC; c++)
+        for (int k = 0; k < 4; k++)
+            acc[c][k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
+        q8_0_block_n(x, a, a_row, i + 1, acc, 1, NC);
+        q8_0_block_n(x, a, a_row, i + 2, acc, 2, NC);
+        q8_0_block_n(x, a, a_row, i + 3, acc, 3, NC);
+    }
+    for (; i < nb; i++)
+        q8_0_block_n(x, a, a_row, i, acc, 0, NC);
+    for (int c = 0; c < NC; c++) {
+        const __m256 t = _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3]));
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        v = _mm_add_ss(v, _mm_movehdup_ps(v));
+        s[c * s_stride] = _mm_cvtss_f32(v);
+    }
+}
+
+static void vec_dot_n_q8_0_q8_0_avx512(int64_t n, const void *w, const void *a, size_t a_row,
+                                        int n_cols, float *s, size_t s_stride)
+{
+    switch (n_cols) {
+    case 1: dot_n_q8_0(n, w, a, a_row, s, s_stride, 1); break;
+    case 2: dot_n_q8_0(n, w, a, a_row, s, s_stride, 2); break;
+    case 3: dot_n_q8_0(n, w, a, a_row, s, s_stride, 3); break;
+    default: dot_n_q8_0(n, w, a, a_row, s, s_stride, 4); break;
+    }
+}
+
+/* d * dot of four q8_0/q4_0 blocks: 256-bit vpdpbusd with the AVX2 twins'
+ * integer lanes (q8_0: |x| * sign-moved y; q4_0: nibble * y - 8 * y, the
+ * offset as a second vpdpbusd), the four scale products from one F16C
+ * conversion (scales4), block k into accumulator k. y is never -128. */
+static inline __attribute__((always_inline)) float dot_q8_q4_0_vnni(int64_t n, const void *w,
+                                                                     const void *a, const int four)
+{
+    const int64_t nb = n / QK8_0;
+    const size_t bx = four ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const uint8_t *xb = w;
+    const block_q8_0 *y = a;
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        acc[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m128 d4 = scales4(xb + i * bx, bx, (const uint8_t *)(y + i), sizeof *y);
+        const __m256 d8 = _mm256_set_m128(d4, d4);
+        __m256 d[4];
+        d[0] = _mm256_permute_ps(d8, 0x00);
+        d[1] = _mm256_permute_ps(d8, 0x55);
+        d[2] = _mm256_permute_ps(d8, 0xaa);
+        d[3] = _mm256_permute_ps(d8, 0xff);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
+            __m256i dot;
+            if (four) {
+                const __m256i q = unpack_nibbles_b(((const block_q4_0 *)xb + i + k)->qs);
+                dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy),
+                                       _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, qy));
+            } else {
+                const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)xb + i + k)->qs);
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx),
+                                          _mm256_sign_epi8(qy, qx));
+            }
+            acc[k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[k]);
+        }
+    }
+    for (; i < nb; i++) { /* the remainder into accumulator 0, one block at a time */
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256i dot;
+        float dx;
+        if (four) {
+            const block_q4_0 *x = (const block_q4_0 *)xb + i;
+            const __m256i q = unpack_nibbles_b(x->qs);
+            dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy),
+                                   _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, qy));
+            dx = h2f(x->d);
+        } else {
+            const block_q8_0 *x = (const block_q8_0 *)xb + i;
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+            dx = h2f(x->d);
+        }
+        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y[i].d)), _mm256_cvtepi32_ps(dot), acc[0]);
+    }
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+static float vec_dot_q8_0_q8_0_vnni(int64_t n, const void *w, const void *a)
+{
+    return dot_q8_q4_0_vnni(n, w, a, 0);
+}
+
+static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
+{
+    return dot_q8_q4_0_vnni(n, w, a, 1);
+}
+
+// ---- K blocks at VNNI ----------------------------------------------------------
+
+/* q4_K/q5_K: the AVX2 twins' steps with each pair of scale products and its
+ * add as one vpdpwssd (int32 sums: the same lanes, the same bits). five:
+ * q5_K's 5th bits from qh. */
+static inline __attribute__((always_inline)) float dot_q45_K_vnni(int64_t n, const void *w,
+                                                                   const void *a, const int five)
+{
+    const block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const size_t bx = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_m = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *xb = (const uint8_t *)w + i * bx;
+        const uint8_t *scales = five ? ((const block_q5_K *)xb)->scales : ((const block_q4_K *)xb)->scales;
+        const uint8_t *qs = five ? ((const block_q5_K *)xb)->qs : ((const block_q4_K *)xb)->qs;
+        const ggml_half xd = five ? ((const block_q5_K *)xb)->d : ((const block_q4_K *)xb)->d;
+        const ggml_half xdmin = five ? ((const block_q5_K *)xb)->dmin : ((const block_q4_K *)xb)->dmin;
+        uint64_t sc, mn;
+        unpack_k4_scales(scales, &sc, &mn);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)((const block_q5_K *)xb)->qh)
+                                : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        /* unrolled: k4_scale_pair's shuffle masks become constants */
+#pragma GCC unroll 4
+        for (int j = 0; j < QK_K / 64; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) { /* bit 2j of qh[l] is the 5th bit of the low nibble, 2j+1 of the high */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+            }
+            __m256i s0, s1;
+            k4_scale_pair(sc16, j, &s0, &s1);
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
+            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
+            sumi = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(sumi, p0, s0), p1, s1);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(xd)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m += y[i].d * h2f(xdmin) * (float)mins_dot_bsums(mn, y[i].bsums);
+    }
+    return hsum_ps(acc) - acc_m;
+}
+
+static float vec_dot_q4_K_q8_K_vnni(int64_t n, const void *w, const void *a)
+{
+    return dot_q45_K_vnni(n, w, a, 0);
+}
+
+static float vec_dot_q5_K_q8_K_vnni(int64_t n, const void *w, const void *a)
+{
+    return dot_q45_K_vnni(n, w, a, 1);
+}
+
+void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT])
+{
+    ops[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_vnni;
+    ops[GGML_TYPE_Q8_0].vec_dot_n = vec_dot_n_q8_0_q8_0_avx512;
+    ops[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_vnni;
+    ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx512;
+    ops[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_vnni;
+    ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_vnni;
+}
+
+#pragma GCC pop_options
 
 #endif /* __x86_64__ */

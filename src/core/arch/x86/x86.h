@@ -13,8 +13,9 @@
 
 /* AVX2 + FMA + F16C kernels. */
 void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
-/* AVX-512 F/BW/VL/DQ + VNNI kernels. */
+/* AVX-512 F/BW/VL/DQ kernels, then those that also need VNNI. */
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
+void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 
 /* AMX int8 (level OMNI_CPU_AMX). Weight types it takes: q8_0, q4_0, q5_0,
  * q4_1, q5_1, q4_K, q5_K, q6_K (omni_amx_min_batch), with activations xq in
