@@ -421,6 +421,14 @@ static float video_t_step(const struct api_images_pool *p, double fps)
     return (float)(2.0 / fps * vision_model_info(p->vm)->tokens_per_second);
 }
 
+/* Qwen3-VL files: a video's temporal patches stay images of their own,
+ * each after its time as text ("<1.5 seconds>", as Qwen3VLProcessor
+ * writes them), instead of Qwen2.5-VL's time in the M-RoPE ids. */
+static bool video_stamped(const struct api_images_pool *p)
+{
+    return !strcmp(vision_model_info(p->vm)->projector, "qwen3vl_merger");
+}
+
 /* A clip sampled (seeking, media_video_sample) into frames, each an image
  * of one global view - or, for Qwen2.5-VL, temporal patches of two frames
  * as its video processor makes them (an odd last frame paired with
@@ -431,8 +439,8 @@ static float video_t_step(const struct api_images_pool *p, double fps)
  * max_images the request is refused. */
 static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n, double fps,
                       int max_frames, const char *field, struct api_images *im, struct pending *pd,
-                      struct video_group *vg, int *n_images, int (*cancelled)(void *user),
-                      void *user, struct api_error *e)
+                      struct video_group *vg, double *stamps, int *n_images,
+                      int (*cancelled)(void *user), void *user, struct api_error *e)
 {
     char err[256];
     struct media_video_params vp = video_params(p, fps, max_frames);
@@ -484,8 +492,22 @@ static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
             rc = pending_add(p, im, pd, &v.frames[f], false, first + i, keys[i], field, cancelled,
                              user, e);
     }
-    *n_images = pairs ? 1 : count;
-    if (pairs) { /* the rate the frames were taken at: spread over the clip, as qwen-vl-utils' sample_fps */
+    const bool stamped = pairs && video_stamped(p);
+    *n_images = pairs && !stamped ? 1 : count;
+    if (stamped && rc >= 0) { /* each patch at the middle of its two frames' times (the
+                               * planned ones when the duration is known: the same text
+                               * whether the cache answered or not) */
+        double *t = malloc(sizeof *t * (size_t)n_frames);
+        if (t && info.duration_s > 0)
+            media_video_sample_times(info.duration_s, vp.fps, vp.max_frames, t, n_frames);
+        else if (t)
+            memcpy(t, v.time_s, sizeof *t * (size_t)n_frames);
+        for (int i = 0; t && i < count; i++)
+            stamps[i] = (t[2 * i] + t[2 * i + 1 < n_frames ? 2 * i + 1 : 2 * i]) / 2;
+        if (!t)
+            rc = api_error_set(e, 500, NULL, "out of memory");
+        free(t);
+    } else if (pairs) { /* the rate the frames were taken at: spread over the clip, as qwen-vl-utils' sample_fps */
         const double dur = info.duration_s > 0 ? info.duration_s : v.duration_s;
         *vg = (struct video_group){ first, count, video_t_step(p, dur > 0 ? n_frames / dur : vp.fps) };
     }
@@ -494,16 +516,20 @@ static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
     return rc < 0 ? -1 : 0;
 }
 
-/* content[k] := a text part of n markers, one per line. */
-static int replace_with_markers(cJSON *content, int k, const char *marker, int n)
+/* content[k] := a text part of n markers, one per line; with stamps
+ * (Qwen3-VL video patches) each after "<%.1f seconds>", no line breaks. */
+static int replace_with_markers(cJSON *content, int k, const char *marker, int n,
+                                const double *stamps)
 {
     size_t ml = strlen(marker);
-    char *t = malloc((ml + 1) * (size_t)(n > 0 ? n : 1) + 1);
+    char *t = malloc((ml + 40) * (size_t)(n > 0 ? n : 1) + 1);
     if (!t)
         return -1;
     size_t len = 0;
     for (int f = 0; f < n; f++) {
-        if (f)
+        if (stamps)
+            len += (size_t)sprintf(t + len, "<%.1f seconds>", stamps[f] < 1e9 ? stamps[f] : 1e9);
+        else if (f)
             t[len++] = '\n';
         memcpy(t + len, marker, ml);
         len += ml;
@@ -728,7 +754,7 @@ static void parts_free(struct take_part *t, int n)
  * records them in *vg as one video; other models take each as an image of
  * one global view. Cached per image by the frames' bytes. */
 static int take_frames(struct api_images_pool *p, const struct take_part *t, struct api_images *im,
-                       struct pending *pd, struct video_group *vg, int *n_images,
+                       struct pending *pd, struct video_group *vg, double *stamps, int *n_images,
                        int (*cancelled)(void *user), void *user, struct api_error *e)
 {
     char err[256];
@@ -768,10 +794,18 @@ static int take_frames(struct api_images_pool *p, const struct take_part *t, str
         }
         media_image_release(&fa);
     }
-    *n_images = pairs ? 1 : count;
-    if (pairs) /* m of the n frames taken at fps (default 2, as qwen-vl-utils for frame lists) */
-        *vg = (struct video_group){ first, count,
-                                    video_t_step(p, (t->fps > 0 ? t->fps : 2.0) * m / t->n_frames) };
+    /* m of the n frames, taken at fps (default 2, as qwen-vl-utils for frame lists) */
+    const double fps = t->fps > 0 ? t->fps : 2.0;
+    const bool stamped = pairs && video_stamped(p);
+    *n_images = pairs && !stamped ? 1 : count;
+    for (int i = 0; stamped && i < count; i++) { /* the middle of the pair's frame times */
+        int a, b;
+        frames_kept(t, 2 * i, &a);
+        frames_kept(t, 2 * i + 1 < m ? 2 * i + 1 : 2 * i, &b);
+        stamps[i] = (a + b) / (2 * fps);
+    }
+    if (pairs && !stamped)
+        *vg = (struct video_group){ first, count, video_t_step(p, fps * m / t->n_frames) };
     return rc < 0 ? -1 : 0;
 }
 
@@ -837,6 +871,7 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     struct take_part *parts = NULL;
     struct pending pd = { 0 };
     struct video_group *vg = NULL; /* Qwen2.5-VL videos, merged after the encodes */
+    double *stamps = NULL;         /* Qwen3-VL: a video's patch times (seconds) */
     int n_parts = 0, cap = 0, i = 0, n_images = 0, n_vg = 0, rc = -1;
     int64_t n_rows = 0;
     size_t total = 0;
@@ -898,7 +933,8 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     pd.slot = malloc(sizeof *pd.slot * (size_t)cap_img);
     pd.key = malloc(sizeof *pd.key * (size_t)cap_img);
     vg = malloc(sizeof *vg * (size_t)cap_img);
-    if (!pd.in || !pd.slot || !pd.key || !vg) {
+    stamps = malloc(sizeof *stamps * (size_t)cap_img);
+    if (!pd.in || !pd.slot || !pd.key || !vg || !stamps) {
         api_error_set(e, 500, NULL, "out of memory");
         goto done;
     }
@@ -914,16 +950,17 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
         vg[n_vg].count = 0;
         if (t->kind == 2)
             r = take_video(p, t->bytes, t->n, t->fps, t->max_frames, t->field, im, &pd, &vg[n_vg],
-                           &n_markers, cancelled, user, e);
+                           stamps, &n_markers, cancelled, user, e);
         else if (t->kind == 3)
-            r = take_frames(p, t, im, &pd, &vg[n_vg], &n_markers, cancelled, user, e);
+            r = take_frames(p, t, im, &pd, &vg[n_vg], stamps, &n_markers, cancelled, user, e);
         else
             r = take_image(p, t->bytes, t->n, t->field, im, &pd, cancelled, user, e);
         part_release(t);
         if (r < 0)
             goto done;
         n_vg += vg[n_vg].count > 0;
-        if (replace_with_markers(t->content, t->k, marker, n_markers) < 0) {
+        const bool stamped = t->kind >= 2 && video_stamped(p);
+        if (replace_with_markers(t->content, t->k, marker, n_markers, stamped ? stamps : NULL) < 0) {
             api_error_set(e, 500, NULL, "out of memory");
             goto done;
         }
@@ -933,7 +970,7 @@ int api_images_take(struct api_images_pool *p, cJSON *req, int n_ctx,
     rc = n_parts;
 done:
     pending_clear(&pd);
-    free(pd.in), free(pd.slot), free(pd.key), free(vg);
+    free(pd.in), free(pd.slot), free(pd.key), free(vg), free(stamps);
     parts_free(parts, n_parts);
     return rc;
 }
