@@ -246,6 +246,11 @@ $(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f32.gguf: tests/fixtures/vision/qwen2
 		--lm $(BUILD)/fixtures/vision-qwen2_5_vl-lm-f32.gguf --lm-type f32 2>$@.log \
 		&& echo "  GOLDEN $@" || { cat $@.log; rm -f $@; exit 1; }
 
+# The tiny Qwen3-VL (tests/test_qwen3vl.c): mmproj + qwen3vl LM through the pattern rules above.
+VISION_QWEN3 := $(if $(wildcard tests/fixtures/vision/qwen3vl/config.json),$(BUILD)/fixtures/vision-qwen3vl-mmproj-f32.gguf \
+	$(BUILD)/fixtures/vision-qwen3vl-mmproj-f16.gguf)
+golden-fixtures: $(VISION_QWEN3)
+
 # The tiny Gemma 3 (tests/test_vision_gemma3.c): mmproj + gemma3 LM through the pattern rules above.
 VISION_GEMMA3 := $(if $(wildcard tests/fixtures/vision/gemma3/config.json),$(BUILD)/fixtures/vision-gemma3-mmproj-f32.gguf \
 	$(BUILD)/fixtures/vision-gemma3-mmproj-f16.gguf)
