@@ -59,6 +59,11 @@ struct cuda_state {
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
 
+/* For src/core/cuda/whisper_ops.cu: the stream of be's ops, and the call
+ * that adds Whisper's ops (layernorm, gelu, im2col_k3, attention_dense). */
+extern "C" cudaStream_t omni_cuda_stream(struct omni_backend *be) { return st(be)->stream; }
+extern "C" void omni_cuda_whisper_ops(struct omni_backend *be);
+
 /* Launch / API errors: one line on stderr naming the op, OMNI_ERR_IO back. */
 static int chk(cudaError_t e, const char *what)
 {
@@ -1342,5 +1347,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->prepare = cuda_prepare;
     be->mem_available = cuda_mem_available;
 #endif
+    omni_cuda_whisper_ops(be);
     return be;
 }
