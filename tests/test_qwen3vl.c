@@ -1,0 +1,533 @@
+/* test_qwen3vl.c - Qwen3-VL against the tiny Hugging Face
+ * Qwen3VLForConditionalGeneration of tests/fixtures/vision/qwen3vl
+ * (tools/make_vision_golden.py --case qwen3vl, converted by
+ * tools/hf_mmproj_to_gguf.py into $OMNI_GOLDEN_DIR): the processor's pixel
+ * values, the interpolated position table, the last ViT block, the merged
+ * and DeepStack features of two pictures, the M-RoPE ids of the two-image
+ * prompt, the qwen3vl LM's logits with the DeepStack rows added, greedy
+ * tokens and top-5 log-probabilities (llm_forward and the engine); broken
+ * files. */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm/model.h"
+#include "media/image.h"
+#include "src/core/gguf.h"
+#include "src/core/matmul.h"
+#include "src/core/omni.h"
+#include "src/core/tensor.h"
+#include "src/core/threadpool.h"
+#include "src/engine/engine.h"
+#include "test.h"
+#include "vision/qwen2vl.h"
+#include "vision/qwen3vl.h"
+#include "vision/vision.h"
+
+#define Q3DIR "vision/qwen3vl/"
+#define Q3GGUF "vision-qwen3vl-mmproj-f32.gguf"
+#define Q3LM "vision-qwen3vl-lm-f32.gguf"
+
+/* Numbers of an array field of reference.json ("key": [...], nested arrays
+ * flattened), at most cap; the count, or -1 without the key. */
+static int json_nums(const char *js, const char *key, double *out, int cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": [", key);
+    const char *p = strstr(js, pat);
+    if (!p)
+        return -1;
+    int n = 0, depth = 1;
+    for (p += strlen(pat); *p && depth > 0 && n < cap;) {
+        if (*p == '[' || *p == ']') {
+            depth += *p == '[' ? 1 : -1;
+            p++;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            char *end;
+            out[n++] = strtod(p, &end);
+            p = end;
+        } else {
+            p++;
+        }
+    }
+    return n;
+}
+
+static int json_ints3(const char *js, const char *key, int *out, int cap)
+{
+    double v[1024];
+    int n = json_nums(js, key, v, cap < 1024 ? cap : 1024);
+    for (int i = 0; i < n; i++)
+        out[i] = (int)v[i];
+    return n;
+}
+
+/* The fixture's facts every test needs. */
+struct q3ref {
+    int ids[512], n, greedy[16], n_greedy, grid[6], image_token, n_ds;
+    double top_ids[80], top_lp[80];
+    char prompt[1024];
+};
+
+static bool q3ref_load(struct q3ref *r)
+{
+    size_t len;
+    char *js = test_read_file(test_fixture(Q3DIR "reference.json"), &len);
+    if (!js)
+        return false;
+    memset(r, 0, sizeof *r);
+    r->n = json_ints3(js, "ids", r->ids, 512);
+    r->n_greedy = json_ints3(js, "greedy", r->greedy, 16);
+    int ds[8];
+    r->n_ds = json_ints3(js, "deepstack_visual_indexes", ds, 8);
+    bool ok = r->n > 0 && r->n_greedy > 0 && json_ints3(js, "grid_thw", r->grid, 6) == 6 &&
+              json_nums(js, "top5_ids", r->top_ids, 80) == 5 * r->n_greedy &&
+              json_nums(js, "top5_logprobs", r->top_lp, 80) == 5 * r->n_greedy;
+    const char *it = strstr(js, "\"image_token_id\": ");
+    const char *p = strstr(js, "\"prompt\": \"");
+    ok = ok && it && p;
+    if (ok) {
+        r->image_token = atoi(it + 18);
+        size_t k = 0;
+        for (p += 11; *p && *p != '"' && k + 1 < sizeof r->prompt; p++)
+            r->prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
+        r->prompt[k] = 0;
+    }
+    free(js);
+    return ok;
+}
+
+static struct vision_model *load_q3(const char *file)
+{
+    char err[256];
+    struct vision_model *m = vision_model_load(test_golden(file), err, sizeof err);
+    if (!m)
+        fprintf(stderr, "    %s\n", err);
+    return m;
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+/* One picture through vision_preprocess + vision_encode_image: the
+ * processor's pixel values (frame 0 of its [3][2][P][P] rows), then each
+ * row's merged part against features.bin and its DeepStack parts against
+ * deepstack.bin ([n_ds][rows][E]). */
+static void check_picture(struct vision_model *m, int n_ds, const char *png, const int grid[3],
+                          const char *pix_bin, const char *feat_bin, const char *ds_bin, double tol)
+{
+    char err[256];
+    const struct vision_info *in = vision_model_info(m);
+    struct media_image img;
+    CHECK_EQ(media_image_decode_file(test_fixture(png), NULL, &img, err, sizeof err), 0);
+    float *pix;
+    int n, gh, gw;
+    CHECK_EQ(vision_preprocess(m, &img, true, &pix, &n, &gh, &gw, err, sizeof err), 0);
+    CHECK_MSG(n == 1 && gh == grid[1] && gw == grid[2], "grid %dx%d, reference %dx%d", gh, gw, grid[1], grid[2]);
+    const int P = in->patch_size, K = P * P;
+    float *ref = test_read_floats(test_fixture(pix_bin), (size_t)gh * gw * 3 * 2 * K);
+    CHECK(ref);
+    double dp = 0;
+    for (int r = 0; r < gh * gw; r++)
+        for (int c = 0; c < 3; c++)
+            for (int t = 0; t < 2; t++)
+                for (int i = 0; i < K; i++) {
+                    double e = fabs(pix[((size_t)r * 3 + c) * K + i] - ref[(((size_t)r * 3 + c) * 2 + t) * K + i]);
+                    dp = e > dp ? e : dp;
+                }
+    CHECK_MSG(dp < 1e-5, "pixels differ by %g", dp);
+
+    char e2[256];
+    struct tpool *tp = tpool_new(2, e2, sizeof e2);
+    struct vision_ctx *vc = vision_ctx_new(m, tp, err, sizeof err);
+    CHECK(tp && vc);
+    struct vision_embd e;
+    CHECK_MSG(vision_encode_image(vc, &img, true, &e, err, sizeof err) == 0, "%s", err);
+    const int E = in->n_embd_lm, M = gh * gw / 4;
+    CHECK(e.n_tokens == M && e.n_embd == E * (1 + n_ds));
+    float *fref = test_read_floats(test_fixture(feat_bin), (size_t)M * E);
+    float *dref = test_read_floats(test_fixture(ds_bin), (size_t)n_ds * M * E);
+    float *part = malloc(sizeof(float) * M * E);
+    CHECK(fref && dref && part);
+    for (int k = 0; k <= n_ds; k++) {
+        for (int r = 0; r < M; r++)
+            memcpy(part + (size_t)r * E, e.data + (size_t)r * e.n_embd + (size_t)k * E, sizeof(float) * E);
+        const float *want = k ? dref + (size_t)(k - 1) * M * E : fref;
+        const double scale = max_abs(want, (size_t)M * E), d = test_max_diff(part, want, (size_t)M * E);
+        printf("    %s: %s max diff %.3g (max |ref| %.3g)\n", png, k ? "deepstack" : "features", d, scale);
+        CHECK_MSG(d < tol * (scale > 1 ? scale : 1), "part %d differs by %g", k, d);
+    }
+    // layout: <|vision_start|> rows <|vision_end|>
+    struct vision_layout lay;
+    CHECK_EQ(vision_layout_build(m, &e, &lay, err, sizeof err), 0);
+    CHECK(lay.n == 3 && !lay.seg[1].text && lay.seg[1].n_rows == M);
+    vision_layout_release(&lay);
+    vision_embd_release(&e);
+    vision_ctx_free(vc);
+    tpool_free(tp);
+    free(part), free(fref), free(dref), free(ref), free(pix);
+    media_image_release(&img);
+}
+
+TEST(qwen3vl_features_match_reference)
+{
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    struct vision_model *m = load_q3(Q3GGUF);
+    CHECK(m);
+    const struct vision_info *in = vision_model_info(m);
+    CHECK(in->family == VISION_QWEN2VL && in->patch_size == 16 && in->n_deepstack == r.n_ds);
+    CHECK_STR_EQ(in->projector, "qwen3vl_merger");
+    CHECK_STR_EQ(vision_image_marker(m), "<|vision_start|><|image_pad|><|vision_end|>");
+    check_picture(m, r.n_ds, "vision/image.png", r.grid, Q3DIR "pixels.bin", Q3DIR "features.bin",
+                  Q3DIR "deepstack.bin", 1e-4);
+    check_picture(m, r.n_ds, Q3DIR "image2.png", r.grid + 3, Q3DIR "pixels2.bin", Q3DIR "features2.bin",
+                  Q3DIR "deepstack2.bin", 1e-4);
+    vision_model_free(m);
+}
+
+/* On the reference's own pixel values: the interpolated position table,
+ * the first block and the last block's output (what the merger reads). */
+TEST(qwen3vl_tower_steps_match_reference)
+{
+    char err[256];
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    struct gguf *g = gguf_open(test_golden(Q3GGUF), err, sizeof err);
+    CHECK(g);
+    struct vision_info info = { 0 };
+    struct qwen3vl_model *q = qwen3vl_load(g, Q3GGUF, &info, err, sizeof err);
+    CHECK_MSG(q, "%s", err);
+    const int gh = r.grid[1], gw = r.grid[2], n = gh * gw, P = info.patch_size, K = 3 * P * P, D = info.n_embd;
+    float *pe = malloc(sizeof(float) * n * D);
+    CHECK(pe);
+    CHECK_EQ(qwen3vl_pos_embed(q, gh, gw, pe), 0);
+    float *pe_ref = test_read_floats(test_fixture(Q3DIR "pos_embed.bin"), (size_t)n * D);
+    if (pe_ref) {
+        double d = test_max_diff(pe, pe_ref, (size_t)n * D);
+        printf("    position table at %dx%d: max diff %.3g\n", gh, gw, d);
+        CHECK_MSG(d < 1e-5, "interpolated positions differ by %g", d);
+    }
+    float *ref = test_read_floats(test_fixture(Q3DIR "pixels.bin"), (size_t)n * 2 * K);
+    float *vit_ref = test_read_floats(test_fixture(Q3DIR "vit_out.bin"), (size_t)n * D);
+    float *pix = malloc(sizeof(float) * n * K), *vit = malloc(sizeof(float) * n * D);
+    CHECK(ref && vit_ref && pix && vit);
+    for (int i = 0; i < n; i++) /* frame 0 of each [3][2][P][P] row */
+        for (int c = 0; c < 3; c++)
+            memcpy(pix + (size_t)i * K + c * P * P, ref + (size_t)i * 2 * K + c * 2 * P * P, sizeof(float) * P * P);
+    struct vision_embd e;
+    const struct qwen2vl_image im = { pix, gh, gw, 1 };
+    CHECK_EQ(qwen3vl_encode_batch(q, NULL, &im, 1, NULL, NULL, vit, &e, err, sizeof err), 0);
+    double d = test_max_diff(vit, vit_ref, (size_t)n * D);
+    printf("    last block output max diff %.3g (max |ref| %.3g)\n", d, max_abs(vit_ref, (size_t)n * D));
+    CHECK_MSG(d < 1e-3 * (max_abs(vit_ref, (size_t)n * D) > 1 ? max_abs(vit_ref, (size_t)n * D) : 1),
+              "ViT output differs by %g", d);
+    vision_embd_release(&e);
+    /* the pair of frames path: the same frame twice = the still image */
+    float *pair = qwen2vl_pair_frames(pix, pix, n, P);
+    struct vision_embd e1, e2;
+    const struct qwen2vl_image two[2] = { { pix, gh, gw, 1 }, { pair, gh, gw, 2 } };
+    struct vision_embd outs[2];
+    CHECK(pair);
+    CHECK_EQ(qwen3vl_encode_batch(q, NULL, two, 2, NULL, NULL, NULL, outs, err, sizeof err), 0);
+    e1 = outs[0], e2 = outs[1];
+    d = test_max_diff(e1.data, e2.data, (size_t)e1.n_tokens * e1.n_embd);
+    printf("    a frame pair of one picture vs the still picture (one pass): %.3g\n", d);
+    CHECK(d < 1e-4);
+    vision_embd_release(&e1), vision_embd_release(&e2);
+    /* odd or tiny grids are refused, not read past */
+    const struct qwen2vl_image bad = { pix, 3, 4, 1 };
+    CHECK(qwen3vl_encode_batch(q, NULL, &bad, 1, NULL, NULL, NULL, &e, err, sizeof err) < 0);
+    free(pair), free(pix), free(vit), free(ref), free(vit_ref), free(pe), free(pe_ref);
+    qwen3vl_free(q);
+    gguf_free(g);
+}
+
+/* M-RoPE ids of the two-image prompt = the position_ids the reference's
+ * language model received (images laid out as in Qwen2.5-VL). */
+TEST(qwen3vl_mrope_positions_match_reference)
+{
+    char err[256];
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    size_t len;
+    int32_t ids[512], *pos = malloc(sizeof(int32_t) * 3 * r.n);
+    for (int i = 0; i < r.n; i++)
+        ids[i] = r.ids[i];
+    const int grids[2][2] = { { r.grid[1] / 2, r.grid[2] / 2 }, { r.grid[4] / 2, r.grid[5] / 2 } };
+    int32_t *ref = (int32_t *)test_read_file(test_fixture(Q3DIR "positions.bin"), &len);
+    CHECK(ref && pos);
+    CHECK_EQ(len, sizeof(int32_t) * 3 * r.n);
+    CHECK(qwen2vl_mrope_positions(ids, r.n, r.image_token, grids, 2, pos, err, sizeof err) > 0);
+    for (int i = 0; i < 3 * r.n; i++)
+        CHECK_MSG(pos[i] == ref[i], "axis %d token %d: %d, reference %d", i / r.n, i % r.n, pos[i], ref[i]);
+    free(pos);
+    free(ref);
+}
+
+/* The language side: the prompt laid out by vision_prompt_build (the
+ * processor's ids), both pictures' wide rows (text rows: the token
+ * embedding, zero DeepStack parts), interleaved M-RoPE ids -> the qwen3vl
+ * LM's logits = the reference's; the DeepStack parts matter; greedy tokens
+ * and their top-5 log-probabilities. */
+TEST(qwen3vl_fused_logits_and_greedy_match_reference)
+{
+    char err[256];
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    struct vision_model *vm = load_q3(Q3GGUF);
+    CHECK(vm);
+    struct llm_model *lm = llm_model_load(test_golden(Q3LM), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(lm);
+    CHECK(hp->arch == LLM_ARCH_QWEN3VL && hp->rope_interleaved && hp->n_deepstack == r.n_ds);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    CHECK(vc);
+    struct vision_embd img[2];
+    const char *png[2] = { "vision/image.png", Q3DIR "image2.png" };
+    for (int i = 0; i < 2; i++) {
+        struct media_image im;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
+        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
+        media_image_release(&im);
+    }
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
+                                 err, sizeof err), 0);
+    CHECK_EQ(vp.n_positions, r.n);
+    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
+    CHECK(te);
+    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
+    const int n = r.n, D = hp->n_embd, W = D * (1 + hp->n_deepstack), V = hp->n_vocab, T = n + r.n_greedy;
+    float *x = calloc((size_t)T * W, sizeof(float)), *logits = malloc(sizeof(float) * n * V);
+    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
+    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
+    bool *want = malloc(sizeof(bool) * T);
+    CHECK(x && logits && ids && pos && seq && rp && want);
+    for (int i = 0, q = 0; q < vp.n_parts; q++) {
+        const struct vision_prompt_part *pt = &vp.parts[q];
+        for (int j = 0; j < pt->n; j++, i++) {
+            ids[i] = pt->embd ? r.ids[i] : pt->tokens[j];
+            CHECK_MSG(ids[i] == r.ids[i], "position %d: token %d, processor %d", i, ids[i], r.ids[i]);
+            if (pt->embd)
+                memcpy(x + (size_t)i * W, pt->embd + (size_t)j * W, sizeof(float) * W);
+            else
+                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * W);
+            pos[i] = i, want[i] = true;
+        }
+    }
+    // the rows given to the LM = the reference's inputs_embeds
+    float *merged = test_read_floats(test_fixture(Q3DIR "merged.bin"), (size_t)n * D);
+    CHECK(merged);
+    double dm = 0;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < D; c++) {
+            const double e = fabs(x[(size_t)i * W + c] - merged[(size_t)i * D + c]);
+            dm = e > dm ? e : dm;
+        }
+    printf("    LM input rows max diff %.3g\n", dm);
+    CHECK_MSG(dm < 1e-4 * (max_abs(merged, (size_t)n * D) > 1 ? max_abs(merged, (size_t)n * D) : 1),
+              "merged rows differ by %g", dm);
+    const int grids[2][2] = { { r.grid[1] / 2, r.grid[2] / 2 }, { r.grid[4] / 2, r.grid[5] / 2 } };
+    int next = qwen2vl_mrope_positions(ids, n, r.image_token, grids, 2, rp, err, sizeof err);
+    CHECK_MSG(next > 0, "%s", err);
+    for (int i = 0; i < 64; i++)
+        table[i] = i;
+    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
+    CHECK(ctx && kv);
+    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
+    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
+    float *ref = test_read_floats(test_fixture(Q3DIR "logits.bin"), (size_t)n * V);
+    CHECK(ref);
+    /* without the DeepStack parts the logits at and after the images differ */
+    float *plain = malloc(sizeof(float) * (size_t)T * D);
+    CHECK(plain);
+    for (int i = 0; i < n; i++)
+        memcpy(plain + (size_t)i * D, x + (size_t)i * W, sizeof(float) * D);
+    /* (a DeepStack LM reads rows of W floats: the same rows with the parts zeroed) */
+    float *zeroed = calloc((size_t)n * W, sizeof(float));
+    CHECK(zeroed);
+    for (int i = 0; i < n; i++)
+        memcpy(zeroed + (size_t)i * W, plain + (size_t)i * D, sizeof(float) * D);
+    b.embd = zeroed;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    const double d_plain = test_max_diff(logits, ref, (size_t)n * V);
+    b.embd = x;
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    const double d = test_max_diff(logits, ref, (size_t)n * V);
+    printf("    fused logits max diff %.3g over %d positions (without DeepStack %.3g)\n", d, n, d_plain);
+    CHECK_MSG(d < 1e-3, "logits differ by %g", d);
+    CHECK(d_plain > 10 * d && d_plain > 1e-3);
+    // greedy: one token at a time, rotary ids next, next + 1, ...; top-5 log-probs
+    double worst_lp = 0;
+    for (int g = 0; g < r.n_greedy; g++) {
+        const float *lg = logits + (size_t)(g ? 0 : n - 1) * V;
+        int best = 0;
+        double mx = lg[0], sum = 0;
+        for (int v = 1; v < V; v++) {
+            best = lg[v] > lg[best] ? v : best;
+            mx = lg[v] > mx ? lg[v] : mx;
+        }
+        for (int v = 0; v < V; v++)
+            sum += exp(lg[v] - mx);
+        for (int k = 0; k < 5; k++) {
+            const int id = (int)r.top_ids[g * 5 + k];
+            const double lp = lg[id] - mx - log(sum), e = fabs(lp - r.top_lp[g * 5 + k]);
+            worst_lp = e > worst_lp ? e : worst_lp;
+        }
+        CHECK_MSG(best == r.greedy[g], "greedy token %d: %d, reference %d", g, best, r.greedy[g]);
+        int32_t tp = n + g, trp[3] = { next + g, next + g, next + g };
+        bool w = true;
+        float *xe = x + (size_t)(n + g) * W;
+        omni_tensor_get_row(&tok, best, xe);
+        struct llm_batch s = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
+                               .rope_pos = trp };
+        CHECK_EQ(llm_forward(ctx, &s, kv, &view, logits), 1);
+    }
+    printf("    greedy: %d tokens as the reference, top-5 log-probs within %.3g\n", r.n_greedy, worst_lp);
+    CHECK_MSG(worst_lp < 1e-3, "top-5 log-probs differ by %g", worst_lp);
+    free(zeroed), free(plain), free(merged);
+    free(ref), free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    vision_prompt_release(&vp);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    vision_embd_release(&img[0]);
+    vision_embd_release(&img[1]);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
+}
+
+// ---- through the engine ---------------------------------------------------------
+
+struct q3gen {
+    int32_t tok[32];
+    int n;
+};
+
+static void q3gen_event(void *user, const struct engine_event *ev)
+{
+    struct q3gen *g = user;
+    if (ev->type == ENGINE_EV_TOKEN && g->n < 32)
+        g->tok[g->n++] = ev->token;
+}
+
+/* The prompt as engine segments: the engine carries each row's DeepStack
+ * parts and M-RoPE ids through prefill chunks that cut the images, and
+ * again from the prefix cache; greedy tokens = the reference's. */
+TEST(qwen3vl_engine_greedy_matches_reference)
+{
+    char err[256];
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    struct vision_model *vm = load_q3(Q3GGUF);
+    CHECK(vm);
+    struct llm_model *lm = llm_model_load(test_golden(Q3LM), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    CHECK(vc);
+    struct vision_embd img[2];
+    const char *png[2] = { "vision/image.png", Q3DIR "image2.png" };
+    for (int i = 0; i < 2; i++) {
+        struct media_image im;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
+        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
+        media_image_release(&im);
+    }
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
+                                 err, sizeof err), 0);
+    struct engine_segment segs[16];
+    CHECK(vp.n_parts <= 16);
+    for (int i = 0; i < vp.n_parts; i++) {
+        const struct vision_prompt_part *pt = &vp.parts[i];
+        segs[i] = (struct engine_segment){ .tokens = pt->tokens, .embd = pt->embd, .n = pt->n,
+                                           .media_hash = pt->media_hash, .grid_rows = pt->grid_rows,
+                                           .grid_cols = pt->grid_cols };
+    }
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 1;
+    ep.kv_type = GGML_TYPE_F32;
+    ep.kv_memory_bytes = 4 << 20;
+    ep.max_batch_tokens = 9; /* prefill chunks end inside the images */
+    struct engine *e = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(e, "%s", err);
+    CHECK_MSG(engine_add_model(e, lm, "qwen3vl", err, sizeof err) >= 0, "%s", err);
+    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
+    for (int round = 0; round < 2; round++) { /* the second from the prefix cache */
+        struct q3gen g = { .n = 0 };
+        struct engine_request rq = engine_default_request();
+        rq.segments = segs, rq.n_segments = vp.n_parts;
+        rq.max_tokens = r.n_greedy, rq.ignore_eog = true;
+        rq.sampling.temperature = 0;
+        rq.on_event = q3gen_event, rq.user = &g;
+        CHECK_MSG(engine_generate(e, &rq, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(g.n, r.n_greedy);
+        for (int i = 0; i < r.n_greedy; i++)
+            CHECK_MSG(g.tok[i] == r.greedy[i], "round %d token %d: %d, reference %d", round, i, g.tok[i],
+                      r.greedy[i]);
+    }
+    engine_free(e);
+    vision_prompt_release(&vp);
+    vision_embd_release(&img[0]);
+    vision_embd_release(&img[1]);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
+}
+
+/* The F16 conversion stays close. */
+TEST(qwen3vl_f16_close_to_reference)
+{
+    struct q3ref r;
+    CHECK(q3ref_load(&r));
+    struct vision_model *m = load_q3("vision-qwen3vl-mmproj-f16.gguf");
+    CHECK(m);
+    check_picture(m, r.n_ds, "vision/image.png", r.grid, Q3DIR "pixels.bin", Q3DIR "features.bin",
+                  Q3DIR "deepstack.bin", 2e-2);
+    vision_model_free(m);
+}
+
+/* A DeepStack tensor or key gone, or the file cut short anywhere: a clear
+ * error naming the file and the field. */
+TEST(qwen3vl_rejects_broken_mmproj)
+{
+    char err[256], tmp[512];
+    size_t len;
+    char *buf = test_read_file(test_golden(Q3GGUF), &len);
+    CHECK(buf);
+    snprintf(tmp, sizeof tmp, "%s/broken-qwen3vl-mmproj.gguf", test_tmpdir());
+    const struct { const char *what, *expect; int at; } edits[] = {
+        { "v.deepstack.2.fc1.weight", "v.deepstack.2.fc1.weight", 12 },
+        { "v.position_embd.weight", "v.position_embd.weight", 3 },
+        { "v.blk.1.attn_qkv.bias", "v.blk.1.attn_qkv.bias", 9 },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char *p = memmem(buf, len, edits[i].what, strlen(edits[i].what));
+        CHECK_MSG(p, "%s not in the file", edits[i].what);
+        char was = p[edits[i].at];
+        p[edits[i].at] = 'X';
+        FILE *f = fopen(tmp, "wb");
+        fwrite(buf, 1, len, f);
+        fclose(f);
+        p[edits[i].at] = was;
+        CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
+        CHECK_STR_CONTAINS(err, "broken-qwen3vl-mmproj.gguf");
+        CHECK_STR_CONTAINS(err, edits[i].expect);
+    }
+    for (size_t cut = 0; cut < len; cut += len / 29 + 1) {
+        FILE *f = fopen(tmp, "wb");
+        fwrite(buf, 1, cut, f);
+        fclose(f);
+        CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
+    }
+    free(buf);
+}
