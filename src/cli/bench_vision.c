@@ -10,8 +10,10 @@
  * llm_forward (llm_batch.embd) and followed by -n decode steps fed their own
  * argmax: prompt and generation tok/s, medians over --reps. With --video the
  * clip is sampled (media_video_sample, --fps, --max-frames) and every frame
- * encoded as one global view: frames sampled, frames decoded (seeking skips
- * the rest), sampling ms and encoder ms. --encode-only (no -m) times just
+ * encoded as one global view (Qwen2.5-VL / Qwen3-VL: frame pairs as temporal
+ * patches in one vision_encode_batch call, as the server does): frames
+ * sampled, frames decoded (seeking skips the rest), encoder passes,
+ * sampling ms and encoder ms. --encode-only (no -m) times just
  * the encoder: the first encode and the median of --reps more, uncached
  * (for encoders whose language model does not load, e.g. Qwen2.5-VL).
  * --images N (with --encode-only) encodes the image N times one request
@@ -33,6 +35,7 @@
 #include "src/core/omni.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
+#include "vision/qwen2vl.h"
 #include "vision/vision.h"
 
 #include <stdbool.h>
@@ -280,7 +283,7 @@ static void bvis_turn_release(struct bvis_turn *t)
 }
 
 struct bvis_video {
-    int n_frames, n_decoded;
+    int n_frames, n_decoded, n_units; /* n_units: encoder inputs (frames, or frame pairs) */
     bool seeked;
     double duration_s, sample_ms, encode_ms;
 };
@@ -446,7 +449,46 @@ done:
     return ret;
 }
 
-static int bvis_video_run(struct vision_ctx *vc, const struct bvis_opts *o, struct bvis_video *r)
+/* Qwen2.5-VL / Qwen3-VL: the frames as temporal patches of two (an odd
+ * last frame with itself), all in one vision_encode_batch call. */
+static int bvis_video_pairs(const struct vision_model *vm, struct vision_ctx *vc,
+                            const struct media_video_frames *v, struct bvis_video *r)
+{
+    char err[512];
+    const int n = (v->n_frames + 1) / 2, P = vision_model_info(vm)->patch_size;
+    struct vision_input *in = calloc((size_t)n, sizeof *in);
+    struct vision_embd *out = calloc((size_t)n, sizeof *out);
+    int ret = !in || !out, k = 0;
+    for (; k < n && !ret; k++) {
+        float *a = NULL, *b = NULL;
+        int ni, ra, ca, rb, cb;
+        const struct media_image *fb = &v->frames[2 * k + 1 < v->n_frames ? 2 * k + 1 : 2 * k];
+        if (vision_preprocess(vm, &v->frames[2 * k], false, &a, &ni, &ra, &ca, err, sizeof err) < 0 ||
+            vision_preprocess(vm, fb, false, &b, &ni, &rb, &cb, err, sizeof err) < 0 || ra != rb || ca != cb) {
+            fprintf(stderr, "bench-vision: frame pair %d: %s\n", k, a && b ? "frames change size" : err);
+            ret = 1;
+        } else if (!(in[k].pixels = qwen2vl_pair_frames(a, b, ra * ca, P))) {
+            fprintf(stderr, "bench-vision: out of memory\n");
+            ret = 1;
+        }
+        in[k].n_images = 1, in[k].tile_rows = ra, in[k].tile_cols = ca, in[k].frames = 2;
+        free(a), free(b);
+    }
+    if (!ret && vision_encode_batch(vc, in, n, NULL, NULL, out, err, sizeof err) < 0) {
+        fprintf(stderr, "bench-vision: video: %s\n", err);
+        ret = 1;
+    }
+    for (int i = 0; !ret && i < n; i++)
+        vision_embd_release(&out[i]);
+    for (int i = 0; in && i < k; i++)
+        free((float *)in[i].pixels);
+    free(in), free(out);
+    r->n_units = n;
+    return ret;
+}
+
+static int bvis_video_run(const struct vision_model *vm, struct vision_ctx *vc, const struct bvis_opts *o,
+                          struct bvis_video *r)
 {
     char err[512];
     struct media_video_params p = media_video_default_params();
@@ -463,6 +505,13 @@ static int bvis_video_run(struct vision_ctx *vc, const struct bvis_opts *o, stru
                               .sample_ms = 1e3 * (omni_time_s() - t0) };
     int ret = 0;
     t0 = omni_time_s();
+    if (vision_model_info(vm)->family == VISION_QWEN2VL) {
+        ret = bvis_video_pairs(vm, vc, &v, r);
+        r->encode_ms = 1e3 * (omni_time_s() - t0);
+        media_video_frames_release(&v);
+        return ret;
+    }
+    r->n_units = v.n_frames;
     for (int i = 0; i < v.n_frames && !ret; i++) {
         struct vision_embd e;
         if (vision_encode_image(vc, &v.frames[i], false, &e, err, sizeof err) < 0) {
@@ -562,7 +611,7 @@ int cli_bench_vision(int argc, char **argv)
     double pp_med = bench_median(pp, o.reps), tg_med = bench_median(tg, o.reps);
 
     struct bvis_video vid = { 0 };
-    if (o.video && bvis_video_run(vc, &o, &vid))
+    if (o.video && bvis_video_run(vm, vc, &o, &vid))
         goto done;
     const char *cpu = omni_cpu_level_name(omni_cpu_level());
     double ratio = first_ms > 0 ? repeat_ms / first_ms : 0;
@@ -576,9 +625,9 @@ int cli_bench_vision(int argc, char **argv)
         printf("turn     %d prompt positions (%d image rows): pp %.2f tok/s, tg%d %.2f tok/s\n",
                turn.n_prompt, first.n_tokens, pp_med, o.n_gen, tg_med);
         if (o.video)
-            printf("video    %d frames of %.2f s (%d decoded, %s): sample %.1f ms, encode %.1f ms\n",
-                   vid.n_frames, vid.duration_s, vid.n_decoded, vid.seeked ? "seeking" : "no seek",
-                   vid.sample_ms, vid.encode_ms);
+            printf("video    %d frames of %.2f s (%d decoded, %s), %d encoder inputs: sample %.1f ms, "
+                   "encode %.1f ms\n", vid.n_frames, vid.duration_s, vid.n_decoded,
+                   vid.seeked ? "seeking" : "no seek", vid.n_units, vid.sample_ms, vid.encode_ms);
         printf("cpu      %s, %d threads\n", cpu, o.n_threads);
     }
     printf("{\"projector\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"reps\": %d, "
@@ -591,9 +640,10 @@ int cli_bench_vision(int argc, char **argv)
            (unsigned long long)cs.misses, turn.n_prompt, o.n_gen, pp_med, tg_med);
     if (o.video)
         printf(", \"video_frames\": %d, \"video_frames_decoded\": %d, \"video_seeked\": %s, "
-               "\"video_duration_s\": %.3f, \"video_sample_ms\": %.3f, \"video_encode_ms\": %.3f",
+               "\"video_duration_s\": %.3f, \"video_sample_ms\": %.3f, \"video_encode_ms\": %.3f, "
+               "\"video_encoder_inputs\": %d",
                vid.n_frames, vid.n_decoded, vid.seeked ? "true" : "false", vid.duration_s,
-               vid.sample_ms, vid.encode_ms);
+               vid.sample_ms, vid.encode_ms, vid.n_units);
     printf("}\n");
     fflush(stdout);
     ret = 0;
