@@ -4,9 +4,12 @@
 // here by tools/hf_mmproj_to_gguf.py (mmproj + qwen2vl LM), served with
 // --mmproj; a message with two pictures as image_url parts gives the
 // reference's prompt length, greedy tokens and top-5 logprobs (M-RoPE ids
-// over the image grids), also on a repeat served from the caches; a video_url
-// part of ../shared/video/sample.mp4 becomes frame pairs (its fps chooses how
-// many), and a request aborted by the client leaves the server serving.
+// over the image grids), also on a repeat served from the caches; the same two
+// pictures and a {"type": "video", "video": [5 frames]} part give the video
+// golden's answer (clip_reference.json, tools/qwen_video_golden.sh: the video
+// as temporal patches with its time in the M-RoPE ids); a video_url part of
+// ../shared/video/sample.mp4 becomes frame pairs (its fps chooses how many),
+// and a request aborted by the client leaves the server serving.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -57,6 +60,21 @@ after(async () => {
 test('qwen2.5-vl: two images -> the reference greedy tokens and top-5 logprobs', { skip }, async () => {
   await assertGoldenAnswer(client, messages, ref); // the second round: vision and prefix caches
 });
+
+const clipRef = path.join(fixture, 'clip_reference.json');
+test('qwen2.5-vl: two images and a video of 5 frames -> the reference greedy tokens and top-5 logprobs',
+  { skip: skip || (!fs.existsSync(clipRef) && 'no clip_reference.json (GPU job e_video)') }, async () => {
+    const cref = JSON.parse(fs.readFileSync(clipRef, 'utf8'));
+    const frames = [0, 1, 2, 3, 4].map((k) => dataUrl(path.join(fixture, 'video', `frame${k}.png`)));
+    const withVideo = [{ role: 'user', content: [...messages[0].content,
+      { type: 'video', video: frames }, { type: 'text', text: 'What happens?' }] }];
+    await assertGoldenAnswer(client, withVideo, cref);
+    // the same frames at another rate: the same rows, other temporal ids
+    const r = await client.chat.completions.create({ model: 'lm', messages: [{ role: 'user', content: [
+      ...messages[0].content, { type: 'video', video: frames, fps: 0.5 }, { type: 'text', text: 'What happens?' }] }],
+    max_tokens: 1, temperature: 0 });
+    assert.equal(r.usage.prompt_tokens, cref.n_tokens);
+  });
 
 test('qwen2.5-vl: a video_url part as frame pairs (fps chooses), an aborted request leaves it serving', { skip }, async () => {
   const mp4 = path.join(root, '..', 'shared', 'video', 'sample.mp4');
