@@ -8,9 +8,9 @@
 #       frame0..4.png, 160x96, the test picture rolled right 16 px per frame
 #       with a white square moving across it (5 frames: the last temporal
 #       patch pairs frame 4 with itself, as the video processor pads).
-#   OUT=/tmp/out tools/qwen_video_golden.sh [JOB]
+#   OUT=/tmp/out tools/qwen_video_golden.sh [JOB] [qwen3vl]
 #       (torch + transformers, run from the repository root) writes $OUT/JOB/
-#       (JOB default e_video):
+#       (JOB default e_video); with qwen3vl the Qwen3-VL case below instead:
 #   1. video_features.bin / video_reference.json: the vision tower on frame
 #      pairs built from pixels.bin (frame a, b = a * 0.5): one slice (a, b)
 #      and a clip of two slices (a, b), (b, a).
@@ -25,6 +25,10 @@
 #      tokens with top-5 logprobs, and the ids transformers gives for other
 #      fps (clip_reference.json "fps_cases", beside the published
 #      get_rope_index's and the 5.x rewrite's formulas).
+#   3. (qwen3vl) q3clip_*: the tiny Qwen3-VL of tests/fixtures/vision/qwen3vl
+#      on the same message, the video as Qwen3VLProcessor lays it out (a
+#      timestamp before each temporal patch): M-RoPE ids, logits, greedy
+#      tokens with top-5 logprobs.
 # Pixel values come from the Pillow image processor frame by frame (what
 # the C side reproduces exactly), paired into temporal patches; the real
 # video processor and Qwen2_5_VLProcessor are run beside it as checks.
@@ -47,6 +51,139 @@ PY
 fi
 JOB=${1:-e_video}
 mkdir -p "$OUT/$JOB"
+if [ "${2:-}" = "qwen3vl" ]; then
+    exec python3 - "$OUT/$JOB" <<'PY'
+# Qwen3-VL: the tiny checkpoint of tests/fixtures/vision/qwen3vl
+# (make_vision_golden.py --case qwen3vl) on the two images and the 5-frame
+# clip at 2 fps, laid out as Qwen3VLProcessor does: per temporal patch
+# "<t seconds>" (the middle of its two frames' times, "%.1f") +
+# <|vision_start|> + its <|video_pad|> rows + <|vision_end|>, no separator.
+# Writes q3clip_positions.bin (int32 [3][n]), q3clip_logits.bin ([n][vocab])
+# and q3clip_reference.json (ids, greedy, top-5, checks).
+import json, sys, os, re
+import numpy as np
+import torch, transformers
+sys.path.insert(0, "tools")
+import make_vision_golden as mvg
+from PIL import Image
+out = sys.argv[1]
+d = "tests/fixtures/vision/qwen3vl"
+ref = json.load(open(os.path.join(d, "reference.json")))
+P = 16
+torch.set_num_threads(4)
+model = transformers.Qwen3VLForConditionalGeneration.from_pretrained(
+    d, torch_dtype=torch.float32, attn_implementation="eager")
+model.eval()
+ids_of = ref["special_ids"]
+IMG_ID, VID_ID = ids_of["<|image_pad|>"], ids_of["<|video_pad|>"]
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+def encode(text):
+    return tok.encode(text, add_special_tokens=False).ids
+ip = mvg.qwen3_image_processor(mvg.QWEN3_MIN_PIXELS, mvg.QWEN3_MAX_PIXELS)
+frames = [Image.open(os.path.join("tests/fixtures/vision/qwen2_5_vl/video", f"frame{k}.png")).convert("RGB")
+          for k in range(5)]
+enc = [ip(images=[f], return_tensors="pt") for f in frames]
+_, vh, vw = enc[0]["image_grid_thw"].reshape(-1).tolist()
+nf = vh * vw
+fpx = [e["pixel_values"].float().numpy().reshape(nf, 3, 2, P, P)[:, :, 0] for e in enc]
+idx = list(range(len(fpx)))
+if len(fpx) % 2:
+    fpx.append(fpx[-1]); idx.append(idx[-1])
+T = len(fpx) // 2
+def pair(x, y):
+    return np.stack([x, y], axis=2).reshape(nf, -1)
+video_px = np.concatenate([pair(fpx[2 * k], fpx[2 * k + 1]) for k in range(T)], 0)
+FPS = 2.0
+stamps = [(idx[2 * k] + idx[2 * k + 1]) / 2 / FPS for k in range(T)]
+img_px = [np.fromfile(os.path.join(d, f), dtype=np.float32) for f in ("pixels.bin", "pixels2.bin")]
+pixel_values = torch.from_numpy(np.concatenate(img_px)).reshape(-1, 3 * 2 * P * P)
+img_grid = torch.tensor(ref["grid_thw"])
+IMG = "<|vision_start|><|image_pad|><|vision_end|>"
+VID = "<|vision_start|><|video_pad|><|vision_end|>"
+user = IMG + "\nWhat is this?\n" + IMG + "\nAnd this?\n" + VID + "\nWhat happens?"
+prompt = "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+per = nf // 4
+video_text = "".join(f"<{t:.1f} seconds>" + "<|vision_start|>" + "<|video_pad|>" + "<|vision_end|>"
+                     for t in stamps)
+expanded = prompt.replace(VID, video_text)
+ids, mm, k_img = [], [], 0
+n_img_tok = [int(np.prod(g)) // 4 for g in ref["grid_thw"]]
+for piece in re.split(r"(<\|image_pad\|>|<\|video_pad\|>)", expanded):
+    if piece == "<|image_pad|>":
+        ids += [IMG_ID] * n_img_tok[k_img]; mm += [1] * n_img_tok[k_img]; k_img += 1
+    elif piece == "<|video_pad|>":
+        ids += [VID_ID] * per; mm += [2] * per
+    elif piece:
+        e = encode(piece); ids += e; mm += [0] * len(e)
+N = len(ids)
+captured = {}
+lm = mvg.submodule(model, "model.language_model", "language_model", "model")
+def hook(mod, args, kwargs):
+    captured.setdefault("lm", (args, kwargs))
+lm.register_forward_pre_hook(hook, with_kwargs=True)
+def run(seq):
+    captured.clear()
+    ids_t = torch.tensor([seq])
+    mm_t = torch.tensor([mm + [0] * (len(seq) - N)], dtype=torch.int32)
+    kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
+              image_grid_thw=img_grid, pixel_values_videos=torch.from_numpy(video_px),
+              video_grid_thw=torch.tensor([[T, vh, vw]]), use_cache=False)
+    with torch.no_grad():
+        try:
+            o = model(mm_token_type_ids=mm_t, **kw)
+        except TypeError:
+            o = model(**kw)
+    a_, kw_ = captured["lm"]
+    pos = kw_.get("position_ids")
+    if pos is None and len(a_) > 2:
+        pos = a_[2]
+    return o.logits[0].float(), pos.reshape(-1, pos.shape[-1])[-3:].numpy().astype(np.int64)
+logits, pos = run(ids)
+gen, top_ids, top_lp, cur = [], [], [], list(ids)
+for _ in range(6):
+    lo, _ = run(cur)
+    lp = torch.log_softmax(lo[-1], -1)
+    t5 = torch.topk(lp, 5)
+    top_ids.append(t5.indices.tolist()); top_lp.append(t5.values.tolist())
+    nxt = int(lo[-1].argmax()); gen.append(nxt); cur.append(nxt)
+checks = {}
+try:  # Qwen3VLProcessor's own expansion of the same text (frames at 2 fps)
+    from transformers import PreTrainedTokenizerFast
+    from transformers.video_utils import VideoMetadata
+    fast = PreTrainedTokenizerFast.from_pretrained(d)
+    vproc = transformers.Qwen3VLVideoProcessor(
+        size={"shortest_edge": mvg.QWEN3_MIN_PIXELS, "longest_edge": mvg.QWEN3_MAX_PIXELS},
+        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+        do_sample_frames=False)
+    proc = transformers.Qwen3VLProcessor(image_processor=ip, tokenizer=fast, video_processor=vproc,
+                                         chat_template=mvg.QWEN_TEMPLATE)
+    arr = np.stack([np.asarray(f) for f in frames])
+    md = VideoMetadata(total_num_frames=5, fps=FPS, frames_indices=list(range(5)))
+    imgs = [Image.open("tests/fixtures/vision/image.png").convert("RGB"),
+            Image.open(os.path.join(d, "image2.png")).convert("RGB")]
+    po = proc(text=[prompt], images=imgs, videos=[arr], video_metadata=[md], do_sample_frames=False,
+              return_tensors="pt")
+    checks["processor_ids_equal"] = po["input_ids"][0].tolist() == ids
+    if not checks["processor_ids_equal"]:
+        checks["processor_text"] = fast.decode(po["input_ids"][0].tolist())[:2000]
+    checks["processor_video_grid"] = po["video_grid_thw"].reshape(-1).tolist()
+except Exception as ex:
+    checks["processor_error"] = repr(ex)[:400]
+np.asarray(pos, dtype="<i4").tofile(os.path.join(out, "q3clip_positions.bin"))
+logits.numpy().astype("<f4").tofile(os.path.join(out, "q3clip_logits.bin"))
+lp_all = torch.log_softmax(logits, -1)
+cref = {"prompt": prompt, "expanded": expanded, "user": user, "ids": ids, "n_tokens": N,
+        "mm_token_type_ids": mm, "image_token_id": IMG_ID, "video_token_id": VID_ID,
+        "grid_thw": ref["grid_thw"], "video_grid_thw": [T, vh, vw], "n_frames": len(frames),
+        "fps": FPS, "stamps": stamps, "greedy": gen, "top5_ids": top_ids, "top5_logprobs": top_lp,
+        "checks": checks, "torch": torch.__version__, "transformers": transformers.__version__}
+with open(os.path.join(out, "q3clip_reference.json"), "w") as f:
+    json.dump(cref, f, indent=1)
+    f.write("\n")
+print("q3clip ok", N, "tokens, video grid", [T, vh, vw], "greedy", gen, checks, flush=True)
+PY
+fi
 python3 - "$OUT/$JOB" <<'PY'
 import json, sys, os, re
 import numpy as np
