@@ -173,7 +173,7 @@ void vision_layout_release(struct vision_layout *l);
 struct tokenizer;
 struct vision_prompt_part {
     const int32_t *tokens;   /* n ids, or NULL for embedding rows */
-    const float *embd;       /* [n][n_embd_lm] */
+    const float *embd;       /* [n][vision_embd.n_embd] (n_embd_lm; qwen3vl: wider) */
     int n;
     uint64_t media_hash;     /* the image's key_hash for rows; 0 for tokens */
     int grid_rows, grid_cols;/* qwen2vl rows: the image's merged grid (M-RoPE ids); else 0 */

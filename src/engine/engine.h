@@ -85,7 +85,7 @@ const char *engine_kv_type_name(int kv_type);
  * projected patches) with a content hash for the prefix cache. */
 struct engine_segment {
     const int32_t *tokens;   /* n tokens, or NULL when embd is set */
-    const float *embd;       /* [n][n_embd] */
+    const float *embd;       /* [n][n_embd] (DeepStack LMs, qwen3vl: [n][n_embd * (1 + n_deepstack)]) */
     int n;
     uint64_t media_hash;     /* content hash of the media behind embd; 0 for tokens */
     int grid_rows, grid_cols;/* M-RoPE models (qwen2vl): the image's merged grid, rows x cols
