@@ -149,6 +149,8 @@ def convert(model_dir, out, type_name, encoder=True):
     if hp["downsampling_ratios"]:
         w.add("dac.downsampling_ratios", [int(x) for x in hp["downsampling_ratios"]],
               gguf.GGUF_ARRAY, gguf.GGUF_UINT32)
+    if encoder and isinstance(cfg.get("encoder_hidden_size"), int) and cfg["encoder_hidden_size"] > 0:
+        w.add("dac.encoder_hidden_size", cfg["encoder_hidden_size"], gguf.GGUF_UINT32)
 
     n = 0
     for name in sorted(tensors):

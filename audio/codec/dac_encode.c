@@ -24,7 +24,7 @@
 
 #define DACE_MAX_BLOCKS 8
 #define DACE_MAX_CODEBOOKS 64
-#define DACE_TILE 2048   /* output steps of a convolution per tile */
+#define DACE_TILE 2048   /* output steps of a convolution per tile (default) */
 
 struct dace_res {
     float *alpha1, *alpha2;          /* [c] */
@@ -55,6 +55,7 @@ struct dac_encoder {
     float *alpha_out;                /* [d_model] */
     struct omni_conv1d conv_out;     /* d_model -> hidden, k3 */
     struct dace_vq vq[DACE_MAX_CODEBOOKS];
+    int tile;                        /* output steps per conv tile */
     void **owned;                    /* every array above, for dac_encoder_free */
     int n_owned, cap_owned;
 };
@@ -62,6 +63,11 @@ struct dac_encoder {
 const struct dac_encoder_info *dac_encoder_get_info(const struct dac_encoder *m)
 {
     return &m->info;
+}
+
+void dac_encoder_set_tile(struct dac_encoder *m, int steps)
+{
+    m->tile = steps >= 1 ? steps : DACE_TILE;
 }
 
 void dac_encoder_free(struct dac_encoder *m)
@@ -229,6 +235,7 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
                   arch ? (int)(alen > 40 ? 40 : alen) : 6, arch ? arch : "absent");
         goto fail;
     }
+    m->tile = DACE_TILE;
     struct dac_encoder_info *I = &m->info;
     if (get_u32(g, "dac.sampling_rate", &I->sample_rate, err, errlen) ||
         get_u32(g, "dac.hidden_size", &I->hidden_size, err, errlen) ||
@@ -345,6 +352,7 @@ fail:
 // ---- the conv stack ----
 
 struct dace_work {
+    int tile;            /* output steps per tile */
     float *tin;          /* a tile's input with its halo */
     float *scratch;      /* a tile's conv scratch */
     size_t tin_cap, scratch_cap;
@@ -369,8 +377,8 @@ static int conv_tiled(struct tpool *tp, const struct omni_conv1d *c, const float
     int reach = (c->k - 1) * c->dilation;
     struct omni_conv1d v = *c;
     v.pad = 0;
-    for (int64_t a = 0; a < t; a += DACE_TILE) {
-        int64_t b = a + DACE_TILE < t ? a + DACE_TILE : t, rows = b - a + reach;
+    for (int64_t a = 0; a < t; a += w->tile) {
+        int64_t b = a + w->tile < t ? a + w->tile : t, rows = b - a + reach;
         if (work_fit(&w->tin, &w->tin_cap, (size_t)rows * c->c_in) ||
             work_fit(&w->scratch, &w->scratch_cap, omni_conv1d_scratch(&v, rows, accumulate)))
             return OMNI_ERR_NOMEM;
@@ -396,8 +404,8 @@ static int down_tiled(struct tpool *tp, const struct dace_block *B, const float 
                       int64_t t_out, float *y, struct dace_work *w)
 {
     int s = B->stride, C = B->c_in;
-    for (int64_t a = 0; a < t_out; a += DACE_TILE) {
-        int64_t b = a + DACE_TILE < t_out ? a + DACE_TILE : t_out, rows = b - a + 1;
+    for (int64_t a = 0; a < t_out; a += w->tile) {
+        int64_t b = a + w->tile < t_out ? a + w->tile : t_out, rows = b - a + 1;
         if (work_fit(&w->tin, &w->tin_cap, (size_t)rows * s * C) ||
             work_fit(&w->scratch, &w->scratch_cap, omni_conv1d_scratch(&B->down, rows, false)))
             return OMNI_ERR_NOMEM;
@@ -489,7 +497,7 @@ int dac_encode(const struct dac_encoder *m, struct tpool *tp, const float *pcm, 
     if ((size_t)T * I->hidden_size > act)
         act = (size_t)T * I->hidden_size;
     int H = I->hidden_size, D = m->codebook_dim, K = I->codebook_size;
-    struct dace_work w = { 0 };
+    struct dace_work w = { .tile = m->tile };
     float *x = malloc(act * sizeof *x), *a = malloc(act * sizeof *a), *b = malloc(act * sizeof *b);
     int32_t *out = malloc((size_t)n_q * T * sizeof *out);
     float *proj = malloc((size_t)T * D * sizeof *proj);

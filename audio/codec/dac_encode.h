@@ -47,6 +47,11 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
 void dac_encoder_free(struct dac_encoder *m);
 const struct dac_encoder_info *dac_encoder_get_info(const struct dac_encoder *m);
 
+/* Output steps of one convolution tile (default 2048; >= 1): memory against
+ * per-call overhead. The codes do not depend on it (tested). Before the
+ * model is shared. */
+void dac_encoder_set_tile(struct dac_encoder *m, int steps);
+
 /* Frames an input of n samples gives (as torch's strided convs count them). */
 int64_t dac_encoder_frames(const struct dac_encoder *m, int64_t n);
 
