@@ -1092,3 +1092,218 @@ TEST(qwen2vl_video_prompt_matches_reference)
     vision_model_free(vm);
     free(js);
 }
+
+/* Qwen3-VL's video (tests/fixtures/vision/qwen3vl/q3clip_*, GPU job
+ * e_video3 of tools/qwen_video_golden.sh, on D's tiny Qwen3-VL): the same
+ * message through api_images_take - the frames paired into 3 temporal
+ * patches, each its own run after "<t seconds>" as Qwen3VLProcessor writes
+ * it - gives the processor's ids, the reference's M-RoPE ids (each patch
+ * an image's), logits (DeepStack rows included), greedy tokens with top-5
+ * logprobs, and the engine's greedy tokens twice. */
+TEST(qwen3vl_video_prompt_matches_reference)
+{
+    size_t len;
+    char *js = test_read_file(test_fixture("vision/qwen3vl/q3clip_reference.json"), &len);
+    if (!js)
+        SKIP("no tests/fixtures/vision/qwen3vl/q3clip_reference.json (GPU job e_video3)");
+    char err[256];
+    static double num[4096];
+    int ref_ids[1024], greedy[16], vgrid[3], n_ref, n_greedy;
+    CHECK((n_ref = json_nums_from(js, "ids", num, 1024, NULL)) > 0 && n_ref < 1024);
+    for (int i = 0; i < n_ref; i++)
+        ref_ids[i] = (int)num[i];
+    CHECK((n_greedy = json_nums_from(js, "greedy", num, 16, NULL)) > 0);
+    for (int i = 0; i < n_greedy; i++)
+        greedy[i] = (int)num[i];
+    CHECK_EQ(json_nums_from(js, "video_grid_thw", num, 3, NULL), 3);
+    for (int i = 0; i < 3; i++)
+        vgrid[i] = (int)num[i];
+    double top5[16][5];
+    CHECK_EQ(json_nums_from(js, "top5_logprobs", num, 80, NULL), 5 * n_greedy);
+    for (int i = 0; i < 5 * n_greedy; i++)
+        top5[i / 5][i % 5] = num[i];
+    const int32_t image_token = (int32_t)json_num(js, "image_token_id");
+    const int32_t video_token = (int32_t)json_num(js, "video_token_id");
+    char prompt[2048];
+    const char *p = strstr(js, "\"prompt\": \"");
+    CHECK(p);
+    size_t k = 0;
+    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
+        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
+    prompt[k] = 0;
+
+    struct vision_model *vm = vision_model_load(test_golden("vision-qwen3vl-mmproj-f32.gguf"), err, sizeof err);
+    CHECK_MSG(vm, "%s", err);
+    struct llm_model *lm = llm_model_load(test_golden("vision-qwen3vl-lm-f32.gguf"), NULL, err, sizeof err);
+    CHECK_MSG(lm, "%s", err);
+    const struct llm_hparams *hp = llm_model_hparams(lm);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    struct vision_cache *cache = vision_cache_new((size_t)16 << 20);
+    struct api_images_params prm = api_images_default_params();
+    char root_dir[PATH_MAX];
+    CHECK(vc && cache && realpath(test_fixture("vision"), root_dir));
+    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
+    struct api_images_pool *pool = api_images_pool_new(vm, vc, cache, &prm, err, sizeof err);
+    CHECK_MSG(pool, "%s", err);
+    cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
+    add_url_part(parts, root_dir, "image.png");
+    add_text_part(parts, "What is this?");
+    add_url_part(parts, root_dir, "qwen3vl/image2.png");
+    add_text_part(parts, "And this?");
+    for (int f = 0; f < 5; f++) {
+        char url[PATH_MAX + 64];
+        snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", root_dir, f);
+        cJSON_AddItemToArray(frames, cJSON_CreateString(url));
+    }
+    cJSON *vpart = cJSON_CreateObject();
+    cJSON_AddStringToObject(vpart, "type", "video");
+    cJSON_AddItemToObject(vpart, "video", frames);
+    cJSON_AddItemToArray(parts, vpart);
+    add_text_part(parts, "What happens?");
+    cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray(), *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(msg, "role", "user");
+    cJSON_AddItemToObject(msg, "content", parts);
+    cJSON_AddItemToArray(msgs, msg);
+    cJSON_AddItemToObject(req, "messages", msgs);
+    struct apireq_gen g;
+    apireq_gen_init(&g);
+    struct api_error e = { 0 };
+    struct api_images im;
+    const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
+    apireq_gen_free(&g);
+    CHECK_MSG(rc == 3, "rc %d: %s", rc, e.message);
+    CHECK_EQ(im.n, 2 + vgrid[0]); /* the patches stay images */
+    const char *vtext = cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 4), "text")->valuestring;
+    printf("    the video part became: %s\n", vtext);
+    // the rendered prompt: the video part's text where the template put the video
+    char rendered[4096];
+    const char *vid = strstr(prompt, "<|vision_start|><|video_pad|><|vision_end|>");
+    CHECK(vid);
+    snprintf(rendered, sizeof rendered, "%.*s%s%s", (int)(vid - prompt), prompt, vtext,
+             vid + strlen("<|vision_start|><|video_pad|><|vision_end|>"));
+    struct vision_prompt vp;
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), rendered, strlen(rendered), false, im.e, im.n, &vp,
+                                 err, sizeof err), 0);
+    CHECK_EQ(vp.n_positions, n_ref);
+    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
+    CHECK(te);
+    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
+    const int n = n_ref, D = hp->n_embd, W = D * (1 + hp->n_deepstack), V = hp->n_vocab, T = n + n_greedy;
+    float *x = calloc((size_t)T * W, sizeof(float)), *logits = malloc(sizeof(float) * n * V);
+    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
+    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
+    bool *want = malloc(sizeof(bool) * T);
+    CHECK(x && logits && ids && pos && seq && rp && want);
+    struct qwen2vl_grid grids[16];
+    int n_grids = 0;
+    for (int i = 0, q = 0; q < vp.n_parts; q++) {
+        const struct vision_prompt_part *pt = &vp.parts[q];
+        if (pt->embd && n_grids < 16)
+            grids[n_grids++] = (struct qwen2vl_grid){ 1, pt->grid_rows, pt->grid_cols, 0 };
+        for (int j = 0; j < pt->n; j++, i++) {
+            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
+            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
+            if (pt->embd)
+                memcpy(x + (size_t)i * W, pt->embd + (size_t)j * W, sizeof(float) * W);
+            else
+                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * W);
+            pos[i] = i, want[i] = true;
+        }
+    }
+    CHECK_EQ(n_grids, 2 + vgrid[0]);
+    int next = qwen2vl_mrope_positions_av(ids, n, image_token, video_token, grids, n_grids, rp, err, sizeof err);
+    CHECK_MSG(next > 0, "%s", err);
+    int32_t *pref = (int32_t *)test_read_file(test_fixture("vision/qwen3vl/q3clip_positions.bin"), &len);
+    CHECK(pref && len == sizeof(int32_t) * 3 * n);
+    for (int i = 0; i < 3 * n; i++)
+        CHECK_MSG(rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, rp[i], pref[i]);
+    free(pref);
+    for (int i = 0; i < 64; i++)
+        table[i] = i;
+    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
+    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
+    CHECK(ctx && kv);
+    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
+    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
+    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
+    float *ref = test_read_floats(test_fixture("vision/qwen3vl/q3clip_logits.bin"), (size_t)n * V);
+    CHECK(ref);
+    double d = test_max_diff(logits, ref, (size_t)n * V);
+    printf("    %d positions (ids and M-RoPE ids as the processor), logits max diff %.3g\n", n, d);
+    CHECK_MSG(d < 1e-3, "logits differ by %g", d);
+    free(ref);
+    double worst = 0;
+    for (int gi = 0; gi < n_greedy; gi++) {
+        const float *lg = logits + (size_t)(gi ? 0 : n - 1) * V;
+        double mx = lg[0], sum = 0;
+        int best = 0;
+        for (int t = 1; t < V; t++)
+            if (lg[t] > mx)
+                mx = lg[t], best = t;
+        for (int t = 0; t < V; t++)
+            sum += exp(lg[t] - mx);
+        CHECK_MSG(best == greedy[gi], "greedy token %d: %d, reference %d", gi, best, greedy[gi]);
+        float top[5];
+        for (int r = 0; r < 5; r++) {
+            float cut = r ? top[r - 1] : INFINITY, m = -INFINITY;
+            for (int t = 0; t < V; t++)
+                if (lg[t] < cut && lg[t] > m)
+                    m = lg[t];
+            top[r] = m;
+            const double lp = m - mx - log(sum);
+            worst = fabs(lp - top5[gi][r]) > worst ? fabs(lp - top5[gi][r]) : worst;
+        }
+        int32_t tp = n + gi, trp[3] = { next + gi, next + gi, next + gi };
+        bool w = true;
+        float *xe = x + (size_t)(n + gi) * W;
+        omni_tensor_get_row(&tok, best, xe);
+        struct llm_batch s1 = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
+                                .rope_pos = trp };
+        CHECK_EQ(llm_forward(ctx, &s1, kv, &view, logits), 1);
+    }
+    printf("    greedy: %d tokens as the reference, top-5 logprobs within %.3g\n", n_greedy, worst);
+    CHECK_MSG(worst < 1e-4, "top-5 logprobs differ by %g", worst);
+    struct engine_segment segs[32];
+    CHECK(vp.n_parts <= 32);
+    for (int i = 0; i < vp.n_parts; i++) {
+        const struct vision_prompt_part *pt = &vp.parts[i];
+        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
+                                           pt->grid_cols, pt->grid_t, pt->t_step };
+    }
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 1;
+    ep.kv_type = GGML_TYPE_F32;
+    ep.kv_memory_bytes = 4 << 20;
+    ep.max_batch_tokens = 40;
+    struct engine *eng = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(eng, "%s", err);
+    CHECK_MSG(engine_add_model(eng, lm, "qwen3vl", err, sizeof err) >= 0, "%s", err);
+    CHECK_MSG(engine_start(eng, err, sizeof err) == 0, "%s", err);
+    for (int round = 0; round < 2; round++) {
+        struct qgen gq = { .n = 0 };
+        struct engine_request rq = engine_default_request();
+        rq.segments = segs, rq.n_segments = vp.n_parts;
+        rq.max_tokens = n_greedy, rq.ignore_eog = true;
+        rq.sampling.temperature = 0;
+        rq.on_event = qgen_event, rq.user = &gq;
+        CHECK_MSG(engine_generate(eng, &rq, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ(gq.n, n_greedy);
+        for (int i = 0; i < n_greedy; i++)
+            CHECK_MSG(gq.tok[i] == greedy[i], "engine round %d token %d: %d, reference %d", round, i, gq.tok[i],
+                      greedy[i]);
+    }
+    printf("    engine: %d greedy tokens as the reference twice\n", n_greedy);
+    engine_free(eng);
+    llm_kv_free(kv);
+    llm_ctx_free(ctx);
+    free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    vision_prompt_release(&vp);
+    api_images_free(&im);
+    cJSON_Delete(req);
+    api_images_pool_free(pool);
+    vision_cache_free(cache);
+    vision_ctx_free(vc);
+    llm_model_free(lm);
+    vision_model_free(vm);
+    free(js);
+}
