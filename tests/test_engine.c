@@ -42,6 +42,7 @@ struct result {
     pthread_cond_t *cv;
     int *n_finished;               /* shared by a group of requests */
     int32_t tok[MAX_CHOICES][MAX_GEN];
+    float logprob[MAX_CHOICES][MAX_GEN]; /* of each token, when the request asked for them */
     int n_tok[MAX_CHOICES];
     int n_final;
     enum engine_finish finish[MAX_CHOICES];
@@ -68,8 +69,10 @@ static void on_event(void *user, const struct engine_event *ev)
         r->text_len[c] += ev->text_len;
     }
     if (ev->type == ENGINE_EV_TOKEN) {
-        if (r->n_tok[c] < MAX_GEN)
+        if (r->n_tok[c] < MAX_GEN) {
+            r->logprob[c][r->n_tok[c]] = ev->logprobs ? ev->logprobs->chosen.logprob : 0.0f;
             r->tok[c][r->n_tok[c]++] = ev->token;
+        }
         if (r->cancel_engine && c == 0 && r->n_tok[0] == r->cancel_after)
             engine_cancel(r->cancel_engine, ev->request_id);
     } else {
@@ -1237,8 +1240,92 @@ TEST(kv_pool_snapshot_slots)
     CHECK_EQ(kv_pool_set_snap_interval(p, 0, err, sizeof err), 0);
     CHECK(kv_pool_snap_take(p, b[3]) == NULL && kv_pool_block_state(p, b[2]) == NULL);
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
+    /* 2 extra slots (the engine's end-of-prompt snapshots): 4 in all */
+    CHECK_EQ(kv_pool_set_snap_slots(p, 3, 2, err, sizeof err), 0);
+    CHECK_EQ(kv_pool_n_snap_slots(p), 4);
+    for (int i = 2; i < 6; i++) /* the 4 used blocks */
+        CHECK(kv_pool_snap_take(p, b[i]));
+    CHECK(kv_pool_snap_take(p, b[1]) == NULL); /* none free, no cached block holds one */
+    CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
+    CHECK_EQ(kv_pool_set_snap_slots(p, 0, 2, err, sizeof err), 0); /* off: none at all */
+    CHECK_EQ(kv_pool_n_snap_slots(p), 0);
     kv_pool_free(p);
 }
 
 TEST(engine_recurrent_state_interval_lfm2) { snapshot_interval_case("lfm2-f32"); }
 TEST(engine_recurrent_state_interval_qwen35) { snapshot_interval_case("qwen35-f32"); }
+
+/* At the default interval (6 blocks of 4 tokens for these tiny models,
+ * longer than the first prompt): a second turn - the first prompt (14
+ * tokens), its 6-token reply and 5 more - resumes from the snapshot taken
+ * where the first prompt's last full block ends (token 12; the reply's
+ * cached block after it has none) and gives the fresh engine's tokens and
+ * log-probabilities, with prefill chunks of 512, 7 and 3 tokens, and as
+ * n = 2 greedy choices. */
+static void prompt_end_case(const char *name)
+{
+    struct llm_model *m = golden(name);
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    CHECK_EQ(kv_pool_snap_interval(m, GGML_TYPE_F16, 4), 6);
+    const int n_vocab = llm_model_hparams(m)->n_vocab;
+    enum { NA = 14, NR = 6, NB = NA + NR + 5, NG = 10 };
+    int32_t a[NA], b[NB];
+    random_prompt(a, NA, n_vocab, 31);
+    random_prompt(b, NB, n_vocab, 37);
+    struct group g;
+    group_init(&g);
+    struct result *r = calloc(5, sizeof *r); /* turn 1, fresh turn 2, turn 2, n = 2, scratch */
+    char err[256];
+    struct engine_params ep = small_params(true);
+    ep.kv_block_size = 4;
+    struct engine *e = start(m, &ep); /* turn 1 and, alone on a fresh engine, turn 2 */
+    CHECK(e);
+    result_init(&r[0], &g);
+    struct engine_request rq = greedy(a, NA, NR, &r[0]);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r[0].n_tok[0], NR);
+    memcpy(b, a, sizeof a);
+    memcpy(b + NA, r[0].tok[0], NR * sizeof *b);
+    test_release(e);
+    e = start(m, &ep);
+    CHECK(e);
+    result_init(&r[1], &g);
+    rq = greedy(b, NB, NG, &r[1]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r[1].usage[0].cached_tokens, 0);
+    test_release(e);
+    const int chunks[] = { 512, 7, 3 };
+    for (int k = 0; k < 3; k++) {
+        ep.max_batch_tokens = chunks[k];
+        e = start(m, &ep);
+        CHECK(e);
+        for (int i = 2; i < 5; i++)
+            result_init(&r[i], &g);
+        rq = greedy(a, NA, NR, &r[4]);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        CHECK(memcmp(r[4].tok[0], r[0].tok[0], NR * sizeof *b) == 0);
+        rq = greedy(b, NB, NG, &r[2]);
+        rq.sampling.n_logprobs = 1;
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        CHECK_MSG(r[2].usage[0].cached_tokens == 12, "chunks of %d: %d tokens cached", chunks[k],
+                  r[2].usage[0].cached_tokens);
+        CHECK_EQ(r[2].n_tok[0], NG);
+        CHECK_MSG(memcmp(r[2].tok[0], r[1].tok[0], NG * sizeof *b) == 0, "chunks of %d", chunks[k]);
+        CHECK_MSG(memcmp(r[2].logprob[0], r[1].logprob[0], NG * sizeof(float)) == 0,
+                  "chunks of %d: log-probs differ", chunks[k]);
+        rq = greedy(b, NB, NG, &r[3]);
+        rq.n = 2;
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        for (int c = 0; c < 2; c++)
+            CHECK_MSG(memcmp(r[3].tok[c], r[1].tok[0], NG * sizeof *b) == 0, "choice %d", c);
+        CHECK_EQ(blocks_used_when_idle(e), 0);
+        test_release(e);
+    }
+    free(r);
+    test_release(m);
+}
+
+TEST(engine_recurrent_state_prompt_end_qwen35) { prompt_end_case("qwen35-f32"); }
+TEST(engine_recurrent_state_prompt_end_qwen3next) { prompt_end_case("qwen3next-f32"); }

@@ -9,8 +9,10 @@
  * mean step (prompt chunks included) and the mean decode-only step (one
  * generated token per sequence, no prompt chunk: the batched-decode cost). With
  * --shared-prefix, one request alone on the empty cache (cold) and one alone
- * after it (warm) time the first token first. --verify reruns every sequence
- * alone and counts those whose tokens differ. */
+ * after it (warm) time the first token first; --follow-up runs the shared
+ * prefix alone as a first turn (untimed) before the warm request, as a
+ * conversation's next turn extends the last prompt. --verify reruns every
+ * sequence alone and counts those whose tokens differ. */
 #include "src/cli/cli.h"
 #include "src/cli/args.h"
 #include "src/cli/bench_util.h"
@@ -36,7 +38,7 @@ struct be_opts {
     int levels[BE_MAX_LEVELS];
     int n_levels;
     int n_prompt, n_gen, shared_prefix;
-    bool verify, json;
+    bool verify, json, follow_up;
     uint64_t seed;
     struct engine_params ep;
 };
@@ -70,6 +72,7 @@ static void be_usage(FILE *f)
             "  --prompt-tokens N     prompt length (default 128)\n"
             "  --gen-tokens N        generated tokens per sequence (default 64)\n"
             "  --shared-prefix N     first N prompt tokens common to all; adds cold/warm TTFT\n"
+            "  --follow-up           the warm request follows a first turn of the prefix alone\n"
             "  --verify              rerun each sequence alone; count differing outputs\n"
             "  --deterministic       batch-invariant kernels (outputs independent of the batch)\n"
             "  --json                one JSON object per level on stdout\n"
@@ -119,6 +122,10 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             be_usage(stdout);
             return -1;
+        }
+        if (!strcmp(a, "--follow-up")) {
+            o->follow_up = true;
+            continue;
         }
         if (!strcmp(a, "--json") || !strcmp(a, "--verify") || !strcmp(a, "--deterministic")) {
             if (a[2] == 'j')
@@ -340,7 +347,10 @@ static int be_measure(struct llm_model *m, const struct be_opts *o, int c, struc
     }
     *out = (struct be_level){ .c = c, .mismatches = -1 };
     if (o->shared_prefix) {
+        struct be_opts first = *o; /* the warm prompt's first turn: the prefix alone */
+        first.n_prompt = o->shared_prefix;
         if (be_run(e, o, &prompts[c], 1, 1, &seqs[c]) ||
+            (o->follow_up && be_run(e, &first, &prompts[c + 1], 1, 1, &seqs[c + 1])) ||
             be_run(e, o, &prompts[c + 1], 1, 1, &seqs[c + 1]))
             goto done;
         out->ttft_cold = seqs[c].ttft_ms;

@@ -141,6 +141,8 @@ struct emodel {
     float **b_snap;          /* [max_batch_tokens] where each token's state snapshot goes, or NULL */
     int snap_every;          /* a snapshot after every snap_every-th block; 0: none (no prefix
                                 cache: a hybrid cannot resume without one) */
+    int snap_extra;          /* snapshot slots beyond the interval's: one per running sequence
+                                for the block where its prompt ends (0 when every block has one) */
     float *logits;           /* [max_seqs][n_vocab] */
     /* engine_params.device: the forward on a GPU (llm/model_dev.h); the pool
      * then has no host K/V (kv_pool_new_shape) */
@@ -334,12 +336,34 @@ static int snap_interval(const struct engine *e, const struct llm_model *m)
     return t ? (int)(((long)t + bs - 1) / bs) : kv_pool_snap_interval(m, e->p.kv_type, bs);
 }
 
+/* The hybrids' end-of-prompt snapshot slots (snap_extra) as bytes of a
+ * budget: at most a quarter of it (fewer slots when they would take more). */
+static size_t snap_extra_bytes(struct engine *e, size_t budget)
+{
+    size_t fixed = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const size_t total = fixed;
+        fixed = 0;
+        for (int i = 0; i < e->n_models; i++) {
+            struct emodel *em = &e->models[i];
+            const size_t snap = llm_model_state_floats(em->m) * sizeof(float);
+            if (pass && total > budget / 4) /* scale every model's share down alike */
+                em->snap_extra = (int)((double)em->snap_extra * (double)(budget / 4) / (double)total);
+            fixed += (size_t)em->snap_extra * snap;
+        }
+        if (fixed <= budget / 4)
+            break;
+    }
+    return fixed;
+}
+
 /* Blocks of each model's pool: K/V of every block, a snapshot every
- * snap_every blocks of a hybrid's. */
+ * snap_every blocks of a hybrid's, and (a fixed share of the budget) a
+ * hybrid's snap_extra end-of-prompt snapshots. */
 static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
 {
     const int bs = e->p.kv_block_size;
-    size_t per_block = 0, weights = 0, want = 0;
+    size_t per_block = 0, weights = 0, want = 0, fixed = 0;
     for (int i = 0; i < e->n_models; i++) {
         const struct llm_hparams *hp = e->models[i].hp;
         const int kv_dim = hp->n_head_kv * hp->head_dim;
@@ -350,6 +374,9 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
                              engine_kv_type_name(e->p.kv_type), kv_dim);
         struct emodel *em = &e->models[i];
         em->snap_every = snap_interval(e, em->m);
+        /* a prompt ending between two interval snapshots keeps one more
+         * (snap_at): up to one per running sequence */
+        em->snap_extra = em->snap_every > 1 ? e->p.max_seqs : 0;
         size_t b = kv_pool_block_bytes_at(em->m, e->p.kv_type, bs, em->snap_every);
         if (!b)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: KV block size overflows");
@@ -362,14 +389,16 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
     size_t budget = e->p.kv_memory_bytes;
     size_t blocks;
     if (budget) {
-        blocks = budget / per_block;
+        fixed = snap_extra_bytes(e, budget);
+        blocks = (budget - fixed) / per_block;
     } else if (e->p.device && strcmp(e->p.device, "cpu")) {
         blocks = want; /* at most this; the device sizes the pool from its memory */
         budget = blocks * per_block;
     } else {
         size_t avail = (size_t)omni_meminfo_bytes("MemAvailable");
         avail = avail > weights ? avail - weights : 0;
-        blocks = avail / 2 / per_block;
+        fixed = snap_extra_bytes(e, avail / 2);
+        blocks = (avail / 2 - fixed) / per_block;
         if (blocks > want)
             blocks = want;
         budget = blocks * per_block;
@@ -464,8 +493,9 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         }
         if (!em->pool)
             return OMNI_ERR_NOMEM;
-        if (kv_pool_snap_every(em->pool) != em->snap_every &&
-            (rc = kv_pool_set_snap_interval(em->pool, em->snap_every, err, errlen)) < 0)
+        if ((kv_pool_snap_every(em->pool) != em->snap_every || em->snap_extra) &&
+            (rc = kv_pool_set_snap_slots(em->pool, em->snap_every, em->snap_extra, err,
+                                         errlen)) < 0)
             return rc;
         if (llm_model_has_state(em->m))
             OMNI_DEBUG("engine: model '%s': recurrent-state snapshot every %d tokens%s", em->name,
@@ -1082,13 +1112,18 @@ static void seq_publish(struct emodel *em, struct seq *s)
 enum { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NEVER };
 
 /* Where the state after position p goes: the snapshot of p's block when p
- * ends a block that keeps one (every snap_every-th of the sequence), else
- * NULL (also when no snapshot slot can be had: that block then resumes
- * nothing). */
+ * ends a block that keeps one - every snap_every-th of the sequence, and the
+ * last full block of its prompt (a follow-up turn that extends the
+ * conversation resumes there, however short the prompt) - else NULL (also
+ * when no snapshot slot can be had: that block then resumes nothing). */
 static float *snap_at(struct emodel *em, const struct seq *s, int p, int bs)
 {
     const int j = p / bs;
-    if ((p + 1) % bs || !em->snap_every || (j + 1) % em->snap_every)
+    if ((p + 1) % bs || !em->snap_every)
+        return NULL;
+    const bool prompt_end = j + 1 == s->rq->n_prompt / bs &&
+                            (!s->rq->embed || s->rq->pooling == EMBED_POOL_LAST);
+    if ((j + 1) % em->snap_every && !prompt_end)
         return NULL;
     return kv_pool_snap_take(em->pool, s->blocks[j]);
 }
@@ -1115,12 +1150,13 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
         s->hashes[hits++] = parent = h;
     }
     /* recurrent state resumes only at a block with a snapshot: the last
-     * snapshotted boundary at or before the cached prefix; the rest is
-     * recomputed (into fresh blocks: the cached ones stay as they are) */
+     * snapshotted boundary at or before the cached prefix (an interval's end
+     * or where an earlier prompt ended); the rest is recomputed (into fresh
+     * blocks: the cached ones stay as they are) */
     if (em->has_state) {
-        int keep = em->snap_every ? hits / em->snap_every * em->snap_every : 0;
+        int keep = em->snap_every ? hits : 0;
         while (keep > 0 && !kv_pool_block_state(pool, s->blocks[keep - 1]))
-            keep -= em->snap_every;
+            keep--;
         while (hits > keep)
             kv_pool_unref(pool, s->blocks[--hits]);
     }

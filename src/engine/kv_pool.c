@@ -155,6 +155,11 @@ void kv_pool_free(struct kv_pool *p)
 
 int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen)
 {
+    return kv_pool_set_snap_slots(p, every, 0, err, errlen);
+}
+
+int kv_pool_set_snap_slots(struct kv_pool *p, int every, int extra, char *err, size_t errlen)
+{
     for (int i = 0; i < p->n_blocks; i++)
         p->b[i].snap = -1;
     free(p->snap);
@@ -166,8 +171,11 @@ int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t er
     p->snap_every = p->state_floats && every > 0 ? every : 0;
     if (!p->snap_every)
         return 0;
-    /* a sequence of k blocks keeps k / every of them */
-    const int n = (p->n_blocks + p->snap_every - 1) / p->snap_every;
+    /* a sequence of k blocks keeps k / every of them, and maybe one more
+     * (the extra ones: where its prompt ends) */
+    if (extra < 0 || extra > (1 << 20))
+        extra = 0;
+    const int n = (p->n_blocks + p->snap_every - 1) / p->snap_every + extra;
     size_t bytes;
     if (omni_mul_size(p->state_floats * sizeof(float), (size_t)n, &bytes) ||
         !(p->snap = malloc(bytes)) || !(p->snap_owner = malloc((size_t)n * sizeof(int32_t))) ||
@@ -185,6 +193,7 @@ int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t er
 }
 
 int kv_pool_snap_every(const struct kv_pool *p) { return p->snap_every; }
+int kv_pool_n_snap_slots(const struct kv_pool *p) { return p->n_snap; }
 
 /* The block no longer holds what its snapshot describes: the slot goes back. */
 static void snap_drop(struct kv_pool *p, int block)

@@ -83,11 +83,16 @@ bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
  * floats), which the forward filling the block writes (llm_batch.state_snap)
  * and a sequence resuming after this block's prefix copies into its slot.
  * Only every `every`-th block of a sequence keeps one (the engine picks
- * which), so the pool has ceil(n_blocks / every) snapshot slots; a new pool
- * keeps them at kv_pool_snap_interval. set_snap_interval drops every
- * snapshot and re-sizes the slots (every 0: none); OMNI_ERR_NOMEM. */
+ * which), so the pool has ceil(n_blocks / every) snapshot slots, plus
+ * `extra` for snapshots outside that rhythm (the engine's: one at the end
+ * of each prompt, so up to one per sequence it runs at once); a new pool
+ * keeps them at kv_pool_snap_interval, no extra. set_snap_slots drops every
+ * snapshot and re-sizes the slots (every 0: none at all); OMNI_ERR_NOMEM.
+ * set_snap_interval is set_snap_slots without extra slots. */
+int kv_pool_set_snap_slots(struct kv_pool *p, int every, int extra, char *err, size_t errlen);
 int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen);
 int kv_pool_snap_every(const struct kv_pool *p); /* 0: no snapshots */
+int kv_pool_n_snap_slots(const struct kv_pool *p); /* all of them, taken or free */
 /* The block's snapshot, giving it a slot when it has none: a free one, else
  * the one of the least recently released cached block that has one (that
  * block then no longer resumes a sequence). NULL when none can be had (the
