@@ -11,6 +11,8 @@
  *   cc -O2 -pthread -I. tests/bench_decode.c build-b/libomni.a -lopenblas -lm -o /tmp/bench_decode
  *   /tmp/bench_decode -t q4_0 -s 896x4864 [-n threads] [-r reps] [-c copies] [-p rows] [-h hint]
  * -h: the prefetch's locality hint, 3 (into L1, as matmul.c) down to 0.
+ * -x 1: vec_dot even where the level has vec_dot_prep (which matmul.c's
+ * one-row products use, as this does by default).
  * One JSON line per run: GB/s of weights in wall time and in the calling
  * thread's CPU time (the robust number on a loaded machine), and the kernel
  * level (OMNI_CPU caps it). */
@@ -40,6 +42,7 @@ struct job {
     const uint8_t *xq;
     float *y;
     int pf, hint;
+    const float *prep; /* vec_dot_prep's activation data, or NULL: vec_dot */
 };
 
 static void run_job(void *arg, int ith, int nth)
@@ -59,7 +62,7 @@ static void run_job(void *arg, int ith, int nth)
                 default: __builtin_prefetch(next + o, 0, 3); break;
                 }
         }
-        j->y[r] = j->op->vec_dot(j->n_in, wr, j->xq);
+        j->y[r] = j->prep ? j->op->vec_dot_prep(j->n_in, wr, j->xq, j->prep) : j->op->vec_dot(j->n_in, wr, j->xq);
     }
 }
 
@@ -74,7 +77,7 @@ int main(int argc, char **argv)
 {
     const char *tname = "q8_0";
     int64_t n_in = 896, n_out = 151936;
-    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3;
+    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3, plain = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t"))
             tname = argv[i + 1];
@@ -90,6 +93,8 @@ int main(int argc, char **argv)
             pf = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-h"))
             hint = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-x"))
+            plain = atoi(argv[i + 1]);
     }
     int type = -1;
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
@@ -130,12 +135,19 @@ int main(int argc, char **argv)
         op->from_float(x, xq, n_in);
     else
         memcpy(xq, x, sizeof(float) * n_in);
+    float *prep = NULL;
+    if (op->vec_dot_prep && !plain) {
+        prep = malloc(sizeof(float) * OMNI_ACT_PREP_FLOATS(n_in));
+        if (!prep)
+            return 1;
+        op->act_prep(xq, prep, n_in);
+    }
     struct tpool *tp = tpool_new(n_thr, NULL, 0);
     double best = 1e9, cpu = 1e9;
     for (int rep = 0; rep < reps; rep++) {
         const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
         for (int c = 0; c < copies * passes; c++) {
-            struct job j = { op, w + (size_t)(c % copies) * w_bytes, w_row, n_in, n_out, xq, y, pf, hint };
+            struct job j = { op, w + (size_t)(c % copies) * w_bytes, w_row, n_in, n_out, xq, y, pf, hint, prep };
             tpool_run(tp, run_job, &j);
         }
         const double t = now_s(CLOCK_MONOTONIC) - t0, ct = now_s(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -147,8 +159,8 @@ int main(int argc, char **argv)
         sum = (sum ^ ((const uint8_t *)y)[r]) * 1099511628211ULL;
     const double gb = (double)w_bytes * copies * passes / 1e9;
     printf("{\"type\":\"%s\",\"level\":\"%s\",\"shape\":\"%ldx%ld\",\"threads\":%d,\"copies\":%d,"
-           "\"prefetch_rows\":%d,\"hint\":%d,\"gb_s\":%.2f,\"gb_s_cpu\":%.2f,\"checksum\":\"%016llx\"}\n",
-           tname, omni_cpu_level_name(omni_cpu_level()), n_in, n_out, n_thr, copies, pf, hint, gb / best,
+           "\"prefetch_rows\":%d,\"hint\":%d,\"prep\":%d,\"gb_s\":%.2f,\"gb_s_cpu\":%.2f,\"checksum\":\"%016llx\"}\n",
+           tname, omni_cpu_level_name(omni_cpu_level()), n_in, n_out, n_thr, copies, pf, hint, prep != NULL, gb / best,
            gb / cpu, (unsigned long long)sum);
     /* the cost of one empty parallel region */
     const int n_regions = 20000;
@@ -163,5 +175,6 @@ int main(int argc, char **argv)
     free(y);
     free(xq);
     free(row);
+    free(prep);
     return 0;
 }

@@ -486,6 +486,72 @@ TEST(quant_vec_dot_n_matches_vec_dot)
         CHECK(tested > 0);
 }
 
+/* Every level's vec_dot_prep (decode's one-row dot with the activation's
+ * per-block data prepared once) equals the scalar reference within
+ * TOL_DOT_REL, q8_0's equals its vec_dot bit for bit, and every length of
+ * blocks runs (the kernels take 4 blocks at a time, the rest one by one);
+ * act_prep's floats are the block scales and scale * sum of the int8s. */
+TEST(quant_vec_dot_prep_matches_ref)
+{
+    enum { NMAX = 160 * 32 };
+    static float xf[NMAX], wdeq[NMAX], adeq[NMAX], prep[OMNI_ACT_PREP_FLOATS(NMAX)];
+    static uint8_t w[NMAX * 4], a[NMAX * 4];
+    static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0 };
+    const int64_t lens[] = { 32, 64, 96, 128, 160, 896, 4864, NMAX };
+    rng_state = 4242;
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int type = types[ti];
+        const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int64_t n = lens[li], nb = n / 32;
+            for (int trial = 0; trial < 3; trial++) {
+                for (int64_t i = 0; i < n; i++)
+                    xf[i] = frand() * (trial == 1 ? 1e-3f : 2.0f);
+                random_weights(type, w, n);
+                ref->from_float(xf, a, n);
+                CHECK_EQ(dequantize_row(type, w, wdeq, n), 0);
+                act_to_float(ref->dot_type, a, adeq, n);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    mag += fabs((double)wdeq[i] * adeq[i]);
+                const float s_ref = ref->vec_dot(n, w, a);
+                for (int level = 0; level <= omni_cpu()->max_level; level++) {
+                    const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
+                    CHECK(!op->act_prep == !op->vec_dot_prep);
+                    if (!op->vec_dot_prep)
+                        continue;
+                    tested++;
+                    for (int64_t i = 0; i < OMNI_ACT_PREP_FLOATS(n); i++)
+                        prep[i] = NAN;
+                    op->act_prep(a, prep, n);
+                    const block_q8_0 *yb = (const block_q8_0 *)a;
+                    for (int64_t i = 0; i < nb; i++) {
+                        int sum = 0;
+                        for (int k = 0; k < 32; k++)
+                            sum += yb[i].qs[k];
+                        CHECK_MSG(prep[i] == omni_fp16_to_fp32(yb[i].d) && prep[nb + i] == prep[i] * (float)sum,
+                                  "level %s n=%lld block %lld: prep %.9g %.9g, want %.9g %.9g",
+                                  omni_cpu_level_name(level), (long long)n, (long long)i, prep[i], prep[nb + i],
+                                  omni_fp16_to_fp32(yb[i].d), omni_fp16_to_fp32(yb[i].d) * (float)sum);
+                    }
+                    const float s = op->vec_dot_prep(n, w, a, prep);
+                    CHECK_MSG(fabs((double)s - s_ref) <= TOL_DOT_REL * mag + 1e-30,
+                              "%s level %s n=%lld: prep %.9g vs ref %.9g (|w a| sum %.3g)",
+                              ggml_type_name(type), omni_cpu_level_name(level), (long long)n, s, s_ref, mag);
+                    if (type == GGML_TYPE_Q8_0) {
+                        const float one = op->vec_dot(n, w, a);
+                        CHECK_MSG(memcmp(&s, &one, sizeof s) == 0, "q8_0 level %s n=%lld: prep %.9g != vec_dot %.9g",
+                                  omni_cpu_level_name(level), (long long)n, s, one);
+                    }
+                }
+            }
+        }
+    }
+    if (omni_cpu()->max_level >= OMNI_CPU_AVX2)
+        CHECK(tested > 0);
+}
+
 /* The low-bit types through omni_matmul, on the per-row dot path (batch 1
  * and 5, threads) and the dequantize + sgemm path (40 rows): every output
  * equals the float product of the dequantized weights and the activations,

@@ -90,7 +90,7 @@ stamp "tests"
 #    hint 1), 1 thread, and weights in cache (the compute bound)
 for t in q8_0 q4_0 q4_K; do
     for lvl in avx2 avx512vnni; do
-        for a in "-n 2 -p 0" "-n 2 -p 4" "-n 2 -p 4 -h 1" "-n 1 -p 4" "-s 2048x512 -n 1 -c 1"; do
+        for a in "-n 2 -p 0" "-n 2 -p 4" "-n 2 -p 4 -x 1" "-n 2 -p 4 -h 1" "-n 1 -p 4" "-s 2048x512 -n 1 -c 1"; do
             [ "$(left)" -gt 105 ] || continue
             OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/b_decode -t $t -s 2048x8192 -r 3 $a | grep '"type"' >> "$O/decode.jsonl"
         done

@@ -51,7 +51,7 @@
 /* Each thread (pool workers and callers alike) keeps its buffers across calls
  * and frees them when it exits, so no call allocates in the steady state and
  * concurrent callers with different pools never share a buffer. */
-enum { SCRATCH_XQ, SCRATCH_DEQUANT, SCRATCH_GEMM, SCRATCH_SLOTS };
+enum { SCRATCH_XQ, SCRATCH_DEQUANT, SCRATCH_GEMM, SCRATCH_PREP, SCRATCH_SLOTS };
 
 struct scratch {
     void *p[SCRATCH_SLOTS];
@@ -182,12 +182,27 @@ static void dot_rows(void *arg, int ith, int nth)
         j->op->from_float(j->x, own, j->n_in);
         xq = own;
     }
+    const float *prep = NULL;
+    if (j->n_batch == 1 && j->op->vec_dot_prep && r0 < r1) {
+        /* one row: its per-block data once for all the thread's weight rows */
+        float *p = scratch_get(SCRATCH_PREP, sizeof(float) * OMNI_ACT_PREP_FLOATS(j->n_in));
+        if (!p) {
+            atomic_store(&j->failed, 1);
+            return;
+        }
+        j->op->act_prep(xq, p, j->n_in);
+        prep = p;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
         if (r + PREFETCH_ROWS < r1) {
             const uint8_t *next = wr + PREFETCH_ROWS * j->w_row;
             for (size_t o = 0; o < j->w_row; o += 64)
                 __builtin_prefetch(next + o, 0, 3);
+        }
+        if (prep) {
+            j->y[r] = j->op->vec_dot_prep(j->n_in, wr, xq, prep);
+            continue;
         }
         int64_t b = 0;
         if (j->op->vec_dot_n && j->n_batch > 1) /* several columns per pass over the row */
@@ -355,15 +370,19 @@ static int use_amx(int type, int64_t n_batch)
  * (test_matmul pins this down). */
 static int kernel_id(int type, int64_t n, int level)
 {
-    if (n < OMNI_MATMUL_QUANT_MAX)
-        return 0;
+    if (n < OMNI_MATMUL_QUANT_MAX) {
+        /* one row through vec_dot_prep: q4_0/q5_0 subtract their offset per
+         * block there (other bits than vec_dot); q8_0's are vec_dot's */
+        const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
+        return n == 1 && op && op->vec_dot_prep && type != GGML_TYPE_Q8_0 ? 6 : 0;
+    }
     if (use_amx(type, n))
         return 1;
     switch (use_gemm(type, n, level)) {
     case GEMM_Q8_0:
 #if defined(__x86_64__)
-        if (level == OMNI_CPU_AVX2 && type != GGML_TYPE_Q8_0 && n >= OMNI_X86_GEMM_AVX2_GROUP_MIN)
-            return 3; /* the AVX2 q4_0/q5_0 kernel's 8-row groups */
+        if (level == OMNI_CPU_AVX2 && n >= omni_x86_gemm_act8_min_avx2(type))
+            return 3; /* the AVX2 kernel's 8 activation rows interleaved */
 #endif
         return 2;
     case GEMM_K: return 4;

@@ -515,16 +515,16 @@ void quant_lowbit_register(struct omni_quant_ops ops[GGML_TYPE_COUNT])
 {
     const omni_from_float_fn q8_K = FROM_FLOAT(quantize_row_q8_K_ref);
     const omni_from_float_fn q8_0 = FROM_FLOAT(quantize_row_q8_0_ref);
-    ops[GGML_TYPE_Q2_K] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_q2_K_q8_K_ref,
-                                                   TO_FLOAT(dequantize_row_q2_K), NULL };
-    ops[GGML_TYPE_Q3_K] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_q3_K_q8_K_ref,
-                                                   TO_FLOAT(dequantize_row_q3_K), NULL };
-    ops[GGML_TYPE_IQ4_XS] = (struct omni_quant_ops){ GGML_TYPE_Q8_K, q8_K, vec_dot_iq4_xs_q8_K_ref,
-                                                     TO_FLOAT(dequantize_row_iq4_xs), NULL };
-    ops[GGML_TYPE_IQ4_NL] = (struct omni_quant_ops){ GGML_TYPE_Q8_0, q8_0, vec_dot_iq4_nl_q8_0_ref,
-                                                     TO_FLOAT(dequantize_row_iq4_nl), NULL };
-    ops[GGML_TYPE_MXFP4] = (struct omni_quant_ops){ GGML_TYPE_Q8_0, q8_0, vec_dot_mxfp4_q8_0_ref,
-                                                    TO_FLOAT(dequantize_row_mxfp4), NULL };
+    ops[GGML_TYPE_Q2_K] = (struct omni_quant_ops){ .dot_type = GGML_TYPE_Q8_K, .from_float = q8_K,
+                                                   .vec_dot = vec_dot_q2_K_q8_K_ref, .to_float = TO_FLOAT(dequantize_row_q2_K) };
+    ops[GGML_TYPE_Q3_K] = (struct omni_quant_ops){ .dot_type = GGML_TYPE_Q8_K, .from_float = q8_K,
+                                                   .vec_dot = vec_dot_q3_K_q8_K_ref, .to_float = TO_FLOAT(dequantize_row_q3_K) };
+    ops[GGML_TYPE_IQ4_XS] = (struct omni_quant_ops){ .dot_type = GGML_TYPE_Q8_K, .from_float = q8_K,
+                                                     .vec_dot = vec_dot_iq4_xs_q8_K_ref, .to_float = TO_FLOAT(dequantize_row_iq4_xs) };
+    ops[GGML_TYPE_IQ4_NL] = (struct omni_quant_ops){ .dot_type = GGML_TYPE_Q8_0, .from_float = q8_0,
+                                                     .vec_dot = vec_dot_iq4_nl_q8_0_ref, .to_float = TO_FLOAT(dequantize_row_iq4_nl) };
+    ops[GGML_TYPE_MXFP4] = (struct omni_quant_ops){ .dot_type = GGML_TYPE_Q8_0, .from_float = q8_0,
+                                                    .vec_dot = vec_dot_mxfp4_q8_0_ref, .to_float = TO_FLOAT(dequantize_row_mxfp4) };
 }
 
 omni_from_float_fn quant_lowbit_quantizer(int type)

@@ -391,6 +391,100 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
     return dot_q8_q4_0_vnni(n, w, a, 1);
 }
 
+/* vec_dot_prep for q8_0 / q4_0 / q5_0 (variant 0 / 1 / 2), quants_avx2.c's
+ * dot_prep_avx2 with vpdpbusd: q8_0 keeps the bits of its vec_dot, q4_0 and
+ * q5_0 (unsigned weights, the offset once per block) those of the AVX2
+ * vec_dot_prep. The activation prep is the AVX2 level's. */
+static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, const void *w, const void *a,
+                                                                 const float *prep, const int variant)
+{
+    const int64_t nb = n / QK8_0;
+    const size_t bx = variant == 0 ? sizeof(block_q8_0) : variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0);
+    const uint8_t *xb = w;
+    const block_q8_0 *y = a;
+    const float *dy = prep, *sy = prep + nb;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        acc[k] = _mm256_setzero_ps();
+    __m128 corr = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m128 dx4 = scales4_x(xb + i * bx, bx);
+        const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
+        if (variant)
+            corr = _mm_add_ps(corr, _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
+        const __m256 d8 = _mm256_set_m128(d4, d4);
+        __m256 d[4];
+        d[0] = _mm256_permute_ps(d8, 0x00);
+        d[1] = _mm256_permute_ps(d8, 0x55);
+        d[2] = _mm256_permute_ps(d8, 0xaa);
+        d[3] = _mm256_permute_ps(d8, 0xff);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *x = xb + (i + k) * bx;
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
+            __m256i dot;
+            if (variant == 0) {
+                const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+            } else if (variant == 1) {
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles_b(((const block_q4_0 *)x)->qs), qy);
+            } else {
+                const block_q5_0 *x5 = (const block_q5_0 *)x;
+                uint32_t h;
+                memcpy(&h, x5->qh, 4);
+                const __m256i q = _mm256_or_si256(unpack_nibbles_b(x5->qs),
+                                                  _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
+            }
+            acc[k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[k]);
+        }
+    }
+    float corr_s = hsum_ps128(corr);
+    for (; i < nb; i++) {
+        const uint8_t *x = xb + i * bx;
+        ggml_half hd;
+        memcpy(&hd, x, sizeof hd);
+        const float dx = h2f(hd);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256i dot;
+        if (variant == 0) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+        } else if (variant == 1) {
+            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(((const block_q4_0 *)x)->qs), qy);
+        } else {
+            const block_q5_0 *x5 = (const block_q5_0 *)x;
+            uint32_t h;
+            memcpy(&h, x5->qh, 4);
+            const __m256i q = _mm256_or_si256(unpack_nibbles(x5->qs),
+                                              _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
+            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
+        }
+        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[0]);
+        if (variant)
+            corr_s += dx * sy[i];
+    }
+    const float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
+}
+
+static float vec_dot_prep_q8_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+{
+    return dot_prep_vnni(n, w, a, prep, 0);
+}
+
+static float vec_dot_prep_q4_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+{
+    return dot_prep_vnni(n, w, a, prep, 1);
+}
+
+static float vec_dot_prep_q5_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+{
+    return dot_prep_vnni(n, w, a, prep, 2);
+}
+
 // ---- K blocks at VNNI ----------------------------------------------------------
 
 /* q4_K/q5_K: the AVX2 twins' steps with each pair of scale products and its
@@ -456,6 +550,9 @@ void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0_avx512;
     ops[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_vnni;
     ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_vnni;
+    ops[GGML_TYPE_Q8_0].vec_dot_prep = vec_dot_prep_q8_0_vnni;
+    ops[GGML_TYPE_Q4_0].vec_dot_prep = vec_dot_prep_q4_0_vnni;
+    ops[GGML_TYPE_Q5_0].vec_dot_prep = vec_dot_prep_q5_0_vnni;
 }
 
 #pragma GCC pop_options

@@ -58,6 +58,26 @@ static inline __m128 scales4(const uint8_t *x, size_t bx, const uint8_t *y, size
                       _mm_cvtph_ps(_mm_cvtsi64_si128((long long)hy)));
 }
 
+/* The f16 scales opening blocks i..i+3 (blocks of bx bytes) as floats. */
+static inline __m128 scales4_x(const uint8_t *x, size_t bx)
+{
+    uint64_t hx = 0;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        uint16_t a;
+        memcpy(&a, x + k * bx, 2);
+        hx |= (uint64_t)a << 16 * k;
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)hx));
+}
+
+static inline float hsum_ps128(__m128 v)
+{
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
 /* 16 bytes of nibbles -> 32 bytes as unpack_nibbles, from one 128-bit
  * broadcast load: the upper lane shifted by 4 (its 64-bit lanes: the bits
  * crossing bytes are masked off with the rest). */
