@@ -9,6 +9,7 @@
 
 #include "audio/whisper.h"
 #include "audio/whisper_batch.h"
+#include "audio/whisper_dev.h"
 #include "media/audio.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
@@ -51,6 +52,7 @@ static void transcribe_usage(FILE *f)
             "                          short audio; see docs/audio.md for the accuracy)\n"
             "  --audio-ctx-margin N    auto: positions past the audio's end (default %d)\n"
             "  --threads N             worker threads (default: physical cores)\n"
+            "  --device cpu|cuda|cuda:N  where the encoder and decoder run (default cpu)\n"
             "  --parallel N            transcribe N files at once, sharing batched passes\n"
             "                          (default 1); results still come in the order given\n",
             WHISPER_MAX_BEAMS, WHISPER_AUDIO_CTX_MARGIN);
@@ -228,15 +230,36 @@ static void *tp_lane_main(void *arg)
     }
 }
 
+/* Whisper's passes on the GPU for `states` states (--device cuda[:N]), or
+ * NULL with err set. */
+static struct whisper_dev *tr_dev(const struct whisper_model *m, const char *device, int states, char *err,
+                                  size_t errlen)
+{
+    if (strncmp(device, "cuda", 4) || (device[4] && device[4] != ':')) {
+        omni_fail(err, errlen, OMNI_ERR_ARG, "--device: '%s' is not cpu, cuda or cuda:N", device);
+        return NULL;
+    }
+    struct whisper_dev_params dp = whisper_dev_default_params();
+    dp.device = device[4] == ':' ? atoi(device + 5) : 0;
+    dp.max_streams = states;
+    dp.max_seqs = states * WHISPER_MAX_DECODERS;
+    struct whisper_dev *d = whisper_dev_new(m, &dp, err, errlen);
+    if (d)
+        OMNI_INFO("transcribe: encoder and decoder on %s", whisper_dev_name(d));
+    return d;
+}
+
 static int transcribe_parallel(const char *model, const char *const *files, int n_files, int parallel, int threads,
-                               const struct whisper_full_params *p, enum fmt fmt)
+                               const char *device, const struct whisper_full_params *p, enum fmt fmt)
 {
     char err[512];
     struct whisper_model *m = whisper_model_load(model, err, sizeof err);
     struct whisper_batcher_params bp = whisper_batcher_default_params();
     bp.n_threads = threads;
-    struct whisper_batcher *b = m ? whisper_batcher_new(m, &bp, err, sizeof err) : NULL;
     const int n_lanes = parallel < n_files ? parallel : n_files;
+    struct whisper_dev *dev = m && device ? tr_dev(m, device, n_lanes, err, sizeof err) : NULL;
+    bp.dev = dev;
+    struct whisper_batcher *b = m && (dev || !device) ? whisper_batcher_new(m, &bp, err, sizeof err) : NULL;
     struct tp_shared sh = { .files = files, .n_files = n_files, .p = p, .fmt = fmt };
     pthread_mutex_init(&sh.mu, NULL);
     pthread_cond_init(&sh.cv, NULL);
@@ -259,6 +282,7 @@ static int transcribe_parallel(const char *model, const char *const *files, int 
     for (int i = 0; i < n_states; i++)
         whisper_state_free(lanes[i].s);
     whisper_batcher_free(b);
+    whisper_dev_free(dev);
     whisper_model_free(m);
     pthread_cond_destroy(&sh.cv);
     pthread_mutex_destroy(&sh.mu);
@@ -272,6 +296,7 @@ int cli_transcribe(int argc, char **argv)
     int n_files = 0;
     enum fmt fmt = FMT_TEXT;
     long threads = 0, parallel = 1, v;
+    const char *device = NULL; /* NULL: the CPU */
     int timestamps = -1; /* -1: by format */
     struct whisper_full_params p = whisper_full_default_params(WHISPER_SAMPLING_GREEDY);
     for (int i = 1; i < argc; i++) {
@@ -338,6 +363,8 @@ int cli_transcribe(int argc, char **argv)
         } else if (!strcmp(a, "--threads") && val) {
             if (cli_long("transcribe", a, argv[++i], 1, 1024, &threads))
                 goto bad;
+        } else if (!strcmp(a, "--device") && val) {
+            device = strcmp(argv[++i], "cpu") ? argv[i] : NULL;
         } else if (!strcmp(a, "--parallel") && val) {
             if (cli_long("transcribe", a, argv[++i], 1, 64, &parallel))
                 goto bad;
@@ -353,7 +380,7 @@ int cli_transcribe(int argc, char **argv)
     p.no_timestamps = timestamps < 0 ? fmt == FMT_TEXT || fmt == FMT_JSON : !timestamps;
 
     if (parallel > 1 && n_files > 1) {
-        int prc = transcribe_parallel(model, files, n_files, (int)parallel, (int)threads, &p, fmt);
+        int prc = transcribe_parallel(model, files, n_files, (int)parallel, (int)threads, device, &p, fmt);
         free(files);
         return prc;
     }
@@ -363,13 +390,15 @@ int cli_transcribe(int argc, char **argv)
     size_t n = 0;
     struct whisper_model *m = NULL;
     struct whisper_state *s = NULL;
+    struct whisper_dev *dev = NULL;
     struct tpool *tp = NULL;
     int rc = 1;
     struct media_audio_params ap = media_audio_default_params();
     ap.sample_rate_hz = WHISPER_SAMPLE_RATE_HZ;
     if (!(m = whisper_model_load(model, err, sizeof err)) ||
         !(tp = tpool_new(threads > 0 ? (int)threads : omni_physical_cores(), err, sizeof err)) ||
-        !(s = whisper_state_new(m, tp, err, sizeof err))) {
+        !(s = whisper_state_new(m, tp, err, sizeof err)) ||
+        (device && (!(dev = tr_dev(m, device, 1, err, sizeof err)) || whisper_state_use_dev(s, dev) < 0))) {
         fprintf(stderr, "transcribe: %s\n", err);
         goto out;
     }
@@ -394,6 +423,7 @@ int cli_transcribe(int argc, char **argv)
     rc = 0;
 out:
     whisper_state_free(s);
+    whisper_dev_free(dev);
     tpool_free(tp);
     whisper_model_free(m);
     free(pcm);

@@ -8,6 +8,7 @@
 
 #include "src/core/omni.h"
 #include "audio/whisper_batch.h"
+#include "audio/whisper_dev.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,6 +35,7 @@ struct stt {
     struct whisper_model *model;
     struct vad_model *vad;
     struct whisper_batcher *batcher;
+    struct whisper_dev *dev;       /* the passes on the GPU, or NULL */
     struct stt_worker *workers;
     int n_workers;
     pthread_mutex_t lock;
@@ -106,6 +108,19 @@ struct stt *stt_new(const struct stt_params *p, char *err, size_t errlen)
     bp.compute = s->p.compute;
     bp.urgent = stt_pass_urgent;
     bp.urgent_user = s;
+    if (p->device && !strncmp(p->device, "cuda", 4)) {
+        struct whisper_dev_params dp = whisper_dev_default_params();
+        dp.device = p->device[4] == ':' ? atoi(p->device + 5) : 0;
+        dp.max_streams = s->p.n_workers;                        /* one state per worker */
+        dp.max_seqs = s->p.n_workers * WHISPER_MAX_DECODERS;
+        char derr[256];
+        if (!(s->dev = whisper_dev_new(s->model, &dp, derr, sizeof derr)))
+            OMNI_WARN("stt: %s: the speech model runs on the CPU", derr);
+        else
+            OMNI_INFO("stt: speech model on %s (%.0f MiB)", whisper_dev_name(s->dev),
+                      whisper_dev_bytes(s->dev) / 1048576.0);
+        bp.dev = s->dev;
+    }
     if (!(s->batcher = whisper_batcher_new(s->model, &bp, err, errlen)))
         goto fail;
     if (!(s->workers = calloc((size_t)s->p.n_workers, sizeof *s->workers))) {
@@ -152,6 +167,7 @@ void stt_free(struct stt *s)
     }
     free(s->workers);
     whisper_batcher_free(s->batcher);
+    whisper_dev_free(s->dev);
     whisper_model_free(s->model);
     vad_model_free(s->vad);
     pthread_cond_destroy(&s->cond);

@@ -37,6 +37,9 @@ struct stt_params {
     struct compute *compute; /* the process's compute budget: every pass takes its threads
                                 from it, urgent while a final waits (stt_urgent); NULL = none */
     int max_queue;           /* waiting jobs before stt_submit refuses (default 64) */
+    const char *device;      /* "cpu" (NULL) or "cuda" / "cuda:N": the encoder and decoder
+                                passes on the GPU (audio/whisper_dev.h); a model the GPU
+                                cannot run stays on the CPU, with a log line */
 };
 struct stt_params stt_default_params(void);
 
