@@ -236,10 +236,11 @@ static int bvis_turn_new(struct llm_model *lm, const struct vision_model *vm, st
         return 1;
     }
     const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
-    const int D = hp->n_embd;
+    /* an input row: n_embd, plus the DeepStack parts of a qwen3vl LM (zeros for text) */
+    const int D = hp->n_embd, W = D * (1 + hp->n_deepstack);
     *t = (struct bvis_turn){ .n_prompt = vp.n_positions, .n_gen = n_gen, .n_vocab = hp->n_vocab };
     int n_ctx = t->n_prompt + n_gen, n_blocks = (n_ctx + BVIS_KV_BLOCK - 1) / BVIS_KV_BLOCK;
-    t->x = malloc(sizeof *t->x * (size_t)t->n_prompt * (size_t)D);
+    t->x = calloc((size_t)t->n_prompt * (size_t)W, sizeof *t->x);
     t->pos = malloc(sizeof *t->pos * (size_t)t->n_prompt);
     t->zeros = calloc((size_t)t->n_prompt, sizeof *t->zeros);
     t->logits = malloc(sizeof *t->logits * (size_t)t->n_vocab);
@@ -254,9 +255,9 @@ static int bvis_turn_new(struct llm_model *lm, const struct vision_model *vm, st
         const struct vision_prompt_part *pt = &vp.parts[k];
         for (int j = 0; j < pt->n; j++, i++) {
             if (pt->embd)
-                memcpy(t->x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
+                memcpy(t->x + (size_t)i * W, pt->embd + (size_t)j * W, sizeof(float) * W);
             else
-                omni_tensor_get_row(&tok, pt->tokens[j], t->x + (size_t)i * D);
+                omni_tensor_get_row(&tok, pt->tokens[j], t->x + (size_t)i * W);
         }
     }
     vision_prompt_release(&vp);
