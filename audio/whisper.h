@@ -134,6 +134,11 @@ struct whisper_token_data {
     int32_t id;
     float p;        /* probability of the token where it was picked */
     float logprob;
+    /* the timestamp tokens' distribution at that step (whisper.cpp's token
+     * timestamps): the likeliest one (tid - WHISPER_TOKEN_BEG = 20 ms steps
+     * from the window's start), its probability and their total */
+    int32_t tid;
+    float pt, ptsum;
 };
 
 struct whisper_segment {

@@ -66,6 +66,8 @@ static int window_ctx(const struct whisper_full_params *p, int n_audio_ctx, int 
 struct seq {
     int32_t *tok;     /* sampled tokens (the prompt is not included) */
     float *lp, *p;    /* their log-probability and probability */
+    int32_t *tid;     /* token timestamps: the likeliest timestamp token at each step, */
+    float *pt, *ptsum;/* its probability and the timestamp tokens' total */
     int n;
     double sum_logprob;
     bool done;        /* ended with EOT (not stored in tok) or hit the length limit */
@@ -97,8 +99,12 @@ static int seq_alloc(struct seq *q, int cap, int nv)
     q->tok = malloc(cap * sizeof *q->tok);
     q->lp = malloc(cap * sizeof *q->lp);
     q->p = malloc(cap * sizeof *q->p);
+    q->tid = malloc(cap * sizeof *q->tid);
+    q->pt = malloc(cap * sizeof *q->pt);
+    q->ptsum = malloc(cap * sizeof *q->ptsum);
     q->logits = malloc((size_t)nv * sizeof *q->logits);
-    return q->tok && q->lp && q->p && q->logits ? OMNI_OK : OMNI_ERR_NOMEM;
+    return q->tok && q->lp && q->p && q->tid && q->pt && q->ptsum && q->logits ? OMNI_OK
+                                                                             : OMNI_ERR_NOMEM;
 }
 
 static void seq_free(struct seq *q)
@@ -106,6 +112,9 @@ static void seq_free(struct seq *q)
     free(q->tok);
     free(q->lp);
     free(q->p);
+    free(q->tid);
+    free(q->pt);
+    free(q->ptsum);
     free(q->logits);
 }
 
@@ -114,6 +123,9 @@ static void seq_copy(struct seq *dst, const struct seq *src)
     memcpy(dst->tok, src->tok, src->n * sizeof *src->tok);
     memcpy(dst->lp, src->lp, src->n * sizeof *src->lp);
     memcpy(dst->p, src->p, src->n * sizeof *src->p);
+    memcpy(dst->tid, src->tid, src->n * sizeof *src->tid);
+    memcpy(dst->pt, src->pt, src->n * sizeof *src->pt);
+    memcpy(dst->ptsum, src->ptsum, src->n * sizeof *src->ptsum);
     dst->n = src->n;
     dst->sum_logprob = src->sum_logprob;
     dst->done = src->done;
@@ -250,6 +262,17 @@ static void seq_push(struct ctx *c, struct seq *q, int tok)
     q->tok[q->n] = tok;
     q->lp[q->n] = lp;
     q->p[q->n] = expf(lp);
+    /* token timestamps: the timestamp tokens of the same distribution */
+    int tid = c->beg;
+    double sum = 0;
+    for (int i = c->beg; i < c->nv; i++) {
+        sum += expf(c->logprobs[i]);
+        if (c->logprobs[i] > c->logprobs[tid])
+            tid = i;
+    }
+    q->tid[q->n] = tid;
+    q->pt[q->n] = expf(c->logprobs[tid]);
+    q->ptsum[q->n] = (float)sum;
     q->n++;
     if (q->n >= c->max_len)
         q->done = true;
@@ -565,7 +588,9 @@ static int add_segment(struct ctx *c, int64_t t0_ms, int64_t t1_ms, const struct
     }
     for (int i = from; i < to; i++)
         if (q->tok[i] < c->eot)
-            g->tokens[g->n_tokens++] = (struct whisper_token_data){ q->tok[i], q->p[i], q->lp[i] };
+            g->tokens[g->n_tokens++] = (struct whisper_token_data){ q->tok[i], q->p[i], q->lp[i],
+                                                                    q->tid[i], q->pt[i],
+                                                                    q->ptsum[i] };
     g->t0_ms = t0_ms;
     g->t1_ms = t1_ms;
     g->text = text;

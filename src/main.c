@@ -27,6 +27,7 @@ static const struct command commands[] = {
     { "transcribe", cli_transcribe, "transcribe -m ggml-*.bin FILE speech to text (text/json/srt/vtt)" },
     { "speak", cli_speak, "speak [--voice V] TEXT -o OUT   text to speech (espeak-ng voices; wav/mp3/opus/aac/flac/pcm)" },
     { "codec-decode", cli_codec_decode, "codec-decode --codec DAC.gguf --codes C.json -o OUT.wav  neural codec codes to audio" },
+    { "voice-clone", cli_voice_clone, "voice-clone REF.wav --text T -o S.json --codec DAC.gguf --stt-model W.bin  OuteTTS speaker from a recording" },
     { "bench-tts", cli_bench_tts, "bench-tts --codec DAC.gguf [--seconds S]  neural codec decode speed (frames/s, x real time)" },
     { "vad", cli_vad, "vad -m silero.bin FILE        speech segments (Silero VAD)" },
     { "bench-stt", cli_bench_stt, "bench-stt -m ggml-*.bin --file F  Whisper encoder/decoder speed and RTF" },

@@ -23,6 +23,7 @@ int cli_bench_stt(int argc, char **argv);  /* src/cli/bench_stt.c */
 int cli_speak(int argc, char **argv);      /* src/cli/speak.c */
 int cli_codec_decode(int argc, char **argv); /* src/cli/codec.c */
 int cli_bench_tts(int argc, char **argv);    /* src/cli/bench_tts.c */
+int cli_voice_clone(int argc, char **argv); /* src/cli/voice_clone.c */
 
 int cli_embed(int argc, char **argv);       /* src/cli/embed.c */
 int cli_rerank(int argc, char **argv);      /* src/cli/embed.c */
