@@ -56,7 +56,6 @@ struct whisper_dev {
     struct { struct whisper_state *s; int slot; } *seq_owner; /* [max_seqs] {lock} */
     /* encoder scratch, max_windows windows */
     float *e_mel, *e_col, *e_c1, *e_x, *e_h, *e_q, *e_k, *e_v, *e_att, *e_mlp;
-    int32_t *e_zero, *e_nkeys;      /* [n_audio_ctx], [max_windows][n_audio_ctx] */
     int64_t *e_slot;                /* [max_windows * n_audio_ctx] */
     /* decoder scratch, max_rows rows */
     float *d_x, *d_h, *d_q, *d_k, *d_v, *d_att, *d_mlp, *d_logits;
@@ -213,8 +212,6 @@ static int alloc_buffers(struct whisper_dev *d, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof enc / sizeof *enc; i++)
         A(*enc[i], W * nc * da * sizeof(float));
     A(d->e_mlp, W * nc * 4 * da * sizeof(float));
-    A(d->e_zero, nc * sizeof(int32_t));
-    A(d->e_nkeys, W * nc * sizeof(int32_t));
     A(d->e_slot, W * nc * sizeof(int64_t));
     float **dec[] = { &d->d_x, &d->d_h, &d->d_q, &d->d_k, &d->d_v, &d->d_att };
     for (size_t i = 0; i < sizeof dec / sizeof *dec; i++)
@@ -229,11 +226,11 @@ static int alloc_buffers(struct whisper_dev *d, char *err, size_t errlen)
                          "(%d streams, %d decoder slots; %zu bytes so far)", d->be->name, d->p.max_streams,
                          d->p.max_seqs, d->bytes);
     d->h_mel = malloc(W * hp->n_mels * 2 * nc * sizeof(float));
-    d->h_i32 = malloc((7 * R > W * nc ? 7 * R : W * nc) * sizeof(int32_t));
+    d->h_i32 = malloc(7 * R * sizeof(int32_t));
     d->h_slot = malloc((W * nc > R + nt ? W * nc : R + nt) * sizeof(int64_t));
     if (!d->h_mel || !d->h_i32 || !d->h_slot)
         return omni_fail(err, errlen, OMNI_ERR_NOMEM, "whisper_dev: out of memory");
-    return d->be->memset0(d->be, d->e_zero, nc * sizeof(int32_t));
+    return OMNI_OK;
 }
 
 struct whisper_dev *whisper_dev_new(const struct whisper_model *m, const struct whisper_dev_params *p, char *err,
@@ -442,8 +439,8 @@ int whisper_dev_encode(struct whisper_dev *d, struct whisper_state *const *state
         }
     }
     const int rows = at[n];
-    /* the windows' mel frames (0 past the audio), their key counts and the
-     * cross K/V slots of their rows */
+    /* the windows' mel frames (0 past the audio) and the cross K/V slots of
+     * their rows */
     size_t mel_at = 0;
     for (int i = 0; i < n; i++) {
         const int len = 2 * n_ctx[i];
@@ -453,13 +450,10 @@ int whisper_dev_encode(struct whisper_dev *d, struct whisper_state *const *state
                 d->h_mel[mel_at + (size_t)c * len + t] = f < n_frames[i] ? mel[i][(size_t)c * n_frames[i] + f] : 0.0f;
             }
         mel_at += (size_t)nm * len;
-        for (int r = 0; r < n_ctx[i]; r++) {
-            d->h_i32[(size_t)i * nc + r] = n_ctx[i];
+        for (int r = 0; r < n_ctx[i]; r++)
             d->h_slot[at[i] + r] = (int64_t)stream[i] * nc + r;
-        }
     }
     OP(be->upload(be, d->e_mel, d->h_mel, mel_at * sizeof(float)));
-    OP(be->upload(be, d->e_nkeys, d->h_i32, (size_t)n * nc * sizeof(int32_t)));
     OP(be->upload(be, d->e_slot, d->h_slot, (size_t)rows * sizeof(int64_t)));
 
     /* conv1 (stride 1) + GELU over each window's 2 n_ctx frames, conv2
@@ -491,8 +485,7 @@ int whisper_dev_encode(struct whisper_dev *d, struct whisper_state *const *state
             const size_t o = (size_t)at[i] * dm;
             const struct omni_bdense a = {
                 .out = d->e_att + o, .q = d->e_q + o, .k = d->e_k + o, .v = d->e_v + o,
-                .kv_type = GGML_TYPE_F32, .n_tok = n_ctx[i], .seq = d->e_zero,
-                .n_keys = d->e_nkeys + (size_t)i * nc, .seq_stride = 0, .kv_row = dm, .n_head = nh,
+                .kv_type = GGML_TYPE_F32, .n_tok = n_ctx[i], .window = n_ctx[i], .kv_row = dm, .n_head = nh,
                 .head_dim = dm / nh, .scale = 1.0f / sqrtf((float)(dm / nh)) };
             OP(be->attention_dense(be, &a));
         }

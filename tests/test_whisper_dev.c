@@ -327,36 +327,42 @@ TEST(whisper_dev_backend_ops)
     CHECK_EQ(y[1], x[0]);
 
     /* attention over SEQS sequences of KEYS rows (kv_row QD), F32 and F16,
-     * against a plain double softmax */
+     * against a plain double softmax; then a window (every row over the
+     * first sequence's KEYS keys: the tiled path on cuda) */
     float *want = malloc((size_t)ROWS * QD * sizeof(float));
     CHECK(want);
-    for (int t = 0; t < ROWS; t++)
-        for (int h = 0; h < NH; h++) {
-            double sc[KEYS], mx = -1e300, sum = 0;
-            for (int j = 0; j < nk[t]; j++) {
-                double s = 0;
-                for (int e = 0; e < HD; e++)
-                    s += (double)q[(size_t)t * QD + h * HD + e] * k[((size_t)seq[t] * KEYS + j) * QD + h * HD + e];
-                sc[j] = s * 0.3;
-                mx = fmax(mx, sc[j]);
+    for (int win = 0; win < 2; win++) {
+        for (int t = 0; t < ROWS; t++)
+            for (int h = 0; h < NH; h++) {
+                const int sq = win ? 0 : seq[t], n_keys = win ? KEYS : nk[t];
+                double sc[KEYS], mx = -1e300, sum = 0;
+                for (int j = 0; j < n_keys; j++) {
+                    double s = 0;
+                    for (int e = 0; e < HD; e++)
+                        s += (double)q[(size_t)t * QD + h * HD + e] * k[((size_t)sq * KEYS + j) * QD + h * HD + e];
+                    sc[j] = s * 0.3;
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n_keys; j++)
+                    sum += (sc[j] = exp(sc[j] - mx));
+                for (int e = 0; e < HD; e++) {
+                    double o = 0;
+                    for (int j = 0; j < n_keys; j++)
+                        o += sc[j] * v[((size_t)sq * KEYS + j) * QD + h * HD + e];
+                    want[(size_t)t * QD + h * HD + e] = (float)(o / sum);
+                }
             }
-            for (int j = 0; j < nk[t]; j++)
-                sum += (sc[j] = exp(sc[j] - mx));
-            for (int e = 0; e < HD; e++) {
-                double o = 0;
-                for (int j = 0; j < nk[t]; j++)
-                    o += sc[j] * v[((size_t)seq[t] * KEYS + j) * QD + h * HD + e];
-                want[(size_t)t * QD + h * HD + e] = (float)(o / sum);
-            }
+        for (int f16 = 0; f16 < 2; f16++) {
+            struct omni_bdense a = { .out = dy, .q = dq, .k = f16 ? dkh : dk, .v = f16 ? dvh : dv,
+                                     .kv_type = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, .n_tok = ROWS,
+                                     .seq = win ? NULL : dseq, .n_keys = win ? NULL : dnk,
+                                     .window = win ? KEYS : 0, .seq_stride = KEYS, .kv_row = QD, .n_head = NH,
+                                     .head_dim = HD, .scale = 0.3f };
+            CHECK_EQ(be->memset0(be, dy, (size_t)ROWS * QD * 4), 0);
+            CHECK_EQ(be->attention_dense(be, &a), 0);
+            const double dd = back_diff(be, dy, want, (size_t)ROWS * QD);
+            CHECK_MSG(dd < 1e-5, "%s%s attention: %.2e", f16 ? "f16" : "f32", win ? " window" : "", dd);
         }
-    for (int f16 = 0; f16 < 2; f16++) {
-        struct omni_bdense a = { .out = dy, .q = dq, .k = f16 ? dkh : dk, .v = f16 ? dvh : dv,
-                                 .kv_type = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, .n_tok = ROWS, .seq = dseq,
-                                 .n_keys = dnk, .seq_stride = KEYS, .kv_row = QD, .n_head = NH, .head_dim = HD,
-                                 .scale = 0.3f };
-        CHECK_EQ(be->attention_dense(be, &a), 0);
-        const double dd = back_diff(be, dy, want, (size_t)ROWS * QD);
-        CHECK_MSG(dd < 1e-5, "%s attention: %.2e", f16 ? "f16" : "f32", dd);
     }
     void *bufs[] = { dx, dw, db, dy, dq, dk, dv, dkh, dvh, dseq, dnk };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)

@@ -65,7 +65,10 @@ struct omni_battn {
  * * head_dim]) attends to keys 0 .. n_keys[i]-1 of sequence seq[i]; key j
  * of sequence s, head h starts at element (s * seq_stride + j) * kv_row + h
  * * head_dim of k and v. causal: n_keys[i] is pos[i] + 1 (the decoder's
- * own cache); bidirectional: the whole window. Softmax in F32. */
+ * own cache); bidirectional: the whole window. window > 0: every row
+ * attends to keys 0 .. window-1 of sequence 0 (an encoder window over
+ * itself: seq and n_keys unused, and the backend may tile queries).
+ * Softmax in F32. */
 struct omni_bdense {
     float *out;                 /* [n_tok][n_head * head_dim] */
     const float *q;             /* [n_tok][n_head * head_dim], not yet scaled */
@@ -73,6 +76,7 @@ struct omni_bdense {
     int kv_type;                /* GGML_TYPE_F32 or GGML_TYPE_F16 */
     int n_tok;
     const int32_t *seq, *n_keys; /* [n_tok] */
+    int window;                 /* > 0: see above */
     int64_t seq_stride;         /* key rows between sequences */
     int kv_row;                 /* elements between key rows (>= n_head * head_dim) */
     int n_head, head_dim;

@@ -286,14 +286,15 @@ static int cpu_attention_dense(struct omni_backend *be, const struct omni_bdense
     enum { CHUNK = 256 };
     const void *rows[CHUNK];
     for (int t = 0; t < a->n_tok; t++) {
-        const int n_keys = a->n_keys[t];
+        const int n_keys = a->window > 0 ? a->window : a->n_keys[t];
+        const int sq = a->window > 0 ? 0 : a->seq[t];
         if (n_keys < 1)
             return OMNI_ERR_ARG;
         float *sc = malloc((size_t)n_keys * sizeof(float));
         if (!sc)
             return OMNI_ERR_NOMEM;
         for (int h = 0; h < a->n_head; h++) {
-            const size_t at = ((size_t)a->seq[t] * a->seq_stride * a->kv_row + (size_t)h * hd) * esz;
+            const size_t at = ((size_t)sq * a->seq_stride * a->kv_row + (size_t)h * hd) * esz;
             const char *K = (const char *)a->k + at, *V = (const char *)a->v + at;
             const float *q = a->q + (size_t)t * qd + h * hd;
             float *o = a->out + (size_t)t * qd + h * hd;

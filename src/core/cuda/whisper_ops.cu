@@ -6,7 +6,8 @@
  * attention is one warp per (query row, head): 32 keys at a time, a lane
  * per key for the scores, an online softmax, then every lane accumulating
  * its head_dim / 32 output values over the 32 keys (V rows read
- * coalesced). */
+ * coalesced); a window over itself tiles 32 queries a block over keys
+ * staged in shared memory. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -158,8 +159,8 @@ __device__ __forceinline__ float kv_load(const __half *p) { return __half2float(
  * 32 j). The query sits in shared memory, one row per warp of the block. */
 template <typename KV, int NV>
 __global__ void k_attention_dense(float *out, const float *q, const KV *k, const KV *v, int n_tok,
-                                  const int32_t *seq, const int32_t *n_keys, int64_t seq_stride, int kv_row,
-                                  int n_head, int head_dim, float scale)
+                                  const int32_t *seq, const int32_t *n_keys, int window, int64_t seq_stride,
+                                  int kv_row, int n_head, int head_dim, float scale)
 {
     extern __shared__ float qs[]; /* [warps][head_dim] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -171,8 +172,8 @@ __global__ void k_attention_dense(float *out, const float *q, const KV *k, const
     for (int e = lane; e < head_dim; e += 32)
         qw[e] = q[(size_t)t * qd + (size_t)h * head_dim + e] * scale;
     __syncwarp();
-    const int nk = n_keys[t];
-    const size_t base = (size_t)seq[t] * seq_stride * kv_row + (size_t)h * head_dim;
+    const int nk = window > 0 ? window : n_keys[t];
+    const size_t base = (window > 0 ? 0 : (size_t)seq[t] * seq_stride * kv_row) + (size_t)h * head_dim;
     float m = -INFINITY, l = 0.0f, acc[NV];
     for (int j = 0; j < NV; j++)
         acc[j] = 0.0f;
@@ -211,6 +212,90 @@ __global__ void k_attention_dense(float *out, const float *q, const KV *k, const
     }
 }
 
+/* A window over itself (window > 0, head_dim <= 64): a block of 4 warps
+ * takes 32 query rows of one head (8 a warp) and walks the keys 32 at a
+ * time through shared memory, so K and V are read from global memory once
+ * per 32 queries instead of once per query. K and query rows are padded by
+ * one float: lane j reading row j, column e hits bank (j + e) % 32. */
+#define WIN_Q 32
+#define WIN_QW 8
+template <typename KV>
+__global__ void __launch_bounds__(128)
+    k_attention_window(float *out, const float *q, const KV *k, const KV *v, int n_tok, int n_keys, int kv_row,
+                       int n_head, int head_dim, float scale)
+{
+    extern __shared__ float sm[];
+    const int hp = head_dim + 1;
+    float *ks = sm, *vs = ks + WIN_Q * hp, *qs = vs + WIN_Q * head_dim;
+    const int h = blockIdx.y, q0 = blockIdx.x * WIN_Q, qd = n_head * head_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < WIN_Q * head_dim; i += blockDim.x) {
+        const int r = i / head_dim, e = i % head_dim;
+        qs[r * hp + e] = q0 + r < n_tok ? q[(size_t)(q0 + r) * qd + (size_t)h * head_dim + e] * scale : 0.0f;
+    }
+    float m[WIN_QW], l[WIN_QW], acc[WIN_QW][2];
+#pragma unroll
+    for (int i = 0; i < WIN_QW; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        acc[i][0] = acc[i][1] = 0.0f;
+    }
+    for (int j0 = 0; j0 < n_keys; j0 += 32) {
+        __syncthreads(); /* the last tile read by every warp (and qs written) */
+        for (int i = threadIdx.x; i < 32 * head_dim; i += blockDim.x) {
+            const int r = i / head_dim, e = i % head_dim;
+            const bool in = j0 + r < n_keys;
+            const size_t at = (size_t)(j0 + r) * kv_row + (size_t)h * head_dim + e;
+            ks[r * hp + e] = in ? kv_load(k + at) : 0.0f;
+            vs[r * head_dim + e] = in ? kv_load(v + at) : 0.0f;
+        }
+        __syncthreads();
+        const bool valid = j0 + lane < n_keys;
+        const int nj = n_keys - j0 < 32 ? n_keys - j0 : 32;
+#pragma unroll
+        for (int i = 0; i < WIN_QW; i++) {
+            const float *qr = qs + (warp * WIN_QW + i) * hp, *kr = ks + lane * hp;
+            float s = 0.0f;
+            for (int e = 0; e < head_dim; e++)
+                s += qr[e] * kr[e];
+            s = valid ? s : -INFINITY;
+            const float mn = fmaxf(m[i], wmax32(s));
+            const float corr = expf(m[i] - mn), p = valid ? expf(s - mn) : 0.0f;
+            l[i] = l[i] * corr + wsum32(p);
+            float a0 = acc[i][0] * corr, a1 = acc[i][1] * corr;
+            for (int jj = 0; jj < nj; jj++) {
+                const float pj = __shfl_sync(0xffffffffu, p, jj);
+                const float *vr = vs + jj * head_dim;
+                a0 += pj * (lane < head_dim ? vr[lane] : 0.0f);
+                a1 += pj * (lane + 32 < head_dim ? vr[lane + 32] : 0.0f);
+            }
+            acc[i][0] = a0;
+            acc[i][1] = a1;
+            m[i] = mn;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < WIN_QW; i++) {
+        const int t = q0 + warp * WIN_QW + i;
+        if (t >= n_tok)
+            continue;
+        float *o = out + (size_t)t * qd + (size_t)h * head_dim;
+        if (lane < head_dim)
+            o[lane] = acc[i][0] / l[i];
+        if (lane + 32 < head_dim)
+            o[lane + 32] = acc[i][1] / l[i];
+    }
+}
+
+template <typename KV>
+static void launch_window(const struct omni_bdense *a, cudaStream_t s)
+{
+    const dim3 grid(wblocks(a->n_tok, WIN_Q), a->n_head);
+    const size_t shm = (size_t)(WIN_Q * (a->head_dim + 1) * 2 + WIN_Q * a->head_dim) * sizeof(float);
+    k_attention_window<KV><<<grid, 128, shm, s>>>(a->out, a->q, (const KV *)a->k, (const KV *)a->v, a->n_tok,
+                                                  a->window, a->kv_row, a->n_head, a->head_dim, a->scale);
+}
+
 template <typename KV>
 static void launch_dense(const struct omni_bdense *a, cudaStream_t s)
 {
@@ -220,7 +305,7 @@ static void launch_dense(const struct omni_bdense *a, cudaStream_t s)
     const size_t shm = (size_t)warps * a->head_dim * sizeof(float);
     const KV *k = (const KV *)a->k, *v = (const KV *)a->v;
 #define L(NV) k_attention_dense<KV, NV><<<grid, 32 * warps, shm, s>>>(a->out, a->q, k, v, a->n_tok, a->seq, \
-        a->n_keys, a->seq_stride, a->kv_row, a->n_head, a->head_dim, a->scale)
+        a->n_keys, a->window, a->seq_stride, a->kv_row, a->n_head, a->head_dim, a->scale)
     if (a->head_dim <= 32)
         L(1);
     else if (a->head_dim <= 64)
@@ -240,7 +325,11 @@ static int cuda_attention_dense(struct omni_backend *be, const struct omni_bdens
     if (a->n_tok < 1)
         return 0;
     cudaStream_t s = omni_cuda_stream(be);
-    if (a->kv_type == GGML_TYPE_F32)
+    if (a->window > 0 && a->head_dim <= 64 && a->kv_type == GGML_TYPE_F32)
+        launch_window<float>(a, s);
+    else if (a->window > 0 && a->head_dim <= 64)
+        launch_window<__half>(a, s);
+    else if (a->kv_type == GGML_TYPE_F32)
         launch_dense<float>(a, s);
     else
         launch_dense<__half>(a, s);
