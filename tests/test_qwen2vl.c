@@ -1307,3 +1307,66 @@ TEST(qwen3vl_video_prompt_matches_reference)
     vision_model_free(vm);
     free(js);
 }
+
+/* Qwen3-VL's video part text without the reference: 5 frames at the
+ * default 2 fps -> three patches at 0.25, 1.25 and 2.0 s ("%.1f" as the
+ * processor's f-string rounds them), each its own marker, no separator;
+ * at fps 1 the times double; max_frames 2 keeps the first and the last. */
+TEST(qwen3vl_video_parts_timestamped)
+{
+    char err[256];
+    struct vision_model *vm = vision_model_load(test_golden("vision-qwen3vl-mmproj-f32.gguf"), err, sizeof err);
+    if (!vm)
+        SKIP("no golden qwen3vl mmproj (make golden-fixtures)");
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    struct api_images_params prm = api_images_default_params();
+    char root_dir[PATH_MAX];
+    CHECK(vc && realpath(test_fixture("vision"), root_dir));
+    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
+    struct api_images_pool *pool = api_images_pool_new(vm, vc, NULL, &prm, err, sizeof err);
+    CHECK_MSG(pool, "%s", err);
+    const char *M = vision_image_marker(vm);
+    static const struct { double fps; int max_frames, n; double t[3]; } cases[] = {
+        { 0, 0, 3, { 0.2, 1.2, 2.0 } }, { 1, 0, 3, { 0.5, 2.5, 4.0 } }, { 0, 2, 1, { 1.0 } } };
+    for (int c = 0; c < 3; c++) {
+        cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
+        for (int f = 0; f < 5; f++) {
+            char url[PATH_MAX + 64];
+            snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", root_dir, f);
+            cJSON_AddItemToArray(frames, cJSON_CreateString(url));
+        }
+        cJSON *vpart = cJSON_CreateObject();
+        cJSON_AddStringToObject(vpart, "type", "video");
+        cJSON_AddItemToObject(vpart, "video", frames);
+        if (cases[c].fps > 0)
+            cJSON_AddNumberToObject(vpart, "fps", cases[c].fps);
+        if (cases[c].max_frames > 0)
+            cJSON_AddNumberToObject(vpart, "max_frames", cases[c].max_frames);
+        cJSON_AddItemToArray(parts, vpart);
+        cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray(), *req = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "role", "user");
+        cJSON_AddItemToObject(msg, "content", parts);
+        cJSON_AddItemToArray(msgs, msg);
+        cJSON_AddItemToObject(req, "messages", msgs);
+        struct apireq_gen g;
+        apireq_gen_init(&g);
+        struct api_error e = { 0 };
+        struct api_images im;
+        const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
+        apireq_gen_free(&g);
+        CHECK_MSG(rc == 1, "case %d: rc %d: %s", c, rc, e.message);
+        CHECK_EQ(im.n, cases[c].n);
+        char want[1024];
+        size_t w = 0;
+        for (int i = 0; i < cases[c].n; i++)
+            w += (size_t)snprintf(want + w, sizeof want - w, "<%.1f seconds>%s", cases[c].t[i], M);
+        CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 0), "text")->valuestring, want);
+        for (int i = 0; i < im.n; i++)
+            CHECK(im.e[i].grid_t == 0 && im.e[i].n_tokens == im.e[i].tile_rows * im.e[i].tile_cols);
+        api_images_free(&im);
+        cJSON_Delete(req);
+    }
+    api_images_pool_free(pool);
+    vision_ctx_free(vc);
+    vision_model_free(vm);
+}
