@@ -1625,6 +1625,21 @@ static void matmul(struct llm_ctx *ctx, const struct omni_tensor *w, const float
     matmul_rows(ctx, w, x, n, y);
 }
 
+/* matmul of n_w weights sharing the input x: one parallel region for a
+ * decode step's q/k/v or gate/up (omni_matmul_multi, the same bits) */
+static void matmul_multi(struct llm_ctx *ctx, const struct omni_tensor *const *w, int n_w,
+                         const float *x, int n, float *const *y)
+{
+    if (ctx->batch_invariant && n > INVARIANT_ROWS) {
+        for (int k = 0; k < n_w; k++)
+            matmul(ctx, w[k], x, n, y[k]);
+        return;
+    }
+    for (int k = 0; k < n_w; k++)
+        ctx->bytes_read += ggml_row_size(w[k]->type, w[k]->ne[0]) * (uint64_t)w[k]->ne[1];
+    omni_matmul_multi(ctx->tp, w, n_w, x, n, y);
+}
+
 void llm_ctx_set_forward(struct llm_ctx *ctx, llm_forward_fn fn, void *impl)
 {
     ctx->dev_forward = fn;
@@ -1985,9 +2000,9 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         } else if (ctx->qkv) {
             matmul(ctx, &L->wqkv, ctx->xn, n, ctx->qkv);
         } else {
-            matmul(ctx, &L->wq, ctx->xn, n, ctx->qg ? ctx->qg : ctx->q);
-            matmul(ctx, &L->wk, ctx->xn, n, ctx->k);
-            matmul(ctx, &L->wv, ctx->xn, n, ctx->v);
+            const struct omni_tensor *w[3] = { &L->wq, &L->wk, &L->wv };
+            float *const y[3] = { ctx->qg ? ctx->qg : ctx->q, ctx->k, ctx->v };
+            matmul_multi(ctx, w, 3, ctx->xn, n, y);
         }
         if (!L->conv_in.data && !L->gdn.out.data) {
             for_each_token(&tj, qkv_step);
@@ -2019,8 +2034,9 @@ int llm_forward(struct llm_ctx *ctx, const struct llm_batch *batch, struct llm_k
         if (m->fam->fused_gate_up) {
             matmul(ctx, &L->w_up, ctx->xn, n, ctx->gate);
         } else {
-            matmul(ctx, &L->w_gate, ctx->xn, n, ctx->gate);
-            matmul(ctx, &L->w_up, ctx->xn, n, ctx->up);
+            const struct omni_tensor *w[2] = { &L->w_gate, &L->w_up };
+            float *const y[2] = { ctx->gate, ctx->up };
+            matmul_multi(ctx, w, 2, ctx->xn, n, y);
         }
         for_each_token(&tj, ffn_act_step);
         matmul(ctx, &L->w_down, ctx->up, n, ctx->xn);

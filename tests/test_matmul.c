@@ -398,3 +398,54 @@ TEST(matmul_openblas_uses_simd_kernels)
                   strcasecmp(core, "core2") != 0 && strcasecmp(core, "sandybridge") != 0,
               "OpenBLAS core %s", core);
 }
+
+/* omni_matmul_multi gives each weight omni_matmul's bits: one row through
+ * the shared parallel region (dot types mixed, Q8_0 activations reused
+ * between neighbours, float weights falling back), 2 and 3 threads, every
+ * level; several rows and no pool through the fallback. */
+TEST(matmul_multi_equals_single)
+{
+    enum { N_IN = 512, N_OUT = 37 };
+    static const int sets[][3] = {
+        { GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0 }, /* Qwen2.5 Q4_K_M's q/k/v */
+        { GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K },
+        { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 },
+    };
+    static float x[3 * N_IN], ya[3][3 * (N_OUT + 2)], yb[3][3 * (N_OUT + 2)];
+    rng_state = 99;
+    for (int i = 0; i < 3 * N_IN; i++)
+        x[i] = frand();
+    struct tpool *pools[2] = { tpool_new(2, NULL, 0), tpool_new(3, NULL, 0) };
+    test_defer(free_tpool, pools[0]);
+    test_defer(free_tpool, pools[1]);
+    const int start_level = omni_cpu_level();
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        struct wfix f[3];
+        const struct omni_tensor *w[3];
+        for (int k = 0; k < 3; k++) {
+            CHECK_EQ(make_weights(&f[k], sets[si][k], N_IN, N_OUT + k), 0);
+            w[k] = &f[k].t;
+        }
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            omni_cpu_set_level(level);
+            for (int pi = -1; pi < 2; pi++) {
+                struct tpool *tp = pi < 0 ? NULL : pools[pi];
+                for (int64_t nb = 1; nb <= 3; nb += 2) {
+                    float *const yp[3] = { ya[0], ya[1], ya[2] };
+                    memset(ya, 0xff, sizeof ya);
+                    omni_matmul_multi(tp, w, 3, x, nb, yp);
+                    for (int k = 0; k < 3; k++) {
+                        omni_matmul(tp, w[k], x, nb, yb[k]);
+                        CHECK_MSG(memcmp(ya[k], yb[k], sizeof(float) * (size_t)(nb * (N_OUT + k))) == 0,
+                                  "set %zu weight %d (%s) level %s threads %d rows %lld: multi != single",
+                                  si, k, ggml_type_name(sets[si][k]), omni_cpu_level_name(level),
+                                  tp ? pi + 2 : 1, (long long)nb);
+                    }
+                }
+            }
+        }
+        omni_cpu_set_level(start_level);
+        for (int k = 0; k < 3; k++)
+            free_weights(&f[k]);
+    }
+}

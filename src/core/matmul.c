@@ -146,6 +146,8 @@ struct mm_job {
     int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
     int gemm_k;          /* int8 GEMM of the K-quants (gemm_k_*.c), else of Q8_0 dots */
     int quant_each;      /* one row: every thread quantizes x into its own scratch */
+    int reuse_xq;        /* quant_each: the thread's scratch already holds x in the
+                          * dot type (and its prep): omni_matmul_multi's later products */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -179,18 +181,20 @@ static void dot_rows(void *arg, int ith, int nth)
             atomic_store(&j->failed, 1);
             return;
         }
-        j->op->from_float(j->x, own, j->n_in);
+        if (!j->reuse_xq)
+            j->op->from_float(j->x, own, j->n_in);
         xq = own;
     }
     const float *prep = NULL;
-    if (j->n_batch == 1 && j->op->vec_dot_prep && r0 < r1) {
+    if (j->n_batch == 1 && j->op->vec_dot_prep) {
         /* one row: its per-block data once for all the thread's weight rows */
         float *p = scratch_get(SCRATCH_PREP, sizeof(float) * OMNI_ACT_PREP_FLOATS(j->n_in));
         if (!p) {
             atomic_store(&j->failed, 1);
             return;
         }
-        j->op->act_prep(xq, p, j->n_in);
+        if (!j->reuse_xq)
+            j->op->act_prep(xq, p, j->n_in);
         prep = p;
     }
     for (int64_t r = r0; r < r1; r++) {
@@ -505,6 +509,56 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
                    (long long)n_in);
         fill_nan(y, n_batch * n_out);
     }
+}
+
+struct mm_multi {
+    struct mm_job j[OMNI_MATMUL_MULTI_MAX];
+    int n;
+};
+
+static void multi_rows(void *arg, int ith, int nth)
+{
+    struct mm_multi *m = arg;
+    for (int k = 0; k < m->n; k++)
+        dot_rows(&m->j[k], ith, nth);
+}
+
+void omni_matmul_multi(struct tpool *tp, const struct omni_tensor *const *w, int n_w, const float *x,
+                       int64_t n_batch, float *const *y)
+{
+    pthread_once(&init_once, matmul_init);
+    struct mm_multi m = { .n = n_w };
+    /* one row, several threads, a quiet machine, quantized weights whose
+     * dot types share scratch: otherwise one call each */
+    int ok = n_batch == 1 && n_w >= 1 && n_w <= OMNI_MATMUL_MULTI_MAX && tp && tpool_size(tp) > 1 &&
+             !tpool_machine_crowded(tpool_size(tp));
+    for (int k = 0; ok && k < n_w; k++) {
+        const struct omni_quant_ops *op = omni_quant_ops(w[k]->type);
+        const int64_t n_in = w[k]->ne[0], n_out = w[k]->ne[1] > 0 ? w[k]->ne[1] : 1;
+        const size_t w_row = ggml_row_size(w[k]->type, n_in);
+        ok = op && op->from_float && w_row && n_in <= INT32_MAX && n_out <= INT32_MAX &&
+             n_in == w[0]->ne[0];
+        if (ok)
+            m.j[k] = (struct mm_job){
+                .op = op, .w_type = w[k]->type, .w = w[k]->data, .w_row = w_row, .x = x, .y = y[k],
+                .n_in = n_in, .n_out = n_out, .n_batch = 1, .quant_each = 1,
+                .xq_row = ggml_row_size(op->dot_type, n_in),
+                /* x is already in this dot type in the thread's scratch */
+                .reuse_xq = k > 0 && op->dot_type == m.j[k - 1].op->dot_type &&
+                            op->act_prep == m.j[k - 1].op->act_prep,
+            };
+    }
+    if (!ok) {
+        for (int k = 0; k < n_w; k++)
+            omni_matmul(tp, w[k], x, n_batch, y[k]);
+        return;
+    }
+    tpool_run(tp, multi_rows, &m);
+    for (int k = 0; k < n_w; k++)
+        if (atomic_load(&m.j[k].failed)) {
+            OMNI_ERROR("matmul: out of memory for scratch (1 x %lld)", (long long)m.j[k].n_in);
+            fill_nan(y[k], m.j[k].n_out);
+        }
 }
 
 void omni_tensor_get_row(const struct omni_tensor *w, int64_t r, float *out)

@@ -53,6 +53,15 @@ int omni_matmul_same_kernels(int type, int64_t n_a, int64_t n_b);
 void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
                  int64_t n_batch, float *y);
 
+/* y[k] = x * w[k]^T for n_w (at most OMNI_MATMUL_MULTI_MAX) weights that
+ * share the input x, each exactly as omni_matmul would compute it (the same
+ * bits). One-row products of quantized weights run in one parallel region
+ * instead of n_w, each thread quantizing x once (decode's q/k/v and
+ * gate/up); anything else is n_w omni_matmul calls. */
+#define OMNI_MATMUL_MULTI_MAX 4
+void omni_matmul_multi(struct tpool *tp, const struct omni_tensor *const *w, int n_w, const float *x,
+                       int64_t n_batch, float *const *y);
+
 /* Row r of W as floats (n_in of them) - for embedding lookups. */
 void omni_tensor_get_row(const struct omni_tensor *w, int64_t r, float *out);
 
