@@ -72,6 +72,8 @@ struct llm_dev {
     } graphs[DEV_GRAPHS];
     uint64_t step;
     bool graphs_ok;                 /* backend has graphs; OMNI_DEV_GRAPHS=0 turns them off */
+    bool fuse;                      /* the backend's fused ops where it has them
+                                     * (OMNI_DEV_FUSE=0: the plain ones) */
     bool all_quant;                 /* every matrix quantized: no cuBLAS below 32 rows */
     void *h_copy;                   /* llm_dev_copy_block's staging (host) */
     size_t h_copy_cap;
@@ -348,6 +350,8 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
     d->h_slot = d->be->host_alloc(d->be, T * sizeof(int64_t));
     d->h_argmax = d->be->host_alloc(d->be, T * sizeof(int32_t));
     const char *g = getenv("OMNI_DEV_GRAPHS"), *pr = getenv("OMNI_DEV_PROFILE");
+    const char *fu = getenv("OMNI_DEV_FUSE");
+    d->fuse = !(fu && !strcmp(fu, "0"));
     d->prof = pr && *pr && strcmp(pr, "0");
     d->graphs_ok = !(g && !strcmp(g, "0")) && !d->prof;
     if (!d->x || !d->xn || !d->q || !d->k || !d->v || !d->att || !d->gate || !d->up ||
@@ -610,26 +614,51 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
     else
         TRY(be->add_rmsnorm(be, d->x, d->xn, d->xn, L->attn_norm, n, hp->n_embd, hp->norm_eps));
     prof_mark(d, "norms, adds");
-    TRY(be->matmul(be, &L->wq, d->xn, n, d->q));
-    TRY(be->matmul(be, &L->wk, d->xn, n, d->k));
-    TRY(be->matmul(be, &L->wv, d->xn, n, d->v));
+    if (d->fuse && be->matmul_multi) { /* one launch, x read once */
+        const struct omni_btensor *w3[3] = { &L->wq, &L->wk, &L->wv };
+        float *const y3[3] = { d->q, d->k, d->v };
+        TRY(be->matmul_multi(be, 3, w3, d->xn, n, y3));
+    } else {
+        TRY(be->matmul(be, &L->wq, d->xn, n, d->q));
+        TRY(be->matmul(be, &L->wk, d->xn, n, d->k));
+        TRY(be->matmul(be, &L->wv, d->xn, n, d->v));
+    }
     prof_mark(d, "matmul q k v");
-    if (L->bq)
-        TRY(be->add(be, d->q, NULL, L->bq, n, q_dim));
-    if (L->bk)
-        TRY(be->add(be, d->k, NULL, L->bk, n, kv_dim));
-    if (L->bv)
-        TRY(be->add(be, d->v, NULL, L->bv, n, kv_dim));
-    /* per-head q/k norm (qwen3), rope, k/v into the pool */
+    /* biases, per-head q/k norm (qwen3), rope, k/v into the pool: one
+     * rope_kv op where the backend has it (biases in it unless a q/k norm
+     * comes between) */
+    const bool qk_norm = L->q_norm || L->k_norm;
+    const bool fused_rope = d->fuse && be->rope_kv;
+    if (!fused_rope || qk_norm) {
+        if (L->bq)
+            TRY(be->add(be, d->q, NULL, L->bq, n, q_dim));
+        if (L->bk)
+            TRY(be->add(be, d->k, NULL, L->bk, n, kv_dim));
+        if (L->bv)
+            TRY(be->add(be, d->v, NULL, L->bv, n, kv_dim));
+    }
     if (L->q_norm)
         TRY(be->rmsnorm(be, d->q, d->q, L->q_norm, n * hp->n_head, hd, hp->norm_eps));
     if (L->k_norm)
         TRY(be->rmsnorm(be, d->k, d->k, L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps));
-    TRY(be->rope(be, d->q, d_pos, n, hp->n_head, hd, hp->n_rot, d->rope_freqs,
-                 hp->rope_attn_factor, d->neox));
-    TRY(be->rope(be, d->k, d_pos, n, hp->n_head_kv, hd, hp->n_rot, d->rope_freqs,
-                 hp->rope_attn_factor, d->neox));
-    TRY(be->kv_store(be, d->k, d->v, d->kc[l], d->vc[l], d->p.kv_type, d->d_slot, n, kv_dim));
+    if (fused_rope) {
+        const struct omni_brope_kv r = {
+            .q = d->q, .k = d->k, .v = d->v, .bq = qk_norm ? NULL : L->bq,
+            .bk = qk_norm ? NULL : L->bk, .bv = qk_norm ? NULL : L->bv, .pos = d_pos,
+            .n_tok = n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+            .n_rot = hp->n_rot, .inv_freq = d->rope_freqs, .attn_factor = hp->rope_attn_factor,
+            .neox = d->neox, .kc = d->kc[l], .vc = d->vc[l], .kv_type = d->p.kv_type,
+            .slot = d->d_slot,
+        };
+        TRY(be->rope_kv(be, &r));
+    } else {
+        TRY(be->rope(be, d->q, d_pos, n, hp->n_head, hd, hp->n_rot, d->rope_freqs,
+                     hp->rope_attn_factor, d->neox));
+        TRY(be->rope(be, d->k, d_pos, n, hp->n_head_kv, hd, hp->n_rot, d->rope_freqs,
+                     hp->rope_attn_factor, d->neox));
+        TRY(be->kv_store(be, d->k, d->v, d->kc[l], d->vc[l], d->p.kv_type, d->d_slot, n,
+                         kv_dim));
+    }
     prof_mark(d, "bias, q/k norm, rope, kv store");
     /* attention through the block tables */
     const struct omni_battn a = {
@@ -647,12 +676,19 @@ static int dev_layer(struct llm_dev *d, int l, int n, int n_seq_blocks,
         TRY(be->add(be, d->xn, NULL, L->bo, n, hp->n_embd));
     TRY(be->add_rmsnorm(be, d->x, d->xn, d->xn, L->ffn_norm, n, hp->n_embd, hp->norm_eps));
     prof_mark(d, "norms, adds");
-    /* x += down(silu(gate(x)) * up(x)) */
-    TRY(be->matmul(be, &L->w_gate, d->xn, n, d->gate));
-    TRY(be->matmul(be, &L->w_up, d->xn, n, d->up));
-    prof_mark(d, "matmul gate up");
-    TRY(be->swiglu(be, d->gate, d->up, (int64_t)n * hp->n_ff));
-    prof_mark(d, "swiglu");
+    /* x += down(silu(gate(x)) * up(x)): one launch where the backend fuses
+     * it (OMNI_ERR_UNSUPPORTED, nothing queued: these weights it does not) */
+    rc = d->fuse && be->matmul_glu ? be->matmul_glu(be, &L->w_gate, &L->w_up, d->xn, n, d->up)
+                                   : OMNI_ERR_UNSUPPORTED;
+    if (rc == OMNI_ERR_UNSUPPORTED) {
+        TRY(be->matmul(be, &L->w_gate, d->xn, n, d->gate));
+        TRY(be->matmul(be, &L->w_up, d->xn, n, d->up));
+        prof_mark(d, "matmul gate up");
+        TRY(be->swiglu(be, d->gate, d->up, (int64_t)n * hp->n_ff));
+    } else if (rc < 0) {
+        return rc;
+    }
+    prof_mark(d, "gate up swiglu");
     TRY(be->matmul(be, &L->w_down, d->up, n, d->xn));
     prof_mark(d, "matmul down");
     /* the FFN output stays in xn: the next layer's first step adds it */

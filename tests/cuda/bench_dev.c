@@ -1,9 +1,10 @@
 /* bench_dev.c - speed of the device forward (llm/model_dev.c), llama-bench
  * style: pp<P> = one forward of P prompt tokens from an empty cache (only the
  * last token's argmax comes back), tg<N> = N single-token steps from an
- * empty cache, each returning its argmax. Median of --reps runs after one
+ * empty cache (-d D: from position D, as llama-bench's depth; the K/V
+ * before it are zeros), each returning its argmax. Median of --reps runs after one
  * warm-up; one JSON line per test on stdout.
- *   bench_dev -m M.gguf [-p 512] [-n 128] [-r 3] [--backend cuda] [--check N]
+ *   bench_dev -m M.gguf [-p 512] [-n 128] [-d 0] [-r 3] [--backend cuda] [--check N]
  * --check N first runs an N-token prompt and N greedy steps on the CPU
  * (llm_forward, 16 threads) and on the device side by side and prints the
  * largest top-5 log-prob difference and whether the greedy tokens agree:
@@ -143,22 +144,23 @@ static int check(const struct llm_model *m, struct llm_dev *d, const int32_t *ta
 int main(int argc, char **argv)
 {
     const char *path = NULL, *backend = "cuda";
-    int P = 512, N = 128, reps = 3, check_n = 0;
+    int P = 512, N = 128, reps = 3, check_n = 0, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "-m") && v) path = v, i++;
         else if (!strcmp(argv[i], "-p") && v) P = atoi(v), i++;
         else if (!strcmp(argv[i], "-n") && v) N = atoi(v), i++;
         else if (!strcmp(argv[i], "-r") && v) reps = atoi(v), i++;
+        else if (!strcmp(argv[i], "-d") && v) depth = atoi(v), i++;
         else if (!strcmp(argv[i], "--backend") && v) backend = v, i++;
         else if (!strcmp(argv[i], "--check") && v) check_n = atoi(v), i++;
         else {
-            fprintf(stderr, "usage: bench_dev -m M.gguf [-p 512] [-n 128] [-r 3] [--backend cuda] "
+            fprintf(stderr, "usage: bench_dev -m M.gguf [-p 512] [-n 128] [-d 0] [-r 3] [--backend cuda] "
                             "[--check N]\n");
             return 2;
         }
     }
-    if (!path || P < 1 || N < 1 || reps < 1 || reps > 100) {
+    if (!path || P < 1 || N < 1 || reps < 1 || reps > 100 || depth < 0 || depth > (1 << 20)) {
         fprintf(stderr, "bench_dev: need -m and positive -p/-n/-r\n");
         return 2;
     }
@@ -169,7 +171,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dev: %s\n", err);
         return 1;
     }
-    const int bs = 16, n_blocks = (P + N + 2 * check_n) / bs + 2;
+    const int bs = 16, n_blocks = (P + depth + N + 2 * check_n) / bs + 2;
     struct llm_dev_params p = llm_dev_default_params();
     p.backend = backend;
     p.max_tokens = P > check_n ? P : check_n;
@@ -219,7 +221,7 @@ int main(int argc, char **argv)
         int32_t t = tok[0], am = 0;
         const double s = now_s();
         for (int i = 0; i < N; i++) {
-            const int32_t ps = i, sq = 0;
+            const int32_t ps = depth + i, sq = 0;
             struct llm_batch b = { .n_tokens = 1, .token = &t, .pos = &ps, .seq = &sq };
             if (llm_dev_forward(d, &b, &sv, NULL, &am) != 1) {
                 fprintf(stderr, "bench_dev: tg forward failed\n");
@@ -232,9 +234,9 @@ int main(int argc, char **argv)
     qsort(times + 1, (size_t)reps, sizeof(double), cmp_double);
     const double tg = N / times[1 + reps / 2];
     const double gbs = tg * llm_dev_decode_bytes(d) / 1e9;
-    printf("{\"model\":\"%s\",\"backend\":\"%s\",\"test\":\"tg%d\",\"tok_s\":%.1f,\"ms_per_tok\":%.3f,"
-           "\"decode_bytes\":%zu,\"weights_gb_s\":%.1f}\n",
-           path, backend, N, tg, 1e3 / tg, llm_dev_decode_bytes(d), gbs);
+    printf("{\"model\":\"%s\",\"backend\":\"%s\",\"test\":\"tg%d\",\"depth\":%d,\"tok_s\":%.1f,"
+           "\"ms_per_tok\":%.3f,\"decode_bytes\":%zu,\"weights_gb_s\":%.1f}\n",
+           path, backend, N, depth, tg, 1e3 / tg, llm_dev_decode_bytes(d), gbs);
     llm_dev_free(d);
     llm_model_free(m);
     free(table), free(tok), free(pos), free(seq), free(times);

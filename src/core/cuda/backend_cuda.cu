@@ -55,13 +55,29 @@ struct cuda_state {
     struct f16_copy *f16;
     int n_f16, cap_f16;
     bool f16_off;      /* OMNI_CUDA_F16_CACHE=0 */
+    /* xq holds x (n rows of cols) as Q8_0 while nq_valid: a norm that
+     * quantized its output on the way, or the last int8 product, so that
+     * the products right after reuse it; any op that may write device
+     * memory drops it (touch) */
+    bool nq_valid;
+    const float *nq_x;
+    int nq_n, nq_cols;
+    int8_t *nq_buf;    /* where: xq, or xq2 (the fused gate/up's output: its
+                        * input is in xq) */
+    void *xq2;         /* allocated once, never moved (graphs use it) */
+    size_t xq2_cap;
+    bool att_split_off; /* OMNI_CUDA_ATT_SPLIT=0: decode attention one warp per head */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
 
-/* For src/core/cuda/whisper_ops.cu: the stream of be's ops, and the call
- * that adds Whisper's ops (layernorm, gelu, im2col_k3, attention_dense). */
-extern "C" cudaStream_t omni_cuda_stream(struct omni_backend *be) { return st(be)->stream; }
+/* An op that may write device memory: xq no longer stands for its x. */
+static void touch(struct omni_backend *be) { st(be)->nq_valid = false; }
+
+/* For src/core/cuda/whisper_ops.cu: the stream of be's ops (which write
+ * device memory: touched), and the call that adds Whisper's ops
+ * (layernorm, gelu, im2col_k3, attention_dense). */
+extern "C" cudaStream_t omni_cuda_stream(struct omni_backend *be) { touch(be); return st(be)->stream; }
 extern "C" void omni_cuda_whisper_ops(struct omni_backend *be);
 
 /* Launch / API errors: one line on stderr naming the op, OMNI_ERR_IO back. */
@@ -101,6 +117,23 @@ __device__ __forceinline__ float warp_max(float v)
     for (int o = 16; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* y = v, and with Q its Q8_0 form as k_quant_q8_0 makes it (row r of
+ * [rows][dim] int8 q, scales qd [rows][dim / 32]); the 32 lanes of the warp
+ * hold one 32-value block (dim a multiple of 32, whole warps per row). */
+template <bool Q>
+__device__ __forceinline__ void norm_out(float *yr, int i, float v, int8_t *q, float *qd)
+{
+    yr[i] = v;
+    if (Q) {
+        const float amax = warp_max(fabsf(v));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        q[i] = (int8_t)roundf(v * id);
+        if ((i & 31) == 0)
+            qd[i >> 5] = __half2float(__float2half_rn(dd));
+    }
 }
 
 /* Values 32c .. 32c+31 of a quantized row into w (the layouts of quant.h). */
@@ -336,25 +369,36 @@ template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q4_0>(const uint8_t *
  * have scale a, 16-31 scale b. */
 __device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *a, float *b)
 {
+    /* 16-byte loads: a super-block is 144 bytes and rows start 16-byte
+     * aligned (device allocations, rows of whole super-blocks): the header
+     * (d, dmin, 12 scale bytes) in one load, the chunk's 32 quant bytes in
+     * two */
     const uint8_t *blk = row + (size_t)(c >> 3) * 144;
-    const int j = c & 7;
-    const float d = h2f((uint16_t)ld16(blk)), dmin = h2f((uint16_t)ld16(blk + 2));
-    const uint8_t *sc = blk + 4;
+    const int j = c & 7, sh = 8 * (j & 3);
+    const uint4 hdr = __ldg((const uint4 *)blk);
+    const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
+    const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
     int s, m;
-    if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-    } else {
-        s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    if (j < 4) { /* scales[j], scales[j + 4] */
+        s = by & 63;
+        m = bz & 63;
+    } else {     /* scales[j + 4] low / high nibble, top bits of scales[j - 4] / scales[j] */
+        s = (bw & 0x0f) | ((by >> 6) << 4);
+        m = (bw >> 4) | ((bz >> 6) << 4);
     }
     *a = d * (float)s;
     *b = dmin * (float)m;
-    const uint32_t *q = (const uint32_t *)(blk + 16 + 32 * (j >> 1));
+    const uint4 *q = (const uint4 *)(blk + 16 + 32 * (j >> 1));
+    const uint4 q0 = __ldg(q), q1 = __ldg(q + 1);
     const int shift = (j & 1) * 4;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        wq[i] = (int)((q[i] >> shift) & 0x0f0f0f0fu);
+    wq[0] = (int)((q0.x >> shift) & 0x0f0f0f0fu);
+    wq[1] = (int)((q0.y >> shift) & 0x0f0f0f0fu);
+    wq[2] = (int)((q0.z >> shift) & 0x0f0f0f0fu);
+    wq[3] = (int)((q0.w >> shift) & 0x0f0f0f0fu);
+    wq[4] = (int)((q1.x >> shift) & 0x0f0f0f0fu);
+    wq[5] = (int)((q1.y >> shift) & 0x0f0f0f0fu);
+    wq[6] = (int)((q1.z >> shift) & 0x0f0f0f0fu);
+    wq[7] = (int)((q1.w >> shift) & 0x0f0f0f0fu);
 }
 
 __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *a, float *b)
@@ -376,23 +420,16 @@ __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *
     }
 }
 
-/* k_matvec_q over Q8_0 activations: per block, an integer dot (dp4a) times
- * the two scales, summed in the CPU's order within a block. */
+/* acc[t] += weight row `row` (type T, nb = cols / 32 chunks) dotted with
+ * activation row t < N as Q8_0 (xq int8 [N][cols], xd scales [N][nb]):
+ * lanes over chunks lane, lane + 32, ...; per chunk an integer dot (dp4a)
+ * times the two scales, summed in the CPU's order within a block; the lanes'
+ * partial sums are not yet added. */
 template <int T, int N>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    k_matvec_q8(const uint8_t *__restrict__ W, size_t row_bytes, int rows, int cols,
-                const int8_t *__restrict__ xq, const float *__restrict__ xd, float *__restrict__ y)
+__device__ __forceinline__ void dot_q8(const uint8_t *__restrict__ row, int nb, int cols,
+                                       const int8_t *__restrict__ xq,
+                                       const float *__restrict__ xd, float *acc, int lane)
 {
-    const int lane = threadIdx.x & 31;
-    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows)
-        return;
-    const uint8_t *row = W + (size_t)r * row_bytes;
-    const int nb = cols >> 5;
-    float acc[N];
-#pragma unroll
-    for (int t = 0; t < N; t++)
-        acc[t] = 0.0f;
 #pragma unroll 2
     for (int c = lane; c < nb; c += 32) {
         int wq[8];
@@ -434,11 +471,113 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             }
         }
     }
+}
+
+/* dot_q8 with the weight type chosen at run time (the fused launches mix
+ * matrices of different types: a Q4_K_M file's attn_v is Q6_K in some
+ * layers). */
+template <int N>
+__device__ __forceinline__ void dot_q8_any(int type, const uint8_t *__restrict__ row, int nb,
+                                           int cols, const int8_t *__restrict__ xq,
+                                           const float *__restrict__ xd, float *acc, int lane)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_K: dot_q8<GGML_TYPE_Q4_K, N>(row, nb, cols, xq, xd, acc, lane); break;
+    case GGML_TYPE_Q6_K: dot_q8<GGML_TYPE_Q6_K, N>(row, nb, cols, xq, xd, acc, lane); break;
+    case GGML_TYPE_Q8_0: dot_q8<GGML_TYPE_Q8_0, N>(row, nb, cols, xq, xd, acc, lane); break;
+    default: dot_q8<GGML_TYPE_Q4_0, N>(row, nb, cols, xq, xd, acc, lane); break;
+    }
+}
+
+/* k_matvec_q over Q8_0 activations (dot_q8): one warp per row. */
+template <int T, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_q8(const uint8_t *__restrict__ W, size_t row_bytes, int rows, int cols,
+                const int8_t *__restrict__ xq, const float *__restrict__ xd, float *__restrict__ y)
+{
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        acc[t] = 0.0f;
+    dot_q8<T, N>(W + (size_t)r * row_bytes, cols >> 5, cols, xq, xd, acc, lane);
 #pragma unroll
     for (int t = 0; t < N; t++) {
         const float s = warp_sum(acc[t]);
         if (lane == 0)
             y[(size_t)t * rows + r] = s;
+    }
+}
+
+/* Up to 3 matrices of equal cols against the same Q8_0 activations in one
+ * launch (q, k, v): matrix i takes blocks b0 .. of the grid, one warp per
+ * row, its rows into its own y. */
+struct mv_seg {
+    const uint8_t *W;
+    size_t rb;
+    float *y;
+    int rows, type, b0;
+};
+struct mv_segs {
+    mv_seg s[3];
+    int n;
+};
+
+template <int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_seg(const mv_segs sg, int cols, const int8_t *__restrict__ xq,
+                 const float *__restrict__ xd)
+{
+    const int lane = threadIdx.x & 31;
+    int i = 0;
+    while (i + 1 < sg.n && (int)blockIdx.x >= sg.s[i + 1].b0)
+        i++;
+    const int r = ((int)blockIdx.x - sg.s[i].b0) * MV_WARPS + (threadIdx.x >> 5);
+    const int rows = sg.s[i].rows;
+    if (r >= rows)
+        return;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        acc[t] = 0.0f;
+    dot_q8_any<N>(sg.s[i].type, sg.s[i].W + (size_t)r * sg.s[i].rb, cols >> 5, cols, xq, xd, acc,
+                  lane);
+    float *y = sg.s[i].y;
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0)
+            y[(size_t)t * rows + r] = s;
+    }
+}
+
+/* y[t][r] = silu(g) * u with g, u the dots of gate and up row r (both of
+ * type T): SwiGLU fused into one launch over both matrices; the same sums
+ * and the same expression as k_matvec_q8 then k_swiglu. */
+template <int T, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_glu(const uint8_t *__restrict__ Wg, const uint8_t *__restrict__ Wu, size_t rb,
+                 int rows, int cols, const int8_t *__restrict__ xq,
+                 const float *__restrict__ xd, float *__restrict__ y)
+{
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    float g[N], u[N];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+        g[t] = u[t] = 0.0f;
+    dot_q8<T, N>(Wg + (size_t)r * rb, cols >> 5, cols, xq, xd, g, lane);
+    dot_q8<T, N>(Wu + (size_t)r * rb, cols >> 5, cols, xq, xd, u, lane);
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        const float gs = warp_sum(g[t]), us = warp_sum(u[t]);
+        if (lane == 0)
+            y[(size_t)t * rows + r] = us * (gs / (1.0f + expf(-gs)));
     }
 }
 
@@ -570,8 +709,58 @@ static int quant_chunk_ok(const struct omni_btensor *w)
  * activation blocks where the CPU uses Q8_K's 256. */
 #define Q8_ACT_MAX 32
 
+/* x (n rows of cols) as Q8_0 activations in xq (int8 [n][cols], then a
+ * scale per 32): reused when xq already holds them (nq_valid), else
+ * quantized now and remembered. */
+static int quant_act(struct cuda_state *s, const float *x, int n, int cols, int8_t **xq,
+                     float **xd)
+{
+    const int64_t nb = (int64_t)n * cols / 32;
+    if (s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols) {
+        *xq = s->nq_buf;
+        *xd = (float *)(*xq + nb * 32);
+        return 0;
+    }
+    {
+        s->nq_valid = false;
+        int rc = grow_bytes(s, &s->xq, &s->xq_cap, (size_t)nb * 32 + (size_t)nb * sizeof(float));
+        if (rc < 0)
+            return rc;
+        k_quant_q8_0<<<blocks_for(nb * 32, 256), 256, 0, s->stream>>>(
+            x, nb, (int8_t *)s->xq, (float *)((int8_t *)s->xq + nb * 32));
+        if ((rc = chk_launch("quantize q8_0")) < 0)
+            return rc;
+        s->nq_valid = true;
+        s->nq_x = x;
+        s->nq_n = n;
+        s->nq_cols = cols;
+        s->nq_buf = (int8_t *)s->xq;
+    }
+    *xq = (int8_t *)s->xq;
+    *xd = (float *)(*xq + nb * 32);
+    return 0;
+}
+
+/* A product wrote y[n][rows]: xq no longer stands for x if they overlap. */
+static void wrote(struct cuda_state *s, const float *y, int64_t n)
+{
+    if (s->nq_valid && y < s->nq_x + (int64_t)s->nq_n * s->nq_cols && s->nq_x < y + n)
+        s->nq_valid = false;
+}
+
+static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, const float *x,
+                       int n, float *y);
+
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
                        float *y)
+{
+    const int rc = matmul_impl(be, w, x, n, y);
+    wrote(st(be), y, (int64_t)n * w->rows);
+    return rc;
+}
+
+static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, const float *x,
+                       int n, float *y)
 {
     struct cuda_state *s = st(be);
     if (!cuda_supports(be, w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
@@ -584,14 +773,10 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
     const uint8_t *W = (const uint8_t *)w->data;
     if (is_quant(w->type) && n < Q8_ACT_MAX && !s->f32_act) {
         /* as the CPU below its BLAS switch point: Q8_0 activations, integer dots */
-        const int64_t nb = (int64_t)n * cols / 32;
-        int rc = grow_bytes(s, &s->xq, &s->xq_cap, (size_t)nb * 32 + (size_t)nb * sizeof(float));
+        int8_t *xq;
+        float *xd;
+        int rc = quant_act(s, x, n, cols, &xq, &xd);
         if (rc < 0)
-            return rc;
-        int8_t *xq = (int8_t *)s->xq;
-        float *xd = (float *)(xq + nb * 32);
-        k_quant_q8_0<<<blocks_for(nb * 32, 256), 256, 0, s->stream>>>(x, nb, xq, xd);
-        if ((rc = chk_launch("quantize q8_0")) < 0)
             return rc;
         for (int r0 = 0; r0 < n; r0 += MATVEC_Q8_MAX) {
             const int m = n - r0 < MATVEC_Q8_MAX ? n - r0 : MATVEC_Q8_MAX;
@@ -660,6 +845,160 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
                                  CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, y, CUDA_R_32F,
                                  rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "gemm f16");
+}
+
+#define MV_CASES(X) \
+    X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16)
+
+/* Whether matmul_multi / matmul_glu take their one-launch path: quantized
+ * matrices on int8 activations, at most MATVEC_Q8_MAX rows. */
+static bool fused_ok(const struct cuda_state *s, const struct omni_btensor *w, int cols, int n)
+{
+    return !s->f32_act && n <= MATVEC_Q8_MAX && is_quant(w->type) && quant_chunk_ok(w) &&
+           w->cols == cols && w->rows <= INT32_MAX && w->cols <= INT32_MAX;
+}
+
+static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_btensor *const *w,
+                             const float *x, int n, float *const *y)
+{
+    struct cuda_state *s = st(be);
+    if (nw < 1 || nw > 3)
+        return OMNI_ERR_ARG;
+    if (n < 1)
+        return 0;
+    const int cols = (int)w[0]->cols;
+    bool one = true;
+    for (int i = 0; i < nw; i++)
+        one = one && fused_ok(s, w[i], cols, n);
+    int rc = 0;
+    if (!one) { /* one product after the other (xq reused when int8) */
+        for (int i = 0; rc >= 0 && i < nw; i++)
+            rc = matmul_impl(be, w[i], x, n, y[i]);
+        for (int i = 0; i < nw; i++)
+            wrote(s, y[i], (int64_t)n * w[i]->rows);
+        return rc;
+    }
+    int8_t *xq;
+    float *xd;
+    if ((rc = quant_act(s, x, n, cols, &xq, &xd)) < 0)
+        return rc;
+    mv_segs sg;
+    memset(&sg, 0, sizeof sg);
+    sg.n = nw;
+    int blocks = 0;
+    for (int i = 0; i < nw; i++) {
+        sg.s[i].W = (const uint8_t *)w[i]->data;
+        sg.s[i].rb = ggml_row_size(w[i]->type, w[i]->cols);
+        sg.s[i].y = y[i];
+        sg.s[i].rows = (int)w[i]->rows;
+        sg.s[i].type = w[i]->type;
+        sg.s[i].b0 = blocks;
+        blocks += (int)blocks_for(w[i]->rows, MV_WARPS);
+    }
+    switch (n) {
+#define C(N) case N: k_matvec_seg<N><<<blocks, MV_WARPS * 32, 0, s->stream>>>(sg, cols, xq, xd); break;
+        MV_CASES(C)
+#undef C
+    }
+    for (int i = 0; i < nw; i++)
+        wrote(s, y[i], (int64_t)n * w[i]->rows);
+    return chk_launch("matvec q/k/v");
+}
+
+/* k_matvec_glu for one activation row with its output also as Q8_0 (for
+ * the down projection: no quantization launch): a block of 32 warps takes
+ * 32 consecutive rows, one 32-value block of the output; rows % 32 == 0. */
+template <int T>
+__global__ void __launch_bounds__(1024)
+    k_matvec_glu_q(const uint8_t *__restrict__ Wg, const uint8_t *__restrict__ Wu, size_t rb,
+                   int rows, int cols, const int8_t *__restrict__ xq,
+                   const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
+                   float *__restrict__ oqd)
+{
+    __shared__ float vals[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int r = blockIdx.x * 32 + wid;
+    float g = 0.0f, u = 0.0f;
+    dot_q8<T, 1>(Wg + (size_t)r * rb, cols >> 5, cols, xq, xd, &g, lane);
+    dot_q8<T, 1>(Wu + (size_t)r * rb, cols >> 5, cols, xq, xd, &u, lane);
+    const float gs = warp_sum(g), us = warp_sum(u);
+    if (lane == 0)
+        vals[wid] = us * (gs / (1.0f + expf(-gs)));
+    __syncthreads();
+    if (wid == 0)
+        norm_out<true>(y + blockIdx.x * 32, lane, vals[lane], oq + blockIdx.x * 32,
+                       oqd + blockIdx.x);
+}
+
+template <int T>
+static void launch_glu(const uint8_t *Wg, const uint8_t *Wu, size_t rb, int rows, int cols,
+                       const int8_t *xq, const float *xd, int n, float *y, cudaStream_t s)
+{
+    const unsigned g = blocks_for(rows, MV_WARPS);
+    switch (n) {
+#define C(N) case N: k_matvec_glu<T, N><<<g, MV_WARPS * 32, 0, s>>>(Wg, Wu, rb, rows, cols, xq, xd, y); break;
+        MV_CASES(C)
+#undef C
+    }
+}
+
+static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *wg,
+                           const struct omni_btensor *wu, const float *x, int n, float *y)
+{
+    struct cuda_state *s = st(be);
+    if (n < 1)
+        return 0;
+    const int cols = (int)wg->cols;
+    int rc;
+    if (!fused_ok(s, wg, cols, n) || !fused_ok(s, wu, cols, n) || wg->type != wu->type ||
+        wg->rows != wu->rows) {
+        /* gate into y, up into the scratch of F32 rows, then SwiGLU: the
+         * plain ops with y as the gate */
+        return OMNI_ERR_UNSUPPORTED;
+    }
+    int8_t *xq;
+    float *xd;
+    if ((rc = quant_act(s, x, n, cols, &xq, &xd)) < 0)
+        return rc;
+    const uint8_t *Wg = (const uint8_t *)wg->data, *Wu = (const uint8_t *)wu->data;
+    const size_t rb = ggml_row_size(wg->type, wg->cols);
+    const int rows = (int)wg->rows;
+    /* one row: the output as Q8_0 too, into xq2 (allocated on first use,
+     * outside a capture, and never moved after) */
+    const size_t need = (size_t)rows + (size_t)(rows / 32) * sizeof(float);
+    if (n == 1 && rows % 32 == 0 && !s->xq2 && !s->capturing) {
+        if (cudaMalloc(&s->xq2, need) == cudaSuccess) {
+            s->xq2_cap = need;
+        } else {
+            s->xq2 = NULL;
+            cudaGetLastError(); /* no room: the plain path below */
+        }
+    }
+    if (n == 1 && rows % 32 == 0 && s->xq2 && need <= s->xq2_cap && xq != (int8_t *)s->xq2) {
+        int8_t *oq = (int8_t *)s->xq2;
+        float *oqd = (float *)(oq + rows);
+        const unsigned g = (unsigned)(rows / 32);
+        switch (wg->type) {
+        case GGML_TYPE_Q8_0: k_matvec_glu_q<GGML_TYPE_Q8_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+        case GGML_TYPE_Q4_0: k_matvec_glu_q<GGML_TYPE_Q4_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+        case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+        case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+        }
+        s->nq_valid = true;
+        s->nq_x = y;
+        s->nq_n = 1;
+        s->nq_cols = rows;
+        s->nq_buf = oq;
+        return chk_launch("matvec glu q8");
+    }
+    switch (wg->type) {
+    case GGML_TYPE_Q8_0: launch_glu<GGML_TYPE_Q8_0>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q4_0: launch_glu<GGML_TYPE_Q4_0>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q4_K: launch_glu<GGML_TYPE_Q4_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q6_K: launch_glu<GGML_TYPE_Q6_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    }
+    wrote(s, y, (int64_t)n * rows);
+    return chk_launch("matvec glu");
 }
 
 #ifndef OMNI_CUDA_NO_F16_CACHE
@@ -750,6 +1089,7 @@ __global__ void k_get_rows_f(const WT *__restrict__ W, int cols, const int32_t *
 static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, const int32_t *ids,
                          int n, float *out)
 {
+    touch(be);
     if (!cuda_supports(be, w->type) || !quant_chunk_ok(w) || w->cols > INT32_MAX)
         return OMNI_ERR_UNSUPPORTED;
     if (n < 1)
@@ -769,8 +1109,11 @@ static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, 
     return chk_launch("get_rows");
 }
 
-/* A block of 256 threads per row: sum of squares, then scale (y may be x). */
-__global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps)
+/* A block of 256 threads per row: sum of squares, then scale (y may be x);
+ * Q: the output as Q8_0 too, into q / qd (norm_out). */
+template <bool Q>
+__global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
+                          int8_t *q, float *qd)
 {
     __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
@@ -790,8 +1133,33 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
     }
     __syncthreads();
     const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
+    float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xr[i] * inv * w[i];
+        norm_out<Q>(yr, i, xr[i] * inv * w[i], qr, qdr);
+}
+
+/* Whether a norm of rows x dim writes its Q8_0 form into xq on the way (the
+ * int8 products after it then skip their quantization): what they would
+ * quantize, in the room xq already has (it never grows here: a graph may
+ * be recording). */
+static bool norm_quant(struct cuda_state *s, int rows, int dim, int8_t **q, float **qd)
+{
+    const size_t need = (size_t)rows * dim + (size_t)rows * (dim / 32) * sizeof(float);
+    if (s->f32_act || dim % 32 || rows >= Q8_ACT_MAX || need > s->xq_cap)
+        return false;
+    *q = (int8_t *)s->xq;
+    *qd = (float *)(*q + (size_t)rows * dim);
+    return true;
+}
+
+static void norm_quant_done(struct cuda_state *s, const float *y, int rows, int dim)
+{
+    s->nq_buf = (int8_t *)s->xq;
+    s->nq_valid = true;
+    s->nq_x = y;
+    s->nq_n = rows;
+    s->nq_cols = dim;
 }
 
 static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const float *w, int rows,
@@ -799,16 +1167,26 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
 {
     if (rows < 1)
         return 0;
+    struct cuda_state *s = st(be);
+    touch(be);
     const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
-    k_rmsnorm<<<rows, threads, 0, st(be)->stream>>>(y, x, w, dim, eps);
+    int8_t *q;
+    float *qd;
+    if (norm_quant(s, rows, dim, &q, &qd)) {
+        k_rmsnorm<true><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, q, qd);
+        norm_quant_done(s, y, rows, dim);
+    } else {
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL);
+    }
     return chk_launch("rmsnorm");
 }
 
 /* x += dx, then y = x / rms(x) * w: a block of 256 threads per row; each
  * thread reads its dx values before the barrier and writes y after, so y
  * may be dx. */
+template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
-                              int dim, float eps)
+                              int dim, float eps, int8_t *q, float *qd)
 {
     __shared__ float part[32];
     float *xr = x + (size_t)blockIdx.x * dim;
@@ -832,8 +1210,10 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
     }
     __syncthreads();
     const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
+    float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xr[i] * inv * w[i];
+        norm_out<Q>(yr, i, xr[i] * inv * w[i], qr, qdr);
 }
 
 static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
@@ -841,8 +1221,17 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
 {
     if (rows < 1)
         return 0;
+    struct cuda_state *s = st(be);
+    touch(be);
     const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
-    k_add_rmsnorm<<<rows, threads, 0, st(be)->stream>>>(x, dx, y, w, dim, eps);
+    int8_t *q;
+    float *qd;
+    if (norm_quant(s, rows, dim, &q, &qd)) {
+        k_add_rmsnorm<true><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, q, qd);
+        norm_quant_done(s, y, rows, dim);
+    } else {
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL);
+    }
     return chk_launch("add_rmsnorm");
 }
 
@@ -856,6 +1245,7 @@ __global__ void k_add(float *y, const float *x, const float *b, int64_t n, int d
 static int cuda_add(struct omni_backend *be, float *y, const float *x, const float *b, int rows,
                     int dim)
 {
+    touch(be);
     const int64_t n = (int64_t)rows * dim;
     if (n < 1)
         return 0;
@@ -886,6 +1276,7 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_tok, int
 static int cuda_rope(struct omni_backend *be, float *x, const int32_t *pos, int n_tok, int n_head,
                      int head_dim, int n_rot, const float *inv_freq, float attn_factor, bool neox)
 {
+    touch(be);
     const int64_t n = (int64_t)n_tok * n_head * (n_rot / 2);
     if (n < 1)
         return 0;
@@ -905,6 +1296,7 @@ __global__ void k_swiglu(const float *__restrict__ g, float *u, int64_t n)
 
 static int cuda_swiglu(struct omni_backend *be, const float *g, float *u, int64_t n)
 {
+    touch(be);
     if (n < 1)
         return 0;
     k_swiglu<<<blocks_for(n, 256), 256, 0, st(be)->stream>>>(g, u, n);
@@ -933,6 +1325,7 @@ __global__ void k_kv_store(const float *__restrict__ k, const float *__restrict_
 static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v, void *kc,
                          void *vc, int kv_type, const int64_t *slot, int n, int kv_dim)
 {
+    touch(be);
     const int64_t total = (int64_t)n * kv_dim;
     if (total < 1)
         return 0;
@@ -946,6 +1339,78 @@ static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v
     else
         return OMNI_ERR_UNSUPPORTED;
     return chk_launch("kv_store");
+}
+
+/* rope_kv (backend.h): one thread per (token, pair) over the q heads, the
+ * k heads and the v heads of a row; the same expressions as k_add, k_rope
+ * and k_kv_store one after the other. */
+template <typename KT>
+__global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total)
+        return;
+    const int per_tok = (r.n_head + 2 * r.n_head_kv) * half, hd = r.head_dim;
+    const int t = (int)(i / per_tok);
+    int u = (int)(i % per_tok);
+    const int64_t kv_dim = (int64_t)r.n_head_kv * hd;
+    if (u >= (r.n_head + r.n_head_kv) * half) { /* v: values 2p, 2p + 1 of a head */
+        u -= (r.n_head + r.n_head_kv) * half;
+        const int e = (u / half) * hd + 2 * (u % half);
+        float *v = r.v + (size_t)t * kv_dim + e;
+        float v0 = v[0], v1 = v[1];
+        if (r.bv) {
+            v0 += r.bv[e];
+            v1 += r.bv[e + 1];
+            v[0] = v0;
+            v[1] = v1;
+        }
+        KT *vc = (KT *)r.vc + r.slot[t] * kv_dim + e;
+        vc[0] = to_kv<KT>(v0);
+        vc[1] = to_kv<KT>(v1);
+        return;
+    }
+    const bool is_q = u < r.n_head * half;
+    if (!is_q)
+        u -= r.n_head * half;
+    const int h = u / half, p = u % half;
+    float *x = is_q ? r.q + ((size_t)t * r.n_head + h) * hd : r.k + (size_t)t * kv_dim + h * hd;
+    const float *b = is_q ? r.bq : r.bk;
+    const int a = r.neox ? p : 2 * p, c = r.neox ? p + half : 2 * p + 1;
+    float x0 = x[a], x1 = x[c];
+    if (b) {
+        x0 += b[h * hd + a];
+        x1 += b[h * hd + c];
+    }
+    const float angle = (float)r.pos[t] * r.inv_freq[p];
+    const float cs = cosf(angle) * r.attn_factor, sn = sinf(angle) * r.attn_factor;
+    const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+    x[a] = y0;
+    x[c] = y1;
+    if (!is_q) {
+        KT *kc = (KT *)r.kc + r.slot[t] * kv_dim + h * hd;
+        kc[a] = to_kv<KT>(y0);
+        kc[c] = to_kv<KT>(y1);
+    }
+}
+
+static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
+{
+    touch(be);
+    if (r->n_rot != r->head_dim || r->head_dim % 2 || r->n_tok < 0)
+        return OMNI_ERR_UNSUPPORTED;
+    const int half = r->head_dim / 2;
+    const int64_t total = (int64_t)r->n_tok * (r->n_head + 2 * r->n_head_kv) * half;
+    if (total < 1)
+        return 0;
+    cudaStream_t s = st(be)->stream;
+    if (r->kv_type == GGML_TYPE_F16)
+        k_rope_kv<__half><<<blocks_for(total, 256), 256, 0, s>>>(*r, half, total);
+    else if (r->kv_type == GGML_TYPE_F32)
+        k_rope_kv<float><<<blocks_for(total, 256), 256, 0, s>>>(*r, half, total);
+    else
+        return OMNI_ERR_UNSUPPORTED;
+    return chk_launch("rope_kv");
 }
 
 __device__ __forceinline__ float2 ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
@@ -1063,9 +1528,150 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
     }
 }
 
-template <typename KT>
-static void launch_attention(const struct omni_battn *a, cudaStream_t s)
+/* Decode steps (few tokens): a block of ATT_SPLIT warps per (token, query
+ * head), warp w taking the 32-key tiles w, w + ATT_SPLIT, ... with its own
+ * online softmax (k_attention's loop), then the warps' maxima, sums and
+ * outputs merged in shared memory. A one-token step of 32 heads otherwise
+ * has 32 warps walking the whole context one tile after the other. */
+#define ATT_SPLIT 8
+#define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
+template <typename KT, int DPL2, bool Q>
+__global__ void __launch_bounds__(ATT_SPLIT * 32)
+    k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
 {
+    __shared__ float qs[256];
+    __shared__ float sm_m[ATT_SPLIT], sm_l[ATT_SPLIT], sm_f[ATT_SPLIT];
+    __shared__ float sm_acc[ATT_SPLIT][256];
+    const int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int item = blockIdx.x;
+    const int t = item / a.n_head, h = item % a.n_head, hd = a.head_dim;
+    const int kvh = h / (a.n_head / a.n_head_kv);
+    const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
+    const int pos = a.pos[t];
+    const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
+    const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
+    const float *q = a.q + (size_t)item * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        qs[d] = q[d] * a.scale;
+    __syncthreads();
+    const bool vec8 = (hd & 7) == 0;
+    float m = -INFINITY, l = 0.0f;
+    float2 acc[DPL2];
+#pragma unroll
+    for (int i = 0; i < DPL2; i++)
+        acc[i] = make_float2(0.0f, 0.0f);
+    for (int j0 = first + 32 * wid; j0 <= pos; j0 += 32 * ATT_SPLIT) {
+        const int j = j0 + lane;
+        const bool valid = j <= pos;
+        int64_t base = 0;
+        float s = -INFINITY;
+        if (valid) {
+            const int64_t slot = (int64_t)table[j / a.block_size] * a.block_size + j % a.block_size;
+            base = slot * kv_dim + (int64_t)kvh * hd;
+            const KT *kr = K + base;
+            float dot = 0.0f;
+            if (vec8) {
+                for (int d = 0; d < hd; d += 8)
+                    dot += dot8<KT>(&qs[d], kr + d);
+            } else {
+                for (int d = 0; d < hd; d += 2) {
+                    const float2 kv = ld2(kr + d);
+                    dot += qs[d] * kv.x + qs[d + 1] * kv.y;
+                }
+            }
+            s = dot;
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        const float p = valid ? expf(s - m_new) : 0.0f;
+        const float corr = expf(m - m_new);
+        l = l * corr + warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < DPL2; i++) {
+            acc[i].x *= corr;
+            acc[i].y *= corr;
+        }
+        const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
+        for (int k = 0; k < n_valid; k++) {
+            const float pk = __shfl_sync(0xffffffffu, p, k);
+            const int64_t bk = __shfl_sync(0xffffffffu, (long long)base, k);
+#pragma unroll
+            for (int i = 0; i < DPL2; i++) {
+                const int d = 2 * (lane + 32 * i);
+                if (d < hd) {
+                    const float2 v = ld2(V + bk + d);
+                    acc[i].x += pk * v.x;
+                    acc[i].y += pk * v.y;
+                }
+            }
+        }
+        m = m_new;
+    }
+    /* merge: a warp without keys has m = -inf, l = 0 and weighs 0 (warp 0
+     * always has key `first`) */
+    if (lane == 0) {
+        sm_m[wid] = m;
+        sm_l[wid] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL2; i++) {
+        const int d = 2 * (lane + 32 * i);
+        if (d < hd) {
+            sm_acc[wid][d] = acc[i].x;
+            sm_acc[wid][d + 1] = acc[i].y;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < ATT_SPLIT) {
+        float mx = sm_m[0];
+        for (int w = 1; w < ATT_SPLIT; w++)
+            mx = fmaxf(mx, sm_m[w]);
+        sm_f[threadIdx.x] = sm_l[threadIdx.x] > 0.0f ? expf(sm_m[threadIdx.x] - mx) : 0.0f;
+    }
+    __syncthreads();
+    float lsum = 0.0f;
+    for (int w = 0; w < ATT_SPLIT; w++)
+        lsum += sm_f[w] * sm_l[w];
+    const float inv = 1.0f / lsum;
+    float *out = a.out + (size_t)item * hd;
+    /* Q: the output as Q8_0 too for the output projection (norm_out; a
+     * head is whole 32-value blocks, one warp each) */
+    int8_t *q8 = Q ? oq + (size_t)item * hd : NULL;
+    float *q8d = Q ? oqd + (size_t)item * (hd >> 5) : NULL;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < ATT_SPLIT; w++)
+            o += sm_f[w] * sm_acc[w][d];
+        norm_out<Q>(out, d, o * inv, q8, q8d);
+    }
+}
+
+template <typename KT, bool Q>
+static void launch_attention_split(const struct omni_battn *a, int8_t *q, float *qd,
+                                   cudaStream_t s)
+{
+    const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
+    if (a->head_dim <= 64)
+        k_attention_split<KT, 1, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+    else if (a->head_dim <= 128)
+        k_attention_split<KT, 2, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+    else
+        k_attention_split<KT, 4, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+}
+
+/* split: k_attention_split (decode steps), whose output is also written
+ * as Q8_0 into q / qd when q is not NULL */
+template <typename KT>
+static void launch_attention(const struct omni_battn *a, bool split, int8_t *q, float *qd,
+                             cudaStream_t s)
+{
+    if (split) {
+        if (q)
+            launch_attention_split<KT, true>(a, q, qd, s);
+        else
+            launch_attention_split<KT, false>(a, NULL, NULL, s);
+        return;
+    }
     const unsigned g = blocks_for((int64_t)a->n_tok * a->n_head, ATT_WARPS);
     if (a->head_dim <= 64)
         k_attention<KT, 1><<<g, ATT_WARPS * 32, 0, s>>>(*a);
@@ -1077,17 +1683,26 @@ static void launch_attention(const struct omni_battn *a, cudaStream_t s)
 
 static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
 {
+    touch(be);
     if (a->head_dim > 256 || a->head_dim % 2 || a->n_head % a->n_head_kv)
         return OMNI_ERR_UNSUPPORTED;
     if (a->n_tok < 1)
         return 0;
-    cudaStream_t s = st(be)->stream;
+    struct cuda_state *cs = st(be);
+    cudaStream_t s = cs->stream;
+    const bool split = a->n_tok <= ATT_SPLIT_MAX_TOK && !cs->att_split_off;
+    const int q_dim = a->n_head * a->head_dim;
+    int8_t *q = NULL;
+    float *qd = NULL;
+    const bool quant = split && a->head_dim % 32 == 0 && norm_quant(cs, a->n_tok, q_dim, &q, &qd);
     if (a->kv_type == GGML_TYPE_F16)
-        launch_attention<__half>(a, s);
+        launch_attention<__half>(a, split, q, qd, s);
     else if (a->kv_type == GGML_TYPE_F32)
-        launch_attention<float>(a, s);
+        launch_attention<float>(a, split, q, qd, s);
     else
         return OMNI_ERR_UNSUPPORTED;
+    if (quant)
+        norm_quant_done(cs, a->out, a->n_tok, q_dim);
     return chk_launch("attention");
 }
 
@@ -1138,6 +1753,7 @@ __global__ void k_argmax(const float *__restrict__ x, int n, int32_t *out)
 
 static int cuda_argmax(struct omni_backend *be, const float *x, int rows, int n, int32_t *out)
 {
+    touch(be);
     if (rows < 1)
         return 0;
     k_argmax<<<rows, 1024, 0, st(be)->stream>>>(x, n, out);
@@ -1173,6 +1789,7 @@ static void cuda_free(struct omni_backend *be, void *p)
 
 static int cuda_upload(struct omni_backend *be, void *dst, const void *src, size_t bytes)
 {
+    touch(be);
     return chk(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st(be)->stream), "upload");
 }
 
@@ -1185,6 +1802,7 @@ static int cuda_download(struct omni_backend *be, void *dst, const void *src, si
 
 static int cuda_memset0(struct omni_backend *be, void *dst, size_t bytes)
 {
+    touch(be);
     return chk(cudaMemsetAsync(dst, 0, bytes, st(be)->stream), "memset");
 }
 
@@ -1239,6 +1857,7 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
 
 static int cuda_graph_launch(struct omni_backend *be, void *graph)
 {
+    touch(be);
     return chk(cudaGraphLaunch((cudaGraphExec_t)graph, st(be)->stream), "graph launch");
 }
 
@@ -1261,6 +1880,8 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->xh);
         if (s->xq)
             cudaFree(s->xq);
+        if (s->xq2)
+            cudaFree(s->xq2);
         for (int i = 0; i < s->n_f16; i++)
             cudaFree(s->f16[i].h);
         free(s->f16);
@@ -1300,6 +1921,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->f32_act = act && !strcmp(act, "f32");
     const char *fc = getenv("OMNI_CUDA_F16_CACHE");
     s->f16_off = fc && !strcmp(fc, "0");
+    const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
+    s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
@@ -1336,6 +1959,9 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->kv_store = cuda_kv_store;
     be->attention = cuda_attention;
     be->argmax = cuda_argmax;
+    be->matmul_multi = cuda_matmul_multi;
+    be->matmul_glu = cuda_matmul_glu;
+    be->rope_kv = cuda_rope_kv;
     be->supports = cuda_supports;
     be->host_alloc = cuda_host_alloc;
     be->host_free = cuda_host_free;
