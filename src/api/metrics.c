@@ -3,6 +3,7 @@
  * static labels, so the label set stays bounded however clients spell paths. */
 #include "src/api/metrics.h"
 
+#include "src/core/gpu_info.h"
 #include "src/engine/engine.h"
 
 #include <pthread.h>
@@ -54,6 +55,7 @@ struct metrics {
     bool has_vision;                                  /* {lock} serve --mmproj */
     struct vision_cache_stats vision;                 /* {lock} last metrics_vision */
     bool has_stt;                                     /* {lock} serve --stt-model */
+    int gpu;                                          /* {lock} metrics_gpu's device, -1 none */
     struct whisper_batcher_stats stt;                 /* {lock} last metrics_stt */
 };
 
@@ -70,6 +72,7 @@ struct metrics *metrics_new(void)
     if (!m)
         return NULL;
     pthread_mutex_init(&m->lock, NULL);
+    m->gpu = -1;
     int nl = METRICS_N(metrics_latency_buckets);
     metrics_hist_init(&m->duration, metrics_latency_buckets, nl);
     metrics_hist_init(&m->ttft, metrics_latency_buckets, nl);
@@ -136,6 +139,13 @@ void metrics_vision(struct metrics *m, const struct vision_cache_stats *s)
     pthread_mutex_lock(&m->lock);
     m->has_vision = true;
     m->vision = *s;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_gpu(struct metrics *m, int device)
+{
+    pthread_mutex_lock(&m->lock);
+    m->gpu = device;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -398,8 +408,19 @@ char *metrics_render(struct metrics *m, const struct engine_stats *es, const cha
         metrics_gauge(&b, "omniserve_vision_encoder_seconds_total", "counter",
                       "Vision encoder time spent on cache misses.", v->encode_ms_total / 1e3);
     }
+    const int gpu = m->gpu;
     pthread_mutex_unlock(&m->lock);
     metrics_render_compute(&b);
+    struct gpu_info gi;
+    if (gpu >= 0 && gpu_info_read(gpu, &gi) == 0) {
+        metrics_gauge(&b, "omniserve_gpu_memory_used_bytes", "gauge",
+                      "Memory in use on the GPU (all processes).", (double)gi.mem_used);
+        metrics_gauge(&b, "omniserve_gpu_memory_total_bytes", "gauge",
+                      "Memory of the GPU.", (double)gi.mem_total);
+        metrics_gauge(&b, "omniserve_gpu_utilization_ratio", "gauge",
+                      "Fraction of the last sample period in which a kernel ran on the GPU (NVML).",
+                      gi.util_pct / 100.0);
+    }
     if (es) {
         metrics_gauge(&b, "omniserve_requests_running", "gauge", "Sequences being generated.", es->running);
         metrics_gauge(&b, "omniserve_requests_waiting", "gauge", "Requests waiting in the queue.", es->waiting);

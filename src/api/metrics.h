@@ -32,6 +32,11 @@ void metrics_tokens(struct metrics *m, long prompt_tokens, long completion_token
 struct vision_cache_stats;
 void metrics_vision(struct metrics *m, const struct vision_cache_stats *s);
 
+/* The GPU the language model runs on (serve --device cuda[:N]): its memory
+ * and utilisation in the renders from now on (src/core/gpu_info.h: NVML,
+ * when the driver's library loads; nothing otherwise). */
+void metrics_gpu(struct metrics *m, int device);
+
 /* The speech model's batching counters (serve --stt-model) for the renders from now on. */
 struct whisper_batcher_stats;
 void metrics_stt(struct metrics *m, const struct whisper_batcher_stats *s);
