@@ -1,7 +1,9 @@
-/* images.c - chat image parts -> vision embeddings -> engine segments (see
- * images.h): the sources (data:, http(s), file:// under the media root),
- * the worker pool that reads and encodes them off the service thread, and
- * the engine segments. */
+/* images.c - chat image and video parts -> vision embeddings -> engine
+ * segments (see images.h): the sources (data:, http(s), file:// under the
+ * media root), video sampling and frame pairing (Qwen2.5-VL's one-run
+ * videos with their time step, Qwen3-VL's timestamped patches), the worker
+ * pool that reads and encodes them off the service thread, and the engine
+ * segments. */
 #include "src/api/images.h"
 
 #include <fcntl.h>

@@ -12,9 +12,14 @@
  * by the model's image marker, so the chat template renders the prompt as
  * text; then the prompt becomes engine segments with the embeddings at the
  * marker positions (vision_prompt_build) and the request is submitted from
- * the worker. A video is sampled into frames (1 per second, at most 16;
- * the part's "fps" / "max_frames" choose), each an image - for
- * Qwen2.5-VL each pair of frames one temporal patch image.
+ * the worker. A video ("video_url", or {"type": "video", "video": URL or
+ * [frame URLs]}) is sampled into frames by seeking (1 per second, at most
+ * 16; a frame list is taken at 2 fps; the part's "fps" / "max_frames"
+ * choose), each an image of its own - except for Qwen2.5-VL, where pairs
+ * of frames are temporal patches and the video becomes one embedding
+ * (vision_embd.grid_t patches, .t_step temporal M-RoPE ids per patch) for
+ * one marker, and Qwen3-VL, where each patch is an image after its time
+ * ("<1.2 seconds>").
  *
  *   c = api_call_new(...);                                  // service thread
  *   rc = api_images_defer(pool, c, r, &root, &g, then, &e); // 1: a worker has it
@@ -110,7 +115,8 @@ int api_images_defer(struct api_images_pool *p, struct api_call *c, struct ws_re
  * n_ctx positions with g's completion (400 context_length_exceeded;
  * n_ctx <= 0: not checked); then decode and encode them into im (im->e
  * allocated here; free with api_images_free whatever the result) and
- * replace each part in req by its markers. The number of parts, or -1
+ * replace each part in req by its markers (im->e[i] goes with the i-th
+ * marker: a Qwen2.5-VL video's patches are one entry). The number of parts, or -1
  * with e (400, 413 past a byte limit, 499 when cancelled, 503 shutting
  * down, 500). */
 int api_images_take(struct api_images_pool *p, struct cJSON *req, int n_ctx,
