@@ -6,6 +6,12 @@
 reads what it writes.
 
     python3 tools/make_dac_encoder_golden.py tests/fixtures/dac/hf_wn OUT_DIR
+    python3 tools/make_dac_encoder_golden.py --mid OUT_DIR   # DAC.speech's strides, narrow
+
+--mid writes a seeded random DacModel with DAC.speech.v1.0's strides and
+codebooks (2, 4, 5, 8; 4 x 1024 x 8) but narrow channels into OUT_DIR/mid
+(config.json, model.safetensors: a few hundred KB) and the same files below
+with the prefix mid_.
 
 Writes into OUT_DIR, for two fixed inputs (enc_a: a multiple of the hop,
 enc_b: not, so the strided convs drop a remainder):
@@ -79,11 +85,72 @@ def load_folded(src):
     return model
 
 
+# DAC.speech.v1.0's strides and codebooks with narrow channels: the real
+# layer pattern (strides 2, 4, 5, 8; 4 codebooks of 1024 x 8) in a small file
+MID = dict(encoder_hidden_size=4, downsampling_ratios=[2, 4, 5, 8], decoder_hidden_size=32,
+           upsampling_ratios=[8, 5, 4, 2], n_codebooks=4, codebook_size=1024, codebook_dim=8,
+           hidden_size=64, sampling_rate=24000, hop_length=320)
+
+
+def make_mid(d):
+    """A seeded random DacModel of the MID shapes saved as a plain checkpoint."""
+    from safetensors.torch import save_file
+    torch.manual_seed(4321)
+    cfg = DacConfig(**MID)
+    model = DacModel(cfg).eval()
+    g = torch.Generator().manual_seed(77)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("alpha"):
+                p.copy_(0.3 + 1.7 * torch.rand(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+            elif "codebook" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(max(1, p[0].numel())))
+    os.makedirs(d, exist_ok=True)
+    save_file({k: v.detach().contiguous().clone() for k, v in model.state_dict().items()},
+              os.path.join(d, "model.safetensors"))
+    cfg.to_json_file(os.path.join(d, "config.json"))
+    return model
+
+
+def encode_all(model, out, prefix):
+    cfg = model.config
+    hop = int(np.prod(cfg.downsampling_ratios))
+    meta = dict(torch=torch.__version__, transformers=transformers.__version__, hop=hop,
+                n_codebooks=cfg.n_codebooks, hidden_size=cfg.hidden_size)
+    for name, x in inputs(hop, cfg.sampling_rate).items():
+        with torch.no_grad():
+            xt = torch.from_numpy(x).reshape(1, 1, -1)
+            latent = model.encoder(xt)
+            enc = model.encode(xt)
+            gaps = margins(model, latent, cfg.n_codebooks)
+        codes = enc.audio_codes[0].tolist()
+        base = os.path.join(out, f"{prefix}enc_{name}")
+        x.astype("<f4").tofile(base + "_input.f32")
+        latent[0].numpy().astype("<f4").tofile(base + "_latent.f32")
+        enc.quantized_representation[0].numpy().astype("<f4").tofile(base + "_quant.f32")
+        gaps.astype("<f4").tofile(base + "_margin.f32")
+        with open(base + "_codes.json", "w") as f:
+            json.dump(codes, f)
+        meta[name] = dict(n_samples=int(x.size), n_frames=int(latent.shape[-1]),
+                          min_margin=float(gaps.min()), latent_rms=float(latent.pow(2).mean().sqrt()))
+    with open(os.path.join(out, f"{prefix}enc_meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(json.dumps(meta))
+
+
 def main():
+    if sys.argv[1] == "--mid":   # --mid OUT_DIR: the MID checkpoint (OUT_DIR/mid) and its encodings
+        out = sys.argv[2]
+        os.makedirs(out, exist_ok=True)
+        encode_all(make_mid(os.path.join(out, "mid")), out, "mid_")
+        return
     src, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
     model = load_folded(src)
-    cfg = model.config
     # self-check: the committed decoder golden (same checkpoint) comes back
     fx = os.path.dirname(os.path.abspath(src))
     cpath, dpath = os.path.join(fx, "hf_codes.json"), os.path.join(fx, "hf_decode.f32")
@@ -95,28 +162,7 @@ def main():
         print("decoder self-check vs hf_decode.f32: max diff", diff)
         if diff > 1e-4:
             sys.exit("the folded checkpoint does not reproduce hf_decode.f32")
-    hop = int(np.prod(cfg.downsampling_ratios))
-    meta = dict(torch=torch.__version__, transformers=transformers.__version__, hop=hop,
-                n_codebooks=cfg.n_codebooks, hidden_size=cfg.hidden_size)
-    for name, x in inputs(hop, cfg.sampling_rate).items():
-        with torch.no_grad():
-            xt = torch.from_numpy(x).reshape(1, 1, -1)
-            latent = model.encoder(xt)
-            enc = model.encode(xt)
-            gaps = margins(model, latent, cfg.n_codebooks)
-        codes = enc.audio_codes[0].tolist()
-        x.astype("<f4").tofile(os.path.join(out, f"enc_{name}_input.f32"))
-        latent[0].numpy().astype("<f4").tofile(os.path.join(out, f"enc_{name}_latent.f32"))
-        enc.quantized_representation[0].numpy().astype("<f4").tofile(
-            os.path.join(out, f"enc_{name}_quant.f32"))
-        gaps.astype("<f4").tofile(os.path.join(out, f"enc_{name}_margin.f32"))
-        with open(os.path.join(out, f"enc_{name}_codes.json"), "w") as f:
-            json.dump(codes, f)
-        meta[name] = dict(n_samples=int(x.size), n_frames=int(latent.shape[-1]),
-                          min_margin=float(gaps.min()), latent_rms=float(latent.pow(2).mean().sqrt()))
-    with open(os.path.join(out, "enc_meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-    print(json.dumps(meta))
+    encode_all(model, out, "")
 
 
 if __name__ == "__main__":
