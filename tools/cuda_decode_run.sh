@@ -101,17 +101,20 @@ if [ -x build-cuda/test_cuda ] && [ "$(left)" -gt 150 ]; then
     grep -E "FAIL|top-5|passed|skip" "$W/test_cuda.txt" | head -40
     grep -E "passed" "$W/test_cuda.txt" | tail -1 | sed 's/^/test_cuda: /' >> "$SUM"
 fi
-if [ -x build-cuda/test_cuda ] && [ "$(left)" -gt 140 ]; then
-    stamp "compute-sanitizer memcheck (short: backend_matmul_types, qwen2 q8_0)"
-    for f in backend_matmul model_dev_qwen2_q8; do
-        OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-fix/fixtures timeout "$(cap 45)" \
-            compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/test_cuda $f \
-            > "$W/san_$f.txt" 2>&1
-        r="sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san_$f.txt" | tr '\n' ' ')"
-        echo "$r"
-        echo "$r" >> "$SUM"
-    done
-fi
+# /metrics' GPU lines: NVML through dlopen (src/core/gpu_info.c), read once
+cat > "$W/gi.c" <<'C'
+#include "src/core/gpu_info.h"
+#include <stdio.h>
+int main(void)
+{
+    struct gpu_info g = { 0, 0, 0 };
+    const int rc = gpu_info_read(0, &g);
+    printf("gpu_info_read(0): rc %d, %llu of %llu MiB used, %u%% busy\n", rc, g.mem_used >> 20,
+           g.mem_total >> 20, g.util_pct);
+    return rc != 0;
+}
+C
+cc -std=gnu11 -I. -o "$W/gi" "$W/gi.c" src/core/gpu_info.c -pthread -ldl && "$W/gi" | tee -a "$SUM"
 
 stamp "waiting for the 1B files"
 wait "$models_pid"
@@ -149,6 +152,36 @@ if [ -x build-cuda/bench_engine_dev ] && [ "$(left)" -gt 80 ]; then
     tail -3 "$W/engine.err"
 fi
 
+if [ -x build-cuda/bench_engine_dev ] && [ "$(left)" -gt 110 ]; then
+    stamp "the same with the plain ops and one-warp attention, 1 and 16"
+    OMNI_DEV_FUSE=0 OMNI_CUDA_ATT_SPLIT=0 timeout "$(cap 40)" build-cuda/bench_engine_dev -m "$M4" \
+        --device cuda --concurrency 1,16 --prompt-tokens 128 --gen-tokens 64 --json 2>/dev/null |
+        sed 's/^{/{"label":"engine cuda plain",/' | tee -a "$RES"
+fi
+
+# the 7B shape (its file takes a while to write)
+if [ "$Q7B" = 1 ]; then
+    stamp "waiting for the 7B file"
+    while kill -0 "$m7_pid" 2>/dev/null && [ "$(left)" -gt 100 ]; do sleep 2; done
+    cat "$W/model7.log"
+    if [ -f "$M7" ] && [ -x build-cuda/bench_dev ] && [ "$(left)" -gt 100 ]; then
+        stamp "bench_dev qwen2.5-7b q4_k_m"
+        bd "qwen2.5-7b-q4_k_m fused" X=1 -- -m "$M7" -p 512 -n 128 -r 3
+    fi
+fi
+
+if [ -x build-cuda/test_cuda ] && [ "${SAN:-1}" = 1 ] && [ "$(left)" -gt 120 ]; then
+    stamp "compute-sanitizer memcheck (short: backend_matmul_types, qwen2 q8_0)"
+    for f in backend_matmul model_dev_qwen2_q8; do
+        OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-fix/fixtures timeout "$(cap 45)" \
+            compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/test_cuda $f \
+            > "$W/san_$f.txt" 2>&1
+        r="sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san_$f.txt" | tr '\n' ' ')"
+        echo "$r"
+        echo "$r" >> "$SUM"
+    done
+fi
+
 # llama.cpp on the same files
 LB="$LBIN/llama-bench"
 LBB="$LBIN/llama-batched-bench"
@@ -171,6 +204,10 @@ if [ -x "$LB" ]; then
         lb "$M"
     done
 fi
+if [ -x "$LB" ] && [ -f "$M7" ] && [ "$(left)" -gt 30 ]; then
+    stamp "llama-bench qwen2.5-7b q4_k_m"
+    lb "$M7"
+fi
 if [ -x "$LBB" ] && [ "$(left)" -gt 25 ]; then
     stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
     timeout "$(cap 40)" "$LBB" -m "$M4" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,16,64 \
@@ -180,20 +217,6 @@ if [ -x "$LBB" ] && [ "$(left)" -gt 25 ]; then
         "$W/llama_batched.txt" >> "$SUM"
 fi
 
-# the 7B shape last (its file takes a while to write)
-if [ "$Q7B" = 1 ]; then
-    stamp "waiting for the 7B file"
-    while kill -0 "$m7_pid" 2>/dev/null && [ "$(left)" -gt 30 ]; do sleep 2; done
-    cat "$W/model7.log"
-    if [ -f "$M7" ] && [ -x build-cuda/bench_dev ] && [ "$(left)" -gt 25 ]; then
-        stamp "bench_dev qwen2.5-7b q4_k_m"
-        bd "qwen2.5-7b-q4_k_m fused" X=1 -- -m "$M7" -p 512 -n 128 -r 3
-    fi
-    if [ -f "$M7" ] && [ -x "$LB" ] && [ "$(left)" -gt 20 ]; then
-        stamp "llama-bench qwen2.5-7b q4_k_m"
-        lb "$M7"
-    fi
-fi
 stamp "done"
 for p in ${llama_pid:-} ${m7_pid:-}; do kill "$p" 2>/dev/null; done
 python3 - "$RES" >> "$SUM" <<'PY'
@@ -207,9 +230,9 @@ for l in open(sys.argv[1]):
     if lab == "llama-bench":
         t = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
         print("llama-bench %s %s: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], t, r["avg_ts"]))
-    elif lab == "engine cuda":
-        print("engine cuda concurrency %d: %.1f tok/s (decode step %.3f ms)"
-              % (r["concurrency"], r["aggregate_tok_s"], r.get("decode_step_ms", 0)))
+    elif lab.startswith("engine cuda"):
+        print("%s concurrency %d: %.1f tok/s (decode step %.3f ms)"
+              % (lab, r["concurrency"], r["aggregate_tok_s"], r.get("decode_step_ms", 0)))
     elif "test" in r:
         extra = " (%.0f GB/s of weights)" % r["weights_gb_s"] if "weights_gb_s" in r else ""
         print("bench_dev %s %s: %.1f tok/s%s" % (lab, r["test"], r["tok_s"], extra))
