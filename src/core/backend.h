@@ -171,7 +171,9 @@ struct omni_backend {
      * ops above; llm/model_dev.c does). matmul_multi: y[i] = x . w[i]^T for
      * i < nw (at most 3, equal cols: q, k, v from one read of x, one
      * launch). matmul_glu: y = silu(x . w_gate^T) * (x . w_up^T) (swiglu
-     * fused). rope_kv: see struct omni_brope_kv. */
+     * fused; OMNI_ERR_UNSUPPORTED with nothing queued for weights it does
+     * not fuse: the caller runs the plain ops). rope_kv: see struct
+     * omni_brope_kv. */
     int (*matmul_multi)(struct omni_backend *be, int nw, const struct omni_btensor *const *w,
                         const float *x, int n, float *const *y);
     int (*matmul_glu)(struct omni_backend *be, const struct omni_btensor *w_gate,
