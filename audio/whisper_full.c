@@ -262,16 +262,17 @@ static void seq_push(struct ctx *c, struct seq *q, int tok)
     q->tok[q->n] = tok;
     q->lp[q->n] = lp;
     q->p[q->n] = expf(lp);
-    /* token timestamps: the timestamp tokens of the same distribution */
+    /* token timestamps: the timestamp tokens of the same distribution (none
+     * in a vocabulary too small to hold them) */
     int tid = c->beg;
     double sum = 0;
-    for (int i = c->beg; i < c->nv; i++) {
+    for (int i = c->beg; i >= 0 && i < c->nv; i++) {
         sum += expf(c->logprobs[i]);
         if (c->logprobs[i] > c->logprobs[tid])
             tid = i;
     }
     q->tid[q->n] = tid;
-    q->pt[q->n] = expf(c->logprobs[tid]);
+    q->pt[q->n] = tid >= 0 && tid < c->nv ? expf(c->logprobs[tid]) : 0.0f;
     q->ptsum[q->n] = (float)sum;
     q->n++;
     if (q->n >= c->max_len)
