@@ -11,7 +11,8 @@ dac-24khz is ibm-research/DAC.speech.v1.0 (the codec of OuteTTS 1.0), from
 its published config.json: 24 kHz, hidden_size 1024, decoder_hidden_size
 1536, upsampling_ratios [8, 5, 4, 2] (hop 320: 75 frames/s), 4 codebooks of
 1024 entries, codebook_dim 8. Only the quantizer and decoder are written
-(the encoder is not needed to decode). tools/random_model --shape dac-24khz
+(the encoder is not needed to decode; --encoder adds it, with the quantizer's
+in_proj, for voice-clone timings). tools/random_model --shape dac-24khz
 comes here. The GGUF layout is tools/hf_dac_to_gguf.py's.
 """
 import argparse
@@ -27,7 +28,8 @@ import gguf  # noqa: E402
 from hf_dac_to_gguf import expected_decoder_shapes  # noqa: E402
 
 SHAPES = {
-    "dac-24khz": dict(hidden_size=1024, decoder_hidden_size=1536, upsampling_ratios=[8, 5, 4, 2],
+    "dac-24khz": dict(encoder_hidden_size=64, hidden_size=1024, decoder_hidden_size=1536,
+                      upsampling_ratios=[8, 5, 4, 2],
                       downsampling_ratios=[2, 4, 5, 8], n_codebooks=4, codebook_size=1024,
                       codebook_dim=8, sampling_rate=24000),
     "tiny": dict(hidden_size=16, decoder_hidden_size=32, upsampling_ratios=[2, 5, 4],
@@ -40,11 +42,41 @@ SHAPES = {
 }
 
 
-def random_weights(hp, seed):
+def expected_encoder_shapes(hp):
+    """The encoder's and the quantizer's in_proj tensors (transformers' names)."""
+    c = hp.get("encoder_hidden_size", 4)
+    s = {"encoder.conv1.weight": (c, 1, 7), "encoder.conv1.bias": (c,)}
+    for b, stride in enumerate(hp["downsampling_ratios"]):
+        p = f"encoder.block.{b}."
+        for r in (1, 2, 3):
+            u = f"{p}res_unit{r}."
+            s[u + "snake1.alpha"] = (c,)
+            s[u + "conv1.weight"] = (c, c, 7)
+            s[u + "conv1.bias"] = (c,)
+            s[u + "snake2.alpha"] = (c,)
+            s[u + "conv2.weight"] = (c, c, 1)
+            s[u + "conv2.bias"] = (c,)
+        s[p + "snake1.alpha"] = (c,)
+        s[p + "conv1.weight"] = (2 * c, c, 2 * stride)
+        s[p + "conv1.bias"] = (2 * c,)
+        c *= 2
+    s["encoder.snake1.alpha"] = (c,)
+    s["encoder.conv2.weight"] = (hp["hidden_size"], c, 3)
+    s["encoder.conv2.bias"] = (hp["hidden_size"],)
+    for q in range(hp["n_codebooks"]):
+        s[f"quantizer.quantizers.{q}.in_proj.weight"] = (hp["codebook_dim"], hp["hidden_size"], 1)
+        s[f"quantizer.quantizers.{q}.in_proj.bias"] = (hp["codebook_dim"],)
+    return s
+
+
+def random_weights(hp, seed, encoder=False):
     """name -> float32 array: weights ~ N(0, 1/fan_in), alphas in [0.3, 2], small biases."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in expected_decoder_shapes(hp).items():
+    shapes = dict(expected_decoder_shapes(hp))
+    if encoder:
+        shapes.update(expected_encoder_shapes(hp))
+    for name, shape in shapes.items():
         if name.endswith(".alpha"):
             a = 0.3 + 1.7 * rng.random(shape)
         elif name.endswith(".bias"):
@@ -175,9 +207,11 @@ def main(argv=None):
     ap.add_argument("--ref-out")
     ap.add_argument("--n-q", type=int, default=0, help="codebooks in the codes (default all)")
     ap.add_argument("--safetensors", help="also write a fake HF checkpoint directory")
+    ap.add_argument("--encoder", action="store_true",
+                    help="also the encoder and the quantizer's in_proj (voice-clone benchmarks)")
     a = ap.parse_args(argv)
     hp = SHAPES[a.shape]
-    wt = random_weights(hp, a.seed)
+    wt = random_weights(hp, a.seed, a.encoder)
     if a.out:
         write_gguf(a.out, hp, wt, a.type)
     if a.safetensors:
