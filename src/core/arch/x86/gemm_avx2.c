@@ -3,29 +3,23 @@
  * activation preparation both GEMM levels share (gemm_avx512.c has the
  * VNNI kernel).
  *
- * A tile of 2 weight rows x 4 activation rows is multiplied in registers,
- * so each weight block is unpacked once per 4 activation rows instead of
- * once per row. q4_0/q5_0 weights become unsigned bytes u = q + K (K = 8,
- * 16): pmaddubsw's int16 pair sums stay below 2 * 31 * 127, and the offset
- * comes off exactly as -K/8 * sum(a) in each int32 lane. q8_0 moves the
- * weight's sign onto the activation instead (K = 0: a byte of 128 times 127,
- * twice, still fits int16). Every (weight row, activation row) pair keeps
- * its own 8 float lanes, summed over blocks in a fixed order, so a result
- * depends only on its two rows, never on the rest of the batch.
+ * Below omni_x86_gemm_act8_min_avx2 rows a tile of 2 weight rows x 4
+ * activation rows is multiplied in registers, so each weight block is
+ * unpacked once per 4 activation rows instead of once per row. q4_0/q5_0
+ * weights become unsigned bytes u = q + K (K = 8, 16): pmaddubsw's int16
+ * pair sums stay below 2 * 31 * 127, and the offset comes off exactly as
+ * -K/8 * sum(a) in each int32 lane. q8_0 moves the weight's sign onto the
+ * activation instead (K = 0: a byte of 128 times 127, twice, still fits
+ * int16). Every (weight row, activation row) pair keeps its own 8 float
+ * lanes, summed over blocks in a fixed order, so a result depends only on
+ * its two rows, never on the rest of the batch.
  *
- * From OMNI_X86_GEMM_AVX2_GROUP_MIN rows, q4_0/q5_0 go further: 8 weight
- * rows are unpacked and transposed into per-thread scratch once per call,
- * one lane per weight row, so the int32 sum, the scale and the float steps
- * of a block serve 8 rows at once (about 2.5 instead of 6 instructions per
- * row, block and activation row). The loops over the group's registers and
- * the tile's activation rows carry unroll pragmas: left to itself GCC 12
- * copied the 8 weight registers through the stack with a memcpy call per
- * block (the kernel ran 40% slower). Batches of a multiple of 8 rows (the
- * engine's 8-sequence decode) turn the roles around instead: the 8
- * activation rows are transposed once per call and each weight block,
- * unpacked in place, is broadcast a dword at a time (act8_rows: same
- * integers, same float steps, same bits as the groups; 5-8% less time for
- * q5_0 4864 x 896 at 8 rows). Both prefetch the next 8 weight rows. */
+ * From that many rows up (the engine's 8-sequence decode) the roles turn
+ * around: 8 activation rows are transposed once per call, one lane per
+ * row, and each weight block, read in its row's own layout, is broadcast a
+ * dword at a time into tiles of 4 weight rows x 8 activation rows; the
+ * int32 block sum, the scale and the float steps of a block serve the 8
+ * activation rows at once ("8 activation rows interleaved" below). */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
@@ -198,156 +192,49 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
     TILE_SWITCH(GGML_TYPE_Q5_0)
 }
 
-// ---- q4_0 / q5_0: 8 weight rows interleaved --------------------------------
-
-/* An 8-row group of q4_0/q5_0 weights, unpacked to bytes and transposed so
- * that lane L of register k of block i holds bytes 4k..4k+3 of row L: one
- * broadcast activation dword then multiplies 8 rows at once, and the block
- * scale, the int32 sum and the float steps are shared by the 8 rows. Rows
- * past n_rows are zero. g: nb blocks of (8 registers, then 8 floats). */
-#define GROUP_BYTES (8 * 32 + 8 * 4)
-
-static void group_pack(const int WT, const uint8_t *w, size_t w_row, int n_rows, int64_t nb,
-                       uint8_t *g)
-{
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i v[8];
-        float *d = (float *)(g + (size_t)i * GROUP_BYTES + 256);
-        for (int L = 0; L < 8; L++) {
-            if (L >= n_rows) {
-                v[L] = _mm256_setzero_si256();
-                d[L] = 0.0f;
-                continue;
-            }
-            float dl;
-            v[L] = load_w(WT, w + (size_t)L * w_row, i, &dl);
-            d[L] = dl;
-        }
-        /* 8x8 transpose of 32-bit elements */
-        __m256i t[8], u[8];
-        for (int k = 0; k < 4; k++) {
-            t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-            t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-        }
-        for (int k = 0; k < 2; k++) {
-            u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-            u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-        }
-        /* u[j] (j < 4) holds dword j of rows 0-3 (low lane: dword j, high
-         * lane: dword j + 4); u[4 + j] the same for rows 4-7 */
-        __m256i *o = (__m256i *)(g + (size_t)i * GROUP_BYTES);
-        for (int j = 0; j < 4; j++) {
-            _mm256_storeu_si256(o + j, _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
-            _mm256_storeu_si256(o + j + 4, _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
-        }
-    }
-}
-
-/* y[c * y_stride + L] for the 8 rows of a packed group x NC activation rows. */
-static inline __attribute__((always_inline)) void
-group_tile(const int WT, const uint8_t *g, int64_t nb, int64_t nbp, const uint8_t *xq,
-           size_t xq_row, const float *ad, const int32_t *corr, float *y, size_t y_stride,
-           int n_rows, const int NC)
-{
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[TILE_C];
-    for (int c = 0; c < NC; c++)
-        acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i *wk = (const __m256i *)(g + (size_t)i * GROUP_BYTES);
-        const __m256 wd = _mm256_loadu_ps((const float *)(g + (size_t)i * GROUP_BYTES + 256));
-        __m256i W[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            W[k] = _mm256_loadu_si256(wk + k);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            /* the activation block's 8 dwords (qs sits at offset 2: unaligned) */
-            const i32u *a = (const i32u *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs;
-            __m256i dot;
-            if (WT == GGML_TYPE_Q4_0) { /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
-                __m256i s0 = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(a[0]));
-                __m256i s1 = _mm256_maddubs_epi16(W[4], _mm256_set1_epi32(a[4]));
-#pragma GCC unroll 4
-                for (int k = 1; k < 4; k++) { /* two chains: the adds' latency */
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], _mm256_set1_epi32(a[k])));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], _mm256_set1_epi32(a[k + 4])));
-                }
-                dot = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
-            } else { /* q5_0: 4 pair sums of at most 2 * 31 * 127 at a time */
-                __m256i s0 = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(a[0]));
-                __m256i s1 = _mm256_maddubs_epi16(W[4], _mm256_set1_epi32(a[4]));
-#pragma GCC unroll 4
-                for (int k = 1; k < 4; k++) {
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], _mm256_set1_epi32(a[k])));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], _mm256_set1_epi32(a[k + 4])));
-                }
-                dot = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
-            }
-            /* the offset K * sum(a): -K/8 * sum(a) per lane for 8 lanes */
-            dot = _mm256_add_epi32(dot, _mm256_set1_epi32(8 * corr[c * nbp + i]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd, _mm256_broadcast_ss(ad + c * nbp + i)),
-                                     acc[c]);
-        }
-    }
-    for (int c = 0; c < NC; c++) {
-        float out[8];
-        _mm256_storeu_ps(out, acc[c]);
-        for (int L = 0; L < n_rows; L++)
-            y[(size_t)c * y_stride + L] = out[L];
-    }
-}
-
-static void group_rows(const int WT, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out,
-                       const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
-                       int64_t n_batch, float *y, int64_t r0, int64_t r1, uint8_t *g)
-{
-    const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
-    for (int64_t r = r0; r < r1; r += 8) {
-        const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
-        group_pack(WT, w + (size_t)r * w_row, w_row, nr, nb, g);
-        /* the next group's rows arrive while this one multiplies: without,
-         * each group's DRAM reads and its multiplications took turns (10%
-         * less CPU time for the q5_0 groups of an 8-row Qwen2.5-0.5B decode;
-         * the same prefetch in the 2 x 4 tiles and the K-quant GEMM measured
-         * no better or worse: their weights stream in well without it) */
-        if (r + 8 < r1)
-            prefetch_bytes(w + (size_t)(r + 8) * w_row, (size_t)(r1 - r - 8 < 8 ? r1 - r - 8 : 8) * w_row);
-        for (int64_t c = 0; c < n_batch; c += TILE_C) {
-            const int nc = n_batch - c < TILE_C ? (int)(n_batch - c) : TILE_C;
-            const uint8_t *xc = xq + (size_t)c * xq_row;
-            float *yc = y + c * n_out + r;
-            switch (nc) {
-            case 1: group_tile(WT, g, nb, nbp, xc, xq_row, ad + c * nbp, corr + c * nbp, yc, (size_t)n_out, nr, 1); break;
-            case 2: group_tile(WT, g, nb, nbp, xc, xq_row, ad + c * nbp, corr + c * nbp, yc, (size_t)n_out, nr, 2); break;
-            case 3: group_tile(WT, g, nb, nbp, xc, xq_row, ad + c * nbp, corr + c * nbp, yc, (size_t)n_out, nr, 3); break;
-            default: group_tile(WT, g, nb, nbp, xc, xq_row, ad + c * nbp, corr + c * nbp, yc, (size_t)n_out, nr, 4); break;
-            }
-        }
-    }
-}
-
-// ---- q4_0 / q5_0: 8 activation rows interleaved ----------------------------
+// ---- 8 activation rows interleaved ------------------------------------------
 
 /* The same products with the roles turned: 8 activation rows transposed
  * once per call (lane c of register k = dword k of row c's block), so each
- * weight block is unpacked once, in its row's own layout, and its dwords
- * broadcast: no per-group transpose of the weights. Per (weight row,
- * activation row) the integers and the float steps are those of
- * group_tile, in the same order, so the bits are the same as its (test_matmul
- * pins the group range to one kernel id). a: nb blocks of (8 registers, 8
- * scales, 8 corrections times 8). */
+ * weight block is read once, in its row's own layout, and its dwords
+ * broadcast: no per-group transpose of the weights. A register tile is
+ * ACT8_R weight rows x the 8 activation rows: each activation register
+ * loaded serves ACT8_R weight rows (one weight row at a time left the
+ * kernel waiting on its loads: two per vpmaddubsw). Batches that are not a
+ * multiple of 8 pad their last 8 with zero rows (their lanes are dropped).
+ *
+ * q4_0/q5_0: per (weight row, activation row) the integer block sum is
+ * exact, then one float step per block (acc += float(sum + K * sum(a)) *
+ * (d * a.d)), so a row's bits do not depend on the batch size within the
+ * act8 range (test_matmul pins the range to one kernel id). q8_0: the
+ * weight's sign goes onto the activation (vpsignb; a is never -128) and
+ * |w| (at most 128) into vpmaddubsw's unsigned side; each vpmaddubsw is
+ * widened to int32 at once (two pair sums of 128 x 127 would not fit
+ * int16). Its float step, one per block and pair as for q4_0/q5_0, differs
+ * from the 2 x 4 tiles' (8 partial lanes per pair), so q8_0's act8 range
+ * is a kernel id of its own. a: nb blocks of (8 registers, 8 scales, 8
+ * corrections times 8). */
 #define ACT8_BYTES (8 * 32 + 8 * 4 + 8 * 4)
+#define ACT8_R 4 /* weight rows per register tile */
+#define BCAST_DW(v, k) _mm256_shuffle_epi32(v, (k) * 0x55)
+/* fewest batch rows that take the act8 kernel */
+#define ACT8_MIN_Q8_0 8
+#define ACT8_MIN_Q4 8
 
+/* Rows nc..7 of the pack are zero (no contribution, dropped on store). */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
-                      int64_t nb, int64_t nbp, uint8_t *a)
+                      int nc, int64_t nb, int64_t nbp, uint8_t *a)
 {
     for (int64_t i = 0; i < nb; i++) {
         __m256i v[8];
         uint8_t *o = a + (size_t)i * ACT8_BYTES;
         for (int c = 0; c < 8; c++) {
+            if (c >= nc) {
+                v[c] = _mm256_setzero_si256();
+                ((float *)(o + 256))[c] = 0.0f;
+                ((int32_t *)(o + 288))[c] = 0;
+                continue;
+            }
             v[c] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs);
             ((float *)(o + 256))[c] = ad[c * nbp + i];
             ((int32_t *)(o + 288))[c] = 8 * corr[c * nbp + i];
@@ -370,75 +257,156 @@ static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const i
     }
 }
 
-/* y[c * y_stride] (c < 8) for one weight row against the packed activations. */
-static inline __attribute__((always_inline)) void act8_row(const int WT, const uint8_t *wrow, int64_t nb,
-                                                           const uint8_t *a, float *y, size_t y_stride)
+/* y[c * y_stride + r] (c < nc, r < NR) for NR weight rows (row r at
+ * w + r * w_row) against the packed activations. */
+static inline __attribute__((always_inline)) void
+act8_tile(const int WT, const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y,
+          size_t y_stride, int nc, const int NR)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[ACT8_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const __m256i *A = (const __m256i *)(a + (size_t)i * ACT8_BYTES);
-        float d;
-        /* the block's dwords, each broadcast from the stack (a load, no shuffle) */
-        _Alignas(32) int32_t wd[8];
-        _mm256_store_si256((__m256i *)wd, load_w(WT, wrow, i, &d));
-        __m256i s0 = _mm256_maddubs_epi16(_mm256_set1_epi32(wd[0]), _mm256_loadu_si256(A));
-        __m256i s1 = _mm256_maddubs_epi16(_mm256_set1_epi32(wd[4]), _mm256_loadu_si256(A + 4));
+        __m256i dot[ACT8_R];
+        float d[ACT8_R];
+        if (WT == GGML_TYPE_Q8_0) {
+            const int8_t *q[ACT8_R];
 #pragma GCC unroll 4
-        for (int k = 1; k < 4; k++) {
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_set1_epi32(wd[k]), _mm256_loadu_si256(A + k)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_set1_epi32(wd[k + 4]), _mm256_loadu_si256(A + k + 4)));
+            for (int r = 0; r < NR; r++) {
+                const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * w_row) + i;
+                q[r] = x->qs;
+                d[r] = _cvtsh_ss(x->d);
+                dot[r] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i ak = _mm256_loadu_si256(A + k);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    /* straight from the weights (a copy through the stack
+                     * to save the vpabsb measured 60% slower) */
+                    const __m256i wb = _mm256_set1_epi32(*(const i32u *)(q[r] + 4 * k));
+                    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(ak, wb));
+                    dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
+                }
+            }
+        } else {
+            /* each block unpacked once; dword k broadcast in registers
+             * (each half copied to both lanes, then vpshufd) */
+            __m256i wl[ACT8_R], wh[ACT8_R];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const __m256i q = load_w(WT, w + (size_t)r * w_row, i, &d[r]);
+                wl[r] = _mm256_permute2x128_si256(q, q, 0x00);
+                wh[r] = _mm256_permute2x128_si256(q, q, 0x11);
+            }
+            __m256i s[ACT8_R];
+            /* q4_0: 8 pair sums of at most 2 * 15 * 127 fit int16; q5_0: 4
+             * of 2 * 31 * 127, so two halves */
+#pragma GCC unroll 4
+            for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+                for (int k = 4 * h; k < 4 * h + 4; k++) {
+                    const __m256i ak = _mm256_loadu_si256(A + k);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++) {
+                        const __m256i p = _mm256_maddubs_epi16(BCAST_DW(k < 4 ? wl[r] : wh[r], k & 3), ak);
+                        s[r] = k == 4 * h && (h == 0 || WT == GGML_TYPE_Q5_0) ? p : _mm256_add_epi16(s[r], p);
+                    }
+                }
+                if (WT == GGML_TYPE_Q5_0) {
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++)
+                        dot[r] = h == 0 ? _mm256_madd_epi16(s[r], ones)
+                                        : _mm256_add_epi32(dot[r], _mm256_madd_epi16(s[r], ones));
+                }
+            }
+            const __m256i k8 = _mm256_loadu_si256((const __m256i *)(a + (size_t)i * ACT8_BYTES + 288));
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                if (WT == GGML_TYPE_Q4_0)
+                    dot[r] = _mm256_madd_epi16(s[r], ones);
+                dot[r] = _mm256_add_epi32(dot[r], k8);
+            }
         }
-        __m256i dot = WT == GGML_TYPE_Q4_0
-                          ? _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones)
-                          : _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
-        dot = _mm256_add_epi32(dot, _mm256_loadu_si256((const __m256i *)(a + (size_t)i * ACT8_BYTES + 288)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                              _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps((const float *)(a + (size_t)i * ACT8_BYTES + 256))),
-                              acc);
+        const __m256 da = _mm256_loadu_ps((const float *)(a + (size_t)i * ACT8_BYTES + 256));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
     }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-    for (int c = 0; c < 8; c++)
-        y[(size_t)c * y_stride] = out[c];
+    for (int r = 0; r < NR; r++) {
+        float out[8];
+        _mm256_storeu_ps(out, acc[r]);
+        for (int c = 0; c < nc; c++)
+            y[(size_t)c * y_stride + r] = out[c];
+    }
 }
 
-static void act8_rows(const int WT, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out,
+#define ACT8_CASE(WT, nr)                                                                       \
+    case nr: act8_tile(WT, wr, w_row, nb, a, yr, y_stride, nc, nr); break
+
+#define ACT8_TILES(WT, name)                                                                    \
+    static void name(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,  \
+                     size_t y_stride, int nc, int nr)                                           \
+    {                                                                                           \
+        switch (nr) {                                                                           \
+            ACT8_CASE(WT, 1); ACT8_CASE(WT, 2); ACT8_CASE(WT, 3); default:                      \
+            act8_tile(WT, wr, w_row, nb, a, yr, y_stride, nc, ACT8_R);                          \
+            break;                                                                              \
+        }                                                                                       \
+    }
+
+typedef void (*act8_fn)(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,
+                        size_t y_stride, int nc, int nr);
+ACT8_TILES(GGML_TYPE_Q8_0, act8_q8_0)
+ACT8_TILES(GGML_TYPE_Q4_0, act8_q4_0)
+ACT8_TILES(GGML_TYPE_Q5_0, act8_q5_0)
+
+static void act8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out,
                       const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
                       int64_t n_batch, float *y, int64_t r0, int64_t r1, uint8_t *a)
 {
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
+    const act8_fn tile = wtype == GGML_TYPE_Q8_0 ? act8_q8_0 : wtype == GGML_TYPE_Q4_0 ? act8_q4_0 : act8_q5_0;
     for (int64_t c = 0; c < n_batch; c += 8) {
-        act8_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nb, nbp, a);
-        for (int64_t r = r0; r < r1; r++) {
-            if ((r & 7) == 0 && r + 8 < r1) /* as group_rows: the next rows arrive meanwhile */
+        const int nc = n_batch - c < 8 ? (int)(n_batch - c) : 8;
+        act8_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a);
+        for (int64_t r = r0; r < r1; r += ACT8_R) {
+            /* the next 8 weight rows arrive while these multiply (10% less
+             * CPU for the q5_0 products of an 8-row Qwen2.5-0.5B decode) */
+            if (((r - r0) & 7) == 0 && r + 8 < r1)
                 prefetch_bytes(w + (size_t)(r + 8) * w_row, (size_t)(r1 - r - 8 < 8 ? r1 - r - 8 : 8) * w_row);
-            act8_row(WT, w + (size_t)r * w_row, nb, a, y + c * n_out + r, (size_t)n_out);
+            const int nr = r1 - r < ACT8_R ? (int)(r1 - r) : ACT8_R;
+            tile(w + (size_t)r * w_row, w_row, nb, a, y + c * n_out + r, (size_t)n_out, nc, nr);
         }
     }
 }
 
 size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in)
 {
-    return (size_t)(n_in / QK8_0) * (ACT8_BYTES > GROUP_BYTES ? ACT8_BYTES : GROUP_BYTES);
+    return (size_t)(n_in / QK8_0) * ACT8_BYTES;
+}
+
+int omni_x86_gemm_act8_min_avx2(int wtype)
+{
+    /* measured on one thread against the 2 x 4 tiles (tests/bench_matmul.c:
+     * docs/benchmarks.md); a padded act8 pass costs about what 8 rows do */
+    switch (wtype) {
+    case GGML_TYPE_Q8_0: return ACT8_MIN_Q8_0;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: return ACT8_MIN_Q4;
+    default: return INT32_MAX;
+    }
 }
 
 void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                              const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                              int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch)
 {
-    if (wtype != GGML_TYPE_Q8_0 && scratch && n_batch % 8 == 0) {
-        if (wtype == GGML_TYPE_Q4_0)
-            act8_rows(GGML_TYPE_Q4_0, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
-        else
-            act8_rows(GGML_TYPE_Q5_0, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
-        return;
-    }
-    if (wtype != GGML_TYPE_Q8_0 && scratch && n_batch >= OMNI_X86_GEMM_AVX2_GROUP_MIN) {
-        if (wtype == GGML_TYPE_Q4_0)
-            group_rows(GGML_TYPE_Q4_0, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
-        else
-            group_rows(GGML_TYPE_Q5_0, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
+    if (scratch && n_batch >= omni_x86_gemm_act8_min_avx2(wtype)) {
+        act8_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
         return;
     }
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);

@@ -51,14 +51,13 @@ static inline int64_t omni_x86_gemm_q8_0_blocks(int64_t n_in)
 }
 void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t n_batch,
                              int64_t n_in, float *ad, int32_t *corr);
-/* From OMNI_X86_GEMM_AVX2_GROUP_MIN batch rows the AVX2 kernel packs
- * q4_0/q5_0 weights 8 rows at a time into scratch
- * (omni_x86_gemm_q8_0_avx2_scratch(n_in) bytes per thread) and multiplies 8
- * rows per register (batches of a multiple of 8 rows transpose the
- * activations instead, same bits); below that (the packing did not pay off,
- * measured) it keeps 2 x 4 register tiles. Rows agree bit for bit within
- * each range. */
-#define OMNI_X86_GEMM_AVX2_GROUP_MIN 8
+/* From omni_x86_gemm_act8_min_avx2(wtype) batch rows the AVX2 kernel
+ * transposes the activations 8 rows at a time into scratch
+ * (omni_x86_gemm_q8_0_avx2_scratch(n_in) bytes per thread; the last 8
+ * padded with zero rows) and multiplies 4 weight rows x 8 activation rows
+ * per register tile; below that it keeps 2 x 4 tiles. Rows agree bit for
+ * bit within each range (INT32_MAX: the type has no act8 range). */
+int omni_x86_gemm_act8_min_avx2(int wtype);
 size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in);
 void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                              const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
