@@ -49,6 +49,10 @@ static void run_job(void *arg, int ith, int nth)
 {
     const struct job *j = arg;
     const int64_t r0 = j->n_out * ith / nth, r1 = j->n_out * (ith + 1) / nth;
+    if (j->prep) { /* matmul.c's one-row path: the kernel loops and prefetches */
+        j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, j->xq, j->prep, j->y + r0);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
         if (j->pf && r + j->pf < r1) {
@@ -62,7 +66,7 @@ static void run_job(void *arg, int ith, int nth)
                 default: __builtin_prefetch(next + o, 0, 3); break;
                 }
         }
-        j->y[r] = j->prep ? j->op->vec_dot_prep(j->n_in, wr, j->xq, j->prep) : j->op->vec_dot(j->n_in, wr, j->xq);
+        j->y[r] = j->op->vec_dot(j->n_in, wr, j->xq);
     }
 }
 

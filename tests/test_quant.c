@@ -535,7 +535,8 @@ TEST(quant_vec_dot_prep_matches_ref)
                                   omni_cpu_level_name(level), (long long)n, (long long)i, prep[i], prep[nb + i],
                                   omni_fp16_to_fp32(yb[i].d), omni_fp16_to_fp32(yb[i].d) * (float)sum);
                     }
-                    const float s = op->vec_dot_prep(n, w, a, prep);
+                    float s;
+                    op->vec_dot_prep(n, w, 0, 1, a, prep, &s);
                     CHECK_MSG(fabs((double)s - s_ref) <= TOL_DOT_REL * mag + 1e-30,
                               "%s level %s n=%lld: prep %.9g vs ref %.9g (|w a| sum %.3g)",
                               ggml_type_name(type), omni_cpu_level_name(level), (long long)n, s, s_ref, mag);

@@ -39,7 +39,7 @@
 /* Decode streams W from memory once: prefetching a few rows ahead into L1
  * (not non-temporal: that measured half as fast) lets the loads overlap the
  * dot products; 20 GB/s on 2 threads here, where DRAM gives 23. */
-#define PREFETCH_ROWS 4
+#define PREFETCH_ROWS OMNI_PREFETCH_ROWS
 /* On a crowded machine, one-row products of smaller matrices than this run
  * on the caller alone (omni_matmul): about 0.3 ms of one core's work. */
 #define CROWDED_SERIAL_BYTES (4u << 20)
@@ -197,16 +197,17 @@ static void dot_rows(void *arg, int ith, int nth)
             j->op->act_prep(xq, p, j->n_in);
         prep = p;
     }
+    if (prep) { /* the kernel's own row loop and prefetches */
+        if (r0 < r1)
+            j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
         if (r + PREFETCH_ROWS < r1) {
             const uint8_t *next = wr + PREFETCH_ROWS * j->w_row;
             for (size_t o = 0; o < j->w_row; o += 64)
                 __builtin_prefetch(next + o, 0, 3);
-        }
-        if (prep) {
-            j->y[r] = j->op->vec_dot_prep(j->n_in, wr, xq, prep);
-            continue;
         }
         int64_t b = 0;
         if (j->op->vec_dot_n && j->n_batch > 1) /* several columns per pass over the row */

@@ -153,15 +153,19 @@ typedef float (*omni_vec_dot_fn)(int64_t n, const void *w, const void *a);
 #define OMNI_DOT_COLS_MAX 4
 typedef void (*omni_vec_dot_n_fn)(int64_t n, const void *w, const void *a, size_t a_row,
                                   int n_cols, float *s, size_t s_stride);
-/* Decode's one-row dot for weights whose dot type is Q8_0: act_prep
+/* Decode's one-row dots for weights whose dot type is Q8_0: act_prep
  * fills OMNI_ACT_PREP_FLOATS(n) floats from the activation row a once
  * (block i: prep[i] = its f16 scale as a float, prep[n/32 + i] = that times
- * the sum of its 32 int8s), and vec_dot_prep uses them with every weight row
- * (weight offsets applied once per block, not per element). Equal to
- * vec_dot within the dot tolerance (q8_0: the same bits). */
+ * the sum of its 32 int8s), and vec_dot_prep uses them with n_rows weight
+ * rows w + r * w_row (weight offsets applied once per block, not per
+ * element), y[r] for each, prefetching OMNI_PREFETCH_ROWS rows ahead within
+ * them. Each y[r] equals vec_dot within the dot tolerance (q8_0: the same
+ * bits). */
 #define OMNI_ACT_PREP_FLOATS(n) (2 * ((n) / 32) + 8)
+#define OMNI_PREFETCH_ROWS 4
 typedef void (*omni_act_prep_fn)(const void *a, float *prep, int64_t n);
-typedef float (*omni_vec_dot_prep_fn)(int64_t n, const void *w, const void *a, const float *prep);
+typedef void (*omni_vec_dot_prep_fn)(int64_t n, const void *w, size_t w_row, int64_t n_rows,
+                                     const void *a, const float *prep, float *y);
 typedef void (*omni_from_float_fn)(const float *x, void *y, int64_t n);
 typedef void (*omni_to_float_fn)(const void *x, float *y, int64_t n);
 

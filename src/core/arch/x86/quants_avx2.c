@@ -415,19 +415,22 @@ static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, cons
     return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
 }
 
-static float vec_dot_prep_q8_0_avx2(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q8_0_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_avx2(n, w, a, prep, 0);
+    DOT_PREP_ROWS(dot_prep_avx2, 0)
 }
 
-static float vec_dot_prep_q4_0_avx2(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q4_0_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_avx2(n, w, a, prep, 1);
+    DOT_PREP_ROWS(dot_prep_avx2, 1)
 }
 
-static float vec_dot_prep_q5_0_avx2(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q5_0_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_avx2(n, w, a, prep, 2);
+    DOT_PREP_ROWS(dot_prep_avx2, 2)
 }
 
 /* q4_1/q5_1: the min term m * s of every block, summed apart */

@@ -470,19 +470,22 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
     return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
 }
 
-static float vec_dot_prep_q8_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_vnni(n, w, a, prep, 0);
+    DOT_PREP_ROWS(dot_prep_vnni, 0)
 }
 
-static float vec_dot_prep_q4_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_vnni(n, w, a, prep, 1);
+    DOT_PREP_ROWS(dot_prep_vnni, 1)
 }
 
-static float vec_dot_prep_q5_0_vnni(int64_t n, const void *w, const void *a, const float *prep)
+static void vec_dot_prep_q5_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
 {
-    return dot_prep_vnni(n, w, a, prep, 2);
+    DOT_PREP_ROWS(dot_prep_vnni, 2)
 }
 
 // ---- K blocks at VNNI ----------------------------------------------------------

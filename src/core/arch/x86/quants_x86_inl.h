@@ -71,6 +71,24 @@ static inline __m128 scales4_x(const uint8_t *x, size_t bx)
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)hx));
 }
 
+/* bytes from p into L1, a line at a time (decode's rows ahead) */
+static inline void prefetch_bytes_l1(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
+/* The loop of a vec_dot_prep kernel: dot(n, row, a, prep, variant) of every
+ * row, the row OMNI_PREFETCH_ROWS ahead prefetched first (as matmul.c's
+ * other dot loops do); dot is inlined into it. */
+#define DOT_PREP_ROWS(dot, variant)                                                        \
+    for (int64_t r = 0; r < n_rows; r++) {                                                 \
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                       \
+        if (r + OMNI_PREFETCH_ROWS < n_rows)                                               \
+            prefetch_bytes_l1(wr + OMNI_PREFETCH_ROWS * w_row, w_row);                     \
+        y[r] = dot(n, wr, a, prep, variant);                                               \
+    }
+
 static inline float hsum_ps128(__m128 v)
 {
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
