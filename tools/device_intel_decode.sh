@@ -86,11 +86,13 @@ done
 stamp "tests"
 
 # 5. the decode dots streaming from memory (Llama-3.2-1B's ffn shape), per
-#    level: 2 threads with prefetch 0 / 4 rows (hint 3, and 4 rows into L2:
-#    hint 1), 1 thread, and weights in cache (the compute bound)
+#    level: 2 threads through the kernels decode runs (vec_dot_prep where the
+#    type has it: its own prefetch 4 rows ahead), through plain vec_dot with
+#    the bench's prefetch 4 / 0 rows ahead (hint 3, and 4 rows into L2: hint
+#    1), 1 thread, and weights in cache (the compute bound)
 for t in q8_0 q4_0 q4_K; do
     for lvl in avx2 avx512vnni; do
-        for a in "-n 2 -p 0" "-n 2 -p 4" "-n 2 -p 4 -x 1" "-n 2 -p 4 -h 1" "-n 1 -p 4" "-s 2048x512 -n 1 -c 1"; do
+        for a in "-n 2" "-n 2 -x 1 -p 4" "-n 2 -x 1 -p 0" "-n 2 -x 1 -p 4 -h 1" "-n 1" "-s 2048x512 -n 1 -c 1"; do
             [ "$(left)" -gt 105 ] || continue
             OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/b_decode -t $t -s 2048x8192 -r 3 $a | grep '"type"' >> "$O/decode.jsonl"
         done
