@@ -4,9 +4,12 @@
  * projection.
  *
  * The tokens of a batch go in batch order (a sequence's tokens depend on its
- * earlier ones through the state); the work is split across the pool by
- * conv channel (conv pass) and by value head (recurrence pass), each thread
- * owning its slice of every state, so no two threads touch the same floats. */
+ * earlier ones through the state); between the projections the work is one
+ * pool run split by key head: each thread convolves, normalises and runs
+ * the recurrence (the ops table's delta_rule, one pass over each head's
+ * state) for its key heads and the value heads reading them, owning their
+ * slice of every state, so no two threads touch the same floats and the
+ * bits do not depend on the thread count. */
 #include "deltanet.h"
 
 #include "src/core/omni.h"
@@ -95,32 +98,7 @@ void gdn_ctx_free(struct gdn_ctx *c)
 void gdn_delta_step(float *S, const float *q, const float *k, const float *v, float g,
                     float beta, int head_k, int head_v, float *o)
 {
-    const float decay = expf(g);
-    /* u = beta (v - (decayed S)^T k), accumulated row by row of S */
-    float u[1024];
-    for (int j = 0; j < head_v; j++)
-        u[j] = 0.0f;
-    for (int i = 0; i < head_k; i++) {
-        float *s = S + (size_t)i * head_v;
-        const float ki = k[i];
-        for (int j = 0; j < head_v; j++) {
-            s[j] *= decay;
-            u[j] += s[j] * ki;
-        }
-    }
-    for (int j = 0; j < head_v; j++) {
-        u[j] = beta * (v[j] - u[j]);
-        o[j] = 0.0f;
-    }
-    /* S += k u^T, then o = S^T q */
-    for (int i = 0; i < head_k; i++) {
-        float *s = S + (size_t)i * head_v;
-        const float ki = k[i], qi = q[i];
-        for (int j = 0; j < head_v; j++) {
-            s[j] += ki * u[j];
-            o[j] += s[j] * qi;
-        }
-    }
+    omni_ops()->delta_rule(S, q, k, v, expf(g), beta, head_k, head_v, o);
 }
 
 struct gdn_job {
@@ -130,56 +108,45 @@ struct gdn_job {
     int n;
 };
 
-/* Channels [c0, c1) of every token in order: y = silu(w . (state, x)),
- * the state shifted by one input. */
-static void conv_worker(void *arg, int ith, int nth)
+/* Conv channels [c0, c1) of token t: y = silu(w . (state, x)), the state
+ * shifted by one input (zeroed first when the token starts its sequence,
+ * copied to its snapshot after). */
+static void conv_channels(const struct gdn_job *j, int t, int c0, int c1)
 {
-    const struct gdn_job *j = arg;
     const struct gdn_params *p = &j->c->p;
     const int C = gdn_conv_dim(p), K = p->kernel;
-    const int c0 = (int)((int64_t)C * ith / nth), c1 = (int)((int64_t)C * (ith + 1) / nth);
     const size_t off = j->L->state_off;
-    for (int t = 0; t < j->n; t++) {
-        float *st = j->tok[t].state + off; /* [K - 1][C], oldest first */
-        float *x = j->c->qkv + (size_t)t * C;
-        if (j->tok[t].reset)
-            for (int k = 0; k < K - 1; k++)
-                memset(st + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-        for (int ch = c0; ch < c1; ch++) {
-            const float *w = j->L->conv_w + (size_t)ch * K, xc = x[ch];
-            float acc = w[K - 1] * xc;
-            for (int k = 0; k < K - 1; k++)
-                acc += w[k] * st[(size_t)k * C + ch];
-            for (int k = 0; k + 1 < K - 1; k++)
-                st[(size_t)k * C + ch] = st[(size_t)(k + 1) * C + ch];
-            if (K > 1)
-                st[(size_t)(K - 2) * C + ch] = xc;
-            x[ch] = acc / (1.0f + expf(-acc)); /* silu */
-        }
-        if (j->tok[t].snap)
-            for (int k = 0; k < K - 1; k++)
-                memcpy(j->tok[t].snap + off + (size_t)k * C + c0, st + (size_t)k * C + c0,
-                       (size_t)(c1 - c0) * sizeof(float));
+    float *st = j->tok[t].state + off; /* [K - 1][C], oldest first */
+    float *x = j->c->qkv + (size_t)t * C;
+    if (j->tok[t].reset)
+        for (int k = 0; k < K - 1; k++)
+            memset(st + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    for (int ch = c0; ch < c1; ch++) {
+        const float *w = j->L->conv_w + (size_t)ch * K, xc = x[ch];
+        float acc = w[K - 1] * xc;
+        for (int k = 0; k < K - 1; k++)
+            acc += w[k] * st[(size_t)k * C + ch];
+        for (int k = 0; k + 1 < K - 1; k++)
+            st[(size_t)k * C + ch] = st[(size_t)(k + 1) * C + ch];
+        if (K > 1)
+            st[(size_t)(K - 2) * C + ch] = xc;
+        x[ch] = acc / (1.0f + expf(-acc)); /* silu */
     }
+    if (j->tok[t].snap)
+        for (int k = 0; k < K - 1; k++)
+            memcpy(j->tok[t].snap + off + (size_t)k * C + c0, st + (size_t)k * C + c0,
+                   (size_t)(c1 - c0) * sizeof(float));
 }
 
-/* q and k of every (token, key head): L2-normalised, q scaled by 1/sqrt(head_k). */
-static void qk_norm_worker(void *arg, int ith, int nth)
+/* x /= sqrt(sum x^2 + eps), times scale (HF's l2norm) */
+static void l2norm_head(float *x, int dk, float scale)
 {
-    const struct gdn_job *j = arg;
-    const struct gdn_params *p = &j->c->p;
-    const int C = gdn_conv_dim(p), dk = p->head_k, rows = j->n * 2 * p->n_k_heads;
-    const float scale = 1.0f / sqrtf((float)dk);
-    for (int r = (int)((int64_t)rows * ith / nth); r < (int)((int64_t)rows * (ith + 1) / nth); r++) {
-        const int t = r / (2 * p->n_k_heads), h = r % (2 * p->n_k_heads); /* q heads, then k heads */
-        float *x = j->c->qkv + (size_t)t * C + (size_t)h * dk;
-        double ss = 0;
-        for (int i = 0; i < dk; i++)
-            ss += (double)x[i] * x[i];
-        const float inv = (1.0f / sqrtf((float)ss + GDN_L2_EPS)) * (h < p->n_k_heads ? scale : 1.0f);
-        for (int i = 0; i < dk; i++)
-            x[i] *= inv;
-    }
+    double ss = 0;
+    for (int i = 0; i < dk; i++)
+        ss += (double)x[i] * x[i];
+    const float inv = (1.0f / sqrtf((float)ss + GDN_L2_EPS)) * scale;
+    for (int i = 0; i < dk; i++)
+        x[i] *= inv;
 }
 
 static inline float softplus(float x)
@@ -187,40 +154,66 @@ static inline float softplus(float x)
     return x > 20.0f ? x : log1pf(expf(x)); /* torch's threshold 20 */
 }
 
-/* Value heads [h0, h1) of every token in order: the recurrence, then the
- * gated RMSNorm of the head's output. */
-static void delta_worker(void *arg, int ith, int nth)
+/* Value head h of token t: the recurrence on its state, then the gated
+ * RMSNorm of its output. */
+static void delta_head(const struct gdn_job *j, const struct omni_ops *op, int t, int h)
 {
-    const struct gdn_job *j = arg;
     const struct gdn_params *p = &j->c->p;
     const struct gdn_layer *L = j->L;
     const int C = gdn_conv_dim(p), dk = p->head_k, dv = p->head_v, nv = p->n_v_heads;
     const int nk = p->n_k_heads, r = nv / nk, kd = nk * dk;
-    const int h0 = (int)((int64_t)nv * ith / nth), h1 = (int)((int64_t)nv * (ith + 1) / nth);
     const size_t head_floats = (size_t)dk * dv;
-    const size_t soff = L->state_off + (size_t)(p->kernel - 1) * C;
+    float *S = j->tok[t].state + L->state_off + (size_t)(p->kernel - 1) * C + (size_t)h * head_floats;
+    const float *qkv = j->c->qkv + (size_t)t * C, *ba = j->c->ba + (size_t)t * 2 * nv;
+    if (j->tok[t].reset)
+        memset(S, 0, head_floats * sizeof(float));
+    const int kh = p->tiled ? h % nk : h / r;
+    /* b and a: per key head [b x r, a x r] (ssm_ba), or [b x nv][a x nv] */
+    const float b = L->ba.data ? ba[kh * 2 * r + h % r] : ba[h];
+    const float a = L->ba.data ? ba[kh * 2 * r + r + h % r] : ba[nv + h];
+    const float beta = 1.0f / (1.0f + expf(-b));
+    const float g = L->a[h] * softplus(a + L->dt_bias[h]);
+    float *o = j->c->y + (size_t)t * nv * dv + (size_t)h * dv;
+    op->delta_rule(S, qkv + (size_t)kh * dk, qkv + kd + (size_t)kh * dk, qkv + 2 * kd + (size_t)h * dv,
+                   expf(g), beta, dk, dv, o);
+    op->rmsnorm(o, o, L->norm, dv, p->norm_eps);
+    op->swiglu(j->c->z + (size_t)t * nv * dv + (size_t)h * dv, o, dv);
+    if (j->tok[t].snap)
+        memcpy(j->tok[t].snap + (S - j->tok[t].state), S, head_floats * sizeof(float));
+}
+
+/* Key heads [k0, k1) and the value heads that read them, every token in
+ * order: conv of their q, k and v channels, q / k normalised, the
+ * recurrence. A key head's value heads are h / r == kh (grouped) or
+ * h % n_k == kh (tiled), so the threads' channels and states are disjoint
+ * and one pool run does the whole layer between the projections. */
+static void heads_worker(void *arg, int ith, int nth)
+{
+    const struct gdn_job *j = arg;
+    const struct gdn_params *p = &j->c->p;
+    const int C = gdn_conv_dim(p), dk = p->head_k, dv = p->head_v, nk = p->n_k_heads;
+    const int r = p->n_v_heads / nk, kd = nk * dk;
+    const int k0 = (int)((int64_t)nk * ith / nth), k1 = (int)((int64_t)nk * (ith + 1) / nth);
+    if (k0 == k1)
+        return;
+    const struct omni_ops *op = omni_ops();
+    const float scale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < j->n; t++) {
-        float *S0 = j->tok[t].state + soff;
-        const float *qkv = j->c->qkv + (size_t)t * C, *ba = j->c->ba + (size_t)t * 2 * nv;
-        if (j->tok[t].reset)
-            memset(S0 + (size_t)h0 * head_floats, 0, (size_t)(h1 - h0) * head_floats * sizeof(float));
-        for (int h = h0; h < h1; h++) {
-            const int kh = p->tiled ? h % nk : h / r;
-            /* b and a: per key head [b x r, a x r] (ssm_ba), or [b x nv][a x nv] */
-            const float b = L->ba.data ? ba[kh * 2 * r + h % r] : ba[h];
-            const float a = L->ba.data ? ba[kh * 2 * r + r + h % r] : ba[nv + h];
-            const float beta = 1.0f / (1.0f + expf(-b));
-            const float g = L->a[h] * softplus(a + L->dt_bias[h]);
-            float *o = j->c->y + (size_t)t * nv * dv + (size_t)h * dv;
-            gdn_delta_step(S0 + (size_t)h * head_floats, qkv + (size_t)kh * dk,
-                           qkv + kd + (size_t)kh * dk, qkv + 2 * kd + (size_t)h * dv, g, beta,
-                           dk, dv, o);
-            omni_ops()->rmsnorm(o, o, L->norm, dv, p->norm_eps);
-            omni_ops()->swiglu(j->c->z + (size_t)t * nv * dv + (size_t)h * dv, o, dv);
+        float *x = j->c->qkv + (size_t)t * C;
+        conv_channels(j, t, k0 * dk, k1 * dk);           /* q */
+        conv_channels(j, t, kd + k0 * dk, kd + k1 * dk); /* k */
+        if (p->tiled) /* v of heads kh + m nk */
+            for (int m = 0; m < r; m++)
+                conv_channels(j, t, 2 * kd + (k0 + m * nk) * dv, 2 * kd + (k1 + m * nk) * dv);
+        else /* v of heads kh r .. kh r + r - 1 */
+            conv_channels(j, t, 2 * kd + k0 * r * dv, 2 * kd + k1 * r * dv);
+        for (int kh = k0; kh < k1; kh++) {
+            l2norm_head(x + (size_t)kh * dk, dk, scale);
+            l2norm_head(x + kd + (size_t)kh * dk, dk, 1.0f);
         }
-        if (j->tok[t].snap)
-            memcpy(j->tok[t].snap + soff + (size_t)h0 * head_floats, S0 + (size_t)h0 * head_floats,
-                   (size_t)(h1 - h0) * head_floats * sizeof(float));
+        for (int kh = k0; kh < k1; kh++)
+            for (int m = 0; m < r; m++)
+                delta_head(j, op, t, p->tiled ? kh + m * nk : kh * r + m);
     }
 }
 
@@ -280,9 +273,7 @@ int gdn_forward(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, i
         }
     }
     struct gdn_job j = { .c = c, .L = L, .tok = tok, .n = n };
-    run(c->tp, conv_worker, &j);
-    run(c->tp, qk_norm_worker, &j);
-    run(c->tp, delta_worker, &j);
+    run(c->tp, heads_worker, &j);
     mm(mm_arg, &L->out, c->y, n, out);
     return 0;
 }

@@ -7,7 +7,9 @@
 #include "test.h"
 
 #include "llm/deltanet.h"
+#include "src/core/cpu.h"
 #include "src/core/omni.h"
+#include "src/core/ops.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 
@@ -58,6 +60,37 @@ TEST(deltanet_step_matches_formula)
         CHECK_MSG(fabs(od - o[j]) < 1e-5, "o[%d] %g vs %g", j, o[j], od);
         for (int i = 0; i < DK; i++)
             CHECK(fabs(Sd[i][j] - S[i * DV + j]) < 1e-5);
+    }
+}
+
+/* The ops table's delta_rule at every CPU level this machine has (one
+ * pass over S by column blocks, o from the old state) against the plain-C
+ * reference (S updated, then o = S^T q), for head shapes with and without
+ * a tail past the vector width. */
+TEST(deltanet_delta_rule_levels)
+{
+    static const int shapes[][2] = { { 128, 128 }, { 8, 6 }, { 16, 20 }, { 5, 7 }, { 64, 40 }, { 32, 72 } };
+    const struct omni_ops *ref = omni_ops_reference();
+    unsigned seed = 7;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int dk = shapes[sh][0], dv = shapes[sh][1];
+        float *S0 = rand_vec((size_t)dk * dv, 1.0f, &seed), *q = rand_vec(dk, 0.3f, &seed);
+        float *k = rand_vec(dk, 0.3f, &seed), *v = rand_vec(dv, 1.0f, &seed);
+        float *S1 = malloc((size_t)dk * dv * sizeof(float)), *S2 = malloc((size_t)dk * dv * sizeof(float));
+        float *o1 = malloc((size_t)dv * sizeof(float)), *o2 = malloc((size_t)dv * sizeof(float));
+        memcpy(S1, S0, (size_t)dk * dv * sizeof(float));
+        ref->delta_rule(S1, q, k, v, 0.8f, 0.6f, dk, dv, o1);
+        for (int lvl = 0; lvl <= omni_cpu()->max_level; lvl++) {
+            const struct omni_ops *op = omni_ops_at(lvl);
+            memcpy(S2, S0, (size_t)dk * dv * sizeof(float));
+            op->delta_rule(S2, q, k, v, 0.8f, 0.6f, dk, dv, o2);
+            CHECK_MSG(test_max_diff(o2, o1, (size_t)dv) < 1e-5f * (1.0f + dk / 16.0f),
+                      "%s: o of %dx%d differs by %g", op->name, dk, dv,
+                      (double)test_max_diff(o2, o1, (size_t)dv));
+            CHECK_MSG(test_max_diff(S2, S1, (size_t)dk * dv) < 1e-5f, "%s: S of %dx%d", op->name,
+                      dk, dv);
+        }
+        free(S0), free(q), free(k), free(v), free(S1), free(S2), free(o1), free(o2);
     }
 }
 

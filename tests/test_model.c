@@ -36,6 +36,11 @@
 /* gemma3's fixture (logits 4x as large, peaky attention) turns summation-order
  * differences into ~2e-4, with or without its sliding window */
 #define TOL_SAME_GEMMA3 1e-3
+/* the hybrids' two sequences in one batch against one alone: the batch's
+ * row counts pick other product paths (per-row dots below 32 rows, sgemm
+ * above), and the DeltaNet state carries each difference on; qwen35's
+ * fixture measured 2.8e-5 - 1.2e-4 over the delta-rule kernels of each level */
+#define TOL_SAME_STATE 3e-4
 /* Q8_0 KV: each K/V value rounds to within 1/254 of its 32-value block's
  * max. Measured with F32 weights: max ~5e-2, mean ~8e-3, the same bits as F32
  * KV whose values went through quantize/dequantize_row_q8_0. */
@@ -1458,7 +1463,7 @@ static void check_state(const char *model)
         da = fmax(da, test_max_diff(two + (size_t)2 * i * V, g.logits + (size_t)i * V, V));
         db = fmax(db, test_max_diff(two + (size_t)(2 * i + 1) * V, out + (size_t)i * V, V));
     }
-    CHECK_MSG(da <= TOL_F32 && db <= TOL_SAME, "interleaved: A %g, B %g", da, db);
+    CHECK_MSG(da <= TOL_F32 && db <= TOL_SAME_STATE, "interleaved: A %g, B %g", da, db);
     /* fork after 16 tokens: B shares A's first block and copies its state */
     seq_init(&a, 4, 0, 1, 12);
     CHECK_EQ(run_chunks(ctx, kv, &a.view, g.ids, 16, 16, out, V), 0);

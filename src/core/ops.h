@@ -85,6 +85,16 @@ struct omni_ops {
     /* acc += sum_i w[i] v[i] */
     void (*attn_wsum)(float *acc, const float *w, const float *const *v, int n, int d);
     void (*attn_wsum_f16)(float *acc, const float *w, const uint16_t *const *v, int n, int d);
+
+    /* ---- linear attention ---- */
+    /* The gated delta rule (Gated DeltaNet, llm/deltanet.c) for one token of
+     * one head, the state S [dk][dv] (row i: key dimension i) in place:
+     *   S = decay S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q
+     * q, k: dk floats; v, o: dv floats (dv <= 1024). The SIMD versions pass
+     * over S once from memory (column blocks kept in L1 between the read of
+     * S^T k, S^T q and the update; o = decay S_old^T q + (q . k) u). */
+    void (*delta_rule)(float *S, const float *q, const float *k, const float *v, float decay,
+                       float beta, int dk, int dv, float *o);
 };
 
 /* The table of the CPU level in use (omni_cpu_level()). Never NULL. */

@@ -269,6 +269,34 @@ static void attn_wsum_f16_ref(float *acc, const float *w, const uint16_t *const 
         axpy_f16_ref(acc, w[i], v[i], d);
 }
 
+static void delta_rule_ref(float *S, const float *q, const float *k, const float *v, float decay,
+                           float beta, int dk, int dv, float *o)
+{
+    /* u = beta (v - (decayed S)^T k), accumulated row by row of S */
+    float u[1024];
+    for (int j = 0; j < dv; j++)
+        u[j] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *s = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            s[j] *= decay;
+            u[j] += s[j] * k[i];
+        }
+    }
+    for (int j = 0; j < dv; j++) {
+        u[j] = beta * (v[j] - u[j]);
+        o[j] = 0.0f;
+    }
+    /* S += k u^T, then o = S^T q */
+    for (int i = 0; i < dk; i++) {
+        float *s = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            s[j] += k[i] * u[j];
+            o[j] += s[j] * q[i];
+        }
+    }
+}
+
 const struct omni_ops omni_ops_ref = {
     .name = "ref",
     .dot = dot_ref,
@@ -297,4 +325,5 @@ const struct omni_ops omni_ops_ref = {
     .attn_scores_f16 = attn_scores_f16_ref,
     .attn_wsum = attn_wsum_ref,
     .attn_wsum_f16 = attn_wsum_f16_ref,
+    .delta_rule = delta_rule_ref,
 };

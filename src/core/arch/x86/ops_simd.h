@@ -438,6 +438,62 @@ static void attn_wsum_f16_simd(float *acc, const float *w, const uint16_t *const
         axpy_f16_simd(acc, w[i], v[i], d);
 }
 
+// ---- linear attention ---------------------------------------------------------
+
+/* Columns [j, j + nv VW) of the delta rule (nv <= 4: 8 independent FMA
+ * chains): a block of dk rows x nv vectors is read for S_old^T k and
+ * S_old^T q, then - still in L1 - rewritten as decay S + k u^T, so S comes
+ * from memory once per token; u = beta (v - decay S_old^T k) and
+ * o = S_new^T q = decay S_old^T q + (q . k) u are per column. */
+static inline __attribute__((always_inline)) void
+delta_cols(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+           float qk, int dk, int dv, int j, int nv, float *o)
+{
+    vf ks[4] = { { 0 } }, qs[4] = { { 0 } }, u[4];
+    for (int i = 0; i < dk; i++) {
+        const float *s = S + (size_t)i * dv + j;
+        const vf ki = splat(k[i]), qi = splat(q[i]);
+        for (int c = 0; c < nv; c++) {
+            const vf x = ld(s + c * VW);
+            ks[c] += ki * x;
+            qs[c] += qi * x;
+        }
+    }
+    const vf vd = splat(decay), vb = splat(beta), vqk = splat(qk);
+    for (int c = 0; c < nv; c++) {
+        u[c] = vb * (ld(v + j + c * VW) - vd * ks[c]);
+        st(o + j + c * VW, vd * qs[c] + vqk * u[c]);
+    }
+    for (int i = 0; i < dk; i++) {
+        float *s = S + (size_t)i * dv + j;
+        const vf ki = splat(k[i]);
+        for (int c = 0; c < nv; c++)
+            st(s + c * VW, vd * ld(s + c * VW) + ki * u[c]);
+    }
+}
+
+static void delta_rule_simd(float *S, const float *q, const float *k, const float *v, float decay,
+                            float beta, int dk, int dv, float *o)
+{
+    const float qk = dot_simd(q, k, dk);
+    int j = 0;
+    for (; j + 4 * VW <= dv; j += 4 * VW)
+        delta_cols(S, q, k, v, decay, beta, qk, dk, dv, j, 4, o);
+    for (; j + VW <= dv; j += VW)
+        delta_cols(S, q, k, v, decay, beta, qk, dk, dv, j, 1, o);
+    for (; j < dv; j++) { /* the last dv % VW columns, one at a time */
+        float ks = 0.0f, qs = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            ks += k[i] * S[(size_t)i * dv + j];
+            qs += q[i] * S[(size_t)i * dv + j];
+        }
+        const float u = beta * (v[j] - decay * ks);
+        o[j] = decay * qs + qk * u;
+        for (int i = 0; i < dk; i++)
+            S[(size_t)i * dv + j] = decay * S[(size_t)i * dv + j] + k[i] * u;
+    }
+}
+
 void OPS_FILL(struct omni_ops *o);
 void OPS_FILL(struct omni_ops *o)
 {
@@ -468,4 +524,5 @@ void OPS_FILL(struct omni_ops *o)
     o->attn_scores_f16 = attn_scores_f16_simd;
     o->attn_wsum = attn_wsum_simd;
     o->attn_wsum_f16 = attn_wsum_f16_simd;
+    o->delta_rule = delta_rule_simd;
 }
