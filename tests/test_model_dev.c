@@ -320,6 +320,104 @@ static void compare_model(const char *path)
     free(b);
 }
 
+/* The backend's fused decode ops (backend.h: matmul_multi, matmul_glu,
+ * rope_kv; cuda) against the plain ops on the same backend: the same
+ * integers, scales and sums, so the same floats (1e-6 of max |y| allowed).
+ * q/k/v-like matrices of three weight types in one launch; gate/up of one
+ * type, and a product of its output right after (one row: the Q8_0 form
+ * the fused launch leaves, against a fresh quantization). rope_kv runs in
+ * the model tests. Skips where the ops are absent. */
+static double max_abs(const float *x, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+TEST(backend_fused_ops)
+{
+    char err[256];
+    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+    CHECK_MSG(be, "%s", err);
+    if (!be)
+        return;
+    test_defer(free_backend, be);
+    if (!be->matmul_multi || !be->matmul_glu || !be->rope_kv)
+        SKIP("the backend has no fused ops");
+    enum { COLS = 512, R0 = 96, R1 = 32, R2 = 40, NMAX = 16 };
+    const int types[3] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K };
+    const int rows[3] = { R0, R1, R2 };
+    float *w = malloc((size_t)R0 * COLS * sizeof(float));
+    float *x = malloc((size_t)NMAX * COLS * sizeof(float));
+    float *ya = malloc((size_t)NMAX * R0 * sizeof(float)), *yb = malloc((size_t)NMAX * R0 * sizeof(float));
+    void *q = malloc((size_t)R0 * COLS * sizeof(float));
+    CHECK(w && x && ya && yb && q);
+    rng_state = 11;
+    for (int i = 0; i < NMAX * COLS; i++)
+        x[i] = frand();
+    float *dx = be->alloc(be, (size_t)NMAX * COLS * sizeof(float));
+    CHECK(dx && be->upload(be, dx, x, (size_t)NMAX * COLS * sizeof(float)) == 0);
+    struct omni_btensor t[3];
+    float *dy[3], *dz[3];
+    for (int m = 0; m < 3; m++) {
+        for (int i = 0; i < rows[m] * COLS; i++)
+            w[i] = frand() * 0.1f;
+        const size_t rb = ggml_row_size(types[m], COLS);
+        for (int r = 0; r < rows[m]; r++)
+            CHECK(quantize_row(types[m], w + (size_t)r * COLS, (char *)q + r * rb, COLS) == 0);
+        void *dw = be->alloc(be, rb * rows[m]);
+        CHECK(dw && be->upload(be, dw, q, rb * rows[m]) == 0);
+        t[m] = (struct omni_btensor){ types[m], COLS, rows[m], dw };
+        dy[m] = be->alloc(be, (size_t)NMAX * R0 * sizeof(float));
+        dz[m] = be->alloc(be, (size_t)NMAX * R0 * sizeof(float));
+        CHECK(dy[m] && dz[m]);
+    }
+    const struct omni_btensor *tw[3] = { &t[0], &t[1], &t[2] };
+    static const int ns[] = { 1, 2, 7, 16 };
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int n = ns[ni];
+        /* q/k/v: one launch against three */
+        float *const y3[3] = { dy[0], dy[1], dy[2] };
+        CHECK(be->matmul_multi(be, 3, tw, dx, n, y3) == 0);
+        for (int m = 0; m < 3; m++) {
+            CHECK(be->matmul(be, &t[m], dx, n, dz[m]) == 0);
+            CHECK(be->download(be, ya, dy[m], (size_t)n * rows[m] * sizeof(float)) == 0);
+            CHECK(be->download(be, yb, dz[m], (size_t)n * rows[m] * sizeof(float)) == 0);
+            const double d = test_max_diff(ya, yb, n * rows[m]);
+            CHECK_MSG(d <= 1e-6 * (1 + max_abs(yb, n * rows[m])),
+                      "matmul_multi n=%d matrix %d (%s): %.3g", n, m, ggml_type_name(types[m]), d);
+        }
+        /* gate/up + SwiGLU (t[0] as both: one type), then the down-like
+         * product of its output right after (t[1]'s data as R1 x R0) */
+        const struct omni_btensor up = { types[0], COLS, R0, t[0].data };
+        const struct omni_btensor down = { GGML_TYPE_Q8_0, R0, R1, t[1].data };
+        CHECK(be->matmul_glu(be, &t[0], &up, dx, n, dy[0]) == 0);
+        CHECK(be->matmul(be, &down, dy[0], n, dy[2]) == 0);
+        CHECK(be->download(be, ya, dy[0], (size_t)n * R0 * sizeof(float)) == 0);
+        CHECK(be->upload(be, dz[2], ya, (size_t)n * R0 * sizeof(float)) == 0);
+        CHECK(be->matmul(be, &down, dz[2], n, dz[0]) == 0);
+        CHECK(be->download(be, ya, dy[2], (size_t)n * R1 * sizeof(float)) == 0);
+        CHECK(be->download(be, yb, dz[0], (size_t)n * R1 * sizeof(float)) == 0);
+        CHECK_MSG(test_max_diff(ya, yb, n * R1) <= 1e-6 * (1 + max_abs(yb, n * R1)),
+                  "product after matmul_glu n=%d: %.3g", n, test_max_diff(ya, yb, n * R1));
+        CHECK(be->matmul(be, &t[0], dx, n, dz[0]) == 0);
+        CHECK(be->matmul(be, &up, dx, n, dz[1]) == 0);
+        CHECK(be->swiglu(be, dz[0], dz[1], (int64_t)n * R0) == 0);
+        CHECK(be->download(be, ya, dy[0], (size_t)n * R0 * sizeof(float)) == 0);
+        CHECK(be->download(be, yb, dz[1], (size_t)n * R0 * sizeof(float)) == 0);
+        const double d = test_max_diff(ya, yb, n * R0);
+        CHECK_MSG(d <= 1e-6 * (1 + max_abs(yb, n * R0)), "matmul_glu n=%d: %.3g", n, d);
+    }
+    for (int m = 0; m < 3; m++) {
+        be->free(be, (void *)t[m].data);
+        be->free(be, dy[m]);
+        be->free(be, dz[m]);
+    }
+    be->free(be, dx);
+    free(w), free(x), free(ya), free(yb), free(q);
+}
+
 static const char *golden(const char *name)
 {
     return test_golden(name);

@@ -411,10 +411,22 @@ __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *
     *a = d * (float)sc[0];
     *b = d * (float)sc[1];
     const int lshift = (qd >> 1) * 4, hshift = 2 * qd;
+    /* 210-byte blocks are 2-byte aligned: the 32 bytes of ql and of qh as
+     * 9 aligned words each (the 9th stays inside the block), funnel-shifted
+     * by 0 or 16 bits (ql and qh share the block's alignment) */
+    const uint32_t *lw = (const uint32_t *)((uintptr_t)ql & ~(uintptr_t)3);
+    const uint32_t *hw = (const uint32_t *)((uintptr_t)qh & ~(uintptr_t)3);
+    const unsigned fs = ((unsigned)(uintptr_t)ql & 2u) * 8u;
+    uint32_t L[9], H[9];
+#pragma unroll
+    for (int i = 0; i < 9; i++) {
+        L[i] = __ldg(lw + i);
+        H[i] = __ldg(hw + i);
+    }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const uint32_t l4 = ld16(ql + 4 * i) | (ld16(ql + 4 * i + 2) << 16);
-        const uint32_t h4 = ld16(qh + 4 * i) | (ld16(qh + 4 * i + 2) << 16);
+        const uint32_t l4 = __funnelshift_r(L[i], L[i + 1], fs);
+        const uint32_t h4 = __funnelshift_r(H[i], H[i + 1], fs);
         const uint32_t q = ((l4 >> lshift) & 0x0f0f0f0fu) | (((h4 >> hshift) & 0x03030303u) << 4);
         wq[i] = __vsubss4((int)q, 0x20202020);
     }
