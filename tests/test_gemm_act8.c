@@ -1,9 +1,11 @@
 /* test_gemm_act8.c - the AVX2 int8 GEMM's activation-interleaved form for
- * batches of a multiple of 8 rows (gemm_avx2.c's act8 for q4_0/q5_0,
- * gemm_k_avx2.c's a8 for q4_K) on real row lengths: many blocks, and for
- * q4_K more super-blocks than one chunk (partial sums parked in y). Every
- * row of an 8- or 16-row batch must have the bits of the same row in a
- * batch of 9 or 17 (the tiles and groups), and be near the float product. */
+ * batches from 8 rows (gemm_avx2.c's act8 for q8_0/q4_0/q5_0, gemm_k_avx2.c's
+ * a8 for q4_K/q6_K) on real row lengths: many blocks, and for the K-quants
+ * more super-blocks than one chunk (partial sums parked in y). Every row of
+ * an 8- or 16-row batch must have the bits of the same row in a batch of 9
+ * or 17 (a padded last 8, or the packed kernel for the remainder) and, where
+ * omni_matmul_same_kernels says so, in a batch of 4 (the K-quants' packed
+ * kernel), and be near the float product. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
@@ -28,7 +30,7 @@ static void act8_free_tpool(void *tp) { tpool_free(tp); }
 
 TEST(gemm_act8_rows_equal_tiles)
 {
-    static const int types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K };
+    static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
     const int64_t n_in = 256 * 19, n_out = 21; /* 19 super-blocks: 3 chunks of q4_K */
     enum { NB = 17 };
     struct tpool *tp = tpool_new(2, NULL, 0);
@@ -38,8 +40,9 @@ TEST(gemm_act8_rows_equal_tiles)
     float *wd = malloc(sizeof(float) * (size_t)(n_in * n_out));
     float *y8 = malloc(sizeof(float) * (size_t)(n_out * NB));
     float *y9 = malloc(sizeof(float) * (size_t)(n_out * NB));
+    float *y4 = malloc(sizeof(float) * (size_t)(n_out * 4));
     uint8_t *w = malloc(ggml_row_size(GGML_TYPE_Q8_0, n_in) * (size_t)n_out);
-    CHECK(tp && x && wf && wd && y8 && y9 && w);
+    CHECK(tp && x && wf && wd && y8 && y9 && y4 && w);
     for (int64_t i = 0; i < n_in * NB; i++)
         x[i] = act8_rand();
     for (int64_t i = 0; i < n_in * n_out; i++)
@@ -58,11 +61,20 @@ TEST(gemm_act8_rows_equal_tiles)
             for (int b = 8; b < NB; b += 8) {
                 omni_matmul(tp, &wt, x, b, y8);
                 omni_matmul(tp, &wt, x, b + 1, y9);
+                omni_matmul(tp, &wt, x + (b - 3) * n_in, 4, y4); /* rows b-3..b */
+                if (omni_matmul_same_kernels(t, b + 1, 4)) /* the remainder row of b + 1 */
+                    CHECK_MSG(memcmp(y9 + b * n_out, y4 + 3 * n_out, sizeof(float) * (size_t)n_out) == 0,
+                              "%s level %d: row %d of %d differs from the batch of 4", ggml_type_name(t),
+                              level, b, b + 1);
                 for (int m = 0; m < b; m++) {
                     if (omni_matmul_same_kernels(t, b, b + 1))
                         CHECK_MSG(memcmp(y8 + m * n_out, y9 + m * n_out, sizeof(float) * (size_t)n_out) == 0,
                                   "%s level %d: row %d of %d differs from the batch of %d",
                                   ggml_type_name(t), level, m, b, b + 1);
+                    if (m >= b - 3 && omni_matmul_same_kernels(t, b, 4))
+                        CHECK_MSG(memcmp(y8 + m * n_out, y4 + (m - (b - 3)) * n_out, sizeof(float) * (size_t)n_out) == 0,
+                                  "%s level %d: row %d of %d differs from the batch of 4",
+                                  ggml_type_name(t), level, m, b);
                     for (int64_t r = 0; r < n_out; r++) {
                         double ref = 0, mag = 0;
                         for (int64_t k = 0; k < n_in; k++) {
@@ -84,5 +96,6 @@ TEST(gemm_act8_rows_equal_tiles)
     free(wd);
     free(y8);
     free(y9);
+    free(y4);
     free(w);
 }

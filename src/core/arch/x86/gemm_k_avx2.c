@@ -336,36 +336,65 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
     }
 }
 
-// ---- q4_K: 8 activation rows interleaved ------------------------------------
+// ---- q4_K / q6_K: 8 activation rows interleaved ------------------------------
 
-/* Batches of a multiple of 8 rows turn the roles around (as gemm_avx2.c's
- * act8 kernel for q4_0/q5_0): the 8 activation rows of a few super-blocks
- * are transposed once (lane c of register 8j + k = dword k of sub-block j
- * of row c), and each weight row's super-block is unpacked in place and
- * broadcast a dword at a time, so no weights are packed and every weight
- * row streams from memory in order. Per (weight row, activation row) the
- * integers (sumi, summ) and the float steps are those of k_tile, in the same
- * order: the same bits. Partial sums live in y between chunks of
- * super-blocks (a float stored and reloaded is unchanged). */
-#define A8_SB 8                               /* super-blocks per chunk */
-#define A8_BYTES (64 * 32 + 8 * 4 + 4 * 32)   /* per super-block: qs, d, summ pairs */
+/* From A8_MIN rows (the engine's 8-sequence decode) the roles turn around
+ * (as gemm_avx2.c's act8 kernel for q8_0/q4_0/q5_0): the 8 activation rows
+ * of a few super-blocks are transposed once (lane c of register 8j + k =
+ * dword k of 32-element group j of row c), and each weight row's
+ * super-block is unpacked in registers and broadcast a dword at a time
+ * (vpshufd of a half copied to both lanes), so no weights are packed and
+ * every weight row streams from memory in order. A batch that is not a
+ * multiple of 8 pads its last 8 with zero rows (their lanes dropped), or
+ * leaves a remainder of 1-3 rows to the packed kernel. Per
+ * (weight row, activation row) the integers (sumi, summ or the q6_K offset)
+ * and the float steps are those of k_tile, in the same order: the same
+ * bits. Partial sums live in y between chunks of super-blocks (a float
+ * stored and reloaded is unchanged). */
+#define A8_MIN 8                                /* fewest batch rows */
+#define A8_MAX_Q6K 32                           /* q6_K: batches below this many rows */
+#define A8_PAD 4                                /* fewest remainder rows padded to 8 */
+#define A8_SB 8                                 /* super-blocks per chunk */
+#define A8_BYTES (64 * 32 + 8 * 4 + 8 * 32)     /* per super-block: qs, d, bsums */
+#define A8_D 2048                               /* offset of the 8 rows' d */
+#define A8_BS 2080                              /* offset of the bsums registers */
+#define BCAST_DW(v, k) _mm256_shuffle_epi32(v, (k) * 0x55)
 
-static void a8_pack(const uint8_t *xq, size_t xq_row, int64_t i, uint8_t *o)
+/* Super-block i of activation rows 0..nc-1 (rows nc..7 zero). bsums:
+ * q4_K: register p lane c = (b[4p] + b[4p+1], b[4p+2] + b[4p+3]) of row c
+ * (p < 4); q6_K: register p = (b[2p], b[2p+1]) (p < 8). */
+static void a8_pack(int wtype, const uint8_t *xq, size_t xq_row, int nc, int64_t i, uint8_t *o)
 {
     const uint8_t *rows[KG_ROWS];
+    int32_t *bs = (int32_t *)(o + A8_BS);
     for (int c = 0; c < KG_ROWS; c++) {
+        if (c >= nc) {
+            rows[c] = NULL;
+            ((float *)(o + A8_D))[c] = 0.0f;
+            for (int p = 0; p < 8; p++)
+                bs[8 * p + c] = 0;
+            continue;
+        }
         const block_q8_K *a = (const block_q8_K *)(xq + (size_t)c * xq_row) + i;
         rows[c] = (const uint8_t *)a->qs;
-        ((float *)(o + 2048))[c] = a->d;
-        /* bsums pair sums as int16 pairs: dword p = (b[4p]+b[4p+1], b[4p+2]+b[4p+3]) */
-        int32_t bs2[4];
-        _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
-                                                        _mm_loadu_si128((const __m128i *)(a->bsums + 8))));
-        for (int p = 0; p < 4; p++)
-            ((int32_t *)(o + 2080))[8 * p + c] = bs2[p];
+        ((float *)(o + A8_D))[c] = a->d;
+        if (wtype == GGML_TYPE_Q6_K) {
+            for (int p = 0; p < 8; p++)
+                memcpy(bs + 8 * p + c, a->bsums + 2 * p, 4);
+        } else {
+            int32_t bs2[4];
+            _mm_storeu_si128((__m128i *)bs2, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                                            _mm_loadu_si128((const __m128i *)(a->bsums + 8))));
+            for (int p = 0; p < 4; p++)
+                bs[8 * p + c] = bs2[p];
+        }
     }
     pack_dwords(rows, 64, o);
 }
+
+/* The int16 pair sums of 32 weights (dwords of wl: 0-3, wh: 4-7) against
+ * activation registers A[0..7], k0 <= k < k1. */
+#define A8_MADD(W, A, k) _mm256_maddubs_epi16(BCAST_DW((k) < 4 ? W##l : W##h, (k) & 3), _mm256_load_si256((A) + (k)))
 
 /* acc (8 activation rows) += super-block i of one q4_K weight row. */
 static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
@@ -373,26 +402,26 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     uint64_t sc, mn;
     k4_scales(b->scales, &sc, &mn);
-    _Alignas(32) int32_t wq[64]; /* sub-block j's 8 dwords at 8j */
-    for (int p = 0; p < 4; p++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
-        _mm256_store_si256((__m256i *)(wq + 16 * p), _mm256_and_si256(q, m4));
-        _mm256_store_si256((__m256i *)(wq + 16 * p + 8), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-    }
     const __m256i *A = (const __m256i *)o;
     __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const int32_t *wj = wq + 8 * j;
-        __m256i s0 = _mm256_maddubs_epi16(_mm256_set1_epi32(wj[0]), _mm256_load_si256(A + 8 * j));
-        __m256i s1 = _mm256_maddubs_epi16(_mm256_set1_epi32(wj[4]), _mm256_load_si256(A + 8 * j + 4));
 #pragma GCC unroll 4
-        for (int k = 1; k < 4; k++) { /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_set1_epi32(wj[k]), _mm256_load_si256(A + 8 * j + k)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_set1_epi32(wj[k + 4]), _mm256_load_si256(A + 8 * j + k + 4)));
+    for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles) and 2p + 1 */
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {
+            const int j = 2 * p + e;
+            const __m256i W = e ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+            const __m256i Wl = _mm256_permute2x128_si256(W, W, 0x00), Wh = _mm256_permute2x128_si256(W, W, 0x11);
+            const __m256i *Aj = A + 8 * j;
+            __m256i s0 = A8_MADD(W, Aj, 0), s1 = A8_MADD(W, Aj, 4);
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++) { /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
+                s0 = _mm256_add_epi16(s0, A8_MADD(W, Aj, k));
+                s1 = _mm256_add_epi16(s1, A8_MADD(W, Aj, k + 4));
+            }
+            const uint32_t scj = (uint32_t)(sc >> (8 * j)) & 0xff;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi32((int)(scj | scj << 16))));
         }
-        const uint32_t scj = (uint32_t)(sc >> (8 * j)) & 0xff;
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi32((int)(scj | scj << 16))));
     }
     /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]), two sub-blocks per vpmaddwd */
     __m256i summ = _mm256_setzero_si256();
@@ -400,39 +429,87 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
     for (int p = 0; p < 4; p++) {
         const uint32_t m2 = (uint32_t)(mn >> (16 * p)) & 0xff, m2b = (uint32_t)(mn >> (16 * p + 8)) & 0xff;
         summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_set1_epi32((int)(m2 | m2b << 16)),
-                                                        _mm256_load_si256((const __m256i *)(o + 2080) + p)));
+                                                        _mm256_load_si256((const __m256i *)(o + A8_BS) + p)));
     }
     const __m256 v = _mm256_fmsub_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), _mm256_cvtepi32_ps(sumi),
                                      _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->dmin)), _mm256_cvtepi32_ps(summ)));
-    return _mm256_fmadd_ps(_mm256_load_ps((const float *)(o + 2048)), v, acc);
+    return _mm256_fmadd_ps(_mm256_load_ps((const float *)(o + A8_D)), v, acc);
 }
 
-static void a8_rows_q4k(const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,
-                        size_t xq_row, int64_t n_batch, float *y, int64_t r0, int64_t r1)
+/* acc (8 activation rows) += super-block i of one q6_K weight row: element
+ * 128h + 32g + l takes the nibble 4 * (g >> 1) of ql[64h + 32(g & 1) + l],
+ * bits 2g of qh[32h + l] and scale 8h + 2g + l / 16, minus 32. */
+static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i *A = (const __m256i *)o;
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i lo = _mm256_srli_epi16(g & 1 ? ql1 : ql0, 4 * (g >> 1));
+            const __m256i W = _mm256_or_si256(_mm256_and_si256(lo, m4), q6_hbits(qh, g));
+            const __m256i Wl = _mm256_permute2x128_si256(W, W, 0x00), Wh = _mm256_permute2x128_si256(W, W, 0x11);
+            const __m256i *Ac = A + 8 * (4 * h + g);
+            const int s = 8 * h + 2 * g;
+            const __m256i s0 = _mm256_set1_epi32((int)((uint16_t)(int16_t)b->scales[s] * 0x10001u));
+            const __m256i s1 = _mm256_set1_epi32((int)((uint16_t)(int16_t)b->scales[s + 1] * 0x10001u));
+            /* pair sums reach 2 * 63 * 127: two of them fit int16 (k_tile's order) */
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i p = _mm256_add_epi16(A8_MADD(W, Ac, 2 * k), A8_MADD(W, Ac, 2 * k + 1));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, k < 2 ? s0 : s1));
+            }
+        }
+    }
+    /* the -32 offset: 32 * sum_s sc[s] * bsums[s], two scales per vpmaddwd */
+    __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const uint32_t pr = (uint32_t)(uint16_t)(int16_t)b->scales[2 * p] | (uint32_t)(uint16_t)(int16_t)b->scales[2 * p + 1] << 16;
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_set1_epi32((int)pr),
+                                                      _mm256_load_si256((const __m256i *)(o + A8_BS) + p)));
+    }
+    const __m256i si = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),
+                           _mm256_mul_ps(_mm256_load_ps((const float *)(o + A8_D)), _mm256_set1_ps(_cvtsh_ss(b->d))), acc);
+}
+
+static void a8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,
+                    size_t xq_row, int64_t n_batch, float *y, int64_t r0, int64_t r1)
 {
     _Alignas(32) uint8_t apk[A8_SB * A8_BYTES];
     const int64_t nsb = n_in / QK_K;
     for (int64_t c0 = 0; c0 < n_batch; c0 += KG_ROWS) {
+        const int nc = n_batch - c0 < KG_ROWS ? (int)(n_batch - c0) : KG_ROWS;
         const uint8_t *xc = xq + (size_t)c0 * xq_row;
         float *yc = y + c0 * n_out;
         for (int64_t i0 = 0; i0 < nsb; i0 += A8_SB) {
             const int64_t ni = nsb - i0 < A8_SB ? nsb - i0 : A8_SB;
             for (int64_t i = 0; i < ni; i++)
-                a8_pack(xc, xq_row, i0 + i, apk + (size_t)i * A8_BYTES);
+                a8_pack(wtype, xc, xq_row, nc, i0 + i, apk + (size_t)i * A8_BYTES);
             for (int64_t r = r0; r < r1; r++) {
-                const block_q4_K *b = (const block_q4_K *)(w + (size_t)r * w_row) + i0;
                 __m256 acc = _mm256_setzero_ps();
                 if (i0) { /* the sum so far, parked in y */
-                    float in[KG_ROWS];
-                    for (int c = 0; c < KG_ROWS; c++)
+                    float in[KG_ROWS] = { 0 };
+                    for (int c = 0; c < nc; c++)
                         in[c] = yc[(size_t)c * n_out + r];
                     acc = _mm256_loadu_ps(in);
                 }
-                for (int64_t i = 0; i < ni; i++)
-                    acc = a8_q4k(b + i, apk + (size_t)i * A8_BYTES, acc);
+                const uint8_t *wr = w + (size_t)r * w_row;
+                if (wtype == GGML_TYPE_Q6_K)
+                    for (int64_t i = 0; i < ni; i++)
+                        acc = a8_q6k((const block_q6_K *)wr + i0 + i, apk + (size_t)i * A8_BYTES, acc);
+                else
+                    for (int64_t i = 0; i < ni; i++)
+                        acc = a8_q4k((const block_q4_K *)wr + i0 + i, apk + (size_t)i * A8_BYTES, acc);
                 float out[KG_ROWS];
                 _mm256_storeu_ps(out, acc);
-                for (int c = 0; c < KG_ROWS; c++)
+                for (int c = 0; c < nc; c++)
                     yc[(size_t)c * n_out + r] = out[c];
             }
         }
@@ -443,8 +520,17 @@ void omni_x86_gemm_k_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, 
                           const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
                           int64_t r1)
 {
-    if (wtype == GGML_TYPE_Q4_K && n_batch % KG_ROWS == 0) {
-        a8_rows_q4k(w, w_row, n_in, n_out, xq, xq_row, n_batch, y, r0, r1);
+    /* q6_K's packed kernel wins again from A8_MAX_Q6K rows (its pack then
+     * serves many more activation rows than 8) */
+    if ((wtype == GGML_TYPE_Q4_K || (wtype == GGML_TYPE_Q6_K && n_batch < A8_MAX_Q6K)) && n_batch >= A8_MIN) {
+        /* a remainder of fewer than A8_PAD rows costs less through the
+         * packed kernel than padded to 8 (same bits either way) */
+        const int64_t rem = n_batch % KG_ROWS, n8 = rem >= A8_PAD ? n_batch : n_batch - rem;
+        a8_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, n8, y, r0, r1);
+        if (n8 < n_batch)
+            omni_x86_gemm_k_run(wtype == GGML_TYPE_Q4_K ? tiles_Q4_K : tiles_Q6_K, wtype, w, w_row, n_in,
+                                n_out, (const uint8_t *)xq + (size_t)n8 * xq_row, xq_row, n_batch - n8,
+                                y + n8 * n_out, r0, r1);
         return;
     }
     omni_x86_gemm_k_run(wtype == GGML_TYPE_Q4_K ? tiles_Q4_K : wtype == GGML_TYPE_Q5_K ? tiles_Q5_K : tiles_Q6_K,
