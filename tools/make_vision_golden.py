@@ -697,16 +697,18 @@ def qwen3_image_processor(min_pixels, max_pixels):
         return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
 
 
-def build_qwen3vl(out, image_path, seed):
+def build_qwen3vl(out, image_path, seed, moe=False):
     """Qwen3VLForConditionalGeneration: ViT of 4 LayerNorm + GELU(tanh) blocks
     (48 wide, 3 heads), 16 px patches, a 5x5 learned position table
     interpolated to each grid, DeepStack mergers after blocks 0 and 2 added
     to the outputs of LM layers 0 and 1; a 3-layer Qwen3 text model (QK-norm,
-    head_dim 16) with interleaved M-RoPE sections [4, 2, 2]."""
+    head_dim 16) with interleaved M-RoPE sections [4, 2, 2]. moe:
+    Qwen3VLMoeForConditionalGeneration, the text model's FFNs 8 experts of
+    32, top 2 (case qwen3vlmoe)."""
     import torch
     import transformers
     from PIL import Image
-    name = "qwen3vl"
+    name = "qwen3vlmoe" if moe else "qwen3vl"
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -730,7 +732,10 @@ def build_qwen3vl(out, image_path, seed):
                 rope_theta=10000.0, rope_parameters=dict(rope),
                 tie_word_embeddings=False, attention_bias=False,
                 bos_token_id=ids_of["<|endoftext|>"], eos_token_id=ids_of["<|im_end|>"])
-    cfg = transformers.Qwen3VLConfig(
+    if moe:
+        text.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+                    mlp_only_layers=[], norm_topk_prob=True)
+    cfg = (transformers.Qwen3VLMoeConfig if moe else transformers.Qwen3VLConfig)(
         text_config=text, vision_config=vision, image_token_id=ids_of["<|image_pad|>"],
         video_token_id=ids_of["<|video_pad|>"], vision_start_token_id=ids_of["<|vision_start|>"],
         vision_end_token_id=ids_of["<|vision_end|>"], tie_word_embeddings=False)
@@ -750,8 +755,15 @@ def build_qwen3vl(out, image_path, seed):
         except AttributeError:
             pass
     torch.manual_seed(seed)
-    model = transformers.Qwen3VLForConditionalGeneration(cfg).float().eval()
+    model = (transformers.Qwen3VLMoeForConditionalGeneration if moe else
+             transformers.Qwen3VLForConditionalGeneration)(cfg).float().eval()
     randomize(model, torch.Generator().manual_seed(seed + 1))
+    if moe:  # fused expert tensors: whatever the release initialises them to, draw them
+        gen_e = torch.Generator().manual_seed(seed + 2)
+        with torch.no_grad():
+            for n_, p_ in model.named_parameters():
+                if ".experts." in n_ and p_.dim() == 3:
+                    p_.copy_(0.1 * torch.randn(p_.shape, generator=gen_e))
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).float())
@@ -917,6 +929,8 @@ def build_qwen3vl(out, image_path, seed):
            "greedy_margins": [t[0] - t[1] for t in top_lp],
            "seed": seed, "torch": torch.__version__, "transformers": transformers.__version__,
            "image_processor": type(ip).__name__,
+           "expert_shapes": {n_: list(p_.shape) for n_, p_ in model.named_parameters()
+                             if ".layers.0.mlp." in n_} if moe else None,
            "features_abs_max": float(feats.abs().max()), "logits_std": float(logits.std())}
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1)
@@ -942,7 +956,7 @@ def main():
     ap.add_argument("--image", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                     "..", "tests", "fixtures", "vision", "image.png"))
     ap.add_argument("--image-only", metavar="PNG", help="only write the test picture")
-    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl", "gemma3", "qwen3vl"])
+    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["qwen2_5_vl", "gemma3", "qwen3vl", "qwen3vlmoe"])
     args = ap.parse_args()
     if args.image_only:
         write_png(args.image_only, test_image())
@@ -965,8 +979,8 @@ def main():
             if name == "gemma3":
                 build_gemma3(args.out, args.image, seed=6789)
                 continue
-            if name == "qwen3vl":
-                build_qwen3vl(args.out, args.image, seed=7890)
+            if name in ("qwen3vl", "qwen3vlmoe"):
+                build_qwen3vl(args.out, args.image, seed=7890, moe=name == "qwen3vlmoe")
                 continue
             build(name, args.out, args.image, seed=4321 + 10 * list(CASES).index(name))
         except Exception as e:  # report every case, then fail
