@@ -70,6 +70,7 @@ FAMILIES = {"LlavaForConditionalGeneration": "llava",
             "Gemma3ForConditionalGeneration": "gemma3",
             "Qwen2_5_VLForConditionalGeneration": "qwen2.5vl",
             "Qwen3VLForConditionalGeneration": "qwen3vl",
+            "Qwen3VLMoeForConditionalGeneration": "qwen3vl",
             "Idefics3ForConditionalGeneration": "idefics3",
             "SmolVLMForConditionalGeneration": "idefics3"}
 # Where each family keeps its parts (transformers 4.x and 5.x checkpoints differ).
@@ -463,12 +464,19 @@ def convert_mmproj(model_dir, out, type_name):
 class RenamedTensors:
     """A view of a SafetensorsFile under other tensor names (for hf_to_gguf.add_tensors)."""
 
-    def __init__(self, st, names):
+    def __init__(self, st, names, transpose=()):
         self.path, self.st, self.names = st.path, st, names  # new name -> old name
-        self.tensors = {new: st.tensors[old] for new, old in names.items()}
+        self.transpose = set(transpose)  # new names whose last two axes are swapped
+        self.tensors = {}
+        for new, old in names.items():
+            dtype, shape, begin, end = st.tensors[old]
+            if new in self.transpose:
+                shape = shape[:-2] + (shape[-1], shape[-2])
+            self.tensors[new] = (dtype, shape, begin, end)
 
     def load(self, new):
-        return self.st.load(self.names[new])
+        a = self.st.load(self.names[new])
+        return np.ascontiguousarray(np.swapaxes(a, -1, -2)) if new in self.transpose else a
 
 
 def convert_lm(model_dir, out, type_name):
@@ -478,6 +486,7 @@ def convert_lm(model_dir, out, type_name):
     text = dict(cfg.get("text_config") or {})
     family = FAMILIES.get((cfg.get("architectures") or [None])[0])
     qwen = family in ("qwen2.5vl", "qwen3vl")
+    moe = (cfg.get("architectures") or [None])[0] == "Qwen3VLMoeForConditionalGeneration"
     sections = None
     if qwen:
         # a qwen2 model plus M-RoPE: llama.cpp's qwen2vl architecture, its
@@ -487,7 +496,8 @@ def convert_lm(model_dir, out, type_name):
         if not 1 <= len(sections) <= 4 or not all(isinstance(x, int) and x >= 0 for x in sections):
             raise ConvertError(f"{model_dir}: text_config mrope_section {sections!r} not supported")
         sections += [0] * (4 - len(sections))
-        text["architectures"] = ["Qwen3ForCausalLM" if family == "qwen3vl" else "Qwen2ForCausalLM"]
+        text["architectures"] = ["Qwen3MoeForCausalLM" if moe else
+                                 "Qwen3ForCausalLM" if family == "qwen3vl" else "Qwen2ForCausalLM"]
     elif FAMILIES.get((cfg.get("architectures") or [None])[0]) == "gemma3":
         text["architectures"] = ["Gemma3ForCausalLM"]
     elif text.get("model_type", "llama") != "llama":
@@ -507,13 +517,24 @@ def convert_lm(model_dir, out, type_name):
             if name.startswith(old):
                 renamed[new + name[len(old):]] = name
                 break
+    # Qwen3-VL-MoE may store its fused experts as [E, n_embd, 2 ff] and
+    # [E, ff, n_embd] (llama.cpp's converter transposes them): told apart by
+    # down_proj's shape, brought to transformers 5's [E, 2 ff, n_embd] / [E, n_embd, ff]
+    transpose = set()
+    if moe:
+        d, ff = text.get("hidden_size"), text.get("moe_intermediate_size")
+        for new, old in renamed.items():
+            if new.endswith("mlp.experts.down_proj"):
+                shape = ckpt[old].tensors[old][1]
+                if len(shape) == 3 and shape[1] == ff and shape[2] == d and ff != d:
+                    transpose |= {new, new[:-len("down_proj")] + "gate_up_proj"}
     views = {}
     for new, old in renamed.items():
         st = ckpt[old]
         views.setdefault(id(st), (st, {}))[1][new] = old
     lm_ckpt = {}
     for st, names in views.values():
-        view = RenamedTensors(st, names)
+        view = RenamedTensors(st, names, transpose)
         for new in names:
             lm_ckpt[new] = view
     tmp = tempfile.mkdtemp(prefix="mmproj_lm_")
@@ -530,14 +551,15 @@ def convert_lm(model_dir, out, type_name):
         if qwen:
             # rename qwen2.* -> qwen2vl.* (qwen3.* -> qwen3vl.*) and add the
             # M-RoPE sections (and Qwen3-VL's DeepStack layer count)
-            src, dst = ("qwen3.", "qwen3vl") if family == "qwen3vl" else ("qwen2.", "qwen2vl")
+            src, dst = (("qwen3moe.", "qwen3vlmoe") if moe else ("qwen3.", "qwen3vl") if family == "qwen3vl"
+                        else ("qwen2.", "qwen2vl"))
             w.kv = [(dst + "." + k[len(src):] if k.startswith(src) else k, t, v)
                     for k, t, v in w.kv if k != "general.architecture"]
             w.add("general.architecture", dst)
             w.add(dst + ".rope.dimension_sections", sections, gguf.GGUF_ARRAY, gguf.GGUF_INT32)
             if family == "qwen3vl":
                 n_ds = len((cfg.get("vision_config") or {}).get("deepstack_visual_indexes") or [])
-                w.add("qwen3vl.n_deepstack_layers", n_ds, gguf.GGUF_UINT32)
+                w.add(dst + ".n_deepstack_layers", n_ds, gguf.GGUF_UINT32)
         hf_to_gguf.add_tokenizer(w, hp, tmp)
         hf_to_gguf.add_tensors(w, hp, lm_ckpt, ggml_type)
         w.write()
