@@ -9,7 +9,7 @@
  * Tolerances (docs/gpu.md): cpu differs from the CPU forward only in
  * summation order (1e-4); cuda multiplies F16 weights with F16 activations
  * on tensor cores where the CPU keeps them F32 (1e-2 relative to the
- * values' size; f32 files run F32 products). */
+ * values' size; f32 files run F32 products); q8_0 below. */
 #include "test.h"
 
 #include "audio/whisper.h"
@@ -71,14 +71,22 @@ struct tol {
     double golden;  /* device vs transformers */
 };
 
+/* q8_0 files quantize activations to Q8_0 below 32 rows (the CPU, and cuda's
+ * dp4a path) but not always above (sgemm on dequantized rows, AMX int8
+ * tiles where the CPU has them, F16 on cuda's tensor cores): one value
+ * rounding to the neighbouring int8 step moves a logit by up to ~0.2
+ * (measured 0.14 on the GPU machine's AMX CPU, 0.21 on cuda), so q8_0 gets
+ * the golden test's 0.5 wherever it runs. */
 static struct tol tolerance(const char *type)
 {
+    if (!strcmp(type, "q8_0"))
+        return (struct tol){ 5e-1, 5e-1 };
     if (on_cpu())
-        return (struct tol){ 1e-4, !strcmp(type, "f32") ? 1e-3 : !strcmp(type, "f16") ? 5e-2 : 5e-1 };
+        return (struct tol){ 1e-4, !strcmp(type, "f32") ? 1e-3 : 5e-2 };
     /* cuda: F32 products on f32 files; F16 activations on the GEMM path */
     if (!strcmp(type, "f32"))
         return (struct tol){ 1e-3, 2e-3 };
-    return (struct tol){ 1e-2 * 16, 5e-1 }; /* logits up to ~16: 1e-2 of their size */
+    return (struct tol){ 1e-2 * 16, 5e-2 }; /* logits up to ~16: 1e-2 of their size */
 }
 
 /* One model type: the device state against a CPU state and the goldens. */

@@ -31,10 +31,14 @@ stamp "machine (CUDA_HOME=$CUDA_HOME)"
 grep -E "H100|H200|release" "$O/machine.txt" | head -3
 
 # the random real-shape files, in the background
-mkdir -p /tmp/gw
+# random_model reads GPT-2's vocabulary from ../shared/vocab beside tools/: a
+# copy of tools/ under /tmp/gwroot/x with the vocabulary (gw-vocab/, an
+# untracked copy of ../shared/vocab's file) at /tmp/gwroot/shared/vocab
+mkdir -p /tmp/gw /tmp/gwroot/x /tmp/gwroot/shared/vocab
 if want bench; then
+    cp -r tools /tmp/gwroot/x/ && cp gw-vocab/ggml-vocab-gpt-2.gguf /tmp/gwroot/shared/vocab/ 2>/dev/null
     (for s in whisper-tiny.en whisper-base.en; do
-        [ -f /tmp/gw/$s.bin ] || python3 tools/random_model --shape $s --type f16 -o /tmp/gw/$s.bin 2>&1 | tail -1
+        [ -f /tmp/gw/$s.bin ] || python3 /tmp/gwroot/x/tools/random_model --shape $s --type f16 -o /tmp/gw/$s.bin 2>&1 | tail -1
     done) > "$O/models.log" 2>&1 &
     models_pid=$!
 fi
