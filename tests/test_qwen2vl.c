@@ -1370,3 +1370,51 @@ TEST(qwen3vl_video_parts_timestamped)
     vision_ctx_free(vc);
     vision_model_free(vm);
 }
+
+/* Bad video parts are 400s naming the part, never a crash: "video" neither
+ * a URL nor a list, an empty list, a frame that is no URL, frames of two
+ * sizes, a frame that is no image; a frame list's max_frames beyond
+ * --max-images. */
+TEST(qwen2vl_video_parts_bad_input)
+{
+    char err[256];
+    struct vision_model *vm = load_qwen();
+    CHECK(vm);
+    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    struct api_images_params prm = api_images_default_params();
+    char root_dir[PATH_MAX];
+    CHECK(vc && realpath(test_fixture("vision"), root_dir));
+    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
+    struct api_images_pool *pool = api_images_pool_new(vm, vc, NULL, &prm, err, sizeof err);
+    CHECK_MSG(pool, "%s", err);
+    char f0[PATH_MAX + 64], other[PATH_MAX + 64], notimg[PATH_MAX + 64];
+    snprintf(f0, sizeof f0, "\"file://%s/qwen2_5_vl/video/frame0.png\"", root_dir);
+    snprintf(other, sizeof other, "\"file://%s/qwen2_5_vl/image2.png\"", root_dir);
+    snprintf(notimg, sizeof notimg, "\"file://%s/qwen2_5_vl/config.json\"", root_dir);
+    char parts[6][4 * PATH_MAX];
+    snprintf(parts[0], sizeof parts[0], "{\"type\": \"video\", \"video\": 5}");
+    snprintf(parts[1], sizeof parts[1], "{\"type\": \"video\", \"video\": []}");
+    snprintf(parts[2], sizeof parts[2], "{\"type\": \"video\", \"video\": [%s, 7]}", f0);
+    snprintf(parts[3], sizeof parts[3], "{\"type\": \"video\", \"video\": [%s, %s, %s]}", f0, f0, other);
+    snprintf(parts[4], sizeof parts[4], "{\"type\": \"video\", \"video\": [%s, %s]}", f0, notimg);
+    snprintf(parts[5], sizeof parts[5], "{\"type\": \"video\", \"max_frames\": 9, \"video\": [%s]}", f0);
+    for (int c = 0; c < 6; c++) {
+        char body[5 * PATH_MAX];
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": [%s]}]}", parts[c]);
+        cJSON *req = cJSON_Parse(body);
+        CHECK(req);
+        struct apireq_gen g;
+        apireq_gen_init(&g);
+        struct api_error e = { 0 };
+        struct api_images im;
+        const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
+        apireq_gen_free(&g);
+        CHECK_MSG(rc == -1 && e.status == 400, "case %d: rc %d status %d: %s", c, rc, e.status, e.message);
+        printf("    case %d: %s\n", c, e.message);
+        api_images_free(&im);
+        cJSON_Delete(req);
+    }
+    api_images_pool_free(pool);
+    vision_ctx_free(vc);
+    vision_model_free(vm);
+}
