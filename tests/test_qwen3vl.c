@@ -71,10 +71,12 @@ struct q3ref {
     char prompt[1024];
 };
 
-static bool q3ref_load(struct q3ref *r)
+static bool q3ref_load_dir(struct q3ref *r, const char *dir)
 {
     size_t len;
-    char *js = test_read_file(test_fixture(Q3DIR "reference.json"), &len);
+    char path[256];
+    snprintf(path, sizeof path, "%sreference.json", dir);
+    char *js = test_read_file(test_fixture(path), &len);
     if (!js)
         return false;
     memset(r, 0, sizeof *r);
@@ -97,6 +99,11 @@ static bool q3ref_load(struct q3ref *r)
     }
     free(js);
     return ok;
+}
+
+static bool q3ref_load(struct q3ref *r)
+{
+    return q3ref_load_dir(r, Q3DIR);
 }
 
 static struct vision_model *load_q3(const char *file)
@@ -277,21 +284,22 @@ TEST(qwen3vl_mrope_positions_match_reference)
  * embedding, zero DeepStack parts), interleaved M-RoPE ids -> the qwen3vl
  * LM's logits = the reference's; the DeepStack parts matter; greedy tokens
  * and their top-5 log-probabilities. */
-TEST(qwen3vl_fused_logits_and_greedy_match_reference)
+static void fused_case(const char *dir, const char *mmproj, const char *lm_file, enum llm_arch arch)
 {
-    char err[256];
+    char err[256], path[256];
     struct q3ref r;
-    CHECK(q3ref_load(&r));
-    struct vision_model *vm = load_q3(Q3GGUF);
+    CHECK(q3ref_load_dir(&r, dir));
+    struct vision_model *vm = load_q3(mmproj);
     CHECK(vm);
-    struct llm_model *lm = llm_model_load(test_golden(Q3LM), NULL, err, sizeof err);
+    struct llm_model *lm = llm_model_load(test_golden(lm_file), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
     const struct llm_hparams *hp = llm_model_hparams(lm);
-    CHECK(hp->arch == LLM_ARCH_QWEN3VL && hp->rope_interleaved && hp->n_deepstack == r.n_ds);
+    CHECK(hp->arch == arch && hp->rope_interleaved && hp->n_deepstack == r.n_ds);
     struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
     CHECK(vc);
     struct vision_embd img[2];
-    const char *png[2] = { "vision/image.png", Q3DIR "image2.png" };
+    snprintf(path, sizeof path, "%simage2.png", dir);
+    const char *png[2] = { "vision/image.png", path };
     for (int i = 0; i < 2; i++) {
         struct media_image im;
         CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
@@ -324,7 +332,8 @@ TEST(qwen3vl_fused_logits_and_greedy_match_reference)
         }
     }
     // the rows given to the LM = the reference's inputs_embeds
-    float *merged = test_read_floats(test_fixture(Q3DIR "merged.bin"), (size_t)n * D);
+    snprintf(path, sizeof path, "%smerged.bin", dir);
+    float *merged = test_read_floats(test_fixture(path), (size_t)n * D);
     CHECK(merged);
     double dm = 0;
     for (int i = 0; i < n; i++)
@@ -345,7 +354,8 @@ TEST(qwen3vl_fused_logits_and_greedy_match_reference)
     CHECK(ctx && kv);
     struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
     struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
-    float *ref = test_read_floats(test_fixture(Q3DIR "logits.bin"), (size_t)n * V);
+    snprintf(path, sizeof path, "%slogits.bin", dir);
+    float *ref = test_read_floats(test_fixture(path), (size_t)n * V);
     CHECK(ref);
     /* without the DeepStack parts the logits at and after the images differ */
     float *plain = malloc(sizeof(float) * (size_t)T * D);
@@ -404,6 +414,11 @@ TEST(qwen3vl_fused_logits_and_greedy_match_reference)
     vision_ctx_free(vc);
     llm_model_free(lm);
     vision_model_free(vm);
+}
+
+TEST(qwen3vl_fused_logits_and_greedy_match_reference)
+{
+    fused_case(Q3DIR, Q3GGUF, Q3LM, LLM_ARCH_QWEN3VL);
 }
 
 // ---- through the engine ---------------------------------------------------------
