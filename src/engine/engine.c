@@ -358,8 +358,8 @@ static size_t snap_extra_bytes(struct engine *e, size_t budget)
 }
 
 /* Blocks of each model's pool: K/V of every block, a snapshot every
- * snap_every blocks of a hybrid's, and (a fixed share of the budget) a
- * hybrid's snap_extra end-of-prompt snapshots. */
+ * snap_every blocks of a hybrid's, and, out of a budget the engine picks
+ * itself, a hybrid's snap_extra end-of-prompt snapshots. */
 static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
 {
     const int bs = e->p.kv_block_size;
@@ -388,9 +388,9 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
     }
     size_t budget = e->p.kv_memory_bytes;
     size_t blocks;
-    if (budget) {
-        fixed = snap_extra_bytes(e, budget);
-        blocks = (budget - fixed) / per_block;
+    if (budget) { /* K/V and interval snapshots; the extra ones are per running sequence,
+                     beside the budget like its live state (run sizes its budget to a context) */
+        blocks = budget / per_block;
     } else if (e->p.device && strcmp(e->p.device, "cpu")) {
         blocks = want; /* at most this; the device sizes the pool from its memory */
         budget = blocks * per_block;
