@@ -14,7 +14,7 @@
  * lanes, summed over blocks in a fixed order, so a result depends only on
  * its two rows, never on the rest of the batch.
  *
- * From that many rows up (the engine's 8-sequence decode) the roles turn
+ * From that many rows up (4-6 rows; the engine's 8-sequence decode) the roles turn
  * around: 8 activation rows are transposed once per call, one lane per
  * row, and each weight block, read in its row's own layout, is broadcast a
  * dword at a time into tiles of 4 weight rows x 8 activation rows; the
@@ -217,9 +217,14 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define ACT8_BYTES (8 * 32 + 8 * 4 + 8 * 4)
 #define ACT8_R 4 /* weight rows per register tile */
 #define BCAST_DW(v, k) _mm256_shuffle_epi32(v, (k) * 0x55)
-/* fewest batch rows that take the act8 kernel */
-#define ACT8_MIN_Q8_0 8
-#define ACT8_MIN_Q4 8
+/* fewest batch rows that take the act8 kernel: where a pass over 8 rows
+ * (padded) costs less than the 2 x 4 tiles over the batch (one thread,
+ * tests/bench_matmul.c, load 14-16: q8_0 4096 x 896 tiles 0.60 / 0.73 ms
+ * for 5 / 6 rows against 0.69 for act8; q4_0 4864 x 896 0.54 / 0.84 for 4 /
+ * 5 against 0.64; q5_0 0.84 for 4 against 0.78) */
+#define ACT8_MIN_Q8_0 6
+#define ACT8_MIN_Q4_0 5
+#define ACT8_MIN_Q5_0 4
 
 /* Rows nc..7 of the pack are zero (no contribution, dropped on store). */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
@@ -392,11 +397,10 @@ size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in)
 
 int omni_x86_gemm_act8_min_avx2(int wtype)
 {
-    /* measured on one thread against the 2 x 4 tiles (tests/bench_matmul.c:
-     * docs/benchmarks.md); a padded act8 pass costs about what 8 rows do */
     switch (wtype) {
     case GGML_TYPE_Q8_0: return ACT8_MIN_Q8_0;
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: return ACT8_MIN_Q4;
+    case GGML_TYPE_Q4_0: return ACT8_MIN_Q4_0;
+    case GGML_TYPE_Q5_0: return ACT8_MIN_Q5_0;
     default: return INT32_MAX;
     }
 }
