@@ -14,7 +14,8 @@
  * from OMNI_MATMUL_QUANT_MAX rows (4 for q4_K, 3 for q5_K) q8_0, q4_0, q5_0,
  * q4_K, q5_K and q6_K weights go through an int8 GEMM (AVX2 or AVX-512
  * VNNI: a few weight rows x 4 activation rows in registers, each weight
- * block unpacked once per 4 rows), up to a per-type batch size where
+ * block unpacked once per 4 rows; on AVX2 from 4-8 rows 8 activation rows
+ * transposed once and broadcast weight dwords), up to a per-type batch size where
  * sgemm catches up (AVX2: q8_0 32, q4_0/q5_0 64, q6_K 128, q5_K 256, q4_K
  * none; AVX-512 VNNI: matmul.c's gemm_range). Other batches of OMNI_MATMUL_BLAS_MIN rows or more
  * dequantize W a block of rows at a time and call OpenBLAS cblas_sgemm.
