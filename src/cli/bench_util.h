@@ -35,7 +35,8 @@ double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
 /* The machine's streaming read bandwidth in bytes/s as the threads of tp
  * (NULL: one thread) see it: a buffer of bytes (>= 1 GiB to defeat every
  * cache) is filled once, then summed passes times in even slices per
- * thread; the best pass counts. 0 when the buffer cannot be allocated. */
+ * thread, alternately without and with software prefetches 8 KB ahead;
+ * the best pass counts. 0 when the buffer cannot be allocated. */
 double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes);
 /* Bytes of weights one decode step of one sequence reads: every matrix but
  * the token embedding (one row of it is read), plus the embedding again

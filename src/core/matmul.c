@@ -386,7 +386,8 @@ static int kernel_id(int type, int64_t n, int level)
     switch (use_gemm(type, n, level)) {
     case GEMM_Q8_0:
 #if defined(__x86_64__)
-        if (level == OMNI_CPU_AVX2 && n >= omni_x86_gemm_act8_min_avx2(type))
+        /* the AVX2 kernel runs below the VNNI level (AVX512 included) */
+        if (level < OMNI_CPU_AVX512VNNI && n >= omni_x86_gemm_act8_min_avx2(type))
             return 3; /* the AVX2 kernel's 8 activation rows interleaved */
 #endif
         return 2;
