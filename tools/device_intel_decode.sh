@@ -71,6 +71,13 @@ TO=$(for f in $TSRC; do echo $OBJ/$(echo $f | tr / _).o; done)
 cc -o /tmp/b_bench $OBJ/tools_bench_only_bench_only.c.o $LIBO $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "bench link failed"
 cc -o /tmp/b_tests $TO $OBJ/stub.o $LIBO $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "test link failed"
 cc -o /tmp/b_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "bench_decode link failed"
+# the same with the dots' benchmark variant OMNI_X86_NIBBLES_INSERT
+mkdir -p $OBJ/v
+for f in src/core/arch/x86/quants_avx2.c src/core/arch/x86/quants_avx512.c; do
+    cc $CF -DOMNI_X86_NIBBLES_INSERT -c $f -o $OBJ/v/$(echo $f | tr / _).o
+done
+LIBV=$(for f in $LIBSRC; do [ -f $OBJ/v/$(echo $f | tr / _).o ] && echo $OBJ/v/$(echo $f | tr / _).o || echo $OBJ/$(echo $f | tr / _).o; done)
+cc -o /tmp/b_decode_v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBV $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "bench_decode variant link failed"
 stamp "built"
 
 # 4. unit tests at every level the host has (each run also loops over the
@@ -85,18 +92,31 @@ for lvl in scalar avx2 avx512 avx512vnni amx; do
 done
 stamp "tests"
 
-# 5. the decode dots streaming from memory (Llama-3.2-1B's ffn shape), per
-#    level: 2 threads through the kernels decode runs (vec_dot_prep where the
-#    type has it: its own prefetch 4 rows ahead), through plain vec_dot with
-#    the bench's prefetch 4 / 0 rows ahead (hint 3, and 4 rows into L2: hint
-#    1), 1 thread, and weights in cache (the compute bound)
-for t in q8_0 q4_0 q4_K; do
+# 5. the decode dots streaming from memory (Llama-3.2-1B's ffn shape) on the
+#    pinned cores, per level: 2 threads through the kernels decode runs
+#    (vec_dot_prep where the type has it: its own prefetch 4 rows ahead) and
+#    through plain vec_dot with the bench's prefetch 4 rows ahead, and one
+#    core with the weights in cache (the compute bound); q4_0/q5_0 also
+#    with the OMNI_X86_NIBBLES_INSERT variant ("bin": "v"); then plain
+#    vec_dot prefetching 8 and 16 rows ahead.
+dec() { # binary tag level args...
+    local b=$1 tag=$2 lvl=$3; shift 3
+    [ "$(left)" -gt 100 ] || return
+    OMNI_CPU=$lvl timeout 20 taskset -c $CORES $b -r 3 "$@" | grep '"type"' | sed "s/^{/{\"bin\":\"$tag\",/" >> "$O/decode.jsonl"
+}
+for t in q8_0 q4_0 q5_0 q4_K; do
     for lvl in avx2 avx512vnni; do
-        for a in "-n 2" "-n 2 -x 1 -p 4" "-n 2 -x 1 -p 0" "-n 2 -x 1 -p 4 -h 1" "-n 1" "-s 2048x512 -n 1 -c 1"; do
-            [ "$(left)" -gt 105 ] || continue
-            OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/b_decode -t $t -s 2048x8192 -r 3 $a | grep '"type"' >> "$O/decode.jsonl"
-        done
+        dec /tmp/b_decode b $lvl -t $t -s 2048x8192 -n 2
+        dec /tmp/b_decode b $lvl -t $t -s 2048x8192 -n 2 -x 1 -p 4
+        dec /tmp/b_decode b $lvl -t $t -s 2048x512 -n 1 -c 1
+        case $t in q4_0|q5_0)
+            dec /tmp/b_decode_v v $lvl -t $t -s 2048x8192 -n 2
+            dec /tmp/b_decode_v v $lvl -t $t -s 2048x512 -n 1 -c 1 ;;
+        esac
     done
+done
+for t in q8_0 q4_0; do
+    for p in 8 16; do dec /tmp/b_decode b avx512vnni -t $t -s 2048x8192 -n 2 -x 1 -p $p; done
 done
 sed 's/"checksum".*//' "$O/decode.jsonl"
 stamp "decode dots"

@@ -339,6 +339,15 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
     }
 }
 
+/* OMNI_X86_NIBBLES_INSERT (a benchmark variant, tools/device_intel_decode.sh):
+ * unpack q4_0/q5_0 nibbles with a 128-bit shift and insert instead of the
+ * broadcast load and 64-bit variable shift. */
+#ifdef OMNI_X86_NIBBLES_INSERT
+#define PREP_NIBBLES unpack_nibbles
+#else
+#define PREP_NIBBLES unpack_nibbles_b
+#endif
+
 /* variant 0: q8_0 (the same steps and bits as vec_dot_q8_0_q8_0_avx2, its
  * activation scales read as floats); 1: q4_0 and 2: q5_0, their weights as
  * unsigned nibble (| 16 * the 5th bit) and the -8 / -16 offset subtracted
@@ -381,11 +390,11 @@ static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, cons
             if (variant == 0) {
                 dot = dot_i8(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), qy);
             } else if (variant == 1) {
-                dot = dot_u8i8(unpack_nibbles_b(((const block_q4_0 *)x)->qs), qy);
+                dot = dot_u8i8(PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);
             } else {
                 const block_q5_0 *x5 = (const block_q5_0 *)x;
                 const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));
-                dot = dot_u8i8(_mm256_or_si256(unpack_nibbles_b(x5->qs), hi), qy);
+                dot = dot_u8i8(_mm256_or_si256(PREP_NIBBLES(x5->qs), hi), qy);
             }
             acc[k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[k]);
         }

@@ -395,6 +395,15 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
  * dot_prep_avx2 with vpdpbusd: q8_0 keeps the bits of its vec_dot, q4_0 and
  * q5_0 (unsigned weights, the offset once per block) those of the AVX2
  * vec_dot_prep. The activation prep is the AVX2 level's. */
+/* OMNI_X86_NIBBLES_INSERT (a benchmark variant, tools/device_intel_decode.sh):
+ * unpack q4_0/q5_0 nibbles with a 128-bit shift and insert instead of the
+ * broadcast load and 64-bit variable shift. */
+#ifdef OMNI_X86_NIBBLES_INSERT
+#define PREP_NIBBLES unpack_nibbles
+#else
+#define PREP_NIBBLES unpack_nibbles_b
+#endif
+
 static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, const void *w, const void *a,
                                                                  const float *prep, const int variant)
 {
@@ -429,12 +438,12 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
                 const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
                 dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
             } else if (variant == 1) {
-                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles_b(((const block_q4_0 *)x)->qs), qy);
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);
             } else {
                 const block_q5_0 *x5 = (const block_q5_0 *)x;
                 uint32_t h;
                 memcpy(&h, x5->qh, 4);
-                const __m256i q = _mm256_or_si256(unpack_nibbles_b(x5->qs),
+                const __m256i q = _mm256_or_si256(PREP_NIBBLES(x5->qs),
                                                   _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
                 dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
             }
