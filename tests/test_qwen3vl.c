@@ -200,6 +200,12 @@ TEST(qwen3vl_features_match_reference)
     vision_model_free(m);
 }
 
+/* A cancel callback that answers yes from its third poll on. */
+static int cancel_third(void *user)
+{
+    return ++*(int *)user >= 3;
+}
+
 /* On the reference's own pixel values: the interpolated position table,
  * the first block and the last block's output (what the merger reads). */
 TEST(qwen3vl_tower_steps_match_reference)
@@ -249,6 +255,11 @@ TEST(qwen3vl_tower_steps_match_reference)
     printf("    a frame pair of one picture vs the still picture (one pass): %.3g\n", d);
     CHECK(d < 1e-4);
     vision_embd_release(&e1), vision_embd_release(&e2);
+    /* a cancel seen between blocks stops the pass and frees everything */
+    int polls = 0;
+    CHECK_EQ(qwen3vl_encode_batch(q, NULL, two, 2, cancel_third, &polls, NULL, outs, err, sizeof err), OMNI_ERR_LIMIT);
+    CHECK(polls == 3 && !outs[0].data && !outs[1].data);
+    CHECK_STR_CONTAINS(err, "cancelled");
     /* odd or tiny grids are refused, not read past */
     const struct qwen2vl_image bad = { pix, 3, 4, 1 };
     CHECK(qwen3vl_encode_batch(q, NULL, &bad, 1, NULL, NULL, NULL, &e, err, sizeof err) < 0);
