@@ -14,6 +14,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "src/core/backend.h"
@@ -296,6 +298,116 @@ static void launch_window(const struct omni_bdense *a, cudaStream_t s)
                                                   a->window, a->kv_row, a->n_head, a->head_dim, a->scale);
 }
 
+/* Decoder rows (OMNI_CUDA_DENSE_SPLIT=1, being measured): a block of 4
+ * warps per (row, head), warp w taking the 32-key chunks w, w + 4, ...
+ * (split-K: a 1500-key cross-attention is 4 warps' work, not one's); each
+ * chunk's K rows staged in the warp's shared memory with coalesced loads
+ * (the per-warp kernel above reads a key row per lane, 32 rows apart),
+ * then the four partial softmaxes merged through shared memory. */
+#define SPLIT_W 4
+template <typename KV, int NV>
+__global__ void __launch_bounds__(SPLIT_W * 32)
+    k_attention_split(float *out, const float *q, const KV *k, const KV *v, const int32_t *seq,
+                      const int32_t *n_keys, int64_t seq_stride, int kv_row, int n_head, int head_dim,
+                      float scale)
+{
+    extern __shared__ float sm[];
+    const int hp = head_dim + 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *qs = sm;                                  /* [head_dim] */
+    float *ks = qs + head_dim + (size_t)warp * 32 * hp; /* [32][hp] a warp */
+    float *red = qs + head_dim + (size_t)SPLIT_W * 32 * hp; /* [SPLIT_W][2 + head_dim] */
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, qd = n_head * head_dim;
+    for (int e = threadIdx.x; e < head_dim; e += blockDim.x)
+        qs[e] = q[(size_t)t * qd + (size_t)h * head_dim + e] * scale;
+    __syncthreads();
+    const int nk = n_keys[t];
+    const size_t base = (size_t)seq[t] * seq_stride * kv_row + (size_t)h * head_dim;
+    float m = -INFINITY, l = 0.0f, acc[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        acc[i] = 0.0f;
+    for (int j0 = warp * 32; j0 < nk; j0 += SPLIT_W * 32) {
+        const int nj = nk - j0 < 32 ? nk - j0 : 32;
+        for (int i = lane; i < nj * head_dim; i += 32) { /* consecutive lanes, consecutive values */
+            const int r = i / head_dim, e = i % head_dim;
+            ks[r * hp + e] = kv_load(k + base + (size_t)(j0 + r) * kv_row + e);
+        }
+        __syncwarp();
+        float s = -INFINITY;
+        if (lane < nj) {
+            const float *kr = ks + lane * hp;
+            s = 0.0f;
+            for (int e = 0; e < head_dim; e++)
+                s += qs[e] * kr[e];
+        }
+        const float mn = fmaxf(m, wmax32(s));
+        const float corr = expf(m - mn), p = lane < nj ? expf(s - mn) : 0.0f;
+        l = l * corr + wsum32(p);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            acc[i] *= corr;
+        for (int jj = 0; jj < nj; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const KV *vr = v + base + (size_t)(j0 + jj) * kv_row;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                const int e = lane + 32 * i;
+                if (e < head_dim)
+                    acc[i] += pj * kv_load(vr + e);
+            }
+        }
+        m = mn;
+        __syncwarp(); /* ks read by every lane before the next chunk lands */
+    }
+    /* merge: warp w's (m, l, acc) into red[w]; a warp without keys has m -inf */
+    float *rw = red + (size_t)warp * (2 + head_dim);
+    if (lane == 0) {
+        rw[0] = m;
+        rw[1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int e = lane + 32 * i;
+        if (e < head_dim)
+            rw[2 + e] = acc[i];
+    }
+    __syncthreads();
+    if (warp != 0)
+        return;
+    float M = -INFINITY;
+    for (int w = 0; w < SPLIT_W; w++)
+        M = fmaxf(M, red[w * (2 + head_dim)]);
+    float L = 0.0f, f[SPLIT_W];
+    for (int w = 0; w < SPLIT_W; w++) {
+        const float mw = red[w * (2 + head_dim)];
+        f[w] = mw == -INFINITY ? 0.0f : expf(mw - M);
+        L += red[w * (2 + head_dim) + 1] * f[w];
+    }
+    float *o = out + (size_t)t * qd + (size_t)h * head_dim;
+    for (int e = lane; e < head_dim; e += 32) {
+        float x = 0.0f;
+        for (int w = 0; w < SPLIT_W; w++)
+            x += red[w * (2 + head_dim) + 2 + e] * f[w];
+        o[e] = x / L;
+    }
+}
+
+template <typename KV>
+static void launch_split(const struct omni_bdense *a, cudaStream_t s)
+{
+    const unsigned grid = (unsigned)a->n_tok * a->n_head;
+    const size_t shm = (size_t)(a->head_dim + SPLIT_W * 32 * (a->head_dim + 1) + SPLIT_W * (2 + a->head_dim)) *
+                       sizeof(float);
+    const KV *k = (const KV *)a->k, *v = (const KV *)a->v;
+    if (a->head_dim <= 32)
+        k_attention_split<KV, 1><<<grid, SPLIT_W * 32, shm, s>>>(a->out, a->q, k, v, a->seq, a->n_keys,
+                                                                a->seq_stride, a->kv_row, a->n_head, a->head_dim, a->scale);
+    else
+        k_attention_split<KV, 2><<<grid, SPLIT_W * 32, shm, s>>>(a->out, a->q, k, v, a->seq, a->n_keys,
+                                                                a->seq_stride, a->kv_row, a->n_head, a->head_dim, a->scale);
+}
+
 template <typename KV>
 static void launch_dense(const struct omni_bdense *a, cudaStream_t s)
 {
@@ -317,6 +429,17 @@ static void launch_dense(const struct omni_bdense *a, cudaStream_t s)
 #undef L
 }
 
+/* OMNI_CUDA_DENSE_SPLIT=1: decoder rows through k_attention_split */
+static bool split_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("OMNI_CUDA_DENSE_SPLIT");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
+}
+
 static int cuda_attention_dense(struct omni_backend *be, const struct omni_bdense *a)
 {
     if ((a->kv_type != GGML_TYPE_F32 && a->kv_type != GGML_TYPE_F16) || a->head_dim > WOPS_MAX_HEAD_DIM ||
@@ -329,6 +452,10 @@ static int cuda_attention_dense(struct omni_backend *be, const struct omni_bdens
         launch_window<float>(a, s);
     else if (a->window > 0 && a->head_dim <= 64)
         launch_window<__half>(a, s);
+    else if (split_on() && a->head_dim <= 64 && a->kv_type == GGML_TYPE_F32)
+        launch_split<float>(a, s);
+    else if (split_on() && a->head_dim <= 64)
+        launch_split<__half>(a, s);
     else if (a->kv_type == GGML_TYPE_F32)
         launch_dense<float>(a, s);
     else
