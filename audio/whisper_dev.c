@@ -63,6 +63,8 @@ struct whisper_dev {
     int64_t *d_slot;                /* [max_rows] */
     /* host staging */
     float *h_mel;
+    float *h_logits;                /* a decoder pass's logits rows */
+    size_t h_logits_cap;            /* bytes */
     int32_t *h_i32;
     int64_t *h_slot;
     void **allocs;
@@ -313,6 +315,7 @@ void whisper_dev_free(struct whisper_dev *d)
     free(d->stream_owner);
     free(d->seq_owner);
     free(d->h_mel);
+    free(d->h_logits);
     free(d->h_i32);
     free(d->h_slot);
     pthread_mutex_destroy(&d->lock);
@@ -602,10 +605,21 @@ int whisper_dev_decode(struct whisper_dev *d, const struct whisper_row *rows, in
         OP(be->get_rows(be, &xs, d_orow, n_out, d->d_h));
         OP(be->layernorm(be, d->d_h, d->d_h, d->dec_ln_w, d->dec_ln_b, n_out, dm, LN_EPS));
         OP(be->matmul(be, &d->tok_emb, d->d_h, n_out, d->d_logits));
-        for (int t = 0, o = 0; t < n; t++)
+        /* one download (one wait) for every row, then each row to its state */
+        const size_t bytes = (size_t)n_out * nv * sizeof(float);
+        if (rc == OMNI_OK && bytes > d->h_logits_cap) {
+            free(d->h_logits);
+            d->h_logits_cap = 0;
+            if (!(d->h_logits = malloc(bytes)))
+                rc = OMNI_ERR_NOMEM, what = "host logits";
+            else
+                d->h_logits_cap = bytes;
+        }
+        OP(be->download(be, d->h_logits, d->d_logits, bytes));
+        for (int t = 0, o = 0; rc == OMNI_OK && t < n; t++)
             if (rows[t].logits >= 0)
-                OP(be->download(be, rows[t].s->logits + (size_t)rows[t].logits * nv,
-                                d->d_logits + (size_t)o++ * nv, (size_t)nv * sizeof(float)));
+                memcpy(rows[t].s->logits + (size_t)rows[t].logits * nv, d->h_logits + (size_t)o++ * nv,
+                       (size_t)nv * sizeof(float));
     } else {
         OP(be->sync(be));
     }
