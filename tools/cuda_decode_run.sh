@@ -137,7 +137,13 @@ if [ -x build-cuda/bench_dev ]; then
         bd "$b plain" OMNI_DEV_FUSE=0 OMNI_CUDA_ATT_SPLIT=0 -- -m "$M" -p 512 -n 128 -r 3
         bd "$b fused depth128" X=1 -- -m "$M" -p 1 -n 64 -d 128 -r 3
         bd "$b plain depth128" OMNI_DEV_FUSE=0 OMNI_CUDA_ATT_SPLIT=0 -- -m "$M" -p 1 -n 64 -d 128 -r 3
+        bd "$b fused mvsplit" OMNI_CUDA_MV_SPLIT=1 -- -m "$M" -p 1 -n 128 -r 3
     done
+    if [ "$(left)" -gt 150 ]; then
+        stamp "decode at depth 1024: split attention against one warp per head"
+        bd "llama-3.2-1b-q4_k_m fused depth1024" X=1 -- -m "$M4" -p 1 -n 64 -d 1024 -r 3
+        bd "llama-3.2-1b-q4_k_m fused attsplit0 depth1024" OMNI_CUDA_ATT_SPLIT=0 -- -m "$M4" -p 1 -n 64 -d 1024 -r 3
+    fi
     if [ "$(left)" -gt 120 ]; then
         stamp "per-op profile of 64 decode steps (OMNI_DEV_PROFILE=1, graphs off)"
         OMNI_DEV_PROFILE=1 timeout "$(cap 30)" build-cuda/bench_dev -m "$M4" -p 1 -n 64 -d 128 -r 1 2>&1 |
@@ -167,6 +173,8 @@ if [ "$Q7B" = 1 ]; then
     if [ -f "$M7" ] && [ -x build-cuda/bench_dev ] && [ "$(left)" -gt 100 ]; then
         stamp "bench_dev qwen2.5-7b q4_k_m"
         bd "qwen2.5-7b-q4_k_m fused" X=1 -- -m "$M7" -p 512 -n 128 -r 3
+        bd "qwen2.5-7b-q4_k_m plain" OMNI_DEV_FUSE=0 OMNI_CUDA_ATT_SPLIT=0 -- -m "$M7" -p 1 -n 128 -r 3
+        bd "qwen2.5-7b-q4_k_m fused mvsplit" OMNI_CUDA_MV_SPLIT=1 -- -m "$M7" -p 1 -n 128 -r 3
     fi
 fi
 
@@ -180,6 +188,13 @@ if [ -x build-cuda/test_cuda ] && [ "${SAN:-1}" = 1 ] && [ "$(left)" -gt 120 ]; 
         echo "$r"
         echo "$r" >> "$SUM"
     done
+fi
+
+if [ -x build-cuda/bench_engine_dev ] && [ "$(left)" -gt 140 ]; then
+    stamp "16 sequences on the F16 GEMM instead of the int8 matvec (OMNI_CUDA_INT8_ROWS=8)"
+    OMNI_CUDA_INT8_ROWS=8 timeout "$(cap 30)" build-cuda/bench_engine_dev -m "$M4" \
+        --device cuda --concurrency 16 --prompt-tokens 128 --gen-tokens 64 --json 2>/dev/null |
+        sed 's/^{/{"label":"engine cuda int8rows8",/' | tee -a "$RES"
 fi
 
 # llama.cpp on the same files

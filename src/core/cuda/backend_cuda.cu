@@ -67,6 +67,14 @@ struct cuda_state {
     void *xq2;         /* allocated once, never moved (graphs use it) */
     size_t xq2_cap;
     bool att_split_off; /* OMNI_CUDA_ATT_SPLIT=0: decode attention one warp per head */
+    int int8_rows;      /* quantized products of up to this many rows take the int8
+                         * matvec (OMNI_CUDA_INT8_ROWS, default Q8_ACT_MAX - 1);
+                         * more: the F16 GEMM */
+    /* k_argmax_sliced's candidates and per-row counters (zero between
+     * launches), made at creation; NULL: k_argmax alone */
+    float *am_pv;
+    int *am_pi;
+    unsigned *am_count;
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -440,10 +448,11 @@ __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *
 template <int T, int N>
 __device__ __forceinline__ void dot_q8(const uint8_t *__restrict__ row, int nb, int cols,
                                        const int8_t *__restrict__ xq,
-                                       const float *__restrict__ xd, float *acc, int lane)
+                                       const float *__restrict__ xd, float *acc, int lane,
+                                       int stride = 32)
 {
 #pragma unroll 2
-    for (int c = lane; c < nb; c += 32) {
+    for (int c = lane; c < nb; c += stride) {
         int wq[8];
         float pa = 0.0f, pb = 0.0f;
         if constexpr (T == GGML_TYPE_Q4_K)
@@ -521,6 +530,33 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         const float s = warp_sum(acc[t]);
         if (lane == 0)
             y[(size_t)t * rows + r] = s;
+    }
+}
+
+/* One activation row, long rows (OMNI_CUDA_MV_SPLIT=1, an experiment): a
+ * block of MV_WARPS warps per weight row, the 128 threads striding over its
+ * chunks, partial sums added in shared memory (more loads in flight per
+ * row; other sums' order than k_matvec_q8). */
+template <int T>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_matvec_q8_split(const uint8_t *__restrict__ W, size_t row_bytes, int cols,
+                      const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                      float *__restrict__ y)
+{
+    __shared__ float part[MV_WARPS];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    float acc = 0.0f;
+    dot_q8<T, 1>(W + (size_t)blockIdx.x * row_bytes, cols >> 5, cols, xq, xd, &acc, threadIdx.x,
+                 MV_WARPS * 32);
+    acc = warp_sum(acc);
+    if (lane == 0)
+        part[wid] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < MV_WARPS; w++)
+            s += part[w];
+        y[blockIdx.x] = s;
     }
 }
 
@@ -610,10 +646,16 @@ static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, con
     }
 }
 
+static bool mv_split_on; /* OMNI_CUDA_MV_SPLIT=1 (read at backend creation) */
+
 template <int T>
 static void launch_matvec_q8(const uint8_t *W, size_t rb, int rows, int cols, const int8_t *xq,
                              const float *xd, int n, float *y, cudaStream_t s)
 {
+    if (n == 1 && mv_split_on && cols >= 4096) {
+        k_matvec_q8_split<T><<<rows, MV_WARPS * 32, 0, s>>>(W, rb, cols, xq, xd, y);
+        return;
+    }
     const dim3 grid(blocks_for(rows, MV_WARPS)), block(MV_WARPS * 32);
     switch (n) {
     case 1: k_matvec_q8<T, 1><<<grid, block, 0, s>>>(W, rb, rows, cols, xq, xd, y); break;
@@ -783,7 +825,7 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t rb = ggml_row_size(w->type, w->cols);
     const uint8_t *W = (const uint8_t *)w->data;
-    if (is_quant(w->type) && n < Q8_ACT_MAX && !s->f32_act) {
+    if (is_quant(w->type) && n <= s->int8_rows && !s->f32_act) {
         /* as the CPU below its BLAS switch point: Q8_0 activations, integer dots */
         int8_t *xq;
         float *xd;
@@ -866,7 +908,8 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
  * matrices on int8 activations, at most MATVEC_Q8_MAX rows. */
 static bool fused_ok(const struct cuda_state *s, const struct omni_btensor *w, int cols, int n)
 {
-    return !s->f32_act && n <= MATVEC_Q8_MAX && is_quant(w->type) && quant_chunk_ok(w) &&
+    return !s->f32_act && n <= MATVEC_Q8_MAX && n <= s->int8_rows && is_quant(w->type) &&
+           quant_chunk_ok(w) &&
            w->cols == cols && w->rows <= INT32_MAX && w->cols <= INT32_MAX;
 }
 
@@ -1158,7 +1201,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
 static bool norm_quant(struct cuda_state *s, int rows, int dim, int8_t **q, float **qd)
 {
     const size_t need = (size_t)rows * dim + (size_t)rows * (dim / 32) * sizeof(float);
-    if (s->f32_act || dim % 32 || rows >= Q8_ACT_MAX || need > s->xq_cap)
+    if (s->f32_act || dim % 32 || rows > s->int8_rows || need > s->xq_cap)
         return false;
     *q = (int8_t *)s->xq;
     *qd = (float *)(*q + (size_t)rows * dim);
@@ -1763,12 +1806,96 @@ __global__ void k_argmax(const float *__restrict__ x, int n, int32_t *out)
     }
 }
 
+/* The larger of two (value, index) candidates, the smaller index on ties;
+ * index n: none. */
+__device__ __forceinline__ void am_pick(float &v, int &i, float ov, int oi, int n)
+{
+    if (oi < n && (i >= n || ov > v || (ov == v && oi < i))) {
+        v = ov;
+        i = oi;
+    }
+}
+
+__device__ __forceinline__ void am_block(float &v, int &i, int n, float *bv, int *bi)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        am_pick(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o), n);
+    if ((threadIdx.x & 31) == 0) {
+        bv[threadIdx.x >> 5] = v;
+        bi[threadIdx.x >> 5] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const unsigned nw = blockDim.x >> 5;
+        v = threadIdx.x < nw ? bv[threadIdx.x] : -INFINITY;
+        i = threadIdx.x < nw ? bi[threadIdx.x] : n;
+        for (int o = 16; o > 0; o >>= 1)
+            am_pick(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o), n);
+    }
+}
+
+/* argmax over AM_SLICES blocks per row (one block read a 128k vocabulary
+ * alone for ~45 us): each block its slice, candidates into pv / pi, and the
+ * last block of the row to finish (a counter, reset by it) picks among them;
+ * the same answer as k_argmax (the first index of the largest value). */
+#define AM_SLICES 32
+#define AM_ROWS 1024 /* rows the scratch holds; more: k_argmax */
+__global__ void __launch_bounds__(256)
+    k_argmax_sliced(const float *__restrict__ x, int n, float *pv, int *pi, unsigned *count,
+                    int32_t *out)
+{
+    __shared__ float bv[8];
+    __shared__ int bi[8];
+    __shared__ bool last;
+    const int row = blockIdx.y, per = (n + AM_SLICES - 1) / AM_SLICES;
+    const int lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    const float *xr = x + (size_t)row * n;
+    float v = -INFINITY;
+    int idx = n;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float xi = xr[i];
+        if (idx == n || xi > v) {
+            v = xi;
+            idx = i;
+        }
+    }
+    am_block(v, idx, n, bv, bi);
+    if (threadIdx.x == 0) {
+        pv[row * AM_SLICES + blockIdx.x] = v;
+        pi[row * AM_SLICES + blockIdx.x] = idx;
+        __threadfence();
+        last = atomicAdd(&count[row], 1u) == AM_SLICES - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    v = -INFINITY;
+    idx = n;
+    if (threadIdx.x < AM_SLICES) {
+        v = __ldcg(pv + row * AM_SLICES + threadIdx.x);
+        idx = __ldcg(pi + row * AM_SLICES + threadIdx.x);
+    }
+    __syncthreads(); /* bv / bi are reused */
+    am_block(v, idx, n, bv, bi);
+    if (threadIdx.x == 0) {
+        out[row] = idx < n ? idx : 0;
+        count[row] = 0;
+    }
+}
+
 static int cuda_argmax(struct omni_backend *be, const float *x, int rows, int n, int32_t *out)
 {
     touch(be);
+    struct cuda_state *s = st(be);
     if (rows < 1)
         return 0;
-    k_argmax<<<rows, 1024, 0, st(be)->stream>>>(x, n, out);
+    if (s->am_pv && rows <= AM_ROWS && n >= 8 * AM_SLICES) {
+        k_argmax_sliced<<<dim3(AM_SLICES, rows), 256, 0, s->stream>>>(x, n, s->am_pv, s->am_pi,
+                                                                      s->am_count, out);
+        return chk_launch("argmax");
+    }
+    k_argmax<<<rows, 1024, 0, s->stream>>>(x, n, out);
     return chk_launch("argmax");
 }
 
@@ -1894,6 +2021,12 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->xq);
         if (s->xq2)
             cudaFree(s->xq2);
+        if (s->am_pv)
+            cudaFree(s->am_pv);
+        if (s->am_pi)
+            cudaFree(s->am_pi);
+        if (s->am_count)
+            cudaFree(s->am_count);
         for (int i = 0; i < s->n_f16; i++)
             cudaFree(s->f16[i].h);
         free(s->f16);
@@ -1933,6 +2066,10 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->f32_act = act && !strcmp(act, "f32");
     const char *fc = getenv("OMNI_CUDA_F16_CACHE");
     s->f16_off = fc && !strcmp(fc, "0");
+    const char *ir = getenv("OMNI_CUDA_INT8_ROWS");
+    s->int8_rows = ir && atoi(ir) >= 0 && atoi(ir) < Q8_ACT_MAX ? atoi(ir) : Q8_ACT_MAX - 1;
+    const char *ms = getenv("OMNI_CUDA_MV_SPLIT");
+    mv_split_on = ms && !strcmp(ms, "1");
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
@@ -1951,6 +2088,19 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
         cuda_destroy(be);
         return NULL;
+    }
+    /* the sliced argmax's scratch (small; without it, k_argmax) */
+    if (cudaMalloc((void **)&s->am_pv, AM_ROWS * AM_SLICES * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&s->am_pi, AM_ROWS * AM_SLICES * sizeof(int)) != cudaSuccess ||
+        cudaMalloc((void **)&s->am_count, AM_ROWS * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(s->am_count, 0, AM_ROWS * sizeof(unsigned)) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(s->am_pv);
+        cudaFree(s->am_pi);
+        cudaFree(s->am_count);
+        s->am_pv = NULL;
+        s->am_pi = NULL;
+        s->am_count = NULL;
     }
     snprintf(be->device, sizeof be->device, "%.96s (sm_%d%d, %zu MiB)", prop.name, prop.major,
              prop.minor, be->mem_total >> 20);
