@@ -250,6 +250,8 @@ $(BUILD)/fixtures/vision-qwen2_5_vl-mmproj-f32.gguf: tests/fixtures/vision/qwen2
 VISION_QWEN3 := $(if $(wildcard tests/fixtures/vision/qwen3vl/config.json),$(BUILD)/fixtures/vision-qwen3vl-mmproj-f32.gguf \
 	$(BUILD)/fixtures/vision-qwen3vl-mmproj-f16.gguf)
 golden-fixtures: $(VISION_QWEN3)
+VISION_QWEN3MOE := $(if $(wildcard tests/fixtures/vision/qwen3vlmoe/config.json),$(BUILD)/fixtures/vision-qwen3vlmoe-mmproj-f32.gguf)
+golden-fixtures: $(VISION_QWEN3MOE)
 
 # The tiny Gemma 3 (tests/test_vision_gemma3.c): mmproj + gemma3 LM through the pattern rules above.
 VISION_GEMMA3 := $(if $(wildcard tests/fixtures/vision/gemma3/config.json),$(BUILD)/fixtures/vision-gemma3-mmproj-f32.gguf \

@@ -432,6 +432,14 @@ TEST(qwen3vl_fused_logits_and_greedy_match_reference)
     fused_case(Q3DIR, Q3GGUF, Q3LM, LLM_ARCH_QWEN3VL);
 }
 
+/* The MoE text model (Qwen3VLMoeForConditionalGeneration's: 8 experts of
+ * 32, top 2, in each of its 3 layers) on the same prompt. */
+TEST(qwen3vlmoe_fused_logits_and_greedy_match_reference)
+{
+    fused_case("vision/qwen3vlmoe/", "vision-qwen3vlmoe-mmproj-f32.gguf", "vision-qwen3vlmoe-lm-f32.gguf",
+               LLM_ARCH_QWEN3VLMOE);
+}
+
 // ---- through the engine ---------------------------------------------------------
 
 struct q3gen {
