@@ -216,7 +216,19 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * corrections times 8). */
 #define ACT8_BYTES (8 * 32 + 8 * 4 + 8 * 4)
 #define ACT8_R 4 /* weight rows per register tile */
-#define BCAST_DW(v, k) _mm256_shuffle_epi32(v, (k) * 0x55)
+/* dword k (0-3) of each 128-bit half to all four of its dwords; a switch
+ * because vpshufd takes an immediate (folded away once k is a constant in
+ * the unrolled loops; an -O1 sanitizer build keeps the branches) */
+static inline __attribute__((always_inline)) __m256i bcast_dw(__m256i v, int k)
+{
+    switch (k & 3) {
+    case 0: return _mm256_shuffle_epi32(v, 0x00);
+    case 1: return _mm256_shuffle_epi32(v, 0x55);
+    case 2: return _mm256_shuffle_epi32(v, 0xaa);
+    default: return _mm256_shuffle_epi32(v, 0xff);
+    }
+}
+#define BCAST_DW(v, k) bcast_dw(v, k)
 /* fewest batch rows that take the act8 kernel: where a pass over 8 rows
  * (padded) costs less than the 2 x 4 tiles over the batch (one thread,
  * tests/bench_matmul.c, load 14-16: q8_0 4096 x 896 tiles 0.60 / 0.73 ms

@@ -358,7 +358,19 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
 #define A8_BYTES (64 * 32 + 8 * 4 + 8 * 32)     /* per super-block: qs, d, bsums */
 #define A8_D 2048                               /* offset of the 8 rows' d */
 #define A8_BS 2080                              /* offset of the bsums registers */
-#define BCAST_DW(v, k) _mm256_shuffle_epi32(v, (k) * 0x55)
+/* dword k (0-3) of each 128-bit half to all four of its dwords; a switch
+ * because vpshufd takes an immediate (folded away once k is a constant in
+ * the unrolled loops; an -O1 sanitizer build keeps the branches) */
+static inline __attribute__((always_inline)) __m256i bcast_dw(__m256i v, int k)
+{
+    switch (k & 3) {
+    case 0: return _mm256_shuffle_epi32(v, 0x00);
+    case 1: return _mm256_shuffle_epi32(v, 0x55);
+    case 2: return _mm256_shuffle_epi32(v, 0xaa);
+    default: return _mm256_shuffle_epi32(v, 0xff);
+    }
+}
+#define BCAST_DW(v, k) bcast_dw(v, k)
 
 /* Super-block i of activation rows 0..nc-1 (rows nc..7 zero). bsums:
  * q4_K: register p lane c = (b[4p] + b[4p+1], b[4p+2] + b[4p+3]) of row c
