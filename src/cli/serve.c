@@ -207,6 +207,7 @@ static void serve_usage(FILE *f)
             "  --vad-model FILE           Silero VAD (whisper.cpp ggml): trims silence, segments turns\n"
             "  --stt-workers N            transcriptions in flight at once, sharing batched passes (default 4)\n"
             "  --stt-threads N            at most N of the --threads for the speech model (default: all)\n"
+            "  --stt-device cpu|cuda|cuda:N  where the speech model runs (default: as --device)\n"
             "  --no-tts                   no speech synthesis (/v1/audio/speech answers 503)\n"
             "  --tts-model FILE           OuteTTS 1.0 GGUF: neural voices, run by the engine beside chat\n"
             "  --tts-codec FILE           its DAC codec GGUF (tools/hf_dac_to_gguf.py)\n"
@@ -457,6 +458,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--stt-threads")) {
             rc = cli_long("serve", a, v, 1, 1024, &n);
             o->sp.n_threads = (int)n;
+        } else if (!strcmp(a, "--stt-device")) {
+            o->sp.device = v;
         } else if (!strcmp(a, "--mmproj"))
             o->mmproj = v;
         else if (!strcmp(a, "--vision-cache-mb")) {
@@ -518,6 +521,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             OMNI_INFO("serve: no usable GPU (%s): the language model runs on the CPU", err);
         omni_backend_free(be);
     }
+    if (!o->sp.device)
+        o->sp.device = o->ep.device; /* the speech model goes where the language model does */
     return 0;
 }
 
