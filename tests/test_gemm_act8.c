@@ -31,7 +31,7 @@ static void act8_free_tpool(void *tp) { tpool_free(tp); }
 TEST(gemm_act8_rows_equal_tiles)
 {
     static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
-    const int64_t n_in = 256 * 19, n_out = 21; /* 19 super-blocks: 3 chunks of q4_K */
+    const int64_t n_in = 256 * 35, n_out = 21; /* 35 super-blocks: 2 chunks of the K-quants' a8 */
     enum { NB = 17 };
     struct tpool *tp = tpool_new(2, NULL, 0);
     test_defer(act8_free_tpool, tp);
