@@ -322,9 +322,9 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
-    double bw = 0;
+    double bw = 0, bw_plain = 0;
     if (!o.no_bandwidth) {
-        bw = bench_read_bandwidth(tp, BENCH_BW_BYTES, 5);
+        bw = bench_read_bandwidth2(tp, BENCH_BW_BYTES, 5, &bw_plain);
         if (bw > 0)
             fprintf(stderr, "bench: read bandwidth %.2f GB/s (%d threads)\n", bw / 1e9, o.n_threads);
         else
@@ -446,10 +446,11 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     printf(", \"threads\": %d, \"cpu\": \"%s\", \"p\": %d, \"n\": %d, \"reps\": %d, "
            "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"batch_decode\": %d, \"bd_tok_s\": %.3f, "
            "\"load_s\": %.3f, \"decode_bytes\": %zu, \"decode_bytes_read\": %llu, "
-           "\"bandwidth_gb_s\": %.3f, \"bandwidth_fraction\": %.4f}\n",
+           "\"bandwidth_gb_s\": %.3f, \"bandwidth_fraction\": %.4f, \"bandwidth_plain_gb_s\": %.3f, "
+           "\"bandwidth_fraction_plain\": %.4f}\n",
            o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
            o.batch_decode, bd_med, load_s, decode_bytes, (unsigned long long)res.tg_bytes, bw / 1e9,
-           frac);
+           frac, bw_plain / 1e9, bw_plain > 0 ? (double)decode_bytes * tg_med / bw_plain : 0);
     fflush(stdout);
     ret = 0;
 

@@ -102,6 +102,13 @@ static void bw_sum(void *arg, int ith, int nth)
 
 double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
 {
+    double plain;
+    return bench_read_bandwidth2(tp, bytes, passes, &plain);
+}
+
+double bench_read_bandwidth2(struct tpool *tp, size_t bytes, int passes, double *plain)
+{
+    *plain = 0;
     struct bw_job j = { .n = bytes / sizeof(uint64_t) };
     uint64_t *buf = aligned_alloc(64, j.n * sizeof(uint64_t));
     if (!buf)
@@ -121,6 +128,8 @@ double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
         double bw = (double)read / (omni_time_s() - t0);
         if (bw > best)
             best = bw;
+        if (!j.prefetch && bw > *plain)
+            *plain = bw;
     }
     free(buf);
     return best;

@@ -38,6 +38,9 @@ double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
  * thread, alternately without and with software prefetches 8 KB ahead;
  * the best pass counts. 0 when the buffer cannot be allocated. */
 double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes);
+/* The same, also giving the best plain pass (no software prefetches: what
+ * the probe measured before, for comparisons) in *plain. */
+double bench_read_bandwidth2(struct tpool *tp, size_t bytes, int passes, double *plain);
 /* Bytes of weights one decode step of one sequence reads: every matrix but
  * the token embedding (one row of it is read), plus the embedding again
  * when the output projection reuses it (tied); of a mixture of experts only
