@@ -392,7 +392,10 @@ TEST(backend_fused_ops)
          * product of its output right after (t[1]'s data as R1 x R0) */
         const struct omni_btensor up = { types[0], COLS, R0, t[0].data };
         const struct omni_btensor down = { GGML_TYPE_Q8_0, R0, R1, t[1].data };
-        CHECK(be->matmul_glu(be, &t[0], &up, dx, n, dy[0]) == 0);
+        const int rc_glu = be->matmul_glu(be, &t[0], &up, dx, n, dy[0]);
+        if (rc_glu == OMNI_ERR_UNSUPPORTED) /* not fused at this many rows (OMNI_CUDA_INT8_ROWS) */
+            continue;
+        CHECK(rc_glu == 0);
         CHECK(be->matmul(be, &down, dy[0], n, dy[2]) == 0);
         CHECK(be->download(be, ya, dy[0], (size_t)n * R0 * sizeof(float)) == 0);
         CHECK(be->upload(be, dz[2], ya, (size_t)n * R0 * sizeof(float)) == 0);
