@@ -123,6 +123,12 @@ TEST(threadpool_loadavg_running_parses)
     CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59 x/613 1"), -1);
     CHECK_EQ(tpool_loadavg_running("0.52 0.58 0.59 3 1"), -1);
     CHECK_EQ(tpool_loadavg_running(""), -1);
+    /* pinned to 2 of 16 CPUs: 16 runnable is 2 on ours, 17 is 3 */
+    CHECK_EQ(tpool_running_share(16, 16, 2), 2);
+    CHECK_EQ(tpool_running_share(17, 16, 2), 3);
+    CHECK_EQ(tpool_running_share(5, 2, 2), 5);
+    CHECK_EQ(tpool_running_share(5, 2, 4), 5);
+    CHECK_EQ(tpool_running_share(-1, 16, 2), -1);
     bool b = tpool_machine_busy(); /* whatever the load: a boolean, no crash */
     CHECK(b == true || b == false);
 }

@@ -166,11 +166,32 @@ int tpool_loadavg_running(const char *line)
     return end != p && *end == '/' && r >= 0 && r < INT_MAX ? (int)r : -1;
 }
 
+int tpool_running_share(int running, int online, int mine)
+{
+    if (running < 0 || online <= 0 || mine <= 0 || mine >= online)
+        return running;
+    return (int)(((int64_t)running * mine + online - 1) / online);
+}
+
+/* CPUs this process may run on (taskset, a cpuset); the online count when
+ * unknown. Pinned to 2 of a 16-CPU host that other jobs kept busy, the
+ * whole kernel's runnable count had turned on the crowded path (caller
+ * alone) while our two CPUs were ours: decode at half speed. */
+static int n_cpus_mine(int online)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return online;
+    const int n = CPU_COUNT(&set);
+    return n > 0 && n < online ? n : online;
+}
+
 static _Atomic int busy_fd = -2; /* -2: not opened yet; -1: unavailable */
 static _Atomic int64_t busy_checked_us;
 static atomic_bool busy;
 static _Atomic int busy_running; /* the runnable threads last read */
-static int busy_cpus;
+static int busy_cpus;      /* online */
+static int busy_cpus_mine; /* of them, those this process may use */
 
 /* True while more threads are runnable than the machine has CPUs: spinning
  * would take a CPU from a thread with work. Re-read at most every
@@ -185,6 +206,7 @@ bool tpool_machine_busy(void)
     int fd = atomic_load(&busy_fd);
     if (fd == -2) {
         busy_cpus = n_cpus_online();
+        busy_cpus_mine = n_cpus_mine(busy_cpus);
         int f = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
         int expect = -2;
         if (!atomic_compare_exchange_strong(&busy_fd, &expect, f < 0 ? -1 : f)) {
@@ -200,8 +222,8 @@ bool tpool_machine_busy(void)
     if (n <= 0)
         return false;
     line[n] = 0;
-    const int running = tpool_loadavg_running(line);
-    const bool b = running > busy_cpus;
+    const int running = tpool_running_share(tpool_loadavg_running(line), busy_cpus, busy_cpus_mine);
+    const bool b = running > busy_cpus_mine;
     atomic_store_explicit(&busy_running, running, memory_order_relaxed);
     atomic_store_explicit(&busy, b, memory_order_relaxed);
     return b;
@@ -210,7 +232,7 @@ bool tpool_machine_busy(void)
 bool tpool_machine_crowded(int extra)
 {
     return tpool_machine_busy() &&
-           atomic_load_explicit(&busy_running, memory_order_relaxed) > busy_cpus + extra;
+           atomic_load_explicit(&busy_running, memory_order_relaxed) > busy_cpus_mine + extra;
 }
 
 /* One round of spinning done: yield the CPU to anything runnable, and tell

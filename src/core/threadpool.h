@@ -66,8 +66,10 @@ void tpool_census_enable(bool on);   /* also resets max */
 void tpool_census_get(struct tpool_census *out);
 
 /* Oversubscription: true while the kernel reports more runnable threads
- * than the machine has online CPUs; spinning workers then yield and sleep.
- * Cached, re-read at most every 2 ms; any thread. */
+ * than the machine has online CPUs (a process allowed fewer CPUs, by
+ * taskset or a cpuset, compares its share of them with its own CPUs:
+ * tpool_running_share); spinning workers then yield and sleep. Cached,
+ * re-read at most every 2 ms; any thread. */
 bool tpool_machine_busy(void);
 /* True while the runnable threads exceed the online CPUs by more than
  * extra (pass the pool's size: its own threads count while they run): the
@@ -78,6 +80,11 @@ bool tpool_machine_crowded(int extra);
 /* The running-thread count of a /proc/loadavg line, -1 when malformed
  * (exposed for tests). */
 int tpool_loadavg_running(const char *line);
+/* The part of running (the whole kernel's runnable threads) that competes
+ * for mine of the machine's online CPUs, the scheduler spreading them
+ * evenly: running x mine / online rounded up; running itself when mine is
+ * all of them (exposed for tests). */
+int tpool_running_share(int running, int online, int mine);
 
 /* Physical cores of this machine (>= 1): the default for --threads. */
 int omni_physical_cores(void);
