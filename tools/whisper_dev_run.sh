@@ -69,9 +69,9 @@ if want test && [ -x $B/test_whisper_dev ]; then
     OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=$B/fixtures timeout 60 $B/test_whisper_dev > "$O/test_cuda.txt" 2>&1
     echo "test rc $?"
     cat "$O/test_cuda.txt" | tail -12
-    OMNI_CUDA_DENSE_SPLIT=1 OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=$B/fixtures timeout 60 $B/test_whisper_dev \
+    OMNI_CUDA_DENSE_SPLIT=0 OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=$B/fixtures timeout 60 $B/test_whisper_dev \
         > "$O/test_cuda_split.txt" 2>&1
-    echo "test (OMNI_CUDA_DENSE_SPLIT=1) rc $? ($(tail -1 "$O/test_cuda_split.txt"))"
+    echo "test (OMNI_CUDA_DENSE_SPLIT=0) rc $? ($(tail -1 "$O/test_cuda_split.txt"))"
     OMNI_GOLDEN_DIR=$B/fixtures timeout 60 $B/test_whisper_dev > "$O/test_cpu.txt" 2>&1
     echo "cpu-backend test rc $? ($(tail -1 "$O/test_cpu.txt"))"
 fi
@@ -97,8 +97,8 @@ if want bench && [ -x $B/bench_whisper_dev ]; then
         late && break
         timeout 40 $B/bench_whisper_dev -m /tmp/gw/$s.bin -n 32 -b 16,64 -r 3 --no-cpu >> "$O/bench.jsonl" 2>> "$O/bench.err"
         echo "rc $?"
-        OMNI_CUDA_DENSE_SPLIT=1 timeout 40 $B/bench_whisper_dev -m /tmp/gw/$s.bin -n 32 -b 1,16,64 -r 3 --no-cpu \
-            2>> "$O/bench.err" | sed 's/^{/{"env":"OMNI_CUDA_DENSE_SPLIT=1",/' >> "$O/bench.jsonl"
+        OMNI_CUDA_DENSE_SPLIT=0 timeout 40 $B/bench_whisper_dev -m /tmp/gw/$s.bin -n 32 -b 1,16,64 -r 3 --no-cpu \
+            2>> "$O/bench.err" | sed 's/^{/{"env":"OMNI_CUDA_DENSE_SPLIT=0",/' >> "$O/bench.jsonl"
         echo "rc $?"
     done
     cat "$O/bench.jsonl" "$O/bench.err"
