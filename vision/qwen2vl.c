@@ -21,6 +21,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen2vl.h"
+#include "vision/mmproj_load.h"
 #include "vision/vision.h"
 
 struct qwen2vl_layer {
@@ -57,81 +58,6 @@ bool qwen2vl_is_projector(const char *type, size_t len)
     return type && len == 16 && !memcmp(type, "qwen2.5vl_merger", 16);
 }
 
-struct qload {
-    const struct gguf *g;
-    const char *path;
-    char *err;
-    size_t errlen;
-    int rc;
-};
-
-static int qfail(struct qload *l, int code, const char *what, const char *name)
-{
-    if (!l->rc)
-        l->rc = omni_fail(l->err, l->errlen, code, "vision: %s: %s '%s'", l->path, what, name);
-    return l->rc;
-}
-
-static const struct gguf_tensor *qfind(struct qload *l, const char *name, bool required)
-{
-    const struct gguf_tensor *t = gguf_find_tensor(l->g, name);
-    if (!t) {
-        if (required)
-            qfail(l, OMNI_ERR_FORMAT, "missing tensor", name);
-        return NULL;
-    }
-    const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
-    if (!tr || !tr->supported) {
-        qfail(l, OMNI_ERR_UNSUPPORTED, "unsupported type of tensor", name);
-        return NULL;
-    }
-    return t;
-}
-
-static void qmat(struct qload *l, const char *name, int64_t n_in, int64_t n_out, struct omni_tensor *out)
-{
-    const struct gguf_tensor *t = qfind(l, name, true);
-    if (!t)
-        return;
-    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] * t->ne[3] != n_out) {
-        qfail(l, OMNI_ERR_FORMAT, "wrong shape of tensor", name);
-        return;
-    }
-    *out = (struct omni_tensor){ .type = t->type, .ne = { n_in, n_out }, .data = t->data };
-}
-
-/* n floats, malloc'ed; NULL for an absent optional one (or on failure, with l->rc). */
-static float *qvec(struct qload *l, const char *name, int64_t n, bool required)
-{
-    const struct gguf_tensor *t = qfind(l, name, required);
-    if (!t)
-        return NULL;
-    if (t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] != n) {
-        qfail(l, OMNI_ERR_FORMAT, "wrong size of tensor", name);
-        return NULL;
-    }
-    float *v = malloc(sizeof *v * (size_t)n);
-    if (!v) {
-        qfail(l, OMNI_ERR_NOMEM, "out of memory for", name);
-        return NULL;
-    }
-    struct omni_tensor w = { .type = t->type, .ne = { n, 1 }, .data = t->data };
-    omni_tensor_get_row(&w, 0, v);
-    return v;
-}
-
-static int qkey(struct qload *l, const char *key, int *out, bool required, int max)
-{
-    uint32_t v;
-    int rc = gguf_get_u32(l->g, key, &v);
-    if (rc == OMNI_ERR_NOTFOUND && !required)
-        return 0;
-    if (rc < 0 || v == 0 || v > (uint32_t)max)
-        return qfail(l, OMNI_ERR_FORMAT, "missing or out-of-range key", key);
-    *out = (int)v;
-    return 0;
-}
-
 void qwen2vl_free(struct qwen2vl_model *q)
 {
     if (!q)
@@ -152,13 +78,13 @@ void qwen2vl_free(struct qwen2vl_model *q)
     free(q);
 }
 
-static int load_mean_std(struct qload *l, const char *key, float out[3])
+static int load_mean_std(struct mmproj_load *l, const char *key, float out[3])
 {
     enum gguf_type et;
     uint64_t n;
     const void *p = gguf_get_arr_data(l->g, key);
     if (gguf_get_arr(l->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n != 3 || !p)
-        return qfail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
+        return mmproj_fail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
     memcpy(out, p, 3 * sizeof(float));
     return 0;
 }
@@ -166,21 +92,21 @@ static int load_mean_std(struct qload *l, const char *key, float out[3])
 struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struct vision_info *in,
                                    char *err, size_t errlen)
 {
-    struct qload l = { g, path, err, errlen, 0 };
+    struct mmproj_load l = { g, path, err, errlen, 0 };
     struct qwen2vl_model *q = calloc(1, sizeof *q);
     if (!q) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
         return NULL;
     }
     q->merge = 2, q->window_px = 112;
-    if (qkey(&l, "clip.vision.embedding_length", &q->D, true, 1 << 16) ||
-        qkey(&l, "clip.vision.feed_forward_length", &q->F, true, 1 << 18) ||
-        qkey(&l, "clip.vision.block_count", &q->n_layer, true, 1024) ||
-        qkey(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
-        qkey(&l, "clip.vision.patch_size", &q->P, true, 256) ||
-        qkey(&l, "clip.vision.n_wa_pattern", &q->n_wa_pattern, true, 1024) ||
-        qkey(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
-        qkey(&l, "clip.vision.window_size", &q->window_px, false, 1 << 14) ||
+    if (mmproj_key(&l, "clip.vision.embedding_length", &q->D, true, 1 << 16) ||
+        mmproj_key(&l, "clip.vision.feed_forward_length", &q->F, true, 1 << 18) ||
+        mmproj_key(&l, "clip.vision.block_count", &q->n_layer, true, 1024) ||
+        mmproj_key(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
+        mmproj_key(&l, "clip.vision.patch_size", &q->P, true, 256) ||
+        mmproj_key(&l, "clip.vision.n_wa_pattern", &q->n_wa_pattern, true, 1024) ||
+        mmproj_key(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
+        mmproj_key(&l, "clip.vision.window_size", &q->window_px, false, 1 << 14) ||
         load_mean_std(&l, "clip.vision.image_mean", in->image_mean) ||
         load_mean_std(&l, "clip.vision.image_std", in->image_std))
         goto fail;
@@ -190,19 +116,19 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     /* head_dim / 4 rotary frequencies per axis; merge 2 is what the
      * reference's window and rotary code assume */
     if (D % q->H || (D / q->H) % 4 || q->merge != 2 || q->window_px % (P * q->merge)) {
-        qfail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding, heads, merge, window)", "clip.vision");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding, heads, merge, window)", "clip.vision");
         goto fail;
     }
     // patch embedding: two [P][P][3][D] frame kernels, summed for still images
-    const struct gguf_tensor *p0 = qfind(&l, "v.patch_embd.weight", true);
-    const struct gguf_tensor *p1 = qfind(&l, "v.patch_embd.weight.1", true);
+    const struct gguf_tensor *p0 = mmproj_find(&l, "v.patch_embd.weight", true);
+    const struct gguf_tensor *p1 = mmproj_find(&l, "v.patch_embd.weight.1", true);
     if (!p0 || !p1)
         goto fail;
     const int64_t K = 3LL * P * P;
     for (int i = 0; i < 2; i++) {
         const struct gguf_tensor *t = i ? p1 : p0;
         if (t->ne[0] * t->ne[1] * t->ne[2] != K || t->ne[3] * (t->n_dims == 4) != D) {
-            qfail(&l, OMNI_ERR_FORMAT, "shape not [P x P x 3 x D] of tensor", t->name);
+            mmproj_fail(&l, OMNI_ERR_FORMAT, "shape not [P x P x 3 x D] of tensor", t->name);
             goto fail;
         }
     }
@@ -210,7 +136,7 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     float *row = malloc(sizeof(float) * (size_t)K);
     if (!q->patch_w || !row) {
         free(row);
-        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
         goto fail;
     }
     struct omni_tensor w0 = { .type = p0->type, .ne = { K, D }, .data = p0->data };
@@ -220,7 +146,7 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     q->patch2_w = malloc(sizeof(float) * (size_t)(2 * K * D));
     if (!q->patch2_w) {
         free(row);
-        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
         goto fail;
     }
     const int64_t PP = (int64_t)P * P;
@@ -237,51 +163,51 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     free(row);
     q->patch = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { K, D }, .data = q->patch_w };
     q->patch2 = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { 2 * K, D }, .data = q->patch2_w };
-    q->patch_b = qvec(&l, "v.patch_embd.bias", D, false);
+    q->patch_b = mmproj_vec(&l, "v.patch_embd.bias", D, false);
     if (l.rc)
         goto fail;
     q->layers = calloc((size_t)q->n_layer, sizeof *q->layers);
     if (!q->layers) {
-        qfail(&l, OMNI_ERR_NOMEM, "out of memory for", "layers");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "layers");
         goto fail;
     }
     char n[64];
 #define NAME(s) (snprintf(n, sizeof n, "v.blk.%d.%s", i, s), n)
     for (int i = 0; i < q->n_layer && !l.rc; i++) {
         struct qwen2vl_layer *L = &q->layers[i];
-        L->ln1 = qvec(&l, NAME("ln1.weight"), D, true);
-        L->ln2 = qvec(&l, NAME("ln2.weight"), D, true);
-        qmat(&l, NAME("attn_q.weight"), D, D, &L->q);
-        qmat(&l, NAME("attn_k.weight"), D, D, &L->k);
-        qmat(&l, NAME("attn_v.weight"), D, D, &L->v);
-        qmat(&l, NAME("attn_out.weight"), D, D, &L->o);
-        qmat(&l, NAME("ffn_gate.weight"), D, F, &L->gate);
-        qmat(&l, NAME("ffn_up.weight"), D, F, &L->up);
-        qmat(&l, NAME("ffn_down.weight"), F, D, &L->down);
-        L->q_b = qvec(&l, NAME("attn_q.bias"), D, false);
-        L->k_b = qvec(&l, NAME("attn_k.bias"), D, false);
-        L->v_b = qvec(&l, NAME("attn_v.bias"), D, false);
-        L->o_b = qvec(&l, NAME("attn_out.bias"), D, false);
-        L->gate_b = qvec(&l, NAME("ffn_gate.bias"), F, false);
-        L->up_b = qvec(&l, NAME("ffn_up.bias"), F, false);
-        L->down_b = qvec(&l, NAME("ffn_down.bias"), D, false);
+        L->ln1 = mmproj_vec(&l, NAME("ln1.weight"), D, true);
+        L->ln2 = mmproj_vec(&l, NAME("ln2.weight"), D, true);
+        mmproj_mat(&l, NAME("attn_q.weight"), D, D, &L->q);
+        mmproj_mat(&l, NAME("attn_k.weight"), D, D, &L->k);
+        mmproj_mat(&l, NAME("attn_v.weight"), D, D, &L->v);
+        mmproj_mat(&l, NAME("attn_out.weight"), D, D, &L->o);
+        mmproj_mat(&l, NAME("ffn_gate.weight"), D, F, &L->gate);
+        mmproj_mat(&l, NAME("ffn_up.weight"), D, F, &L->up);
+        mmproj_mat(&l, NAME("ffn_down.weight"), F, D, &L->down);
+        L->q_b = mmproj_vec(&l, NAME("attn_q.bias"), D, false);
+        L->k_b = mmproj_vec(&l, NAME("attn_k.bias"), D, false);
+        L->v_b = mmproj_vec(&l, NAME("attn_v.bias"), D, false);
+        L->o_b = mmproj_vec(&l, NAME("attn_out.bias"), D, false);
+        L->gate_b = mmproj_vec(&l, NAME("ffn_gate.bias"), F, false);
+        L->up_b = mmproj_vec(&l, NAME("ffn_up.bias"), F, false);
+        L->down_b = mmproj_vec(&l, NAME("ffn_down.bias"), D, false);
     }
 #undef NAME
     if (l.rc)
         goto fail;
-    q->post_ln = qvec(&l, "v.post_ln.weight", D, true);
-    const struct gguf_tensor *last = qfind(&l, "mm.2.weight", true);
+    q->post_ln = mmproj_vec(&l, "v.post_ln.weight", D, true);
+    const struct gguf_tensor *last = mmproj_find(&l, "mm.2.weight", true);
     if (!q->post_ln || !last)
         goto fail;
     if (last->ne[1] < 1 || last->ne[1] > 65536 || last->ne[2] * last->ne[3] != 1) {
-        qfail(&l, OMNI_ERR_FORMAT, "output width out of range in tensor", "mm.2.weight");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "output width out of range in tensor", "mm.2.weight");
         goto fail;
     }
     q->n_embd_lm = (int)last->ne[1];
-    qmat(&l, "mm.0.weight", 4LL * D, 4LL * D, &q->mm0);
-    qmat(&l, "mm.2.weight", 4LL * D, q->n_embd_lm, &q->mm2);
-    q->mm0_b = qvec(&l, "mm.0.bias", 4LL * D, false);
-    q->mm2_b = qvec(&l, "mm.2.bias", q->n_embd_lm, false);
+    mmproj_mat(&l, "mm.0.weight", 4LL * D, 4LL * D, &q->mm0);
+    mmproj_mat(&l, "mm.2.weight", 4LL * D, q->n_embd_lm, &q->mm2);
+    q->mm0_b = mmproj_vec(&l, "mm.0.bias", 4LL * D, false);
+    q->mm2_b = mmproj_vec(&l, "mm.2.bias", q->n_embd_lm, false);
     if (l.rc)
         goto fail;
 
@@ -299,13 +225,13 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     const int64_t unit = (int64_t)P * q->merge * P * q->merge;
     in->min_pixels = 8 * unit, in->max_pixels = 4096 * unit;
     int v;
-    if (qkey(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
+    if (mmproj_key(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
         in->min_pixels = v;
     v = 0;
-    if (qkey(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
+    if (mmproj_key(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
         in->max_pixels = v;
     if (l.rc || in->min_pixels > in->max_pixels || in->max_pixels < unit) {
-        qfail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
         goto fail;
     }
     /* The reference processor allows 16384 rows (12.8 MP); one such image
@@ -320,7 +246,7 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     /* Qwen2.5-VL's vision_config.tokens_per_second (2 in every released
      * checkpoint; llama.cpp's converter does not write it) */
     in->tokens_per_second = 2;
-    if (qkey(&l, "clip.vision.tokens_per_second", &in->tokens_per_second, false, 1 << 16))
+    if (mmproj_key(&l, "clip.vision.tokens_per_second", &in->tokens_per_second, false, 1 << 16))
         goto fail;
     in->image_size = P * q->merge; /* no fixed input: sides are multiples of this */
     in->tokens_per_image = 0; /* depends on the image */

@@ -22,6 +22,7 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen3vl.h"
+#include "vision/mmproj_load.h"
 #include "vision/vision.h"
 
 struct qwen3vl_layer {
@@ -59,88 +60,13 @@ bool qwen3vl_is_projector(const char *type, size_t len)
     return type && len == 14 && !memcmp(type, "qwen3vl_merger", 14);
 }
 
-struct q3load {
-    const struct gguf *g;
-    const char *path;
-    char *err;
-    size_t errlen;
-    int rc;
-};
-
-static int q3fail(struct q3load *l, int code, const char *what, const char *name)
-{
-    if (!l->rc)
-        l->rc = omni_fail(l->err, l->errlen, code, "vision: %s: %s '%s'", l->path, what, name);
-    return l->rc;
-}
-
-static const struct gguf_tensor *q3find(struct q3load *l, const char *name, bool required)
-{
-    const struct gguf_tensor *t = gguf_find_tensor(l->g, name);
-    if (!t) {
-        if (required)
-            q3fail(l, OMNI_ERR_FORMAT, "missing tensor", name);
-        return NULL;
-    }
-    const struct ggml_type_traits *tr = ggml_type_traits_of(t->type);
-    if (!tr || !tr->supported) {
-        q3fail(l, OMNI_ERR_UNSUPPORTED, "unsupported type of tensor", name);
-        return NULL;
-    }
-    return t;
-}
-
-static void q3mat(struct q3load *l, const char *name, int64_t n_in, int64_t n_out, struct omni_tensor *out)
-{
-    const struct gguf_tensor *t = q3find(l, name, true);
-    if (!t)
-        return;
-    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] * t->ne[3] != n_out) {
-        q3fail(l, OMNI_ERR_FORMAT, "wrong shape of tensor", name);
-        return;
-    }
-    *out = (struct omni_tensor){ .type = t->type, .ne = { n_in, n_out }, .data = t->data };
-}
-
-/* n floats, malloc'ed (NULL on failure, with l->rc). */
-static float *q3vec(struct q3load *l, const char *name, int64_t n)
-{
-    const struct gguf_tensor *t = q3find(l, name, true);
-    if (!t)
-        return NULL;
-    if (t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] != n) {
-        q3fail(l, OMNI_ERR_FORMAT, "wrong size of tensor", name);
-        return NULL;
-    }
-    float *v = malloc(sizeof *v * (size_t)n);
-    if (!v) {
-        q3fail(l, OMNI_ERR_NOMEM, "out of memory for", name);
-        return NULL;
-    }
-    struct omni_tensor w = { .type = t->type, .ne = { n, 1 }, .data = t->data };
-    omni_tensor_get_row(&w, 0, v);
-    return v;
-}
-
-static int q3key(struct q3load *l, const char *key, int *out, bool required, int max)
-{
-    uint32_t v;
-    int rc = gguf_get_u32(l->g, key, &v);
-    if (rc == OMNI_ERR_NOTFOUND && !required)
-        return 0;
-    if (rc < 0 || v == 0 || v > (uint32_t)max)
-        return q3fail(l, OMNI_ERR_FORMAT, "missing or out-of-range key", key);
-    *out = (int)v;
-    return 0;
-}
-
-static int q3mean_std(struct q3load *l, const char *key, float out[3])
+static int q3mean_std(struct mmproj_load *l, const char *key, float out[3])
 {
     enum gguf_type et;
     uint64_t n;
     const void *p = gguf_get_arr_data(l->g, key);
     if (gguf_get_arr(l->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n != 3 || !p)
-        return q3fail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
+        return mmproj_fail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
     memcpy(out, p, 3 * sizeof(float));
     return 0;
 }
@@ -171,25 +97,25 @@ void qwen3vl_free(struct qwen3vl_model *q)
 
 /* v.patch_embd.weight / .weight.1: [P][P][3][D] per frame -> patch (summed,
  * a still image) and patch2 ([channel][frame][P][P] per row, a frame pair). */
-static int load_patch(struct q3load *l, struct qwen3vl_model *q)
+static int load_patch(struct mmproj_load *l, struct qwen3vl_model *q)
 {
     const int D = q->D, P = q->P;
     const int64_t K = 3LL * P * P, PP = (int64_t)P * P;
-    const struct gguf_tensor *p0 = q3find(l, "v.patch_embd.weight", true);
-    const struct gguf_tensor *p1 = q3find(l, "v.patch_embd.weight.1", true);
+    const struct gguf_tensor *p0 = mmproj_find(l, "v.patch_embd.weight", true);
+    const struct gguf_tensor *p1 = mmproj_find(l, "v.patch_embd.weight.1", true);
     if (!p0 || !p1)
         return l->rc;
     for (int i = 0; i < 2; i++) {
         const struct gguf_tensor *t = i ? p1 : p0;
         if (t->ne[0] * t->ne[1] * t->ne[2] != K || t->ne[3] * (t->n_dims == 4) != D)
-            return q3fail(l, OMNI_ERR_FORMAT, "shape not [P x P x 3 x D] of tensor", t->name);
+            return mmproj_fail(l, OMNI_ERR_FORMAT, "shape not [P x P x 3 x D] of tensor", t->name);
     }
     q->patch_w = malloc(sizeof(float) * (size_t)(K * D));
     q->patch2_w = malloc(sizeof(float) * (size_t)(2 * K * D));
     float *row = malloc(sizeof(float) * (size_t)K);
     if (!q->patch_w || !q->patch2_w || !row) {
         free(row);
-        return q3fail(l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
+        return mmproj_fail(l, OMNI_ERR_NOMEM, "out of memory for", "v.patch_embd.weight");
     }
     struct omni_tensor w0 = { .type = p0->type, .ne = { K, D }, .data = p0->data };
     struct omni_tensor w1 = { .type = p1->type, .ne = { K, D }, .data = p1->data };
@@ -206,12 +132,12 @@ static int load_patch(struct q3load *l, struct qwen3vl_model *q)
     free(row);
     q->patch = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { K, D }, .data = q->patch_w };
     q->patch2 = (struct omni_tensor){ .type = GGML_TYPE_F32, .ne = { 2 * K, D }, .data = q->patch2_w };
-    q->patch_b = q3vec(l, "v.patch_embd.bias", D);
+    q->patch_b = mmproj_vec(l, "v.patch_embd.bias", D, true);
     return l->rc;
 }
 
 /* clip.vision.is_deepstack_layers: one bool per block (llama.cpp's key). */
-static int load_deepstack_flags(struct q3load *l, struct qwen3vl_model *q)
+static int load_deepstack_flags(struct mmproj_load *l, struct qwen3vl_model *q)
 {
     const char *key = "clip.vision.is_deepstack_layers";
     enum gguf_type et;
@@ -222,7 +148,7 @@ static int load_deepstack_flags(struct q3load *l, struct qwen3vl_model *q)
         return 0; /* no DeepStack */
     const uint8_t *v = gguf_get_arr_data(l->g, key);
     if (et != GGUF_TYPE_BOOL || n != (uint64_t)q->n_layer || !v)
-        return q3fail(l, OMNI_ERR_FORMAT, "not one bool per block: key", key);
+        return mmproj_fail(l, OMNI_ERR_FORMAT, "not one bool per block: key", key);
     for (int i = 0; i < q->n_layer; i++)
         if (v[i])
             q->layers[i].ds = q->n_ds++;
@@ -232,19 +158,19 @@ static int load_deepstack_flags(struct q3load *l, struct qwen3vl_model *q)
 struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struct vision_info *in,
                                    char *err, size_t errlen)
 {
-    struct q3load l = { g, path, err, errlen, 0 };
+    struct mmproj_load l = { g, path, err, errlen, 0 };
     struct qwen3vl_model *q = calloc(1, sizeof *q);
     if (!q) {
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
         return NULL;
     }
     q->merge = 2;
-    if (q3key(&l, "clip.vision.embedding_length", &q->D, true, 1 << 16) ||
-        q3key(&l, "clip.vision.feed_forward_length", &q->F, true, 1 << 18) ||
-        q3key(&l, "clip.vision.block_count", &q->n_layer, true, 1024) ||
-        q3key(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
-        q3key(&l, "clip.vision.patch_size", &q->P, true, 256) ||
-        q3key(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
+    if (mmproj_key(&l, "clip.vision.embedding_length", &q->D, true, 1 << 16) ||
+        mmproj_key(&l, "clip.vision.feed_forward_length", &q->F, true, 1 << 18) ||
+        mmproj_key(&l, "clip.vision.block_count", &q->n_layer, true, 1024) ||
+        mmproj_key(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
+        mmproj_key(&l, "clip.vision.patch_size", &q->P, true, 256) ||
+        mmproj_key(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
         q3mean_std(&l, "clip.vision.image_mean", in->image_mean) ||
         q3mean_std(&l, "clip.vision.image_std", in->image_std))
         goto fail;
@@ -252,23 +178,23 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
     gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &q->eps);
     const int D = q->D, F = q->F;
     if (D % q->H || (D / q->H) % 4 || q->merge != 2) {
-        q3fail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding, heads, merge)", "clip.vision");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "inconsistent sizes (embedding, heads, merge)", "clip.vision");
         goto fail;
     }
     if (load_patch(&l, q))
         goto fail;
     // learned positions: a square table of side grid_side
-    const struct gguf_tensor *pt = q3find(&l, "v.position_embd.weight", true);
+    const struct gguf_tensor *pt = mmproj_find(&l, "v.position_embd.weight", true);
     if (!pt)
         goto fail;
     const int64_t n_pos = pt->ne[1] * pt->ne[2] * pt->ne[3];
     q->grid_side = (int)llround(sqrt((double)n_pos));
     if (pt->ne[0] != D || n_pos < 1 || n_pos > (1 << 20) || (int64_t)q->grid_side * q->grid_side != n_pos) {
-        q3fail(&l, OMNI_ERR_FORMAT, "not a square table of n_embd rows:", "v.position_embd.weight");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "not a square table of n_embd rows:", "v.position_embd.weight");
         goto fail;
     }
     if (!(q->pos = malloc(sizeof(float) * (size_t)(n_pos * D)))) {
-        q3fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.position_embd.weight");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.position_embd.weight");
         goto fail;
     }
     struct omni_tensor pw = { .type = pt->type, .ne = { D, n_pos }, .data = pt->data };
@@ -276,17 +202,17 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
         omni_tensor_get_row(&pw, r, q->pos + r * D);
 
     if (!(q->layers = calloc((size_t)q->n_layer, sizeof *q->layers))) {
-        q3fail(&l, OMNI_ERR_NOMEM, "out of memory for", "layers");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "layers");
         goto fail;
     }
     if (load_deepstack_flags(&l, q))
         goto fail;
     // the LM width: mm.2's rows
-    const struct gguf_tensor *last = q3find(&l, "mm.2.weight", true);
+    const struct gguf_tensor *last = mmproj_find(&l, "mm.2.weight", true);
     if (!last)
         goto fail;
     if (last->ne[1] < 1 || last->ne[1] > 65536 || last->ne[2] * last->ne[3] != 1) {
-        q3fail(&l, OMNI_ERR_FORMAT, "output width out of range in tensor", "mm.2.weight");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "output width out of range in tensor", "mm.2.weight");
         goto fail;
     }
     q->E = (int)last->ne[1];
@@ -294,24 +220,24 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
 #define NAME(s) (snprintf(n, sizeof n, "v.blk.%d.%s", i, s), n)
     for (int i = 0; i < q->n_layer && !l.rc; i++) {
         struct qwen3vl_layer *L = &q->layers[i];
-        L->ln1_w = q3vec(&l, NAME("ln1.weight"), D);
-        L->ln1_b = q3vec(&l, NAME("ln1.bias"), D);
-        L->ln2_w = q3vec(&l, NAME("ln2.weight"), D);
-        L->ln2_b = q3vec(&l, NAME("ln2.bias"), D);
-        q3mat(&l, NAME("attn_qkv.weight"), D, 3LL * D, &L->qkv);
-        L->qkv_b = q3vec(&l, NAME("attn_qkv.bias"), 3LL * D);
-        q3mat(&l, NAME("attn_out.weight"), D, D, &L->o);
-        L->o_b = q3vec(&l, NAME("attn_out.bias"), D);
-        q3mat(&l, NAME("ffn_up.weight"), D, F, &L->up);
-        L->up_b = q3vec(&l, NAME("ffn_up.bias"), F);
-        q3mat(&l, NAME("ffn_down.weight"), F, D, &L->down);
-        L->down_b = q3vec(&l, NAME("ffn_down.bias"), D);
+        L->ln1_w = mmproj_vec(&l, NAME("ln1.weight"), D, true);
+        L->ln1_b = mmproj_vec(&l, NAME("ln1.bias"), D, true);
+        L->ln2_w = mmproj_vec(&l, NAME("ln2.weight"), D, true);
+        L->ln2_b = mmproj_vec(&l, NAME("ln2.bias"), D, true);
+        mmproj_mat(&l, NAME("attn_qkv.weight"), D, 3LL * D, &L->qkv);
+        L->qkv_b = mmproj_vec(&l, NAME("attn_qkv.bias"), 3LL * D, true);
+        mmproj_mat(&l, NAME("attn_out.weight"), D, D, &L->o);
+        L->o_b = mmproj_vec(&l, NAME("attn_out.bias"), D, true);
+        mmproj_mat(&l, NAME("ffn_up.weight"), D, F, &L->up);
+        L->up_b = mmproj_vec(&l, NAME("ffn_up.bias"), F, true);
+        mmproj_mat(&l, NAME("ffn_down.weight"), F, D, &L->down);
+        L->down_b = mmproj_vec(&l, NAME("ffn_down.bias"), D, true);
     }
 #undef NAME
     if (l.rc)
         goto fail;
     if (q->n_ds && !(q->ds = calloc((size_t)q->n_ds, sizeof *q->ds))) {
-        q3fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.deepstack");
+        mmproj_fail(&l, OMNI_ERR_NOMEM, "out of memory for", "v.deepstack");
         goto fail;
     }
 #define NAME(s) (snprintf(n, sizeof n, "v.deepstack.%d.%s", i, s), n)
@@ -319,22 +245,22 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
         if (q->layers[i].ds < 0)
             continue;
         struct qwen3vl_deepstack *S = &q->ds[q->layers[i].ds];
-        S->norm_w = q3vec(&l, NAME("norm.weight"), 4LL * D);
-        S->norm_b = q3vec(&l, NAME("norm.bias"), 4LL * D);
-        q3mat(&l, NAME("fc1.weight"), 4LL * D, 4LL * D, &S->fc1);
-        S->fc1_b = q3vec(&l, NAME("fc1.bias"), 4LL * D);
-        q3mat(&l, NAME("fc2.weight"), 4LL * D, q->E, &S->fc2);
-        S->fc2_b = q3vec(&l, NAME("fc2.bias"), q->E);
+        S->norm_w = mmproj_vec(&l, NAME("norm.weight"), 4LL * D, true);
+        S->norm_b = mmproj_vec(&l, NAME("norm.bias"), 4LL * D, true);
+        mmproj_mat(&l, NAME("fc1.weight"), 4LL * D, 4LL * D, &S->fc1);
+        S->fc1_b = mmproj_vec(&l, NAME("fc1.bias"), 4LL * D, true);
+        mmproj_mat(&l, NAME("fc2.weight"), 4LL * D, q->E, &S->fc2);
+        S->fc2_b = mmproj_vec(&l, NAME("fc2.bias"), q->E, true);
     }
 #undef NAME
     if (l.rc)
         goto fail;
-    q->post_w = q3vec(&l, "v.post_ln.weight", D);
-    q->post_b = q3vec(&l, "v.post_ln.bias", D);
-    q3mat(&l, "mm.0.weight", 4LL * D, 4LL * D, &q->mm0);
-    q->mm0_b = q3vec(&l, "mm.0.bias", 4LL * D);
-    q3mat(&l, "mm.2.weight", 4LL * D, q->E, &q->mm2);
-    q->mm2_b = q3vec(&l, "mm.2.bias", q->E);
+    q->post_w = mmproj_vec(&l, "v.post_ln.weight", D, true);
+    q->post_b = mmproj_vec(&l, "v.post_ln.bias", D, true);
+    mmproj_mat(&l, "mm.0.weight", 4LL * D, 4LL * D, &q->mm0);
+    q->mm0_b = mmproj_vec(&l, "mm.0.bias", 4LL * D, true);
+    mmproj_mat(&l, "mm.2.weight", 4LL * D, q->E, &q->mm2);
+    q->mm2_b = mmproj_vec(&l, "mm.2.bias", q->E, true);
     if (l.rc)
         goto fail;
 
@@ -352,13 +278,13 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
     const int64_t unit = (int64_t)q->P * q->merge * q->P * q->merge;
     in->min_pixels = 8 * unit, in->max_pixels = 4096 * unit;
     int v = 0;
-    if (q3key(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v)
+    if (mmproj_key(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v)
         in->min_pixels = v;
     v = 0;
-    if (q3key(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v)
+    if (mmproj_key(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v)
         in->max_pixels = v;
     if (l.rc || in->min_pixels > in->max_pixels || in->max_pixels < unit) {
-        q3fail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
+        mmproj_fail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
         goto fail;
     }
     /* at most 4096 rows per image whatever the file says (qwen2vl.c says why) */
