@@ -109,7 +109,11 @@ test('a chat message streams its reply', { skip }, async () => {
   const snaps = await page.evaluate(() => globalThis.answerSnapshots);
   assert.ok(text.trim().length > 20, `a reply: ${JSON.stringify(text)}`);
   assert.ok(await stat('chatDeltas') > 1, 'the reply came as several SSE deltas');
-  assert.ok(snaps.length >= 2, `the text appeared progressively (${snaps.length} states)`);
+  // How many states the page shows depends on how the deltas fall into
+  // animation frames (a fast model can deliver them all in one frame), so
+  // streaming is asserted on the SSE deltas above and here only that every
+  // state the page showed extends the one before.
+  assert.ok(snaps.length >= 1, `the answer appeared (${snaps.length} states)`);
   for (let i = 1; i < snaps.length; i++)
     assert.ok(snaps[i].length >= snaps[i - 1].length, 'each state extends the one before');
   assert.match(await page.textContent('.msg.assistant .meta'), /tokens/);
