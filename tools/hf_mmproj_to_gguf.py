@@ -85,6 +85,21 @@ def log(msg):
     sys.stderr.write(f"hf_mmproj_to_gguf: {msg}\n")
 
 
+def add_video_limits(w, model_dir):
+    """clip.vision.video_min_pixels / video_max_pixels (omniserve's keys) from
+    video_preprocessor_config.json's size when the checkpoint has one; without
+    them the server uses the reference defaults (docs/vision.md)."""
+    path = os.path.join(model_dir, "video_preprocessor_config.json")
+    if not os.path.exists(path):
+        return
+    c = read_json(path, "video_preprocessor_config.json")
+    size = c.get("size") or {}
+    for key, v in (("video_min_pixels", c.get("min_pixels") or size.get("shortest_edge")),
+                   ("video_max_pixels", c.get("max_pixels") or size.get("longest_edge"))):
+        if v:
+            w.add("clip.vision." + key, int(min(v, 2 ** 31 - 1)), gguf.GGUF_UINT32)
+
+
 def preprocessor_config(model_dir):
     cfg = {}
     for name in ("preprocessor_config.json", "processor_config.json"):
@@ -209,6 +224,7 @@ def convert_qwen_mmproj(model_dir, out, type_name, cfg, path):
     w.add("clip.vision.window_size", int(v.get("window_size", 112)), gguf.GGUF_UINT32)
     w.add("clip.vision.image_min_pixels", int(min_px), gguf.GGUF_UINT32)
     w.add("clip.vision.image_max_pixels", int(max_px), gguf.GGUF_UINT32)
+    add_video_limits(w, model_dir)
     w.add("clip.vision.image_mean", [float(x) for x in pp["image_mean"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
     w.add("clip.vision.image_std", [float(x) for x in pp["image_std"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
     ckpt = open_checkpoint(model_dir)
@@ -316,6 +332,7 @@ def convert_qwen3vl_mmproj(model_dir, out, type_name, cfg, path):
     w.add("clip.vision.spatial_merge_size", 2, gguf.GGUF_UINT32)
     w.add("clip.vision.image_min_pixels", int(min_px), gguf.GGUF_UINT32)
     w.add("clip.vision.image_max_pixels", int(min(max_px, 2 ** 31 - 1)), gguf.GGUF_UINT32)
+    add_video_limits(w, model_dir)
     w.add("clip.vision.image_mean", [float(x) for x in pp["image_mean"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
     w.add("clip.vision.image_std", [float(x) for x in pp["image_std"]], gguf.GGUF_ARRAY, gguf.GGUF_FLOAT32)
     if deepstack:

@@ -309,6 +309,17 @@ def qwen_image_processor(min_pixels, max_pixels):
         return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
 
 
+def save_video_config(d, processor_type, min_pixels, max_pixels):
+    """video_preprocessor_config.json with the bounds the video goldens
+    (tools/qwen_video_golden.sh) give the video processor: the image bounds,
+    so the 160x96 test frames keep the image size (real checkpoints' video
+    bounds are far larger). hf_mmproj_to_gguf.py writes them as
+    clip.vision.video_min_pixels / video_max_pixels."""
+    with open(os.path.join(d, "video_preprocessor_config.json"), "w") as f:
+        json.dump({"video_processor_type": processor_type,
+                   "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}, f, indent=2)
+
+
 def build_qwen(out, image_path, seed):
     """Qwen2_5_VLForConditionalGeneration: window attention (window 112 px),
     full attention on blocks 1 and 3, RMSNorm + SwiGLU ViT, 2x2 patch merger;
@@ -447,6 +458,7 @@ def build_qwen(out, image_path, seed):
 
     model.to(torch.bfloat16).save_pretrained(d)
     ip.save_pretrained(d)
+    save_video_config(d, "Qwen2VLVideoProcessor", QWEN_MIN_PIXELS, QWEN_MAX_PIXELS)
     fast.save_pretrained(d)
     save_f32(os.path.join(d, "pixels.bin"), pv[0])
     save_f32(os.path.join(d, "pixels2.bin"), pv[1])
@@ -896,6 +908,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
 
     model.to(torch.bfloat16).save_pretrained(d)
     ip.save_pretrained(d)
+    save_video_config(d, "Qwen3VLVideoProcessor", QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS)
     fast.save_pretrained(d)
     save_f32(os.path.join(d, "pixels.bin"), pv[0])
     save_f32(os.path.join(d, "pixels2.bin"), pv[1])

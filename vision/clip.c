@@ -291,6 +291,28 @@ static int load_gemma3_projector(struct loader *l)
     return l->rc;
 }
 
+/* Every qwen2vl preprocessing parameter, image and video, as one hash. */
+static void qwen_preprocess_hash(struct vision_info *in)
+{
+    const int64_t pp[] = { in->family, in->patch_size, in->merge_size, in->min_pixels, in->max_pixels,
+                           in->video_min_pixels, in->video_max_pixels, in->video_total_pixels,
+                           in->video_clip_budget };
+    in->preprocess_hash = vision_hash(vision_hash(0x71776e32ULL, pp, sizeof pp), in->image_mean,
+                                      sizeof in->image_mean + sizeof in->image_std);
+}
+
+void vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
+                                   int64_t total_pixels)
+{
+    struct vision_info *in = &m->info;
+    if (in->family != VISION_QWEN2VL)
+        return;
+    in->video_min_pixels = min_pixels > 0 ? min_pixels : in->video_min_pixels;
+    in->video_max_pixels = max_pixels > 0 ? max_pixels : in->video_max_pixels;
+    in->video_total_pixels = total_pixels < 0 ? 0 : total_pixels > 0 ? total_pixels : in->video_total_pixels;
+    qwen_preprocess_hash(in);
+}
+
 struct vision_model *vision_model_load(const char *path, char *err, size_t errlen)
 {
     struct vision_model *m = calloc(1, sizeof *m);
@@ -318,9 +340,7 @@ struct vision_model *vision_model_load(const char *path, char *err, size_t errle
             goto fail;
         snprintf(m->marker, sizeof m->marker, "<|vision_start|><|image_pad|><|vision_end|>");
         in->file_hash = file_hash(path, &l);
-        int pp[] = { in->family, in->patch_size, in->merge_size, (int)in->min_pixels, (int)in->max_pixels };
-        in->preprocess_hash = vision_hash(vision_hash(0x71776e32ULL, pp, sizeof pp), in->image_mean,
-                                          sizeof in->image_mean + sizeof in->image_std);
+        qwen_preprocess_hash(in);
         if (l.rc)
             goto fail;
         return m;

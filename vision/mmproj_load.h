@@ -11,6 +11,7 @@
 #include "src/core/matmul.h"
 
 struct gguf;
+struct vision_info;
 struct gguf_tensor;
 
 struct mmproj_load {
@@ -33,5 +34,15 @@ void mmproj_mat(struct mmproj_load *l, const char *name, int64_t n_in, int64_t n
 float *mmproj_vec(struct mmproj_load *l, const char *name, int64_t n, bool required);
 /* A u32 key in 1..max into *out; an absent optional key leaves *out. 0 or l->rc. */
 int mmproj_key(struct mmproj_load *l, const char *key, int *out, bool required, int max);
+/* A required array of 3 floats (image_mean / image_std) into out. 0 or l->rc. */
+int mmproj_floats3(struct mmproj_load *l, const char *key, float out[3]);
+/* The Qwen-VL resize bounds into in (merge unit = (patch * merge)^2 pixels):
+ * images from clip.vision.image_min/max_pixels (llama.cpp's 8..4096 units
+ * when absent), at most max_units units; video frames from
+ * clip.vision.video_min/max/total_pixels, else the reference's defaults -
+ * per frame (qwen-vl-utils) or, with clip_budget, over the clip
+ * (Qwen3VLVideoProcessor). 0 or l->rc. */
+int mmproj_pixel_limits(struct mmproj_load *l, struct vision_info *in, int64_t unit, int max_units,
+                        bool clip_budget);
 
 #endif

@@ -223,23 +223,29 @@ static int idefics3_grid(const struct vision_info *in, int w, int h, bool tiles,
 /* Qwen2VLImageProcessor's smart_resize: each side rounded (half to even,
  * as Python's round) to a multiple of f = patch * merge; an area over
  * max_pixels scales both sides down by sqrt(area / max) and floors, one
- * under min_pixels scales up and ceils. Aspect ratios over 200 fail. */
-int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *rw,
-                        int *rh, char *err, size_t errlen)
+ * under min_pixels scales up and ceils. Aspect ratios over 200 fail.
+ * Videos: t_cmp frames weigh the rounded area against the bounds and
+ * t_beta frames the scale (Qwen3VLVideoProcessor: the frames rounded to
+ * the temporal patch, then as sampled); at_least_f keeps rounded sides
+ * of at least f (qwen-vl-utils). */
+static int smart_resize_t(int w, int h, int f, double t_cmp, double t_beta, bool at_least_f,
+                          double min_pixels, double max_pixels, int *rw, int *rh, char *err,
+                          size_t errlen)
 {
-    const int f = factor;
-    if (w <= 0 || h <= 0 || f <= 0 || min_pixels < 0 || max_pixels < (int64_t)f * f)
+    if (w <= 0 || h <= 0 || f <= 0 || min_pixels < 0 || max_pixels < (double)f * f)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: bad resize arguments (%dx%d, factor %d)", w, h, f);
     if ((w > h ? (double)w / h : (double)h / w) > 200)
         return omni_fail(err, errlen, OMNI_ERR_ARG,
                          "vision: image %dx%d: aspect ratio over 200 (the model's processor refuses it)", w, h);
     double hb = rint((double)h / f) * f, wb = rint((double)w / f) * f; /* rint: half to even */
-    if (hb * wb > (double)max_pixels) {
-        double beta = sqrt((double)h * w / (double)max_pixels);
+    if (at_least_f)
+        hb = hb < f ? f : hb, wb = wb < f ? f : wb;
+    if (t_cmp * hb * wb > max_pixels) {
+        double beta = sqrt(t_beta * h * w / max_pixels);
         hb = floor(h / beta / f) * f, wb = floor(w / beta / f) * f;
         hb = hb < f ? f : hb, wb = wb < f ? f : wb;
-    } else if (hb * wb < (double)min_pixels) {
-        double beta = sqrt((double)min_pixels / ((double)h * w));
+    } else if (t_cmp * hb * wb < min_pixels) {
+        double beta = sqrt(min_pixels / (t_beta * h * w));
         hb = ceil(h * beta / f) * f, wb = ceil(w * beta / f) * f;
     }
     if (hb < f || wb < f || hb > 65536 || wb > 65536)
@@ -248,11 +254,57 @@ int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t ma
     return OMNI_OK;
 }
 
+int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *rw,
+                        int *rh, char *err, size_t errlen)
+{
+    return smart_resize_t(w, h, factor, 1, 1, false, (double)min_pixels, (double)max_pixels, rw, rh,
+                          err, errlen);
+}
+
 static int qwen_size(const struct vision_info *in, int w, int h, int *rw, int *rh, char *err,
                      size_t errlen)
 {
     return vision_smart_resize(w, h, in->patch_size * in->merge_size, in->min_pixels, in->max_pixels,
                                rw, rh, err, errlen);
+}
+
+enum { VIDEO_MAX_ROWS = 4096 }; /* merged rows of one frame at most (qwen2vl.c's QWEN2VL_MAX_ROWS) */
+
+int vision_video_frame_size(const struct vision_info *in, int w, int h, int n_frames, int *rw,
+                            int *rh, char *err, size_t errlen)
+{
+    const int f = in->patch_size * in->merge_size;
+    if (n_frames < 1 || f <= 0 || in->video_min_pixels < 0 || in->video_max_pixels < (int64_t)f * f)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: bad video sizing (%d frames, factor %d, "
+                         "video pixels %lld..%lld)", n_frames, f, (long long)in->video_min_pixels,
+                         (long long)in->video_max_pixels);
+    const double vmin = (double)in->video_min_pixels, vmax = (double)in->video_max_pixels;
+    int rc;
+    if (in->video_clip_budget) {
+        /* Qwen3VLVideoProcessor: one frame is sized as the pair its
+         * patchify pads it to (its smart_resize refuses fewer than 2);
+         * sides under f first scaled up to f, truncating */
+        const int t = n_frames < 2 ? 2 : n_frames;
+        if (h < f || w < f) {
+            const double s = fmax((double)f / h, (double)f / w);
+            h = (int)(h * s), w = (int)(w * s);
+        }
+        rc = smart_resize_t(w, h, f, rint(t / 2.0) * 2, t, false, vmin, vmax, rw, rh, err, errlen);
+    } else {
+        /* qwen-vl-utils fetch_video: frames padded to an even count, each
+         * frame at most its share of the total budget (two frames per
+         * temporal patch), never under 1.05 x the minimum */
+        const int t = n_frames + n_frames % 2;
+        double max_px = in->video_total_pixels > 0 ? fmin(vmax, (double)in->video_total_pixels / t * 2) : vmax;
+        max_px = fmax(max_px, floor(vmin * 1.05));
+        rc = smart_resize_t(w, h, f, 1, 1, true, vmin, max_px, rw, rh, err, errlen);
+    }
+    /* a frame is encoded as an image: at most the images' bound of rows
+     * (Qwen3-VL's clip budget allows a few frames far more) */
+    const double cap = (double)VIDEO_MAX_ROWS * f * f;
+    if (rc == OMNI_OK && (double)*rw * *rh > cap)
+        rc = smart_resize_t(w, h, f, 1, 1, false, 0, cap, rw, rh, err, errlen);
+    return rc;
 }
 
 /* The resized image as patch rows in the reference's order: 2x2 groups in
@@ -299,6 +351,55 @@ int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t hei
     return (tiles_n > 1 ? tiles_n + 1 : 1) * in->tokens_per_image;
 }
 
+/* img resized to rw x rh (bicubic) as qwen2vl patch rows. */
+static int qwen_preprocess(const struct vision_info *in, const struct media_image *img, int rw,
+                           int rh, float **pixels, int *tile_rows, int *tile_cols, char *err,
+                           size_t errlen)
+{
+    struct media_image a = { 0 };
+    int rc;
+    if ((rc = media_image_check_size(rw, rh, NULL, err, errlen)) < 0 ||
+        (rc = resized(img, rw, rh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
+        return rc;
+    if (!(*pixels = malloc(sizeof(float) * 3 * (size_t)rw * rh))) {
+        media_image_release(&a);
+        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
+    }
+    qwen_patches(in, &a, *pixels);
+    media_image_release(&a);
+    *tile_rows = rh / in->patch_size, *tile_cols = rw / in->patch_size;
+    return OMNI_OK;
+}
+
+int vision_frame_tokens(const struct vision_model *m, int64_t width, int64_t height, int n_frames,
+                        char *err, size_t errlen)
+{
+    const struct vision_info *in = vision_model_info(m);
+    if (in->family != VISION_QWEN2VL)
+        return vision_image_tokens(m, width, height, false, err, errlen);
+    if (width <= 0 || height <= 0 || width > INT_MAX || height > INT_MAX)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: invalid frame size %lldx%lld",
+                         (long long)width, (long long)height);
+    int rw, rh, rc = vision_video_frame_size(in, (int)width, (int)height, n_frames, &rw, &rh, err, errlen);
+    const int f = in->patch_size * in->merge_size;
+    return rc < 0 ? rc : (rw / f) * (rh / f);
+}
+
+int vision_preprocess_frame(const struct vision_model *m, const struct media_image *img,
+                            int n_frames, float **pixels, int *n_images, int *tile_rows,
+                            int *tile_cols, char *err, size_t errlen)
+{
+    const struct vision_info *in = vision_model_info(m);
+    if (in->family != VISION_QWEN2VL)
+        return vision_preprocess(m, img, false, pixels, n_images, tile_rows, tile_cols, err, errlen);
+    *pixels = NULL;
+    *n_images = 1, *tile_rows = *tile_cols = 0;
+    if (img->width <= 0 || img->height <= 0 || !img->rgb)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: empty image");
+    int rw, rh, rc = vision_video_frame_size(in, img->width, img->height, n_frames, &rw, &rh, err, errlen);
+    return rc < 0 ? rc : qwen_preprocess(in, img, rw, rh, pixels, tile_rows, tile_cols, err, errlen);
+}
+
 int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
                       float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
                       size_t errlen)
@@ -342,18 +443,9 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
     }
     if (in->family == VISION_QWEN2VL) {
         int rw, rh;
-        if ((rc = qwen_size(in, w, h, &rw, &rh, err, errlen)) < 0 ||
-            (rc = media_image_check_size(rw, rh, NULL, err, errlen)) < 0 ||
-            (rc = resized(img, rw, rh, VISION_FILTER_BICUBIC, &a, err, errlen)) < 0)
+        if ((rc = qwen_size(in, w, h, &rw, &rh, err, errlen)) < 0)
             return rc;
-        if (!(*pixels = malloc(sizeof(float) * 3 * (size_t)rw * rh))) {
-            media_image_release(&a);
-            return omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory");
-        }
-        qwen_patches(in, &a, *pixels);
-        media_image_release(&a);
-        *tile_rows = rh / in->patch_size, *tile_cols = rw / in->patch_size;
-        return OMNI_OK;
+        return qwen_preprocess(in, img, rw, rh, pixels, tile_rows, tile_cols, err, errlen);
     }
     int nw, nh, tw, th;
     if ((rc = idefics3_grid(in, w, h, tiles, &nw, &nh, &tw, &th, err, errlen)) < 0)

@@ -78,17 +78,6 @@ void qwen2vl_free(struct qwen2vl_model *q)
     free(q);
 }
 
-static int load_mean_std(struct mmproj_load *l, const char *key, float out[3])
-{
-    enum gguf_type et;
-    uint64_t n;
-    const void *p = gguf_get_arr_data(l->g, key);
-    if (gguf_get_arr(l->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n != 3 || !p)
-        return mmproj_fail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
-    memcpy(out, p, 3 * sizeof(float));
-    return 0;
-}
-
 struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struct vision_info *in,
                                    char *err, size_t errlen)
 {
@@ -107,8 +96,8 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
         mmproj_key(&l, "clip.vision.n_wa_pattern", &q->n_wa_pattern, true, 1024) ||
         mmproj_key(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
         mmproj_key(&l, "clip.vision.window_size", &q->window_px, false, 1 << 14) ||
-        load_mean_std(&l, "clip.vision.image_mean", in->image_mean) ||
-        load_mean_std(&l, "clip.vision.image_std", in->image_std))
+        mmproj_floats3(&l, "clip.vision.image_mean", in->image_mean) ||
+        mmproj_floats3(&l, "clip.vision.image_std", in->image_std))
         goto fail;
     q->eps = 1e-6f;
     gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &q->eps);
@@ -221,28 +210,14 @@ struct qwen2vl_model *qwen2vl_load(const struct gguf *g, const char *path, struc
     in->scale_factor = q->merge;
     in->merge_size = q->merge;
     /* llama.cpp's limits for these files when the keys are absent: 8 to
-     * 4096 merged tokens (the HF processor allows up to 16384) */
+     * 4096 merged tokens (the HF processor allows up to 16384). The
+     * reference processor's 16384 rows (12.8 MP) need gigabytes of scratch
+     * and minutes of encoder on a CPU, and any request could send one: at
+     * most QWEN2VL_MAX_ROWS rows (llama.cpp's own default), larger images
+     * are scaled down like the reference does at its max_pixels. */
     const int64_t unit = (int64_t)P * q->merge * P * q->merge;
-    in->min_pixels = 8 * unit, in->max_pixels = 4096 * unit;
-    int v;
-    if (mmproj_key(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
-        in->min_pixels = v;
-    v = 0;
-    if (mmproj_key(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v && !l.rc)
-        in->max_pixels = v;
-    if (l.rc || in->min_pixels > in->max_pixels || in->max_pixels < unit) {
-        mmproj_fail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
+    if (mmproj_pixel_limits(&l, in, unit, QWEN2VL_MAX_ROWS, false))
         goto fail;
-    }
-    /* The reference processor allows 16384 rows (12.8 MP); one such image
-     * needs gigabytes of scratch and minutes of encoder on a CPU, and any
-     * request could send one: at most QWEN2VL_MAX_ROWS rows (llama.cpp's own
-     * default), larger images are scaled down like the reference does at
-     * its max_pixels. */
-    if (in->max_pixels > QWEN2VL_MAX_ROWS * unit)
-        in->max_pixels = QWEN2VL_MAX_ROWS * unit;
-    if (in->min_pixels > in->max_pixels)
-        in->min_pixels = in->max_pixels;
     /* Qwen2.5-VL's vision_config.tokens_per_second (2 in every released
      * checkpoint; llama.cpp's converter does not write it) */
     in->tokens_per_second = 2;

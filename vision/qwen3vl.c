@@ -60,17 +60,6 @@ bool qwen3vl_is_projector(const char *type, size_t len)
     return type && len == 14 && !memcmp(type, "qwen3vl_merger", 14);
 }
 
-static int q3mean_std(struct mmproj_load *l, const char *key, float out[3])
-{
-    enum gguf_type et;
-    uint64_t n;
-    const void *p = gguf_get_arr_data(l->g, key);
-    if (gguf_get_arr(l->g, key, &et, &n) < 0 || et != GGUF_TYPE_FLOAT32 || n != 3 || !p)
-        return mmproj_fail(l, OMNI_ERR_FORMAT, "missing or not 3 floats: key", key);
-    memcpy(out, p, 3 * sizeof(float));
-    return 0;
-}
-
 void qwen3vl_free(struct qwen3vl_model *q)
 {
     if (!q)
@@ -171,8 +160,8 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
         mmproj_key(&l, "clip.vision.attention.head_count", &q->H, true, 1024) ||
         mmproj_key(&l, "clip.vision.patch_size", &q->P, true, 256) ||
         mmproj_key(&l, "clip.vision.spatial_merge_size", &q->merge, false, 2) ||
-        q3mean_std(&l, "clip.vision.image_mean", in->image_mean) ||
-        q3mean_std(&l, "clip.vision.image_std", in->image_std))
+        mmproj_floats3(&l, "clip.vision.image_mean", in->image_mean) ||
+        mmproj_floats3(&l, "clip.vision.image_std", in->image_std))
         goto fail;
     q->eps = 1e-6f;
     gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &q->eps);
@@ -274,24 +263,11 @@ struct qwen3vl_model *qwen3vl_load(const struct gguf *g, const char *path, struc
     in->n_head = q->H;
     in->scale_factor = q->merge;
     in->merge_size = q->merge;
-    /* llama.cpp's bounds when the keys are absent: 8 to 4096 merged rows */
+    /* llama.cpp's bounds when the keys are absent: 8 to 4096 merged rows,
+     * at most 4096 whatever the file says (qwen2vl.c says why) */
     const int64_t unit = (int64_t)q->P * q->merge * q->P * q->merge;
-    in->min_pixels = 8 * unit, in->max_pixels = 4096 * unit;
-    int v = 0;
-    if (mmproj_key(&l, "clip.vision.image_min_pixels", &v, false, 1 << 30) == 0 && v)
-        in->min_pixels = v;
-    v = 0;
-    if (mmproj_key(&l, "clip.vision.image_max_pixels", &v, false, 1 << 30) == 0 && v)
-        in->max_pixels = v;
-    if (l.rc || in->min_pixels > in->max_pixels || in->max_pixels < unit) {
-        mmproj_fail(&l, OMNI_ERR_FORMAT, "bad pixel limits", "clip.vision.image_min_pixels/max_pixels");
+    if (mmproj_pixel_limits(&l, in, unit, 4096, true))
         goto fail;
-    }
-    /* at most 4096 rows per image whatever the file says (qwen2vl.c says why) */
-    if (in->max_pixels > 4096 * unit)
-        in->max_pixels = 4096 * unit;
-    if (in->min_pixels > in->max_pixels)
-        in->min_pixels = in->max_pixels;
     in->image_size = q->P * q->merge;
     in->tokens_per_image = 0;
     return q;

@@ -66,7 +66,15 @@ struct vision_info {
     int n_deepstack;         /* qwen3vl: DeepStack mergers; each embedding row is then
                                 n_embd_lm * (1 + n_deepstack) floats (vision/qwen3vl.h) */
     uint64_t file_hash;      /* content hash of the mmproj file (cache key part) */
-    uint64_t preprocess_hash;/* hash of every preprocessing parameter above */
+    uint64_t preprocess_hash;/* hash of every preprocessing parameter above and below */
+    /* qwen2vl video frames (vision_video_frame_size), apart from the image
+     * bounds: clip.vision.video_min_pixels / video_max_pixels /
+     * video_total_pixels, else the reference's defaults (docs/vision.md) */
+    int64_t video_min_pixels, video_max_pixels; /* area bounds: of one frame, or with
+                                                   video_clip_budget of frames x area */
+    int64_t video_total_pixels; /* Qwen2.5-VL: the budget over all frames (each frame at most
+                                   total * 2 / frames, qwen-vl-utils); 0: none */
+    bool video_clip_budget;  /* Qwen3-VL: the bounds hold the clip (Qwen3VLVideoProcessor) */
 };
 
 struct vision_model *vision_model_load(const char *path, char *err, size_t errlen);
@@ -233,6 +241,22 @@ void vision_resample(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, i
 int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *rw,
                         int *rh, char *err, size_t errlen);
 
+/* The size a frame of a clip of n_frames sampled frames is resized to
+ * (qwen2vl family; the image bounds are not used): Qwen2.5-VL as
+ * qwen-vl-utils' fetch_video - smart_resize within video_min_pixels and
+ * max(min(video_max_pixels, video_total_pixels * 2 / frames),
+ * video_min_pixels * 1.05), frames rounded up to even; Qwen3-VL
+ * (video_clip_budget) as Qwen3VLVideoProcessor - smart_resize of
+ * frames x area (frames rounded half to even to a multiple of 2) within
+ * [video_min_pixels, video_max_pixels]. */
+int vision_video_frame_size(const struct vision_info *in, int w, int h, int n_frames, int *rw,
+                            int *rh, char *err, size_t errlen);
+
+/* New video bounds for m (0 keeps a value; total < 0 clears it), before
+ * m is shared: the preprocessing hash (cache keys) follows. */
+void vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
+                                   int64_t total_pixels);
+
 /* The encoder inputs for img: n_images planes of float [3][S][S] (S =
  * image_size), normalized; *pixels malloc'ed. Also the tile grid.
  * qwen2vl: one image of patch rows [tile_rows * tile_cols][3][P][P] in
@@ -241,6 +265,11 @@ int vision_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t ma
 int vision_preprocess(const struct vision_model *m, const struct media_image *img, bool tiles,
                       float **pixels, int *n_images, int *tile_rows, int *tile_cols, char *err,
                       size_t errlen);
+/* A video frame (one of n_frames sampled) as vision_preprocess makes an
+ * image without tiles, sized by vision_video_frame_size for qwen2vl. */
+int vision_preprocess_frame(const struct vision_model *m, const struct media_image *img,
+                            int n_frames, float **pixels, int *n_images, int *tile_rows,
+                            int *tile_cols, char *err, size_t errlen);
 
 /* The embedding rows an image of width x height becomes (tiles as in
  * vision_encode_image), computed from the size alone: what a request's
@@ -248,6 +277,9 @@ int vision_preprocess(const struct vision_model *m, const struct media_image *im
  * pixel is decoded. Negative enum omni_err when the size cannot be encoded
  * (too many tiles). */
 int vision_image_tokens(const struct vision_model *m, int64_t width, int64_t height, bool tiles,
+                        char *err, size_t errlen);
+/* The same for a frame of a clip of n_frames (vision_preprocess_frame). */
+int vision_frame_tokens(const struct vision_model *m, int64_t width, int64_t height, int n_frames,
                         char *err, size_t errlen);
 
 /* Encode n_images preprocessed planes; features (may be NULL) receives the

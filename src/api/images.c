@@ -358,18 +358,18 @@ static int pending_add(struct api_images_pool *p, struct api_images *im, struct 
     return pending_push(p, im, pd, &in, slot, key, field, cancelled, user, e);
 }
 
-/* Qwen2.5-VL: frames a and b (of one size) as one temporal patch, into
- * slot of im. */
+/* Qwen2.5-VL: frames a and b (of one size, of a clip of n_frames) as one
+ * temporal patch, into slot of im. */
 static int pending_add_pair(struct api_images_pool *p, struct api_images *im, struct pending *pd,
-                            const struct media_image *a, const struct media_image *b, int slot,
-                            uint64_t key, const char *field, int (*cancelled)(void *user),
+                            const struct media_image *a, const struct media_image *b, int n_frames,
+                            int slot, uint64_t key, const char *field, int (*cancelled)(void *user),
                             void *user, struct api_error *e)
 {
     char err[256];
     float *pa = NULL, *pb = NULL;
     int n, ra, ca, rb, cb, rc;
-    if ((rc = vision_preprocess(p->vm, a, false, &pa, &n, &ra, &ca, err, sizeof err)) < 0 ||
-        (rc = vision_preprocess(p->vm, b, false, &pb, &n, &rb, &cb, err, sizeof err)) < 0) {
+    if ((rc = vision_preprocess_frame(p->vm, a, n_frames, &pa, &n, &ra, &ca, err, sizeof err)) < 0 ||
+        (rc = vision_preprocess_frame(p->vm, b, n_frames, &pb, &n, &rb, &cb, err, sizeof err)) < 0) {
         free(pa);
         return api_error_set(e, media_status(rc), field, "'%s': %s", field, err);
     }
@@ -489,7 +489,7 @@ static int take_video(struct api_images_pool *p, const uint8_t *bytes, size_t n,
             continue; /* from the cache */
         if (pairs)
             rc = pending_add_pair(p, im, pd, &v.frames[f], &v.frames[f + 1 < v.n_frames ? f + 1 : f],
-                                  first + i, keys[i], field, cancelled, user, e);
+                                  v.n_frames, first + i, keys[i], field, cancelled, user, e);
         else
             rc = pending_add(p, im, pd, &v.frames[f], false, first + i, keys[i], field, cancelled,
                              user, e);
@@ -682,9 +682,9 @@ static int measure_part(struct api_images_pool *p, const struct take_part *t, in
         if ((rc = media_video_probe(t->bytes, t->n, &vp, &info, err, sizeof err)) < 0)
             return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
         frames = info.duration_s > 0 ? info.n_frames : 1;
+        rows = vision_frame_tokens(p->vm, info.width, info.height, frames, err, sizeof err);
         if (vision_model_info(p->vm)->family == VISION_QWEN2VL)
             frames = (frames + 1) / 2; /* temporal patches of two frames */
-        rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
     } else if (t->kind == 3) { /* frames: the first's size (take_frames checks the others) */
         struct media_image_params ip = image_params(p);
         struct media_image_info info;
@@ -692,9 +692,9 @@ static int measure_part(struct api_images_pool *p, const struct take_part *t, in
             (rc = media_image_check_size(info.width, info.height, &ip, err, sizeof err)) < 0)
             return api_error_set(e, media_status(rc), t->field, "'%s': %s", t->field, err);
         frames = frames_kept(t, 0, NULL);
+        rows = vision_frame_tokens(p->vm, info.width, info.height, frames, err, sizeof err);
         if (vision_model_info(p->vm)->family == VISION_QWEN2VL)
             frames = (frames + 1) / 2;
-        rows = vision_image_tokens(p->vm, info.width, info.height, false, err, sizeof err);
     } else {
         struct media_image_params ip = image_params(p);
         struct media_image_info info;
@@ -791,7 +791,7 @@ static int take_frames(struct api_images_pool *p, const struct take_part *t, str
                                             sizeof err)) < 0) {
             rc = api_error_set(e, media_status(rc), t->field, "'%s': frame %d: %s", t->field, b, err);
         } else {
-            rc = pending_add_pair(p, im, pd, &fa, &fb, first + i, key, t->field, cancelled, user, e);
+            rc = pending_add_pair(p, im, pd, &fa, &fb, m, first + i, key, t->field, cancelled, user, e);
             media_image_release(&fb);
         }
         media_image_release(&fa);
