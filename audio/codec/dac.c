@@ -10,6 +10,8 @@
  * the context on each side covers the receptive field. */
 #include "audio/codec/dac.h"
 
+#include "audio/codec/dac_conv.h"
+
 #include "src/core/conv1d.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
@@ -25,12 +27,6 @@
 #define DAC_MAX_CODEBOOKS 64
 /* one-shot windows longer than this go through the stream (bounded memory) */
 #define DAC_MAX_WINDOW 1024
-
-struct dac_res_unit {
-    float *alpha1, *alpha2;          /* [c] */
-    struct omni_conv1d conv1;        /* k7, dilation 1/3/9 */
-    struct omni_conv1d conv2;        /* k1 */
-};
 
 struct dac_block {
     float *alpha;                    /* [c_in] */
@@ -48,9 +44,7 @@ struct dac_model {
     float *alpha_out;                /* [c_last] */
     struct omni_conv1d conv_out;     /* c_last -> 1, k7 */
     int context_frames;
-    /* every float array above, for dac_free */
-    float **owned;
-    int n_owned, cap_owned;
+    struct dac_weights w;            /* every array above, for dac_free */
 };
 
 const struct dac_info *dac_get_info(const struct dac_model *m) { return &m->info; }
@@ -68,125 +62,11 @@ void dac_free(struct dac_model *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_owned; i++)
-        free(m->owned[i]);
-    free(m->owned);
+    dac_weights_free(&m->w);
     free(m);
 }
 
 // ---- loading ----
-
-static float *own(struct dac_model *m, size_t n)
-{
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        float **p = realloc(m->owned, (size_t)cap * sizeof *p);
-        if (!p)
-            return NULL;
-        m->owned = p;
-        m->cap_owned = cap;
-    }
-    float *f = malloc((n ? n : 1) * sizeof(float));
-    if (f)
-        m->owned[m->n_owned++] = f;
-    return f;
-}
-
-/* Tensor name with numpy shape dims[0..nd) (GGUF stores it reversed) as
- * floats in a new owned array; NULL + message on any mismatch. */
-static float *load_tensor(struct dac_model *m, const struct gguf *g, const char *name, int nd,
-                          const int64_t *dims, char *err, size_t errlen)
-{
-    const struct gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: tensor '%s' missing (not a DAC GGUF "
-                  "from tools/hf_dac_to_gguf.py?)", gguf_path(g), name);
-        return NULL;
-    }
-    size_t n = 1;
-    bool ok = t->n_dims == nd;
-    for (int i = 0; i < nd && ok; i++) {
-        ok = t->ne[i] == dims[nd - 1 - i];
-        n *= (size_t)dims[i];
-    }
-    if (!ok) {
-        char want[96] = "", got[96] = "";
-        for (int i = 0; i < nd; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "x" : "",
-                     (long long)dims[i]);
-        for (int i = t->n_dims - 1; i >= 0; i--)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
-                     i != t->n_dims - 1 ? "x" : "", (long long)t->ne[i]);
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: tensor '%s' has shape %s, expected %s",
-                  gguf_path(g), name, got, want);
-        return NULL;
-    }
-    float *f = own(m, n);
-    if (!f) {
-        omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: %s: out of memory for '%s'", gguf_path(g),
-                  name);
-        return NULL;
-    }
-    const unsigned char *p = t->data;
-    switch (t->type) {
-    case GGML_TYPE_F32:
-        memcpy(f, p, n * sizeof(float));
-        break;
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            f[i] = t->type == GGML_TYPE_F16 ? omni_fp16_to_fp32(h) : omni_bf16_to_fp32(h);
-        }
-        break;
-    default:
-        omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "dac: %s: tensor '%s' has type %s "
-                  "(F32, F16 or BF16 expected)", gguf_path(g), name, ggml_type_name(t->type));
-        return NULL;
-    }
-    m->info.n_params += (int64_t)n;
-    return f;
-}
-
-static int get_u32(const struct gguf *g, const char *key, int *out, char *err, size_t errlen)
-{
-    uint32_t v;
-    if (gguf_get_u32(g, key, &v) != 0 || v == 0 || v > (1u << 20))
-        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: key '%s' missing or out of "
-                         "range", gguf_path(g), key);
-    *out = (int)v;
-    return 0;
-}
-
-/* A conv from a torch weight (c_out, c_in, k) + bias, packed for conv1d.h. */
-static int load_conv(struct dac_model *m, const struct gguf *g, const char *prefix, int c_in,
-                     int c_out, int k, int dilation, struct omni_conv1d *c, char *err,
-                     size_t errlen)
-{
-    char name[192];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    float *w = load_tensor(m, g, name, 3, (int64_t[]){ c_out, c_in, k }, err, errlen);
-    if (!w)
-        return OMNI_ERR_FORMAT;
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    float *b = load_tensor(m, g, name, 1, (int64_t[]){ c_out }, err, errlen);
-    float *wp = own(m, (size_t)c_out * c_in * k);
-    if (!b || !wp)
-        return b ? omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory") : OMNI_ERR_FORMAT;
-    omni_conv1d_pack(w, c_out, c_in, k, wp);
-    *c = (struct omni_conv1d){ .c_in = c_in, .c_out = c_out, .k = k, .dilation = dilation,
-                               .pad = (k - 1) * dilation / 2, .w = wp, .b = b };
-    return 0;
-}
-
-static float *load_alpha(struct dac_model *m, const struct gguf *g, const char *prefix, int c,
-                         char *err, size_t errlen)
-{
-    char name[192];
-    snprintf(name, sizeof name, "%s.alpha", prefix);
-    return load_tensor(m, g, name, 1, (int64_t[]){ c }, err, errlen);
-}
 
 /* Frames of context each side: the receptive field's half-width, summed
  * layer by layer in frame units (a layer at r samples per frame that reads
@@ -215,21 +95,16 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
         goto fail;
     }
-    size_t alen = 0;
-    const char *arch = gguf_get_str(g, "general.architecture", &alen);
-    if (!arch || alen != 3 || memcmp(arch, "dac", 3) != 0) {
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: general.architecture is '%.*s', not "
-                  "'dac' (convert a DacModel checkpoint with tools/hf_dac_to_gguf.py)", path,
-                  arch ? (int)(alen > 40 ? 40 : alen) : 6, arch ? arch : "absent");
+    m->w.missing_hint = "not a DAC GGUF from tools/hf_dac_to_gguf.py?";
+    if (dac_check_arch(g, path, err, errlen))
         goto fail;
-    }
     struct dac_info *I = &m->info;
-    if (get_u32(g, "dac.sampling_rate", &I->sample_rate, err, errlen) ||
-        get_u32(g, "dac.hidden_size", &I->hidden_size, err, errlen) ||
-        get_u32(g, "dac.decoder_hidden_size", &I->decoder_hidden_size, err, errlen) ||
-        get_u32(g, "dac.n_codebooks", &I->n_codebooks, err, errlen) ||
-        get_u32(g, "dac.codebook_size", &I->codebook_size, err, errlen) ||
-        get_u32(g, "dac.codebook_dim", &m->codebook_dim, err, errlen))
+    if (dac_get_u32(g, "dac.sampling_rate", &I->sample_rate, err, errlen) ||
+        dac_get_u32(g, "dac.hidden_size", &I->hidden_size, err, errlen) ||
+        dac_get_u32(g, "dac.decoder_hidden_size", &I->decoder_hidden_size, err, errlen) ||
+        dac_get_u32(g, "dac.n_codebooks", &I->n_codebooks, err, errlen) ||
+        dac_get_u32(g, "dac.codebook_size", &I->codebook_size, err, errlen) ||
+        dac_get_u32(g, "dac.codebook_dim", &m->codebook_dim, err, errlen))
         goto fail;
     enum gguf_type et;
     uint64_t nr = 0;
@@ -265,14 +140,14 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
     for (int q = 0; q < I->n_codebooks; q++) {
         char name[160];
         snprintf(name, sizeof name, "quantizer.quantizers.%d.codebook.weight", q);
-        float *cb = load_tensor(m, g, name, 2, (int64_t[]){ K, D }, err, errlen);
+        float *cb = dac_load_tensor(&m->w, g, name, 2, (int64_t[]){ K, D }, err, errlen);
         snprintf(name, sizeof name, "quantizer.quantizers.%d.out_proj.weight", q);
-        float *w = cb ? load_tensor(m, g, name, 3, (int64_t[]){ H, D, 1 }, err, errlen) : NULL;
+        float *w = cb ? dac_load_tensor(&m->w, g, name, 3, (int64_t[]){ H, D, 1 }, err, errlen) : NULL;
         snprintf(name, sizeof name, "quantizer.quantizers.%d.out_proj.bias", q);
-        float *b = w ? load_tensor(m, g, name, 1, (int64_t[]){ H }, err, errlen) : NULL;
+        float *b = w ? dac_load_tensor(&m->w, g, name, 1, (int64_t[]){ H }, err, errlen) : NULL;
         if (!b)
             goto fail;
-        float *tab = own(m, (size_t)K * H);
+        float *tab = dac_weights_alloc(&m->w, (size_t)K * H * sizeof(float));
         if (!tab) {
             omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
             goto fail;
@@ -289,7 +164,7 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
 
     /* decoder */
     int c = I->decoder_hidden_size;
-    if (load_conv(m, g, "decoder.conv1", H, c, 7, 1, &m->conv_in, err, errlen))
+    if (dac_load_conv(&m->w, g, "decoder.conv1", H, c, 7, 1, &m->conv_in, err, errlen))
         goto fail;
     for (int i = 0; i < I->n_blocks; i++) {
         struct dac_block *B = &m->blocks[i];
@@ -297,13 +172,13 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
         char p[48], q[128];
         snprintf(p, sizeof p, "decoder.block.%d", i);
         snprintf(q, sizeof q, "%s.snake1", p);
-        if (!(B->alpha = load_alpha(m, g, q, c, err, errlen)))
+        if (!(B->alpha = dac_load_alpha(&m->w, g, q, c, err, errlen)))
             goto fail;
         snprintf(q, sizeof q, "%s.conv_t1.weight", p);
-        float *w = load_tensor(m, g, q, 3, (int64_t[]){ c, co, 2 * s }, err, errlen);
+        float *w = dac_load_tensor(&m->w, g, q, 3, (int64_t[]){ c, co, 2 * s }, err, errlen);
         snprintf(q, sizeof q, "%s.conv_t1.bias", p);
-        float *b = w ? load_tensor(m, g, q, 1, (int64_t[]){ co }, err, errlen) : NULL;
-        float *wp = b ? own(m, (size_t)c * co * 2 * s) : NULL;
+        float *b = w ? dac_load_tensor(&m->w, g, q, 1, (int64_t[]){ co }, err, errlen) : NULL;
+        float *wp = b ? dac_weights_alloc(&m->w, (size_t)c * co * 2 * s * sizeof(float)) : NULL;
         if (!wp) {
             if (b)
                 omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
@@ -312,28 +187,16 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
         omni_conv_t1d_pack(w, c, co, 2 * s, wp);
         B->up = (struct omni_conv_t1d){ .c_in = c, .c_out = co, .k = 2 * s, .stride = s,
                                         .pad = (s + 1) / 2, .w = wp, .b = b };
-        static const int dil[3] = { 1, 3, 9 };
-        for (int j = 0; j < 3; j++) {
-            struct dac_res_unit *R = &B->res[j];
-            snprintf(q, sizeof q, "%s.res_unit%d.snake1", p, j + 1);
-            if (!(R->alpha1 = load_alpha(m, g, q, co, err, errlen)))
+        for (int j = 0; j < 3; j++)
+            if (dac_load_res_unit(&m->w, g, p, j, co, &B->res[j], err, errlen))
                 goto fail;
-            snprintf(q, sizeof q, "%s.res_unit%d.snake2", p, j + 1);
-            if (!(R->alpha2 = load_alpha(m, g, q, co, err, errlen)))
-                goto fail;
-            snprintf(q, sizeof q, "%s.res_unit%d.conv1", p, j + 1);
-            if (load_conv(m, g, q, co, co, 7, dil[j], &R->conv1, err, errlen))
-                goto fail;
-            snprintf(q, sizeof q, "%s.res_unit%d.conv2", p, j + 1);
-            if (load_conv(m, g, q, co, co, 1, 1, &R->conv2, err, errlen))
-                goto fail;
-        }
         c = co;
     }
-    if (!(m->alpha_out = load_alpha(m, g, "decoder.snake1", c, err, errlen)) ||
-        load_conv(m, g, "decoder.conv2", c, 1, 7, 1, &m->conv_out, err, errlen))
+    if (!(m->alpha_out = dac_load_alpha(&m->w, g, "decoder.snake1", c, err, errlen)) ||
+        dac_load_conv(&m->w, g, "decoder.conv2", c, 1, 7, 1, &m->conv_out, err, errlen))
         goto fail;
     m->context_frames = context_frames(m);
+    I->n_params = m->w.n_params;
     gguf_free(g);
     return m;
 fail:

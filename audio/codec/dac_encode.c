@@ -11,6 +11,8 @@
  * is [c_out][2][s * C]). */
 #include "audio/codec/dac_encode.h"
 
+#include "audio/codec/dac_conv.h"
+
 #include "src/core/conv1d.h"
 #include "src/core/gguf.h"
 #include "src/core/omni.h"
@@ -26,14 +28,8 @@
 #define DACE_MAX_CODEBOOKS 64
 #define DACE_TILE 2048   /* output steps of a convolution per tile (default) */
 
-struct dace_res {
-    float *alpha1, *alpha2;          /* [c] */
-    struct omni_conv1d conv1;        /* k7, dilation 1/3/9 */
-    struct omni_conv1d conv2;        /* k1 */
-};
-
 struct dace_block {
-    struct dace_res res[3];          /* on c_in channels */
+    struct dac_res_unit res[3];          /* on c_in channels */
     float *alpha;                    /* [c_in] */
     struct omni_conv1d down;         /* stride-1 form: c_in = stride * C, k 2, no pad */
     int stride, pad, c_in, c_out;    /* torch's conv: k 2*stride, padding ceil(stride/2) */
@@ -56,8 +52,7 @@ struct dac_encoder {
     struct omni_conv1d conv_out;     /* d_model -> hidden, k3 */
     struct dace_vq vq[DACE_MAX_CODEBOOKS];
     int tile;                        /* output steps per conv tile */
-    void **owned;                    /* every array above, for dac_encoder_free */
-    int n_owned, cap_owned;
+    struct dac_weights w;            /* every array above, for dac_encoder_free */
 };
 
 const struct dac_encoder_info *dac_encoder_get_info(const struct dac_encoder *m)
@@ -74,9 +69,7 @@ void dac_encoder_free(struct dac_encoder *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_owned; i++)
-        free(m->owned[i]);
-    free(m->owned);
+    dac_weights_free(&m->w);
     free(m);
 }
 
@@ -92,131 +85,6 @@ int64_t dac_encoder_frames(const struct dac_encoder *m, int64_t n)
 
 // ---- loading ----
 
-static void *own(struct dac_encoder *m, size_t bytes)
-{
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **p = realloc(m->owned, (size_t)cap * sizeof *p);
-        if (!p)
-            return NULL;
-        m->owned = p;
-        m->cap_owned = cap;
-    }
-    void *f = malloc(bytes ? bytes : 1);
-    if (f)
-        m->owned[m->n_owned++] = f;
-    return f;
-}
-
-/* Tensor name with numpy shape dims[0..nd) (GGUF stores it reversed) as
- * floats in a new owned array; NULL + message on any mismatch. */
-static float *load_tensor(struct dac_encoder *m, const struct gguf *g, const char *name, int nd,
-                          const int64_t *dims, char *err, size_t errlen)
-{
-    const struct gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: tensor '%s' missing (a DAC GGUF "
-                  "converted with its encoder: tools/hf_dac_to_gguf.py without --no-encoder)",
-                  gguf_path(g), name);
-        return NULL;
-    }
-    size_t n = 1;
-    bool ok = t->n_dims == nd;
-    for (int i = 0; i < nd && ok; i++) {
-        ok = t->ne[i] == dims[nd - 1 - i];
-        n *= (size_t)dims[i];
-    }
-    if (!ok) {
-        char want[96] = "";
-        for (int i = 0; i < nd; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "x" : "",
-                     (long long)dims[i]);
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: tensor '%s' does not have shape %s",
-                  gguf_path(g), name, want);
-        return NULL;
-    }
-    float *f = own(m, n * sizeof(float));
-    if (!f) {
-        omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory for '%s'", name);
-        return NULL;
-    }
-    const unsigned char *p = t->data;
-    switch (t->type) {
-    case GGML_TYPE_F32:
-        memcpy(f, p, n * sizeof(float));
-        break;
-    case GGML_TYPE_F16:
-    case GGML_TYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            f[i] = t->type == GGML_TYPE_F16 ? omni_fp16_to_fp32(h) : omni_bf16_to_fp32(h);
-        }
-        break;
-    default:
-        omni_fail(err, errlen, OMNI_ERR_UNSUPPORTED, "dac: %s: tensor '%s' has type %s "
-                  "(F32, F16 or BF16 expected)", gguf_path(g), name, ggml_type_name(t->type));
-        return NULL;
-    }
-    return f;
-}
-
-static int load_conv(struct dac_encoder *m, const struct gguf *g, const char *prefix, int c_in,
-                     int c_out, int k, int dilation, struct omni_conv1d *c, char *err,
-                     size_t errlen)
-{
-    char name[192];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    float *w = load_tensor(m, g, name, 3, (int64_t[]){ c_out, c_in, k }, err, errlen);
-    if (!w)
-        return OMNI_ERR_FORMAT;
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    float *b = load_tensor(m, g, name, 1, (int64_t[]){ c_out }, err, errlen);
-    float *wp = b ? own(m, (size_t)c_out * c_in * k * sizeof(float)) : NULL;
-    if (!wp)
-        return b ? omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory") : OMNI_ERR_FORMAT;
-    omni_conv1d_pack(w, c_out, c_in, k, wp);
-    *c = (struct omni_conv1d){ .c_in = c_in, .c_out = c_out, .k = k, .dilation = dilation,
-                               .pad = (k - 1) * dilation / 2, .w = wp, .b = b };
-    return 0;
-}
-
-static float *load_alpha(struct dac_encoder *m, const struct gguf *g, const char *prefix, int c,
-                         char *err, size_t errlen)
-{
-    char name[192];
-    snprintf(name, sizeof name, "%s.alpha", prefix);
-    return load_tensor(m, g, name, 1, (int64_t[]){ c }, err, errlen);
-}
-
-static int get_u32(const struct gguf *g, const char *key, int *out, char *err, size_t errlen)
-{
-    uint32_t v;
-    if (gguf_get_u32(g, key, &v) != 0 || v == 0 || v > (1u << 20))
-        return omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: key '%s' missing or out of "
-                         "range", gguf_path(g), key);
-    *out = (int)v;
-    return 0;
-}
-
-static int load_res(struct dac_encoder *m, const struct gguf *g, const char *p, int j, int c,
-                    struct dace_res *R, char *err, size_t errlen)
-{
-    static const int dil[3] = { 1, 3, 9 };
-    char q[160];
-    snprintf(q, sizeof q, "%s.res_unit%d.snake1", p, j + 1);
-    if (!(R->alpha1 = load_alpha(m, g, q, c, err, errlen)))
-        return OMNI_ERR_FORMAT;
-    snprintf(q, sizeof q, "%s.res_unit%d.snake2", p, j + 1);
-    if (!(R->alpha2 = load_alpha(m, g, q, c, err, errlen)))
-        return OMNI_ERR_FORMAT;
-    snprintf(q, sizeof q, "%s.res_unit%d.conv1", p, j + 1);
-    if (load_conv(m, g, q, c, c, 7, dil[j], &R->conv1, err, errlen))
-        return OMNI_ERR_FORMAT;
-    snprintf(q, sizeof q, "%s.res_unit%d.conv2", p, j + 1);
-    return load_conv(m, g, q, c, c, 1, 1, &R->conv2, err, errlen) ? OMNI_ERR_FORMAT : 0;
-}
-
 struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
 {
     struct gguf *g = gguf_open(path, err, errlen);
@@ -227,21 +95,17 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
         omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
         goto fail;
     }
-    size_t alen = 0;
-    const char *arch = gguf_get_str(g, "general.architecture", &alen);
-    if (!arch || alen != 3 || memcmp(arch, "dac", 3) != 0) {
-        omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: general.architecture is '%.*s', not "
-                  "'dac' (convert a DacModel checkpoint with tools/hf_dac_to_gguf.py)", path,
-                  arch ? (int)(alen > 40 ? 40 : alen) : 6, arch ? arch : "absent");
+    m->w.missing_hint = "a DAC GGUF converted with its encoder: tools/hf_dac_to_gguf.py without "
+                        "--no-encoder";
+    if (dac_check_arch(g, path, err, errlen))
         goto fail;
-    }
     m->tile = DACE_TILE;
     struct dac_encoder_info *I = &m->info;
-    if (get_u32(g, "dac.sampling_rate", &I->sample_rate, err, errlen) ||
-        get_u32(g, "dac.hidden_size", &I->hidden_size, err, errlen) ||
-        get_u32(g, "dac.n_codebooks", &I->n_codebooks, err, errlen) ||
-        get_u32(g, "dac.codebook_size", &I->codebook_size, err, errlen) ||
-        get_u32(g, "dac.codebook_dim", &m->codebook_dim, err, errlen))
+    if (dac_get_u32(g, "dac.sampling_rate", &I->sample_rate, err, errlen) ||
+        dac_get_u32(g, "dac.hidden_size", &I->hidden_size, err, errlen) ||
+        dac_get_u32(g, "dac.n_codebooks", &I->n_codebooks, err, errlen) ||
+        dac_get_u32(g, "dac.codebook_size", &I->codebook_size, err, errlen) ||
+        dac_get_u32(g, "dac.codebook_dim", &m->codebook_dim, err, errlen))
         goto fail;
     if (I->n_codebooks > DACE_MAX_CODEBOOKS) {
         omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: %s: dac.n_codebooks %d over %d", path,
@@ -271,7 +135,7 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
     I->n_blocks = (int)nr;
     I->hop = 1;
     int c = I->encoder_hidden_size;
-    if (load_conv(m, g, "encoder.conv1", 1, c, 7, 1, &m->conv_in, err, errlen))
+    if (dac_load_conv(&m->w, g, "encoder.conv1", 1, c, 7, 1, &m->conv_in, err, errlen))
         goto fail;
     for (int i = 0; i < I->n_blocks; i++) {
         uint32_t s;
@@ -286,13 +150,13 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
         char p[48], q[128];
         snprintf(p, sizeof p, "encoder.block.%d", i);
         for (int j = 0; j < 3; j++)
-            if (load_res(m, g, p, j, c, &B->res[j], err, errlen))
+            if (dac_load_res_unit(&m->w, g, p, j, c, &B->res[j], err, errlen))
                 goto fail;
         snprintf(q, sizeof q, "%s.snake1", p);
-        if (!(B->alpha = load_alpha(m, g, q, c, err, errlen)))
+        if (!(B->alpha = dac_load_alpha(&m->w, g, q, c, err, errlen)))
             goto fail;
         snprintf(q, sizeof q, "%s.conv1", p);
-        if (load_conv(m, g, q, c, 2 * c, 2 * (int)s, 1, &B->down, err, errlen))
+        if (dac_load_conv(&m->w, g, q, c, 2 * c, 2 * (int)s, 1, &B->down, err, errlen))
             goto fail;
         /* the packed [2c][2s][c] weight read as [2c][2][s * c] */
         B->down.c_in = (int)s * c;
@@ -305,24 +169,24 @@ struct dac_encoder *dac_encoder_load(const char *path, char *err, size_t errlen)
         c *= 2;
     }
     int H = I->hidden_size, D = m->codebook_dim, K = I->codebook_size;
-    if (!(m->alpha_out = load_alpha(m, g, "encoder.snake1", c, err, errlen)) ||
-        load_conv(m, g, "encoder.conv2", c, H, 3, 1, &m->conv_out, err, errlen))
+    if (!(m->alpha_out = dac_load_alpha(&m->w, g, "encoder.snake1", c, err, errlen)) ||
+        dac_load_conv(&m->w, g, "encoder.conv2", c, H, 3, 1, &m->conv_out, err, errlen))
         goto fail;
     for (int q = 0; q < I->n_codebooks; q++) {
         struct dace_vq *V = &m->vq[q];
         char p[64], name[160];
         snprintf(p, sizeof p, "quantizer.quantizers.%d", q);
         snprintf(name, sizeof name, "%s.in_proj", p);
-        if (load_conv(m, g, name, H, D, 1, 1, &V->in_proj, err, errlen))
+        if (dac_load_conv(&m->w, g, name, H, D, 1, 1, &V->in_proj, err, errlen))
             goto fail;
         snprintf(name, sizeof name, "%s.out_proj", p);
-        if (load_conv(m, g, name, D, H, 1, 1, &V->out_proj, err, errlen))
+        if (dac_load_conv(&m->w, g, name, D, H, 1, 1, &V->out_proj, err, errlen))
             goto fail;
         snprintf(name, sizeof name, "%s.codebook.weight", p);
-        if (!(V->codebook = load_tensor(m, g, name, 2, (int64_t[]){ K, D }, err, errlen)))
+        if (!(V->codebook = dac_load_tensor(&m->w, g, name, 2, (int64_t[]){ K, D }, err, errlen)))
             goto fail;
-        V->unit = own(m, (size_t)K * D * sizeof(float));
-        V->unit_sq = own(m, (size_t)K * sizeof(double));
+        V->unit = dac_weights_alloc(&m->w, (size_t)K * D * sizeof(float));
+        V->unit_sq = dac_weights_alloc(&m->w, (size_t)K * sizeof(double));
         if (!V->unit || !V->unit_sq) {
             omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
             goto fail;
@@ -427,7 +291,7 @@ static int down_tiled(struct tpool *tp, const struct dace_block *B, const float 
 }
 
 /* x += conv2(snake2(conv1(snake1(x)))), x [t][c]; a, b: [t][c] temporaries */
-static int res_unit(struct tpool *tp, const struct dace_res *R, float *x, int64_t t, int c,
+static int res_unit(struct tpool *tp, const struct dac_res_unit *R, float *x, int64_t t, int c,
                     float *a, float *b, struct dace_work *w)
 {
     omni_snake(tp, x, t, c, R->alpha1, a);
