@@ -7,21 +7,21 @@
  * n_wa_pattern-th block) + RMSNorm + SwiGLU, then the merger (RMSNorm, the
  * 2x2 groups as rows of 4 x n_embd, linear / exact GELU / linear) and the
  * windows undone. Attention runs in query blocks so a large image needs no
- * n x n score matrix. */
-#include <cblas.h>
+ * n x n score matrix; the steps Qwen3-VL shares are in qwen_vit.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
-#include "src/core/nn.h"
 #include "src/core/omni.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen2vl.h"
 #include "vision/mmproj_load.h"
+#include "vision/qwen_vit.h"
 #include "vision/vision.h"
 
 struct qwen2vl_layer {
@@ -251,198 +251,14 @@ void qwen2vl_window_order(int mh, int mw, int win, int *order, int *seg, int *n_
 
 struct qctx {
     const struct qwen2vl_model *q;
-    struct tpool *tp;
-    int n;                       /* patches of every image in the pass */
-    int max_seg;                 /* the longest attention segment (the largest image) */
+    struct qvit v;               /* rotary tables, scores, segments, wide weights */
     float *x, *h;                /* (n, D) */
     /* The attention block's q, k, v, att (n, D) and the MLP's ff, ff2
      * (n, F; ff also the merger's (n / 4, 4D)) are never live together: one
      * arena holds both sets (a 4096-row image: 0.6 GB of scratch, not 1). */
     float *arena;
     float *qb, *kb, *vb, *att, *ff, *ff2;
-    float *cosv, *sinv;          /* (n, head_dim / 2): each row's rotary angles */
-    float *wide;                 /* (threads, wide_floats) widened weights, or NULL */
-    int64_t wide_floats;         /* per thread: its largest share, at most WIDE_FLOATS */
-    float *scores;               /* (threads, QBLOCK, max_seg) */
-    const int *seg;              /* current layer's attention segments, in patches */
-    int n_seg;
 };
-
-enum { QBLOCK = 64 };
-
-/* F16/BF16 weights times many rows: each thread widens its whole share of
- * the output rows once (WIDE_FLOATS at a time) and runs one sgemm over it,
- * adding the bias to its columns. omni_matmul widens 2 MB at a time and
- * OpenBLAS then repacks all the activations for every such piece: 9 % of
- * an encode went to its copy routines. */
-enum { WIDE_FLOATS = 4 << 20 };
-struct wide_job {
-    struct qctx *c;
-    const struct omni_tensor *w;
-    const float *b, *x;
-    int n_rows;
-    float *y;
-};
-
-static void wide_worker(void *arg, int ith, int nth)
-{
-    struct wide_job *j = arg;
-    const int64_t K = j->w->ne[0], N = j->w->ne[1];
-    const int64_t r0 = N * ith / nth, r1 = N * (ith + 1) / nth;
-    float *buf = j->c->wide + (size_t)ith * j->c->wide_floats;
-    const int64_t piece = j->c->wide_floats / K;
-    for (int64_t p0 = r0; p0 < r1; p0 += piece) {
-        const int64_t p1 = p0 + piece < r1 ? p0 + piece : r1;
-        for (int64_t r = p0; r < p1; r++)
-            omni_tensor_get_row(j->w, r, buf + (size_t)(r - p0) * K);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, (int)(p1 - p0), (int)K, 1.0f,
-                    j->x, (int)K, buf, (int)K, 0.0f, j->y + p0, (int)N);
-    }
-    if (j->b)
-        for (int r = 0; r < j->n_rows; r++)
-            for (int64_t i = r0; i < r1; i++)
-                j->y[(size_t)r * N + i] += j->b[i];
-}
-
-static void linear(struct qctx *c, const struct omni_tensor *w, const float *b, const float *x,
-                   int n_rows, float *y)
-{
-    if (c->wide && (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16) &&
-        n_rows >= OMNI_MATMUL_BLAS_MIN && w->ne[0] <= c->wide_floats) {
-        struct wide_job j = { c, w, b, x, n_rows, y };
-        if (c->tp)
-            tpool_run(c->tp, wide_worker, &j);
-        else
-            wide_worker(&j, 0, 1);
-        return;
-    }
-    omni_matmul(c->tp, w, x, n_rows, y);
-    if (b) {
-        const int64_t n = w->ne[1];
-        for (int r = 0; r < n_rows; r++)
-            for (int64_t i = 0; i < n; i++)
-                y[r * n + i] += b[i];
-    }
-}
-
-/* y = x / sqrt(mean(x^2) + eps) * w over n_rows rows of n (as Qwen2RMSNorm, in float) */
-static void rms_norm_rows(const float *x, const float *w, int n_rows, int n, float eps, float *y)
-{
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
-        double ss = 0;
-        for (int i = 0; i < n; i++)
-            ss += (double)xr[i] * xr[i];
-        const float inv = (float)(1.0 / sqrt(ss / n + eps));
-        for (int i = 0; i < n; i++)
-            yr[i] = xr[i] * inv * w[i];
-    }
-}
-
-/* NEOX rotation of every head of rows [r0, r1): pair (i, i + dh/2) by the
- * row's angle i. */
-static void rope_rows(struct qctx *c, float *x, int r0, int r1)
-{
-    const int D = c->q->D, dh = D / c->q->H, half = dh / 2;
-    for (int r = r0; r < r1; r++) {
-        const float *cs = c->cosv + (size_t)r * half, *sn = c->sinv + (size_t)r * half;
-        for (int hd = 0; hd < c->q->H; hd++) {
-            float *v = x + (size_t)r * D + hd * dh;
-            for (int i = 0; i < half; i++) {
-                const float a = v[i], b = v[i + half];
-                v[i] = a * cs[i] - b * sn[i];
-                v[i + half] = b * cs[i] + a * sn[i];
-            }
-        }
-    }
-}
-
-/* Jobs (segment, head, query block) spread over the threads: softmax(q k^T
- * / sqrt(dh)) v inside the segment, straight on the [n][D] rows. */
-static void attention_worker(void *arg, int ith, int nth)
-{
-    struct qctx *c = arg;
-    const int D = c->q->D, H = c->q->H, dh = D / H;
-    const float scale = 1.0f / sqrtf((float)dh);
-    float *scores = c->scores + (size_t)ith * QBLOCK * c->max_seg;
-    int job = 0;
-    for (int s = 0; s < c->n_seg; s++) {
-        const int a = c->seg[s], len = c->seg[s + 1] - a;
-        for (int hd = 0; hd < H; hd++)
-            for (int q0 = 0; q0 < len; q0 += QBLOCK, job++) {
-                if (job % nth != ith)
-                    continue;
-                const int nq = len - q0 < QBLOCK ? len - q0 : QBLOCK;
-                const float *qp = c->qb + (size_t)(a + q0) * D + hd * dh;
-                const float *kp = c->kb + (size_t)a * D + hd * dh, *vp = c->vb + (size_t)a * D + hd * dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, len, dh, scale, qp, D, kp,
-                            D, 0.0f, scores, len);
-                for (int i = 0; i < nq; i++)
-                    omni_vec_softmax(len, scores + (size_t)i * len);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, scores, len,
-                            vp, D, 0.0f, c->att + (size_t)(a + q0) * D + hd * dh, D);
-            }
-    }
-}
-
-static void attention(struct qctx *c)
-{
-    if (c->tp)
-        tpool_run(c->tp, attention_worker, c);
-    else
-        attention_worker(c, 0, 1);
-}
-
-/* The serial per-row steps (RMSNorm, rotary, residual adds, the SwiGLU
- * gate) split across the pool by rows: on 2 cores they were a tenth of an
- * encode left to one thread while the other waited. */
-enum rows_op { ROWS_RMS_NORM, ROWS_ROPE_QK, ROWS_ADD, ROWS_SWIGLU, ROWS_GELU };
-struct rows_job {
-    struct qctx *c;
-    enum rows_op op;
-    const float *x, *w;          /* RMS_NORM: x -> y with gain w; ADD: y += x */
-    float *y;
-    int n_rows, n;               /* rows of n floats */
-};
-
-static void rows_worker(void *arg, int ith, int nth)
-{
-    struct rows_job *j = arg;
-    const int r0 = (int)((int64_t)j->n_rows * ith / nth), r1 = (int)((int64_t)j->n_rows * (ith + 1) / nth);
-    if (r0 >= r1)
-        return;
-    const size_t o = (size_t)r0 * j->n, cnt = (size_t)(r1 - r0) * j->n;
-    switch (j->op) {
-    case ROWS_RMS_NORM:
-        rms_norm_rows(j->x + o, j->w, r1 - r0, j->n, j->c->q->eps, j->y + o);
-        break;
-    case ROWS_ROPE_QK:
-        rope_rows(j->c, j->c->qb, r0, r1);
-        rope_rows(j->c, j->c->kb, r0, r1);
-        break;
-    case ROWS_ADD:
-        for (size_t i = 0; i < cnt; i++)
-            j->y[o + i] += j->x[o + i];
-        break;
-    case ROWS_SWIGLU:
-        omni_swiglu(j->x + o, j->y + o, (int64_t)cnt);
-        break;
-    case ROWS_GELU:
-        omni_gelu_erf(j->y + o, (int64_t)cnt);
-        break;
-    }
-}
-
-static void rows_run(struct qctx *c, enum rows_op op, const float *x, const float *w, float *y,
-                     int n_rows, int n)
-{
-    struct rows_job j = { c, op, x, w, y, n_rows, n };
-    if (c->tp)
-        tpool_run(c->tp, rows_worker, &j);
-    else
-        rows_worker(&j, 0, 1);
-}
 
 /* The merger over the last block's output c->x (copied to vit_out when
  * not NULL): ln_q, each unit's 4 patches as one row of 4D, mm.0, GELU,
@@ -450,19 +266,13 @@ static void rows_run(struct qctx *c, enum rows_op op, const float *x, const floa
 static void merge(struct qctx *c, int M, float *vit_out, float *proj)
 {
     const struct qwen2vl_model *q = c->q;
+    const int n = c->v.n;
     if (vit_out)
-        memcpy(vit_out, c->x, sizeof(float) * (size_t)c->n * q->D);
-    rows_run(c, ROWS_RMS_NORM, c->x, q->post_ln, c->h, c->n, q->D);
-    linear(c, &q->mm0, q->mm0_b, c->h, M, c->ff);
-    rows_run(c, ROWS_GELU, NULL, NULL, c->ff, M, 4 * q->D);
-    linear(c, &q->mm2, q->mm2_b, c->ff, M, proj);
-}
-
-static void qctx_free(struct qctx *c)
-{
-    float *v[] = { c->x, c->h, c->arena, c->cosv, c->sinv, c->scores, c->wide };
-    for (size_t j = 0; j < sizeof v / sizeof *v; j++)
-        free(v[j]);
+        memcpy(vit_out, c->x, sizeof(float) * (size_t)n * q->D);
+    qvit_rows(&c->v, QVIT_RMS_NORM, c->x, q->post_ln, NULL, c->h, n, q->D);
+    qvit_linear(&c->v, &q->mm0, q->mm0_b, c->h, M, c->ff);
+    qvit_rows(&c->v, QVIT_GELU_ERF, NULL, NULL, NULL, c->ff, M, 4 * q->D);
+    qvit_linear(&c->v, &q->mm2, q->mm2_b, c->ff, M, proj);
 }
 
 int qwen2vl_encode(const struct qwen2vl_model *q, struct tpool *tp, const float *patches, int gh,
@@ -477,32 +287,15 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
                          void *user, float *vit_out, struct vision_embd *outs, char *err,
                          size_t errlen)
 {
-    const int D = q->D, F = q->F, dh = D / q->H, half = dh / 2, quarter = dh / 4;
+    const int D = q->D, F = q->F;
     const int64_t K = 3LL * q->P * q->P;
     const int win = q->window_px / (q->P * q->merge);
-    if (n_img < 1 || n_img > QWEN2VL_MAX_BATCH_PATCHES / 4)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: %d images in one pass", n_img);
-    for (int i = 0; i < n_img; i++)
-        memset(&outs[i], 0, sizeof outs[i]);
-    /* every grid checked, and the batch's rows bounded, before any size is used */
-    int64_t total = 0;
-    int max_len = 0;
-    for (int i = 0; i < n_img; i++) {
-        const int gh = im[i].gh, gw = im[i].gw;
-        if (!im[i].patches || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
-            (int64_t)gh * gw > QWEN2VL_MAX_BATCH_PATCHES || im[i].frames < 0 || im[i].frames > 2)
-            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: bad patch grid %dx%d (%d frames)",
-                             gh, gw, im[i].frames);
-        total += (int64_t)gh * gw;
-        if (gh * gw > max_len)
-            max_len = gh * gw;
-    }
-    if (total > QWEN2VL_MAX_BATCH_PATCHES)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen2vl: %lld patches in one pass (at "
-                         "most %d)", (long long)total, QWEN2VL_MAX_BATCH_PATCHES);
-    const int n = (int)total, M = n / 4;
-    const int nth = tp ? tpool_size(tp) : 1;
-    struct qctx c = { .q = q, .tp = tp, .n = n, .max_seg = max_len };
+    int n, max_len;
+    int rc = qvit_check_batch("qwen2vl", im, n_img, outs, &n, &max_len, err, errlen);
+    if (rc < 0)
+        return rc;
+    const int M = n / 4, nth = tp ? tpool_size(tp) : 1;
+    struct qctx c = { .q = q, .v = { .tp = tp, .n = n, .D = D, .H = q->H, .eps = q->eps, .max_seg = max_len } };
     /* per image: its units' window order, its first unit in the batch */
     int *order = malloc(sizeof(int) * M), *wseg = malloc(sizeof(int) * (M + 1));
     int *fseg = malloc(sizeof(int) * (n_img + 1)), *unit0 = malloc(sizeof(int) * (n_img + 1));
@@ -519,30 +312,19 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
         c.qb = c.arena, c.kb = c.arena + nD, c.vb = c.arena + 2 * nD, c.att = c.arena + 3 * nD;
         c.ff = c.arena, c.ff2 = c.arena + nF;
     }
-    c.cosv = malloc(sizeof(float) * (size_t)n * half);
-    c.sinv = malloc(sizeof(float) * (size_t)n * half);
-    c.scores = malloc(sizeof(float) * (size_t)nth * QBLOCK * max_len);
-    /* only batches that take sgemm use it; without it omni_matmul does */
-    if (n >= OMNI_MATMUL_BLAS_MIN && (q->layers[0].q.type == GGML_TYPE_F16 || q->layers[0].q.type == GGML_TYPE_BF16)) {
-        const int64_t shares[] = { ((int64_t)D + nth - 1) / nth * D, ((int64_t)F + nth - 1) / nth * D,
-                                   ((int64_t)D + nth - 1) / nth * F, (4LL * D + nth - 1) / nth * 4 * D,
-                                   ((int64_t)q->n_embd_lm + nth - 1) / nth * 4 * D };
-        c.wide_floats = 4LL * D > F ? 4LL * D : F; /* at least one row of the widest */
-        for (size_t k = 0; k < sizeof shares / sizeof *shares; k++)
-            if (shares[k] > c.wide_floats)
-                c.wide_floats = shares[k];
-        if (c.wide_floats > WIDE_FLOATS)
-            c.wide_floats = WIDE_FLOATS > 4LL * D && WIDE_FLOATS > F ? WIDE_FLOATS : c.wide_floats;
-        c.wide = malloc(sizeof(float) * (size_t)nth * (size_t)c.wide_floats);
-    }
-    int rc = OMNI_OK, done_img = 0;
+    const int64_t shares[] = { ((int64_t)D + nth - 1) / nth * D, ((int64_t)F + nth - 1) / nth * D,
+                               ((int64_t)D + nth - 1) / nth * F, (4LL * D + nth - 1) / nth * 4 * D,
+                               ((int64_t)q->n_embd_lm + nth - 1) / nth * 4 * D };
+    qvit_wide_alloc(&c.v, &q->layers[0].q, shares, (int)(sizeof shares / sizeof *shares),
+                    4LL * D > F ? 4LL * D : F /* at least one row of the widest */);
+    int done_img = 0;
     for (; done_img < n_img; done_img++) {
         const int mi = im[done_img].gh * im[done_img].gw / 4;
         if (!(outs[done_img].data = malloc(sizeof(float) * (size_t)mi * q->n_embd_lm)))
             break;
     }
-    if (!order || !wseg || !fseg || !unit0 || !in || !c.x || !c.h || !c.arena || !c.cosv ||
-        !c.sinv || !c.scores || !proj || done_img < n_img) {
+    if (qvit_alloc(&c.v) || !order || !wseg || !fseg || !unit0 || !in || !c.x || !c.h || !c.arena ||
+        !proj || done_img < n_img) {
         rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for %d patches", n);
         goto done;
     }
@@ -560,19 +342,11 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
         unit0[i + 1] = u0 + mh * mw;
         fseg[i + 1] = unit0[i + 1] * 4;
         // rotary angles: patch j of unit u = (uy, ux) sits at row 2 uy + j / 2,
-        // column 2 ux + j % 2 of its image; the first dh/4 angles turn with
-        // the row, the next dh/4 with the column, at base 10000^(-4i/dh)
+        // column 2 ux + j % 2 of its image
         for (int k = 0; k < mh * mw; k++)
             for (int j = 0; j < 4; j++) {
-                const int r = (u0 + k) * 4 + j, u = order[u0 + k];
-                const double py = 2 * (u / mw) + j / 2, px = 2 * (u % mw) + j % 2;
-                for (int f = 0; f < quarter; f++) {
-                    const double fr = pow(10000.0, -4.0 * f / dh);
-                    c.cosv[(size_t)r * half + f] = (float)cos(py * fr);
-                    c.sinv[(size_t)r * half + f] = (float)sin(py * fr);
-                    c.cosv[(size_t)r * half + quarter + f] = (float)cos(px * fr);
-                    c.sinv[(size_t)r * half + quarter + f] = (float)sin(px * fr);
-                }
+                const int u = order[u0 + k];
+                qvit_rope_angles(&c.v, (u0 + k) * 4 + j, 2 * (u / mw) + j / 2, 2 * (u % mw) + j % 2);
             }
     }
     /* Each block is one unit of the pool's compute budget (as a CLIP tile
@@ -580,14 +354,8 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
      * engine steps and speech passes get their turn in between. A cancelled
      * caller stops the pass between blocks. */
     for (int l = -1; l <= q->n_layer; l++) {
-        if (cancelled && cancelled(user)) {
-            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: the encode was cancelled");
+        if ((rc = qvit_block_begin(&c.v, cancelled, user, err, errlen)) < 0)
             goto done;
-        }
-        if (tpool_begin(tp, false) < 0) {
-            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
-            goto done;
-        }
         if (l < 0 || l == q->n_layer) {
             if (l < 0) /* patch embedding, image by image: rows regrouped by window */
                 for (int i = 0; i < n_img; i++) {
@@ -596,8 +364,8 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
                     for (int k = 0; k < mu; k++)
                         memcpy(in + (size_t)k * 4 * Ki, im[i].patches + (size_t)order[u0 + k] * 4 * Ki,
                                sizeof(float) * 4 * Ki);
-                    linear(&c, im[i].frames == 2 ? &q->patch2 : &q->patch, q->patch_b, in, 4 * mu,
-                           c.x + (size_t)u0 * 4 * D);
+                    qvit_linear(&c.v, im[i].frames == 2 ? &q->patch2 : &q->patch, q->patch_b, in, 4 * mu,
+                                c.x + (size_t)u0 * 4 * D);
                 }
             else
                 merge(&c, M, vit_out, proj);
@@ -606,23 +374,23 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
         }
         const struct qwen2vl_layer *L = &q->layers[l];
         const bool full = (l + 1) % q->n_wa_pattern == 0;
-        c.seg = full ? fseg : wseg, c.n_seg = full ? n_img : n_wseg;
+        c.v.seg = full ? fseg : wseg, c.v.n_seg = full ? n_img : n_wseg;
         // x += o(attn(rope(q), rope(k), v)) of rmsnorm(x)
-        rows_run(&c, ROWS_RMS_NORM, c.x, L->ln1, c.h, n, D);
-        linear(&c, &L->q, L->q_b, c.h, n, c.qb);
-        linear(&c, &L->k, L->k_b, c.h, n, c.kb);
-        linear(&c, &L->v, L->v_b, c.h, n, c.vb);
-        rows_run(&c, ROWS_ROPE_QK, NULL, NULL, NULL, n, D);
-        attention(&c);
-        linear(&c, &L->o, L->o_b, c.att, n, c.h);
-        rows_run(&c, ROWS_ADD, c.h, NULL, c.x, n, D);
+        qvit_rows(&c.v, QVIT_RMS_NORM, c.x, L->ln1, NULL, c.h, n, D);
+        qvit_linear(&c.v, &L->q, L->q_b, c.h, n, c.qb);
+        qvit_linear(&c.v, &L->k, L->k_b, c.h, n, c.kb);
+        qvit_linear(&c.v, &L->v, L->v_b, c.h, n, c.vb);
+        qvit_rope_qk(&c.v, c.qb, c.kb, D);
+        qvit_attention(&c.v, c.qb, c.kb, c.vb, D, c.att);
+        qvit_linear(&c.v, &L->o, L->o_b, c.att, n, c.h);
+        qvit_rows(&c.v, QVIT_ADD, c.h, NULL, NULL, c.x, n, D);
         // x += down(silu(gate(h)) * up(h)), h = rmsnorm(x)
-        rows_run(&c, ROWS_RMS_NORM, c.x, L->ln2, c.h, n, D);
-        linear(&c, &L->gate, L->gate_b, c.h, n, c.ff);
-        linear(&c, &L->up, L->up_b, c.h, n, c.ff2);
-        rows_run(&c, ROWS_SWIGLU, c.ff, NULL, c.ff2, n, F);
-        linear(&c, &L->down, L->down_b, c.ff2, n, c.h);
-        rows_run(&c, ROWS_ADD, c.h, NULL, c.x, n, D);
+        qvit_rows(&c.v, QVIT_RMS_NORM, c.x, L->ln2, NULL, c.h, n, D);
+        qvit_linear(&c.v, &L->gate, L->gate_b, c.h, n, c.ff);
+        qvit_linear(&c.v, &L->up, L->up_b, c.h, n, c.ff2);
+        qvit_rows(&c.v, QVIT_SWIGLU, c.ff, NULL, NULL, c.ff2, n, F);
+        qvit_linear(&c.v, &L->down, L->down_b, c.ff2, n, c.h);
+        qvit_rows(&c.v, QVIT_ADD, c.h, NULL, NULL, c.x, n, D);
         tpool_end(tp);
     }
     // undo the windows: window row u0 + k of image i is its unit order[u0 + k]
@@ -639,17 +407,11 @@ int qwen2vl_encode_batch(const struct qwen2vl_model *q, struct tpool *tp,
     }
 done:
     if (rc < 0)
-        for (int i = 0; i < n_img; i++) {
-            free(outs[i].data);
-            memset(&outs[i], 0, sizeof outs[i]);
-        }
-    free(order);
-    free(wseg);
-    free(fseg);
-    free(unit0);
-    free(in);
-    free(proj);
-    qctx_free(&c);
+        qvit_outs_clear(outs, n_img);
+    void *v[] = { order, wseg, fseg, unit0, in, proj, c.x, c.h, c.arena };
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++)
+        free(v[j]);
+    qvit_free(&c.v);
     return rc;
 }
 

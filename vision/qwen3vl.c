@@ -8,21 +8,22 @@
  * mergers after the listed blocks and the final merger. Everything runs in
  * the processor's patch order (2x2 groups together), so a group's four
  * patches are one contiguous row of 4 x n_embd for the mergers and the
- * merged rows come out in raster order. */
-#include <cblas.h>
+ * merged rows come out in raster order. The steps Qwen2.5-VL shares are
+ * in qwen_vit.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/core/gguf.h"
 #include "src/core/matmul.h"
 #include "src/core/omni.h"
-#include "src/core/ops.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "vision/qwen3vl.h"
 #include "vision/mmproj_load.h"
+#include "vision/qwen_vit.h"
 #include "vision/vision.h"
 
 struct qwen3vl_layer {
@@ -319,116 +320,12 @@ int qwen3vl_pos_embed(const struct qwen3vl_model *q, int gh, int gw, float *out)
 
 struct q3ctx {
     const struct qwen3vl_model *q;
-    struct tpool *tp;
-    int n;                       /* patches of every image in the pass */
+    struct qvit v;               /* rotary tables, scores, image segments */
     float *x, *h;                /* (n, D) residual stream, normed copy */
     float *qkv, *att;            /* (n, 3D), (n, D) */
     float *ff;                   /* (n, max(F, D)): the MLP's hidden rows, the mergers' (n/4, 4D) */
     float *ff2;                  /* (n / 4, 4D) the mergers' second buffer */
-    float *cosv, *sinv;          /* (n, head_dim / 2) each row's rotary angles */
-    float *scores;               /* (threads, QB, max_len) */
-    const int *seg;              /* image boundaries in patches, n_seg + 1 */
-    int n_seg, max_len;
 };
-
-enum { QB = 64 };
-
-static void linear(struct q3ctx *c, const struct omni_tensor *w, const float *b, const float *x,
-                   int n_rows, float *y)
-{
-    omni_matmul(c->tp, w, x, n_rows, y);
-    const int64_t n = w->ne[1];
-    for (int r = 0; b && r < n_rows; r++)
-        for (int64_t i = 0; i < n; i++)
-            y[(size_t)r * n + i] += b[i];
-}
-
-/* Per-row steps split across the pool by rows. */
-enum q3op { OP_LN, OP_ROPE, OP_ADD, OP_GELU_TANH, OP_GELU_ERF };
-struct q3rows {
-    struct q3ctx *c;
-    enum q3op op;
-    const float *x, *w, *b;
-    float *y;
-    int n_rows, n;
-};
-
-static void rope_rows(struct q3ctx *c, int r0, int r1)
-{
-    const int D = c->q->D, H = c->q->H, dh = D / H, half = dh / 2;
-    const struct omni_ops *ops = omni_ops();
-    for (int r = r0; r < r1; r++)
-        for (int part = 0; part < 2; part++) /* q, then k */
-            for (int hd = 0; hd < H; hd++)
-                ops->rope(c->qkv + (size_t)r * 3 * D + (size_t)part * D + (size_t)hd * dh,
-                          c->cosv + (size_t)r * half, c->sinv + (size_t)r * half, dh, true);
-}
-
-static void rows_worker(void *arg, int ith, int nth)
-{
-    struct q3rows *j = arg;
-    const int r0 = (int)((int64_t)j->n_rows * ith / nth), r1 = (int)((int64_t)j->n_rows * (ith + 1) / nth);
-    if (r0 >= r1)
-        return;
-    const size_t o = (size_t)r0 * j->n, cnt = (size_t)(r1 - r0) * j->n;
-    switch (j->op) {
-    case OP_LN:
-        omni_layer_norm_rows(j->x + o, j->w, j->b, r1 - r0, j->n, j->c->q->eps, j->y + o);
-        break;
-    case OP_ROPE:
-        rope_rows(j->c, r0, r1);
-        break;
-    case OP_ADD:
-        for (size_t i = 0; i < cnt; i++)
-            j->y[o + i] += j->x[o + i];
-        break;
-    case OP_GELU_TANH:
-        omni_gelu_tanh(j->y + o, (int64_t)cnt);
-        break;
-    case OP_GELU_ERF:
-        omni_gelu_erf(j->y + o, (int64_t)cnt);
-        break;
-    }
-}
-
-static void rows_run(struct q3ctx *c, enum q3op op, const float *x, const float *w, const float *b,
-                     float *y, int n_rows, int n)
-{
-    struct q3rows j = { c, op, x, w, b, y, n_rows, n };
-    if (c->tp)
-        tpool_run(c->tp, rows_worker, &j);
-    else
-        rows_worker(&j, 0, 1);
-}
-
-/* Jobs (image, head, query block): softmax(q k^T / sqrt(dh)) v over the
- * image's patches, on the fused [n][3D] q/k/v rows. */
-static void attention_worker(void *arg, int ith, int nth)
-{
-    struct q3ctx *c = arg;
-    const int D = c->q->D, H = c->q->H, dh = D / H;
-    const float scale = 1.0f / sqrtf((float)dh);
-    float *scores = c->scores + (size_t)ith * QB * c->max_len;
-    int job = 0;
-    for (int s = 0; s < c->n_seg; s++) {
-        const int a = c->seg[s], len = c->seg[s + 1] - a;
-        for (int hd = 0; hd < H; hd++)
-            for (int q0 = 0; q0 < len; q0 += QB, job++) {
-                if (job % nth != ith)
-                    continue;
-                const int nq = len - q0 < QB ? len - q0 : QB;
-                const float *qp = c->qkv + (size_t)(a + q0) * 3 * D + hd * dh;
-                const float *kp = c->qkv + (size_t)a * 3 * D + D + hd * dh;
-                const float *vp = c->qkv + (size_t)a * 3 * D + 2 * D + hd * dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, len, dh, scale, qp, 3 * D, kp,
-                            3 * D, 0.0f, scores, len);
-                for (int i = 0; i < nq; i++)
-                    omni_ops()->softmax(scores + (size_t)i * len, len);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dh, len, 1.0f, scores, len,
-                            vp, 3 * D, 0.0f, c->att + (size_t)(a + q0) * D + hd * dh, D);
-            }
-    }
-}
 
 /* A merger over x (n patch rows of D, 2x2 groups contiguous): LayerNorm
  * per patch (final) or per group (DeepStack), fc1, exact GELU, fc2 -> out
@@ -438,14 +335,14 @@ static void merger(struct q3ctx *c, const float *x, bool per_group, const float 
                    const float *b2, float *out, size_t stride)
 {
     const struct qwen3vl_model *q = c->q;
-    const int M = c->n / 4, D4 = 4 * q->D;
+    const int n = c->v.n, M = n / 4, D4 = 4 * q->D;
     if (per_group)
-        rows_run(c, OP_LN, x, nw, nb, c->h, M, D4);
+        qvit_rows(&c->v, QVIT_LAYER_NORM, x, nw, nb, c->h, M, D4);
     else
-        rows_run(c, OP_LN, x, nw, nb, c->h, c->n, q->D);
-    linear(c, fc1, b1, c->h, M, c->ff);
-    rows_run(c, OP_GELU_ERF, NULL, NULL, NULL, c->ff, M, D4);
-    linear(c, fc2, b2, c->ff, M, c->ff2);
+        qvit_rows(&c->v, QVIT_LAYER_NORM, x, nw, nb, c->h, n, q->D);
+    qvit_linear(&c->v, fc1, b1, c->h, M, c->ff);
+    qvit_rows(&c->v, QVIT_GELU_ERF, NULL, NULL, NULL, c->ff, M, D4);
+    qvit_linear(&c->v, fc2, b2, c->ff, M, c->ff2);
     for (int r = 0; r < M; r++)
         memcpy(out + (size_t)r * stride, c->ff2 + (size_t)r * q->E, sizeof(float) * q->E);
 }
@@ -455,29 +352,14 @@ int qwen3vl_encode_batch(const struct qwen3vl_model *q, struct tpool *tp,
                          void *user, float *vit_out, struct vision_embd *outs, char *err,
                          size_t errlen)
 {
-    const int D = q->D, F = q->F, dh = D / q->H, half = dh / 2, quarter = dh / 4;
-    if (n_img < 1 || n_img > QWEN2VL_MAX_BATCH_PATCHES / 4)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen3vl: %d images in one pass", n_img);
-    for (int i = 0; i < n_img; i++)
-        memset(&outs[i], 0, sizeof outs[i]);
-    int64_t total = 0;
-    int max_len = 0;
-    for (int i = 0; i < n_img; i++) {
-        const int gh = im[i].gh, gw = im[i].gw;
-        if (!im[i].patches || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
-            (int64_t)gh * gw > QWEN2VL_MAX_BATCH_PATCHES || im[i].frames < 0 || im[i].frames > 2)
-            return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen3vl: bad patch grid %dx%d (%d frames)",
-                             gh, gw, im[i].frames);
-        total += (int64_t)gh * gw;
-        if (gh * gw > max_len)
-            max_len = gh * gw;
-    }
-    if (total > QWEN2VL_MAX_BATCH_PATCHES)
-        return omni_fail(err, errlen, OMNI_ERR_ARG, "vision: qwen3vl: %lld patches in one pass (at "
-                         "most %d)", (long long)total, QWEN2VL_MAX_BATCH_PATCHES);
-    const int n = (int)total, M = n / 4, nth = tp ? tpool_size(tp) : 1;
+    const int D = q->D, F = q->F;
+    int n, max_len;
+    int rc = qvit_check_batch("qwen3vl", im, n_img, outs, &n, &max_len, err, errlen);
+    if (rc < 0)
+        return rc;
+    const int M = n / 4;
     const size_t W = (size_t)q->E * (1 + q->n_ds); /* one output row */
-    struct q3ctx c = { .q = q, .tp = tp, .n = n, .max_len = max_len };
+    struct q3ctx c = { .q = q, .v = { .tp = tp, .n = n, .D = D, .H = q->H, .eps = q->eps, .max_seg = max_len } };
     const size_t nD = (size_t)n * D;
     int *seg = malloc(sizeof(int) * (n_img + 1));
     float *rows = malloc(sizeof(float) * (size_t)M * W); /* every image's output rows */
@@ -487,55 +369,39 @@ int qwen3vl_encode_batch(const struct qwen3vl_model *q, struct tpool *tp,
     c.att = malloc(sizeof(float) * nD);
     c.ff = malloc(sizeof(float) * (size_t)n * (F > D ? F : D));
     c.ff2 = malloc(sizeof(float) * (size_t)M * (4 * D > q->E ? 4 * D : q->E));
-    c.cosv = malloc(sizeof(float) * (size_t)n * half);
-    c.sinv = malloc(sizeof(float) * (size_t)n * half);
-    c.scores = malloc(sizeof(float) * (size_t)nth * QB * max_len);
-    int rc = OMNI_OK, done_img = 0;
+    int done_img = 0;
     for (; done_img < n_img; done_img++)
         if (!(outs[done_img].data = malloc(sizeof(float) * (size_t)(im[done_img].gh * im[done_img].gw / 4) * W)))
             break;
-    if (!seg || !rows || !c.x || !c.h || !c.qkv || !c.att || !c.ff || !c.ff2 || !c.cosv || !c.sinv ||
-        !c.scores || done_img < n_img) {
+    if (qvit_alloc(&c.v) || !seg || !rows || !c.x || !c.h || !c.qkv || !c.att || !c.ff || !c.ff2 ||
+        done_img < n_img) {
         rc = omni_fail(err, errlen, OMNI_ERR_NOMEM, "vision: out of memory for %d patches", n);
         goto done;
     }
-    c.seg = seg, c.n_seg = n_img;
+    c.v.seg = seg, c.v.n_seg = n_img;
     seg[0] = 0;
     for (int i = 0; i < n_img; i++) {
         const int gh = im[i].gh, gw = im[i].gw, mw = gw / 2, r0 = seg[i];
         seg[i + 1] = r0 + gh * gw;
         // rotary angles: patch j of group u sits at row 2 (u / mw) + j / 2,
-        // column 2 (u % mw) + j % 2; the first dh/4 angles turn with the
-        // row, the next dh/4 with the column, at base 10000^(-4f/dh)
+        // column 2 (u % mw) + j % 2
         for (int k = 0; k < gh * gw; k++) {
             const int u = k / 4, j = k % 4;
-            const double py = 2 * (u / mw) + j / 2, px = 2 * (u % mw) + j % 2;
-            float *cs = c.cosv + (size_t)(r0 + k) * half, *sn = c.sinv + (size_t)(r0 + k) * half;
-            for (int f = 0; f < quarter; f++) {
-                const float fr = (float)pow(10000.0, -4.0 * f / dh);
-                cs[f] = cosf((float)py * fr), sn[f] = sinf((float)py * fr);
-                cs[quarter + f] = cosf((float)px * fr), sn[quarter + f] = sinf((float)px * fr);
-            }
+            qvit_rope_angles(&c.v, r0 + k, 2 * (u / mw) + j / 2, 2 * (u % mw) + j % 2);
         }
     }
     /* each block one unit of the compute budget; a cancel is seen between blocks */
     for (int l = -1; l <= q->n_layer; l++) {
-        if (cancelled && cancelled(user)) {
-            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: the encode was cancelled");
+        if ((rc = qvit_block_begin(&c.v, cancelled, user, err, errlen)) < 0)
             goto done;
-        }
-        if (tpool_begin(tp, false) < 0) {
-            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "vision: shutting down");
-            goto done;
-        }
         if (l < 0) { /* patch embedding + bias + interpolated positions, image by image */
             for (int i = 0; i < n_img; i++) {
                 const int r0 = seg[i], np = seg[i + 1] - r0;
-                linear(&c, im[i].frames == 2 ? &q->patch2 : &q->patch, q->patch_b, im[i].patches, np,
-                       c.x + (size_t)r0 * D);
+                qvit_linear(&c.v, im[i].frames == 2 ? &q->patch2 : &q->patch, q->patch_b, im[i].patches,
+                            np, c.x + (size_t)r0 * D);
                 qwen3vl_pos_embed(q, im[i].gh, im[i].gw, c.h + (size_t)r0 * D);
             }
-            rows_run(&c, OP_ADD, c.h, NULL, NULL, c.x, n, D);
+            qvit_rows(&c.v, QVIT_ADD, c.h, NULL, NULL, c.x, n, D);
             tpool_end(tp);
             continue;
         }
@@ -548,21 +414,18 @@ int qwen3vl_encode_batch(const struct qwen3vl_model *q, struct tpool *tp,
         }
         const struct qwen3vl_layer *L = &q->layers[l];
         // x += o(attn(rope(q), rope(k), v)) of layernorm(x)
-        rows_run(&c, OP_LN, c.x, L->ln1_w, L->ln1_b, c.h, n, D);
-        linear(&c, &L->qkv, L->qkv_b, c.h, n, c.qkv);
-        rows_run(&c, OP_ROPE, NULL, NULL, NULL, NULL, n, D);
-        if (c.tp)
-            tpool_run(c.tp, attention_worker, &c);
-        else
-            attention_worker(&c, 0, 1);
-        linear(&c, &L->o, L->o_b, c.att, n, c.h);
-        rows_run(&c, OP_ADD, c.h, NULL, NULL, c.x, n, D);
+        qvit_rows(&c.v, QVIT_LAYER_NORM, c.x, L->ln1_w, L->ln1_b, c.h, n, D);
+        qvit_linear(&c.v, &L->qkv, L->qkv_b, c.h, n, c.qkv);
+        qvit_rope_qk(&c.v, c.qkv, c.qkv + D, 3 * D);
+        qvit_attention(&c.v, c.qkv, c.qkv + D, c.qkv + 2 * D, 3 * D, c.att);
+        qvit_linear(&c.v, &L->o, L->o_b, c.att, n, c.h);
+        qvit_rows(&c.v, QVIT_ADD, c.h, NULL, NULL, c.x, n, D);
         // x += down(gelu_tanh(up(layernorm(x))))
-        rows_run(&c, OP_LN, c.x, L->ln2_w, L->ln2_b, c.h, n, D);
-        linear(&c, &L->up, L->up_b, c.h, n, c.ff);
-        rows_run(&c, OP_GELU_TANH, NULL, NULL, NULL, c.ff, n, F);
-        linear(&c, &L->down, L->down_b, c.ff, n, c.h);
-        rows_run(&c, OP_ADD, c.h, NULL, NULL, c.x, n, D);
+        qvit_rows(&c.v, QVIT_LAYER_NORM, c.x, L->ln2_w, L->ln2_b, c.h, n, D);
+        qvit_linear(&c.v, &L->up, L->up_b, c.h, n, c.ff);
+        qvit_rows(&c.v, QVIT_GELU_TANH, NULL, NULL, NULL, c.ff, n, F);
+        qvit_linear(&c.v, &L->down, L->down_b, c.ff, n, c.h);
+        qvit_rows(&c.v, QVIT_ADD, c.h, NULL, NULL, c.x, n, D);
         if (L->ds >= 0) { /* DeepStack: this block's output through its merger, into part 1 + ds */
             const struct qwen3vl_deepstack *S = &q->ds[L->ds];
             merger(&c, c.x, true, S->norm_w, S->norm_b, &S->fc1, S->fc1_b, &S->fc2, S->fc2_b,
@@ -581,13 +444,11 @@ int qwen3vl_encode_batch(const struct qwen3vl_model *q, struct tpool *tp,
     }
 done:
     if (rc < 0)
-        for (int i = 0; i < n_img; i++) {
-            free(outs[i].data);
-            memset(&outs[i], 0, sizeof outs[i]);
-        }
-    float *v[] = { rows, c.x, c.h, c.qkv, c.att, c.ff, c.ff2, c.cosv, c.sinv, c.scores };
+        qvit_outs_clear(outs, n_img);
+    float *v[] = { rows, c.x, c.h, c.qkv, c.att, c.ff, c.ff2 };
     for (size_t j = 0; j < sizeof v / sizeof *v; j++)
         free(v[j]);
     free(seg);
+    qvit_free(&c.v);
     return rc;
 }
