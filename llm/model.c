@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Positions of one (token, head) attention handled per softmax rescale. */
 #define ATTN_CHUNK 64
@@ -923,6 +924,21 @@ bool llm_arch_supported(const char *name)
     return false;
 }
 
+/* A mapped file's experts into the page tables at load (moe_layer_prefault:
+ * no minor fault at each expert's first pick), as llama.cpp's MAP_POPULATE;
+ * only when they take at most half of the machine's memory. */
+static void prefault_experts(const struct llm_model *m)
+{
+    uint64_t bytes = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        bytes += moe_layer_expert_bytes(&m->layers[l].moe);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || bytes > (uint64_t)pages * (uint64_t)page / 2)
+        return;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        moe_layer_prefault(&m->layers[l].moe);
+}
+
 struct llm_model *llm_model_load(const char *path, const struct llm_model_params *params,
                                  char *err, size_t errlen)
 {
@@ -943,6 +959,8 @@ struct llm_model *llm_model_load(const char *path, const struct llm_model_params
     }
     if (!m->g || load_hparams(&ld) < 0 || load_weights(&ld) < 0 || init_rope(&ld) < 0)
         goto fail;
+    if (m->fam->moe && p.use_mmap)
+        prefault_experts(m);
     char tok_err[256] = "";
     m->tok = tokenizer_from_gguf(m->g, tok_err, sizeof tok_err);
     if (!m->tok) {

@@ -33,6 +33,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct moe_ctx {
     struct moe_params p;
@@ -208,6 +210,38 @@ nomem:
     c->tp = NULL; /* the pool-less paths still work */
     omni_fail(err, errlen, OMNI_ERR_NOMEM, "moe: out of memory for %d threads' expert buffers", nth);
     return OMNI_ERR_NOMEM;
+}
+
+uint64_t moe_layer_expert_bytes(const struct moe_layer *L)
+{
+    const struct moe_experts *x[3] = { &L->gate, &L->up, &L->down };
+    uint64_t b = 0;
+    for (int i = 0; i < 3; i++)
+        b += (uint64_t)x[i]->n_expert * x[i]->expert_bytes;
+    return b;
+}
+
+int moe_layer_prefault(const struct moe_layer *L)
+{
+    const struct moe_experts *x[3] = { &L->gate, &L->up, &L->down };
+    const long page = sysconf(_SC_PAGESIZE);
+    int rc = 0;
+    for (int i = 0; i < 3 && page > 0; i++) {
+        if (!x[i]->data || x[i]->n_expert < 1)
+            continue;
+        /* madvise wants a page-aligned start; the tensor's first and last
+         * pages may be shared with its neighbours, which is harmless */
+        const uintptr_t a = (uintptr_t)x[i]->data, lo = a & ~(uintptr_t)(page - 1);
+        const size_t len = (size_t)(a - lo) + (size_t)x[i]->n_expert * x[i]->expert_bytes;
+#ifdef MADV_POPULATE_READ
+        if (madvise((void *)lo, len, MADV_POPULATE_READ) != 0)
+            rc = -1;
+#else
+        (void)len;
+        rc = -1;
+#endif
+    }
+    return rc;
 }
 
 void moe_ctx_set_split_rows(struct moe_ctx *c, int rows) { c->split_rows = rows > 0 ? rows : 0; }

@@ -103,6 +103,19 @@ int moe_forward(struct moe_ctx *c, const struct moe_layer *L, const float *x, in
  * sum when norm. Writes idx[k] and w[k], largest first. */
 void moe_route(const float *logits, int n_expert, int k, bool norm, int *idx, float *w);
 
+/* Bytes of a layer's routed experts (the three 3-D tensors, every expert). */
+uint64_t moe_layer_expert_bytes(const struct moe_layer *L);
+
+/* Maps the pages of a layer's routed experts into the page tables now
+ * (madvise MADV_POPULATE_READ on a mapped file; nothing to do for weights
+ * read into memory), instead of at the first token that picks each expert:
+ * decode touches a few new experts every step, and each page's first touch
+ * is a minor fault (about 2-5% of a 4-layer Qwen3-Next step in the first
+ * hundred tokens). llama.cpp maps its whole file with MAP_POPULATE alike.
+ * The caller decides whether the experts fit in memory. 0, or -1 where the
+ * kernel refused (old kernels: the pages then fault in as before). */
+int moe_layer_prefault(const struct moe_layer *L);
+
 /* Bytes of expert weights (routed and shared) the forwards read since the
  * context was made or the counter reset: each used expert's three matrices
  * once per moe_forward. */
