@@ -395,6 +395,10 @@ DEV_LIB_OBJS := $(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/test
 $(BUILD)/bench_dev: $(BUILD)/tests/cuda/bench_dev.o $(DEV_LIB_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
 DEPS += $(BUILD)/tests/cuda/bench_dev.d
+# bench_mv: GB/s of the one-row products per weight shape (tests/cuda/bench_mv.c)
+$(BUILD)/bench_mv: $(BUILD)/tests/cuda/bench_mv.o $(DEV_LIB_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEV_LIBS) $(CUDA_LIBS)
+DEPS += $(BUILD)/tests/cuda/bench_mv.d
 # bench_engine_dev: `omniserve bench-engine` alone (tests/cuda/bench_engine_dev.c):
 # the engine and the forward, no server libraries (--device cuda on a GPU
 # machine without our Debian packages)

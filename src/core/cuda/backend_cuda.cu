@@ -33,10 +33,17 @@ extern "C" {
 
 // ---- state -------------------------------------------------------------------
 
-/* An F16 copy of a quantized matrix (prepare), found by its data pointer. */
+/* prepare's copies of a quantized matrix, found by its data pointer and
+ * shape: an F16 copy (h, for the GEMM path; NULL without one) and, for the
+ * one-row matvec (mv2), a repacked copy (rp: Q6_K, Q8_0) or the GGUF
+ * layout itself (Q4_K: mv2 set, rp NULL). */
 struct f16_copy {
     const void *w;
     __half *h;
+    void *rp;
+    int64_t rows, cols;
+    int type;
+    bool mv2;
 };
 
 struct cuda_state {
@@ -55,6 +62,7 @@ struct cuda_state {
     struct f16_copy *f16;
     int n_f16, cap_f16;
     bool f16_off;      /* OMNI_CUDA_F16_CACHE=0 */
+    bool mv2_off;      /* OMNI_CUDA_MV2=0: one-row products on k_matvec_q8 as before */
     /* xq holds x (n rows of cols) as Q8_0 while nq_valid: a norm that
      * quantized its output on the way, or the last int8 product, so that
      * the products right after reuse it; any op that may write device
@@ -629,6 +637,372 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+// ---- one-row matvec over 16-byte pieces (mv2) -------------------------------------
+/* Decode at batch 1 reads every weight once per token, so these kernels are
+ * about bytes in flight. A "piece" is 32 weights whose quant bytes come in
+ * 16-byte loads: Q4_K in its GGUF layout (144-byte super-blocks stay 16-byte
+ * aligned; a piece is 16 qs bytes, the low nibbles one 32-value sub-block's
+ * 16 values, the high nibbles the next one's), Q6_K and Q8_0 from prepare's
+ * repacked copy (quant bytes apart from their scales, so that they are
+ * aligned: see k_repack_*). A group of TPR threads (32, 64 or 128) takes a
+ * row, thread i pieces i, i + TPR, ...; each thread first issues the loads
+ * of U pieces, then does their int8 dots (dp4a) against the Q8_0
+ * activations (read through L1, shared by the rows of the block). With
+ * programmatic dependent launch (OMNI_CUDA_PDL=1) the first loads of the
+ * weights go out before the previous kernel has finished
+ * (griddepcontrol.wait comes after them: the weights do not depend on it). */
+
+#define MV2_BLOCK 128 /* threads a block of k_mv2 / k_mv2_seg */
+#define MV2_U 4       /* pieces in flight a thread (one row) */
+#define MV2_UG 2      /* the same for the gate/up kernel (two rows) */
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Where a matrix's pieces are (see above). */
+struct mv2m {
+    const uint8_t *q;  /* quant bytes, rows of qrb bytes (16-byte aligned) */
+    const uint8_t *sc; /* Q6_K: 16 int8 scales a super-block, rows of srb bytes */
+    const uint16_t *d; /* Q6_K / Q8_0: an F16 scale a super-block / block, rows of drb */
+    size_t qrb;
+    int srb, drb, type;
+};
+
+/* One piece's weight bytes as loaded (a: quants; b: Q4_K the super-block
+ * header, Q6_K the high bits, Q8_0 the second 16 quants; e: Q6_K the two
+ * 16-value scales and d, Q8_0 d). */
+struct mv2raw {
+    uint4 a, b;
+    uint32_t e;
+};
+
+/* Q4_K scale and min of sub-block j from the header (d, dmin, 12 bytes). */
+__device__ __forceinline__ void q4k_sm(const uint4 &hdr, int j, int *s, int *m)
+{
+    const int sh = 8 * (j & 3);
+    const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
+    if (j < 4) {
+        *s = by & 63;
+        *m = bz & 63;
+    } else {
+        *s = (bw & 0x0f) | ((by >> 6) << 4);
+        *m = (bw >> 4) | ((bz >> 6) << 4);
+    }
+}
+
+template <int T>
+__device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
+{
+    if constexpr (T == GGML_TYPE_Q4_K) {
+        /* piece t of a super-block: qs bytes 16t .. 16t + 15 */
+        const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)(p >> 3) * 144;
+        w.b = __ldg((const uint4 *)blk);
+        w.a = __ldg((const uint4 *)(blk + 16 + 16 * (p & 7)));
+        w.e = 0;
+    } else if constexpr (T == GGML_TYPE_Q6_K) {
+        /* piece t = 4h + 2a + k: ql bytes 16t .., qh bytes 128 + 32h + 16k .. */
+        const int sb = p >> 3, t = p & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
+        const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)sb * 192;
+        w.a = __ldg((const uint4 *)(blk + 16 * t));
+        w.b = __ldg((const uint4 *)(blk + 128 + 32 * h + 16 * k));
+        const uint8_t *sc = m.sc + (size_t)r * m.srb + 16 * sb + 8 * h + 2 * a + k;
+        w.e = (uint32_t)__ldg(sc) | ((uint32_t)__ldg(sc + 4) << 8) |
+              ((uint32_t)__ldg(m.d + (size_t)r * m.drb + sb) << 16);
+    } else { /* Q8_0: 32 quants of block p, then its scale */
+        const uint4 *q = (const uint4 *)(m.q + (size_t)r * m.qrb + 32 * (size_t)p);
+        w.a = __ldg(q);
+        w.b = __ldg(q + 1);
+        w.e = __ldg(m.d + (size_t)r * m.drb + p);
+    }
+}
+
+__device__ __forceinline__ int dp4a4(int a0, int a1, int a2, int a3, const int4 &x, int acc)
+{
+    acc = __dp4a(a0, x.x, acc);
+    acc = __dp4a(a1, x.y, acc);
+    acc = __dp4a(a2, x.z, acc);
+    return __dp4a(a3, x.w, acc);
+}
+
+/* Piece p's contribution to the row's dot with the Q8_0 activations. */
+template <int T>
+__device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const int8_t *__restrict__ xq,
+                                         const float *__restrict__ xd)
+{
+    if constexpr (T == GGML_TYPE_Q4_K) {
+        const int sb = p >> 3, g = (p & 7) >> 1, h = p & 1;
+        const int8_t *xa = xq + 256 * sb + 64 * g + 16 * h; /* low nibbles: sub-block 2g */
+        const int4 A = __ldg((const int4 *)xa), B = __ldg((const int4 *)(xa + 32));
+        const float da = __ldg(xd + 8 * sb + 2 * g), db = __ldg(xd + 8 * sb + 2 * g + 1);
+        const uint32_t m4 = 0x0f0f0f0fu;
+        const int lo = dp4a4((int)(w.a.x & m4), (int)(w.a.y & m4), (int)(w.a.z & m4),
+                             (int)(w.a.w & m4), A, 0);
+        const int hi = dp4a4((int)((w.a.x >> 4) & m4), (int)((w.a.y >> 4) & m4),
+                             (int)((w.a.z >> 4) & m4), (int)((w.a.w >> 4) & m4), B, 0);
+        const int one = 0x01010101;
+        const int sa = dp4a4(one, one, one, one, A, 0), sbx = dp4a4(one, one, one, one, B, 0);
+        int s0, m0, s1, m1;
+        q4k_sm(w.b, 2 * g, &s0, &m0);
+        q4k_sm(w.b, 2 * g + 1, &s1, &m1);
+        const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
+        return da * (d * (float)s0 * (float)lo - dmin * (float)m0 * (float)sa) +
+               db * (d * (float)s1 * (float)hi - dmin * (float)m1 * (float)sbx);
+    } else if constexpr (T == GGML_TYPE_Q6_K) {
+        const int sb = p >> 3, t = p & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
+        /* low nibbles: values 128h + 32a + 16k + 0..15 (activation block 4h + a),
+         * high: 64 further (block 4h + 2 + a) */
+        const int8_t *xa = xq + 256 * sb + 128 * h + 32 * a + 16 * k;
+        const int4 A = __ldg((const int4 *)xa), B = __ldg((const int4 *)(xa + 64));
+        const float da = __ldg(xd + 8 * sb + 4 * h + a), db = __ldg(xd + 8 * sb + 4 * h + 2 + a);
+        const int hs = 2 * a;
+        const uint32_t l[4] = { w.a.x, w.a.y, w.a.z, w.a.w }, hb[4] = { w.b.x, w.b.y, w.b.z, w.b.w };
+        int qa[4], qb[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            qa[i] = __vsubss4((int)((l[i] & 0x0f0f0f0fu) | (((hb[i] >> hs) & 0x03030303u) << 4)),
+                              0x20202020);
+            qb[i] = __vsubss4((int)(((l[i] >> 4) & 0x0f0f0f0fu) |
+                                    (((hb[i] >> (hs + 4)) & 0x03030303u) << 4)),
+                              0x20202020);
+        }
+        const int lo = dp4a4(qa[0], qa[1], qa[2], qa[3], A, 0);
+        const int hi = dp4a4(qb[0], qb[1], qb[2], qb[3], B, 0);
+        const float d = h2f((uint16_t)(w.e >> 16));
+        const float sa = (float)(int8_t)(w.e & 0xff), sbs = (float)(int8_t)((w.e >> 8) & 0xff);
+        return da * (d * sa) * (float)lo + db * (d * sbs) * (float)hi;
+    } else {
+        const int4 *xp = (const int4 *)(xq + 32 * (size_t)p);
+        const int4 A = __ldg(xp), B = __ldg(xp + 1);
+        int s = dp4a4((int)w.a.x, (int)w.a.y, (int)w.a.z, (int)w.a.w, A, 0);
+        s = dp4a4((int)w.b.x, (int)w.b.y, (int)w.b.z, (int)w.b.w, B, s);
+        return (float)s * (h2f((uint16_t)w.e) * __ldg(xd + p)); /* the CPU's order in a block */
+    }
+}
+
+/* acc[k] = thread i's part of row r of matrix k < R (R = 2: gate and up,
+ * the same pieces) over np pieces, TPR threads a row: U pieces of each row
+ * loaded, then dotted. The first loads go out before pdl_wait. */
+template <int T, int TPR, int U, int R>
+__device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, int i, int np,
+                                         const int8_t *__restrict__ xq,
+                                         const float *__restrict__ xd, float *acc)
+{
+    mv2raw w[R][U];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        acc[k] = 0.0f;
+    int p = i;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            if (p + u * TPR < np)
+                mv2_ld<T>(k ? m1 : m0, r, p + u * TPR, w[k][u]);
+    pdl_wait();
+    for (;;) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (p + u * TPR < np)
+                    acc[k] += mv2_dot<T>(w[k][u], p + u * TPR, xq, xd);
+        p += U * TPR;
+        if (p >= np)
+            break;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (p + u * TPR < np)
+                    mv2_ld<T>(k ? m1 : m0, r, p + u * TPR, w[k][u]);
+    }
+}
+
+/* The sum over a row's TPR threads, in thread i == 0 of the group. */
+template <int TPR>
+__device__ __forceinline__ float mv2_reduce(float v, float *red)
+{
+    v = warp_sum(v);
+    if constexpr (TPR > 32) {
+        if ((threadIdx.x & 31) == 0)
+            red[threadIdx.x >> 5] = v;
+        __syncthreads();
+        if (threadIdx.x % TPR == 0) {
+            v = 0.0f;
+#pragma unroll
+            for (int k = 0; k < TPR / 32; k++)
+                v += red[(threadIdx.x >> 5) + k];
+        }
+    }
+    return v;
+}
+
+/* y[r] = W[r] . x for one activation row; MV2_BLOCK / TPR rows a block. */
+template <int T, int TPR>
+__global__ void __launch_bounds__(MV2_BLOCK)
+    k_mv2(const mv2m m, int rows, int np, const int8_t *__restrict__ xq,
+          const float *__restrict__ xd, float *__restrict__ y)
+{
+    __shared__ float red[MV2_BLOCK / 32];
+    pdl_trigger();
+    const int i = threadIdx.x % TPR;
+    const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
+    float acc = 0.0f;
+    if (r < rows)
+        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc);
+    else
+        pdl_wait();
+    acc = mv2_reduce<TPR>(acc, red);
+    if (i == 0 && r < rows)
+        y[r] = acc;
+}
+
+/* q, k, v (up to 3 matrices of equal cols, each of its own type) in one
+ * launch: matrix k takes blocks b0[k] .. of the grid. */
+struct mv2_segs {
+    mv2m m[3];
+    float *y[3];
+    int rows[3], b0[3];
+    int n;
+};
+
+template <int TPR>
+__global__ void __launch_bounds__(MV2_BLOCK)
+    k_mv2_seg(const mv2_segs sg, int np, const int8_t *__restrict__ xq,
+              const float *__restrict__ xd)
+{
+    __shared__ float red[MV2_BLOCK / 32];
+    pdl_trigger();
+    const int k = sg.n > 2 && (int)blockIdx.x >= sg.b0[2] ? 2
+                  : sg.n > 1 && (int)blockIdx.x >= sg.b0[1] ? 1 : 0;
+    const mv2m m = k == 0 ? sg.m[0] : k == 1 ? sg.m[1] : sg.m[2];
+    const int rows = k == 0 ? sg.rows[0] : k == 1 ? sg.rows[1] : sg.rows[2];
+    const int b0 = k == 0 ? sg.b0[0] : k == 1 ? sg.b0[1] : sg.b0[2];
+    float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
+    const int i = threadIdx.x % TPR;
+    const int r = ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
+    float acc = 0.0f;
+    if (r < rows) {
+        switch (m.type) {
+        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
+        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
+        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
+        }
+    } else {
+        pdl_wait();
+    }
+    acc = mv2_reduce<TPR>(acc, red);
+    if (i == 0 && r < rows)
+        y[r] = acc;
+}
+
+/* k_matvec_glu_q on pieces: silu(gate) * up of 32 consecutive rows a block
+ * (a warp a row, TPR 32), written as F32 and as Q8_0 for the down product. */
+template <int T>
+__global__ void __launch_bounds__(1024)
+    k_mv2_glu_q(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
+                const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
+                float *__restrict__ oqd)
+{
+    __shared__ float vals[32];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int r = blockIdx.x * 32 + wid;
+    float a[2];
+    mv2_rows<T, 32, MV2_UG, 2>(mg, mu, r, lane, np, xq, xd, a);
+    const float gs = warp_sum(a[0]), us = warp_sum(a[1]);
+    if (lane == 0)
+        vals[wid] = us * (gs / (1.0f + expf(-gs)));
+    __syncthreads();
+    if (wid == 0)
+        norm_out<true>(y + blockIdx.x * 32, lane, vals[lane], oq + blockIdx.x * 32,
+                       oqd + blockIdx.x);
+}
+
+/* prepare's copies for mv2: Q6_K super-blocks as 192 quant bytes (ql, qh),
+ * 16 scales and d in three arrays; Q8_0 blocks as 32 quants and d in two
+ * (one thread a super-block / block; rows stay contiguous, so block i of
+ * the matrix lands at i in each array). */
+__global__ void k_repack_q6k(const uint8_t *__restrict__ W, int64_t n, uint8_t *__restrict__ q,
+                             uint8_t *__restrict__ sc, uint16_t *__restrict__ d)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint8_t *b = W + i * 210;
+    for (int j = 0; j < 192; j++)
+        q[i * 192 + j] = b[j];
+    for (int j = 0; j < 16; j++)
+        sc[i * 16 + j] = b[192 + j];
+    d[i] = (uint16_t)(b[208] | (b[209] << 8));
+}
+
+__global__ void k_repack_q8_0(const uint8_t *__restrict__ W, int64_t n, uint8_t *__restrict__ q,
+                              uint16_t *__restrict__ d)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint8_t *b = W + i * 34;
+    d[i] = (uint16_t)(b[0] | (b[1] << 8));
+    for (int j = 0; j < 32; j++)
+        q[i * 32 + j] = b[2 + j];
+}
+
+static bool pdl_on; /* OMNI_CUDA_PDL=1 (read at backend creation) */
+
+/* A launch with programmatic stream serialization when pdl_on (the kernel
+ * may start while the previous one finishes; it waits in pdl_wait). */
+template <typename... KArgs, typename... Args>
+static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl_on ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, args...);
+}
+
+static int mv2_ppt = 2; /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
+
+/* Threads a row for np pieces: 32, 64 or 128. */
+static int mv2_tpr(int np)
+{
+    int t = 32;
+    while (t < MV2_BLOCK && np > t * mv2_ppt)
+        t *= 2;
+    return t;
+}
+
+template <int T>
+static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const float *xd,
+                       float *y, cudaStream_t s)
+{
+    const int tpr = mv2_tpr(np);
+    const dim3 grid(blocks_for(rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
+    switch (tpr) {
+    case 32: launch_pdl(k_mv2<T, 32>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 64: launch_pdl(k_mv2<T, 64>, grid, block, s, m, rows, np, xq, xd, y); break;
+    default: launch_pdl(k_mv2<T, 128>, grid, block, s, m, rows, np, xq, xd, y); break;
+    }
+}
+
 template <int T>
 static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, const float *x, int n,
                             float *y, cudaStream_t s)
@@ -802,6 +1176,51 @@ static void wrote(struct cuda_state *s, const float *y, int64_t n)
         s->nq_valid = false;
 }
 
+/* prepare's entry for matrix w (same data, shape and type), or NULL. */
+static const struct f16_copy *find_copy(const struct cuda_state *s, const struct omni_btensor *w)
+{
+    for (int i = 0; i < s->n_f16; i++)
+        if (s->f16[i].w == w->data && s->f16[i].rows == w->rows && s->f16[i].cols == w->cols &&
+            s->f16[i].type == w->type)
+            return &s->f16[i];
+    return NULL;
+}
+
+/* Where mv2 finds matrix w's pieces; false: w takes k_matvec_q8 (not
+ * prepared, another type, or OMNI_CUDA_MV2=0). */
+static bool mv2_of(const struct cuda_state *s, const struct omni_btensor *w, mv2m *m)
+{
+    if (s->mv2_off || s->f32_act)
+        return false;
+    const struct f16_copy *c = find_copy(s, w);
+    if (!c || !c->mv2)
+        return false;
+    const int64_t nb = w->cols / 32, nsb = w->cols / 256;
+    memset(m, 0, sizeof *m);
+    m->type = w->type;
+    switch (w->type) {
+    case GGML_TYPE_Q4_K:
+        m->q = (const uint8_t *)w->data;
+        m->qrb = (size_t)nsb * 144;
+        return true;
+    case GGML_TYPE_Q6_K:
+        m->q = (const uint8_t *)c->rp;
+        m->qrb = (size_t)nsb * 192;
+        m->sc = m->q + (size_t)w->rows * nsb * 192;
+        m->srb = (int)nsb * 16;
+        m->d = (const uint16_t *)(m->sc + (size_t)w->rows * nsb * 16);
+        m->drb = (int)nsb;
+        return true;
+    case GGML_TYPE_Q8_0:
+        m->q = (const uint8_t *)c->rp;
+        m->qrb = (size_t)w->cols;
+        m->d = (const uint16_t *)(m->q + (size_t)w->rows * w->cols);
+        m->drb = (int)nb;
+        return true;
+    }
+    return false;
+}
+
 static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, const float *x,
                        int n, float *y);
 
@@ -832,6 +1251,15 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         int rc = quant_act(s, x, n, cols, &xq, &xd);
         if (rc < 0)
             return rc;
+        mv2m m;
+        if (n == 1 && mv2_of(s, w, &m)) {
+            switch (w->type) {
+            case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
+            case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
+            default: launch_mv2<GGML_TYPE_Q8_0>(m, rows, cols / 32, xq, xd, y, s->stream); break;
+            }
+            return chk_launch("matvec mv2");
+        }
         for (int r0 = 0; r0 < n; r0 += MATVEC_Q8_MAX) {
             const int m = n - r0 < MATVEC_Q8_MAX ? n - r0 : MATVEC_Q8_MAX;
             const int8_t *q = xq + (size_t)r0 * cols;
@@ -865,11 +1293,9 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
                         "sgemm");
     int rc;
     const __half *A = (const __half *)W;
-    for (int i = 0; i < s->n_f16 && w->type != GGML_TYPE_F16; i++)
-        if (s->f16[i].w == W) { /* prepare's copy: no dequantization */
-            A = s->f16[i].h;
-            break;
-        }
+    const struct f16_copy *fc = w->type != GGML_TYPE_F16 ? find_copy(s, w) : NULL;
+    if (fc && fc->h) /* prepare's copy: no dequantization */
+        A = fc->h;
     if (w->type != GGML_TYPE_F16 && A == (const __half *)W) {
         if (s->capturing)
             return OMNI_ERR_LIMIT;
@@ -937,6 +1363,31 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
     float *xd;
     if ((rc = quant_act(s, x, n, cols, &xq, &xd)) < 0)
         return rc;
+    mv2_segs sg2;
+    bool two = n == 1;
+    for (int i = 0; two && i < nw; i++)
+        two = mv2_of(s, w[i], &sg2.m[i]);
+    if (two) {
+        const int np = cols / 32, tpr = mv2_tpr(np);
+        int b = 0;
+        sg2.n = nw;
+        for (int i = 0; i < 3; i++) {
+            if (i >= nw)
+                sg2.m[i] = sg2.m[0];
+            sg2.y[i] = i < nw ? y[i] : NULL;
+            sg2.rows[i] = i < nw ? (int)w[i]->rows : 0;
+            sg2.b0[i] = b;
+            b += i < nw ? (int)blocks_for(w[i]->rows, MV2_BLOCK / tpr) : 0;
+        }
+        switch (tpr) {
+        case 32: launch_pdl(k_mv2_seg<32>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        case 64: launch_pdl(k_mv2_seg<64>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        default: launch_pdl(k_mv2_seg<128>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        }
+        for (int i = 0; i < nw; i++)
+            wrote(s, y[i], (int64_t)n * w[i]->rows);
+        return chk_launch("matvec mv2 q/k/v");
+    }
     mv_segs sg;
     memset(&sg, 0, sizeof sg);
     sg.n = nw;
@@ -1033,11 +1484,21 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         int8_t *oq = (int8_t *)s->xq2;
         float *oqd = (float *)(oq + rows);
         const unsigned g = (unsigned)(rows / 32);
-        switch (wg->type) {
-        case GGML_TYPE_Q8_0: k_matvec_glu_q<GGML_TYPE_Q8_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
-        case GGML_TYPE_Q4_0: k_matvec_glu_q<GGML_TYPE_Q4_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
-        case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
-        case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+        mv2m mg, mu;
+        if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
+            const int np = cols / 32;
+            switch (wg->type) {
+            case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q6_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            default: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q8_0>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            }
+        } else {
+            switch (wg->type) {
+            case GGML_TYPE_Q8_0: k_matvec_glu_q<GGML_TYPE_Q8_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q4_0: k_matvec_glu_q<GGML_TYPE_Q4_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            }
         }
         s->nq_valid = true;
         s->nq_x = y;
@@ -1056,18 +1517,16 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
     return chk_launch("matvec glu");
 }
 
-#ifndef OMNI_CUDA_NO_F16_CACHE
-/* An F16 copy of quantized matrix w for the GEMM path (see the top); 0
- * also when there is no memory for it (the GEMM then dequantizes per call). */
+/* prepare: for quantized matrix w, an F16 copy for the GEMM path (see the
+ * top; not with OMNI_CUDA_NO_F16_CACHE / OMNI_CUDA_F16_CACHE=0) and the
+ * one-row matvec's repacked copy (Q6_K, Q8_0; Q4_K needs none); 0 also
+ * when there is no memory for them (the per-call paths stay). */
 static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
 {
     struct cuda_state *s = st(be);
-    if (s->f16_off || !is_quant(w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
-        w->cols > INT32_MAX || s->capturing)
+    if (!is_quant(w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
+        w->cols > INT32_MAX || s->capturing || find_copy(s, w))
         return 0;
-    for (int i = 0; i < s->n_f16; i++)
-        if (s->f16[i].w == w->data)
-            return 0;
     if (s->n_f16 == s->cap_f16) {
         const int cap = s->cap_f16 ? 2 * s->cap_f16 : 256;
         struct f16_copy *t = (struct f16_copy *)realloc(s->f16, (size_t)cap * sizeof *t);
@@ -1077,28 +1536,63 @@ static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
         s->cap_f16 = cap;
     }
     const int rows = (int)w->rows, cols = (int)w->cols;
-    __half *h = NULL;
-    if (cudaMalloc((void **)&h, (size_t)rows * cols * sizeof(__half)) != cudaSuccess) {
-        cudaGetLastError(); /* no room: this matrix keeps the per-call path */
-        return 0;
-    }
     const size_t rb = ggml_row_size(w->type, w->cols);
     const uint8_t *W = (const uint8_t *)w->data;
-    const unsigned g = blocks_for((int64_t)rows * (cols / 32), 256);
-    switch (w->type) {
-    case GGML_TYPE_Q4_0: k_dequant_f16<GGML_TYPE_Q4_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
-    case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
-    case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
-    case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+    __half *h = NULL;
+    void *rp = NULL;
+    int rc = 0;
+#ifndef OMNI_CUDA_NO_F16_CACHE
+    if (!s->f16_off) {
+        if (cudaMalloc((void **)&h, (size_t)rows * cols * sizeof(__half)) != cudaSuccess) {
+            cudaGetLastError(); /* no room: this matrix keeps the per-call path */
+            h = NULL;
+        } else {
+            const unsigned g = blocks_for((int64_t)rows * (cols / 32), 256);
+            switch (w->type) {
+            case GGML_TYPE_Q4_0: k_dequant_f16<GGML_TYPE_Q4_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            }
+            rc = chk_launch("prepare f16");
+        }
     }
-    const int rc = chk_launch("prepare f16");
+#endif
+    const bool repack = w->type == GGML_TYPE_Q6_K || w->type == GGML_TYPE_Q8_0;
+    if (rc >= 0 && repack) {
+        if (cudaMalloc(&rp, rb * rows) != cudaSuccess) {
+            cudaGetLastError(); /* no room: k_matvec_q8 on the GGUF layout */
+            rp = NULL;
+        } else if (w->type == GGML_TYPE_Q6_K) {
+            const int64_t n = (int64_t)rows * (cols / 256);
+            uint8_t *q = (uint8_t *)rp;
+            k_repack_q6k<<<blocks_for(n, 256), 256, 0, s->stream>>>(
+                W, n, q, q + n * 192, (uint16_t *)(q + n * 208));
+            rc = chk_launch("prepare repack q6_k");
+        } else {
+            const int64_t n = (int64_t)rows * (cols / 32);
+            uint8_t *q = (uint8_t *)rp;
+            k_repack_q8_0<<<blocks_for(n, 256), 256, 0, s->stream>>>(W, n, q,
+                                                                    (uint16_t *)(q + n * 32));
+            rc = chk_launch("prepare repack q8_0");
+        }
+    }
     if (rc < 0) {
         cudaFree(h);
+        cudaFree(rp);
         return rc;
     }
-    s->f16[s->n_f16].w = w->data;
-    s->f16[s->n_f16].h = h;
-    s->n_f16++;
+    const bool mv2 = w->type == GGML_TYPE_Q4_K || (repack && rp);
+    if (!h && !mv2)
+        return 0;
+    struct f16_copy *c = &s->f16[s->n_f16++];
+    c->w = w->data;
+    c->h = h;
+    c->rp = rp;
+    c->rows = w->rows;
+    c->cols = w->cols;
+    c->type = w->type;
+    c->mv2 = mv2;
     return 0;
 }
 
@@ -1112,7 +1606,6 @@ static size_t cuda_mem_available(struct omni_backend *be)
     }
     return free_b;
 }
-#endif
 
 // ---- rows, norms, elementwise ------------------------------------------------------
 
@@ -1170,6 +1663,7 @@ template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
                           int8_t *q, float *qd)
 {
+    pdl_trigger(); /* the product after it may start loading its weights */
     __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -1243,6 +1737,7 @@ template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
                               int dim, float eps, int8_t *q, float *qd)
 {
+    pdl_trigger(); /* the product after it may start loading its weights */
     __shared__ float part[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *dr = dx + (size_t)blockIdx.x * dim;
@@ -1594,6 +2089,7 @@ template <typename KT, int DPL2, bool Q>
 __global__ void __launch_bounds__(ATT_SPLIT * 32)
     k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
 {
+    pdl_trigger(); /* the output projection may start loading its weights */
     __shared__ float qs[256];
     __shared__ float sm_m[ATT_SPLIT], sm_l[ATT_SPLIT], sm_f[ATT_SPLIT];
     __shared__ float sm_acc[ATT_SPLIT][256];
@@ -1915,12 +2411,12 @@ static void *cuda_alloc(struct omni_backend *be, size_t bytes)
 static void cuda_free(struct omni_backend *be, void *p)
 {
     struct cuda_state *s = st(be);
-    /* a matrix freed: its F16 copy goes too (the address may come back) */
+    /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
             cudaFree(s->f16[i].h);
-            s->f16[i] = s->f16[--s->n_f16];
-            break;
+            cudaFree(s->f16[i].rp);
+            s->f16[i--] = s->f16[--s->n_f16];
         }
     if (p)
         cudaFree(p);
@@ -2027,8 +2523,10 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->am_pi);
         if (s->am_count)
             cudaFree(s->am_count);
-        for (int i = 0; i < s->n_f16; i++)
+        for (int i = 0; i < s->n_f16; i++) {
             cudaFree(s->f16[i].h);
+            cudaFree(s->f16[i].rp);
+        }
         free(s->f16);
         if (s->blas)
             cublasDestroy(s->blas);
@@ -2070,6 +2568,12 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->int8_rows = ir && atoi(ir) >= 0 && atoi(ir) < Q8_ACT_MAX ? atoi(ir) : Q8_ACT_MAX - 1;
     const char *ms = getenv("OMNI_CUDA_MV_SPLIT");
     mv_split_on = ms && !strcmp(ms, "1");
+    const char *m2 = getenv("OMNI_CUDA_MV2");
+    s->mv2_off = m2 && !strcmp(m2, "0");
+    const char *pd = getenv("OMNI_CUDA_PDL");
+    pdl_on = pd && !strcmp(pd, "1");
+    const char *pp = getenv("OMNI_CUDA_MV2_PPT");
+    mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
@@ -2131,10 +2635,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->graph_end = cuda_graph_end;
     be->graph_launch = cuda_graph_launch;
     be->graph_free = cuda_graph_free;
-#ifndef OMNI_CUDA_NO_F16_CACHE
     be->prepare = cuda_prepare;
     be->mem_available = cuda_mem_available;
-#endif
     omni_cuda_whisper_ops(be);
     return be;
 }
