@@ -25,36 +25,12 @@
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
 #include "test.h"
+#include "tests/qwen_golden.h"
 #include "vision/qwen2vl.h"
 #include "vision/vision.h"
 
 #define QDIR "vision/qwen2_5_vl/"
 #define QGGUF "vision-qwen2_5_vl-mmproj-f32.gguf"
-
-/* The integers of an array field of reference.json ("key": [...], nested
- * arrays flattened), at most cap; the count, or -1 without the key. */
-static int json_ints(const char *js, const char *key, int *out, int cap)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": [", key);
-    const char *p = strstr(js, pat);
-    if (!p)
-        return -1;
-    int n = 0, depth = 1;
-    for (p += strlen(pat); *p && depth > 0 && n < cap;) {
-        if (*p == '[' || *p == ']') {
-            depth += *p == '[' ? 1 : -1;
-            p++;
-        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-            char *end;
-            out[n++] = (int)strtol(p, &end, 10);
-            p = end;
-        } else {
-            p++;
-        }
-    }
-    return n;
-}
 
 TEST(qwen2vl_smart_resize_matches_processor)
 {
@@ -186,8 +162,8 @@ TEST(qwen2vl_matches_reference)
     char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
     CHECK(js);
     int grids[6], small[3];
-    CHECK_EQ(json_ints(js, "grid_thw", grids, 6), 6);
-    CHECK_EQ(json_ints(js, "grid_thw_small", small, 3), 3);
+    CHECK_EQ(qgold_json_ints(js, "grid_thw", grids, 6), 6);
+    CHECK_EQ(qgold_json_ints(js, "grid_thw_small", small, 3), 3);
     free(js);
     const struct vision_info *in = vision_model_info(m);
     CHECK(in->family == VISION_QWEN2VL && in->merge_size == 2);
@@ -212,7 +188,7 @@ TEST(qwen2vl_vit_output_matches_reference)
     char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
     CHECK(js);
     int grid[6];
-    CHECK_EQ(json_ints(js, "grid_thw", grid, 6), 6);
+    CHECK_EQ(qgold_json_ints(js, "grid_thw", grid, 6), 6);
     free(js);
     struct gguf *g = gguf_open(test_golden(QGGUF), err, sizeof err);
     CHECK(g);
@@ -246,36 +222,12 @@ TEST(qwen2vl_vit_output_matches_reference)
  * anywhere, fails with the file and the field named. */
 TEST(qwen2vl_rejects_broken_mmproj)
 {
-    char err[256], tmp[512];
-    size_t len;
-    char *buf = test_read_file(test_golden(QGGUF), &len);
-    CHECK(buf);
-    snprintf(tmp, sizeof tmp, "%s/broken-qwen-mmproj.gguf", test_tmpdir());
-    const struct { const char *what, *expect; int at; } edits[] = {
+    const struct qgold_edit edits[] = {
         { "clip.vision.n_wa_pattern", "n_wa_pattern", 14 },
         { "v.blk.2.ffn_gate.weight", "v.blk.2.ffn_gate.weight", 8 },
         { "v.patch_embd.weight.1", "v.patch_embd.weight.1", 2 },
     };
-    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
-        char *p = memmem(buf, len, edits[i].what, strlen(edits[i].what));
-        CHECK_MSG(p, "%s not in the file", edits[i].what);
-        char was = p[edits[i].at];
-        p[edits[i].at] = 'X';
-        FILE *f = fopen(tmp, "wb");
-        fwrite(buf, 1, len, f);
-        fclose(f);
-        p[edits[i].at] = was;
-        CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
-        CHECK_STR_CONTAINS(err, "broken-qwen-mmproj.gguf");
-        CHECK_STR_CONTAINS(err, edits[i].expect);
-    }
-    for (size_t cut = 0; cut < len; cut += len / 29 + 1) {
-        FILE *f = fopen(tmp, "wb");
-        fwrite(buf, 1, cut, f);
-        fclose(f);
-        CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
-    }
-    free(buf);
+    qgold_broken_mmproj(QGGUF, "broken-qwen-mmproj.gguf", edits, 3);
 }
 
 /* M-RoPE ids of the reference's two-image prompt = the position_ids its
@@ -287,9 +239,9 @@ TEST(qwen2vl_mrope_positions_match_reference)
     char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
     CHECK(js);
     int ids_i[512], grid[6], img_tok[1];
-    int n = json_ints(js, "ids", ids_i, 512);
+    int n = qgold_json_ints(js, "ids", ids_i, 512);
     CHECK(n > 0 && n < 512);
-    CHECK_EQ(json_ints(js, "grid_thw", grid, 6), 6);
+    CHECK_EQ(qgold_json_ints(js, "grid_thw", grid, 6), 6);
     const char *p = strstr(js, "\"image_token_id\": ");
     CHECK(p);
     img_tok[0] = atoi(p + 18);
@@ -347,24 +299,8 @@ TEST(qwen2vl_f16_close_to_reference)
 TEST(qwen2vl_fused_logits_and_greedy_match_reference)
 {
     char err[256];
-    size_t len;
-    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
-    CHECK(js);
-    int ref_ids[512], greedy[16], grid[6];
-    const int n_ref = json_ints(js, "ids", ref_ids, 512), n_greedy = json_ints(js, "greedy", greedy, 16);
-    CHECK(n_ref > 0 && n_greedy > 0 && json_ints(js, "grid_thw", grid, 6) == 6);
-    const char *it = strstr(js, "\"image_token_id\": ");
-    CHECK(it);
-    const int32_t image_token = atoi(it + 18);
-    char prompt[1024];
-    const char *p = strstr(js, "\"prompt\": \"");
-    CHECK(p);
-    size_t k = 0;
-    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
-        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
-    prompt[k] = 0;
-    free(js);
-
+    struct qgold_ref r;
+    CHECK(qgold_ref_load(&r, QDIR "reference.json") && r.n_grid == 6);
     struct vision_model *vm = load_qwen();
     CHECK(vm);
     struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
@@ -382,73 +318,32 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
         media_image_release(&im);
     }
     struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), prompt, strlen(prompt), false, img, 2, &vp, err,
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp, err,
                                  sizeof err), 0);
-    CHECK_EQ(vp.n_positions, n_ref);
-    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
-    CHECK(te);
-    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
-    const int n = n_ref, D = hp->n_embd, V = hp->n_vocab, T = n + n_greedy;
-    float *x = malloc(sizeof(float) * T * D), *logits = malloc(sizeof(float) * n * V);
-    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
-    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
-    bool *want = malloc(sizeof(bool) * T);
-    CHECK(x && logits && ids && pos && seq && rp && want);
-    for (int i = 0, q = 0; q < vp.n_parts; q++) {
-        const struct vision_prompt_part *pt = &vp.parts[q];
-        for (int j = 0; j < pt->n; j++, i++) {
-            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
-            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
-            if (pt->embd)
-                memcpy(x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
-            else
-                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * D);
-            pos[i] = i, want[i] = true;
-        }
-    }
-    const int grids[2][2] = { { grid[1] / 2, grid[2] / 2 }, { grid[4] / 2, grid[5] / 2 } };
-    int next = qwen2vl_mrope_positions(ids, n, image_token, grids, 2, rp, err, sizeof err);
+    struct qgold_lm s;
+    qgold_lm_rows(&s, lm, &vp, &r);
+    if (test_failed_now())
+        return;
+    const int n = s.n, V = s.V;
+    const int grids[2][2] = { { r.grid[1] / 2, r.grid[2] / 2 }, { r.grid[4] / 2, r.grid[5] / 2 } };
+    int next = qwen2vl_mrope_positions(s.ids, n, r.image_token, grids, 2, s.rp, err, sizeof err);
     CHECK_MSG(next > 0, "%s", err);
-    for (int i = 0; i < 64; i++)
-        table[i] = i;
-    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
-    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
-    CHECK(ctx && kv);
-    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
-    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
     float *ref = test_read_floats(test_fixture(QDIR "logits.bin"), (size_t)n * V);
     CHECK(ref);
-    double d = test_max_diff(logits, ref, (size_t)n * V);
+    /* without the M-RoPE ids (plain positions) the logits after the first image differ */
+    qgold_lm_prefill(&s, NULL, NULL);
+    CHECK(!test_failed_now() && test_max_diff(s.logits, ref, (size_t)n * V) > 1e-3);
+    qgold_lm_prefill(&s, NULL, s.rp);
+    double d = test_max_diff(s.logits, ref, (size_t)n * V);
     printf("    fused logits max diff %.3g over %d positions\n", d, n);
     CHECK_MSG(d < 1e-3, "logits differ by %g", d);
-    /* without the M-RoPE ids (plain positions) the logits after the first image differ */
-    b.rope_pos = NULL;
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
-    CHECK(test_max_diff(logits, ref, (size_t)n * V) > 1e-3);
-    b.rope_pos = rp;
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
     // greedy: one token at a time, rotary ids next, next + 1, ...
-    int last = n - 1;
-    for (int g = 0; g < n_greedy; g++) {
-        const float *lg = logits + (size_t)(g ? 0 : last) * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            best = lg[v] > lg[best] ? v : best;
-        CHECK_MSG(best == greedy[g], "greedy token %d: %d, reference %d", g, best, greedy[g]);
-        int32_t tp = n + g, trp[3] = { next + g, next + g, next + g };
-        bool w = true;
-        float *xe = x + (size_t)(n + g) * D;
-        omni_tensor_get_row(&tok, best, xe);
-        struct llm_batch s = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
-                               .rope_pos = trp };
-        CHECK_EQ(llm_forward(ctx, &s, kv, &view, logits), 1);
-    }
-    printf("    greedy: %d tokens as the reference\n", n_greedy);
-    free(ref), free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    qgold_lm_greedy(&s, &r, next, 1e-3);
+    if (test_failed_now())
+        return;
+    free(ref);
+    qgold_lm_free(&s);
     vision_prompt_release(&vp);
-    llm_kv_free(kv);
-    llm_ctx_free(ctx);
     vision_embd_release(&img[0]);
     vision_embd_release(&img[1]);
     vision_ctx_free(vc);
@@ -458,21 +353,6 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
 
 // ---- through the engine ---------------------------------------------------------
 
-struct qgen {
-    int32_t tok[32];
-    int n;
-    bool done;
-};
-
-static void qgen_event(void *user, const struct engine_event *ev)
-{
-    struct qgen *g = user;
-    if (ev->type == ENGINE_EV_TOKEN && g->n < 32)
-        g->tok[g->n++] = ev->token;
-    else if (ev->type != ENGINE_EV_TOKEN)
-        g->done = true;
-}
-
 /* The same prompt as engine segments (vision_prompt_build's parts with
  * their grids): the engine's M-RoPE ids give the reference's greedy tokens,
  * with prefill chunks that cut through the images, and again from the
@@ -480,19 +360,8 @@ static void qgen_event(void *user, const struct engine_event *ev)
 TEST(qwen2vl_engine_greedy_matches_reference)
 {
     char err[256];
-    size_t len;
-    char *js = test_read_file(test_fixture(QDIR "reference.json"), &len);
-    CHECK(js);
-    int greedy[16];
-    const int n_greedy = json_ints(js, "greedy", greedy, 16);
-    char prompt[1024];
-    const char *p = strstr(js, "\"prompt\": \"");
-    CHECK(p && n_greedy > 0);
-    size_t k = 0;
-    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
-        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
-    prompt[k] = 0;
-    free(js);
+    struct qgold_ref r;
+    CHECK(qgold_ref_load(&r, QDIR "reference.json"));
     struct vision_model *vm = load_qwen();
     CHECK(vm);
     struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
@@ -508,44 +377,15 @@ TEST(qwen2vl_engine_greedy_matches_reference)
         media_image_release(&im);
     }
     struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), prompt, strlen(prompt), false, img, 2, &vp, err,
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp, err,
                                  sizeof err), 0);
-    struct engine_segment segs[16];
-    CHECK(vp.n_parts <= 16);
     int grids = 0;
-    for (int i = 0; i < vp.n_parts; i++) {
-        const struct vision_prompt_part *pt = &vp.parts[i];
-        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
-                                           pt->grid_cols, pt->grid_t, pt->t_step };
-        grids += pt->grid_rows > 0;
-    }
+    for (int i = 0; i < vp.n_parts; i++)
+        grids += vp.parts[i].grid_rows > 0;
     CHECK_EQ(grids, 2);
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 1;
-    ep.kv_type = GGML_TYPE_F32;
-    ep.kv_memory_bytes = 4 << 20;
-    ep.max_batch_tokens = 20; /* prefill chunks end inside the images */
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK_MSG(e, "%s", err);
-    CHECK_MSG(engine_add_model(e, lm, "qwen2vl", err, sizeof err) >= 0, "%s", err);
-    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
-    for (int round = 0; round < 2; round++) { /* the second from the prefix cache */
-        struct qgen g = { .n = 0 };
-        struct engine_request rq = engine_default_request();
-        rq.segments = segs, rq.n_segments = vp.n_parts;
-        rq.max_tokens = n_greedy, rq.ignore_eog = true;
-        rq.sampling.temperature = 0;
-        rq.on_event = qgen_event, rq.user = &g;
-        CHECK_MSG(engine_generate(e, &rq, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ(g.n, n_greedy);
-        for (int i = 0; i < n_greedy; i++)
-            CHECK_MSG(g.tok[i] == greedy[i], "round %d token %d: %d, reference %d", round, i, g.tok[i], greedy[i]);
-    }
-    struct engine_stats st;
-    engine_stats(e, &st);
-    printf("    engine: %d greedy tokens as the reference twice, prefix hit tokens %llu\n", n_greedy,
-           (unsigned long long)st.prefix_hit_tokens);
-    engine_free(e);
+    qgold_engine_twice(lm, "qwen2vl", &vp, 20 /* prefill chunks end inside the images */, &r);
+    if (test_failed_now())
+        return;
     vision_prompt_release(&vp);
     vision_embd_release(&img[0]);
     vision_embd_release(&img[1]);
@@ -704,7 +544,7 @@ TEST(qwen2vl_video_pairs_match_reference)
     if (!js)
         SKIP("no tests/fixtures/vision/qwen2_5_vl/video_features.bin (GPU job e_qwen_video)");
     int grid[2];
-    CHECK_EQ(json_ints(js, "grid", grid, 2), 2);
+    CHECK_EQ(qgold_json_ints(js, "grid", grid, 2), 2);
     free(js);
     struct vision_model *m = load_qwen();
     CHECK(m);
@@ -748,45 +588,6 @@ TEST(qwen2vl_video_pairs_match_reference)
 
 // ---- a video in the prompt ---------------------------------------------------------
 
-/* The numbers of an array field ("key": [...], nested arrays flattened)
- * found at or after from, at most cap; the count (-1 without the key);
- * *end (may be NULL) just past the array. */
-static int json_nums_from(const char *from, const char *key, double *out, int cap, const char **end)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": [", key);
-    const char *p = strstr(from, pat);
-    if (!p)
-        return -1;
-    int n = 0, depth = 1;
-    for (p += strlen(pat); *p && depth > 0;) {
-        if (*p == '[' || *p == ']') {
-            depth += *p == '[' ? 1 : -1;
-            p++;
-        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-            char *e;
-            double v = strtod(p, &e);
-            if (n < cap)
-                out[n] = v;
-            n++;
-            p = e;
-        } else {
-            p++;
-        }
-    }
-    if (end)
-        *end = p;
-    return n < cap ? n : cap;
-}
-
-static double json_num(const char *js, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(js, pat);
-    return p ? strtod(p + strlen(pat), NULL) : NAN;
-}
-
 static void add_url_part(cJSON *parts, const char *dir, const char *rel)
 {
     char url[PATH_MAX + 16];
@@ -806,6 +607,86 @@ static void add_text_part(cJSON *parts, const char *text)
     cJSON_AddItemToArray(parts, p);
 }
 
+/* A pool of the server's image path over m (frames read from
+ * tests/fixtures/vision), with a cache. */
+struct clip_pool {
+    struct vision_ctx *vc;
+    struct vision_cache *cache;
+    struct api_images_pool *pool;
+    char root[PATH_MAX];
+};
+
+static void clip_pool_open(struct clip_pool *cp, struct vision_model *vm)
+{
+    char err[256];
+    memset(cp, 0, sizeof *cp);
+    cp->vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    cp->cache = vision_cache_new((size_t)16 << 20);
+    CHECK(cp->vc && cp->cache && realpath(test_fixture("vision"), cp->root));
+    struct api_images_params prm = api_images_default_params();
+    prm.n_workers = 1, prm.max_images = 8, prm.media_root = cp->root;
+    cp->pool = api_images_pool_new(vm, cp->vc, cp->cache, &prm, err, sizeof err);
+    CHECK_MSG(cp->pool, "%s", err);
+}
+
+static void clip_pool_close(struct clip_pool *cp)
+{
+    api_images_pool_free(cp->pool);
+    vision_cache_free(cp->cache);
+    vision_ctx_free(cp->vc);
+}
+
+/* The video goldens' message as a client sends it - [image, text, image2,
+ * text, {"type": "video", "video": [5 frame URLs]}, text] - through
+ * api_images_take into *im; *req (the caller's to delete) holds the parts,
+ * the video part now its text (clip_video_text). */
+static void take_clip(struct clip_pool *cp, const char *image2, cJSON **req, struct api_images *im)
+{
+    cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
+    add_url_part(parts, cp->root, "image.png");
+    add_text_part(parts, "What is this?");
+    add_url_part(parts, cp->root, image2);
+    add_text_part(parts, "And this?");
+    for (int f = 0; f < 5; f++) {
+        char url[PATH_MAX + 64];
+        snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", cp->root, f);
+        cJSON_AddItemToArray(frames, cJSON_CreateString(url));
+    }
+    cJSON *vpart = cJSON_CreateObject();
+    cJSON_AddStringToObject(vpart, "type", "video");
+    cJSON_AddItemToObject(vpart, "video", frames);
+    cJSON_AddItemToArray(parts, vpart);
+    add_text_part(parts, "What happens?");
+    cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray();
+    cJSON_AddStringToObject(msg, "role", "user");
+    cJSON_AddItemToObject(msg, "content", parts);
+    cJSON_AddItemToArray(msgs, msg);
+    *req = cJSON_CreateObject();
+    cJSON_AddItemToObject(*req, "messages", msgs);
+    struct apireq_gen g;
+    apireq_gen_init(&g);
+    struct api_error e = { 0 };
+    const int rc = api_images_take(cp->pool, *req, 0, &g, NULL, NULL, im, &e);
+    apireq_gen_free(&g);
+    CHECK_MSG(rc == 3, "rc %d: %s", rc, e.message);
+}
+
+static const char *clip_video_text(cJSON *req)
+{
+    cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(req, "messages"), 0);
+    return cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "content"), 4), "text")->valuestring;
+}
+
+/* The reference's rendered prompt with its video placeholder replaced by
+ * what the server made of the video part. */
+static void render_clip(const char *prompt, const char *video_text, char *out, size_t cap)
+{
+    static const char pad[] = "<|vision_start|><|video_pad|><|vision_end|>";
+    const char *vid = strstr(prompt, pad);
+    snprintf(out, cap, "%.*s%s%s", vid ? (int)(vid - prompt) : 0, prompt, video_text,
+             vid ? vid + strlen(pad) : "");
+}
+
 /* Two images and a clip of 5 frames through the server's path against
  * transformers (tests/fixtures/vision/qwen2_5_vl/clip_*, GPU job e_video
  * of tools/qwen_video_golden.sh): the message [image, text, image, text,
@@ -822,125 +703,59 @@ TEST(qwen2vl_video_prompt_matches_reference)
     char *js = test_read_file(test_fixture(QDIR "clip_reference.json"), &len);
     if (!js)
         SKIP("no tests/fixtures/vision/qwen2_5_vl/clip_reference.json (GPU job e_video)");
+    test_defer(free, js);
     char err[256];
     static double num[4096];
-    int ref_ids[1024], greedy[16], vgrid[3], n_ref, n_greedy;
-    CHECK((n_ref = json_nums_from(js, "ids", num, 1024, NULL)) > 0 && n_ref < 1024);
-    for (int i = 0; i < n_ref; i++)
-        ref_ids[i] = (int)num[i];
-    CHECK((n_greedy = json_nums_from(js, "greedy", num, 16, NULL)) > 0);
-    for (int i = 0; i < n_greedy; i++)
-        greedy[i] = (int)num[i];
-    CHECK_EQ(json_nums_from(js, "video_grid_thw", num, 3, NULL), 3);
-    for (int i = 0; i < 3; i++)
-        vgrid[i] = (int)num[i];
-    double top5[16][5];
-    CHECK_EQ(json_nums_from(js, "top5_logprobs", num, 80, NULL), 5 * n_greedy);
-    for (int i = 0; i < 5 * n_greedy; i++)
-        top5[i / 5][i % 5] = num[i];
-    const int32_t image_token = (int32_t)json_num(js, "image_token_id");
-    const int32_t video_token = (int32_t)json_num(js, "video_token_id");
-    const double spg = json_num(js, "second_per_grid_t");
-    char prompt[2048];
-    const char *p = strstr(js, "\"prompt\": \"");
-    CHECK(p);
-    size_t k = 0;
-    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
-        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
-    prompt[k] = 0;
-
+    struct qgold_ref r;
+    CHECK(qgold_ref_load(&r, QDIR "clip_reference.json") && r.vgrid[0] > 0);
+    const int *vgrid = r.vgrid;
+    const double spg = qgold_json_num(js, "second_per_grid_t");
     struct vision_model *vm = load_qwen();
     CHECK(vm);
     const struct vision_info *vi = vision_model_info(vm);
-    CHECK_EQ(vi->tokens_per_second, (int)json_num(js, "tokens_per_second"));
+    CHECK_EQ(vi->tokens_per_second, (int)qgold_json_num(js, "tokens_per_second"));
     struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
-    const struct llm_hparams *hp = llm_model_hparams(lm);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    struct vision_cache *cache = vision_cache_new((size_t)16 << 20);
-    struct api_images_params prm = api_images_default_params();
-    char root_dir[PATH_MAX];
-    CHECK(vc && cache && realpath(test_fixture("vision"), root_dir));
-    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
-    struct api_images_pool *pool = api_images_pool_new(vm, vc, cache, &prm, err, sizeof err);
-    CHECK_MSG(pool, "%s", err);
+    struct clip_pool cp;
+    clip_pool_open(&cp, vm);
+    if (test_failed_now())
+        return;
 
     // the message as a client sends it, through the server's image path (twice: the cache)
     struct api_images im;
     cJSON *req = NULL;
     for (int round = 0; round < 2; round++) {
-        cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
-        add_url_part(parts, root_dir, "image.png");
-        add_text_part(parts, "What is this?");
-        add_url_part(parts, root_dir, "qwen2_5_vl/image2.png");
-        add_text_part(parts, "And this?");
-        for (int f = 0; f < 5; f++) {
-            char url[PATH_MAX + 64];
-            snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", root_dir, f);
-            cJSON_AddItemToArray(frames, cJSON_CreateString(url));
-        }
-        cJSON *vp = cJSON_CreateObject();
-        cJSON_AddStringToObject(vp, "type", "video");
-        cJSON_AddItemToObject(vp, "video", frames);
-        cJSON_AddItemToArray(parts, vp);
-        add_text_part(parts, "What happens?");
-        cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray();
-        cJSON_AddStringToObject(msg, "role", "user");
-        cJSON_AddItemToObject(msg, "content", parts);
-        cJSON_AddItemToArray(msgs, msg);
-        cJSON_Delete(req);
-        req = cJSON_CreateObject();
-        cJSON_AddItemToObject(req, "messages", msgs);
-        struct apireq_gen g;
-        apireq_gen_init(&g);
-        struct api_error e = { 0 };
         if (round)
-            api_images_free(&im);
-        const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
-        apireq_gen_free(&g);
-        CHECK_MSG(rc == 3, "rc %d: %s", rc, e.message);
+            api_images_free(&im), cJSON_Delete(req);
+        take_clip(&cp, "qwen2_5_vl/image2.png", &req, &im);
+        if (test_failed_now())
+            return;
         CHECK_EQ(im.n, 3);
-        CHECK_STR_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 4), "text")->valuestring,
-                     vision_image_marker(vm));
+        CHECK_STR_EQ(clip_video_text(req), vision_image_marker(vm));
     }
-    CHECK_EQ(vision_cache_stats(cache).hits, 5); /* the second round: 2 images + 3 frame pairs */
+    CHECK_EQ(vision_cache_stats(cp.cache).hits, 5); /* the second round: 2 images + 3 frame pairs */
     const struct vision_embd *v = &im.e[2];
     CHECK(v->grid_t == vgrid[0] && v->tile_rows == vgrid[1] / 2 && v->tile_cols == vgrid[2] / 2);
     CHECK_MSG(fabsf(v->t_step - (float)(spg * vi->tokens_per_second)) < 1e-6f, "t_step %g", v->t_step);
 
     // the rendered prompt: the server's marker where the template put the video's
     char rendered[2048];
-    const char *vid = strstr(prompt, "<|vision_start|><|video_pad|><|vision_end|>");
-    CHECK(vid);
-    snprintf(rendered, sizeof rendered, "%.*s%s%s", (int)(vid - prompt), prompt, vision_image_marker(vm),
-             vid + strlen("<|vision_start|><|video_pad|><|vision_end|>"));
+    render_clip(r.prompt, vision_image_marker(vm), rendered, sizeof rendered);
     struct vision_prompt vp;
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), rendered, strlen(rendered), false, im.e, 3, &vp,
                                  err, sizeof err), 0);
-    CHECK_EQ(vp.n_positions, n_ref);
-    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
-    CHECK(te);
-    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
-    const int n = n_ref, D = hp->n_embd, V = hp->n_vocab, T = n + n_greedy;
-    float *x = malloc(sizeof(float) * T * D), *logits = malloc(sizeof(float) * n * V);
-    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
-    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
-    bool *want = malloc(sizeof(bool) * T);
-    CHECK(x && logits && ids && pos && seq && rp && want);
+    struct qgold_lm s;
+    qgold_lm_rows(&s, lm, &vp, &r);
+    if (test_failed_now())
+        return;
+    const int n = s.n, D = s.W;
     int video_rows = 0, segs_video = 0;
     for (int i = 0, q = 0; q < vp.n_parts; q++) {
         const struct vision_prompt_part *pt = &vp.parts[q];
         segs_video += pt->grid_t == vgrid[0];
         for (int j = 0; j < pt->n; j++, i++) {
-            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
-            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
-            CHECK(!pt->embd || ids[i] == (pt->grid_t ? video_token : image_token));
+            CHECK(!pt->embd || s.ids[i] == (pt->grid_t ? r.video_token : r.image_token));
             video_rows += pt->grid_t > 0;
-            if (pt->embd)
-                memcpy(x + (size_t)i * D, pt->embd + (size_t)j * D, sizeof(float) * D);
-            else
-                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * D);
-            pos[i] = i, want[i] = true;
         }
     }
     CHECK_EQ(segs_video, 1);
@@ -948,7 +763,7 @@ TEST(qwen2vl_video_prompt_matches_reference)
     float *ref = test_read_floats(test_fixture(QDIR "clip_embeds.bin"), (size_t)n * D);
     float *vref = test_read_floats(test_fixture(QDIR "clip_video_features.bin"), (size_t)video_rows * D);
     CHECK(ref && vref);
-    double d = test_max_diff(x, ref, (size_t)n * D);
+    double d = test_max_diff(s.x, ref, (size_t)n * D);
     printf("    merged embeddings max diff %.3g over %d positions (%d video rows)\n", d, n, video_rows);
     CHECK_MSG(d < 1e-4, "merged embeddings differ by %g", d);
     d = test_max_diff(v->data, vref, (size_t)video_rows * D);
@@ -960,12 +775,12 @@ TEST(qwen2vl_video_prompt_matches_reference)
     const struct qwen2vl_grid grids[3] = {
         { 1, im.e[0].tile_rows, im.e[0].tile_cols, 0 }, { 1, im.e[1].tile_rows, im.e[1].tile_cols, 0 },
         { v->grid_t, v->tile_rows, v->tile_cols, v->t_step } };
-    int next = qwen2vl_mrope_positions_av(ids, n, image_token, video_token, grids, 3, rp, err, sizeof err);
+    int next = qwen2vl_mrope_positions_av(s.ids, n, r.image_token, r.video_token, grids, 3, s.rp, err, sizeof err);
     CHECK_MSG(next > 0, "%s", err);
     int32_t *pref = (int32_t *)test_read_file(test_fixture(QDIR "clip_positions.bin"), &len);
     CHECK(pref && len == sizeof(int32_t) * 3 * n);
     for (int i = 0; i < 3 * n; i++)
-        CHECK_MSG(rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, rp[i], pref[i]);
+        CHECK_MSG(s.rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, s.rp[i], pref[i]);
     free(pref);
     printf("    M-RoPE ids of %d positions as transformers (video temporal ids step %g)\n", n, v->t_step);
     // the same prompt at other fps: the published formula exactly; transformers 5.x where it agrees
@@ -974,16 +789,16 @@ TEST(qwen2vl_video_prompt_matches_reference)
     int32_t *alt = malloc(sizeof(int32_t) * 3 * n);
     CHECK(alt);
     for (int cs = 0; cs < 4; cs++) {
-        const double fps = json_num(c, "fps");
+        const double fps = qgold_json_num(c, "fps");
         const char *e1, *e2;
-        CHECK_EQ(json_nums_from(c, "transformers", num, 4096, &e1), 3 * n);
+        CHECK_EQ(qgold_json_nums(c, "transformers", num, 4096, &e1), 3 * n);
         int32_t tf[3 * 1024];
         for (int i = 0; i < 3 * n; i++)
             tf[i] = (int32_t)num[i];
-        CHECK_EQ(json_nums_from(e1, "published_formula", num, 4096, &e2), 3 * n);
+        CHECK_EQ(qgold_json_nums(e1, "published_formula", num, 4096, &e2), 3 * n);
         struct qwen2vl_grid g3[3] = { grids[0], grids[1], grids[2] };
         g3[2].t_step = (float)(2.0 / fps * vi->tokens_per_second);
-        CHECK(qwen2vl_mrope_positions_av(ids, n, image_token, video_token, g3, 3, alt, err, sizeof err) > 0);
+        CHECK(qwen2vl_mrope_positions_av(s.ids, n, r.image_token, r.video_token, g3, 3, alt, err, sizeof err) > 0);
         int diff_tf = 0;
         for (int i = 0; i < 3 * n; i++) {
             CHECK_MSG(alt[i] == (int32_t)num[i], "fps %g: axis %d token %d: %d, formula %d", fps, i / n, i % n,
@@ -1001,96 +816,26 @@ TEST(qwen2vl_video_prompt_matches_reference)
     free(alt);
 
     // logits of every position, then greedy with top-5 logprobs
-    for (int i = 0; i < 64; i++)
-        table[i] = i;
-    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
-    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
-    CHECK(ctx && kv);
-    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
-    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
-    ref = test_read_floats(test_fixture(QDIR "clip_logits.bin"), (size_t)n * V);
+    qgold_lm_prefill(&s, NULL, s.rp);
+    ref = test_read_floats(test_fixture(QDIR "clip_logits.bin"), (size_t)n * s.V);
     CHECK(ref);
-    d = test_max_diff(logits, ref, (size_t)n * V);
+    d = test_max_diff(s.logits, ref, (size_t)n * s.V);
     printf("    logits max diff %.3g over %d positions\n", d, n);
     CHECK_MSG(d < 1e-3, "logits differ by %g", d);
     free(ref);
-    double worst = 0;
-    for (int gi = 0; gi < n_greedy; gi++) {
-        const float *lg = logits + (size_t)(gi ? 0 : n - 1) * V;
-        double mx = lg[0], sum = 0;
-        int best = 0;
-        for (int t = 1; t < V; t++)
-            if (lg[t] > mx)
-                mx = lg[t], best = t;
-        for (int t = 0; t < V; t++)
-            sum += exp(lg[t] - mx);
-        CHECK_MSG(best == greedy[gi], "greedy token %d: %d, reference %d", gi, best, greedy[gi]);
-        float top[5];
-        for (int r = 0; r < 5; r++) { /* the r-th largest logit */
-            float cut = r ? top[r - 1] : INFINITY, m = -INFINITY;
-            for (int t = 0; t < V; t++)
-                if (lg[t] < cut && lg[t] > m)
-                    m = lg[t];
-            top[r] = m;
-            const double lp = m - mx - log(sum);
-            worst = fabs(lp - top5[gi][r]) > worst ? fabs(lp - top5[gi][r]) : worst;
-        }
-        int32_t tp = n + gi, trp[3] = { next + gi, next + gi, next + gi };
-        bool w = true;
-        float *xe = x + (size_t)(n + gi) * D;
-        omni_tensor_get_row(&tok, best, xe);
-        struct llm_batch s1 = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
-                                .rope_pos = trp };
-        CHECK_EQ(llm_forward(ctx, &s1, kv, &view, logits), 1);
-    }
-    printf("    greedy: %d tokens as the reference, top-5 logprobs within %.3g\n", n_greedy, worst);
-    CHECK_MSG(worst < 1e-4, "top-5 logprobs differ by %g", worst);
-
+    qgold_lm_greedy(&s, &r, next, 1e-4);
     // through the engine: the segments' grids and time give the same tokens, twice
-    struct engine_segment segs[32];
-    CHECK(vp.n_parts <= 32);
-    for (int i = 0; i < vp.n_parts; i++) {
-        const struct vision_prompt_part *pt = &vp.parts[i];
-        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
-                                           pt->grid_cols, pt->grid_t, pt->t_step };
-    }
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 1;
-    ep.kv_type = GGML_TYPE_F32;
-    ep.kv_memory_bytes = 4 << 20;
-    ep.max_batch_tokens = 40; /* prefill chunks end inside the video */
-    struct engine *eng = engine_new(&ep, err, sizeof err);
-    CHECK_MSG(eng, "%s", err);
-    CHECK_MSG(engine_add_model(eng, lm, "qwen2vl", err, sizeof err) >= 0, "%s", err);
-    CHECK_MSG(engine_start(eng, err, sizeof err) == 0, "%s", err);
-    for (int round = 0; round < 2; round++) {
-        struct qgen g = { .n = 0 };
-        struct engine_request rq = engine_default_request();
-        rq.segments = segs, rq.n_segments = vp.n_parts;
-        rq.max_tokens = n_greedy, rq.ignore_eog = true;
-        rq.sampling.temperature = 0;
-        rq.on_event = qgen_event, rq.user = &g;
-        CHECK_MSG(engine_generate(eng, &rq, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ(g.n, n_greedy);
-        for (int i = 0; i < n_greedy; i++)
-            CHECK_MSG(g.tok[i] == greedy[i], "engine round %d token %d: %d, reference %d", round, i, g.tok[i],
-                      greedy[i]);
-    }
-    printf("    engine: %d greedy tokens as the reference twice\n", n_greedy);
-    engine_free(eng);
-    llm_kv_free(kv);
-    llm_ctx_free(ctx);
-    free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    if (!test_failed_now())
+        qgold_engine_twice(lm, "qwen2vl", &vp, 40 /* prefill chunks end inside the video */, &r);
+    if (test_failed_now())
+        return;
+    qgold_lm_free(&s);
     vision_prompt_release(&vp);
     api_images_free(&im);
     cJSON_Delete(req);
-    api_images_pool_free(pool);
-    vision_cache_free(cache);
-    vision_ctx_free(vc);
+    clip_pool_close(&cp);
     llm_model_free(lm);
     vision_model_free(vm);
-    free(js);
 }
 
 /* Qwen3-VL's video (tests/fixtures/vision/qwen3vl/q3clip_*, GPU job
@@ -1102,210 +847,72 @@ TEST(qwen2vl_video_prompt_matches_reference)
  * logprobs, and the engine's greedy tokens twice. */
 TEST(qwen3vl_video_prompt_matches_reference)
 {
-    size_t len;
-    char *js = test_read_file(test_fixture("vision/qwen3vl/q3clip_reference.json"), &len);
-    if (!js)
+    struct qgold_ref r;
+    if (!qgold_ref_load(&r, "vision/qwen3vl/q3clip_reference.json"))
         SKIP("no tests/fixtures/vision/qwen3vl/q3clip_reference.json (GPU job e_video3)");
+    CHECK(r.vgrid[0] > 0);
     char err[256];
-    static double num[4096];
-    int ref_ids[1024], greedy[16], vgrid[3], n_ref, n_greedy;
-    CHECK((n_ref = json_nums_from(js, "ids", num, 1024, NULL)) > 0 && n_ref < 1024);
-    for (int i = 0; i < n_ref; i++)
-        ref_ids[i] = (int)num[i];
-    CHECK((n_greedy = json_nums_from(js, "greedy", num, 16, NULL)) > 0);
-    for (int i = 0; i < n_greedy; i++)
-        greedy[i] = (int)num[i];
-    CHECK_EQ(json_nums_from(js, "video_grid_thw", num, 3, NULL), 3);
-    for (int i = 0; i < 3; i++)
-        vgrid[i] = (int)num[i];
-    double top5[16][5];
-    CHECK_EQ(json_nums_from(js, "top5_logprobs", num, 80, NULL), 5 * n_greedy);
-    for (int i = 0; i < 5 * n_greedy; i++)
-        top5[i / 5][i % 5] = num[i];
-    const int32_t image_token = (int32_t)json_num(js, "image_token_id");
-    const int32_t video_token = (int32_t)json_num(js, "video_token_id");
-    char prompt[2048];
-    const char *p = strstr(js, "\"prompt\": \"");
-    CHECK(p);
-    size_t k = 0;
-    for (p += 11; *p && *p != '"' && k + 1 < sizeof prompt; p++)
-        prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
-    prompt[k] = 0;
-
+    size_t len;
     struct vision_model *vm = vision_model_load(test_golden("vision-qwen3vl-mmproj-f32.gguf"), err, sizeof err);
     CHECK_MSG(vm, "%s", err);
     struct llm_model *lm = llm_model_load(test_golden("vision-qwen3vl-lm-f32.gguf"), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
-    const struct llm_hparams *hp = llm_model_hparams(lm);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    struct vision_cache *cache = vision_cache_new((size_t)16 << 20);
-    struct api_images_params prm = api_images_default_params();
-    char root_dir[PATH_MAX];
-    CHECK(vc && cache && realpath(test_fixture("vision"), root_dir));
-    prm.n_workers = 1, prm.max_images = 8, prm.media_root = root_dir;
-    struct api_images_pool *pool = api_images_pool_new(vm, vc, cache, &prm, err, sizeof err);
-    CHECK_MSG(pool, "%s", err);
-    cJSON *parts = cJSON_CreateArray(), *frames = cJSON_CreateArray();
-    add_url_part(parts, root_dir, "image.png");
-    add_text_part(parts, "What is this?");
-    add_url_part(parts, root_dir, "qwen3vl/image2.png");
-    add_text_part(parts, "And this?");
-    for (int f = 0; f < 5; f++) {
-        char url[PATH_MAX + 64];
-        snprintf(url, sizeof url, "file://%s/qwen2_5_vl/video/frame%d.png", root_dir, f);
-        cJSON_AddItemToArray(frames, cJSON_CreateString(url));
-    }
-    cJSON *vpart = cJSON_CreateObject();
-    cJSON_AddStringToObject(vpart, "type", "video");
-    cJSON_AddItemToObject(vpart, "video", frames);
-    cJSON_AddItemToArray(parts, vpart);
-    add_text_part(parts, "What happens?");
-    cJSON *msg = cJSON_CreateObject(), *msgs = cJSON_CreateArray(), *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(msg, "role", "user");
-    cJSON_AddItemToObject(msg, "content", parts);
-    cJSON_AddItemToArray(msgs, msg);
-    cJSON_AddItemToObject(req, "messages", msgs);
-    struct apireq_gen g;
-    apireq_gen_init(&g);
-    struct api_error e = { 0 };
+    struct clip_pool cp;
+    clip_pool_open(&cp, vm);
+    if (test_failed_now())
+        return;
     struct api_images im;
-    const int rc = api_images_take(pool, req, 0, &g, NULL, NULL, &im, &e);
-    apireq_gen_free(&g);
-    CHECK_MSG(rc == 3, "rc %d: %s", rc, e.message);
-    CHECK_EQ(im.n, 2 + vgrid[0]); /* the patches stay images */
-    const char *vtext = cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 4), "text")->valuestring;
+    cJSON *req = NULL;
+    take_clip(&cp, "qwen3vl/image2.png", &req, &im);
+    if (test_failed_now())
+        return;
+    CHECK_EQ(im.n, 2 + r.vgrid[0]); /* the patches stay images */
+    const char *vtext = clip_video_text(req);
     printf("    the video part became: %s\n", vtext);
     // the rendered prompt: the video part's text where the template put the video
     char rendered[4096];
-    const char *vid = strstr(prompt, "<|vision_start|><|video_pad|><|vision_end|>");
-    CHECK(vid);
-    snprintf(rendered, sizeof rendered, "%.*s%s%s", (int)(vid - prompt), prompt, vtext,
-             vid + strlen("<|vision_start|><|video_pad|><|vision_end|>"));
+    render_clip(r.prompt, vtext, rendered, sizeof rendered);
     struct vision_prompt vp;
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), rendered, strlen(rendered), false, im.e, im.n, &vp,
                                  err, sizeof err), 0);
-    CHECK_EQ(vp.n_positions, n_ref);
-    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
-    CHECK(te);
-    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
-    const int n = n_ref, D = hp->n_embd, W = D * (1 + hp->n_deepstack), V = hp->n_vocab, T = n + n_greedy;
-    float *x = calloc((size_t)T * W, sizeof(float)), *logits = malloc(sizeof(float) * n * V);
-    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
-    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
-    bool *want = malloc(sizeof(bool) * T);
-    CHECK(x && logits && ids && pos && seq && rp && want);
+    struct qgold_lm s;
+    qgold_lm_rows(&s, lm, &vp, &r);
+    if (test_failed_now())
+        return;
+    const int n = s.n;
     struct qwen2vl_grid grids[16];
     int n_grids = 0;
-    for (int i = 0, q = 0; q < vp.n_parts; q++) {
-        const struct vision_prompt_part *pt = &vp.parts[q];
-        if (pt->embd && n_grids < 16)
-            grids[n_grids++] = (struct qwen2vl_grid){ 1, pt->grid_rows, pt->grid_cols, 0 };
-        for (int j = 0; j < pt->n; j++, i++) {
-            ids[i] = pt->embd ? ref_ids[i] : pt->tokens[j];
-            CHECK_MSG(ids[i] == ref_ids[i], "position %d: token %d, processor %d", i, ids[i], ref_ids[i]);
-            if (pt->embd)
-                memcpy(x + (size_t)i * W, pt->embd + (size_t)j * W, sizeof(float) * W);
-            else
-                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * W);
-            pos[i] = i, want[i] = true;
-        }
-    }
-    CHECK_EQ(n_grids, 2 + vgrid[0]);
-    int next = qwen2vl_mrope_positions_av(ids, n, image_token, video_token, grids, n_grids, rp, err, sizeof err);
+    for (int q = 0; q < vp.n_parts; q++)
+        if (vp.parts[q].embd && n_grids < 16)
+            grids[n_grids++] = (struct qwen2vl_grid){ 1, vp.parts[q].grid_rows, vp.parts[q].grid_cols, 0 };
+    CHECK_EQ(n_grids, 2 + r.vgrid[0]);
+    int next = qwen2vl_mrope_positions_av(s.ids, n, r.image_token, r.video_token, grids, n_grids, s.rp, err,
+                                          sizeof err);
     CHECK_MSG(next > 0, "%s", err);
     int32_t *pref = (int32_t *)test_read_file(test_fixture("vision/qwen3vl/q3clip_positions.bin"), &len);
     CHECK(pref && len == sizeof(int32_t) * 3 * n);
     for (int i = 0; i < 3 * n; i++)
-        CHECK_MSG(rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, rp[i], pref[i]);
+        CHECK_MSG(s.rp[i] == pref[i], "axis %d token %d: %d, reference %d", i / n, i % n, s.rp[i], pref[i]);
     free(pref);
-    for (int i = 0; i < 64; i++)
-        table[i] = i;
-    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
-    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
-    CHECK(ctx && kv);
-    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
-    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
-    float *ref = test_read_floats(test_fixture("vision/qwen3vl/q3clip_logits.bin"), (size_t)n * V);
+    qgold_lm_prefill(&s, NULL, s.rp);
+    float *ref = test_read_floats(test_fixture("vision/qwen3vl/q3clip_logits.bin"), (size_t)n * s.V);
     CHECK(ref);
-    double d = test_max_diff(logits, ref, (size_t)n * V);
+    double d = test_max_diff(s.logits, ref, (size_t)n * s.V);
     printf("    %d positions (ids and M-RoPE ids as the processor), logits max diff %.3g\n", n, d);
     CHECK_MSG(d < 1e-3, "logits differ by %g", d);
     free(ref);
-    double worst = 0;
-    for (int gi = 0; gi < n_greedy; gi++) {
-        const float *lg = logits + (size_t)(gi ? 0 : n - 1) * V;
-        double mx = lg[0], sum = 0;
-        int best = 0;
-        for (int t = 1; t < V; t++)
-            if (lg[t] > mx)
-                mx = lg[t], best = t;
-        for (int t = 0; t < V; t++)
-            sum += exp(lg[t] - mx);
-        CHECK_MSG(best == greedy[gi], "greedy token %d: %d, reference %d", gi, best, greedy[gi]);
-        float top[5];
-        for (int r = 0; r < 5; r++) {
-            float cut = r ? top[r - 1] : INFINITY, m = -INFINITY;
-            for (int t = 0; t < V; t++)
-                if (lg[t] < cut && lg[t] > m)
-                    m = lg[t];
-            top[r] = m;
-            const double lp = m - mx - log(sum);
-            worst = fabs(lp - top5[gi][r]) > worst ? fabs(lp - top5[gi][r]) : worst;
-        }
-        int32_t tp = n + gi, trp[3] = { next + gi, next + gi, next + gi };
-        bool w = true;
-        float *xe = x + (size_t)(n + gi) * W;
-        omni_tensor_get_row(&tok, best, xe);
-        struct llm_batch s1 = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
-                                .rope_pos = trp };
-        CHECK_EQ(llm_forward(ctx, &s1, kv, &view, logits), 1);
-    }
-    printf("    greedy: %d tokens as the reference, top-5 logprobs within %.3g\n", n_greedy, worst);
-    CHECK_MSG(worst < 1e-4, "top-5 logprobs differ by %g", worst);
-    struct engine_segment segs[32];
-    CHECK(vp.n_parts <= 32);
-    for (int i = 0; i < vp.n_parts; i++) {
-        const struct vision_prompt_part *pt = &vp.parts[i];
-        segs[i] = (struct engine_segment){ pt->tokens, pt->embd, pt->n, pt->media_hash, pt->grid_rows,
-                                           pt->grid_cols, pt->grid_t, pt->t_step };
-    }
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 1;
-    ep.kv_type = GGML_TYPE_F32;
-    ep.kv_memory_bytes = 4 << 20;
-    ep.max_batch_tokens = 40;
-    struct engine *eng = engine_new(&ep, err, sizeof err);
-    CHECK_MSG(eng, "%s", err);
-    CHECK_MSG(engine_add_model(eng, lm, "qwen3vl", err, sizeof err) >= 0, "%s", err);
-    CHECK_MSG(engine_start(eng, err, sizeof err) == 0, "%s", err);
-    for (int round = 0; round < 2; round++) {
-        struct qgen gq = { .n = 0 };
-        struct engine_request rq = engine_default_request();
-        rq.segments = segs, rq.n_segments = vp.n_parts;
-        rq.max_tokens = n_greedy, rq.ignore_eog = true;
-        rq.sampling.temperature = 0;
-        rq.on_event = qgen_event, rq.user = &gq;
-        CHECK_MSG(engine_generate(eng, &rq, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ(gq.n, n_greedy);
-        for (int i = 0; i < n_greedy; i++)
-            CHECK_MSG(gq.tok[i] == greedy[i], "engine round %d token %d: %d, reference %d", round, i, gq.tok[i],
-                      greedy[i]);
-    }
-    printf("    engine: %d greedy tokens as the reference twice\n", n_greedy);
-    engine_free(eng);
-    llm_kv_free(kv);
-    llm_ctx_free(ctx);
-    free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    qgold_lm_greedy(&s, &r, next, 1e-4);
+    if (!test_failed_now())
+        qgold_engine_twice(lm, "qwen3vl", &vp, 40, &r);
+    if (test_failed_now())
+        return;
+    qgold_lm_free(&s);
     vision_prompt_release(&vp);
     api_images_free(&im);
     cJSON_Delete(req);
-    api_images_pool_free(pool);
-    vision_cache_free(cache);
-    vision_ctx_free(vc);
+    clip_pool_close(&cp);
     llm_model_free(lm);
     vision_model_free(vm);
-    free(js);
 }
 
 /* Qwen3-VL's video part text without the reference: 5 frames at the

@@ -22,6 +22,7 @@
 #include "src/core/threadpool.h"
 #include "src/engine/engine.h"
 #include "test.h"
+#include "tests/qwen_golden.h"
 #include "vision/qwen2vl.h"
 #include "vision/qwen3vl.h"
 #include "vision/vision.h"
@@ -30,78 +31,15 @@
 #define Q3GGUF "vision-qwen3vl-mmproj-f32.gguf"
 #define Q3LM "vision-qwen3vl-lm-f32.gguf"
 
-/* Numbers of an array field of reference.json ("key": [...], nested arrays
- * flattened), at most cap; the count, or -1 without the key. */
-static int json_nums(const char *js, const char *key, double *out, int cap)
+/* The fixture's facts every test needs (grid_thw checked). */
+static bool q3ref_load_dir(struct qgold_ref *r, const char *dir)
 {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": [", key);
-    const char *p = strstr(js, pat);
-    if (!p)
-        return -1;
-    int n = 0, depth = 1;
-    for (p += strlen(pat); *p && depth > 0 && n < cap;) {
-        if (*p == '[' || *p == ']') {
-            depth += *p == '[' ? 1 : -1;
-            p++;
-        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-            char *end;
-            out[n++] = strtod(p, &end);
-            p = end;
-        } else {
-            p++;
-        }
-    }
-    return n;
-}
-
-static int json_ints3(const char *js, const char *key, int *out, int cap)
-{
-    double v[1024];
-    int n = json_nums(js, key, v, cap < 1024 ? cap : 1024);
-    for (int i = 0; i < n; i++)
-        out[i] = (int)v[i];
-    return n;
-}
-
-/* The fixture's facts every test needs. */
-struct q3ref {
-    int ids[512], n, greedy[16], n_greedy, grid[6], image_token, n_ds;
-    double top_ids[80], top_lp[80];
-    char prompt[1024];
-};
-
-static bool q3ref_load_dir(struct q3ref *r, const char *dir)
-{
-    size_t len;
     char path[256];
     snprintf(path, sizeof path, "%sreference.json", dir);
-    char *js = test_read_file(test_fixture(path), &len);
-    if (!js)
-        return false;
-    memset(r, 0, sizeof *r);
-    r->n = json_ints3(js, "ids", r->ids, 512);
-    r->n_greedy = json_ints3(js, "greedy", r->greedy, 16);
-    int ds[8];
-    r->n_ds = json_ints3(js, "deepstack_visual_indexes", ds, 8);
-    bool ok = r->n > 0 && r->n_greedy > 0 && json_ints3(js, "grid_thw", r->grid, 6) == 6 &&
-              json_nums(js, "top5_ids", r->top_ids, 80) == 5 * r->n_greedy &&
-              json_nums(js, "top5_logprobs", r->top_lp, 80) == 5 * r->n_greedy;
-    const char *it = strstr(js, "\"image_token_id\": ");
-    const char *p = strstr(js, "\"prompt\": \"");
-    ok = ok && it && p;
-    if (ok) {
-        r->image_token = atoi(it + 18);
-        size_t k = 0;
-        for (p += 11; *p && *p != '"' && k + 1 < sizeof r->prompt; p++)
-            r->prompt[k++] = *p == '\\' ? (*++p == 'n' ? '\n' : *p) : *p;
-        r->prompt[k] = 0;
-    }
-    free(js);
-    return ok;
+    return qgold_ref_load(r, path) && r->n_grid == 6;
 }
 
-static bool q3ref_load(struct q3ref *r)
+static bool q3ref_load(struct qgold_ref *r)
 {
     return q3ref_load_dir(r, Q3DIR);
 }
@@ -185,7 +123,7 @@ static void check_picture(struct vision_model *m, int n_ds, const char *png, con
 
 TEST(qwen3vl_features_match_reference)
 {
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load(&r));
     struct vision_model *m = load_q3(Q3GGUF);
     CHECK(m);
@@ -211,7 +149,7 @@ static int cancel_third(void *user)
 TEST(qwen3vl_tower_steps_match_reference)
 {
     char err[256];
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load(&r));
     struct gguf *g = gguf_open(test_golden(Q3GGUF), err, sizeof err);
     CHECK(g);
@@ -273,7 +211,7 @@ TEST(qwen3vl_tower_steps_match_reference)
 TEST(qwen3vl_mrope_positions_match_reference)
 {
     char err[256];
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load(&r));
     size_t len;
     int32_t ids[512], *pos = malloc(sizeof(int32_t) * 3 * r.n);
@@ -298,7 +236,7 @@ TEST(qwen3vl_mrope_positions_match_reference)
 static void fused_case(const char *dir, const char *mmproj, const char *lm_file, enum llm_arch arch)
 {
     char err[256], path[256];
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load_dir(&r, dir));
     struct vision_model *vm = load_q3(mmproj);
     CHECK(vm);
@@ -320,28 +258,11 @@ static void fused_case(const char *dir, const char *mmproj, const char *lm_file,
     struct vision_prompt vp;
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
                                  err, sizeof err), 0);
-    CHECK_EQ(vp.n_positions, r.n);
-    const struct gguf_tensor *te = gguf_find_tensor(llm_model_gguf(lm), "token_embd.weight");
-    CHECK(te);
-    struct omni_tensor tok = { te->type, { te->ne[0], te->ne[1] }, te->data };
-    const int n = r.n, D = hp->n_embd, W = D * (1 + hp->n_deepstack), V = hp->n_vocab, T = n + r.n_greedy;
-    float *x = calloc((size_t)T * W, sizeof(float)), *logits = malloc(sizeof(float) * n * V);
-    int32_t *ids = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), *seq = calloc(T, sizeof(int32_t));
-    int32_t *rp = malloc(sizeof(int32_t) * 3 * T), table[64];
-    bool *want = malloc(sizeof(bool) * T);
-    CHECK(x && logits && ids && pos && seq && rp && want);
-    for (int i = 0, q = 0; q < vp.n_parts; q++) {
-        const struct vision_prompt_part *pt = &vp.parts[q];
-        for (int j = 0; j < pt->n; j++, i++) {
-            ids[i] = pt->embd ? r.ids[i] : pt->tokens[j];
-            CHECK_MSG(ids[i] == r.ids[i], "position %d: token %d, processor %d", i, ids[i], r.ids[i]);
-            if (pt->embd)
-                memcpy(x + (size_t)i * W, pt->embd + (size_t)j * W, sizeof(float) * W);
-            else
-                omni_tensor_get_row(&tok, pt->tokens[j], x + (size_t)i * W);
-            pos[i] = i, want[i] = true;
-        }
-    }
+    struct qgold_lm s;
+    qgold_lm_rows(&s, lm, &vp, &r);
+    if (test_failed_now())
+        return;
+    const int n = s.n, D = hp->n_embd, W = s.W, V = s.V;
     // the rows given to the LM = the reference's inputs_embeds
     snprintf(path, sizeof path, "%smerged.bin", dir);
     float *merged = test_read_floats(test_fixture(path), (size_t)n * D);
@@ -349,77 +270,38 @@ static void fused_case(const char *dir, const char *mmproj, const char *lm_file,
     double dm = 0;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < D; c++) {
-            const double e = fabs(x[(size_t)i * W + c] - merged[(size_t)i * D + c]);
+            const double e = fabs(s.x[(size_t)i * W + c] - merged[(size_t)i * D + c]);
             dm = e > dm ? e : dm;
         }
     printf("    LM input rows max diff %.3g\n", dm);
     CHECK_MSG(dm < 1e-4 * (max_abs(merged, (size_t)n * D) > 1 ? max_abs(merged, (size_t)n * D) : 1),
               "merged rows differ by %g", dm);
     const int grids[2][2] = { { r.grid[1] / 2, r.grid[2] / 2 }, { r.grid[4] / 2, r.grid[5] / 2 } };
-    int next = qwen2vl_mrope_positions(ids, n, r.image_token, grids, 2, rp, err, sizeof err);
+    int next = qwen2vl_mrope_positions(s.ids, n, r.image_token, grids, 2, s.rp, err, sizeof err);
     CHECK_MSG(next > 0, "%s", err);
-    for (int i = 0; i < 64; i++)
-        table[i] = i;
-    struct llm_ctx *ctx = llm_ctx_new(lm, n, NULL, err, sizeof err);
-    struct llm_kv *kv = llm_kv_new(lm, GGML_TYPE_F32, 16, 16, err, sizeof err);
-    CHECK(ctx && kv);
-    struct llm_seq_view view = { .block_table = table, .n_blocks = 16 };
-    struct llm_batch b = { .n_tokens = n, .embd = x, .pos = pos, .seq = seq, .want_logits = want, .rope_pos = rp };
     snprintf(path, sizeof path, "%slogits.bin", dir);
     float *ref = test_read_floats(test_fixture(path), (size_t)n * V);
     CHECK(ref);
-    /* without the DeepStack parts the logits at and after the images differ */
-    float *plain = malloc(sizeof(float) * (size_t)T * D);
-    CHECK(plain);
-    for (int i = 0; i < n; i++)
-        memcpy(plain + (size_t)i * D, x + (size_t)i * W, sizeof(float) * D);
-    /* (a DeepStack LM reads rows of W floats: the same rows with the parts zeroed) */
+    /* without the DeepStack parts the logits at and after the images differ
+     * (a DeepStack LM reads rows of W floats: the same rows with the parts zeroed) */
     float *zeroed = calloc((size_t)n * W, sizeof(float));
     CHECK(zeroed);
     for (int i = 0; i < n; i++)
-        memcpy(zeroed + (size_t)i * W, plain + (size_t)i * D, sizeof(float) * D);
-    b.embd = zeroed;
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
-    const double d_plain = test_max_diff(logits, ref, (size_t)n * V);
-    b.embd = x;
-    CHECK_EQ(llm_forward(ctx, &b, kv, &view, logits), n);
-    const double d = test_max_diff(logits, ref, (size_t)n * V);
+        memcpy(zeroed + (size_t)i * W, s.x + (size_t)i * W, sizeof(float) * D);
+    qgold_lm_prefill(&s, zeroed, s.rp);
+    const double d_plain = test_max_diff(s.logits, ref, (size_t)n * V);
+    qgold_lm_prefill(&s, NULL, s.rp);
+    const double d = test_max_diff(s.logits, ref, (size_t)n * V);
     printf("    fused logits max diff %.3g over %d positions (without DeepStack %.3g)\n", d, n, d_plain);
     CHECK_MSG(d < 1e-3, "logits differ by %g", d);
     CHECK(d_plain > 10 * d && d_plain > 1e-3);
     // greedy: one token at a time, rotary ids next, next + 1, ...; top-5 log-probs
-    double worst_lp = 0;
-    for (int g = 0; g < r.n_greedy; g++) {
-        const float *lg = logits + (size_t)(g ? 0 : n - 1) * V;
-        int best = 0;
-        double mx = lg[0], sum = 0;
-        for (int v = 1; v < V; v++) {
-            best = lg[v] > lg[best] ? v : best;
-            mx = lg[v] > mx ? lg[v] : mx;
-        }
-        for (int v = 0; v < V; v++)
-            sum += exp(lg[v] - mx);
-        for (int k = 0; k < 5; k++) {
-            const int id = (int)r.top_ids[g * 5 + k];
-            const double lp = lg[id] - mx - log(sum), e = fabs(lp - r.top_lp[g * 5 + k]);
-            worst_lp = e > worst_lp ? e : worst_lp;
-        }
-        CHECK_MSG(best == r.greedy[g], "greedy token %d: %d, reference %d", g, best, r.greedy[g]);
-        int32_t tp = n + g, trp[3] = { next + g, next + g, next + g };
-        bool w = true;
-        float *xe = x + (size_t)(n + g) * W;
-        omni_tensor_get_row(&tok, best, xe);
-        struct llm_batch s = { .n_tokens = 1, .embd = xe, .pos = &tp, .seq = seq, .want_logits = &w,
-                               .rope_pos = trp };
-        CHECK_EQ(llm_forward(ctx, &s, kv, &view, logits), 1);
-    }
-    printf("    greedy: %d tokens as the reference, top-5 log-probs within %.3g\n", r.n_greedy, worst_lp);
-    CHECK_MSG(worst_lp < 1e-3, "top-5 log-probs differ by %g", worst_lp);
-    free(zeroed), free(plain), free(merged);
-    free(ref), free(x), free(logits), free(ids), free(pos), free(seq), free(rp), free(want);
+    qgold_lm_greedy(&s, &r, next, 1e-3);
+    if (test_failed_now())
+        return;
+    free(zeroed), free(merged), free(ref);
+    qgold_lm_free(&s);
     vision_prompt_release(&vp);
-    llm_kv_free(kv);
-    llm_ctx_free(ctx);
     vision_embd_release(&img[0]);
     vision_embd_release(&img[1]);
     vision_ctx_free(vc);
@@ -442,25 +324,13 @@ TEST(qwen3vlmoe_fused_logits_and_greedy_match_reference)
 
 // ---- through the engine ---------------------------------------------------------
 
-struct q3gen {
-    int32_t tok[32];
-    int n;
-};
-
-static void q3gen_event(void *user, const struct engine_event *ev)
-{
-    struct q3gen *g = user;
-    if (ev->type == ENGINE_EV_TOKEN && g->n < 32)
-        g->tok[g->n++] = ev->token;
-}
-
 /* The prompt as engine segments: the engine carries each row's DeepStack
  * parts and M-RoPE ids through prefill chunks that cut the images, and
  * again from the prefix cache; greedy tokens = the reference's. */
 TEST(qwen3vl_engine_greedy_matches_reference)
 {
     char err[256];
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load(&r));
     struct vision_model *vm = load_q3(Q3GGUF);
     CHECK(vm);
@@ -479,37 +349,9 @@ TEST(qwen3vl_engine_greedy_matches_reference)
     struct vision_prompt vp;
     CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
                                  err, sizeof err), 0);
-    struct engine_segment segs[16];
-    CHECK(vp.n_parts <= 16);
-    for (int i = 0; i < vp.n_parts; i++) {
-        const struct vision_prompt_part *pt = &vp.parts[i];
-        segs[i] = (struct engine_segment){ .tokens = pt->tokens, .embd = pt->embd, .n = pt->n,
-                                           .media_hash = pt->media_hash, .grid_rows = pt->grid_rows,
-                                           .grid_cols = pt->grid_cols };
-    }
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 1;
-    ep.kv_type = GGML_TYPE_F32;
-    ep.kv_memory_bytes = 4 << 20;
-    ep.max_batch_tokens = 9; /* prefill chunks end inside the images */
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK_MSG(e, "%s", err);
-    CHECK_MSG(engine_add_model(e, lm, "qwen3vl", err, sizeof err) >= 0, "%s", err);
-    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
-    for (int round = 0; round < 2; round++) { /* the second from the prefix cache */
-        struct q3gen g = { .n = 0 };
-        struct engine_request rq = engine_default_request();
-        rq.segments = segs, rq.n_segments = vp.n_parts;
-        rq.max_tokens = r.n_greedy, rq.ignore_eog = true;
-        rq.sampling.temperature = 0;
-        rq.on_event = q3gen_event, rq.user = &g;
-        CHECK_MSG(engine_generate(e, &rq, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ(g.n, r.n_greedy);
-        for (int i = 0; i < r.n_greedy; i++)
-            CHECK_MSG(g.tok[i] == r.greedy[i], "round %d token %d: %d, reference %d", round, i, g.tok[i],
-                      r.greedy[i]);
-    }
-    engine_free(e);
+    qgold_engine_twice(lm, "qwen3vl", &vp, 9 /* prefill chunks end inside the images */, &r);
+    if (test_failed_now())
+        return;
     vision_prompt_release(&vp);
     vision_embd_release(&img[0]);
     vision_embd_release(&img[1]);
@@ -521,7 +363,7 @@ TEST(qwen3vl_engine_greedy_matches_reference)
 /* The F16 conversion stays close. */
 TEST(qwen3vl_f16_close_to_reference)
 {
-    struct q3ref r;
+    struct qgold_ref r;
     CHECK(q3ref_load(&r));
     struct vision_model *m = load_q3("vision-qwen3vl-mmproj-f16.gguf");
     CHECK(m);
@@ -534,34 +376,10 @@ TEST(qwen3vl_f16_close_to_reference)
  * error naming the file and the field. */
 TEST(qwen3vl_rejects_broken_mmproj)
 {
-    char err[256], tmp[512];
-    size_t len;
-    char *buf = test_read_file(test_golden(Q3GGUF), &len);
-    CHECK(buf);
-    snprintf(tmp, sizeof tmp, "%s/broken-qwen3vl-mmproj.gguf", test_tmpdir());
-    const struct { const char *what, *expect; int at; } edits[] = {
+    const struct qgold_edit edits[] = {
         { "v.deepstack.2.fc1.weight", "v.deepstack.2.fc1.weight", 12 },
         { "v.position_embd.weight", "v.position_embd.weight", 3 },
         { "v.blk.1.attn_qkv.bias", "v.blk.1.attn_qkv.bias", 9 },
     };
-    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
-        char *p = memmem(buf, len, edits[i].what, strlen(edits[i].what));
-        CHECK_MSG(p, "%s not in the file", edits[i].what);
-        char was = p[edits[i].at];
-        p[edits[i].at] = 'X';
-        FILE *f = fopen(tmp, "wb");
-        fwrite(buf, 1, len, f);
-        fclose(f);
-        p[edits[i].at] = was;
-        CHECK(vision_model_load(tmp, err, sizeof err) == NULL);
-        CHECK_STR_CONTAINS(err, "broken-qwen3vl-mmproj.gguf");
-        CHECK_STR_CONTAINS(err, edits[i].expect);
-    }
-    for (size_t cut = 0; cut < len; cut += len / 29 + 1) {
-        FILE *f = fopen(tmp, "wb");
-        fwrite(buf, 1, cut, f);
-        fclose(f);
-        CHECK_MSG(vision_model_load(tmp, err, sizeof err) == NULL, "loaded %zu of %zu bytes", cut, len);
-    }
-    free(buf);
+    qgold_broken_mmproj(Q3GGUF, "broken-qwen3vl-mmproj.gguf", edits, 3);
 }
