@@ -403,6 +403,19 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
 #else
 #define PREP_NIBBLES unpack_nibbles_b
 #endif
+/* OMNI_X86_PF (benchmark variants of decode's prefetch, for the Intel host:
+ * tools/device_intel_i.sh): 0 (default) the row OMNI_PREFETCH_ROWS ahead
+ * into L1 at the start of each row, as the other levels; 1 a stream
+ * prefetch inside the block loop, OMNI_X86_PF_DIST bytes ahead of the
+ * blocks being read (across rows: a thread's rows are contiguous), so the
+ * requests are spread over the row instead of a burst of a whole row's
+ * lines; 2 none (hardware prefetchers only); 3 the row ahead into L2. */
+#ifndef OMNI_X86_PF
+#define OMNI_X86_PF 0
+#endif
+#ifndef OMNI_X86_PF_DIST
+#define OMNI_X86_PF_DIST 2048
+#endif
 
 static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, const void *w, const void *a,
                                                                  const float *prep, const int variant)
@@ -419,6 +432,13 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
     __m128 corr = _mm_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
+        if (OMNI_X86_PF == 1) { /* 4 blocks: 136 (q8_0), 72, 88 bytes */
+            const char *p = (const char *)xb + i * bx + OMNI_X86_PF_DIST;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            if (variant == 0)
+                _mm_prefetch(p + 128, _MM_HINT_T0);
+        }
         const __m128 dx4 = scales4_x(xb + i * bx, bx);
         const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
         if (variant)
@@ -479,22 +499,34 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
     return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
 }
 
+/* quants_x86_inl.h's DOT_PREP_ROWS with the OMNI_X86_PF variants */
+#define DOT_PREP_ROWS_PF(dot, variant)                                                     \
+    for (int64_t r = 0; r < n_rows; r++) {                                                 \
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                       \
+        if ((OMNI_X86_PF == 0 || OMNI_X86_PF == 3) && r + OMNI_PREFETCH_ROWS < n_rows) {   \
+            const uint8_t *p = wr + OMNI_PREFETCH_ROWS * w_row;                            \
+            for (size_t o = 0; o < w_row; o += 64)                                         \
+                __builtin_prefetch(p + o, 0, OMNI_X86_PF == 3 ? 2 : 3);                    \
+        }                                                                                  \
+        y[r] = dot(n, wr, a, prep, variant);                                               \
+    }
+
 static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
-    DOT_PREP_ROWS(dot_prep_vnni, 0)
+    DOT_PREP_ROWS_PF(dot_prep_vnni, 0)
 }
 
 static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
-    DOT_PREP_ROWS(dot_prep_vnni, 1)
+    DOT_PREP_ROWS_PF(dot_prep_vnni, 1)
 }
 
 static void vec_dot_prep_q5_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
-    DOT_PREP_ROWS(dot_prep_vnni, 2)
+    DOT_PREP_ROWS_PF(dot_prep_vnni, 2)
 }
 
 // ---- K blocks at VNNI ----------------------------------------------------------

@@ -1,0 +1,184 @@
+#!/bin/bash
+# device_intel_i.sh - issue 13 [9] on the GPU machine's Intel CPU host
+# (Sapphire Rapids class: AVX-512 VNNI, AMX), engineer I's rounds: the unit
+# tests at every OMNI_CPU level, decode's q8_0/q4_0 dots streaming from
+# memory with the OMNI_X86_PF prefetch variants of quants_avx512.c (A B A B),
+# tg64 (and pp512 where STEPS has pp) against llama.cpp on two pinned cores,
+# the int8 GEMM (tests/bench_matmul.c) per level. Runs from the repo root;
+# writes $OUT/$JOB/ (log.txt, tests_<level>.txt, decode.jsonl, tg.jsonl,
+# llama.jsonl, matmul.txt).
+#   OUT=/tmp/o JOB=i_intel1 bash tools/device_intel_i.sh
+# Needs build-h7dev/ (llama.cpp's source, Debian's static pcre2, the Llama 3
+# vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
+# Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
+# plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
+# Knobs: STEPS (tests dots tg pp matmul), CORES (14,15), TYPES, DEADLINE (195 s).
+set -u
+JOB=${JOB:-i_intel}
+O=${OUT:-/tmp/out}/$JOB
+mkdir -p "$O"
+exec > >(tee -a "$O/log.txt") 2>&1
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+STEPS=${STEPS:-tests dots tg}
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+CORES=${CORES:-14,15}
+BUILD_CORES=${BUILD_CORES:-0-11}
+TYPES=${TYPES:-q8_0 q4_0 q4_k_m}
+DEADLINE=${DEADLINE:-195}
+left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
+DEV=${DEV:-build-h7dev}
+[ -d $DEV/llama.cpp ] || { [ -f $DEV/llama_src.tgz ] && tar xzf $DEV/llama_src.tgz -C $DEV; }
+stamp "machine"
+{ lscpu; nproc; cat /proc/loadavg; cc --version | head -1; } > "$O/machine.txt" 2>&1
+grep -E "Model name|^CPU\(s\)|L2|L3" "$O/machine.txt" | cut -c1-120
+grep -o 'avx512_vnni\|amx_int8\|avx512bw\|avx_vnni\|avx512_bf16' "$O/machine.txt" | sort -u | paste -sd' '
+cat /proc/loadavg
+
+# 1. llama.cpp's llama-bench in the background
+if has tg || has pp; then
+    ( taskset -c $BUILD_CORES cmake -S $DEV/llama.cpp -B /tmp/i_llcpu -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
+      taskset -c $BUILD_CORES cmake --build /tmp/i_llcpu --target llama-bench -j 10; echo "llama rc $?" ) > "$O/llama_build.log" 2>&1 &
+    llama_pid=$!
+    for t in $TYPES; do
+        taskset -c 12,13 python3 tools/random_model --shape llama-3.2-1b --type $t \
+            --vocab $DEV/ggml-vocab-llama-bpe.gguf -o /tmp/i_l1b-$t.gguf > "$O/model_$t.log" 2>&1 &
+    done
+fi
+
+# 2. our objects; variants of quants_avx512.c: "pf<V>_<D>" = -DOMNI_X86_PF=V
+#    -DOMNI_X86_PF_DIST=D
+OBJ=/tmp/i_obj; mkdir -p $OBJ
+CF="-std=gnu11 -O2 -march=x86-64-v2 -pthread -I. -Itools/bench_only -I$DEV/pcre2/include -w"
+LIBSRC="src/cli/bench.c src/cli/bench_util.c src/cli/args.c llm/model.c llm/tokenizer.c llm/unicode.c
+        $(ls llm/moe.c llm/deltanet.c llm/model_dev.c 2>/dev/null) $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
+TSRC="tests/test_main.c tests/test_quant.c tests/test_matmul.c $(ls tests/test_gemm_act8.c tests/test_ops.c 2>/dev/null)"
+SG=""; [ -f tools/bench_only/sgemm_fast.c ] && SG=tools/bench_only/sgemm_fast.c
+echo $LIBSRC $TSRC tests/bench_decode.c $SG | tr ' ' '\n' | grep . |
+    taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -I{} sh -c "cc $CF -c {} -o $OBJ/\$(echo {} | tr / _).o || echo 'compile failed: {}'"
+# bench_only with its plain sgemm renamed away when sgemm_fast.c takes over
+if [ -n "$SG" ]; then
+    cc $CF -Dcblas_sgemm=bench_only_plain_sgemm -c tools/bench_only/bench_only.c -o $OBJ/bo.o
+    BO="$OBJ/bo.o $OBJ/tools_bench_only_sgemm_fast.c.o"
+else
+    cc $CF -c tools/bench_only/bench_only.c -o $OBJ/bo.o; BO=$OBJ/bo.o
+fi
+cc $CF -Dmain=bench_only_main -c tools/bench_only/bench_only.c -o $OBJ/stub.o
+LIBO=$(for f in $LIBSRC; do echo $OBJ/$(echo $f | tr / _).o; done)
+TO=$(for f in $TSRC; do echo $OBJ/$(echo $f | tr / _).o; done)
+L="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread"
+cc -o /tmp/i_bench $BO $LIBO $L || echo "bench link failed"
+cc -o /tmp/i_tests $TO $OBJ/stub.o $LIBO $L || echo "test link failed"
+cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "bench_decode link failed"
+VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0}
+QA=src/core/arch/x86/quants_avx512.c
+for v in $VARIANTS; do
+    pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}
+    cc $CF -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd -c $QA -o $OBJ/v_$v.o
+    LV=$(echo $LIBO | sed "s#$OBJ/src_core_arch_x86_quants_avx512.c.o#$OBJ/v_$v.o#")
+    cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
+    cc -o /tmp/i_bench_$v $BO $LV $L || echo "bench $v link failed"
+done
+if has matmul; then
+    cc $CF -DNO_BLAS -o /tmp/i_matmul tests/bench_matmul.c $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"
+fi
+cp /tmp/i_decode /tmp/i_decode_pf0_0; cp /tmp/i_bench /tmp/i_bench_pf0_0
+stamp "built"
+
+# 3. unit tests at every level, four levels at once on cores 8-11 (each run
+#    also loops over the levels up to its cap)
+if has tests; then
+    c=7
+    for lvl in scalar avx2 avx512 avx512vnni amx; do
+        c=$((c + 1)); [ $c -gt 11 ] && c=11
+        ( for f in quant matmul gemm_ ops_; do OMNI_CPU=$lvl timeout 80 taskset -c $c /tmp/i_tests $f; done > "$O/tests_$lvl.txt" 2>&1 ) &
+    done
+fi
+
+# 4. decode dots streaming from memory, 2 threads on the pinned cores, the
+#    variants alternately (2 rounds); Llama-3.2-1B's ffn_up (2048 x 8192)
+#    and ffn_down (8192 x 2048) shapes
+dec() { # binary-variant level args...
+    local v=$1 lvl=$2; shift 2
+    [ "$(left)" -gt 110 ] || return
+    OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/i_decode_$v -r 3 "$@" | grep '"type"' |
+        sed "s/^{/{\"bin\":\"$v\",/" >> "$O/decode.jsonl"
+}
+if has dots; then
+    for round in 1 2; do
+        for s in 2048x8192 8192x2048; do
+            for v in pf0_0 $VARIANTS; do dec $v avx512vnni -t q8_0 -s $s -n 2; done
+            dec pf0_0 avx2 -t q8_0 -s $s -n 2
+        done
+        for v in pf0_0 pf1_2048 pf2_0; do dec $v avx512vnni -t q4_0 -s 2048x8192 -n 2; done
+    done
+    for v in pf0_0 pf1_2048; do dec $v avx512vnni -t q8_0 -s 2048x512 -n 1 -c 1; done
+    sed 's/"checksum".*//' "$O/decode.jsonl"
+    stamp "decode dots"
+fi
+wait $(jobs -p | grep -v "^${llama_pid:-x}$") 2>/dev/null
+if has tests; then
+    for lvl in scalar avx2 avx512 avx512vnni amx; do
+        echo "$lvl: $(grep -h 'passed' "$O/tests_$lvl.txt" | paste -sd' ')"
+        grep -h -B2 -A3 'FAIL' "$O/tests_$lvl.txt" | head -20
+    done
+    stamp "tests"
+fi
+
+# 5. the int8 GEMM alone, one thread, per level (ms per activation row)
+if has matmul && [ -x /tmp/i_matmul ]; then
+    for lvl in avx2 avx512vnni; do
+        for t in q8_0 q4_0 q5_0; do
+            [ "$(left)" -gt 70 ] || break
+            OMNI_CPU=$lvl timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul -t $t -s 2048x8192 -b 2,4,8,16 2>&1 |
+                sed "s/^/$lvl $t: /" >> "$O/matmul.txt"
+        done
+    done
+    cat "$O/matmul.txt"; stamp "matmul"
+fi
+
+# 6. tg64 (and pp512) on the pinned cores: ours and llama.cpp alternately
+ls -la /tmp/i_l1b-*.gguf 2>/dev/null
+LB=/tmp/i_llcpu/bin/llama-bench
+ours() { # tag file variant args...
+    local tag=$1 f=$2 v=$3; shift 3
+    [ "$(left)" -gt 15 ] || return
+    timeout 60 taskset -c $CORES /tmp/i_bench_$v -m /tmp/i_l1b-$f.gguf -t 2 --json "$@" 2>/dev/null |
+        grep '^{' | sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\", /" >> "$O/tg.jsonl"
+    echo "$tag $f ours $v $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\"" "$O/tg.jsonl" | tail -1 |
+        grep -o '"pp_tok_s": [0-9.]*\|"tg_tok_s": [0-9.]*\|"bandwidth_gb_s": [0-9.]*\|"bandwidth_fraction": [0-9.]*' | paste -sd' ')"
+}
+theirs() { # tag file args...
+    local tag=$1 f=$2; shift 2
+    [ -x $LB ] && [ "$(left)" -gt 15 ] || return
+    timeout 60 taskset -c $CORES $LB -m /tmp/i_l1b-$f.gguf -t 2 -o jsonl "$@" 2>/dev/null |
+        sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", /" >> "$O/llama.jsonl"
+    echo "$tag $f llama.cpp $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\"" "$O/llama.jsonl" | tail -1 | grep -o '"avg_ts": [0-9.]*')"
+}
+if has tg || has pp; then
+    stamp "tg"
+    TGV=${TGV:-pf0_0 pf1_2048 pf2_0}
+    ours tg1 q8_0 pf0_0 -p 1 -n 64 --reps 2
+    while kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
+    tail -1 "$O/llama_build.log"
+    if has tg; then
+        for r in 1 2; do
+            theirs tg$r q8_0 -p 0 -n 64 -r 2
+            for v in $TGV; do ours tg$r q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
+        done
+        for t in $TYPES; do
+            [ $t = q8_0 ] && continue
+            theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t pf0_0 -p 1 -n 64 --reps 2 --no-bandwidth
+            ours tg1 $t pf1_2048 -p 1 -n 64 --reps 2 --no-bandwidth
+        done
+    fi
+    if has pp; then
+        for t in $TYPES; do
+            theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t pf0_0 -p 512 -n 0 --reps 1 --no-bandwidth
+        done
+    fi
+fi
+cat /proc/loadavg
+stamp done
