@@ -209,9 +209,7 @@ def build(name, out, image_path, seed):
     cfg._attn_implementation = "eager"
     model = spec["cls"](cfg).float().eval()
     randomize(model, torch.Generator().manual_seed(seed + 1))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
+    bf16_round(model)
 
     image = Image.open(image_path).convert("RGB")
     proc = spec["proc"]
@@ -296,17 +294,95 @@ QWEN_SMALL_MAX_PIXELS = 28 * 28 * 8  # second processor: exercises the max_pixel
 QWEN_CROP = (30, 20, 130, 80)      # the second picture: a 100x60 crop of the first
 
 
-def qwen_image_processor(min_pixels, max_pixels):
+def qwen_vl_processor(min_pixels, max_pixels, patch, mean, std):
+    """Qwen2VLImageProcessor (Pillow) with the given bounds, patch size and
+    normalisation (the Qwen2.5-VL and Qwen3-VL cases differ only there)."""
     from PIL import Image
     cls = pil_processor("Qwen2VLImageProcessor")
     kw = dict(do_resize=True, resample=Image.BICUBIC, do_rescale=True, do_normalize=True,
-              image_mean=[0.48145466, 0.4578275, 0.40821073],
-              image_std=[0.26862954, 0.26130258, 0.27577711], do_convert_rgb=True, patch_size=14,
+              image_mean=mean, image_std=std, do_convert_rgb=True, patch_size=patch,
               temporal_patch_size=2, merge_size=2)
     try:
         return cls(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, **kw)
     except (TypeError, ValueError):
         return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
+
+
+def qwen_image_processor(min_pixels, max_pixels):
+    return qwen_vl_processor(min_pixels, max_pixels, 14, [0.48145466, 0.4578275, 0.40821073],
+                             [0.26862954, 0.26130258, 0.27577711])
+
+
+def qwen_tokenizer():
+    """The byte-level test tokenizer with Qwen's special tokens and chat
+    template: (tok, fast, ids_of, vocab rounded up to 32)."""
+    from transformers import PreTrainedTokenizerFast
+    tok = make_golden_bytelevel(QWEN_SPECIALS)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = QWEN_TEMPLATE
+    ids_of = {t: tok.token_to_id(t) for t in QWEN_SPECIALS}
+    return tok, fast, ids_of, (tok.get_vocab_size() + 31) // 32 * 32
+
+
+def qwen_prompt_ids(tok, fast, ids_of, grids):
+    """QWEN_USER through the chat template with each image's pads expanded
+    (as Qwen2_5_VLProcessor and Qwen3VLProcessor do): (prompt, rows per
+    image, ids, input_ids)."""
+    import torch
+    prompt = fast.apply_chat_template([{"role": "user", "content": QWEN_USER}], tokenize=False,
+                                      add_generation_prompt=True)
+    n_img_tokens = [int(g.prod()) // 4 for g in grids]  # 2x2 merge
+    pieces = prompt.split("<|image_pad|>")
+    assert len(pieces) == 3, pieces
+    ids = []
+    for i, piece in enumerate(pieces):
+        ids += tok.encode(piece, add_special_tokens=False).ids
+        if i < 2:
+            ids += [ids_of["<|image_pad|>"]] * n_img_tokens[i]
+    return prompt, n_img_tokens, ids, torch.tensor([ids])
+
+
+def qwen_runner(model, ids_of, pixel_values, grid_thw):
+    """The whole model on a prompt of ids with the images (no cache)."""
+    import torch
+
+    def run(ids_t):
+        # newer releases want mm_token_type_ids (1 = image token) for M-RoPE
+        kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
+                  image_grid_thw=grid_thw, use_cache=False)
+        mm = (ids_t == ids_of["<|image_pad|>"]).to(torch.int32)
+        try:
+            return model(mm_token_type_ids=mm, **kw)
+        except TypeError:
+            return model(**kw)
+    return run
+
+
+def greedy_top5(run, input_ids, steps=6):
+    """Greedy continuation (no cache: each step recomputes the M-RoPE ids):
+    the tokens, each step's top-5 ids and log-probs."""
+    import torch
+    gen, top_ids, top_lp = [], [], []
+    cur = input_ids
+    for _ in range(steps):
+        lo = run(cur).logits[0, -1].float()
+        lp = torch.log_softmax(lo, -1)
+        t5 = torch.topk(lp, 5)
+        top_ids.append(t5.indices.tolist())
+        top_lp.append(t5.values.tolist())
+        nxt = int(lo.argmax())
+        gen.append(nxt)
+        cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+    return gen, top_ids, top_lp
+
+
+def bf16_round(model):
+    """Every weight rounded to bfloat16 (what save_pretrained stores), kept in float."""
+    import torch
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
 
 
 def save_video_config(d, processor_type, min_pixels, max_pixels):
@@ -331,13 +407,7 @@ def build_qwen(out, image_path, seed):
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    tok = make_golden_bytelevel(QWEN_SPECIALS)
-    from transformers import PreTrainedTokenizerFast
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>")
-    fast.chat_template = QWEN_TEMPLATE
-    ids_of = {t: tok.token_to_id(t) for t in QWEN_SPECIALS}
-    vocab = (tok.get_vocab_size() + 31) // 32 * 32
+    tok, fast, ids_of, vocab = qwen_tokenizer()
     vision = dict(depth=4, hidden_size=48, hidden_act="silu", intermediate_size=80, num_heads=3,
                   in_channels=3, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
                   tokens_per_second=2, window_size=112, out_hidden_size=64,
@@ -365,9 +435,7 @@ def build_qwen(out, image_path, seed):
     torch.manual_seed(seed)
     model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
     randomize(model, torch.Generator().manual_seed(seed + 1))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
+    bf16_round(model)
 
     image = Image.open(image_path).convert("RGB")
     image2 = image.crop(QWEN_CROP)
@@ -379,20 +447,7 @@ def build_qwen(out, image_path, seed):
     pv = [e["pixel_values"].float() for e in enc]
     grids = [e["image_grid_thw"].reshape(-1, 3) for e in enc]
     visual = submodule(model, "model.visual", "visual")
-    merge = 4
-
-    # ids: the chat prompt with each image's pads expanded (as Qwen2_5_VLProcessor does)
-    prompt = fast.apply_chat_template([{"role": "user", "content": QWEN_USER}], tokenize=False,
-                                      add_generation_prompt=True)
-    n_img_tokens = [int(g.prod()) // merge for g in grids]
-    pieces = prompt.split("<|image_pad|>")
-    assert len(pieces) == 3, pieces
-    ids = []
-    for i, piece in enumerate(pieces):
-        ids += tok.encode(piece, add_special_tokens=False).ids
-        if i < 2:
-            ids += [ids_of["<|image_pad|>"]] * n_img_tokens[i]
-    input_ids = torch.tensor([ids])
+    prompt, n_img_tokens, ids, input_ids = qwen_prompt_ids(tok, fast, ids_of, grids)
     pixel_values = torch.cat(pv, 0)
     grid_thw = torch.cat(grids, 0)
 
@@ -422,34 +477,14 @@ def build_qwen(out, image_path, seed):
         cand = [out2] if torch.is_tensor(out2) else [getattr(out2, k, None) for k in
                                                      ("pooler_output", "last_hidden_state")]
         feats2 = next(c for c in cand if c is not None and c.shape[0] == n_img_tokens[1])
-        def run(ids_t):
-            # newer releases want mm_token_type_ids (1 = image token) for M-RoPE
-            kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
-                      image_grid_thw=grid_thw, use_cache=False)
-            mm = (ids_t == ids_of["<|image_pad|>"]).to(torch.int32)
-            try:
-                return model(mm_token_type_ids=mm, **kw)
-            except TypeError:
-                return model(**kw)
-
+        run = qwen_runner(model, ids_of, pixel_values, grid_thw)
         o = run(input_ids)
         logits = o.logits[0].float()
         a, kw = captured["lm"]
         pos = kw.get("position_ids")
         if pos is None and len(a) > 2:
             pos = a[2]
-        # greedy continuation (no cache: each step recomputes the M-RoPE ids)
-        gen, top_ids, top_lp = [], [], []
-        cur = input_ids
-        for _ in range(6):
-            lo = run(cur).logits[0, -1].float()
-            lp = torch.log_softmax(lo, -1)
-            t5 = torch.topk(lp, 5)
-            top_ids.append(t5.indices.tolist())
-            top_lp.append(t5.values.tolist())
-            nxt = int(lo.argmax())
-            gen.append(nxt)
-            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+        gen, top_ids, top_lp = greedy_top5(run, input_ids)
     for h in [h1, h2] + hb:
         h.remove()
     if pos is None:
@@ -620,17 +655,7 @@ def build_gemma3(out, image_path, seed):
         fuse_diff = float((fused - logits).abs().max())
         if fuse_diff > 1e-4:  # recorded (the C test compares against the full model's logits)
             print(f"gemma3: warning: fused-embedding logits differ by {fuse_diff}", file=sys.stderr)
-        gen, top_ids, top_lp = [], [], []
-        cur = input_ids
-        for _ in range(6):
-            lo = run(cur).logits[0, -1].float()
-            lp = torch.log_softmax(lo, -1)
-            t5 = torch.topk(lp, 5)
-            top_ids.append(t5.indices.tolist())
-            top_lp.append(t5.values.tolist())
-            nxt = int(lo.argmax())
-            gen.append(nxt)
-            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+        gen, top_ids, top_lp = greedy_top5(run, input_ids)
 
     tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     model.to(torch.bfloat16).save_pretrained(d)
@@ -698,15 +723,7 @@ QWEN3_MROPE = [4, 2, 2]            # head_dim 16: 8 rotary pairs, t gets the res
 
 
 def qwen3_image_processor(min_pixels, max_pixels):
-    from PIL import Image
-    cls = pil_processor("Qwen2VLImageProcessor")
-    kw = dict(do_resize=True, resample=Image.BICUBIC, do_rescale=True, do_normalize=True,
-              image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_convert_rgb=True,
-              patch_size=16, temporal_patch_size=2, merge_size=2)
-    try:
-        return cls(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, **kw)
-    except (TypeError, ValueError):
-        return cls(min_pixels=min_pixels, max_pixels=max_pixels, **kw)
+    return qwen_vl_processor(min_pixels, max_pixels, 16, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
 
 
 def build_qwen3vl(out, image_path, seed, moe=False):
@@ -724,13 +741,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    tok = make_golden_bytelevel(QWEN_SPECIALS)
-    from transformers import PreTrainedTokenizerFast
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>")
-    fast.chat_template = QWEN_TEMPLATE
-    ids_of = {t: tok.token_to_id(t) for t in QWEN_SPECIALS}
-    vocab = (tok.get_vocab_size() + 31) // 32 * 32
+    tok, fast, ids_of, vocab = qwen_tokenizer()
     vision = dict(depth=4, hidden_size=48, hidden_act="gelu_pytorch_tanh", intermediate_size=80,
                   num_heads=3, in_channels=3, patch_size=16, spatial_merge_size=2,
                   temporal_patch_size=2, out_hidden_size=64,
@@ -776,9 +787,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
             for n_, p_ in model.named_parameters():
                 if ".experts." in n_ and p_.dim() == 3:
                     p_.copy_(0.1 * torch.randn(p_.shape, generator=gen_e))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
+    bf16_round(model)
 
     image = Image.open(image_path).convert("RGB")
     image2 = image.crop(QWEN_CROP)
@@ -788,19 +797,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
     pv = [e["pixel_values"].float() for e in enc]
     grids = [e["image_grid_thw"].reshape(-1, 3) for e in enc]
     visual = submodule(model, "model.visual", "visual")
-    merge = 4
-
-    prompt = fast.apply_chat_template([{"role": "user", "content": QWEN_USER}], tokenize=False,
-                                      add_generation_prompt=True)
-    n_img_tokens = [int(g.prod()) // merge for g in grids]
-    pieces = prompt.split("<|image_pad|>")
-    assert len(pieces) == 3, pieces
-    ids = []
-    for i, piece in enumerate(pieces):
-        ids += tok.encode(piece, add_special_tokens=False).ids
-        if i < 2:
-            ids += [ids_of["<|image_pad|>"]] * n_img_tokens[i]
-    input_ids = torch.tensor([ids])
+    prompt, n_img_tokens, ids, input_ids = qwen_prompt_ids(tok, fast, ids_of, grids)
     pixel_values = torch.cat(pv, 0)
     grid_thw = torch.cat(grids, 0)
 
@@ -847,15 +844,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
             posemb = None
         patch_only = visual.patch_embed(pv[0]).float()
 
-        def run(ids_t):
-            kw = dict(input_ids=ids_t, attention_mask=torch.ones_like(ids_t), pixel_values=pixel_values,
-                      image_grid_thw=grid_thw, use_cache=False)
-            mm = (ids_t == ids_of["<|image_pad|>"]).to(torch.int32)
-            try:
-                return model(mm_token_type_ids=mm, **kw)
-            except TypeError:
-                return model(**kw)
-
+        run = qwen_runner(model, ids_of, pixel_values, grid_thw)
         captured.clear()
         o = run(input_ids)
         logits = o.logits[0].float()
@@ -889,17 +878,7 @@ def build_qwen3vl(out, image_path, seed, moe=False):
             deepstack_effect = fuse_diff = None
         if fuse_diff is not None and fuse_diff > 1e-4:
             print(f"qwen3vl: warning: the LM with DeepStack by hand differs by {fuse_diff}", file=sys.stderr)
-        gen, top_ids, top_lp = [], [], []
-        cur = input_ids
-        for _ in range(6):
-            lo = run(cur).logits[0, -1].float()
-            lp = torch.log_softmax(lo, -1)
-            t5 = torch.topk(lp, 5)
-            top_ids.append(t5.indices.tolist())
-            top_lp.append(t5.values.tolist())
-            nxt = int(lo.argmax())
-            gen.append(nxt)
-            cur = torch.cat([cur, torch.tensor([[nxt]])], 1)
+        gen, top_ids, top_lp = greedy_top5(run, input_ids)
     for h in hooks:
         h.remove()
     if pos is None:
