@@ -21,9 +21,11 @@ NSYS=${NSYS:-1}
 DEADLINE_S=${DEADLINE_S:-400}
 NAME=${NAME:-f_cuda}
 # variants of the new matvec measured beside the old one (env assignments;
-# "X=1" is the default)
-VARIANTS=${VARIANTS:-"OMNI_CUDA_PDL=1 OMNI_CUDA_MV2_PPT=1 OMNI_CUDA_MV2_PPT=4"}
-VARIANTS7=${VARIANTS7:-"OMNI_CUDA_PDL=1 OMNI_CUDA_MV2_PPT=4"}
+# "X=1" is the default; commas join assignments)
+VARIANTS=${VARIANTS:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=1 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512"}
+VARIANTS7=${VARIANTS7:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512"}
+# the environment of the second test_cuda run, the check and the sanitizer
+TEST_ENV=${TEST_ENV:-"OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512"}
 O=${OUT:-/tmp/out}/$NAME
 W=/tmp/cuda_mv2_work
 mkdir -p "$O" "$W"
@@ -100,7 +102,8 @@ if [ -x build-fcuda/test_cuda ]; then
     stamp "test_cuda (default: the new matvec)"
     tc default X=1 --
     stamp "test_cuda with PDL launches (the q8_0 models: graphs, fused ops)"
-    tc pdl-q8 OMNI_CUDA_PDL=1 -- q8_0
+    tc "$TEST_ENV q8" ${TEST_ENV//,/ } -- q8_0
+    tc "$TEST_ENV fused" ${TEST_ENV//,/ } -- backend_
 fi
 
 stamp "waiting for the model files"
@@ -125,7 +128,7 @@ if [ -x build-fcuda/bench_dev ]; then
         [ "$M" = "$M7" ] && vs=$VARIANTS7
         for v in $vs; do
             [ "$(left)" -lt 90 ] && break
-            bd "$b $v" $v -- -m "$M" -p 1 -n 128 -r 3
+            bd "$b $v" ${v//,/ } -- -m "$M" -p 1 -n 128 -r 3
         done
         bd "$b mv2=0 again" OMNI_CUDA_MV2=0 -- -m "$M" -p 1 -n 128 -r 3
     done
@@ -146,7 +149,7 @@ fi
 if [ -x build-fcuda/bench_dev ]; then
     if [ "$(left)" -gt 80 ]; then
         stamp "bench_dev --check 8 (device vs CPU) on the 1B Q4_K_M file, new matvec + PDL"
-        OMNI_CUDA_PDL=1 timeout "$(cap 60)" build-fcuda/bench_dev -m "$M4" -p 8 -n 8 -r 1 --check 8 2>&1 |
+        env ${TEST_ENV//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$M4" -p 8 -n 8 -r 1 --check 8 2>&1 |
             grep -E '"check"|check' | head -4
     fi
     if [ "$(left)" -gt 60 ]; then
@@ -158,7 +161,7 @@ fi
 NSYS_BIN=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [ "$NSYS" = 1 ] && [ -n "$NSYS_BIN" ] && [ "$(left)" -gt 60 ]; then
     stamp "nsys: kernel times of 32 decode steps on the 7B file (graphs off, PDL on)"
-    OMNI_DEV_GRAPHS=0 OMNI_CUDA_PDL=1 timeout "$(cap 50)" "$NSYS_BIN" profile -o "$W/p7" --force-overwrite true \
+    OMNI_DEV_GRAPHS=0 env ${TEST_ENV//,/ } timeout "$(cap 50)" "$NSYS_BIN" profile -o "$W/p7" --force-overwrite true \
         --stats=false build-fcuda/bench_dev -m "$M7" -p 1 -n 32 -r 1 > "$W/nsys.txt" 2>&1
     timeout "$(cap 30)" "$NSYS_BIN" stats --report cuda_gpu_kern_sum --format csv "$W/p7.nsys-rep" 2>/dev/null |
         cut -c1-220 | head -30
@@ -176,7 +179,7 @@ fi
 if [ "$SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 60 ]; then
     for f in backend_ model_dev_qwen2_q8; do
         stamp "compute-sanitizer memcheck $f (PDL on)"
-        OMNI_CUDA_PDL=1 OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
+        env ${TEST_ENV//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
             compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
         r="sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
         echo "$r" | tee -a "$SUM"

@@ -790,12 +790,14 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const int8_t *_
     }
 }
 
-/* acc[k] = thread i's part of row r of matrix k < R (R = 2: gate and up,
- * the same pieces) over np pieces, TPR threads a row: U pieces of each row
- * loaded, then dotted. The first loads go out before pdl_wait. */
+/* acc[k] = thread i's part of a row over np pieces, TPR threads a row,
+ * for k < R streams: row r of m0 (R = 1); and of m1 (R = 2: gate and up);
+ * and row r2 of m0 and of m1 (R = 4). U pieces of each stream are loaded,
+ * then dotted; the first loads go out before pdl_wait. A row's sum has the
+ * same order whatever U and R. */
 template <int T, int TPR, int U, int R>
-__device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, int i, int np,
-                                         const int8_t *__restrict__ xq,
+__device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, int r2, int i,
+                                         int np, const int8_t *__restrict__ xq,
                                          const float *__restrict__ xd, float *acc)
 {
     mv2raw w[R][U];
@@ -808,7 +810,7 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
 #pragma unroll
         for (int k = 0; k < R; k++)
             if (p + u * TPR < np)
-                mv2_ld<T>(k ? m1 : m0, r, p + u * TPR, w[k][u]);
+                mv2_ld<T>(k & 1 ? m1 : m0, k < 2 ? r : r2, p + u * TPR, w[k][u]);
     pdl_wait();
     for (;;) {
 #pragma unroll
@@ -825,7 +827,7 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
 #pragma unroll
             for (int k = 0; k < R; k++)
                 if (p + u * TPR < np)
-                    mv2_ld<T>(k ? m1 : m0, r, p + u * TPR, w[k][u]);
+                    mv2_ld<T>(k & 1 ? m1 : m0, k < 2 ? r : r2, p + u * TPR, w[k][u]);
     }
 }
 
@@ -860,7 +862,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
     if (r < rows)
-        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc);
+        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc);
     else
         pdl_wait();
     acc = mv2_reduce<TPR>(acc, red);
@@ -895,9 +897,9 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     float acc = 0.0f;
     if (r < rows) {
         switch (m.type) {
-        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
-        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
-        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, i, np, xq, xd, &acc); break;
+        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
         }
     } else {
         pdl_wait();
@@ -920,10 +922,37 @@ __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[2];
-    mv2_rows<T, 32, MV2_UG, 2>(mg, mu, r, lane, np, xq, xd, a);
+    mv2_rows<T, 32, MV2_UG, 2>(mg, mu, r, r, lane, np, xq, xd, a);
     const float gs = warp_sum(a[0]), us = warp_sum(a[1]);
     if (lane == 0)
         vals[wid] = us * (gs / (1.0f + expf(-gs)));
+    __syncthreads();
+    if (wid == 0)
+        norm_out<true>(y + blockIdx.x * 32, lane, vals[lane], oq + blockIdx.x * 32,
+                       oqd + blockIdx.x);
+}
+
+/* The same with 16 warps a block, each taking rows r and r + 16 of the
+ * block's 32 (OMNI_CUDA_MV2_GLU=512: two blocks fit an SM where one of
+ * 1024 threads does). */
+template <int T>
+__global__ void __launch_bounds__(512)
+    k_mv2_glu_q16(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
+                  const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
+                  float *__restrict__ oqd)
+{
+    __shared__ float vals[32];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int r = blockIdx.x * 32 + wid;
+    float a[4];
+    mv2_rows<T, 32, 1, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
+    const float g0 = warp_sum(a[0]), u0 = warp_sum(a[1]);
+    const float g1 = warp_sum(a[2]), u1 = warp_sum(a[3]);
+    if (lane == 0) {
+        vals[wid] = u0 * (g0 / (1.0f + expf(-g0)));
+        vals[wid + 16] = u1 * (g1 / (1.0f + expf(-g1)));
+    }
     __syncthreads();
     if (wid == 0)
         norm_out<true>(y + blockIdx.x * 32, lane, vals[lane], oq + blockIdx.x * 32,
@@ -960,12 +989,18 @@ __global__ void k_repack_q8_0(const uint8_t *__restrict__ W, int64_t n, uint8_t 
         q[i * 32 + j] = b[2 + j];
 }
 
-static bool pdl_on; /* OMNI_CUDA_PDL=1 (read at backend creation) */
+/* OMNI_CUDA_PDL (read at backend creation): 1 launches the mv2 products
+ * with programmatic dependent launch, 2 also the other kernels of a decode
+ * step (norms, RoPE + K/V store, attention, argmax: each waits for the
+ * previous kernel at its top). */
+static int pdl_level;
 
-/* A launch with programmatic stream serialization when pdl_on (the kernel
- * may start while the previous one finishes; it waits in pdl_wait). */
+/* A launch with programmatic stream serialization when pdl_level >= level
+ * (the kernel may start while the previous one finishes; it waits in
+ * pdl_wait before reading what that one wrote). */
 template <typename... KArgs, typename... Args>
-static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args)
+static void launch_pdl_at(int level, void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s,
+                          Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -975,11 +1010,18 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = pdl_on ? 1 : 0;
+    cfg.numAttrs = pdl_level >= level ? 1 : 0;
     cudaLaunchKernelEx(&cfg, k, args...);
 }
 
+template <typename... KArgs, typename... Args>
+static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args)
+{
+    launch_pdl_at(1, k, grid, block, s, args...);
+}
+
 static int mv2_ppt = 2; /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
+static bool mv2_glu16;  /* OMNI_CUDA_MV2_GLU=512: k_mv2_glu_q16 */
 
 /* Threads a row for np pieces: 32, 64 or 128. */
 static int mv2_tpr(int np)
@@ -1487,7 +1529,13 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         mv2m mg, mu;
         if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
             const int np = cols / 32;
-            switch (wg->type) {
+            if (mv2_glu16) {
+                switch (wg->type) {
+                case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                }
+            } else switch (wg->type) {
             case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q6_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             default: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q8_0>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
@@ -1664,6 +1712,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
                           int8_t *q, float *qd)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
+    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
     __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -1722,7 +1771,7 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        k_rmsnorm<true><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, q, qd);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd);
         norm_quant_done(s, y, rows, dim);
     } else {
         k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL);
@@ -1738,6 +1787,7 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
                               int dim, float eps, int8_t *q, float *qd)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
+    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
     __shared__ float part[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *dr = dx + (size_t)blockIdx.x * dim;
@@ -1777,7 +1827,7 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        k_add_rmsnorm<true><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, q, qd);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd);
         norm_quant_done(s, y, rows, dim);
     } else {
         k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL);
@@ -1897,6 +1947,8 @@ static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v
 template <typename KT>
 __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
 {
+    pdl_trigger();
+    pdl_wait(); /* (OMNI_CUDA_PDL=2) q, k, v of the product before */
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total)
         return;
@@ -1955,9 +2007,9 @@ static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
         return 0;
     cudaStream_t s = st(be)->stream;
     if (r->kv_type == GGML_TYPE_F16)
-        k_rope_kv<__half><<<blocks_for(total, 256), 256, 0, s>>>(*r, half, total);
+        launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total);
     else if (r->kv_type == GGML_TYPE_F32)
-        k_rope_kv<float><<<blocks_for(total, 256), 256, 0, s>>>(*r, half, total);
+        launch_pdl_at(2, k_rope_kv<float>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total);
     else
         return OMNI_ERR_UNSUPPORTED;
     return chk_launch("rope_kv");
@@ -2090,6 +2142,7 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
 {
     pdl_trigger(); /* the output projection may start loading its weights */
+    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's q, K, V */
     __shared__ float qs[256];
     __shared__ float sm_m[ATT_SPLIT], sm_l[ATT_SPLIT], sm_f[ATT_SPLIT];
     __shared__ float sm_acc[ATT_SPLIT][256];
@@ -2203,11 +2256,11 @@ static void launch_attention_split(const struct omni_battn *a, int8_t *q, float 
 {
     const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
     if (a->head_dim <= 64)
-        k_attention_split<KT, 1, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 1, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
     else if (a->head_dim <= 128)
-        k_attention_split<KT, 2, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 2, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
     else
-        k_attention_split<KT, 4, Q><<<g, ATT_SPLIT * 32, 0, s>>>(*a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 4, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
 }
 
 /* split: k_attention_split (decode steps), whose output is also written
@@ -2340,6 +2393,7 @@ __global__ void __launch_bounds__(256)
     k_argmax_sliced(const float *__restrict__ x, int n, float *pv, int *pi, unsigned *count,
                     int32_t *out)
 {
+    pdl_wait(); /* (OMNI_CUDA_PDL=2) the logits */
     __shared__ float bv[8];
     __shared__ int bi[8];
     __shared__ bool last;
@@ -2387,8 +2441,8 @@ static int cuda_argmax(struct omni_backend *be, const float *x, int rows, int n,
     if (rows < 1)
         return 0;
     if (s->am_pv && rows <= AM_ROWS && n >= 8 * AM_SLICES) {
-        k_argmax_sliced<<<dim3(AM_SLICES, rows), 256, 0, s->stream>>>(x, n, s->am_pv, s->am_pi,
-                                                                      s->am_count, out);
+        launch_pdl_at(2, k_argmax_sliced, dim3(AM_SLICES, rows), dim3(256), s->stream, x, n,
+                      s->am_pv, s->am_pi, s->am_count, out);
         return chk_launch("argmax");
     }
     k_argmax<<<rows, 1024, 0, s->stream>>>(x, n, out);
@@ -2571,9 +2625,11 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *m2 = getenv("OMNI_CUDA_MV2");
     s->mv2_off = m2 && !strcmp(m2, "0");
     const char *pd = getenv("OMNI_CUDA_PDL");
-    pdl_on = pd && !strcmp(pd, "1");
+    pdl_level = pd && atoi(pd) > 0 ? atoi(pd) : 0;
     const char *pp = getenv("OMNI_CUDA_MV2_PPT");
     mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
+    const char *mg = getenv("OMNI_CUDA_MV2_GLU");
+    mv2_glu16 = mg && !strcmp(mg, "512");
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
