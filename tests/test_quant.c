@@ -553,6 +553,63 @@ TEST(quant_vec_dot_prep_matches_ref)
         CHECK(tested > 0);
 }
 
+/* vec_dot_prep over several weight rows (the AVX2 q4_0/q5_0 kernels take
+ * them two at a time, an odd last row alone): every row's output is the bits
+ * of that row run by itself, whatever its neighbours and the row count (so
+ * decode's bits do not depend on how threads split the rows), and within
+ * TOL_DOT_REL of the reference; a stride wider than the row is honoured. */
+TEST(quant_vec_dot_prep_rows_independent)
+{
+    enum { N = 896, ROWS = 9, STRIDE_PAD = 40 };
+    static float xf[N], wdeq[N], prep[OMNI_ACT_PREP_FLOATS(N)];
+    static uint8_t w[ROWS * (N + STRIDE_PAD)], a[N * 4];
+    static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0 };
+    rng_state = 777;
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int type = types[ti];
+        const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
+        const size_t row = ggml_row_size(type, N), stride = row + STRIDE_PAD;
+        for (int r = 0; r < ROWS; r++)
+            random_weights(type, w + (size_t)r * stride, N);
+        for (int64_t i = 0; i < N; i++)
+            xf[i] = frand();
+        ref->from_float(xf, a, N);
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
+            if (!op->vec_dot_prep)
+                continue;
+            tested++;
+            op->act_prep(a, prep, N);
+            float alone[ROWS];
+            for (int r = 0; r < ROWS; r++)
+                op->vec_dot_prep(N, w + (size_t)r * stride, stride, 1, a, prep, &alone[r]);
+            for (int first = 0; first < 3; first++)
+                for (int n_rows = 1; first + n_rows <= ROWS; n_rows++) {
+                    float y[ROWS + 1];
+                    y[n_rows] = 12345.0f; /* nothing written past the last row */
+                    op->vec_dot_prep(N, w + (size_t)first * stride, stride, n_rows, a, prep, y);
+                    CHECK(y[n_rows] == 12345.0f);
+                    for (int r = 0; r < n_rows; r++)
+                        CHECK_MSG(memcmp(&y[r], &alone[first + r], sizeof(float)) == 0,
+                                  "%s level %s rows %d+%d: row %d %.9g, alone %.9g", ggml_type_name(type),
+                                  omni_cpu_level_name(level), first, n_rows, r, y[r], alone[first + r]);
+                }
+            for (int r = 0; r < ROWS; r++) {
+                CHECK_EQ(dequantize_row(type, w + (size_t)r * stride, wdeq, N), 0);
+                double mag = 0;
+                for (int64_t i = 0; i < N; i++)
+                    mag += fabs((double)wdeq[i] * xf[i]);
+                const float s_ref = ref->vec_dot(N, w + (size_t)r * stride, a);
+                CHECK_MSG(fabs((double)alone[r] - s_ref) <= TOL_DOT_REL * mag + 1e-30, "%s level %s row %d: %.9g vs ref %.9g",
+                          ggml_type_name(type), omni_cpu_level_name(level), r, alone[r], s_ref);
+            }
+        }
+    }
+    if (omni_cpu()->max_level >= OMNI_CPU_AVX2)
+        CHECK(tested > 0);
+}
+
 /* The low-bit types through omni_matmul, on the per-row dot path (batch 1
  * and 5, threads) and the dequantize + sgemm path (40 rows): every output
  * equals the float product of the dequantized weights and the activations,
