@@ -33,6 +33,7 @@ struct gdn_ctx {
     float *y;     /* [max_tokens][n_v head_v] normed, gated outputs */
     float *tmp;   /* [2][max_tokens][n_v]: beta and alpha projections (Qwen3.5) */
     float *qkvz;  /* [max_tokens][conv_dim + n_v head_v] ssm_in's rows, or NULL */
+    gdn_matmul_multi_fn multi; /* the input projections in one call, or NULL */
 };
 
 int gdn_conv_dim(const struct gdn_params *p)
@@ -81,6 +82,8 @@ nomem:
     gdn_ctx_free(c);
     return NULL;
 }
+
+void gdn_ctx_set_matmul_multi(struct gdn_ctx *c, gdn_matmul_multi_fn multi) { c->multi = multi; }
 
 void gdn_ctx_free(struct gdn_ctx *c)
 {
@@ -252,7 +255,12 @@ int gdn_forward(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, i
     if (n < 1 || n > c->max_tokens)
         return OMNI_ERR_ARG;
     const int nv = c->p.n_v_heads;
-    if (L->qkvz.data) {
+    const bool multi = c->multi && !L->qkvz.data;
+    if (multi) { /* qkv, z, and b/a (ssm_ba, or beta and alpha into tmp) in one call */
+        const struct omni_tensor *w[4] = { &L->qkv, &L->gate, L->ba.data ? &L->ba : &L->beta, &L->alpha };
+        float *const y[4] = { c->qkv, c->z, L->ba.data ? c->ba : c->tmp, c->tmp + (size_t)n * nv };
+        c->multi(mm_arg, w, L->ba.data ? 3 : 4, xn, n, y);
+    } else if (L->qkvz.data) {
         if (!c->qkvz)
             return OMNI_ERR_ARG;
         split_qkvz(c, L, xn, n, mm, mm_arg);
@@ -261,11 +269,14 @@ int gdn_forward(struct gdn_ctx *c, const struct gdn_layer *L, const float *xn, i
         mm(mm_arg, &L->gate, xn, n, c->z);
     }
     if (L->ba.data) {
-        mm(mm_arg, &L->ba, xn, n, c->ba);
+        if (!multi)
+            mm(mm_arg, &L->ba, xn, n, c->ba);
     } else { /* b then a, each [n][nv], into rows of 2 nv */
         float *tmp = c->tmp;
-        mm(mm_arg, &L->beta, xn, n, tmp);
-        mm(mm_arg, &L->alpha, xn, n, tmp + (size_t)n * nv);
+        if (!multi) {
+            mm(mm_arg, &L->beta, xn, n, tmp);
+            mm(mm_arg, &L->alpha, xn, n, tmp + (size_t)n * nv);
+        }
         for (int t = 0; t < n; t++) {
             memcpy(c->ba + (size_t)t * 2 * nv, tmp + (size_t)t * nv, (size_t)nv * sizeof(float));
             memcpy(c->ba + (size_t)t * 2 * nv + nv, tmp + (size_t)(n + t) * nv,

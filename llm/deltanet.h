@@ -75,6 +75,13 @@ struct gdn_token {
 typedef void (*gdn_matmul_fn)(void *arg, const struct omni_tensor *w, const float *x, int n,
                               float *y);
 
+/* The products of several weights sharing the input x (y[k] = x w[k]^T,
+ * n_w <= 4), each with the same bits as mm of that weight alone: the
+ * model's omni_matmul_multi (one parallel region for a decode step's
+ * input projections instead of three or four). */
+typedef void (*gdn_matmul_multi_fn)(void *arg, const struct omni_tensor *const *w, int n_w,
+                                    const float *x, int n, float *const *y);
+
 /* Floats of one layer's state; conv channels 2 n_k head_k + n_v head_v. */
 size_t gdn_state_floats(const struct gdn_params *p);
 int gdn_conv_dim(const struct gdn_params *p);
@@ -84,6 +91,10 @@ int gdn_conv_dim(const struct gdn_params *p);
 struct gdn_ctx *gdn_ctx_new(const struct gdn_params *p, int max_tokens, struct tpool *tp,
                             char *err, size_t errlen);
 void gdn_ctx_free(struct gdn_ctx *c);
+/* The input projections of attn_qkv / attn_gate files (qkv, z, and ba or
+ * beta + alpha) through multi(mm_arg, ...) where set (NULL: one mm each);
+ * gdn_forward's mm_arg is passed to it. */
+void gdn_ctx_set_matmul_multi(struct gdn_ctx *c, gdn_matmul_multi_fn multi);
 
 /* out[n][n_embd] = the layer applied to xn[n][n_embd], tokens in batch
  * order with their states (tok[n]); out may alias xn. 0, or OMNI_ERR_ARG

@@ -1190,6 +1190,9 @@ struct llm_ctx {
     void *dev_impl;
 };
 
+static void gdn_matmul_multi(void *arg, const struct omni_tensor *const *w, int n_w,
+                             const float *x, int n, float *const *y);
+
 struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tpool *tp,
                             char *err, size_t errlen)
 {
@@ -1245,6 +1248,8 @@ struct llm_ctx *llm_ctx_new(const struct llm_model *m, int max_tokens, struct tp
             llm_ctx_free(ctx);
             return NULL;
         }
+        if (ctx->gdn)
+            gdn_ctx_set_matmul_multi(ctx->gdn, gdn_matmul_multi);
         if (!(ctx->gdn_tok = calloc(T, sizeof *ctx->gdn_tok)) ||
             !(ctx->qg = malloc(T * 2 * q_dim * sizeof(float))))
             goto nomem;
@@ -1678,6 +1683,13 @@ void llm_ctx_reset_weight_bytes_read(struct llm_ctx *ctx) { ctx->bytes_read = 0;
 static void moe_matmul(void *arg, const struct omni_tensor *w, const float *x, int n, float *y)
 {
     matmul(arg, w, x, n, y);
+}
+
+/* The Gated DeltaNet input projections in one call (matmul_multi: the same bits). */
+static void gdn_matmul_multi(void *arg, const struct omni_tensor *const *w, int n_w,
+                             const float *x, int n, float *const *y)
+{
+    matmul_multi(arg, w, n_w, x, n, y);
 }
 
 /* The experts' products: batch-invariant mode as matmul; bytes from moe's counter. */
