@@ -52,7 +52,7 @@ struct moe_ctx {
     /* one-token pool path (moe_ctx_set_pool) */
     struct tpool *tp;
     struct dec_mat *mat;   /* [2 (n_used + 1)] the products of one pass */
-    int64_t *mat_start;    /* [2 (n_used + 1) + 1] first row of each in the pass */
+    int64_t *mat_start;    /* [2 (n_used + 1) + 1] first weight byte of each in the pass */
     int n_mat;
     uint8_t *xq[2];        /* [n_embd * 4] x in the gate's and the up's dot types */
     uint8_t *aq;           /* [(n_used + 1) * ff * 4] down inputs in the dot type */
@@ -337,9 +337,11 @@ static size_t matrix_bytes(const struct omni_tensor *t)
 /* Rows ahead to prefetch, as omni_matmul's decode path does. */
 #define DEC_PREFETCH_ROWS 4
 
-/* The rows of all the pass's matrices split evenly over the threads (a
- * thread's range may span several matrices, so k small matrices keep every
- * thread busy). */
+/* The rows of all the pass's matrices split over the threads by their
+ * weight bytes (a thread's range may span several matrices, so k small
+ * matrices keep every thread busy; q6_K expert rows beside the shared
+ * expert's q4_K ones weigh what they read): a row goes to the thread whose
+ * byte range holds its first byte. */
 static void dec_worker(void *arg, int ith, int nth)
 {
     const struct moe_ctx *c = arg;
@@ -347,8 +349,9 @@ static void dec_worker(void *arg, int ith, int nth)
     const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
     for (int m = 0; m < c->n_mat; m++) {
         const struct dec_mat *M = &c->mat[m];
-        const int64_t r0 = lo > c->mat_start[m] ? lo - c->mat_start[m] : 0;
-        const int64_t r1 = hi - c->mat_start[m] < M->rows ? hi - c->mat_start[m] : M->rows;
+        const int64_t b0 = lo - c->mat_start[m], b1 = hi - c->mat_start[m], wr_b = (int64_t)M->w_row;
+        const int64_t r0 = b0 > 0 ? (b0 + wr_b - 1) / wr_b : 0;
+        const int64_t r1 = b1 > 0 ? ((b1 + wr_b - 1) / wr_b < M->rows ? (b1 + wr_b - 1) / wr_b : M->rows) : 0;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = M->w + (size_t)r * M->w_row;
             if (r + DEC_PREFETCH_ROWS < r1) {
@@ -370,7 +373,7 @@ static int dec_add(struct moe_ctx *c, const struct omni_tensor *w, const void *a
         return -1;
     c->mat[c->n_mat] = (struct dec_mat){ .op = op, .w = w->data, .w_row = w_row, .n_in = w->ne[0],
                                          .rows = w->ne[1], .a = a, .y = y };
-    c->mat_start[c->n_mat + 1] = c->mat_start[c->n_mat] + w->ne[1];
+    c->mat_start[c->n_mat + 1] = c->mat_start[c->n_mat] + w->ne[1] * (int64_t)w_row;
     c->n_mat++;
     return 0;
 }

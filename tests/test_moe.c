@@ -337,11 +337,15 @@ static void quant_one_token(bool shared, struct tpool *tp)
 TEST(moe_one_token_quantized_bit_exact)
 {
     char err[128];
-    struct tpool *tp = tpool_new(2, err, sizeof err);
-    CHECK_MSG(tp, "%s", err);
+    struct tpool *tp = tpool_new(2, err, sizeof err), *tp3 = tpool_new(3, err, sizeof err);
+    CHECK_MSG(tp && tp3, "%s", err);
+    /* a pass's rows split by weight bytes: q6_K expert rows beside the
+     * shared expert's q8_0 ones, over 2 and 3 threads */
     for (int shared = 0; shared < 2; shared++) {
         quant_one_token(shared, NULL);
         quant_one_token(shared, tp);
+        quant_one_token(shared, tp3);
     }
     tpool_free(tp);
+    tpool_free(tp3);
 }
