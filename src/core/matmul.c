@@ -32,9 +32,13 @@
 #include "arch/x86/x86.h"
 #endif
 
-/* Dequantized weights per sgemm call: 2 MB (an L2) of floats, and at least
- * 64 rows: OpenBLAS ran at half speed on 26-row chunks, near full from 64. */
-#define DEQUANT_CHUNK_FLOATS (512 * 1024)
+/* Dequantized weights per sgemm call: 8 MB of floats, and at least 64 rows.
+ * Each call packs all of x again (OpenBLAS's B copy: 8% of a q4_0 prefill's
+ * time with 2 MB chunks), so the chunk is as large as memory allows: on one
+ * core (AMD EPYC, M = 512, K = 4864) 107-row chunks ran at 35-39 G
+ * multiply-adds/s, 448-row ones at 44-45; the floats written stream
+ * through L3 at a few bytes per 512 multiply-adds. */
+#define DEQUANT_CHUNK_FLOATS (2 * 1024 * 1024)
 #define DEQUANT_CHUNK_MIN_ROWS 64
 /* Decode streams W from memory once: prefetching a few rows ahead into L1
  * (not non-temporal: that measured half as fast) lets the loads overlap the
@@ -313,19 +317,23 @@ static void gemm_rows(void *arg, int ith, int nth)
  * against the per-row dots below and dequantize + sgemm above
  * (tests/bench_matmul.c; docs/engine.md has the numbers). AVX2 (an AMD
  * EPYC): the K-quant GEMM's per-call packing loses to q4_K's 4-column dots
- * below 4 rows; sgemm overtakes q8_0 from 32 rows, q4_0/q5_0 from 64, q6_K
- * from 128, q5_K from 256, and never q4_K up to 512. AVX-512 VNNI (a Xeon
+ * below 4 rows; sgemm (one thread, 8 MB chunks) never overtakes q4_0, q5_0
+ * or the K-quants up to 512 rows (q4_0 1.2-1.3x, q6_K 1.2x at 512; the
+ * older ends of 64-256 rows came from sgemm timed with OpenBLAS's own
+ * threads running beside the clock); q8_0's GEMM is level with sgemm from
+ * 64 rows (0.9-1.3x), and its int8 activations there moved lfm2's golden
+ * logits past their tolerance, so it keeps float prompts from 32. AVX-512 VNNI (a Xeon
  * capped at that level, OpenBLAS on its SkylakeX kernels): the AVX-512 dots
  * of q6_K hold out to 8 rows; sgemm overtakes q8_0 between 16 and 32 rows,
  * q4_0/q5_0 between 32 and 64, q6_K (and, less measured, q5_K) at 128,
- * q4_K between 128 and 256. */
+ * q4_K between 128 and 256 (timed the old way: to be measured again). */
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
     /* rows [lo, hi) at AVX2, then at AVX-512; hi 0: no end */
     static const struct { int type; int16_t r[2][2]; } ranges[] = {
-        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 24 } } },  { GGML_TYPE_Q4_0, { { 2, 64 }, { 2, 48 } } },
-        { GGML_TYPE_Q5_0, { { 2, 64 }, { 2, 48 } } },  { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 192 } } },
-        { GGML_TYPE_Q5_K, { { 3, 256 }, { 2, 128 } } }, { GGML_TYPE_Q6_K, { { 2, 128 }, { 8, 128 } } },
+        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 24 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 48 } } },
+        { GGML_TYPE_Q5_0, { { 2, 0 }, { 2, 48 } } },   { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 192 } } },
+        { GGML_TYPE_Q5_K, { { 3, 0 }, { 2, 128 } } },  { GGML_TYPE_Q6_K, { { 2, 0 }, { 8, 128 } } },
     };
     static_assert(OMNI_MATMUL_QUANT_MAX <= 2, "the GEMM ranges start at 2 rows");
     *lo = *hi = 0;
@@ -389,6 +397,8 @@ static int kernel_id(int type, int64_t n, int level)
         /* the AVX2 kernel runs below the VNNI level (AVX512 included) */
         if (level < OMNI_CPU_AVX512VNNI && n >= omni_x86_gemm_act8_min_avx2(type))
             return 3; /* the AVX2 kernel's 8 activation rows interleaved */
+        if (level >= OMNI_CPU_AVX512VNNI && n >= omni_x86_gemm_act8_min_avx512(type))
+            return 3; /* the VNNI kernel's, with the same bits */
 #endif
         return 2;
     case GEMM_K: return 4;
