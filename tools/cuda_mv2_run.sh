@@ -22,8 +22,8 @@ DEADLINE_S=${DEADLINE_S:-400}
 NAME=${NAME:-f_cuda}
 # variants of the new matvec measured beside the old one (env assignments;
 # "X=1" is the default; commas join assignments)
-VARIANTS=${VARIANTS:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=1 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512"}
-VARIANTS7=${VARIANTS7:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512"}
+VARIANTS=${VARIANTS:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_MV2_NA=1 OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512,OMNI_CUDA_MV2_NA=1"}
+VARIANTS7=${VARIANTS7:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_MV2_NA=1"}
 # the environment of the second test_cuda run, the check and the sanitizer
 TEST_ENV=${TEST_ENV:-"OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512"}
 O=${OUT:-/tmp/out}/$NAME
@@ -134,7 +134,7 @@ if [ -x build-fcuda/bench_dev ]; then
     done
 fi
 if [ -x build-fcuda/bench_mv ]; then
-    for v in "OMNI_CUDA_MV2=0" X=1 OMNI_CUDA_PDL=1; do
+    for v in "OMNI_CUDA_MV2=0" X=1 OMNI_CUDA_MV2_NA=1; do
         [ "$(left)" -lt 90 ] && break
         stamp "bench_mv $v"
         env $v timeout "$(cap 40)" build-fcuda/bench_mv --iters 100 2> "$W/mv.err" | tag "mv $v" |

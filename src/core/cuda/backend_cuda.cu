@@ -677,7 +677,21 @@ struct mv2m {
     const uint16_t *d; /* Q6_K / Q8_0: an F16 scale a super-block / block, rows of drb */
     size_t qrb;
     int srb, drb, type;
+    int na; /* OMNI_CUDA_MV2_NA=1: quant bytes loaded without L1 allocation */
 };
+
+/* 16 weight bytes: through the read-only path, or (na) without allocating
+ * in L1, which then keeps the activations every row of the block reads. */
+__device__ __forceinline__ uint4 ldw16(const uint8_t *p, int na)
+{
+    if (!na)
+        return __ldg((const uint4 *)p);
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
 
 /* One piece's weight bytes as loaded (a: quants; b: Q4_K the super-block
  * header, Q6_K the high bits, Q8_0 the second 16 quants; e: Q6_K the two
@@ -708,21 +722,21 @@ __device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
         /* piece t of a super-block: qs bytes 16t .. 16t + 15 */
         const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)(p >> 3) * 144;
         w.b = __ldg((const uint4 *)blk);
-        w.a = __ldg((const uint4 *)(blk + 16 + 16 * (p & 7)));
+        w.a = ldw16(blk + 16 + 16 * (p & 7), m.na);
         w.e = 0;
     } else if constexpr (T == GGML_TYPE_Q6_K) {
         /* piece t = 4h + 2a + k: ql bytes 16t .., qh bytes 128 + 32h + 16k .. */
         const int sb = p >> 3, t = p & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
         const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)sb * 192;
-        w.a = __ldg((const uint4 *)(blk + 16 * t));
+        w.a = ldw16(blk + 16 * t, m.na);
         w.b = __ldg((const uint4 *)(blk + 128 + 32 * h + 16 * k));
         const uint8_t *sc = m.sc + (size_t)r * m.srb + 16 * sb + 8 * h + 2 * a + k;
         w.e = (uint32_t)__ldg(sc) | ((uint32_t)__ldg(sc + 4) << 8) |
               ((uint32_t)__ldg(m.d + (size_t)r * m.drb + sb) << 16);
     } else { /* Q8_0: 32 quants of block p, then its scale */
-        const uint4 *q = (const uint4 *)(m.q + (size_t)r * m.qrb + 32 * (size_t)p);
-        w.a = __ldg(q);
-        w.b = __ldg(q + 1);
+        const uint8_t *q = m.q + (size_t)r * m.qrb + 32 * (size_t)p;
+        w.a = ldw16(q, m.na);
+        w.b = ldw16(q + 16, m.na);
         w.e = __ldg(m.d + (size_t)r * m.drb + p);
     }
 }
@@ -1022,6 +1036,7 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
 
 static int mv2_ppt = 2; /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
 static bool mv2_glu16;  /* OMNI_CUDA_MV2_GLU=512: k_mv2_glu_q16 */
+static int mv2_na;      /* OMNI_CUDA_MV2_NA=1: see ldw16 */
 
 /* Threads a row for np pieces: 32, 64 or 128. */
 static int mv2_tpr(int np)
@@ -1240,6 +1255,7 @@ static bool mv2_of(const struct cuda_state *s, const struct omni_btensor *w, mv2
     const int64_t nb = w->cols / 32, nsb = w->cols / 256;
     memset(m, 0, sizeof *m);
     m->type = w->type;
+    m->na = mv2_na;
     switch (w->type) {
     case GGML_TYPE_Q4_K:
         m->q = (const uint8_t *)w->data;
@@ -2630,6 +2646,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
     const char *mg = getenv("OMNI_CUDA_MV2_GLU");
     mv2_glu16 = mg && !strcmp(mg, "512");
+    const char *na = getenv("OMNI_CUDA_MV2_NA");
+    mv2_na = na && !strcmp(na, "1");
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
