@@ -12,7 +12,7 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests dots tg pp matmul), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests dots tg pp matmul bd), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -36,7 +36,7 @@ grep -o 'avx512_vnni\|amx_int8\|avx512bw\|avx_vnni\|avx512_bf16' "$O/machine.txt
 cat /proc/loadavg
 
 # 1. llama.cpp's llama-bench in the background
-if has tg || has pp; then
+if has tg || has pp || has bd; then
     ( taskset -c $BUILD_CORES cmake -S $DEV/llama.cpp -B /tmp/i_llcpu -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
@@ -51,7 +51,7 @@ fi
 # 2. our objects; variants of quants_avx512.c: "pf<V>_<D>" = -DOMNI_X86_PF=V
 #    -DOMNI_X86_PF_DIST=D
 OBJ=/tmp/i_obj; mkdir -p $OBJ
-CF="-std=gnu11 -O2 -march=x86-64-v2 -pthread -I. -Itools/bench_only -I$DEV/pcre2/include -w"
+CF="-std=gnu11 -O2 -march=x86-64-v2 -pthread -I. -Itools/bench_only -I$DEV/pcre2/include -w ${CFX:-}"
 LIBSRC="src/cli/bench.c src/cli/bench_util.c src/cli/args.c llm/model.c llm/tokenizer.c llm/unicode.c
         $(ls llm/moe.c llm/deltanet.c llm/model_dev.c 2>/dev/null) $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
 TSRC="tests/test_main.c tests/test_quant.c tests/test_matmul.c $(ls tests/test_gemm_act8.c tests/test_ops.c 2>/dev/null)"
@@ -73,17 +73,26 @@ cc -o /tmp/i_bench $BO $LIBO $L || echo "bench link failed"
 cc -o /tmp/i_tests $TO $OBJ/stub.o $LIBO $L || echo "test link failed"
 cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "bench_decode link failed"
 VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0}
-QA=src/core/arch/x86/quants_avx512.c
-for v in $VARIANTS; do
-    pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}
-    cc $CF -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd -c $QA -o $OBJ/v_$v.o
-    LV=$(echo $LIBO | sed "s#$OBJ/src_core_arch_x86_quants_avx512.c.o#$OBJ/v_$v.o#")
+GVARIANTS=${GVARIANTS:-g_min64 g_r4 g_pf0}
+# pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
+# g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
+# 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0
+has matmul && cc $CF -DNO_BLAS -c tests/bench_matmul.c -o $OBJ/bm.o
+for v in $VARIANTS $GVARIANTS; do
+    case $v in
+    pf*) pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}; src=src/core/arch/x86/quants_avx512.c
+         fl="-DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd" ;;
+    g_min64) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_MIN=64 ;;
+    g_r4) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_R=4 ;;
+    g_pf0) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_PF=0 ;;
+    esac
+    cc $CF $fl -c $src -o $OBJ/v_$v.o
+    LV=$(echo $LIBO | sed "s#$OBJ/$(echo $src | tr / _).o#$OBJ/v_$v.o#")
     cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
     cc -o /tmp/i_bench_$v $BO $LV $L || echo "bench $v link failed"
+    has matmul && { cc -o /tmp/i_matmul_$v $OBJ/bm.o $OBJ/stub.o $LV $L || echo "bench_matmul $v link failed"; }
 done
-if has matmul; then
-    cc $CF -DNO_BLAS -o /tmp/i_matmul tests/bench_matmul.c $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"
-fi
+has matmul && { cc -o /tmp/i_matmul_base $OBJ/bm.o $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"; }
 cp /tmp/i_decode /tmp/i_decode_pf0_0; cp /tmp/i_bench /tmp/i_bench_pf0_0
 stamp "built"
 
@@ -118,7 +127,9 @@ if has dots; then
     sed 's/"checksum".*//' "$O/decode.jsonl"
     stamp "decode dots"
 fi
-wait $(jobs -p | grep -v "^${llama_pid:-x}$") 2>/dev/null
+# (a bare wait would also wait for the tee above: only named jobs)
+pids=$(jobs -p | grep -v "^${llama_pid:-x}$")
+[ -n "$pids" ] && wait $pids 2>/dev/null
 if has tests; then
     for lvl in scalar avx2 avx512 avx512vnni amx; do
         echo "$lvl: $(grep -h 'passed' "$O/tests_$lvl.txt" | paste -sd' ')"
@@ -127,14 +138,18 @@ if has tests; then
     stamp "tests"
 fi
 
-# 5. the int8 GEMM alone, one thread, per level (ms per activation row)
-if has matmul && [ -x /tmp/i_matmul ]; then
-    for lvl in avx2 avx512vnni; do
-        for t in q8_0 q4_0 q5_0; do
-            [ "$(left)" -gt 70 ] || break
-            OMNI_CPU=$lvl timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul -t $t -s 2048x8192 -b 2,4,8,16 2>&1 |
-                sed "s/^/$lvl $t: /" >> "$O/matmul.txt"
-        done
+# 5. the int8 GEMM alone, one thread (ms per activation row; the variants
+#    alternately), and the batched decode of 8 sequences (bench
+#    --batch-decode 8: aggregate tok/s) at avx512vnni, old tiles vs act8
+mm() { # variant level type
+    [ "$(left)" -gt 75 ] || return
+    OMNI_CPU=$2 timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul_$1 -t $3 -s ${MMSHAPE:-2048x8192} -b 2,4,5,6,8,16,24 2>&1 |
+        sed "s/^/$1 $2 $3: /" >> "$O/matmul.txt"
+}
+if has matmul; then
+    for t in q8_0 q4_0 q5_0; do
+        for v in base $GVARIANTS; do mm $v avx512vnni $t; done
+        mm base avx2 $t
     done
     cat "$O/matmul.txt"; stamp "matmul"
 fi
@@ -145,10 +160,10 @@ LB=/tmp/i_llcpu/bin/llama-bench
 ours() { # tag file variant args...
     local tag=$1 f=$2 v=$3; shift 3
     [ "$(left)" -gt 15 ] || return
-    timeout 60 taskset -c $CORES /tmp/i_bench_$v -m /tmp/i_l1b-$f.gguf -t 2 --json "$@" 2>/dev/null |
+    timeout 60 taskset -c $CORES env ${LVL:+OMNI_CPU=$LVL} /tmp/i_bench_$v -m /tmp/i_l1b-$f.gguf -t 2 --json "$@" 2>/dev/null |
         grep '^{' | sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\", /" >> "$O/tg.jsonl"
     echo "$tag $f ours $v $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\"" "$O/tg.jsonl" | tail -1 |
-        grep -o '"pp_tok_s": [0-9.]*\|"tg_tok_s": [0-9.]*\|"bandwidth_gb_s": [0-9.]*\|"bandwidth_fraction": [0-9.]*' | paste -sd' ')"
+        grep -o '"pp_tok_s": [0-9.]*\|"tg_tok_s": [0-9.]*\|"bandwidth_gb_s": [0-9.]*\|"bandwidth_fraction": [0-9.]*\|"bd_tok_s": [0-9.]*\|"cpu": "[a-z0-9]*"' | paste -sd' ')"
 }
 theirs() { # tag file args...
     local tag=$1 f=$2; shift 2
@@ -157,7 +172,7 @@ theirs() { # tag file args...
         sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", /" >> "$O/llama.jsonl"
     echo "$tag $f llama.cpp $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\"" "$O/llama.jsonl" | tail -1 | grep -o '"avg_ts": [0-9.]*')"
 }
-if has tg || has pp; then
+if has tg || has pp || has bd; then
     stamp "tg"
     TGV=${TGV:-pf0_0 pf1_2048 pf2_0}
     ours tg1 q8_0 pf0_0 -p 1 -n 64 --reps 2
@@ -168,6 +183,18 @@ if has tg || has pp; then
             theirs tg$r q8_0 -p 0 -n 64 -r 2
             for v in $TGV; do ours tg$r q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
         done
+    fi
+    if has bd; then
+        for t in q8_0 q4_0; do
+            for r in 1 2; do
+                for v in pf0_0 g_min64; do
+                    LVL=avx512vnni ours bd$r $t $v -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
+                done
+            done
+            ours bd1 $t pf0_0 -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
+        done
+    fi
+    if has tg; then
         for t in $TYPES; do
             [ $t = q8_0 ] && continue
             theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t pf0_0 -p 1 -n 64 --reps 2 --no-bandwidth

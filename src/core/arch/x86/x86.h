@@ -62,6 +62,10 @@ size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in);
 void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                              const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                              int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch);
+/* From omni_x86_gemm_act8_min_avx512(wtype) batch rows (INT32_MAX: none)
+ * the VNNI kernel takes the same 8-activation-row form, with the AVX2 act8
+ * kernel's bits. */
+int omni_x86_gemm_act8_min_avx512(int wtype);
 void omni_x86_gemm_q8_0_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                                const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                                int64_t n_batch, float *y, int64_t r0, int64_t r1);
