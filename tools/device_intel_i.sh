@@ -74,17 +74,21 @@ cc -o /tmp/i_tests $TO $OBJ/stub.o $LIBO $L || echo "test link failed"
 cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "bench_decode link failed"
 VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0}
 GVARIANTS=${GVARIANTS:-g_min64 g_r4 g_pf0}
+KVARIANTS=${KVARIANTS:-gk_off gk_r2}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
-# 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0
+# 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
+# gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles
 has matmul && cc $CF -DNO_BLAS -c tests/bench_matmul.c -o $OBJ/bm.o
-for v in $VARIANTS $GVARIANTS; do
+for v in $VARIANTS $GVARIANTS $KVARIANTS; do
     case $v in
     pf*) pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}; src=src/core/arch/x86/quants_avx512.c
          fl="-DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd" ;;
     g_min64) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_MIN=64 ;;
     g_r4) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_R=4 ;;
     g_pf0) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_PF=0 ;;
+    gk_off) src=src/core/arch/x86/gemm_k_avx512.c; fl=-DOMNI_X86_A8K_MIN=2147483647 ;;
+    gk_r2) src=src/core/arch/x86/gemm_k_avx512.c; fl=-DOMNI_X86_A8K_R=2 ;;
     esac
     cc $CF $fl -c $src -o $OBJ/v_$v.o
     LV=$(echo $LIBO | sed "s#$OBJ/$(echo $src | tr / _).o#$OBJ/v_$v.o#")
@@ -149,6 +153,10 @@ mm() { # variant level type
 if has matmul; then
     for t in q8_0 q4_0 q5_0; do
         for v in base $GVARIANTS; do mm $v avx512vnni $t; done
+        mm base avx2 $t
+    done
+    for t in q4_K q6_K; do
+        for v in base $KVARIANTS; do mm $v avx512vnni $t; done
         mm base avx2 $t
     done
     cat "$O/matmul.txt"; stamp "matmul"
