@@ -14,8 +14,7 @@
 
 #include "llm/model.h"
 #include "src/core/matmul.h"
-
-struct vision_prompt;
+#include "vision/vision.h"
 
 /* The numbers of an array field ("key": [...], nested arrays flattened)
  * at or after from, at most cap; the count (-1 without the key); *end
@@ -41,6 +40,18 @@ struct qgold_ref {
 /* tests/fixtures/<rel> read into *r: false when the file is missing or
  * lacks ids, greedy tokens, top-5 or the prompt. */
 bool qgold_ref_load(struct qgold_ref *r, const char *rel);
+
+/* The two-picture prompt of the image goldens: tests/fixtures/vision/image.png
+ * and image2 (a fixture path) encoded with vm, laid out with r->prompt
+ * for lm. */
+struct qgold_pictures {
+    struct vision_ctx *vc;
+    struct vision_embd img[2];
+    struct vision_prompt vp;
+};
+void qgold_pictures(struct qgold_pictures *p, struct vision_model *vm, struct llm_model *lm,
+                    const char *image2, const struct qgold_ref *r);
+void qgold_pictures_free(struct qgold_pictures *p);
 
 /* A prompt's rows through the language model (prefill, then one token at
  * a time), as the reference ran it. */

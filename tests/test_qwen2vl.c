@@ -307,21 +307,12 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
     CHECK_MSG(lm, "%s", err);
     const struct llm_hparams *hp = llm_model_hparams(lm);
     CHECK(hp->arch == LLM_ARCH_QWEN2VL && hp->rope_sections[0] == 2 && hp->rope_sections[1] == 3);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    CHECK(vc);
-    struct vision_embd img[2];
-    const char *png[2] = { "vision/image.png", QDIR "image2.png" };
-    for (int i = 0; i < 2; i++) {
-        struct media_image im;
-        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
-        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
-        media_image_release(&im);
-    }
-    struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp, err,
-                                 sizeof err), 0);
+    struct qgold_pictures pics;
+    qgold_pictures(&pics, vm, lm, QDIR "image2.png", &r);
+    if (test_failed_now())
+        return;
     struct qgold_lm s;
-    qgold_lm_rows(&s, lm, &vp, &r);
+    qgold_lm_rows(&s, lm, &pics.vp, &r);
     if (test_failed_now())
         return;
     const int n = s.n, V = s.V;
@@ -343,10 +334,7 @@ TEST(qwen2vl_fused_logits_and_greedy_match_reference)
         return;
     free(ref);
     qgold_lm_free(&s);
-    vision_prompt_release(&vp);
-    vision_embd_release(&img[0]);
-    vision_embd_release(&img[1]);
-    vision_ctx_free(vc);
+    qgold_pictures_free(&pics);
     llm_model_free(lm);
     vision_model_free(vm);
 }
@@ -366,30 +354,18 @@ TEST(qwen2vl_engine_greedy_matches_reference)
     CHECK(vm);
     struct llm_model *lm = llm_model_load(test_golden("vision-qwen2_5_vl-lm-f32.gguf"), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    CHECK(vc);
-    struct vision_embd img[2];
-    const char *png[2] = { "vision/image.png", QDIR "image2.png" };
-    for (int i = 0; i < 2; i++) {
-        struct media_image im;
-        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
-        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
-        media_image_release(&im);
-    }
-    struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp, err,
-                                 sizeof err), 0);
-    int grids = 0;
-    for (int i = 0; i < vp.n_parts; i++)
-        grids += vp.parts[i].grid_rows > 0;
-    CHECK_EQ(grids, 2);
-    qgold_engine_twice(lm, "qwen2vl", &vp, 20 /* prefill chunks end inside the images */, &r);
+    struct qgold_pictures pics;
+    qgold_pictures(&pics, vm, lm, QDIR "image2.png", &r);
     if (test_failed_now())
         return;
-    vision_prompt_release(&vp);
-    vision_embd_release(&img[0]);
-    vision_embd_release(&img[1]);
-    vision_ctx_free(vc);
+    int grids = 0;
+    for (int i = 0; i < pics.vp.n_parts; i++)
+        grids += pics.vp.parts[i].grid_rows > 0;
+    CHECK_EQ(grids, 2);
+    qgold_engine_twice(lm, "qwen2vl", &pics.vp, 20 /* prefill chunks end inside the images */, &r);
+    if (test_failed_now())
+        return;
+    qgold_pictures_free(&pics);
     llm_model_free(lm);
     vision_model_free(vm);
 }

@@ -244,22 +244,13 @@ static void fused_case(const char *dir, const char *mmproj, const char *lm_file,
     CHECK_MSG(lm, "%s", err);
     const struct llm_hparams *hp = llm_model_hparams(lm);
     CHECK(hp->arch == arch && hp->rope_interleaved && hp->n_deepstack == r.n_ds);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    CHECK(vc);
-    struct vision_embd img[2];
     snprintf(path, sizeof path, "%simage2.png", dir);
-    const char *png[2] = { "vision/image.png", path };
-    for (int i = 0; i < 2; i++) {
-        struct media_image im;
-        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
-        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
-        media_image_release(&im);
-    }
-    struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
-                                 err, sizeof err), 0);
+    struct qgold_pictures pics;
+    qgold_pictures(&pics, vm, lm, path, &r);
+    if (test_failed_now())
+        return;
     struct qgold_lm s;
-    qgold_lm_rows(&s, lm, &vp, &r);
+    qgold_lm_rows(&s, lm, &pics.vp, &r);
     if (test_failed_now())
         return;
     const int n = s.n, D = hp->n_embd, W = s.W, V = s.V;
@@ -301,10 +292,7 @@ static void fused_case(const char *dir, const char *mmproj, const char *lm_file,
         return;
     free(zeroed), free(merged), free(ref);
     qgold_lm_free(&s);
-    vision_prompt_release(&vp);
-    vision_embd_release(&img[0]);
-    vision_embd_release(&img[1]);
-    vision_ctx_free(vc);
+    qgold_pictures_free(&pics);
     llm_model_free(lm);
     vision_model_free(vm);
 }
@@ -336,26 +324,14 @@ TEST(qwen3vl_engine_greedy_matches_reference)
     CHECK(vm);
     struct llm_model *lm = llm_model_load(test_golden(Q3LM), NULL, err, sizeof err);
     CHECK_MSG(lm, "%s", err);
-    struct vision_ctx *vc = vision_ctx_new(vm, NULL, err, sizeof err);
-    CHECK(vc);
-    struct vision_embd img[2];
-    const char *png[2] = { "vision/image.png", Q3DIR "image2.png" };
-    for (int i = 0; i < 2; i++) {
-        struct media_image im;
-        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
-        CHECK_EQ(vision_encode_image(vc, &im, true, &img[i], err, sizeof err), 0);
-        media_image_release(&im);
-    }
-    struct vision_prompt vp;
-    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r.prompt, strlen(r.prompt), false, img, 2, &vp,
-                                 err, sizeof err), 0);
-    qgold_engine_twice(lm, "qwen3vl", &vp, 9 /* prefill chunks end inside the images */, &r);
+    struct qgold_pictures pics;
+    qgold_pictures(&pics, vm, lm, Q3DIR "image2.png", &r);
     if (test_failed_now())
         return;
-    vision_prompt_release(&vp);
-    vision_embd_release(&img[0]);
-    vision_embd_release(&img[1]);
-    vision_ctx_free(vc);
+    qgold_engine_twice(lm, "qwen3vl", &pics.vp, 9 /* prefill chunks end inside the images */, &r);
+    if (test_failed_now())
+        return;
+    qgold_pictures_free(&pics);
     llm_model_free(lm);
     vision_model_free(vm);
 }

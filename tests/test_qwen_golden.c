@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "media/image.h"
 #include "src/core/gguf.h"
 #include "src/core/tensor.h"
 #include "src/engine/engine.h"
@@ -91,6 +92,33 @@ bool qgold_ref_load(struct qgold_ref *r, const char *rel)
 }
 
 // ---- the language model ---------------------------------------------------------
+
+void qgold_pictures(struct qgold_pictures *p, struct vision_model *vm, struct llm_model *lm,
+                    const char *image2, const struct qgold_ref *r)
+{
+    char err[256];
+    memset(p, 0, sizeof *p);
+    p->vc = vision_ctx_new(vm, NULL, err, sizeof err);
+    CHECK_MSG(p->vc, "%s", err);
+    const char *png[2] = { "vision/image.png", image2 };
+    for (int i = 0; i < 2; i++) {
+        struct media_image im;
+        CHECK_EQ(media_image_decode_file(test_fixture(png[i]), NULL, &im, err, sizeof err), 0);
+        const int rc = vision_encode_image(p->vc, &im, true, &p->img[i], err, sizeof err);
+        media_image_release(&im);
+        CHECK_MSG(rc == 0, "%s", err);
+    }
+    CHECK_EQ(vision_prompt_build(vm, llm_model_tokenizer(lm), r->prompt, strlen(r->prompt), false, p->img, 2,
+                                 &p->vp, err, sizeof err), 0);
+}
+
+void qgold_pictures_free(struct qgold_pictures *p)
+{
+    vision_prompt_release(&p->vp);
+    vision_embd_release(&p->img[0]);
+    vision_embd_release(&p->img[1]);
+    vision_ctx_free(p->vc);
+}
 
 void qgold_lm_rows(struct qgold_lm *s, struct llm_model *lm, const struct vision_prompt *vp,
                    const struct qgold_ref *r)
