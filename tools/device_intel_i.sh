@@ -72,10 +72,11 @@ L="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread"
 cc -o /tmp/i_bench $BO $LIBO $L || echo "bench link failed"
 cc -o /tmp/i_tests $TO $OBJ/stub.o $LIBO $L || echo "test link failed"
 cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "bench_decode link failed"
-VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0}
+VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0 q8u q8u_pf1}
 GVARIANTS=${GVARIANTS:-g_min64 g_r4 g_pf0}
 KVARIANTS=${KVARIANTS:-gk_off gk_r2}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
+# q8u / q8u_pf1: with -DOMNI_X86_Q8_U=1 (and -DOMNI_X86_PF=1);
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles
@@ -84,6 +85,8 @@ for v in $VARIANTS $GVARIANTS $KVARIANTS; do
     case $v in
     pf*) pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}; src=src/core/arch/x86/quants_avx512.c
          fl="-DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd" ;;
+    q8u) src=src/core/arch/x86/quants_avx512.c; fl=-DOMNI_X86_Q8_U=1 ;;
+    q8u_pf1) src=src/core/arch/x86/quants_avx512.c; fl="-DOMNI_X86_Q8_U=1 -DOMNI_X86_PF=1" ;;
     g_min64) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_MIN=64 ;;
     g_r4) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_R=4 ;;
     g_pf0) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_PF=0 ;;
@@ -182,7 +185,7 @@ theirs() { # tag file args...
 }
 if has tg || has pp || has bd; then
     stamp "tg"
-    TGV=${TGV:-pf0_0 pf1_2048 pf2_0}
+    TGV=${TGV:-pf0_0 pf1_2048 q8u}
     ours tg1 q8_0 pf0_0 -p 1 -n 64 --reps 2
     while kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
     tail -1 "$O/llama_build.log"

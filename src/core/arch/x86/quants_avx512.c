@@ -416,6 +416,13 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
 #ifndef OMNI_X86_PF_DIST
 #define OMNI_X86_PF_DIST 2048
 #endif
+/* OMNI_X86_Q8_U (a benchmark variant): q8_0 weights made unsigned (w ^ 0x80 =
+ * w + 128) into one vpdpbusd, the offset taken off once per block through
+ * the prepared activation sums as q4_0's (other bits than vec_dot's), instead
+ * of vpabsb + vpsignb per block. */
+#ifndef OMNI_X86_Q8_U
+#define OMNI_X86_Q8_U 0
+#endif
 
 static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, const void *w, const void *a,
                                                                  const float *prep, const int variant)
@@ -441,7 +448,7 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
         }
         const __m128 dx4 = scales4_x(xb + i * bx, bx);
         const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
-        if (variant)
+        if (variant || OMNI_X86_Q8_U)
             corr = _mm_add_ps(corr, _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
         const __m256 d8 = _mm256_set_m128(d4, d4);
         __m256 d[4];
@@ -454,7 +461,10 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
             const uint8_t *x = xb + (i + k) * bx;
             const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
             __m256i dot;
-            if (variant == 0) {
+            if (variant == 0 && OMNI_X86_Q8_U) {
+                const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(qx, _mm256_set1_epi8((char)0x80)), qy);
+            } else if (variant == 0) {
                 const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
                 dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
             } else if (variant == 1) {
@@ -478,7 +488,10 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
         const float dx = h2f(hd);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256i dot;
-        if (variant == 0) {
+        if (variant == 0 && OMNI_X86_Q8_U) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(qx, _mm256_set1_epi8((char)0x80)), qy);
+        } else if (variant == 0) {
             const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
             dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
         } else if (variant == 1) {
@@ -492,11 +505,11 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
             dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
         }
         acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[0]);
-        if (variant)
+        if (variant || OMNI_X86_Q8_U)
             corr_s += dx * sy[i];
     }
     const float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
+    return variant == 0 ? (OMNI_X86_Q8_U ? s - 128.0f * corr_s : s) : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
 }
 
 /* quants_x86_inl.h's DOT_PREP_ROWS with the OMNI_X86_PF variants */
