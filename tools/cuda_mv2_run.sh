@@ -9,15 +9,17 @@
 # sanitizer. Run from the repository root with build-h7dev carried
 # (llama.cpp/, pcre2/, ggml-vocab-llama-bpe.gguf; see tools/cuda_device_run.sh).
 # Writes $OUT/$NAME/: log.txt, results.jsonl (every JSON line), summary.txt.
-# Variables: NAME (default f_cuda), LLAMA=1 (llama.cpp built in the
-# background and run on the same files), ENGINE=1, SAN=1, NSYS=1,
-# DEADLINE_S (default 400: no new step after it).
+# Variables: NAME (default f_cuda), RUN_LLAMA=1 (llama.cpp built in the
+# background and run on the same files), RUN_ENGINE=1 (bench-engine),
+# RUN_SAN=1 (compute-sanitizer), RUN_NSYS=0, DEADLINE_S (default 400: no new
+# step after it). (Not SAN, LLAMA...: make reads SAN from the environment.)
 set -u
 DEV=${DEV:-build-h7dev}
-LLAMA=${LLAMA:-0}
-ENGINE=${ENGINE:-0}
-SAN=${SAN:-0}
-NSYS=${NSYS:-1}
+RUN_LLAMA=${RUN_LLAMA:-0}
+RUN_ENGINE=${RUN_ENGINE:-0}
+RUN_SAN=${RUN_SAN:-0}
+RUN_NSYS=${RUN_NSYS:-1}
+unset SAN # the Makefile's sanitizer list
 DEADLINE_S=${DEADLINE_S:-400}
 NAME=${NAME:-f_cuda}
 # variants of the new matvec measured beside the old one (env assignments;
@@ -47,7 +49,7 @@ stamp "machine (CUDA_HOME=$CUDA_HOME) commit $(git rev-parse --short HEAD 2>/dev
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 
 LBIN="$DEV/llama-build/bin"
-if [ "$LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
+if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
     (cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
@@ -159,7 +161,7 @@ if [ -x build-fcuda/bench_dev ]; then
     fi
 fi
 NSYS_BIN=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-if [ "$NSYS" = 1 ] && [ -n "$NSYS_BIN" ] && [ "$(left)" -gt 60 ]; then
+if [ "$RUN_NSYS" = 1 ] && [ -n "$NSYS_BIN" ] && [ "$(left)" -gt 60 ]; then
     stamp "nsys: kernel times of 32 decode steps on the 7B file (graphs off, PDL on)"
     OMNI_DEV_GRAPHS=0 env ${TEST_ENV//,/ } timeout "$(cap 50)" "$NSYS_BIN" profile -o "$W/p7" --force-overwrite true \
         --stats=false build-fcuda/bench_dev -m "$M7" -p 1 -n 32 -r 1 > "$W/nsys.txt" 2>&1
@@ -168,7 +170,7 @@ if [ "$NSYS" = 1 ] && [ -n "$NSYS_BIN" ] && [ "$(left)" -gt 60 ]; then
 else
     echo "nsys: not found or no time (${NSYS_BIN:-none})"
 fi
-if [ "$ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 80 ]; then
+if [ "$RUN_ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 80 ]; then
     for v in "OMNI_CUDA_MV2=0" "${ENGINE_ENV:-X=1}"; do
         stamp "bench-engine --device cuda --concurrency 1,16,64 ($v)"
         env $v timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
@@ -176,7 +178,7 @@ if [ "$ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 8
         tail -2 "$W/engine.err"
     done
 fi
-if [ "$SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 60 ]; then
+if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 60 ]; then
     for f in backend_ model_dev_qwen2_q8; do
         stamp "compute-sanitizer memcheck $f (PDL on)"
         env ${TEST_ENV//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
@@ -185,12 +187,12 @@ if [ "$SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 60 ]; then
         echo "$r" | tee -a "$SUM"
     done
 fi
-if [ "$LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
+if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
     stamp "waiting for llama.cpp"
     while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 50 ]; do sleep 3; done
     tail -1 "$W/llama_build.log"
 fi
-if [ "$LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
+if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
     for M in "$M4" "$M8" "$M7"; do
         [ "$(left)" -lt 15 ] && break
         stamp "llama-bench $(basename "$M")"
