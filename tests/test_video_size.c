@@ -6,6 +6,7 @@
  * golden files' video keys (video_preprocessor_config.json) are read. */
 #include "tests/test.h"
 
+#include "src/core/omni.h"
 #include "vision/vision.h"
 
 /* The bounds mmproj_pixel_limits gives a file without video keys. */
@@ -110,10 +111,14 @@ TEST(video_size_golden_files_and_override)
     CHECK_EQ(vision_frame_tokens(m, 160, 96, 5, err, sizeof err), 18);
     CHECK_EQ(vision_image_tokens(m, 160, 96, false, err, sizeof err), 18);
     const uint64_t h0 = in->preprocess_hash;
-    vision_model_set_video_limits(m, 128 * 28 * 28, 0, 0);
-    CHECK(in->video_min_pixels == 128 * 28 * 28 && in->video_max_pixels == 28 * 28 * 64 && in->preprocess_hash != h0);
+    /* min over the file's max: refused, nothing changed */
+    CHECK_EQ(vision_model_set_video_limits(m, 128 * 28 * 28, 0, 0), OMNI_ERR_ARG);
+    CHECK(in->video_min_pixels == 56 * 56 && in->preprocess_hash == h0);
+    /* qwen-vl-utils' defaults: the frames are scaled up to 128 units */
+    CHECK_EQ(vision_model_set_video_limits(m, 128 * 28 * 28, 768 * 28 * 28, 0), 0);
+    CHECK(in->video_min_pixels == 128 * 28 * 28 && in->video_max_pixels == 768 * 28 * 28 && in->preprocess_hash != h0);
     CHECK_EQ(vision_frame_tokens(m, 160, 96, 5, err, sizeof err), 9 * 15);
-    vision_model_set_video_limits(m, 56 * 56, 0, -1);
+    CHECK_EQ(vision_model_set_video_limits(m, 0, 0, -1), 0);
     CHECK(in->video_total_pixels == 0);
     vision_model_free(m);
     m = vision_model_load(test_golden("vision-qwen3vl-mmproj-f32.gguf"), err, sizeof err);

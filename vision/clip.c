@@ -301,16 +301,21 @@ static void qwen_preprocess_hash(struct vision_info *in)
                                       sizeof in->image_mean + sizeof in->image_std);
 }
 
-void vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
-                                   int64_t total_pixels)
+int vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
+                                  int64_t total_pixels)
 {
     struct vision_info *in = &m->info;
     if (in->family != VISION_QWEN2VL)
-        return;
-    in->video_min_pixels = min_pixels > 0 ? min_pixels : in->video_min_pixels;
-    in->video_max_pixels = max_pixels > 0 ? max_pixels : in->video_max_pixels;
+        return OMNI_OK;
+    const int64_t lo = min_pixels > 0 ? min_pixels : in->video_min_pixels;
+    const int64_t hi = max_pixels > 0 ? max_pixels : in->video_max_pixels;
+    const int64_t unit = (int64_t)in->patch_size * in->merge_size * in->patch_size * in->merge_size;
+    if (lo > hi || hi < unit)
+        return OMNI_ERR_ARG;
+    in->video_min_pixels = lo, in->video_max_pixels = hi;
     in->video_total_pixels = total_pixels < 0 ? 0 : total_pixels > 0 ? total_pixels : in->video_total_pixels;
     qwen_preprocess_hash(in);
+    return OMNI_OK;
 }
 
 struct vision_model *vision_model_load(const char *path, char *err, size_t errlen)

@@ -253,9 +253,11 @@ int vision_video_frame_size(const struct vision_info *in, int w, int h, int n_fr
                             int *rh, char *err, size_t errlen);
 
 /* New video bounds for m (0 keeps a value; total < 0 clears it), before
- * m is shared: the preprocessing hash (cache keys) follows. */
-void vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
-                                   int64_t total_pixels);
+ * m is shared: the preprocessing hash (cache keys) follows. OMNI_ERR_ARG
+ * (nothing changed) when min would pass max or max be under one merge
+ * unit; other families ignore the call. */
+int vision_model_set_video_limits(struct vision_model *m, int64_t min_pixels, int64_t max_pixels,
+                                  int64_t total_pixels);
 
 /* The encoder inputs for img: n_images planes of float [3][S][S] (S =
  * image_size), normalized; *pixels malloc'ed. Also the tile grid.

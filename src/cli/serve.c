@@ -61,6 +61,7 @@ struct serve_opts {
     struct stt_params sp;
     const char *mmproj;           /* --mmproj FILE: vision encoder for image parts */
     long vision_cache_mb;         /* --vision-cache-mb N */
+    int64_t video_px[3];          /* --video-min/max/total-pixels: Qwen-VL frame bounds (0: the file's) */
     struct api_images_params ip;  /* --max-images, --media-root, --allow-private-urls, ... */
     bool no_tts;                  /* --no-tts: no /v1/audio/speech */
     const char *tts_model, *tts_codec, *voices_dir; /* --tts-model/--tts-codec/--voices-dir: OuteTTS */
@@ -114,7 +115,11 @@ static int serve_vision_load(const struct serve_opts *o, struct api *api, struct
 {
     char err[512];
     double t0 = omni_time_s();
-    if (!(v->vm = vision_model_load(o->mmproj, err, sizeof err)) ||
+    bool bad_video = false;
+    if ((v->vm = vision_model_load(o->mmproj, err, sizeof err)) &&
+        (bad_video = vision_model_set_video_limits(v->vm, o->video_px[0], o->video_px[1], o->video_px[2]) < 0))
+        snprintf(err, sizeof err, "--video-min-pixels over --video-max-pixels (or the mmproj's)");
+    if (!v->vm || bad_video ||
         !(v->tp = tpool_new(compute_size(o->ep.compute), err, sizeof err)) ||
         tpool_attach(v->tp, o->ep.compute, "vision", err, sizeof err) < 0 ||
         !(v->vc = vision_ctx_new(v->vm, v->tp, err, sizeof err))) {
@@ -222,6 +227,9 @@ static void serve_usage(FILE *f)
             "  --vision-cache-mb N        cache of image embeddings, by content (default 256)\n"
             "  --max-images N             images + video frames per request (default 64)\n"
             "  --max-image-pixels N       pixels per image or frame (default 50000000)\n"
+            "  --video-min-pixels N, --video-max-pixels N, --video-total-pixels N\n"
+            "                             Qwen-VL video frame bounds (default: the mmproj's or the\n"
+            "                             reference's; docs/vision.md)\n"
             "  --max-video-seconds S      longer clips are refused (default 3600)\n"
             "  --max-request-media BYTES  image and video bytes of one request, K/M/G (default 256M) -> 413\n"
             "  --media-root DIR           file:// URLs are read from inside DIR (default: refused)\n"
@@ -471,6 +479,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(a, "--max-image-pixels")) {
             rc = cli_long("serve", a, v, 1, 1L << 40, &n);
             o->ip.max_image_pixels = n;
+        } else if (!strcmp(a, "--video-min-pixels") || !strcmp(a, "--video-max-pixels") ||
+                   !strcmp(a, "--video-total-pixels")) {
+            rc = cli_long("serve", a, v, 1, 1L << 31, &n);
+            o->video_px[!strcmp(a, "--video-min-pixels") ? 0 : !strcmp(a, "--video-max-pixels") ? 1 : 2] = n;
         } else if (!strcmp(a, "--max-video-seconds")) {
             rc = cli_double("serve", a, v, 0.001, 1e7, &d);
             o->ip.max_video_seconds = d;
