@@ -464,8 +464,9 @@ static int bvis_video_pairs(const struct vision_model *vm, struct vision_ctx *vc
         float *a = NULL, *b = NULL;
         int ni, ra, ca, rb, cb;
         const struct media_image *fb = &v->frames[2 * k + 1 < v->n_frames ? 2 * k + 1 : 2 * k];
-        if (vision_preprocess(vm, &v->frames[2 * k], false, &a, &ni, &ra, &ca, err, sizeof err) < 0 ||
-            vision_preprocess(vm, fb, false, &b, &ni, &rb, &cb, err, sizeof err) < 0 || ra != rb || ca != cb) {
+        if (vision_preprocess_frame(vm, &v->frames[2 * k], v->n_frames, &a, &ni, &ra, &ca, err, sizeof err) < 0 ||
+            vision_preprocess_frame(vm, fb, v->n_frames, &b, &ni, &rb, &cb, err, sizeof err) < 0 || ra != rb ||
+            ca != cb) {
             fprintf(stderr, "bench-vision: frame pair %d: %s\n", k, a && b ? "frames change size" : err);
             ret = 1;
         } else if (!(in[k].pixels = qwen2vl_pair_frames(a, b, ra * ca, P))) {
