@@ -56,7 +56,7 @@ LIBSRC="src/cli/bench.c src/cli/bench_util.c src/cli/args.c llm/model.c llm/toke
         $(ls llm/moe.c llm/deltanet.c llm/model_dev.c 2>/dev/null) $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
 TSRC="tests/test_main.c tests/test_quant.c tests/test_matmul.c $(ls tests/test_gemm_act8.c tests/test_ops.c 2>/dev/null)"
 SG=""; [ -f tools/bench_only/sgemm_fast.c ] && SG=tools/bench_only/sgemm_fast.c
-echo $LIBSRC $TSRC tests/bench_decode.c $SG | tr ' ' '\n' | grep . |
+[ -n "${SKIP_MAIN:-}" ] || echo $LIBSRC $TSRC tests/bench_decode.c $SG | tr ' ' '\n' | grep . |
     taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -I{} sh -c "cc $CF -c {} -o $OBJ/\$(echo {} | tr / _).o || echo 'compile failed: {}'"
 # bench_only with its plain sgemm renamed away when sgemm_fast.c takes over
 if [ -n "$SG" ]; then
@@ -81,24 +81,31 @@ KVARIANTS=${KVARIANTS:-gk_off gk_r2}
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles
 has matmul && cc $CF -DNO_BLAS -c tests/bench_matmul.c -o $OBJ/bm.o
-for v in $VARIANTS $GVARIANTS $KVARIANTS; do
-    case $v in
-    pf*) pv=${v#pf}; pv=${pv%%_*}; pd=${v##*_}; src=src/core/arch/x86/quants_avx512.c
-         fl="-DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=$pd" ;;
-    q8u) src=src/core/arch/x86/quants_avx512.c; fl=-DOMNI_X86_Q8_U=1 ;;
-    q8u_pf1) src=src/core/arch/x86/quants_avx512.c; fl="-DOMNI_X86_Q8_U=1 -DOMNI_X86_PF=1" ;;
-    g_min64) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_MIN=64 ;;
-    g_r4) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_R=4 ;;
-    g_pf0) src=src/core/arch/x86/gemm_avx512.c; fl=-DOMNI_X86_ACT8_PF=0 ;;
-    gk_off) src=src/core/arch/x86/gemm_k_avx512.c; fl=-DOMNI_X86_A8K_MIN=2147483647 ;;
-    gk_r2) src=src/core/arch/x86/gemm_k_avx512.c; fl=-DOMNI_X86_A8K_R=2 ;;
+vsrc() { # variant -> "source flags"
+    case $1 in
+    pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
+    q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
+    q8u_pf1) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1 -DOMNI_X86_PF=1" ;;
+    g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
+    g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
+    g_pf0) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_PF=0" ;;
+    gk_off) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_MIN=2147483647" ;;
+    gk_r2) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_R=2" ;;
     esac
-    cc $CF $fl -c $src -o $OBJ/v_$v.o
+}
+# the variant objects 4 at a time, then each variant's binaries (in parallel)
+for v in $VARIANTS $GVARIANTS $KVARIANTS; do set -- $(vsrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
+    taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -L 1 sh -c "cc $CF -c \$0 \"\$@\" || echo 'variant compile failed: \$*'"
+lpids=""
+for v in $VARIANTS $GVARIANTS $KVARIANTS; do
+    src=$(vsrc $v | cut -d' ' -f1)
     LV=$(echo $LIBO | sed "s#$OBJ/$(echo $src | tr / _).o#$OBJ/v_$v.o#")
-    cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
-    cc -o /tmp/i_bench_$v $BO $LV $L || echo "bench $v link failed"
-    has matmul && { cc -o /tmp/i_matmul_$v $OBJ/bm.o $OBJ/stub.o $LV $L || echo "bench_matmul $v link failed"; }
+    ( cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
+      cc -o /tmp/i_bench_$v $BO $LV $L || echo "bench $v link failed"
+      if has matmul; then cc -o /tmp/i_matmul_$v $OBJ/bm.o $OBJ/stub.o $LV $L || echo "bench_matmul $v link failed"; fi ) &
+    lpids="$lpids $!"
 done
+[ -n "$lpids" ] && wait $lpids
 has matmul && { cc -o /tmp/i_matmul_base $OBJ/bm.o $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"; }
 cp /tmp/i_decode /tmp/i_decode_pf0_0; cp /tmp/i_bench /tmp/i_bench_pf0_0
 stamp "built"
