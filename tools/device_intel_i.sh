@@ -25,6 +25,7 @@ has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 CORES=${CORES:-14,15}
 BUILD_CORES=${BUILD_CORES:-0-11}
 TYPES=${TYPES:-q8_0 q4_0 q4_k_m}
+BDTYPES=${BDTYPES:-q8_0 q4_k_m}
 DEADLINE=${DEADLINE:-195}
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 DEV=${DEV:-build-h7dev}
@@ -72,11 +73,11 @@ L="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread"
 cc -o /tmp/i_bench $BO $LIBO $L || echo "bench link failed"
 cc -o /tmp/i_tests $TO $OBJ/stub.o $LIBO $L || echo "test link failed"
 cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "bench_decode link failed"
-VARIANTS=${VARIANTS:-pf1_1024 pf1_2048 pf1_4096 pf2_0 pf3_0 q8u q8u_pf1}
-GVARIANTS=${GVARIANTS:-g_min64 g_r4 g_pf0}
-KVARIANTS=${KVARIANTS:-gk_off gk_r2}
+VARIANTS=${VARIANTS:-pf0_0 pf1_8192 q8u}
+GVARIANTS=${GVARIANTS:-g_min64 g_r4}
+KVARIANTS=${KVARIANTS:-gk_off}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
-# q8u / q8u_pf1: with -DOMNI_X86_Q8_U=1 (and -DOMNI_X86_PF=1);
+# q8u: with -DOMNI_X86_Q8_U=1;
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles
@@ -85,7 +86,6 @@ vsrc() { # variant -> "source flags"
     case $1 in
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
-    q8u_pf1) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1 -DOMNI_X86_PF=1" ;;
     g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
     g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
     g_pf0) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_PF=0" ;;
@@ -107,7 +107,7 @@ for v in $VARIANTS $GVARIANTS $KVARIANTS; do
 done
 [ -n "$lpids" ] && wait $lpids
 has matmul && { cc -o /tmp/i_matmul_base $OBJ/bm.o $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"; }
-cp /tmp/i_decode /tmp/i_decode_pf0_0; cp /tmp/i_bench /tmp/i_bench_pf0_0
+cp /tmp/i_decode /tmp/i_decode_base; cp /tmp/i_bench /tmp/i_bench_base
 stamp "built"
 
 # 3. unit tests at every level, four levels at once on cores 8-11 (each run
@@ -130,14 +130,14 @@ dec() { # binary-variant level args...
         sed "s/^{/{\"bin\":\"$v\",/" >> "$O/decode.jsonl"
 }
 if has dots; then
-    for round in 1 2; do
+    for round in $(seq 1 ${DOT_ROUNDS:-1}); do
         for s in 2048x8192 8192x2048; do
-            for v in pf0_0 $VARIANTS; do dec $v avx512vnni -t q8_0 -s $s -n 2; done
-            dec pf0_0 avx2 -t q8_0 -s $s -n 2
+            for v in base $VARIANTS; do dec $v avx512vnni -t q8_0 -s $s -n 2; done
+            dec base avx2 -t q8_0 -s $s -n 2
         done
-        for v in pf0_0 pf1_2048 pf2_0; do dec $v avx512vnni -t q4_0 -s 2048x8192 -n 2; done
+        for v in base pf0_0; do dec $v avx512vnni -t q4_0 -s 2048x8192 -n 2; done
     done
-    for v in pf0_0 pf1_2048; do dec $v avx512vnni -t q8_0 -s 2048x512 -n 1 -c 1; done
+    for v in base pf0_0 q8u; do dec $v avx512vnni -t q8_0 -s 2048x512 -n 1 -c 1; done
     sed 's/"checksum".*//' "$O/decode.jsonl"
     stamp "decode dots"
 fi
@@ -157,7 +157,7 @@ fi
 #    --batch-decode 8: aggregate tok/s) at avx512vnni, old tiles vs act8
 mm() { # variant level type
     [ "$(left)" -gt 75 ] || return
-    OMNI_CPU=$2 timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul_$1 -t $3 -s ${MMSHAPE:-2048x8192} -b 2,4,5,6,8,16,24 2>&1 |
+    OMNI_CPU=$2 timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul_$1 -t $3 -s ${MMSHAPE:-2048x8192} -b ${MMB:-4,8,16} 2>&1 |
         sed "s/^/$1 $2 $3: /" >> "$O/matmul.txt"
 }
 if has matmul; then
@@ -192,36 +192,32 @@ theirs() { # tag file args...
 }
 if has tg || has pp || has bd; then
     stamp "tg"
-    TGV=${TGV:-pf0_0 pf1_2048 q8u}
-    ours tg1 q8_0 pf0_0 -p 1 -n 64 --reps 2
+    TGV=${TGV:-base pf0_0 q8u}
+    ours tg1 q8_0 base -p 1 -n 64 --reps 2
     while kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
     tail -1 "$O/llama_build.log"
     if has tg; then
-        for r in 1 2; do
-            theirs tg$r q8_0 -p 0 -n 64 -r 2
-            for v in $TGV; do ours tg$r q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
-        done
-    fi
-    if has bd; then
-        for t in q8_0 q4_0; do
-            for r in 1 2; do
-                for v in pf0_0 g_min64; do
-                    LVL=avx512vnni ours bd$r $t $v -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
-                done
-            done
-            ours bd1 $t pf0_0 -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
-        done
-    fi
-    if has tg; then
+        theirs tg1 q8_0 -p 0 -n 64 -r 2
+        for v in $TGV; do ours tg1 q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
         for t in $TYPES; do
             [ $t = q8_0 ] && continue
-            theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t pf0_0 -p 1 -n 64 --reps 2 --no-bandwidth
-            ours tg1 $t pf1_2048 -p 1 -n 64 --reps 2 --no-bandwidth
+            theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t base -p 1 -n 64 --reps 2 --no-bandwidth
+            [ $t = q4_0 ] && ours tg1 $t pf0_0 -p 1 -n 64 --reps 2 --no-bandwidth
         done
+        theirs tg2 q8_0 -p 0 -n 64 -r 2; ours tg2 q8_0 base -p 1 -n 64 --reps 2 --no-bandwidth
     fi
     if has pp; then
         for t in $TYPES; do
-            theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t pf0_0 -p 512 -n 0 --reps 1 --no-bandwidth
+            theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t base -p 512 -n 0 --reps 1 --no-bandwidth
+        done
+    fi
+    if has bd; then
+        for t in $BDTYPES; do
+            for v in base g_min64 gk_off; do
+                case $t$v in q4_k_mg_min64|q8_0gk_off|q4_0gk_off) continue;; esac
+                LVL=avx512vnni ours bd1 $t $v -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
+            done
+            ours bd1 $t base -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
         done
     fi
 fi

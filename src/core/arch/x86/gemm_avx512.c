@@ -183,10 +183,9 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #endif
 #define ACT8_R OMNI_X86_ACT8_R
 /* Fewest batch rows for the act8 form (a benchmark knob; kernel_id reads
- * omni_x86_gemm_act8_min_avx512). Off (INT32_MAX) until the Intel host's
- * unit tests have passed with it (tools/device_intel_i.sh builds with 5). */
+ * omni_x86_gemm_act8_min_avx512). */
 #ifndef OMNI_X86_ACT8_MIN
-#define OMNI_X86_ACT8_MIN INT32_MAX
+#define OMNI_X86_ACT8_MIN 5
 #endif
 /* OMNI_X86_ACT8_PF: 1 (default) prefetches the next tile's weight bytes
  * spread over the current tile's blocks (a line or so per block and row,

@@ -164,9 +164,9 @@ K_TILES(Q6_K)
 #endif
 #define A8_R OMNI_X86_A8K_R
 /* Fewest batch rows (a benchmark knob); q6_K below A8_MAX_Q6K rows, as at
- * AVX2. Off (INT32_MAX) until the Intel host's tests pass with it. */
+ * AVX2. */
 #ifndef OMNI_X86_A8K_MIN
-#define OMNI_X86_A8K_MIN INT32_MAX
+#define OMNI_X86_A8K_MIN 8
 #endif
 #define A8_MAX_Q6K 32
 #define A8_PAD 4 /* fewest remainder rows padded to 8 */
