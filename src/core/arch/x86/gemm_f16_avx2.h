@@ -1,0 +1,37 @@
+/* gemm_f16_avx2.h - prompt-size products with F16 weights on AVX2 + FMA +
+ * F16C: y = x * W^T with x in floats and W in F16, the F16 -> F32
+ * conversion folded into the packing of W (no float copy of W is kept).
+ *
+ *   float *xp = <omni_x86_gemm_f16_x_bytes(n_in, n_batch) bytes, 64-byte aligned>;
+ *   omni_x86_gemm_f16_pack_x(x, n_in, n_batch, xp, ith, nth);   // every thread its share
+ *   // then, after all have packed, each thread with its own scratch of
+ *   // omni_x86_gemm_f16_scratch(n_in) bytes and its columns r0..r1-1:
+ *   omni_x86_gemm_f16_avx2(w, n_in, n_out, xp, n_batch, y, r0, r1, scratch);
+ *
+ * Threads take disjoint column ranges; xp is read-only once packed. An
+ * output depends only on its own x row and W row (the sum runs over k in
+ * one fixed order), so its bits do not change with the batch size or the
+ * column split. */
+#ifndef OMNI_GEMM_F16_AVX2_H
+#define OMNI_GEMM_F16_AVX2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of the packed copy of x (n_batch rows of n_in floats, rows
+ * padded to a multiple of 6). */
+size_t omni_x86_gemm_f16_x_bytes(int64_t n_in, int64_t n_batch);
+
+/* Thread ith of nth packs its share of x into xp (panels of 6 rows per
+ * slab of 256 columns). */
+void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth);
+
+/* Bytes of per-thread scratch (64-byte aligned): 64 KB. */
+size_t omni_x86_gemm_f16_scratch(int64_t n_in);
+
+/* y[b * n_out + r] = sum_k x[b][k] * W[r][k] for b < n_batch, r0 <= r < r1;
+ * w: n_out rows of n_in F16 values (ggml_half); xp: x packed as above. */
+void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const float *xp,
+                            int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch);
+
+#endif
