@@ -560,13 +560,16 @@ TEST(quant_vec_dot_prep_matches_ref)
  * TOL_DOT_REL of the reference; a stride wider than the row is honoured. */
 TEST(quant_vec_dot_prep_rows_independent)
 {
-    enum { N = 896, ROWS = 9, STRIDE_PAD = 40 };
-    static float xf[N], wdeq[N], prep[OMNI_ACT_PREP_FLOATS(N)];
-    static uint8_t w[ROWS * (N + STRIDE_PAD)], a[N * 4];
+    enum { NMAX = 2048, ROWS = 9, STRIDE_PAD = 40 };
+    static float xf[NMAX], wdeq[NMAX], prep[OMNI_ACT_PREP_FLOATS(NMAX)];
+    static uint8_t w[ROWS * (2 * NMAX + STRIDE_PAD)], a[NMAX * 4]; /* rows of up to 34 bytes per 32 */
+    static const int64_t lens[] = { 896, 2048 }; /* rows of 504-616 bytes go in pairs, 1152-1408 alone */
     static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0 };
     rng_state = 777;
     int tested = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int64_t N = lens[li];
         const int type = types[ti];
         const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
         const size_t row = ggml_row_size(type, N), stride = row + STRIDE_PAD;
@@ -592,8 +595,8 @@ TEST(quant_vec_dot_prep_rows_independent)
                     CHECK(y[n_rows] == 12345.0f);
                     for (int r = 0; r < n_rows; r++)
                         CHECK_MSG(memcmp(&y[r], &alone[first + r], sizeof(float)) == 0,
-                                  "%s level %s rows %d+%d: row %d %.9g, alone %.9g", ggml_type_name(type),
-                                  omni_cpu_level_name(level), first, n_rows, r, y[r], alone[first + r]);
+                                  "%s level %s n=%lld rows %d+%d: row %d %.9g, alone %.9g", ggml_type_name(type),
+                                  omni_cpu_level_name(level), (long long)N, first, n_rows, r, y[r], alone[first + r]);
                 }
             for (int r = 0; r < ROWS; r++) {
                 CHECK_EQ(dequantize_row(type, w + (size_t)r * stride, wdeq, N), 0);

@@ -350,9 +350,9 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
 #endif
 
 /* variant 0: q8_0 (the same steps and bits as vec_dot_q8_0_q8_0_avx2, its
- * activation scales read as floats); 1: q4_0 and 2: q5_0 (one row at a
- * time: decode runs them two rows at a time, dot_prep2_avx2 below, and
- * quants_avx512.c's VNNI twins follow this form), their weights as
+ * activation scales read as floats); 1: q4_0 and 2: q5_0 (rows over 768
+ * bytes; shorter ones go two at a time, dot_prep2_avx2 below; quants_avx512.c's
+ * VNNI twins follow this form), their weights as
  * unsigned nibble (| 16 * the 5th bit) and the -8 / -16 offset subtracted
  * once per block: off * sum_i dx_i * prep[nb + i]. The integer work per
  * block drops to one vpmaddubsw + vpmaddwd (from two, a subtract and, for
@@ -528,9 +528,22 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
     *rb = sb - off * cb;
 }
 
+/* Rows of up to this many bytes go two at a time: longer ones (2048 or
+ * 4864 wide) streamed 9-22% slower in pairs than one at a time (2 threads,
+ * thread CPU time: two interleaved streams, twice the bytes prefetched per
+ * step), 896-1024 wide ones (504-616 bytes) 2-10% faster. A matrix's rows
+ * all take one form, so bits never depend on the row split. */
+#define DOT_PREP2_MAX_ROW_BYTES 768
+
 /* The rows of a vec_dot_prep call two at a time (the odd last one paired
- * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead. */
+ * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead; long rows one at
+ * a time (dot_prep_avx2). */
 #define DOT_PREP2_ROWS(variant)                                                            \
+    if ((size_t)(n / QK8_0) * (variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0)) >   \
+        DOT_PREP2_MAX_ROW_BYTES) {                                                         \
+        DOT_PREP_ROWS(dot_prep_avx2, variant)                                              \
+        return;                                                                            \
+    }                                                                                      \
     const uint8_t *const w0 = w, *const end = w0 + (size_t)n_rows * w_row;                 \
     for (int64_t r = 0; r < n_rows; r += 2) {                                              \
         const uint8_t *wr = w0 + (size_t)r * w_row;                                        \
