@@ -311,3 +311,47 @@ TEST(deltanet_ssm_in_equals_split)
     gdn_ctx_free(c);
     rand_layer_free(&r);
 }
+
+/* The input projections through the multi-product hook (the model's
+ * omni_matmul_multi): one call of 3 (ssm_ba) or 4 (beta, alpha) weights,
+ * outputs where the one-by-one products put them. */
+static int multi_calls, multi_nw;
+static void multi_f32(void *arg, const struct omni_tensor *const *w, int n_w, const float *x,
+                      int n, float *const *y)
+{
+    multi_calls++;
+    multi_nw = n_w;
+    for (int k = 0; k < n_w; k++)
+        mm_f32(arg, w[k], x, n, y[k]);
+}
+
+TEST(deltanet_matmul_multi_same_bits)
+{
+    enum { N = 6 };
+    for (int fused_ba = 0; fused_ba < 2; fused_ba++) {
+        struct rand_layer r;
+        rand_layer_init(&r, !fused_ba, fused_ba, 31 + fused_ba);
+        char err[256];
+        struct gdn_ctx *c = gdn_ctx_new(&r.p, N, NULL, err, sizeof err);
+        CHECK_MSG(c, "%s", err);
+        const size_t S = r.L.state_off + gdn_state_floats(&r.p);
+        const int E = r.p.n_embd;
+        float *st = calloc(S, sizeof(float));
+        unsigned seed = 7;
+        float *x = rand_vec((size_t)N * E, 1.0f, &seed);
+        float a[N * 24], b[N * 24];
+        struct gdn_token tok[N];
+        for (int t = 0; t < N; t++)
+            tok[t] = (struct gdn_token){ .state = st, .reset = t == 0 };
+        CHECK_EQ(gdn_forward(c, &r.L, x, N, tok, a, mm_f32, NULL), 0);
+        gdn_ctx_set_matmul_multi(c, multi_f32);
+        multi_calls = multi_nw = 0;
+        CHECK_EQ(gdn_forward(c, &r.L, x, N, tok, b, mm_f32, NULL), 0);
+        CHECK_EQ(multi_calls, 1);
+        CHECK_EQ(multi_nw, fused_ba ? 3 : 4);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        free(st), free(x);
+        gdn_ctx_free(c);
+        rand_layer_free(&r);
+    }
+}
