@@ -76,16 +76,19 @@ cc -o /tmp/i_decode $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LIBO $L || echo "be
 VARIANTS=${VARIANTS:-pf0_0 pf1_8192 q8u}
 GVARIANTS=${GVARIANTS:-g_min64 g_r4}
 KVARIANTS=${KVARIANTS:-gk_off}
+AVARIANTS=${AVARIANTS:-amx_old}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
 # q8u: with -DOMNI_X86_Q8_U=1;
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
-# gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles
+# gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
+# amx.c with -DOMNI_X86_AMX_SMALL=1 (AMX from 2-6 rows as before)
 has matmul && cc $CF -DNO_BLAS -c tests/bench_matmul.c -o $OBJ/bm.o
 vsrc() { # variant -> "source flags"
     case $1 in
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
+    amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;
     g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
     g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
     g_pf0) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_PF=0" ;;
@@ -94,10 +97,10 @@ vsrc() { # variant -> "source flags"
     esac
 }
 # the variant objects 4 at a time, then each variant's binaries (in parallel)
-for v in $VARIANTS $GVARIANTS $KVARIANTS; do set -- $(vsrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
+for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do set -- $(vsrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
     taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -L 1 sh -c "cc $CF -c \$0 \"\$@\" || echo 'variant compile failed: \$*'"
 lpids=""
-for v in $VARIANTS $GVARIANTS $KVARIANTS; do
+for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do
     src=$(vsrc $v | cut -d' ' -f1)
     LV=$(echo $LIBO | sed "s#$OBJ/$(echo $src | tr / _).o#$OBJ/v_$v.o#")
     ( cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
@@ -206,18 +209,19 @@ if has tg || has pp || has bd; then
         done
         theirs tg2 q8_0 -p 0 -n 64 -r 2; ours tg2 q8_0 base -p 1 -n 64 --reps 2 --no-bandwidth
     fi
+    if has bd; then
+        # 8 sequences decoded together (aggregate tok/s) at B rows: level amx
+        # (AMX from 16 rows) vs amx_old (AMX from 2-6), and avx512vnni
+        for t in $BDTYPES; do
+            for B in ${BDROWS:-8 16 4}; do
+                for v in base amx_old; do ours bd$B $t $v -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth; done
+                LVL=avx512vnni ours bd$B $t base -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth
+            done
+        done
+    fi
     if has pp; then
         for t in $TYPES; do
             theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t base -p 512 -n 0 --reps 1 --no-bandwidth
-        done
-    fi
-    if has bd; then
-        for t in $BDTYPES; do
-            for v in base g_min64 gk_off; do
-                case $t$v in q4_k_mg_min64|q8_0gk_off|q4_0gk_off) continue;; esac
-                LVL=avx512vnni ours bd1 $t $v -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
-            done
-            ours bd1 $t base -p 1 -n 16 --batch-decode 8 --reps 1 --no-bandwidth
         done
     fi
 fi

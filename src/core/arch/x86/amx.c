@@ -67,17 +67,28 @@ static void tile_setup(int m_rows)
 /* Where AMX beat the per-row dot kernels here (2 threads, 896 x 4864 and
  * 4864 x 896 matrices): from 2 rows for the 32-element types, whose tiles
  * pack cheaply; q4_K/q5_K from 4; q6_K, with two tile products per 32
- * elements, from 6. */
+ * elements, from 6. The VNNI GEMMs' activation-interleaved forms (q8_0,
+ * q4_0, q5_0: gemm_avx512.c; q4_K, q6_K: gemm_k_avx512.c) need no weight
+ * packing per call and beat these tiles at 8 rows (Intel host, 2 threads,
+ * Llama-3.2-1B, 8 sequences decoded together, aggregate tok/s: Q8_0 AMX 87
+ * vs 131, Q4_K_M 61 vs 98; job i_intel2), so those types take AMX from 16
+ * rows (OMNI_X86_AMX_SMALL=1: the old bounds, a benchmark variant). */
+#ifndef OMNI_X86_AMX_SMALL
+#define OMNI_X86_AMX_SMALL 0
+#endif
 int omni_amx_min_batch(int wtype)
 {
     switch (wtype) {
-    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0:
+        return OMNI_X86_AMX_SMALL ? 2 : 16;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
         return 2;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q4_K:
+        return OMNI_X86_AMX_SMALL ? 4 : 16;
+    case GGML_TYPE_Q5_K:
         return 4;
     case GGML_TYPE_Q6_K:
-        return 6;
+        return OMNI_X86_AMX_SMALL ? 6 : 16;
     default:
         return 0;
     }

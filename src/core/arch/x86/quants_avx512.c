@@ -409,7 +409,7 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
  * a thread's rows are contiguous), so the requests are spread over the row;
  * 0 the row OMNI_PREFETCH_ROWS ahead into L1 at the start of each row, as
  * the other levels (a burst of a whole row's lines); 2 none (hardware
- * prefetchers only); 3 the row ahead into L2. Intel host (Sapphire Rapids
+ * prefetchers only); 3 the row ahead into L2; 4 the stream into L2. Intel host (Sapphire Rapids
  * class), 2 threads streaming q8_0 2048 x 8192 / 8192 x 2048, two rounds,
  * GB/s: 0: 15.5 14.0 / 10.8 15.7; 1 at 1024 bytes: 15.5 13.5 / 15.1 15.1;
  * at 2048: 17.5 16.4 / 17.3 18.7; at 4096: 19.2 19.3 / 19.4 18.9; 2: 11.1
@@ -444,12 +444,12 @@ static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, cons
     __m128 corr = _mm_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        if (OMNI_X86_PF == 1) { /* 4 blocks: 136 (q8_0), 72, 88 bytes */
+        if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) { /* 4 blocks: 136 (q8_0), 72, 88 bytes */
             const char *p = (const char *)xb + i * bx + OMNI_X86_PF_DIST;
-            _mm_prefetch(p, _MM_HINT_T0);
-            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+            _mm_prefetch(p + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
             if (variant == 0)
-                _mm_prefetch(p + 128, _MM_HINT_T0);
+                _mm_prefetch(p + 128, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
         }
         const __m128 dx4 = scales4_x(xb + i * bx, bx);
         const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
