@@ -31,7 +31,8 @@ left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 DEV=${DEV:-build-h7dev}
 [ -d $DEV/llama.cpp ] || { [ -f $DEV/llama_src.tgz ] && tar xzf $DEV/llama_src.tgz -C $DEV; }
 stamp "machine"
-{ lscpu; nproc; cat /proc/loadavg; cc --version | head -1; } > "$O/machine.txt" 2>&1
+{ lscpu; nproc; cat /proc/loadavg; cc --version | head -1; cat /sys/kernel/mm/transparent_hugepage/enabled; } > "$O/machine.txt" 2>&1
+echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 grep -E "Model name|^CPU\(s\)|L2|L3" "$O/machine.txt" | cut -c1-120
 grep -o 'avx512_vnni\|amx_int8\|avx512bw\|avx_vnni\|avx512_bf16' "$O/machine.txt" | sort -u | paste -sd' '
 cat /proc/loadavg
@@ -140,7 +141,7 @@ if has dots; then
         done
         for v in base pf0_0; do dec $v avx512vnni -t q4_0 -s 2048x8192 -n 2; done
     done
-    for v in base pf0_0 q8u; do dec $v avx512vnni -t q8_0 -s 2048x512 -n 1 -c 1; done
+    for v in base $VARIANTS; do dec $v avx512vnni -t q8_0 -s 2048x512 -n 1 -c 1; done
     sed 's/"checksum".*//' "$O/decode.jsonl"
     stamp "decode dots"
 fi
