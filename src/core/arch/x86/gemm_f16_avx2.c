@@ -43,39 +43,6 @@ size_t omni_x86_gemm_f16_scratch(int64_t n_in)
     return (size_t)KC * NG * sizeof(float);
 }
 
-/* x rows [0, m) columns [k0, k0 + kw) of panels [p0, p1) of MR rows:
- * a[p][k][i] = x[p * MR + i][k0 + k], zero past row m. */
-static void pack_a(const float *x, int64_t n_in, int64_t m, int64_t k0, int kw, int64_t p0, int64_t p1,
-                   float *a)
-{
-    for (int64_t p = p0; p < p1; p++) {
-        float *ap = a + (size_t)p * MR * kw;
-        const int rows = m - p * MR < MR ? (int)(m - p * MR) : MR;
-        const float *xr[MR];
-        for (int i = 0; i < MR; i++)
-            xr[i] = x + (size_t)(p * MR + (i < rows ? i : 0)) * n_in + k0;
-        if (rows == MR) {
-            for (int k = 0; k < kw; k++)
-                for (int i = 0; i < MR; i++)
-                    ap[k * MR + i] = xr[i][k];
-            continue;
-        }
-        for (int k = 0; k < kw; k++)
-            for (int i = 0; i < MR; i++)
-                ap[k * MR + i] = i < rows ? xr[i][k] : 0.0f;
-    }
-}
-
-void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth)
-{
-    const int64_t panels = (n_batch + MR - 1) / MR;
-    const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
-    for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
-        const int kw = n_in - k0 < KC ? (int)(n_in - k0) : KC;
-        pack_a(x, n_in, n_batch, k0, kw, p0, p1, xp + (size_t)k0 * panels * MR);
-    }
-}
-
 /* 8 x 8 transpose of r[0..7] in place */
 static inline void transpose8(__m256 r[8])
 {
@@ -93,6 +60,53 @@ static inline void transpose8(__m256 r[8])
     for (int i = 0; i < 4; i++) {
         r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
         r[i + 4] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* x rows [0, m) columns [k0, k0 + kw) of panels [p0, p1) of MR rows:
+ * a[p][k][i] = x[p * MR + i][k0 + k], zero past row m. */
+static void pack_a(const float *x, int64_t n_in, int64_t m, int64_t k0, int kw, int64_t p0, int64_t p1,
+                   float *a)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        float *ap = a + (size_t)p * MR * kw;
+        const int rows = m - p * MR < MR ? (int)(m - p * MR) : MR;
+        const float *xr[MR];
+        for (int i = 0; i < MR; i++)
+            xr[i] = x + (size_t)(p * MR + (i < rows ? i : 0)) * n_in + k0;
+        if (rows == MR) {
+            int k = 0;
+            /* 8 columns at a time: the 6 rows (and 2 zero ones) transposed
+             * in registers; each column's 8 floats are stored at its 6-float
+             * slot, the 2 extra ones overwritten by the next column's store,
+             * so the last column of the slab goes the scalar way */
+            for (; k + 8 < kw; k += 8) {
+                __m256 v[8];
+                for (int i = 0; i < MR; i++)
+                    v[i] = _mm256_loadu_ps(xr[i] + k);
+                v[6] = v[7] = _mm256_setzero_ps();
+                transpose8(v);
+                for (int c = 0; c < 8; c++)
+                    _mm256_storeu_ps(ap + (k + c) * MR, v[c]);
+            }
+            for (; k < kw; k++)
+                for (int i = 0; i < MR; i++)
+                    ap[k * MR + i] = xr[i][k];
+            continue;
+        }
+        for (int k = 0; k < kw; k++)
+            for (int i = 0; i < MR; i++)
+                ap[k * MR + i] = i < rows ? xr[i][k] : 0.0f;
+    }
+}
+
+void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth)
+{
+    const int64_t panels = (n_batch + MR - 1) / MR;
+    const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
+    for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
+        const int kw = n_in - k0 < KC ? (int)(n_in - k0) : KC;
+        pack_a(x, n_in, n_batch, k0, kw, p0, p1, xp + (size_t)k0 * panels * MR);
     }
 }
 
