@@ -11,6 +11,7 @@
  *       DacModel.decode(audio_codes=...) output with 3 and 2 codebooks */
 #define _GNU_SOURCE   /* memmem */
 #include "test.h"
+#include "tests/dac_fixtures.h"
 
 #include "audio/codec/dac.h"
 #include "src/cli/cli.h"
@@ -27,8 +28,8 @@
 static void free_dac(void *m) { dac_free(m); }
 static void free_pool(void *tp) { tpool_free(tp); }
 
-/* [codebooks][frames] JSON -> codes[q * n + f]; NULL if unreadable */
-static int32_t *read_codes(const char *path, int *n_q, int64_t *n_frames)
+/* tests/dac_fixtures.h */
+int32_t *dac_fixture_codes(const char *path, int *n_q, int64_t *n_frames)
 {
     char *text = test_read_file(path, NULL);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
@@ -55,7 +56,7 @@ static void check_decode(const char *gguf, const char *codes_json, int n_q_use, 
     test_defer(free_dac, m);
     int n_q;
     int64_t n_frames;
-    int32_t *codes = read_codes(test_fixture(codes_json), &n_q, &n_frames);
+    int32_t *codes = dac_fixture_codes(test_fixture(codes_json), &n_q, &n_frames);
     CHECK(codes);
     if (n_q_use)
         n_q = n_q_use;   /* the first n_q rows of codes[q * n_frames + f] */
@@ -113,7 +114,7 @@ TEST(dac_golden_converter)
     test_defer(free_dac, m);
     int n_q;
     int64_t n_frames;
-    int32_t *codes = read_codes(test_fixture("dac/hf_codes.json"), &n_q, &n_frames);
+    int32_t *codes = dac_fixture_codes(test_fixture("dac/hf_codes.json"), &n_q, &n_frames);
     CHECK(codes);
     int64_t n_exp = dac_samples_for_frames(m, n_frames);
     float *want = test_read_floats(test_fixture("dac/hf_decode.f32"), (size_t)n_exp), *pcm;

@@ -11,6 +11,7 @@
  *                     each nearest-code choice (smallest 1.4e-4)
  * and mid_enc_X_* likewise for tests/fixtures/dac/mid_enc.gguf (below). */
 #include "test.h"
+#include "tests/dac_fixtures.h"
 
 #include "audio/codec/dac_encode.h"
 #include "src/core/omni.h"
@@ -32,23 +33,6 @@ static float *read_f32(const char *rel, size_t *n)
     return (float *)b;
 }
 
-static int32_t *read_codes_json(const char *rel, int *n_q, int64_t *n_frames)
-{
-    char *text = test_read_file(test_fixture(rel), NULL);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!j)
-        return NULL;
-    *n_q = cJSON_GetArraySize(j);
-    *n_frames = cJSON_GetArraySize(cJSON_GetArrayItem(j, 0));
-    int32_t *c = malloc((size_t)*n_q * *n_frames * sizeof *c);
-    for (int q = 0; c && q < *n_q; q++)
-        for (int64_t f = 0; f < *n_frames; f++)
-            c[q * *n_frames + f] = cJSON_GetArrayItem(cJSON_GetArrayItem(j, q), (int)f)->valueint;
-    cJSON_Delete(j);
-    return c;
-}
-
 /* fixture dac/enc/<pfx>enc_<which>_*: n_q codebooks, hidden latent channels;
  * codes whose choice had a margin under min_margin may differ (counted) */
 static void check_case_at(struct dac_encoder *m, struct tpool *tp, const char *pfx, char which,
@@ -65,7 +49,7 @@ static void check_case_at(struct dac_encoder *m, struct tpool *tp, const char *p
     int n_q = 0;
     int64_t nf_ref = 0;
     snprintf(rel, sizeof rel, "dac/enc/%senc_%c_codes.json", pfx, which);
-    int32_t *codes_ref = read_codes_json(rel, &n_q, &nf_ref);
+    int32_t *codes_ref = dac_fixture_codes(test_fixture(rel), &n_q, &nf_ref);
     CHECK(in && lat_ref && margin && codes_ref);
     CHECK_EQ(n_q, n_q_want);
     int32_t *codes = NULL;

@@ -282,6 +282,35 @@ static const char *tiny_codec(void)
     return made == 1 ? path : NULL;
 }
 
+/* The tiny LM and codec, and an engine of 2 threads serving the LM as
+ * "outetts" (deterministic when asked): all freed after the test. */
+struct tiny_tts {
+    struct llm_model *m;
+    struct dac_model *dac;
+    struct engine *e;
+};
+
+static void tiny_tts_start(struct tiny_tts *t, const char *lm, const char *codec, bool deterministic)
+{
+    char err[256];
+    memset(t, 0, sizeof *t);
+    t->m = llm_model_load(lm, NULL, err, sizeof err);
+    CHECK_MSG(t->m, "%s", err);
+    test_defer(free_model, t->m);
+    t->dac = dac_load(codec, err, sizeof err);
+    CHECK_MSG(t->dac, "%s", err);
+    test_defer(free_dac_model, t->dac);
+    struct engine_params ep = engine_default_params();
+    ep.n_threads = 2;
+    ep.kv_memory_bytes = 16 << 20;
+    ep.deterministic = deterministic;
+    t->e = engine_new(&ep, err, sizeof err);
+    CHECK_MSG(t->e, "%s", err);
+    test_defer(free_engine, t->e);
+    CHECK_MSG(engine_add_model(t->e, t->m, "outetts", err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(engine_start(t->e, err, sizeof err) == 0, "%s", err);
+}
+
 struct collected {
     int64_t n, calls;
     int stop_after;   /* > 0: stop after this many chunks */
@@ -307,24 +336,16 @@ TEST(outetts_speak_end_to_end)
     if (!lm || !codec)
         SKIP("no /usr/bin/python3 with numpy for the tiny models");
     char err[256];
-    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
-    CHECK_MSG(m, "%s", err);
-    test_defer(free_model, m);
-    struct dac_model *dac = dac_load(codec, err, sizeof err);
-    CHECK_MSG(dac, "%s", err);
-    test_defer(free_dac_model, dac);
     struct outetts_speaker *s = outetts_speaker_load(test_fixture("outetts/speaker_tiny.json"),
                                                      err, sizeof err);
     CHECK(s);
     test_defer(free_spk, s);
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 2;
-    ep.kv_memory_bytes = 16 << 20;
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK_MSG(e, "%s", err);
-    test_defer(free_engine, e);
-    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
-    CHECK_MSG(engine_start(e, err, sizeof err) == 0, "%s", err);
+    struct tiny_tts tt;
+    tiny_tts_start(&tt, lm, codec, false);
+    if (test_failed_now())
+        return;
+    struct dac_model *dac = tt.dac;
+    struct engine *e = tt.e;
 
     struct outetts_speak_params p = outetts_speak_default_params();
     p.text = "Hello there, how are you today?";
@@ -442,20 +463,12 @@ TEST(outetts_tts_backend)
         fclose(f);
     }
     CHECK(ok);
-    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
-    CHECK(m);
-    test_defer(free_model, m);
-    struct dac_model *dac = dac_load(codec, err, sizeof err);
-    CHECK(dac);
-    test_defer(free_dac_model, dac);
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 2;
-    ep.kv_memory_bytes = 16 << 20;
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK(e);
-    test_defer(free_engine, e);
-    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
-    CHECK(engine_start(e, err, sizeof err) == 0);
+    struct tiny_tts tt;
+    tiny_tts_start(&tt, lm, codec, false);
+    if (test_failed_now())
+        return;
+    struct dac_model *dac = tt.dac;
+    struct engine *e = tt.e;
     struct tts *t = tts_new(NULL, err, sizeof err);
     if (!t)
         SKIP("no espeak-ng data for the tts core");
@@ -504,21 +517,12 @@ TEST(outetts_deterministic_with_chat)
     if (!lm || !codec)
         SKIP("no /usr/bin/python3 with numpy for the tiny models");
     char err[256];
-    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
-    CHECK(m);
-    test_defer(free_model, m);
-    struct dac_model *dac = dac_load(codec, err, sizeof err);
-    CHECK(dac);
-    test_defer(free_dac_model, dac);
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 2;
-    ep.kv_memory_bytes = 16 << 20;
-    ep.deterministic = true;
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK(e);
-    test_defer(free_engine, e);
-    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
-    CHECK(engine_start(e, err, sizeof err) == 0);
+    struct tiny_tts tt;
+    tiny_tts_start(&tt, lm, codec, true);
+    if (test_failed_now())
+        return;
+    struct dac_model *dac = tt.dac;
+    struct engine *e = tt.e;
     int32_t chat_prompt[40];
     for (int i = 0; i < 40; i++)
         chat_prompt[i] = 32 + (i * 7) % 90;
@@ -660,21 +664,12 @@ TEST(outetts_tts_streams_concurrent)
     if (!lm || !codec)
         SKIP("no /usr/bin/python3 with numpy for the tiny models");
     char err[256];
-    struct llm_model *m = llm_model_load(lm, NULL, err, sizeof err);
-    CHECK(m);
-    test_defer(free_model, m);
-    struct dac_model *dac = dac_load(codec, err, sizeof err);
-    CHECK(dac);
-    test_defer(free_dac_model, dac);
-    struct engine_params ep = engine_default_params();
-    ep.n_threads = 2;
-    ep.kv_memory_bytes = 16 << 20;
-    ep.deterministic = true;
-    struct engine *e = engine_new(&ep, err, sizeof err);
-    CHECK(e);
-    test_defer(free_engine, e);
-    CHECK(engine_add_model(e, m, "outetts", err, sizeof err) == 0);
-    CHECK(engine_start(e, err, sizeof err) == 0);
+    struct tiny_tts tt;
+    tiny_tts_start(&tt, lm, codec, true);
+    if (test_failed_now())
+        return;
+    struct dac_model *dac = tt.dac;
+    struct engine *e = tt.e;
     struct tts_params tp = tts_default_params();
     tp.engine_max_tokens = 120;
     struct tts *t = tts_new(&tp, err, sizeof err);
