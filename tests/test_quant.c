@@ -563,7 +563,9 @@ TEST(quant_vec_dot_prep_rows_independent)
     enum { NMAX = 2048, ROWS = 9, STRIDE_PAD = 40 };
     static float xf[NMAX], wdeq[NMAX], prep[OMNI_ACT_PREP_FLOATS(NMAX)];
     static uint8_t w[ROWS * (2 * NMAX + STRIDE_PAD)], a[NMAX * 4]; /* rows of up to 34 bytes per 32 */
-    static const int64_t lens[] = { 896, 2048 }; /* rows of 504-616 bytes go in pairs, 1152-1408 alone */
+    /* 800: pairs with 25 blocks (a tail past the 4-block steps); 896: pairs;
+     * 2048: rows of 1152-1408 bytes, one at a time */
+    static const int64_t lens[] = { 800, 896, 2048 };
     static const int types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0 };
     rng_state = 777;
     int tested = 0;
