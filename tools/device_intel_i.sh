@@ -12,7 +12,7 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests dots tg pp matmul bd), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests asan dots tg pp matmul bd), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -124,6 +124,23 @@ if has tests; then
     done
 fi
 
+# 3b. the same tests built with ASan + UBSan (-O1), in the background on
+#    cores 4-11 (the AVX-512 and AMX kernels under the sanitizers: this is
+#    the only host that runs them); tests_asan.txt
+if has asan; then
+    ( A=$OBJ/asan; mkdir -p $A
+      ACF="-std=gnu11 -O1 -g -march=x86-64-v2 -pthread -I. -Itools/bench_only -I$DEV/pcre2/include -w -fsanitize=address,undefined -fno-omit-frame-pointer ${CFX:-}"
+      echo $LIBSRC $TSRC | tr ' ' '\n' | grep . |
+          taskset -c ${ASAN_CORES:-4-11} xargs -P ${ASAN_JOBS:-8} -I{} sh -c "cc $ACF -c {} -o $A/\$(echo {} | tr / _).o || echo 'asan compile failed: {}'"
+      cc $ACF -Dmain=bench_only_main -c tools/bench_only/bench_only.c -o $A/stub.o
+      cc -fsanitize=address,undefined -o /tmp/i_tests_asan $A/*.o $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "asan link failed"
+      for f in gemm_ matmul quant ops_; do
+          ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMNI_CPU=amx \
+              timeout 150 taskset -c ${ASAN_CORES:-4-11} /tmp/i_tests_asan $f
+      done ) > "$O/tests_asan.txt" 2>&1 &
+    asan_pid=$!
+fi
+
 # 4. decode dots streaming from memory, 2 threads on the pinned cores, the
 #    variants alternately (2 rounds); Llama-3.2-1B's ffn_up (2048 x 8192)
 #    and ffn_down (8192 x 2048) shapes
@@ -225,6 +242,11 @@ if has tg || has pp || has bd; then
             theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t base -p 512 -n 0 --reps 1 --no-bandwidth
         done
     fi
+fi
+if has asan; then
+    while kill -0 $asan_pid 2>/dev/null && [ "$(left)" -gt 3 ]; do sleep 1; done
+    echo "asan (level amx, every level below it in each test): $(grep -h 'passed' "$O/tests_asan.txt" | paste -sd' ')"
+    grep -h -B2 -A8 'FAIL\|ERROR\|runtime error' "$O/tests_asan.txt" | head -30
 fi
 cat /proc/loadavg
 stamp done
