@@ -539,9 +539,10 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
  * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead; long rows one at
  * a time (dot_prep_avx2), at most 8 KB ahead as matmul.c's per-row loop
  * (4864-wide q4_0/q5_0 rows: 2 rows ahead streamed 2-5% faster than 4). */
-#define DOT_PREP2_ROWS(variant)                                                            \
-    if ((size_t)(n / QK8_0) * (variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0)) >   \
-        DOT_PREP2_MAX_ROW_BYTES) {                                                         \
+/* One row at a time through dot_prep_avx2, prefetching OMNI_PREFETCH_ROWS
+ * rows ahead but at most 8 KB (as matmul.c's per-row loop). */
+#define DOT_PREP_ROWS_CAPPED(variant)                                                      \
+    {                                                                                      \
         const size_t fit = 8192 / (w_row ? w_row : 1); /* one row: w_row may be 0 */      \
         const int64_t ahead = fit < 1 ? 1 : fit < OMNI_PREFETCH_ROWS ? (int64_t)fit : OMNI_PREFETCH_ROWS; \
         for (int64_t r = 0; r < n_rows; r++) {                                             \
@@ -550,6 +551,12 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
                 prefetch_bytes_l1(wr + ahead * w_row, w_row);                              \
             y[r] = dot_prep_avx2(n, wr, a, prep, variant);                                 \
         }                                                                                  \
+    }
+
+#define DOT_PREP2_ROWS(variant)                                                            \
+    if ((size_t)(n / QK8_0) * (variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0)) >   \
+        DOT_PREP2_MAX_ROW_BYTES) {                                                         \
+        DOT_PREP_ROWS_CAPPED(variant)                                                      \
         return;                                                                            \
     }                                                                                      \
     const uint8_t *const w0 = w, *const end = w0 + (size_t)n_rows * w_row;                 \
@@ -568,7 +575,7 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
 static void vec_dot_prep_q8_0_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
-    DOT_PREP_ROWS(dot_prep_avx2, 0)
+    DOT_PREP_ROWS_CAPPED(0)
 }
 
 static void vec_dot_prep_q4_0_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
