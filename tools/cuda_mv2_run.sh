@@ -24,10 +24,14 @@ DEADLINE_S=${DEADLINE_S:-400}
 NAME=${NAME:-f_cuda}
 # variants of the new matvec measured beside the old one (env assignments;
 # "X=1" is the default; commas join assignments)
-VARIANTS=${VARIANTS:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_MV2_NA=1 OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512,OMNI_CUDA_MV2_NA=1"}
-VARIANTS7=${VARIANTS7:-"OMNI_CUDA_PDL=1 OMNI_CUDA_PDL=2 OMNI_CUDA_MV2_PPT=4 OMNI_CUDA_MV2_GLU=512 OMNI_CUDA_MV2_NA=1"}
+VARIANTS=${VARIANTS:-"OMNI_CUDA_MV2_PIPE=1 OMNI_CUDA_MV2_PIPE=1,OMNI_CUDA_MV2_GLU=1024"}
+VARIANTS7=${VARIANTS7:-"$VARIANTS"}
+# the previous code: k_matvec_q8, no PDL
+OLD="OMNI_CUDA_MV2=0 OMNI_CUDA_PDL=0"
+MV_VARIANTS=${MV_VARIANTS:-"OMNI_CUDA_MV2=0 X=1 OMNI_CUDA_MV2_PIPE=1"}
+RUN_CHECK=${RUN_CHECK:-1}
 # the environment of the second test_cuda run, the check and the sanitizer
-TEST_ENV=${TEST_ENV:-"OMNI_CUDA_PDL=2,OMNI_CUDA_MV2_GLU=512"}
+TEST_ENV=${TEST_ENV:-"OMNI_CUDA_MV2_PIPE=1"}
 O=${OUT:-/tmp/out}/$NAME
 W=/tmp/cuda_mv2_work
 mkdir -p "$O" "$W"
@@ -54,7 +58,7 @@ if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
         -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
-     cmake --build "$DEV/llama-build" --target llama-bench llama-batched-bench -j 10
+     cmake --build "$DEV/llama-build" --target llama-bench llama-batched-bench -j 9
      echo "llama.cpp build rc $?") > "$W/llama_build.log" 2>&1 &
     llama_pid=$!
 fi
@@ -123,8 +127,8 @@ bd() { # label env... -- args
 if [ -x build-fcuda/bench_dev ]; then
     for M in "$M4" "$M8" "$M7"; do
         b=$(basename "$M" .gguf)
-        stamp "bench_dev $b: the old matvec (MV2=0), then the new one's variants (pp512 with the default)"
-        bd "$b mv2=0" OMNI_CUDA_MV2=0 -- -m "$M" -p 1 -n 128 -r 3
+        stamp "bench_dev $b: the old matvec ($OLD), the default (pp512 too), variants, the old again"
+        bd "$b old" $OLD -- -m "$M" -p 1 -n 128 -r 3
         bd "$b default" X=1 -- -m "$M" -p 512 -n 128 -r 3
         vs=$VARIANTS
         [ "$M" = "$M7" ] && vs=$VARIANTS7
@@ -132,11 +136,11 @@ if [ -x build-fcuda/bench_dev ]; then
             [ "$(left)" -lt 90 ] && break
             bd "$b $v" ${v//,/ } -- -m "$M" -p 1 -n 128 -r 3
         done
-        bd "$b mv2=0 again" OMNI_CUDA_MV2=0 -- -m "$M" -p 1 -n 128 -r 3
+        bd "$b old again" $OLD -- -m "$M" -p 1 -n 128 -r 3
     done
 fi
 if [ -x build-fcuda/bench_mv ]; then
-    for v in "OMNI_CUDA_MV2=0" X=1 OMNI_CUDA_MV2_NA=1; do
+    for v in $MV_VARIANTS; do
         [ "$(left)" -lt 90 ] && break
         stamp "bench_mv $v"
         env $v timeout "$(cap 40)" build-fcuda/bench_mv --iters 100 2> "$W/mv.err" | tag "mv $v" |
@@ -149,12 +153,12 @@ for l in sys.stdin:
     done
 fi
 if [ -x build-fcuda/bench_dev ]; then
-    if [ "$(left)" -gt 80 ]; then
+    if [ "$RUN_CHECK" = 1 ] && [ "$(left)" -gt 80 ]; then
         stamp "bench_dev --check 8 (device vs CPU) on the 1B Q4_K_M file, new matvec + PDL"
         env ${TEST_ENV//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$M4" -p 8 -n 8 -r 1 --check 8 2>&1 |
             grep -E '"check"|check' | head -4
     fi
-    if [ "$(left)" -gt 60 ]; then
+    if [ "$RUN_CHECK" = 1 ] && [ "$(left)" -gt 60 ]; then
         stamp "per-op profile, 7B, 32 decode steps (OMNI_DEV_PROFILE=1, graphs off)"
         OMNI_DEV_PROFILE=1 timeout "$(cap 40)" build-fcuda/bench_dev -m "$M7" -p 1 -n 32 -d 0 -r 1 2>&1 |
             grep profile
@@ -171,20 +175,11 @@ else
     echo "nsys: not found or no time (${NSYS_BIN:-none})"
 fi
 if [ "$RUN_ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 80 ]; then
-    for v in "OMNI_CUDA_MV2=0" "${ENGINE_ENV:-X=1}"; do
+    for v in "OMNI_CUDA_MV2=0,OMNI_CUDA_PDL=0" "${ENGINE_ENV:-X=1}"; do
         stamp "bench-engine --device cuda --concurrency 1,16,64 ($v)"
-        env $v timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
+        env ${v//,/ } timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
             --prompt-tokens 128 --gen-tokens 64 --json 2> "$W/engine.err" | tag "engine $v"
         tail -2 "$W/engine.err"
-    done
-fi
-if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 60 ]; then
-    for f in backend_ model_dev_qwen2_q8; do
-        stamp "compute-sanitizer memcheck $f (PDL on)"
-        env ${TEST_ENV//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
-            compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
-        r="sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
-        echo "$r" | tee -a "$SUM"
     done
 fi
 if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
@@ -199,6 +194,23 @@ if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
         timeout "$(cap 60)" "$LBIN/llama-bench" -m "$M" -p 512 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
             tag llama-bench | grep -o '"n_prompt": [0-9]*, "n_gen": [0-9]*\|"avg_ts": [0-9.e+]*' | tr '\n' ' '
         echo
+    done
+fi
+if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-batched-bench" ] && [ "$(left)" -gt 60 ]; then
+    stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
+    timeout "$(cap 45)" "$LBIN/llama-batched-bench" -m "$M4" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 \
+        -npl 1,16,64 -ngl 99 > "$W/llama_batched.txt" 2>&1
+    grep -E "^\|" "$W/llama_batched.txt"
+    awk -F'|' '/^\|/ && $2+0 > 0 { printf "llama-batched-bench: B %d S_TG %s t/s\n", $4, $9 }' \
+        "$W/llama_batched.txt" >> "$SUM"
+fi
+if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; then
+    for f in backend_ model_dev_qwen2_q8; do
+        stamp "compute-sanitizer memcheck $f (defaults)"
+        OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
+            compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
+        r="sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
+        echo "$r" | tee -a "$SUM"
     done
 fi
 stamp "done"

@@ -2,8 +2,10 @@
  * batch 1), one weight matrix at a time: the shapes of Llama-3.2-1B and
  * Qwen2.5-7B (q, k, o, gate, down, output) in their Q4_K_M / Q8_0 types.
  * Each matrix gets random quant bytes (timing only: the values do not
- * matter), is uploaded and prepared as llm_dev_new does, then multiplied
- * --iters times back to back by one activation row (quantized once: the
+ * matter), is uploaded and prepared as llm_dev_new does, in as many copies
+ * as make 256 MiB (an H100 keeps 50 MB in L2: a matrix read again right
+ * after would come from there), then the copies are multiplied in turn,
+ * --iters products back to back by one activation row (quantized once: the
  * backend reuses it) with a single sync at the end. One JSON line a matrix:
  * microseconds a product and GB/s of weights read. Small matrices measure
  * the launch rate more than the kernel.
@@ -78,12 +80,17 @@ int main(int argc, char **argv)
         if (only && strcmp(only, sh->model))
             continue;
         const size_t rb = ggml_row_size(sh->type, sh->cols), bytes = rb * (size_t)sh->rows;
+        enum { MAXC = 512 };
+        const int nc = (int)((256u << 20) / bytes) + 1 > MAXC ? MAXC : (int)((256u << 20) / bytes) + 1;
         uint8_t *h = malloc(bytes);
         float *x = malloc((size_t)sh->cols * sizeof(float));
-        void *dw = be->alloc(be, bytes);
+        void *dw[MAXC] = { 0 };
+        bool ok = true;
+        for (int c = 0; c < nc; c++)
+            ok = ok && (dw[c] = be->alloc(be, bytes)) != NULL;
         float *dx = be->alloc(be, (size_t)sh->cols * sizeof(float));
         float *dy = be->alloc(be, (size_t)sh->rows * sizeof(float));
-        if (!h || !x || !dw || !dx || !dy) {
+        if (!h || !x || !ok || !dx || !dy) {
             fprintf(stderr, "bench_mv: out of memory at %s %s\n", sh->model, sh->name);
             rc = 1;
         } else {
@@ -93,31 +100,36 @@ int main(int argc, char **argv)
             }
             for (int64_t i = 0; i < sh->cols; i++)
                 x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
-            const struct omni_btensor t = { sh->type, sh->cols, sh->rows, dw };
-            rc = be->upload(be, dw, h, bytes) | be->upload(be, dx, x, (size_t)sh->cols * sizeof(float));
-            if (rc == 0 && be->prepare)
-                rc = be->prepare(be, &t);
-            for (int i = 0; rc == 0 && i < 3; i++)
-                rc = be->matmul(be, &t, dx, 1, dy);
+            struct omni_btensor t[MAXC];
+            rc = be->upload(be, dx, x, (size_t)sh->cols * sizeof(float));
+            for (int c = 0; c < nc && rc == 0; c++) {
+                t[c] = (struct omni_btensor){ sh->type, sh->cols, sh->rows, dw[c] };
+                rc = be->upload(be, dw[c], h, bytes);
+                if (rc == 0 && be->prepare)
+                    rc = be->prepare(be, &t[c]);
+            }
+            for (int i = 0; rc == 0 && i < nc + 2; i++)
+                rc = be->matmul(be, &t[i % nc], dx, 1, dy);
             if (rc == 0)
                 rc = be->sync(be);
             const double t0 = now_s();
             for (int i = 0; rc == 0 && i < iters; i++)
-                rc = be->matmul(be, &t, dx, 1, dy);
+                rc = be->matmul(be, &t[i % nc], dx, 1, dy);
             if (rc == 0)
                 rc = be->sync(be);
             const double us = (now_s() - t0) / iters * 1e6;
             if (rc == 0)
                 printf("{\"bench\":\"mv\",\"model\":\"%s\",\"matrix\":\"%s\",\"type\":\"%s\","
-                       "\"rows\":%lld,\"cols\":%lld,\"mib\":%.2f,\"us\":%.2f,\"gb_s\":%.1f}\n",
+                       "\"rows\":%lld,\"cols\":%lld,\"mib\":%.2f,\"copies\":%d,\"us\":%.2f,\"gb_s\":%.1f}\n",
                        sh->model, sh->name, ggml_type_name(sh->type), (long long)sh->rows,
-                       (long long)sh->cols, bytes / 1048576.0, us, bytes / us * 1e-3);
+                       (long long)sh->cols, bytes / 1048576.0, nc, us, bytes / us * 1e-3);
             else
                 fprintf(stderr, "bench_mv: %s %s: error %d\n", sh->model, sh->name, rc);
             fflush(stdout);
         }
-        if (dw)
-            be->free(be, dw);
+        for (int c = 0; c < nc; c++)
+            if (dw[c])
+                be->free(be, dw[c]);
         if (dx)
             be->free(be, dx);
         if (dy)
