@@ -55,7 +55,9 @@ void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t 
  * transposes the activations 8 rows at a time into scratch
  * (omni_x86_gemm_q8_0_avx2_scratch(n_in) bytes per thread; the last 8
  * padded with zero rows) and multiplies 4 weight rows x 8 activation rows
- * per register tile; below that it keeps 2 x 4 tiles. Rows agree bit for
+ * per register tile (q8_0), or transposes 8 weight rows per block in
+ * registers against each activation row (q4_0/q5_0, no scratch); below
+ * that it keeps 2 x 4 tiles. Rows agree bit for
  * bit within each range (INT32_MAX: the type has no act8 range). */
 int omni_x86_gemm_act8_min_avx2(int wtype);
 size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in);
