@@ -100,13 +100,19 @@ tc() { # label env... -- filter
     shift
     env "${envs[@]}" OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 90)" \
         build-fcuda/test_cuda "$@" > "$W/test_cuda.txt" 2>&1
-    echo "test_cuda $label rc $?"
+    local rc=$?
+    echo "test_cuda $label rc $rc"
     grep -E "FAIL|top-5|passed|skip|error" "$W/test_cuda.txt" | head -40
     echo "test_cuda $label: $(grep -E "passed" "$W/test_cuda.txt" | tail -1)" >> "$SUM"
+    return $rc
 }
 if [ -x build-fcuda/test_cuda ]; then
     stamp "test_cuda (default: the new matvec)"
-    tc default X=1 --
+    if ! tc default X=1 --; then # which of the defaults: PDL off, then the old matvec
+        tc "PDL=0" OMNI_CUDA_PDL=0 --
+        tc "PDL=1" OMNI_CUDA_PDL=1 --
+        tc "MV2=0" OMNI_CUDA_MV2=0 --
+    fi
     stamp "test_cuda with PDL launches (the q8_0 models: graphs, fused ops)"
     tc "$TEST_ENV q8" ${TEST_ENV//,/ } -- q8_0
     tc "$TEST_ENV fused" ${TEST_ENV//,/ } -- backend_
