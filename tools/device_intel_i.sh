@@ -12,7 +12,7 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests asan dots tg pp matmul bd), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests asan dots tg pp matmul bd engine), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -38,12 +38,14 @@ grep -o 'avx512_vnni\|amx_int8\|avx512bw\|avx_vnni\|avx512_bf16' "$O/machine.txt
 cat /proc/loadavg
 
 # 1. llama.cpp's llama-bench in the background
-if has tg || has pp || has bd; then
+if has tg || has pp; then
     ( taskset -c $BUILD_CORES cmake -S $DEV/llama.cpp -B /tmp/i_llcpu -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
       taskset -c $BUILD_CORES cmake --build /tmp/i_llcpu --target llama-bench -j 10; echo "llama rc $?" ) > "$O/llama_build.log" 2>&1 &
     llama_pid=$!
+fi
+if has tg || has pp || has bd || has engine; then
     for t in $TYPES; do
         taskset -c 12,13 python3 tools/random_model --shape llama-3.2-1b --type $t \
             --vocab $DEV/ggml-vocab-llama-bpe.gguf -o /tmp/i_l1b-$t.gguf > "$O/model_$t.log" 2>&1 &
@@ -68,6 +70,14 @@ else
     cc $CF -c tools/bench_only/bench_only.c -o $OBJ/bo.o; BO=$OBJ/bo.o
 fi
 cc $CF -Dmain=bench_only_main -c tools/bench_only/bench_only.c -o $OBJ/stub.o
+# bench-engine without the server's libraries (step "engine")
+if has engine; then
+    ENGSRC="tools/bench_only/bench_engine_only.c src/cli/bench_engine.c src/engine/engine.c src/engine/kv_pool.c
+            src/engine/prefix_store.c llm/grammar/grammar.c llm/sampler.c"
+    echo $ENGSRC | tr ' ' '\n' | grep . |
+        taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -I{} sh -c "cc $CF -c {} -o $OBJ/\$(echo {} | tr / _).o || echo 'compile failed: {}'"
+    cc $CF -Dmain=bench_only_main ${SG:+-Dcblas_sgemm=bench_only_plain_sgemm} -c tools/bench_only/bench_only.c -o $OBJ/stub_e.o
+fi
 LIBO=$(for f in $LIBSRC; do echo $OBJ/$(echo $f | tr / _).o; done)
 TO=$(for f in $TSRC; do echo $OBJ/$(echo $f | tr / _).o; done)
 L="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread"
@@ -99,7 +109,7 @@ vsrc() { # variant -> "source flags"
 }
 # the variant objects 4 at a time, then each variant's binaries (in parallel)
 for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do set -- $(vsrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
-    taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -L 1 sh -c "cc $CF -c \$0 \"\$@\" || echo 'variant compile failed: \$*'"
+    taskset -c ${OUR_CORES:-12-15} xargs -r -P ${OUR_JOBS:-4} -L 1 sh -c "cc $CF -c \$0 \"\$@\" || echo 'variant compile failed: \$*'"
 lpids=""
 for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do
     src=$(vsrc $v | cut -d' ' -f1)
@@ -112,6 +122,10 @@ done
 [ -n "$lpids" ] && wait $lpids
 has matmul && { cc -o /tmp/i_matmul_base $OBJ/bm.o $OBJ/stub.o $LIBO $L || echo "bench_matmul link failed"; }
 cp /tmp/i_decode /tmp/i_decode_base; cp /tmp/i_bench /tmp/i_bench_base
+if has engine; then
+    cc -o /tmp/i_engine $(for f in $ENGSRC; do echo $OBJ/$(echo $f | tr / _).o; done) $OBJ/stub_e.o \
+        ${SG:+$OBJ/tools_bench_only_sgemm_fast.c.o} $LIBO $L || echo "bench_engine link failed"
+fi
 stamp "built"
 
 # 3. unit tests at every level, four levels at once on cores 8-11 (each run
@@ -211,12 +225,12 @@ theirs() { # tag file args...
         sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", /" >> "$O/llama.jsonl"
     echo "$tag $f llama.cpp $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\"" "$O/llama.jsonl" | tail -1 | grep -o '"avg_ts": [0-9.]*')"
 }
-if has tg || has pp || has bd; then
+if has tg || has pp || has bd || has engine; then
     stamp "tg"
     TGV=${TGV:-base pf0_0 q8u}
-    ours tg1 q8_0 base -p 1 -n 64 --reps 2
-    while kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
-    tail -1 "$O/llama_build.log"
+    has tg && ours tg1 q8_0 base -p 1 -n 64 --reps 2
+    while [ -n "${llama_pid:-}" ] && kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
+    tail -1 "$O/llama_build.log" 2>/dev/null
     if has tg; then
         theirs tg1 q8_0 -p 0 -n 64 -r 2
         for v in $TGV; do ours tg1 q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
@@ -234,6 +248,18 @@ if has tg || has pp || has bd; then
             for B in ${BDROWS:-8 16 4}; do
                 for v in base amx_old; do ours bd$B $t $v -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth; done
                 LVL=avx512vnni ours bd$B $t base -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth
+            done
+        done
+    fi
+    if has engine && [ -x /tmp/i_engine ]; then
+        # the engine under load: decode step of 8 sequences against one, per level
+        for t in ${ENGTYPES:-q4_k_m q8_0}; do
+            for lvl in amx avx512vnni; do
+                [ "$(left)" -gt 25 ] || break
+                OMNI_CPU=$lvl timeout 60 taskset -c $CORES /tmp/i_engine -m /tmp/i_l1b-$t.gguf --concurrency 1,8 \
+                    --prompt-tokens 64 --gen-tokens 32 --threads 2 --json 2>/dev/null | grep '^{' |
+                    sed "s/^{/{\"file\": \"$t\", \"level\": \"$lvl\", /" >> "$O/engine.jsonl"
+                echo "engine $t $lvl: $(grep "\"file\": \"$t\", \"level\": \"$lvl\"" "$O/engine.jsonl" | cut -c1-300 | paste -sd' ')"
             done
         done
     fi
