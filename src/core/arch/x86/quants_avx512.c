@@ -8,8 +8,10 @@
  * q5_0 on Sapphire Rapids), q4_K/q5_K (vpdpwssd folds the scale products'
  * add), and q8_0 for several rows (32 registers of accumulators). Each keeps
  * the integer lanes, scale products and accumulation order of its AVX2 twin
- * in quants_avx2.c, so the results have the same bits as at level AVX2; all
- * differ from the scalar _ref twins only in float summation order. */
+ * in quants_avx2.c, so the results have the same bits as at level AVX2
+ * (except the q4_0/q5_0 vec_dot_prep: the AVX2 one now pairs rows, these
+ * follow its one-row form); all differ from the scalar _ref twins only in
+ * float summation order. */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
@@ -392,9 +394,11 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
 }
 
 /* vec_dot_prep for q8_0 / q4_0 / q5_0 (variant 0 / 1 / 2), quants_avx2.c's
- * dot_prep_avx2 with vpdpbusd: q8_0 keeps the bits of its vec_dot, q4_0 and
- * q5_0 (unsigned weights, the offset once per block) those of the AVX2
- * vec_dot_prep. The activation prep is the AVX2 level's. */
+ * one-row dot_prep_avx2 with vpdpbusd, one row at a time (each row's bits
+ * independent of its neighbours): q8_0 keeps the bits of its vec_dot; q4_0
+ * and q5_0 take unsigned weights and the offset once per block, in the
+ * one-row form's order (the AVX2 level now pairs rows: other bits, within
+ * the dot tolerance). The activation prep is the AVX2 level's. */
 /* OMNI_X86_NIBBLES_INSERT (a benchmark variant, tools/device_intel_decode.sh):
  * unpack q4_0/q5_0 nibbles with a 128-bit shift and insert instead of the
  * broadcast load and 64-bit variable shift. */
