@@ -1,5 +1,5 @@
-/* test_gemm_act8.c - the AVX2 int8 GEMM's activation-interleaved form for
- * batches from 8 rows (gemm_avx2.c's act8 for q8_0/q4_0/q5_0, gemm_k_avx2.c's
+/* test_gemm_act8.c - the AVX2 int8 GEMM's 8-row forms for batches from 8
+ * rows (gemm_avx2.c's act8 for q8_0 and wt8 for q4_0/q5_0, gemm_k_avx2.c's
  * a8 for q4_K/q6_K) on real row lengths: many blocks, and for the K-quants
  * more super-blocks than one chunk (partial sums parked in y). Every row of
  * an 8- or 16-row batch must have the bits of the same row in a batch of 9
