@@ -9,6 +9,12 @@
  * (token, query head) walking the sequence's block table 32 keys at a time
  * with an online softmax. All work is queued on one stream.
  *
+ * One activation row on a prepared Q4_K / Q6_K / Q8_0 matrix (decode at
+ * batch 1) takes the "mv2" kernels instead (see their section): 16-byte
+ * pieces of quant bytes, Q6_K / Q8_0 from a copy repacked at prepare, and
+ * programmatic dependent launch so that a product's first weight loads
+ * overlap the kernel before it (docs/gpu.md "Decode at batch 1").
+ *
  * prepare (llm/model_dev.c calls it for every matrix at load) keeps an F16
  * copy of a quantized matrix for the GEMM path, so that batched decode
  * steps of 32+ rows read 2 bytes a weight once, with no dequantization per
