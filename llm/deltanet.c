@@ -9,7 +9,9 @@
  * the recurrence (the ops table's delta_rule, one pass over each head's
  * state) for its key heads and the value heads reading them, owning their
  * slice of every state, so no two threads touch the same floats and the
- * bits do not depend on the thread count. */
+ * bits do not depend on the thread count. The input projections go through
+ * the model's multi-product hook where it is set (one parallel region for
+ * the three or four matrices that share the normed input). */
 #include "deltanet.h"
 
 #include "src/core/omni.h"
