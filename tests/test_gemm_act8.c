@@ -99,3 +99,44 @@ TEST(gemm_act8_rows_equal_tiles)
     free(y4);
     free(w);
 }
+
+/* q8_0 weights of -128 (never written by the quantizers, possible in a
+ * crafted file): the act8 tiles move the activation's sign onto the weight
+ * only where no weight of a tile is -128 (-w would not fit a byte), so
+ * such a row still gets the exact product: one weight -128 per row times
+ * activations all about -1. */
+TEST(gemm_act8_q8_0_minus_128_exact)
+{
+    const int64_t n_in = 64, n_out = 9, nb = 8;
+    const size_t row = ggml_row_size(GGML_TYPE_Q8_0, n_in);
+    uint8_t *w = calloc((size_t)n_out, row);
+    float *x = malloc(sizeof(float) * (size_t)(n_in * nb));
+    float *y = malloc(sizeof(float) * (size_t)(n_out * nb));
+    CHECK(w && x && y);
+    for (int64_t r = 0; r < n_out; r++) {
+        block_q8_0 *b = (block_q8_0 *)(w + (size_t)r * row);
+        b[0].d = b[1].d = omni_fp32_to_fp16(1.0f);
+        if (r != 5) /* row 5: no -128 (the other form of its tile) */
+            b[r & 1].qs[(r * 7) & 31] = -128;
+        else
+            b[0].qs[3] = 100;
+    }
+    for (int64_t i = 0; i < n_in * nb; i++)
+        x[i] = -1.0f;
+    const struct omni_tensor wt = { .type = GGML_TYPE_Q8_0, .ne = { n_in, n_out }, .data = w };
+    const int saved = omni_cpu_level();
+    for (int level = 0; level <= omni_cpu()->max_level; level++) {
+        omni_cpu_set_level(level);
+        omni_matmul(NULL, &wt, x, nb, y);
+        for (int64_t m = 0; m < nb; m++)
+            for (int64_t r = 0; r < n_out; r++) {
+                const float want = r != 5 ? 128.0f : -100.0f; /* activations quantize to -127 x 1/127 */
+                CHECK_MSG(fabsf(y[m * n_out + r] - want) <= 1e-3f * fabsf(want), "level %d row %lld out %lld: %g vs %g",
+                          level, (long long)m, (long long)r, y[m * n_out + r], want);
+            }
+    }
+    omni_cpu_set_level(saved);
+    free(w);
+    free(x);
+    free(y);
+}
