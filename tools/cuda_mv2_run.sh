@@ -24,14 +24,14 @@ DEADLINE_S=${DEADLINE_S:-400}
 NAME=${NAME:-f_cuda}
 # variants of the new matvec measured beside the old one (env assignments;
 # "X=1" is the default; commas join assignments)
-VARIANTS=${VARIANTS:-"OMNI_CUDA_MV2_PIPE=1 OMNI_CUDA_MV2_PIPE=1,OMNI_CUDA_MV2_GLU=1024 OMNI_CUDA_MV2_PPT=1"}
-VARIANTS7=${VARIANTS7:-"OMNI_CUDA_MV2_PIPE=1 OMNI_CUDA_MV2_PIPE=1,OMNI_CUDA_MV2_GLU=1024"}
+VARIANTS=${VARIANTS:-"OMNI_CUDA_MV2_GLU=1024 OMNI_CUDA_MV2_PPT=1"}
+VARIANTS7=${VARIANTS7:-"OMNI_CUDA_MV2_GLU=1024"}
 # the previous code: k_matvec_q8, no PDL
 OLD="OMNI_CUDA_MV2=0 OMNI_CUDA_PDL=0"
-MV_VARIANTS=${MV_VARIANTS:-"OMNI_CUDA_MV2=0 X=1 OMNI_CUDA_MV2_PIPE=1"}
+MV_VARIANTS=${MV_VARIANTS:-"OMNI_CUDA_MV2=0 X=1"}
 RUN_CHECK=${RUN_CHECK:-1}
 # the environment of the second test_cuda run, the check and the sanitizer
-TEST_ENV=${TEST_ENV:-"OMNI_CUDA_MV2_PIPE=1"}
+TEST_ENV=${TEST_ENV:-"OMNI_CUDA_MV2_GLU=1024"}
 O=${OUT:-/tmp/out}/$NAME
 W=/tmp/cuda_mv2_work
 mkdir -p "$O" "$W"

@@ -807,7 +807,7 @@ static inline v16f select16(v16i mask, v16f a, v16f b)
  * ln2/2] (ln 2 split in two so that n ln 2 is exact), e^r by Cephes'
  * expf polynomial, 2^n built in the exponent bits. n is rounded by adding
  * 1.5 * 2^23, which leaves it in the low mantissa bits. */
-static v16f expf16(v16f x)
+static v16f exp_v16f(v16f x)
 {
     const v16f x_max = (v16f){ 0 } + 88.0f, x_min = (v16f){ 0 } - 87.3f;
     x = select16(x > x_max, x_max, x);
@@ -869,13 +869,13 @@ OMNI_CLONES void omni_vec_expf(int64_t n, float *y, const float *x)
     for (; i + 16 <= n; i += 16) {
         v16f v;
         memcpy(&v, x + i, sizeof v);
-        v = expf16(v);
+        v = exp_v16f(v);
         memcpy(y + i, &v, sizeof v);
     }
     if (i < n) { /* the tail padded with zeros: the same code for every element */
         v16f v = { 0 };
         memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
-        v = expf16(v);
+        v = exp_v16f(v);
         memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
     }
 }

@@ -851,60 +851,6 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
     }
 }
 
-/* mv2_rows with the loads of the next U pieces of each stream issued
- * before the dots of the current ones (two register buffers of U), so a
- * thread always has loads in flight; the same sums in the same order. */
-template <int T, int TPR, int U, int R>
-__device__ __forceinline__ void mv2_rows_pipe(const mv2m &m0, const mv2m &m1, int r, int r2,
-                                              int i, int np, const int8_t *__restrict__ xq,
-                                              const float *__restrict__ xd, float *acc)
-{
-    mv2raw wa[R][U], wb[R][U];
-#pragma unroll
-    for (int k = 0; k < R; k++)
-        acc[k] = 0.0f;
-    int pa = i;
-#pragma unroll
-    for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            if (pa + u * TPR < np)
-                mv2_ld<T>(k & 1 ? m1 : m0, k < 2 ? r : r2, pa + u * TPR, wa[k][u]);
-    pdl_wait();
-    for (;;) {
-        const int pb = pa + U * TPR;
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int k = 0; k < R; k++)
-                if (pb + u * TPR < np)
-                    mv2_ld<T>(k & 1 ? m1 : m0, k < 2 ? r : r2, pb + u * TPR, wb[k][u]);
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int k = 0; k < R; k++)
-                if (pa + u * TPR < np)
-                    acc[k] += mv2_dot<T>(wa[k][u], pa + u * TPR, xq, xd);
-        if (pb >= np)
-            break;
-        pa = pb + U * TPR;
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int k = 0; k < R; k++)
-                if (pa + u * TPR < np)
-                    mv2_ld<T>(k & 1 ? m1 : m0, k < 2 ? r : r2, pa + u * TPR, wa[k][u]);
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int k = 0; k < R; k++)
-                if (pb + u * TPR < np)
-                    acc[k] += mv2_dot<T>(wb[k][u], pb + u * TPR, xq, xd);
-        if (pa >= np)
-            break;
-    }
-}
-
 /* The sum over a row's TPR threads, in thread i == 0 of the group. */
 template <int TPR>
 __device__ __forceinline__ float mv2_reduce(float v, float *red)
@@ -925,7 +871,7 @@ __device__ __forceinline__ float mv2_reduce(float v, float *red)
 }
 
 /* y[r] = W[r] . x for one activation row; MV2_BLOCK / TPR rows a block. */
-template <int T, int TPR, bool pipe>
+template <int T, int TPR>
 __global__ void __launch_bounds__(MV2_BLOCK)
     k_mv2(const mv2m m, int rows, int np, const int8_t *__restrict__ xq,
           const float *__restrict__ xd, float *__restrict__ y)
@@ -935,9 +881,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     const int i = threadIdx.x % TPR;
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
-    if (pipe && r < rows)
-        mv2_rows_pipe<T, TPR, MV2_U / 2, 1>(m, m, r, r, i, np, xq, xd, &acc);
-    else if (r < rows)
+    if (r < rows)
         mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc);
     else
         pdl_wait();
@@ -955,7 +899,7 @@ struct mv2_segs {
     int n;
 };
 
-template <int TPR, bool pipe>
+template <int TPR>
 __global__ void __launch_bounds__(MV2_BLOCK)
     k_mv2_seg(const mv2_segs sg, int np, const int8_t *__restrict__ xq,
               const float *__restrict__ xd)
@@ -971,13 +915,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     const int i = threadIdx.x % TPR;
     const int r = ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
-    if (pipe && r < rows) {
-        switch (m.type) {
-        case GGML_TYPE_Q4_K: mv2_rows_pipe<GGML_TYPE_Q4_K, TPR, MV2_U / 2, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        case GGML_TYPE_Q6_K: mv2_rows_pipe<GGML_TYPE_Q6_K, TPR, MV2_U / 2, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        default: mv2_rows_pipe<GGML_TYPE_Q8_0, TPR, MV2_U / 2, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        }
-    } else if (r < rows) {
+    if (r < rows) {
         switch (m.type) {
         case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
         case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
@@ -993,7 +931,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
 
 /* k_matvec_glu_q on pieces: silu(gate) * up of 32 consecutive rows a block
  * (a warp a row, TPR 32), written as F32 and as Q8_0 for the down product. */
-template <int T, bool pipe>
+template <int T>
 __global__ void __launch_bounds__(1024)
     k_mv2_glu_q(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
                 const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
@@ -1004,10 +942,7 @@ __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[2];
-    if (pipe)
-        mv2_rows_pipe<T, 32, MV2_UG / 2, 2>(mg, mu, r, r, lane, np, xq, xd, a);
-    else
-        mv2_rows<T, 32, MV2_UG, 2>(mg, mu, r, r, lane, np, xq, xd, a);
+    mv2_rows<T, 32, MV2_UG, 2>(mg, mu, r, r, lane, np, xq, xd, a);
     const float gs = warp_sum(a[0]), us = warp_sum(a[1]);
     if (lane == 0)
         vals[wid] = us * (gs / (1.0f + expf(-gs)));
@@ -1020,7 +955,7 @@ __global__ void __launch_bounds__(1024)
 /* The same with 16 warps a block, each taking rows r and r + 16 of the
  * block's 32 (OMNI_CUDA_MV2_GLU=512: two blocks fit an SM where one of
  * 1024 threads does). */
-template <int T, bool pipe>
+template <int T>
 __global__ void __launch_bounds__(512)
     k_mv2_glu_q16(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
                   const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
@@ -1031,10 +966,7 @@ __global__ void __launch_bounds__(512)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[4];
-    if (pipe)
-        mv2_rows_pipe<T, 32, 1, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
-    else
-        mv2_rows<T, 32, 1, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
+    mv2_rows<T, 32, 1, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
     const float g0 = warp_sum(a[0]), u0 = warp_sum(a[1]);
     const float g1 = warp_sum(a[2]), u1 = warp_sum(a[3]);
     if (lane == 0) {
@@ -1111,7 +1043,6 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
 static int mv2_ppt = 2; /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
 static bool mv2_glu16;  /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q) */
 static int mv2_na;      /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
-static bool mv2_pipe;   /* OMNI_CUDA_MV2_PIPE=1: mv2_rows_pipe */
 
 /* Threads a row for np pieces: 32, 64 or 128. */
 static int mv2_tpr(int np)
@@ -1129,9 +1060,9 @@ static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const 
     const int tpr = mv2_tpr(np);
     const dim3 grid(blocks_for(rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
     switch (tpr) {
-    case 32: launch_pdl(mv2_pipe ? k_mv2<T, 32, true> : k_mv2<T, 32, false>, grid, block, s, m, rows, np, xq, xd, y); break;
-    case 64: launch_pdl(mv2_pipe ? k_mv2<T, 64, true> : k_mv2<T, 64, false>, grid, block, s, m, rows, np, xq, xd, y); break;
-    default: launch_pdl(mv2_pipe ? k_mv2<T, 128, true> : k_mv2<T, 128, false>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 32: launch_pdl(k_mv2<T, 32>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 64: launch_pdl(k_mv2<T, 64>, grid, block, s, m, rows, np, xq, xd, y); break;
+    default: launch_pdl(k_mv2<T, 128>, grid, block, s, m, rows, np, xq, xd, y); break;
     }
 }
 
@@ -1513,9 +1444,9 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
             b += i < nw ? (int)blocks_for(w[i]->rows, MV2_BLOCK / tpr) : 0;
         }
         switch (tpr) {
-        case 32: launch_pdl(mv2_pipe ? k_mv2_seg<32, true> : k_mv2_seg<32, false>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
-        case 64: launch_pdl(mv2_pipe ? k_mv2_seg<64, true> : k_mv2_seg<64, false>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
-        default: launch_pdl(mv2_pipe ? k_mv2_seg<128, true> : k_mv2_seg<128, false>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        case 32: launch_pdl(k_mv2_seg<32>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        case 64: launch_pdl(k_mv2_seg<64>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
+        default: launch_pdl(k_mv2_seg<128>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
         }
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
@@ -1622,14 +1553,14 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             const int np = cols / 32;
             if (mv2_glu16) {
                 switch (wg->type) {
-                case GGML_TYPE_Q4_K: launch_pdl(mv2_pipe ? k_mv2_glu_q16<GGML_TYPE_Q4_K, true> : k_mv2_glu_q16<GGML_TYPE_Q4_K, false>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-                case GGML_TYPE_Q6_K: launch_pdl(mv2_pipe ? k_mv2_glu_q16<GGML_TYPE_Q6_K, true> : k_mv2_glu_q16<GGML_TYPE_Q6_K, false>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-                default: launch_pdl(mv2_pipe ? k_mv2_glu_q16<GGML_TYPE_Q8_0, true> : k_mv2_glu_q16<GGML_TYPE_Q8_0, false>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
                 }
             } else switch (wg->type) {
-            case GGML_TYPE_Q4_K: launch_pdl(mv2_pipe ? k_mv2_glu_q<GGML_TYPE_Q4_K, true> : k_mv2_glu_q<GGML_TYPE_Q4_K, false>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-            case GGML_TYPE_Q6_K: launch_pdl(mv2_pipe ? k_mv2_glu_q<GGML_TYPE_Q6_K, true> : k_mv2_glu_q<GGML_TYPE_Q6_K, false>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-            default: launch_pdl(mv2_pipe ? k_mv2_glu_q<GGML_TYPE_Q8_0, true> : k_mv2_glu_q<GGML_TYPE_Q8_0, false>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q6_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            default: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q8_0>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             }
         } else {
             switch (wg->type) {
@@ -2723,8 +2654,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
-    const char *pi = getenv("OMNI_CUDA_MV2_PIPE");
-    mv2_pipe = pi && !strcmp(pi, "1");
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
