@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
+#include "gemm_act8_inl.h"
 
 #define TILE_R 2 /* weight rows per register tile */
 /* An int32 read at any address (activation qs sit at offset 2 of a block). */
@@ -225,43 +226,16 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define ACT8_MIN_Q4_0 5
 #define ACT8_MIN_Q5_0 4
 
-/* Rows nc..7 of the pack are zero (no contribution, dropped on store). */
+/* nb blocks of act8_transpose_block, each followed by its |a| registers. */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
                       int nc, int64_t nb, int64_t nbp, uint8_t *a)
 {
     for (int64_t i = 0; i < nb; i++) {
-        __m256i v[8];
         uint8_t *o = a + (size_t)i * ACT8_BYTES;
-        for (int c = 0; c < 8; c++) {
-            if (c >= nc) {
-                v[c] = _mm256_setzero_si256();
-                ((float *)(o + 256))[c] = 0.0f;
-                ((int32_t *)(o + 288))[c] = 0;
-                continue;
-            }
-            v[c] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs);
-            ((float *)(o + 256))[c] = ad[c * nbp + i];
-            ((int32_t *)(o + 288))[c] = 8 * corr[c * nbp + i];
-        }
-        __m256i t[8], u[8];
-        for (int k = 0; k < 4; k++) {
-            t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-            t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-        }
-        for (int k = 0; k < 2; k++) {
-            u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-            u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-        }
-        for (int j = 0; j < 4; j++) {
-            const __m256i lo = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
-            const __m256i hi = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
-            _mm256_storeu_si256((__m256i *)o + j, lo);
-            _mm256_storeu_si256((__m256i *)o + j + 4, hi);
-            _mm256_storeu_si256((__m256i *)(o + ACT8_ABS) + j, _mm256_abs_epi8(lo));
-            _mm256_storeu_si256((__m256i *)(o + ACT8_ABS) + j + 4, _mm256_abs_epi8(hi));
-        }
+        __m256i r[8];
+        act8_transpose_block(xq, xq_row, ad, corr, nc, i, nbp, o, r);
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_si256((__m256i *)(o + ACT8_ABS) + k, _mm256_abs_epi8(r[k]));
     }
 }
 

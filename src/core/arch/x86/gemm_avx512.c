@@ -27,6 +27,7 @@
 
 #include <immintrin.h>
 #include <string.h>
+#include "gemm_act8_inl.h"
 
 #define TILE 4 /* weight rows and activation rows per register tile */
 
@@ -198,40 +199,13 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #endif
 typedef int32_t i32u __attribute__((aligned(1), may_alias));
 
-/* Blocks [i0, i0 + n) of rows [0, nc) as ACT8_BYTES each; rows nc..7 zero. */
+/* Blocks [i0, i0 + n) of rows [0, nc) as ACT8_BYTES each (act8_transpose_block). */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc,
                       int64_t i0, int64_t n, int64_t nbp, uint8_t *a)
 {
     for (int64_t j = 0; j < n; j++) {
-        const int64_t i = i0 + j;
-        __m256i v[8];
-        uint8_t *o = a + (size_t)j * ACT8_BYTES;
-        for (int c = 0; c < 8; c++) {
-            if (c >= nc) {
-                v[c] = _mm256_setzero_si256();
-                ((float *)(o + 256))[c] = 0.0f;
-                ((int32_t *)(o + 288))[c] = 0;
-                continue;
-            }
-            v[c] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs);
-            ((float *)(o + 256))[c] = ad[c * nbp + i];
-            ((int32_t *)(o + 288))[c] = 8 * corr[c * nbp + i];
-        }
-        __m256i t[8], u[8];
-        for (int k = 0; k < 4; k++) {
-            t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-            t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-        }
-        for (int k = 0; k < 2; k++) {
-            u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-            u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-        }
-        for (int k = 0; k < 4; k++) {
-            _mm256_storeu_si256((__m256i *)o + k, _mm256_permute2x128_si256(u[k], u[4 + k], 0x20));
-            _mm256_storeu_si256((__m256i *)o + k + 4, _mm256_permute2x128_si256(u[k], u[4 + k], 0x31));
-        }
+        __m256i r[8];
+        act8_transpose_block(xq, xq_row, ad, corr, nc, i0 + j, nbp, a + (size_t)j * ACT8_BYTES, r);
     }
 }
 

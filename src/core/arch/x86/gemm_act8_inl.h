@@ -1,0 +1,49 @@
+/* gemm_act8_inl.h - the activation pack the act8 GEMMs share (gemm_avx2.c,
+ * gemm_avx512.c): block i of up to 8 Q8_0 activation rows transposed so
+ * that register k holds dword k of each row, beside the rows' scales and 8 x
+ * their offset corrections. static inline, compiled under the including
+ * file's target. Include after <immintrin.h> and x86.h. */
+#ifndef OMNI_GEMM_ACT8_INL_H
+#define OMNI_GEMM_ACT8_INL_H
+
+/* Writes block i of rows [0, nc) (row c at xq + c * xq_row, its scales and
+ * corrections at ad / corr + c * nbp) to o: 8 registers, then 8 floats at
+ * o + 256 and 8 int32 at o + 288; rows nc..7 are zero (no contribution,
+ * dropped on store). The 8 registers are also left in r[] (r[k] at o + k)
+ * for a caller that stores more of them. */
+static inline __attribute__((always_inline)) void
+act8_transpose_block(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc,
+                     int64_t i, int64_t nbp, uint8_t *o, __m256i r[8])
+{
+    __m256i v[8];
+    for (int c = 0; c < 8; c++) {
+        if (c >= nc) {
+            v[c] = _mm256_setzero_si256();
+            ((float *)(o + 256))[c] = 0.0f;
+            ((int32_t *)(o + 288))[c] = 0;
+            continue;
+        }
+        v[c] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs);
+        ((float *)(o + 256))[c] = ad[c * nbp + i];
+        ((int32_t *)(o + 288))[c] = 8 * corr[c * nbp + i];
+    }
+    __m256i t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        r[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+        _mm256_storeu_si256((__m256i *)o + k, r[k]);
+        _mm256_storeu_si256((__m256i *)o + k + 4, r[k + 4]);
+    }
+}
+
+#endif
