@@ -101,6 +101,10 @@ static void touch(struct omni_backend *be) { st(be)->nq_valid = false; }
  * (layernorm, gelu, im2col_k3, attention_dense). */
 extern "C" cudaStream_t omni_cuda_stream(struct omni_backend *be) { touch(be); return st(be)->stream; }
 extern "C" void omni_cuda_whisper_ops(struct omni_backend *be);
+/* For src/core/cuda/optimer.cu (OMNI_CUDA_TIMERS=1): the stream without
+ * touching (its events write nothing), and the call that wraps the ops. */
+extern "C" cudaStream_t omni_cuda_stream_raw(struct omni_backend *be) { return st(be)->stream; }
+extern "C" void omni_cuda_optimer_install(struct omni_backend *be);
 
 /* Launch / API errors: one line on stderr naming the op, OMNI_ERR_IO back. */
 static int chk(cudaError_t e, const char *what)
@@ -2718,5 +2722,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->prepare = cuda_prepare;
     be->mem_available = cuda_mem_available;
     omni_cuda_whisper_ops(be);
+    omni_cuda_optimer_install(be);
     return be;
 }

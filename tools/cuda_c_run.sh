@@ -1,0 +1,220 @@
+#!/bin/bash
+# cuda_c_run.sh - one GPU job for the batch-1 decode step (issue 19,
+# docs/gpu.md "Per-op GPU times" / "Decode at batch 1"): build test_cuda /
+# bench_dev / bench_engine_dev, test_cuda on the golden fixtures with the
+# defaults (and with each variant), per-op GPU times of one-token steps
+# (OMNI_CUDA_TIMERS=1) on the 1B and 7B files, bench_dev tg128 with the
+# defaults and the variants interleaved (A B A B), then optionally
+# bench-engine, llama.cpp on the same files, compute-sanitizer.
+# Run from the repository root with build-h7dev carried (llama.cpp/, pcre2/,
+# ggml-vocab-llama-bpe.gguf; see tools/cuda_device_run.sh):
+#   OUT=/tmp/o NAME=f_c1 VARIANTS="OMNI_CUDA_X=1" bash tools/cuda_c_run.sh
+# Writes $OUT/$NAME/: summary.txt (the results, written as they come),
+# log.txt, results.jsonl (every JSON line), optime_*.jsonl.
+# Variables: VARIANTS (space-separated; commas join env assignments),
+# TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
+# RUN_SAN, DEADLINE_S (default 290: no new step after it).
+set -u
+DEV=${DEV:-build-h7dev}
+RUN_LLAMA=${RUN_LLAMA:-0}
+RUN_ENGINE=${RUN_ENGINE:-0}
+RUN_SAN=${RUN_SAN:-0}
+TIMERS=${TIMERS:-1}
+unset SAN # the Makefile's sanitizer list
+DEADLINE_S=${DEADLINE_S:-290}
+NAME=${NAME:-f_c}
+VARIANTS=${VARIANTS:-}
+TIMER_ENVS=${TIMER_ENVS:-X=1 $VARIANTS}
+O=${OUT:-/tmp/out}/$NAME
+W=/tmp/cuda_c_work
+mkdir -p "$O" "$W"
+exec > >(tee -a "$O/log.txt") 2>&1
+RES="$O/results.jsonl"
+SUM="$O/summary.txt"
+: > "$RES"
+: > "$SUM"
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+stamp() { echo "== $(el) s: $*"; }
+left() { echo $(( DEADLINE_S - $(el) )); }
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+say() { echo "$*" | tee -a "$SUM"; }
+
+NVCC_BIN=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC_BIN")")}
+export PATH="$CUDA_HOME/bin:$PATH"
+say "$NAME: commit $(git rev-parse --short HEAD 2>/dev/null) (+$(git status --porcelain 2>/dev/null | wc -l) changed paths), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "variants: ${VARIANTS:-none}"
+[ -d "$DEV/llama.cpp" ] || { [ -f "$DEV/llama_src.tgz" ] && tar xzf "$DEV/llama_src.tgz" -C "$DEV"; }
+
+LBIN="$DEV/llama-build/bin"
+if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
+    (cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
+     cmake --build "$DEV/llama-build" --target llama-bench llama-batched-bench -j 8
+     echo "llama.cpp build rc $?") > "$W/llama_build.log" 2>&1 &
+    llama_pid=$!
+fi
+
+M4="$DEV/llama-3.2-1b-q4_k_m.gguf"
+M8="$DEV/llama-3.2-1b-q8_0.gguf"
+M7="$DEV/qwen2.5-7b-q4_k_m.gguf"
+gen() { # shape type file
+    [ -f "$3" ] && return 0
+    python3 tools/random_model --shape "$1" --type "$2" --vocab "$DEV/ggml-vocab-llama-bpe.gguf" \
+        -o "$3" > /dev/null 2>&1
+    echo "random_model $1 $2 rc $?"
+}
+(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-7b q4_k_m "$M7"; gen llama-3.2-1b q8_0 "$M8") \
+    > "$W/models.log" 2>&1 &
+models_pid=$!
+FIXT=()
+for m in llama llama3 qwen2 qwen3; do for t in f32 f16 q8_0; do FIXT+=("build-ffix/fixtures/$m-$t.gguf"); done; done
+(make -j3 BUILD=build-ffix PYTHON=python3 "${FIXT[@]}" > "$W/fixtures.log" 2>&1;
+ echo "fixtures rc $?" >> "$W/fixtures.log") &
+fix_pid=$!
+
+MK=(make -k -j8 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-fcuda BLAS_SHIM=1
+    NVCCFLAGS="-O3 -std=c++17 -I. -lineinfo --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra"
+    EXTRA_CFLAGS="-Itools/bench_only -I$DEV/pcre2/include"
+    DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
+TARGETS=(build-fcuda/test_cuda build-fcuda/bench_dev build-fcuda/bench_engine_dev)
+stamp "build ${TARGETS[*]}"
+timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
+say "build rc $? at $(el) s"
+grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
+
+wait "$fix_pid"
+tail -1 "$W/fixtures.log"
+tc() { # label env... -- filter
+    local label=$1; shift
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 90)" \
+        build-fcuda/test_cuda "$@" > "$W/test_cuda.txt" 2>&1
+    local rc=$?
+    grep -E "FAIL|top-5|passed|skip|error" "$W/test_cuda.txt" | head -40
+    say "test_cuda $label rc $rc: $(grep -E "passed" "$W/test_cuda.txt" | tail -1)"
+    grep -E "FAIL" "$W/test_cuda.txt" | head -5 >> "$SUM"
+    return $rc
+}
+if [ -x build-fcuda/test_cuda ]; then
+    stamp "test_cuda (defaults)"
+    tc defaults X=1 --
+    for v in $VARIANTS; do
+        [ "$(left)" -lt 150 ] && break
+        tc "$v" ${v//,/ } --
+    done
+fi
+
+stamp "waiting for the model files"
+wait "$models_pid"
+cat "$W/models.log"
+tag() { sed "s/^{/{\"label\":\"$1\",/" | tee -a "$RES"; }
+bd() { # label env... -- args
+    local label=$1; shift
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" timeout "$(cap 60)" build-fcuda/bench_dev "$@" 2> "$W/bd.err" | tag "$label" |
+        python3 -c '
+import json, sys
+for l in sys.stdin:
+    try:
+        r = json.loads(l)
+    except ValueError:
+        continue
+    if "tok_s" in r:
+        gb = " (%.0f GB/s of weights)" % r["weights_gb_s"] if "weights_gb_s" in r else ""
+        print("bench_dev %s %s: %.1f tok/s%s" % (r["label"], r.get("test", "?"), r["tok_s"], gb))' |
+        tee -a "$SUM"
+    grep -iE "error|fail" "$W/bd.err" | head -3
+}
+# per-op GPU times of one-token steps (graphs off, a spin before each step)
+if [ "$TIMERS" = 1 ] && [ -x build-fcuda/bench_dev ]; then
+    for M in "$M4" "$M7"; do
+        for v in $TIMER_ENVS; do
+            [ "$(left)" -lt 100 ] && break
+            b=$(basename "$M" .gguf)
+            stamp "per-op times $b $v"
+            f="$O/optime_${b}_${v//[^A-Za-z0-9_]/_}.jsonl"
+            env ${v//,/ } OMNI_CUDA_TIMERS=1 OMNI_DEV_GRAPHS=0 timeout "$(cap 40)" build-fcuda/bench_dev \
+                -m "$M" -p 1 -n 32 -r 1 2>&1 >/dev/null | grep '^{"bench":"optime' > "$f"
+            python3 - "$f" "$b $v" <<'PY' | tee -a "$SUM"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+step = [r for r in rows if r["bench"] == "optime_step"]
+ops = sorted((r for r in rows if r["bench"] == "optime"), key=lambda r: -r["us_per_step"])
+if step:
+    s = step[0]
+    print("optime %s: %d steps, %.1f us a step on the GPU (ops %.1f, gaps %.1f)" %
+          (sys.argv[2], s["steps"], s["step_us"], s["ops_us"], s["gap_us"]))
+for r in ops[:14]:
+    gb = " %6.0f GB/s" % r["gb_s"] if r["gb_s"] else ""
+    print("  %-52s %8.1f us/step %5.1f calls/step %7.2f us avg%s" %
+          (r["op"][:52], r["us_per_step"], r["calls"] / max(1, step[0]["steps"] if step else 1), r["us_avg"], gb))
+PY
+        done
+    done
+fi
+# tg128: defaults and variants interleaved, A B A B
+if [ -x build-fcuda/bench_dev ]; then
+    for M in "$M4" "$M7" "$M8"; do
+        [ "$(left)" -lt 60 ] && break
+        b=$(basename "$M" .gguf)
+        stamp "bench_dev tg128 $b: defaults, variants, twice"
+        for rep in 1 2; do
+            for v in X=1 $VARIANTS; do
+                [ "$(left)" -lt 40 ] && break
+                bd "$b ${v} #$rep" ${v//,/ } -- -m "$M" -p 1 -n 128 -r 3
+            done
+        done
+    done
+fi
+if [ "$RUN_ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
+    stamp "bench-engine --device cuda --concurrency 1,16,64"
+    timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
+        --prompt-tokens 128 --gen-tokens 64 --json 2> "$W/engine.err" | tag "engine" |
+        python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("engine concurrency %d: %.1f tok/s (decode step %.3f ms)" % (r["concurrency"], r["aggregate_tok_s"], r.get("decode_step_ms", 0)))' |
+        tee -a "$SUM"
+    tail -2 "$W/engine.err"
+fi
+if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
+    stamp "waiting for llama.cpp"
+    while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 40 ]; do sleep 3; done
+    say "llama.cpp: $(tail -1 "$W/llama_build.log")"
+fi
+if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
+    for M in "$M4" "$M7" "$M8"; do
+        [ "$(left)" -lt 15 ] && break
+        stamp "llama-bench $(basename "$M")"
+        timeout "$(cap 45)" "$LBIN/llama-bench" -m "$M" -p 0 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
+            tag llama-bench | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("llama-bench %s tg%d: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], r["n_gen"], r["avg_ts"]))' |
+            tee -a "$SUM"
+        # ours right after, same file (A B)
+        bd "$(basename "$M" .gguf) X=1 after llama" X=1 -- -m "$M" -p 1 -n 128 -r 3
+    done
+fi
+if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; then
+    for f in backend_ model_dev_qwen2_q8; do
+        stamp "compute-sanitizer memcheck $f (defaults)"
+        OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
+            compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
+        say "sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
+    done
+fi
+stamp "done"
+[ -n "${llama_pid:-}" ] && kill "$llama_pid" 2>/dev/null
+echo "---- summary"
+cat "$SUM"
