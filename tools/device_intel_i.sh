@@ -12,7 +12,7 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests asan dots tg pp matmul bd engine), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests asan dots stream tg pp matmul bd engine), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -88,6 +88,7 @@ VARIANTS=${VARIANTS:-pf0_0 pf1_8192 q8u}
 GVARIANTS=${GVARIANTS:-g_min64 g_r4}
 KVARIANTS=${KVARIANTS:-gk_off}
 AVARIANTS=${AVARIANTS:-amx_old}
+MVARIANTS=${MVARIANTS:-}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
 # q8u: with -DOMNI_X86_Q8_U=1;
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
@@ -95,23 +96,41 @@ AVARIANTS=${AVARIANTS:-amx_old}
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
 # amx.c with -DOMNI_X86_AMX_SMALL=1 (AMX from 2-6 rows as before)
 has matmul && cc $CF -DNO_BLAS -c tests/bench_matmul.c -o $OBJ/bm.o
-vsrc() { # variant -> "source flags"
+vsrc() { # variant -> "source flags" (the source whose object the variant replaces)
     case $1 in
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
+    ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;
     g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
     g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
     g_pf0) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_PF=0" ;;
     gk_off) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_MIN=2147483647" ;;
     gk_r2) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_R=2" ;;
+    nommap|hp) echo "llm/model.c" ;;
+    esac
+}
+# nommap / hp: llm/model.c loading the whole file into memory (use_mmap
+# false; hp: into 2 MiB-aligned memory with MADV_HUGEPAGE), to tell the
+# page size and the page cache apart from the kernels
+csrc() { # variant -> the file to compile
+    case $1 in
+    nommap|hp)
+        { echo '#include <sys/mman.h>'; echo '#include <stdlib.h>'
+          echo 'static void *i_alloc(size_t n) { size_t a = (size_t)2 << 20, sz = (n + a - 1) / a * a; void *p = aligned_alloc(a, sz);'
+          [ $1 = hp ] && echo 'if (p) madvise(p, sz, MADV_HUGEPAGE);'
+          echo 'return p; }'; echo '#line 1 "llm/model.c"'
+          sed 's/buf = malloc(n ? (size_t)n : 1)/buf = i_alloc(n ? (size_t)n : 1)/; s/\.use_mmap = true/.use_mmap = false/' llm/model.c
+        } > /tmp/i_model_$1.c
+        echo "/tmp/i_model_$1.c -Illm" ;;
+    *) vsrc $1 ;;
     esac
 }
 # the variant objects 4 at a time, then each variant's binaries (in parallel)
-for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do set -- $(vsrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
+for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS $MVARIANTS; do set -- $(csrc $v); src=$1; shift; echo "$src $* -o $OBJ/v_$v.o"; done |
     taskset -c ${OUR_CORES:-12-15} xargs -r -P ${OUR_JOBS:-4} -L 1 sh -c "cc $CF -c \$0 \"\$@\" || echo 'variant compile failed: \$*'"
 lpids=""
-for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS; do
+for v in $VARIANTS $GVARIANTS $KVARIANTS $AVARIANTS $MVARIANTS; do
     src=$(vsrc $v | cut -d' ' -f1)
     LV=$(echo $LIBO | sed "s#$OBJ/$(echo $src | tr / _).o#$OBJ/v_$v.o#")
     ( cc -o /tmp/i_decode_$v $OBJ/tests_bench_decode.c.o $OBJ/stub.o $LV $L || echo "decode $v link failed"
@@ -176,6 +195,23 @@ if has dots; then
     sed 's/"checksum".*//' "$O/decode.jsonl"
     stamp "decode dots"
 fi
+# 4b. q8_0 streaming alone (tools/q8_stream.c): memory backings (4 KiB
+#    anonymous pages, MADV_HUGEPAGE, a mapped file) x loop shapes (the
+#    production loop, S rows in lockstep, repacked rows with 512-bit loads,
+#    plain reads), 2 threads on the pinned cores; stream.jsonl
+if has stream; then
+    cc -O2 -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mf16c -mfma -pthread tools/q8_stream.c -o /tmp/i_q8_stream ||
+        echo "q8_stream build failed"
+    for s in ${STREAM_SHAPES:-2048x8192 8192x2048}; do
+        [ "$(left)" -gt 100 ] || break
+        timeout 60 /tmp/i_q8_stream -s $s -c ${CORES} -g ${STREAM_MIB:-768} -r 3 -n ${STREAM_ROUNDS:-2} \
+            -k "${STREAM_K:-read1 read2 read1:4096 cur:0 cur:4096 ms2:4096 ms4:4096 rp:4096 rp:8192 rpms2:4096}" \
+            -b "${STREAM_B:-anon huge file}" >> "$O/stream.jsonl"
+    done
+    grep -o '"backing":"[a-z]*","kernel":"[^"]*","round":[0-9],"shape":"[0-9x]*"\|"gb_s_best":[0-9.]*,"gb_s_median":[0-9.]*' "$O/stream.jsonl" |
+        paste -d' ' - - | sed 's/"//g'
+    stamp "stream"
+fi
 # (a bare wait would also wait for the tee above: only named jobs)
 pids=$(jobs -p | grep -v "^${llama_pid:-x}$")
 [ -n "$pids" ] && wait $pids 2>/dev/null
@@ -228,18 +264,19 @@ theirs() { # tag file args...
 if has tg || has pp || has bd || has engine; then
     stamp "tg"
     TGV=${TGV:-base pf0_0 q8u}
-    has tg && ours tg1 q8_0 base -p 1 -n 64 --reps 2
+    has tg && ours tg0 q8_0 base -p 1 -n 32 --reps 1
     while [ -n "${llama_pid:-}" ] && kill -0 $llama_pid 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 2; done
     tail -1 "$O/llama_build.log" 2>/dev/null
     if has tg; then
-        theirs tg1 q8_0 -p 0 -n 64 -r 2
-        for v in $TGV; do ours tg1 q8_0 $v -p 1 -n 64 --reps 2 --no-bandwidth; done
+        # q8_0: llama.cpp and our variants alternately, TG_ROUNDS rounds
+        for round in $(seq 1 ${TG_ROUNDS:-1}); do
+            theirs tg$round q8_0 -p 0 -n ${TGN:-64} -r 2
+            for v in $TGV; do ours tg$round q8_0 $v -p 1 -n ${TGN:-64} --reps 2 --no-bandwidth; done
+        done
         for t in $TYPES; do
             [ $t = q8_0 ] && continue
             theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t base -p 1 -n 64 --reps 2 --no-bandwidth
-            [ $t = q4_0 ] && ours tg1 $t pf0_0 -p 1 -n 64 --reps 2 --no-bandwidth
         done
-        theirs tg2 q8_0 -p 0 -n 64 -r 2; ours tg2 q8_0 base -p 1 -n 64 --reps 2 --no-bandwidth
     fi
     if has bd; then
         # 8 sequences decoded together (aggregate tok/s) at B rows: level amx

@@ -433,104 +433,129 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
 #define OMNI_X86_Q8_U 0
 #endif
 
-static inline __attribute__((always_inline)) float dot_prep_vnni(int64_t n, const void *w, const void *a,
-                                                                 const float *prep, const int variant)
+/* OMNI_X86_STREAMS (a benchmark variant, default 1): the thread's rows as S
+ * contiguous sub-ranges walked in lockstep, S rows at a time, so S streams
+ * of the weights are in flight (each prefetched as above); every row's
+ * integer and float steps are those of the one-row loop (the same bits). */
+#ifndef OMNI_X86_STREAMS
+#define OMNI_X86_STREAMS 1
+#endif
+
+/* the integer dot of one block of variant's weights x at activation qy */
+static inline __attribute__((always_inline)) __m256i block_prep_vnni(const uint8_t *x, __m256i qy, const int variant,
+                                                                     const int tail)
+{
+    if (variant == 0 && OMNI_X86_Q8_U) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(qx, _mm256_set1_epi8((char)0x80)), qy);
+    }
+    if (variant == 0) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+    }
+    if (variant == 1)
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                   tail ? unpack_nibbles(((const block_q4_0 *)x)->qs)
+                                        : PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);
+    const block_q5_0 *x5 = (const block_q5_0 *)x;
+    uint32_t h;
+    memcpy(&h, x5->qh, 4);
+    const __m256i q = _mm256_or_si256(tail ? unpack_nibbles(x5->qs) : PREP_NIBBLES(x5->qs),
+                                      _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
+}
+
+/* y[s] = the dot of weight row w[s] with the prepared activation, s < S */
+static inline __attribute__((always_inline)) void dot_prep_vnni(int64_t n, const uint8_t *const *w, const void *a,
+                                                                const float *prep, const int variant, const int S,
+                                                                float *out)
 {
     const int64_t nb = n / QK8_0;
     const size_t bx = variant == 0 ? sizeof(block_q8_0) : variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0);
-    const uint8_t *xb = w;
     const block_q8_0 *y = a;
     const float *dy = prep, *sy = prep + nb;
-    __m256 acc[4];
+    __m256 acc[4][4];
+    __m128 corr[4];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        acc[k] = _mm256_setzero_ps();
-    __m128 corr = _mm_setzero_ps();
+    for (int s = 0; s < S; s++) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[s][k] = _mm256_setzero_ps();
+        corr[s] = _mm_setzero_ps();
+    }
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) { /* 4 blocks: 136 (q8_0), 72, 88 bytes */
-            const char *p = (const char *)xb + i * bx + OMNI_X86_PF_DIST;
-            _mm_prefetch(p, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-            _mm_prefetch(p + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-            if (variant == 0)
-                _mm_prefetch(p + 128, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-        }
-        const __m128 dx4 = scales4_x(xb + i * bx, bx);
-        const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
-        if (variant || OMNI_X86_Q8_U)
-            corr = _mm_add_ps(corr, _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
-        const __m256 d8 = _mm256_set_m128(d4, d4);
-        __m256 d[4];
-        d[0] = _mm256_permute_ps(d8, 0x00);
-        d[1] = _mm256_permute_ps(d8, 0x55);
-        d[2] = _mm256_permute_ps(d8, 0xaa);
-        d[3] = _mm256_permute_ps(d8, 0xff);
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const uint8_t *x = xb + (i + k) * bx;
-            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
-            __m256i dot;
-            if (variant == 0 && OMNI_X86_Q8_U) {
-                const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
-                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(qx, _mm256_set1_epi8((char)0x80)), qy);
-            } else if (variant == 0) {
-                const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
-                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
-            } else if (variant == 1) {
-                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);
-            } else {
-                const block_q5_0 *x5 = (const block_q5_0 *)x;
-                uint32_t h;
-                memcpy(&h, x5->qh, 4);
-                const __m256i q = _mm256_or_si256(PREP_NIBBLES(x5->qs),
-                                                  _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
-                dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
+        for (int s = 0; s < S; s++) {
+            const uint8_t *xb = w[s];
+            if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) { /* 4 blocks: 136 (q8_0), 72, 88 bytes */
+                const char *p = (const char *)xb + i * bx + OMNI_X86_PF_DIST;
+                _mm_prefetch(p, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+                _mm_prefetch(p + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+                if (variant == 0)
+                    _mm_prefetch(p + 128, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
             }
-            acc[k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[k]);
+            const __m128 dx4 = scales4_x(xb + i * bx, bx);
+            const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
+            if (variant || OMNI_X86_Q8_U)
+                corr[s] = _mm_add_ps(corr[s], _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
+            const __m256 d8 = _mm256_set_m128(d4, d4);
+            __m256 d[4];
+            d[0] = _mm256_permute_ps(d8, 0x00);
+            d[1] = _mm256_permute_ps(d8, 0x55);
+            d[2] = _mm256_permute_ps(d8, 0xaa);
+            d[3] = _mm256_permute_ps(d8, 0xff);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
+                const __m256i dot = block_prep_vnni(xb + (i + k) * bx, qy, variant, 0);
+                acc[s][k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[s][k]);
+            }
         }
     }
-    float corr_s = hsum_ps128(corr);
-    for (; i < nb; i++) {
-        const uint8_t *x = xb + i * bx;
-        ggml_half hd;
-        memcpy(&hd, x, sizeof hd);
-        const float dx = h2f(hd);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256i dot;
-        if (variant == 0 && OMNI_X86_Q8_U) {
-            const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
-            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(qx, _mm256_set1_epi8((char)0x80)), qy);
-        } else if (variant == 0) {
-            const __m256i qx = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs);
-            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
-        } else if (variant == 1) {
-            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(((const block_q4_0 *)x)->qs), qy);
-        } else {
-            const block_q5_0 *x5 = (const block_q5_0 *)x;
-            uint32_t h;
-            memcpy(&h, x5->qh, 4);
-            const __m256i q = _mm256_or_si256(unpack_nibbles(x5->qs),
-                                              _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
-            dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qy);
+    const int64_t i_tail = i;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        float corr_s = hsum_ps128(corr[s]);
+        for (i = i_tail; i < nb; i++) {
+            const uint8_t *x = w[s] + i * bx;
+            ggml_half hd;
+            memcpy(&hd, x, sizeof hd);
+            const float dx = h2f(hd);
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+            const __m256i dot = block_prep_vnni(x, qy, variant, 1);
+            acc[s][0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[s][0]);
+            if (variant || OMNI_X86_Q8_U)
+                corr_s += dx * sy[i];
         }
-        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[0]);
-        if (variant || OMNI_X86_Q8_U)
-            corr_s += dx * sy[i];
+        const float t = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]), _mm256_add_ps(acc[s][2], acc[s][3])));
+        out[s] = variant == 0 ? (OMNI_X86_Q8_U ? t - 128.0f * corr_s : t)
+                              : t - (variant == 1 ? 8.0f : 16.0f) * corr_s;
     }
-    const float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    return variant == 0 ? (OMNI_X86_Q8_U ? s - 128.0f * corr_s : s) : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
 }
 
-/* quants_x86_inl.h's DOT_PREP_ROWS with the OMNI_X86_PF variants */
+/* quants_x86_inl.h's DOT_PREP_ROWS with the OMNI_X86_PF and OMNI_X86_STREAMS
+ * variants: rows [0, S * per) as S sub-ranges of per rows in lockstep, the
+ * rest one at a time */
 #define DOT_PREP_ROWS_PF(dot, variant)                                                     \
-    for (int64_t r = 0; r < n_rows; r++) {                                                 \
+    const int64_t per = OMNI_X86_STREAMS > 1 ? n_rows / OMNI_X86_STREAMS : 0;             \
+    for (int64_t r = 0; r < per; r++) {                                                    \
+        const uint8_t *ws[OMNI_X86_STREAMS > 1 ? OMNI_X86_STREAMS : 1];                    \
+        float o[OMNI_X86_STREAMS > 1 ? OMNI_X86_STREAMS : 1];                              \
+        for (int s = 0; s < OMNI_X86_STREAMS; s++)                                         \
+            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;                    \
+        dot(n, ws, a, prep, variant, OMNI_X86_STREAMS > 1 ? OMNI_X86_STREAMS : 1, o);      \
+        for (int s = 0; s < OMNI_X86_STREAMS; s++)                                         \
+            y[r + s * per] = o[s];                                                         \
+    }                                                                                      \
+    for (int64_t r = (OMNI_X86_STREAMS > 1 ? OMNI_X86_STREAMS : 0) * per; r < n_rows; r++) { \
         const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                       \
         if ((OMNI_X86_PF == 0 || OMNI_X86_PF == 3) && r + OMNI_PREFETCH_ROWS < n_rows) {   \
             const uint8_t *p = wr + OMNI_PREFETCH_ROWS * w_row;                            \
             for (size_t o = 0; o < w_row; o += 64)                                         \
                 __builtin_prefetch(p + o, 0, OMNI_X86_PF == 3 ? 2 : 3);                    \
         }                                                                                  \
-        y[r] = dot(n, wr, a, prep, variant);                                               \
+        dot(n, &wr, a, prep, variant, 1, &y[r]);                                           \
     }
 
 static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
