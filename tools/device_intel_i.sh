@@ -12,7 +12,7 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests asan dots stream tg pp matmul bd engine), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests asan dots stream tg pp matmul bd engine mmb), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -305,6 +305,23 @@ if has tg || has pp || has bd || has engine; then
             theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t base -p 512 -n 0 --reps 1 --no-bandwidth
         done
     fi
+fi
+# 7. the batch ranges of matmul.c's gemm_range at the VNNI level: per-row
+#    dots vs the int8 GEMM vs dequantize + OpenBLAS sgemm (SkylakeX kernels),
+#    one thread on the first pinned core, 2..64 rows per type (mmb.txt).
+#    The binary is tests/bench_matmul.c linked statically with Debian's
+#    OpenBLAS on the development machine (none here), carried xz-compressed
+#    as $DEV/i/bench_matmul_blas.xz (never committed).
+if has mmb && [ -f $DEV/i/bench_matmul_blas.xz ]; then
+    { xz -dc $DEV/i/bench_matmul_blas.xz 2>/dev/null ||
+      python3 -c "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())" $DEV/i/bench_matmul_blas.xz; } > /tmp/i_mmb
+    chmod +x /tmp/i_mmb
+    for t in ${MMBTYPES:-q8_0 q4_0 q5_0 q4_K q5_K q6_K}; do
+        [ "$(left)" -gt ${MMB_LEFT:-12} ] || break
+        OMNI_CPU=${MMBLVL:-avx512vnni} OPENBLAS_CORETYPE=SkylakeX timeout 40 taskset -c ${CORES%%,*} /tmp/i_mmb -t $t \
+            -s ${MMSHAPE:-2048x8192} -b ${MMB:-2,3,4,6,8,12,16,24,32,48,64} -r ${MMREPS:-5} 2>&1 | sed "s/^/$t: /" >> "$O/mmb.txt"
+    done
+    cat "$O/mmb.txt"; stamp "mmb"
 fi
 if has asan; then
     while kill -0 $asan_pid 2>/dev/null && [ "$(left)" -gt 3 ]; do sleep 1; done
