@@ -13,10 +13,15 @@
  * -h: the prefetch's locality hint, 3 (into L1, as matmul.c) down to 0.
  * -x 1: vec_dot even where the level has vec_dot_prep (which matmul.c's
  * one-row products use, as this does by default).
+ * -B 1: after each rep, the bandwidth probe's three reads of a 1 GiB buffer
+ * on the same threads (membw.h: vec, vec_pf, scalar), one JSON line per rep
+ * with the kernel's wall-time GB/s beside them and its ratio to each: the
+ * kernel against memory in the same seconds (A B A B within one process).
  * One JSON line per run: GB/s of weights in wall time and in the calling
  * thread's CPU time (the robust number on a loaded machine), and the kernel
  * level (OMNI_CPU caps it). */
 #include "src/core/cpu.h"
+#include "src/core/membw.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
@@ -81,7 +86,7 @@ int main(int argc, char **argv)
 {
     const char *tname = "q8_0";
     int64_t n_in = 896, n_out = 151936;
-    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3, plain = 0;
+    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3, plain = 0, probe = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t"))
             tname = argv[i + 1];
@@ -99,6 +104,8 @@ int main(int argc, char **argv)
             hint = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-x"))
             plain = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-B"))
+            probe = atoi(argv[i + 1]);
     }
     int type = -1;
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
@@ -147,6 +154,10 @@ int main(int argc, char **argv)
         op->act_prep(xq, prep, n_in);
     }
     struct tpool *tp = tpool_new(n_thr, NULL, 0);
+    const size_t probe_bytes = (size_t)1 << 30;
+    void *probe_buf = probe ? omni_membw_alloc(probe_bytes) : NULL;
+    if (probe && !probe_buf)
+        return 1;
     double best = 1e9, cpu = 1e9;
     for (int rep = 0; rep < reps; rep++) {
         const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
@@ -157,7 +168,20 @@ int main(int argc, char **argv)
         const double t = now_s(CLOCK_MONOTONIC) - t0, ct = now_s(CLOCK_THREAD_CPUTIME_ID) - c0;
         best = t < best ? t : best;
         cpu = ct < cpu ? ct : cpu;
+        if (probe) {
+            const double k = (double)w_bytes * copies * passes / t / 1e9;
+            double m[OMNI_MEMBW_MODES];
+            for (int md = 0; md < OMNI_MEMBW_MODES; md++)
+                m[md] = omni_membw_pass(tp, probe_buf, probe_bytes, md) / 1e9;
+            printf("{\"rep\":%d,\"type\":\"%s\",\"kernel_gb_s\":%.2f", rep, tname, k);
+            for (int md = 0; md < OMNI_MEMBW_MODES; md++)
+                printf(",\"%s_gb_s\":%.2f", omni_membw_mode_name(md), m[md]);
+            for (int md = 0; md < OMNI_MEMBW_MODES; md++)
+                printf(",\"kernel_over_%s\":%.3f", omni_membw_mode_name(md), m[md] > 0 ? k / m[md] : 0);
+            printf("}\n");
+        }
     }
+    omni_membw_free(probe_buf);
     uint64_t sum = 0; /* FNV-1a of the last copy's output bits */
     for (int64_t r = 0; r < n_out * 4; r++)
         sum = (sum ^ ((const uint8_t *)y)[r]) * 1099511628211ULL;

@@ -3,6 +3,7 @@
  * double-precision product of the dequantized weights. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
+#include "src/core/membw.h"
 #include "src/core/quant.h"
 #include "src/core/tensor.h"
 #include "src/core/threadpool.h"
@@ -448,4 +449,30 @@ TEST(matmul_multi_equals_single)
         for (int k = 0; k < 3; k++)
             free_weights(&f[k]);
     }
+}
+
+/* The bandwidth probe's passes (bench's bandwidth_fraction, bench_decode -B)
+ * read a buffer on one or two threads, and bad arguments give 0, not a
+ * crash (its speed is a benchmark's business, not a test's). */
+TEST(membw_passes_read_and_reject_bad_input)
+{
+    const size_t bytes = (size_t)1 << 20;
+    void *buf = omni_membw_alloc(bytes);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    struct tpool *tp = tpool_new(2, NULL, 0);
+    CHECK(tp != NULL);
+    for (int md = 0; md < OMNI_MEMBW_MODES; md++) {
+        CHECK_MSG(omni_membw_pass(NULL, buf, bytes, md) > 0, "mode %s, 1 thread", omni_membw_mode_name(md));
+        if (tp)
+            CHECK_MSG(omni_membw_pass(tp, buf, bytes, md) > 0, "mode %s, 2 threads", omni_membw_mode_name(md));
+    }
+    CHECK(omni_membw_pass(NULL, NULL, bytes, OMNI_MEMBW_VEC) == 0);
+    CHECK(omni_membw_pass(NULL, buf, 100, OMNI_MEMBW_VEC) == 0); /* under one 256-byte step */
+    CHECK(omni_membw_pass(NULL, buf, bytes, OMNI_MEMBW_MODES) == 0);
+    CHECK(omni_membw_alloc(0) == NULL);
+    if (tp)
+        tpool_free(tp);
+    omni_membw_free(buf);
 }

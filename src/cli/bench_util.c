@@ -4,6 +4,7 @@
 
 #include "llm/model.h"
 #include "src/core/gguf.h"
+#include "src/core/membw.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
@@ -68,38 +69,6 @@ double bench_decode(const char *cmd, struct llm_ctx *ctx, struct llm_kv *kv,
 
 // ---- read bandwidth ----------------------------------------------------------
 
-struct bw_job {
-    const uint64_t *buf;
-    size_t n;            /* uint64 words */
-    int prefetch;        /* software prefetch 8 KB ahead (as decode's rows ahead) */
-    uint64_t sum[64];    /* per thread, so the reads cannot be optimized out */
-};
-
-/* Eight independent accumulators of 32-byte vectors: enough loads in flight
- * that memory, not the add chain, limits the loop at any ISA level. */
-typedef uint64_t bw_vec __attribute__((vector_size(32)));
-
-static void bw_sum(void *arg, int ith, int nth)
-{
-    struct bw_job *j = arg;
-    const size_t per = j->n / 4 / (size_t)nth * 4 & ~(size_t)31; /* whole 256-byte steps */
-    const bw_vec *v = (const bw_vec *)(j->buf + per * (size_t)ith);
-    bw_vec a[8] = { { 0 } };
-    if (j->prefetch)
-        for (size_t i = 0; i + 8 <= per / 4; i += 8) {
-            for (int k = 0; k < 256; k += 64)
-                __builtin_prefetch((const char *)(v + i) + 8192 + k, 0, 3);
-            for (int k = 0; k < 8; k++)
-                a[k] += v[i + k];
-        }
-    else
-        for (size_t i = 0; i + 8 <= per / 4; i += 8)
-            for (int k = 0; k < 8; k++)
-                a[k] += v[i + k];
-    bw_vec t = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-    j->sum[ith & 63] = t[0] + t[1] + t[2] + t[3];
-}
-
 double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
 {
     double plain;
@@ -109,29 +78,22 @@ double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes)
 double bench_read_bandwidth2(struct tpool *tp, size_t bytes, int passes, double *plain)
 {
     *plain = 0;
-    struct bw_job j = { .n = bytes / sizeof(uint64_t) };
-    uint64_t *buf = aligned_alloc(64, j.n * sizeof(uint64_t));
+    void *buf = omni_membw_alloc(bytes);
     if (!buf)
         return 0;
-    memset(buf, 1, j.n * sizeof(uint64_t)); /* real pages, not the shared zero page */
-    j.buf = buf;
-    const int nth = tpool_size(tp);
-    const size_t read = (j.n / 4 / (size_t)nth * 4 & ~(size_t)31) * (size_t)nth * sizeof(uint64_t);
     double best = 0;
     /* passes alternate a plain read (the hardware prefetchers alone) and one
      * with software prefetches: on the Intel host decode read more per core
      * than the plain loop did (bandwidth_fraction above 1) */
     for (int p = 0; p < passes; p++) {
-        j.prefetch = p & 1;
-        double t0 = omni_time_s();
-        tpool_run(tp, bw_sum, &j);
-        double bw = (double)read / (omni_time_s() - t0);
+        const int pf = p & 1;
+        const double bw = omni_membw_pass(tp, buf, bytes, pf ? OMNI_MEMBW_VEC_PF : OMNI_MEMBW_VEC);
         if (bw > best)
             best = bw;
-        if (!j.prefetch && bw > *plain)
+        if (!pf && bw > *plain)
             *plain = bw;
     }
-    free(buf);
+    omni_membw_free(buf);
     return best;
 }
 
