@@ -198,21 +198,30 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * register tile is ACT8_R weight rows x the 8 activation rows: each
  * activation register loaded serves ACT8_R weight rows. Batches that are
  * not a multiple of 8 pad their last 8 with zero rows (their lanes are
- * dropped). The weight's sign goes onto the activation (vpsignb; a is
- * never -128) and |w| (at most 128) into vpmaddubsw's unsigned side, or,
- * where no weight of the tile's 4 rows is -128 (the quantizers keep |q| <=
- * 127: every real file), the other way round: |a|, packed once per call,
- * times w with a's sign, which saves a vpabsb per product and gives the
- * same integers (the output projection 3.16-3.28 -> 2.91-3.14 ms per
- * activation row, one thread, the scan for -128 included; 2.83-3.01
- * without it). Each vpmaddubsw is widened to int32 at once (two
- * pair sums of 128 x 127 would not fit int16). One float step per block
- * and pair (acc += float(sum) * (d * a.d)), which differs from the 2 x 4
- * tiles' (8 partial lanes per pair), so q8_0's act8 range is a kernel id
- * of its own. a: nb blocks of (8 registers, 8 scales, 8 corrections times
- * 8, 8 registers of |a|). */
+ * dropped).
+ *
+ * The product of two signed bytes: vpmaddubsw wants one operand unsigned,
+ * so the pack holds |a| and a mask m = (a < 0 ? 0xff : 0), and each
+ * broadcast weight dword is xor-ed with m: |a| * (w ^ m) is a * w where a
+ * >= 0 and (-a) * (-w - 1) = a * w + a where a < 0. The sum of a over
+ * a block's negative activations (packed once per call) comes off the
+ * block's int32 sum, which is then exactly sum(a * w), for every weight
+ * including -128 (w ^ m stays a byte; pair sums reach 2 * 127 * 128, which
+ * fits int16, so each vpmaddubsw is widened to int32 at once). On Zen 3
+ * vpsignb, vpabsb, vpmaddubsw and vpmaddwd share two pipes while vpxor
+ * takes any of four: the earlier forms (|w| times a with w's sign, or |a|
+ * times w with a's sign) spent three of the two pipes' slots per 32
+ * products, this one two (the output projection 151,936 x 896 at 8 rows,
+ * one thread: see docs/benchmarks.md). One float step per block and pair
+ * (acc += float(sum) * (d * a.d)), which differs from the 2 x 4 tiles' (8
+ * partial lanes per pair), so q8_0's act8 range is a kernel id of its own;
+ * the integers are those of the earlier act8 forms, so are the bits. a: nb
+ * blocks of (8 registers of |a|, 8 scales, 8 negative sums, 8 registers of
+ * m). */
 #define ACT8_BYTES (8 * 32 + 8 * 4 + 8 * 4 + 8 * 32)
-#define ACT8_ABS 320 /* offset of the |a| registers in a block */
+#define ACT8_D 256   /* offset of the 8 rows' scales in a block */
+#define ACT8_NEG 288 /* offset of the 8 rows' sums of negative a */
+#define ACT8_M 320   /* offset of the sign masks */
 #define ACT8_R 4 /* weight rows per register tile */
 /* fewest batch rows that take the act8 kernel (q8_0) or the wt8 kernel
  * below (q4_0/q5_0): where a pass over 8 rows costs less than the 2 x 4
@@ -226,16 +235,32 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define ACT8_MIN_Q4_0 5
 #define ACT8_MIN_Q5_0 4
 
-/* nb blocks of act8_transpose_block, each followed by its |a| registers. */
+/* An empty asm that takes and gives back an accumulator register: GCC
+ * may no longer regroup the integer sum across it. Unhinted, it turned
+ * the unrolled tiles' 32 vpmaddwd per block into 32 temporaries summed as
+ * a tree, most of them spilled to the stack and read back. The sum is
+ * exact int32 either way (same bits). */
+#define KEEP_CHAIN(v) __asm__("" : "+x"(v))
+
+/* nb blocks of act8_transpose_block, its signed registers turned into |a|
+ * and the masks, its (zero) q8_0 corrections into the negative sums. */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
                       int nc, int64_t nb, int64_t nbp, uint8_t *a)
 {
+    const __m256i zero = _mm256_setzero_si256(), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *o = a + (size_t)i * ACT8_BYTES;
         __m256i r[8];
         act8_transpose_block(xq, xq_row, ad, corr, nc, i, nbp, o, r);
-        for (int k = 0; k < 8; k++)
-            _mm256_storeu_si256((__m256i *)(o + ACT8_ABS) + k, _mm256_abs_epi8(r[k]));
+        __m256i neg = zero;
+        for (int k = 0; k < 8; k++) {
+            _mm256_storeu_si256((__m256i *)o + k, _mm256_abs_epi8(r[k]));
+            _mm256_storeu_si256((__m256i *)(o + ACT8_M) + k, _mm256_cmpgt_epi8(zero, r[k]));
+            /* the negative bytes of each dword, summed into it */
+            const __m256i n = _mm256_maddubs_epi16(ones8, _mm256_min_epi8(r[k], zero));
+            neg = _mm256_add_epi32(neg, _mm256_madd_epi16(n, ones16));
+        }
+        _mm256_storeu_si256((__m256i *)(o + ACT8_NEG), neg);
     }
 }
 
@@ -243,7 +268,7 @@ static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const i
  * w + r * w_row) against the packed activations. */
 static inline __attribute__((always_inline)) void
 act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y, size_t y_stride,
-          int nc, const int NR, const int SWAP)
+          int nc, const int NR)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[ACT8_R];
@@ -251,7 +276,7 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
     for (int r = 0; r < NR; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i *A = (const __m256i *)(a + (size_t)i * ACT8_BYTES);
+        const uint8_t *A = a + (size_t)i * ACT8_BYTES;
         __m256i dot[ACT8_R];
         float d[ACT8_R];
         const int8_t *q[ACT8_R];
@@ -265,6 +290,7 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
                 _mm_prefetch((const char *)((const block_q8_0 *)(w + (size_t)(r + 8) * w_row) + i) + 64,
                              _MM_HINT_T0);
         }
+        const __m256i neg = _mm256_loadu_si256((const __m256i *)(A + ACT8_NEG));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * w_row) + i;
@@ -272,37 +298,23 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
             d[r] = _cvtsh_ss(x->d);
             dot[r] = _mm256_setzero_si256();
         }
-        if (SWAP) {
-            /* |a| times w with a's sign: -w fits a byte */
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m256i ak = _mm256_loadu_si256(A + k);
-                const __m256i aa = _mm256_loadu_si256((const __m256i *)((const uint8_t *)A + ACT8_ABS) + k);
+        for (int k = 0; k < 8; k++) {
+            const __m256i aa = _mm256_loadu_si256((const __m256i *)A + k);
+            const __m256i m = _mm256_loadu_si256((const __m256i *)(A + ACT8_M) + k);
 #pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    const __m256i wb = _mm256_set1_epi32(*(const i32u *)(q[r] + 4 * k));
-                    const __m256i p = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(wb, ak));
-                    dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
-                }
-            }
-        } else {
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m256i ak = _mm256_loadu_si256(A + k);
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    /* straight from the weights (a copy through the stack
-                     * to save the vpabsb measured 60% slower) */
-                    const __m256i wb = _mm256_set1_epi32(*(const i32u *)(q[r] + 4 * k));
-                    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(ak, wb));
-                    dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
-                }
+            for (int r = 0; r < NR; r++) {
+                const __m256i wb = _mm256_set1_epi32(*(const i32u *)(q[r] + 4 * k));
+                const __m256i p = _mm256_maddubs_epi16(aa, _mm256_xor_si256(wb, m));
+                dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
+                KEEP_CHAIN(dot[r]);
             }
         }
-        const __m256 da = _mm256_loadu_ps((const float *)(a + (size_t)i * ACT8_BYTES + 256));
+        const __m256 da = _mm256_loadu_ps((const float *)(A + ACT8_D));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r], neg)),
+                                     _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
     }
     for (int r = 0; r < NR; r++) {
         float out[8];
@@ -313,31 +325,14 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
 }
 
 #define ACT8_CASE(nr)                                                                           \
-    case nr: act8_tile(wr, w_row, nb, a, yr, y_stride, nc, nr, 0); break
-
-/* Whether any weight of the nr rows at wr is -128 (the rows are read next
- * anyway: this pass brings them into L1). */
-static int act8_has_m128(const uint8_t *wr, size_t w_row, int64_t nb, int nr)
-{
-    __m256i m = _mm256_setzero_si256();
-    for (int r = 0; r < nr; r++) {
-        const block_q8_0 *x = (const block_q8_0 *)(wr + (size_t)r * w_row);
-        for (int64_t i = 0; i < nb; i++)
-            m = _mm256_min_epi8(m, _mm256_loadu_si256((const __m256i *)x[i].qs));
-    }
-    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_set1_epi8(-128))) != 0;
-}
+    case nr: act8_tile(wr, w_row, nb, a, yr, y_stride, nc, nr); break
 
 static void act8_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,
                       size_t y_stride, int nc, int nr)
 {
-    if (nr == ACT8_R && !act8_has_m128(wr, w_row, nb, nr)) {
-        act8_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R, 1);
-        return;
-    }
     switch (nr) {
         ACT8_CASE(1); ACT8_CASE(2); ACT8_CASE(3); default:
-        act8_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R, 0);
+        act8_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R);
         break;
     }
 }

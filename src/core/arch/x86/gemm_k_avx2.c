@@ -351,6 +351,11 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
  * and the float steps are those of k_tile, in the same order: the same
  * bits. Partial sums live in y between chunks of super-blocks (a float
  * stored and reloaded is unchanged). */
+/* An empty asm that takes and gives back an accumulator register: GCC
+ * may no longer regroup the int32 sum across it (unhinted, the unrolled
+ * super-block's vpmaddwd results were kept as temporaries and summed as a
+ * tree, half of them spilled to the stack). Exact integers either way. */
+#define KEEP_CHAIN(v) __asm__("" : "+x"(v))
 #define A8_MIN 8                                /* fewest batch rows */
 #define A8_MAX_Q6K 32                           /* q6_K: batches below this many rows */
 #define A8_PAD 4                                /* fewest remainder rows padded to 8 */
@@ -438,6 +443,7 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
             }
             const uint32_t scj = (uint32_t)(sc >> (8 * j)) & 0xff;
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi32((int)(scj | scj << 16))));
+            KEEP_CHAIN(sumi);
         }
     }
     /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]), two sub-blocks per vpmaddwd */
@@ -480,6 +486,7 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
             for (int k = 0; k < 4; k++) {
                 const __m256i p = _mm256_add_epi16(A8_MADD(W, Ac, 2 * k), A8_MADD(W, Ac, 2 * k + 1));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, k < 2 ? s0 : s1));
+                KEEP_CHAIN(sumi);
             }
         }
     }
