@@ -12,7 +12,7 @@
 # Writes $OUT/$NAME/: summary.txt (the results, written as they come),
 # log.txt, results.jsonl (every JSON line), optime_*.jsonl.
 # Variables: VARIANTS (space-separated; commas join env assignments),
-# TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
+# TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
 # RUN_SAN, DEADLINE_S (default 290: no new step after it).
 set -u
 DEV=${DEV:-build-h7dev}
@@ -104,7 +104,7 @@ tc() { # label env... -- filter
 if [ -x build-fcuda/test_cuda ]; then
     stamp "test_cuda (defaults)"
     tc defaults X=1 --
-    for v in $VARIANTS; do
+    for v in ${TEST_VARIANTS-$VARIANTS}; do
         [ "$(left)" -lt 150 ] && break
         tc "$v" ${v//,/ } --
     done

@@ -89,12 +89,29 @@ struct cuda_state {
     float *am_pv;
     int *am_pi;
     unsigned *am_count;
+    /* OMNI_CUDA_FUSE_TAIL (bits): 1 the residual add + RMSNorm after a
+     * one-row o / down product made by that product's last block, 2 RoPE +
+     * K/V store after the q/k/v product by the last block of each head.
+     * Such a product is held back (tp) until the next op shows whether it
+     * fuses; every other op launches it first (tail_flush). */
+    int fuse_tail;
+    struct tail_pend *tp;
+    unsigned *tail_count; /* last-block counters (zero between launches); NULL: no fusion */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
 
-/* An op that may write device memory: xq no longer stands for its x. */
-static void touch(struct omni_backend *be) { st(be)->nq_valid = false; }
+static void tail_flush(struct omni_backend *be);
+static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, float *y,
+                          const float *w, int rows, int dim, float eps);
+
+/* An op that may write device memory: xq no longer stands for its x (and
+ * a held-back product goes first). */
+static void touch(struct omni_backend *be)
+{
+    tail_flush(be);
+    st(be)->nq_valid = false;
+}
 
 /* For src/core/cuda/whisper_ops.cu: the stream of be's ops (which write
  * device memory: touched), and the call that adds Whisper's ops
@@ -1070,6 +1087,20 @@ static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const 
     }
 }
 
+/* A one-row mv2 product held back by OMNI_CUDA_FUSE_TAIL (see the tail
+ * section): kind 1 a k_mv2 of one matrix (o, down), 2 the q/k/v k_mv2_seg. */
+struct tail_pend {
+    int kind;
+    mv2m m;      /* kind 1 */
+    int type, rows;
+    float *y;
+    mv2_segs sg; /* kind 2 */
+    int blocks, tpr;
+    int np;
+    const int8_t *xq;
+    const float *xd;
+};
+
 template <int T>
 static void launch_matvec_q(const uint8_t *W, size_t rb, int rows, int cols, const float *x, int n,
                             float *y, cudaStream_t s)
@@ -1295,6 +1326,7 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
                        float *y)
 {
+    tail_flush(be);
     const int rc = matmul_impl(be, w, x, n, y);
     wrote(st(be), y, (int64_t)n * w->rows);
     return rc;
@@ -1320,6 +1352,13 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         if (rc < 0)
             return rc;
         mv2m m;
+        if (n == 1 && mv2_of(s, w, &m) && s->tp && (s->fuse_tail & 1)) {
+            /* held back: an add_rmsnorm of y next takes it into its launch */
+            *s->tp = (struct tail_pend){ .kind = 1, .m = m, .type = w->type, .rows = rows,
+                                         .y = y, .sg = {}, .blocks = 0, .tpr = 0,
+                                         .np = cols / 32, .xq = xq, .xd = xd };
+            return 0;
+        }
         if (n == 1 && mv2_of(s, w, &m)) {
             switch (w->type) {
             case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
@@ -1411,6 +1450,7 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
                              const float *x, int n, float *const *y)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     if (nw < 1 || nw > 3)
         return OMNI_ERR_ARG;
     if (n < 1)
@@ -1421,8 +1461,10 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         one = one && fused_ok(s, w[i], cols, n);
     int rc = 0;
     if (!one) { /* one product after the other (xq reused when int8) */
-        for (int i = 0; rc >= 0 && i < nw; i++)
+        for (int i = 0; rc >= 0 && i < nw; i++) {
+            tail_flush(be); /* one held back at a time */
             rc = matmul_impl(be, w[i], x, n, y[i]);
+        }
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
         return rc;
@@ -1446,6 +1488,14 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
             sg2.rows[i] = i < nw ? (int)w[i]->rows : 0;
             sg2.b0[i] = b;
             b += i < nw ? (int)blocks_for(w[i]->rows, MV2_BLOCK / tpr) : 0;
+        }
+        if (s->tp && (s->fuse_tail & 2) && nw == 3) { /* held back for rope_kv */
+            *s->tp = (struct tail_pend){ .kind = 2, .m = {}, .type = 0, .rows = 0, .y = NULL,
+                                         .sg = sg2, .blocks = b, .tpr = tpr, .np = np,
+                                         .xq = xq, .xd = xd };
+            for (int i = 0; i < nw; i++)
+                wrote(s, y[i], (int64_t)n * w[i]->rows);
+            return 0;
         }
         switch (tpr) {
         case 32: launch_pdl(k_mv2_seg<32>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
@@ -1520,6 +1570,7 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
                            const struct omni_btensor *wu, const float *x, int n, float *y)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     if (n < 1)
         return 0;
     const int cols = (int)wg->cols;
@@ -1598,6 +1649,7 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
 static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     if (!is_quant(w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
         w->cols > INT32_MAX || s->capturing || find_copy(s, w))
         return 0;
@@ -1845,6 +1897,8 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
 static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
                             const float *w, int rows, int dim, float eps)
 {
+    if (tail_try_norm(be, x, dx, y, w, rows, dim, eps))
+        return chk_launch("mv2 + add_rmsnorm");
     if (rows < 1)
         return 0;
     struct cuda_state *s = st(be);
@@ -1969,15 +2023,13 @@ static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v
 
 /* rope_kv (backend.h): one thread per (token, pair) over the q heads, the
  * k heads and the v heads of a row; the same expressions as k_add, k_rope
- * and k_kv_store one after the other. */
+ * and k_kv_store one after the other. rope_kv_item is work item i (a
+ * rotated pair of q or k, or two values of v); q, k, v are read through L2
+ * (__ldcg) because the tail fusion runs it in the last block of the
+ * product that wrote them. */
 template <typename KT>
-__global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
+__device__ __forceinline__ void rope_kv_item(const struct omni_brope_kv &r, int half, int64_t i)
 {
-    pdl_trigger();
-    pdl_wait(); /* (OMNI_CUDA_PDL=2) q, k, v of the product before */
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total)
-        return;
     const int per_tok = (r.n_head + 2 * r.n_head_kv) * half, hd = r.head_dim;
     const int t = (int)(i / per_tok);
     int u = (int)(i % per_tok);
@@ -1986,7 +2038,7 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
         u -= (r.n_head + r.n_head_kv) * half;
         const int e = (u / half) * hd + 2 * (u % half);
         float *v = r.v + (size_t)t * kv_dim + e;
-        float v0 = v[0], v1 = v[1];
+        float v0 = __ldcg(v), v1 = __ldcg(v + 1);
         if (r.bv) {
             v0 += r.bv[e];
             v1 += r.bv[e + 1];
@@ -2005,7 +2057,7 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
     float *x = is_q ? r.q + ((size_t)t * r.n_head + h) * hd : r.k + (size_t)t * kv_dim + h * hd;
     const float *b = is_q ? r.bq : r.bk;
     const int a = r.neox ? p : 2 * p, c = r.neox ? p + half : 2 * p + 1;
-    float x0 = x[a], x1 = x[c];
+    float x0 = __ldcg(x + a), x1 = __ldcg(x + c);
     if (b) {
         x0 += b[h * hd + a];
         x1 += b[h * hd + c];
@@ -2022,8 +2074,250 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
     }
 }
 
+template <typename KT>
+__global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
+{
+    pdl_trigger();
+    pdl_wait(); /* (OMNI_CUDA_PDL=2) q, k, v of the product before */
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total)
+        rope_kv_item<KT>(r, half, i);
+}
+
+// ---- tail fusion (OMNI_CUDA_FUSE_TAIL) ---------------------------------------------
+/* A one-row step has small kernels between its products: the residual add
+ * + RMSNorm (+ Q8_0) after the o and down products, RoPE + K/V store after
+ * q/k/v. Each is a launch whose own work is a few microseconds on one or a
+ * few SMs. Here the product does it: every block writes its rows, and the
+ * last block to finish (an atomic counter, as k_argmax_sliced) runs the
+ * op over what all of them wrote - the whole row for the norm, one head
+ * for RoPE (a counter per head: the heads' tails run in parallel). The
+ * product is held back at matmul / matmul_multi (tail_pend) and launched
+ * fused by the add_rmsnorm / rope_kv that follows with matching buffers;
+ * any other op launches it plain first (tail_flush). */
+
+#define TAIL_COUNTERS 1024 /* [0]: the norm; 1 + head: RoPE of q, k, v heads */
+
+/* True in every thread of the block that arrives last of `of` at *count;
+ * the other blocks' writes before their arrival are visible to it, and
+ * *count is 0 again after. Every thread of the block calls it. */
+__device__ __forceinline__ bool tail_last(unsigned *count, unsigned of)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == of - 1;
+        if (last)
+            *count = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* k_add_rmsnorm's row in one block (any multiple of 32 threads), dx read
+ * through L2 (other blocks wrote it). */
+template <bool Q>
+__device__ __forceinline__ void tail_add_rmsnorm(float *x, const float *dx, float *y,
+                                                 const float *__restrict__ w, int dim, float eps,
+                                                 int8_t *q, float *qd)
+{
+    __shared__ float part[32];
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __ldcg(x + i) + __ldcg(dx + i);
+        x[i] = v;
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        norm_out<Q>(y, i, x[i] * inv * w[i], q, qd);
+}
+
+/* k_mv2 into y, then in the last block x += y, yn = rmsnorm(x) * nw (and
+ * its Q8_0 form with Q). yn may be y. */
+template <int T, int TPR, bool Q>
+__global__ void __launch_bounds__(MV2_BLOCK)
+    k_mv2_addnorm(const mv2m m, int rows, int np, const int8_t *xq, const float *xd, float *y,
+                  float *x, float *yn, const float *nw, float eps, int8_t *oq, float *oqd,
+                  unsigned *count)
+{
+    __shared__ float red[MV2_BLOCK / 32];
+    pdl_trigger();
+    const int i = threadIdx.x % TPR;
+    const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
+    float acc = 0.0f;
+    if (r < rows)
+        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc);
+    else
+        pdl_wait();
+    acc = mv2_reduce<TPR>(acc, red);
+    if (i == 0 && r < rows)
+        y[r] = acc;
+    if (tail_last(count, gridDim.x))
+        tail_add_rmsnorm<Q>(x, y, yn, nw, rows, eps, oq, oqd);
+}
+
+/* k_mv2_seg over q, k, v, then rope_kv of each head by the last of its
+ * blocks (a block's rows lie in one head: head_dim % rows-a-block == 0). */
+template <int TPR, typename KT>
+__global__ void __launch_bounds__(MV2_BLOCK)
+    k_mv2_seg_rope(const mv2_segs sg, int np, const int8_t *xq, const float *xd,
+                   const struct omni_brope_kv rk, int half, unsigned *count)
+{
+    __shared__ float red[MV2_BLOCK / 32];
+    pdl_trigger();
+    const int k = sg.n > 2 && (int)blockIdx.x >= sg.b0[2] ? 2
+                  : sg.n > 1 && (int)blockIdx.x >= sg.b0[1] ? 1 : 0;
+    const mv2m m = k == 0 ? sg.m[0] : k == 1 ? sg.m[1] : sg.m[2];
+    const int rows = k == 0 ? sg.rows[0] : k == 1 ? sg.rows[1] : sg.rows[2];
+    const int b0 = k == 0 ? sg.b0[0] : k == 1 ? sg.b0[1] : sg.b0[2];
+    float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
+    const int i = threadIdx.x % TPR, rpb = MV2_BLOCK / TPR;
+    const int r = ((int)blockIdx.x - b0) * rpb + threadIdx.x / TPR;
+    float acc = 0.0f;
+    if (r < rows) {
+        switch (m.type) {
+        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        }
+    } else {
+        pdl_wait();
+    }
+    acc = mv2_reduce<TPR>(acc, red);
+    if (i == 0 && r < rows)
+        y[r] = acc;
+    const int h = ((int)blockIdx.x - b0) * rpb / rk.head_dim;
+    const int hh = (k == 0 ? 0 : k == 1 ? rk.n_head : rk.n_head + rk.n_head_kv) + h;
+    if (tail_last(count + hh, (unsigned)(rk.head_dim / rpb)))
+        for (int p = threadIdx.x; p < half; p += blockDim.x)
+            rope_kv_item<KT>(rk, half, (int64_t)hh * half + p);
+}
+
+/* The held-back product, launched as it would have been. */
+static void tail_flush(struct omni_backend *be)
+{
+    struct cuda_state *s = st(be);
+    if (!s || !s->tp || !s->tp->kind)
+        return;
+    const struct tail_pend p = *s->tp;
+    s->tp->kind = 0;
+    if (p.kind == 1) {
+        switch (p.type) {
+        case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+        case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+        default: launch_mv2<GGML_TYPE_Q8_0>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+        }
+        return;
+    }
+    switch (p.tpr) {
+    case 32: launch_pdl(k_mv2_seg<32>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
+    case 64: launch_pdl(k_mv2_seg<64>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
+    default: launch_pdl(k_mv2_seg<128>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
+    }
+}
+
+template <int T, bool Q>
+static void launch_mv2_addnorm(const struct tail_pend &p, float *x, float *yn, const float *w,
+                               float eps, int8_t *q, float *qd, unsigned *count, cudaStream_t s)
+{
+    const int tpr = mv2_tpr(p.np);
+    const dim3 grid(blocks_for(p.rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
+    switch (tpr) {
+    case 32: launch_pdl(k_mv2_addnorm<T, 32, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
+    case 64: launch_pdl(k_mv2_addnorm<T, 64, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
+    default: launch_pdl(k_mv2_addnorm<T, 128, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
+    }
+}
+
+template <bool Q>
+static void launch_mv2_addnorm_t(const struct tail_pend &p, float *x, float *yn, const float *w,
+                                 float eps, int8_t *q, float *qd, unsigned *count, cudaStream_t s)
+{
+    switch (p.type) {
+    case GGML_TYPE_Q4_K: launch_mv2_addnorm<GGML_TYPE_Q4_K, Q>(p, x, yn, w, eps, q, qd, count, s); break;
+    case GGML_TYPE_Q6_K: launch_mv2_addnorm<GGML_TYPE_Q6_K, Q>(p, x, yn, w, eps, q, qd, count, s); break;
+    default: launch_mv2_addnorm<GGML_TYPE_Q8_0, Q>(p, x, yn, w, eps, q, qd, count, s); break;
+    }
+}
+
+/* add_rmsnorm(x, dx, y) right after the held-back product of dx: one
+ * launch. False (nothing queued) when it does not fit. */
+static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, float *y,
+                          const float *w, int rows, int dim, float eps)
+{
+    struct cuda_state *s = st(be);
+    struct tail_pend *p = s->tp;
+    if (!p || p->kind != 1 || dx != p->y || rows != 1 || dim != p->rows || !s->tail_count ||
+        dim % 32)
+        return false;
+    p->kind = 0;
+    s->nq_valid = false;
+    int8_t *q;
+    float *qd;
+    if (norm_quant(s, 1, dim, &q, &qd)) {
+        launch_mv2_addnorm_t<true>(*p, x, y, w, eps, q, qd, s->tail_count, s->stream);
+        norm_quant_done(s, y, 1, dim);
+    } else {
+        launch_mv2_addnorm_t<false>(*p, x, y, w, eps, NULL, NULL, s->tail_count, s->stream);
+    }
+    return true;
+}
+
+/* rope_kv right after the held-back q/k/v product of its q, k, v. */
+static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r)
+{
+    struct cuda_state *s = st(be);
+    struct tail_pend *p = s->tp;
+    if (!p || p->kind != 2 || !s->tail_count || r->n_tok != 1 || r->n_rot != r->head_dim ||
+        r->head_dim % 2 || p->sg.n != 3 || r->q != p->sg.y[0] || r->k != p->sg.y[1] ||
+        r->v != p->sg.y[2] || (r->kv_type != GGML_TYPE_F16 && r->kv_type != GGML_TYPE_F32))
+        return false;
+    const int rpb = MV2_BLOCK / p->tpr, hd = r->head_dim;
+    if (hd % rpb || p->sg.rows[0] != r->n_head * hd || p->sg.rows[1] != r->n_head_kv * hd ||
+        p->sg.rows[2] != r->n_head_kv * hd || 1 + r->n_head + 2 * r->n_head_kv > TAIL_COUNTERS)
+        return false;
+    p->kind = 0;
+    s->nq_valid = false;
+    const int half = hd / 2;
+    unsigned *c = s->tail_count + 1;
+    const dim3 g(p->blocks), b(MV2_BLOCK);
+    const int8_t *xq = p->xq;
+    const float *xd = p->xd;
+    if (r->kv_type == GGML_TYPE_F16) {
+        switch (p->tpr) {
+        case 32: launch_pdl(k_mv2_seg_rope<32, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        case 64: launch_pdl(k_mv2_seg_rope<64, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        default: launch_pdl(k_mv2_seg_rope<128, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        }
+    } else {
+        switch (p->tpr) {
+        case 32: launch_pdl(k_mv2_seg_rope<32, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        case 64: launch_pdl(k_mv2_seg_rope<64, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        default: launch_pdl(k_mv2_seg_rope<128, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
+        }
+    }
+    return true;
+}
+
 static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
 {
+    if (tail_try_rope(be, r))
+        return chk_launch("mv2 q/k/v + rope_kv");
     touch(be);
     if (r->n_rot != r->head_dim || r->head_dim % 2 || r->n_tok < 0)
         return OMNI_ERR_UNSUPPORTED;
@@ -2491,6 +2785,7 @@ static void *cuda_alloc(struct omni_backend *be, size_t bytes)
 static void cuda_free(struct omni_backend *be, void *p)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
@@ -2511,6 +2806,7 @@ static int cuda_upload(struct omni_backend *be, void *dst, const void *src, size
 static int cuda_download(struct omni_backend *be, void *dst, const void *src, size_t bytes)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     int rc = chk(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream), "download");
     return rc ? rc : chk(cudaStreamSynchronize(s->stream), "download sync");
 }
@@ -2523,6 +2819,7 @@ static int cuda_memset0(struct omni_backend *be, void *dst, size_t bytes)
 
 static int cuda_sync(struct omni_backend *be)
 {
+    tail_flush(be);
     return chk(cudaStreamSynchronize(st(be)->stream), "sync");
 }
 
@@ -2547,6 +2844,7 @@ static void cuda_host_free(struct omni_backend *be, void *p)
 static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
+    tail_flush(be);
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
     s->capturing = rc == 0;
     return rc;
@@ -2558,6 +2856,7 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     *graph = NULL;
+    tail_flush(be); /* into the graph */
     s->capturing = false;
     int rc = chk(cudaStreamEndCapture(s->stream, &g), "graph end");
     if (rc == 0)
@@ -2587,6 +2886,7 @@ static void cuda_destroy(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     if (s) {
+        tail_flush(be);
         if (s->stream)
             cudaStreamSynchronize(s->stream);
         if (s->wh)
@@ -2603,6 +2903,9 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->am_pi);
         if (s->am_count)
             cudaFree(s->am_count);
+        if (s->tail_count)
+            cudaFree(s->tail_count);
+        free(s->tp);
         for (int i = 0; i < s->n_f16; i++) {
             cudaFree(s->f16[i].h);
             cudaFree(s->f16[i].rp);
@@ -2658,6 +2961,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
+    const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
+    s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 3 ? atoi(ft) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
@@ -2689,6 +2994,18 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         s->am_pv = NULL;
         s->am_pi = NULL;
         s->am_count = NULL;
+    }
+    /* the tail fusion's counters (without them, no fusion) */
+    if (s->fuse_tail) {
+        s->tp = (struct tail_pend *)calloc(1, sizeof *s->tp);
+        if (!s->tp || cudaMalloc((void **)&s->tail_count, TAIL_COUNTERS * sizeof(unsigned)) != cudaSuccess ||
+            cudaMemset(s->tail_count, 0, TAIL_COUNTERS * sizeof(unsigned)) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFree(s->tail_count);
+            s->tail_count = NULL;
+            free(s->tp);
+            s->tp = NULL;
+        }
     }
     snprintf(be->device, sizeof be->device, "%.96s (sm_%d%d, %zu MiB)", prop.name, prop.major,
              prop.minor, be->mem_total >> 20);
