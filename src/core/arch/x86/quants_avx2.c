@@ -613,13 +613,36 @@ static float vec_dot_q5_1_q8_1_avx2(int64_t n, const void *w, const void *a)
 
 // ---- K blocks ----------------------------------------------------------------
 
+/* The mins of a q4_K/q5_K block against the activation's 16 sums of 16:
+ * sum_j m[j] * (bsums[2j] + bsums[2j+1]) in 8 int32 lanes (each min
+ * doubled to 16 int16 by a byte unpack, one vpmaddwd), left in lanes for a
+ * vector accumulator: the scalar form (mins_dot_bsums: hadd, horizontal
+ * sum, conversion, scalar FMA) was ~20 of the ~100 instructions of a
+ * 256-element block. */
+static inline __m256i k4_mins_lanes(uint64_t mn, const int16_t *bsums)
+{
+    const __m128i m = _mm_cvtsi64_si128((long long)mn);
+    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)),
+                             _mm256_loadu_si256((const __m256i *)bsums));
+}
+
+/* y.d * x.d in lane 0 and y.d * x.dmin in lane 1 (the f16 pair that opens
+ * a q4_K/q5_K block, one conversion): the products the scalar form took. */
+static inline __m128 k4_dd(const void *xd, float yd)
+{
+    uint32_t h;
+    memcpy(&h, xd, 4);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)), _mm_set1_ps(yd));
+}
+
+/* q4_K: the scale products in 8 float lanes (acc), the mins in 8 more
+ * (acc_m), one horizontal sum each per row. */
 static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 {
     const block_q4_K *x = w;
     const block_q8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_m = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         unpack_k4_scales(x[i].scales, &sc, &mn);
@@ -638,10 +661,12 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
+        const __m128 dd = k4_dd(&x[i].d, y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                _mm256_cvtepi32_ps(k4_mins_lanes(mn, y[i].bsums)), acc_m);
     }
-    return hsum_ps(acc) - acc_m;
+    return hsum_ps(acc) - hsum_ps(acc_m);
 }
 
 /* vec_dot_q4_K_q8_K_avx2 for NC activation rows: nibbles and scales are
@@ -652,10 +677,9 @@ dot_n_q4_K(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_row, float
            size_t s_stride, const int NC)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[OMNI_DOT_COLS_MAX];
-    float acc_m[OMNI_DOT_COLS_MAX] = { 0 };
+    __m256 acc[OMNI_DOT_COLS_MAX], acc_m[OMNI_DOT_COLS_MAX];
     for (int c = 0; c < NC; c++)
-        acc[c] = _mm256_setzero_ps();
+        acc[c] = acc_m[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const block_q8_K *y[OMNI_DOT_COLS_MAX];
         for (int c = 0; c < NC; c++)
@@ -682,12 +706,14 @@ dot_n_q4_K(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_row, float
             }
         }
         for (int c = 0; c < NC; c++) {
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c]->d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc_m[c] += y[c]->d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[c]->bsums);
+            const __m128 dd = k4_dd(&x[i].d, y[c]->d);
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc_m[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                       _mm256_cvtepi32_ps(k4_mins_lanes(mn, y[c]->bsums)), acc_m[c]);
         }
     }
     for (int c = 0; c < NC; c++)
-        s[c * s_stride] = hsum_ps(acc[c]) - acc_m[c];
+        s[c * s_stride] = hsum_ps(acc[c]) - hsum_ps(acc_m[c]);
 }
 
 static void vec_dot_n_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a, size_t a_row,
@@ -706,8 +732,7 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     const block_q5_K *x = w;
     const block_q8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_m = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         unpack_k4_scales(x[i].scales, &sc, &mn);
@@ -731,10 +756,12 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_m += y[i].d * h2f(x[i].dmin) * (float)mins_dot_bsums(mn, y[i].bsums);
+        const __m128 dd = k4_dd(&x[i].d, y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                _mm256_cvtepi32_ps(k4_mins_lanes(mn, y[i].bsums)), acc_m);
     }
-    return hsum_ps(acc) - acc_m;
+    return hsum_ps(acc) - hsum_ps(acc_m);
 }
 
 static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
@@ -742,13 +769,17 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     const block_q6_K *x = w;
     const block_q8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    float acc = 0.0f;
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const int8_t *sc = x[i].scales;
-        /* the -32 offset: sum over 16-element sub-blocks of sc * sum(y) */
+        /* the -32 offset: sum over 16-element sub-blocks of sc * sum(y),
+         * subtracted in the integer lanes (|lane| < 2^26: no overflow) and
+         * the block's scale product added in 8 float lanes, one horizontal
+         * sum per row: the scalar tail per block (two horizontal sums, a
+         * conversion and scalar FMA) was ~15 of ~100 instructions */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        int offset = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             /* scales 8h..8h+7 as int16 in both lanes: one in-lane shuffle
@@ -779,9 +810,9 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
         }
-        acc += y[i].d * h2f(x[i].d) * (float)(hsum_epi32(sumi) - 32 * offset);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return acc;
+    return hsum_ps(acc);
 }
 
 // ---- activation quantizers -------------------------------------------------
