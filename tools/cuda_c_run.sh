@@ -188,10 +188,10 @@ for l in sys.stdin:
 fi
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${RUN_NCU:-1}" = 1 ] && [ -n "$NCU_BIN" ] && [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 90 ]; then
-    stamp "ncu: speed of light of the mv2 kernels, 7B file (${NCU_ENV:-X=1})"
+    stamp "ncu: speed of light of the mv2 kernels, 1B Q4_K_M file (${NCU_ENV:-X=1})"
     env ${NCU_ENV:-X=1} OMNI_DEV_GRAPHS=0 timeout "$(cap 50)" "$NCU_BIN" --kernel-name "regex:k_mv2" \
         --launch-skip 200 --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
-        build-fcuda/bench_dev -m "$M7" -p 1 -n 8 -r 1 > "$O/ncu.txt" 2>&1
+        build-fcuda/bench_dev -m "$M4" -p 1 -n 8 -r 1 > "$O/ncu.txt" 2>&1
     grep -E "k_mv2|Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit" "$O/ncu.txt" |
         head -80 | tee -a "$SUM"
 else
