@@ -327,8 +327,8 @@ TEST(engine_prefix_cache_reuse)
 }
 
 /* Solo greedy runs of count prompts, then all at once: identical tokens. */
-static void concurrency_identity(const char *model, int count, size_t kv_bytes, int block_size,
-                                 bool expect_preemption)
+static void concurrency_identity_snap(const char *model, int count, size_t kv_bytes,
+                                      int block_size, bool expect_preemption, int64_t snap_bytes)
 {
     struct llm_model *m = golden(model);
     if (!m)
@@ -337,6 +337,7 @@ static void concurrency_identity(const char *model, int count, size_t kv_bytes, 
     ep.deterministic = true;
     ep.kv_memory_bytes = kv_bytes;
     ep.kv_block_size = block_size;
+    ep.state_snapshot_memory = snap_bytes;
     struct engine *e = start(m, &ep);
     CHECK(e);
     enum { NP = 24, NG = 40 };
@@ -382,10 +383,20 @@ static void concurrency_identity(const char *model, int count, size_t kv_bytes, 
     CHECK(d_steps > 0 && d_rows <= (uint64_t)count * (NG - 1));
     CHECK(count == 1 || d_rows > d_steps);
     CHECK(st.decode_step_ms - before.decode_step_ms <= st.step_ms - before.step_ms);
+    if (snap_bytes > 0) /* the snapshot store was full: thinned while they ran */
+        CHECK_MSG(st.snap_evictions > 0 && st.snaps_held <= st.snap_slots,
+                  "%llu snapshots evicted, %d held of %d", (unsigned long long)st.snap_evictions,
+                  st.snaps_held, st.snap_slots);
     free(solo);
     free(all);
     test_release(e);
     test_release(m);
+}
+
+static void concurrency_identity(const char *model, int count, size_t kv_bytes, int block_size,
+                                 bool expect_preemption)
+{
+    concurrency_identity_snap(model, count, kv_bytes, block_size, expect_preemption, 0);
 }
 
 TEST(engine_deterministic_concurrency_8)
@@ -1133,16 +1144,17 @@ static void recurrent_state_case(const char *name)
     CHECK_EQ(blocks_used_when_idle(e), 0);
     test_release(e);
     const struct llm_hparams *hp = llm_model_hparams(m);
-    /* K/V in the attention layers only, and a share of the state snapshot
-     * kept every kv_pool_snap_interval blocks */
-    const int every = kv_pool_snap_interval(m, GGML_TYPE_F16, 4);
-    CHECK(every >= 1);
+    /* K/V in the attention layers only: the snapshots have a store of their own */
     const size_t block = (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer) * 2 *
-                         (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4 +
-                         (llm_model_state_floats(m) * sizeof(float) + (size_t)every - 1) / (size_t)every;
+                         (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 4;
     CHECK_EQ(kv_pool_block_bytes(m, GGML_TYPE_F16, 4), block);
+    const int64_t snap = (int64_t)kv_pool_snap_bytes(m);
+    CHECK_EQ(snap, (int64_t)(llm_model_state_floats(m) * sizeof(float)));
     test_release(m);
     concurrency_identity(name, 6, 24 * block, 4, true);
+    /* a store of 5 snapshots for 6 sequences of up to 16 blocks: thinned
+     * while they run and are preempted, still their solo tokens */
+    concurrency_identity_snap(name, 6, 24 * block, 4, true, 5 * snap);
 }
 
 /* A snapshot every 3 blocks of 4 tokens: a prompt sharing 30 tokens with a
@@ -1205,69 +1217,93 @@ TEST(engine_recurrent_state_lfm2) { recurrent_state_case("lfm2-f32"); }
 TEST(engine_recurrent_state_qwen3next) { recurrent_state_case("qwen3next-f32"); }
 TEST(engine_recurrent_state_qwen35) { recurrent_state_case("qwen35-f32"); }
 TEST(engine_recurrent_state_qwen35moe) { recurrent_state_case("qwen35moe-f32"); }
-/* The pool's snapshot slots: ceil(n_blocks / every) of them, taken by
- * blocks, given up by the least recently released cached block when none
- * is free, back when a block is freed; the invariants hold throughout. */
-TEST(kv_pool_snapshot_slots)
+/* The pool's snapshot store: a free slot first; when full, the lowest
+ * priority (level + 1 over the inflation base, the oldest among equals) is
+ * evicted if worth no more than the new one, else the new block goes
+ * without; slots taken since the last pin are never evicted; a touch
+ * renews a snapshot; freeing a block returns its slot; evicted snapshots
+ * raise the base, so old ones age out; the invariants hold throughout. */
+TEST(kv_pool_snapshot_store)
 {
     struct llm_model *m = golden("lfm2-f32");
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
     char err[256];
-    struct kv_pool *p = kv_pool_new(m, GGML_TYPE_F16, 4, 6, err, sizeof err);
+    struct kv_pool *p = kv_pool_new(m, GGML_TYPE_F16, 4, 8, err, sizeof err);
     CHECK(p);
-    CHECK_EQ(kv_pool_snap_every(p), kv_pool_snap_interval(m, GGML_TYPE_F16, 4));
-    CHECK_EQ(kv_pool_set_snap_interval(p, 3, err, sizeof err), 0); /* 2 slots */
-    int b[6];
-    for (int i = 0; i < 6; i++)
+    CHECK_EQ(kv_pool_n_snap_slots(p), 0); /* none until sized */
+    int b[8];
+    for (int i = 0; i < 8; i++)
         b[i] = kv_pool_alloc(p);
-    CHECK(kv_pool_block_state(p, b[0]) == NULL);
-    float *s0 = kv_pool_snap_take(p, b[0]), *s1 = kv_pool_snap_take(p, b[1]);
+    CHECK(kv_pool_snap_take(p, b[0], 0, kv_pool_snap_epoch(p)) == NULL);
+    CHECK_EQ(kv_pool_set_snap_slots(p, 3, err, sizeof err), 0);
+    CHECK_EQ(kv_pool_n_snap_slots(p), 3);
+    CHECK_EQ(kv_pool_set_snap_slots(p, 2, err, sizeof err), 0);
+    float *s0 = kv_pool_snap_take(p, b[0], 3, kv_pool_snap_epoch(p)), *s1 = kv_pool_snap_take(p, b[1], 3, kv_pool_snap_epoch(p)); /* prio 4 */
     CHECK(s0 && s1 && s0 != s1);
-    CHECK(kv_pool_snap_take(p, b[0]) == s0 && kv_pool_block_state(p, b[0]) == s0);
-    CHECK(kv_pool_snap_take(p, b[2]) == NULL); /* all held by used blocks */
-    CHECK(kv_pool_publish(p, b[1], 11));
-    kv_pool_unref(p, b[1]); /* cached, keeps its snapshot */
-    CHECK(kv_pool_block_state(p, b[1]) == s1);
+    CHECK(kv_pool_snap_take(p, b[0], 3, kv_pool_snap_epoch(p)) == s0 && kv_pool_block_state(p, b[0]) == s0);
+    CHECK_EQ(kv_pool_n_snaps(p), 2);
+    kv_pool_snap_pin(p);
+    CHECK(kv_pool_snap_take(p, b[2], 0, kv_pool_snap_epoch(p)) == NULL); /* prio 1: worth less than both */
+    CHECK(kv_pool_block_state(p, b[2]) == NULL && kv_pool_snap_evictions(p) == 0);
+    /* as much: the older (b[1]) goes; the epoch rises to 4 (b[2] keeps prio 4:
+     * taken at epoch 0) */
+    CHECK(kv_pool_snap_take(p, b[2], 3, kv_pool_snap_epoch(p)) == s1);
+    CHECK(kv_pool_block_state(p, b[1]) == NULL && kv_pool_snap_evictions(p) == 1);
+    CHECK(kv_pool_snap_take(p, b[3], 9, kv_pool_snap_epoch(p)) == s0); /* b[2]'s is pinned (taken since the pin) */
+    CHECK(kv_pool_snap_take(p, b[4], 9, kv_pool_snap_epoch(p)) == NULL); /* both pinned */
+    kv_pool_snap_pin(p);
+    CHECK(kv_pool_snap_take(p, b[4], 0, 0) == NULL); /* prio 1 at epoch 0: < 4 and 14 */
+    /* at epoch 4 a level-0 snapshot (prio 5) outranks b[2]'s older level-3 one */
+    CHECK(kv_pool_snap_take(p, b[4], 0, kv_pool_snap_epoch(p)) == s1);
+    CHECK(kv_pool_block_state(p, b[2]) == NULL && kv_pool_block_state(p, b[3]) == s0);
+    CHECK_EQ(kv_pool_snap_evictions(p), 3);
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
-    CHECK(kv_pool_snap_take(p, b[2]) == s1); /* given up by the cached block */
-    CHECK(kv_pool_block_state(p, b[1]) == NULL && kv_pool_lookup(p, 11) == b[1]);
-    kv_pool_snap_move(p, b[1], b[2]); /* b[2] recomputed b[1]'s tokens */
-    CHECK(kv_pool_block_state(p, b[1]) == s1 && kv_pool_block_state(p, b[2]) == NULL);
-    kv_pool_unref(p, b[0]); /* unhashed: freed, its slot back */
-    CHECK(kv_pool_snap_take(p, b[3]) == s0);
+    /* a touch renews: of two equal ones the other, older now, goes */
+    CHECK_EQ(kv_pool_set_snap_slots(p, 2, err, sizeof err), 0); /* drops every snapshot */
+    CHECK(kv_pool_block_state(p, b[3]) == NULL && kv_pool_n_snaps(p) == 0);
+    s0 = kv_pool_snap_take(p, b[0], 0, kv_pool_snap_epoch(p));
+    s1 = kv_pool_snap_take(p, b[1], 0, kv_pool_snap_epoch(p));
+    kv_pool_snap_touch(p, b[0]);
+    kv_pool_snap_pin(p);
+    CHECK(kv_pool_snap_take(p, b[2], 0, kv_pool_snap_epoch(p)) == s1 && kv_pool_block_state(p, b[0]) == s0);
+    kv_pool_snap_pin(p);
+    CHECK(kv_pool_snap_take(p, b[5], 0, kv_pool_snap_epoch(p)) == s0); /* b[0]'s: b[2]'s is newer */
+    /* a cached block keeps its snapshot; moved to a recomputed twin's place */
+    CHECK(kv_pool_publish(p, b[5], 55));
+    kv_pool_unref(p, b[5]);
+    CHECK(kv_pool_block_state(p, b[5]) == s0);
+    kv_pool_snap_move(p, b[6], b[5]);
+    CHECK(kv_pool_block_state(p, b[6]) == s0 && kv_pool_block_state(p, b[5]) == NULL);
+    kv_pool_unref(p, b[6]); /* unhashed: freed, its slot back */
+    CHECK_EQ(kv_pool_n_snaps(p), 1);
+    kv_pool_snap_pin(p);
+    CHECK(kv_pool_snap_take(p, b[7], 0, kv_pool_snap_epoch(p)) == s0);
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
-    CHECK_EQ(kv_pool_set_snap_interval(p, 0, err, sizeof err), 0);
-    CHECK(kv_pool_snap_take(p, b[3]) == NULL && kv_pool_block_state(p, b[2]) == NULL);
+    /* more slots than blocks are of no use */
+    CHECK_EQ(kv_pool_set_snap_slots(p, 100, err, sizeof err), 0);
+    CHECK_EQ(kv_pool_n_snap_slots(p), 8);
+    CHECK(kv_pool_block_state(p, b[7]) == NULL);
+    CHECK_EQ(kv_pool_set_snap_slots(p, 0, err, sizeof err), 0); /* none at all */
+    CHECK(kv_pool_snap_take(p, b[7], 3, kv_pool_snap_epoch(p)) == NULL);
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
-    /* 2 extra slots (the engine's end-of-prompt snapshots): 4 in all */
-    CHECK_EQ(kv_pool_set_snap_slots(p, 3, 2, err, sizeof err), 0);
-    CHECK_EQ(kv_pool_n_snap_slots(p), 4);
-    for (int i = 2; i < 6; i++) /* the 4 used blocks */
-        CHECK(kv_pool_snap_take(p, b[i]));
-    CHECK(kv_pool_snap_take(p, b[1]) == NULL); /* none free, no cached block holds one */
-    CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
-    CHECK_EQ(kv_pool_set_snap_slots(p, 0, 2, err, sizeof err), 0); /* off: none at all */
-    CHECK_EQ(kv_pool_n_snap_slots(p), 0);
     kv_pool_free(p);
 }
 
 TEST(engine_recurrent_state_interval_lfm2) { snapshot_interval_case("lfm2-f32"); }
 TEST(engine_recurrent_state_interval_qwen35) { snapshot_interval_case("qwen35-f32"); }
 
-/* At the default interval (6 blocks of 4 tokens for these tiny models,
- * longer than the first prompt): a second turn - the first prompt (14
- * tokens), its 6-token reply and 5 more - resumes from the snapshot taken
- * where the first prompt's last full block ends (token 12; the reply's
- * cached block after it has none) and gives the fresh engine's tokens and
- * log-probabilities, with prefill chunks of 512, 7 and 3 tokens, and as
- * n = 2 greedy choices. */
+/* A second turn - the first prompt (14 tokens), its 6-token reply and 5
+ * more - resumes from the snapshot of the reply's latest full block (token
+ * 16), kept with a snapshot every 6 blocks of 4 tokens (longer than the
+ * first prompt) as at the default (every block), and gives the fresh
+ * engine's tokens and log-probabilities, with prefill chunks of 512, 7 and 3
+ * tokens, and as n = 2 greedy choices. */
 static void prompt_end_case(const char *name)
 {
     struct llm_model *m = golden(name);
     if (!m)
         SKIP("golden fixtures missing (make golden-fixtures)");
-    CHECK_EQ(kv_pool_snap_interval(m, GGML_TYPE_F16, 4), 6);
     const int n_vocab = llm_model_hparams(m)->n_vocab;
     enum { NA = 14, NR = 6, NB = NA + NR + 5, NG = 10 };
     int32_t a[NA], b[NB];
@@ -1297,8 +1333,9 @@ static void prompt_end_case(const char *name)
     CHECK_EQ(r[1].usage[0].cached_tokens, 0);
     test_release(e);
     const int chunks[] = { 512, 7, 3 };
-    for (int k = 0; k < 3; k++) {
-        ep.max_batch_tokens = chunks[k];
+    for (int k = 0; k < 6; k++) {
+        ep.max_batch_tokens = chunks[k % 3];
+        ep.state_snapshot_interval = k < 3 ? 24 : 0; /* the reply's keeps one either way */
         e = start(m, &ep);
         CHECK(e);
         for (int i = 2; i < 5; i++)
@@ -1309,12 +1346,12 @@ static void prompt_end_case(const char *name)
         rq = greedy(b, NB, NG, &r[2]);
         rq.sampling.n_logprobs = 1;
         CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
-        CHECK_MSG(r[2].usage[0].cached_tokens == 12, "chunks of %d: %d tokens cached", chunks[k],
-                  r[2].usage[0].cached_tokens);
+        CHECK_MSG(r[2].usage[0].cached_tokens == 16, "chunks of %d: %d tokens cached",
+                  chunks[k % 3], r[2].usage[0].cached_tokens);
         CHECK_EQ(r[2].n_tok[0], NG);
-        CHECK_MSG(memcmp(r[2].tok[0], r[1].tok[0], NG * sizeof *b) == 0, "chunks of %d", chunks[k]);
+        CHECK_MSG(memcmp(r[2].tok[0], r[1].tok[0], NG * sizeof *b) == 0, "chunks of %d", chunks[k % 3]);
         CHECK_MSG(memcmp(r[2].logprob[0], r[1].logprob[0], NG * sizeof(float)) == 0,
-                  "chunks of %d: log-probs differ", chunks[k]);
+                  "chunks of %d: log-probs differ", chunks[k % 3]);
         rq = greedy(b, NB, NG, &r[3]);
         rq.n = 2;
         CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
@@ -1329,3 +1366,144 @@ static void prompt_end_case(const char *name)
 
 TEST(engine_recurrent_state_prompt_end_qwen35) { prompt_end_case("qwen35-f32"); }
 TEST(engine_recurrent_state_prompt_end_qwen3next) { prompt_end_case("qwen3next-f32"); }
+
+/* Two different prompts of 37 tokens sharing their first 30 (blocks of 4):
+ * at the default settings the second resumes at the last block boundary
+ * below where they diverge (28 tokens: every block keeps a snapshot) and
+ * gives the tokens and log-probabilities of a fresh engine, with prefill
+ * chunks of 512, 7 and 3 tokens and as n = 2 greedy choices. Then with a
+ * snapshot store of 3 (the first prompt's 12 blocks thinned to the worthiest:
+ * its end and the blocks just before) and of 2: the second resumes from an
+ * earlier snapshot where one survives, recomputes the rest, same output. */
+static void shared_prefix_case(const char *name)
+{
+    struct llm_model *m = golden(name);
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const int n_vocab = llm_model_hparams(m)->n_vocab;
+    enum { NP = 37, NS = 30, NG = 12 };
+    int32_t a[NP], b[NP];
+    random_prompt(a, NP, n_vocab, 41);
+    random_prompt(b, NP, n_vocab, 43);
+    memcpy(b, a, NS * sizeof *b);
+    struct group g;
+    group_init(&g);
+    struct result *r = calloc(4, sizeof *r); /* fresh b, a, b, b with n = 2 */
+    char err[256];
+    struct engine_params ep = small_params(true);
+    ep.kv_block_size = 4;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    result_init(&r[0], &g);
+    struct engine_request rq = greedy(b, NP, NG, &r[0]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r[0].usage[0].cached_tokens, 0);
+    test_release(e);
+    const int chunks[] = { 512, 7, 3 };
+    const int64_t snap = (int64_t)kv_pool_snap_bytes(m);
+    const int64_t stores[] = { 0, 4 * snap, 3 * snap };
+    for (int k = 0; k < 5; k++) {
+        ep.max_batch_tokens = chunks[k < 3 ? k : k - 2]; /* the stores: chunks of 7 and 3 */
+        ep.state_snapshot_memory = stores[k < 3 ? 0 : k - 2];
+        e = start(m, &ep);
+        CHECK(e);
+        for (int i = 1; i < 4; i++)
+            result_init(&r[i], &g);
+        rq = greedy(a, NP, NG, &r[1]);
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        struct engine_stats st;
+        engine_stats(e, &st);
+        rq = greedy(b, NP, NG, &r[2]);
+        rq.sampling.n_logprobs = 1;
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        const int cached = r[2].usage[0].cached_tokens;
+        if (k < 3) {
+            CHECK_MSG(cached == 28, "chunks of %d: %d tokens cached", chunks[k], cached);
+            CHECK_EQ(st.snap_evictions, 0);
+            CHECK_EQ(st.snaps_held, 10); /* a's 9 prompt blocks and its reply's latest full one */
+        } else {
+            /* a's snapshots thinned to what the store holds; b resumes from an
+             * earlier one than its divergence where one survives */
+            CHECK_MSG(st.snap_evictions > 0 && st.snaps_held == (int)(stores[k - 2] / snap),
+                      "store %d: %llu evicted, %d held", (int)(stores[k - 2] / snap),
+                      (unsigned long long)st.snap_evictions, st.snaps_held);
+            /* 4: a's end, its reply's latest, 8 and 7 (the two before a's end);
+             * 3: none at or before b's 7 cached blocks, so nothing */
+            CHECK_MSG(cached == (k == 3 ? 28 : 0), "store %d: %d tokens cached",
+                      (int)(stores[k - 2] / snap), cached);
+        }
+        CHECK_EQ(r[2].n_tok[0], NG);
+        CHECK_MSG(memcmp(r[2].tok[0], r[0].tok[0], NG * sizeof *b) == 0, "case %d", k);
+        CHECK_MSG(memcmp(r[2].logprob[0], r[0].logprob[0], NG * sizeof(float)) == 0,
+                  "case %d: log-probs differ", k);
+        rq = greedy(b, NP, NG, &r[3]);
+        rq.n = 2;
+        CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+        for (int c = 0; c < 2; c++)
+            CHECK_MSG(memcmp(r[3].tok[c], r[0].tok[0], NG * sizeof *b) == 0, "case %d, choice %d",
+                      k, c);
+        CHECK_EQ(blocks_used_when_idle(e), 0);
+        test_release(e);
+    }
+    free(r);
+    test_release(m);
+}
+
+/* A 64-token prompt (16 blocks of 4) and a store of 6 snapshots, filled
+ * by prefill chunks of 7: the chain is thinned to its end, the reply's
+ * latest, 15, 14, 13 (near the end) and 8 (every 8th). A prompt sharing its
+ * first 40 tokens (10 blocks) resumes from the one after block 8 (32
+ * tokens), recomputes the rest and gives the fresh engine's tokens and
+ * log-probabilities. */
+static void thinned_chain_case(const char *name)
+{
+    struct llm_model *m = golden(name);
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    const int n_vocab = llm_model_hparams(m)->n_vocab;
+    enum { NP = 64, NS = 40, NG = 12 };
+    int32_t a[NP], b[NP];
+    random_prompt(a, NP, n_vocab, 47);
+    random_prompt(b, NP, n_vocab, 53);
+    memcpy(b, a, NS * sizeof *b);
+    struct group g;
+    group_init(&g);
+    struct result *r = calloc(3, sizeof *r);
+    char err[256];
+    struct engine_params ep = small_params(true);
+    ep.kv_block_size = 4;
+    ep.max_batch_tokens = 7;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    for (int i = 0; i < 3; i++)
+        result_init(&r[i], &g);
+    struct engine_request rq = greedy(b, NP, NG, &r[0]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    test_release(e);
+    ep.state_snapshot_memory = 6 * (int64_t)kv_pool_snap_bytes(m);
+    e = start(m, &ep);
+    CHECK(e);
+    rq = greedy(a, NP, NG, &r[1]);
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    rq = greedy(b, NP, NG, &r[2]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r[2].usage[0].cached_tokens, 32);
+    CHECK(memcmp(r[2].tok[0], r[0].tok[0], sizeof r[0].tok[0]) == 0);
+    CHECK(memcmp(r[2].logprob[0], r[0].logprob[0], sizeof r[0].logprob[0]) == 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    CHECK(st.snap_evictions > 0 && st.snaps_held == 6);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    free(r);
+    test_release(e);
+    test_release(m);
+}
+
+TEST(engine_recurrent_state_thinned_qwen35) { thinned_chain_case("qwen35-f32"); }
+TEST(engine_recurrent_state_thinned_lfm2) { thinned_chain_case("lfm2-f32"); }
+TEST(engine_recurrent_state_shared_prefix_qwen35) { shared_prefix_case("qwen35-f32"); }
+TEST(engine_recurrent_state_shared_prefix_qwen3next) { shared_prefix_case("qwen3next-f32"); }
+TEST(engine_recurrent_state_shared_prefix_lfm2) { shared_prefix_case("lfm2-f32"); }

@@ -79,7 +79,9 @@ static void be_usage(FILE *f)
             "  --threads N           compute threads (default: physical cores, %d here)\n"
             "  --kv-block-size N     tokens per KV block (default 16)\n"
             "  --state-snapshot-interval N  hybrids: tokens between state snapshots (default:\n"
-            "                        per model; 0: none)\n"
+            "                        every KV block; 0: none)\n"
+            "  --state-snapshot-memory SIZE  hybrids: memory of those snapshots (default: a\n"
+            "                        quarter of the KV budget, as serve; 0: none)\n"
             "  --kv-type T           KV storage: f16 (default), f32, q8_0\n"
             "  --kv-memory SIZE      KV pool size, e.g. 512MiB, 2GiB (default: from free RAM)\n"
             "  --max-batch-tokens N  per-step token budget (default 512)\n"
@@ -168,6 +170,10 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
         } else if (!strcmp(a, "--state-snapshot-interval")) {
             if (cli_long("bench-engine", a, v, 0, 1 << 20, &n)) return 2;
             o->ep.state_snapshot_interval = n ? (int)n : -1;
+        } else if (!strcmp(a, "--state-snapshot-memory")) {
+            size_t sz;
+            if (cli_size("bench-engine", a, v, 0, &sz)) return 2;
+            o->ep.state_snapshot_memory = !sz ? -1 : sz > INT64_MAX ? INT64_MAX : (int64_t)sz;
         } else if (!strcmp(a, "--max-batch-tokens")) {
             if (cli_long("bench-engine", a, v, 1, 1 << 16, &n)) return 2;
             o->ep.max_batch_tokens = (int)n;

@@ -66,6 +66,8 @@ static void run_usage(FILE *f)
             "  --kv-type T             K/V storage: f32 (default, as llama2.c), f16, q8_0\n"
             "  --kv-block-size N       tokens per KV block (default 16)\n"
             "  --kv-memory SIZE        KV pool size, K/M/G suffixes (default: what -n needs)\n"
+            "  --state-snapshot-memory SIZE  hybrids: prefix-cache state snapshots (default 0:\n"
+            "                          none, one prompt has nothing to resume)\n"
             "  --deterministic         batch-invariant kernels (as the server's option)\n",
             RUN_DEFAULT_STEPS, RUN_CHAT_ANSWER_TOKENS);
 }
@@ -76,6 +78,7 @@ static int run_parse_args(int argc, char **argv, struct run_opts *o)
     *o = (struct run_opts){ .steps = -1, .sp = sampler_default_params(),
                             .ep = engine_default_params() };
     o->ep.kv_type = GGML_TYPE_F32;
+    o->ep.state_snapshot_memory = -1; /* one request: no prefix to resume */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -128,9 +131,13 @@ static int run_parse_args(int argc, char **argv, struct run_opts *o)
         } else if (!strcmp(a, "--kv-block-size")) {
             rc = cli_long("run", a, v, 1, 4096, &n);
             o->ep.kv_block_size = (int)n;
-        } else if (!strcmp(a, "--kv-memory"))
+        } else if (!strcmp(a, "--kv-memory")) {
             rc = cli_size("run", a, v, 1, &o->ep.kv_memory_bytes);
-        else {
+        } else if (!strcmp(a, "--state-snapshot-memory")) {
+            size_t sz;
+            if (!(rc = cli_size("run", a, v, 0, &sz)))
+                o->ep.state_snapshot_memory = !sz ? -1 : sz > INT64_MAX ? INT64_MAX : (int64_t)sz;
+        } else {
             fprintf(stderr, "run: unknown option '%s'\n", a);
             return 2;
         }
@@ -246,8 +253,8 @@ static void run_event(void *user, const struct engine_event *ev)
 
 /* Bytes of KV for the first `steps` positions (a block more for the engine's
  * admission check), or 0 to let the engine decide (it reports a bad type). */
-/* the pool's own block size: K/V of the attention layers, plus the state
- * snapshot of models with recurrent state (hybrid models' is most of it) */
+/* the pool's own block size: K/V of the attention layers (hybrids' state
+ * snapshots are sized apart: --state-snapshot-memory) */
 static size_t run_kv_bytes(const struct llm_model *m, const struct engine_params *ep,
                            long steps)
 {

@@ -252,8 +252,11 @@ static void serve_usage(FILE *f)
             "  --kv-block-size N          tokens per KV block (default 16)\n"
             "  --state-snapshot-interval TOKENS|auto|off  hybrid models (qwen3next, qwen35, lfm2):\n"
             "                             tokens between the prefix cache's recurrent-state\n"
-            "                             snapshots (auto: snapshots about as big as the K/V;\n"
-            "                             0/off: no prefix cache for them)\n"
+            "                             snapshots (auto: every KV block; 0/off: no prefix\n"
+            "                             cache for them)\n"
+            "  --state-snapshot-memory BYTES|auto  hybrids: memory of those snapshots, thinned\n"
+            "                             when full (auto: a quarter of the KV budget; under\n"
+            "                             --kv-memory a quarter of it, beside it; 0: none)\n"
             "  --kv-type f16|f32|q8_0     KV cache type (default f16; q8_0 about half)\n"
             "  --kv-memory BYTES          KV pool size, K/M/G suffixes (default: from free RAM)\n"
             "  --max-batch-tokens N       tokens per engine step (default 512)\n"
@@ -418,6 +421,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                 o->ep.state_snapshot_interval = -1;
             else if (!(rc = cli_long("serve", a, v, 0, 1L << 20, &n)))
                 o->ep.state_snapshot_interval = n ? (int)n : -1;
+        } else if (!strcmp(a, "--state-snapshot-memory")) {
+            size_t sz;
+            if (!strcmp(v, "auto"))
+                o->ep.state_snapshot_memory = 0;
+            else if (!(rc = cli_size("serve", a, v, 0, &sz)))
+                o->ep.state_snapshot_memory = !sz ? -1 : sz > INT64_MAX ? INT64_MAX : (int64_t)sz;
         } else if (!strcmp(a, "--kv-type")) {
             if ((o->ep.kv_type = engine_kv_type_from_name(v)) < 0) {
                 fprintf(stderr, "serve: --kv-type expects f16, f32 or q8_0, got '%s'\n", v);

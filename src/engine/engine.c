@@ -12,8 +12,10 @@
  * the pooled vector ends the sequence in its DONE event. Models with
  * per-sequence recurrent state (lfm2's conv state, llm_model_has_state) hold
  * one state slot of the pool's llm_kv per running sequence, copied on fork;
- * each full block keeps the state after its last token (kv_pool_block_state),
- * which a sequence resuming after that cached prefix copies into its slot. */
+ * each full block keeps the state after its last token (kv_pool_block_state)
+ * in the pool's snapshot store, as long as the store's budget allows (the
+ * least worth evicted first: snap_level), and a sequence resuming after that
+ * cached prefix copies it into its slot. */
 #include "engine.h"
 
 #include "kv_pool.h"
@@ -54,6 +56,8 @@ struct seq {
     uint64_t *hashes;        /* [max_blocks] chain hash of each full block */
     int n_blocks, n_hashed;
     int32_t state_slot;      /* recurrent state slot while running (lfm2), else -1 */
+    uint64_t snap_epoch;     /* the snapshot store's epoch when it started running */
+    int32_t reply_snap;      /* block holding its latest snapshot past the prompt, or -1 */
     bool admitted_once;
     uint64_t admit_order;
     int n_gen;
@@ -139,10 +143,12 @@ struct emodel {
     int n_state_free;
     int32_t *view_slots;     /* [max_seqs] state slot of each view of a batch */
     float **b_snap;          /* [max_batch_tokens] where each token's state snapshot goes, or NULL */
-    int snap_every;          /* a snapshot after every snap_every-th block; 0: none (no prefix
-                                cache: a hybrid cannot resume without one) */
-    int snap_extra;          /* snapshot slots beyond the interval's: one per running sequence
-                                for the block where its prompt ends (0 when every block has one) */
+    int snap_every;          /* a snapshot after every snap_every-th block (1 by default) and
+                                where each prompt ends; 0: none (no prefix cache: a hybrid
+                                cannot resume without one) */
+    int n_snap;              /* slots of the pool's snapshot store */
+    struct snap_want { int tok, level; float **dst; struct seq *s; int j; } *snap_want;
+    int n_snap_want;         /* this step's blocks that want a snapshot (forward) */
     float *logits;           /* [max_seqs][n_vocab] */
     /* engine_params.device: the forward on a GPU (llm/model_dev.h); the pool
      * then has no host K/V (kv_pool_new_shape) */
@@ -230,7 +236,7 @@ struct engine *engine_new(const struct engine_params *params, char *err, size_t 
     if (p.kv_block_size < 1 || p.kv_block_size > 4096 || p.max_batch_tokens < 1 ||
         p.max_batch_tokens > (1 << 16) || p.max_seqs < 1 || p.max_seqs > 4096 ||
         p.max_queue < 0 || p.n_threads < 0 || !engine_kv_type_name(p.kv_type) ||
-        p.state_snapshot_interval < -1) {
+        p.state_snapshot_interval < -1 || p.state_snapshot_memory < -1) {
         omni_fail(err, errlen, OMNI_ERR_ARG,
                   "engine: bad parameters (kv_block_size %d in 1..4096, kv_type f16/f32/q8_0, "
                   "max_batch_tokens %d in 1..65536, max_seqs %d in 1..4096, max_queue %d >= 0)",
@@ -326,44 +332,25 @@ struct llm_model *engine_model(const struct engine *e, int model)
  * same number of tokens. Default budget: half of what is available after
  * the weights, and no more than two full contexts per running sequence. */
 /* Blocks per recurrent-state snapshot (engine_params.state_snapshot_interval
- * in tokens, rounded up to whole blocks; 0 there: the model's own interval,
- * where snapshots take about as much memory as K/V). 0: none. */
+ * in tokens, rounded up to whole blocks; 0 there: every block). 0: none. */
 static int snap_interval(const struct engine *e, const struct llm_model *m)
 {
     const int bs = e->p.kv_block_size, t = e->p.state_snapshot_interval;
-    if (!llm_model_has_state(m) || t < 0)
+    if (!llm_model_has_state(m) || t < 0 || e->p.state_snapshot_memory < 0)
         return 0;
-    return t ? (int)(((long)t + bs - 1) / bs) : kv_pool_snap_interval(m, e->p.kv_type, bs);
+    return t ? (int)(((long)t + bs - 1) / bs) : 1;
 }
 
-/* The hybrids' end-of-prompt snapshot slots (snap_extra) as bytes of a
- * budget: at most a quarter of it (fewer slots when they would take more). */
-static size_t snap_extra_bytes(struct engine *e, size_t budget)
-{
-    size_t fixed = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const size_t total = fixed;
-        fixed = 0;
-        for (int i = 0; i < e->n_models; i++) {
-            struct emodel *em = &e->models[i];
-            const size_t snap = llm_model_state_floats(em->m) * sizeof(float);
-            if (pass && total > budget / 4) /* scale every model's share down alike */
-                em->snap_extra = (int)((double)em->snap_extra * (double)(budget / 4) / (double)total);
-            fixed += (size_t)em->snap_extra * snap;
-        }
-        if (fixed <= budget / 4)
-            break;
-    }
-    return fixed;
-}
-
-/* Blocks of each model's pool: K/V of every block, a snapshot every
- * snap_every blocks of a hybrid's, and, out of a budget the engine picks
- * itself, a hybrid's snap_extra end-of-prompt snapshots. */
+/* Blocks of each model's pool (K/V only) and slots of each hybrid's
+ * snapshot store. The snapshot budget is state_snapshot_memory, or by
+ * default a quarter of the KV budget: taken from it when the engine picks
+ * the budget (and no more than a snapshot per block of the pools' most),
+ * beside it under an explicit kv_memory_bytes (which stays all K/V). Every
+ * hybrid gets the same number of snapshots. */
 static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
 {
     const int bs = e->p.kv_block_size;
-    size_t per_block = 0, weights = 0, want = 0, fixed = 0;
+    size_t per_block = 0, weights = 0, want = 0, per_snap = 0, max_every = 1;
     for (int i = 0; i < e->n_models; i++) {
         const struct llm_hparams *hp = e->models[i].hp;
         const int kv_dim = hp->n_head_kv * hp->head_dim;
@@ -374,10 +361,12 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
                              engine_kv_type_name(e->p.kv_type), kv_dim);
         struct emodel *em = &e->models[i];
         em->snap_every = snap_interval(e, em->m);
-        /* a prompt ending between two interval snapshots keeps one more
-         * (snap_at): up to one per running sequence */
-        em->snap_extra = em->snap_every > 1 ? e->p.max_seqs : 0;
-        size_t b = kv_pool_block_bytes_at(em->m, e->p.kv_type, bs, em->snap_every);
+        if (em->snap_every) {
+            per_snap += kv_pool_snap_bytes(em->m);
+            if ((size_t)em->snap_every > max_every)
+                max_every = (size_t)em->snap_every;
+        }
+        size_t b = kv_pool_block_bytes(em->m, e->p.kv_type, bs);
         if (!b)
             return omni_fail(err, errlen, OMNI_ERR_ARG, "engine: KV block size overflows");
         per_block += b;
@@ -386,19 +375,31 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
         if (blocks > want)
             want = blocks;
     }
-    size_t budget = e->p.kv_memory_bytes;
+    size_t budget = e->p.kv_memory_bytes, snap_budget = 0;
+    const bool snap_set = e->p.state_snapshot_memory > 0;
+    if (snap_set)
+        snap_budget = (size_t)e->p.state_snapshot_memory;
     size_t blocks;
-    if (budget) { /* K/V and interval snapshots; the extra ones are per running sequence,
-                     beside the budget like its live state (run sizes its budget to a context) */
+    if (budget) { /* K/V only; the snapshots beside it */
         blocks = budget / per_block;
+        if (!snap_set)
+            snap_budget = budget / 4;
     } else if (e->p.device && strcmp(e->p.device, "cpu")) {
         blocks = want; /* at most this; the device sizes the pool from its memory */
         budget = blocks * per_block;
+        if (!snap_set)
+            snap_budget = budget / 4;
     } else {
         size_t avail = (size_t)omni_meminfo_bytes("MemAvailable");
         avail = avail > weights ? avail - weights : 0;
-        fixed = snap_extra_bytes(e, avail / 2);
-        blocks = (avail / 2 - fixed) / per_block;
+        budget = avail / 2;
+        if (!snap_set && per_snap) { /* no more than a snapshot per block the pools can want */
+            snap_budget = budget / 4;
+            const size_t most = (want / max_every + (size_t)e->p.max_seqs) * per_snap;
+            if (snap_budget > most)
+                snap_budget = most;
+        }
+        blocks = (budget - (snap_budget < budget ? snap_budget : budget)) / per_block;
         if (blocks > want)
             blocks = want;
         budget = blocks * per_block;
@@ -409,8 +410,14 @@ static int size_pools(struct engine *e, int *n_blocks, char *err, size_t errlen)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT,
                          "engine: KV memory of %zu bytes holds no block (one block of every "
                          "model takes %zu bytes)", budget, per_block);
-    for (int i = 0; i < e->n_models; i++)
+    /* as many snapshots for every hybrid; more than one per block is of no use */
+    size_t n_snap = per_snap ? snap_budget / per_snap : 0;
+    if (n_snap > blocks)
+        n_snap = blocks;
+    for (int i = 0; i < e->n_models; i++) {
         n_blocks[i] = (int)blocks;
+        e->models[i].n_snap = e->models[i].snap_every ? (int)n_snap : 0;
+    }
     return 0;
 }
 
@@ -493,14 +500,16 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         }
         if (!em->pool)
             return OMNI_ERR_NOMEM;
-        if ((kv_pool_snap_every(em->pool) != em->snap_every || em->snap_extra) &&
-            (rc = kv_pool_set_snap_slots(em->pool, em->snap_every, em->snap_extra, err,
-                                         errlen)) < 0)
+        if (em->n_snap && (rc = kv_pool_set_snap_slots(em->pool, em->n_snap, err, errlen)) < 0)
             return rc;
-        if (llm_model_has_state(em->m))
-            OMNI_DEBUG("engine: model '%s': recurrent-state snapshot every %d tokens%s", em->name,
-                      em->snap_every * e->p.kv_block_size,
-                      em->snap_every ? "" : " (none: no prefix cache for it)");
+        if (llm_model_has_state(em->m)) {
+            if (!em->n_snap)
+                em->snap_every = 0;
+            OMNI_DEBUG("engine: model '%s': %d recurrent-state snapshots of %.1f MiB, one every "
+                       "%d tokens at most%s", em->name, em->n_snap,
+                       kv_pool_snap_bytes(em->m) / 1048576.0, em->snap_every * e->p.kv_block_size,
+                       em->snap_every ? "" : " (none: no prefix cache for it)");
+        }
         em->ctx = llm_ctx_new(em->m, T, e->tp, err, errlen);
         if (!em->ctx)
             return OMNI_ERR_NOMEM;
@@ -534,7 +543,8 @@ int engine_start(struct engine *e, char *err, size_t errlen)
             em->state_free = malloc((size_t)S * sizeof(int32_t));
             em->view_slots = malloc((size_t)S * sizeof(int32_t));
             em->b_snap = calloc((size_t)T, sizeof *em->b_snap);
-            if (!em->state_free || !em->view_slots || !em->b_snap ||
+            em->snap_want = calloc((size_t)T, sizeof *em->snap_want);
+            if (!em->state_free || !em->view_slots || !em->b_snap || !em->snap_want ||
                 llm_kv_set_state_slots(kv_pool_kv(em->pool), S) < 0)
                 return omni_fail(err, errlen, OMNI_ERR_NOMEM, "engine: out of memory");
             for (int k = 0; k < S; k++)
@@ -547,9 +557,8 @@ int engine_start(struct engine *e, char *err, size_t errlen)
         OMNI_DEBUG("engine: model '%s': %d KV blocks of %d tokens (%s, %.1f MiB)", em->name,
                   n_blocks[i], e->p.kv_block_size,
                   engine_kv_type_name(e->p.kv_type),
-                  (double)n_blocks[i] * (double)kv_pool_block_bytes_at(em->m, e->p.kv_type,
-                                                                        e->p.kv_block_size,
-                                                                        em->snap_every) /
+                  (double)n_blocks[i] * (double)kv_pool_block_bytes(em->m, e->p.kv_type,
+                                                                     e->p.kv_block_size) /
                       (1 << 20));
     }
     publish_stats(e);
@@ -625,6 +634,7 @@ void engine_free(struct engine *e)
         free(em->state_free);
         free(em->view_slots);
         free(em->b_snap);
+        free(em->snap_want);
         free(em->logits);
     }
     tpool_free(e->tp);
@@ -761,6 +771,7 @@ static int make_seqs(const struct emodel *em, const struct engine_request *rq,
         s->state = i == 0 ? SEQ_WAITING : SEQ_FORK_WAIT;
         s->logit_row = -1;
         s->state_slot = -1;
+        s->reply_snap = -1;
         /* an embedding never grows past its prompt */
         s->tok = malloc((size_t)(r->embed ? r->n_prompt : em->n_ctx) * sizeof *s->tok);
         s->blocks = malloc((size_t)em->max_blocks * sizeof *s->blocks);
@@ -987,6 +998,7 @@ static void release_blocks(struct emodel *em, struct seq *s)
     for (int i = 0; i < s->n_blocks; i++)
         kv_pool_unref(em->pool, s->blocks[i]);
     s->n_blocks = s->n_hashed = s->n_done = 0;
+    s->reply_snap = -1;
 }
 
 static void emit(struct request *r, const struct engine_event *ev)
@@ -1111,21 +1123,82 @@ static void seq_publish(struct emodel *em, struct seq *s)
 
 enum { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NEVER };
 
-/* Where the state after position p goes: the snapshot of p's block when p
- * ends a block that keeps one - every snap_every-th of the sequence, and the
- * last full block of its prompt (a follow-up turn that extends the
- * conversation resumes there, however short the prompt) - else NULL (also
- * when no snapshot slot can be had: that block then resumes nothing). */
-static float *snap_at(struct emodel *em, const struct seq *s, int p, int bs)
+/* Worth of the snapshot after block j of s (kv_pool_snap_take's level), or
+ * -1 when that block keeps none. A chain's snapshots are thinned as the
+ * store fills: block d = j + 1 (in snap_every units) is worth the number of
+ * times 2 divides d, so every 2nd goes first, then every 4th, ... (older
+ * chains before newer ones: kv_pool_snap_take's epoch). The block where a
+ * prompt's last full block ends is worth the most (a follow-up turn resumes
+ * there), and the few before it more than their place alone says
+ * (SNAP_NEAR - log2 of the distance: a prompt that differs only in its last
+ * message resumes close to where it diverges). Past the prompt (the reply)
+ * only the latest full block keeps one, worth as much as the prompt's end: a
+ * follow-up turn holds the whole reply, and a preempted sequence resumes
+ * there. */
+enum { SNAP_NEAR = 4, SNAP_END = 16 };
+
+static int snap_level(const struct emodel *em, const struct seq *s, int j)
 {
-    const int j = p / bs;
+    const int bs = kv_pool_block_size(em->pool), end = s->rq->n_prompt / bs, d = j + 1;
+    /* a prompt pooled over all its rows (embeddings) is never looked up */
+    const bool lookup = !s->rq->embed || s->rq->pooling == EMBED_POOL_LAST;
+    if (d > end || (lookup && d == end))
+        return SNAP_END;
+    if (d % em->snap_every)
+        return -1;
+    int level = __builtin_ctz((unsigned)(d / em->snap_every));
+    if (lookup) {
+        const int dist = (end - d) / em->snap_every > 1 ? (end - d) / em->snap_every : 1;
+        const int near = SNAP_NEAR - (31 - __builtin_clz((unsigned)dist));
+        level = near > level ? near : level;
+    }
+    return level;
+}
+
+/* Batch row `row` holds position p of s, whose part of the batch ends
+ * before position `stop`: no snapshot after it (dst[row] = NULL) unless p
+ * ends a block that keeps one, which is noted for snap_assign (of the reply,
+ * only the last block of the part). */
+static void snap_note(struct emodel *em, struct seq *s, int p, int stop, int row, float **dst)
+{
+    const int bs = kv_pool_block_size(em->pool);
+    dst[row] = NULL;
     if ((p + 1) % bs || !em->snap_every)
-        return NULL;
-    const bool prompt_end = j + 1 == s->rq->n_prompt / bs &&
-                            (!s->rq->embed || s->rq->pooling == EMBED_POOL_LAST);
-    if ((j + 1) % em->snap_every && !prompt_end)
-        return NULL;
-    return kv_pool_snap_take(em->pool, s->blocks[j]);
+        return;
+    const int j = p / bs;
+    if (j + 1 > s->rq->n_prompt / bs && p + bs < stop)
+        return; /* a later block of the reply in this part keeps the one */
+    const int level = snap_level(em, s, j);
+    if (level >= 0)
+        em->snap_want[em->n_snap_want++] = (struct snap_want){ row, level, dst, s, j };
+}
+
+static int snap_want_cmp(const void *a, const void *b)
+{
+    const struct snap_want *x = a, *y = b;
+    return x->level != y->level ? (x->level < y->level ? 1 : -1) : (x->tok > y->tok) - (x->tok < y->tok);
+}
+
+/* The snapshots noted since the last call get their slots, the worthiest
+ * first: when the store is full and pinned by this step, the least worthy
+ * blocks of the step go without. A reply block's replaces the sequence's
+ * previous one past its prompt. */
+static void snap_assign(struct emodel *em)
+{
+    if (em->n_snap_want > 1)
+        qsort(em->snap_want, (size_t)em->n_snap_want, sizeof *em->snap_want, snap_want_cmp);
+    for (int i = 0; i < em->n_snap_want; i++) {
+        const struct snap_want *w = &em->snap_want[i];
+        struct seq *s = w->s;
+        const int block = s->blocks[w->j];
+        const bool reply = w->j + 1 > s->rq->n_prompt / kv_pool_block_size(em->pool);
+        if (reply && s->reply_snap >= 0 && s->reply_snap != block)
+            kv_pool_snap_drop(em->pool, s->reply_snap);
+        w->dst[w->tok] = kv_pool_snap_take(em->pool, block, w->level, s->snap_epoch);
+        if (reply && w->dst[w->tok])
+            s->reply_snap = block;
+    }
+    em->n_snap_want = 0;
 }
 
 /* Give a waiting sequence its blocks: the longest cached chain of full blocks
@@ -1159,6 +1232,9 @@ static int seq_admit(struct engine *e, struct emodel *em, struct seq *s)
             keep--;
         while (hits > keep)
             kv_pool_unref(pool, s->blocks[--hits]);
+        for (int i = 0; i < hits; i++) /* this chain's snapshots are in use: renewed */
+            kv_pool_snap_touch(pool, s->blocks[i]);
+        s->snap_epoch = kv_pool_snap_epoch(pool);
     }
     const int need = (s->n_tok + bs - 1) / bs - hits;
     if (need > kv_pool_n_available(pool)) {
@@ -1447,8 +1523,11 @@ static void seq_fork(struct engine *e, struct emodel *em, struct seq *parent, st
     c->state = SEQ_RUNNING;
     c->admit_order = ++e->admit_counter;
     running_add(em, c);
-    if (em->has_state) /* the child continues from the parent's state */
+    if (em->has_state) { /* the child continues from the parent's state */
         llm_kv_copy_state(kv_pool_kv(pool), c->state_slot, parent->state_slot);
+        c->snap_epoch = parent->snap_epoch;
+        c->reply_snap = -1;
+    }
     seq_sample(e, em, c, logits, -1);
 }
 
@@ -1534,9 +1613,10 @@ static int32_t rope_id(const struct request *r, int p, int axis)
  * rows go to em->logits in item order. */
 static int forward(struct engine *e, struct emodel *em)
 {
-    const int bs = kv_pool_block_size(em->pool);
     int n_tok = 0, n_views = 0, n_rows = 0, n_hid = 0;
     bool rope = false;
+    if (em->has_state) /* the snapshots this step's forwards write stay put */
+        kv_pool_snap_pin(em->pool);
     for (int k = 0; k < em->n_items; k++) {
         struct item *it = &em->items[k];
         it->s->logit_row = -1;
@@ -1557,7 +1637,7 @@ static int forward(struct engine *e, struct emodel *em)
             em->b_seq[n_tok] = n_views;
             em->b_want[n_tok] = !r->embed && p == it->s->n_tok - 1;
             if (em->has_state)
-                em->b_snap[n_tok] = snap_at(em, it->s, p, bs);
+                snap_note(em, it->s, p, it->start + it->n, n_tok, em->b_snap);
             em->b_hid[n_tok] = r->embed && (r->pooling == EMBED_POOL_MEAN ||
                                             (r->pooling == EMBED_POOL_CLS && p == 0) ||
                                             (r->pooling == EMBED_POOL_LAST && p == it->s->n_tok - 1));
@@ -1573,6 +1653,8 @@ static int forward(struct engine *e, struct emodel *em)
         for (int a = 1; a < 3; a++)
             memmove(em->b_rpos + (size_t)a * n_tok, em->b_rpos + (size_t)a * e->p.max_batch_tokens,
                     (size_t)n_tok * sizeof(int32_t));
+    if (em->has_state)
+        snap_assign(em);
     if (n_tok) {
         struct llm_batch b = { .n_tokens = n_tok, .token = em->b_tok, .pos = em->b_pos,
                                .seq = em->b_seq, .want_logits = em->b_want,
@@ -1608,10 +1690,12 @@ static int forward(struct engine *e, struct emodel *em)
             em->b_seq[i] = 0;
             em->b_want[i] = it->start + i == it->s->n_tok - 1;
             if (em->has_state)
-                em->b_snap[i] = snap_at(em, it->s, it->start + i, bs);
+                snap_note(em, it->s, it->start + i, it->start + it->n, i, em->b_snap);
             for (int a = 0; a < 3; a++)
                 em->b_rpos[(size_t)a * it->n + i] = rope_id(r, it->start + i, a);
         }
+        if (em->has_state)
+            snap_assign(em);
         struct llm_seq_view view = { it->s->blocks, it->s->n_blocks };
         struct llm_batch b = {
             .n_tokens = it->n, .pos = em->b_pos, .seq = em->b_seq, .want_logits = em->b_want,
@@ -1766,6 +1850,8 @@ static void publish_stats(struct engine *e)
     struct engine_stats *st = &e->local;
     st->running = st->waiting = 0;
     st->kv_blocks_total = st->kv_blocks_used = st->kv_blocks_cached = 0;
+    st->snap_slots = st->snaps_held = 0;
+    st->snap_evictions = 0;
     for (int i = 0; i < e->n_models; i++) {
         const struct emodel *em = &e->models[i];
         st->running += em->n_running;
@@ -1776,6 +1862,9 @@ static void publish_stats(struct engine *e)
         st->kv_blocks_total += kv_pool_n_blocks(em->pool);
         st->kv_blocks_used += kv_pool_n_used(em->pool);
         st->kv_blocks_cached += kv_pool_n_cached(em->pool);
+        st->snap_slots += kv_pool_n_snap_slots(em->pool);
+        st->snaps_held += kv_pool_n_snaps(em->pool);
+        st->snap_evictions += kv_pool_snap_evictions(em->pool);
     }
     pthread_mutex_lock(&e->mu);
     const uint64_t prompt_tokens = e->submitted_prompt_tokens;

@@ -62,9 +62,13 @@ struct engine_params {
     bool deterministic;      /* batch-invariant results */
     const char *prefix_cache_dir; /* persist hot prefixes there; NULL = off */
     int state_snapshot_interval; /* models with recurrent state (hybrids): tokens between the
-                                    prefix cache's state snapshots, rounded up to whole blocks;
-                                    0 = per model (snapshots take about as much as K/V),
+                                    prefix cache's state snapshots, rounded up to whole blocks
+                                    (the end of each prompt keeps one too); 0 = every block,
                                     -1 = none (no prefix cache for them) */
+    int64_t state_snapshot_memory; /* hybrids: bytes of the snapshot store (all models); 0 =
+                                    auto (a quarter of the KV budget the engine picks, taken
+                                    from it; under kv_memory_bytes a quarter of that, beside
+                                    it), -1 = none. Full: the least worth is evicted (thinned) */
     /* Where the model forward runs (read by engine_start): NULL or "cpu":
      * llm_forward here; "cuda" or "cuda:N": the GPU (llm/model_dev.h: weights
      * and the KV pool in GPU memory, the host pool keeps only the block
@@ -261,6 +265,10 @@ struct engine_stats {
     double decode_step_ms;   /* total time of those steps */
     double compute_wait_ms;  /* of which waiting for threads from the compute budget */
     uint64_t urgent_steps;   /* steps that asked the budget first (an interactive prompt) */
+    /* hybrids' state snapshots (prefix cache): slots of the store, held now,
+     * and taken from a block for another (thinning) since the start */
+    int snap_slots, snaps_held;
+    uint64_t snap_evictions;
 };
 void engine_stats(struct engine *e, struct engine_stats *out);
 

@@ -3,7 +3,9 @@
  *
  * The free list is a stack through next; the LRU list of cached blocks is
  * doubly linked (head = least recently released, evicted first); the index is
- * a power-of-two bucket array with chains through hnext. */
+ * a power-of-two bucket array with chains through hnext. Models with
+ * recurrent state also get a store of state snapshots owned by blocks,
+ * evicted by priority (GreedyDual) when full. */
 #include "kv_pool.h"
 
 #include "llm/model.h"
@@ -32,37 +34,35 @@ struct kv_pool {
     int32_t lru_head, lru_tail;
     int32_t *bucket;             /* [mask + 1] first block of each chain, -1 if none */
     uint32_t mask;
-    /* models with recurrent state: [n_snap][state_floats] snapshots of the
-     * state after a block's last token, written by the forward that fills
-     * it; only every snap_every-th block of a sequence takes one, so there
-     * are about n_blocks / snap_every of them (kv_pool_set_snap_interval) */
+    /* models with recurrent state: the snapshot store, [n_snap][state_floats]
+     * snapshots of the state after a block's last token, written by the
+     * forward that fills it, each owned by one block (kv_pool_set_snap_slots) */
     float *snap;
     size_t state_floats;
-    int n_snap, snap_every;
-    int32_t *snap_owner;         /* [n_snap] the block holding each, or -1 */
+    int n_snap;
+    struct snap_slot *ss;        /* [n_snap] */
     int32_t *snap_free;          /* [n_snap] a stack of unowned slots */
     int n_snap_free;
+    uint64_t snap_base;          /* GreedyDual's inflation: the priority last evicted */
+    uint64_t snap_clock;         /* ticks of takes and touches (ties: older goes first) */
+    uint64_t snap_pin;           /* slots taken at or after this tick are not evictable */
+    uint64_t snap_evictions;
 };
 
-int kv_pool_snap_interval(const struct llm_model *m, int type, int block_size)
+/* One snapshot slot: its owner block and its eviction priority. */
+struct snap_slot {
+    int32_t owner;               /* the block holding it, or -1 */
+    int32_t level;               /* the engine's worth of it (kv_pool_snap_take) */
+    uint64_t prio;               /* snap_base + level + 1 when last taken or touched */
+    uint64_t tick;               /* snap_clock then */
+};
+
+size_t kv_pool_snap_bytes(const struct llm_model *m)
 {
-    const size_t snap = llm_model_state_floats(m) * sizeof(float);
-    if (!snap)
-        return 0;
-    const size_t kv = kv_pool_block_bytes_at(m, type, block_size, 0);
-    if (!kv) /* no attention layer at all: nothing to weigh it against */
-        return 1;
-    const size_t n = (snap + kv - 1) / kv;
-    return n > (1 << 20) ? 1 << 20 : (int)n;
+    return llm_model_state_floats(m) * sizeof(float);
 }
 
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size)
-{
-    return kv_pool_block_bytes_at(m, type, block_size,
-                                  kv_pool_snap_interval(m, type, block_size));
-}
-
-size_t kv_pool_block_bytes_at(const struct llm_model *m, int type, int block_size, int every)
 {
     const struct llm_hparams *hp = llm_model_hparams(m);
     size_t bytes = llm_kv_slot_bytes(type, hp->n_head_kv * hp->head_dim);
@@ -71,10 +71,7 @@ size_t kv_pool_block_bytes_at(const struct llm_model *m, int type, int block_siz
         /* layers with K/V: not lfm2's short-convolution blocks, nor Gated DeltaNet layers */
         omni_mul_size(bytes, (size_t)(hp->n_layer - hp->n_conv_layer - hp->n_gdn_layer), &bytes))
         return 0;
-    /* plus its share of a state snapshot (models with recurrent state) */
-    const size_t state = llm_model_state_floats(m) * sizeof(float);
-    const size_t snap = every > 0 ? (state + (size_t)every - 1) / (size_t)every : 0;
-    return bytes + snap < bytes ? 0 : bytes + snap;
+    return bytes;
 }
 
 static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_size,
@@ -130,8 +127,6 @@ static struct kv_pool *pool_new(const struct llm_model *m, int type, int block_s
     p->free_head = 0;
     p->n_free = n_blocks;
     p->lru_head = p->lru_tail = -1;
-    if (kv_pool_set_snap_interval(p, kv_pool_snap_interval(m, type, block_size), err, errlen))
-        goto fail;
     return p;
 fail:
     kv_pool_free(p);
@@ -146,54 +141,49 @@ void kv_pool_free(struct kv_pool *p)
     free(p->b);
     free(p->bucket);
     free(p->snap);
-    free(p->snap_owner);
+    free(p->ss);
     free(p->snap_free);
     free(p);
 }
 
 // ---- state snapshots -------------------------------------------------------------
 
-int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen)
-{
-    return kv_pool_set_snap_slots(p, every, 0, err, errlen);
-}
-
-int kv_pool_set_snap_slots(struct kv_pool *p, int every, int extra, char *err, size_t errlen)
+int kv_pool_set_snap_slots(struct kv_pool *p, int n, char *err, size_t errlen)
 {
     for (int i = 0; i < p->n_blocks; i++)
         p->b[i].snap = -1;
     free(p->snap);
-    free(p->snap_owner);
+    free(p->ss);
     free(p->snap_free);
     p->snap = NULL;
-    p->snap_owner = p->snap_free = NULL;
+    p->ss = NULL;
+    p->snap_free = NULL;
     p->n_snap = p->n_snap_free = 0;
-    p->snap_every = p->state_floats && every > 0 ? every : 0;
-    if (!p->snap_every)
+    p->snap_base = p->snap_clock = p->snap_pin = 0;
+    if (!p->state_floats || n <= 0)
         return 0;
-    /* a sequence of k blocks keeps k / every of them, and maybe one more
-     * (the extra ones: where its prompt ends) */
-    if (extra < 0 || extra > (1 << 20))
-        extra = 0;
-    const int n = (p->n_blocks + p->snap_every - 1) / p->snap_every + extra;
+    if (n > p->n_blocks) /* a block keeps at most one */
+        n = p->n_blocks;
     size_t bytes;
     if (omni_mul_size(p->state_floats * sizeof(float), (size_t)n, &bytes) ||
-        !(p->snap = malloc(bytes)) || !(p->snap_owner = malloc((size_t)n * sizeof(int32_t))) ||
+        !(p->snap = malloc(bytes)) || !(p->ss = malloc((size_t)n * sizeof *p->ss)) ||
         !(p->snap_free = malloc((size_t)n * sizeof(int32_t)))) {
-        p->snap_every = 0;
+        free(p->snap);
+        p->snap = NULL;
         return omni_fail(err, errlen, OMNI_ERR_NOMEM,
                          "kv_pool: out of memory for %d state snapshots", n);
     }
     for (int i = 0; i < n; i++) {
-        p->snap_owner[i] = -1;
+        p->ss[i] = (struct snap_slot){ .owner = -1 };
         p->snap_free[i] = n - 1 - i;
     }
     p->n_snap = p->n_snap_free = n;
     return 0;
 }
 
-int kv_pool_snap_every(const struct kv_pool *p) { return p->snap_every; }
 int kv_pool_n_snap_slots(const struct kv_pool *p) { return p->n_snap; }
+int kv_pool_n_snaps(const struct kv_pool *p) { return p->n_snap - p->n_snap_free; }
+uint64_t kv_pool_snap_evictions(const struct kv_pool *p) { return p->snap_evictions; }
 
 /* The block no longer holds what its snapshot describes: the slot goes back. */
 static void snap_drop(struct kv_pool *p, int block)
@@ -201,29 +191,76 @@ static void snap_drop(struct kv_pool *p, int block)
     const int32_t s = p->b[block].snap;
     if (s < 0)
         return;
-    p->snap_owner[s] = -1;
+    p->ss[s].owner = -1;
     p->snap_free[p->n_snap_free++] = s;
     p->b[block].snap = -1;
 }
 
-float *kv_pool_snap_take(struct kv_pool *p, int block)
+/* GreedyDual: a snapshot's priority is an inflation base (the epoch of the
+ * sequence that wrote it, or the base when a sequence last resumed from it)
+ * plus its worth, so one not used for a while falls behind newer ones of the
+ * same worth and is evicted first, and a worthier one (kept by a coarser
+ * thinning) survives longer. */
+static void snap_stamp(struct kv_pool *p, int32_t s, int level, uint64_t epoch)
 {
-    if (!p->snap_every || block < 0 || block >= p->n_blocks)
+    p->ss[s].level = level;
+    p->ss[s].prio = epoch + (uint64_t)level + 1;
+    p->ss[s].tick = ++p->snap_clock;
+}
+
+uint64_t kv_pool_snap_epoch(const struct kv_pool *p) { return p->snap_base; }
+
+bool kv_pool_snap_drop(struct kv_pool *p, int block)
+{
+    if (block < 0 || block >= p->n_blocks || p->b[block].snap < 0 ||
+        p->ss[p->b[block].snap].tick >= p->snap_pin)
+        return false;
+    snap_drop(p, block);
+    return true;
+}
+
+void kv_pool_snap_pin(struct kv_pool *p) { p->snap_pin = p->snap_clock + 1; }
+
+float *kv_pool_snap_take(struct kv_pool *p, int block, int level, uint64_t epoch)
+{
+    if (!p->n_snap || block < 0 || block >= p->n_blocks || level < 0)
         return NULL;
-    if (p->b[block].snap < 0) {
-        if (!p->n_snap_free) /* the least recently released cached block gives its up */
-            for (int32_t i = p->lru_head; i >= 0; i = p->b[i].next)
-                if (p->b[i].snap >= 0) {
-                    snap_drop(p, i);
-                    break;
-                }
-        if (!p->n_snap_free)
-            return NULL;
-        const int32_t s = p->snap_free[--p->n_snap_free];
-        p->snap_owner[s] = block;
+    if (level > 1 << 20)
+        level = 1 << 20;
+    int32_t s = p->b[block].snap;
+    if (s < 0) {
+        if (!p->n_snap_free) {
+            /* the lowest priority, oldest first, of the snapshots not taken
+             * for this step's forward; evicted only when worth no more than
+             * the new one (else the new one is the one left out) */
+            int32_t v = -1;
+            for (int32_t i = 0; i < p->n_snap; i++) {
+                const struct snap_slot *c = &p->ss[i];
+                if (c->tick >= p->snap_pin)
+                    continue;
+                if (v < 0 || c->prio < p->ss[v].prio ||
+                    (c->prio == p->ss[v].prio && c->tick < p->ss[v].tick))
+                    v = i;
+            }
+            if (v < 0 || p->ss[v].prio > epoch + (uint64_t)level + 1)
+                return NULL;
+            if (p->ss[v].prio > p->snap_base)
+                p->snap_base = p->ss[v].prio;
+            snap_drop(p, p->ss[v].owner);
+            p->snap_evictions++;
+        }
+        s = p->snap_free[--p->n_snap_free];
+        p->ss[s].owner = block;
         p->b[block].snap = s;
     }
-    return p->snap + (size_t)p->b[block].snap * p->state_floats;
+    snap_stamp(p, s, level, epoch);
+    return p->snap + (size_t)s * p->state_floats;
+}
+
+void kv_pool_snap_touch(struct kv_pool *p, int block)
+{
+    if (block >= 0 && block < p->n_blocks && p->b[block].snap >= 0)
+        snap_stamp(p, p->b[block].snap, p->ss[p->b[block].snap].level, p->snap_base);
 }
 
 void kv_pool_snap_move(struct kv_pool *p, int dst, int src)
@@ -232,7 +269,7 @@ void kv_pool_snap_move(struct kv_pool *p, int dst, int src)
         p->b[src].snap < 0 || p->b[dst].snap >= 0)
         return;
     p->b[dst].snap = p->b[src].snap;
-    p->snap_owner[p->b[dst].snap] = dst;
+    p->ss[p->b[dst].snap].owner = dst;
     p->b[src].snap = -1;
 }
 
@@ -427,7 +464,7 @@ int kv_pool_check(const struct kv_pool *p, char *err, size_t errlen)
     int n_owned = 0;
     for (int i = 0; i < p->n_blocks; i++) {
         const int32_t s = p->b[i].snap;
-        if (s >= 0 && (s >= p->n_snap || p->snap_owner[s] != i))
+        if (s >= 0 && (s >= p->n_snap || p->ss[s].owner != i))
             return omni_fail(err, errlen, OMNI_ERR_FORMAT,
                              "kv_pool: block %d's snapshot slot %d is not its own", i, s);
         n_owned += s >= 0;

@@ -30,19 +30,14 @@ struct llm_model;
 struct llm_kv;
 struct kv_pool;
 
-/* Bytes one block takes for model m with this KV type and block size (K and
- * V of every layer with attention: lfm2's conv blocks have none), plus, for
- * models with recurrent state, its share of a state snapshot kept every
- * `every` blocks (0: none); 0 for an unsupported type (Q8_0 with a kv_dim
- * not a multiple of 32) or overflow. kv_pool_block_bytes: at the model's
- * kv_pool_snap_interval. */
-size_t kv_pool_block_bytes_at(const struct llm_model *m, int type, int block_size, int every);
+/* Bytes one block takes for model m with this KV type and block size: K and
+ * V of every layer with attention (lfm2's conv blocks and the Gated DeltaNet
+ * layers have none); 0 for an unsupported type (Q8_0 with a kv_dim not a
+ * multiple of 32) or overflow. State snapshots are not in it: they live in
+ * the pool's snapshot store, sized on its own (kv_pool_set_snap_slots). */
 size_t kv_pool_block_bytes(const struct llm_model *m, int type, int block_size);
-/* Blocks per state snapshot for a model with recurrent state: the fewest that
- * hold at least a snapshot's bytes of K/V, so snapshots take at most about as
- * much memory as K/V (1 for lfm2's small conv state, tens of blocks of 16 for
- * Qwen3-Next / Qwen3.5's DeltaNet state). 0 for models without state. */
-int kv_pool_snap_interval(const struct llm_model *m, int type, int block_size);
+/* Bytes of one state snapshot of a model with recurrent state; 0 without. */
+size_t kv_pool_snap_bytes(const struct llm_model *m);
 
 struct kv_pool *kv_pool_new(const struct llm_model *m, int type, int block_size, int n_blocks,
                             char *err, size_t errlen);
@@ -78,27 +73,37 @@ int kv_pool_lookup(const struct kv_pool *p, uint64_t hash);
 /* The hash a block is indexed under; false when it is not hashed. */
 bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
 
-/* Models with recurrent state (llm_model_has_state): a snapshot of a
- * sequence's state after a block's last token (llm_model_state_floats
+/* Models with recurrent state (llm_model_has_state): a store of snapshots
+ * of a sequence's state after a block's last token (llm_model_state_floats
  * floats), which the forward filling the block writes (llm_batch.state_snap)
  * and a sequence resuming after this block's prefix copies into its slot.
- * Only every `every`-th block of a sequence keeps one (the engine picks
- * which), so the pool has ceil(n_blocks / every) snapshot slots, plus
- * `extra` for snapshots outside that rhythm (the engine's: one at the end
- * of each prompt, so up to one per sequence it runs at once); a new pool
- * keeps them at kv_pool_snap_interval, no extra. set_snap_slots drops every
- * snapshot and re-sizes the slots (every 0: none at all); OMNI_ERR_NOMEM.
- * set_snap_interval is set_snap_slots without extra slots. */
-int kv_pool_set_snap_slots(struct kv_pool *p, int every, int extra, char *err, size_t errlen);
-int kv_pool_set_snap_interval(struct kv_pool *p, int every, char *err, size_t errlen);
-int kv_pool_snap_every(const struct kv_pool *p); /* 0: no snapshots */
+ * A block owns at most one; its slot goes back when the block is freed or
+ * evicted. A new pool has none: set_snap_slots drops every snapshot and
+ * makes n slots (at most n_blocks; 0: none); OMNI_ERR_NOMEM. */
+int kv_pool_set_snap_slots(struct kv_pool *p, int n, char *err, size_t errlen);
 int kv_pool_n_snap_slots(const struct kv_pool *p); /* all of them, taken or free */
+int kv_pool_n_snaps(const struct kv_pool *p);      /* held by a block */
+uint64_t kv_pool_snap_evictions(const struct kv_pool *p); /* taken from a block for another */
 /* The block's snapshot, giving it a slot when it has none: a free one, else
- * the one of the least recently released cached block that has one (that
- * block then no longer resumes a sequence). NULL when none can be had (the
- * block then just keeps no snapshot) or the pool keeps none. A slot goes
- * back when its block is freed or evicted. */
-float *kv_pool_snap_take(struct kv_pool *p, int block);
+ * the one with the lowest priority (GreedyDual: epoch + level + 1; the
+ * oldest among equals), provided that is no more than the new one's; the
+ * pool's epoch then rises to the evicted priority. `level` is the caller's
+ * worth of it (the engine: higher for blocks kept by a coarser thinning,
+ * and for where a prompt ends); `epoch` is kv_pool_snap_epoch when the
+ * writing sequence started, so one chain's snapshots compete by level
+ * alone (thinned evenly) while older chains fall behind newer ones. NULL
+ * when the store is empty or every snapshot is worth more (the block then
+ * keeps none). Slots taken since the last kv_pool_snap_pin are never
+ * evicted: the engine pins before building a step, whose forward writes
+ * the snapshots it took. */
+float *kv_pool_snap_take(struct kv_pool *p, int block, int level, uint64_t epoch);
+uint64_t kv_pool_snap_epoch(const struct kv_pool *p);
+void kv_pool_snap_pin(struct kv_pool *p);
+/* A sequence resumed from the block's snapshot: its priority is renewed at
+ * the current epoch. */
+void kv_pool_snap_touch(struct kv_pool *p, int block);
+/* Give up the block's snapshot (not one pinned); false when it had none. */
+bool kv_pool_snap_drop(struct kv_pool *p, int block);
 /* Hand src's snapshot to dst when dst has none (a recomputed block whose
  * twin holds its hash: the indexed one is what lookups find). */
 void kv_pool_snap_move(struct kv_pool *p, int dst, int src);
