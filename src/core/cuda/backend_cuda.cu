@@ -2457,7 +2457,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
  * has 32 warps walking the whole context one tile after the other. */
 #define ATT_SPLIT 8
 #define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
-template <typename KT, int DPL2, bool Q>
+/* U (OMNI_CUDA_ATT_UNROLL=1): a tile's V rows 8 keys at a time, their
+ * loads issued together (a short context's step is one tile a warp, and
+ * one key after the other is a chain of L2 round trips); the sums keep
+ * the same order. */
+template <typename KT, int DPL2, bool Q, bool U>
 __global__ void __launch_bounds__(ATT_SPLIT * 32)
     k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
 {
@@ -2516,7 +2520,34 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
             acc[i].y *= corr;
         }
         const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
-        for (int k = 0; k < n_valid; k++) {
+        int k0 = 0;
+        if constexpr (U) {
+            for (; k0 + 8 <= n_valid; k0 += 8) {
+                float pk[8];
+                long long bk[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    pk[u] = __shfl_sync(0xffffffffu, p, k0 + u);
+                    bk[u] = __shfl_sync(0xffffffffu, (long long)base, k0 + u);
+                }
+#pragma unroll
+                for (int i = 0; i < DPL2; i++) {
+                    const int d = 2 * (lane + 32 * i);
+                    if (d < hd) {
+                        float2 v[8];
+#pragma unroll
+                        for (int u = 0; u < 8; u++)
+                            v[u] = ld2(V + bk[u] + d);
+#pragma unroll
+                        for (int u = 0; u < 8; u++) {
+                            acc[i].x += pk[u] * v[u].x;
+                            acc[i].y += pk[u] * v[u].y;
+                        }
+                    }
+                }
+            }
+        }
+        for (int k = k0; k < n_valid; k++) {
             const float pk = __shfl_sync(0xffffffffu, p, k);
             const int64_t bk = __shfl_sync(0xffffffffu, (long long)base, k);
 #pragma unroll
@@ -2570,17 +2601,29 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     }
 }
 
+static bool att_unroll; /* OMNI_CUDA_ATT_UNROLL=1 (read at backend creation) */
+
+template <typename KT, bool Q, bool U>
+static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, float *qd,
+                                     cudaStream_t s)
+{
+    const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
+    if (a->head_dim <= 64)
+        launch_pdl_at(2, k_attention_split<KT, 1, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+    else if (a->head_dim <= 128)
+        launch_pdl_at(2, k_attention_split<KT, 2, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+    else
+        launch_pdl_at(2, k_attention_split<KT, 4, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+}
+
 template <typename KT, bool Q>
 static void launch_attention_split(const struct omni_battn *a, int8_t *q, float *qd,
                                    cudaStream_t s)
 {
-    const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
-    if (a->head_dim <= 64)
-        launch_pdl_at(2, k_attention_split<KT, 1, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
-    else if (a->head_dim <= 128)
-        launch_pdl_at(2, k_attention_split<KT, 2, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+    if (att_unroll)
+        launch_attention_split_u<KT, Q, true>(a, q, qd, s);
     else
-        launch_pdl_at(2, k_attention_split<KT, 4, Q>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+        launch_attention_split_u<KT, Q, false>(a, q, qd, s);
 }
 
 /* split: k_attention_split (decode steps), whose output is also written
@@ -2961,6 +3004,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
+    const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
+    att_unroll = au && !strcmp(au, "1");
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
     s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 3 ? atoi(ft) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
