@@ -45,10 +45,19 @@ void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t 
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
     for (int64_t b = 0; b < n_batch; b++) {
         const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)xq + (size_t)b * xq_row);
+        /* the caller runs this alone between two parallel regions: the
+         * block sums by vpmaddubsw, and none for q8_0 (K = 0) */
         for (int64_t i = 0; i < nb; i++) {
             int s = 0;
-            for (int k = 0; k < QK8_0; k++)
-                s += x[i].qs[k];
+            if (k8) {
+                const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                       _mm256_loadu_si256((const __m256i *)x[i].qs));
+                __m128i v = _mm_add_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+                v = _mm_madd_epi16(v, _mm_set1_epi16(1));
+                v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+                v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+                s = _mm_cvtsi128_si32(v);
+            }
             ad[b * nbp + i] = _cvtsh_ss(x[i].d);
             corr[b * nbp + i] = -k8 * s;
         }
@@ -216,11 +225,11 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * (acc += float(sum) * (d * a.d)), which differs from the 2 x 4 tiles' (8
  * partial lanes per pair), so q8_0's act8 range is a kernel id of its own;
  * the integers are those of the earlier act8 forms, so are the bits. a: nb
- * blocks of (8 registers of |a|, 8 scales, 8 negative sums, 8 registers of
- * m). */
+ * blocks of (8 registers of |a|, 8 scales, 8 x minus the sum of the
+ * negative a, 8 registers of m). */
 #define ACT8_BYTES (8 * 32 + 8 * 4 + 8 * 4 + 8 * 32)
 #define ACT8_D 256   /* offset of the 8 rows' scales in a block */
-#define ACT8_NEG 288 /* offset of the 8 rows' sums of negative a */
+#define ACT8_NEG 288 /* offset of minus the 8 rows' sums of negative a */
 #define ACT8_M 320   /* offset of the sign masks */
 #define ACT8_R 4 /* weight rows per register tile */
 /* fewest batch rows that take the act8 kernel (q8_0) or the wt8 kernel
@@ -243,7 +252,8 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define KEEP_CHAIN(v) __asm__("" : "+x"(v))
 
 /* nb blocks of act8_transpose_block, its signed registers turned into |a|
- * and the masks, its (zero) q8_0 corrections into the negative sums. */
+ * and the masks, its (zero) q8_0 corrections into minus the sums of the
+ * negative a. */
 static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
                       int nc, int64_t nb, int64_t nbp, uint8_t *a)
 {
@@ -258,7 +268,7 @@ static void act8_pack(const uint8_t *xq, size_t xq_row, const float *ad, const i
             _mm256_storeu_si256((__m256i *)(o + ACT8_M) + k, _mm256_cmpgt_epi8(zero, r[k]));
             /* the negative bytes of each dword, summed into it */
             const __m256i n = _mm256_maddubs_epi16(ones8, _mm256_min_epi8(r[k], zero));
-            neg = _mm256_add_epi32(neg, _mm256_madd_epi16(n, ones16));
+            neg = _mm256_sub_epi32(neg, _mm256_madd_epi16(n, ones16));
         }
         _mm256_storeu_si256((__m256i *)(o + ACT8_NEG), neg);
     }
@@ -290,13 +300,14 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
                 _mm_prefetch((const char *)((const block_q8_0 *)(w + (size_t)(r + 8) * w_row) + i) + 64,
                              _MM_HINT_T0);
         }
+        /* the sums start at minus the block's negative a */
         const __m256i neg = _mm256_loadu_si256((const __m256i *)(A + ACT8_NEG));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * w_row) + i;
             q[r] = x->qs;
             d[r] = _cvtsh_ss(x->d);
-            dot[r] = _mm256_setzero_si256();
+            dot[r] = neg;
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
@@ -313,7 +324,7 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
         const __m256 da = _mm256_loadu_ps((const float *)(A + ACT8_D));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r], neg)),
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]),
                                      _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
     }
     for (int r = 0; r < NR; r++) {
