@@ -10,6 +10,8 @@
  *   make BUILD=build-b build-b/libomni.a
  *   cc -O2 -pthread -I. tests/bench_decode.c build-b/libomni.a -lopenblas -lm -o /tmp/bench_decode
  *   /tmp/bench_decode -t q4_0 -s 896x4864 [-n threads] [-r reps] [-c copies] [-p rows] [-h hint]
+ * -p: rows ahead the per-row loop prefetches; by default as matmul.c (4, at
+ * most 8 KB; none where the level's vec_dot streams: vec_dot_streams).
  * -h: the prefetch's locality hint, 3 (into L1, as matmul.c) down to 0.
  * -x 1: vec_dot even where the level has vec_dot_prep (which matmul.c's
  * one-row products use, as this does by default).
@@ -86,7 +88,7 @@ int main(int argc, char **argv)
 {
     const char *tname = "q8_0";
     int64_t n_in = 896, n_out = 151936;
-    int n_thr = 1, reps = 5, copies = 0, pf = 4, hint = 3, plain = 0, probe = 0;
+    int n_thr = 1, reps = 5, copies = 0, pf = -1, hint = 3, plain = 0, probe = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t"))
             tname = argv[i + 1];
@@ -152,6 +154,10 @@ int main(int argc, char **argv)
         if (!prep)
             return 1;
         op->act_prep(xq, prep, n_in);
+    }
+    if (pf < 0) { /* matmul.c's dot_rows */
+        const size_t fit = 8192 / w_row;
+        pf = op->vec_dot_streams && op->vec_dot_streams == op->vec_dot ? 0 : fit < 1 ? 1 : fit < 4 ? (int)fit : 4;
     }
     struct tpool *tp = tpool_new(n_thr, NULL, 0);
     const size_t probe_bytes = (size_t)1 << 30;

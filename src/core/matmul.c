@@ -219,10 +219,15 @@ static void dot_rows(void *arg, int ith, int nth)
             j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
         return;
     }
-    const int64_t ahead = prefetch_rows(j->w_row);
+    /* rows ahead into L1 at the start of each row, unless the dot streams
+     * (prefetches inside its block loop: a burst of a whole row's lines
+     * stalls on the full miss buffers, quants_avx2.c's kq_prefetch) */
+    const int self_pf = j->op->vec_dot_streams && j->op->vec_dot_streams == j->op->vec_dot &&
+                        !(j->op->vec_dot_n && j->n_batch > 1);
+    const int64_t ahead = self_pf ? 0 : prefetch_rows(j->w_row);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + (size_t)r * j->w_row;
-        if (r + ahead < r1) {
+        if (ahead && r + ahead < r1) {
             const uint8_t *next = wr + ahead * j->w_row;
             for (size_t o = 0; o < j->w_row; o += 64)
                 __builtin_prefetch(next + o, 0, 3);

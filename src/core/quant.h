@@ -208,6 +208,10 @@ struct omni_quant_ops {
     omni_vec_dot_n_fn vec_dot_n;   /* several activation rows at once, or NULL */
     omni_act_prep_fn act_prep;     /* with vec_dot_prep, or both NULL */
     omni_vec_dot_prep_fn vec_dot_prep;
+    /* == vec_dot when that kernel prefetches the blocks ahead of the ones it
+     * reads (decode streaming a thread's contiguous rows): matmul.c's row
+     * loop then skips its own prefetch of the rows ahead. NULL otherwise. */
+    omni_vec_dot_fn vec_dot_streams;
 };
 
 /* Kernels of type for the level in use (omni_cpu_level()); NULL when the

@@ -55,6 +55,24 @@ static inline __m256i unpack_nibbles(const uint8_t *qs)
 
 // ---- float weights ---------------------------------------------------------
 
+/* Decode's prefetch for the K-quant and f16 one-row dots: KQ_PF_DIST bytes ahead
+ * of the block being read, a block's worth of lines per block (rows of a
+ * thread are contiguous, so it runs on into the next row; past the last it
+ * only touches lines that may not be ours: a prefetch never faults). The
+ * per-row burst it replaces (matmul.c: a whole row ahead at the start of
+ * each row, 43-128 prefetcht0 at once) stalled on the full miss buffers:
+ * 11-14% of a Llama-3.2-1B Q4_K_M decode sampled on those prefetches. 0
+ * turns it off (a benchmark variant: matmul.c then keeps its burst). */
+#ifndef KQ_PF_DIST
+#define KQ_PF_DIST 2048
+#endif
+static inline void kq_prefetch(const void *block, size_t bytes)
+{
+    if (KQ_PF_DIST > 0)
+        for (size_t o = 0; o < bytes; o += 64)
+            _mm_prefetch((const char *)block + KQ_PF_DIST + o, _MM_HINT_T0);
+}
+
 static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a)
 {
     const float *x = w, *y = a;
@@ -76,6 +94,19 @@ static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a)
     const float *y = a;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
+    /* a line (32 halves) per step of two, prefetched KQ_PF_DIST ahead
+     * (decode's stream; matmul.c's row loop leaves it to this); the same
+     * adds in the same order as one step at a time */
+    for (; i + 32 <= n; i += 32) {
+        kq_prefetch(x + i, 64);
+#pragma GCC unroll 2
+        for (int k = 0; k < 32; k += 16) {
+            __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k)));
+            __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k + 8)));
+            acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i + k), acc0);
+            acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + k + 8), acc1);
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
         __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
@@ -635,6 +666,7 @@ static inline __m128 k4_dd(const void *xd, float yd)
     return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)), _mm_set1_ps(yd));
 }
 
+
 /* q4_K: the scale products in 8 float lanes (acc), the mins in 8 more
  * (acc_m), one horizontal sum each per row. */
 static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
@@ -644,6 +676,7 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(&x[i], sizeof x[i]);
         uint64_t sc, mn;
         unpack_k4_scales(x[i].scales, &sc, &mn);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -734,6 +767,7 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(&x[i], sizeof x[i]);
         uint64_t sc, mn;
         unpack_k4_scales(x[i].scales, &sc, &mn);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -771,6 +805,7 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(&x[i], sizeof x[i]);
         const int8_t *sc = x[i].scales;
         /* the -32 offset: sum over 16-element sub-blocks of sc * sum(y),
          * subtracted in the integer lanes (|lane| < 2^26: no overflow) and
@@ -913,6 +948,12 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_Q4_K].vec_dot_n = vec_dot_n_q4_K_q8_K_avx2;
     ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_avx2;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx2;
+    if (KQ_PF_DIST > 0) { /* these stream: matmul.c's row loop leaves the prefetch to them */
+        ops[GGML_TYPE_F16].vec_dot_streams = vec_dot_f16_f32_avx2;
+        ops[GGML_TYPE_Q4_K].vec_dot_streams = vec_dot_q4_K_q8_K_avx2;
+        ops[GGML_TYPE_Q5_K].vec_dot_streams = vec_dot_q5_K_q8_K_avx2;
+        ops[GGML_TYPE_Q6_K].vec_dot_streams = vec_dot_q6_K_q8_K_avx2;
+    }
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {
         if (ops[t].dot_type == GGML_TYPE_Q8_0)
             ops[t].from_float = quantize_row_q8_0_avx2;
