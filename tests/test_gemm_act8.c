@@ -140,3 +140,74 @@ TEST(gemm_act8_q8_0_minus_128_exact)
     free(x);
     free(y);
 }
+
+/* omni_matmul_multi at the engine's batch sizes (one quantization of x and
+ * one parallel region for q/k/v or gate/up when every weight takes the
+ * int8 GEMM of one activation type) gives each weight omni_matmul's bits:
+ * Qwen2.5 Q4_K_M's q/k/v types, K-quant pairs, and sets that mix activation
+ * types or GEMM and dots (the fallback), 2 and 3 threads, every level. */
+TEST(gemm_act8_multi_equals_single)
+{
+    static const int sets[][3] = {
+        { GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0 },
+        { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0 },
+        { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K },
+        { GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_F16 },
+    };
+    static const int64_t batches[] = { 2, 5, 8, 9, 16 };
+    const int64_t n_in = 512, nb_max = 16;
+    const int64_t n_out[3] = { 40, 8, 13 };
+    struct tpool *pools[2] = { tpool_new(2, NULL, 0), tpool_new(3, NULL, 0) };
+    test_defer(act8_free_tpool, pools[0]);
+    test_defer(act8_free_tpool, pools[1]);
+    float *x = malloc(sizeof(float) * (size_t)(n_in * nb_max));
+    float *wf = malloc(sizeof(float) * (size_t)(n_in * 40));
+    float *ya[3], *yb = malloc(sizeof(float) * (size_t)(40 * nb_max));
+    uint8_t *w[3];
+    for (int k = 0; k < 3; k++) {
+        ya[k] = malloc(sizeof(float) * (size_t)(40 * nb_max));
+        w[k] = malloc(ggml_row_size(GGML_TYPE_F16, n_in) * 40);
+        CHECK(ya[k] && w[k]);
+    }
+    CHECK(pools[0] && pools[1] && x && wf && yb);
+    for (int64_t i = 0; i < n_in * nb_max; i++)
+        x[i] = act8_rand();
+    for (int64_t i = 0; i < n_in * 40; i++)
+        wf[i] = act8_rand();
+    const int saved = omni_cpu_level();
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+        struct omni_tensor wt[3];
+        const struct omni_tensor *wp[3];
+        for (int k = 0; k < 3; k++) {
+            const int t = sets[si][k];
+            const size_t row = ggml_row_size(t, n_in);
+            for (int64_t r = 0; r < n_out[k]; r++)
+                CHECK_EQ(quantize_row(t, wf + r * n_in, w[k] + r * row, n_in), 0);
+            wt[k] = (struct omni_tensor){ .type = t, .ne = { n_in, n_out[k] }, .data = w[k] };
+            wp[k] = &wt[k];
+        }
+        for (int level = 0; level <= omni_cpu()->max_level; level++) {
+            omni_cpu_set_level(level);
+            for (int pi = 0; pi < 2; pi++)
+                for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+                    const int64_t nb = batches[bi];
+                    float *const yp[3] = { ya[0], ya[1], ya[2] };
+                    omni_matmul_multi(pools[pi], wp, 3, x, nb, yp);
+                    for (int k = 0; k < 3; k++) {
+                        omni_matmul(pools[pi], wp[k], x, nb, yb);
+                        CHECK_MSG(memcmp(ya[k], yb, sizeof(float) * (size_t)(nb * n_out[k])) == 0,
+                                  "set %zu weight %d (%s) level %d threads %d rows %lld: multi != single", si,
+                                  k, ggml_type_name(sets[si][k]), level, pi + 2, (long long)nb);
+                    }
+                }
+        }
+    }
+    omni_cpu_set_level(saved);
+    for (int k = 0; k < 3; k++) {
+        free(ya[k]);
+        free(w[k]);
+    }
+    free(x);
+    free(wf);
+    free(yb);
+}

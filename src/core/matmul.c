@@ -605,10 +605,78 @@ static void multi_rows(void *arg, int ith, int nth)
         dot_rows(&m->j[k], ith, nth);
 }
 
+#if defined(__x86_64__)
+static void multi_gemm_rows(void *arg, int ith, int nth)
+{
+    struct mm_multi *m = arg;
+    for (int k = 0; k < m->n; k++)
+        gemm_rows(&m->j[k], ith, nth);
+}
+
+/* Batches (the engine's multi-sequence decode: q/k/v, gate/up) whose
+ * weights all take the int8 GEMM of one activation type: x quantized once
+ * and every product in one parallel region instead of a quantize region
+ * and a GEMM region each (omni_matmul's kernels, so its bits). 0 when it
+ * does not apply. */
+static int multi_gemm(struct tpool *tp, const struct omni_tensor *const *w, int n_w, const float *x,
+                      int64_t n_batch, float *const *y)
+{
+    const int level = omni_cpu_level();
+    const int64_t n_in = w[0]->ne[0];
+    struct mm_multi m = { .n = n_w };
+    enum gemm_kind kind = GEMM_NONE;
+    if (!tp || n_w < 2 || n_w > OMNI_MATMUL_MULTI_MAX || n_batch < 2 || n_batch > INT32_MAX || n_in > INT32_MAX)
+        return 0;
+    for (int k = 0; k < n_w; k++) {
+        const struct omni_quant_ops *op = omni_quant_ops(w[k]->type);
+        const int64_t n_out = w[k]->ne[1] > 0 ? w[k]->ne[1] : 1;
+        const size_t w_row = ggml_row_size(w[k]->type, n_in);
+        const enum gemm_kind g = use_gemm(w[k]->type, n_batch, level);
+        if (!op || !w_row || w[k]->ne[0] != n_in || n_out > INT32_MAX || g == GEMM_NONE ||
+            use_amx(w[k]->type, n_batch) || (k && (g != kind || op->dot_type != m.j[0].op->dot_type)))
+            return 0;
+        kind = g;
+        m.j[k] = (struct mm_job){
+            .op = op, .w_type = w[k]->type, .w = w[k]->data, .w_row = w_row, .x = x, .y = y[k],
+            .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
+            .gemm_avx512 = level >= OMNI_CPU_AVX512VNNI, .gemm_k = g == GEMM_K,
+        };
+    }
+    const int64_t nbp = omni_x86_gemm_q8_0_blocks(n_in);
+    const size_t aux_one = (size_t)(n_batch * nbp) * (sizeof(float) + sizeof(int32_t));
+    uint8_t *aux = kind == GEMM_Q8_0 ? scratch_get(SCRATCH_GEMM, aux_one * (size_t)n_w) : NULL;
+    int failed = (kind == GEMM_Q8_0 && !aux) || quantize_x(tp, &m.j[0], n_batch) != 0;
+    for (int k = 0; !failed && k < n_w; k++) {
+        struct mm_job *j = &m.j[k];
+        j->xq = m.j[0].xq;
+        j->xq_row = m.j[0].xq_row;
+        if (kind == GEMM_Q8_0) { /* scales and offset corrections per weight type */
+            j->ad = (float *)(aux + aux_one * (size_t)k);
+            j->corr = (int32_t *)(aux + aux_one * (size_t)k + (size_t)(n_batch * nbp) * sizeof(float));
+            omni_x86_gemm_q8_0_prep(j->gemm_avx512 ? omni_x86_gemm_q8_0_offset_avx512(j->w_type)
+                                                   : omni_x86_gemm_q8_0_offset_avx2(j->w_type),
+                                    j->xq, j->xq_row, n_batch, n_in, j->ad, j->corr);
+        }
+    }
+    if (!failed)
+        tpool_run(tp, multi_gemm_rows, &m);
+    for (int k = 0; k < n_w; k++)
+        if (failed || atomic_load(&m.j[k].failed)) {
+            OMNI_ERROR("matmul: out of memory for scratch (%lld x %lld)", (long long)n_batch, (long long)n_in);
+            fill_nan(y[k], n_batch * m.j[k].n_out);
+        }
+    return 1;
+}
+#endif
+
 void omni_matmul_multi(struct tpool *tp, const struct omni_tensor *const *w, int n_w, const float *x,
                        int64_t n_batch, float *const *y)
 {
     pthread_once(&init_once, matmul_init);
+#if defined(__x86_64__)
+    if (n_batch >= 2 && n_w >= 2 && multi_gemm(tp, w, n_w, x, n_batch, y))
+        return;
+#endif
     struct mm_multi m = { .n = n_w };
     /* one row, several threads, a quiet machine, quantized weights whose
      * dot types share scratch: otherwise one call each */
