@@ -2,7 +2,9 @@
  * through omni_matmul: F16 weights whose rows are no multiple of 8 or of
  * the 256-value slab, row counts that leave partial 16-row strips and 6-row
  * panels, 1-3 threads; against a double reference of the same F16 values,
- * and each output's bits equal across batch sizes and thread counts. */
+ * and each output's bits equal across batch sizes and thread counts. The
+ * larger case spans three K slabs (partial sums kept between them), more
+ * than one 128-row weight group a thread and two 96-row blocks of x. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
@@ -25,13 +27,11 @@ static float f16_frand(void)
 
 static void free_pool(void *p) { tpool_free(p); }
 
-TEST(gemm_f16_prompt_sizes_against_reference)
+/* omni_matmul of random F16 weights n_out x n_in at each batch size of
+ * batches (the first one OMNI_MATMUL_BLAS_MIN) and 1-3 threads */
+static void check_sizes(int N_IN, int N_OUT, const int64_t *batches, size_t n_batches)
 {
-    if (omni_cpu()->max_level < OMNI_CPU_AVX2) {
-        test_skip("no AVX2 on this CPU (the kernel is not dispatched)");
-        return;
-    }
-    enum { N_IN = 300, N_OUT = 45, MAX_B = 70 }; /* 300 = 256 + 44: a slab and a tail, not a multiple of 8 */
+    const int64_t MAX_B = batches[n_batches - 1];
     ggml_half *w = malloc(sizeof(ggml_half) * N_IN * N_OUT);
     float *wf = malloc(sizeof(float) * N_IN * N_OUT), *x = malloc(sizeof(float) * N_IN * MAX_B);
     float *y = malloc(sizeof(float) * N_OUT * MAX_B), *first = malloc(sizeof(float) * N_OUT * MAX_B);
@@ -47,9 +47,8 @@ TEST(gemm_f16_prompt_sizes_against_reference)
         x[i] = f16_frand();
     const struct omni_tensor t = { .type = GGML_TYPE_F16, .ne = { N_IN, N_OUT }, .data = w };
     omni_cpu_set_level(OMNI_CPU_AVX2);
-    const int64_t batches[] = { OMNI_MATMUL_BLAS_MIN, 33, 37, 64, MAX_B };
     char fail[200] = "";
-    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0] && !fail[0]; bi++)
+    for (size_t bi = 0; bi < n_batches && !fail[0]; bi++)
         for (int nt = 1; nt <= 3 && !fail[0]; nt++) {
             const int64_t nb = batches[bi];
             omni_matmul(pools[nt], &t, x, nb, y);
@@ -83,4 +82,27 @@ TEST(gemm_f16_prompt_sizes_against_reference)
     free(y);
     free(first);
     CHECK_MSG(!fail[0], "%s", fail);
+}
+
+TEST(gemm_f16_prompt_sizes_against_reference)
+{
+    if (omni_cpu()->max_level < OMNI_CPU_AVX2) {
+        test_skip("no AVX2 on this CPU (the kernel is not dispatched)");
+        return;
+    }
+    /* 300 = 256 + 44: a slab and a tail, not a multiple of 8 */
+    const int64_t batches[] = { OMNI_MATMUL_BLAS_MIN, 33, 37, 64, 70 };
+    check_sizes(300, 45, batches, sizeof batches / sizeof batches[0]);
+}
+
+TEST(gemm_f16_slabs_groups_blocks)
+{
+    if (omni_cpu()->max_level < OMNI_CPU_AVX2) {
+        test_skip("no AVX2 on this CPU (the kernel is not dispatched)");
+        return;
+    }
+    /* 600 = 256 + 256 + 88; 300 weight rows: 128 + 22 a thread at 2
+     * threads, 128 + 128 + 44 at one; 110 rows: 18 panels and one of 2 */
+    const int64_t batches[] = { OMNI_MATMUL_BLAS_MIN, 97, 110 };
+    check_sizes(600, 300, batches, sizeof batches / sizeof batches[0]);
 }

@@ -299,7 +299,7 @@ static void f16_rows(void *arg, int ith, int nth)
     split(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1)
         return;
-    void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_f16_scratch(j->n_in));
+    void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_f16_scratch(j->n_in, j->n_batch));
     if (!scratch) {
         atomic_store(&j->failed, 1);
         return;

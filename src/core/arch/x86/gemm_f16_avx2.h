@@ -5,7 +5,7 @@
  *   float *xp = <omni_x86_gemm_f16_x_bytes(n_in, n_batch) bytes, 64-byte aligned>;
  *   omni_x86_gemm_f16_pack_x(x, n_in, n_batch, xp, ith, nth);   // every thread its share
  *   // then, after all have packed, each thread with its own scratch of
- *   // omni_x86_gemm_f16_scratch(n_in) bytes and its columns r0..r1-1:
+ *   // omni_x86_gemm_f16_scratch(n_in, n_batch) bytes and its columns r0..r1-1:
  *   omni_x86_gemm_f16_avx2(w, n_in, n_out, xp, n_batch, y, r0, r1, scratch);
  *
  * Threads take disjoint column ranges; xp is read-only once packed. An
@@ -26,8 +26,10 @@ size_t omni_x86_gemm_f16_x_bytes(int64_t n_in, int64_t n_batch);
  * slab of 256 columns). */
 void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth);
 
-/* Bytes of per-thread scratch (64-byte aligned): 64 KB. */
-size_t omni_x86_gemm_f16_scratch(int64_t n_in);
+/* Bytes of per-thread scratch (64-byte aligned): 128 KB of converted
+ * weights and 3 KB per 6 rows of x for the partial sums between K slabs
+ * (392 KB at 512 rows). */
+size_t omni_x86_gemm_f16_scratch(int64_t n_in, int64_t n_batch);
 
 /* y[b * n_out + r] = sum_k x[b][k] * W[r][k] for b < n_batch, r0 <= r < r1;
  * w: n_out rows of n_in F16 values (ggml_half); xp: x packed as above. */
