@@ -389,7 +389,8 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
  * block drops to one vpmaddubsw + vpmaddwd (from two, a subtract and, for
  * q5_0, an andnot), and the activation half of each scale product to a load. */
 static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, const void *w, const void *a,
-                                                                 const float *prep, const int variant)
+                                                                 const float *prep, const int variant,
+                                                                 const int stream)
 {
     const int64_t nb = n / QK8_0;
     const size_t bx = variant == 0 ? sizeof(block_q8_0) : variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0);
@@ -403,6 +404,8 @@ static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, cons
     __m128 corr = _mm_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
+        if (stream)
+            kq_prefetch(xb + i * bx, 4 * bx);
         const __m128 dx4 = scales4_x(xb + i * bx, bx);
         const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
         if (variant)
@@ -565,22 +568,32 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
  * step), 896-1024 wide ones (504-616 bytes) 2-10% faster. A matrix's rows
  * all take one form, so bits never depend on the row split. */
 #define DOT_PREP2_MAX_ROW_BYTES 768
+/* Rows one at a time over this many bytes stream (kq_prefetch inside the
+ * block loop, as the K-quant dots); shorter ones prefetch the row
+ * OMNI_PREFETCH_ROWS ahead at the start of each row, at most 8 KB ahead (as
+ * matmul.c's per-row loop did). 2 threads, thread CPU time, A B A B, load
+ * 7-8: 8192-wide q8_0 rows (8.7 KB) 25.1-25.5 -> 28.0-30.6 GB/s, 4864-wide
+ * q5_0 (3.3 KB) 19.8-19.9 -> 21.1-21.5; but 896-wide q8_0 rows (952 bytes,
+ * the output projection) 35.6-37.1 -> 30.0-32.6, and the paired q4_0/q5_0
+ * rows 12-43% slower streaming: a burst of 15-16 lines does not fill the
+ * miss buffers, and the in-loop prefetches cost instructions. */
+#define DOT_PREP_STREAM_MIN_ROW_BYTES 1024
 
 /* The rows of a vec_dot_prep call two at a time (the odd last one paired
  * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead; long rows one at
- * a time (dot_prep_avx2), at most 8 KB ahead as matmul.c's per-row loop
- * (4864-wide q4_0/q5_0 rows: 2 rows ahead streamed 2-5% faster than 4). */
-/* One row at a time through dot_prep_avx2, prefetching OMNI_PREFETCH_ROWS
- * rows ahead but at most 8 KB (as matmul.c's per-row loop). */
+ * a time (dot_prep_avx2). */
 #define DOT_PREP_ROWS_CAPPED(variant)                                                      \
-    {                                                                                      \
+    if (KQ_PF_DIST > 0 && w_row > DOT_PREP_STREAM_MIN_ROW_BYTES) {                         \
+        for (int64_t r = 0; r < n_rows; r++)                                               \
+            y[r] = dot_prep_avx2(n, (const uint8_t *)w + (size_t)r * w_row, a, prep, variant, 1); \
+    } else {                                                                               \
         const size_t fit = 8192 / (w_row ? w_row : 1); /* one row: w_row may be 0 */      \
         const int64_t ahead = fit < 1 ? 1 : fit < OMNI_PREFETCH_ROWS ? (int64_t)fit : OMNI_PREFETCH_ROWS; \
         for (int64_t r = 0; r < n_rows; r++) {                                             \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                   \
             if (r + ahead < n_rows)                                                        \
                 prefetch_bytes_l1(wr + ahead * w_row, w_row);                              \
-            y[r] = dot_prep_avx2(n, wr, a, prep, variant);                                 \
+            y[r] = dot_prep_avx2(n, wr, a, prep, variant, 0);                              \
         }                                                                                  \
     }
 
