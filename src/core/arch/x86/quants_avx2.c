@@ -505,43 +505,49 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
     const __m256i shuf_hi = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL), b5 = _mm256_set1_epi8(0x10);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        acc[k] = _mm256_setzero_ps();
-    __m256 corr = _mm256_setzero_ps();
+    /* two accumulators, the offset correction folded into the second: with
+     * q5_0's six constants, four accumulators and a correction sum pushed
+     * three of them out to the stack (an FMA through memory and a store per
+     * block) */
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    const __m256 off8 = _mm256_set1_ps(variant == 1 ? 8.0f : 16.0f);
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         /* lanes in block order 0 2 1 3 (scales_2rows) */
         const __m256 dx = scales_2rows(xa + i * bx, xb + i * bx, bx);
         const __m256 d = _mm256_mul_ps(dx, _mm256_permute_ps(_mm256_broadcast_ps((const __m128 *)(dy + i)), 0xd8));
-        corr = _mm256_add_ps(corr, _mm256_mul_ps(dx, _mm256_permute_ps(_mm256_broadcast_ps((const __m128 *)(sy + i)), 0xd8)));
-        __m256 dk[4];
-        dk[0] = _mm256_permute_ps(d, 0x00);
-        dk[1] = _mm256_permute_ps(d, 0xaa);
-        dk[2] = _mm256_permute_ps(d, 0x55);
-        dk[3] = _mm256_permute_ps(d, 0xff);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const size_t o = (size_t)(i + k) * bx;
-            const __m256i v = _mm256_loadu2_m128i((const __m128i *)(xb + o + qs_off), (const __m128i *)(xa + o + qs_off));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (variant == 2) {
-                const __m256i h = _mm256_loadu2_m128i((const __m128i *)(xb + o + 2), (const __m128i *)(xa + o + 2));
-                const __m256i hl = _mm256_and_si256(_mm256_shuffle_epi8(h, shuf_lo), bit);
-                const __m256i hh = _mm256_and_si256(_mm256_shuffle_epi8(h, shuf_hi), bit);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(hl, bit), b5));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(hh, bit), b5));
-            }
-            const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)y[i + k].qs));
-            const __m256i y1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(y[i + k].qs + 16)));
-            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_maddubs_epi16(hi, y1));
-            acc[k] = _mm256_fmadd_ps(dk[k], _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[k]);
-        }
+        acc[1] = _mm256_fnmadd_ps(_mm256_mul_ps(dx, off8),
+                                  _mm256_permute_ps(_mm256_broadcast_ps((const __m128 *)(sy + i)), 0xd8), acc[1]);
+        /* block k's scale broadcast from d where its FMA needs it (a
+         * literal immediate each): four held across the step, with q5_0's
+         * six constants, pushed the accumulators out to the stack (an FMA
+         * through memory per block) */
+#define PAIR_STEP(k, imm)                                                                          \
+    do {                                                                                           \
+        const size_t o = (size_t)(i + (k)) * bx;                                                   \
+        const __m256i v = _mm256_loadu2_m128i((const __m128i *)(xb + o + qs_off), (const __m128i *)(xa + o + qs_off)); \
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); \
+        if (variant == 2) {                                                                        \
+            const __m256i h = _mm256_loadu2_m128i((const __m128i *)(xb + o + 2), (const __m128i *)(xa + o + 2)); \
+            const __m256i hl = _mm256_and_si256(_mm256_shuffle_epi8(h, shuf_lo), bit);           \
+            const __m256i hh = _mm256_and_si256(_mm256_shuffle_epi8(h, shuf_hi), bit);           \
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(hl, bit), b5));           \
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(hh, bit), b5));           \
+        }                                                                                          \
+        const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)y[i + (k)].qs)); \
+        const __m256i y1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(y[i + (k)].qs + 16))); \
+        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_maddubs_epi16(hi, y1)); \
+        acc[(k) & 1] = _mm256_fmadd_ps(_mm256_permute_ps(d, imm), _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[(k) & 1]); \
+    } while (0)
+        PAIR_STEP(0, 0x00);
+        PAIR_STEP(1, 0xaa);
+        PAIR_STEP(2, 0x55);
+        PAIR_STEP(3, 0xff);
+#undef PAIR_STEP
     }
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    const __m256 s = _mm256_add_ps(acc[0], acc[1]);
     float sa = hsum_ps128(_mm256_castps256_ps128(s)), sb = hsum_ps128(_mm256_extractf128_ps(s, 1));
-    float ca = hsum_ps128(_mm256_castps256_ps128(corr)), cb = hsum_ps128(_mm256_extractf128_ps(corr, 1));
+    float ca = 0.0f, cb = 0.0f;
     for (; i < nb; i++) { /* the last nb % 4 blocks, one row at a time */
         const uint8_t *const xr[2] = { xa + i * bx, xb + i * bx };
         float *const sr[2] = { &sa, &sb }, *const cr[2] = { &ca, &cb };
