@@ -91,7 +91,7 @@ TEST(gemm_f16_prompt_sizes_against_reference)
         return;
     }
     /* 300 = 256 + 44: a slab and a tail, not a multiple of 8 */
-    const int64_t batches[] = { OMNI_MATMUL_BLAS_MIN, 33, 37, 64, 70 };
+    const int64_t batches[] = { OMNI_MATMUL_BLAS_MIN, 33, 35, 37, 64, 70 }; /* last panels of 2, 3, 5, 1, 4, 4 rows */
     check_sizes(300, 45, batches, sizeof batches / sizeof batches[0]);
 }
 

@@ -141,45 +141,48 @@ static void pack_b(const uint16_t *w, int64_t n_in, int64_t r, int nr, int64_t k
             b[(size_t)k * NR + j] = j < nr ? _cvtsh_ss(w[(size_t)(r + j) * n_in + k0 + k]) : 0.0f;
 }
 
-/* o (MR x NR, row stride ldo) = (add ? c : 0) + a^T b over kw values of k,
- * c an MR x NR tile of row stride NR. */
+/* o (rows x NR, row stride ldo) = (add ? c : 0) + a^T b over kw values of
+ * k, c a tile of row stride NR; rows (1..MR) is a constant at each call, so
+ * a partial panel runs only its own rows' multiply-adds. */
+#define ROW_LOAD(i)                                                                    \
+    if (rows > i)                                                                      \
+        c##i##l = add ? _mm256_load_ps(c + i * NR) : _mm256_setzero_ps(),              \
+        c##i##h = add ? _mm256_load_ps(c + i * NR + 8) : _mm256_setzero_ps();
+#define ROW_FMA(i)                                                                     \
+    if (rows > i) {                                                                    \
+        const __m256 av = _mm256_broadcast_ss(ak + i);                                 \
+        c##i##l = _mm256_fmadd_ps(av, bl, c##i##l), c##i##h = _mm256_fmadd_ps(av, bh, c##i##h); \
+    }
+#define ROW_STORE(i)                                                                   \
+    if (rows > i)                                                                      \
+        _mm256_storeu_ps(o + i * ldo, c##i##l), _mm256_storeu_ps(o + i * ldo + 8, c##i##h);
 static inline __attribute__((always_inline)) void tile(int kw, const float *a, const float *b, const float *c,
-                                                       float *o, size_t ldo, int add)
+                                                       float *o, size_t ldo, int add, const int rows)
 {
     __m256 c0l, c0h, c1l, c1h, c2l, c2h, c3l, c3h, c4l, c4h, c5l, c5h;
-    if (add) {
-        c0l = _mm256_load_ps(c), c0h = _mm256_load_ps(c + 8);
-        c1l = _mm256_load_ps(c + 16), c1h = _mm256_load_ps(c + 24);
-        c2l = _mm256_load_ps(c + 32), c2h = _mm256_load_ps(c + 40);
-        c3l = _mm256_load_ps(c + 48), c3h = _mm256_load_ps(c + 56);
-        c4l = _mm256_load_ps(c + 64), c4h = _mm256_load_ps(c + 72);
-        c5l = _mm256_load_ps(c + 80), c5h = _mm256_load_ps(c + 88);
-    } else {
-        c0l = c0h = c1l = c1h = c2l = c2h = c3l = c3h = c4l = c4h = c5l = c5h = _mm256_setzero_ps();
-    }
+    c0l = c0h = c1l = c1h = c2l = c2h = c3l = c3h = c4l = c4h = c5l = c5h = _mm256_setzero_ps();
+    ROW_LOAD(0) ROW_LOAD(1) ROW_LOAD(2) ROW_LOAD(3) ROW_LOAD(4) ROW_LOAD(5)
 #pragma GCC unroll 4
     for (int k = 0; k < kw; k++) {
         const __m256 bl = _mm256_load_ps(b + (size_t)k * NR), bh = _mm256_load_ps(b + (size_t)k * NR + 8);
         const float *ak = a + (size_t)k * MR;
-        __m256 av = _mm256_broadcast_ss(ak);
-        c0l = _mm256_fmadd_ps(av, bl, c0l), c0h = _mm256_fmadd_ps(av, bh, c0h);
-        av = _mm256_broadcast_ss(ak + 1);
-        c1l = _mm256_fmadd_ps(av, bl, c1l), c1h = _mm256_fmadd_ps(av, bh, c1h);
-        av = _mm256_broadcast_ss(ak + 2);
-        c2l = _mm256_fmadd_ps(av, bl, c2l), c2h = _mm256_fmadd_ps(av, bh, c2h);
-        av = _mm256_broadcast_ss(ak + 3);
-        c3l = _mm256_fmadd_ps(av, bl, c3l), c3h = _mm256_fmadd_ps(av, bh, c3h);
-        av = _mm256_broadcast_ss(ak + 4);
-        c4l = _mm256_fmadd_ps(av, bl, c4l), c4h = _mm256_fmadd_ps(av, bh, c4h);
-        av = _mm256_broadcast_ss(ak + 5);
-        c5l = _mm256_fmadd_ps(av, bl, c5l), c5h = _mm256_fmadd_ps(av, bh, c5h);
+        ROW_FMA(0) ROW_FMA(1) ROW_FMA(2) ROW_FMA(3) ROW_FMA(4) ROW_FMA(5)
     }
-    _mm256_storeu_ps(o, c0l), _mm256_storeu_ps(o + 8, c0h);
-    _mm256_storeu_ps(o + ldo, c1l), _mm256_storeu_ps(o + ldo + 8, c1h);
-    _mm256_storeu_ps(o + 2 * ldo, c2l), _mm256_storeu_ps(o + 2 * ldo + 8, c2h);
-    _mm256_storeu_ps(o + 3 * ldo, c3l), _mm256_storeu_ps(o + 3 * ldo + 8, c3h);
-    _mm256_storeu_ps(o + 4 * ldo, c4l), _mm256_storeu_ps(o + 4 * ldo + 8, c4h);
-    _mm256_storeu_ps(o + 5 * ldo, c5l), _mm256_storeu_ps(o + 5 * ldo + 8, c5h);
+    ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3) ROW_STORE(4) ROW_STORE(5)
+}
+
+/* the tile for a panel of mr rows */
+static void tile_part(int kw, const float *a, const float *b, const float *c, float *o, size_t ldo, int add,
+                      int mr)
+{
+    switch (mr) {
+    case 1: tile(kw, a, b, c, o, ldo, add, 1); break;
+    case 2: tile(kw, a, b, c, o, ldo, add, 2); break;
+    case 3: tile(kw, a, b, c, o, ldo, add, 3); break;
+    case 4: tile(kw, a, b, c, o, ldo, add, 4); break;
+    case 5: tile(kw, a, b, c, o, ldo, add, 5); break;
+    default: tile(kw, a, b, c, o, ldo, add, MR); break;
+    }
 }
 
 void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const float *xp,
@@ -219,19 +222,22 @@ void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const fl
                             _mm_prefetch(pf, _MM_HINT_T1);
                         const float *ap = a + (size_t)p * MR * kw;
                         float *cp = cb + (size_t)(p * strips + s) * MR * NR;
+                        const int mr = n_batch - p * MR < MR ? (int)(n_batch - p * MR) : MR;
                         if (!last) {
-                            tile(kw, ap, bp, cp, cp, NR, add);
+                            if (mr == MR)
+                                tile(kw, ap, bp, cp, cp, NR, add, MR);
+                            else
+                                tile_part(kw, ap, bp, cp, cp, NR, add, mr);
                             continue;
                         }
-                        const int mr = n_batch - p * MR < MR ? (int)(n_batch - p * MR) : MR;
                         float *c = y + (size_t)p * MR * n_out + r;
                         if (mr == MR && nr == NR) {
-                            tile(kw, ap, bp, cp, c, (size_t)n_out, add);
+                            tile(kw, ap, bp, cp, c, (size_t)n_out, add, MR);
                             continue;
                         }
-                        /* a partial tile through a full one on the stack */
+                        /* a partial strip through a full one on the stack */
                         float t[MR * NR];
-                        tile(kw, ap, bp, cp, t, NR, add);
+                        tile_part(kw, ap, bp, cp, t, NR, add, mr);
                         for (int i = 0; i < mr; i++)
                             memcpy(c + (size_t)i * n_out, t + i * NR, (size_t)nr * sizeof(float));
                     }
