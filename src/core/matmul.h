@@ -58,7 +58,9 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
  * share the input x, each exactly as omni_matmul would compute it (the same
  * bits). One-row products of quantized weights run in one parallel region
  * instead of n_w, each thread quantizing x once (decode's q/k/v and
- * gate/up); anything else is n_w omni_matmul calls. */
+ * gate/up); so do batches whose weights all take the int8 GEMM of one
+ * activation type (x quantized once for all; the engine's multi-sequence
+ * decode); anything else is n_w omni_matmul calls. */
 #define OMNI_MATMUL_MULTI_MAX 4
 void omni_matmul_multi(struct tpool *tp, const struct omni_tensor *const *w, int n_w, const float *x,
                        int64_t n_batch, float *const *y);
