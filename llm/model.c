@@ -1781,8 +1781,9 @@ static void qkv_step(const struct token_job *j, int t)
         memcpy((float *)kv->k[j->layer] + ctx->slot[t], k, (size_t)kv_dim * sizeof(float));
         memcpy((float *)kv->v[j->layer] + ctx->slot[t], v, (size_t)kv_dim * sizeof(float));
     } else if (kv->type == GGML_TYPE_F16) {
-        quantize_row_f16_ref(k, (ggml_half *)kv->k[j->layer] + ctx->slot[t], kv_dim);
-        quantize_row_f16_ref(v, (ggml_half *)kv->v[j->layer] + ctx->slot[t], kv_dim);
+        /* F16C where there is one (the scalar conversion was 0.6% of an F16 prefill) */
+        omni_ops()->f32_to_f16(k, (ggml_half *)kv->k[j->layer] + ctx->slot[t], kv_dim);
+        omni_ops()->f32_to_f16(v, (ggml_half *)kv->v[j->layer] + ctx->slot[t], kv_dim);
     } else {
         quantize_row_q8_0_ref(k, (block_q8_0 *)kv->k[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
         quantize_row_q8_0_ref(v, (block_q8_0 *)kv->v[j->layer] + ctx->slot[t] / QK8_0, kv_dim);
