@@ -582,8 +582,12 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
  * q5_0 (3.3 KB) 19.8-19.9 -> 21.1-21.5; but 896-wide q8_0 rows (952 bytes,
  * the output projection) 35.6-37.1 -> 30.0-32.6, and the paired q4_0/q5_0
  * rows 12-43% slower streaming: a burst of 15-16 lines does not fill the
- * miss buffers, and the in-loop prefetches cost instructions. */
+ * miss buffers, and the in-loop prefetches cost instructions (896-wide
+ * q8_0 with 2 lines per 4 blocks instead of 3, the cheapest stream: 35.9-36.0
+ * -> 28.3-31.6 GB/s). */
+#ifndef DOT_PREP_STREAM_MIN_ROW_BYTES
 #define DOT_PREP_STREAM_MIN_ROW_BYTES 1024
+#endif
 
 /* The rows of a vec_dot_prep call two at a time (the odd last one paired
  * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead; long rows one at
