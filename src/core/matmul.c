@@ -48,7 +48,10 @@
 /* ... but not more than 8 KB ahead (a quarter of L1): rows of 2.7-4 KB
  * (4864-wide q4_K / q6_K: ffn_down) streamed 4-7% faster 2 rows ahead than
  * 4 (2 threads, thread CPU time); 1.7-1.8 KB rows (f16 896, q6_K 2048)
- * showed no gain from fewer. */
+ * showed no gain from fewer. Kernels that stream (vec_dot_streams: the AVX2
+ * K-quant and f16 dots) prefetch inside their block loop instead: this
+ * burst of a whole row's lines at each row start stalled on the full miss
+ * buffers (13.6% of a Llama-3.2-1B Q4_K_M decode's samples). */
 #define PREFETCH_MAX_BYTES 8192
 
 static int64_t prefetch_rows(size_t w_row)
