@@ -1502,6 +1502,56 @@ static void thinned_chain_case(const char *name)
     test_release(m);
 }
 
+/* A hybrid's request cancelled mid-generation (n = 2) gives back every
+ * block and state slot; its cached prompt then resumes another request for
+ * the same prompt at the snapshot where the prompt's last full block ends
+ * (28 of 30 tokens), with a fresh engine's tokens and log-probabilities. */
+TEST(engine_recurrent_state_cancel_qwen35)
+{
+    struct llm_model *m = golden("qwen35-f32");
+    if (!m)
+        SKIP("golden fixtures missing (make golden-fixtures)");
+    int32_t ids[30];
+    random_prompt(ids, 30, llm_model_hparams(m)->n_vocab, 59);
+    struct group g;
+    group_init(&g);
+    struct result *r = calloc(3, sizeof *r); /* fresh, cancelled, again */
+    for (int i = 0; i < 3; i++)
+        result_init(&r[i], &g);
+    char err[256];
+    struct engine_params ep = small_params(true);
+    ep.kv_block_size = 4;
+    struct engine *e = start(m, &ep);
+    CHECK(e);
+    struct engine_request rq = greedy(ids, 30, 10, &r[0]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    test_release(e);
+    e = start(m, &ep);
+    CHECK(e);
+    r[1].cancel_engine = e;
+    r[1].cancel_after = 3;
+    rq = greedy(ids, 30, 0, &r[1]);
+    rq.n = 2;
+    CHECK_EQ(engine_submit(e, &rq, NULL, err, sizeof err), 0);
+    group_wait(&g, 3);
+    CHECK_EQ(r[1].finish[0], ENGINE_FINISH_CANCELLED);
+    CHECK_EQ(r[1].finish[1], ENGINE_FINISH_CANCELLED);
+    CHECK_EQ(blocks_used_when_idle(e), 0);
+    rq = greedy(ids, 30, 10, &r[2]);
+    rq.sampling.n_logprobs = 1;
+    CHECK_EQ(engine_generate(e, &rq, err, sizeof err), 0);
+    CHECK_EQ(r[2].usage[0].cached_tokens, 28);
+    CHECK(memcmp(r[2].tok[0], r[0].tok[0], sizeof r[0].tok[0]) == 0);
+    CHECK(memcmp(r[2].logprob[0], r[0].logprob[0], sizeof r[0].logprob[0]) == 0);
+    struct engine_stats st;
+    engine_stats(e, &st);
+    CHECK(st.snaps_held > 0 && st.snaps_held <= st.snap_slots && st.running == 0);
+    free(r);
+    test_release(e);
+    test_release(m);
+}
+
 TEST(engine_recurrent_state_thinned_qwen35) { thinned_chain_case("qwen35-f32"); }
 TEST(engine_recurrent_state_thinned_lfm2) { thinned_chain_case("lfm2-f32"); }
 TEST(engine_recurrent_state_shared_prefix_qwen35) { shared_prefix_case("qwen35-f32"); }
