@@ -8,15 +8,16 @@
  * per call and a pass zeroing y (beta = 0): 10-15% of an F16 prefill. Here,
  * x is copied once per call into panels of 6 rows per K slab (a[k][6],
  * shared by the threads); per group of NG weight rows and K slab, each
- * strip of 16 rows is converted into b[k][16] (L1-sized), and a 6 x 16
- * register tile (12 accumulators) runs over a block of MC x panels (L2,
- * the next block prefetched meanwhile) for each strip of the group. Partial
- * sums between slabs live in a contiguous per-thread buffer, tile by tile,
- * and only the last slab writes y: y's rows lie n_out floats apart, and
- * revisiting them once per slab cost 3-5% in cache-set conflicts.
+ * strip of 16 rows is converted into b[k][16] (the group's 128 KB in L2),
+ * and each x panel (6 KB, L1) runs a 6 x 16 register tile (12
+ * accumulators) against every strip of the group, the panels that come
+ * next prefetched into L2 meanwhile. Partial sums between slabs live in a
+ * contiguous per-thread buffer, tile by tile, and only the last slab writes
+ * y: y's rows lie n_out floats apart, and revisiting them once per slab
+ * cost 3-5% in cache-set conflicts.
  * The tile alone runs at ~98% of the FMA peak with its data in cache; the
- * blocking is what keeps it there (one core, M = 512, the Llama-3.2-1B
- * shapes: 44-46 -> 46.5-48 G multiply-adds/s).
+ * blocking is what keeps it near there (one core, M = 512, the
+ * Llama-3.2-1B shapes: 44-46 -> 47.5-48 G multiply-adds/s).
  * The sum for one output runs over k in a fixed order whatever the batch
  * size or the thread's column range, so its bits depend on its own rows. */
 #include "gemm_f16_avx2.h"
@@ -30,10 +31,11 @@
 
 #define MR 6   /* x rows per register tile */
 #define NR 16  /* weight rows per register tile (two vectors) */
-/* K values per slab: a strip's slab of b (16 KB) and an x panel's (6 KB)
- * in L1. NG weight rows per group (their converted slab, 128 KB, in L2);
- * MC x panels per block (96 KB, in L2), each block run against every
- * strip of the group. */
+/* K values per slab: an x panel's slab (6 KB) in L1, a strip's (16 KB)
+ * beside it. NG weight rows per group (their converted slab, 128 KB, in
+ * L2; 64 rows measured 1-4% slower, 192-256 alike). MC x panels per
+ * prefetch block (96 KB). Panel-outer measured 0.5-2% faster than
+ * strip-outer (b in L1, x panels from L2); KC 384-512 1-3% slower. */
 #define KC 256
 #define NG 128
 #define MC 16
@@ -207,22 +209,22 @@ void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const fl
                 const int64_t pe = pb + MC < panels ? pb + MC : panels;
                 /* the x panels that come next in memory (this slab's next
                  * block, else the next slab's first), into L2 a few lines per
-                 * tile: they would otherwise arrive from L3 on demand (3%) */
+                 * tile: they would otherwise arrive from L3 on demand (2-3%) */
                 const char *pf = (const char *)(a + (size_t)pe * MR * kw);
                 const char *pf_end = pf + (size_t)MC * MR * KC * sizeof(float);
                 if (pf_end > xp_end)
                     pf_end = xp_end;
                 const int pf_step = (int)((size_t)MC * MR * KC * sizeof(float) / 64 / (size_t)((pe - pb) * strips)) + 1;
-                for (int64_t s = 0; s < strips; s++) {
-                    const int64_t r = g + s * NR;
-                    const int nr = g1 - r < NR ? (int)(g1 - r) : NR;
-                    const float *bp = b + (size_t)s * NR * KC;
-                    for (int64_t p = pb; p < pe; p++) {
+                for (int64_t p = pb; p < pe; p++) {
+                    const float *ap = a + (size_t)p * MR * kw;
+                    const int mr = n_batch - p * MR < MR ? (int)(n_batch - p * MR) : MR;
+                    for (int64_t s = 0; s < strips; s++) {
+                        const int64_t r = g + s * NR;
+                        const int nr = g1 - r < NR ? (int)(g1 - r) : NR;
+                        const float *bp = b + (size_t)s * NR * KC;
                         for (int q = 0; q < pf_step && pf < pf_end; q++, pf += 64)
                             _mm_prefetch(pf, _MM_HINT_T1);
-                        const float *ap = a + (size_t)p * MR * kw;
                         float *cp = cb + (size_t)(p * strips + s) * MR * NR;
-                        const int mr = n_batch - p * MR < MR ? (int)(n_batch - p * MR) : MR;
                         if (!last) {
                             if (mr == MR)
                                 tile(kw, ap, bp, cp, cp, NR, add, MR);
