@@ -172,7 +172,10 @@ static int be_parse(int argc, char **argv, struct be_opts *o)
             o->ep.state_snapshot_interval = n ? (int)n : -1;
         } else if (!strcmp(a, "--state-snapshot-memory")) {
             size_t sz;
-            if (cli_size("bench-engine", a, v, 0, &sz)) return 2;
+            if (!be_size(v, &sz)) {
+                fprintf(stderr, "bench-engine: --state-snapshot-memory: '%s' is not a size like 512MiB\n", v);
+                return 2;
+            }
             o->ep.state_snapshot_memory = !sz ? -1 : sz > INT64_MAX ? INT64_MAX : (int64_t)sz;
         } else if (!strcmp(a, "--max-batch-tokens")) {
             if (cli_long("bench-engine", a, v, 1, 1 << 16, &n)) return 2;
