@@ -411,30 +411,33 @@ static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, cons
         if (variant)
             corr = _mm_add_ps(corr, _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
         const __m256 d8 = _mm256_set_m128(d4, d4);
-        __m256 d[4];
-        d[0] = _mm256_permute_ps(d8, 0x00);
-        d[1] = _mm256_permute_ps(d8, 0x55);
-        d[2] = _mm256_permute_ps(d8, 0xaa);
-        d[3] = _mm256_permute_ps(d8, 0xff);
         /* (summing the four blocks' int16 pair sums with horizontal adds
          * first, for one conversion and FMA per four blocks, measured 8-14%
-         * slower on an AMD EPYC) */
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const uint8_t *x = xb + (i + k) * bx;
-            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + k].qs);
-            __m256i dot;
-            if (variant == 0) {
-                dot = dot_i8(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), qy);
-            } else if (variant == 1) {
-                dot = dot_u8i8(PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);
-            } else {
-                const block_q5_0 *x5 = (const block_q5_0 *)x;
-                const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));
-                dot = dot_u8i8(_mm256_or_si256(PREP_NIBBLES(x5->qs), hi), qy);
-            }
-            acc[k] = _mm256_fmadd_ps(d[k], _mm256_cvtepi32_ps(dot), acc[k]);
-        }
+         * slower on an AMD EPYC) Block k's scale is broadcast where its FMA
+         * needs it (a literal immediate each), not four held across the
+         * step: with q5_0's constants those pushed the correction and a
+         * scale out to the stack. The same values and order: same bits. */
+#define PREP_STEP(k, imm)                                                                          \
+    do {                                                                                           \
+        const uint8_t *x = xb + (i + (k)) * bx;                                                    \
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i + (k)].qs);                     \
+        __m256i dot;                                                                               \
+        if (variant == 0) {                                                                        \
+            dot = dot_i8(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), qy);   \
+        } else if (variant == 1) {                                                                 \
+            dot = dot_u8i8(PREP_NIBBLES(((const block_q4_0 *)x)->qs), qy);                         \
+        } else {                                                                                   \
+            const block_q5_0 *x5 = (const block_q5_0 *)x;                                          \
+            const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));   \
+            dot = dot_u8i8(_mm256_or_si256(PREP_NIBBLES(x5->qs), hi), qy);                         \
+        }                                                                                          \
+        acc[k] = _mm256_fmadd_ps(_mm256_permute_ps(d8, imm), _mm256_cvtepi32_ps(dot), acc[k]);    \
+    } while (0)
+        PREP_STEP(0, 0x00);
+        PREP_STEP(1, 0x55);
+        PREP_STEP(2, 0xaa);
+        PREP_STEP(3, 0xff);
+#undef PREP_STEP
     }
     float corr_s = hsum_ps128(corr);
     for (; i < nb; i++) {
