@@ -12,8 +12,10 @@
  * Every logit row is checked to be finite, so a broken kernel fails loudly.
  *
  * Before the runs of each thread count the machine's streaming read
- * bandwidth is measured with that many threads (bench_read_bandwidth, 1 GiB),
- * and generation is reported as bandwidth_fraction: the weight bytes one
+ * bandwidth is measured with that many threads (bench_read_bandwidth3, 1 GiB:
+ * the best of the vec / vec_pf reads; the simple scalar sum loop's figure
+ * beside it as bandwidth_scalar_gb_s, the reference it must not out-read by
+ * much), and generation is reported as bandwidth_fraction: the weight bytes one
  * decode step reads (bench_decode_bytes: the k chosen experts of a MoE
  * layer, not all) times tg tok/s over that bandwidth - how close decode runs
  * to the memory limit; decode_bytes_read is the same counted during the
@@ -322,9 +324,10 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
         fprintf(stderr, "bench: %s\n", err);
         goto done;
     }
-    double bw = 0, bw_plain = 0;
+    double bw = 0, bw_plain = 0, bw_scalar = 0;
     if (!o.no_bandwidth) {
-        bw = bench_read_bandwidth2(tp, BENCH_BW_BYTES, 5, &bw_plain);
+        /* 3 rounds of vec, vec_pf and the scalar reference loop */
+        bw = bench_read_bandwidth3(tp, BENCH_BW_BYTES, 3, &bw_plain, &bw_scalar);
         if (bw > 0)
             fprintf(stderr, "bench: read bandwidth %.2f GB/s (%d threads)\n", bw / 1e9, o.n_threads);
         else
@@ -447,10 +450,12 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
            "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"batch_decode\": %d, \"bd_tok_s\": %.3f, "
            "\"load_s\": %.3f, \"decode_bytes\": %zu, \"decode_bytes_read\": %llu, "
            "\"bandwidth_gb_s\": %.3f, \"bandwidth_fraction\": %.4f, \"bandwidth_plain_gb_s\": %.3f, "
-           "\"bandwidth_fraction_plain\": %.4f}\n",
+           "\"bandwidth_fraction_plain\": %.4f, \"bandwidth_scalar_gb_s\": %.3f, "
+           "\"bandwidth_fraction_scalar\": %.4f}\n",
            o.n_threads, omni_cpu_level_name(level), o.n_prompt, o.n_gen, o.reps, pp_med, tg_med,
            o.batch_decode, bd_med, load_s, decode_bytes, (unsigned long long)res.tg_bytes, bw / 1e9,
-           frac, bw_plain / 1e9, bw_plain > 0 ? (double)decode_bytes * tg_med / bw_plain : 0);
+           frac, bw_plain / 1e9, bw_plain > 0 ? (double)decode_bytes * tg_med / bw_plain : 0, bw_scalar / 1e9,
+           bw_scalar > 0 ? (double)decode_bytes * tg_med / bw_scalar : 0);
     fflush(stdout);
     ret = 0;
 

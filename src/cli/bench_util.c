@@ -97,6 +97,30 @@ double bench_read_bandwidth2(struct tpool *tp, size_t bytes, int passes, double 
     return best;
 }
 
+double bench_read_bandwidth3(struct tpool *tp, size_t bytes, int rounds, double *plain, double *scalar)
+{
+    *plain = *scalar = 0;
+    void *buf = omni_membw_alloc(bytes);
+    if (!buf)
+        return 0;
+    double best = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int md = 0; md < OMNI_MEMBW_MODES; md++) {
+            const double bw = omni_membw_pass(tp, buf, bytes, md);
+            if (md == OMNI_MEMBW_SCALAR) {
+                if (bw > *scalar)
+                    *scalar = bw;
+                continue;
+            }
+            if (bw > best)
+                best = bw;
+            if (md == OMNI_MEMBW_VEC && bw > *plain)
+                *plain = bw;
+        }
+    omni_membw_free(buf);
+    return best;
+}
+
 size_t bench_decode_bytes(const struct llm_model *m)
 {
     /* every matrix a decoded token multiplies; of experts only the used ones */

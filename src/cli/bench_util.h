@@ -41,6 +41,12 @@ double bench_read_bandwidth(struct tpool *tp, size_t bytes, int passes);
 /* The same, also giving the best plain pass (no software prefetches: what
  * the probe measured before, for comparisons) in *plain. */
 double bench_read_bandwidth2(struct tpool *tp, size_t bytes, int passes, double *plain);
+/* rounds of the three reads (membw.h: vec, vec_pf, scalar) in turn: the
+ * best vec / vec_pf pass is returned (bench_read_bandwidth's figure, from
+ * at least as many passes), the best vec pass goes to *plain and the best
+ * scalar one (the simple sum loop: the reference the probe must not
+ * out-read by much) to *scalar. */
+double bench_read_bandwidth3(struct tpool *tp, size_t bytes, int rounds, double *plain, double *scalar);
 /* Bytes of weights one decode step of one sequence reads: every matrix but
  * the token embedding (one row of it is read), plus the embedding again
  * when the output projection reuses it (tied); of a mixture of experts only
