@@ -1558,22 +1558,16 @@ static void attn_block_worker(void *arg, int ith, int nth)
                     memset(sc, 0, (size_t)a * sizeof(float));
                 if (cap > 0)
                     omni_softcap(sc + a, nv - a, cap);
-                float cmax = -INFINITY;
-                for (int i = a; i < nv; i++)
-                    cmax = sc[i] > cmax ? sc[i] : cmax;
+                /* SIMD max and exp-and-sum (as scalar loops they were 0.7% of
+                 * a Llama-3.2-1B F16 prefill) */
+                const float cmax = op->max(sc + a, nv - a);
                 if (cmax > s->bmax[r]) {
                     const float c = expf(s->bmax[r] - cmax); /* 0 on the first chunk */
                     s->bsum[r] *= c;
                     op->scale(s->bacc + (size_t)r * hd, c, hd);
                     s->bmax[r] = cmax;
                 }
-                for (int i = a; i < nv; i++)
-                    sc[i] -= s->bmax[r];
-                op->exp(sc + a, sc + a, nv - a);
-                float sum = 0.0f;
-                for (int i = a; i < nv; i++)
-                    sum += sc[i];
-                s->bsum[r] += sum;
+                s->bsum[r] += op->exp_shift_sum(sc + a, nv - a, s->bmax[r]);
                 if (nv < nk)
                     memset(sc + nv, 0, (size_t)(nk - nv) * sizeof(float));
             }

@@ -145,6 +145,16 @@ static void check_level(const struct omni_ops *op)
         ACT(gelu_quick)
         ACT(softmax)
 #undef ACT
+        /* an online softmax's steps: the same max, exp(x - m) and its sum */
+        memcpy(y0, g, n * sizeof(float));
+        memcpy(y1, g, n * sizeof(float));
+        const float mx0 = ref->max(y0, n), mx1 = op->max(y1, n);
+        CHECK_MSG(mx0 == mx1, "level %s, max, n %d: %g, want %g", op->name, n, mx1, mx0);
+        const float sum0 = ref->exp_shift_sum(y0, n, mx0), sum1 = op->exp_shift_sum(y1, n, mx0);
+        CHECK_CLOSE(y1, y0, n, 2e-6, 0, "exp_shift_sum");
+        CHECK_MSG(fabsf(sum1 - sum0) <= 1e-5f * sum0, "level %s, exp_shift_sum, n %d: sum %g, want %g",
+                  op->name, n, sum1, sum0);
+        CHECK_MSG(isinf(op->max(y1, 0)) && op->exp_shift_sum(y1, 0, 0.0f) == 0.0f, "level %s, n = 0", op->name);
 #define GLU(fn)                                                     \
         memcpy(y0, a, n * sizeof(float));                           \
         memcpy(y1, a, n * sizeof(float));                           \

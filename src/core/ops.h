@@ -67,6 +67,11 @@ struct omni_ops {
     /* ---- elementwise over n floats (in place where only x is given) ---- */
     void (*exp)(float *y, const float *x, int64_t n); /* |rel err| ~1e-7, args clamped to [-87.3, 88] */
     void (*softmax)(float *x, int64_t n);              /* n >= 1 */
+    /* the steps of an online softmax (attention over key blocks): the max
+     * of n values (-INFINITY for n = 0), and x = exp(x - m) in place
+     * returning the sum of the new x */
+    float (*max)(const float *x, int64_t n);
+    float (*exp_shift_sum)(float *x, int64_t n, float m);
     void (*gelu_erf)(float *x, int64_t n);             /* 0.5 x (1 + erf(x / sqrt 2)) */
     void (*gelu_tanh)(float *x, int64_t n);            /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     void (*gelu_quick)(float *x, int64_t n);           /* x sigmoid(1.702 x) (CLIP's quick GELU) */

@@ -171,6 +171,24 @@ static void softmax_ref(float *x, int64_t n)
         x[i] *= inv;
 }
 
+static float max_ref(const float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+static float exp_shift_sum_ref(float *x, int64_t n, float m)
+{
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = omni_ref_expf1(x[i] - m);
+        sum += x[i];
+    }
+    return sum;
+}
+
 /* erf(z) = 1 - P(t) e^(-z^2), t = 1 / (1 + p z) (Abramowitz & Stegun
  * 7.1.26, |error| <= 1.5e-7): libm's erff per element was a tenth of an
  * encoder's time. */
@@ -313,6 +331,8 @@ const struct omni_ops omni_ops_ref = {
     .rope = rope_ref,
     .exp = exp_ref,
     .softmax = softmax_ref,
+    .max = max_ref,
+    .exp_shift_sum = exp_shift_sum_ref,
     .gelu_erf = gelu_erf_ref,
     .gelu_tanh = gelu_tanh_ref,
     .gelu_quick = gelu_quick_ref,

@@ -344,6 +344,42 @@ static void softcap_simd(float *x, int64_t n, float cap)
         st_part(x + i, cap - 2.0f * cap / (vexp(ld_part(x + i, n - i) * k) + 1.0f), n - i);
 }
 
+static float max_simd(const float *x, int64_t n)
+{
+    vf vm = splat(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        const vf v = ld(x + i);
+        vm = sel(v > vm, v, vm);
+    }
+    float mx = -INFINITY;
+    for (int l = 0; l < VW; l++)
+        mx = vm[l] > mx ? vm[l] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+static float exp_shift_sum_simd(float *x, int64_t n, float m)
+{
+    const vf vmx = splat(m);
+    vf vs = { 0 };
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        const vf e = vexp(ld(x + i) - vmx);
+        st(x + i, e);
+        vs += e;
+    }
+    if (i < n) {
+        vf e = vexp(ld_part(x + i, n - i) - vmx);
+        for (int64_t l = n - i; l < VW; l++) /* padding lanes out of the sum */
+            e[l] = 0.0f;
+        st_part(x + i, e, n - i);
+        vs += e;
+    }
+    return hsum(vs);
+}
+
 static void softmax_simd(float *x, int64_t n)
 {
     vf vm = splat(-INFINITY);
@@ -512,6 +548,8 @@ void OPS_FILL(struct omni_ops *o)
     o->rope = rope_simd;
     o->exp = exp_simd;
     o->softmax = softmax_simd;
+    o->max = max_simd;
+    o->exp_shift_sum = exp_shift_sum_simd;
     o->gelu_erf = gelu_erf_simd;
     o->gelu_tanh = gelu_tanh_simd;
     o->gelu_quick = gelu_quick_simd;
