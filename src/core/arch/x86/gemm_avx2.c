@@ -232,6 +232,11 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define ACT8_NEG 288 /* offset of minus the 8 rows' sums of negative a */
 #define ACT8_M 320   /* offset of the sign masks */
 #define ACT8_R 4 /* weight rows per register tile */
+/* how far ahead the tiles prefetch, in weight rows (896-wide q8_0 rows:
+ * 15 KB): the output projection at 8 rows, one thread, A B A B x 5, load
+ * 5.6-6: 2.89-2.94 ms per activation row 8 rows ahead, 2.69-2.88 at 16 (12,
+ * 24 and 32 measured between the two, noisily) */
+#define ACT8_PF_ROWS 16
 /* fewest batch rows that take the act8 kernel (q8_0) or the wt8 kernel
  * below (q4_0/q5_0): where a pass over 8 rows costs less than the 2 x 4
  * tiles over the batch (one thread, tests/bench_matmul.c, load 14-16: q8_0
@@ -290,14 +295,14 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
         __m256i dot[ACT8_R];
         float d[ACT8_R];
         const int8_t *q[ACT8_R];
-        /* the same bytes 8 rows on, a line at a time: one burst of
-         * prefetches per 8 rows stalled on the fill buffers (5% of an
-         * 8-sequence decode's samples sat on that loop; the 151,936-row
+        /* the same bytes ACT8_PF_ROWS rows on, a line at a time: one
+         * burst of prefetches per 8 rows stalled on the fill buffers (5% of
+         * an 8-sequence decode's samples sat on that loop; the 151,936-row
          * output projection 4.13 -> 3.31 ms per activation row) */
         if (((size_t)i * sizeof(block_q8_0) & 63) < sizeof(block_q8_0)) {
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++)
-                _mm_prefetch((const char *)((const block_q8_0 *)(w + (size_t)(r + 8) * w_row) + i) + 64,
+                _mm_prefetch((const char *)((const block_q8_0 *)(w + (size_t)(r + ACT8_PF_ROWS) * w_row) + i) + 64,
                              _MM_HINT_T0);
         }
         /* the sums start at minus the block's negative a */
