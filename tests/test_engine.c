@@ -1238,6 +1238,10 @@ TEST(kv_pool_snapshot_store)
     CHECK(kv_pool_snap_take(p, b[0], 0, kv_pool_snap_epoch(p)) == NULL);
     CHECK_EQ(kv_pool_set_snap_slots(p, 3, err, sizeof err), 0);
     CHECK_EQ(kv_pool_n_snap_slots(p), 3);
+    CHECK_EQ(kv_pool_set_snap_slots(p, 1, err, sizeof err), 0);
+    float *only = kv_pool_snap_take(p, b[0], 0, 0);
+    CHECK(only && kv_pool_snap_take(p, b[1], 0, 0) == only); /* nothing pinned before a pin */
+    CHECK(kv_pool_block_state(p, b[0]) == NULL && kv_pool_block_state(p, b[1]) == only);
     CHECK_EQ(kv_pool_set_snap_slots(p, 2, err, sizeof err), 0);
     float *s0 = kv_pool_snap_take(p, b[0], 3, kv_pool_snap_epoch(p)), *s1 = kv_pool_snap_take(p, b[1], 3, kv_pool_snap_epoch(p)); /* prio 4 */
     CHECK(s0 && s1 && s0 != s1);
@@ -1257,7 +1261,7 @@ TEST(kv_pool_snapshot_store)
     /* at epoch 4 a level-0 snapshot (prio 5) outranks b[2]'s older level-3 one */
     CHECK(kv_pool_snap_take(p, b[4], 0, kv_pool_snap_epoch(p)) == s1);
     CHECK(kv_pool_block_state(p, b[2]) == NULL && kv_pool_block_state(p, b[3]) == s0);
-    CHECK_EQ(kv_pool_snap_evictions(p), 3);
+    CHECK_EQ(kv_pool_snap_evictions(p), 3); /* since the store was last sized */
     CHECK_EQ(kv_pool_check(p, err, sizeof err), 0);
     /* a touch renews: of two equal ones the other, older now, goes */
     CHECK_EQ(kv_pool_set_snap_slots(p, 2, err, sizeof err), 0); /* drops every snapshot */

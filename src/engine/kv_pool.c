@@ -159,7 +159,8 @@ int kv_pool_set_snap_slots(struct kv_pool *p, int n, char *err, size_t errlen)
     p->ss = NULL;
     p->snap_free = NULL;
     p->n_snap = p->n_snap_free = 0;
-    p->snap_base = p->snap_clock = p->snap_pin = 0;
+    p->snap_base = p->snap_clock = p->snap_evictions = 0;
+    p->snap_pin = UINT64_MAX; /* none pinned before the first kv_pool_snap_pin */
     if (!p->state_floats || n <= 0)
         return 0;
     if (n > p->n_blocks) /* a block keeps at most one */

@@ -83,7 +83,8 @@ bool kv_pool_block_hash(const struct kv_pool *p, int block, uint64_t *hash);
 int kv_pool_set_snap_slots(struct kv_pool *p, int n, char *err, size_t errlen);
 int kv_pool_n_snap_slots(const struct kv_pool *p); /* all of them, taken or free */
 int kv_pool_n_snaps(const struct kv_pool *p);      /* held by a block */
-uint64_t kv_pool_snap_evictions(const struct kv_pool *p); /* taken from a block for another */
+/* snapshots taken from a block for another since the store was sized */
+uint64_t kv_pool_snap_evictions(const struct kv_pool *p);
 /* The block's snapshot, giving it a slot when it has none: a free one, else
  * the one with the lowest priority (GreedyDual: epoch + level + 1; the
  * oldest among equals), provided that is no more than the new one's; the
@@ -93,9 +94,9 @@ uint64_t kv_pool_snap_evictions(const struct kv_pool *p); /* taken from a block 
  * writing sequence started, so one chain's snapshots compete by level
  * alone (thinned evenly) while older chains fall behind newer ones. NULL
  * when the store is empty or every snapshot is worth more (the block then
- * keeps none). Slots taken since the last kv_pool_snap_pin are never
- * evicted: the engine pins before building a step, whose forward writes
- * the snapshots it took. */
+ * keeps none). Slots taken since the last kv_pool_snap_pin (none before
+ * the first) are never evicted: the engine pins before building a step,
+ * whose forward writes the snapshots it took. */
 float *kv_pool_snap_take(struct kv_pool *p, int block, int level, uint64_t epoch);
 uint64_t kv_pool_snap_epoch(const struct kv_pool *p);
 void kv_pool_snap_pin(struct kv_pool *p);
