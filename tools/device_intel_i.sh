@@ -100,7 +100,7 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     case $1 in
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
-    ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
+    ms1|ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;
     g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
     g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
@@ -243,6 +243,23 @@ if has matmul; then
     cat "$O/matmul.txt"; stamp "matmul"
 fi
 
+# 5b. the batch ranges of matmul.c's gemm_range at the VNNI level: per-row
+#    dots vs the int8 GEMM vs dequantize + OpenBLAS sgemm (SkylakeX kernels),
+#    one thread on the first pinned core, 2..64 rows per type (mmb.txt).
+#    The binary is tests/bench_matmul.c linked statically with Debian's
+#    OpenBLAS on the development machine (none here), carried xz-compressed
+#    as $DEV/i/bench_matmul_blas.xz (never committed).
+if has mmb && [ -f $DEV/i/bench_matmul_blas.xz ]; then
+    { xz -dc $DEV/i/bench_matmul_blas.xz 2>/dev/null ||
+      python3 -c "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())" $DEV/i/bench_matmul_blas.xz; } > /tmp/i_mmb
+    chmod +x /tmp/i_mmb
+    for t in ${MMBTYPES:-q8_0 q4_0 q5_0 q4_K q5_K q6_K}; do
+        [ "$(left)" -gt ${MMB_LEFT:-12} ] || break
+        OMNI_CPU=${MMBLVL:-avx512vnni} OPENBLAS_CORETYPE=SkylakeX timeout 40 taskset -c ${CORES%%,*} /tmp/i_mmb -t $t \
+            -s ${MMSHAPE:-2048x8192} -b ${MMB:-2,3,4,6,8,12,16,24,32,48,64} -r ${MMREPS:-5} 2>&1 | sed "s/^/$t: /" >> "$O/mmb.txt"
+    done
+    cat "$O/mmb.txt"; stamp "mmb"
+fi
 # 6. tg64 (and pp512) on the pinned cores: ours and llama.cpp alternately
 ls -la /tmp/i_l1b-*.gguf 2>/dev/null
 LB=/tmp/i_llcpu/bin/llama-bench
@@ -275,7 +292,8 @@ if has tg || has pp || has bd || has engine; then
         done
         for t in $TYPES; do
             [ $t = q8_0 ] && continue
-            theirs tg1 $t -p 0 -n 64 -r 2; ours tg1 $t base -p 1 -n 64 --reps 2 --no-bandwidth
+            theirs tg1 $t -p 0 -n ${TGN:-64} -r 2
+            for v in ${TGV2:-base}; do ours tg1 $t $v -p 1 -n ${TGN:-64} --reps 2 --no-bandwidth; done
         done
     fi
     if has bd; then
@@ -305,23 +323,6 @@ if has tg || has pp || has bd || has engine; then
             theirs pp1 $t -p 512 -n 0 -r 1; ours pp1 $t base -p 512 -n 0 --reps 1 --no-bandwidth
         done
     fi
-fi
-# 7. the batch ranges of matmul.c's gemm_range at the VNNI level: per-row
-#    dots vs the int8 GEMM vs dequantize + OpenBLAS sgemm (SkylakeX kernels),
-#    one thread on the first pinned core, 2..64 rows per type (mmb.txt).
-#    The binary is tests/bench_matmul.c linked statically with Debian's
-#    OpenBLAS on the development machine (none here), carried xz-compressed
-#    as $DEV/i/bench_matmul_blas.xz (never committed).
-if has mmb && [ -f $DEV/i/bench_matmul_blas.xz ]; then
-    { xz -dc $DEV/i/bench_matmul_blas.xz 2>/dev/null ||
-      python3 -c "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())" $DEV/i/bench_matmul_blas.xz; } > /tmp/i_mmb
-    chmod +x /tmp/i_mmb
-    for t in ${MMBTYPES:-q8_0 q4_0 q5_0 q4_K q5_K q6_K}; do
-        [ "$(left)" -gt ${MMB_LEFT:-12} ] || break
-        OMNI_CPU=${MMBLVL:-avx512vnni} OPENBLAS_CORETYPE=SkylakeX timeout 40 taskset -c ${CORES%%,*} /tmp/i_mmb -t $t \
-            -s ${MMSHAPE:-2048x8192} -b ${MMB:-2,3,4,6,8,12,16,24,32,48,64} -r ${MMREPS:-5} 2>&1 | sed "s/^/$t: /" >> "$O/mmb.txt"
-    done
-    cat "$O/mmb.txt"; stamp "mmb"
 fi
 if has asan; then
     while kill -0 $asan_pid 2>/dev/null && [ "$(left)" -gt 3 ]; do sleep 1; done
