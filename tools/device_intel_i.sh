@@ -101,6 +101,7 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
     ms1|ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
+    s*d*) local sv=${1#s}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${sv%%d*} -DOMNI_X86_PF_DIST=${1##*d}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;
     g_min64) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_MIN=64" ;;
     g_r4) echo "src/core/arch/x86/gemm_avx512.c -DOMNI_X86_ACT8_R=4" ;;
@@ -290,7 +291,7 @@ if has tg || has pp || has bd || has engine; then
             theirs tg$round q8_0 -p 0 -n ${TGN:-64} -r 2
             for v in $TGV; do ours tg$round q8_0 $v -p 1 -n ${TGN:-64} --reps 2 --no-bandwidth; done
         done
-        for t in $TYPES; do
+        for t in ${TGTYPES:-$TYPES}; do
             [ $t = q8_0 ] && continue
             theirs tg1 $t -p 0 -n ${TGN:-64} -r 2
             for v in ${TGV2:-base}; do ours tg1 $t $v -p 1 -n ${TGN:-64} --reps 2 --no-bandwidth; done
