@@ -210,10 +210,9 @@ void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const fl
                 /* the x panels that come next in memory (this slab's next
                  * block, else the next slab's first), into L2 a few lines per
                  * tile: they would otherwise arrive from L3 on demand (2-3%) */
-                const char *pf = (const char *)(a + (size_t)pe * MR * kw);
-                const char *pf_end = pf + (size_t)MC * MR * KC * sizeof(float);
-                if (pf_end > xp_end)
-                    pf_end = xp_end;
+                const char *pf = (const char *)(a + (size_t)pe * MR * kw); /* <= xp_end */
+                const size_t pf_left = (size_t)(xp_end - pf), pf_block = (size_t)MC * MR * KC * sizeof(float);
+                const char *pf_end = pf + (pf_left < pf_block ? pf_left : pf_block);
                 const int pf_step = (int)((size_t)MC * MR * KC * sizeof(float) / 64 / (size_t)((pe - pb) * strips)) + 1;
                 for (int64_t p = pb; p < pe; p++) {
                     const float *ap = a + (size_t)p * MR * kw;
