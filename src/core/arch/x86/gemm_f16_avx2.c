@@ -173,6 +173,57 @@ static inline __attribute__((always_inline)) void tile(int kw, const float *a, c
     ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3) ROW_STORE(4) ROW_STORE(5)
 }
 
+/* Two adjacent strips for a panel of rows <= 3 (b: strip s, b + NR * KC:
+ * strip s + 1; c: strip s's partial sums, strip s + 1's at c + MR * NR;
+ * o0, o1: the two outputs, row stride ldo): 4 vectors a row give the FMA units 4-12 independent chains, where
+ * one strip of 1-3 rows leaves them waiting on the FMA latency. Each
+ * output's chain of multiply-adds is the one a 6-row tile runs. */
+#define PAIR_LOAD(i)                                                                   \
+    if (rows > i) {                                                                    \
+        p##i##a = add ? _mm256_load_ps(c + i * NR) : _mm256_setzero_ps();              \
+        p##i##b = add ? _mm256_load_ps(c + i * NR + 8) : _mm256_setzero_ps();          \
+        p##i##c = add ? _mm256_load_ps(c + MR * NR + i * NR) : _mm256_setzero_ps();    \
+        p##i##d = add ? _mm256_load_ps(c + MR * NR + i * NR + 8) : _mm256_setzero_ps(); \
+    }
+#define PAIR_FMA(i)                                                                    \
+    if (rows > i) {                                                                    \
+        const __m256 av = _mm256_broadcast_ss(ak + i);                                 \
+        p##i##a = _mm256_fmadd_ps(av, b0, p##i##a), p##i##b = _mm256_fmadd_ps(av, b1, p##i##b); \
+        p##i##c = _mm256_fmadd_ps(av, b2, p##i##c), p##i##d = _mm256_fmadd_ps(av, b3, p##i##d); \
+    }
+#define PAIR_STORE(i)                                                                  \
+    if (rows > i) {                                                                    \
+        _mm256_storeu_ps(o0 + i * ldo, p##i##a), _mm256_storeu_ps(o0 + i * ldo + 8, p##i##b); \
+        _mm256_storeu_ps(o1 + i * ldo, p##i##c), _mm256_storeu_ps(o1 + i * ldo + 8, p##i##d); \
+    }
+static inline __attribute__((always_inline)) void tile_pair(int kw, const float *a, const float *b,
+                                                            const float *c, float *o0, float *o1, size_t ldo,
+                                                            int add, const int rows)
+{
+    __m256 p0a, p0b, p0c, p0d, p1a, p1b, p1c, p1d, p2a, p2b, p2c, p2d;
+    p0a = p0b = p0c = p0d = p1a = p1b = p1c = p1d = p2a = p2b = p2c = p2d = _mm256_setzero_ps();
+    PAIR_LOAD(0) PAIR_LOAD(1) PAIR_LOAD(2)
+    const float *b2p = b + (size_t)NR * KC;
+#pragma GCC unroll 4
+    for (int k = 0; k < kw; k++) {
+        const __m256 b0 = _mm256_load_ps(b + (size_t)k * NR), b1 = _mm256_load_ps(b + (size_t)k * NR + 8);
+        const __m256 b2 = _mm256_load_ps(b2p + (size_t)k * NR), b3 = _mm256_load_ps(b2p + (size_t)k * NR + 8);
+        const float *ak = a + (size_t)k * MR;
+        PAIR_FMA(0) PAIR_FMA(1) PAIR_FMA(2)
+    }
+    PAIR_STORE(0) PAIR_STORE(1) PAIR_STORE(2)
+}
+
+static void tile_pair_part(int kw, const float *a, const float *b, const float *c, float *o0, float *o1,
+                           size_t ldo, int add, int mr)
+{
+    switch (mr) {
+    case 1: tile_pair(kw, a, b, c, o0, o1, ldo, add, 1); break;
+    case 2: tile_pair(kw, a, b, c, o0, o1, ldo, add, 2); break;
+    default: tile_pair(kw, a, b, c, o0, o1, ldo, add, 3); break;
+    }
+}
+
 /* the tile for a panel of mr rows */
 static void tile_part(int kw, const float *a, const float *b, const float *c, float *o, size_t ldo, int add,
                       int mr)
@@ -224,6 +275,17 @@ void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const fl
                         for (int q = 0; q < pf_step && pf < pf_end; q++, pf += 64)
                             _mm_prefetch(pf, _MM_HINT_T1);
                         float *cp = cb + (size_t)(p * strips + s) * MR * NR;
+                        if (mr <= 3 && s + 1 < strips && g1 - r >= 2 * NR) {
+                            /* a panel of 1-3 rows takes two full strips at once */
+                            if (!last) { /* strip s + 1's tile follows strip s's in cb */
+                                tile_pair_part(kw, ap, bp, cp, cp, cp + MR * NR, NR, add, mr);
+                            } else {
+                                float *c = y + (size_t)p * MR * n_out + r;
+                                tile_pair_part(kw, ap, bp, cp, c, c + NR, (size_t)n_out, add, mr);
+                            }
+                            s++;
+                            continue;
+                        }
                         if (!last) {
                             if (mr == MR)
                                 tile(kw, ap, bp, cp, cp, NR, add, MR);
