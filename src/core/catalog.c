@@ -130,12 +130,10 @@ void catalog_estimate(const struct catalog_model *m, const struct catalog_quant 
                                (uint64_t)m->head_dim * 2u;
     out->kv_bytes = (uint64_t)n_ctx * per_token;
     if (m->state_bytes) {
-        /* the sequence's own state, and the prefix cache's snapshots of it:
-         * one per interval of blocks of 16 whose K/V are at least as big as
-         * a snapshot (kv_pool_snap_interval), so at most about the K/V again */
-        const uint64_t block = 16u * (per_token ? per_token : 1u);
-        const uint64_t interval = 16u * ((m->state_bytes + block - 1) / block);
-        out->kv_bytes += (1u + (uint64_t)n_ctx / interval) * m->state_bytes;
+        /* the sequence's own state, and the prefix cache's snapshot store:
+         * by default (--state-snapshot-memory auto) a quarter of the budget
+         * the engine picks, so a third on top of the K/V */
+        out->kv_bytes += m->state_bytes + out->kv_bytes / 3;
     }
     /* activations, logits and the prompt chunk's scratch: about 5% of the
      * weights, at least 256 MiB */
