@@ -13,7 +13,8 @@
 # log.txt, results.jsonl (every JSON line), optime_*.jsonl.
 # Variables: VARIANTS (space-separated; commas join env assignments),
 # TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
-# RUN_SAN, DEADLINE_S (default 290: no new step after it).
+# RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
+# (default "M4 M7 M8"), DEADLINE_S (default 290: no new step after it).
 set -u
 DEV=${DEV:-build-h7dev}
 RUN_LLAMA=${RUN_LLAMA:-0}
@@ -131,7 +132,7 @@ for l in sys.stdin:
         gb = " (%.0f GB/s of weights)" % r["weights_gb_s"] if "weights_gb_s" in r else ""
         print("bench_dev %s %s: %.1f tok/s%s" % (r["label"], r.get("test", "?"), r["tok_s"], gb))' |
         tee -a "$SUM"
-    grep -iE "error|fail" "$W/bd.err" | head -3
+    grep -iE "error|fail|cuda:" "$W/bd.err" | head -3 | tee -a "$SUM"
 }
 # per-op GPU times of one-token steps (graphs off, a spin before each step)
 if [ "$TIMERS" = 1 ] && [ -x build-fcuda/bench_dev ]; then
@@ -162,7 +163,8 @@ PY
 fi
 # tg128: defaults and variants interleaved, A B A B
 if [ -x build-fcuda/bench_dev ]; then
-    for M in "$M4" "$M7" "$M8"; do
+    for mv in ${TG_FILES:-M4 M7 M8}; do
+        M=${!mv}
         [ "$(left)" -lt 60 ] && break
         b=$(basename "$M" .gguf)
         stamp "bench_dev tg128 $b: defaults, variants, twice"
@@ -220,9 +222,10 @@ fi
 if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; then
     for f in backend_ model_dev_qwen2_q8; do
         stamp "compute-sanitizer memcheck $f (defaults)"
-        OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
+        SE=${SAN_ENV:-X=1}
+        env ${SE//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
             compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
-        say "sanitizer $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
+        say "sanitizer ${SAN_ENV:-defaults} $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
     done
 fi
 stamp "done"

@@ -95,6 +95,7 @@ struct cuda_state {
      * Such a product is held back (tp) until the next op shows whether it
      * fuses; every other op launches it first (tail_flush). */
     int fuse_tail;
+    long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
     struct tail_pend *tp;
     unsigned *tail_count; /* last-block counters (zero between launches); NULL: no fusion */
 };
@@ -1783,14 +1784,76 @@ static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, 
     return chk_launch("get_rows");
 }
 
+#define NORM_V 16 /* values a thread keeps in registers in a staged norm */
+static bool norm_stage; /* OMNI_CUDA_NORM_STAGE=1 (read at backend creation) */
+
+/* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
+ * registers, V values a thread (dim <= V * blockDim.x): every load is
+ * issued before the first store. The strided loop of k_rmsnorm /
+ * k_add_rmsnorm has a store in each iteration, so each iteration waits for
+ * its loads in turn: a chain of dim / blockDim L2 round trips for one
+ * block. The sums, their order and the values written are the same. */
+template <bool Q, bool ADD, int V>
+__device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, float *yr,
+                                                const float *__restrict__ w, int dim, float eps,
+                                                int8_t *q, float *qd)
+{
+    __shared__ float part[32];
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        v[k] = 0.0f;
+        if (i < dim)
+            v[k] = ADD ? __ldcg(xr + i) + __ldcg(dr + i) : __ldcg(xr + i);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim) {
+            if (ADD)
+                xr[i] = v[k];
+            ss += v[k] * v[k];
+        }
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        t = warp_sum(t);
+        if (threadIdx.x == 0)
+            part[0] = t;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    /* (a warp's 32 values are all in the row or all past it: dim % 32 == 0
+     * where Q needs whole warps) */
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim)
+            norm_out<Q>(yr, i, v[k] * inv * w[i], q, qd);
+    }
+}
+
 /* A block of 256 threads per row: sum of squares, then scale (y may be x);
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
-                          int8_t *q, float *qd)
+                          int8_t *q, float *qd, bool stage)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
+    if (stage && dim <= NORM_V * (int)blockDim.x) {
+        norm_row_staged<Q, false, NORM_V>((float *)x + (size_t)blockIdx.x * dim, NULL,
+                                          y + (size_t)blockIdx.x * dim, w, dim, eps,
+                                          Q ? q + (size_t)blockIdx.x * dim : NULL,
+                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL);
+        return;
+    }
     __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -1849,10 +1912,10 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL);
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage);
     }
     return chk_launch("rmsnorm");
 }
@@ -1862,10 +1925,17 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
  * may be dx. */
 template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
-                              int dim, float eps, int8_t *q, float *qd)
+                              int dim, float eps, int8_t *q, float *qd, bool stage)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
+    if (stage && dim <= NORM_V * (int)blockDim.x) {
+        norm_row_staged<Q, true, NORM_V>(x + (size_t)blockIdx.x * dim, dx + (size_t)blockIdx.x * dim,
+                                         y + (size_t)blockIdx.x * dim, w, dim, eps,
+                                         Q ? q + (size_t)blockIdx.x * dim : NULL,
+                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL);
+        return;
+    }
     __shared__ float part[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *dr = dx + (size_t)blockIdx.x * dim;
@@ -1907,10 +1977,10 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL);
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage);
     }
     return chk_launch("add_rmsnorm");
 }
@@ -2097,6 +2167,7 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
  * any other op launches it plain first (tail_flush). */
 
 #define TAIL_COUNTERS 1024 /* [0]: the norm; 1 + head: RoPE of q, k, v heads */
+#define TAIL_NORM_V 32     /* the norm's row in registers: dim <= 32 * MV2_BLOCK */
 
 /* True in every thread of the block that arrives last of `of` at *count;
  * the other blocks' writes before their arrival are visible to it, and
@@ -2117,40 +2188,10 @@ __device__ __forceinline__ bool tail_last(unsigned *count, unsigned of)
     return last;
 }
 
-/* k_add_rmsnorm's row in one block (any multiple of 32 threads), dx read
- * through L2 (other blocks wrote it). */
-template <bool Q>
-__device__ __forceinline__ void tail_add_rmsnorm(float *x, const float *dx, float *y,
-                                                 const float *__restrict__ w, int dim, float eps,
-                                                 int8_t *q, float *qd)
-{
-    __shared__ float part[32];
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = __ldcg(x + i) + __ldcg(dx + i);
-        x[i] = v;
-        ss += v * v;
-    }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        norm_out<Q>(y, i, x[i] * inv * w[i], q, qd);
-}
-
 /* k_mv2 into y, then in the last block x += y, yn = rmsnorm(x) * nw (and
  * its Q8_0 form with Q). yn may be y. */
 template <int T, int TPR, bool Q>
-__global__ void __launch_bounds__(MV2_BLOCK)
+__global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90-120 registers) */
     k_mv2_addnorm(const mv2m m, int rows, int np, const int8_t *xq, const float *xd, float *y,
                   float *x, float *yn, const float *nw, float eps, int8_t *oq, float *oqd,
                   unsigned *count)
@@ -2168,7 +2209,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     if (i == 0 && r < rows)
         y[r] = acc;
     if (tail_last(count, gridDim.x))
-        tail_add_rmsnorm<Q>(x, y, yn, nw, rows, eps, oq, oqd);
+        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd);
 }
 
 /* k_mv2_seg over q, k, v, then rope_kv of each head by the last of its
@@ -2263,7 +2304,7 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
     struct cuda_state *s = st(be);
     struct tail_pend *p = s->tp;
     if (!p || p->kind != 1 || dx != p->y || rows != 1 || dim != p->rows || !s->tail_count ||
-        dim % 32)
+        dim % 32 || dim > TAIL_NORM_V * MV2_BLOCK)
         return false;
     p->kind = 0;
     s->nq_valid = false;
@@ -2888,6 +2929,7 @@ static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
+    s->n_capture++;
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
     s->capturing = rc == 0;
     return rc;
@@ -2906,8 +2948,10 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
         rc = chk(cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
     if (g)
         cudaGraphDestroy(g);
-    if (rc == 0)
+    if (rc == 0) {
         *graph = exec;
+        s->n_capture_ok++;
+    }
     cudaGetLastError();
     return rc;
 }
@@ -2915,6 +2959,7 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
 static int cuda_graph_launch(struct omni_backend *be, void *graph)
 {
     touch(be);
+    st(be)->n_replay++;
     return chk(cudaGraphLaunch((cudaGraphExec_t)graph, st(be)->stream), "graph launch");
 }
 
@@ -2932,6 +2977,10 @@ static void cuda_destroy(struct omni_backend *be)
         tail_flush(be);
         if (s->stream)
             cudaStreamSynchronize(s->stream);
+        const char *stats = getenv("OMNI_CUDA_STATS");
+        if (stats && !strcmp(stats, "1"))
+            fprintf(stderr, "backend: cuda: graphs: %ld captures, %ld made, %ld replays\n",
+                    s->n_capture, s->n_capture_ok, s->n_replay);
         if (s->wh)
             cudaFree(s->wh);
         if (s->xh)
@@ -3004,6 +3053,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
+    const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
+    norm_stage = ns && !strcmp(ns, "1");
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && !strcmp(au, "1");
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");

@@ -14,6 +14,8 @@
  * The sums are then device times without launch gaps or programmatic-launch
  * overlap; a step's "gap" (first event to last, less the ops) says how much
  * of the step the timing itself cost or the host failed to queue in time.
+ * Each step also times an empty pair, "(empty event pair)": what a pair
+ * adds to every op's time (small ops are mostly that).
  *
  * At the backend's destruction every key is printed to stderr as one JSON
  * line ({"bench":"optime",...}: calls, total and mean microseconds, bytes of
@@ -122,8 +124,24 @@ static int opt_begin(struct omni_backend *be, const char *name, double bytes)
         T.pend = p;
         T.cap_pend = cap;
     }
-    if (!T.n_pend && T.spin_ns > 0)
+    if (!T.n_pend && T.spin_ns > 0) {
         k_opt_spin<<<1, 1, 0, T.stream>>>(T.spin_ns);
+        /* an event pair around nothing: what a pair adds to each op's time */
+        struct opt_pair *e = &T.pend[T.n_pend];
+        e->key = key_of("(empty event pair)");
+        e->a = ev_get();
+        e->b = ev_get();
+        if (e->a && e->b) {
+            cudaEventRecord(e->a, T.stream);
+            cudaEventRecord(e->b, T.stream);
+            T.n_pend++;
+        } else {
+            ev_put(e->a);
+            ev_put(e->b);
+        }
+        if (T.n_pend == T.cap_pend)
+            return -1;
+    }
     struct opt_pair *q = &T.pend[T.n_pend];
     q->key = key_of(name);
     T.keys[q->key].bytes += bytes;
