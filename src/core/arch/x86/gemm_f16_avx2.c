@@ -14,7 +14,9 @@
  * next prefetched into L2 meanwhile. Partial sums between slabs live in a
  * contiguous per-thread buffer, tile by tile, and only the last slab writes
  * y: y's rows lie n_out floats apart, and revisiting them once per slab
- * cost 3-5% in cache-set conflicts.
+ * cost 3-5% in cache-set conflicts. A last panel of under 6 rows runs only
+ * its own rows (1-3 of them two strips at a time, to keep enough
+ * independent FMA chains).
  * The tile alone runs at ~98% of the FMA peak with its data in cache; the
  * blocking is what keeps it near there (one core, M = 512, the
  * Llama-3.2-1B shapes: 44-46 -> 47.5-48 G multiply-adds/s).

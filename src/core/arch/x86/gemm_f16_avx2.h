@@ -28,7 +28,7 @@ void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, flo
 
 /* Bytes of per-thread scratch (64-byte aligned): 128 KB of converted
  * weights and 3 KB per 6 rows of x for the partial sums between K slabs
- * (392 KB at 512 rows). */
+ * (386 KB at 512 rows). */
 size_t omni_x86_gemm_f16_scratch(int64_t n_in, int64_t n_batch);
 
 /* y[b * n_out + r] = sum_k x[b][k] * W[r][k] for b < n_batch, r0 <= r < r1;
