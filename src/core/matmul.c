@@ -372,18 +372,19 @@ static void gemm_rows(void *arg, int ith, int nth)
  * 64 rows (0.9-1.3x), and its int8 activations there moved lfm2's golden
  * logits past their tolerance, so it keeps float prompts from 32. AVX-512 VNNI (a Xeon
  * capped at that level, OpenBLAS on its SkylakeX kernels, one OpenBLAS
- * thread): q8_0's GEMM is ahead of the dots from 2 rows (1.6x) and of
- * sgemm to 64 (2.2x there), so it ends at 32 as on AVX2 (the golden
- * logits); the AVX-512 dots of q6_K hold out to 8 rows; q4_0/q5_0 end at
- * 48, q6_K (and, less measured, q5_K) at 128, q4_K at 192 (timed the old
- * way: to be measured again). */
+ * thread, 2048 x 8192, docs/benchmarks.md): the GEMM is ahead of sgemm at
+ * every size measured, 2-128 rows (1.6-2.1x at 128: q6_K 1.56x), so as on
+ * AVX2 it has no end but q8_0's 32 (the golden logits); against the dots
+ * it starts where it wins: q8_0/q4_0/q5_0 at 2 (1.6x / 1.1x / 2.0x), q5_K
+ * at 3 (1.13x; 0.89x at 2), q4_K and q6_K at 6 (1.25x / 1.20x; at 4 rows
+ * 0.90x / 1.00x: 4-column dots). */
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
     /* rows [lo, hi) at AVX2, then at AVX-512; hi 0: no end */
     static const struct { int type; int16_t r[2][2]; } ranges[] = {
-        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 32 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 48 } } },
-        { GGML_TYPE_Q5_0, { { 2, 0 }, { 2, 48 } } },   { GGML_TYPE_Q4_K, { { 4, 0 }, { 3, 192 } } },
-        { GGML_TYPE_Q5_K, { { 3, 0 }, { 2, 128 } } },  { GGML_TYPE_Q6_K, { { 2, 0 }, { 8, 128 } } },
+        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 32 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 0 } } },
+        { GGML_TYPE_Q5_0, { { 2, 0 }, { 2, 0 } } },    { GGML_TYPE_Q4_K, { { 4, 0 }, { 6, 0 } } },
+        { GGML_TYPE_Q5_K, { { 3, 0 }, { 3, 0 } } },    { GGML_TYPE_Q6_K, { { 2, 0 }, { 6, 0 } } },
     };
     static_assert(OMNI_MATMUL_QUANT_MAX <= 2, "the GEMM ranges start at 2 rows");
     *lo = *hi = 0;

@@ -410,7 +410,8 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
 /* Decode's prefetch (OMNI_X86_PF; the others are benchmark variants for
  * tools/device_intel_i.sh): 1 (default) a stream prefetch inside the block
  * loop, OMNI_X86_PF_DIST bytes ahead of the blocks being read (across rows:
- * a thread's rows are contiguous), so the requests are spread over the row;
+ * a thread's rows are contiguous; with OMNI_X86_STREAMS below, ahead in each
+ * stream), so the requests are spread over the row;
  * 0 the row OMNI_PREFETCH_ROWS ahead into L1 at the start of each row, as
  * the other levels (a burst of a whole row's lines); 2 none (hardware
  * prefetchers only); 3 the row ahead into L2; 4 the stream into L2. Intel host (Sapphire Rapids
@@ -418,12 +419,14 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
  * GB/s: 0: 15.5 14.0 / 10.8 15.7; 1 at 1024 bytes: 15.5 13.5 / 15.1 15.1;
  * at 2048: 17.5 16.4 / 17.3 18.7; at 4096: 19.2 19.3 / 19.4 18.9; 2: 11.1
  * 11.8 / 14.6 12.6; 3: 15.6 20.1 / 13.8 13.6 (q4_0 0 vs 1 at 2048: 11.6
- * 11.9 vs 12.1 15.7). */
+ * 11.9 vs 12.1 15.7; one stream a thread, before OMNI_X86_STREAMS). */
 #ifndef OMNI_X86_PF
 #define OMNI_X86_PF 1
 #endif
+/* 2048 bytes ahead with the 4 row streams below (8 KB in flight a thread):
+ * tg32 Q8_0 29.6 / 27.9 tok/s against 25.3 / 28.1 at 4096 (job i_2) */
 #ifndef OMNI_X86_PF_DIST
-#define OMNI_X86_PF_DIST 4096
+#define OMNI_X86_PF_DIST 2048
 #endif
 /* OMNI_X86_Q8_U (a benchmark variant): q8_0 weights made unsigned (w ^ 0x80 =
  * w + 128) into one vpdpbusd, the offset taken off once per block through
@@ -443,7 +446,10 @@ static float vec_dot_q4_0_q8_0_vnni(int64_t n, const void *w, const void *a)
  * 2048 x 8192 matrices over 768 MiB, two rounds, GB/s): 1 stream 19.5 /
  * 18.5, 2: 19.2 / 18.7, 4: 20.2 / 19.2; tg32 Llama-3.2-1B Q8_0 (two
  * rounds, host load rising to 12): llama.cpp 18.4 / 20.0 tok/s, 1 stream
- * 18.9 / 16.6, 2: 21.1 / 17.1, 4: 20.9 / 18.1 (job i_1). */
+ * 18.9 / 16.6, 2: 21.1 / 17.1, 4: 20.9 / 18.1 (job i_1); a quieter round:
+ * llama.cpp 20.0 / 22.1, 1 stream 19.9 / 20.0, 2: 23.2 / 25.3, 4: 25.3 /
+ * 28.1 (4 with 2048 bytes ahead: 29.6 / 27.9; job i_2). Q4_0 (its dot
+ * computes slower than memory reads here): 28.6 -> 28.2, llama.cpp 27.5. */
 #ifndef OMNI_X86_STREAMS
 #define OMNI_X86_STREAMS 4
 #endif
