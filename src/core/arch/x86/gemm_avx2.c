@@ -244,10 +244,15 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * q4_0 4864 x 896 0.54 / 0.84 for 4 / 5 against 0.64; q5_0 0.84 for 4
  * against 0.78; measured with act8, whose bits wt8 keeps; q8_0 again
  * with the |a| form, load 2: 4096 x 896 at 5 rows 0.116 ms per row
- * against 0.120 for the tiles, at 4 rows 0.144 against 0.118) */
+ * against 0.120 for the tiles, at 4 rows 0.144 against 0.118). wt8 pads
+ * weight rows, never activation rows, so it costs per activation row and
+ * wins from 2 rows (load 2.7, ms per row, tiles -> wt8: q5_0 4864 x 896 at
+ * 2 / 3 rows 0.27-0.31 / 0.22-0.25 -> 0.14 / 0.12, q4_0 at 2 / 3 / 4
+ * 0.17 / 0.15 / 0.14 -> 0.11-0.12 / 0.09 / 0.08); the 2 x 4 tiles keep
+ * q4_0/q5_0 only for a single row */
 #define ACT8_MIN_Q8_0 5
-#define ACT8_MIN_Q4_0 5
-#define ACT8_MIN_Q5_0 4
+#define ACT8_MIN_Q4_0 2
+#define ACT8_MIN_Q5_0 2
 
 /* An empty asm that takes and gives back an accumulator register: GCC
  * may no longer regroup the integer sum across it. Unhinted, it turned
