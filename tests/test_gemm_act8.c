@@ -4,7 +4,7 @@
  * more super-blocks than one chunk (partial sums parked in y). Every row of
  * an 8- or 16-row batch must have the bits of the same row in a batch of 9
  * or 17 (a padded last 8, or the packed kernel for the remainder) and, where
- * omni_matmul_same_kernels says so, in a batch of 4 (the K-quants' packed
+ * omni_matmul_same_kernels says so, in batches of 2 (q4_0/q5_0) and 4 (the K-quants' packed
  * kernel), and be near the float product. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
@@ -41,8 +41,9 @@ TEST(gemm_act8_rows_equal_tiles)
     float *y8 = malloc(sizeof(float) * (size_t)(n_out * NB));
     float *y9 = malloc(sizeof(float) * (size_t)(n_out * NB));
     float *y4 = malloc(sizeof(float) * (size_t)(n_out * 4));
+    float *y2 = malloc(sizeof(float) * (size_t)(n_out * 2));
     uint8_t *w = malloc(ggml_row_size(GGML_TYPE_Q8_0, n_in) * (size_t)n_out);
-    CHECK(tp && x && wf && wd && y8 && y9 && y4 && w);
+    CHECK(tp && x && wf && wd && y8 && y9 && y4 && y2 && w);
     for (int64_t i = 0; i < n_in * NB; i++)
         x[i] = act8_rand();
     for (int64_t i = 0; i < n_in * n_out; i++)
@@ -62,6 +63,7 @@ TEST(gemm_act8_rows_equal_tiles)
                 omni_matmul(tp, &wt, x, b, y8);
                 omni_matmul(tp, &wt, x, b + 1, y9);
                 omni_matmul(tp, &wt, x + (b - 3) * n_in, 4, y4); /* rows b-3..b */
+                omni_matmul(tp, &wt, x + (b - 2) * n_in, 2, y2); /* rows b-2, b-1 */
                 if (omni_matmul_same_kernels(t, b + 1, 4)) /* the remainder row of b + 1 */
                     CHECK_MSG(memcmp(y9 + b * n_out, y4 + 3 * n_out, sizeof(float) * (size_t)n_out) == 0,
                               "%s level %d: row %d of %d differs from the batch of 4", ggml_type_name(t),
@@ -71,6 +73,10 @@ TEST(gemm_act8_rows_equal_tiles)
                         CHECK_MSG(memcmp(y8 + m * n_out, y9 + m * n_out, sizeof(float) * (size_t)n_out) == 0,
                                   "%s level %d: row %d of %d differs from the batch of %d",
                                   ggml_type_name(t), level, m, b, b + 1);
+                    if (m >= b - 2 && omni_matmul_same_kernels(t, b, 2)) /* q4_0/q5_0's wt8 from 2 rows */
+                        CHECK_MSG(memcmp(y8 + m * n_out, y2 + (m - (b - 2)) * n_out, sizeof(float) * (size_t)n_out) == 0,
+                                  "%s level %d: row %d of %d differs from the batch of 2",
+                                  ggml_type_name(t), level, m, b);
                     if (m >= b - 3 && omni_matmul_same_kernels(t, b, 4))
                         CHECK_MSG(memcmp(y8 + m * n_out, y4 + (m - (b - 3)) * n_out, sizeof(float) * (size_t)n_out) == 0,
                                   "%s level %d: row %d of %d differs from the batch of 4",
@@ -97,6 +103,7 @@ TEST(gemm_act8_rows_equal_tiles)
     free(y8);
     free(y9);
     free(y4);
+    free(y2);
     free(w);
 }
 
