@@ -14,7 +14,7 @@
  * lanes, summed over blocks in a fixed order, so a result depends only on
  * its two rows, never on the rest of the batch.
  *
- * From that many rows up (4-6 rows; the engine's 8-sequence decode) q8_0
+ * From that many rows up (q8_0: 5, q4_0/q5_0: 2; the engine's decode) q8_0
  * turns the roles around: 8 activation rows are transposed once per call,
  * one lane per row, and each weight block, read in its row's own layout,
  * is broadcast a dword at a time into tiles of 4 weight rows x 8
