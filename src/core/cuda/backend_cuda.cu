@@ -1785,7 +1785,7 @@ static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, 
 }
 
 #define NORM_V 16 /* values a thread keeps in registers in a staged norm */
-static bool norm_stage; /* OMNI_CUDA_NORM_STAGE=1 (read at backend creation) */
+static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read at creation) */
 
 /* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
  * registers, V values a thread (dim <= V * blockDim.x): every load is
@@ -2164,7 +2164,14 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
  * for RoPE (a counter per head: the heads' tails run in parallel). The
  * product is held back at matmul / matmul_multi (tail_pend) and launched
  * fused by the add_rmsnorm / rope_kv that follows with matching buffers;
- * any other op launches it plain first (tail_flush). */
+ * any other op launches it plain first (tail_flush).
+ *
+ * Measured slower (H100 job f_c2, tg128 with the staged norms and the
+ * attention unroll: 1B Q4_K_M 1,171 tok/s plain, 905 with bit 1, 1,135
+ * with bit 2; 7B 297 / 251 / 292), so it stays off. The likely cost is the
+ * one counter of bit 1 that every block of a product bumps (512-3,584
+ * atomics on one address, serialized at L2); a counter per group of
+ * blocks would be the next thing to try. */
 
 #define TAIL_COUNTERS 1024 /* [0]: the norm; 1 + head: RoPE of q, k, v heads */
 #define TAIL_NORM_V 32     /* the norm's row in registers: dim <= 32 * MV2_BLOCK */
@@ -2498,7 +2505,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
  * has 32 warps walking the whole context one tile after the other. */
 #define ATT_SPLIT 8
 #define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
-/* U (OMNI_CUDA_ATT_UNROLL=1): a tile's V rows 8 keys at a time, their
+/* U (OMNI_CUDA_ATT_UNROLL; the default for head_dim <= 64): a tile's V rows 8 keys at a time, their
  * loads issued together (a short context's step is one tile a warp, and
  * one key after the other is a chain of L2 round trips); the sums keep
  * the same order. */
@@ -2642,7 +2649,10 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     }
 }
 
-static bool att_unroll; /* OMNI_CUDA_ATT_UNROLL=1 (read at backend creation) */
+/* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 always, 0 never;
+ * unset: for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B,
+ * head_dim 64; -5% on qwen2.5-7b, head_dim 128) */
+static int att_unroll = -1;
 
 template <typename KT, bool Q, bool U>
 static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, float *qd,
@@ -2661,7 +2671,7 @@ template <typename KT, bool Q>
 static void launch_attention_split(const struct omni_battn *a, int8_t *q, float *qd,
                                    cudaStream_t s)
 {
-    if (att_unroll)
+    if (att_unroll > 0 || (att_unroll < 0 && a->head_dim <= 64))
         launch_attention_split_u<KT, Q, true>(a, q, qd, s);
     else
         launch_attention_split_u<KT, Q, false>(a, q, qd, s);
@@ -3054,9 +3064,9 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
-    norm_stage = ns && !strcmp(ns, "1");
+    norm_stage = !(ns && !strcmp(ns, "0"));
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
-    att_unroll = au && !strcmp(au, "1");
+    att_unroll = au && !strcmp(au, "1") ? 1 : au && !strcmp(au, "0") ? 0 : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
     s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 3 ? atoi(ft) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
