@@ -14,13 +14,15 @@
 # Variables: VARIANTS (space-separated; commas join env assignments),
 # TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
 # RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
-# (default "M4 M7 M8"), DEADLINE_S (default 290: no new step after it).
+# (default "M4 M7 M8"), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
+# bench-engine run each), DEADLINE_S (default 290: no new step after it).
 set -u
 DEV=${DEV:-build-h7dev}
 RUN_LLAMA=${RUN_LLAMA:-0}
 RUN_ENGINE=${RUN_ENGINE:-0}
 RUN_SAN=${RUN_SAN:-0}
 TIMERS=${TIMERS:-1}
+PP=${PP:-0}
 unset SAN # the Makefile's sanitizer list
 DEADLINE_S=${DEADLINE_S:-290}
 NAME=${NAME:-f_c}
@@ -176,18 +178,27 @@ if [ -x build-fcuda/bench_dev ]; then
         done
     done
 fi
-if [ "$RUN_ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
-    stamp "bench-engine --device cuda --concurrency 1,16,64"
-    timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
-        --prompt-tokens 128 --gen-tokens 64 --json 2> "$W/engine.err" | tag "engine" |
+if [ "$PP" = 1 ] && [ -x build-fcuda/bench_dev ]; then
+    for mv in ${TG_FILES:-M4 M7 M8}; do
+        M=${!mv}
+        [ "$(left)" -lt 60 ] && break
+        stamp "bench_dev pp512 $(basename "$M" .gguf)"
+        bd "$(basename "$M" .gguf) X=1" X=1 -- -m "$M" -p 512 -n 1 -r 3
+    done
+fi
+for ev in ${ENGINE_ENVS:-X=1}; do
+    [ "$RUN_ENGINE" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ] || break
+    stamp "bench-engine --device cuda --concurrency 1,16,64 ($ev)"
+    env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda --concurrency 1,16,64 \
+        --prompt-tokens 128 --gen-tokens 64 --json 2> "$W/engine.err" | tag "engine $ev" |
         python3 -c '
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
-    print("engine concurrency %d: %.1f tok/s (decode step %.3f ms)" % (r["concurrency"], r["aggregate_tok_s"], r.get("decode_step_ms", 0)))' |
+    print("engine %s concurrency %d: %.1f tok/s (decode step %.3f ms)" % (r["label"], r["concurrency"], r["aggregate_tok_s"], r.get("decode_step_ms", 0)))' |
         tee -a "$SUM"
     tail -2 "$W/engine.err"
-fi
+done
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${RUN_NCU:-1}" = 1 ] && [ -n "$NCU_BIN" ] && [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 90 ]; then
     stamp "ncu: speed of light of the mv2 kernels, 1B Q4_K_M file (${NCU_ENV:-X=1})"
