@@ -91,7 +91,8 @@ struct cuda_state {
     unsigned *am_count;
     /* OMNI_CUDA_FUSE_TAIL (bits): 1 the residual add + RMSNorm after a
      * one-row o / down product made by that product's last block, 2 RoPE +
-     * K/V store after the q/k/v product by the last block of each head.
+     * K/V store after the q/k/v product by the last block of each head, 4
+     * bit 1's counter in two levels (tail_last2).
      * Such a product is held back (tp) until the next op shows whether it
      * fuses; every other op launches it first (tail_flush). */
     int fuse_tail;
@@ -2173,7 +2174,8 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
  * atomics on one address, serialized at L2); a counter per group of
  * blocks would be the next thing to try. */
 
-#define TAIL_COUNTERS 1024 /* [0]: the norm; 1 + head: RoPE of q, k, v heads */
+#define TAIL_COUNTERS 1024 /* [0] the norm, [1 + head] RoPE of q, k, v heads, [512 + g] */
+#define TAIL_GROUPS 512    /* the norm's groups of 32 blocks (OMNI_CUDA_FUSE_TAIL bit 4) */
 #define TAIL_NORM_V 32     /* the norm's row in registers: dim <= 32 * MV2_BLOCK */
 
 /* True in every thread of the block that arrives last of `of` at *count;
@@ -2195,13 +2197,42 @@ __device__ __forceinline__ bool tail_last(unsigned *count, unsigned of)
     return last;
 }
 
+/* tail_last in two levels (grp not NULL): the last block of each group of
+ * 32 (by blockIdx) bumps *count, so that no address takes more than 32
+ * atomics of the grid. */
+__device__ __forceinline__ bool tail_last2(unsigned *count, unsigned *grp, unsigned of)
+{
+    if (!grp)
+        return tail_last(count, of);
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned g = blockIdx.x >> 5, ng = (of + 31) >> 5;
+        const unsigned in_g = of - 32 * g < 32 ? of - 32 * g : 32;
+        bool l = atomicAdd(grp + g, 1u) == in_g - 1;
+        if (l) {
+            grp[g] = 0;
+            __threadfence();
+            l = atomicAdd(count, 1u) == ng - 1;
+            if (l)
+                *count = 0;
+        }
+        last = l;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
 /* k_mv2 into y, then in the last block x += y, yn = rmsnorm(x) * nw (and
  * its Q8_0 form with Q). yn may be y. */
 template <int T, int TPR, bool Q>
 __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90-120 registers) */
     k_mv2_addnorm(const mv2m m, int rows, int np, const int8_t *xq, const float *xd, float *y,
                   float *x, float *yn, const float *nw, float eps, int8_t *oq, float *oqd,
-                  unsigned *count)
+                  unsigned *count, unsigned *grp)
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
@@ -2215,7 +2246,7 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90
     acc = mv2_reduce<TPR>(acc, red);
     if (i == 0 && r < rows)
         y[r] = acc;
-    if (tail_last(count, gridDim.x))
+    if (tail_last2(count, grp, gridDim.x))
         norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd);
 }
 
@@ -2281,25 +2312,29 @@ static void tail_flush(struct omni_backend *be)
 
 template <int T, bool Q>
 static void launch_mv2_addnorm(const struct tail_pend &p, float *x, float *yn, const float *w,
-                               float eps, int8_t *q, float *qd, unsigned *count, cudaStream_t s)
+                               float eps, int8_t *q, float *qd, unsigned *count, bool grouped,
+                               cudaStream_t s)
 {
     const int tpr = mv2_tpr(p.np);
-    const dim3 grid(blocks_for(p.rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
+    const unsigned nb = blocks_for(p.rows, MV2_BLOCK / tpr);
+    const dim3 grid(nb), block(MV2_BLOCK);
+    unsigned *grp = grouped && nb <= 32u * TAIL_GROUPS ? count + TAIL_COUNTERS - TAIL_GROUPS : NULL;
     switch (tpr) {
-    case 32: launch_pdl(k_mv2_addnorm<T, 32, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
-    case 64: launch_pdl(k_mv2_addnorm<T, 64, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
-    default: launch_pdl(k_mv2_addnorm<T, 128, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count); break;
+    case 32: launch_pdl(k_mv2_addnorm<T, 32, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
+    case 64: launch_pdl(k_mv2_addnorm<T, 64, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
+    default: launch_pdl(k_mv2_addnorm<T, 128, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
     }
 }
 
 template <bool Q>
 static void launch_mv2_addnorm_t(const struct tail_pend &p, float *x, float *yn, const float *w,
-                                 float eps, int8_t *q, float *qd, unsigned *count, cudaStream_t s)
+                                 float eps, int8_t *q, float *qd, unsigned *count, bool grouped,
+                                 cudaStream_t s)
 {
     switch (p.type) {
-    case GGML_TYPE_Q4_K: launch_mv2_addnorm<GGML_TYPE_Q4_K, Q>(p, x, yn, w, eps, q, qd, count, s); break;
-    case GGML_TYPE_Q6_K: launch_mv2_addnorm<GGML_TYPE_Q6_K, Q>(p, x, yn, w, eps, q, qd, count, s); break;
-    default: launch_mv2_addnorm<GGML_TYPE_Q8_0, Q>(p, x, yn, w, eps, q, qd, count, s); break;
+    case GGML_TYPE_Q4_K: launch_mv2_addnorm<GGML_TYPE_Q4_K, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
+    case GGML_TYPE_Q6_K: launch_mv2_addnorm<GGML_TYPE_Q6_K, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
+    default: launch_mv2_addnorm<GGML_TYPE_Q8_0, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
     }
 }
 
@@ -2318,10 +2353,10 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
     int8_t *q;
     float *qd;
     if (norm_quant(s, 1, dim, &q, &qd)) {
-        launch_mv2_addnorm_t<true>(*p, x, y, w, eps, q, qd, s->tail_count, s->stream);
+        launch_mv2_addnorm_t<true>(*p, x, y, w, eps, q, qd, s->tail_count, s->fuse_tail & 4, s->stream);
         norm_quant_done(s, y, 1, dim);
     } else {
-        launch_mv2_addnorm_t<false>(*p, x, y, w, eps, NULL, NULL, s->tail_count, s->stream);
+        launch_mv2_addnorm_t<false>(*p, x, y, w, eps, NULL, NULL, s->tail_count, s->fuse_tail & 4, s->stream);
     }
     return true;
 }
@@ -2337,7 +2372,8 @@ static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r
         return false;
     const int rpb = MV2_BLOCK / p->tpr, hd = r->head_dim;
     if (hd % rpb || p->sg.rows[0] != r->n_head * hd || p->sg.rows[1] != r->n_head_kv * hd ||
-        p->sg.rows[2] != r->n_head_kv * hd || 1 + r->n_head + 2 * r->n_head_kv > TAIL_COUNTERS)
+        p->sg.rows[2] != r->n_head_kv * hd ||
+        1 + r->n_head + 2 * r->n_head_kv > TAIL_COUNTERS - TAIL_GROUPS)
         return false;
     p->kind = 0;
     s->nq_valid = false;
@@ -3068,7 +3104,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && !strcmp(au, "1") ? 1 : au && !strcmp(au, "0") ? 0 : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
-    s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 3 ? atoi(ft) : 0;
+    s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 7 ? atoi(ft) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
