@@ -430,24 +430,21 @@ wt8_unpack(const int WT, const uint8_t *const b[8], __m256i W[8], __m256 *dw)
     W[5] = _mm256_and_si256(_mm256_srli_epi16(T1, 4), m4);
     W[6] = _mm256_and_si256(_mm256_srli_epi16(T2, 4), m4);
     W[7] = _mm256_and_si256(_mm256_srli_epi16(T3, 4), m4);
-    /* G lane r = the dword at row r's block start (d, the first field of
-     * both block types, in its low half), Q lane r = row r's qh: scalar
-     * loads and inserts measured faster than two vpgatherdd (0.089 against
-     * 0.076 ms per row, q5_0 896 x 4864 at 8 rows) and than 16-byte loads
-     * of the block starts paired by vpunpcklqdq and sorted by vpshufb
-     * (0.077) */
+    /* d is the first field of both block types; Q lane r = row r's qh.
+     * Scalar loads and inserts measured faster than two vpgatherdd (0.089
+     * against 0.076 ms per row, q5_0 896 x 4864 at 8 rows), than 16-byte
+     * loads of the block starts paired by vpunpcklqdq and sorted by vpshufb
+     * (0.077), and for d than dword inserts + vpshufb + vpermq (q4_0 4864
+     * x 896: 0.064-0.065 against 0.067-0.069) */
 #define U32(r, at) (int)load_u32(b[r] + (at))
-    const __m256i G = _mm256_setr_epi32(U32(0, 0), U32(1, 0), U32(2, 0), U32(3, 0), U32(4, 0), U32(5, 0), U32(6, 0),
-                                        U32(7, 0));
     const size_t h = offsetof(block_q5_0, qh);
     const __m256i Q = WT == GGML_TYPE_Q5_0 ? _mm256_setr_epi32(U32(0, h), U32(1, h), U32(2, h), U32(3, h), U32(4, h),
                                                                U32(5, h), U32(6, h), U32(7, h))
                                            : _mm256_setzero_si256();
-    /* the 4 low halves of each 128-bit lane to its low 8 bytes, the two
-     * lanes' to the low 128 bits */
-    const __m256i dsel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
-                                          9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-    *dw = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(G, dsel), 0x08)));
+#undef U32
+#define D16(r) (short)*(const uint16_t *)b[r]
+    *dw = _mm256_cvtph_ps(_mm_setr_epi16(D16(0), D16(1), D16(2), D16(3), D16(4), D16(5), D16(6), D16(7)));
+#undef D16
     if (WT == GGML_TYPE_Q5_0) {
         /* bit 4k + b of row r's qh is the 0x10 of byte b of W[k] lane r
          * (k = 0..7): byte k/2 of qh, its low (k even) or high nibble, to
@@ -467,7 +464,6 @@ wt8_unpack(const int WT, const uint8_t *const b[8], __m256i W[8], __m256 *dw)
             W[k] = _mm256_or_si256(W[k], _mm256_shuffle_epi8(to10, v));
         }
     }
-#undef U32
 }
 
 /* y[c * y_stride + r] (r < nr <= 8, c < nc <= WT8_C). Each vpmaddubsw
