@@ -473,8 +473,8 @@ wt8_unpack(const int WT, const uint8_t *const b[8], __m256i W[8], __m256 *dw)
  * of 8 weight rows measured slower (register spills). */
 static inline __attribute__((always_inline)) void
 wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int64_t nbp,
-          const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc, float *y,
-          size_t y_stride)
+          const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, const int CSH, int nc,
+          float *y, size_t y_stride)
 {
     const size_t bs = WT == GGML_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -523,7 +523,9 @@ wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int6
                 }
                 dot = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
             }
-            dot = _mm256_add_epi32(dot, _mm256_slli_epi32(_mm256_set1_epi32(corr[c * nbp + i]), 3));
+            /* corr times 8 (one per lane), or already so (CSH 0) */
+            const __m256i k = _mm256_set1_epi32(corr[c * nbp + i]);
+            dot = _mm256_add_epi32(dot, CSH ? _mm256_slli_epi32(k, CSH) : k);
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ad[c * nbp + i])),
                                      acc[c]);
         }
@@ -542,29 +544,42 @@ wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int6
 }
 
 static void wt8_q4_0(const uint8_t *w, size_t w_row, int nr, int64_t nb, int64_t nbp, const uint8_t *xq,
-                     size_t xq_row, const float *ad, const int32_t *corr, int nc, float *y, size_t y_stride)
+                     size_t xq_row, const float *ad, const int32_t *corr, const int32_t *c8, int nc, float *y,
+                     size_t y_stride)
 {
-    wt8_group(GGML_TYPE_Q4_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, corr, nc, y, y_stride);
+    if (c8)
+        wt8_group(GGML_TYPE_Q4_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, c8, 0, nc, y, y_stride);
+    else
+        wt8_group(GGML_TYPE_Q4_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, corr, 3, nc, y, y_stride);
 }
 
 static void wt8_q5_0(const uint8_t *w, size_t w_row, int nr, int64_t nb, int64_t nbp, const uint8_t *xq,
-                     size_t xq_row, const float *ad, const int32_t *corr, int nc, float *y, size_t y_stride)
+                     size_t xq_row, const float *ad, const int32_t *corr, const int32_t *c8, int nc, float *y,
+                     size_t y_stride)
 {
-    wt8_group(GGML_TYPE_Q5_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, corr, nc, y, y_stride);
+    if (c8)
+        wt8_group(GGML_TYPE_Q5_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, c8, 0, nc, y, y_stride);
+    else
+        wt8_group(GGML_TYPE_Q5_0, w, w_row, nr, nb, nbp, xq, xq_row, ad, corr, 3, nc, y, y_stride);
 }
 
 static void wt8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out,
                      const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr,
-                     int64_t n_batch, float *y, int64_t r0, int64_t r1)
+                     int64_t n_batch, float *y, int64_t r0, int64_t r1, int32_t *c8)
 {
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
     for (int64_t c = 0; c < n_batch; c += WT8_C) {
         const int nc = n_batch - c < WT8_C ? (int)(n_batch - c) : WT8_C;
+        /* the pass's corrections times 8 once, not a vpslld per row and
+         * block */
+        if (c8)
+            for (int64_t k = 0; k < nc * nbp; k++)
+                c8[k] = corr[c * nbp + k] * 8;
         for (int64_t r = r0; r < r1; r += 8) {
             const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
             (wtype == GGML_TYPE_Q4_0 ? wt8_q4_0 : wt8_q5_0)(w + (size_t)r * w_row, w_row, nr, nb, nbp,
                                                            xq + (size_t)c * xq_row, xq_row, ad + c * nbp,
-                                                           corr + c * nbp, nc, y + c * n_out + r,
+                                                           corr + c * nbp, c8, nc, y + c * n_out + r,
                                                            (size_t)n_out);
         }
     }
@@ -572,7 +587,9 @@ static void wt8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, in
 
 size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in)
 {
-    return (size_t)(n_in / QK8_0) * ACT8_BYTES;
+    /* act8's packed blocks, or wt8's corrections of a pass */
+    const size_t a = (size_t)(n_in / QK8_0) * ACT8_BYTES, c = (size_t)WT8_C * omni_x86_gemm_q8_0_blocks(n_in) * 4;
+    return a > c ? a : c;
 }
 
 int omni_x86_gemm_act8_min_avx2(int wtype)
@@ -590,7 +607,7 @@ void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_i
                              int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch)
 {
     if (n_batch >= omni_x86_gemm_act8_min_avx2(wtype) && wtype != GGML_TYPE_Q8_0) {
-        wt8_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1);
+        wt8_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1, scratch);
         return;
     }
     if (scratch && n_batch >= omni_x86_gemm_act8_min_avx2(wtype)) {
