@@ -219,12 +219,13 @@ if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
     for M in "$M4" "$M7" "$M8"; do
         [ "$(left)" -lt 15 ] && break
         stamp "llama-bench $(basename "$M")"
-        timeout "$(cap 45)" "$LBIN/llama-bench" -m "$M" -p 0 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
+        timeout "$(cap 60)" "$LBIN/llama-bench" -m "$M" -p 512 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
             tag llama-bench | python3 -c '
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
-    print("llama-bench %s tg%d: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], r["n_gen"], r["avg_ts"]))' |
+    t = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
+    print("llama-bench %s %s: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], t, r["avg_ts"]))' |
             tee -a "$SUM"
         # ours right after, same file (A B)
         bd "$(basename "$M" .gguf) X=1 after llama" X=1 -- -m "$M" -p 1 -n 128 -r 3
