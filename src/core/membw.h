@@ -1,6 +1,6 @@
 /* membw.h - the machine's streaming read bandwidth as decode sees it: a
  * buffer too big for every cache read once, in one contiguous slice per
- * thread of a pool (decode's row split), by one of three loops.
+ * thread of a pool (decode's row split), by one of four loops.
  *
  *   void *buf = omni_membw_alloc(1 << 30);             // filled, real pages
  *   double b = omni_membw_pass(tp, buf, 1 << 30, OMNI_MEMBW_VEC);   // bytes/s
@@ -8,9 +8,11 @@
  *
  * The modes: VEC sums 32-byte vectors into 8 accumulators (the hardware
  * prefetchers alone); VEC_PF adds a software prefetch 8 KB ahead (as the
- * decode kernels prefetch rows ahead); SCALAR is the plainest loop, 64-bit
- * words into 4 accumulators, not vectorized: the reference the other two
- * must not out-read by much. Thread safety: one pass at a time per pool. */
+ * decode kernels prefetch rows ahead); STREAMS reads a thread's slice as
+ * four streams side by side, each prefetched 2 KB ahead (as the AVX-512
+ * decode dots do); SCALAR is the plainest loop, 64-bit words into 4
+ * accumulators, not vectorized: the reference the others must not out-read
+ * by much. Thread safety: one pass at a time per pool. */
 #ifndef OMNI_CORE_MEMBW_H
 #define OMNI_CORE_MEMBW_H
 
@@ -18,7 +20,13 @@
 
 struct tpool;
 
-enum omni_membw_mode { OMNI_MEMBW_VEC, OMNI_MEMBW_VEC_PF, OMNI_MEMBW_SCALAR, OMNI_MEMBW_MODES };
+enum omni_membw_mode {
+    OMNI_MEMBW_VEC,
+    OMNI_MEMBW_VEC_PF,
+    OMNI_MEMBW_STREAMS,
+    OMNI_MEMBW_SCALAR,
+    OMNI_MEMBW_MODES
+};
 
 /* A 64-byte-aligned buffer of bytes, every page written (not the shared zero
  * page); NULL when out of memory. */
@@ -28,7 +36,7 @@ void omni_membw_free(void *buf);
  * in even slices; bytes/s of the bytes actually read (slices are whole
  * 256-byte steps), 0 on bad arguments. */
 double omni_membw_pass(struct tpool *tp, const void *buf, size_t bytes, enum omni_membw_mode mode);
-/* Name of a mode ("vec", "vec_pf", "scalar"). */
+/* Name of a mode ("vec", "vec_pf", "vec_4s", "scalar"). */
 const char *omni_membw_mode_name(enum omni_membw_mode mode);
 
 #endif
