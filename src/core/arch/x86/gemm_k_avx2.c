@@ -26,6 +26,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
+#include "gemm_act8_inl.h"
 
 #define KG_ROWS 8   /* weight rows per pack (one per lane) */
 #define KG_COLS 4   /* activation rows per register tile */
@@ -37,28 +38,6 @@ int omni_x86_gemm_k_takes(int wtype)
 }
 
 // ---- packing -----------------------------------------------------------------
-
-/* 8x8 transpose of 32-bit elements: v[L] dword k -> v[k] dword L. */
-static inline void transpose8_epi32(__m256i v[8])
-{
-    __m256i t[8], u[8];
-    for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-    }
-    for (int k = 0; k < 2; k++) {
-        u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-        u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-    }
-    /* u[j] (j < 4): dword j of rows 0-3 (low half: dword j, high: j + 4);
-     * u[4 + j] the same for rows 4-7 */
-    for (int j = 0; j < 4; j++) {
-        v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
-        v[j + 4] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
-    }
-}
 
 /* n_regs registers of dwords, row L's at rows[L] (NULL: zeros), transposed
  * into out: out register k lane L = dword k of row L. n_regs % 8 == 0. */

@@ -17,6 +17,7 @@
 
 #include <immintrin.h>
 #include <string.h>
+#include "gemm_act8_inl.h"
 
 #define KG_COLS 4 /* activation rows per register tile */
 
@@ -179,20 +180,10 @@ static void a8k_pack(int wtype, const uint8_t *xq, size_t xq_row, int nc, int64_
         for (int c = 0; c < 8; c++)
             v[c] = c < nc ? _mm256_loadu_si256((const __m256i *)(((const block_q8_K *)(xq + (size_t)c * xq_row) + i)->qs + 4 * k0))
                           : _mm256_setzero_si256();
-        __m256i t[8], u[8];
-        for (int k = 0; k < 4; k++) {
-            t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
-            t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
-        }
-        for (int k = 0; k < 2; k++) {
-            u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-            u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-            u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-        }
+        transpose8_epi32(v);
         for (int j = 0; j < 4; j++) {
-            _mm256_store_si256((__m256i *)o + k0 + j, _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
-            _mm256_store_si256((__m256i *)o + k0 + j + 4, _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
+            _mm256_store_si256((__m256i *)o + k0 + j, v[j]);
+            _mm256_store_si256((__m256i *)o + k0 + j + 4, v[j + 4]);
         }
     }
     for (int c = 0; c < 8; c++) {
