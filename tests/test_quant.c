@@ -362,6 +362,14 @@ static const int dot_types[] = {
     GGML_TYPE_MXFP4,
 };
 
+/* Whether this CPU runs level lvl itself: a level it lacks below its best
+ * (avxvnni on AVX-512 parts without AVX-VNNI, as this test's AMD VM) has the
+ * level below's table, tested there. */
+static bool level_present(int lvl)
+{
+    return omni_cpu_usable_level(omni_cpu(), lvl) == lvl;
+}
+
 /* The activation quantizer of every level gives the reference's bytes, and
  * every level's vec_dot equals the reference within TOL_DOT_REL. */
 TEST(quant_simd_kernels_match_ref)
@@ -409,6 +417,8 @@ TEST(quant_simd_kernels_match_ref)
                           "%s n=%lld: ref %.9g vs dequantized dot %.9g (|w a| sum %.3g)",
                           ggml_type_name(type), (long long)n, s_ref, exact, mag);
                 for (int level = 1; level <= omni_cpu()->max_level; level++) {
+                    if (!level_present(level))
+                        continue;
                     const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
                     if (op->from_float) {
                         memset(a_lvl, 0x5a, a_bytes);
@@ -462,7 +472,7 @@ TEST(quant_vec_dot_n_matches_vec_dot)
         }
         for (int level = 0; level <= omni_cpu()->max_level; level++) {
             const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
-            if (!op->vec_dot_n)
+            if (!op->vec_dot_n || !level_present(level))
                 continue;
             tested++;
             for (int nc = 1; nc <= OMNI_DOT_COLS_MAX; nc++) {
@@ -519,7 +529,7 @@ TEST(quant_vec_dot_prep_matches_ref)
                 for (int level = 0; level <= omni_cpu()->max_level; level++) {
                     const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
                     CHECK(!op->act_prep == !op->vec_dot_prep);
-                    if (!op->vec_dot_prep)
+                    if (!op->vec_dot_prep || !level_present(level))
                         continue;
                     tested++;
                     for (int64_t i = 0; i < OMNI_ACT_PREP_FLOATS(n); i++)
@@ -582,7 +592,7 @@ TEST(quant_vec_dot_prep_rows_independent)
         ref->from_float(xf, a, N);
         for (int level = 0; level <= omni_cpu()->max_level; level++) {
             const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
-            if (!op->vec_dot_prep)
+            if (!op->vec_dot_prep || !level_present(level))
                 continue;
             tested++;
             op->act_prep(a, prep, N);
@@ -658,6 +668,129 @@ TEST(quant_lowbit_matmul)
     tpool_free(tp);
 }
 
+/* Weights whose integer parts sit at the ends of their ranges (every
+ * payload byte c: nibbles 15 or 8, q8_0's -128 or -1, q6_K's 63, scales 63)
+ * with sane f16 scales: the products that would saturate an int16 pair sum
+ * if any could. */
+static void extreme_weights(int type, uint8_t *w, int64_t n, uint8_t c)
+{
+    const struct ggml_type_traits *tr = ggml_type_traits_of(type);
+    const int64_t nb = n / tr->blck_size;
+    memset(w, c, (size_t)nb * tr->type_size);
+    const ggml_half d = omni_fp32_to_fp16(0.01f), m = omni_fp32_to_fp16(0.003f);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + b * tr->type_size;
+        size_t od = 0, om = SIZE_MAX;
+        switch (type) {
+        case GGML_TYPE_Q4_1: om = offsetof(block_q4_1, m); break;
+        case GGML_TYPE_Q5_1: om = offsetof(block_q5_1, m); break;
+        case GGML_TYPE_Q4_K: om = offsetof(block_q4_K, dmin); break;
+        case GGML_TYPE_Q5_K: om = offsetof(block_q5_K, dmin); break;
+        case GGML_TYPE_Q6_K: od = offsetof(block_q6_K, d); break;
+        case GGML_TYPE_Q2_K: od = offsetof(block_q2_K, d); om = offsetof(block_q2_K, dmin); break;
+        case GGML_TYPE_Q3_K: od = offsetof(block_q3_K, d); break;
+        case GGML_TYPE_MXFP4: blk[0] = 120; od = SIZE_MAX; break; /* E8M0 2^-7 */
+        default: break;
+        }
+        if (od != SIZE_MAX)
+            memcpy(blk + od, &d, sizeof d);
+        if (om != SIZE_MAX)
+            memcpy(blk + om, &m, sizeof m);
+    }
+}
+
+/* Level avxvnni (the AVX2 sources built with AVX-VNNI: vpdpbusd in place of
+ * vpmaddubsw + vpmaddwd) gives the AVX2 level's bits in every dot kernel:
+ * random and extreme weights, activations at +-127 and random. Runs where
+ * the CPU has AVX-VNNI (Intel Alder Lake and later, Sapphire Rapids). */
+TEST(quant_avxvnni_matches_avx2_bits)
+{
+    if (!level_present(OMNI_CPU_AVXVNNI))
+        SKIP("no AVX-VNNI on this CPU (CPUID.7.1:EAX[4]): level avxvnni not run here");
+    enum { NMAX = 20 * QK_K, NC = OMNI_DOT_COLS_MAX };
+    static float xf[NMAX], prep2[OMNI_ACT_PREP_FLOATS(NMAX)], prepv[OMNI_ACT_PREP_FLOATS(NMAX)];
+    static uint8_t w[3 * NMAX * 2], a[NC][NMAX * 2];
+    const int64_t lens[] = { 256, 768, 1024, 4864, NMAX };
+    static const uint8_t fills[] = { 0xff, 0x80, 0x88, 0x77 };
+    rng_state = 1313;
+    int compared = 0;
+    for (size_t ti = 0; ti < sizeof dot_types / sizeof *dot_types; ti++) {
+        const int type = dot_types[ti];
+        const struct omni_quant_ops *o2 = omni_quant_ops_at(type, OMNI_CPU_AVX2);
+        const struct omni_quant_ops *ov = omni_quant_ops_at(type, OMNI_CPU_AVXVNNI);
+        CHECK(o2 && ov);
+        const int blck = ggml_type_traits_of(type)->blck_size;
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int64_t n = lens[li] / blck * blck;
+            const size_t row = ggml_row_size(type, n);
+            for (int trial = 0; trial < 6; trial++) {
+                for (int r = 0; r < 3; r++) {
+                    uint8_t *wr = w + (size_t)r * row;
+                    if (trial < 2 || blck == 1)
+                        random_weights(type, wr, n);
+                    else
+                        extreme_weights(type, wr, n, fills[(trial - 2 + r) % 4]);
+                }
+                for (int c = 0; c < NC; c++) {
+                    for (int64_t i = 0; i < n; i++) /* trial 1, 3, 5: every activation +-127 */
+                        xf[i] = trial % 2 ? ((rnd32() >> 7) & 1 ? 1.0f : -1.0f) : frand();
+                    if (o2->from_float)
+                        o2->from_float(xf, a[c], n);
+                    else
+                        memcpy(a[c], xf, (size_t)n * sizeof(float));
+                }
+                float s2[3 * NC], sv[3 * NC];
+                for (int r = 0; r < 3; r++) {
+                    s2[r] = o2->vec_dot(n, w + (size_t)r * row, a[0]);
+                    sv[r] = ov->vec_dot(n, w + (size_t)r * row, a[0]);
+                }
+                CHECK_MSG(memcmp(s2, sv, 3 * sizeof(float)) == 0, "%s n=%lld trial %d: vec_dot %.9g %.9g %.9g (avx2) vs %.9g %.9g %.9g",
+                          ggml_type_name(type), (long long)n, trial, s2[0], s2[1], s2[2], sv[0], sv[1], sv[2]);
+                compared++;
+                if (o2->vec_dot_n && ov->vec_dot_n) {
+                    o2->vec_dot_n(n, w, a[0], sizeof a[0], NC, s2, 1);
+                    ov->vec_dot_n(n, w, a[0], sizeof a[0], NC, sv, 1);
+                    CHECK_MSG(memcmp(s2, sv, NC * sizeof(float)) == 0, "%s n=%lld trial %d: vec_dot_n differs",
+                              ggml_type_name(type), (long long)n, trial);
+                }
+                if (o2->vec_dot_prep && ov->vec_dot_prep) {
+                    o2->act_prep(a[0], prep2, n);
+                    ov->act_prep(a[0], prepv, n);
+                    CHECK(memcmp(prep2, prepv, OMNI_ACT_PREP_FLOATS(n) * sizeof(float)) == 0);
+                    o2->vec_dot_prep(n, w, row, 3, a[0], prep2, s2);
+                    ov->vec_dot_prep(n, w, row, 3, a[0], prepv, sv);
+                    CHECK_MSG(memcmp(s2, sv, 3 * sizeof(float)) == 0, "%s n=%lld trial %d: vec_dot_prep %.9g vs %.9g",
+                              ggml_type_name(type), (long long)n, trial, s2[0], sv[0]);
+                }
+            }
+        }
+    }
+    CHECK(compared > 0);
+}
+
+/* The AVX-512 levels' tables never hold a level-avxvnni kernel (a CPU may
+ * have AVX-512 without AVX-VNNI): every entry there that is not the AVX2
+ * table's is not the avxvnni table's either (levels this CPU has; those
+ * above its best copy the best one). */
+TEST(quant_avx512_tables_without_avxvnni)
+{
+    for (int type = 0; type < GGML_TYPE_COUNT; type++) {
+        const struct omni_quant_ops *o2 = omni_quant_ops_at(type, OMNI_CPU_AVX2);
+        const struct omni_quant_ops *ov = omni_quant_ops_at(type, OMNI_CPU_AVXVNNI);
+        if (!o2 || !ov)
+            continue;
+        const void *f2[] = { (void *)o2->vec_dot, (void *)o2->vec_dot_n, (void *)o2->vec_dot_prep, (void *)o2->vec_dot_streams };
+        const void *fv[] = { (void *)ov->vec_dot, (void *)ov->vec_dot_n, (void *)ov->vec_dot_prep, (void *)ov->vec_dot_streams };
+        for (int lvl = OMNI_CPU_AVX512; lvl <= omni_cpu()->max_level; lvl++) {
+            const struct omni_quant_ops *o = omni_quant_ops_at(type, lvl);
+            const void *f[] = { (void *)o->vec_dot, (void *)o->vec_dot_n, (void *)o->vec_dot_prep, (void *)o->vec_dot_streams };
+            for (int k = 0; k < 4; k++)
+                CHECK_MSG(!f[k] || f[k] == f2[k] || f[k] != fv[k], "%s level %s: kernel %d is avxvnni's",
+                          ggml_type_name(type), omni_cpu_level_name(lvl), k);
+        }
+    }
+}
+
 TEST(quant_cpu_levels_and_describe)
 {
     const struct omni_cpu_features *f = omni_cpu();
@@ -673,6 +806,12 @@ TEST(quant_cpu_levels_and_describe)
     CHECK_EQ(omni_cpu_set_level(99), f->max_level);
     omni_cpu_set_level(saved);
     CHECK_EQ(omni_cpu_level_from_name("AVX512"), OMNI_CPU_AVX512);
+    CHECK_EQ(omni_cpu_level_from_name("avxvnni"), OMNI_CPU_AVXVNNI);
+    CHECK_STR_EQ(omni_cpu_level_name(OMNI_CPU_AVXVNNI), "avxvnni");
+    CHECK_EQ(omni_cpu_set_level(OMNI_CPU_AVXVNNI), omni_cpu_usable_level(f, OMNI_CPU_AVXVNNI));
+    if (f->max_level >= OMNI_CPU_AVXVNNI)
+        CHECK_EQ(omni_cpu_set_level(OMNI_CPU_AVXVNNI), f->avx_vnni ? OMNI_CPU_AVXVNNI : OMNI_CPU_AVX2);
+    omni_cpu_set_level(saved);
     CHECK_EQ(omni_cpu_level_from_name("sse"), -1);
     char tiny[4];
     omni_cpu_describe(tiny, sizeof tiny); /* truncates, stays terminated */

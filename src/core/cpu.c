@@ -26,7 +26,7 @@ static struct omni_cpu_features features;
 static atomic_int level_in_use;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
-static const char *level_names[OMNI_CPU_LEVELS] = { "scalar", "avx2", "avx512", "avx512vnni", "amx" };
+static const char *level_names[OMNI_CPU_LEVELS] = { "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "amx" };
 
 #ifdef OMNI_X86
 static uint64_t xgetbv0(void)
@@ -72,15 +72,50 @@ static void detect_x86(struct omni_cpu_features *f)
     }
     if (f->amx_tile && f->amx_int8 && f->os_amx)
         f->amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-
-    bool l_avx2 = f->avx && f->avx2 && f->fma && f->f16c && f->os_ymm;
-    bool l_avx512 = l_avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->os_zmm;
-    bool l_vnni = l_avx512 && f->avx512_vnni;
-    bool l_amx = l_vnni && f->amx_tile && f->amx_int8 && f->os_amx && f->amx_permitted;
-    f->max_level = l_amx ? OMNI_CPU_AMX : l_vnni ? OMNI_CPU_AVX512VNNI : l_avx512 ? OMNI_CPU_AVX512
-                 : l_avx2 ? OMNI_CPU_AVX2 : OMNI_CPU_SCALAR;
+    f->max_level = omni_cpu_max_level_of(f);
 }
 #endif
+
+/* Whether f runs every instruction of level lvl's kernels. */
+static bool supports(const struct omni_cpu_features *f, int lvl)
+{
+    const bool avx2 = f->avx && f->avx2 && f->fma && f->f16c && f->os_ymm;
+    const bool avx512 = avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->os_zmm;
+    switch (lvl) {
+    case OMNI_CPU_SCALAR: return true;
+    case OMNI_CPU_AVX2: return avx2;
+    case OMNI_CPU_AVXVNNI: return avx2 && f->avx_vnni;
+    case OMNI_CPU_AVX512: return avx512;
+    case OMNI_CPU_AVX512VNNI: return avx512 && f->avx512_vnni;
+    case OMNI_CPU_AMX:
+        return avx512 && f->avx512_vnni && f->amx_tile && f->amx_int8 && f->os_amx && f->amx_permitted;
+    default: return false;
+    }
+}
+
+int omni_cpu_max_level_of(const struct omni_cpu_features *f)
+{
+    /* every level above AVXVNNI implies AVX2, not AVX-VNNI: the best one
+     * supported is the max even where AVXVNNI below it is not */
+    for (int lvl = OMNI_CPU_LEVELS - 1; lvl > OMNI_CPU_SCALAR; lvl--)
+        if (supports(f, lvl))
+            return lvl;
+    return OMNI_CPU_SCALAR;
+}
+
+int omni_cpu_usable_level(const struct omni_cpu_features *f, int level)
+{
+    const int max_level = omni_cpu_max_level_of(f);
+    if (level < OMNI_CPU_SCALAR)
+        level = OMNI_CPU_SCALAR;
+    if (level > max_level)
+        level = max_level;
+    /* the only level the ones above it do not include: AVX-512 without
+     * AVX-VNNI (Skylake-X, Zen 4) capped at avxvnni runs AVX2 */
+    while (level > OMNI_CPU_SCALAR && !supports(f, level))
+        level--;
+    return level;
+}
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__SSE4_2__)
 /* The binary's floor: the generic code is compiled for x86-64-v2 (or more),
@@ -109,10 +144,11 @@ static void detect(void)
     if (env && *env) {
         int cap = omni_cpu_level_from_name(env);
         if (cap < 0)
-            fprintf(stderr, "omniserve: OMNI_CPU=%s unknown (scalar|avx2|avx512|avx512vnni|amx); ignored\n",
+            fprintf(stderr,
+                    "omniserve: OMNI_CPU=%s unknown (scalar|avx2|avxvnni|avx512|avx512vnni|amx); ignored\n",
                     env);
-        else if (cap < lvl)
-            lvl = cap;
+        else
+            lvl = omni_cpu_usable_level(&features, cap);
     }
     atomic_store(&level_in_use, lvl);
 }
@@ -132,10 +168,7 @@ int omni_cpu_level(void)
 int omni_cpu_set_level(int level)
 {
     pthread_once(&detect_once, detect);
-    if (level < 0)
-        level = 0;
-    if (level > features.max_level)
-        level = features.max_level;
+    level = omni_cpu_usable_level(&features, level);
     atomic_store(&level_in_use, level);
     return level;
 }
@@ -160,6 +193,7 @@ void omni_cpu_describe(char *buf, size_t len)
         { f->avx2 && f->os_ymm, "AVX2" },
         { f->fma && f->os_ymm, "FMA" },
         { f->f16c && f->os_ymm, "F16C" },
+        { f->avx_vnni && f->os_ymm, "AVX-VNNI" },
         { f->avx512f && f->os_zmm, "AVX512" },
         { f->avx512_vnni && f->os_zmm, "VNNI" },
         { f->avx512_bf16 && f->os_zmm, "BF16" },

@@ -709,23 +709,31 @@ static const struct omni_quant_ops scalar_ops[GGML_TYPE_COUNT] = {
 
 /* ops_table[level] = scalar_ops with the SIMD kernels of every level up to
  * it patched in; levels above what the CPU supports stay copies of the best
- * supported one. */
+ * supported one. AVXVNNI is a side branch: the AVX-512 levels build on the
+ * AVX2 table (a CPU may have AVX-512 without AVX-VNNI), and on a CPU without
+ * AVX-VNNI its table is the AVX2 one. */
 static struct omni_quant_ops ops_table[OMNI_CPU_LEVELS][GGML_TYPE_COUNT];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void)
 {
-    const int max_level = omni_cpu()->max_level;
+    const struct omni_cpu_features *f = omni_cpu();
+    const int max_level = f->max_level;
     memcpy(ops_table[0], scalar_ops, sizeof scalar_ops);
     quant_lowbit_register(ops_table[0]); /* q2_K, q3_K, iq4_nl, iq4_xs, mxfp4 */
     for (int lvl = 1; lvl < OMNI_CPU_LEVELS; lvl++) {
-        memcpy(ops_table[lvl], ops_table[lvl - 1], sizeof scalar_ops);
-        if (lvl > max_level)
+        const int below = lvl > max_level ? max_level : lvl == OMNI_CPU_AVX512 ? OMNI_CPU_AVX2 : lvl - 1;
+        memcpy(ops_table[lvl], ops_table[below], sizeof scalar_ops);
+        if (lvl > max_level || omni_cpu_usable_level(f, lvl) != lvl)
             continue;
 #if defined(__x86_64__)
         if (lvl == OMNI_CPU_AVX2) {
             omni_x86_register_avx2(ops_table[lvl]);
             omni_x86_register_lowbit_avx2(ops_table[lvl]);
+        }
+        else if (lvl == OMNI_CPU_AVXVNNI) { /* the AVX2 sources again, built with AVX-VNNI */
+            omni_x86_register_avxvnni(ops_table[lvl]);
+            omni_x86_register_lowbit_avxvnni(ops_table[lvl]);
         }
         else if (lvl == OMNI_CPU_AVX512)
             omni_x86_register_avx512(ops_table[lvl]);

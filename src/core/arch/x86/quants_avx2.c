@@ -2,7 +2,13 @@
  *
  * Integer parts are exact (products of int8 pairs summed with maddubs/madd),
  * so results differ from the scalar _ref twins only in float summation order.
- * The activation quantizers reproduce the reference bytes exactly. */
+ * The activation quantizers reproduce the reference bytes exactly.
+ *
+ * Compiled twice: here for level AVX2, and by quants_avxvnni.c with AVX-VNNI
+ * on (__AVXVNNI__), where the u8 x s8 multiply-adds become one VEX vpdpbusd
+ * into int32 lanes. Both forms give the same exact int32 sums (the AVX2
+ * one's int16 pair sums never saturate on these ranges, noted at each
+ * site), so the two levels agree bit for bit. */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
@@ -34,7 +40,11 @@ static inline float hmax_ps(__m256 v)
  * int16 pair sums cannot saturate for the weights used here (x <= 128). */
 static inline __m256i dot_u8i8(__m256i x, __m256i y)
 {
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, y);
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+#endif
 }
 
 /* Signed x signed: move x's sign onto y (y is never -128: our activation
@@ -276,8 +286,12 @@ static float vec_dot_q8_0_q8_0_avx2(int64_t n, const void *w, const void *a);
  * dot_i8(q - off, y), without moving signs. */
 static inline __m256i dot_off(__m256i q, __m256i y, __m256i off)
 {
+#ifdef __AVXVNNI__
+    return _mm256_sub_epi32(dot_u8i8(q, y), dot_u8i8(off, y));
+#else
     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(off, y));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
 }
 
 /* q4_0/q5_0 rows for decode, where these dots are the compute bound (about
@@ -523,6 +537,16 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
      * three of them out to the stack (an FMA through memory and a store per
      * block) */
     __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    /* int32 lanes of lo . y0 + hi . y1: nibbles (| 16) <= 31 against
+     * |y| <= 127, so the AVX2 form's int16 sum of four products (<= 15748)
+     * is exact, as VNNI's int32 one */
+#ifdef __AVXVNNI__
+#define PAIR_DOT(lo, hi, y0, y1) _mm256_dpbusd_avx_epi32(dot_u8i8(lo, y0), hi, y1)
+    (void)ones;
+#else
+#define PAIR_DOT(lo, hi, y0, y1) \
+    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_maddubs_epi16(hi, y1)), ones)
+#endif
     const __m256 off8 = _mm256_set1_ps(variant == 1 ? 8.0f : 16.0f);
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
@@ -549,8 +573,7 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
         }                                                                                          \
         const __m256i y0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)y[i + (k)].qs)); \
         const __m256i y1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(y[i + (k)].qs + 16))); \
-        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_maddubs_epi16(hi, y1)); \
-        acc[(k) & 1] = _mm256_fmadd_ps(_mm256_permute_ps(d, imm), _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), acc[(k) & 1]); \
+        acc[(k) & 1] = _mm256_fmadd_ps(_mm256_permute_ps(d, imm), _mm256_cvtepi32_ps(PAIR_DOT(lo, hi, y0, y1)), acc[(k) & 1]); \
     } while (0)
         PAIR_STEP(0, 0x00);
         PAIR_STEP(1, 0xaa);
@@ -558,6 +581,7 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
         PAIR_STEP(3, 0xff);
 #undef PAIR_STEP
     }
+#undef PAIR_DOT
     const __m256 s = _mm256_add_ps(acc[0], acc[1]);
     float sa = hsum_ps128(_mm256_castps256_ps128(s)), sb = hsum_ps128(_mm256_extractf128_ps(s, 1));
     float ca = 0.0f, cb = 0.0f;

@@ -5,7 +5,9 @@
  * The non-linear 4-bit levels (iq4, E2M1) are a 16-entry byte table looked
  * up with pshufb; the integer parts are exact, so dots differ from the
  * scalar _ref twins only in the float summation order, and dequantization
- * takes the reference's float steps (same bits). */
+ * takes the reference's float steps (same bits). Also compiled by
+ * quants_lowbit_avxvnni.c with AVX-VNNI on (__AVXVNNI__: VEX vpdpbusd where
+ * the Q8_0 blocks' int32 sums are formed, the same exact sums). */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
@@ -90,8 +92,12 @@ INLINE float b32_scale(const uint8_t *blk, int mx)
 /* The int32 sums (8 lanes) of decoded weights qx and one Q8_0 block. */
 INLINE __m256i q8_block_dot(__m256i qx, const block_q8_0 *y)
 {
-    __m256i p = madd_i8_i16(qx, _mm256_loadu_si256((const __m256i *)y->qs));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+#ifdef __AVXVNNI__ /* quants_lowbit_avxvnni.c: the same exact int32 sums in one step */
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+#else
+    return _mm256_madd_epi16(madd_i8_i16(qx, qy), _mm256_set1_epi16(1));
+#endif
 }
 
 /* iq4_nl (mx = 0, 18-byte blocks) and mxfp4 (mx = 1, 17 bytes): blocks in

@@ -13,6 +13,17 @@
 
 /* AVX2 + FMA + F16C kernels. */
 void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
+/* The same sources compiled a second time for level OMNI_CPU_AVXVNNI (AVX2 +
+ * AVX-VNNI): quants_avxvnni.c includes quants_avx2.c after
+ * `#pragma GCC target("avxvnni")` with `#define omni_x86_register_avx2
+ * omni_x86_register_avxvnni`, and the kernels take `#ifdef __AVXVNNI__`
+ * forms at their multiply-add sites (VEX vpdpbusd into int32, the same
+ * exact integer sums as vpmaddubsw + vpmaddwd: the same bits as AVX2).
+ * Likewise quants_lowbit_avxvnni.c, gemm_avxvnni.c and gemm_k_avxvnni.c,
+ * which rename every function the included file exports. */
+void omni_x86_register_avxvnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
+/* quants_lowbit_avx2.c's twin (its AVX2 form: quant_lowbit.h). */
+void omni_x86_register_lowbit_avxvnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 /* AVX-512 F/BW/VL/DQ kernels, then those that also need VNNI. */
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
