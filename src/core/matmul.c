@@ -163,6 +163,7 @@ struct mm_job {
     float *ad;           /* int8 GEMM: (n_batch, blocks) activation block scales */
     int32_t *corr;       /* int8 GEMM: (n_batch, blocks) weight offset corrections */
     int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
+    int gemm_avxvnni;    /* int8 GEMM, not avx512: the AVX2 kernel's AVX-VNNI build (level avxvnni) */
     int gemm_k;          /* int8 GEMM of the K-quants (gemm_k_*.c), else of Q8_0 dots */
     int quant_each;      /* one row: every thread quantizes x into its own scratch */
     int reuse_xq;        /* quant_each: the thread's scratch already holds x in the
@@ -343,8 +344,8 @@ static void gemm_rows(void *arg, int ith, int nth)
             omni_x86_gemm_k_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                    j->n_batch, j->y, r0, r1);
         else
-            omni_x86_gemm_k_avx2(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
-                                 j->n_batch, j->y, r0, r1);
+            (j->gemm_avxvnni ? omni_x86_gemm_k_avxvnni : omni_x86_gemm_k_avx2)(
+                j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->n_batch, j->y, r0, r1);
     } else if (j->gemm_avx512)
         omni_x86_gemm_q8_0_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                   j->ad, j->corr, j->n_batch, j->y, r0, r1);
@@ -354,8 +355,9 @@ static void gemm_rows(void *arg, int ith, int nth)
             atomic_store(&j->failed, 1);
             return;
         }
-        omni_x86_gemm_q8_0_avx2(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
-                                j->ad, j->corr, j->n_batch, j->y, r0, r1, scratch);
+        (j->gemm_avxvnni ? omni_x86_gemm_q8_0_avxvnni : omni_x86_gemm_q8_0_avx2)(
+            j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->ad, j->corr, j->n_batch,
+            j->y, r0, r1, scratch);
     }
 }
 #endif
@@ -382,7 +384,7 @@ static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {
     /* rows [lo, hi) at AVX2, then at AVX-512; hi 0: no end */
     static const struct { int type; int16_t r[2][2]; } ranges[] = {
-        { GGML_TYPE_Q8_0, { { 2, 32 }, { 2, 32 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 0 } } },
+        { GGML_TYPE_Q8_0, { { 4, 32 }, { 2, 32 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 0 } } },
         { GGML_TYPE_Q5_0, { { 2, 0 }, { 2, 0 } } },    { GGML_TYPE_Q4_K, { { 4, 0 }, { 6, 0 } } },
         { GGML_TYPE_Q5_K, { { 3, 0 }, { 3, 0 } } },    { GGML_TYPE_Q6_K, { { 2, 0 }, { 6, 0 } } },
     };
@@ -528,6 +530,7 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
     const int level = omni_cpu_level();
     const enum gemm_kind gemm = use_gemm(w->type, n_batch, level);
     j.gemm_avx512 = level >= OMNI_CPU_AVX512VNNI;
+    j.gemm_avxvnni = level == OMNI_CPU_AVXVNNI; /* implies AVX-VNNI (cpu.h) */
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
         j.m_pad = omni_amx_m_pad(n_batch);
@@ -645,7 +648,8 @@ static int multi_gemm(struct tpool *tp, const struct omni_tensor *const *w, int 
         m.j[k] = (struct mm_job){
             .op = op, .w_type = w[k]->type, .w = w[k]->data, .w_row = w_row, .x = x, .y = y[k],
             .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
-            .gemm_avx512 = level >= OMNI_CPU_AVX512VNNI, .gemm_k = g == GEMM_K,
+            .gemm_avx512 = level >= OMNI_CPU_AVX512VNNI, .gemm_avxvnni = level == OMNI_CPU_AVXVNNI,
+            .gemm_k = g == GEMM_K,
         };
     }
     const int64_t nbp = omni_x86_gemm_q8_0_blocks(n_in);

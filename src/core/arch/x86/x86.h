@@ -75,6 +75,14 @@ size_t omni_x86_gemm_q8_0_avx2_scratch(int64_t n_in);
 void omni_x86_gemm_q8_0_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                              const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                              int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch);
+/* Level avxvnni's twins (gemm_avxvnni.c: gemm_avx2.c built with AVX-VNNI):
+ * the same contracts and bits as the _avx2 functions. */
+int omni_x86_gemm_q8_0_offset_avxvnni(int wtype);
+int omni_x86_gemm_act8_min_avxvnni(int wtype);
+size_t omni_x86_gemm_q8_0_avxvnni_scratch(int64_t n_in);
+void omni_x86_gemm_q8_0_avxvnni(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                                const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
+                                int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch);
 /* From omni_x86_gemm_act8_min_avx512(wtype) batch rows (INT32_MAX: none)
  * the VNNI kernel takes the same 8-activation-row form, with the AVX2 act8
  * kernel's bits. */
@@ -120,6 +128,10 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
 void omni_x86_gemm_k_avx2(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                           const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
                           int64_t r1);
+/* Level avxvnni's twin (gemm_k_avxvnni.c: gemm_k_avx2.c built with AVX-VNNI). */
+void omni_x86_gemm_k_avxvnni(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                             const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
+                             int64_t r1);
 void omni_x86_gemm_k_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                             const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
                             int64_t r1);
