@@ -15,7 +15,12 @@
 # TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
 # RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
 # (default "M4 M7 M8"), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
-# bench-engine run each), DEADLINE_S (default 290: no new step after it).
+# bench-engine run each), ENGINE_TIMERS=1 (per-op times of bench-engine at
+# 64 sequences), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
+# beforehand: no build in the job), LLAMA_FILES (default "M4 M8 M15 M7"),
+# DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
+# Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
+# written at the top of summary.txt at the end (headline.txt alone too).
 set -u
 DEV=${DEV:-build-h7dev}
 RUN_LLAMA=${RUN_LLAMA:-0}
@@ -51,6 +56,12 @@ say "variants: ${VARIANTS:-none}"
 [ -d "$DEV/llama.cpp" ] || { [ -f "$DEV/llama_src.tgz" ] && tar xzf "$DEV/llama_src.tgz" -C "$DEV"; }
 
 LBIN="$DEV/llama-build/bin"
+if [ -n "${LLAMA_BIN:-}" ] && [ -x "$LLAMA_BIN/llama-bench" ]; then
+    LBIN=$LLAMA_BIN
+    say "llama.cpp: prebuilt $LBIN"
+elif [ -n "${LLAMA_BIN:-}" ]; then
+    say "llama.cpp: LLAMA_BIN=$LLAMA_BIN has no llama-bench; building in the job"
+fi
 if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
     (cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -64,13 +75,15 @@ fi
 M4="$DEV/llama-3.2-1b-q4_k_m.gguf"
 M8="$DEV/llama-3.2-1b-q8_0.gguf"
 M7="$DEV/qwen2.5-7b-q4_k_m.gguf"
+M15="$DEV/qwen2.5-1.5b-q4_k_m.gguf"
 gen() { # shape type file
     [ -f "$3" ] && return 0
     python3 tools/random_model --shape "$1" --type "$2" --vocab "$DEV/ggml-vocab-llama-bpe.gguf" \
         -o "$3" > /dev/null 2>&1
     echo "random_model $1 $2 rc $?"
 }
-(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-7b q4_k_m "$M7"; gen llama-3.2-1b q8_0 "$M8") \
+(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-7b q4_k_m "$M7"; gen llama-3.2-1b q8_0 "$M8"
+ gen qwen2.5-1.5b q4_k_m "$M15") \
     > "$W/models.log" 2>&1 &
 models_pid=$!
 FIXT=()
@@ -199,6 +212,23 @@ for l in sys.stdin:
         tee -a "$SUM"
     tail -2 "$W/engine.err"
 done
+if [ "${ENGINE_TIMERS:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
+    stamp "per-op times of bench-engine, 64 sequences"
+    f="$O/optime_engine64.jsonl"
+    OMNI_CUDA_TIMERS=1 timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
+        --concurrency 64 --prompt-tokens 128 --gen-tokens 64 --json 2>&1 >/dev/null |
+        grep '^{"bench":"optime' > "$f"
+    python3 - "$f" <<'PY' | tee -a "$SUM"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ops = sorted((r for r in rows if r["bench"] == "optime"), key=lambda r: -r["calls"] * r["us_avg"])
+for r in rows:
+    if r["bench"] == "optime_step":
+        print("optime engine64: " + json.dumps(r))
+for r in ops[:16]:
+    print("  %-52s %6d calls %8.2f us avg %s" % (r["op"][:52], r["calls"], r["us_avg"], ("%.0f GB/s" % r["gb_s"]) if r.get("gb_s") else ""))
+PY
+fi
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${RUN_NCU:-1}" = 1 ] && [ -n "$NCU_BIN" ] && [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 90 ]; then
     stamp "ncu: speed of light of the mv2 kernels, 1B Q4_K_M file (${NCU_ENV:-X=1})"
@@ -216,7 +246,8 @@ if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
     say "llama.cpp: $(tail -1 "$W/llama_build.log")"
 fi
 if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
-    for M in "$M4" "$M7" "$M8"; do
+    for mv in ${LLAMA_FILES:-M4 M8 M15 M7}; do
+        M=${!mv}
         [ "$(left)" -lt 15 ] && break
         stamp "llama-bench $(basename "$M")"
         timeout "$(cap 60)" "$LBIN/llama-bench" -m "$M" -p 512 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
@@ -229,7 +260,18 @@ for l in sys.stdin:
             tee -a "$SUM"
         # ours right after, same file (A B)
         bd "$(basename "$M" .gguf) X=1 after llama" X=1 -- -m "$M" -p 1 -n 128 -r 3
+        [ "$PP" = 1 ] && bd "$(basename "$M" .gguf) X=1 pp after llama" X=1 -- -m "$M" -p 512 -n 1 -r 3
     done
+fi
+if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-batched-bench" ] && [ "$(left)" -gt 50 ]; then
+    stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
+    timeout "$(cap 60)" "$LBIN/llama-batched-bench" -m "$M4" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 \
+        -npl 1,16,64 -ngl 99 --output-format jsonl > "$W/llama_batched.txt" 2>&1
+    grep '^{' "$W/llama_batched.txt" | tag llama-batched | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("llama-batched-bench B %d: S_TG %.1f tok/s" % (r["pl"], r["speed_tg"]))' | tee -a "$SUM"
 fi
 if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; then
     for f in backend_ model_dev_qwen2_q8; do
@@ -242,5 +284,8 @@ if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; t
 fi
 stamp "done"
 [ -n "${llama_pid:-}" ] && kill "$llama_pid" 2>/dev/null
+# the headline: ours (defaults, best run) against llama.cpp on each file, first in summary.txt
+python3 tools/cuda_c_headline.py "$RES" "$SUM" > "$O/headline.txt"
+cat "$O/headline.txt" "$SUM" > "$O/summary.new" && mv "$O/summary.new" "$SUM"
 echo "---- summary"
 cat "$SUM"

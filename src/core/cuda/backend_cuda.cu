@@ -874,10 +874,17 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
     }
 }
 
-/* The sum over a row's TPR threads, in thread i == 0 of the group. */
+/* The sum over a row's TPR threads, in thread i == 0 of the group (TPR
+ * 16: the two rows of a warp summed apart, lanes xor within the half). */
 template <int TPR>
 __device__ __forceinline__ float mv2_reduce(float v, float *red)
 {
+    if constexpr (TPR < 32) {
+#pragma unroll
+        for (int o = TPR / 2; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
     v = warp_sum(v);
     if constexpr (TPR > 32) {
         if ((threadIdx.x & 31) == 0)
@@ -893,9 +900,11 @@ __device__ __forceinline__ float mv2_reduce(float v, float *red)
     return v;
 }
 
-/* y[r] = W[r] . x for one activation row; MV2_BLOCK / TPR rows a block. */
-template <int T, int TPR>
-__global__ void __launch_bounds__(MV2_BLOCK)
+/* y[r] = W[r] . x for one activation row; MV2_BLOCK / TPR rows a block.
+ * MINB > 1 (OMNI_CUDA_MV2_MINB) asks the compiler for that many blocks an
+ * SM (fewer registers: Q6_K takes 72 at MINB 1, 7 blocks an SM). */
+template <int T, int TPR, int MINB>
+__global__ void __launch_bounds__(MV2_BLOCK, MINB)
     k_mv2(const mv2m m, int rows, int np, const int8_t *__restrict__ xq,
           const float *__restrict__ xd, float *__restrict__ y)
 {
@@ -977,9 +986,12 @@ __global__ void __launch_bounds__(1024)
 
 /* The same with 16 warps a block, each taking rows r and r + 16 of the
  * block's 32 (OMNI_CUDA_MV2_GLU=512: two blocks fit an SM where one of
- * 1024 threads does). */
-template <int T>
-__global__ void __launch_bounds__(512)
+ * 1024 threads does; but Q4_K takes 65 registers at MINB 1, so only one
+ * fits: OMNI_CUDA_MV2_GLU=512b2 asks for 2, 64 registers). U pieces of
+ * each of the 4 streams in flight a lane (OMNI_CUDA_MV2_GLU=512u2: U 2,
+ * all of a 1B row's pieces at once; 128 registers, one block an SM). */
+template <int T, int U, int MINB>
+__global__ void __launch_bounds__(512, MINB)
     k_mv2_glu_q16(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
                   const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
                   float *__restrict__ oqd)
@@ -989,7 +1001,7 @@ __global__ void __launch_bounds__(512)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[4];
-    mv2_rows<T, 32, 1, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
+    mv2_rows<T, 32, U, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
     const float g0 = warp_sum(a[0]), u0 = warp_sum(a[1]);
     const float g1 = warp_sum(a[2]), u1 = warp_sum(a[3]);
     if (lane == 0) {
@@ -1063,29 +1075,57 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
     launch_pdl_at(1, k, grid, block, s, args...);
 }
 
-static int mv2_ppt = 2; /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
-static bool mv2_glu16;  /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q) */
-static int mv2_na;      /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
+static int mv2_ppt = 2;  /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
+static int mv2_tmin = 32; /* OMNI_CUDA_MV2_TMIN: the fewest threads a row (16 or 32) */
+static int mv2_minb = 1;  /* OMNI_CUDA_MV2_MINB=8: k_mv2 with 64 registers at most (Q6_K takes 83) */
+static bool mv2_glu16;    /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q) */
+static int mv2_glu_v;     /* its form: 0 as it was, 1 two blocks an SM (=512b2), 2 two pieces a stream (=512u2) */
+static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
 
-/* Threads a row for np pieces: 32, 64 or 128. */
+/* Threads a row for np pieces: mv2_tmin (16, 32) up to 128. Fewer
+ * threads a row give each more pieces, so more bytes in flight a thread. */
 static int mv2_tpr(int np)
 {
-    int t = 32;
+    int t = mv2_tmin;
     while (t < MV2_BLOCK && np > t * mv2_ppt)
         t *= 2;
     return t;
+}
+
+template <int T, int MINB>
+static void launch_mv2_b(const mv2m &m, int rows, int np, const int8_t *xq, const float *xd,
+                         float *y, cudaStream_t s)
+{
+    const int tpr = mv2_tpr(np);
+    const dim3 grid(blocks_for(rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
+    switch (tpr) {
+    case 16: launch_pdl(k_mv2<T, 16, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 32: launch_pdl(k_mv2<T, 32, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 64: launch_pdl(k_mv2<T, 64, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
+    default: launch_pdl(k_mv2<T, 128, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
+    }
 }
 
 template <int T>
 static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const float *xd,
                        float *y, cudaStream_t s)
 {
-    const int tpr = mv2_tpr(np);
-    const dim3 grid(blocks_for(rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
+    if (mv2_minb == 8)
+        launch_mv2_b<T, 8>(m, rows, np, xq, xd, y, s);
+    else
+        launch_mv2_b<T, 1>(m, rows, np, xq, xd, y, s);
+}
+
+/* k_mv2_seg over blocks blocks at tpr threads a row (q/k/v, plain or held back). */
+static void launch_mv2_seg(const mv2_segs &sg, unsigned blocks, int tpr, int np, const int8_t *xq,
+                           const float *xd, cudaStream_t s)
+{
+    const dim3 grid(blocks), block(MV2_BLOCK);
     switch (tpr) {
-    case 32: launch_pdl(k_mv2<T, 32>, grid, block, s, m, rows, np, xq, xd, y); break;
-    case 64: launch_pdl(k_mv2<T, 64>, grid, block, s, m, rows, np, xq, xd, y); break;
-    default: launch_pdl(k_mv2<T, 128>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 16: launch_pdl(k_mv2_seg<16>, grid, block, s, sg, np, xq, xd); break;
+    case 32: launch_pdl(k_mv2_seg<32>, grid, block, s, sg, np, xq, xd); break;
+    case 64: launch_pdl(k_mv2_seg<64>, grid, block, s, sg, np, xq, xd); break;
+    default: launch_pdl(k_mv2_seg<128>, grid, block, s, sg, np, xq, xd); break;
     }
 }
 
@@ -1499,11 +1539,7 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
                 wrote(s, y[i], (int64_t)n * w[i]->rows);
             return 0;
         }
-        switch (tpr) {
-        case 32: launch_pdl(k_mv2_seg<32>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
-        case 64: launch_pdl(k_mv2_seg<64>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
-        default: launch_pdl(k_mv2_seg<128>, dim3(b), dim3(MV2_BLOCK), s->stream, sg2, np, (const int8_t *)xq, (const float *)xd); break;
-        }
+        launch_mv2_seg(sg2, (unsigned)b, tpr, np, (const int8_t *)xq, (const float *)xd, s->stream);
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
         return chk_launch("matvec mv2 q/k/v");
@@ -1609,10 +1645,19 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
             const int np = cols / 32;
             if (mv2_glu16) {
-                switch (wg->type) {
-                case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-                case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
-                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0>, dim3(g), dim3(512), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+                const dim3 gd(g), bd(512);
+                const int8_t *cq = xq;
+                const float *cd = xd;
+                switch (wg->type * 4 + mv2_glu_v) {
+                case GGML_TYPE_Q4_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q4_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q4_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q6_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q6_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q6_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q8_0 * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q8_0 * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
                 }
             } else switch (wg->type) {
             case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
@@ -2303,11 +2348,7 @@ static void tail_flush(struct omni_backend *be)
         }
         return;
     }
-    switch (p.tpr) {
-    case 32: launch_pdl(k_mv2_seg<32>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
-    case 64: launch_pdl(k_mv2_seg<64>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
-    default: launch_pdl(k_mv2_seg<128>, dim3(p.blocks), dim3(MV2_BLOCK), s->stream, p.sg, p.np, p.xq, p.xd); break;
-    }
+    launch_mv2_seg(p.sg, (unsigned)p.blocks, p.tpr, p.np, p.xq, p.xd, s->stream);
 }
 
 template <int T, bool Q>
@@ -2447,6 +2488,36 @@ template <> __device__ __forceinline__ float dot8<float>(const float *q, const f
            q[6] * b.z + q[7] * b.w;
 }
 
+/* dot8 in two halves: the 8 values as loaded (kraw8, ldk8), then their dot
+ * (dotk8, the same sums as dot8), so that a lane can issue the loads of a
+ * whole key row before the first dot (k_attention_split with U = 2). */
+template <typename KT> struct kraw8;
+template <> struct kraw8<__half> { uint4 u; };
+template <> struct kraw8<float> { float4 a, b; };
+__device__ __forceinline__ void ldk8(kraw8<__half> &r, const __half *k) { r.u = *(const uint4 *)k; }
+__device__ __forceinline__ void ldk8(kraw8<float> &r, const float *k)
+{
+    r.a = *(const float4 *)k;
+    r.b = *(const float4 *)(k + 4);
+}
+__device__ __forceinline__ float dotk8(const float *q, const kraw8<__half> &r)
+{
+    const __half2 *h = (const __half2 *)&r.u;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        s += q[2 * i] * f.x + q[2 * i + 1] * f.y;
+    }
+    return s;
+}
+__device__ __forceinline__ float dotk8(const float *q, const kraw8<float> &r)
+{
+    const float4 a = r.a, b = r.b;
+    return q[0] * a.x + q[1] * a.y + q[2] * a.z + q[3] * a.w + q[4] * b.x + q[5] * b.y +
+           q[6] * b.z + q[7] * b.w;
+}
+
 /* One warp per (token, query head): keys 32 at a time (lane j scores key
  * j0 + j against the scaled query in shared memory, 16-byte loads when
  * head_dim is a multiple of 8), online softmax over the tiles; lane l
@@ -2545,7 +2616,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
  * loads issued together (a short context's step is one tile a warp, and
  * one key after the other is a chain of L2 round trips); the sums keep
  * the same order. */
-template <typename KT, int DPL2, bool Q, bool U>
+template <typename KT, int DPL2, bool Q, int U>
 __global__ void __launch_bounds__(ATT_SPLIT * 32)
     k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
 {
@@ -2583,7 +2654,19 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
             base = slot * kv_dim + (int64_t)kvh * hd;
             const KT *kr = K + base;
             float dot = 0.0f;
-            if (vec8) {
+            if (vec8 && U == 2) { /* 8 loads of 8 values in flight, then their dots */
+                for (int d0 = 0; d0 < hd; d0 += 64) {
+                    kraw8<KT> kv[8];
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd)
+                            ldk8(kv[c], kr + d0 + 8 * c);
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd)
+                            dot += dotk8(&qs[d0 + 8 * c], kv[c]);
+                }
+            } else if (vec8) {
                 for (int d = 0; d < hd; d += 8)
                     dot += dot8<KT>(&qs[d], kr + d);
             } else {
@@ -2605,7 +2688,35 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
         }
         const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
         int k0 = 0;
-        if constexpr (U) {
+        if constexpr (U == 2) { /* all pairs of 8 keys loaded, then accumulated (same order) */
+            for (; k0 + 8 <= n_valid; k0 += 8) {
+                float pk[8];
+                long long bk[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    pk[u] = __shfl_sync(0xffffffffu, p, k0 + u);
+                    bk[u] = __shfl_sync(0xffffffffu, (long long)base, k0 + u);
+                }
+                float2 v[DPL2][8];
+#pragma unroll
+                for (int i = 0; i < DPL2; i++) {
+                    const int d = 2 * (lane + 32 * i);
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        v[i][u] = d < hd ? ld2(V + bk[u] + d) : make_float2(0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int i = 0; i < DPL2; i++) {
+                    if (2 * (lane + 32 * i) < hd) {
+#pragma unroll
+                        for (int u = 0; u < 8; u++) {
+                            acc[i].x += pk[u] * v[i][u].x;
+                            acc[i].y += pk[u] * v[i][u].y;
+                        }
+                    }
+                }
+            }
+        } else if constexpr (U == 1) {
             for (; k0 + 8 <= n_valid; k0 += 8) {
                 float pk[8];
                 long long bk[8];
@@ -2685,12 +2796,13 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     }
 }
 
-/* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 always, 0 never;
+/* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 always, 0 never, 2
+ * (an A/B run) also the K row loads and both V halves issued together;
  * unset: for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B,
  * head_dim 64; -5% on qwen2.5-7b, head_dim 128) */
 static int att_unroll = -1;
 
-template <typename KT, bool Q, bool U>
+template <typename KT, bool Q, int U>
 static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, float *qd,
                                      cudaStream_t s)
 {
@@ -2707,10 +2819,12 @@ template <typename KT, bool Q>
 static void launch_attention_split(const struct omni_battn *a, int8_t *q, float *qd,
                                    cudaStream_t s)
 {
-    if (att_unroll > 0 || (att_unroll < 0 && a->head_dim <= 64))
-        launch_attention_split_u<KT, Q, true>(a, q, qd, s);
+    if (att_unroll == 2)
+        launch_attention_split_u<KT, Q, 2>(a, q, qd, s);
+    else if (att_unroll == 1 || (att_unroll < 0 && a->head_dim <= 64))
+        launch_attention_split_u<KT, Q, 1>(a, q, qd, s);
     else
-        launch_attention_split_u<KT, Q, false>(a, q, qd, s);
+        launch_attention_split_u<KT, Q, 0>(a, q, qd, s);
 }
 
 /* split: k_attention_split (decode steps), whose output is also written
@@ -3097,14 +3211,21 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
     const char *mg = getenv("OMNI_CUDA_MV2_GLU");
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
+    mv2_glu_v = mg && !strcmp(mg, "512b2") ? 1 : mg && !strcmp(mg, "512u2") ? 2 : 0;
+    const char *tm = getenv("OMNI_CUDA_MV2_TMIN");
+    mv2_tmin = tm && atoi(tm) == 16 ? 16 : 32;
+    const char *mb = getenv("OMNI_CUDA_MV2_MINB");
+    mv2_minb = mb && atoi(mb) == 8 ? 8 : 1;
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
     norm_stage = !(ns && !strcmp(ns, "0"));
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
-    att_unroll = au && !strcmp(au, "1") ? 1 : au && !strcmp(au, "0") ? 0 : -1;
+    att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
     s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 7 ? atoi(ft) : 0;
+    if (mv2_tmin < 32)
+        s->fuse_tail = 0; /* its kernels take 32-128 threads a row only */
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
