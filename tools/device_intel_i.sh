@@ -12,7 +12,10 @@
 # vocabulary; carried by the round, see docs/gpu.md). Our code builds as the
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
-# Knobs: STEPS (tests asan dots stream tg pp matmul bd engine mmb), CFX (extra cc flags), CORES (14,15), TYPES, DEADLINE (195 s).
+# Knobs: STEPS (tests asan dots vdots stream tg lv pp matmul bd engine mmb), CFX (extra cc flags),
+# CORES (14,15), TYPES, DEADLINE (195 s), SHAPE (llama-3.2-1b: random_model's shape of the
+# files), TEST_LEVELS (every level), ASAN_LEVEL (amx), LV_LEVELS and DOT_LEVELS (avx2 avxvnni
+# avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -25,6 +28,10 @@ has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 CORES=${CORES:-14,15}
 BUILD_CORES=${BUILD_CORES:-0-11}
 TYPES=${TYPES:-q8_0 q4_0 q4_k_m}
+SHAPE=${SHAPE:-llama-3.2-1b}
+TEST_LEVELS=${TEST_LEVELS:-scalar avx2 avxvnni avx512 avx512vnni amx}
+LV_LEVELS=${LV_LEVELS:-avx2 avxvnni avx512vnni}
+DOT_LEVELS=${DOT_LEVELS:-$LV_LEVELS}
 BDTYPES=${BDTYPES:-q8_0 q4_k_m}
 DEADLINE=${DEADLINE:-195}
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
@@ -45,10 +52,10 @@ if has tg || has pp; then
       taskset -c $BUILD_CORES cmake --build /tmp/i_llcpu --target llama-bench -j 10; echo "llama rc $?" ) > "$O/llama_build.log" 2>&1 &
     llama_pid=$!
 fi
-if has tg || has pp || has bd || has engine; then
+if has tg || has lv || has pp || has bd || has engine; then
     for t in $TYPES; do
-        taskset -c 12,13 python3 tools/random_model --shape llama-3.2-1b --type $t \
-            --vocab $DEV/ggml-vocab-llama-bpe.gguf -o /tmp/i_l1b-$t.gguf > "$O/model_$t.log" 2>&1 &
+        taskset -c 12,13 python3 tools/random_model --shape $SHAPE --type $t \
+            --vocab $DEV/ggml-vocab-llama-bpe.gguf -o /tmp/i_$SHAPE-$t.gguf > "$O/model_$t.log" 2>&1 &
     done
 fi
 
@@ -58,7 +65,7 @@ OBJ=/tmp/i_obj; mkdir -p $OBJ
 CF="-std=gnu11 -O2 -march=x86-64-v2 -pthread -I. -Itools/bench_only -I$DEV/pcre2/include -w ${CFX:-}"
 LIBSRC="src/cli/bench.c src/cli/bench_util.c src/cli/args.c llm/model.c llm/tokenizer.c llm/unicode.c
         $(ls llm/moe.c llm/deltanet.c llm/model_dev.c 2>/dev/null) $(ls src/core/*.c src/core/arch/x86/*.c | grep -v '/download\.c$')"
-TSRC="tests/test_main.c tests/test_quant.c tests/test_matmul.c $(ls tests/test_gemm_act8.c tests/test_ops.c 2>/dev/null)"
+TSRC="tests/test_main.c tests/test_quant.c tests/test_matmul.c $(ls tests/test_gemm_act8.c tests/test_ops.c tests/test_cpu.c 2>/dev/null)"
 SG=""; [ -f tools/bench_only/sgemm_fast.c ] && SG=tools/bench_only/sgemm_fast.c
 [ -n "${SKIP_MAIN:-}" ] || echo $LIBSRC $TSRC tests/bench_decode.c $SG | tr ' ' '\n' | grep . |
     taskset -c ${OUR_CORES:-12-15} xargs -P ${OUR_JOBS:-4} -I{} sh -c "cc $CF -c {} -o $OBJ/\$(echo {} | tr / _).o || echo 'compile failed: {}'"
@@ -152,9 +159,9 @@ stamp "built"
 #    also loops over the levels up to its cap)
 if has tests; then
     c=7
-    for lvl in scalar avx2 avx512 avx512vnni amx; do
+    for lvl in $TEST_LEVELS; do
         c=$((c + 1)); [ $c -gt 11 ] && c=11
-        ( for f in quant matmul gemm_ ops_; do OMNI_CPU=$lvl timeout 80 taskset -c $c /tmp/i_tests $f; done > "$O/tests_$lvl.txt" 2>&1 ) &
+        ( for f in quant matmul gemm_ ops_ cpu_; do OMNI_CPU=$lvl timeout 80 taskset -c $c /tmp/i_tests $f; done > "$O/tests_$lvl.txt" 2>&1 ) &
     done
 fi
 
@@ -168,8 +175,8 @@ if has asan; then
           taskset -c ${ASAN_CORES:-4-11} xargs -P ${ASAN_JOBS:-8} -I{} sh -c "cc $ACF -c {} -o $A/\$(echo {} | tr / _).o || echo 'asan compile failed: {}'"
       cc $ACF -Dmain=bench_only_main -c tools/bench_only/bench_only.c -o $A/stub.o
       cc -fsanitize=address,undefined -o /tmp/i_tests_asan $A/*.o $DEV/pcre2/lib/libpcre2-8.a -lm -pthread || echo "asan link failed"
-      for f in gemm_ matmul quant ops_; do
-          ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMNI_CPU=amx \
+      for f in gemm_ matmul quant ops_ cpu_; do
+          ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMNI_CPU=${ASAN_LEVEL:-amx} \
               timeout 150 taskset -c ${ASAN_CORES:-4-11} /tmp/i_tests_asan $f
       done ) > "$O/tests_asan.txt" 2>&1 &
     asan_pid=$!
@@ -196,6 +203,24 @@ if has dots; then
     sed 's/"checksum".*//' "$O/decode.jsonl"
     stamp "decode dots"
 fi
+# 4a. decode dots per level (DOT_LEVELS, alternately, DOT_ROUNDS rounds):
+#    the 0.5B shapes (896 x 4864 ffn_up, 4864 x 896 ffn_down, 896 x 151936
+#    output) and the 1B ones, 2 threads on the pinned cores; decode_lv.jsonl
+if has vdots; then
+    for round in $(seq 1 ${DOT_ROUNDS:-1}); do
+        for t in ${DOT_TYPES:-q8_0 q4_0 q5_0 q4_K q6_K}; do
+            for s in ${DOT_SHAPES:-896x4864 4864x896 2048x8192}; do
+                for lvl in $DOT_LEVELS; do
+                    [ "$(left)" -gt ${VDOTS_LEFT:-110} ] || break
+                    OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/i_decode_base -r 3 -t $t -s $s -n 2 | grep '"type"' |
+                        sed "s/^{/{\"round\":$round,\"cap\":\"$lvl\",/" >> "$O/decode_lv.jsonl"
+                done
+            done
+        done
+    done
+    sed 's/"checksum".*//' "$O/decode_lv.jsonl"
+    stamp "decode dots per level"
+fi
 # 4b. q8_0 streaming alone (tools/q8_stream.c): memory backings (4 KiB
 #    anonymous pages, MADV_HUGEPAGE, a mapped file) x loop shapes (the
 #    production loop, S rows in lockstep, repacked rows with 512-bit loads,
@@ -214,10 +239,10 @@ if has stream; then
     stamp "stream"
 fi
 # (a bare wait would also wait for the tee above: only named jobs)
-pids=$(jobs -p | grep -v "^${llama_pid:-x}$")
+pids=$(jobs -p | grep -v "^${llama_pid:-x}$" | grep -v "^${asan_pid:-x}$") # ASan is awaited at the end
 [ -n "$pids" ] && wait $pids 2>/dev/null
 if has tests; then
-    for lvl in scalar avx2 avx512 avx512vnni amx; do
+    for lvl in $TEST_LEVELS; do
         echo "$lvl: $(grep -h 'passed' "$O/tests_$lvl.txt" | paste -sd' ')"
         grep -h -B2 -A3 'FAIL' "$O/tests_$lvl.txt" | head -20
     done
@@ -262,12 +287,12 @@ if has mmb && [ -f $DEV/i/bench_matmul_blas.xz ]; then
     cat "$O/mmb.txt"; stamp "mmb"
 fi
 # 6. tg64 (and pp512) on the pinned cores: ours and llama.cpp alternately
-ls -la /tmp/i_l1b-*.gguf 2>/dev/null
+ls -la /tmp/i_$SHAPE-*.gguf 2>/dev/null
 LB=/tmp/i_llcpu/bin/llama-bench
 ours() { # tag file variant args...
     local tag=$1 f=$2 v=$3; shift 3
     [ "$(left)" -gt 15 ] || return
-    timeout 60 taskset -c $CORES env ${LVL:+OMNI_CPU=$LVL} /tmp/i_bench_$v -m /tmp/i_l1b-$f.gguf -t 2 --json "$@" 2>/dev/null |
+    timeout 60 taskset -c $CORES env ${LVL:+OMNI_CPU=$LVL} /tmp/i_bench_$v -m /tmp/i_$SHAPE-$f.gguf -t 2 --json "$@" 2>/dev/null |
         grep '^{' | sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\", /" >> "$O/tg.jsonl"
     echo "$tag $f ours $v $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\", \"bin\": \"$v\"" "$O/tg.jsonl" | tail -1 |
         grep -o '"pp_tok_s": [0-9.]*\|"tg_tok_s": [0-9.]*\|"bandwidth_gb_s": [0-9.]*\|"bandwidth_fraction": [0-9.]*\|"bd_tok_s": [0-9.]*\|"cpu": "[a-z0-9]*"' | paste -sd' ')"
@@ -275,11 +300,11 @@ ours() { # tag file variant args...
 theirs() { # tag file args...
     local tag=$1 f=$2; shift 2
     [ -x $LB ] && [ "$(left)" -gt 15 ] || return
-    timeout 60 taskset -c $CORES $LB -m /tmp/i_l1b-$f.gguf -t 2 -o jsonl "$@" 2>/dev/null |
+    timeout 60 taskset -c $CORES $LB -m /tmp/i_$SHAPE-$f.gguf -t 2 -o jsonl "$@" 2>/dev/null |
         sed "s/^{/{\"tag\": \"$tag\", \"file\": \"$f\", /" >> "$O/llama.jsonl"
     echo "$tag $f llama.cpp $*: $(grep "\"tag\": \"$tag\", \"file\": \"$f\"" "$O/llama.jsonl" | tail -1 | grep -o '"avg_ts": [0-9.]*')"
 }
-if has tg || has pp || has bd || has engine; then
+if has tg || has lv || has pp || has bd || has engine; then
     stamp "tg"
     TGV=${TGV:-base pf0_0 q8u}
     has tg && ours tg0 q8_0 base -p 1 -n 32 --reps 1
@@ -297,6 +322,17 @@ if has tg || has pp || has bd || has engine; then
             for v in ${TGV2:-base}; do ours tg1 $t $v -p 1 -n ${TGN:-64} --reps 2 --no-bandwidth; done
         done
     fi
+    if has lv; then
+        # tg (and bandwidth_fraction: bench's own read probe) per level,
+        # LV_LEVELS alternately within each file, LV_ROUNDS rounds
+        for round in $(seq 1 ${LV_ROUNDS:-1}); do
+            for t in $TYPES; do
+                for lvl in $LV_LEVELS; do
+                    LVL=$lvl ours lv$round-$lvl $t base -p 1 -n ${TGN:-64} --reps 2
+                done
+            done
+        done
+    fi
     if has bd; then
         # 8 sequences decoded together (aggregate tok/s) at B rows: level amx
         # (AMX from 16 rows) vs amx_old (AMX from 2-6), and avx512vnni
@@ -310,9 +346,9 @@ if has tg || has pp || has bd || has engine; then
     if has engine && [ -x /tmp/i_engine ]; then
         # the engine under load: decode step of 8 sequences against one, per level
         for t in ${ENGTYPES:-q4_k_m q8_0}; do
-            for lvl in amx avx512vnni; do
+            for lvl in ${ENGLEVELS:-amx avx512vnni}; do
                 [ "$(left)" -gt 25 ] || break
-                OMNI_CPU=$lvl timeout 60 taskset -c $CORES /tmp/i_engine -m /tmp/i_l1b-$t.gguf --concurrency 1,8 \
+                OMNI_CPU=$lvl timeout 60 taskset -c $CORES /tmp/i_engine -m /tmp/i_$SHAPE-$t.gguf --concurrency 1,8 \
                     --prompt-tokens 64 --gen-tokens 32 --threads 2 --json 2>/dev/null | grep '^{' |
                     sed "s/^{/{\"file\": \"$t\", \"level\": \"$lvl\", /" >> "$O/engine.jsonl"
                 echo "engine $t $lvl: $(grep "\"file\": \"$t\", \"level\": \"$lvl\"" "$O/engine.jsonl" | cut -c1-300 | paste -sd' ')"
@@ -327,7 +363,7 @@ if has tg || has pp || has bd || has engine; then
 fi
 if has asan; then
     while kill -0 $asan_pid 2>/dev/null && [ "$(left)" -gt 3 ]; do sleep 1; done
-    echo "asan (level amx, every level below it in each test): $(grep -h 'passed' "$O/tests_asan.txt" | paste -sd' ')"
+    echo "asan (level ${ASAN_LEVEL:-amx}, every level below it in each test): $(grep -h 'passed' "$O/tests_asan.txt" | paste -sd' ')"
     grep -h -B2 -A8 'FAIL\|ERROR\|runtime error' "$O/tests_asan.txt" | head -30
 fi
 cat /proc/loadavg
