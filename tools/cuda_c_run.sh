@@ -176,6 +176,23 @@ PY
         done
     done
 fi
+if [ "${ENGINE_TIMERS:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
+    stamp "per-op times of bench-engine, 64 sequences"
+    f="$O/optime_engine64.jsonl"
+    OMNI_CUDA_TIMERS=1 timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
+        --concurrency 64 --prompt-tokens 128 --gen-tokens 64 --json 2>&1 >/dev/null |
+        grep '^{"bench":"optime' > "$f"
+    python3 - "$f" <<'PY' | tee -a "$SUM"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ops = sorted((r for r in rows if r["bench"] == "optime"), key=lambda r: -r["calls"] * r["us_avg"])
+for r in rows:
+    if r["bench"] == "optime_step":
+        print("optime engine64: " + json.dumps(r))
+for r in ops[:16]:
+    print("  %-52s %6d calls %8.2f us avg %s" % (r["op"][:52], r["calls"], r["us_avg"], ("%.0f GB/s" % r["gb_s"]) if r.get("gb_s") else ""))
+PY
+fi
 # tg128: defaults and variants interleaved, A B A B
 if [ -x build-fcuda/bench_dev ]; then
     for mv in ${TG_FILES:-M4 M7 M8}; do
@@ -212,23 +229,6 @@ for l in sys.stdin:
         tee -a "$SUM"
     tail -2 "$W/engine.err"
 done
-if [ "${ENGINE_TIMERS:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
-    stamp "per-op times of bench-engine, 64 sequences"
-    f="$O/optime_engine64.jsonl"
-    OMNI_CUDA_TIMERS=1 timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
-        --concurrency 64 --prompt-tokens 128 --gen-tokens 64 --json 2>&1 >/dev/null |
-        grep '^{"bench":"optime' > "$f"
-    python3 - "$f" <<'PY' | tee -a "$SUM"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ops = sorted((r for r in rows if r["bench"] == "optime"), key=lambda r: -r["calls"] * r["us_avg"])
-for r in rows:
-    if r["bench"] == "optime_step":
-        print("optime engine64: " + json.dumps(r))
-for r in ops[:16]:
-    print("  %-52s %6d calls %8.2f us avg %s" % (r["op"][:52], r["calls"], r["us_avg"], ("%.0f GB/s" % r["gb_s"]) if r.get("gb_s") else ""))
-PY
-fi
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${RUN_NCU:-1}" = 1 ] && [ -n "$NCU_BIN" ] && [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 90 ]; then
     stamp "ncu: speed of light of the mv2 kernels, 1B Q4_K_M file (${NCU_ENV:-X=1})"
