@@ -372,7 +372,13 @@ static void gemm_rows(void *arg, int ith, int nth)
  * older ends of 64-256 rows came from sgemm timed with OpenBLAS's own
  * threads running beside the clock); q8_0's GEMM is level with sgemm from
  * 64 rows (0.9-1.3x), and its int8 activations there moved lfm2's golden
- * logits past their tolerance, so it keeps float prompts from 32. AVX-512 VNNI (a Xeon
+ * logits past their tolerance, so it keeps float prompts from 32; below 4
+ * rows the per-row dots beat both q8_0 GEMM forms on weights read from
+ * memory (one thread, ms per activation row, 49,152 x 1024 / 16,384 x
+ * 3072: 2 rows dots 2.44 / 2.48, 2 x 4 tiles 3.82 / 3.16, act8 3.75 / 3.66;
+ * 3 rows 2.20 / 2.30 against 2.95 / 2.39 and 2.54 / 2.45; 4 rows act8
+ * 1.90 / 1.84 against dots 2.15 / 2.27, tiles 2.36 / 2.08), so q8_0 starts
+ * at 4 there. AVX-512 VNNI (a Xeon
  * capped at that level, OpenBLAS on its SkylakeX kernels, one OpenBLAS
  * thread, 2048 x 8192, docs/benchmarks.md): the GEMM is ahead of sgemm at
  * every size measured, 2-128 rows (1.6-2.1x at 128: q6_K 1.56x), so as on
