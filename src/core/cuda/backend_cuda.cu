@@ -60,6 +60,12 @@ struct cuda_state {
     size_t wh_cap;     /* elements */
     __half *xh;        /* activations as F16 for the GEMM path */
     size_t xh_cap;
+    /* xh holds x (nh_n rows of nh_cols) while nh_valid (OMNI_CUDA_F16_REUSE=1):
+     * q/k/v and gate/up of a batched step convert their input once; dropped
+     * as nq_valid is */
+    bool nh_on, nh_valid;
+    const float *nh_x;
+    int nh_n, nh_cols;
     void *xq;          /* activations as Q8_0: int8 values, then a float scale per 32 */
     size_t xq_cap;     /* bytes */
     bool capturing;    /* a graph capture is open: no allocation, no sync */
@@ -113,6 +119,7 @@ static void touch(struct omni_backend *be)
 {
     tail_flush(be);
     st(be)->nq_valid = false;
+    st(be)->nh_valid = false;
 }
 
 /* For src/core/cuda/whisper_ops.cu: the stream of be's ops (which write
@@ -1314,6 +1321,8 @@ static void wrote(struct cuda_state *s, const float *y, int64_t n)
 {
     if (s->nq_valid && y < s->nq_x + (int64_t)s->nq_n * s->nq_cols && s->nq_x < y + n)
         s->nq_valid = false;
+    if (s->nh_valid && y < s->nh_x + (int64_t)s->nh_n * s->nh_cols && s->nh_x < y + n)
+        s->nh_valid = false;
 }
 
 /* prepare's entry for matrix w (same data, shape and type), or NULL. */
@@ -1463,13 +1472,22 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         A = s->wh;
     }
     const int64_t nx = (int64_t)n * cols;
-    if ((size_t)nx > s->xh_cap && s->capturing)
-        return OMNI_ERR_LIMIT;
-    if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
-        return rc;
-    k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
-    if ((rc = chk_launch("f32_to_f16")) < 0)
-        return rc;
+    if (!(s->nh_valid && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)) {
+        s->nh_valid = false;
+        if ((size_t)nx > s->xh_cap && s->capturing)
+            return OMNI_ERR_LIMIT;
+        if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
+            return rc;
+        k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
+        if ((rc = chk_launch("f32_to_f16")) < 0)
+            return rc;
+        if (s->nh_on) {
+            s->nh_valid = true;
+            s->nh_x = x;
+            s->nh_n = n;
+            s->nh_cols = cols;
+        }
+    }
     return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, A,
                                  CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, y, CUDA_R_32F,
                                  rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -2391,6 +2409,7 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
         return false;
     p->kind = 0;
     s->nq_valid = false;
+    s->nh_valid = false;
     int8_t *q;
     float *qd;
     if (norm_quant(s, 1, dim, &q, &qd)) {
@@ -2418,6 +2437,7 @@ static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r
         return false;
     p->kind = 0;
     s->nq_valid = false;
+    s->nh_valid = false;
     const int half = hd / 2;
     unsigned *c = s->tail_count + 1;
     const dim3 g(p->blocks), b(MV2_BLOCK);
@@ -3089,6 +3109,7 @@ static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
+    s->nh_valid = false; /* a graph converts its own inputs */
     s->n_capture++;
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
     s->capturing = rc == 0;
@@ -3226,6 +3247,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 7 ? atoi(ft) : 0;
     if (mv2_tmin < 32)
         s->fuse_tail = 0; /* its kernels take 32-128 threads a row only */
+    const char *fr = getenv("OMNI_CUDA_F16_REUSE");
+    s->nh_on = fr && !strcmp(fr, "1");
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
