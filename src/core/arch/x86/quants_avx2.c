@@ -404,6 +404,19 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
 #define PREP_NIBBLES unpack_nibbles_b
 #endif
 
+/* OMNI_X86_AVX2_STREAMS (S): streaming rows (over
+ * DOT_PREP_STREAM_MIN_ROW_BYTES) as S contiguous sub-ranges of the call's
+ * rows walked in lockstep, S rows at a time, so S streams of the weights
+ * are in flight, each prefetched KQ_PF_DIST ahead (quants_avx512.c's
+ * OMNI_X86_STREAMS for the AVX-512 VNNI dots). Every row keeps the one-row
+ * loop's integer and float steps (its four accumulators: the same bits), so
+ * S streams hold 4 S accumulators: past S = 2 they spill on AVX2's 16
+ * registers. 1 = one row at a time. */
+#ifndef OMNI_X86_AVX2_STREAMS
+#define OMNI_X86_AVX2_STREAMS 4
+#endif
+#define AVX2_STREAMS_MAX (OMNI_X86_AVX2_STREAMS > 1 ? OMNI_X86_AVX2_STREAMS : 1)
+
 /* variant 0: q8_0 (the same steps and bits as vec_dot_q8_0_q8_0_avx2, its
  * activation scales read as floats); 1: q4_0 and 2: q5_0 (rows over 768
  * bytes; shorter ones go two at a time, dot_prep2_avx2 below; quants_avx512.c's
@@ -412,35 +425,41 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
  * once per block: off * sum_i dx_i * prep[nb + i]. The integer work per
  * block drops to one vpmaddubsw + vpmaddwd (from two, a subtract and, for
  * q5_0, an andnot), and the activation half of each scale product to a load. */
-static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, const void *w, const void *a,
-                                                                 const float *prep, const int variant,
-                                                                 const int stream)
+static inline __attribute__((always_inline)) void dot_prep_avx2(int64_t n, const uint8_t *const *w, const void *a,
+                                                                const float *prep, const int variant,
+                                                                const int stream, const int S, float *out)
 {
     const int64_t nb = n / QK8_0;
     const size_t bx = variant == 0 ? sizeof(block_q8_0) : variant == 1 ? sizeof(block_q4_0) : sizeof(block_q5_0);
-    const uint8_t *xb = w;
     const block_q8_0 *y = a;
     const float *dy = prep, *sy = prep + nb;
-    __m256 acc[4];
+    __m256 acc[AVX2_STREAMS_MAX][4];
+    __m128 corr[AVX2_STREAMS_MAX];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        acc[k] = _mm256_setzero_ps();
-    __m128 corr = _mm_setzero_ps();
+    for (int s = 0; s < S; s++) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[s][k] = _mm256_setzero_ps();
+        corr[s] = _mm_setzero_ps();
+    }
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        if (stream)
-            kq_prefetch(xb + i * bx, 4 * bx);
-        const __m128 dx4 = scales4_x(xb + i * bx, bx);
-        const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
-        if (variant)
-            corr = _mm_add_ps(corr, _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
-        const __m256 d8 = _mm256_set_m128(d4, d4);
-        /* (summing the four blocks' int16 pair sums with horizontal adds
-         * first, for one conversion and FMA per four blocks, measured 8-14%
-         * slower on an AMD EPYC) Block k's scale is broadcast where its FMA
-         * needs it (a literal immediate each), not four held across the
-         * step: with q5_0's constants those pushed the correction and a
-         * scale out to the stack. The same values and order: same bits. */
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const uint8_t *xb = w[s];
+            if (stream)
+                kq_prefetch(xb + i * bx, 4 * bx);
+            const __m128 dx4 = scales4_x(xb + i * bx, bx);
+            const __m128 d4 = _mm_mul_ps(dx4, _mm_loadu_ps(dy + i));
+            if (variant)
+                corr[s] = _mm_add_ps(corr[s], _mm_mul_ps(dx4, _mm_loadu_ps(sy + i)));
+            const __m256 d8 = _mm256_set_m128(d4, d4);
+            /* (summing the four blocks' int16 pair sums with horizontal adds
+             * first, for one conversion and FMA per four blocks, measured 8-14%
+             * slower on an AMD EPYC) Block k's scale is broadcast where its FMA
+             * needs it (a literal immediate each), not four held across the
+             * step: with q5_0's constants those pushed the correction and a
+             * scale out to the stack. The same values and order: same bits. */
 #define PREP_STEP(k, imm)                                                                          \
     do {                                                                                           \
         const uint8_t *x = xb + (i + (k)) * bx;                                                    \
@@ -455,37 +474,42 @@ static inline __attribute__((always_inline)) float dot_prep_avx2(int64_t n, cons
             const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));   \
             dot = dot_u8i8(_mm256_or_si256(PREP_NIBBLES(x5->qs), hi), qy);                         \
         }                                                                                          \
-        acc[k] = _mm256_fmadd_ps(_mm256_permute_ps(d8, imm), _mm256_cvtepi32_ps(dot), acc[k]);    \
+        acc[s][k] = _mm256_fmadd_ps(_mm256_permute_ps(d8, imm), _mm256_cvtepi32_ps(dot), acc[s][k]); \
     } while (0)
-        PREP_STEP(0, 0x00);
-        PREP_STEP(1, 0x55);
-        PREP_STEP(2, 0xaa);
-        PREP_STEP(3, 0xff);
+            PREP_STEP(0, 0x00);
+            PREP_STEP(1, 0x55);
+            PREP_STEP(2, 0xaa);
+            PREP_STEP(3, 0xff);
 #undef PREP_STEP
-    }
-    float corr_s = hsum_ps128(corr);
-    for (; i < nb; i++) {
-        const uint8_t *x = xb + i * bx;
-        ggml_half hd;
-        memcpy(&hd, x, sizeof hd);
-        const float dx = h2f(hd);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256i dot;
-        if (variant == 0) {
-            dot = dot_i8(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), qy);
-        } else if (variant == 1) {
-            dot = dot_u8i8(unpack_nibbles(((const block_q4_0 *)x)->qs), qy);
-        } else {
-            const block_q5_0 *x5 = (const block_q5_0 *)x;
-            const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));
-            dot = dot_u8i8(_mm256_or_si256(unpack_nibbles(x5->qs), hi), qy);
         }
-        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[0]);
-        if (variant)
-            corr_s += dx * sy[i];
     }
-    const float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    return variant == 0 ? s : s - (variant == 1 ? 8.0f : 16.0f) * corr_s;
+    const int64_t i_tail = i;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        float corr_s = hsum_ps128(corr[s]);
+        for (i = i_tail; i < nb; i++) {
+            const uint8_t *x = w[s] + i * bx;
+            ggml_half hd;
+            memcpy(&hd, x, sizeof hd);
+            const float dx = h2f(hd);
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+            __m256i dot;
+            if (variant == 0) {
+                dot = dot_i8(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x)->qs), qy);
+            } else if (variant == 1) {
+                dot = dot_u8i8(unpack_nibbles(((const block_q4_0 *)x)->qs), qy);
+            } else {
+                const block_q5_0 *x5 = (const block_q5_0 *)x;
+                const __m256i hi = _mm256_and_si256(bits_to_bytes(x5->qh), _mm256_set1_epi8(0x10));
+                dot = dot_u8i8(_mm256_or_si256(unpack_nibbles(x5->qs), hi), qy);
+            }
+            acc[s][0] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[i]), _mm256_cvtepi32_ps(dot), acc[s][0]);
+            if (variant)
+                corr_s += dx * sy[i];
+        }
+        const float t = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]), _mm256_add_ps(acc[s][2], acc[s][3])));
+        out[s] = variant == 0 ? t : t - (variant == 1 ? 8.0f : 16.0f) * corr_s;
+    }
 }
 
 /* The f16 scales opening blocks 0-3 of rows a and b (blocks of bx bytes,
@@ -626,13 +650,25 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
 #define DOT_PREP_STREAM_MIN_ROW_BYTES 1024
 #endif
 
-/* The rows of a vec_dot_prep call two at a time (the odd last one paired
- * with itself), prefetching OMNI_PREFETCH_ROWS rows ahead; long rows one at
- * a time (dot_prep_avx2). */
+/* The rows of a vec_dot_prep call: long rows streamed (dot_prep_avx2, S
+ * streams), shorter ones one at a time with the row OMNI_PREFETCH_ROWS
+ * ahead prefetched at its start. */
 #define DOT_PREP_ROWS_CAPPED(variant)                                                      \
     if (KQ_PF_DIST > 0 && w_row > DOT_PREP_STREAM_MIN_ROW_BYTES) {                         \
-        for (int64_t r = 0; r < n_rows; r++)                                               \
-            y[r] = dot_prep_avx2(n, (const uint8_t *)w + (size_t)r * w_row, a, prep, variant, 1); \
+        const int64_t per = AVX2_STREAMS_MAX > 1 ? n_rows / AVX2_STREAMS_MAX : 0;          \
+        for (int64_t r = 0; r < per; r++) {                                                \
+            const uint8_t *ws[AVX2_STREAMS_MAX];                                           \
+            float o[AVX2_STREAMS_MAX];                                                     \
+            for (int s = 0; s < AVX2_STREAMS_MAX; s++)                                     \
+                ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;                \
+            dot_prep_avx2(n, ws, a, prep, variant, 1, AVX2_STREAMS_MAX, o);                \
+            for (int s = 0; s < AVX2_STREAMS_MAX; s++)                                     \
+                y[r + s * per] = o[s];                                                     \
+        }                                                                                  \
+        for (int64_t r = (AVX2_STREAMS_MAX > 1 ? AVX2_STREAMS_MAX : 0) * per; r < n_rows; r++) { \
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                   \
+            dot_prep_avx2(n, &wr, a, prep, variant, 1, 1, &y[r]);                          \
+        }                                                                                  \
     } else {                                                                               \
         const size_t fit = 8192 / (w_row ? w_row : 1); /* one row: w_row may be 0 */      \
         const int64_t ahead = fit < 1 ? 1 : fit < OMNI_PREFETCH_ROWS ? (int64_t)fit : OMNI_PREFETCH_ROWS; \
@@ -640,7 +676,7 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;                   \
             if (r + ahead < n_rows)                                                        \
                 prefetch_bytes_l1(wr + ahead * w_row, w_row);                              \
-            y[r] = dot_prep_avx2(n, wr, a, prep, variant, 0);                              \
+            dot_prep_avx2(n, &wr, a, prep, variant, 0, 1, &y[r]);                          \
         }                                                                                  \
     }
 
