@@ -38,6 +38,17 @@
 /* An int32 read at any address (activation qs sit at offset 2 of a block). */
 typedef int32_t i32u __attribute__((aligned(1), may_alias));
 #define TILE_C 4 /* activation rows per register tile */
+
+/* acc + the sums of 4 u8 x s8 products per dword. The AVX-VNNI twin of
+ * this file (gemm_avxvnni.c) has VEX vpdpbusd for it; here vpmaddubsw +
+ * vpmaddwd + vpaddd, whose int16 pair sums never saturate at the callers'
+ * ranges (at most 2 * 127 * 128), so both give the same int32 and the same
+ * bits. */
+#ifdef __AVXVNNI__
+#define DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#else
+#define DPBUSD(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#endif
 void omni_x86_gemm_q8_0_prep(int offset, const void *xq, size_t xq_row, int64_t n_batch,
                              int64_t n_in, float *ad, int32_t *corr)
 {
@@ -123,6 +134,7 @@ gemm_tile(const int WT, const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp,
           size_t y_stride, const int NR, const int NC)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones; /* unused by the AVX-VNNI twin */
     __m256 acc[TILE_R][TILE_C];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++)
@@ -144,9 +156,13 @@ gemm_tile(const int WT, const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp,
             for (int r = 0; r < NR; r++) {
                 /* q8_0: |w| times a with w's sign (a is never -128) */
                 const __m256i s = WT == GGML_TYPE_Q8_0 ? _mm256_sign_epi8(av, wq[r]) : av;
+#ifdef __AVXVNNI__
+                const __m256i dot = DPBUSD(WT != GGML_TYPE_Q8_0 ? k0 : _mm256_setzero_si256(), wa[r], s);
+#else
                 __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[r], s), ones);
                 if (WT != GGML_TYPE_Q8_0)
                     dot = _mm256_add_epi32(dot, k0);
+#endif
                 acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[r], da), acc[r][c]);
             }
         }
@@ -296,6 +312,7 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
           int nc, const int NR)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones; /* unused by the AVX-VNNI twin */
     __m256 acc[ACT8_R];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -331,8 +348,12 @@ act8_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
                 const __m256i wb = _mm256_set1_epi32(*(const i32u *)(q[r] + 4 * k));
+#ifdef __AVXVNNI__
+                dot[r] = DPBUSD(dot[r], aa, _mm256_xor_si256(wb, m));
+#else
                 const __m256i p = _mm256_maddubs_epi16(aa, _mm256_xor_si256(wb, m));
                 dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
+#endif
                 KEEP_CHAIN(dot[r]);
             }
         }
@@ -483,6 +504,7 @@ wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int6
 {
     const size_t bs = WT == GGML_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
     const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones; /* unused by the AVX-VNNI twin */
     /* block i of row r at b[r]; missing rows repeat row 0 */
     const uint8_t *b[8];
 #pragma GCC unroll 8
@@ -509,7 +531,19 @@ wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int6
         const uint8_t *xa = xq + (size_t)i * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
         for (int c = 0; c < nc; c++, xa += xq_row) {
             const i32u *aq = (const i32u *)xa;
+            /* corr times 8 (one per lane), or already so (CSH 0) */
+            const __m256i k = _mm256_set1_epi32(corr[c * nbp + i]);
             __m256i dot;
+#ifdef __AVXVNNI__
+            /* straight into int32, from the correction on: two chains */
+            __m256i d0 = CSH ? _mm256_slli_epi32(k, CSH) : k, d1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                d0 = DPBUSD(d0, W[j], _mm256_set1_epi32(aq[j]));
+                d1 = DPBUSD(d1, W[j + 4], _mm256_set1_epi32(aq[j + 4]));
+            }
+            dot = _mm256_add_epi32(d0, d1);
+#else
             if (WT == GGML_TYPE_Q4_0) {
                 /* 8 pair sums of at most 2 * 15 * 127 fit int16 */
                 __m256i s = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(aq[0]));
@@ -528,9 +562,8 @@ wt8_group(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, int6
                 }
                 dot = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
             }
-            /* corr times 8 (one per lane), or already so (CSH 0) */
-            const __m256i k = _mm256_set1_epi32(corr[c * nbp + i]);
             dot = _mm256_add_epi32(dot, CSH ? _mm256_slli_epi32(k, CSH) : k);
+#endif
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ad[c * nbp + i])),
                                      acc[c]);
         }
