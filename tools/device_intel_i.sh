@@ -116,8 +116,12 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     gk_off) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_MIN=2147483647" ;;
     gk_r2) echo "src/core/arch/x86/gemm_k_avx512.c -DOMNI_X86_A8K_R=2" ;;
     nommap|hp) echo "llm/model.c" ;;
+    a2s*) echo "src/core/arch/x86/quants_avx2.c -DOMNI_X86_AVX2_STREAMS=${1#a2s}" ;;
+    vns*) echo "src/core/arch/x86/quants_avxvnni.c -DOMNI_X86_AVX2_STREAMS=${1#vns}" ;;
     esac
 }
+# a2s<S> / vns<S>: the AVX2 / AVX-VNNI one-row dots with S row streams a
+# thread (quants_avx2.c's OMNI_X86_AVX2_STREAMS; 1 = one row at a time)
 # nommap / hp: llm/model.c loading the whole file into memory (use_mmap
 # false; hp: into 2 MiB-aligned memory with MADV_HUGEPAGE), to tell the
 # page size and the page cache apart from the kernels
@@ -205,15 +209,21 @@ if has dots; then
 fi
 # 4a. decode dots per level (DOT_LEVELS, alternately, DOT_ROUNDS rounds):
 #    the 0.5B shapes (896 x 4864 ffn_up, 4864 x 896 ffn_down, 896 x 151936
-#    output) and the 1B ones, 2 threads on the pinned cores; decode_lv.jsonl
+#    output) and the 1B ones, 2 threads on the pinned cores; decode_lv.jsonl.
+#    DOT_RUNS ("level:variant ...", default every DOT_LEVELS with base)
+#    picks the binaries too.
+DOT_RUNS=${DOT_RUNS:-$(for l in $DOT_LEVELS; do printf '%s:base ' $l; done)}
+LV_RUNS=${LV_RUNS:-$(for l in $LV_LEVELS; do printf '%s:base ' $l; done)}
 if has vdots; then
     for round in $(seq 1 ${DOT_ROUNDS:-1}); do
         for t in ${DOT_TYPES:-q8_0 q4_0 q5_0 q4_K q6_K}; do
             for s in ${DOT_SHAPES:-896x4864 4864x896 2048x8192}; do
-                for lvl in $DOT_LEVELS; do
+                case $t in *_K|*_k) [ $(( ${s%%x*} % 256 )) = 0 ] || continue ;; esac # K-quant rows: whole super-blocks
+                for run in $DOT_RUNS; do
                     [ "$(left)" -gt ${VDOTS_LEFT:-110} ] || break
-                    OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/i_decode_base -r 3 -t $t -s $s -n 2 | grep '"type"' |
-                        sed "s/^{/{\"round\":$round,\"cap\":\"$lvl\",/" >> "$O/decode_lv.jsonl"
+                    lvl=${run%%:*} v=${run#*:}
+                    OMNI_CPU=$lvl timeout 20 taskset -c $CORES /tmp/i_decode_$v -r 3 -t $t -s $s -n 2 | grep '"type"' |
+                        sed "s/^{/{\"round\":$round,\"cap\":\"$lvl\",\"bin\":\"$v\",/" >> "$O/decode_lv.jsonl"
                 done
             done
         done
@@ -327,8 +337,8 @@ if has tg || has lv || has pp || has bd || has engine; then
         # LV_LEVELS alternately within each file, LV_ROUNDS rounds
         for round in $(seq 1 ${LV_ROUNDS:-1}); do
             for t in $TYPES; do
-                for lvl in $LV_LEVELS; do
-                    LVL=$lvl ours lv$round-$lvl $t base -p 1 -n ${TGN:-64} --reps 2
+                for run in $LV_RUNS; do
+                    LVL=${run%%:*} ours lv$round-${run%%:*} $t ${run#*:} -p 1 -n ${TGN:-64} --reps 2
                 done
             done
         done
