@@ -118,10 +118,12 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     nommap|hp) echo "llm/model.c" ;;
     a2s*) echo "src/core/arch/x86/quants_avx2.c -DOMNI_X86_AVX2_STREAMS=${1#a2s}" ;;
     vns*) echo "src/core/arch/x86/quants_avxvnni.c -DOMNI_X86_AVX2_STREAMS=${1#vns}" ;;
+    vkq0) echo "src/core/arch/x86/quants_avxvnni.c -DOMNI_X86_VNNI_KQ=0" ;;
     esac
 }
 # a2s<S> / vns<S>: the AVX2 / AVX-VNNI one-row dots with S row streams a
-# thread (quants_avx2.c's OMNI_X86_AVX2_STREAMS; 1 = one row at a time)
+# thread (quants_avx2.c's OMNI_X86_AVX2_STREAMS; 1 = one row at a time);
+# vkq0: the AVX-VNNI K-quant dots without vpdpwssd (OMNI_X86_VNNI_KQ=0)
 # nommap / hp: llm/model.c loading the whole file into memory (use_mmap
 # false; hp: into 2 MiB-aligned memory with MADV_HUGEPAGE), to tell the
 # page size and the page cache apart from the kernels

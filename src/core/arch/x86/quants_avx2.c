@@ -753,6 +753,32 @@ static inline __m256i k4_mins_lanes(uint64_t mn, const int16_t *bsums)
                              _mm256_loadu_si256((const __m256i *)bsums));
 }
 
+/* acc + p0 . s0 + p1 . s1: int16 pair products summed into int32 lanes (the
+ * K-quants' int16 sums times their sub-block scales; exact, no overflow at
+ * these ranges, so any order of the adds gives the same lanes). AVX-VNNI:
+ * two vpdpwssd in place of two vpmaddwd and two vpaddd (OMNI_X86_VNNI_KQ=0,
+ * a benchmark variant, keeps the AVX2 form there). */
+#ifndef OMNI_X86_VNNI_KQ
+#define OMNI_X86_VNNI_KQ 1
+#endif
+static inline __m256i kq_madd2(__m256i acc, __m256i p0, __m256i s0, __m256i p1, __m256i s1)
+{
+#if defined(__AVXVNNI__) && OMNI_X86_VNNI_KQ
+    return _mm256_dpwssd_avx_epi32(_mm256_dpwssd_avx_epi32(acc, p0, s0), p1, s1);
+#else
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+#endif
+}
+
+static inline __m256i kq_madd(__m256i acc, __m256i p, __m256i s)
+{
+#if defined(__AVXVNNI__) && OMNI_X86_VNNI_KQ
+    return _mm256_dpwssd_avx_epi32(acc, p, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+#endif
+}
+
 /* y.d * x.d in lane 0 and y.d * x.dmin in lane 1 (the f16 pair that opens
  * a q4_K/q5_K block, one conversion): the products the scalar form took. */
 static inline __m128 k4_dd(const void *xd, float yd)
@@ -788,7 +814,7 @@ static float vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a)
             k4_scale_pair(sc16, j, &s0, &s1);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+            sumi = kq_madd2(sumi, p0, s0, p1, s1);
         }
         const __m128 dd = k4_dd(&x[i].d, y[i].d);
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
@@ -831,7 +857,7 @@ dot_n_q4_K(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_row, float
             for (int c = 0; c < NC; c++) {
                 __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[c]->qs + 64 * j)));
                 __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[c]->qs + 64 * j + 32)));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+                sumi[c] = kq_madd2(sumi[c], p0, s0, p1, s1);
             }
         }
         for (int c = 0; c < NC; c++) {
@@ -884,7 +910,7 @@ static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
             k4_scale_pair(sc16, j, &s0, &s1);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+            sumi = kq_madd2(sumi, p0, s0, p1, s1);
         }
         const __m128 dd = k4_dd(&x[i].d, y[i].d);
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
@@ -938,7 +964,7 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
                                                                       lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
                                                                       hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
                                                                       hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                sumi = kq_madd(sumi, p, s);
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);

@@ -7,7 +7,8 @@
  * scalar _ref twins only in the float summation order, and dequantization
  * takes the reference's float steps (same bits). Also compiled by
  * quants_lowbit_avxvnni.c with AVX-VNNI on (__AVXVNNI__: VEX vpdpbusd where
- * the Q8_0 blocks' int32 sums are formed, the same exact sums). */
+ * the Q8_0 blocks' int32 sums are formed, vpdpwssd where int16 sums meet
+ * their scales; the same exact sums). */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c")
@@ -46,6 +47,17 @@ static inline int hsum_epi32(__m256i v)
 static inline __m256i madd_i8_i16(__m256i x, __m256i y)
 {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* acc + p . s over int16 pairs into int32 lanes (exact): one vpdpwssd
+ * with AVX-VNNI, else vpmaddwd + vpaddd */
+static inline __m256i madd_acc(__m256i acc, __m256i p, __m256i s)
+{
+#ifdef __AVXVNNI__
+    return _mm256_dpwssd_avx_epi32(acc, p, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+#endif
 }
 
 /* 16 bytes of packed nibbles -> 32 table entries: the low nibbles' first,
@@ -171,8 +183,8 @@ INLINE void dot_n_iq4_xs(int64_t n, const void *w, const void *a, size_t a_row, 
                 const block_q8_K *y = (const block_q8_K *)ACT(a, a_row, c) + i;
                 __m256i p0 = madd_i8_i16(q0, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * b)));
                 __m256i p1 = madd_i8_i16(q1, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * b + 32)));
-                sumi0[c] = _mm256_add_epi32(sumi0[c], _mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)));
-                sumi1[c] = _mm256_add_epi32(sumi1[c], _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1)));
+                sumi0[c] = madd_acc(sumi0[c], p0, _mm256_set1_epi16((short)ls0));
+                sumi1[c] = madd_acc(sumi1[c], p1, _mm256_set1_epi16((short)ls1));
             }
         }
         for (int c = 0; c < nc; c++) {
@@ -222,7 +234,7 @@ INLINE __m256i half_dot(const __m256i u[4], const int8_t *ys, __m256i sc8, const
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         __m256i p = _mm256_maddubs_epi16(u[j], _mm256_loadu_si256((const __m256i *)(ys + 32 * j)));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc8, mask[j])));
+        sum = madd_acc(sum, p, _mm256_shuffle_epi8(sc8, mask[j]));
     }
     return sum;
 }
