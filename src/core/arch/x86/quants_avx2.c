@@ -634,7 +634,9 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
  * thread CPU time: two interleaved streams, twice the bytes prefetched per
  * step), 896-1024 wide ones (504-616 bytes) 2-10% faster. A matrix's rows
  * all take one form, so bits never depend on the row split. */
+#ifndef DOT_PREP2_MAX_ROW_BYTES
 #define DOT_PREP2_MAX_ROW_BYTES 768
+#endif
 /* Rows one at a time over this many bytes stream (kq_prefetch inside the
  * block loop, as the K-quant dots); shorter ones prefetch the row
  * OMNI_PREFETCH_ROWS ahead at the start of each row, at most 8 KB ahead (as
@@ -645,16 +647,24 @@ static inline __attribute__((always_inline)) void dot_prep2_avx2(int64_t n, cons
  * rows 12-43% slower streaming: a burst of 15-16 lines does not fill the
  * miss buffers, and the in-loop prefetches cost instructions (896-wide
  * q8_0 with 2 lines per 4 blocks instead of 3, the cheapest stream: 35.9-36.0
- * -> 28.3-31.6 GB/s). */
+ * -> 28.3-31.6 GB/s). With 4 row streams a thread (OMNI_X86_AVX2_STREAMS)
+ * q8_0 streams at every width: 896-wide rows 32.6-32.9 -> 45.4-45.7 GB/s,
+ * the output projection (896 x 151936) 35.8-40.9 -> 50.6-54.8 (bench_decode
+ * at avx2, 2 threads, thread CPU time, A B x3, load 2.5-2.9); q4_0/q5_0's
+ * pairs stay (896 wide, all streamed: +1-7%, within the noise of their
+ * compute bound; DOT_PREP_Q8_STREAM_MIN_ROW_BYTES is q8_0's). */
 #ifndef DOT_PREP_STREAM_MIN_ROW_BYTES
 #define DOT_PREP_STREAM_MIN_ROW_BYTES 1024
+#endif
+#ifndef DOT_PREP_Q8_STREAM_MIN_ROW_BYTES
+#define DOT_PREP_Q8_STREAM_MIN_ROW_BYTES 0
 #endif
 
 /* The rows of a vec_dot_prep call: long rows streamed (dot_prep_avx2, S
  * streams), shorter ones one at a time with the row OMNI_PREFETCH_ROWS
  * ahead prefetched at its start. */
 #define DOT_PREP_ROWS_CAPPED(variant)                                                      \
-    if (KQ_PF_DIST > 0 && w_row > DOT_PREP_STREAM_MIN_ROW_BYTES) {                         \
+    if (KQ_PF_DIST > 0 && w_row > (variant ? DOT_PREP_STREAM_MIN_ROW_BYTES : DOT_PREP_Q8_STREAM_MIN_ROW_BYTES)) { \
         const int64_t per = AVX2_STREAMS_MAX > 1 ? n_rows / AVX2_STREAMS_MAX : 0;          \
         for (int64_t r = 0; r < per; r++) {                                                \
             const uint8_t *ws[AVX2_STREAMS_MAX];                                           \
