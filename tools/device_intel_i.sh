@@ -15,7 +15,8 @@
 # Knobs: STEPS (tests asan dots vdots stream tg lv pp matmul bd engine mmb), CFX (extra cc flags),
 # CORES (14,15), TYPES, DEADLINE (195 s), SHAPE (llama-3.2-1b: random_model's shape of the
 # files), TEST_LEVELS (every level), ASAN_LEVEL (amx), LV_LEVELS and DOT_LEVELS (avx2 avxvnni
-# avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni).
+# avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni), MM_RUNS
+# (level:type:shape:batches runs of bench_matmul for step matmul instead of its default set).
 set -u
 JOB=${JOB:-i_intel}
 O=${OUT:-/tmp/out}/$JOB
@@ -269,7 +270,16 @@ mm() { # variant level type
     OMNI_CPU=$2 timeout 20 taskset -c ${CORES%%,*} /tmp/i_matmul_$1 -t $3 -s ${MMSHAPE:-2048x8192} -b ${MMB:-4,8,16} 2>&1 |
         sed "s/^/$1 $2 $3: /" >> "$O/matmul.txt"
 }
-if has matmul; then
+if has matmul && [ -n "${MM_RUNS:-}" ]; then
+    # MM_RUNS="level:type:shape:batches ..." (each run alone, one thread)
+    for run in $MM_RUNS; do
+        [ "$(left)" -gt 75 ] || break
+        IFS=: read -r lvl t shp bs <<< "$run"
+        OMNI_CPU=$lvl timeout 30 taskset -c ${CORES%%,*} /tmp/i_matmul_base -t $t -s $shp -b $bs -r ${MMREPS:-5} 2>&1 |
+            sed "s/^/$lvl $t $shp: /" >> "$O/matmul.txt"
+    done
+    cat "$O/matmul.txt"; stamp "matmul runs"
+elif has matmul; then
     for t in q8_0 q4_0 q5_0; do
         for v in base $GVARIANTS; do mm $v avx512vnni $t; done
         mm base avx2 $t
