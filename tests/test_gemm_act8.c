@@ -4,8 +4,9 @@
  * more super-blocks than one chunk (partial sums parked in y). Every row of
  * an 8- or 16-row batch must have the bits of the same row in a batch of 9
  * or 17 (a padded last 8, or the packed kernel for the remainder) and, where
- * omni_matmul_same_kernels says so, in batches of 2 (q4_0/q5_0) and 4 (the K-quants' packed
- * kernel), and be near the float product. */
+ * omni_matmul_same_kernels says so, in batches of 2 (q4_0/q5_0), 3 (q8_0's
+ * act4) and 4 (act4, the K-quants' packed kernel), and be near the float
+ * product. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
@@ -42,8 +43,9 @@ TEST(gemm_act8_rows_equal_tiles)
     float *y9 = malloc(sizeof(float) * (size_t)(n_out * NB));
     float *y4 = malloc(sizeof(float) * (size_t)(n_out * 4));
     float *y2 = malloc(sizeof(float) * (size_t)(n_out * 2));
+    float *y3 = malloc(sizeof(float) * (size_t)(n_out * 3));
     uint8_t *w = malloc(ggml_row_size(GGML_TYPE_Q8_0, n_in) * (size_t)n_out);
-    CHECK(tp && x && wf && wd && y8 && y9 && y4 && y2 && w);
+    CHECK(tp && x && wf && wd && y8 && y9 && y4 && y2 && y3 && w);
     for (int64_t i = 0; i < n_in * NB; i++)
         x[i] = act8_rand();
     for (int64_t i = 0; i < n_in * n_out; i++)
@@ -64,6 +66,7 @@ TEST(gemm_act8_rows_equal_tiles)
                 omni_matmul(tp, &wt, x, b + 1, y9);
                 omni_matmul(tp, &wt, x + (b - 3) * n_in, 4, y4); /* rows b-3..b */
                 omni_matmul(tp, &wt, x + (b - 2) * n_in, 2, y2); /* rows b-2, b-1 */
+                omni_matmul(tp, &wt, x + (b - 3) * n_in, 3, y3); /* rows b-3..b-1 (q8_0's act4: a lane idle) */
                 if (omni_matmul_same_kernels(t, b + 1, 4)) /* the remainder row of b + 1 */
                     CHECK_MSG(memcmp(y9 + b * n_out, y4 + 3 * n_out, sizeof(float) * (size_t)n_out) == 0,
                               "%s level %d: row %d of %d differs from the batch of 4", ggml_type_name(t),
@@ -76,6 +79,10 @@ TEST(gemm_act8_rows_equal_tiles)
                     if (m >= b - 2 && omni_matmul_same_kernels(t, b, 2)) /* q4_0/q5_0's wt8 from 2 rows */
                         CHECK_MSG(memcmp(y8 + m * n_out, y2 + (m - (b - 2)) * n_out, sizeof(float) * (size_t)n_out) == 0,
                                   "%s level %d: row %d of %d differs from the batch of 2",
+                                  ggml_type_name(t), level, m, b);
+                    if (m >= b - 3 && omni_matmul_same_kernels(t, b, 3))
+                        CHECK_MSG(memcmp(y8 + m * n_out, y3 + (m - (b - 3)) * n_out, sizeof(float) * (size_t)n_out) == 0,
+                                  "%s level %d: row %d of %d differs from the batch of 3",
                                   ggml_type_name(t), level, m, b);
                     if (m >= b - 3 && omni_matmul_same_kernels(t, b, 4))
                         CHECK_MSG(memcmp(y8 + m * n_out, y4 + (m - (b - 3)) * n_out, sizeof(float) * (size_t)n_out) == 0,
@@ -104,6 +111,7 @@ TEST(gemm_act8_rows_equal_tiles)
     free(y9);
     free(y4);
     free(y2);
+    free(y3);
     free(w);
 }
 

@@ -14,7 +14,7 @@
  * lanes, summed over blocks in a fixed order, so a result depends only on
  * its two rows, never on the rest of the batch.
  *
- * From that many rows up (q8_0: 4, q4_0/q5_0: 2; the engine's decode) q8_0
+ * From that many rows up (q8_0: 3, q4_0/q5_0: 2; the engine's decode) q8_0
  * turns the roles around: 8 activation rows are transposed once per call,
  * one lane per row, and each weight block, read in its row's own layout,
  * is broadcast a dword at a time into tiles of 4 weight rows x 8
@@ -265,12 +265,14 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * wins from 2 rows (load 2.7, ms per row, tiles -> wt8: q5_0 4864 x 896 at
  * 2 / 3 rows 0.27-0.31 / 0.22-0.25 -> 0.14 / 0.12, q4_0 at 2 / 3 / 4
  * 0.17 / 0.15 / 0.14 -> 0.11-0.12 / 0.09 / 0.08); the 2 x 4 tiles keep
- * q4_0/q5_0 only for a single row. q8_0 from 4 rows since the sixth pass:
- * read from memory (49,152 x 1024 and 16,384 x 3072, one thread) act8 at 4
- * rows took 1.90 / 1.84 ms per row against the tiles' 2.36 / 2.08; matmul.c
- * sends q8_0 at 2-3 rows to the per-row dots */
+ * q4_0/q5_0 only for a single row. q8_0 from 3 rows since the sixth pass:
+ * read from memory (49,152 x 1024 and 16,384 x 3072, one thread, ms per
+ * row) act8 padded from 4 rows took 1.90 / 1.84 against the tiles' 2.36 /
+ * 2.08, act4 1.48 / 1.37, and act4 at 3 rows 1.96 / 1.83 against the
+ * tiles' 2.81 / 2.45 and the dots' 2.20 / 2.31; matmul.c sends q8_0 at 2
+ * rows to the per-row dots */
 #ifndef ACT8_MIN_Q8_0 /* overridable for a benchmark build */
-#define ACT8_MIN_Q8_0 4
+#define ACT8_MIN_Q8_0 3
 #endif
 #define ACT8_MIN_Q4_0 2
 #define ACT8_MIN_Q5_0 2
@@ -384,6 +386,129 @@ static void act8_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t
     }
 }
 
+/* A pass of at most 4 activation rows (4-7 rows' batches left to act8
+ * padded half their lanes): lane c of the low half is row c's dword k, of
+ * the high half its dword k + 4, so the weight block, loaded as it is,
+ * gives both halves' dwords by one vpshufd and a block takes 4 products
+ * per weight row instead of 8. The halves' int32 sums are added before
+ * the float step, so every row gets act8's integer and float steps: its
+ * bits. a: nb blocks of (4 registers of |a|, 4 of the masks, minus the
+ * sums of the negative a (rows 0-3, zero above), 8 scales). */
+#define ACT4_BYTES (4 * 32 + 4 * 32 + 32 + 32)
+#ifndef ACT4_MAX_ROWS /* overridable for a benchmark build (0: act8 only) */
+#define ACT4_MAX_ROWS 4
+#endif
+#define ACT4_M 128
+#define ACT4_NEG 256
+#define ACT4_D 288
+
+static void act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc,
+                      int64_t nb, int64_t nbp, uint8_t *a)
+{
+    const __m256i zero = _mm256_setzero_si256(), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    uint8_t t[ACT8_M] __attribute__((aligned(32))); /* the registers, scales and corrections */
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *o = a + (size_t)i * ACT4_BYTES;
+        __m256i r[8];
+        act8_transpose_block(xq, xq_row, ad, corr, nc, i, nbp, t, r);
+        __m256i neg = zero;
+        for (int k = 0; k < 4; k++) {
+            /* rows 4-7 are zero: only lanes 0-3 of r[] count */
+            const __m256i v = _mm256_permute2x128_si256(r[k], r[k + 4], 0x20);
+            _mm256_storeu_si256((__m256i *)o + k, _mm256_abs_epi8(v));
+            _mm256_storeu_si256((__m256i *)(o + ACT4_M) + k, _mm256_cmpgt_epi8(zero, v));
+            const __m256i n = _mm256_maddubs_epi16(ones8, _mm256_min_epi8(v, zero));
+            neg = _mm256_sub_epi32(neg, _mm256_madd_epi16(n, ones16));
+        }
+        /* lanes 4-7 hold the dwords k + 4 of rows 0-3: their sums of
+         * negative a to lanes 0-3, zero above */
+        neg = _mm256_add_epi32(neg, _mm256_permute2x128_si256(neg, neg, 0x01));
+        neg = _mm256_permute2x128_si256(neg, neg, 0x80);
+        _mm256_storeu_si256((__m256i *)(o + ACT4_NEG), neg);
+        memcpy(o + ACT4_D, t + ACT8_D, 32);
+    }
+}
+
+/* y[c * y_stride + r] (c < nc <= 4, r < NR) for NR q8_0 weight rows. */
+static inline __attribute__((always_inline)) void
+act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y, size_t y_stride,
+          int nc, const int NR)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones; /* unused by the AVX-VNNI twin */
+    __m256 acc[ACT8_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *A = a + (size_t)i * ACT4_BYTES;
+        __m256i dot[ACT8_R], W[ACT8_R];
+        float d[ACT8_R];
+        if (((size_t)i * sizeof(block_q8_0) & 63) < sizeof(block_q8_0)) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                _mm_prefetch((const char *)((const block_q8_0 *)(w + (size_t)(r + ACT8_PF_ROWS) * w_row) + i) + 64,
+                             _MM_HINT_T0);
+        }
+        const __m256i neg = _mm256_loadu_si256((const __m256i *)(A + ACT4_NEG));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * w_row) + i;
+            W[r] = _mm256_loadu_si256((const __m256i *)x->qs);
+            d[r] = _cvtsh_ss(x->d);
+            dot[r] = neg;
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i aa = _mm256_loadu_si256((const __m256i *)A + k);
+            const __m256i m = _mm256_loadu_si256((const __m256i *)(A + ACT4_M) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                /* dword k to the low half's lanes, k + 4 to the high half's */
+                __m256i wb;
+                switch (k) {
+                case 0: wb = _mm256_shuffle_epi32(W[r], 0x00); break;
+                case 1: wb = _mm256_shuffle_epi32(W[r], 0x55); break;
+                case 2: wb = _mm256_shuffle_epi32(W[r], 0xaa); break;
+                default: wb = _mm256_shuffle_epi32(W[r], 0xff); break;
+                }
+#ifdef __AVXVNNI__
+                dot[r] = DPBUSD(dot[r], aa, _mm256_xor_si256(wb, m));
+#else
+                const __m256i p = _mm256_maddubs_epi16(aa, _mm256_xor_si256(wb, m));
+                dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(p, ones));
+#endif
+                KEEP_CHAIN(dot[r]);
+            }
+        }
+        const __m256 da = _mm256_loadu_ps((const float *)(A + ACT4_D));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const __m256i s = _mm256_add_epi32(dot[r], _mm256_permute2x128_si256(dot[r], dot[r], 0x01));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float out[8];
+        _mm256_storeu_ps(out, acc[r]);
+        for (int c = 0; c < nc; c++)
+            y[(size_t)c * y_stride + r] = out[c];
+    }
+}
+
+#define ACT4_CASE(nr)                                                                           \
+    case nr: act4_tile(wr, w_row, nb, a, yr, y_stride, nc, nr); break
+
+static void act4_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,
+                      size_t y_stride, int nc, int nr)
+{
+    switch (nr) {
+        ACT4_CASE(1); ACT4_CASE(2); ACT4_CASE(3); default:
+        act4_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R);
+        break;
+    }
+}
+
 static void act8_rows(const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,
                       size_t xq_row, const float *ad, const int32_t *corr, int64_t n_batch, float *y,
                       int64_t r0, int64_t r1, uint8_t *a)
@@ -391,6 +516,14 @@ static void act8_rows(const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_ou
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
     for (int64_t c = 0; c < n_batch; c += 8) {
         const int nc = n_batch - c < 8 ? (int)(n_batch - c) : 8;
+        if (nc <= ACT4_MAX_ROWS) {
+            act4_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a);
+            for (int64_t r = r0; r < r1; r += ACT8_R) {
+                const int nr = r1 - r < ACT8_R ? (int)(r1 - r) : ACT8_R;
+                act4_q8_0(w + (size_t)r * w_row, w_row, nb, a, y + c * n_out + r, (size_t)n_out, nc, nr);
+            }
+            continue;
+        }
         act8_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a);
         for (int64_t r = r0; r < r1; r += ACT8_R) {
             const int nr = r1 - r < ACT8_R ? (int)(r1 - r) : ACT8_R;
