@@ -60,10 +60,14 @@ struct cuda_state {
     size_t wh_cap;     /* elements */
     __half *xh;        /* activations as F16 for the GEMM path */
     size_t xh_cap;
-    /* xh holds x (nh_n rows of nh_cols) while nh_valid (OMNI_CUDA_F16_REUSE=1):
-     * q/k/v and gate/up of a batched step convert their input once; dropped
-     * as nq_valid is */
+    /* xh holds x (nh_n rows of nh_cols) while nh_valid: q/k/v and gate/up
+     * of a batched step convert their input once; dropped as nq_valid is
+     * (OMNI_CUDA_F16_REUSE=0: every GEMM converts; H100 job f_c1: reuse
+     * took bench-engine at 64 sequences from 12,805 to 15,361 tok/s) */
     bool nh_on, nh_valid;
+    int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices */
+    float *sk;         /* their partial products (S x n x rows floats), never moved */
+    size_t sk_cap;     /* floats */
     const float *nh_x;
     int nh_n, nh_cols;
     void *xq;          /* activations as Q8_0: int8 values, then a float scale per 32 */
@@ -359,6 +363,18 @@ __global__ void k_dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, i
 #pragma unroll
     for (int k = 0; k < 16; k++)
         o[k] = __floats2half2_rn(w[2 * k], w[2 * k + 1]);
+}
+
+/* y = the sum of the S partial products of a split-K GEMM (slice order) */
+__global__ void k_sum_slices(const float *__restrict__ part, int S, int64_t n, float *__restrict__ y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = part[i];
+        for (int k = 1; k < S; k++)
+            v += part[(int64_t)k * n + i];
+        y[i] = v;
+    }
 }
 
 __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, int64_t n)
@@ -1084,9 +1100,16 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
 
 static int mv2_ppt = 2;  /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
 static int mv2_tmin = 32; /* OMNI_CUDA_MV2_TMIN: the fewest threads a row (16 or 32) */
-static int mv2_minb = 1;  /* OMNI_CUDA_MV2_MINB=8: k_mv2 with 64 registers at most (Q6_K takes 83) */
+/* k_mv2 at 64 registers (8 blocks an SM; Q6_K takes 83 without the cap);
+ * OMNI_CUDA_MV2_MINB=1: no cap. H100 job f_c1: tg128 +4.0% (1B Q4_K_M),
+ * +1.8% (7B) alone. */
+static int mv2_minb = 8;
 static bool mv2_glu16;    /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q) */
-static int mv2_glu_v;     /* its form: 0 as it was, 1 two blocks an SM (=512b2), 2 two pieces a stream (=512u2) */
+/* k_mv2_glu_q16's form: 1 (default) two blocks an SM (64 registers; H100
+ * job f_c1: tg128 +5.9% on 1B Q4_K_M, +5.0% on 7B), 0 no cap
+ * (OMNI_CUDA_MV2_GLU=512: Q4_K took 65 registers, one block an SM), 2 two
+ * pieces a stream in flight (=512u2) */
+static int mv2_glu_v = 1;
 static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
 
 /* Threads a row for np pieces: mv2_tmin (16, 32) up to 128. Fewer
@@ -1486,6 +1509,40 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
             s->nh_x = x;
             s->nh_n = n;
             s->nh_cols = cols;
+        }
+    }
+    /* Split-K (OMNI_CUDA_SPLITK=S): a batched step's GEMM has few output
+     * tiles (n <= 64 columns: 64 tiles of 128 rows for 8192 rows), so most
+     * SMs idle while each tile walks all of K. As S products over K / S
+     * (one strided-batched call) and a sum, the card gets S times the
+     * tiles. The scratch is made outside a graph capture and never moves;
+     * a capture that would need more runs the plain GEMM. */
+    const int S = s->splitk;
+    if (S > 1 && n <= 64 && rows <= 32768 && cols % (8 * S) == 0) {
+        const size_t need = (size_t)S * n * rows;
+        if (need > s->sk_cap && !s->capturing) {
+            if (s->sk)
+                cudaFree(s->sk);
+            s->sk = NULL;
+            s->sk_cap = 0;
+            const size_t cap = need > (size_t)S * 64 * 16384 ? need : (size_t)S * 64 * 16384;
+            if (cudaMalloc((void **)&s->sk, cap * sizeof(float)) == cudaSuccess)
+                s->sk_cap = cap;
+            else
+                cudaGetLastError();
+        }
+        if (need <= s->sk_cap) {
+            const int kc = cols / S;
+            if ((rc = chk_blas(cublasGemmStridedBatchedEx(
+                                   s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, kc, &one, A,
+                                   CUDA_R_16F, cols, kc, s->xh, CUDA_R_16F, cols, kc, &zero,
+                                   s->sk, CUDA_R_32F, rows, (long long)rows * n, S,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                               "gemm f16 split-k")) < 0)
+                return rc;
+            const int64_t ny = (int64_t)n * rows;
+            k_sum_slices<<<blocks_for(ny, 256), 256, 0, s->stream>>>(s->sk, S, ny, y);
+            return chk_launch("split-k sum");
         }
     }
     return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, A,
@@ -2816,10 +2873,11 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     }
 }
 
-/* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 always, 0 never, 2
- * (an A/B run) also the K row loads and both V halves issued together;
- * unset: for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B,
- * head_dim 64; -5% on qwen2.5-7b, head_dim 128) */
+/* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 the V unroll, 2 also
+ * the K row loads and both V halves issued together, 0 neither; unset: 1
+ * for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B, head_dim
+ * 64), 2 above (job f_c1: +4.4% on qwen2.5-7b, head_dim 128, where 1 was
+ * -5%; 2 at head_dim 64 was -0.7%) */
 static int att_unroll = -1;
 
 template <typename KT, bool Q, int U>
@@ -2841,7 +2899,9 @@ static void launch_attention_split(const struct omni_battn *a, int8_t *q, float 
 {
     if (att_unroll == 2)
         launch_attention_split_u<KT, Q, 2>(a, q, qd, s);
-    else if (att_unroll == 1 || (att_unroll < 0 && a->head_dim <= 64))
+    else if (att_unroll < 0 && a->head_dim > 64)
+        launch_attention_split_u<KT, Q, 2>(a, q, qd, s);
+    else if (att_unroll == 1 || att_unroll < 0)
         launch_attention_split_u<KT, Q, 1>(a, q, qd, s);
     else
         launch_attention_split_u<KT, Q, 0>(a, q, qd, s);
@@ -3164,6 +3224,8 @@ static void cuda_destroy(struct omni_backend *be)
                     s->n_capture, s->n_capture_ok, s->n_replay);
         if (s->wh)
             cudaFree(s->wh);
+        if (s->sk)
+            cudaFree(s->sk);
         if (s->xh)
             cudaFree(s->xh);
         if (s->xq)
@@ -3232,11 +3294,11 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
     const char *mg = getenv("OMNI_CUDA_MV2_GLU");
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
-    mv2_glu_v = mg && !strcmp(mg, "512b2") ? 1 : mg && !strcmp(mg, "512u2") ? 2 : 0;
+    mv2_glu_v = mg && !strcmp(mg, "512") ? 0 : mg && !strcmp(mg, "512u2") ? 2 : 1;
     const char *tm = getenv("OMNI_CUDA_MV2_TMIN");
     mv2_tmin = tm && atoi(tm) == 16 ? 16 : 32;
     const char *mb = getenv("OMNI_CUDA_MV2_MINB");
-    mv2_minb = mb && atoi(mb) == 8 ? 8 : 1;
+    mv2_minb = mb && atoi(mb) == 1 ? 1 : 8;
     const char *na = getenv("OMNI_CUDA_MV2_NA");
     mv2_na = !(na && !strcmp(na, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
@@ -3248,7 +3310,9 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     if (mv2_tmin < 32)
         s->fuse_tail = 0; /* its kernels take 32-128 threads a row only */
     const char *fr = getenv("OMNI_CUDA_F16_REUSE");
-    s->nh_on = fr && !strcmp(fr, "1");
+    s->nh_on = !(fr && !strcmp(fr, "0"));
+    const char *sk = getenv("OMNI_CUDA_SPLITK");
+    s->splitk = sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
