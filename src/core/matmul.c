@@ -377,10 +377,10 @@ static void gemm_rows(void *arg, int ith, int nth)
  * memory (one thread, ms per activation row, 49,152 x 1024 / 16,384 x
  * 3072: 2 rows dots 2.44 / 2.48, 2 x 4 tiles 3.82 / 3.16, act8 3.75 / 3.66;
  * 3 rows 2.20 / 2.30 against 2.95 / 2.39 and 2.54 / 2.45; 4 rows act8
- * 1.90 / 1.84 against dots 2.15 / 2.27, tiles 2.36 / 2.08); with act4 (4
- * activation rows a pass, gemm_avx2.c) 3 rows take 1.96 / 1.83 against the
- * dots' 2.20 / 2.31, 2 rows still 2.94 / 2.78 against 2.43 / 2.44, so q8_0
- * starts at 3 there. AVX-512 VNNI (a Xeon
+ * 1.90 / 1.84 against dots 2.15 / 2.27, tiles 2.36 / 2.08); act4 and act2
+ * (passes of up to 4 / 2 activation rows, gemm_avx2.c) beat the dots from 2
+ * rows (3 rows 1.74 / 1.66, 2 rows 2.17 / 2.06 against the dots' 2.19 /
+ * 2.31 and 2.45 / 2.52), so q8_0 starts at 2 there too. AVX-512 VNNI (a Xeon
  * capped at that level, OpenBLAS on its SkylakeX kernels, one OpenBLAS
  * thread, 2048 x 8192, docs/benchmarks.md): the GEMM is ahead of sgemm at
  * every size measured, 2-128 rows (1.6-2.1x at 128: q6_K 1.56x), so as on
@@ -389,7 +389,7 @@ static void gemm_rows(void *arg, int ith, int nth)
  * at 3 (1.13x; 0.89x at 2), q4_K and q6_K at 6 (1.25x / 1.20x; at 4 rows
  * 0.90x / 1.00x: 4-column dots). */
 #ifndef GEMM_Q8_0_AVX2_MIN /* overridable for a benchmark build */
-#define GEMM_Q8_0_AVX2_MIN 3
+#define GEMM_Q8_0_AVX2_MIN 2
 #endif
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {

@@ -14,7 +14,7 @@
  * lanes, summed over blocks in a fixed order, so a result depends only on
  * its two rows, never on the rest of the batch.
  *
- * From that many rows up (q8_0: 3, q4_0/q5_0: 2; the engine's decode) q8_0
+ * From 2 rows up (the engine's decode) q8_0
  * turns the roles around: 8 activation rows are transposed once per call,
  * one lane per row, and each weight block, read in its row's own layout,
  * is broadcast a dword at a time into tiles of 4 weight rows x 8
@@ -265,14 +265,15 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * wins from 2 rows (load 2.7, ms per row, tiles -> wt8: q5_0 4864 x 896 at
  * 2 / 3 rows 0.27-0.31 / 0.22-0.25 -> 0.14 / 0.12, q4_0 at 2 / 3 / 4
  * 0.17 / 0.15 / 0.14 -> 0.11-0.12 / 0.09 / 0.08); the 2 x 4 tiles keep
- * q4_0/q5_0 only for a single row. q8_0 from 3 rows since the sixth pass:
- * read from memory (49,152 x 1024 and 16,384 x 3072, one thread, ms per
- * row) act8 padded from 4 rows took 1.90 / 1.84 against the tiles' 2.36 /
- * 2.08, act4 1.48 / 1.37, and act4 at 3 rows 1.96 / 1.83 against the
- * tiles' 2.81 / 2.45 and the dots' 2.20 / 2.31; matmul.c sends q8_0 at 2
- * rows to the per-row dots */
+ * q4_0/q5_0 only for a single row. q8_0 from 2 rows since the sixth pass
+ * (act4 / act2 for passes of up to 4 / 2 rows): read from memory (49,152 x
+ * 1024 and 16,384 x 3072, one thread, ms per row) act8 padded from 4 rows
+ * took 1.90 / 1.84 against the tiles' 2.36 / 2.08, act4 1.48 / 1.37; at 3
+ * rows act4 1.74-1.96 / 1.66-1.83 against the tiles' 2.81 / 2.45 and the
+ * per-row dots' 2.20 / 2.31; at 2 rows act2 2.17 / 2.06 against the dots'
+ * 2.45 / 2.52 and the tiles' 3.73 / 3.25 */
 #ifndef ACT8_MIN_Q8_0 /* overridable for a benchmark build */
-#define ACT8_MIN_Q8_0 3
+#define ACT8_MIN_Q8_0 2
 #endif
 #define ACT8_MIN_Q4_0 2
 #define ACT8_MIN_Q5_0 2
@@ -392,18 +393,24 @@ static void act8_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t
  * gives both halves' dwords by one vpshufd and a block takes 4 products
  * per weight row instead of 8. The halves' int32 sums are added before
  * the float step, so every row gets act8's integer and float steps: its
- * bits. a: nb blocks of (4 registers of |a|, 4 of the masks, minus the
- * sums of the negative a (rows 0-3, zero above), 8 scales). */
+ * bits. act2, a pass of 1-2 rows, the same with lanes (row 0, row 1) x
+ * dwords k, k + 2, k + 4, k + 6: 2 products per weight row and block. a:
+ * nb blocks of (4 (act2: 2) registers of |a|, as many of the masks, minus
+ * the sums of the negative a (rows 0-3 / 0-1, zero above), 8 scales). */
 #define ACT4_BYTES (4 * 32 + 4 * 32 + 32 + 32)
 #ifndef ACT4_MAX_ROWS /* overridable for a benchmark build (0: act8 only) */
 #define ACT4_MAX_ROWS 4
+#endif
+#ifndef ACT2_MAX_ROWS /* passes of this many rows or fewer take act2 (0: none) */
+#define ACT2_MAX_ROWS 2
 #endif
 #define ACT4_M 128
 #define ACT4_NEG 256
 #define ACT4_D 288
 
-static void act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc,
-                      int64_t nb, int64_t nbp, uint8_t *a)
+static inline __attribute__((always_inline)) void
+act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc, int64_t nb,
+          int64_t nbp, uint8_t *a, const int G)
 {
     const __m256i zero = _mm256_setzero_si256(), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     uint8_t t[ACT8_M] __attribute__((aligned(32))); /* the registers, scales and corrections */
@@ -412,9 +419,11 @@ static void act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const i
         __m256i r[8];
         act8_transpose_block(xq, xq_row, ad, corr, nc, i, nbp, t, r);
         __m256i neg = zero;
-        for (int k = 0; k < 4; k++) {
-            /* rows 4-7 are zero: only lanes 0-3 of r[] count */
-            const __m256i v = _mm256_permute2x128_si256(r[k], r[k + 4], 0x20);
+        for (int k = 0; k < G; k++) {
+            /* rows nc.. are zero: only lanes 0-3 (0-1) of r[] count */
+            const __m256i v = G == 4 ? _mm256_permute2x128_si256(r[k], r[k + 4], 0x20)
+                                     : _mm256_permute2x128_si256(_mm256_unpacklo_epi64(r[k], r[k + 2]),
+                                                                 _mm256_unpacklo_epi64(r[k + 4], r[k + 6]), 0x20);
             _mm256_storeu_si256((__m256i *)o + k, _mm256_abs_epi8(v));
             _mm256_storeu_si256((__m256i *)(o + ACT4_M) + k, _mm256_cmpgt_epi8(zero, v));
             const __m256i n = _mm256_maddubs_epi16(ones8, _mm256_min_epi8(v, zero));
@@ -423,16 +432,20 @@ static void act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const i
         /* lanes 4-7 hold the dwords k + 4 of rows 0-3: their sums of
          * negative a to lanes 0-3, zero above */
         neg = _mm256_add_epi32(neg, _mm256_permute2x128_si256(neg, neg, 0x01));
-        neg = _mm256_permute2x128_si256(neg, neg, 0x80);
+        if (G == 4)
+            neg = _mm256_permute2x128_si256(neg, neg, 0x80);
+        else /* act2: lanes 0-1 = rows 0-1, 2-3 their other dwords */
+            neg = _mm256_blend_epi32(zero, _mm256_add_epi32(neg, _mm256_shuffle_epi32(neg, 0x4e)), 0x03);
         _mm256_storeu_si256((__m256i *)(o + ACT4_NEG), neg);
         memcpy(o + ACT4_D, t + ACT8_D, 32);
     }
 }
 
-/* y[c * y_stride + r] (c < nc <= 4, r < NR) for NR q8_0 weight rows. */
+/* y[c * y_stride + r] (c < nc <= 4 (G 4) or 2 (G 2), r < NR) for NR q8_0
+ * weight rows. */
 static inline __attribute__((always_inline)) void
 act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y, size_t y_stride,
-          int nc, const int NR)
+          int nc, const int NR, const int G)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     (void)ones; /* unused by the AVX-VNNI twin */
@@ -459,18 +472,21 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
             dot[r] = neg;
         }
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < G; k++) {
             const __m256i aa = _mm256_loadu_si256((const __m256i *)A + k);
             const __m256i m = _mm256_loadu_si256((const __m256i *)(A + ACT4_M) + k);
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                /* dword k to the low half's lanes, k + 4 to the high half's */
+                /* G 4: dword k to the low half's lanes, k + 4 to the high
+                 * half's; G 2: dwords k, k, k + 2, k + 2 and 4 on */
                 __m256i wb;
-                switch (k) {
-                case 0: wb = _mm256_shuffle_epi32(W[r], 0x00); break;
-                case 1: wb = _mm256_shuffle_epi32(W[r], 0x55); break;
-                case 2: wb = _mm256_shuffle_epi32(W[r], 0xaa); break;
-                default: wb = _mm256_shuffle_epi32(W[r], 0xff); break;
+                switch (G * 4 + k) {
+                case 16: wb = _mm256_shuffle_epi32(W[r], 0x00); break;
+                case 17: wb = _mm256_shuffle_epi32(W[r], 0x55); break;
+                case 18: wb = _mm256_shuffle_epi32(W[r], 0xaa); break;
+                case 19: wb = _mm256_shuffle_epi32(W[r], 0xff); break;
+                case 8: wb = _mm256_shuffle_epi32(W[r], 0xa0); break;
+                default: wb = _mm256_shuffle_epi32(W[r], 0xf5); break;
                 }
 #ifdef __AVXVNNI__
                 dot[r] = DPBUSD(dot[r], aa, _mm256_xor_si256(wb, m));
@@ -484,7 +500,9 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
         const __m256 da = _mm256_loadu_ps((const float *)(A + ACT4_D));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const __m256i s = _mm256_add_epi32(dot[r], _mm256_permute2x128_si256(dot[r], dot[r], 0x01));
+            __m256i s = _mm256_add_epi32(dot[r], _mm256_permute2x128_si256(dot[r], dot[r], 0x01));
+            if (G == 2)
+                s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4e));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(d[r]), da), acc[r]);
         }
     }
@@ -496,15 +514,25 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
     }
 }
 
-#define ACT4_CASE(nr)                                                                           \
-    case nr: act4_tile(wr, w_row, nb, a, yr, y_stride, nc, nr); break
+#define ACT4_CASE(nr, G)                                                                        \
+    case nr: act4_tile(wr, w_row, nb, a, yr, y_stride, nc, nr, G); break
 
 static void act4_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,
                       size_t y_stride, int nc, int nr)
 {
     switch (nr) {
-        ACT4_CASE(1); ACT4_CASE(2); ACT4_CASE(3); default:
-        act4_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R);
+        ACT4_CASE(1, 4); ACT4_CASE(2, 4); ACT4_CASE(3, 4); default:
+        act4_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R, 4);
+        break;
+    }
+}
+
+static void act2_q8_0(const uint8_t *wr, size_t w_row, int64_t nb, const uint8_t *a, float *yr,
+                      size_t y_stride, int nc, int nr)
+{
+    switch (nr) {
+        ACT4_CASE(1, 2); ACT4_CASE(2, 2); ACT4_CASE(3, 2); default:
+        act4_tile(wr, w_row, nb, a, yr, y_stride, nc, ACT8_R, 2);
         break;
     }
 }
@@ -517,10 +545,15 @@ static void act8_rows(const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_ou
     for (int64_t c = 0; c < n_batch; c += 8) {
         const int nc = n_batch - c < 8 ? (int)(n_batch - c) : 8;
         if (nc <= ACT4_MAX_ROWS) {
-            act4_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a);
+            const int two = nc <= ACT2_MAX_ROWS;
+            if (two)
+                act4_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a, 2);
+            else
+                act4_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, a, 4);
             for (int64_t r = r0; r < r1; r += ACT8_R) {
                 const int nr = r1 - r < ACT8_R ? (int)(r1 - r) : ACT8_R;
-                act4_q8_0(w + (size_t)r * w_row, w_row, nb, a, y + c * n_out + r, (size_t)n_out, nc, nr);
+                (two ? act2_q8_0 : act4_q8_0)(w + (size_t)r * w_row, w_row, nb, a, y + c * n_out + r,
+                                              (size_t)n_out, nc, nr);
             }
             continue;
         }
