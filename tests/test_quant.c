@@ -754,7 +754,7 @@ TEST(quant_avxvnni_matches_avx2_bits)
         SKIP("no AVX-VNNI on this CPU (CPUID.7.1:EAX[4]): level avxvnni not run here");
     enum { NMAX = 20 * QK_K, NC = OMNI_DOT_COLS_MAX };
     static float xf[NMAX], prep2[OMNI_ACT_PREP_FLOATS(NMAX)], prepv[OMNI_ACT_PREP_FLOATS(NMAX)];
-    static uint8_t w[3 * NMAX * 2], a[NC][NMAX * 2];
+    static uint8_t w[3 * NMAX * 4], a[NC][NMAX * 4]; /* f32 rows: 4 bytes an element */
     const int64_t lens[] = { 256, 768, 1024, 4864, NMAX };
     static const uint8_t fills[] = { 0xff, 0x80, 0x88, 0x77 };
     rng_state = 1313;
