@@ -15,7 +15,7 @@
 # Knobs: STEPS (tests asan dots vdots stream tg lv pp matmul bd engine mmb), CFX (extra cc flags),
 # CORES (14,15), TYPES, DEADLINE (195 s), SHAPE (llama-3.2-1b: random_model's shape of the
 # files), TEST_LEVELS (every level), ASAN_LEVEL (amx), LV_LEVELS and DOT_LEVELS (avx2 avxvnni
-# avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni), MM_RUNS
+# avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni), WAIT_TESTS, MM_RUNS
 # (level:type:shape:batches runs of bench_matmul for step matmul instead of its default set).
 set -u
 JOB=${JOB:-i_intel}
@@ -187,6 +187,15 @@ if has asan; then
               timeout 150 taskset -c ${ASAN_CORES:-4-11} /tmp/i_tests_asan $f
       done ) > "$O/tests_asan.txt" 2>&1 &
     asan_pid=$!
+fi
+
+# WAIT_TESTS=1: the measurements below start once the tests, ASan and the
+# model files are done (a quiet host: the tests and ASan's build share its
+# memory bandwidth)
+if [ -n "${WAIT_TESTS:-}" ]; then
+    pids=$(jobs -p | grep -v "^${llama_pid:-x}$")
+    [ -n "$pids" ] && wait $pids 2>/dev/null
+    stamp "tests and ASan done"
 fi
 
 # 4. decode dots streaming from memory, 2 threads on the pinned cores, the
