@@ -1907,6 +1907,10 @@ static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, 
 
 #define NORM_V 16 /* values a thread keeps in registers in a staged norm */
 static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read at creation) */
+/* OMNI_CUDA_NORM_WPRE=1: the staged norm loads its weights with the row,
+ * before the sum of squares (one L2 round trip fewer after the barrier;
+ * same values and sums) */
+static bool norm_wpre;
 
 /* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
  * registers, V values a thread (dim <= V * blockDim.x): every load is
@@ -1917,16 +1921,20 @@ static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read
 template <bool Q, bool ADD, int V>
 __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, float *yr,
                                                 const float *__restrict__ w, int dim, float eps,
-                                                int8_t *q, float *qd)
+                                                int8_t *q, float *qd, bool wpre)
 {
     __shared__ float part[32];
-    float v[V];
+    float v[V], wv[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         v[k] = 0.0f;
-        if (i < dim)
+        wv[k] = 0.0f;
+        if (i < dim) {
             v[k] = ADD ? __ldcg(xr + i) + __ldcg(dr + i) : __ldcg(xr + i);
+            if (wpre)
+                wv[k] = __ldg(w + i);
+        }
     }
     float ss = 0.0f;
 #pragma unroll
@@ -1956,7 +1964,7 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
     for (int k = 0; k < V; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         if (i < dim)
-            norm_out<Q>(yr, i, v[k] * inv * w[i], q, qd);
+            norm_out<Q>(yr, i, v[k] * inv * (wpre ? wv[k] : w[i]), q, qd);
     }
 }
 
@@ -1964,7 +1972,7 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
-                          int8_t *q, float *qd, bool stage)
+                          int8_t *q, float *qd, bool stage, bool wpre)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
@@ -1972,7 +1980,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
         norm_row_staged<Q, false, NORM_V>((float *)x + (size_t)blockIdx.x * dim, NULL,
                                           y + (size_t)blockIdx.x * dim, w, dim, eps,
                                           Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL);
+                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre);
         return;
     }
     __shared__ float part[32];
@@ -2033,10 +2041,10 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage);
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre);
     }
     return chk_launch("rmsnorm");
 }
@@ -2046,7 +2054,7 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
  * may be dx. */
 template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
-                              int dim, float eps, int8_t *q, float *qd, bool stage)
+                              int dim, float eps, int8_t *q, float *qd, bool stage, bool wpre)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
@@ -2054,7 +2062,7 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
         norm_row_staged<Q, true, NORM_V>(x + (size_t)blockIdx.x * dim, dx + (size_t)blockIdx.x * dim,
                                          y + (size_t)blockIdx.x * dim, w, dim, eps,
                                          Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL);
+                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre);
         return;
     }
     __shared__ float part[32];
@@ -2098,10 +2106,10 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage);
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre);
     }
     return chk_launch("add_rmsnorm");
 }
@@ -2367,7 +2375,7 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90
     if (i == 0 && r < rows)
         y[r] = acc;
     if (tail_last2(count, grp, gridDim.x))
-        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd);
+        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd, false);
 }
 
 /* k_mv2_seg over q, k, v, then rope_kv of each head by the last of its
@@ -3303,6 +3311,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_na = !(na && !strcmp(na, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
     norm_stage = !(ns && !strcmp(ns, "0"));
+    const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
+    norm_wpre = nw && !strcmp(nw, "1");
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
