@@ -16,7 +16,7 @@
 # RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
 # (default "M4 M7 M8"), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
 # bench-engine run each), ENGINE_TIMERS=1 (per-op times of bench-engine at
-# 64 sequences), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
+# 64 sequences, per env of ENGINE_TIMER_ENVS), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
 # beforehand: no build in the job), LLAMA_FILES (default "M4 M8 M15 M7"),
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
@@ -176,23 +176,26 @@ PY
         done
     done
 fi
-if [ "${ENGINE_TIMERS:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ]; then
-    stamp "per-op times of bench-engine, 64 sequences"
-    f="$O/optime_engine64.jsonl"
-    OMNI_CUDA_TIMERS=1 timeout "$(cap 60)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
+# (a spin of 20 ms a step: a 64-sequence step takes the host longer than 4 ms to queue)
+for ev in ${ENGINE_TIMER_ENVS:-X=1}; do
+    [ "${ENGINE_TIMERS:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ] && [ "$(left)" -gt 60 ] || break
+    stamp "per-op times of bench-engine, 64 sequences ($ev)"
+    f="$O/optime_engine64_${ev//[^A-Za-z0-9_]/_}.jsonl"
+    env ${ev//,/ } OMNI_CUDA_TIMERS=1 OMNI_CUDA_TIMERS_SPIN_US=${ENGINE_SPIN_US:-20000} timeout "$(cap 60)" \
+        build-fcuda/bench_engine_dev -m "$M4" --device cuda \
         --concurrency 64 --prompt-tokens 128 --gen-tokens 64 --json 2>&1 >/dev/null |
         grep '^{"bench":"optime' > "$f"
-    python3 - "$f" <<'PY' | tee -a "$SUM"
+    python3 - "$f" "$ev" <<'PY' | tee -a "$SUM"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ops = sorted((r for r in rows if r["bench"] == "optime"), key=lambda r: -r["calls"] * r["us_avg"])
 for r in rows:
     if r["bench"] == "optime_step":
-        print("optime engine64: " + json.dumps(r))
+        print("optime engine64 %s: %s" % (sys.argv[2], json.dumps(r)))
 for r in ops[:16]:
     print("  %-52s %6d calls %8.2f us avg %s" % (r["op"][:52], r["calls"], r["us_avg"], ("%.0f GB/s" % r["gb_s"]) if r.get("gb_s") else ""))
 PY
-fi
+done
 # tg128: defaults and variants interleaved, A B A B
 if [ -x build-fcuda/bench_dev ]; then
     for mv in ${TG_FILES:-M4 M7 M8}; do
