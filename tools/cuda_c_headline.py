@@ -51,14 +51,18 @@ def main():
         if v != "X=1" and base:
             mean, bmean = sum(ts) / len(ts), sum(base) / len(base)
             print("variant %-22s %-50s tg128 %8.1f vs defaults %8.1f: %.3fx" % (f, v, mean, bmean, mean / bmean))
-    eng = {}
+    eng = {}  # env -> concurrency -> [tok/s of each run]
     for r in rows:
-        if r.get("label", "").startswith("engine X=1") and "concurrency" in r:
-            eng[r["concurrency"]] = r["aggregate_tok_s"]
-    if eng:
-        s = "engine tok/s " + " / ".join("%d: %.1f" % (c, eng[c]) for c in sorted(eng))
-        if 1 in eng and 64 in eng:
-            s += "  64/1 = %.2fx" % (eng[64] / eng[1])
+        lab = r.get("label", "")
+        if lab.startswith("engine ") and "concurrency" in r:
+            eng.setdefault(lab[7:], {}).setdefault(r["concurrency"], []).append(r["aggregate_tok_s"])
+    for env in sorted(eng, key=lambda e: (e != "X=1", e)):
+        e = {c: sum(v) / len(v) for c, v in eng[env].items()}
+        s = "engine %-28s tok/s " % ("defaults" if env == "X=1" else env)
+        s += " / ".join("%d: %.1f" % (c, e[c]) for c in sorted(e))
+        if 1 in e and 64 in e:
+            s += "  64/1 = %.2fx" % (e[64] / e[1])
+        s += "  (%d run%s)" % (len(eng[env].get(64, [])), "" if len(eng[env].get(64, [])) == 1 else "s, means")
         print(s)
     lb = {r["pl"]: r["speed_tg"] for r in rows if r.get("label") == "llama-batched" and "pl" in r}
     if lb:
