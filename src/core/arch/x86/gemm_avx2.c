@@ -438,6 +438,9 @@ act4_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr
             neg = _mm256_blend_epi32(zero, _mm256_add_epi32(neg, _mm256_shuffle_epi32(neg, 0x4e)), 0x03);
         _mm256_storeu_si256((__m256i *)(o + ACT4_NEG), neg);
         memcpy(o + ACT4_D, t + ACT8_D, 32);
+        if (G == 4) /* rows 0-3's scales in both halves: act4_tile's float
+                     * step takes two weight rows a register */
+            memcpy(o + ACT4_D + 16, t + ACT8_D, 16);
     }
 }
 
@@ -449,13 +452,17 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
 {
     const __m256i ones = _mm256_set1_epi16(1);
     (void)ones; /* unused by the AVX-VNNI twin */
+    /* G 4: acc[p] lanes 0-3 = weight row 2p, 4-7 = row 2p + 1 (an odd NR's
+     * last row twice); G 2: acc[r] lanes 0-1 = weight row r */
+    const int NA = G == 4 ? (NR + 1) / 2 : NR;
     __m256 acc[ACT8_R];
 #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NA; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *A = a + (size_t)i * ACT4_BYTES;
         __m256i dot[ACT8_R], W[ACT8_R];
+        uint16_t dh[ACT8_R];
         float d[ACT8_R];
         if (((size_t)i * sizeof(block_q8_0) & 63) < sizeof(block_q8_0)) {
 #pragma GCC unroll 4
@@ -468,7 +475,10 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
         for (int r = 0; r < NR; r++) {
             const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * w_row) + i;
             W[r] = _mm256_loadu_si256((const __m256i *)x->qs);
-            d[r] = _cvtsh_ss(x->d);
+            if (G == 4)
+                dh[r] = x->d;
+            else
+                d[r] = _cvtsh_ss(x->d);
             dot[r] = neg;
         }
 #pragma GCC unroll 4
@@ -498,6 +508,23 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
             }
         }
         const __m256 da = _mm256_loadu_ps((const float *)(A + ACT4_D));
+        if (G == 4) {
+            /* the weight rows' 4 scales converted at once, two rows a
+             * register: (row 2p x 4, row 2p + 1 x 4) */
+            const __m128 d4 = _mm_cvtph_ps(_mm_setr_epi16((short)dh[0], (short)dh[NR > 1 ? 1 : 0],
+                                                          (short)dh[NR > 2 ? 2 : 0], (short)dh[NR > 3 ? 3 : 0],
+                                                          0, 0, 0, 0));
+#pragma GCC unroll 2
+            for (int q = 0; q < NA; q++) {
+                const int ra = 2 * q, rb = 2 * q + 1 < NR ? 2 * q + 1 : 2 * q;
+                const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(dot[ra], dot[rb], 0x20),
+                                                   _mm256_permute2x128_si256(dot[ra], dot[rb], 0x31));
+                const __m256 dd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),
+                                                           _mm256_setr_epi32(ra, ra, ra, ra, rb, rb, rb, rb));
+                acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dd, da), acc[q]);
+            }
+            continue;
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m256i s = _mm256_add_epi32(dot[r], _mm256_permute2x128_si256(dot[r], dot[r], 0x01));
@@ -508,9 +535,9 @@ act4_tile(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *a, float *y
     }
     for (int r = 0; r < NR; r++) {
         float out[8];
-        _mm256_storeu_ps(out, acc[r]);
+        _mm256_storeu_ps(out, acc[G == 4 ? r / 2 : r]);
         for (int c = 0; c < nc; c++)
-            y[(size_t)c * y_stride + r] = out[c];
+            y[(size_t)c * y_stride + r] = out[(G == 4 ? (r & 1) * 4 : 0) + c];
     }
 }
 
