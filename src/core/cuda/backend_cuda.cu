@@ -1519,13 +1519,11 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
      * a capture that would need more runs the plain GEMM. */
     const int S = s->splitk;
     if (S > 1 && n <= 64 && rows <= 32768 && cols % (8 * S) == 0) {
+        /* made once for the largest case (64 rows, 32768 outputs), never
+         * freed before destroy: a recorded graph keeps its address */
         const size_t need = (size_t)S * n * rows;
-        if (need > s->sk_cap && !s->capturing) {
-            if (s->sk)
-                cudaFree(s->sk);
-            s->sk = NULL;
-            s->sk_cap = 0;
-            const size_t cap = need > (size_t)S * 64 * 16384 ? need : (size_t)S * 64 * 16384;
+        if (!s->sk && !s->capturing) {
+            const size_t cap = (size_t)S * 64 * 32768;
             if (cudaMalloc((void **)&s->sk, cap * sizeof(float)) == cudaSuccess)
                 s->sk_cap = cap;
             else
