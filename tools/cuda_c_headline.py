@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """cuda_c_headline.py - the first lines of tools/cuda_c_run.sh's summary:
-ours (the defaults, best of the runs in the job) against llama.cpp on each
+ours (the defaults, mean of the runs in the job) against llama.cpp on each
 file (tg128, pp512), bandwidth of the decode, bench-engine 64 vs 1 against
 llama-batched-bench, and the test/sanitizer lines.
 Usage: cuda_c_headline.py results.jsonl summary.txt"""
@@ -32,13 +32,15 @@ def main():
             llama[(f, t)] = r["avg_ts"]
     print("HEADLINE: %s" % summ[0])
     for (f, t), rs in sorted(ours.items()):
-        best = max(rs, key=lambda r: r["tok_s"])
-        s = "%-22s %-5s ours %9.1f tok/s" % (f, t, best["tok_s"])
-        bw = best.get("weights_gb_s")
-        if bw and t == "tg128":
-            s += " (%4.0f GB/s = %4.1f%% of 3.35 TB/s)" % (bw, 100 * bw / BW_GBS)
+        ts = sorted(r["tok_s"] for r in rs)
+        mean = sum(ts) / len(ts)
+        s = "%-22s %-5s ours %9.1f tok/s (mean of %d, %.1f-%.1f)" % (f, t, mean, len(ts), ts[0], ts[-1])
+        bws = [r["weights_gb_s"] for r in rs if r.get("weights_gb_s")]
+        if bws and t == "tg128":
+            bw = sum(bws) / len(bws)
+            s += " %4.0f GB/s = %4.1f%% of 3.35 TB/s" % (bw, 100 * bw / BW_GBS)
         if (f, t) in llama:
-            s += "  llama.cpp %9.1f  ours/llama %.2fx" % (llama[(f, t)], best["tok_s"] / llama[(f, t)])
+            s += "  llama.cpp %9.1f  ours/llama %.2fx" % (llama[(f, t)], mean / llama[(f, t)])
         print(s)
     # variants against the defaults of the same A B A B runs (means of the reps)
     var = {}
