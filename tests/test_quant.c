@@ -625,15 +625,15 @@ TEST(quant_vec_dot_prep_rows_independent)
         CHECK(tested > 0);
 }
 
-/* The K-quants' vec_dot_prep (decode's rows in streams: act_prep does
- * nothing) gives every row vec_dot's bits, for any row count and split
+/* The K-quants' and f16's vec_dot_prep (decode's rows in streams: act_prep
+ * does nothing) gives every row vec_dot's bits, for any row count and split
  * (rows in 4 lockstep sub-ranges plus a remainder), a stride wider than the
  * row honoured and nothing written past the last row. */
 TEST(quant_k_vec_dot_prep_is_vec_dot)
 {
     enum { N = 1024, ROWS = 13, PAD = 48 };
-    static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
-    static uint8_t w[ROWS * (N + PAD)], a[N * 2];
+    static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16 };
+    static uint8_t w[ROWS * (2 * N + PAD)], a[N * 4]; /* f16 rows, f32 activations */
     static float xf[N], prep[OMNI_ACT_PREP_FLOATS(N)];
     rng_state = 99;
     int tested = 0;
@@ -644,7 +644,11 @@ TEST(quant_k_vec_dot_prep_is_vec_dot)
             random_weights(type, w + (size_t)r * stride, N);
         for (int i = 0; i < N; i++)
             xf[i] = frand();
-        omni_quant_ops_at(type, OMNI_CPU_SCALAR)->from_float(xf, a, N);
+        const struct omni_quant_ops *ref = omni_quant_ops_at(type, OMNI_CPU_SCALAR);
+        if (ref->from_float)
+            ref->from_float(xf, a, N);
+        else
+            memcpy(a, xf, sizeof xf);
         for (int level = 0; level <= omni_cpu()->max_level; level++) {
             const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
             CHECK(!op->act_prep == !op->vec_dot_prep);

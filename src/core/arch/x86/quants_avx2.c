@@ -93,6 +93,23 @@ static inline void kq_prefetch(const void *block, size_t bytes)
     prefetch_ahead(block, bytes, KQ_PF_DIST);
 }
 
+/* OMNI_X86_AVX2_STREAMS (S): streaming rows (over
+ * DOT_PREP_STREAM_MIN_ROW_BYTES) as S contiguous sub-ranges of the call's
+ * rows walked in lockstep, S rows at a time, so S streams of the weights
+ * are in flight, each prefetched KQ_PF_DIST ahead (quants_avx512.c's
+ * OMNI_X86_STREAMS for the AVX-512 VNNI dots). Every row keeps the one-row
+ * loop's integer and float steps (its four accumulators: the same bits), so
+ * S streams hold 4 S accumulators: past S = 2 they spill on AVX2's 16
+ * registers. 1 = one row at a time. */
+#ifndef OMNI_X86_AVX2_STREAMS
+#define OMNI_X86_AVX2_STREAMS 4
+#endif
+#define AVX2_STREAMS_MAX (OMNI_X86_AVX2_STREAMS > 1 ? OMNI_X86_AVX2_STREAMS : 1)
+/* f16's decode rows in the streams too (0: one row at a time, a benchmark variant) */
+#ifndef OMNI_X86_F16_STREAMS
+#define OMNI_X86_F16_STREAMS 1
+#endif
+
 static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a)
 {
     const float *x = w, *y = a;
@@ -108,35 +125,57 @@ static float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a)
     return s;
 }
 
-static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a)
+/* f16 rows w[s], s < S, in lockstep (decode's row streams, as the quant
+ * dots below): each row with the one-row steps, so vec_dot's bits */
+static inline __attribute__((always_inline)) void dot_f16_rows(int64_t n, const uint8_t *const *w, const void *a,
+                                                               const int S, float *out)
 {
-    const ggml_half *x = w;
     const float *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc0[AVX2_STREAMS_MAX], acc1[AVX2_STREAMS_MAX];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        acc0[s] = acc1[s] = _mm256_setzero_ps();
     int64_t i = 0;
     /* a line (32 halves) per step of two, prefetched F16_PF_DIST ahead
      * (decode's stream; matmul.c's row loop leaves it to this); the same
      * adds in the same order as one step at a time */
     for (; i + 32 <= n; i += 32) {
-        prefetch_ahead(x + i, 64, F16_PF_DIST);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const ggml_half *x = (const ggml_half *)w[s];
+            prefetch_ahead(x + i, 64, F16_PF_DIST);
 #pragma GCC unroll 2
-        for (int k = 0; k < 32; k += 16) {
-            __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k)));
-            __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k + 8)));
-            acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i + k), acc0);
-            acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + k + 8), acc1);
+            for (int k = 0; k < 32; k += 16) {
+                __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k)));
+                __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + k + 8)));
+                acc0[s] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i + k), acc0[s]);
+                acc1[s] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + k + 8), acc1[s]);
+            }
         }
     }
-    for (; i + 16 <= n; i += 16) {
-        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
-        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1);
+    const int64_t i_tail = i;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        const ggml_half *x = (const ggml_half *)w[s];
+        for (i = i_tail; i + 16 <= n; i += 16) {
+            __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+            __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+            acc0[s] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0[s]);
+            acc1[s] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1[s]);
+        }
+        float r = hsum_ps(_mm256_add_ps(acc0[s], acc1[s]));
+        for (; i < n; i++)
+            r += h2f(x[i]) * y[i];
+        out[s] = r;
     }
-    float s = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++)
-        s += h2f(x[i]) * y[i];
-    return s;
+}
+
+static float vec_dot_f16_f32_avx2(int64_t n, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    float r;
+    dot_f16_rows(n, &x, a, 1, &r);
+    return r;
 }
 
 static inline __m256 bf16x8_to_ps(const uint16_t *p)
@@ -404,18 +443,6 @@ static void act_prep_q8_0_avx2(const void *a, float *prep, int64_t n)
 #define PREP_NIBBLES unpack_nibbles_b
 #endif
 
-/* OMNI_X86_AVX2_STREAMS (S): streaming rows (over
- * DOT_PREP_STREAM_MIN_ROW_BYTES) as S contiguous sub-ranges of the call's
- * rows walked in lockstep, S rows at a time, so S streams of the weights
- * are in flight, each prefetched KQ_PF_DIST ahead (quants_avx512.c's
- * OMNI_X86_STREAMS for the AVX-512 VNNI dots). Every row keeps the one-row
- * loop's integer and float steps (its four accumulators: the same bits), so
- * S streams hold 4 S accumulators: past S = 2 they spill on AVX2's 16
- * registers. 1 = one row at a time. */
-#ifndef OMNI_X86_AVX2_STREAMS
-#define OMNI_X86_AVX2_STREAMS 4
-#endif
-#define AVX2_STREAMS_MAX (OMNI_X86_AVX2_STREAMS > 1 ? OMNI_X86_AVX2_STREAMS : 1)
 
 /* variant 0: q8_0 (the same steps and bits as vec_dot_q8_0_q8_0_avx2, its
  * activation scales read as floats); 1: q4_0 and 2: q5_0 (rows over 768
@@ -1021,7 +1048,7 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 
 
 
-/* Decode's K-quant rows through vec_dot_prep (quant.h): the thread's rows
+/* Decode's K-quant (and f16) rows through vec_dot_prep (quant.h): the thread's rows
  * as AVX2_STREAMS_MAX contiguous sub-ranges walked in lockstep, the rest
  * one at a time; every row's bits are vec_dot's. The activation needs no
  * preparation (act_prep does nothing). */
@@ -1059,6 +1086,13 @@ static void vec_dot_prep_q6_K_avx2(int64_t n, const void *w, size_t w_row, int64
                                    const float *prep, float *y)
 {
     K_STREAM_ROWS(dot_q6_K_rows)
+}
+
+/* f16 the same way (its activation is f32: nothing to prepare) */
+static void vec_dot_prep_f16_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                  const float *prep, float *y)
+{
+    K_STREAM_ROWS(dot_f16_rows)
 }
 
 // ---- activation quantizers -------------------------------------------------
@@ -1163,6 +1197,10 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
         ops[GGML_TYPE_Q4_K].act_prep = ops[GGML_TYPE_Q6_K].act_prep = act_prep_none;
         ops[GGML_TYPE_Q4_K].vec_dot_prep = vec_dot_prep_q4_K_avx2;
         ops[GGML_TYPE_Q6_K].vec_dot_prep = vec_dot_prep_q6_K_avx2;
+        if (OMNI_X86_F16_STREAMS) {
+            ops[GGML_TYPE_F16].act_prep = act_prep_none;
+            ops[GGML_TYPE_F16].vec_dot_prep = vec_dot_prep_f16_avx2;
+        }
     }
     if (KQ_PF_DIST > 0) { /* these stream: matmul.c's row loop leaves the prefetch to them */
         ops[GGML_TYPE_F16].vec_dot_streams = vec_dot_f16_f32_avx2;
