@@ -740,12 +740,13 @@ static void build_tables(void)
         else if (lvl == OMNI_CPU_AVX512VNNI)
             omni_x86_register_avx512vnni(ops_table[lvl]);
 #endif
-        /* a K-quant's vec_dot_prep is its level's vec_dot in row streams:
-         * a level with another vec_dot drops the one it inherited */
+        /* a K-quant's or f16's vec_dot_prep is its level's vec_dot in row
+         * streams: a level with another vec_dot drops the one it inherited
+         * (the Q8_0 family's prepared dots are kernels of their own) */
         for (int t = 0; t < GGML_TYPE_COUNT; t++) {
             struct omni_quant_ops *o = &ops_table[lvl][t];
             const struct omni_quant_ops *b = &ops_table[below][t];
-            if (o->dot_type == GGML_TYPE_Q8_K && o->vec_dot != b->vec_dot && o->vec_dot_prep == b->vec_dot_prep)
+            if (o->dot_type != GGML_TYPE_Q8_0 && o->vec_dot != b->vec_dot && o->vec_dot_prep == b->vec_dot_prep)
                 o->act_prep = NULL, o->vec_dot_prep = NULL;
         }
     }

@@ -160,8 +160,8 @@ typedef void (*omni_vec_dot_n_fn)(int64_t n, const void *w, const void *a, size_
  * rows w + r * w_row (weight offsets applied once per block, not per
  * element), y[r] for each, prefetching OMNI_PREFETCH_ROWS rows ahead within
  * them. Each y[r] equals vec_dot within the dot tolerance (q8_0: the same
- * bits). The K-quants may have them too (the AVX2 q4_K/q6_K: the rows in
- * row streams, vec_dot's bits; act_prep does nothing). */
+ * bits). The K-quants and f16 may have them too (the AVX2 q4_K/q6_K/f16:
+ * the rows in row streams, vec_dot's bits; act_prep does nothing). */
 #define OMNI_ACT_PREP_FLOATS(n) (2 * ((n) / 32) + 8)
 #define OMNI_PREFETCH_ROWS 4
 typedef void (*omni_act_prep_fn)(const void *a, float *prep, int64_t n);
