@@ -938,42 +938,60 @@ static void vec_dot_n_q4_K_q8_K_avx2(int64_t n, const void *w, const void *a, si
     }
 }
 
-static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+/* q5_K, S weight rows w[s] in lockstep as dot_q4_K_rows */
+static inline __attribute__((always_inline)) void dot_q5_K_rows(int64_t n, const uint8_t *const *w, const void *a,
+                                                                const int S, float *out)
 {
-    const block_q5_K *x = w;
     const block_q8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(&x[i], sizeof x[i]);
-        uint64_t sc, mn;
-        unpack_k4_scales(x[i].scales, &sc, &mn);
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
-        /* unrolled: k4_scale_pair's shuffle masks become constants (GCC
-         * otherwise rebuilds them with two broadcasts per j) */
+    __m256 acc[AVX2_STREAMS_MAX], acc_m[AVX2_STREAMS_MAX];
 #pragma GCC unroll 4
-        for (int j = 0; j < QK_K / 64; j++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            /* bit 2j of qh[l] is the 5th bit of the low nibble, 2j+1 of the high */
-            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
-            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                         _mm256_slli_epi16(h1, 4));
-            __m256i s0, s1;
-            k4_scale_pair(sc16, j, &s0, &s1);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
-            sumi = kq_madd2(sumi, p0, s0, p1, s1);
+    for (int s = 0; s < S; s++)
+        acc[s] = acc_m[s] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const block_q5_K *x = (const block_q5_K *)w[s] + i;
+            kq_prefetch(x, sizeof *x);
+            uint64_t sc, mn;
+            unpack_k4_scales(x->scales, &sc, &mn);
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+            __m256i sumi = _mm256_setzero_si256();
+            /* unrolled: k4_scale_pair's shuffle masks become constants (GCC
+             * otherwise rebuilds them with two broadcasts per j) */
+#pragma GCC unroll 4
+            for (int j = 0; j < QK_K / 64; j++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+                /* bit 2j of qh[l] is the 5th bit of the low nibble, 2j+1 of the high */
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+                __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
+                __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                             _mm256_slli_epi16(h1, 4));
+                __m256i s0, s1;
+                k4_scale_pair(sc16, j, &s0, &s1);
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
+                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
+                sumi = kq_madd2(sumi, p0, s0, p1, s1);
+            }
+            const __m128 dd = k4_dd(&x->d, y[i].d);
+            acc[s] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc[s]);
+            acc_m[s] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                       _mm256_cvtepi32_ps(k4_mins_lanes(mn, y[i].bsums)), acc_m[s]);
         }
-        const __m128 dd = k4_dd(&x[i].d, y[i].d);
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
-        acc_m = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
-                                _mm256_cvtepi32_ps(k4_mins_lanes(mn, y[i].bsums)), acc_m);
     }
-    return hsum_ps(acc) - hsum_ps(acc_m);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        out[s] = hsum_ps(acc[s]) - hsum_ps(acc_m[s]);
+}
+
+static float vec_dot_q5_K_q8_K_avx2(int64_t n, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    float r;
+    dot_q5_K_rows(n, &x, a, 1, &r);
+    return r;
 }
 
 /* q6_K, S weight rows w[s] in lockstep as dot_q4_K_rows */
@@ -1048,7 +1066,7 @@ static float vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *a)
 
 
 
-/* Decode's K-quant (and f16) rows through vec_dot_prep (quant.h): the thread's rows
+/* Decode's K-quant (q4_K, q5_K, q6_K) and f16 rows through vec_dot_prep (quant.h): the thread's rows
  * as AVX2_STREAMS_MAX contiguous sub-ranges walked in lockstep, the rest
  * one at a time; every row's bits are vec_dot's. The activation needs no
  * preparation (act_prep does nothing). */
@@ -1086,6 +1104,12 @@ static void vec_dot_prep_q6_K_avx2(int64_t n, const void *w, size_t w_row, int64
                                    const float *prep, float *y)
 {
     K_STREAM_ROWS(dot_q6_K_rows)
+}
+
+static void vec_dot_prep_q5_K_avx2(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                   const float *prep, float *y)
+{
+    K_STREAM_ROWS(dot_q5_K_rows)
 }
 
 /* f16 the same way (its activation is f32: nothing to prepare) */
@@ -1194,8 +1218,9 @@ void omni_x86_register_avx2(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     ops[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K_avx2;
     ops[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_avx2;
     if (AVX2_STREAMS_MAX > 1) { /* decode's row streams (K_STREAM_ROWS) */
-        ops[GGML_TYPE_Q4_K].act_prep = ops[GGML_TYPE_Q6_K].act_prep = act_prep_none;
+        ops[GGML_TYPE_Q4_K].act_prep = ops[GGML_TYPE_Q5_K].act_prep = ops[GGML_TYPE_Q6_K].act_prep = act_prep_none;
         ops[GGML_TYPE_Q4_K].vec_dot_prep = vec_dot_prep_q4_K_avx2;
+        ops[GGML_TYPE_Q5_K].vec_dot_prep = vec_dot_prep_q5_K_avx2;
         ops[GGML_TYPE_Q6_K].vec_dot_prep = vec_dot_prep_q6_K_avx2;
         if (OMNI_X86_F16_STREAMS) {
             ops[GGML_TYPE_F16].act_prep = act_prep_none;
