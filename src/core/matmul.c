@@ -377,10 +377,13 @@ static void gemm_rows(void *arg, int ith, int nth)
  * memory (one thread, ms per activation row, 49,152 x 1024 / 16,384 x
  * 3072: 2 rows dots 2.44 / 2.48, 2 x 4 tiles 3.82 / 3.16, act8 3.75 / 3.66;
  * 3 rows 2.20 / 2.30 against 2.95 / 2.39 and 2.54 / 2.45; 4 rows act8
- * 1.90 / 1.84 against dots 2.15 / 2.27, tiles 2.36 / 2.08); act4 and act2
- * (passes of up to 4 / 2 activation rows, gemm_avx2.c) beat the dots from 2
- * rows (3 rows 1.74 / 1.66, 2 rows 2.17 / 2.06 against the dots' 2.19 /
- * 2.31 and 2.45 / 2.52), so q8_0 starts at 2 there too. AVX-512 VNNI (a Xeon
+ * 1.90 / 1.84 against dots 2.15 / 2.27, tiles 2.36 / 2.08); act4 (passes
+ * of up to 4 activation rows, gemm_avx2.c) beats the dots at 3 rows (1.74
+ * / 1.66 against 2.19 / 2.31; Qwen3-0.6B q8_0's 3-sequence step at 2
+ * threads 45-46.5 -> 38-39 ms), so q8_0 starts at 3 there. At 2 rows act2
+ * won alone on one thread (2.17 / 2.06 against 2.45 / 2.52) but the
+ * 2-sequence step at 2 threads was 5% slower with it (31.5-32.2 against
+ * 29.7-30.6 ms with the dots). AVX-512 VNNI (a Xeon
  * capped at that level, OpenBLAS on its SkylakeX kernels, one OpenBLAS
  * thread, 2048 x 8192, docs/benchmarks.md): the GEMM is ahead of sgemm at
  * every size measured, 2-128 rows (1.6-2.1x at 128: q6_K 1.56x), so as on
@@ -389,7 +392,7 @@ static void gemm_rows(void *arg, int ith, int nth)
  * at 3 (1.13x; 0.89x at 2), q4_K and q6_K at 6 (1.25x / 1.20x; at 4 rows
  * 0.90x / 1.00x: 4-column dots). */
 #ifndef GEMM_Q8_0_AVX2_MIN /* overridable for a benchmark build */
-#define GEMM_Q8_0_AVX2_MIN 2
+#define GEMM_Q8_0_AVX2_MIN 3
 #endif
 static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
 {

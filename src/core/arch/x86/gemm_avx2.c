@@ -14,7 +14,7 @@
  * lanes, summed over blocks in a fixed order, so a result depends only on
  * its two rows, never on the rest of the batch.
  *
- * From 2 rows up (the engine's decode) q8_0
+ * From that many rows up (q8_0: 3, q4_0/q5_0: 2; the engine's decode) q8_0
  * turns the roles around: 8 activation rows are transposed once per call,
  * one lane per row, and each weight block, read in its row's own layout,
  * is broadcast a dword at a time into tiles of 4 weight rows x 8
@@ -265,15 +265,16 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
  * wins from 2 rows (load 2.7, ms per row, tiles -> wt8: q5_0 4864 x 896 at
  * 2 / 3 rows 0.27-0.31 / 0.22-0.25 -> 0.14 / 0.12, q4_0 at 2 / 3 / 4
  * 0.17 / 0.15 / 0.14 -> 0.11-0.12 / 0.09 / 0.08); the 2 x 4 tiles keep
- * q4_0/q5_0 only for a single row. q8_0 from 2 rows since the sixth pass
- * (act4 / act2 for passes of up to 4 / 2 rows): read from memory (49,152 x
+ * q4_0/q5_0 only for a single row. q8_0 from 3 rows since the sixth pass
+ * (act4 / act2 for passes of up to 4 / 2 rows; matmul.c keeps 2-row q8_0
+ * batches on the per-row dots, see its gemm_range): read from memory (49,152 x
  * 1024 and 16,384 x 3072, one thread, ms per row) act8 padded from 4 rows
  * took 1.90 / 1.84 against the tiles' 2.36 / 2.08, act4 1.48 / 1.37; at 3
  * rows act4 1.74-1.96 / 1.66-1.83 against the tiles' 2.81 / 2.45 and the
  * per-row dots' 2.20 / 2.31; at 2 rows act2 2.17 / 2.06 against the dots'
  * 2.45 / 2.52 and the tiles' 3.73 / 3.25 */
 #ifndef ACT8_MIN_Q8_0 /* overridable for a benchmark build */
-#define ACT8_MIN_Q8_0 2
+#define ACT8_MIN_Q8_0 3
 #endif
 #define ACT8_MIN_Q4_0 2
 #define ACT8_MIN_Q5_0 2
