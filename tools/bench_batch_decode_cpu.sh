@@ -4,7 +4,7 @@
 #
 # Each round runs `omniserve bench -t 1 -p 8 -n 16 --batch-decode 8` under
 # perf (cpu-clock samples at 1 kHz = thread CPU ms) and prints the samples of
-# the q4_0/q5_0 GEMM (2 x 4 tiles, act8 or wt8), the q8_0 GEMM (2 x 4 tiles or act8: the output
+# the q4_0/q5_0 GEMM (2 x 4 tiles or wt8), the q8_0 GEMM (2 x 4 tiles, act2, act4 or act8: the output
 # projection), the K-quant GEMM (tiles, packing, a8), the per-row dots and the total, with the
 # load average. CPU time of identical work is comparable under load where
 # wall-clock is not (docs/benchmarks.md, "Where an 8-row decode step goes").
@@ -22,7 +22,7 @@ for r in $(seq "$rounds"); do
         perf report -i "$tmp/p.data" --no-children --sort symbol -n 2>/dev/null | grep -v '^#' |
             awk -v b="$b" -v l="$(cut -d' ' -f1 /proc/loadavg)" '
             NF >= 4 { n = $2; s = $4; tot += n
-                if (s ~ /act8_q8_0|tile_q8_0/) q8 += n
+                if (s ~ /act[248]_q8_0|act8_rows|tile_q8_0/) q8 += n
                 else if (s == "group_rows" || s ~ /act8|wt8_|tile_q4_0|tile_q5_0|omni_x86_gemm_q8_0_avx2/) q40 += n
                 else if (s ~ /tiles_Q|pack_dwords|gemm_k_pack|gemm_k_run|a8_/) k += n
                 else if (s ~ /vec_dot/) dot += n }
