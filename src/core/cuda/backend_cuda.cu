@@ -1911,6 +1911,12 @@ static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read
  * H100 job f_c2: tg128 +10.5% (1B Q4_K_M), +10.2% (Q8_0), +10.2% (7B).
  * OMNI_CUDA_NORM_WPRE=0: after the barrier, as before. */
 static bool norm_wpre = true;
+/* OMNI_CUDA_PRE (bits, opt-in until a GPU run measures them): loads that do
+ * not depend on the kernel before go out before griddepcontrol.wait, so
+ * their DRAM round trip overlaps that kernel's tail: 1 the norms' weights,
+ * 2 rope_kv's angles (positions, inv_freq) and biases, 4 the decode
+ * attention's first key tile (one-token steps, ATT_UNROLL=2 kernels). */
+static int pre_bits;
 
 /* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
  * registers, V values a thread (dim <= V * blockDim.x): every load is
@@ -1921,20 +1927,25 @@ static bool norm_wpre = true;
 template <bool Q, bool ADD, int V>
 __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, float *yr,
                                                 const float *__restrict__ w, int dim, float eps,
-                                                int8_t *q, float *qd, bool wpre)
+                                                int8_t *q, float *qd, bool wpre, bool wait)
 {
     __shared__ float part[32];
     float v[V], wv[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        v[k] = 0.0f;
         wv[k] = 0.0f;
-        if (i < dim) {
+        if (wpre && i < dim)
+            wv[k] = __ldg(w + i);
+    }
+    if (wait) /* (OMNI_CUDA_PRE bit 1) the weights' loads are out: now the row */
+        pdl_wait();
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        v[k] = 0.0f;
+        if (i < dim)
             v[k] = ADD ? __ldcg(xr + i) + __ldcg(dr + i) : __ldcg(xr + i);
-            if (wpre)
-                wv[k] = __ldg(w + i);
-        }
     }
     float ss = 0.0f;
 #pragma unroll
@@ -1972,15 +1983,17 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
-                          int8_t *q, float *qd, bool stage, bool wpre)
+                          int8_t *q, float *qd, bool stage, bool wpre, bool pre)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
-    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
-    if (stage && dim <= NORM_V * (int)blockDim.x) {
+    const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
+    if (!(staged && pre))
+        pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's output */
+    if (staged) {
         norm_row_staged<Q, false, NORM_V>((float *)x + (size_t)blockIdx.x * dim, NULL,
                                           y + (size_t)blockIdx.x * dim, w, dim, eps,
                                           Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre);
+                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre);
         return;
     }
     __shared__ float part[32];
@@ -2041,10 +2054,10 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre);
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0);
     }
     return chk_launch("rmsnorm");
 }
@@ -2054,15 +2067,18 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
  * may be dx. */
 template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
-                              int dim, float eps, int8_t *q, float *qd, bool stage, bool wpre)
+                              int dim, float eps, int8_t *q, float *qd, bool stage, bool wpre,
+                              bool pre)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
-    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's output */
-    if (stage && dim <= NORM_V * (int)blockDim.x) {
+    const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
+    if (!(staged && pre))
+        pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's output */
+    if (staged) {
         norm_row_staged<Q, true, NORM_V>(x + (size_t)blockIdx.x * dim, dx + (size_t)blockIdx.x * dim,
                                          y + (size_t)blockIdx.x * dim, w, dim, eps,
                                          Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre);
+                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre);
         return;
     }
     __shared__ float part[32];
@@ -2106,10 +2122,10 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre);
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0);
     }
     return chk_launch("add_rmsnorm");
 }
@@ -2273,12 +2289,80 @@ __device__ __forceinline__ void rope_kv_item(const struct omni_brope_kv &r, int 
     }
 }
 
+/* rope_kv_item with what does not depend on the kernel before (positions,
+ * slots, inv_freq, biases, the angle's sine and cosine) computed before
+ * pdl_wait (OMNI_CUDA_PRE bit 2); the same expressions. */
 template <typename KT>
-__global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total)
+__device__ __forceinline__ void rope_kv_item_pre(const struct omni_brope_kv &r, int half, int64_t i)
+{
+    const int per_tok = (r.n_head + 2 * r.n_head_kv) * half, hd = r.head_dim;
+    const int t = (int)(i / per_tok);
+    int u = (int)(i % per_tok);
+    const int64_t kv_dim = (int64_t)r.n_head_kv * hd;
+    const int64_t slot = r.slot[t];
+    if (u >= (r.n_head + r.n_head_kv) * half) { /* v */
+        u -= (r.n_head + r.n_head_kv) * half;
+        const int e = (u / half) * hd + 2 * (u % half);
+        float b0 = 0.0f, b1 = 0.0f;
+        if (r.bv) {
+            b0 = r.bv[e];
+            b1 = r.bv[e + 1];
+        }
+        pdl_wait();
+        float *v = r.v + (size_t)t * kv_dim + e;
+        float v0 = __ldcg(v), v1 = __ldcg(v + 1);
+        if (r.bv) {
+            v0 += b0;
+            v1 += b1;
+            v[0] = v0;
+            v[1] = v1;
+        }
+        KT *vc = (KT *)r.vc + slot * kv_dim + e;
+        vc[0] = to_kv<KT>(v0);
+        vc[1] = to_kv<KT>(v1);
+        return;
+    }
+    const bool is_q = u < r.n_head * half;
+    if (!is_q)
+        u -= r.n_head * half;
+    const int h = u / half, p = u % half;
+    const float *b = is_q ? r.bq : r.bk;
+    const int a = r.neox ? p : 2 * p, c = r.neox ? p + half : 2 * p + 1;
+    float ba = 0.0f, bc = 0.0f;
+    if (b) {
+        ba = b[h * hd + a];
+        bc = b[h * hd + c];
+    }
+    const float angle = (float)r.pos[t] * r.inv_freq[p];
+    const float cs = cosf(angle) * r.attn_factor, sn = sinf(angle) * r.attn_factor;
+    pdl_wait(); /* q, k of the product before */
+    float *x = is_q ? r.q + ((size_t)t * r.n_head + h) * hd : r.k + (size_t)t * kv_dim + h * hd;
+    float x0 = __ldcg(x + a), x1 = __ldcg(x + c);
+    if (b) {
+        x0 += ba;
+        x1 += bc;
+    }
+    const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+    x[a] = y0;
+    x[c] = y1;
+    if (!is_q) {
+        KT *kc = (KT *)r.kc + slot * kv_dim + h * hd;
+        kc[a] = to_kv<KT>(y0);
+        kc[c] = to_kv<KT>(y1);
+    }
+}
+
+template <typename KT>
+__global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total, bool pre)
 {
     pdl_trigger();
-    pdl_wait(); /* (OMNI_CUDA_PDL=2) q, k, v of the product before */
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pre) { /* each item waits after its independent loads */
+        if (i < total)
+            rope_kv_item_pre<KT>(r, half, i);
+        return;
+    }
+    pdl_wait(); /* (OMNI_CUDA_PDL=2) q, k, v of the product before */
     if (i < total)
         rope_kv_item<KT>(r, half, i);
 }
@@ -2375,7 +2459,7 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90
     if (i == 0 && r < rows)
         y[r] = acc;
     if (tail_last2(count, grp, gridDim.x))
-        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd, false);
+        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd, false, false);
 }
 
 /* k_mv2_seg over q, k, v, then rope_kv of each head by the last of its
@@ -2537,9 +2621,9 @@ static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
         return 0;
     cudaStream_t s = st(be)->stream;
     if (r->kv_type == GGML_TYPE_F16)
-        launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total);
+        launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
     else if (r->kv_type == GGML_TYPE_F32)
-        launch_pdl_at(2, k_rope_kv<float>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total);
+        launch_pdl_at(2, k_rope_kv<float>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
     else
         return OMNI_ERR_UNSUPPORTED;
     return chk_launch("rope_kv");
@@ -2703,10 +2787,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
  * the same order. */
 template <typename KT, int DPL2, bool Q, int U>
 __global__ void __launch_bounds__(ATT_SPLIT * 32)
-    k_attention_split(struct omni_battn a, int8_t *oq, float *oqd)
+    k_attention_split(struct omni_battn a, int8_t *oq, float *oqd, bool pre)
 {
     pdl_trigger(); /* the output projection may start loading its weights */
-    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's q, K, V */
     __shared__ float qs[256];
     __shared__ float sm_m[ATT_SPLIT], sm_l[ATT_SPLIT], sm_f[ATT_SPLIT];
     __shared__ float sm_acc[ATT_SPLIT][256];
@@ -2719,6 +2802,24 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
     const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
+    /* (OMNI_CUDA_PRE bit 4) a one-token step's first tile of keys before
+     * pdl_wait: every key but the newest (pos) was stored by earlier
+     * steps; the block table and positions were uploaded before the step */
+    kraw8<KT> kpre[8];
+    bool have_pre = false;
+    if constexpr (U == 2) {
+        const int j = first + 32 * wid + lane;
+        if (pre && a.n_tok == 1 && (hd & 7) == 0 && j < pos) {
+            const int64_t slot = (int64_t)table[j / a.block_size] * a.block_size + j % a.block_size;
+            const KT *kr = K + slot * kv_dim + (int64_t)kvh * hd;
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (8 * c < hd)
+                    ldk8(kpre[c], kr + 8 * c);
+            have_pre = true;
+        }
+    }
+    pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's q, K, V */
     const float *q = a.q + (size_t)item * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         qs[d] = q[d] * a.scale;
@@ -2742,10 +2843,16 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
             if (vec8 && U == 2) { /* 8 loads of 8 values in flight, then their dots */
                 for (int d0 = 0; d0 < hd; d0 += 64) {
                     kraw8<KT> kv[8];
+                    if (d0 == 0 && have_pre) { /* loaded before pdl_wait */
 #pragma unroll
-                    for (int c = 0; c < 8; c++)
-                        if (d0 + 8 * c < hd)
-                            ldk8(kv[c], kr + d0 + 8 * c);
+                        for (int c = 0; c < 8; c++)
+                            kv[c] = kpre[c];
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < 8; c++)
+                            if (d0 + 8 * c < hd)
+                                ldk8(kv[c], kr + d0 + 8 * c);
+                    }
 #pragma unroll
                     for (int c = 0; c < 8; c++)
                         if (d0 + 8 * c < hd)
@@ -2841,6 +2948,7 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
             }
         }
         m = m_new;
+        have_pre = false; /* the first tile only */
     }
     /* merge: a warp without keys has m = -inf, l = 0 and weighs 0 (warp 0
      * always has key `first`) */
@@ -2894,11 +3002,11 @@ static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, floa
 {
     const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
     if (a->head_dim <= 64)
-        launch_pdl_at(2, k_attention_split<KT, 1, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 1, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
     else if (a->head_dim <= 128)
-        launch_pdl_at(2, k_attention_split<KT, 2, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 2, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
     else
-        launch_pdl_at(2, k_attention_split<KT, 4, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd);
+        launch_pdl_at(2, k_attention_split<KT, 4, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
 }
 
 template <typename KT, bool Q>
@@ -3313,6 +3421,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     norm_stage = !(ns && !strcmp(ns, "0"));
     const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
     norm_wpre = !(nw && !strcmp(nw, "0"));
+    const char *pb = getenv("OMNI_CUDA_PRE");
+    pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 0;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
