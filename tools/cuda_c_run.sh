@@ -17,7 +17,7 @@
 # (default "M4 M7 M8"), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
 # bench-engine run each), ENGINE_TIMERS=1 (per-op times of bench-engine at
 # 64 sequences, per env of ENGINE_TIMER_ENVS), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
-# beforehand: no build in the job), LLAMA_FILES (default "M4 M8 M15 M7"),
+# beforehand: no build in the job, and no llama.cpp when DIR lacks it), LLAMA_FILES (default "M4 M8 M15 M7"),
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
@@ -60,7 +60,8 @@ if [ -n "${LLAMA_BIN:-}" ] && [ -x "$LLAMA_BIN/llama-bench" ]; then
     LBIN=$LLAMA_BIN
     say "llama.cpp: prebuilt $LBIN"
 elif [ -n "${LLAMA_BIN:-}" ]; then
-    say "llama.cpp: LLAMA_BIN=$LLAMA_BIN has no llama-bench; building in the job"
+    say "llama.cpp: LLAMA_BIN=$LLAMA_BIN has no llama-bench: no llama.cpp in this job"
+    RUN_LLAMA=0
 fi
 if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
     (cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
