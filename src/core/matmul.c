@@ -367,7 +367,10 @@ static void gemm_rows(void *arg, int ith, int nth)
  * against the per-row dots below and dequantize + sgemm above
  * (tests/bench_matmul.c; docs/engine.md has the numbers). AVX2 (an AMD
  * EPYC): the K-quant GEMM's per-call packing loses to q4_K's 4-column dots
- * below 4 rows; sgemm (one thread, 8 MB chunks) never overtakes q4_0, q5_0
+ * below 4 rows, and to q6_K's one-row dots at 2-3 rows (one thread, 896 x
+ * 4864, ms per activation row: 2 / 3 rows dots 0.195-0.233 / 0.179-0.201
+ * against 0.351-0.404 / 0.264-0.319; from 4 rows gemm_k_avx2.c's a8 form,
+ * 0.15-0.17 against the dots' 0.17-0.19); sgemm (one thread, 8 MB chunks) never overtakes q4_0, q5_0
  * or the K-quants up to 512 rows (q4_0 1.2-1.3x, q6_K 1.2x at 512; the
  * older ends of 64-256 rows came from sgemm timed with OpenBLAS's own
  * threads running beside the clock); q8_0's GEMM is level with sgemm from
@@ -400,7 +403,7 @@ static void gemm_range(int type, int level, int64_t *lo, int64_t *hi)
     static const struct { int type; int16_t r[2][2]; } ranges[] = {
         { GGML_TYPE_Q8_0, { { GEMM_Q8_0_AVX2_MIN, 32 }, { 2, 32 } } },  { GGML_TYPE_Q4_0, { { 2, 0 }, { 2, 0 } } },
         { GGML_TYPE_Q5_0, { { 2, 0 }, { 2, 0 } } },    { GGML_TYPE_Q4_K, { { 4, 0 }, { 6, 0 } } },
-        { GGML_TYPE_Q5_K, { { 3, 0 }, { 3, 0 } } },    { GGML_TYPE_Q6_K, { { 2, 0 }, { 6, 0 } } },
+        { GGML_TYPE_Q5_K, { { 3, 0 }, { 3, 0 } } },    { GGML_TYPE_Q6_K, { { 4, 0 }, { 6, 0 } } },
     };
     static_assert(OMNI_MATMUL_QUANT_MAX <= 2, "the GEMM ranges start at 2 rows");
     *lo = *hi = 0;

@@ -341,7 +341,16 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
  * super-block's vpmaddwd results were kept as temporaries and summed as a
  * tree, half of them spilled to the stack). Exact integers either way. */
 #define KEEP_CHAIN(v) __asm__("" : "+x"(v))
-#define A8_MIN 8                                /* fewest batch rows */
+/* fewest batch rows: 4 since the sixth pass (a pass padded to 8 beat the
+ * packed kernel from 4 rows, one thread, 896 x 4864, ms per activation
+ * row: q6_K at 4 / 5 / 6 / 7 rows 0.146-0.171 / 0.115-0.126 / 0.098-0.111
+ * / 0.084-0.090 against 0.241-0.281 / 0.227-0.239 / 0.218-0.279 /
+ * 0.203-0.259, q4_K 0.114-0.120 / 0.091-0.099 / 0.076 / 0.066-0.068 against
+ * 0.123-0.137 / 0.124-0.126 / 0.124-0.125 / 0.118-0.120); overridable for
+ * a benchmark build */
+#ifndef A8_MIN
+#define A8_MIN 4
+#endif
 #define A8_MAX_Q6K 32                           /* q6_K: batches below this many rows */
 #define A8_PAD 4                                /* fewest remainder rows padded to 8 */
 /* super-blocks per chunk (a 75 KB pack on the stack): a whole row of up to
