@@ -2989,12 +2989,219 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     }
 }
 
+/* Decode attention with the query heads of a K/V head together
+ * (OMNI_CUDA_ATT_GQA=1, steps of 8+ tokens): a block per (token, K/V
+ * head), its 8 warps over the key tiles as k_attention_split, each lane
+ * scoring its key against the G query heads of the group, so that a key
+ * and value row is read once for G heads (k_attention_split reads it once
+ * per query head: the 64-sequence step's largest op). Per head the same
+ * sums in the same order as k_attention_split. */
+template <typename KT, int DPL2, int G, bool Q>
+__global__ void __launch_bounds__(ATT_SPLIT * 32)
+    k_attention_gqa(struct omni_battn a, int8_t *oq, float *oqd)
+{
+    pdl_trigger(); /* the output projection may start loading its weights */
+    pdl_wait();    /* (OMNI_CUDA_PDL=2) the previous kernel's q, K, V */
+    constexpr int HD = 64 * DPL2; /* the most head_dim this instance takes */
+    __shared__ float qs[G][HD];
+    __shared__ float sm_m[ATT_SPLIT][G], sm_l[ATT_SPLIT][G], sm_f[ATT_SPLIT][G];
+    __shared__ float sm_acc[ATT_SPLIT][G * HD];
+    const int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, hd = a.head_dim;
+    const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
+    const int pos = a.pos[t];
+    const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
+    const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
+    const size_t head0 = (size_t)t * a.n_head + (size_t)kvh * G; /* the group's first query head */
+    const float *q = a.q + head0 * hd;
+    for (int e = threadIdx.x; e < G * hd; e += blockDim.x)
+        qs[e / hd][e % hd] = q[e] * a.scale;
+    __syncthreads();
+    const bool vec8 = (hd & 7) == 0;
+    float m[G], l[G];
+    float2 acc[G][DPL2];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL2; i++)
+            acc[g][i] = make_float2(0.0f, 0.0f);
+    }
+    for (int j0 = first + 32 * wid; j0 <= pos; j0 += 32 * ATT_SPLIT) {
+        const int j = j0 + lane;
+        const bool valid = j <= pos;
+        int64_t base = 0;
+        float sc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            sc[g] = -INFINITY;
+        if (valid) {
+            const int64_t slot = (int64_t)table[j / a.block_size] * a.block_size + j % a.block_size;
+            base = slot * kv_dim + (int64_t)kvh * hd;
+            const KT *kr = K + base;
+            float dot[G];
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                dot[g] = 0.0f;
+            if (vec8) {
+                for (int d0 = 0; d0 < hd; d0 += 64) {
+                    kraw8<KT> kv[8];
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd)
+                            ldk8(kv[c], kr + d0 + 8 * c);
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd)
+#pragma unroll
+                            for (int g = 0; g < G; g++)
+                                dot[g] += dotk8(&qs[g][d0 + 8 * c], kv[c]);
+                }
+            } else {
+                for (int d = 0; d < hd; d += 2) {
+                    const float2 kv = ld2(kr + d);
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+                        dot[g] += qs[g][d] * kv.x + qs[g][d + 1] * kv.y;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                sc[g] = dot[g];
+        }
+        float p[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float m_new = fmaxf(m[g], warp_max(sc[g]));
+            p[g] = valid ? expf(sc[g] - m_new) : 0.0f;
+            const float corr = expf(m[g] - m_new);
+            l[g] = l[g] * corr + warp_sum(p[g]);
+#pragma unroll
+            for (int i = 0; i < DPL2; i++) {
+                acc[g][i].x *= corr;
+                acc[g][i].y *= corr;
+            }
+            m[g] = m_new;
+        }
+        const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
+        int k0 = 0;
+        for (; k0 + 8 <= n_valid; k0 += 8) { /* 8 keys' V rows loaded, then used */
+            long long bk[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                bk[u] = __shfl_sync(0xffffffffu, (long long)base, k0 + u);
+            float2 v[DPL2][8];
+#pragma unroll
+            for (int i = 0; i < DPL2; i++) {
+                const int d = 2 * (lane + 32 * i);
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    v[i][u] = d < hd ? ld2(V + bk[u] + d) : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float pk = __shfl_sync(0xffffffffu, p[g], k0 + u);
+#pragma unroll
+                    for (int i = 0; i < DPL2; i++) {
+                        acc[g][i].x += pk * v[i][u].x;
+                        acc[g][i].y += pk * v[i][u].y;
+                    }
+                }
+        }
+        for (int k = k0; k < n_valid; k++) {
+            const int64_t bk = __shfl_sync(0xffffffffu, (long long)base, k);
+            float2 v[DPL2];
+#pragma unroll
+            for (int i = 0; i < DPL2; i++) {
+                const int d = 2 * (lane + 32 * i);
+                v[i] = d < hd ? ld2(V + bk + d) : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float pk = __shfl_sync(0xffffffffu, p[g], k);
+#pragma unroll
+                for (int i = 0; i < DPL2; i++) {
+                    acc[g][i].x += pk * v[i].x;
+                    acc[g][i].y += pk * v[i].y;
+                }
+            }
+        }
+    }
+    /* merge the warps per head (a warp without keys weighs 0) */
+    if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            sm_m[wid][g] = m[g];
+            sm_l[wid][g] = l[g];
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < DPL2; i++) {
+            const int d = 2 * (lane + 32 * i);
+            if (d < hd) {
+                sm_acc[wid][g * hd + d] = acc[g][i].x;
+                sm_acc[wid][g * hd + d + 1] = acc[g][i].y;
+            }
+        }
+    __syncthreads();
+    if (threadIdx.x < ATT_SPLIT * G) {
+        const int w = threadIdx.x % ATT_SPLIT, g = threadIdx.x / ATT_SPLIT;
+        float mx = sm_m[0][g];
+        for (int x = 1; x < ATT_SPLIT; x++)
+            mx = fmaxf(mx, sm_m[x][g]);
+        sm_f[w][g] = sm_l[w][g] > 0.0f ? expf(sm_m[w][g] - mx) : 0.0f;
+    }
+    __syncthreads();
+    float *out = a.out + head0 * hd;
+    int8_t *q8 = Q ? oq + head0 * hd : NULL;
+    float *q8d = Q ? oqd + head0 * (hd >> 5) : NULL;
+    for (int e = threadIdx.x; e < G * hd; e += blockDim.x) {
+        const int g = e / hd;
+        float lsum = 0.0f, o = 0.0f;
+        for (int w = 0; w < ATT_SPLIT; w++)
+            lsum += sm_f[w][g] * sm_l[w][g];
+        for (int w = 0; w < ATT_SPLIT; w++)
+            o += sm_f[w][g] * sm_acc[w][e];
+        norm_out<Q>(out, e, o * (1.0f / lsum), q8, q8d);
+    }
+}
+
 /* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 the V unroll, 2 also
  * the K row loads and both V halves issued together, 0 neither; unset: 1
  * for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B, head_dim
  * 64), 2 above (job f_c1: +4.4% on qwen2.5-7b, head_dim 128, where 1 was
  * -5%; 2 at head_dim 64 was -0.7%) */
 static int att_unroll = -1;
+static bool att_gqa; /* OMNI_CUDA_ATT_GQA=1: k_attention_gqa for steps of 8+ tokens */
+
+/* k_attention_gqa when it takes the shape (head_dim <= 128, G of 4, 6, 7
+ * or 8 query heads a K/V head); false: not launched */
+template <typename KT, bool Q>
+static bool launch_attention_gqa(const struct omni_battn *a, int8_t *q, float *qd, cudaStream_t s)
+{
+    if (!att_gqa || a->n_tok < 8 || a->head_dim > 128 || (Q && a->head_dim % 32))
+        return false;
+    const int G = a->n_head / a->n_head_kv;
+    const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv)), block(ATT_SPLIT * 32);
+    const bool d1 = a->head_dim <= 64;
+    switch (G * 2 + (d1 ? 0 : 1)) {
+    case 8: launch_pdl_at(2, k_attention_gqa<KT, 1, 4, Q>, grid, block, s, *a, q, qd); return true;
+    case 9: launch_pdl_at(2, k_attention_gqa<KT, 2, 4, Q>, grid, block, s, *a, q, qd); return true;
+    case 12: launch_pdl_at(2, k_attention_gqa<KT, 1, 6, Q>, grid, block, s, *a, q, qd); return true;
+    case 13: launch_pdl_at(2, k_attention_gqa<KT, 2, 6, Q>, grid, block, s, *a, q, qd); return true;
+    case 14: launch_pdl_at(2, k_attention_gqa<KT, 1, 7, Q>, grid, block, s, *a, q, qd); return true;
+    case 15: launch_pdl_at(2, k_attention_gqa<KT, 2, 7, Q>, grid, block, s, *a, q, qd); return true;
+    case 16: launch_pdl_at(2, k_attention_gqa<KT, 1, 8, Q>, grid, block, s, *a, q, qd); return true;
+    case 17: launch_pdl_at(2, k_attention_gqa<KT, 2, 8, Q>, grid, block, s, *a, q, qd); return true;
+    default: return false;
+    }
+}
 
 template <typename KT, bool Q, int U>
 static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, float *qd,
@@ -3030,10 +3237,12 @@ static void launch_attention(const struct omni_battn *a, bool split, int8_t *q, 
                              cudaStream_t s)
 {
     if (split) {
-        if (q)
-            launch_attention_split<KT, true>(a, q, qd, s);
-        else
+        if (q) {
+            if (!launch_attention_gqa<KT, true>(a, q, qd, s))
+                launch_attention_split<KT, true>(a, q, qd, s);
+        } else if (!launch_attention_gqa<KT, false>(a, NULL, NULL, s)) {
             launch_attention_split<KT, false>(a, NULL, NULL, s);
+        }
         return;
     }
     const unsigned g = blocks_for((int64_t)a->n_tok * a->n_head, ATT_WARPS);
@@ -3421,6 +3630,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     norm_stage = !(ns && !strcmp(ns, "0"));
     const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
     norm_wpre = !(nw && !strcmp(nw, "0"));
+    const char *ag = getenv("OMNI_CUDA_ATT_GQA");
+    att_gqa = ag && !strcmp(ag, "1");
     const char *pb = getenv("OMNI_CUDA_PRE");
     pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 0;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
