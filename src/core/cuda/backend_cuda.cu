@@ -1911,12 +1911,14 @@ static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read
  * H100 job f_c2: tg128 +10.5% (1B Q4_K_M), +10.2% (Q8_0), +10.2% (7B).
  * OMNI_CUDA_NORM_WPRE=0: after the barrier, as before. */
 static bool norm_wpre = true;
-/* OMNI_CUDA_PRE (bits, opt-in until a GPU run measures them): loads that do
- * not depend on the kernel before go out before griddepcontrol.wait, so
- * their DRAM round trip overlaps that kernel's tail: 1 the norms' weights,
- * 2 rope_kv's angles (positions, inv_freq) and biases, 4 the decode
- * attention's first key tile (one-token steps, ATT_UNROLL=2 kernels). */
-static int pre_bits;
+/* OMNI_CUDA_PRE (bits, default 7): loads that do not depend on the kernel
+ * before go out before griddepcontrol.wait, so that their DRAM round trip
+ * overlaps that kernel's tail: 1 the norms' weights, 2 rope_kv's angles
+ * (positions, inv_freq) and biases, 4 the decode attention's first key
+ * tile (one-token steps, ATT_UNROLL=2 kernels: one-token steps take them
+ * by default). H100 job f_c3: tg128 with 7 (and the ATT_UNROLL=2 kernels)
+ * +5.7% on 1B Q4_K_M, +1.4% on 7B; test_cuda passed with it. */
+static int pre_bits = 7;
 
 /* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
  * registers, V values a thread (dim <= V * blockDim.x): every load is
@@ -3174,9 +3176,11 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
 
 /* OMNI_CUDA_ATT_UNROLL (read at backend creation): 1 the V unroll, 2 also
  * the K row loads and both V halves issued together, 0 neither; unset: 1
- * for head_dim <= 64 (H100 job f_c2: tg128 +8% on Llama-3.2-1B, head_dim
- * 64), 2 above (job f_c1: +4.4% on qwen2.5-7b, head_dim 128, where 1 was
- * -5%; 2 at head_dim 64 was -0.7%) */
+ * for steps of several tokens at head_dim <= 64 (H100 job f_c2: tg128 +8%
+ * on Llama-3.2-1B, head_dim 64; 2 there: -3% at 16 sequences), 2 above
+ * (job f_c1: +4.4% on qwen2.5-7b, head_dim 128, where 1 was -5%) and for
+ * one-token steps (their first key tile loaded before pdl_wait: job f_c3,
+ * with OMNI_CUDA_PRE=7, +5.7% on 1B Q4_K_M) */
 static int att_unroll = -1;
 static bool att_gqa; /* OMNI_CUDA_ATT_GQA=1: k_attention_gqa for steps of 8+ tokens */
 
@@ -3222,7 +3226,7 @@ static void launch_attention_split(const struct omni_battn *a, int8_t *q, float 
 {
     if (att_unroll == 2)
         launch_attention_split_u<KT, Q, 2>(a, q, qd, s);
-    else if (att_unroll < 0 && a->head_dim > 64)
+    else if (att_unroll < 0 && (a->head_dim > 64 || a->n_tok == 1))
         launch_attention_split_u<KT, Q, 2>(a, q, qd, s);
     else if (att_unroll == 1 || att_unroll < 0)
         launch_attention_split_u<KT, Q, 1>(a, q, qd, s);
@@ -3633,7 +3637,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *ag = getenv("OMNI_CUDA_ATT_GQA");
     att_gqa = ag && !strcmp(ag, "1");
     const char *pb = getenv("OMNI_CUDA_PRE");
-    pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 0;
+    pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 7;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
