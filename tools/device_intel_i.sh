@@ -121,12 +121,14 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     vns*) echo "src/core/arch/x86/quants_avxvnni.c -DOMNI_X86_AVX2_STREAMS=${1#vns}" ;;
     vkq0) echo "src/core/arch/x86/quants_avxvnni.c -DOMNI_X86_VNNI_KQ=0" ;;
     k512s*) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_K_STREAMS=${1#k512s}" ;;
+    f512s*) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_F16_STREAMS_512=${1#f512s}" ;;
     esac
 }
 # a2s<S> / vns<S>: the AVX2 / AVX-VNNI one-row dots with S row streams a
 # thread (quants_avx2.c's OMNI_X86_AVX2_STREAMS; 1 = one row at a time);
 # vkq0: the AVX-VNNI K-quant dots without vpdpwssd (OMNI_X86_VNNI_KQ=0);
-# k512s<S>: the AVX-512 q6_K / VNNI q4_K, q5_K decode rows with S streams (1: one row at a time)
+# k512s<S> / f512s<S>: the AVX-512 q6_K and VNNI q4_K, q5_K / the AVX-512 f16 decode rows with S
+# streams (1: one row at a time)
 # nommap / hp: llm/model.c loading the whole file into memory (use_mmap
 # false; hp: into 2 MiB-aligned memory with MADV_HUGEPAGE), to tell the
 # page size and the page cache apart from the kernels

@@ -53,24 +53,57 @@ static float vec_dot_f32_f32_avx512(int64_t n, const void *w, const void *a)
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-static float vec_dot_f16_f32_avx512(int64_t n, const void *w, const void *a)
+/* f16 rows w[s], s < S, in lockstep (decode's row streams through
+ * vec_dot_prep, below; pf: a line prefetched OMNI_X86_F16_PF_DIST bytes
+ * ahead in each), each with the one-row steps: vec_dot's bits */
+#ifndef OMNI_X86_F16_STREAMS_512
+#define OMNI_X86_F16_STREAMS_512 4
+#endif
+#define F16_STREAMS_MAX_512 (OMNI_X86_F16_STREAMS_512 > 1 ? OMNI_X86_F16_STREAMS_512 : 1)
+#ifndef OMNI_X86_F16_PF_DIST
+#define OMNI_X86_F16_PF_DIST 1024
+#endif
+static inline __attribute__((always_inline)) void dot_f16_rows_avx512(int64_t n, const uint8_t *const *w,
+                                                                      const void *a, const int S, const int pf,
+                                                                      float *out)
 {
-    const ggml_half *x = w;
     const float *y = a;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc0[F16_STREAMS_MAX_512], acc1[F16_STREAMS_MAX_512];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        acc0[s] = acc1[s] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
-        __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16)));
-        acc0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y + i), acc0);
-        acc1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y + i + 16), acc1);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const ggml_half *x = (const ggml_half *)w[s];
+            if (pf)
+                _mm_prefetch((const char *)(x + i) + OMNI_X86_F16_PF_DIST, _MM_HINT_T0);
+            __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+            __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16)));
+            acc0[s] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y + i), acc0[s]);
+            acc1[s] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y + i + 16), acc1[s]);
+        }
     }
-    for (; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 w0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i));
-        acc0 = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, y + i), acc0);
+    const int64_t i_tail = i;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        const ggml_half *x = (const ggml_half *)w[s];
+        for (i = i_tail; i < n; i += 16) {
+            __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+            __m512 w0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i));
+            acc0[s] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, y + i), acc0[s]);
+        }
+        out[s] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[s], acc1[s]));
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+static float vec_dot_f16_f32_avx512(int64_t n, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    float r;
+    dot_f16_rows_avx512(n, &x, a, 1, 0, &r);
+    return r;
 }
 
 /* bf16 -> f32 is exact: the 16 bits become the top of the float. */
@@ -205,6 +238,28 @@ static float vec_dot_q6_K_q8_K_avx512(int64_t n, const void *w, const void *a)
     return r;
 }
 
+/* f16's decode rows in OMNI_X86_F16_STREAMS_512 streams (K_STREAM_ROWS_512's
+ * loop with that count) */
+static void vec_dot_prep_f16_avx512(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                    const float *prep, float *y)
+{
+    (void)prep;
+    const int64_t per = F16_STREAMS_MAX_512 > 1 ? n_rows / F16_STREAMS_MAX_512 : 0;
+    for (int64_t r = 0; r < per; r++) {
+        const uint8_t *ws[F16_STREAMS_MAX_512];
+        float o[F16_STREAMS_MAX_512];
+        for (int s = 0; s < F16_STREAMS_MAX_512; s++)
+            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
+        dot_f16_rows_avx512(n, ws, a, F16_STREAMS_MAX_512, 1, o);
+        for (int s = 0; s < F16_STREAMS_MAX_512; s++)
+            y[r + s * per] = o[s];
+    }
+    for (int64_t r = (F16_STREAMS_MAX_512 > 1 ? F16_STREAMS_MAX_512 : 0) * per; r < n_rows; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
+        dot_f16_rows_avx512(n, &wr, a, 1, 1, &y[r]);
+    }
+}
+
 #define Q6K_ROWS_512(ws, S, o) dot_q6_K_rows_avx512(n, ws, a, S, 1, o)
 static void vec_dot_prep_q6_K_avx512(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                      const float *prep, float *y)
@@ -284,6 +339,10 @@ void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT])
     if (K_STREAMS_MAX > 1) { /* decode's row streams */
         ops[GGML_TYPE_Q6_K].act_prep = act_prep_none_512;
         ops[GGML_TYPE_Q6_K].vec_dot_prep = vec_dot_prep_q6_K_avx512;
+    }
+    if (F16_STREAMS_MAX_512 > 1) {
+        ops[GGML_TYPE_F16].act_prep = act_prep_none_512;
+        ops[GGML_TYPE_F16].vec_dot_prep = vec_dot_prep_f16_avx512;
     }
 }
 
