@@ -3184,8 +3184,9 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
 static int att_unroll = -1;
 static bool att_gqa; /* OMNI_CUDA_ATT_GQA=1: k_attention_gqa for steps of 8+ tokens */
 
-/* k_attention_gqa when it takes the shape (head_dim <= 128, G of 4, 6, 7
- * or 8 query heads a K/V head); false: not launched */
+/* k_attention_gqa when it takes the shape (head_dim <= 128, G of 2, 4, 6,
+ * 7 or 8 query heads a K/V head: 2 for the golden fixtures); false: not
+ * launched */
 template <typename KT, bool Q>
 static bool launch_attention_gqa(const struct omni_battn *a, int8_t *q, float *qd, cudaStream_t s)
 {
@@ -3195,6 +3196,8 @@ static bool launch_attention_gqa(const struct omni_battn *a, int8_t *q, float *q
     const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv)), block(ATT_SPLIT * 32);
     const bool d1 = a->head_dim <= 64;
     switch (G * 2 + (d1 ? 0 : 1)) {
+    case 4: launch_pdl_at(2, k_attention_gqa<KT, 1, 2, Q>, grid, block, s, *a, q, qd); return true;
+    case 5: launch_pdl_at(2, k_attention_gqa<KT, 2, 2, Q>, grid, block, s, *a, q, qd); return true;
     case 8: launch_pdl_at(2, k_attention_gqa<KT, 1, 4, Q>, grid, block, s, *a, q, qd); return true;
     case 9: launch_pdl_at(2, k_attention_gqa<KT, 2, 4, Q>, grid, block, s, *a, q, qd); return true;
     case 12: launch_pdl_at(2, k_attention_gqa<KT, 1, 6, Q>, grid, block, s, *a, q, qd); return true;
