@@ -14,10 +14,17 @@
 # Variables: VARIANTS (space-separated; commas join env assignments),
 # TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
 # RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
-# (default "M4 M7 M8"), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
+# (default "M4 M7 M8"; "" none), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
 # bench-engine run each), ENGINE_TIMERS=1 (per-op times of bench-engine at
 # 64 sequences, per env of ENGINE_TIMER_ENVS), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
 # beforehand: no build in the job, and no llama.cpp when DIR lacks it), LLAMA_FILES (default "M4 M8 M15 M7"),
+# LLAMA_ARCH (default 90a) / LLAMA_JOBS (default 8): llama.cpp's build in the job;
+# PREBUILT=DIR: test_cuda, bench_dev, bench_engine_dev built elsewhere (make
+# CUDA=1 on a machine with nvcc; copied into build-fcuda/, no make here), so
+# the job's cores go to llama.cpp; LLAMA_FIRST=1: while llama.cpp builds run
+# only test_cuda and the sanitizer, and time nothing before it is done;
+# CHECK_ENVS (one `bench_dev --check 8` on the 1B Q4_K_M file each);
+# TEST_TIMEOUT, SAN_TIMEOUT (s, default 90 and 60: a test_cuda run, a sanitizer run).
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
@@ -65,10 +72,10 @@ elif [ -n "${LLAMA_BIN:-}" ]; then
 fi
 if [ "$RUN_LLAMA" = 1 ] && [ ! -x "$LBIN/llama-bench" ]; then
     (cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=${LLAMA_ARCH:-90a} -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF &&
-     cmake --build "$DEV/llama-build" --target llama-bench llama-batched-bench -j 8
+     cmake --build "$DEV/llama-build" --target llama-bench llama-batched-bench -j "${LLAMA_JOBS:-8}"
      echo "llama.cpp build rc $?") > "$W/llama_build.log" 2>&1 &
     llama_pid=$!
 fi
@@ -98,9 +105,16 @@ MK=(make -k -j8 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-fcuda BLAS_SHIM=1
     EXTRA_CFLAGS="-Itools/bench_only -I$DEV/pcre2/include"
     DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
 TARGETS=(build-fcuda/test_cuda build-fcuda/bench_dev build-fcuda/bench_engine_dev)
-stamp "build ${TARGETS[*]}"
-timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
-say "build rc $? at $(el) s"
+if [ -n "${PREBUILT:-}" ]; then
+    mkdir -p build-fcuda
+    for t in "${TARGETS[@]}"; do cp "$PREBUILT/$(basename "$t")" "$t"; done
+    say "prebuilt binaries from $PREBUILT: $(ls "${TARGETS[@]}" 2>&1 | tr '\n' ' ')"
+    : > "$W/build.log"
+else
+    stamp "build ${TARGETS[*]}"
+    timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
+    say "build rc $? at $(el) s"
+fi
 grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
 
 wait "$fix_pid"
@@ -110,13 +124,24 @@ tc() { # label env... -- filter
     local envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
-    env "${envs[@]}" OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 90)" \
+    env "${envs[@]}" OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap "${TEST_TIMEOUT:-90}")" \
         build-fcuda/test_cuda "$@" > "$W/test_cuda.txt" 2>&1
     local rc=$?
     grep -E "FAIL|top-5|passed|skip|error" "$W/test_cuda.txt" | head -40
     say "test_cuda $label rc $rc: $(grep -E "passed" "$W/test_cuda.txt" | tail -1)"
     grep -E "FAIL" "$W/test_cuda.txt" | head -5 >> "$SUM"
     return $rc
+}
+san() {
+    [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ] || return 0
+    for f in backend_ model_dev_qwen2_q8; do
+        stamp "compute-sanitizer memcheck $f (defaults)"
+        SE=${SAN_ENV:-X=1}
+        env ${SE//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap "${SAN_TIMEOUT:-60}")" \
+            compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
+        say "sanitizer ${SAN_ENV:-defaults} $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
+    done
+    RUN_SAN=0
 }
 if [ -x build-fcuda/test_cuda ]; then
     stamp "test_cuda (defaults)"
@@ -127,9 +152,47 @@ if [ -x build-fcuda/test_cuda ]; then
     done
 fi
 
+if [ "${LLAMA_FIRST:-0}" = 1 ] && [ -n "${llama_pid:-}" ]; then
+    san
+    stamp "waiting for llama.cpp before timing anything"
+    while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 120 ]; do sleep 3; done
+    say "llama.cpp: $(tail -1 "$W/llama_build.log") at $(el) s"
+fi
 stamp "waiting for the model files"
 wait "$models_pid"
 cat "$W/models.log"
+# llama-bench on each file with ours right after it, then llama-batched-bench
+llama_runs() {
+    if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
+        for mv in ${LLAMA_FILES:-M4 M8 M15 M7}; do
+            M=${!mv}
+            [ "$(left)" -lt 15 ] && break
+            stamp "llama-bench $(basename "$M")"
+            timeout "$(cap 60)" "$LBIN/llama-bench" -m "$M" -p 512 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
+                tag llama-bench | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    t = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
+    print("llama-bench %s %s: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], t, r["avg_ts"]))' |
+                tee -a "$SUM"
+            # ours right after, same file (A B)
+            bd "$(basename "$M" .gguf) X=1 after llama" X=1 -- -m "$M" -p 1 -n 128 -r 3
+            [ "$PP" = 1 ] && bd "$(basename "$M" .gguf) X=1 pp after llama" X=1 -- -m "$M" -p 512 -n 1 -r 3
+        done
+    fi
+    if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-batched-bench" ] && [ "$(left)" -gt 50 ]; then
+        stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
+        timeout "$(cap 60)" "$LBIN/llama-batched-bench" -m "$M4" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 \
+            -npl 1,16,64 -ngl 99 --output-format jsonl > "$W/llama_batched.txt" 2>&1
+        grep '^{' "$W/llama_batched.txt" | tag llama-batched | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("llama-batched-bench B %d: S_TG %.1f tok/s" % (r["pl"], r["speed_tg"]))' | tee -a "$SUM"
+    fi
+    RUN_LLAMA=0
+}
 tag() { sed "s/^{/{\"label\":\"$1\",/" | tee -a "$RES"; }
 bd() { # label env... -- args
     local label=$1; shift
@@ -150,6 +213,13 @@ for l in sys.stdin:
         tee -a "$SUM"
     grep -iE "error|fail|cuda:" "$W/bd.err" | head -3 | tee -a "$SUM"
 }
+[ "${LLAMA_FIRST:-0}" = 1 ] && llama_runs
+for ev in ${CHECK_ENVS:-}; do
+    [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 60 ] || break
+    stamp "bench_dev --check 8 ($ev)"
+    env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$M4" -p 1 -n 1 -r 1 --check 8 2>&1 |
+        grep "\"test\":\"check\"" | sed "s/^/check $ev: /" | tee -a "$SUM"
+done
 # per-op GPU times of one-token steps (graphs off, a spin before each step)
 if [ "$TIMERS" = 1 ] && [ -x build-fcuda/bench_dev ]; then
     for M in "$M4" "$M7"; do
@@ -199,7 +269,7 @@ PY
 done
 # tg128: defaults and variants interleaved, A B A B
 if [ -x build-fcuda/bench_dev ]; then
-    for mv in ${TG_FILES:-M4 M7 M8}; do
+    for mv in ${TG_FILES-M4 M7 M8}; do
         M=${!mv}
         [ "$(left)" -lt 60 ] && break
         b=$(basename "$M" .gguf)
@@ -213,7 +283,7 @@ if [ -x build-fcuda/bench_dev ]; then
     done
 fi
 if [ "$PP" = 1 ] && [ -x build-fcuda/bench_dev ]; then
-    for mv in ${TG_FILES:-M4 M7 M8}; do
+    for mv in ${TG_FILES-M4 M7 M8}; do
         M=${!mv}
         [ "$(left)" -lt 60 ] && break
         stamp "bench_dev pp512 $(basename "$M" .gguf)"
@@ -249,43 +319,8 @@ if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
     while kill -0 "$llama_pid" 2>/dev/null && [ "$(left)" -gt 40 ]; do sleep 3; done
     say "llama.cpp: $(tail -1 "$W/llama_build.log")"
 fi
-if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-bench" ]; then
-    for mv in ${LLAMA_FILES:-M4 M8 M15 M7}; do
-        M=${!mv}
-        [ "$(left)" -lt 15 ] && break
-        stamp "llama-bench $(basename "$M")"
-        timeout "$(cap 60)" "$LBIN/llama-bench" -m "$M" -p 512 -n 128 -r 3 -ngl 99 -o jsonl 2>/dev/null |
-            tag llama-bench | python3 -c '
-import json, sys
-for l in sys.stdin:
-    r = json.loads(l)
-    t = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
-    print("llama-bench %s %s: %.1f tok/s" % (r.get("model_filename", "").split("/")[-1], t, r["avg_ts"]))' |
-            tee -a "$SUM"
-        # ours right after, same file (A B)
-        bd "$(basename "$M" .gguf) X=1 after llama" X=1 -- -m "$M" -p 1 -n 128 -r 3
-        [ "$PP" = 1 ] && bd "$(basename "$M" .gguf) X=1 pp after llama" X=1 -- -m "$M" -p 512 -n 1 -r 3
-    done
-fi
-if [ "$RUN_LLAMA" = 1 ] && [ -x "$LBIN/llama-batched-bench" ] && [ "$(left)" -gt 50 ]; then
-    stamp "llama-batched-bench -npp 128 -ntg 64 -npl 1,16,64"
-    timeout "$(cap 60)" "$LBIN/llama-batched-bench" -m "$M4" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 \
-        -npl 1,16,64 -ngl 99 --output-format jsonl > "$W/llama_batched.txt" 2>&1
-    grep '^{' "$W/llama_batched.txt" | tag llama-batched | python3 -c '
-import json, sys
-for l in sys.stdin:
-    r = json.loads(l)
-    print("llama-batched-bench B %d: S_TG %.1f tok/s" % (r["pl"], r["speed_tg"]))' | tee -a "$SUM"
-fi
-if [ "$RUN_SAN" = 1 ] && [ -x build-fcuda/test_cuda ] && [ "$(left)" -gt 30 ]; then
-    for f in backend_ model_dev_qwen2_q8; do
-        stamp "compute-sanitizer memcheck $f (defaults)"
-        SE=${SAN_ENV:-X=1}
-        env ${SE//,/ } OMNI_DEV_BACKEND=cuda OMNI_GOLDEN_DIR=build-ffix/fixtures timeout "$(cap 60)" \
-            compute-sanitizer --tool memcheck --error-exitcode 9 build-fcuda/test_cuda $f > "$W/san.txt" 2>&1
-        say "sanitizer ${SAN_ENV:-defaults} $f rc $?: $(grep -E 'ERROR SUMMARY|passed' "$W/san.txt" | tr '\n' ' ')"
-    done
-fi
+llama_runs
+san
 stamp "done"
 [ -n "${llama_pid:-}" ] && kill "$llama_pid" 2>/dev/null
 # the headline: ours (defaults, best run) against llama.cpp on each file, first in summary.txt
