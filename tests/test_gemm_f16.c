@@ -1,10 +1,12 @@
-/* test_gemm_f16.c - the F16C prompt GEMM (src/core/arch/x86/gemm_f16_avx2.c)
- * through omni_matmul: F16 weights whose rows are no multiple of 8 or of
- * the 256-value slab, row counts that leave partial 16-row strips and 6-row
- * panels, 1-3 threads; against a double reference of the same F16 values,
- * and each output's bits equal across batch sizes and thread counts. The
- * larger case spans three K slabs (partial sums kept between them), more
- * than one 128-row weight group a thread and two 96-row blocks of x. */
+/* test_gemm_f16.c - the F16C prompt GEMMs (src/core/arch/x86/gemm_f16_avx2.c,
+ * gemm_f16_avx512.c: each level from avx2 up that this CPU has) through
+ * omni_matmul: F16 weights whose rows are no multiple of 8 or of the
+ * 256-value slab, row counts that leave partial 16- and 32-row strips and
+ * 6-row panels, 1-3 threads; against a double reference of the same F16
+ * values, and each output's bits equal across batch sizes, thread counts
+ * and levels. The larger case spans three K slabs (partial sums kept
+ * between them), more than one 128-row weight group a thread and two
+ * 96-row blocks of x. */
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
@@ -46,10 +48,12 @@ static void check_sizes(int N_IN, int N_OUT, const int64_t *batches, size_t n_ba
     for (int i = 0; i < N_IN * MAX_B; i++)
         x[i] = f16_frand();
     const struct omni_tensor t = { .type = GGML_TYPE_F16, .ne = { N_IN, N_OUT }, .data = w };
-    omni_cpu_set_level(OMNI_CPU_AVX2);
     char fail[200] = "";
+    for (int lv = OMNI_CPU_AVX2; lv <= omni_cpu()->max_level && !fail[0]; lv++)
     for (size_t bi = 0; bi < n_batches && !fail[0]; bi++)
         for (int nt = 1; nt <= 3 && !fail[0]; nt++) {
+            if (omni_cpu_set_level(lv) != lv)
+                break; /* AVXVNNI on an AVX-512 CPU without AVX-VNNI */
             const int64_t nb = batches[bi];
             omni_matmul(pools[nt], &t, x, nb, y);
             for (int64_t b = 0; b < nb && !fail[0]; b++)
@@ -61,17 +65,19 @@ static void check_sizes(int N_IN, int N_OUT, const int64_t *batches, size_t n_ba
                     }
                     const float got = y[b * N_OUT + o];
                     if (fabs(got - want) > 1e-5 * mag + 1e-6) {
-                        snprintf(fail, sizeof fail, "rows %lld, %d threads: y[%lld][%d] = %g, want %g",
-                                 (long long)nb, nt, (long long)b, o, got, want);
+                        snprintf(fail, sizeof fail, "level %s, rows %lld, %d threads: y[%lld][%d] = %g, want %g",
+                                 omni_cpu_level_name(lv), (long long)nb, nt, (long long)b, o, got, want);
                         break;
                     }
-                    /* the same bits as the first batch size and thread count */
-                    if (bi == 0 && nt == 1)
+                    /* the same bits as the first batch size, thread count
+                     * and level (the AVX2 and AVX-512 kernels sum alike) */
+                    if (lv == OMNI_CPU_AVX2 && bi == 0 && nt == 1)
                         first[b * N_OUT + o] = got;
                     else if (b < OMNI_MATMUL_BLAS_MIN && memcmp(&got, &first[b * N_OUT + o], sizeof got)) {
-                        snprintf(fail, sizeof fail, "rows %lld, %d threads: y[%lld][%d] = %.9g, not %.9g as at %d rows",
-                                 (long long)nb, nt, (long long)b, o, got, first[b * N_OUT + o],
-                                 OMNI_MATMUL_BLAS_MIN);
+                        snprintf(fail, sizeof fail,
+                                 "level %s, rows %lld, %d threads: y[%lld][%d] = %.9g, not %.9g as at avx2, %d rows",
+                                 omni_cpu_level_name(lv), (long long)nb, nt, (long long)b, o, got,
+                                 first[b * N_OUT + o], OMNI_MATMUL_BLAS_MIN);
                         break;
                     }
                 }

@@ -30,6 +30,7 @@
 
 #if defined(__x86_64__)
 #include "arch/x86/gemm_f16_avx2.h"
+#include "arch/x86/gemm_f16_avx512.h"
 #include "arch/x86/x86.h"
 #endif
 
@@ -289,7 +290,8 @@ static void blas_rows(void *arg, int ith, int nth)
  * job->x_pack by all threads (f16_pack), then each thread's W rows through
  * the F16C GEMM (gemm_f16_avx2.c: the conversion is its packing; 5-7% faster
  * than dequantize + sgemm on one core, 64 KB of scratch a thread instead of
- * 8 MB of floats). */
+ * 8 MB of floats), at the AVX512 levels its 512-bit build
+ * (gemm_f16_avx512.c, the same bits). */
 static void f16_pack(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
@@ -303,12 +305,17 @@ static void f16_rows(void *arg, int ith, int nth)
     split(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1)
         return;
-    void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_f16_scratch(j->n_in, j->n_batch));
+    const int avx512 = omni_cpu_level() >= OMNI_CPU_AVX512;
+    void *scratch = scratch_get(SCRATCH_DEQUANT, avx512 ? omni_x86_gemm_f16_scratch_avx512(j->n_in, j->n_batch)
+                                                        : omni_x86_gemm_f16_scratch(j->n_in, j->n_batch));
     if (!scratch) {
         atomic_store(&j->failed, 1);
         return;
     }
-    omni_x86_gemm_f16_avx2(j->w, j->n_in, j->n_out, j->x_pack, j->n_batch, j->y, r0, r1, scratch);
+    if (avx512)
+        omni_x86_gemm_f16_avx512(j->w, j->n_in, j->n_out, j->x_pack, j->n_batch, j->y, r0, r1, scratch);
+    else
+        omni_x86_gemm_f16_avx2(j->w, j->n_in, j->n_out, j->x_pack, j->n_batch, j->y, r0, r1, scratch);
 }
 
 /* Whole 16-row groups of W per thread, so only the last group is partial. */

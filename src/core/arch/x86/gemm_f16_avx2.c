@@ -31,14 +31,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define MR 6   /* x rows per register tile */
+#define MR OMNI_GEMM_F16_MR /* x rows per register tile */
 #define NR 16  /* weight rows per register tile (two vectors) */
 /* K values per slab: an x panel's slab (6 KB) in L1, a strip's (16 KB)
  * beside it. NG weight rows per group (their converted slab, 128 KB, in
  * L2; 64 rows measured 1-4% slower, 192-256 alike). MC x panels per
  * prefetch block (96 KB). Panel-outer measured 0.5-2% faster than
  * strip-outer (b in L1, x panels from L2); KC 384-512 1-3% slower. */
-#define KC 256
+#define KC OMNI_GEMM_F16_KC
 #define NG 128
 #define MC 16
 
@@ -122,14 +122,17 @@ void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, flo
     }
 }
 
-/* Weight rows [r, r + nr) (nr <= NR), columns [k0, k0 + kw), as floats:
- * b[k][j] = W[r + j][k0 + k], zero for j >= nr. */
-static void pack_b(const uint16_t *w, int64_t n_in, int64_t r, int nr, int64_t k0, int kw, float *b)
+/* Weight rows [r, r + nr) (nr <= 16), columns [k0, k0 + kw), as floats:
+ * b[k * ldb + j] = W[r + j][k0 + k], zero for nr <= j < 16 (ldb: 16 here,
+ * 32 for gemm_f16_avx512.c's strips, which pack theirs in two halves). */
+void omni_x86_gemm_f16_pack_w(const void *wv, int64_t n_in, int64_t r, int nr, int64_t k0, int kw, float *b,
+                              int ldb)
 {
+    const uint16_t *w = wv;
     int k = 0;
-    if (nr == NR)
+    if (nr == 16)
         for (; k + 8 <= kw; k += 8)
-            for (int j0 = 0; j0 < NR; j0 += 8) {
+            for (int j0 = 0; j0 < 16; j0 += 8) {
                 __m256 v[8];
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++)
@@ -138,11 +141,11 @@ static void pack_b(const uint16_t *w, int64_t n_in, int64_t r, int nr, int64_t k
                 transpose8(v); /* v[i]: column k + i of rows j0 .. j0 + 7 */
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
-                    _mm256_store_ps(b + (size_t)(k + i) * NR + j0, v[i]);
+                    _mm256_store_ps(b + (size_t)(k + i) * ldb + j0, v[i]);
             }
     for (; k < kw; k++)
-        for (int j = 0; j < NR; j++)
-            b[(size_t)k * NR + j] = j < nr ? _cvtsh_ss(w[(size_t)(r + j) * n_in + k0 + k]) : 0.0f;
+        for (int j = 0; j < 16; j++)
+            b[(size_t)k * ldb + j] = j < nr ? _cvtsh_ss(w[(size_t)(r + j) * n_in + k0 + k]) : 0.0f;
 }
 
 /* o (rows x NR, row stride ldo) = (add ? c : 0) + a^T b over kw values of
@@ -256,7 +259,7 @@ void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const fl
             const float *a = xp + (size_t)k0 * panels * MR;
             for (int64_t r = g; r < g1; r += NR) {
                 const int nr = g1 - r < NR ? (int)(g1 - r) : NR;
-                pack_b(w, n_in, r, nr, k0, kw, b + (size_t)(r - g) * KC);
+                omni_x86_gemm_f16_pack_w(w, n_in, r, nr, k0, kw, b + (size_t)(r - g) * KC, NR);
             }
             for (int64_t pb = 0; pb < panels; pb += MC) {
                 const int64_t pe = pb + MC < panels ? pb + MC : panels;
@@ -331,6 +334,12 @@ size_t omni_x86_gemm_f16_scratch(int64_t n_in, int64_t n_batch)
 void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth)
 {
     (void)x, (void)n_in, (void)n_batch, (void)xp, (void)ith, (void)nth;
+}
+
+void omni_x86_gemm_f16_pack_w(const void *w, int64_t n_in, int64_t r, int nr, int64_t k0, int kw, float *b,
+                              int ldb)
+{
+    (void)w, (void)n_in, (void)r, (void)nr, (void)k0, (void)kw, (void)b, (void)ldb;
 }
 
 void omni_x86_gemm_f16_avx2(const void *w, int64_t n_in, int64_t n_out, const float *xp,

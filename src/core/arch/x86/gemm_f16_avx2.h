@@ -26,6 +26,18 @@ size_t omni_x86_gemm_f16_x_bytes(int64_t n_in, int64_t n_batch);
  * slab of 256 columns). */
 void omni_x86_gemm_f16_pack_x(const float *x, int64_t n_in, int64_t n_batch, float *xp, int ith, int nth);
 
+/* KC: the K values of a slab of x panels, as packed by
+ * omni_x86_gemm_f16_pack_x (panel p of the slab from k0 starts at
+ * xp + k0 * panels * 6 + p * 6 * kw, kw the slab's width). */
+#define OMNI_GEMM_F16_KC 256
+#define OMNI_GEMM_F16_MR 6
+
+/* Weight rows r .. r + nr - 1 (nr <= 16) of w (n_in F16 values a row),
+ * columns k0 .. k0 + kw - 1, converted into b[k * ldb + j] (zero for
+ * j >= nr); b and ldb * 4 bytes 32-byte aligned. */
+void omni_x86_gemm_f16_pack_w(const void *w, int64_t n_in, int64_t r, int nr, int64_t k0, int kw, float *b,
+                              int ldb);
+
 /* Bytes of per-thread scratch (64-byte aligned): 128 KB of converted
  * weights and 3 KB per 6 rows of x for the partial sums between K slabs
  * (386 KB at 512 rows). */
