@@ -136,4 +136,17 @@ void omni_x86_gemm_k_avx512(int wtype, const void *w, size_t w_row, int64_t n_in
                             const void *xq, size_t xq_row, int64_t n_batch, float *y, int64_t r0,
                             int64_t r1);
 
+/* Prompts (gemm_prompt_avx512.c): from omni_x86_gemm_prompt_min_avx512(wtype)
+ * batch rows (INT32_MAX: not this type) the VNNI kernel's blocked form, 16
+ * weight rows per panel packed once per group of activation rows, with the
+ * act8 form's bits. The same arguments as omni_x86_gemm_q8_0_avx512 (ad and
+ * corr from omni_x86_gemm_q8_0_prep with omni_x86_gemm_q8_0_offset_avx512),
+ * n_in >= 32, and per-thread scratch of
+ * omni_x86_gemm_prompt_avx512_scratch(n_in, n_batch) bytes. */
+int omni_x86_gemm_prompt_min_avx512(int wtype);
+size_t omni_x86_gemm_prompt_avx512_scratch(int64_t n_in, int64_t n_batch);
+void omni_x86_gemm_prompt_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
+                                 const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
+                                 int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch);
+
 #endif
