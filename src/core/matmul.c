@@ -166,6 +166,7 @@ struct mm_job {
     int gemm_avx512;     /* int8 GEMM: the AVX-512 VNNI kernel, else AVX2 */
     int gemm_avxvnni;    /* int8 GEMM, not avx512: the AVX2 kernel's AVX-VNNI build (level avxvnni) */
     int gemm_k;          /* int8 GEMM of the K-quants (gemm_k_*.c), else of Q8_0 dots */
+    int gemm_prompt;     /* int8 GEMM, avx512: the prompt kernel (gemm_prompt_avx512.c) */
     int quant_each;      /* one row: every thread quantizes x into its own scratch */
     int reuse_xq;        /* quant_each: the thread's scratch already holds x in the
                           * dot type (and its prep): omni_matmul_multi's later products */
@@ -343,10 +344,24 @@ static void gemm_rows(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
     int64_t r0, r1;
-    split(j->n_out, ith, nth, &r0, &r1);
+    if (j->gemm_prompt) { /* whole 16-row panels per thread */
+        int64_t g0, g1;
+        split((j->n_out + 15) / 16, ith, nth, &g0, &g1);
+        r0 = g0 * 16;
+        r1 = g1 * 16 < j->n_out ? g1 * 16 : j->n_out;
+    } else
+        split(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (j->gemm_k) {
+    if (j->gemm_prompt) {
+        void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_prompt_avx512_scratch(j->n_in, j->n_batch));
+        if (!scratch) {
+            atomic_store(&j->failed, 1);
+            return;
+        }
+        omni_x86_gemm_prompt_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->ad,
+                                    j->corr, j->n_batch, j->y, r0, r1, scratch);
+    } else if (j->gemm_k) {
         if (j->gemm_avx512)
             omni_x86_gemm_k_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                    j->n_batch, j->y, r0, r1);
@@ -439,6 +454,22 @@ static enum gemm_kind use_gemm(int type, int64_t n_batch, int level)
     (void)n_batch;
     (void)level;
     return GEMM_NONE;
+#endif
+}
+
+/* Q8_0-family GEMM batches from omni_x86_gemm_prompt_min_avx512 rows at
+ * AVX-512 VNNI: the blocked prompt kernel, with the act8 form's bits (so
+ * kernel_id has no id of its own for it). */
+static int use_gemm_prompt(int type, int64_t n_in, int64_t n_batch, int level)
+{
+#if defined(__x86_64__)
+    return level >= OMNI_CPU_AVX512VNNI && n_in >= 32 && n_batch >= omni_x86_gemm_prompt_min_avx512(type);
+#else
+    (void)type;
+    (void)n_in;
+    (void)n_batch;
+    (void)level;
+    return 0;
 #endif
 }
 
@@ -555,6 +586,7 @@ void omni_matmul(struct tpool *tp, const struct omni_tensor *w, const float *x,
     const enum gemm_kind gemm = use_gemm(w->type, n_batch, level);
     j.gemm_avx512 = level >= OMNI_CPU_AVX512VNNI;
     j.gemm_avxvnni = level == OMNI_CPU_AVXVNNI; /* implies AVX-VNNI (cpu.h) */
+    j.gemm_prompt = gemm == GEMM_Q8_0 && use_gemm_prompt(w->type, n_in, n_batch, level);
     if (use_amx(w->type, n_batch)) {
 #if defined(__x86_64__)
         j.m_pad = omni_amx_m_pad(n_batch);
@@ -673,7 +705,7 @@ static int multi_gemm(struct tpool *tp, const struct omni_tensor *const *w, int 
             .op = op, .w_type = w[k]->type, .w = w[k]->data, .w_row = w_row, .x = x, .y = y[k],
             .n_in = n_in, .n_out = n_out, .n_batch = n_batch,
             .gemm_avx512 = level >= OMNI_CPU_AVX512VNNI, .gemm_avxvnni = level == OMNI_CPU_AVXVNNI,
-            .gemm_k = g == GEMM_K,
+            .gemm_k = g == GEMM_K, .gemm_prompt = g == GEMM_Q8_0 && use_gemm_prompt(w[k]->type, n_in, n_batch, level),
         };
     }
     const int64_t nbp = omni_x86_gemm_q8_0_blocks(n_in);
