@@ -273,10 +273,15 @@ TEST(model_golden_smollm3_f32) { check_golden("smollm3", "f32", TOL_F32, TOL_F32
 TEST(model_golden_smollm3_f16) { check_golden("smollm3", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
 TEST(model_golden_smollm3_q8_0) { check_golden("smollm3", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
 /* lfm2: 4 short-convolution layers and 2 attention ones (F16 max 7.6e-3,
- * Q8_0 max 0.19 mean 0.022) */
+ * Q8_0 max 0.19 mean 0.022 with float activations, i.e. the 32-token prompt
+ * through dequantize + sgemm; with Q8_0 activations, as every decode step
+ * and every prompt chunk of the int8 GEMM has them (llama.cpp's too), max
+ * 0.27 mean 0.033, the same in chunks of 1, 16 or 32 tokens: the error of
+ * the activations' quantization, not of a kernel) */
+#define TOL_Q8_0_LFM2_MEAN 0.04
 TEST(model_golden_lfm2_f32) { check_golden("lfm2", "f32", TOL_F32, TOL_F32, GGML_TYPE_F32); }
 TEST(model_golden_lfm2_f16) { check_golden("lfm2", "f16", TOL_F16, TOL_F16_MEAN, GGML_TYPE_F16); }
-TEST(model_golden_lfm2_q8_0) { check_golden("lfm2", "q8_0", TOL_Q8_0, TOL_Q8_0_MEAN, GGML_TYPE_F16); }
+TEST(model_golden_lfm2_q8_0) { check_golden("lfm2", "q8_0", TOL_Q8_0, TOL_Q8_0_LFM2_MEAN, GGML_TYPE_F16); }
 /* gpt-oss: sinks, sliding window 6 on layers 0 and 2, YaRN, 4 of 8 biased
  * experts with the clamped SwiGLU (the fixture's BF16 weights are exact in
  * F32; the router keeps its 4th and 5th logits >= 0.027 apart). Measured: F32
