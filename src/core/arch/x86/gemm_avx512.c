@@ -1,24 +1,21 @@
-/* gemm_avx512.c - int8 GEMM for small batches (2 rows up) of the weight
- * types whose dot type is Q8_0 (q8_0, q4_0, q5_0), AVX-512 VNNI.
+/* gemm_avx512.c - int8 GEMM for batches of the weight types whose dot type
+ * is Q8_0 (q8_0, q4_0, q5_0), AVX-512 VNNI.
  *
  * The per-row dot kernels re-read every weight block once per activation
- * row; here a tile of 4 weight rows x 4 activation rows is multiplied in
- * registers, so each weight block is unpacked once per 4 activation rows.
- * Weights become unsigned bytes u = q + K (K = 128, 8, 16 for q8_0, q4_0,
- * q5_0) so that vpdpbusd (u8 x s8) takes them as they are; the int32
- * accumulator starts at -K/8 * sum(a) in each of the 8 lanes of a block,
- * which removes the offset exactly. A 512-bit register holds two 32-element
- * blocks; every (weight row, activation row) pair keeps its own 16 float
- * lanes, summed over blocks in a fixed order and reduced at the end, so a
- * result depends only on its two rows, never on the rest of the batch.
+ * row; here each weight block is unpacked once per pass of up to 8
+ * activation rows. Weights become unsigned bytes u = q + K (K = 128, 8, 16
+ * for q8_0, q4_0, q5_0) so that vpdpbusd (u8 x s8) takes them as they are;
+ * each (weight row, activation row) pair's int32 block sum starts at
+ * 8 x corr = -K * sum(a), which removes the offset exactly, and then takes
+ * acc = fma(float(sum), d_w * d_a, acc) block after block: gemm_avx2.c's
+ * act8 integers and float steps, so a result depends only on its two rows,
+ * never on the rest of the batch, and both levels give the same bits.
  *
- * From omni_x86_gemm_act8_min_avx512 rows (the engine's 8-sequence decode)
- * the roles turn around as in gemm_avx2.c: 8 activation rows are transposed
- * once per call (lane c of register k = dword k of row c's block), each
- * weight block is made unsigned once and its dwords broadcast into tiles of
- * ACT8_R weight rows x 8 activation rows, one vpdpbusd per dword: the int32
- * block sums are exact and the float steps per block are gemm_avx2.c's
- * act8 ones, so these rows have the AVX2 act8 kernel's bits. */
+ * Two forms: wt16 (up to OMNI_X86_WT16_MAX rows, the engine's decode of
+ * several sequences) puts 16 weight rows in the lanes of a 512-bit register
+ * and broadcasts activation dwords; act8 (larger batches, and shapes wt16
+ * does not take) puts 8 activation rows in the lanes of a 256-bit register,
+ * transposed once per call, and broadcasts weight dwords. */
 #if defined(__x86_64__)
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
@@ -26,10 +23,9 @@
 #include "x86.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 #include "gemm_act8_inl.h"
-
-#define TILE 4 /* weight rows and activation rows per register tile */
 
 int omni_x86_gemm_q8_0_offset_avx512(int wtype)
 {
@@ -39,134 +35,6 @@ int omni_x86_gemm_q8_0_offset_avx512(int wtype)
     case GGML_TYPE_Q5_0: return 16;
     default: return -1;
     }
-}
-
-/* 32 bytes of block i of a q8_0 activation row; zero for the padding block. */
-static inline __m256i act_qs(const block_q8_0 *a, int64_t i, int64_t nb)
-{
-    return i < nb ? _mm256_loadu_si256((const __m256i *)a[i].qs) : _mm256_setzero_si256();
-}
-
-/* Weight blocks i and i+1 (i+1 may be the padding block nb: zeros) of one
- * row as 64 unsigned bytes, and their scales, 8 lanes each. */
-static inline __attribute__((always_inline)) void
-load_w2(const int WT, const uint8_t *row, int64_t i, int64_t nb, __m512i *q, __m512 *d)
-{
-    const int two = i + 1 < nb;
-    float d0, d1 = 0.0f;
-    if (WT == GGML_TYPE_Q8_0) {
-        const block_q8_0 *x = (const block_q8_0 *)row + i;
-        const __m256i off = _mm256_set1_epi8((char)0x80);
-        const __m256i lo = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[0].qs), off);
-        const __m256i hi = two ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[1].qs), off)
-                               : _mm256_setzero_si256();
-        *q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        d0 = _cvtsh_ss(x[0].d);
-        if (two)
-            d1 = _cvtsh_ss(x[1].d);
-    } else if (WT == GGML_TYPE_Q4_0) {
-        const block_q4_0 *x = (const block_q4_0 *)row + i;
-        const __m128i q0 = _mm_loadu_si128((const __m128i *)x[0].qs);
-        const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)x[1].qs) : _mm_setzero_si128();
-        /* 128-bit lanes: q0, q0 >> 4, q1, q1 >> 4, each & 15 */
-        const __m512i t = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
-                                                   _mm512_castsi256_si512(_mm256_set_m128i(q1, q0)));
-        *q = _mm512_and_si512(_mm512_srlv_epi64(t, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
-                              _mm512_set1_epi8(0x0f));
-        d0 = _cvtsh_ss(x[0].d);
-        if (two)
-            d1 = _cvtsh_ss(x[1].d);
-    } else { /* Q5_0: nibbles | 5th bit from qh */
-        const block_q5_0 *x = (const block_q5_0 *)row + i;
-        const __m128i q0 = _mm_loadu_si128((const __m128i *)x[0].qs);
-        const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)x[1].qs) : _mm_setzero_si128();
-        const __m512i t = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
-                                                   _mm512_castsi256_si512(_mm256_set_m128i(q1, q0)));
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, x[0].qh, 4);
-        if (two)
-            memcpy(&h1, x[1].qh, 4);
-        const __mmask64 hm = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
-        *q = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi64(t, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
-                                              _mm512_set1_epi8(0x0f)),
-                             _mm512_maskz_mov_epi8(hm, _mm512_set1_epi8(0x10)));
-        d0 = _cvtsh_ss(x[0].d);
-        if (two)
-            d1 = _cvtsh_ss(x[1].d);
-    }
-    *d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
-}
-
-/* y[c * y_stride + r] for NR weight rows x NC activation rows. */
-static inline __attribute__((always_inline)) void
-gemm_tile(const int WT, const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp,
-          const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, float *y,
-          size_t y_stride, const int NR, const int NC)
-{
-    __m512 acc[TILE][TILE];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm512_setzero_ps();
-    /* lanes 0-7 take element 0 of a pair, lanes 8-15 element 1 */
-    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t i = 0; i < nb; i += 2) {
-        __m512i wq[TILE];
-        __m512 wd[TILE];
-        for (int r = 0; r < NR; r++)
-            load_w2(WT, w + (size_t)r * w_row, i, nb, &wq[r], &wd[r]);
-        for (int c = 0; c < NC; c++) {
-            const block_q8_0 *a = (const block_q8_0 *)(xq + (size_t)c * xq_row);
-            const __m512i av = _mm512_inserti64x4(_mm512_castsi256_si512(act_qs(a, i, nb)),
-                                                  act_qs(a, i + 1, nb), 1);
-            const __m512 da = _mm512_permutexvar_ps(
-                pair, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(ad + c * nbp + i)))));
-            const __m512i k0 = _mm512_permutexvar_epi32(
-                pair, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(corr + c * nbp + i))));
-            for (int r = 0; r < NR; r++) {
-                const __m512i dot = _mm512_dpbusd_epi32(k0, wq[r], av);
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], da), acc[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++)
-            y[(size_t)c * y_stride + r] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-#define TILE_CASE(WT, nr, nc)                                                                   \
-    case (nr) * 8 + (nc):                                                                       \
-        gemm_tile(WT, w, w_row, nb, nbp, xq, xq_row, ad, corr, y, y_stride, nr, nc);            \
-        break
-
-#define TILE_SWITCH(WT)                                                                         \
-    switch (nr * 8 + nc) {                                                                      \
-        TILE_CASE(WT, 1, 1); TILE_CASE(WT, 1, 2); TILE_CASE(WT, 1, 3); TILE_CASE(WT, 1, 4);     \
-        TILE_CASE(WT, 2, 1); TILE_CASE(WT, 2, 2); TILE_CASE(WT, 2, 3); TILE_CASE(WT, 2, 4);     \
-        TILE_CASE(WT, 3, 1); TILE_CASE(WT, 3, 2); TILE_CASE(WT, 3, 3); TILE_CASE(WT, 3, 4);     \
-        TILE_CASE(WT, 4, 1); TILE_CASE(WT, 4, 2); TILE_CASE(WT, 4, 3); default:                 \
-        gemm_tile(WT, w, w_row, nb, nbp, xq, xq_row, ad, corr, y, y_stride, 4, 4);              \
-        break;                                                                                  \
-    }
-
-static void tile_q8_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, const uint8_t *xq,
-                      size_t xq_row, const float *ad, const int32_t *corr, float *y,
-                      size_t y_stride, int nr, int nc)
-{
-    TILE_SWITCH(GGML_TYPE_Q8_0)
-}
-
-static void tile_q4_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, const uint8_t *xq,
-                      size_t xq_row, const float *ad, const int32_t *corr, float *y,
-                      size_t y_stride, int nr, int nc)
-{
-    TILE_SWITCH(GGML_TYPE_Q4_0)
-}
-
-static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, const uint8_t *xq,
-                      size_t xq_row, const float *ad, const int32_t *corr, float *y,
-                      size_t y_stride, int nr, int nc)
-{
-    TILE_SWITCH(GGML_TYPE_Q5_0)
 }
 
 // ---- 8 activation rows interleaved ------------------------------------------
@@ -183,14 +51,6 @@ static void tile_q5_0(const uint8_t *w, size_t w_row, int64_t nb, int64_t nbp, c
 #define OMNI_X86_ACT8_R 8
 #endif
 #define ACT8_R OMNI_X86_ACT8_R
-/* Fewest batch rows for the act8 form (a benchmark knob; kernel_id reads
- * omni_x86_gemm_act8_min_avx512): a padded pass over 8 rows costs less than
- * the 4 x 4 tiles from 4 rows (Intel host, one thread, 2048 x 8192, ms per
- * row: act8 at 8 rows q8_0 0.177, q4_0 0.200, q5_0 0.259; the tiles at 4
- * rows 0.471, 0.472, 0.767). */
-#ifndef OMNI_X86_ACT8_MIN
-#define OMNI_X86_ACT8_MIN 4
-#endif
 /* OMNI_X86_ACT8_PF: 1 (default) prefetches the next tile's weight bytes
  * spread over the current tile's blocks (a line or so per block and row,
  * never a burst of whole rows); 0 leaves it to the hardware. */
@@ -348,33 +208,231 @@ static void act8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, i
     }
 }
 
+// ---- 16 weight rows in the lanes of a 512-bit register ----------------------
+
+/* Batches of up to OMNI_X86_WT16_MAX rows (the engine's 2-16 sequence
+ * decode): per block, 16 weight rows are loaded as they lie in the GGUF file
+ * and transposed in registers so that lane L of W[k] holds dword k of row
+ * L's unsigned bytes u = q + K; each activation row's dword k is then one
+ * broadcast operand of a vpdpbusd that serves all 16 weight rows. No weight
+ * pack, no horizontal sums: per activation row and block 8 vpdpbusd, a
+ * convert, a multiply and an FMA for 512 multiply-adds. The activations of a
+ * pass of 8 rows are packed once per call block by block (qs, 8 x corr,
+ * scales), so every operand is a fixed offset from one pointer. The int32
+ * block sums start at 8 x corr as act8's do and the float steps are act8's,
+ * so every row has act8's bits. */
+#ifndef OMNI_X86_WT16_MAX
+#define OMNI_X86_WT16_MAX 31
+#endif
+#define WT16_C 8             /* activation rows per pass (8 block sums + 8 float sums live) */
+#define WT16_MAX_BLOCKS 512  /* rows of up to 16384: a pass's pack on the stack (160 KB) */
+#define WT16_ROWS_CHUNK 256  /* batches of several passes: weight rows per round of passes (in L2) */
+#define WT16_A 320           /* packed bytes per block: 8 x 32 qs, 8 x corr at 256, 8 scales at 288 */
+
+/* Block i's 16 weight rows (row r at p + r * w_row, p = row 0's block i) as
+ * W[0..7] and their 16 scales; vidx: lane r = r * w_row (the gathers). */
+static inline __attribute__((always_inline)) void
+wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i vidx, __m512i *W, __m512 *wd)
+{
+    const uint8_t *p1 = p + w_row, *p2 = p + 2 * w_row, *p3 = p + 3 * w_row;
+    const uint8_t *const q[4] = { p, p1, p2, p3 };
+    const size_t s4 = 4 * w_row, s12 = 12 * w_row;
+    if (WT == GGML_TYPE_Q8_0) {
+        /* z[c]: row c in the low half, row c + 8 in the high half; an 8 x 8
+         * dword transpose in each half leaves lane L = row L */
+        __m512i z[8], t[8], u[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *r = q[c & 3] + (c >= 4 ? s4 : 0) + offsetof(block_q8_0, qs);
+            z[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)r)),
+                                      _mm256_loadu_si256((const __m256i *)(r + 2 * s4)), 1);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
+            t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
+        }
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+            u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+            u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+            u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+        }
+        /* u[j] 128-bit lanes: dword j of rows 0-3, j + 4 of rows 0-3, j of
+         * rows 8-11, j + 4 of rows 8-11; u[4 + j] rows 4-7 and 12-15 */
+        const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+        const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+        const __m512i off = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            W[j] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[j], lo, u[4 + j]), off);
+            W[j + 4] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[j], hi, u[4 + j]), off);
+        }
+    } else {
+        /* z[d] 128-bit lane L: the 16 nibble bytes of row 4L + d; a 4 x 4
+         * dword transpose in each lane leaves lane 4L + d = row 4L + d */
+        const size_t qo = WT == GGML_TYPE_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q5_0, qs);
+        __m512i z[4];
+#pragma GCC unroll 4
+        for (int d = 0; d < 4; d++) {
+            const uint8_t *r = q[d] + qo;
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)r));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + s4)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * s4)), 2);
+            z[d] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + s12)), 3);
+        }
+        const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+        const __m512i P[4] = { _mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                               _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3) };
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) { /* elements 4j.. low nibbles, 16 + 4j.. high */
+            W[j] = _mm512_and_si512(P[j], m4);
+            W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(P[j], 4), m4);
+        }
+        if (WT == GGML_TYPE_Q5_0) {
+            /* fifth bits: byte k/2 of each row's qh copied to the dword's 4
+             * bytes, byte e tested against bit e (k even) or e + 4 (k odd) */
+            const __m512i qh = _mm512_i32gather_epi32(vidx, p + offsetof(block_q5_0, qh), 1);
+            const __m512i c16 = _mm512_set1_epi8(0x10);
+            const __m512i blo = _mm512_set1_epi32(0x08040201), bhi = _mm512_set1_epi32((int)0x80402010);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i h = _mm512_shuffle_epi8(qh, _mm512_set4_epi32((12 + j) * 0x01010101, (8 + j) * 0x01010101,
+                                                                            (4 + j) * 0x01010101, j * 0x01010101));
+                W[2 * j] = _mm512_mask_add_epi8(W[2 * j], _mm512_test_epi8_mask(h, blo), W[2 * j], c16);
+                W[2 * j + 1] = _mm512_mask_add_epi8(W[2 * j + 1], _mm512_test_epi8_mask(h, bhi), W[2 * j + 1], c16);
+            }
+        }
+    }
+    const __m512i dh = _mm512_i32gather_epi32(vidx, p, 1); /* ggml_half d first in every block */
+    *wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh));
+}
+
+/* One group of 16 weight rows (row r at w + r * w_row) against the packed
+ * activation rows [0, NC) of a pass, blocks [0, nb): y[c * n_out + r] for
+ * the lanes r in m. pf: the next group's first row (prefetched spread over
+ * the blocks), or NULL. */
+static inline __attribute__((always_inline)) void
+wt16_group(const int WT, const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *pa, float *y, size_t n_out,
+           __mmask16 m, const uint8_t *pf, const int NC)
+{
+    const size_t bx = WT == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : WT == GGML_TYPE_Q4_0 ? sizeof(block_q4_0)
+                                                                                       : sizeof(block_q5_0);
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)w_row));
+    __m512 acc[WT16_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i W[8];
+        __m512 wd;
+        if (pf) /* the next group's 16 rows (contiguous), a block's share */
+            for (size_t o = 0; o < 16 * bx; o += 64)
+                _mm_prefetch((const char *)pf + (size_t)i * 16 * bx + o, _MM_HINT_T0);
+        wt16_unpack(WT, w + (size_t)i * bx, w_row, vidx, W, &wd);
+        const uint8_t *A = pa + (size_t)i * WT16_A;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512i dot = _mm512_set1_epi32(*(const int32_t *)(A + 256 + 4 * c));
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                dot = _mm512_dpbusd_epi32(dot, W[k], _mm512_set1_epi32(*(const int32_t *)(A + 32 * c + 4 * k)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                     _mm512_mul_ps(wd, _mm512_set1_ps(*(const float *)(A + 288 + 4 * c))), acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_mask_storeu_ps(y + (size_t)c * n_out, m, acc[c]);
+}
+
+#define WT16_CASE(WT, nc)                                                                       \
+    case nc: wt16_group(WT, w, w_row, nb, pa, y, n_out, m, pf, nc); break
+
+#define WT16_GROUPS(WT, name)                                                                   \
+    static void name(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *pa, float *y,  \
+                     size_t n_out, __mmask16 m, const uint8_t *pf, int nc)                      \
+    {                                                                                           \
+        switch (nc) {                                                                           \
+            WT16_CASE(WT, 1); WT16_CASE(WT, 2); WT16_CASE(WT, 3); WT16_CASE(WT, 4);             \
+            WT16_CASE(WT, 5); WT16_CASE(WT, 6); WT16_CASE(WT, 7); default:                      \
+            wt16_group(WT, w, w_row, nb, pa, y, n_out, m, pf, WT16_C);                          \
+            break;                                                                              \
+        }                                                                                       \
+    }
+
+typedef void (*wt16_fn)(const uint8_t *w, size_t w_row, int64_t nb, const uint8_t *pa, float *y, size_t n_out,
+                        __mmask16 m, const uint8_t *pf, int nc);
+WT16_GROUPS(GGML_TYPE_Q8_0, wt16_q8_0)
+WT16_GROUPS(GGML_TYPE_Q4_0, wt16_q4_0)
+WT16_GROUPS(GGML_TYPE_Q5_0, wt16_q5_0)
+
+static int wt16_takes(int64_t n_batch, int64_t n_in, int64_t n_out, size_t w_row)
+{
+    return n_batch <= OMNI_X86_WT16_MAX && n_in >= QK8_0 && n_in / QK8_0 <= WT16_MAX_BLOCKS && n_out >= 16 &&
+           w_row * 16 < INT32_MAX;
+}
+
+/* Activation rows [0, nc) of a pass, blocks [0, nb), in wt16's layout. */
+static void wt16_pack(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int nc, int64_t nb,
+                      int64_t nbp, uint8_t *pa)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *o = pa + (size_t)i * WT16_A;
+        for (int c = 0; c < nc; c++) {
+            memcpy(o + 32 * c, ((const block_q8_0 *)(xq + (size_t)c * xq_row) + i)->qs, 32);
+            ((int32_t *)(o + 256))[c] = 8 * corr[c * nbp + i];
+            ((float *)(o + 288))[c] = ad[c * nbp + i];
+        }
+    }
+}
+
+static void wt16_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,
+                      size_t xq_row, const float *ad, const int32_t *corr, int64_t n_batch, float *y, int64_t r0,
+                      int64_t r1)
+{
+    const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
+    const wt16_fn group = wtype == GGML_TYPE_Q8_0 ? wt16_q8_0 : wtype == GGML_TYPE_Q4_0 ? wt16_q4_0 : wt16_q5_0;
+    uint8_t pa[WT16_MAX_BLOCKS * WT16_A] __attribute__((aligned(64)));
+    /* one pass: packed once; several: a round of passes per chunk of rows */
+    const int64_t chunk = n_batch <= WT16_C ? r1 - r0 : WT16_ROWS_CHUNK;
+    for (int64_t rc = r0; rc < r1; rc += chunk) {
+        const int64_t rc1 = r1 - rc < chunk ? r1 : rc + chunk;
+        for (int64_t c = 0; c < n_batch; c += WT16_C) {
+            const int nc = n_batch - c < WT16_C ? (int)(n_batch - c) : WT16_C;
+            if (rc == r0 || n_batch > WT16_C)
+                wt16_pack(xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp, nc, nb, nbp, pa);
+            for (int64_t r = rc; r < rc1; r += 16) {
+                /* a short last group takes the 16 rows that end at rc1 (or
+                 * at n_out), storing only its own */
+                const int64_t g = rc1 - r >= 16 ? r : rc1 >= 16 ? rc1 - 16 : 0;
+                const int64_t e = r + 16 < rc1 ? r + 16 : rc1;
+                const __mmask16 m = (__mmask16)(((1u << (e - g)) - 1) & ~((1u << (r - g)) - 1));
+                const uint8_t *pf = r + 32 <= rc1 ? w + (size_t)(r + 16) * w_row : NULL;
+                group(w + (size_t)g * w_row, w_row, nb, pa, y + c * n_out + g, (size_t)n_out, m, pf, nc);
+            }
+        }
+    }
+}
+
 int omni_x86_gemm_act8_min_avx512(int wtype)
 {
-    return omni_x86_gemm_q8_0_offset_avx512(wtype) < 0 ? INT32_MAX : OMNI_X86_ACT8_MIN;
+    /* wt16 and act8 alike: act8's bits from one row */
+    return omni_x86_gemm_q8_0_offset_avx512(wtype) < 0 ? INT32_MAX : 1;
 }
 
 void omni_x86_gemm_q8_0_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
                                const void *xq, size_t xq_row, const float *ad, const int32_t *corr,
                                int64_t n_batch, float *y, int64_t r0, int64_t r1)
 {
-    if (n_batch >= omni_x86_gemm_act8_min_avx512(wtype) && n_in >= QK8_0) {
+    if (wt16_takes(n_batch, n_in, n_out, w_row))
+        wt16_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1);
+    else
         act8_rows(wtype, w, w_row, n_in, n_out, xq, xq_row, ad, corr, n_batch, y, r0, r1);
-        return;
-    }
-    const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
-    void (*tile)(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, size_t,
-                 const float *, const int32_t *, float *, size_t, int, int) =
-        wtype == GGML_TYPE_Q8_0 ? tile_q8_0 : wtype == GGML_TYPE_Q4_0 ? tile_q4_0 : tile_q5_0;
-    /* a tile of weight rows stays in L1 while every activation row passes */
-    for (int64_t r = r0; r < r1; r += TILE) {
-        const int nr = r1 - r < TILE ? (int)(r1 - r) : TILE;
-        for (int64_t c = 0; c < n_batch; c += TILE) {
-            const int nc = n_batch - c < TILE ? (int)(n_batch - c) : TILE;
-            tile((const uint8_t *)w + (size_t)r * w_row, w_row, nb, nbp,
-                 (const uint8_t *)xq + (size_t)c * xq_row, xq_row, ad + c * nbp, corr + c * nbp,
-                 y + c * n_out + r, (size_t)n_out, nr, nc);
-        }
-    }
 }
 
 #endif /* __x86_64__ */
