@@ -211,7 +211,8 @@ static int dev_presize(struct llm_dev *d)
 }
 
 /* The backend's own preparation of every matrix (cuda: F16 copies for
- * batched steps), before the KV pool takes what memory is left. */
+ * batched steps; q/k/v and gate/up as groups, each then one GEMM), before
+ * the KV pool takes what memory is left. */
 static int dev_prepare(struct llm_dev *d)
 {
     if (!d->be->prepare)
@@ -219,6 +220,10 @@ static int dev_prepare(struct llm_dev *d)
     int rc = d->be->prepare(d->be, &d->output);
     for (int l = 0; rc >= 0 && l < d->hp.n_layer; l++) {
         const struct dev_layer *L = &d->layers[l];
+        const struct omni_btensor *qkv[] = { &L->wq, &L->wk, &L->wv };
+        const struct omni_btensor *gu[] = { &L->w_gate, &L->w_up };
+        if (d->be->prepare_group && (rc = d->be->prepare_group(d->be, 3, qkv)) >= 0)
+            rc = d->be->prepare_group(d->be, 2, gu);
         const struct omni_btensor *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
                                               &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; rc >= 0 && i < sizeof mats / sizeof *mats; i++)

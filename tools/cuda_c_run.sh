@@ -13,7 +13,8 @@
 # log.txt, results.jsonl (every JSON line), optime_*.jsonl.
 # Variables: VARIANTS (space-separated; commas join env assignments),
 # TEST_VARIANTS (those test_cuda runs with; default VARIANTS), TIMERS=1, TIMER_ENVS ("X=1" plus variants to time), RUN_LLAMA, RUN_ENGINE,
-# RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU, TG_FILES
+# RUN_SAN (SAN_ENV: the sanitizer's env, commas join), RUN_NCU (NCU_FILE: M4, M7, ...;
+# NCU_SECTIONS, NCU_SKIP, NCU_COUNT, NCU_TIMEOUT, NCU_LINES), TG_FILES
 # (default "M4 M7 M8"; "" none), PP=1 (pp512 with the defaults), ENGINE_ENVS (one
 # bench-engine run each), ENGINE_TIMERS=1 (per-op times of bench-engine at
 # 64 sequences, per env of ENGINE_TIMER_ENVS), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
@@ -305,12 +306,15 @@ for l in sys.stdin:
 done
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${RUN_NCU:-1}" = 1 ] && [ -n "$NCU_BIN" ] && [ -x build-fcuda/bench_dev ] && [ "$(left)" -gt 90 ]; then
-    stamp "ncu: speed of light of the mv2 kernels, 1B Q4_K_M file (${NCU_ENV:-X=1})"
-    env ${NCU_ENV:-X=1} OMNI_DEV_GRAPHS=0 timeout "$(cap 50)" "$NCU_BIN" --kernel-name "regex:k_mv2" \
-        --launch-skip 200 --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
-        build-fcuda/bench_dev -m "$M4" -p 1 -n 8 -r 1 > "$O/ncu.txt" 2>&1
-    grep -E "k_mv2|Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit" "$O/ncu.txt" |
-        head -80 | tee -a "$SUM"
+    NF=${NCU_FILE:-M4}
+    stamp "ncu: the mv2 kernels, $(basename "${!NF}") (${NCU_ENV:-X=1})"
+    NSEC=()
+    for sec in ${NCU_SECTIONS:-SpeedOfLight LaunchStats Occupancy}; do NSEC+=(--section "$sec"); done
+    env ${NCU_ENV:-X=1} OMNI_DEV_GRAPHS=0 timeout "$(cap "${NCU_TIMEOUT:-50}")" "$NCU_BIN" --kernel-name "regex:k_mv2" \
+        --launch-skip "${NCU_SKIP:-200}" --launch-count "${NCU_COUNT:-8}" "${NSEC[@]}" \
+        build-fcuda/bench_dev -m "${!NF}" -p 1 -n 8 -r 1 > "$O/ncu.txt" 2>&1
+    grep -E "k_mv2|Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Hit Rate|Issued|Eligible" "$O/ncu.txt" |
+        head -${NCU_LINES:-80} | tee -a "$SUM"
 else
     say "ncu: ${NCU_BIN:-not found} (or no time)"
 fi

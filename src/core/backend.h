@@ -165,6 +165,11 @@ struct omni_backend {
      * contents must not change meanwhile; 0 or an error. mem_available:
      * free device memory now, in bytes. */
     int (*prepare)(struct omni_backend *be, const struct omni_btensor *w);
+    /* Optional: prepare w[0..n) (equal cols: q, k, v; gate, up) so that a
+     * batched product over all of them can be one (cuda: their F16 copies
+     * in one allocation, in this order, for one GEMM); 0 also where it
+     * cannot (prepare then does each). Before prepare of the same matrices. */
+    int (*prepare_group)(struct omni_backend *be, int n, const struct omni_btensor *const *w);
     size_t (*mem_available)(struct omni_backend *be);
 
     /* Optional fused ops of a decode step (NULL: the caller runs the plain

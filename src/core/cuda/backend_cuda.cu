@@ -42,10 +42,11 @@ extern "C" {
 /* prepare's copies of a quantized matrix, found by its data pointer and
  * shape: an F16 copy (h, for the GEMM path; NULL without one) and, for the
  * one-row matvec (mv2), a repacked copy (rp: Q6_K, Q8_0) or the GGUF
- * layout itself (Q4_K: mv2 set, rp NULL). */
+ * layout itself (Q4_K: mv2 set, rp NULL). base: the allocation h lies in
+ * (h itself, or the first copy of a prepare_group's one allocation). */
 struct f16_copy {
     const void *w;
-    __half *h;
+    __half *h, *base;
     void *rp;
     int64_t rows, cols;
     int type;
@@ -65,6 +66,12 @@ struct cuda_state {
      * (OMNI_CUDA_F16_REUSE=0: every GEMM converts; H100 job f_c1: reuse
      * took bench-engine at 64 sequences from 12,805 to 15,361 tok/s) */
     bool nh_on, nh_valid;
+    /* OMNI_CUDA_GEMM_CAT (bits, default 3): a batched step's products over
+     * a prepare_group's matrices as one GEMM: 1 gate and up, 2 q, k and v */
+    int gemm_cat;
+    float *gc;         /* that GEMM's output (gc_cap floats: 64 rows of the
+                        * largest group), made at prepare, never moved after */
+    size_t gc_cap;
     int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices */
     float *sk;         /* their partial products (S x n x rows floats), never moved */
     size_t sk_cap;     /* floats */
@@ -1397,6 +1404,108 @@ static bool mv2_of(const struct cuda_state *s, const struct omni_btensor *w, mv2
 static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, const float *x,
                        int n, float *y);
 
+/* x (n rows of cols) as F16 in xh for the GEMM path: kept from the last
+ * conversion while nh_valid says it stands for x */
+static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
+{
+    if (s->nh_valid && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)
+        return 0;
+    const int64_t nx = (int64_t)n * cols;
+    int rc;
+    s->nh_valid = false;
+    if ((size_t)nx > s->xh_cap && s->capturing)
+        return OMNI_ERR_LIMIT;
+    if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
+        return rc;
+    k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
+    if ((rc = chk_launch("f32_to_f16")) < 0)
+        return rc;
+    if (s->nh_on) {
+        s->nh_valid = true;
+        s->nh_x = x;
+        s->nh_n = n;
+        s->nh_cols = cols;
+    }
+    return 0;
+}
+
+/* Whether matmul_impl multiplies w by n rows through the F16 GEMM (not the
+ * int8 or F32 matvecs). */
+static bool gemm_path(const struct cuda_state *s, const struct omni_btensor *w, int n)
+{
+    return is_quant(w->type) && (n > s->int8_rows || s->f32_act) && n > MATVEC_MAX;
+}
+
+/* The F16 copies of w[0..nw) when a prepare_group put them in one
+ * allocation in this order (one GEMM over all their rows takes them), and
+ * the GEMM path takes n rows for each; else NULL. */
+static const __half *cat_copies(const struct cuda_state *s, int nw,
+                                const struct omni_btensor *const *w, int n)
+{
+    const __half *h0 = NULL;
+    int64_t off = 0;
+    for (int i = 0; i < nw; i++) {
+        const struct f16_copy *c = gemm_path(s, w[i], n) ? find_copy(s, w[i]) : NULL;
+        if (!c || !c->h || (i > 0 && c->h != h0 + off) || w[i]->cols != w[0]->cols)
+            return NULL;
+        if (i == 0)
+            h0 = c->h;
+        off += c->rows * c->cols;
+    }
+    return h0;
+}
+
+/* out[k] = rows o.rows[k] of the concatenated GEMM output c ([n][total]),
+ * token by token: the layout of separate products */
+struct cat_out {
+    float *y[3];
+    int rows[3];
+    int n;
+};
+
+__global__ void k_uncat(const float *__restrict__ c, int total, int64_t count, struct cat_out o)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count)
+        return;
+    const int64_t t = i / total;
+    int j = (int)(i % total), k = 0;
+    while (k < o.n - 1 && j >= o.rows[k])
+        j -= o.rows[k++];
+    o.y[k][t * o.rows[k] + j] = c[i];
+}
+
+/* y = silu(gate) * up from the concatenated output c ([n][2 rows]: gate's
+ * rows, then up's), the expression of k_swiglu */
+__global__ void k_swiglu_cat(const float *__restrict__ c, int rows, int64_t count,
+                             float *__restrict__ y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count)
+        return;
+    const int64_t t = i / rows;
+    const int j = (int)(i % rows);
+    const float g = c[t * 2 * rows + j];
+    y[i] = c[t * 2 * rows + rows + j] * (g / (1.0f + expf(-g)));
+}
+
+/* One GEMM of n rows over the nw matrices of w (cat_copies' h0, total
+ * rows) into gc; OMNI_ERR_UNSUPPORTED when gc is too small. */
+static int gemm_cat_run(struct cuda_state *s, const __half *h0, int total, int cols,
+                        const float *x, int n)
+{
+    if ((size_t)n * total > s->gc_cap)
+        return OMNI_ERR_UNSUPPORTED;
+    int rc = f16_input(s, x, n, cols);
+    if (rc < 0)
+        return rc;
+    const float one = 1.0f, zero = 0.0f;
+    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, total, n, cols, &one, h0,
+                                 CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, s->gc,
+                                 CUDA_R_32F, total, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "gemm f16 cat");
+}
+
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
                        float *y)
 {
@@ -1494,23 +1603,8 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
             return rc;
         A = s->wh;
     }
-    const int64_t nx = (int64_t)n * cols;
-    if (!(s->nh_valid && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)) {
-        s->nh_valid = false;
-        if ((size_t)nx > s->xh_cap && s->capturing)
-            return OMNI_ERR_LIMIT;
-        if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
-            return rc;
-        k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, s->xh, nx);
-        if ((rc = chk_launch("f32_to_f16")) < 0)
-            return rc;
-        if (s->nh_on) {
-            s->nh_valid = true;
-            s->nh_x = x;
-            s->nh_n = n;
-            s->nh_cols = cols;
-        }
-    }
+    if ((rc = f16_input(s, x, n, cols)) < 0)
+        return rc;
     /* Split-K (OMNI_CUDA_SPLITK=S): a batched step's GEMM has few output
      * tiles (n <= 64 columns: 64 tiles of 128 rows for 8192 rows), so most
      * SMs idle while each tile walks all of K. As S products over K / S
@@ -1575,6 +1669,28 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
     for (int i = 0; i < nw; i++)
         one = one && fused_ok(s, w[i], cols, n);
     int rc = 0;
+    const __half *h0 = !one && (s->gemm_cat & 2) && nw > 1 ? cat_copies(s, nw, w, n) : NULL;
+    if (h0) { /* one GEMM over the matrices' rows, then each its part */
+        struct cat_out o = {};
+        int total = 0;
+        o.n = nw;
+        for (int i = 0; i < nw; i++) {
+            o.y[i] = y[i];
+            o.rows[i] = (int)w[i]->rows;
+            total += o.rows[i];
+        }
+        rc = gemm_cat_run(s, h0, total, cols, x, n);
+        if (rc >= 0) {
+            const int64_t count = (int64_t)n * total;
+            k_uncat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, total, count, o);
+            for (int i = 0; i < nw; i++)
+                wrote(s, y[i], (int64_t)n * w[i]->rows);
+            return chk_launch("gemm cat split");
+        }
+        if (rc != OMNI_ERR_UNSUPPORTED)
+            return rc;
+        rc = 0;
+    }
     if (!one) { /* one product after the other (xq reused when int8) */
         for (int i = 0; rc >= 0 && i < nw; i++) {
             tail_flush(be); /* one held back at a time */
@@ -1686,6 +1802,21 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         return 0;
     const int cols = (int)wg->cols;
     int rc;
+    const struct omni_btensor *const wgu[2] = { wg, wu };
+    const __half *h0 = (s->gemm_cat & 1) && wg->rows == wu->rows && wg->rows <= INT32_MAX / 2
+                           ? cat_copies(s, 2, wgu, n) : NULL;
+    if (h0) { /* gate and up as one GEMM, then SwiGLU from its output */
+        const int rows = (int)wg->rows;
+        rc = gemm_cat_run(s, h0, 2 * rows, cols, x, n);
+        if (rc >= 0) {
+            const int64_t count = (int64_t)n * rows;
+            k_swiglu_cat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, rows, count, y);
+            wrote(s, y, count);
+            return chk_launch("gemm cat swiglu");
+        }
+        if (rc != OMNI_ERR_UNSUPPORTED)
+            return rc;
+    }
     if (!fused_ok(s, wg, cols, n) || !fused_ok(s, wu, cols, n) || wg->type != wu->type ||
         wg->rows != wu->rows) {
         /* gate into y, up into the scratch of F32 rows, then SwiGLU: the
@@ -1766,13 +1897,17 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
  * top; not with OMNI_CUDA_NO_F16_CACHE / OMNI_CUDA_F16_CACHE=0) and the
  * one-row matvec's repacked copy (Q6_K, Q8_0; Q4_K needs none); 0 also
  * when there is no memory for them (the per-call paths stay). */
-static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
+static bool preparable(const struct cuda_state *s, const struct omni_btensor *w)
 {
-    struct cuda_state *s = st(be);
-    tail_flush(be);
-    if (!is_quant(w->type) || !quant_chunk_ok(w) || w->rows > INT32_MAX ||
-        w->cols > INT32_MAX || s->capturing || find_copy(s, w))
-        return 0;
+    return is_quant(w->type) && quant_chunk_ok(w) && w->rows <= INT32_MAX &&
+           w->cols <= INT32_MAX && !s->capturing && !find_copy(s, w);
+}
+
+/* prepare's work for w; its F16 copy into at when not NULL (part of a
+ * group's allocation, whose first copy is base), else into its own */
+static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __half *at,
+                       __half *base)
+{
     if (s->n_f16 == s->cap_f16) {
         const int cap = s->cap_f16 ? 2 * s->cap_f16 : 256;
         struct f16_copy *t = (struct f16_copy *)realloc(s->f16, (size_t)cap * sizeof *t);
@@ -1789,10 +1924,13 @@ static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
     int rc = 0;
 #ifndef OMNI_CUDA_NO_F16_CACHE
     if (!s->f16_off) {
-        if (cudaMalloc((void **)&h, (size_t)rows * cols * sizeof(__half)) != cudaSuccess) {
+        if (at) {
+            h = at;
+        } else if (cudaMalloc((void **)&h, (size_t)rows * cols * sizeof(__half)) != cudaSuccess) {
             cudaGetLastError(); /* no room: this matrix keeps the per-call path */
             h = NULL;
-        } else {
+        }
+        if (h) {
             const unsigned g = blocks_for((int64_t)rows * (cols / 32), 256);
             switch (w->type) {
             case GGML_TYPE_Q4_0: k_dequant_f16<GGML_TYPE_Q4_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
@@ -1824,7 +1962,8 @@ static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
         }
     }
     if (rc < 0) {
-        cudaFree(h);
+        if (!at)
+            cudaFree(h);
         cudaFree(rp);
         return rc;
     }
@@ -1834,11 +1973,70 @@ static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
     struct f16_copy *c = &s->f16[s->n_f16++];
     c->w = w->data;
     c->h = h;
+    c->base = at ? base : h;
     c->rp = rp;
     c->rows = w->rows;
     c->cols = w->cols;
     c->type = w->type;
     c->mv2 = mv2;
+    return 0;
+}
+
+static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
+{
+    struct cuda_state *s = st(be);
+    tail_flush(be);
+    return preparable(s, w) ? prepare_one(s, w, NULL, NULL) : 0;
+}
+
+/* prepare_group (backend.h): the F16 copies of w[0..nw) in one allocation,
+ * in this order, and the GEMM output scratch sized for 64 rows of the
+ * largest group (made here, before any graph records it). Falls back to
+ * prepare's separate copies where a condition fails. */
+static int cuda_prepare_group(struct omni_backend *be, int nw,
+                              const struct omni_btensor *const *w)
+{
+    struct cuda_state *s = st(be);
+    tail_flush(be);
+    if (nw < 2 || s->f16_off)
+        return 0;
+#ifdef OMNI_CUDA_NO_F16_CACHE
+    return 0;
+#endif
+    int64_t total = 0;
+    for (int i = 0; i < nw; i++) {
+        if (!preparable(s, w[i]) || w[i]->cols != w[0]->cols)
+            return 0;
+        total += w[i]->rows;
+    }
+    if (total > INT32_MAX)
+        return 0;
+    const size_t need = (size_t)64 * total;
+    if (need > s->gc_cap) {
+        float *g = NULL;
+        if (cudaMalloc((void **)&g, need * sizeof(float)) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        cudaFree(s->gc);
+        s->gc = g;
+        s->gc_cap = need;
+    }
+    __half *base = NULL;
+    if (cudaMalloc((void **)&base, (size_t)total * w[0]->cols * sizeof(__half)) != cudaSuccess) {
+        cudaGetLastError(); /* no room in one piece: prepare makes them apart */
+        return 0;
+    }
+    __half *at = base;
+    for (int i = 0; i < nw; i++) {
+        const int rc = prepare_one(s, w[i], at, base);
+        if (rc < 0) {
+            if (i == 0)
+                cudaFree(base);
+            return rc;
+        }
+        at += w[i]->rows * w[i]->cols;
+    }
     return 0;
 }
 
@@ -3182,7 +3380,10 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
  * one-token steps (their first key tile loaded before pdl_wait: job f_c3,
  * with OMNI_CUDA_PRE=7, +5.7% on 1B Q4_K_M) */
 static int att_unroll = -1;
-static bool att_gqa; /* OMNI_CUDA_ATT_GQA=1: k_attention_gqa for steps of 8+ tokens */
+/* OMNI_CUDA_ATT_GQA=N: k_attention_gqa for steps of N+ tokens (default
+ * 32; below 8: 8; 0: never). H100 job f_d1, bench-engine 1B Q4_K_M with
+ * 8+: +4.8% at 64 sequences, -2.8% at 16. */
+static int att_gqa_min = 32;
 
 /* k_attention_gqa when it takes the shape (head_dim <= 128, G of 2, 4, 6,
  * 7 or 8 query heads a K/V head: 2 for the golden fixtures); false: not
@@ -3190,7 +3391,7 @@ static bool att_gqa; /* OMNI_CUDA_ATT_GQA=1: k_attention_gqa for steps of 8+ tok
 template <typename KT, bool Q>
 static bool launch_attention_gqa(const struct omni_battn *a, int8_t *q, float *qd, cudaStream_t s)
 {
-    if (!att_gqa || a->n_tok < 8 || a->head_dim > 128 || (Q && a->head_dim % 32))
+    if (!att_gqa_min || a->n_tok < att_gqa_min || a->head_dim > 128 || (Q && a->head_dim % 32))
         return false;
     const int G = a->n_head / a->n_head_kv;
     const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv)), block(ATT_SPLIT * 32);
@@ -3445,7 +3646,12 @@ static void cuda_free(struct omni_backend *be, void *p)
     /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
-            cudaFree(s->f16[i].h);
+            if (s->f16[i].base == s->f16[i].h && s->f16[i].h) { /* its allocation: */
+                for (int j = 0; j < s->n_f16; j++)    /* the group's other copies go too */
+                    if (j != i && s->f16[j].base == s->f16[i].h)
+                        s->f16[j].h = s->f16[j].base = NULL;
+                cudaFree(s->f16[i].h);
+            }
             cudaFree(s->f16[i].rp);
             s->f16[i--] = s->f16[--s->n_f16];
         }
@@ -3574,9 +3780,11 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->tail_count);
         free(s->tp);
         for (int i = 0; i < s->n_f16; i++) {
-            cudaFree(s->f16[i].h);
+            if (s->f16[i].base == s->f16[i].h)
+                cudaFree(s->f16[i].h);
             cudaFree(s->f16[i].rp);
         }
+        cudaFree(s->gc);
         free(s->f16);
         if (s->blas)
             cublasDestroy(s->blas);
@@ -3638,7 +3846,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
     norm_wpre = !(nw && !strcmp(nw, "0"));
     const char *ag = getenv("OMNI_CUDA_ATT_GQA");
-    att_gqa = ag && !strcmp(ag, "1");
+    att_gqa_min = !ag ? 32 : atoi(ag) <= 0 ? 0 : atoi(ag) < 8 ? 8 : atoi(ag);
     const char *pb = getenv("OMNI_CUDA_PRE");
     pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 7;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
@@ -3649,6 +3857,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         s->fuse_tail = 0; /* its kernels take 32-128 threads a row only */
     const char *fr = getenv("OMNI_CUDA_F16_REUSE");
     s->nh_on = !(fr && !strcmp(fr, "0"));
+    const char *gc = getenv("OMNI_CUDA_GEMM_CAT");
+    s->gemm_cat = gc && atoi(gc) >= 0 && atoi(gc) <= 3 ? atoi(gc) : 3;
     const char *sk = getenv("OMNI_CUDA_SPLITK");
     s->splitk = sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
@@ -3725,6 +3935,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     be->graph_launch = cuda_graph_launch;
     be->graph_free = cuda_graph_free;
     be->prepare = cuda_prepare;
+    be->prepare_group = cuda_prepare_group;
     be->mem_available = cuda_mem_available;
     omni_cuda_whisper_ops(be);
     omni_cuda_optimer_install(be);
