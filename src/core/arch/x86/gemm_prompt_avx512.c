@@ -8,10 +8,14 @@
  * unpacked once (u = q + K, the offsets of gemm_avx512.c) and transposed so
  * that lane L of 512-bit register k holds dword k of row L's block; a tile
  * of MC activation rows then runs against it, each activation dword
- * broadcast from memory into one vpdpbusd per 16 weight rows. The activation
- * rows are packed per thread in groups that fit L2 (MB rows: qs, 8 x the
- * offset correction and the scale of each block, tile by tile), and every
- * weight panel of the thread's range is packed once per group.
+ * broadcast from memory into one vpdpbusd per 16 weight rows. Rows are cut
+ * in chunks of KC blocks (the panel and a tile's chunk together fit L1):
+ * the activation rows are packed per thread, a group of MB rows at a time
+ * (in L2: qs, 8 x the offset correction and the scale of each block, tile
+ * by tile) for one chunk, and every weight panel of the thread's range is
+ * packed once per group and chunk; the float sums of a tile park in y
+ * between chunks. A group holds a few hundred rows whatever n_in, so the
+ * weights are read once or twice for a 512-token prompt.
  *
  * Each (weight row, activation row) pair sums its block's exact int32 dot
  * (starting at 8 x corr, so the offset K comes off exactly), then takes
@@ -35,8 +39,18 @@
 #define ACT_CORR (MC * 32)
 #define ACT_D (MC * 36)
 /* Bytes of packed activations a thread keeps per group (in L2 beside the
- * panel: Zen 5 has 1 MB a core). */
+ * panel: Zen 5 has 1 MB a core). Overridable for a benchmark build, as KC:
+ * one core, 512 rows, 896 x 4864 / 4864 x 896 q4_0 and 2048 x 8192 q8_0 ran
+ * at 320-340 / 310-330 / 250-260 G multiply-adds/s with 384 KB and KC 32,
+ * within the noise of 768 KB with KC 32 or 64, and 5-20% slower with KC
+ * 16; a prefetch of the next panel's chunk gained nothing. */
+#ifndef ACT_GROUP_BYTES
 #define ACT_GROUP_BYTES (384 * 1024)
+#endif
+/* Blocks per chunk: an 18 KB panel and a 15 KB activation tile in L1. */
+#ifndef KC
+#define KC 32
+#endif
 /* Fewest batch rows for this kernel (below: act8). */
 #ifndef OMNI_X86_PROMPT_MIN
 #define OMNI_X86_PROMPT_MIN 32
@@ -49,11 +63,10 @@ int omni_x86_gemm_prompt_min_avx512(int wtype)
     return omni_x86_gemm_q8_0_offset_avx512(wtype) < 0 ? INT32_MAX : OMNI_X86_PROMPT_MIN;
 }
 
-/* Activation rows per group for n_in: whole tiles, at least one. */
-static int64_t group_rows(int64_t n_in, int64_t n_batch)
+/* Activation rows per group: whole tiles, at least one. */
+static int64_t group_rows(int64_t n_batch)
 {
-    const int64_t nb = n_in / QK8_0 > 0 ? n_in / QK8_0 : 1;
-    int64_t mb = ACT_GROUP_BYTES / (nb * ACT_BLOCK) * MC;
+    int64_t mb = ACT_GROUP_BYTES / (KC * ACT_BLOCK) * MC;
     if (mb < MC)
         mb = MC;
     /* equal groups (the last one not a sliver) */
@@ -64,8 +77,8 @@ static int64_t group_rows(int64_t n_in, int64_t n_batch)
 
 size_t omni_x86_gemm_prompt_avx512_scratch(int64_t n_in, int64_t n_batch)
 {
-    const int64_t nb = n_in / QK8_0;
-    return (size_t)nb * PANEL_BLOCK + (size_t)(group_rows(n_in, n_batch) / MC) * (size_t)nb * ACT_BLOCK + 64;
+    const int64_t kc = n_in / QK8_0 < KC ? n_in / QK8_0 : KC;
+    return (size_t)kc * PANEL_BLOCK + (size_t)(group_rows(n_batch) / MC) * (size_t)kc * ACT_BLOCK + 64;
 }
 
 /* Block i of one weight row as 32 unsigned bytes u = q + K, and its scale. */
@@ -91,15 +104,15 @@ static inline __attribute__((always_inline)) __m256i load_u(const int WT, const 
     return _mm256_or_si256(q, _mm256_maskz_mov_epi8(_cvtu32_mask32(h), _mm256_set1_epi8(0x10)));
 }
 
-/* nr <= 16 weight rows (row r at w + r * w_row), blocks [0, nb), into the
- * panel layout; rows nr..15 zero. */
+/* nr <= 16 weight rows (row r at w + r * w_row), blocks [i0, i0 + n), into
+ * the panel layout; rows nr..15 zero. */
 static inline __attribute__((always_inline)) void
-pack_panel(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, uint8_t *pw)
+pack_panel(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t i0, int64_t n, uint8_t *pw)
 {
     const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
     const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-    for (int64_t i = 0; i < nb; i++) {
-        uint8_t *o = pw + (size_t)i * PANEL_BLOCK;
+    for (int64_t i = i0; i < i0 + n; i++) {
+        uint8_t *o = pw + (size_t)(i - i0) * PANEL_BLOCK;
         float d[NR];
         __m256i u[NR];
         for (int r = 0; r < NR; r++) {
@@ -134,15 +147,15 @@ pack_panel(const int WT, const uint8_t *w, size_t w_row, int nr, int64_t nb, uin
 }
 
 /* Activation rows [0, nc) (row c at xq + c * xq_row; scales and corrections
- * at ad / corr + c * nbp) as tiles of MC rows, blocks [0, nb) each; rows
- * nc.. of the last tile zero. */
+ * at ad / corr + c * nbp) as tiles of MC rows, blocks [i0, i0 + n) each;
+ * rows nc.. of the last tile zero. */
 static void pack_act(const uint8_t *xq, size_t xq_row, const float *ad, const int32_t *corr, int64_t nc,
-                     int64_t nb, int64_t nbp, uint8_t *pa)
+                     int64_t i0, int64_t n, int64_t nbp, uint8_t *pa)
 {
     for (int64_t t = 0; t < nc; t += MC) {
-        uint8_t *ot = pa + (size_t)(t / MC) * (size_t)nb * ACT_BLOCK;
-        for (int64_t i = 0; i < nb; i++) {
-            uint8_t *o = ot + (size_t)i * ACT_BLOCK;
+        uint8_t *ot = pa + (size_t)(t / MC) * (size_t)n * ACT_BLOCK;
+        for (int64_t i = i0; i < i0 + n; i++) {
+            uint8_t *o = ot + (size_t)(i - i0) * ACT_BLOCK;
             for (int c = 0; c < MC; c++) {
                 const int64_t b = t + c;
                 if (b < nc) {
@@ -160,13 +173,15 @@ static void pack_act(const uint8_t *xq, size_t xq_row, const float *ad, const in
 }
 
 /* y[c * y_stride + lane] (c < nc, lanes in m) for one panel against one
- * activation tile, blocks [0, nb). */
-static void tile(const uint8_t *pw, const uint8_t *pa, int64_t nb, float *y, size_t y_stride, int nc, __mmask16 m)
+ * activation tile, nb blocks; go_on: from the partial sums in y (an earlier
+ * chunk: the same float steps in the same order), else from zero. */
+static void tile(const uint8_t *pw, const uint8_t *pa, int64_t nb, float *y, size_t y_stride, int nc, __mmask16 m,
+                 int go_on)
 {
     __m512 acc[MC];
 #pragma GCC unroll 16
     for (int c = 0; c < MC; c++)
-        acc[c] = _mm512_setzero_ps();
+        acc[c] = go_on && c < nc ? _mm512_maskz_loadu_ps(m, y + (size_t)c * y_stride) : _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *A = pa + (size_t)i * ACT_BLOCK;
         const uint8_t *W = pw + (size_t)i * PANEL_BLOCK;
@@ -191,19 +206,19 @@ static void tile(const uint8_t *pw, const uint8_t *pa, int64_t nb, float *y, siz
         _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
 }
 
-static void pack_q8_0(const uint8_t *w, size_t w_row, int nr, int64_t nb, uint8_t *pw)
+static void pack_q8_0(const uint8_t *w, size_t w_row, int nr, int64_t i0, int64_t n, uint8_t *pw)
 {
-    pack_panel(GGML_TYPE_Q8_0, w, w_row, nr, nb, pw);
+    pack_panel(GGML_TYPE_Q8_0, w, w_row, nr, i0, n, pw);
 }
 
-static void pack_q4_0(const uint8_t *w, size_t w_row, int nr, int64_t nb, uint8_t *pw)
+static void pack_q4_0(const uint8_t *w, size_t w_row, int nr, int64_t i0, int64_t n, uint8_t *pw)
 {
-    pack_panel(GGML_TYPE_Q4_0, w, w_row, nr, nb, pw);
+    pack_panel(GGML_TYPE_Q4_0, w, w_row, nr, i0, n, pw);
 }
 
-static void pack_q5_0(const uint8_t *w, size_t w_row, int nr, int64_t nb, uint8_t *pw)
+static void pack_q5_0(const uint8_t *w, size_t w_row, int nr, int64_t i0, int64_t n, uint8_t *pw)
 {
-    pack_panel(GGML_TYPE_Q5_0, w, w_row, nr, nb, pw);
+    pack_panel(GGML_TYPE_Q5_0, w, w_row, nr, i0, n, pw);
 }
 
 void omni_x86_gemm_prompt_avx512(int wtype, const void *w, size_t w_row, int64_t n_in, int64_t n_out,
@@ -211,22 +226,26 @@ void omni_x86_gemm_prompt_avx512(int wtype, const void *w, size_t w_row, int64_t
                                  int64_t n_batch, float *y, int64_t r0, int64_t r1, void *scratch)
 {
     const int64_t nb = n_in / QK8_0, nbp = omni_x86_gemm_q8_0_blocks(n_in);
-    void (*pack)(const uint8_t *, size_t, int, int64_t, uint8_t *) =
+    void (*pack)(const uint8_t *, size_t, int, int64_t, int64_t, uint8_t *) =
         wtype == GGML_TYPE_Q8_0 ? pack_q8_0 : wtype == GGML_TYPE_Q4_0 ? pack_q4_0 : pack_q5_0;
     uint8_t *pw = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    uint8_t *pa = pw + (size_t)nb * PANEL_BLOCK;
-    const int64_t mb = group_rows(n_in, n_batch);
+    uint8_t *pa = pw + (size_t)(nb < KC ? nb : KC) * PANEL_BLOCK;
+    const int64_t mb = group_rows(n_batch);
     for (int64_t g = 0; g < n_batch; g += mb) {
         const int64_t ng = n_batch - g < mb ? n_batch - g : mb;
-        pack_act((const uint8_t *)xq + (size_t)g * xq_row, xq_row, ad + g * nbp, corr + g * nbp, ng, nb, nbp, pa);
-        for (int64_t r = r0; r < r1; r += NR) {
-            const int nr = r1 - r < NR ? (int)(r1 - r) : NR;
-            pack((const uint8_t *)w + (size_t)r * w_row, w_row, nr, nb, pw);
-            const __mmask16 m = (__mmask16)((1u << nr) - 1);
-            for (int64_t t = 0; t < ng; t += MC) {
-                const int nc = ng - t < MC ? (int)(ng - t) : MC;
-                tile(pw, pa + (size_t)(t / MC) * (size_t)nb * ACT_BLOCK, nb, y + (g + t) * n_out + r,
-                     (size_t)n_out, nc, m);
+        for (int64_t i0 = 0; i0 < nb; i0 += KC) {
+            const int64_t n = nb - i0 < KC ? nb - i0 : KC;
+            pack_act((const uint8_t *)xq + (size_t)g * xq_row, xq_row, ad + g * nbp, corr + g * nbp, ng, i0, n, nbp,
+                     pa);
+            for (int64_t r = r0; r < r1; r += NR) {
+                const int nr = r1 - r < NR ? (int)(r1 - r) : NR;
+                pack((const uint8_t *)w + (size_t)r * w_row, w_row, nr, i0, n, pw);
+                const __mmask16 m = (__mmask16)((1u << nr) - 1);
+                for (int64_t t = 0; t < ng; t += MC) {
+                    const int nc = ng - t < MC ? (int)(ng - t) : MC;
+                    tile(pw, pa + (size_t)(t / MC) * (size_t)n * ACT_BLOCK, n, y + (g + t) * n_out + r,
+                         (size_t)n_out, nc, m, i0 > 0);
+                }
             }
         }
     }
