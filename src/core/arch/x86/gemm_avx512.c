@@ -224,19 +224,49 @@ static void act8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, i
 #ifndef OMNI_X86_WT16_MAX
 #define OMNI_X86_WT16_MAX 31
 #endif
+#ifndef OMNI_X86_WT16_ASM
+#define OMNI_X86_WT16_ASM 1
+#endif
 #define WT16_C 8             /* activation rows per pass (8 block sums + 8 float sums live) */
 #define WT16_MAX_BLOCKS 512  /* rows of up to 16384: a pass's pack on the stack (160 KB) */
 #define WT16_ROWS_CHUNK 256  /* batches of several passes: weight rows per round of passes (in L2) */
 #define WT16_A 320           /* packed bytes per block: 8 x 32 qs, 8 x corr at 256, 8 scales at 288 */
 
-/* Block i's 16 weight rows (row r at p + r * w_row, p = row 0's block i) as
- * W[0..7] and their 16 scales; vidx: lane r = r * w_row (the gathers). */
+/* The 16 bytes at offset o of 16 rows (row r at p + r * w_row) as z[d],
+ * 128-bit lane L = row 4L + d: a 4 x 4 dword transpose in each lane then
+ * leaves lane 4L + d = row 4L + d. */
 static inline __attribute__((always_inline)) void
-wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i vidx, __m512i *W, __m512 *wd)
+rows16_xmm(const uint8_t *p, size_t w_row, size_t o, __m512i z[4])
 {
+    const size_t s4 = 4 * w_row;
+#pragma GCC unroll 4
+    for (int d = 0; d < 4; d++) {
+        const uint8_t *r = p + d * w_row + o;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)r));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + s4)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * s4)), 2);
+        z[d] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 3 * s4)), 3);
+    }
+}
+
+/* Block i's 16 weight rows (row r at p + r * w_row, p = row 0's block i) as
+ * W[0..7] and their 16 scales. */
+static inline __attribute__((always_inline)) void
+wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i *W, __m512 *wd)
+{
+    /* the first 2 dwords of each row's block: d, then q5_0's qh in the
+     * 16 bits after it and the 16 of dword 1 */
+    __m512i h0, h1;
+    {
+        __m512i z[4];
+        rows16_xmm(p, w_row, 0, z);
+        const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+        h0 = _mm512_unpacklo_epi64(t0, t2);
+        h1 = _mm512_unpackhi_epi64(t0, t2);
+    }
     const uint8_t *p1 = p + w_row, *p2 = p + 2 * w_row, *p3 = p + 3 * w_row;
     const uint8_t *const q[4] = { p, p1, p2, p3 };
-    const size_t s4 = 4 * w_row, s12 = 12 * w_row;
+    const size_t s4 = 4 * w_row;
     if (WT == GGML_TYPE_Q8_0) {
         /* z[c]: row c in the low half, row c + 8 in the high half; an 8 x 8
          * dword transpose in each half leaves lane L = row L */
@@ -270,18 +300,10 @@ wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i vidx, __m512i 
             W[j + 4] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[j], hi, u[4 + j]), off);
         }
     } else {
-        /* z[d] 128-bit lane L: the 16 nibble bytes of row 4L + d; a 4 x 4
-         * dword transpose in each lane leaves lane 4L + d = row 4L + d */
+        /* the 16 nibble bytes of each row */
         const size_t qo = WT == GGML_TYPE_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q5_0, qs);
         __m512i z[4];
-#pragma GCC unroll 4
-        for (int d = 0; d < 4; d++) {
-            const uint8_t *r = q[d] + qo;
-            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)r));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + s4)), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * s4)), 2);
-            z[d] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + s12)), 3);
-        }
+        rows16_xmm(p, w_row, qo, z);
         const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
         const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
         const __m512i P[4] = { _mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
@@ -295,7 +317,7 @@ wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i vidx, __m512i 
         if (WT == GGML_TYPE_Q5_0) {
             /* fifth bits: byte k/2 of each row's qh copied to the dword's 4
              * bytes, byte e tested against bit e (k even) or e + 4 (k odd) */
-            const __m512i qh = _mm512_i32gather_epi32(vidx, p + offsetof(block_q5_0, qh), 1);
+            const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(h0, 16), _mm512_slli_epi32(h1, 16));
             const __m512i c16 = _mm512_set1_epi8(0x10);
             const __m512i blo = _mm512_set1_epi32(0x08040201), bhi = _mm512_set1_epi32((int)0x80402010);
 #pragma GCC unroll 4
@@ -307,8 +329,20 @@ wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i vidx, __m512i 
             }
         }
     }
-    const __m512i dh = _mm512_i32gather_epi32(vidx, p, 1); /* ggml_half d first in every block */
-    *wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh));
+    *wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h0));
+}
+
+/* dot + u x the int8 dword at p in every lane: vpdpbusd with an embedded
+ * broadcast (GCC's intrinsic loads it by a separate vpbroadcastd, a vector
+ * op more per 64 multiply-adds). */
+static inline __attribute__((always_inline)) __m512i dpbusd_bcast(__m512i dot, __m512i u, const uint8_t *p)
+{
+#if OMNI_X86_WT16_ASM
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(u), "m"(*(const int32_t *)p));
+    return dot;
+#else
+    return _mm512_dpbusd_epi32(dot, u, _mm512_set1_epi32(*(const int32_t *)p));
+#endif
 }
 
 /* One group of 16 weight rows (row r at w + r * w_row) against the packed
@@ -321,8 +355,6 @@ wt16_group(const int WT, const uint8_t *w, size_t w_row, int64_t nb, const uint8
 {
     const size_t bx = WT == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : WT == GGML_TYPE_Q4_0 ? sizeof(block_q4_0)
                                                                                        : sizeof(block_q5_0);
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)w_row));
     __m512 acc[WT16_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -333,14 +365,14 @@ wt16_group(const int WT, const uint8_t *w, size_t w_row, int64_t nb, const uint8
         if (pf) /* the next group's 16 rows (contiguous), a block's share */
             for (size_t o = 0; o < 16 * bx; o += 64)
                 _mm_prefetch((const char *)pf + (size_t)i * 16 * bx + o, _MM_HINT_T0);
-        wt16_unpack(WT, w + (size_t)i * bx, w_row, vidx, W, &wd);
+        wt16_unpack(WT, w + (size_t)i * bx, w_row, W, &wd);
         const uint8_t *A = pa + (size_t)i * WT16_A;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             __m512i dot = _mm512_set1_epi32(*(const int32_t *)(A + 256 + 4 * c));
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++)
-                dot = _mm512_dpbusd_epi32(dot, W[k], _mm512_set1_epi32(*(const int32_t *)(A + 32 * c + 4 * k)));
+                dot = dpbusd_bcast(dot, W[k], A + 32 * c + 4 * k);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                                      _mm512_mul_ps(wd, _mm512_set1_ps(*(const float *)(A + 288 + 4 * c))), acc[c]);
         }
