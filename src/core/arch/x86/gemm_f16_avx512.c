@@ -5,8 +5,8 @@
  * register tile of 16-float vectors: 12 accumulators, each k two weight
  * loads and six broadcast multiply-adds pairs. Zen 5 runs two 512-bit FMAs
  * a cycle, twice the multiply-adds of the 256-bit tile.
- * The weights are converted by the AVX2 file's packing (16 rows at a
- * time, into the two halves of a 32-row strip).
+ * The weights are converted 16 x 16 values at a time (cvtph + an in-register
+ * transpose), edges by the AVX2 file's packing.
  * Each output's sum runs over k in the order of the AVX2 kernel (one fused
  * multiply-add per k from zero, the slabs in turn), so both kernels give
  * the same bits, whatever the batch size or a thread's column range. */
@@ -31,6 +31,62 @@ size_t omni_x86_gemm_f16_scratch_avx512(int64_t n_in, int64_t n_batch)
     (void)n_in;
     const size_t panels = (size_t)((n_batch + MR - 1) / MR);
     return (size_t)KC * NG * sizeof(float) + panels * NG * MR * sizeof(float);
+}
+
+/* 16 x 16 transpose of r[0..15] in place (r[i] = row i: afterwards r[c] =
+ * column c): pairs of rows interleaved, 4 x 4 blocks within 128-bit lanes,
+ * then the lanes gathered across rows in two steps. */
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* u[4i + c]: rows 4i..4i+3 at column c of each lane */
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
+        const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+        r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88), r[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
+        r[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88), r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
+    }
+}
+
+/* Weight rows [r, r + nr) (nr <= NR), columns [k0, k0 + kw), as floats:
+ * b[k][j] = W[r + j][k0 + k], zero for j >= nr. A full strip converts 16
+ * values a row at a time and transposes 16 x 16 (the AVX2 packing's 8 x 8
+ * blocks took ~7% of a Qwen2.5-0.5B F16 prompt beside the GEMM's 74%); the
+ * last columns of a slab and a partial strip go through that packing. */
+static void pack_w(const uint16_t *w, int64_t n_in, int64_t r, int nr, int64_t k0, int kw, float *b)
+{
+    int k = 0;
+    if (nr == NR)
+        for (; k + 16 <= kw; k += 16)
+            for (int j0 = 0; j0 < NR; j0 += 16) {
+                __m512 v[16];
+#pragma GCC unroll 16
+                for (int j = 0; j < 16; j++)
+                    v[j] = _mm512_cvtph_ps(
+                        _mm256_loadu_si256((const __m256i *)(w + (size_t)(r + j0 + j) * n_in + k0 + k)));
+                transpose16(v);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_ps(b + (size_t)(k + i) * NR + j0, v[i]);
+            }
+    if (k == kw)
+        return;
+    for (int j0 = 0; j0 < NR; j0 += 16) {
+        const int left = nr - j0;
+        omni_x86_gemm_f16_pack_w(w, n_in, r + j0, left <= 0 ? 0 : left < 16 ? left : 16, k0 + k, kw - k,
+                                 b + (size_t)k * NR + j0, NR);
+    }
 }
 
 /* o (rows x NR, row stride ldo) = (add ? c : 0) + a^T b over kw values of
@@ -139,12 +195,8 @@ void omni_x86_gemm_f16_avx512(const void *w, int64_t n_in, int64_t n_out, const 
             const int kw = n_in - k0 < KC ? (int)(n_in - k0) : KC;
             const int add = k0 > 0, last = k0 + KC >= n_in;
             const float *a = xp + (size_t)k0 * panels * MR;
-            /* each strip's two halves of 16 rows (zero rows past g1) */
-            for (int64_t r = g; r < g + strips * NR; r += 16) {
-                const int64_t left = g1 - r;
-                omni_x86_gemm_f16_pack_w(w, n_in, r, left <= 0 ? 0 : left < 16 ? (int)left : 16, k0, kw,
-                                         b + (size_t)(r - g) / NR * NR * KC + (size_t)(r - g) % NR, NR);
-            }
+            for (int64_t r = g; r < g1; r += NR)
+                pack_w(w, n_in, r, g1 - r < NR ? (int)(g1 - r) : NR, k0, kw, b + (size_t)(r - g) * KC);
             for (int64_t p = 0; p < panels; p++) {
                 const float *ap = a + (size_t)p * MR * kw;
                 const int mr = n_batch - p * MR < MR ? (int)(n_batch - p * MR) : MR;
