@@ -432,6 +432,89 @@ TEST(backend_fused_ops)
     free(w), free(x), free(ya), free(yb), free(q);
 }
 
+/* prepare_group's one GEMM over q/k/v-like matrices (three types) and
+ * over gate/up against the plain products on the same backend: the same
+ * F16 copies and inputs, only the GEMM's tiling may differ (1e-4 of max
+ * |y|). Batches of 40 and 64 rows (the GEMM path). Skips where the backend
+ * has no prepare_group. */
+TEST(backend_gemm_groups)
+{
+    char err[256];
+    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+    CHECK_MSG(be, "%s", err);
+    if (!be)
+        return;
+    test_defer(free_backend, be);
+    if (!be->prepare_group || !be->matmul_multi || !be->matmul_glu)
+        SKIP("the backend has no prepare_group");
+    enum { COLS = 512, RMAX = 96, NMAX = 64, NM = 5 };
+    const int types[NM] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K,
+                            GGML_TYPE_Q4_K };
+    const int rows[NM] = { 96, 32, 64, 96, 96 }; /* q, k, v, gate, up */
+    float *w = malloc((size_t)RMAX * COLS * sizeof(float));
+    float *x = malloc((size_t)NMAX * COLS * sizeof(float));
+    float *ya = malloc((size_t)NMAX * RMAX * sizeof(float)), *yb = malloc((size_t)NMAX * RMAX * sizeof(float));
+    void *q = malloc((size_t)RMAX * COLS * sizeof(float));
+    CHECK(w && x && ya && yb && q);
+    rng_state = 23;
+    for (int i = 0; i < NMAX * COLS; i++)
+        x[i] = frand();
+    float *dx = be->alloc(be, (size_t)NMAX * COLS * sizeof(float));
+    CHECK(dx && be->upload(be, dx, x, (size_t)NMAX * COLS * sizeof(float)) == 0);
+    struct omni_btensor t[NM];
+    float *dy[NM], *dz[NM];
+    for (int m = 0; m < NM; m++) {
+        for (int i = 0; i < rows[m] * COLS; i++)
+            w[i] = frand() * 0.1f;
+        const size_t rb = ggml_row_size(types[m], COLS);
+        for (int r = 0; r < rows[m]; r++)
+            CHECK(quantize_row(types[m], w + (size_t)r * COLS, (char *)q + r * rb, COLS) == 0);
+        void *dw = be->alloc(be, rb * rows[m]);
+        CHECK(dw && be->upload(be, dw, q, rb * rows[m]) == 0);
+        t[m] = (struct omni_btensor){ types[m], COLS, rows[m], dw };
+        dy[m] = be->alloc(be, (size_t)NMAX * RMAX * sizeof(float));
+        dz[m] = be->alloc(be, (size_t)NMAX * RMAX * sizeof(float));
+        CHECK(dy[m] && dz[m]);
+    }
+    const struct omni_btensor *qkv[3] = { &t[0], &t[1], &t[2] }, *gu[2] = { &t[3], &t[4] };
+    CHECK(be->prepare_group(be, 3, qkv) == 0);
+    CHECK(be->prepare_group(be, 2, gu) == 0);
+    for (int m = 0; m < NM; m++)
+        CHECK(be->prepare(be, &t[m]) == 0);
+    static const int ns[] = { 40, 64 };
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int n = ns[ni];
+        float *const y3[3] = { dy[0], dy[1], dy[2] };
+        CHECK(be->matmul_multi(be, 3, qkv, dx, n, y3) == 0);
+        for (int m = 0; m < 3; m++) {
+            CHECK(be->matmul(be, &t[m], dx, n, dz[m]) == 0);
+            CHECK(be->download(be, ya, dy[m], (size_t)n * rows[m] * sizeof(float)) == 0);
+            CHECK(be->download(be, yb, dz[m], (size_t)n * rows[m] * sizeof(float)) == 0);
+            const double d = test_max_diff(ya, yb, n * rows[m]);
+            CHECK_MSG(d <= 1e-4 * (1 + max_abs(yb, n * rows[m])),
+                      "grouped q/k/v n=%d matrix %d (%s): %.3g", n, m, ggml_type_name(types[m]), d);
+        }
+        const int rc = be->matmul_glu(be, &t[3], &t[4], dx, n, dy[3]);
+        if (rc == OMNI_ERR_UNSUPPORTED) /* OMNI_CUDA_GEMM_CAT without bit 1 */
+            continue;
+        CHECK(rc == 0);
+        CHECK(be->matmul(be, &t[3], dx, n, dz[3]) == 0);
+        CHECK(be->matmul(be, &t[4], dx, n, dz[4]) == 0);
+        CHECK(be->swiglu(be, dz[3], dz[4], (int64_t)n * rows[3]) == 0);
+        CHECK(be->download(be, ya, dy[3], (size_t)n * rows[3] * sizeof(float)) == 0);
+        CHECK(be->download(be, yb, dz[4], (size_t)n * rows[3] * sizeof(float)) == 0);
+        const double d = test_max_diff(ya, yb, n * rows[3]);
+        CHECK_MSG(d <= 1e-4 * (1 + max_abs(yb, n * rows[3])), "grouped gate/up n=%d: %.3g", n, d);
+    }
+    for (int m = 0; m < NM; m++) { /* the group's first matrix first: its copies go with it */
+        be->free(be, (void *)t[m].data);
+        be->free(be, dy[m]);
+        be->free(be, dz[m]);
+    }
+    be->free(be, dx);
+    free(w), free(x), free(ya), free(yb), free(q);
+}
+
 static const char *golden(const char *name)
 {
     return test_golden(name);
