@@ -435,7 +435,8 @@ TEST(backend_fused_ops)
 /* prepare_group's one GEMM over q/k/v-like matrices (three types) and
  * over gate/up against the plain products on the same backend: the same
  * F16 copies and inputs, only the GEMM's tiling may differ (1e-4 of max
- * |y|). Batches of 40 and 64 rows (the GEMM path). Skips where the backend
+ * |y|). Batches of 40 and 64 rows (the GEMM path; 1024 columns, so that
+ * OMNI_CUDA_SPLITK=auto splits them). Skips where the backend
  * has no prepare_group. */
 TEST(backend_gemm_groups)
 {
@@ -447,7 +448,7 @@ TEST(backend_gemm_groups)
     test_defer(free_backend, be);
     if (!be->prepare_group || !be->matmul_multi || !be->matmul_glu)
         SKIP("the backend has no prepare_group");
-    enum { COLS = 512, RMAX = 96, NMAX = 64, NM = 5 };
+    enum { COLS = 1024, RMAX = 96, NMAX = 64, NM = 5 };
     const int types[NM] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K,
                             GGML_TYPE_Q4_K };
     const int rows[NM] = { 96, 32, 64, 96, 96 }; /* q, k, v, gate, up */

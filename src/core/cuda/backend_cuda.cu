@@ -72,7 +72,9 @@ struct cuda_state {
     float *gc;         /* that GEMM's output (gc_cap floats: 64 rows of the
                         * largest group), made at prepare, never moved after */
     size_t gc_cap;
-    int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices */
+    int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices
+                        * (-1, =auto: S per shape, see splitk_for) */
+    int n_sm;          /* the device's SMs */
     float *sk;         /* their partial products (S x n x rows floats), never moved */
     size_t sk_cap;     /* floats */
     const float *nh_x;
@@ -1489,6 +1491,67 @@ __global__ void k_swiglu_cat(const float *__restrict__ c, int rows, int64_t coun
     y[i] = c[t * 2 * rows + rows + j] * (g / (1.0f + expf(-g)));
 }
 
+/* Split-K (OMNI_CUDA_SPLITK): a batched step's GEMM has few output tiles
+ * (n <= 64 columns: 16 tiles of 128 rows for a 2048-row o product), so
+ * most SMs idle while each tile walks all of K. As S products over K / S
+ * (one strided-batched call) and a sum, the card gets S times the tiles.
+ * S is OMNI_CUDA_SPLITK's fixed value, or with =auto the most (up to 8)
+ * that keep the tiles times S within the SMs' count, K-slices of at least
+ * 512; 1: none. */
+static int splitk_for(const struct cuda_state *s, int rows, int n, int cols)
+{
+    if (n > 64 || !s->splitk)
+        return 1;
+    if (s->splitk > 1)
+        return rows <= 32768 && cols % (8 * s->splitk) == 0 ? s->splitk : 1;
+    const int tiles = (rows + 127) / 128;
+    int S = 1;
+    while (S < 8 && tiles * S * 2 <= s->n_sm && cols % (16 * S) == 0 && cols / (2 * S) >= 512)
+        S *= 2;
+    return S;
+}
+
+/* y[n][rows] = x . A^T through cuBLAS on F16 (x in xh: f16_input), split
+ * over K where splitk_for says. The split's scratch is made outside a
+ * graph capture and never moves; a capture that would need more runs the
+ * plain GEMM. */
+static int gemm_f16(struct cuda_state *s, const __half *A, int rows, int n, int cols, float *y)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const int S = splitk_for(s, rows, n, cols);
+    if (S > 1) {
+        const size_t need = (size_t)S * n * rows;
+        if (!s->sk && !s->capturing) {
+            /* the largest case: fixed S, 64 rows of 32768 outputs; auto,
+             * S x rows within one 128-row tile an SM */
+            const size_t cap = s->splitk > 1 ? (size_t)s->splitk * 64 * 32768
+                                             : (size_t)64 * 128 * s->n_sm;
+            if (cudaMalloc((void **)&s->sk, cap * sizeof(float)) == cudaSuccess)
+                s->sk_cap = cap;
+            else
+                cudaGetLastError();
+        }
+        if (need <= s->sk_cap) {
+            const int kc = cols / S;
+            int rc;
+            if ((rc = chk_blas(cublasGemmStridedBatchedEx(
+                                   s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, kc, &one, A,
+                                   CUDA_R_16F, cols, kc, s->xh, CUDA_R_16F, cols, kc, &zero,
+                                   s->sk, CUDA_R_32F, rows, (long long)rows * n, S,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                               "gemm f16 split-k")) < 0)
+                return rc;
+            const int64_t ny = (int64_t)n * rows;
+            k_sum_slices<<<blocks_for(ny, 256), 256, 0, s->stream>>>(s->sk, S, ny, y);
+            return chk_launch("split-k sum");
+        }
+    }
+    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, A,
+                                 CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, y, CUDA_R_32F,
+                                 rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "gemm f16");
+}
+
 /* One GEMM of n rows over the nw matrices of w (cat_copies' h0, total
  * rows) into gc; OMNI_ERR_UNSUPPORTED when gc is too small. */
 static int gemm_cat_run(struct cuda_state *s, const __half *h0, int total, int cols,
@@ -1499,11 +1562,7 @@ static int gemm_cat_run(struct cuda_state *s, const __half *h0, int total, int c
     int rc = f16_input(s, x, n, cols);
     if (rc < 0)
         return rc;
-    const float one = 1.0f, zero = 0.0f;
-    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, total, n, cols, &one, h0,
-                                 CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, s->gc,
-                                 CUDA_R_32F, total, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                    "gemm f16 cat");
+    return gemm_f16(s, h0, total, n, cols, s->gc);
 }
 
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
@@ -1605,42 +1664,7 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
     }
     if ((rc = f16_input(s, x, n, cols)) < 0)
         return rc;
-    /* Split-K (OMNI_CUDA_SPLITK=S): a batched step's GEMM has few output
-     * tiles (n <= 64 columns: 64 tiles of 128 rows for 8192 rows), so most
-     * SMs idle while each tile walks all of K. As S products over K / S
-     * (one strided-batched call) and a sum, the card gets S times the
-     * tiles. The scratch is made outside a graph capture and never moves;
-     * a capture that would need more runs the plain GEMM. */
-    const int S = s->splitk;
-    if (S > 1 && n <= 64 && rows <= 32768 && cols % (8 * S) == 0) {
-        /* made once for the largest case (64 rows, 32768 outputs), never
-         * freed before destroy: a recorded graph keeps its address */
-        const size_t need = (size_t)S * n * rows;
-        if (!s->sk && !s->capturing) {
-            const size_t cap = (size_t)S * 64 * 32768;
-            if (cudaMalloc((void **)&s->sk, cap * sizeof(float)) == cudaSuccess)
-                s->sk_cap = cap;
-            else
-                cudaGetLastError();
-        }
-        if (need <= s->sk_cap) {
-            const int kc = cols / S;
-            if ((rc = chk_blas(cublasGemmStridedBatchedEx(
-                                   s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, kc, &one, A,
-                                   CUDA_R_16F, cols, kc, s->xh, CUDA_R_16F, cols, kc, &zero,
-                                   s->sk, CUDA_R_32F, rows, (long long)rows * n, S,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                               "gemm f16 split-k")) < 0)
-                return rc;
-            const int64_t ny = (int64_t)n * rows;
-            k_sum_slices<<<blocks_for(ny, 256), 256, 0, s->stream>>>(s->sk, S, ny, y);
-            return chk_launch("split-k sum");
-        }
-    }
-    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, A,
-                                 CUDA_R_16F, cols, s->xh, CUDA_R_16F, cols, &zero, y, CUDA_R_32F,
-                                 rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                    "gemm f16");
+    return gemm_f16(s, A, rows, n, cols, y);
 }
 
 #define MV_CASES(X) \
@@ -3860,7 +3884,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *gc = getenv("OMNI_CUDA_GEMM_CAT");
     s->gemm_cat = gc && atoi(gc) >= 0 && atoi(gc) <= 3 ? atoi(gc) : 3;
     const char *sk = getenv("OMNI_CUDA_SPLITK");
-    s->splitk = sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
+    s->splitk = sk && !strcmp(sk, "auto") ? -1 : sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
     be->destroy = cuda_destroy;
@@ -3874,6 +3898,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         cuda_destroy(be);
         return NULL;
     }
+    s->n_sm = prop.multiProcessorCount;
     if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
