@@ -58,13 +58,17 @@ static float vec_dot_f32_f32_avx512(int64_t n, const void *w, const void *a)
  * ahead in each), each with the one-row steps: vec_dot's bits. 4 streams:
  * Llama-3.2-1B F16 tg32 on the AMD EPYC Zen 5 host (AVX-512 VNNI, 2
  * threads, A B A B) 16.3 / 16.8 -> 19.6 / 19.3 tok/s, level with the AVX2
- * level's streams; -DOMNI_X86_F16_STREAMS_512=1 keeps one row at a time. */
+ * level's streams; -DOMNI_X86_F16_STREAMS_512=1 keeps one row at a time.
+ * Each stream's prefetch 2 KB ahead: there, 2048 x 8192 and 896 x 151936
+ * read 67-70 and 71-72 GB/s (CPU time, 2 threads) at 1 KB, 75 and 76-79 at
+ * 2 KB (A B three times; 4 KB below 1 KB), as the bandwidth probe's
+ * 4-stream read peaks at 2 KB (membw.c). */
 #ifndef OMNI_X86_F16_STREAMS_512
 #define OMNI_X86_F16_STREAMS_512 4
 #endif
 #define F16_STREAMS_MAX_512 (OMNI_X86_F16_STREAMS_512 > 1 ? OMNI_X86_F16_STREAMS_512 : 1)
 #ifndef OMNI_X86_F16_PF_DIST
-#define OMNI_X86_F16_PF_DIST 1024
+#define OMNI_X86_F16_PF_DIST 2048
 #endif
 static inline __attribute__((always_inline)) void dot_f16_rows_avx512(int64_t n, const uint8_t *const *w,
                                                                       const void *a, const int S, const int pf,
