@@ -20,10 +20,9 @@
 # 64 sequences, per env of ENGINE_TIMER_ENVS), LLAMA_BIN=DIR (llama-bench / llama-batched-bench built
 # beforehand: no build in the job, and no llama.cpp when DIR lacks it), LLAMA_FILES (default "M4 M8 M15 M7"),
 # LLAMA_ARCH (default 90a) / LLAMA_JOBS (default 8): llama.cpp's build in the job;
-# PREBUILT=DIR: test_cuda, bench_dev, bench_engine_dev built elsewhere (make
-# CUDA=1 on a machine with nvcc; copied into build-fcuda/, no make here), so
-# the job's cores go to llama.cpp; LLAMA_FIRST=1: while llama.cpp builds run
-# only test_cuda and the sanitizer, and time nothing before it is done;
+# LLAMA_FIRST=1: while llama.cpp builds run only test_cuda and the
+# sanitizer, time nothing before it is done, then llama-bench and ours on
+# each file (and llama-batched-bench) before the other steps;
 # CHECK_ENVS (one `bench_dev --check 8` on the 1B Q4_K_M file each);
 # TEST_TIMEOUT, SAN_TIMEOUT (s, default 90 and 60: a test_cuda run, a sanitizer run).
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
@@ -106,16 +105,9 @@ MK=(make -k -j8 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-fcuda BLAS_SHIM=1
     EXTRA_CFLAGS="-Itools/bench_only -I$DEV/pcre2/include"
     DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
 TARGETS=(build-fcuda/test_cuda build-fcuda/bench_dev build-fcuda/bench_engine_dev)
-if [ -n "${PREBUILT:-}" ]; then
-    mkdir -p build-fcuda
-    for t in "${TARGETS[@]}"; do cp "$PREBUILT/$(basename "$t")" "$t"; done
-    say "prebuilt binaries from $PREBUILT: $(ls "${TARGETS[@]}" 2>&1 | tr '\n' ' ')"
-    : > "$W/build.log"
-else
-    stamp "build ${TARGETS[*]}"
-    timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
-    say "build rc $? at $(el) s"
-fi
+stamp "build ${TARGETS[*]}"
+timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
+say "build rc $? at $(el) s"
 grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
 
 wait "$fix_pid"
