@@ -207,7 +207,7 @@ void omni_x86_gemm_f16_avx512(const void *w, int64_t n_in, int64_t n_out, const 
                     const int nr = g1 - r < NR ? (int)(g1 - r) : NR;
                     const float *bp = b + (size_t)s * NR * KC;
                     if (p + 1 < panels)
-                        for (int q = 0; q < MR * KC * 4 / 64; q += (int)strips)
+                        for (int q = 0; q < MR * kw * 4 / 64; q += (int)strips)
                             _mm_prefetch(pn + (size_t)(q + s) * 64, _MM_HINT_T0);
                     float *cp = cb + (size_t)(p * strips + s) * MR * NR;
                     if (mr <= 3 && s + 1 < strips && g1 - r >= 2 * NR) {
