@@ -224,9 +224,6 @@ static void act8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, i
 #ifndef OMNI_X86_WT16_MAX
 #define OMNI_X86_WT16_MAX 31
 #endif
-#ifndef OMNI_X86_WT16_ASM
-#define OMNI_X86_WT16_ASM 1
-#endif
 #define WT16_C 8             /* activation rows per pass (8 block sums + 8 float sums live) */
 #define WT16_MAX_BLOCKS 512  /* rows of up to 16384: a pass's pack on the stack (160 KB) */
 #define WT16_ROWS_CHUNK 256  /* batches of several passes: weight rows per round of passes (in L2) */
@@ -337,12 +334,8 @@ wt16_unpack(const int WT, const uint8_t *p, size_t w_row, __m512i *W, __m512 *wd
  * op more per 64 multiply-adds). */
 static inline __attribute__((always_inline)) __m512i dpbusd_bcast(__m512i dot, __m512i u, const uint8_t *p)
 {
-#if OMNI_X86_WT16_ASM
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(u), "m"(*(const int32_t *)p));
     return dot;
-#else
-    return _mm512_dpbusd_epi32(dot, u, _mm512_set1_epi32(*(const int32_t *)p));
-#endif
 }
 
 /* One group of 16 weight rows (row r at w + r * w_row) against the packed
