@@ -13,7 +13,8 @@
  *
  * Before the runs of each thread count the machine's streaming read
  * bandwidth is measured with that many threads (bench_read_bandwidth3, 1 GiB:
- * the best of the vec / vec_pf reads; the simple scalar sum loop's figure
+ * the best of every vector read form membw.h has - vec, vec_pf, vec_4s and,
+ * at the AVX-512 levels, vec_4s_512; the simple scalar sum loop's figure
  * beside it as bandwidth_scalar_gb_s, the reference it must not out-read by
  * much), and generation is reported as bandwidth_fraction: the weight bytes one
  * decode step reads (bench_decode_bytes: the k chosen experts of a MoE
@@ -326,7 +327,7 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     }
     double bw = 0, bw_plain = 0, bw_scalar = 0;
     if (!o.no_bandwidth) {
-        /* 3 rounds of vec, vec_pf and the scalar reference loop */
+        /* 3 rounds of each vector read form and the scalar reference loop */
         bw = bench_read_bandwidth3(tp, BENCH_BW_BYTES, 3, &bw_plain, &bw_scalar);
         if (bw > 0)
             fprintf(stderr, "bench: read bandwidth %.2f GB/s (%d threads)\n", bw / 1e9, o.n_threads);
