@@ -104,7 +104,13 @@ __attribute__((target("avx2,avx512f"))) static uint64_t sum_streams_512(const ui
         }
     for (int k = 1; k < 8; k++)
         a[0] = _mm512_add_epi64(a[0], a[k]);
-    return (uint64_t)_mm512_reduce_add_epi64(a[0]) + sum_vec_avx2(p + 4 * q, n - 4 * q, OMNI_MEMBW_VEC);
+    /* lanes summed as unsigned: _mm512_reduce_add_epi64 adds signed 64-bit
+     * integers in C, whose wrap-around is undefined (UBSan stops on it) */
+    uint64_t lane[8], sum = 0;
+    _mm512_storeu_si512(lane, a[0]);
+    for (int k = 0; k < 8; k++)
+        sum += lane[k];
+    return sum + sum_vec_avx2(p + 4 * q, n - 4 * q, OMNI_MEMBW_VEC);
 }
 #endif
 
