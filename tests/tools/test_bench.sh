@@ -30,7 +30,7 @@ for k in ("pp_tok_s", "tg_tok_s", "load_s", "weight_bytes"):
         bad.append(f"{k}: {j.get(k)!r}")
 if j.get("type_mix") != {"f32": 3, "q8_0": 8}:
     bad.append(f"type_mix: {j.get('type_mix')!r}")
-if j.get("cpu") not in ("scalar", "avx2", "avx512", "amx"):
+if j.get("cpu") not in ("scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "amx"):
     bad.append(f"cpu: {j.get('cpu')!r}")
 for b in bad:
     print("  " + b)
