@@ -412,6 +412,66 @@ TEST(outetts_speak_end_to_end)
     CHECK_STR_CONTAINS(err, "needs 2 of 1024");
 }
 
+/* The benchmark script: every word as the format writes it, the counts it
+ * reports; spoken through the engine, the audio holds exactly its frames, the
+ * model wrote exactly its tokens and ended the audio itself. */
+TEST(outetts_scripted_words)
+{
+    char err[256];
+    int words = 0, frames = 0;
+    char *sc = outetts_script("  Hi there,  world! ", false, 3, &words, &frames, err, sizeof err);
+    CHECK_MSG(sc, "%s", err);
+    test_defer(free, sc);
+    CHECK_EQ(words, 3);
+    CHECK_STR_CONTAINS(sc, "<|word_start|>Hi<|features|><|t_");
+    CHECK_STR_CONTAINS(sc, "<|word_end|>\n<|word_start|>there,<|features|>");
+    CHECK_STR_CONTAINS(sc, "<|word_start|>world!<|features|>");
+    CHECK(strstr(sc, "<|code|><|c1_") != NULL);
+    const char *tail = "<|word_end|>\n<|audio_end|>";
+    CHECK(strlen(sc) > strlen(tail) && !strcmp(sc + strlen(sc) - strlen(tail), tail));
+    int c1 = 0;
+    for (const char *q = sc; (q = strstr(q, "<|c1_")); q++)
+        c1++;
+    CHECK_EQ(c1, frames);
+    CHECK(frames >= 3 * 15);   /* at least 0.12 s + 60 ms a character a word */
+    char *sc2 = outetts_script("Hi there", true, 3, NULL, NULL, err, sizeof err);
+    CHECK(sc2);
+    CHECK(!strncmp(sc2, "Hi<|features|>", 14));   /* the prompt wrote the first <|word_start|> */
+    free(sc2);
+    CHECK(!outetts_script(" \t ", false, 3, NULL, NULL, err, sizeof err));
+
+    const char *lm = tiny_lm(), *codec = tiny_codec();
+    if (!lm || !codec)
+        SKIP("no /usr/bin/python3 with numpy for the tiny models");
+    struct tiny_tts tt;
+    tiny_tts_start(&tt, lm, codec, false);
+    if (test_failed_now())
+        return;
+    struct outetts_speak_params p = outetts_speak_default_params();
+    p.text = "Hi there, world!";
+    p.scripted = true;
+    p.seed = 3;
+    p.first_chunk_frames = 4;
+    p.chunk_frames = 8;
+    struct outetts_speak_stats st;
+    struct collected c = { 0 };
+    CHECK_MSG(outetts_speak(tt.e, 0, tt.dac, NULL, &p, collect, &c, &st, err, sizeof err) == 0,
+              "%s", err);
+    CHECK_EQ(st.frames, frames);
+    CHECK_EQ(st.words, 3);
+    CHECK(st.audio_end);
+    CHECK_EQ(c.n, dac_samples_for_frames(tt.dac, frames));
+    struct gguf *g = gguf_open(lm, err, sizeof err);
+    CHECK(g);
+    struct tokenizer *tok = tokenizer_from_gguf(g, err, sizeof err);
+    gguf_free(g);
+    CHECK(tok);
+    test_defer(free_tok, tok);
+    int32_t ids[4096];
+    int n = tokenizer_encode(tok, sc, strlen(sc), TOK_PARSE_SPECIAL, ids, 4096, NULL);
+    CHECK_EQ(st.completion_tokens, n);   /* the stop token, forced, counts */
+}
+
 /* speak -m ... -o out.wav: a wav of the samples the frames give */
 TEST(outetts_cli_speak)
 {

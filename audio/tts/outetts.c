@@ -462,6 +462,65 @@ char *outetts_prompt(const char *text, const struct outetts_speaker *spk, char *
     return b.p;
 }
 
+/* splitmix64: the script's codes, reproducible from the seed */
+static uint64_t script_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+char *outetts_script(const char *text, bool after_word_start, uint64_t seed, int *n_words,
+                     int *n_frames, char *err, size_t errlen)
+{
+    char *norm = outetts_normalize(text, strlen(text));
+    if (!norm || !norm[0]) {
+        free(norm);
+        omni_fail(err, errlen, OMNI_ERR_ARG, "outetts: no words to script");
+        return NULL;
+    }
+    struct sbuf b = { 0 };
+    int32_t codes[2 * OUTETTS_MAX_WORD_FRAMES];
+    int words = 0, frames = 0;
+    uint64_t rs = seed;
+    char *save = NULL;
+    for (char *w = strtok_r(norm, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        size_t chars = strlen(w);
+        double dur = 0.12 + 0.06 * (double)chars;   /* ~2.5 words a second of speech */
+        int n = (int)lround(dur * OUTETTS_FRAME_RATE_HZ);
+        n = n < 1 ? 1 : n > OUTETTS_MAX_WORD_FRAMES - 1 ? OUTETTS_MAX_WORD_FRAMES - 1 : n;
+        for (int i = 0; i < 2 * n; i++)
+            codes[i] = (int32_t)(script_rand(&rs) % OUTETTS_CODEBOOK_SIZE);
+        struct outetts_word ow = { .text = w, .duration_s = n / (double)OUTETTS_FRAME_RATE_HZ,
+                                   .energy = 50, .spectral_centroid = 50, .pitch = 50,
+                                   .n = n, .c1 = codes, .c2 = codes + n };
+        if (words)
+            sb_str(&b, "\n");
+        size_t at = b.len;
+        add_word(&b, &ow, "");
+        if (!words && after_word_start && !b.oom) {   /* the prompt wrote this one */
+            size_t k = strlen("<|word_start|>");
+            memmove(b.p + at, b.p + at + k, b.len - at - k + 1);
+            b.len -= k;
+        }
+        words++;
+        frames += n;
+    }
+    sb_str(&b, "\n<|audio_end|>");
+    free(norm);
+    if (b.oom) {
+        free(b.p);
+        omni_fail(err, errlen, OMNI_ERR_NOMEM, "outetts: out of memory");
+        return NULL;
+    }
+    if (n_words)
+        *n_words = words;
+    if (n_frames)
+        *n_frames = frames;
+    return b.p;
+}
+
 // ---- vocabulary and parser ----
 
 struct outetts_vocab {

@@ -79,6 +79,16 @@ char *outetts_normalize(const char *text, size_t len);
 char *outetts_prompt(const char *text, const struct outetts_speaker *spk, char *err,
                      size_t errlen);
 
+/* What the model would write for text (normalized here), for benchmarks of
+ * random-weight models, which never end a word: each word as the format
+ * writes it (duration ~0.12 s + 60 ms a character, features 50, random codes
+ * from seed), words joined by "\n", then "\n<|audio_end|>". after_word_start:
+ * the prompt already ends in "<|word_start|>" (it has a speaker), so the
+ * first word leaves it out. malloc'd; the counts of words and code frames in
+ * *n_words, *n_frames (may be NULL). NULL + message for text without words. */
+char *outetts_script(const char *text, bool after_word_start, uint64_t seed, int *n_words,
+                     int *n_frames, char *err, size_t errlen);
+
 /* The ids of the format's tokens in a model's vocabulary. NULL + message
  * when the vocabulary lacks one of them (not an OuteTTS 1.0 model). */
 struct outetts_vocab *outetts_vocab_new(const struct tokenizer *tok, char *err, size_t errlen);

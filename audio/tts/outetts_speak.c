@@ -23,6 +23,7 @@
 #include <time.h>
 
 #define SPEAK_MAX_PROMPT 32768
+#define OUTETTS_MAX_SCRIPT 65536   /* tokens of a scripted chunk */
 /* text longer than this is spoken in chunks of whole sentences up to it */
 #define OUTETTS_CHUNK_CHARS 300
 
@@ -43,7 +44,17 @@ struct speak_job {
     bool done, failed, audio_end;      /* {mu} */
     char error[256];                   /* {mu} */
     struct engine_usage usage;         /* {mu} */
+    const int32_t *script;             /* p->scripted: the tokens to force, engine thread */
+    int n_script, at_script;
 };
+
+/* engine thread: p->scripted's next token (its last, <|audio_end|>, ends the request) */
+static int32_t script_next(void *user, int choice)
+{
+    (void)choice;
+    struct speak_job *j = user;
+    return j->at_script < j->n_script ? j->script[j->at_script++] : -1;
+}
 
 /* engine thread: queue frames[0 .. n) of the parser (the word so far) */
 static void job_flush_word(struct speak_job *j)
@@ -140,7 +151,8 @@ static int speak_chunk(struct engine *e, int model, const struct dac_model *dac,
     struct speak_job j = { 0 };
     struct dac_stream *s = NULL;
     char *prompt = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *script = NULL;
+    char *script_text = NULL;
     uint64_t id = 0;
     bool submitted = false;
     int rc = 0;
@@ -165,6 +177,24 @@ static int speak_chunk(struct engine *e, int model, const struct dac_model *dac,
                        "into 1..%d tokens", SPEAK_MAX_PROMPT);
         goto out;
     }
+    int n_script = 0;
+    if (p->scripted) {
+        if (!(script_text = outetts_script(p->text ? p->text : "", p->speaker != NULL, p->seed,
+                                           NULL, NULL, err, errlen))) {
+            rc = OMNI_ERR_ARG;
+            goto out;
+        }
+        if (!(script = malloc(OUTETTS_MAX_SCRIPT * sizeof *script)) ||
+            (n_script = tokenizer_encode(tok, script_text, strlen(script_text),
+                                         TOK_PARSE_SPECIAL, script, OUTETTS_MAX_SCRIPT,
+                                         NULL)) <= 0) {
+            rc = omni_fail(err, errlen, OMNI_ERR_LIMIT, "outetts: the script does not "
+                           "tokenize into 1..%d tokens", OUTETTS_MAX_SCRIPT);
+            goto out;
+        }
+        j.script = script;
+        j.n_script = n_script;
+    }
     struct dac_stream_params sp = { .first_chunk_frames = p->first_chunk_frames,
                                     .chunk_frames = p->chunk_frames };
     if (!(s = dac_stream_new(dac, &sp, 2, err, errlen))) {
@@ -183,6 +213,10 @@ static int speak_chunk(struct engine *e, int model, const struct dac_model *dac,
     size_t tl = strlen(p->text);
     rq.max_tokens = p->max_tokens > 0 ? p->max_tokens
                                       : (int)(tl > 200 ? 8192 : 64 + 40 * tl);
+    if (p->scripted) {
+        rq.max_tokens = n_script;
+        rq.force_token = script_next;
+    }
     rq.sampling = sampler_default_params();
     rq.sampling.temperature = p->temperature;
     rq.sampling.top_k = OUTETTS_TOP_K;
@@ -275,6 +309,8 @@ out:
     st->total_ms = (omni_time_s() - t0) * 1e3;
     dac_stream_free(s);
     free(ids);
+    free(script);
+    free(script_text);
     free(prompt);
     free(j.frames);
     outetts_vocab_free(vocab);

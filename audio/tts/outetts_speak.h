@@ -48,6 +48,12 @@ struct outetts_speak_params {
      * nonzero on_audio does (the client left), freeing its sequence at once */
     int (*poll)(void *poll_user);
     void *poll_user;
+    /* Benchmarks of random-weight models (which never end a word): every
+     * token the model writes is forced to outetts_script's words for the
+     * chunk (seeded by seed) instead of sampled. Each still costs its
+     * forward pass, so time to first audio, the codec's share and batching
+     * are measured on real work; the voice is noise. Default false. */
+    bool scripted;
 };
 #define OUTETTS_POLL_MS 50
 struct outetts_speak_params outetts_speak_default_params(void);

@@ -362,7 +362,7 @@ int tts_add_outetts(struct tts *t, struct engine *e, int model, const struct dac
     if (n >= TTS_MAX_BACKENDS)
         return omni_fail(err, errlen, OMNI_ERR_LIMIT, "tts: no room for another voice backend");
     int rc = tts_outetts_open(&t->backends[n], e, model, dac, voices_dir, t->p.engine_max_tokens,
-                              err, errlen);
+                              t->p.engine_scripted, err, errlen);
     if (rc < 0)
         return rc;
     /* workers for engine voices, once (they wait on the engine, not the cores) */

@@ -59,6 +59,8 @@ struct tts_params {
                                     after another */
     int engine_max_tokens;       /* tokens an engine-run voice may write per sentence;
                                     0 (default): from the text's length */
+    bool engine_scripted;        /* benchmarks only: engine-run voices write scripted
+                                    words (outetts_speak_params.scripted); default false */
 };
 #define TTS_MAX_ENGINE_WORKERS 8
 struct tts_params tts_default_params(void);

@@ -47,9 +47,10 @@ struct engine;
 struct dac_model;
 /* The OuteTTS 1.0 backend (tts_outetts.c): model in e, codec dac, speaker
  * files NAME.json of voices_dir (may be NULL) as voices; max_tokens per
- * sentence (0: from the text). */
+ * sentence (0: from the text); scripted: benchmark words instead of sampled
+ * ones (outetts_speak_params.scripted). */
 int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
                      const struct dac_model *dac, const char *voices_dir, int max_tokens,
-                     char *err, size_t errlen);
+                     bool scripted, char *err, size_t errlen);
 
 #endif

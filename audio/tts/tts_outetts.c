@@ -28,6 +28,7 @@ struct outetts_backend {
     struct engine *e;
     int model;
     int max_tokens;       /* per sentence; 0: from the text */
+    bool scripted;        /* benchmarks: outetts_speak_params.scripted */
     const struct dac_model *dac;
     struct compute *budget;                   /* NULL: pools ungated, one thread */
     pthread_mutex_t lock;
@@ -126,6 +127,7 @@ static int ob_synth(void *state, const struct tts_voice_info *v, float speed, co
     p.text = text;
     p.speaker = o->spk[i];
     p.max_tokens = o->max_tokens;
+    p.scripted = o->scripted;
     struct ob_poll pp = { emit, user };
     p.poll = ob_poll_fn;
     p.poll_user = &pp;
@@ -159,7 +161,7 @@ static int ob_cmp(const void *a, const void *b)
 
 int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
                      const struct dac_model *dac, const char *voices_dir, int max_tokens,
-                     char *err, size_t errlen)
+                     bool scripted, char *err, size_t errlen)
 {
     struct outetts_backend *o = calloc(1, sizeof *o);
     if (!o)
@@ -168,6 +170,7 @@ int tts_outetts_open(struct tts_backend *b, struct engine *e, int model,
     o->model = model;
     o->dac = dac;
     o->max_tokens = max_tokens > 0 ? max_tokens : 0;
+    o->scripted = scripted;
     pthread_mutex_init(&o->lock, NULL);
     /* with the process's budget: decoder pools as large as it, clients of it */
     o->budget = compute_default();

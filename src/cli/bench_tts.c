@@ -56,7 +56,11 @@ static void bench_tts_usage(FILE *f)
             "  --max-tokens N  per sentence (default: from the text's length)\n"
             "  --workers L     sentences of OuteTTS voices in flight at once, a list\n"
             "                  (default 4; 1 = one after another, as before)\n"
-            "  --rounds N      repeat the workers x concurrency grid N times (default 1)\n");
+            "  --rounds N      repeat the workers x concurrency grid N times (default 1)\n"
+            "  --scripted      with -m: the model's tokens are forced to well-formed words\n"
+            "                  of random codes (each still costs its forward pass), so a\n"
+            "                  random-weight model makes audio: time to first audio and\n"
+            "                  the codec's share are measured on real work\n");
 }
 
 static const char *BENCH_TTS_TEXT =
@@ -133,8 +137,8 @@ static void *bench_tts_worker(void *arg)
 
 /* One level: n requests at once through t; 0, or -1 with err set. */
 static int bench_tts_level(struct tts *t, struct engine *e, const char *voice, const char *text,
-                           int n, int workers, int rate, double *agg_out, double base,
-                           char *err, size_t errlen)
+                           int n, int workers, bool scripted, int rate, double *agg_out,
+                           double base, char *err, size_t errlen)
 {
     struct bench_tts_req *r = calloc((size_t)n, sizeof *r);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -179,12 +183,14 @@ static int bench_tts_level(struct tts *t, struct engine *e, const char *voice, c
         double toks = (double)(e1.generated_tokens - e0.generated_tokens);
         uint64_t ds = e1.decode_steps - e0.decode_steps, dr = e1.decode_rows - e0.decode_rows;
         *agg_out = toks / wall;
-        printf("{\"workers\":%d,\"concurrency\":%d,\"wall_s\":%.3f,\"cpu_s\":%.3f,"
+        printf("{\"workers\":%d,\"concurrency\":%d,\"scripted\":%s,"
+               "\"wall_s\":%.3f,\"cpu_s\":%.3f,"
                "\"audio_s\":%.3f,\"x_realtime\":%.4f,\"tokens\":%.0f,\"tokens_per_s\":%.2f,"
                "\"tokens_per_cpu_s\":%.2f,\"rows_per_decode_step\":%.2f,"
                "\"decode_step_ms\":%.2f,\"ttfa_ms_median\":%.1f,\"ttfa_share_median\":%.4f,"
                "\"tokens_per_s_vs_base\":%.3f,\"load\":%.2f}\n",
-               workers, n, wall, cpu, audio, audio / wall, toks, toks / wall, cpu > 0 ? toks / cpu : 0,
+               workers, n, scripted ? "true" : "false", wall, cpu, audio, audio / wall, toks,
+               toks / wall, cpu > 0 ? toks / cpu : 0,
                ds ? (double)dr / (double)ds : 0,
                ds ? (e1.decode_step_ms - e0.decode_step_ms) / (double)ds : 0,
                bench_median(ttfa, n), bench_median(share, n),
@@ -205,7 +211,7 @@ out:
  * times interleaved; 0 or 1 */
 static int bench_tts_lm(const char *lm_path, const struct dac_model *dac, const char *voice,
                         const char *text, const int *conc, int n_conc, const int *workers,
-                        int n_workers, int rounds, int threads, int max_tokens)
+                        int n_workers, int rounds, int threads, int max_tokens, bool scripted)
 {
     char err[512] = "";
     int rc = 1;
@@ -247,6 +253,7 @@ static int bench_tts_lm(const char *lm_path, const struct dac_model *dac, const 
         struct tts_params tp = tts_default_params();
         tp.engine_workers = workers[w];
         tp.engine_max_tokens = max_tokens;
+        tp.engine_scripted = scripted;
         if (!(ts[w] = tts_new(&tp, err, sizeof err)) ||
             tts_add_outetts(ts[w], e, 0, dac, voice ? dir : NULL, err, sizeof err) < 0)
             goto fail;
@@ -257,8 +264,8 @@ static int bench_tts_lm(const char *lm_path, const struct dac_model *dac, const 
             double base = 0;
             for (int k = 0; k < n_conc; k++) {
                 double agg = 0;
-                if (bench_tts_level(ts[w], e, voice_id, text, conc[k], workers[w], rate, &agg,
-                                    base, err, sizeof err) < 0)
+                if (bench_tts_level(ts[w], e, voice_id, text, conc[k], workers[w], scripted,
+                                    rate, &agg, base, err, sizeof err) < 0)
                     goto fail;
                 if (k == 0)
                     base = agg;
@@ -320,7 +327,7 @@ int cli_bench_tts(int argc, char **argv)
     long max_tokens = 0;
     double seconds = 10;
     long threads = 2, n_q = 2, reps = 3, chunk = 32;
-    bool json = false;
+    bool json = false, scripted = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--codec") && i + 1 < argc)
@@ -342,6 +349,8 @@ int cli_bench_tts(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--json"))
             json = true;
+        else if (!strcmp(a, "--scripted"))
+            scripted = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_tts_usage(stdout);
             return 0;
@@ -392,7 +401,7 @@ int cli_bench_tts(int argc, char **argv)
     const struct dac_info *I = dac_get_info(m);
     if (lm) {
         rc = bench_tts_lm(lm, m, voice, text, conc, n_conc, workers, n_workers, (int)rounds,
-                          (int)threads, (int)max_tokens);
+                          (int)threads, (int)max_tokens, scripted);
         goto done;
     }
     if (n_q > I->n_codebooks) {
