@@ -1421,7 +1421,7 @@ static int rtc_start(struct rtc *c, const cJSON *p, const char *eid, int upto)
         if ((r->ts = tts_stream_new(c->tts, &tp, rtc_on_tts, r, NULL, err, sizeof err))) {
             tts_stream_detach(r->ts);
         } else {
-            snprintf(r->error, sizeof r->error, "speech synthesis: %s", err);
+            snprintf(r->error, sizeof r->error, "speech synthesis: %.200s", err);
             rtc_resp_cancel(r, "client_cancelled");   /* ends as failed: error is set */
         }
     }
