@@ -70,7 +70,7 @@ static void on_event(void *user, const char *name, cJSON *data)
             cat(t->seq, sizeof t->seq, " ");
         cat(t->seq, sizeof t->seq, word);
     }
-    snprintf(t->last, sizeof t->last, "%s", word);
+    snprintf(t->last, sizeof t->last, "%.*s", (int)sizeof t->last - 1, word);
     cJSON_Delete(data);
 }
 

@@ -356,7 +356,7 @@ TEST(responses_store_lru_and_limits)
     memset(mid, 'y', sizeof mid - 1);
     mid[sizeof mid - 1] = 0;
     for (int i = 0; i < 5; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "m%d", i);
         CHECK_EQ(responses_store_put(s, id, mid, "[]", "[]"), 0);
         CHECK(responses_store_bytes(s) <= 600);

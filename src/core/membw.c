@@ -116,10 +116,18 @@ __attribute__((target("avx2,avx512f"))) static uint64_t sum_streams_512(const ui
 
 /* The plainest read: no vectors (so no ISA level can flatter it), no
  * software prefetch. */
-__attribute__((optimize("no-tree-vectorize"))) static uint64_t sum_scalar(const uint8_t *p, size_t n)
+#if defined(__clang__)
+#define MEMBW_NO_VECTORIZE
+#else
+#define MEMBW_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+#endif
+MEMBW_NO_VECTORIZE static uint64_t sum_scalar(const uint8_t *p, size_t n)
 {
     const uint64_t *w = (const uint64_t *)(const void *)p;
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#if defined(__clang__)
+#pragma clang loop vectorize(disable)
+#endif
     for (size_t i = 0; i < n / 8; i += 4) {
         s0 += w[i];
         s1 += w[i + 1];

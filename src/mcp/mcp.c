@@ -957,6 +957,19 @@ static void *mcp_listen_main(void *arg)
     return NULL;
 }
 
+/* err[n] = prefix + err, cut to fit */
+static void err_prefix(char *err, size_t n, const char *prefix)
+{
+    size_t k = strlen(prefix), len = strnlen(err, n - 1);
+    if (k >= n)
+        k = n - 1;
+    if (len > n - 1 - k)
+        len = n - 1 - k;
+    memmove(err + k, err, len);
+    memcpy(err, prefix, k);
+    err[k + len] = 0;
+}
+
 static void *mcp_supervisor_main(void *arg)
 {
     struct mcp_server *s = arg;
@@ -978,15 +991,11 @@ static void *mcp_supervisor_main(void *arg)
         int rc = s->spec->transport == MCP_STDIO ? mcp_spawn(s, err, sizeof err) : 0;
         if (rc == 0 && mcp_initialize(s, err, sizeof err) < 0) {
             rc = -1;
-            char tmp[320];
-            snprintf(tmp, sizeof tmp, "initialize: %s", err);
-            snprintf(err, sizeof err, "%s", tmp);
+            err_prefix(err, sizeof err, "initialize: ");
         }
         if (rc == 0 && mcp_list_tools(s, err, sizeof err) < 0) {
             rc = -1;
-            char tmp[320];
-            snprintf(tmp, sizeof tmp, "tools/list: %s", err);
-            snprintf(err, sizeof err, "%s", tmp);
+            err_prefix(err, sizeof err, "tools/list: ");
         }
         double up_since = mcp_now();
         if (rc == 0) {
