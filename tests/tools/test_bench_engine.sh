@@ -29,7 +29,7 @@ for want_c, line in zip((1, 4), lines):
     j = json.loads(line)
     if j.get("concurrency") != want_c:
         bad.append(f"concurrency {j.get('concurrency')!r}, want {want_c}")
-    for k in ("aggregate_tok_s", "per_seq_tok_s", "ttft_ms_p50", "ttft_ms_p95",
+    for k in ("aggregate_tok_s", "per_seq_tok_s", "prompt_tok_s", "ttft_ms_p50", "ttft_ms_p95",
               "ttft_ms_cold", "ttft_ms_warm"):
         if not isinstance(j.get(k), (int, float)) or j[k] <= 0:
             bad.append(f"c={want_c} {k}: {j.get(k)!r}")
