@@ -16,10 +16,12 @@
 #include "audio/codec/dac.h"
 #include "src/cli/cli.h"
 #include "src/core/conv1d.h"
+#include "src/core/cpu.h"
 #include "src/core/omni.h"
 #include "src/core/threadpool.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -344,7 +346,7 @@ TEST(conv1d_matches_direct_sums)
 {
     char err[128];
     uint32_t seed = 7;
-    float w[96], wp[96], b[5], x[20 * 4], y[40 * 5], ref[40 * 5], scr[4096];
+    float w[96], wp[1024], b[5], x[20 * 4], y[40 * 5], ref[40 * 5], scr[4096];
 #define RND() ((seed = seed * 1664525u + 1013904223u), (float)((seed >> 8) % 2001) / 1000.0f - 1.0f)
     for (size_t i = 0; i < sizeof w / sizeof *w; i++)
         w[i] = RND();
@@ -357,6 +359,7 @@ TEST(conv1d_matches_direct_sums)
         CHECK(tp);
         test_defer(free_pool, tp);
         /* Conv1d c_in 4 -> c_out 5, k 3, dilation 2, pad 2; torch layout w[o][i][j] */
+        CHECK(omni_conv1d_packed_floats(5, 4, 3) <= 1024);
         omni_conv1d_pack(w, 5, 4, 3, wp);
         struct omni_conv1d c = { .c_in = 4, .c_out = 5, .k = 3, .dilation = 2, .pad = 2,
                                  .w = wp, .b = b };
@@ -383,7 +386,8 @@ TEST(conv1d_matches_direct_sums)
         /* ConvTranspose1d c_in 4 -> c_out 3 (torch w[i][o][j]), strides 2 and 3 */
         for (int s = 2; s <= 3; s++) {
             int k = 2 * s, pad = (s + 1) / 2;
-            omni_conv_t1d_pack(w, 4, 3, k, wp);
+            CHECK(omni_conv_t1d_packed_floats(4, 3, k, s) <= 1024);
+            omni_conv_t1d_pack(w, 4, 3, k, s, wp);
             struct omni_conv_t1d u = { .c_in = 4, .c_out = 3, .k = k, .stride = s, .pad = pad,
                                        .w = wp, .b = b };
             int64_t tu = omni_conv_t1d_out_len(&u, 10);
@@ -434,4 +438,168 @@ TEST(conv1d_snake_matches_libm)
             worst = d > worst ? d : worst;
         }
     CHECK_MSG(worst < 2e-6, "worst relative error %g", worst);
+}
+
+/* The kernels (src/core/arch/x86/conv_x86.h) at every level this CPU has,
+ * against double sums, on shapes that take several K slabs, several column
+ * groups, partial row tiles and a partial column tile: padded and
+ * accumulating runs, the fused valid form (Snake in and out, residual), a
+ * transposed conv whole and in ranges (the ranges equal the whole bit for
+ * bit), 1 and 3 threads. Bound: 1e-5 of the sum of |terms| (float32
+ * summation). */
+static double snake_d(double x, double a)
+{
+    double s = sin((double)(float)((float)a * (float)x));
+    return x + s * s / (a + 1e-9);
+}
+
+static float rndf(uint32_t *seed)
+{
+    *seed = *seed * 1664525u + 1013904223u;
+    return (float)((*seed >> 8) % 2001) / 1000.0f - 1.0f;
+}
+
+TEST(conv1d_kernels_every_level)
+{
+    enum { CI = 300, CO = 230, K = 5, DIL = 3, PAD = 6, T = 29, TO = T + 2 * PAD - DIL * (K - 1) };
+    enum { TCI = 40, TCO = 37, S = 5, TK = 10, TPAD = 3, TT = 13 };
+    uint32_t seed = 11;
+    float *w = malloc(sizeof(float) * CO * CI * K), *b = malloc(sizeof(float) * CO);
+    float *x = malloc(sizeof(float) * T * CI), *ai = malloc(sizeof(float) * CI);
+    float *ao = malloc(sizeof(float) * CO), *res = malloc(sizeof(float) * TO * CO);
+    float *wp = malloc(sizeof(float) * omni_conv1d_packed_floats(CO, CI, K));
+    float *y = malloc(sizeof(float) * TO * CO), *scr = malloc(sizeof(float) * (T + 2 * PAD) * CI);
+    double *ref = malloc(sizeof(double) * TO * CO), *bound = malloc(sizeof(double) * TO * CO);
+    double *fref = malloc(sizeof(double) * TO * CO), *fbound = malloc(sizeof(double) * TO * CO);
+    float *tw = malloc(sizeof(float) * TCI * TCO * TK), *twp =
+        malloc(sizeof(float) * omni_conv_t1d_packed_floats(TCI, TCO, TK, S));
+    float *tx = malloc(sizeof(float) * TT * TCI), *ty = malloc(sizeof(float) * 80 * TCO);
+    float *ty2 = malloc(sizeof(float) * 80 * TCO), *tscr = malloc(sizeof(float) * 80 * TCI);
+    double *tref = calloc((size_t)80 * TCO, sizeof(double)), *tbound = calloc((size_t)80 * TCO,
+                                                                               sizeof(double));
+    CHECK(w && b && x && ai && ao && res && wp && y && scr && ref && bound && fref && fbound &&
+          tw && twp && tx && ty && ty2 && tscr && tref && tbound);
+    for (int i = 0; i < CO * CI * K; i++)
+        w[i] = rndf(&seed);
+    for (int i = 0; i < CO; i++)
+        b[i] = rndf(&seed), ao[i] = 0.1f + 0.5f * (rndf(&seed) + 1.0f);
+    for (int i = 0; i < CI; i++)
+        ai[i] = 0.1f + 0.5f * (rndf(&seed) + 1.0f);
+    for (int i = 0; i < T * CI; i++)
+        x[i] = 2.0f * rndf(&seed);
+    for (int i = 0; i < TO * CO; i++)
+        res[i] = rndf(&seed);
+    omni_conv1d_pack(w, CO, CI, K, wp);
+    /* plain: ref; fused (valid over the padded rows, Snake in/out, + res): fref before snake_out */
+    for (int t = 0; t < TO; t++)
+        for (int o = 0; o < CO; o++) {
+            double s = b[o], sa = fabs(b[o]), f = b[o] + (double)res[t * CO + o];
+            double fa = fabs(b[o]) + fabs(res[t * CO + o]);
+            for (int j = 0; j < K; j++) {
+                int u = t + j * DIL - PAD;
+                if (u < 0 || u >= T)
+                    continue;
+                for (int i = 0; i < CI; i++) {
+                    double p = (double)w[((size_t)o * CI + i) * K + j] * x[u * CI + i];
+                    double q = (double)w[((size_t)o * CI + i) * K + j] * snake_d(x[u * CI + i], ai[i]);
+                    s += p, sa += fabs(p), f += q, fa += fabs(q);
+                }
+            }
+            ref[t * CO + o] = s, bound[t * CO + o] = 1e-5 * (sa + 1);
+            fref[t * CO + o] = snake_d(f, ao[o]);
+            /* Snake's slope is at most 2: the bound carries through */
+            fbound[t * CO + o] = 1e-5 * (2 * fa + 1);
+        }
+    for (int i = 0; i < TCI * TCO * TK; i++)
+        tw[i] = rndf(&seed);
+    for (int i = 0; i < TT * TCI; i++)
+        tx[i] = rndf(&seed);
+    struct omni_conv_t1d tc = { .c_in = TCI, .c_out = TCO, .k = TK, .stride = S, .pad = TPAD,
+                                .w = twp, .b = b };
+    omni_conv_t1d_pack(tw, TCI, TCO, TK, S, twp);
+    const int64_t tto = omni_conv_t1d_out_len(&tc, TT);
+    CHECK(tto <= 80 && omni_conv_t1d_scratch(&tc, TT) <= 80 * TCI);
+    for (int i = 0; i < TT; i++)
+        for (int j = 0; j < TK; j++) {
+            int64_t t = (int64_t)i * S + j - TPAD;
+            if (t < 0 || t >= tto)
+                continue;
+            for (int o = 0; o < TCO; o++)
+                for (int c = 0; c < TCI; c++) {
+                    double p = (double)tx[i * TCI + c] * tw[((size_t)c * TCO + o) * TK + j];
+                    tref[t * TCO + o] += p, tbound[t * TCO + o] += fabs(p);
+                }
+        }
+    for (int64_t t = 0; t < tto; t++)
+        for (int o = 0; o < TCO; o++)
+            tref[t * TCO + o] += b[o], tbound[t * TCO + o] = 1e-5 * (tbound[t * TCO + o] + 2);
+    char err[128];
+    const int max_level = omni_cpu()->max_level;
+    for (int lvl = OMNI_CPU_SCALAR; lvl <= max_level; lvl++) {
+        if (omni_cpu_usable_level(omni_cpu(), lvl) != lvl)
+            continue;
+        CHECK_EQ(omni_cpu_set_level(lvl), lvl);
+        for (int nth = 1; nth <= 3; nth += 2) {
+            struct tpool *tp = tpool_new(nth, err, sizeof err);
+            CHECK(tp);
+            test_defer(free_pool, tp);
+            struct omni_conv1d c = { .c_in = CI, .c_out = CO, .k = K, .dilation = DIL, .pad = PAD,
+                                     .w = wp, .b = b };
+            CHECK(omni_conv1d_scratch(&c, T, true) <= (size_t)(T + 2 * PAD) * CI);
+            CHECK(omni_conv1d_run(tp, &c, x, T, scr, y, false) == 0);
+            double worst = 0;
+            for (int i = 0; i < TO * CO; i++)
+                worst = fmax(worst, fabs(y[i] - ref[i]) / bound[i]);
+            CHECK_MSG(worst <= 1, "level %s threads %d: conv off by %g bounds",
+                      omni_cpu_level_name(lvl), nth, worst);
+            CHECK(omni_conv1d_run(tp, &c, x, T, scr, y, true) == 0);   /* y = 2 ref */
+            worst = 0;
+            for (int i = 0; i < TO * CO; i++)
+                worst = fmax(worst, fabs(y[i] - 2 * ref[i]) / (2 * bound[i]));
+            CHECK_MSG(worst <= 1, "level %s threads %d: accumulate off by %g bounds",
+                      omni_cpu_level_name(lvl), nth, worst);
+            /* the fused form over the padded rows */
+            float *xp = calloc((size_t)(T + 2 * PAD) * CI, sizeof *xp), *s2 =
+                malloc(sizeof(float) * (T + 2 * PAD) * CI);
+            CHECK(xp && s2);
+            memcpy(xp + PAD * CI, x, sizeof(float) * T * CI);
+            memcpy(y, res, sizeof(float) * TO * CO);
+            struct omni_conv_fuse f = { .snake_in = ai, .snake_out = ao, .resid = y };
+            int rc = omni_conv1d_valid(tp, &c, xp, T + 2 * PAD, s2, y, &f);
+            free(xp);
+            free(s2);
+            CHECK(rc == 0);
+            worst = 0;
+            for (int i = 0; i < TO * CO; i++)
+                worst = fmax(worst, fabs(y[i] - fref[i]) / fbound[i]);
+            CHECK_MSG(worst <= 1, "level %s threads %d: fused off by %g bounds",
+                      omni_cpu_level_name(lvl), nth, worst);
+            /* transposed: whole, then in three ranges from the rows each reads */
+            CHECK(omni_conv_t1d_run(tp, &tc, tx, TT, tscr, ty) == 0);
+            worst = 0;
+            for (int64_t i = 0; i < tto * TCO; i++)
+                worst = fmax(worst, fabs(ty[i] - tref[i]) / tbound[i]);
+            CHECK_MSG(worst <= 1, "level %s threads %d: conv_t off by %g bounds",
+                      omni_cpu_level_name(lvl), nth, worst);
+            const int64_t cut[4] = { 0, 7, 33, tto };
+            for (int r = 0; r < 3; r++) {
+                int64_t s0, s1;
+                omni_conv_t1d_reads(&tc, cut[r], cut[r + 1], &s0, &s1);
+                float rows[40 * TCI];
+                CHECK(s1 - s0 <= 40);
+                for (int64_t q = s0; q < s1; q++)
+                    for (int c2 = 0; c2 < TCI; c2++)
+                        rows[(q - s0) * TCI + c2] = q < 0 || q >= TT ? 0.0f : tx[q * TCI + c2];
+                CHECK(omni_conv_t1d_part(tp, &tc, rows, s0, s1 - s0, cut[r], cut[r + 1], NULL,
+                                         ty2 + cut[r] * TCO, NULL) == 0);
+            }
+            CHECK_MSG(memcmp(ty, ty2, sizeof(float) * tto * TCO) == 0,
+                      "level %s threads %d: conv_t in ranges differs", omni_cpu_level_name(lvl),
+                      nth);
+            test_release(tp);
+        }
+    }
+    free(w), free(b), free(x), free(ai), free(ao), free(res), free(wp), free(y), free(scr);
+    free(ref), free(bound), free(fref), free(fbound), free(tw), free(twp), free(tx), free(ty);
+    free(ty2), free(tscr), free(tref), free(tbound);
 }

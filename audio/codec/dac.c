@@ -178,13 +178,15 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
         float *w = dac_load_tensor(&m->w, g, q, 3, (int64_t[]){ c, co, 2 * s }, err, errlen);
         snprintf(q, sizeof q, "%s.conv_t1.bias", p);
         float *b = w ? dac_load_tensor(&m->w, g, q, 1, (int64_t[]){ co }, err, errlen) : NULL;
-        float *wp = b ? dac_weights_alloc(&m->w, (size_t)c * co * 2 * s * sizeof(float)) : NULL;
+        float *wp = b ? dac_weights_alloc(&m->w, omni_conv_t1d_packed_floats(c, co, 2 * s, s) *
+                                                    sizeof(float))
+                       : NULL;
         if (!wp) {
             if (b)
                 omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
             goto fail;
         }
-        omni_conv_t1d_pack(w, c, co, 2 * s, wp);
+        omni_conv_t1d_pack(w, c, co, 2 * s, s, wp);
         B->up = (struct omni_conv_t1d){ .c_in = c, .c_out = co, .k = 2 * s, .stride = s,
                                         .pad = (s + 1) / 2, .w = wp, .b = b };
         for (int j = 0; j < 3; j++)

@@ -103,7 +103,8 @@ int dac_load_conv(struct dac_weights *w, const struct gguf *g, const char *prefi
         return OMNI_ERR_FORMAT;
     snprintf(name, sizeof name, "%s.bias", prefix);
     float *b = dac_load_tensor(w, g, name, 1, (int64_t[]){ c_out }, err, errlen);
-    float *wp = b ? dac_weights_alloc(w, (size_t)c_out * c_in * k * sizeof(float)) : NULL;
+    float *wp = b ? dac_weights_alloc(w, omni_conv1d_packed_floats(c_out, c_in, k) * sizeof(float))
+                   : NULL;
     if (!wp)
         return b ? omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory") : OMNI_ERR_FORMAT;
     omni_conv1d_pack(wt, c_out, c_in, k, wp);
