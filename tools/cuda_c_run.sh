@@ -25,6 +25,10 @@
 # each file (and llama-batched-bench) before the other steps;
 # CHECK_ENVS (one `bench_dev --check 8` on the 1B Q4_K_M file each);
 # TEST_TIMEOUT, SAN_TIMEOUT (s, default 90 and 60: a test_cuda run, a sanitizer run).
+# PREBUILT=FILE.tar.xz: test_cuda, bench_dev and bench_engine_dev built
+# beforehand (same flags, on the development machine: its nvcc is the same
+# 13.0) unpacked into build-fcuda/ and used when they start there (ldd finds
+# every library); else built as usual. TG_REPS (default 2): tg128 rounds.
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
@@ -105,10 +109,22 @@ MK=(make -k -j8 CUDA=1 CUDA_HOME="$CUDA_HOME" BUILD=build-fcuda BLAS_SHIM=1
     EXTRA_CFLAGS="-Itools/bench_only -I$DEV/pcre2/include"
     DEV_LIBS="$DEV/pcre2/lib/libpcre2-8.a -lm -pthread")
 TARGETS=(build-fcuda/test_cuda build-fcuda/bench_dev build-fcuda/bench_engine_dev)
-stamp "build ${TARGETS[*]}"
-timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
-say "build rc $? at $(el) s"
-grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
+pre_ok=0
+if [ -n "${PREBUILT:-}" ] && [ -f "$PREBUILT" ]; then
+    mkdir -p build-fcuda && tar xJf "$PREBUILT" -C build-fcuda && pre_ok=1
+    for t in "${TARGETS[@]}"; do
+        { [ -x "$t" ] && ! ldd "$t" | grep -q "not found"; } || pre_ok=0
+    done
+    say "prebuilt $PREBUILT: $([ $pre_ok = 1 ] && echo used || echo unusable, building)"
+    [ $pre_ok = 1 ] && ldd build-fcuda/bench_dev | grep -E "cublas|cudart" | tee -a "$SUM"
+fi
+if [ $pre_ok = 0 ]; then
+    stamp "build ${TARGETS[*]}"
+    rm -f "${TARGETS[@]}"
+    timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
+    say "build rc $? at $(el) s"
+    grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
+fi
 
 wait "$fix_pid"
 tail -1 "$W/fixtures.log"
@@ -267,7 +283,7 @@ if [ -x build-fcuda/bench_dev ]; then
         [ "$(left)" -lt 60 ] && break
         b=$(basename "$M" .gguf)
         stamp "bench_dev tg128 $b: defaults, variants, twice"
-        for rep in 1 2; do
+        for rep in $(seq 1 "${TG_REPS:-2}"); do
             for v in X=1 $VARIANTS; do
                 [ "$(left)" -lt 40 ] && break
                 bd "$b ${v} #$rep" ${v//,/ } -- -m "$M" -p 1 -n 128 -r 3

@@ -53,6 +53,8 @@ struct f16_copy {
     bool mv2;
 };
 
+struct pf_ent;
+
 struct cuda_state {
     int device;
     cudaStream_t stream;
@@ -124,6 +126,14 @@ struct cuda_state {
     long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
     struct tail_pend *tp;
     unsigned *tail_count; /* last-block counters (zero between launches); NULL: no fusion */
+    /* OMNI_CUDA_L2NEXT=MB (off: 0): after each product, the bytes that the
+     * product which came after it last time read (pf_tab, learned as the
+     * products come: a step's order repeats) are sent to L2 by a small
+     * kernel, up to pf_cap bytes, so that the norms, RoPE and attention in
+     * between overlap that product's DRAM reads (see pf_product) */
+    size_t pf_cap;
+    struct pf_ent *pf_tab; /* PF_TAB entries, open addressing */
+    int pf_prev;           /* the last product's entry, -1: none */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -745,7 +755,57 @@ struct mv2m {
     size_t qrb;
     int srb, drb, type;
     int na; /* OMNI_CUDA_MV2_NA=1: quant bytes loaded without L1 allocation */
+    int pfr; /* OMNI_CUDA_L2PF: a block first sends the rows pfr rows after its
+              * own to L2 (0: none; see mv2_pf_rows) */
 };
+
+// ---- L2 prefetch (OMNI_CUDA_L2PF, OMNI_CUDA_L2NEXT) --------------------------
+/* cp.async.bulk.prefetch.L2 (sm_90): bytes [p, p + n) into L2, no
+ * registers held and nothing to wait for (a hint: the loads that follow
+ * hit L2 or join the fill in flight instead of a DRAM round trip each).
+ * p is rounded down and the end down to 16 bytes, as the instruction asks. */
+#define PF_CHUNK 16384 /* bytes a prefetch instruction */
+
+__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+#endif
+}
+
+/* Range [p, p + n) in PF_CHUNK pieces over threads t of nt. */
+__device__ __forceinline__ void l2_prefetch_range(const uint8_t *p, size_t n, int t, int nt)
+{
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
+    if (e <= a)
+        return;
+    const size_t len = e - a;
+    for (size_t o = (size_t)t * PF_CHUNK; o < len; o += (size_t)nt * PF_CHUNK)
+        l2_prefetch((const void *)(a + o), (uint32_t)(len - o < PF_CHUNK ? len - o : PF_CHUNK));
+}
+
+/* Rows [r0, r1) of m (quant bytes, and Q6_K's scales) into L2 by this
+ * block's threads. */
+__device__ __forceinline__ void mv2_pf_rows(const mv2m &m, int r0, int r1)
+{
+    if (r1 <= r0)
+        return;
+    l2_prefetch_range(m.q + (size_t)r0 * m.qrb, (size_t)(r1 - r0) * m.qrb, threadIdx.x, blockDim.x);
+    if (m.type == GGML_TYPE_Q6_K)
+        l2_prefetch_range(m.sc + (size_t)r0 * m.srb, (size_t)(r1 - r0) * m.srb,
+                          threadIdx.x, blockDim.x);
+}
+
+/* The prefetch ahead of a block of rows [r0, r0 + nr) of a rows-row matrix:
+ * the rows pfr further on (a later block's, about a wave later: see
+ * mv2_pf_dist), sent before this block's own loads. */
+__device__ __forceinline__ void mv2_pf_ahead(const mv2m &m, int r0, int nr, int rows)
+{
+    if (m.pfr <= 0)
+        return;
+    const int a = r0 + m.pfr, b = a + nr < rows ? a + nr : rows;
+    mv2_pf_rows(m, a, b);
+}
 
 /* 16 weight bytes: through the read-only path, or (na) without allocating
  * in L1, which then keeps the activations every row of the block reads. */
@@ -948,6 +1008,7 @@ __global__ void __launch_bounds__(MV2_BLOCK, MINB)
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
+    mv2_pf_ahead(m, blockIdx.x * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -982,6 +1043,7 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     const int rows = k == 0 ? sg.rows[0] : k == 1 ? sg.rows[1] : sg.rows[2];
     const int b0 = k == 0 ? sg.b0[0] : k == 1 ? sg.b0[1] : sg.b0[2];
     float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
+    mv2_pf_ahead(m, ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -1036,6 +1098,8 @@ __global__ void __launch_bounds__(512, MINB)
 {
     __shared__ float vals[32];
     pdl_trigger();
+    mv2_pf_ahead(mg, blockIdx.x * 32, 32, gridDim.x * 32);
+    mv2_pf_ahead(mu, blockIdx.x * 32, 32, gridDim.x * 32);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[4];
@@ -1113,6 +1177,107 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
     launch_pdl_at(1, k, grid, block, s, args...);
 }
 
+/* The bytes a product reads (its weights, as the chosen path reads them),
+ * as up to PF_SET_MAX ranges: what OMNI_CUDA_L2NEXT prefetches. */
+#define PF_SET_MAX 6
+struct pf_set {
+    const uint8_t *p[PF_SET_MAX];
+    unsigned long long n[PF_SET_MAX];
+    int nr;
+};
+
+/* A product as the successor table knows it: its first weight and rows of
+ * activations (one-token and batched steps read other copies), and the
+ * bytes of the product that came after it last time. */
+struct pf_ent {
+    const void *key; /* NULL: free slot */
+    int n;
+    bool has;
+    struct pf_set next;
+};
+#define PF_TAB 4096 /* entries (a power of two) */
+
+static void pf_add(struct pf_set *ps, const void *p, size_t n)
+{
+    if (ps->nr < PF_SET_MAX && p && n) {
+        ps->p[ps->nr] = (const uint8_t *)p;
+        ps->n[ps->nr++] = n;
+    }
+}
+
+static void pf_add_mv2(struct pf_set *ps, const mv2m &m, int rows)
+{
+    pf_add(ps, m.q, (size_t)rows * m.qrb);
+    if (m.type == GGML_TYPE_Q6_K)
+        pf_add(ps, m.sc, (size_t)rows * m.srb);
+}
+
+/* Sends ps's ranges to L2 (PF_CHUNK bytes a thread), then waits for the
+ * kernel before it as every programmatic launch after it expects (the next
+ * kernel's griddepcontrol.wait covers this one only). */
+__global__ void __launch_bounds__(32) k_l2_next(const struct pf_set ps)
+{
+    pdl_trigger();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
+    for (int i = 0; i < ps.nr; i++)
+        l2_prefetch_range(ps.p[i], ps.n[i], t, nt);
+    pdl_wait();
+}
+
+/* After a product's launch: learn it as the successor of the product
+ * before, and prefetch (up to pf_cap bytes, each range its share) what came
+ * after it last time. Any free forgets the table (pf_forget): a range must
+ * never outlive its allocation. */
+static void pf_product(struct cuda_state *s, const void *key, int n, const struct pf_set &cur)
+{
+    if (!s->pf_tab || !key)
+        return;
+    const uint64_t h0 = ((uint64_t)(uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull + (uint64_t)n;
+    int idx = -1;
+    for (int k = 0; k < PF_TAB; k++) {
+        const int i = (int)((h0 >> 40) + k) & (PF_TAB - 1);
+        struct pf_ent *e = &s->pf_tab[i];
+        if (e->key == key && e->n == n) {
+            idx = i;
+            break;
+        }
+        if (!e->key) {
+            e->key = key;
+            e->n = n;
+            e->has = false;
+            idx = i;
+            break;
+        }
+    }
+    if (s->pf_prev >= 0) {
+        s->pf_tab[s->pf_prev].next = cur;
+        s->pf_tab[s->pf_prev].has = cur.nr > 0;
+    }
+    s->pf_prev = idx;
+    if (idx < 0 || !s->pf_tab[idx].has)
+        return;
+    struct pf_set ps = s->pf_tab[idx].next;
+    unsigned long long total = 0, chunks = 0;
+    for (int i = 0; i < ps.nr; i++)
+        total += ps.n[i];
+    for (int i = 0; i < ps.nr; i++) {
+        if (total > s->pf_cap)
+            ps.n[i] = (unsigned long long)((double)ps.n[i] * (double)s->pf_cap / (double)total);
+        chunks += (ps.n[i] + PF_CHUNK - 1) / PF_CHUNK;
+    }
+    if (!chunks)
+        return;
+    const unsigned g = (unsigned)(chunks / 32 + 1 < 256 ? chunks / 32 + 1 : 256);
+    launch_pdl(k_l2_next, dim3(g), dim3(32), s->stream, ps);
+}
+
+static void pf_forget(struct cuda_state *s)
+{
+    if (s->pf_tab)
+        memset(s->pf_tab, 0, PF_TAB * sizeof *s->pf_tab);
+    s->pf_prev = -1;
+}
+
 static int mv2_ppt = 2;  /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
 static int mv2_tmin = 32; /* OMNI_CUDA_MV2_TMIN: the fewest threads a row (16 or 32) */
 /* k_mv2 at 64 registers (8 blocks an SM; Q6_K takes 83 without the cap);
@@ -1126,6 +1291,18 @@ static bool mv2_glu16;    /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q)
  * pieces a stream in flight (=512u2) */
 static int mv2_glu_v = 1;
 static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
+/* OMNI_CUDA_L2PF=H (0, the default: off): each mv2 block first sends to L2
+ * the rows of the block H half-waves after it (a wave: the blocks resident
+ * at once, n_sm x 8 for k_mv2 / k_mv2_seg, n_sm x 2 for k_mv2_glu_q16), so
+ * that the next wave's loads hit L2 and the DRAM has the next wave's bytes
+ * in flight while this one computes. */
+static int mv2_l2pf;
+
+/* m.pfr for blocks of rpb rows, bps blocks an SM (mv2_l2pf). */
+static void mv2_set_pf(const struct cuda_state *s, mv2m *m, int rpb, int bps)
+{
+    m->pfr = mv2_l2pf > 0 ? mv2_l2pf * s->n_sm * bps / 2 * rpb : 0;
+}
 
 /* Threads a row for np pieces: mv2_tmin (16, 32) up to 128. Fewer
  * threads a row give each more pieces, so more bytes in flight a thread. */
@@ -1614,12 +1791,16 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
                                          .np = cols / 32, .xq = xq, .xd = xd };
             return 0;
         }
+        struct pf_set cur = {};
         if (n == 1 && mv2_of(s, w, &m)) {
+            mv2_set_pf(s, &m, MV2_BLOCK / mv2_tpr(cols / 32), 8);
             switch (w->type) {
             case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             default: launch_mv2<GGML_TYPE_Q8_0>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             }
+            pf_add_mv2(&cur, m, rows);
+            pf_product(s, w->data, n, cur);
             return chk_launch("matvec mv2");
         }
         for (int r0 = 0; r0 < n; r0 += MATVEC_Q8_MAX) {
@@ -1634,6 +1815,8 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
             case GGML_TYPE_Q6_K: launch_matvec_q8<GGML_TYPE_Q6_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
             }
         }
+        pf_add(&cur, W, (size_t)rows * rb);
+        pf_product(s, w->data, n, cur);
         return chk_launch("matvec q8");
     }
     if (n <= MATVEC_MAX) {
@@ -1645,14 +1828,22 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         case GGML_TYPE_Q4_K: launch_matvec_q<GGML_TYPE_Q4_K>(W, rb, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q6_K: launch_matvec_q<GGML_TYPE_Q6_K>(W, rb, rows, cols, x, n, y, s->stream); break;
         }
+        struct pf_set cur = {};
+        pf_add(&cur, W, (size_t)rows * rb);
+        pf_product(s, w->data, n, cur);
         return chk_launch("matvec");
     }
     const float one = 1.0f, zero = 0.0f;
     /* column-major view: C[rows][n] = op(A = W^T stored [cols][rows])^T . B[cols][n] */
-    if (w->type == GGML_TYPE_F32)
-        return chk_blas(cublasSgemm(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one,
-                                    (const float *)W, cols, x, cols, &zero, y, rows),
-                        "sgemm");
+    if (w->type == GGML_TYPE_F32) {
+        const int rc = chk_blas(cublasSgemm(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one,
+                                            (const float *)W, cols, x, cols, &zero, y, rows),
+                                "sgemm");
+        struct pf_set cur = {};
+        pf_add(&cur, W, (size_t)rows * cols * sizeof(float));
+        pf_product(s, w->data, n, cur);
+        return rc;
+    }
     int rc;
     const __half *A = (const __half *)W;
     const struct f16_copy *fc = w->type != GGML_TYPE_F16 ? find_copy(s, w) : NULL;
@@ -1677,7 +1868,12 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
     }
     if ((rc = f16_input(s, x, n, cols)) < 0)
         return rc;
-    return gemm_f16(s, A, rows, n, cols, y);
+    rc = gemm_f16(s, A, rows, n, cols, y);
+    struct pf_set cur = {};
+    if (A != s->wh) /* (the scratch moves as it grows) */
+        pf_add(&cur, A, (size_t)rows * cols * sizeof(__half));
+    pf_product(s, w->data, n, cur);
+    return rc;
 }
 
 #define MV_CASES(X) \
@@ -1722,6 +1918,9 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
             k_uncat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, total, count, o);
             for (int i = 0; i < nw; i++)
                 wrote(s, y[i], (int64_t)n * w[i]->rows);
+            struct pf_set cur = {};
+            pf_add(&cur, h0, (size_t)total * cols * sizeof(__half));
+            pf_product(s, w[0]->data, n, cur);
             return chk_launch("gemm cat split");
         }
         if (rc != OMNI_ERR_UNSUPPORTED)
@@ -1749,6 +1948,11 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         const int np = cols / 32, tpr = mv2_tpr(np);
         int b = 0;
         sg2.n = nw;
+        struct pf_set cur = {};
+        for (int i = 0; i < nw; i++) {
+            mv2_set_pf(s, &sg2.m[i], MV2_BLOCK / tpr, 8);
+            pf_add_mv2(&cur, sg2.m[i], (int)w[i]->rows);
+        }
         for (int i = 0; i < 3; i++) {
             if (i >= nw)
                 sg2.m[i] = sg2.m[0];
@@ -1768,6 +1972,7 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         launch_mv2_seg(sg2, (unsigned)b, tpr, np, (const int8_t *)xq, (const float *)xd, s->stream);
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
+        pf_product(s, w[0]->data, n, cur);
         return chk_launch("matvec mv2 q/k/v");
     }
     mv_segs sg;
@@ -1788,8 +1993,12 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         MV_CASES(C)
 #undef C
     }
-    for (int i = 0; i < nw; i++)
+    struct pf_set cur = {};
+    for (int i = 0; i < nw; i++) {
         wrote(s, y[i], (int64_t)n * w[i]->rows);
+        pf_add(&cur, w[i]->data, (size_t)w[i]->rows * sg.s[i].rb);
+    }
+    pf_product(s, w[0]->data, n, cur);
     return chk_launch("matvec q/k/v");
 }
 
@@ -1849,6 +2058,9 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             const int64_t count = (int64_t)n * rows;
             k_swiglu_cat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, rows, count, y);
             wrote(s, y, count);
+            struct pf_set cur = {};
+            pf_add(&cur, h0, (size_t)2 * rows * cols * sizeof(__half));
+            pf_product(s, wg->data, n, cur);
             return chk_launch("gemm cat swiglu");
         }
         if (rc != OMNI_ERR_UNSUPPORTED)
@@ -1883,8 +2095,14 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         float *oqd = (float *)(oq + rows);
         const unsigned g = (unsigned)(rows / 32);
         mv2m mg, mu;
+        struct pf_set cur = {};
         if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
             const int np = cols / 32;
+            /* half the distance each: gate's and up's rows go together */
+            mv2_set_pf(s, &mg, 32, mv2_glu16 ? 1 : 0);
+            mv2_set_pf(s, &mu, 32, mv2_glu16 ? 1 : 0);
+            pf_add_mv2(&cur, mg, rows);
+            pf_add_mv2(&cur, mu, rows);
             if (mv2_glu16) {
                 const dim3 gd(g), bd(512);
                 const int8_t *cq = xq;
@@ -1912,7 +2130,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             }
+            pf_add(&cur, Wg, (size_t)rows * rb);
+            pf_add(&cur, Wu, (size_t)rows * rb);
         }
+        pf_product(s, wg->data, n, cur);
         s->nq_valid = true;
         s->nq_x = y;
         s->nq_n = 1;
@@ -1927,6 +2148,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
     case GGML_TYPE_Q6_K: launch_glu<GGML_TYPE_Q6_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
     }
     wrote(s, y, (int64_t)n * rows);
+    struct pf_set cur = {};
+    pf_add(&cur, Wg, (size_t)rows * rb);
+    pf_add(&cur, Wu, (size_t)rows * rb);
+    pf_product(s, wg->data, n, cur);
     return chk_launch("matvec glu");
 }
 
@@ -2685,6 +2910,7 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
+    mv2_pf_ahead(m, blockIdx.x * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -3680,6 +3906,7 @@ static void cuda_free(struct omni_backend *be, void *p)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
+    pf_forget(s); /* no prefetch of what may be freed */
     /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
@@ -3823,6 +4050,7 @@ static void cuda_destroy(struct omni_backend *be)
         }
         cudaFree(s->gc);
         free(s->f16);
+        free(s->pf_tab);
         if (s->blas)
             cublasDestroy(s->blas);
         if (s->stream)
@@ -3902,6 +4130,13 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->splitk = sk && !strcmp(sk, "auto") ? -1 : sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
+    const char *lp = getenv("OMNI_CUDA_L2PF");
+    mv2_l2pf = lp && atoi(lp) > 0 && atoi(lp) <= 16 ? atoi(lp) : 0;
+    const char *ln = getenv("OMNI_CUDA_L2NEXT");
+    s->pf_cap = ln && atoi(ln) > 0 && atoi(ln) <= 1024 ? (size_t)atoi(ln) << 20 : 0;
+    s->pf_prev = -1;
+    if (s->pf_cap)
+        s->pf_tab = (struct pf_ent *)calloc(PF_TAB, sizeof *s->pf_tab); /* NULL: none */
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
