@@ -1,13 +1,11 @@
-/* dac.c - the DAC decoder: GGUF loading, window decode, streaming.
+/* dac.c - the DAC decoder: GGUF loading, the layer pipeline, streaming.
  *
  * Activations are time-major ([t][channels]) so that every convolution is
  * a GEMM over time steps (src/core/conv1d.h). The quantizer's out_proj is
  * applied to every codebook entry at load (a [codebook_size][hidden] table
  * per codebook, bias included), so the lookup of a frame is a sum of rows.
- * A window of frames [a, b) decodes to samples [a * hop, ...) of the whole
- * signal: every layer's output step t of the window is step t of the whole
- * signal shifted by a * (upsampling so far), so windows stitch exactly once
- * the context on each side covers the receptive field. */
+ * Decoding, streamed or one-shot, runs the layers as a pipeline of stages
+ * that each keep the rows they still need (see "the layer pipeline"). */
 #include "audio/codec/dac.h"
 
 #include "audio/codec/dac_conv.h"
@@ -25,8 +23,6 @@
 
 #define DAC_MAX_BLOCKS 8
 #define DAC_MAX_CODEBOOKS 64
-/* one-shot windows longer than this go through the stream (bounded memory) */
-#define DAC_MAX_WINDOW 1024
 
 struct dac_block {
     float *alpha;                    /* [c_in] */
@@ -68,22 +64,7 @@ void dac_free(struct dac_model *m)
 
 // ---- loading ----
 
-/* Frames of context each side: the receptive field's half-width, summed
- * layer by layer in frame units (a layer at r samples per frame that reads
- * d steps either side adds d / r), rounded up with a frame to spare. */
-static int context_frames(const struct dac_model *m)
-{
-    double r = 1, f = 3;                       /* conv_in: k7 */
-    for (int i = 0; i < m->info.n_blocks; i++) {
-        const struct omni_conv_t1d *u = &m->blocks[i].up;
-        f += (double)(u->k / u->stride + 1) / r;  /* inputs feeding one output step */
-        r *= u->stride;
-        for (int j = 0; j < 3; j++)
-            f += (double)m->blocks[i].res[j].conv1.pad / r;
-    }
-    f += 3 / r;                                /* conv_out */
-    return (int)ceil(f) + 1;
-}
+static int lookahead_frames(const struct dac_model *m);
 
 struct dac_model *dac_load(const char *path, char *err, size_t errlen)
 {
@@ -197,7 +178,7 @@ struct dac_model *dac_load(const char *path, char *err, size_t errlen)
     if (!(m->alpha_out = dac_load_alpha(&m->w, g, "decoder.snake1", c, err, errlen)) ||
         dac_load_conv(&m->w, g, "decoder.conv2", c, 1, 7, 1, &m->conv_out, err, errlen))
         goto fail;
-    m->context_frames = context_frames(m);
+    m->context_frames = lookahead_frames(m);
     I->n_params = m->w.n_params;
     gguf_free(g);
     return m;
@@ -207,56 +188,7 @@ fail:
     return NULL;
 }
 
-// ---- window decode ----
-
-/* Buffers for windows of up to max_frames frames. */
-struct dac_work {
-    int64_t max_frames;
-    float *x, *y, *z;      /* activations, each the largest [t][c] of any layer */
-    float *scratch;        /* the largest conv scratch */
-};
-
-static void work_free(struct dac_work *w)
-{
-    free(w->x);
-    free(w->y);
-    free(w->z);
-    free(w->scratch);
-    memset(w, 0, sizeof *w);
-}
-
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
-
-static int work_reserve(struct dac_work *w, const struct dac_model *m, int64_t n_frames)
-{
-    if (n_frames <= w->max_frames)
-        return 0;
-    size_t act = (size_t)n_frames * m->info.hidden_size, scr = 0;
-    int64_t t = n_frames;
-    act = max_sz(act, (size_t)t * m->conv_in.c_out);
-    scr = max_sz(scr, omni_conv1d_scratch(&m->conv_in, t, false));
-    for (int i = 0; i < m->info.n_blocks; i++) {
-        const struct dac_block *B = &m->blocks[i];
-        scr = max_sz(scr, omni_conv_t1d_scratch(&B->up, t));
-        t = omni_conv_t1d_out_len(&B->up, t);
-        act = max_sz(act, (size_t)t * B->up.c_out);
-        scr = max_sz(scr, omni_conv1d_scratch(&B->res[0].conv1, t, false));
-        scr = max_sz(scr, omni_conv1d_scratch(&B->res[2].conv1, t, false));
-        scr = max_sz(scr, omni_conv1d_scratch(&B->res[0].conv2, t, true));
-    }
-    scr = max_sz(scr, omni_conv1d_scratch(&m->conv_out, t, false));
-    work_free(w);
-    w->x = malloc(act * sizeof(float));
-    w->y = malloc(act * sizeof(float));
-    w->z = malloc(act * sizeof(float));
-    w->scratch = malloc(max_sz(scr, 1) * sizeof(float));
-    if (!w->x || !w->y || !w->z || !w->scratch) {
-        work_free(w);
-        return OMNI_ERR_NOMEM;
-    }
-    w->max_frames = n_frames;
-    return 0;
-}
+// ---- codes ----
 
 static int check_codes(const struct dac_model *m, const int32_t *codes, int n_q,
                        int64_t n_frames, int64_t frame0, bool frame_major, char *err,
@@ -273,74 +205,320 @@ static int check_codes(const struct dac_model *m, const int32_t *codes, int n_q,
     return 0;
 }
 
-/* Decode frames codes[f * n_q + q] (checked) of a window into out
- * (dac_samples_for_frames(n_frames) samples). */
-static int decode_window(const struct dac_model *m, struct dac_work *w, struct tpool *tp,
-                         const int32_t *codes, int n_q, int64_t n_frames, float *out)
+// ---- the layer pipeline ----
+
+/* The decoder as a chain of stages, each a layer that maps its input
+ * signal (rows of steps) to its output signal: conv_in, then per block the
+ * Snake + transposed conv and three residual units, then Snake + conv_out
+ * + tanh. A stream keeps, per stage, the input rows later outputs still
+ * read (the left context) and the rows whose outputs still wait for right
+ * context; each run computes every output step its input now determines,
+ * appends it to the next stage's input, and drops what no later step
+ * reads. Zero rows stand for the padding before step 0 (at the start) and
+ * after the end (at finish), so every layer is a valid (unpadded)
+ * convolution over the rows held, and nothing is computed twice. The
+ * kernels sum each output in an order fixed by the layer's shape, so the
+ * samples do not depend on how the frames were fed. */
+enum stage_kind { ST_CONV, ST_UP, ST_RES, ST_OUT };
+
+struct stage {
+    enum stage_kind kind;
+    int c_in, c_out;
+    const struct omni_conv1d *conv;    /* CONV, OUT: the conv; RES: conv1 */
+    const struct omni_conv1d *conv2;   /* RES: the k1 conv */
+    const struct omni_conv_t1d *up;    /* UP */
+    const float *alpha;                /* Snake before the conv (NULL for conv_in) */
+    const float *alpha2;               /* RES: Snake between conv1 and conv2 */
+    int p;                             /* CONV, RES, OUT: steps read either side */
+    int lead;                          /* zero rows ahead of step 0 */
+};
+
+#define DAC_MAX_STAGES (2 + 4 * DAC_MAX_BLOCKS)
+/* frames per pipeline run: bounds the stages' buffers (the last stage's
+ * rows: hop per frame) and keeps a run's activations in cache */
+#define DAC_FEED_FRAMES 32
+
+static int n_stages(const struct dac_model *m) { return 2 + 4 * m->info.n_blocks; }
+
+static struct stage stage_at(const struct dac_model *m, int i)
 {
-    int rc = work_reserve(w, m, n_frames);
-    if (rc)
-        return rc;
-    int H = m->info.hidden_size;
-    float *x = w->x, *y = w->y, *z = w->z, *tmp;
-    /* latent: sum of the codebooks' projected entries */
-    for (int64_t f = 0; f < n_frames; f++) {
-        float *row = x + (size_t)f * H;
-        memcpy(row, m->table[0] + (size_t)codes[f * n_q] * H, (size_t)H * sizeof(float));
-        for (int q = 1; q < n_q; q++) {
-            const float *e = m->table[q] + (size_t)codes[f * n_q + q] * H;
-            for (int h = 0; h < H; h++)
-                row[h] += e[h];
+    struct stage S = { 0 };
+    if (i == 0) {
+        S = (struct stage){ .kind = ST_CONV, .c_in = m->conv_in.c_in, .c_out = m->conv_in.c_out,
+                            .conv = &m->conv_in, .p = m->conv_in.pad };
+    } else if (i == n_stages(m) - 1) {
+        S = (struct stage){ .kind = ST_OUT, .c_in = m->conv_out.c_in, .c_out = 1,
+                            .conv = &m->conv_out, .alpha = m->alpha_out, .p = m->conv_out.pad };
+    } else {
+        const struct dac_block *B = &m->blocks[(i - 1) / 4];
+        int j = (i - 1) % 4;
+        if (j == 0) {
+            S = (struct stage){ .kind = ST_UP, .c_in = B->up.c_in, .c_out = B->up.c_out,
+                                .up = &B->up, .alpha = B->alpha };
+        } else {
+            const struct dac_res_unit *R = &B->res[j - 1];
+            S = (struct stage){ .kind = ST_RES, .c_in = R->conv1.c_in, .c_out = R->conv1.c_out,
+                                .conv = &R->conv1, .conv2 = &R->conv2, .alpha = R->alpha1,
+                                .alpha2 = R->alpha2, .p = R->conv1.pad };
         }
     }
-    int64_t t = n_frames;
-    if ((rc = omni_conv1d_run(tp, &m->conv_in, x, t, w->scratch, y, false)))
-        return rc;
-    tmp = x, x = y, y = tmp;
-    for (int i = 0; i < m->info.n_blocks; i++) {
-        const struct dac_block *B = &m->blocks[i];
-        omni_snake(tp, x, t, B->up.c_in, B->alpha, x);
-        if ((rc = omni_conv_t1d_run(tp, &B->up, x, t, w->scratch, y)))
-            return rc;
-        t = omni_conv_t1d_out_len(&B->up, t);
-        tmp = x, x = y, y = tmp;
-        int c = B->up.c_out;
-        for (int j = 0; j < 3; j++) {
-            const struct dac_res_unit *R = &B->res[j];
-            omni_snake(tp, x, t, c, R->alpha1, y);
-            if ((rc = omni_conv1d_run(tp, &R->conv1, y, t, w->scratch, z, false)))
-                return rc;
-            omni_snake(tp, z, t, c, R->alpha2, z);
-            /* x += conv2(z): the residual connection */
-            if ((rc = omni_conv1d_run(tp, &R->conv2, z, t, w->scratch, x, true)))
-                return rc;
-        }
+    if (S.kind == ST_UP) {
+        int64_t s0, s1;
+        omni_conv_t1d_reads(S.up, 0, 1, &s0, &s1);
+        S.lead = (int)-s0;
+    } else {
+        S.lead = S.p;
     }
-    omni_snake(tp, x, t, m->conv_out.c_in, m->alpha_out, x);
-    if ((rc = omni_conv1d_run(tp, &m->conv_out, x, t, w->scratch, y, false)))
-        return rc;
-    for (int64_t i = 0; i < t; i++)
-        out[i] = tanhf(y[i]);
-    return 0;
+    return S;
 }
 
-// ---- streaming ----
+/* Output steps a stage can compute from input steps [.., end), of a signal
+ * whose input has t_in steps (-1: not known yet). */
+static int64_t stage_avail(const struct stage *S, int64_t end, int64_t t_in)
+{
+    int64_t o;
+    if (S->kind == ST_UP) {
+        o = end * S->up->stride - S->up->pad;
+        if (t_in >= 0 && o > omni_conv_t1d_out_len(S->up, t_in))
+            o = omni_conv_t1d_out_len(S->up, t_in);
+    } else {
+        o = end - S->p;
+        if (t_in >= 0 && o > t_in)
+            o = t_in;
+    }
+    return o;
+}
+
+/* First input step outputs from o on read. */
+static int64_t stage_first_read(const struct stage *S, int64_t o)
+{
+    if (S->kind == ST_UP) {
+        int64_t s0, s1;
+        omni_conv_t1d_reads(S->up, o, o + 1, &s0, &s1);
+        return s0;
+    }
+    return o - S->p;
+}
+
+/* Right context in frames: samples lag the frames fed by a constant once
+ * the stages are primed; the lag, rounded up to frames. */
+static int lookahead_frames(const struct dac_model *m)
+{
+    const int64_t F = 4096;
+    int64_t end = F, ratio = 1;
+    for (int i = 0; i < n_stages(m); i++) {
+        struct stage S = stage_at(m, i);
+        end = stage_avail(&S, end, -1);
+        if (S.kind == ST_UP)
+            ratio *= S.up->stride;
+    }
+    int64_t lag = F * ratio - end;
+    return (int)((lag + m->info.hop - 1) / m->info.hop);
+}
+
+/* One stage's input: rows of c_in floats, row r = step base + r. */
+struct stage_buf {
+    float *x;
+    int64_t base, n, cap;   /* cap in rows */
+    int64_t out_next;       /* next output step */
+    bool closed;            /* end padding appended: the input is complete */
+};
 
 struct dac_stream {
     const struct dac_model *m;
     struct dac_stream_params p;
-    int n_q, ctx;
-    int32_t *codes;        /* frames [base, base + n_kept), frame-major */
-    int64_t base, n_kept, cap_frames;
-    int64_t emitted;       /* frames whose samples have been emitted */
-    int64_t samples;       /* samples emitted */
-    bool finished;
-    struct dac_work work;
-    float *win;            /* one window's samples */
-    size_t cap_win;
-    float *out;            /* this call's samples */
-    size_t cap_out;
+    int n_q, n_st;
+    struct stage st[DAC_MAX_STAGES];
+    struct stage_buf buf[DAC_MAX_STAGES];
+    int32_t *pending;       /* frames pushed, not yet fed: frame-major */
+    int64_t n_pending, cap_pending;
+    int64_t frames;         /* frames pushed */
+    int64_t samples;        /* samples emitted */
+    bool finished, failed;
+    float *scr, *z;         /* a run's Snake'd input and residual middle */
+    size_t cap_scr, cap_z;
+    float *out;             /* this call's samples */
+    size_t cap_out, n_out;
 };
+
+static int grow_floats(float **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < n)
+        c *= 2;
+    float *q = realloc(*p, c * sizeof(float));
+    if (!q)
+        return OMNI_ERR_NOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Room for rows more input rows in stage i's buffer. */
+static int buf_reserve(struct dac_stream *s, int i, int64_t rows)
+{
+    struct stage_buf *B = &s->buf[i];
+    if (B->n + rows <= B->cap)
+        return 0;
+    int64_t cap = B->cap ? B->cap : 256;
+    while (cap < B->n + rows)
+        cap *= 2;
+    float *x = realloc(B->x, (size_t)cap * s->st[i].c_in * sizeof(float));
+    if (!x)
+        return OMNI_ERR_NOMEM;
+    B->x = x;
+    B->cap = cap;
+    return 0;
+}
+
+static int buf_zeros(struct dac_stream *s, int i, int64_t rows)
+{
+    if (rows <= 0)
+        return 0;
+    int rc = buf_reserve(s, i, rows);
+    if (rc)
+        return rc;
+    struct stage_buf *B = &s->buf[i];
+    memset(B->x + (size_t)B->n * s->st[i].c_in, 0, (size_t)rows * s->st[i].c_in * sizeof(float));
+    B->n += rows;
+    return 0;
+}
+
+/* Stage i's outputs [o0, o1) into y (rows of c_out; for the last stage the
+ * samples). */
+static int stage_run(struct dac_stream *s, struct tpool *tp, int i, int64_t o0, int64_t o1,
+                     float *y)
+{
+    const struct stage *S = &s->st[i];
+    const struct stage_buf *B = &s->buf[i];
+    const int64_t rows = o1 - o0;
+    if (S->kind == ST_UP) {
+        int64_t s0, s1;
+        omni_conv_t1d_reads(S->up, o0, o1, &s0, &s1);
+        if (grow_floats(&s->scr, &s->cap_scr, (size_t)(s1 - s0) * S->c_in))
+            return OMNI_ERR_NOMEM;
+        struct omni_conv_fuse f = { .snake_in = S->alpha };
+        return omni_conv_t1d_part(tp, S->up, B->x + (size_t)(s0 - B->base) * S->c_in, s0,
+                                  s1 - s0, o0, o1, s->scr, y, &f);
+    }
+    const float *x = B->x + (size_t)(o0 - S->p - B->base) * S->c_in;
+    const int64_t t_in = rows + 2 * (int64_t)S->p;
+    if (S->alpha && grow_floats(&s->scr, &s->cap_scr, (size_t)t_in * S->c_in))
+        return OMNI_ERR_NOMEM;
+    if (S->kind == ST_CONV) {
+        return omni_conv1d_valid(tp, S->conv, x, t_in, NULL, y, NULL);
+    } else if (S->kind == ST_OUT) {
+        struct omni_conv_fuse f = { .snake_in = S->alpha };
+        int rc = omni_conv1d_valid(tp, S->conv, x, t_in, s->scr, y, &f);
+        for (int64_t t = 0; t < rows && !rc; t++)
+            y[t] = tanhf(y[t]);
+        return rc;
+    }
+    /* residual unit: y = x + conv2(snake2(conv1(snake1(x)))) */
+    if (grow_floats(&s->z, &s->cap_z, (size_t)rows * S->c_out))
+        return OMNI_ERR_NOMEM;
+    struct omni_conv_fuse f1 = { .snake_in = S->alpha, .snake_out = S->alpha2 };
+    int rc = omni_conv1d_valid(tp, S->conv, x, t_in, s->scr, s->z, &f1);
+    if (rc)
+        return rc;
+    struct omni_conv_fuse f2 = { .resid = x + (size_t)S->p * S->c_in };
+    return omni_conv1d_valid(tp, S->conv2, s->z, rows, NULL, y, &f2);
+}
+
+/* Run every stage as far as its input goes; with closing, the input of the
+ * whole signal is in and each stage gets its end padding. Samples go to
+ * s->out. */
+static int pipeline_run(struct dac_stream *s, struct tpool *tp, bool closing)
+{
+    for (int i = 0; i < s->n_st; i++) {
+        const struct stage *S = &s->st[i];
+        struct stage_buf *B = &s->buf[i];
+        int64_t t_in = -1;
+        if (closing) {
+            t_in = B->base + B->n;
+            if (!B->closed) {
+                /* zeros for the steps past the end that the last outputs read */
+                int64_t last = S->kind == ST_UP ? omni_conv_t1d_out_len(S->up, t_in) : t_in;
+                int64_t need = last > 0 ? (S->kind == ST_UP
+                                           ? (last - 1 + S->up->pad) / S->up->stride + 1
+                                           : last + S->p) : t_in;
+                int rc = buf_zeros(s, i, need - t_in);
+                if (rc)
+                    return rc;
+                B->closed = true;
+            }
+            t_in = B->closed ? t_in : -1;
+        }
+        int64_t o0 = B->out_next, o1 = stage_avail(S, B->base + B->n, t_in);
+        if (o1 <= o0)
+            continue;
+        float *y;
+        if (i + 1 < s->n_st) {
+            int rc = buf_reserve(s, i + 1, o1 - o0);
+            if (rc)
+                return rc;
+            y = s->buf[i + 1].x + (size_t)s->buf[i + 1].n * s->st[i + 1].c_in;
+        } else {
+            if (grow_floats(&s->out, &s->cap_out, s->n_out + (size_t)(o1 - o0)))
+                return OMNI_ERR_NOMEM;
+            y = s->out + s->n_out;
+        }
+        int rc = stage_run(s, tp, i, o0, o1, y);
+        if (rc)
+            return rc;
+        if (i + 1 < s->n_st)
+            s->buf[i + 1].n += o1 - o0;
+        else
+            s->n_out += (size_t)(o1 - o0);
+        B->out_next = o1;
+        /* drop the rows no later output reads */
+        int64_t drop = stage_first_read(S, o1) - B->base;
+        if (drop > B->n)
+            drop = B->n;
+        if (drop > 0) {
+            memmove(B->x, B->x + (size_t)drop * S->c_in,
+                    (size_t)(B->n - drop) * S->c_in * sizeof(float));
+            B->base += drop;
+            B->n -= drop;
+        }
+    }
+    return 0;
+}
+
+/* Feed n pending frames (the latent rows: sums of the codebooks' projected
+ * entries) into the first stage and run the pipeline. */
+static int feed(struct dac_stream *s, struct tpool *tp, int64_t n)
+{
+    const struct dac_model *m = s->m;
+    const int H = m->info.hidden_size, n_q = s->n_q;
+    for (int64_t f0 = 0; f0 < n; f0 += DAC_FEED_FRAMES) {
+        int64_t nf = n - f0 < DAC_FEED_FRAMES ? n - f0 : DAC_FEED_FRAMES;
+        int rc = buf_reserve(s, 0, nf);
+        if (rc)
+            return rc;
+        struct stage_buf *B = &s->buf[0];
+        for (int64_t f = 0; f < nf; f++) {
+            const int32_t *c = s->pending + (f0 + f) * n_q;
+            float *row = B->x + (size_t)(B->n + f) * H;
+            memcpy(row, m->table[0] + (size_t)c[0] * H, (size_t)H * sizeof(float));
+            for (int q = 1; q < n_q; q++) {
+                const float *e = m->table[q] + (size_t)c[q] * H;
+                for (int h = 0; h < H; h++)
+                    row[h] += e[h];
+            }
+        }
+        B->n += nf;
+        if ((rc = pipeline_run(s, tp, false)))
+            return rc;
+    }
+    s->n_pending -= n;
+    memmove(s->pending, s->pending + n * n_q, (size_t)s->n_pending * n_q * sizeof *s->pending);
+    return 0;
+}
+
+// ---- streaming ----
 
 struct dac_stream_params dac_stream_default_params(void)
 {
@@ -367,7 +545,16 @@ struct dac_stream *dac_stream_new(const struct dac_model *m, const struct dac_st
     if (s->p.chunk_frames < 1)
         s->p.chunk_frames = 1;
     s->n_q = n_q;
-    s->ctx = m->context_frames;
+    s->n_st = n_stages(m);
+    for (int i = 0; i < s->n_st; i++) {
+        s->st[i] = stage_at(m, i);
+        s->buf[i].base = -s->st[i].lead;   /* the zero padding ahead of step 0 */
+        if (buf_zeros(s, i, s->st[i].lead)) {
+            dac_stream_free(s);
+            omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
+            return NULL;
+        }
+    }
     return s;
 }
 
@@ -375,70 +562,17 @@ void dac_stream_free(struct dac_stream *s)
 {
     if (!s)
         return;
-    work_free(&s->work);
-    free(s->codes);
-    free(s->win);
+    for (int i = 0; i < s->n_st; i++)
+        free(s->buf[i].x);
+    free(s->pending);
+    free(s->scr);
+    free(s->z);
     free(s->out);
     free(s);
 }
 
-int64_t dac_stream_frames(const struct dac_stream *s) { return s->base + s->n_kept; }
+int64_t dac_stream_frames(const struct dac_stream *s) { return s->frames; }
 int64_t dac_stream_samples(const struct dac_stream *s) { return s->samples; }
-
-static int grow_floats(float **p, size_t *cap, size_t n)
-{
-    if (n <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 4096;
-    while (c < n)
-        c *= 2;
-    float *q = realloc(*p, c * sizeof(float));
-    if (!q)
-        return OMNI_ERR_NOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-/* Decode frames [a, b) and append the samples of frames [e0, e1) - to the
- * end of the window's samples when last. */
-static int stream_emit(struct dac_stream *s, struct tpool *tp, int64_t a, int64_t b, int64_t e1,
-                       bool last, size_t *n_out)
-{
-    const struct dac_model *m = s->m;
-    int64_t n_win = dac_samples_for_frames(m, b - a);
-    if (grow_floats(&s->win, &s->cap_win, (size_t)n_win))
-        return OMNI_ERR_NOMEM;
-    int rc = decode_window(m, &s->work, tp, s->codes + (a - s->base) * s->n_q, s->n_q, b - a,
-                           s->win);
-    if (rc)
-        return rc;
-    int64_t hop = m->info.hop, from = (s->emitted - a) * hop;
-    int64_t to = last ? n_win : (e1 - a) * hop;
-    if (to > n_win)
-        to = n_win;
-    if (to > from) {
-        if (grow_floats(&s->out, &s->cap_out, *n_out + (size_t)(to - from)))
-            return OMNI_ERR_NOMEM;
-        memcpy(s->out + *n_out, s->win + from, (size_t)(to - from) * sizeof(float));
-        *n_out += (size_t)(to - from);
-        s->samples += to - from;
-    }
-    s->emitted = e1;
-    return 0;
-}
-
-/* Drop frames no later window reads (left of emitted - ctx). */
-static void stream_trim(struct dac_stream *s)
-{
-    int64_t keep_from = s->emitted - s->ctx;
-    if (keep_from - s->base < 4096)
-        return;
-    int64_t drop = keep_from - s->base;
-    memmove(s->codes, s->codes + drop * s->n_q, (size_t)(s->n_kept - drop) * s->n_q * 4);
-    s->base += drop;
-    s->n_kept -= drop;
-}
 
 int dac_stream_push(struct dac_stream *s, struct tpool *tp, const int32_t *codes,
                     int n_frames, const float **out, int64_t *n_out, char *err, size_t errlen)
@@ -447,38 +581,44 @@ int dac_stream_push(struct dac_stream *s, struct tpool *tp, const int32_t *codes
     *n_out = 0;
     if (s->finished)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "dac: stream already finished");
+    if (s->failed)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "dac: stream failed earlier");
     if (n_frames < 0)
         return omni_fail(err, errlen, OMNI_ERR_ARG, "dac: negative frame count");
-    int rc = check_codes(s->m, codes, s->n_q, n_frames, dac_stream_frames(s), true, err, errlen);
+    int rc = check_codes(s->m, codes, s->n_q, n_frames, s->frames, true, err, errlen);
     if (rc)
         return rc;
-    if (s->n_kept + n_frames > s->cap_frames) {
-        int64_t cap = s->cap_frames ? 2 * s->cap_frames : 256;
-        while (cap < s->n_kept + n_frames)
+    if (s->n_pending + n_frames > s->cap_pending) {
+        int64_t cap = s->cap_pending ? 2 * s->cap_pending : 256;
+        while (cap < s->n_pending + n_frames)
             cap *= 2;
-        int32_t *c = realloc(s->codes, (size_t)cap * s->n_q * sizeof *c);
+        int32_t *c = realloc(s->pending, (size_t)cap * s->n_q * sizeof *c);
         if (!c)
             return omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
-        s->codes = c;
-        s->cap_frames = cap;
+        s->pending = c;
+        s->cap_pending = cap;
     }
     if (n_frames > 0) /* codes may be NULL when no frame comes */
-        memcpy(s->codes + s->n_kept * s->n_q, codes, (size_t)n_frames * s->n_q * sizeof *codes);
-    s->n_kept += n_frames;
-    size_t n = 0;
+        memcpy(s->pending + s->n_pending * s->n_q, codes,
+               (size_t)n_frames * s->n_q * sizeof *codes);
+    s->n_pending += n_frames;
+    s->frames += n_frames;
+    s->n_out = 0;
+    /* until audio has come, runs of first_chunk_frames: the first samples
+     * as soon as their right context is in */
     for (;;) {
-        int64_t total = dac_stream_frames(s);
-        int64_t chunk = s->emitted == 0 ? s->p.first_chunk_frames : s->p.chunk_frames;
-        int64_t e1 = s->emitted + chunk;
-        if (e1 + s->ctx > total)
+        int64_t chunk = s->samples + (int64_t)s->n_out == 0 ? s->p.first_chunk_frames
+                                                            : s->p.chunk_frames;
+        if (s->n_pending < chunk)
             break;
-        int64_t a = s->emitted - s->ctx > 0 ? s->emitted - s->ctx : 0;
-        if ((rc = stream_emit(s, tp, a, e1 + s->ctx, e1, false, &n)))
+        if ((rc = feed(s, tp, chunk))) {
+            s->failed = true;
             return omni_fail(err, errlen, rc, "dac: decode failed (%s)", omni_strerror(rc));
-        stream_trim(s);
+        }
     }
+    s->samples += (int64_t)s->n_out;
     *out = s->out;
-    *n_out = (int64_t)n;
+    *n_out = (int64_t)s->n_out;
     return 0;
 }
 
@@ -489,23 +629,20 @@ int dac_stream_finish(struct dac_stream *s, struct tpool *tp, const float **out,
     *n_out = 0;
     if (s->finished)
         return 0;
+    if (s->failed)
+        return omni_fail(err, errlen, OMNI_ERR_ARG, "dac: stream failed earlier");
     s->finished = true;
-    int64_t total = dac_stream_frames(s);
-    size_t n = 0;
-    /* what is left, in windows of at most DAC_MAX_WINDOW frames */
-    while (s->emitted < total) {
-        int64_t e1 = s->emitted + DAC_MAX_WINDOW - 2 * s->ctx;
-        bool last = e1 + s->ctx >= total;
-        if (last)
-            e1 = total;
-        int64_t a = s->emitted - s->ctx > 0 ? s->emitted - s->ctx : 0;
-        int64_t b = last ? total : e1 + s->ctx;
-        int rc = stream_emit(s, tp, a, b, e1, last, &n);
-        if (rc)
-            return omni_fail(err, errlen, rc, "dac: decode failed (%s)", omni_strerror(rc));
+    s->n_out = 0;
+    int rc = s->n_pending > 0 ? feed(s, tp, s->n_pending) : 0;
+    if (!rc && s->frames > 0)
+        rc = pipeline_run(s, tp, true);
+    if (rc) {
+        s->failed = true;
+        return omni_fail(err, errlen, rc, "dac: decode failed (%s)", omni_strerror(rc));
     }
+    s->samples += (int64_t)s->n_out;
     *out = s->out;
-    *n_out = (int64_t)n;
+    *n_out = (int64_t)s->n_out;
     return 0;
 }
 
@@ -527,46 +664,39 @@ int dac_decode(const struct dac_model *m, struct tpool *tp, const int32_t *codes
     int64_t n = dac_samples_for_frames(m, n_frames);
     int32_t *fm = malloc((size_t)n_frames * n_q * sizeof *fm);
     float *pcm = malloc((size_t)(n > 0 ? n : 1) * sizeof *pcm);
-    if (!fm || !pcm) {
+    /* the stream, fed in runs of DAC_FEED_FRAMES: the same samples, memory bounded */
+    struct dac_stream_params p = { .first_chunk_frames = DAC_FEED_FRAMES,
+                                   .chunk_frames = DAC_FEED_FRAMES };
+    struct dac_stream *s = fm && pcm ? dac_stream_new(m, &p, n_q, err, errlen) : NULL;
+    if (!s) {
         free(fm);
         free(pcm);
-        return omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
+        return fm && pcm ? OMNI_ERR_NOMEM
+                         : omni_fail(err, errlen, OMNI_ERR_NOMEM, "dac: out of memory");
     }
     for (int64_t f = 0; f < n_frames; f++)
         for (int q = 0; q < n_q; q++)
             fm[f * n_q + q] = codes[q * n_frames + f];
-    if (n_frames <= DAC_MAX_WINDOW) {
-        struct dac_work w = { 0 };
-        rc = decode_window(m, &w, tp, fm, n_q, n_frames, pcm);
-        work_free(&w);
-    } else {
-        /* long inputs: the stream's windows keep memory bounded */
-        struct dac_stream_params p = { .first_chunk_frames = DAC_MAX_WINDOW / 2,
-                                       .chunk_frames = DAC_MAX_WINDOW / 2 };
-        struct dac_stream *s = dac_stream_new(m, &p, n_q, err, errlen);
-        rc = s ? 0 : OMNI_ERR_NOMEM;
-        int64_t got = 0, k;
-        const float *chunk;
-        if (!rc)
-            rc = dac_stream_push(s, tp, fm, (int)n_frames, &chunk, &k, err, errlen);
-        if (!rc) {
-            if (k > 0) /* chunk is NULL while nothing is ready */
-                memcpy(pcm, chunk, (size_t)k * sizeof(float));
-            got = k;
-            rc = dac_stream_finish(s, tp, &chunk, &k, err, errlen);
-        }
-        if (!rc && got + k == n && k > 0)
+    int64_t got = 0, k = 0;
+    const float *chunk;
+    for (int64_t f = 0; f < n_frames && !rc; f += DAC_FEED_FRAMES) {
+        int nf = (int)(n_frames - f < DAC_FEED_FRAMES ? n_frames - f : DAC_FEED_FRAMES);
+        rc = dac_stream_push(s, tp, fm + f * n_q, nf, &chunk, &k, err, errlen);
+        if (!rc && got + k <= n && k > 0) /* chunk is NULL while nothing is ready */
             memcpy(pcm + got, chunk, (size_t)k * sizeof(float));
-        else if (!rc && got + k != n)
-            rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: stream gave %lld samples, not "
-                           "%lld", (long long)(got + k), (long long)n);
-        dac_stream_free(s);
+        got += k;
     }
+    if (!rc)
+        rc = dac_stream_finish(s, tp, &chunk, &k, err, errlen);
+    if (!rc && got + k == n && k > 0)
+        memcpy(pcm + got, chunk, (size_t)k * sizeof(float));
+    if (!rc && got + k != n)
+        rc = omni_fail(err, errlen, OMNI_ERR_FORMAT, "dac: stream gave %lld samples, not %lld",
+                       (long long)(got + k), (long long)n);
+    dac_stream_free(s);
     free(fm);
     if (rc) {
         free(pcm);
-        if (!err || !err[0])
-            omni_fail(err, errlen, rc, "dac: decode failed (%s)", omni_strerror(rc));
         return rc;
     }
     *out = pcm;

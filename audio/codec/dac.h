@@ -19,10 +19,13 @@
  * entry at load), conv k7, upsampling blocks (Snake, transposed conv, three
  * residual units of Snake / dilated conv k7 / Snake / conv k1 with dilations
  * 1, 3, 9), Snake, conv k7 to one channel, tanh - transformers' DacModel
- * decode(audio_codes=...). A stream decodes windows of frames with the left
- * and right context the decoder's receptive field needs
- * (dac_context_frames), so the stitched chunks equal the one-shot decode to
- * float rounding; a chunk is emitted once its right context has arrived.
+ * decode(audio_codes=...). A stream runs the layers as a pipeline: each
+ * layer keeps the input rows its later outputs still read (left context)
+ * and computes every output step its input determines, so nothing is
+ * decoded twice; a sample comes out once the frames its receptive field
+ * reaches (dac_context_frames to its right) are in. The one-shot decode
+ * is the same pipeline fed in runs of frames (bounded memory), and the
+ * stitched stream equals it bit for bit.
  *
  * Thread safety: a dac_model is read-only after dac_load and may be shared
  * by any number of threads; a dac_stream belongs to one thread at a time.
@@ -58,7 +61,8 @@ const struct dac_info *dac_get_info(const struct dac_model *m);
 /* Samples a decode of n_frames frames gives: n_frames * hop less what the
  * odd strides' transposed convs drop (DAC.speech: 320 n - 8). */
 int64_t dac_samples_for_frames(const struct dac_model *m, int64_t n_frames);
-/* Frames of context on each side a streamed window needs to be exact. */
+/* Frames of right context (lookahead) a sample needs: the samples of
+ * frame f are final once frame f + dac_context_frames is in (DAC.speech: 10). */
 int dac_context_frames(const struct dac_model *m);
 
 /* One-shot decode of codes[q * n_frames + f] (n_q codebooks, the first n_q
@@ -70,8 +74,8 @@ int dac_decode(const struct dac_model *m, struct tpool *tp, const int32_t *codes
                int64_t n_frames, float **out, int64_t *n_out, char *err, size_t errlen);
 
 struct dac_stream_params {
-    int first_chunk_frames;   /* frames of the first chunk (small: time to first audio) */
-    int chunk_frames;         /* frames of each later chunk */
+    int first_chunk_frames;   /* frames per run until audio comes (small: time to first audio) */
+    int chunk_frames;         /* frames per run after it */
 };
 struct dac_stream_params dac_stream_default_params(void);   /* 8, 32 */
 
@@ -79,10 +83,12 @@ struct dac_stream_params dac_stream_default_params(void);   /* 8, 32 */
 struct dac_stream *dac_stream_new(const struct dac_model *m, const struct dac_stream_params *p,
                                   int n_q, char *err, size_t errlen);
 void dac_stream_free(struct dac_stream *s);
-/* Add n_frames frames, frame-major (codes[f * n_q + q]); decodes every chunk
- * whose right context is now complete. *out / *n_out: the new samples (n_out
- * may be 0), valid until the next call on s. 0 or a negative omni_err (a
- * code out of range: nothing of this call is kept). */
+/* Add n_frames frames, frame-major (codes[f * n_q + q]); once
+ * first_chunk_frames (until audio has come out, then chunk_frames) frames
+ * are waiting, runs them through the layers. *out / *n_out: the samples now
+ * final (n_out may be 0), valid until the next call on s. 0 or a negative
+ * omni_err (a code out of range: nothing of this call is kept; a failed
+ * decode, out of memory: the stream fails from then on). */
 int dac_stream_push(struct dac_stream *s, struct tpool *tp, const int32_t *codes,
                     int n_frames, const float **out, int64_t *n_out, char *err, size_t errlen);
 /* The end of the codes: decodes what is left. After it, pushes fail. */
