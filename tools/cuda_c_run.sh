@@ -24,6 +24,7 @@
 # sanitizer, time nothing before it is done, then llama-bench and ours on
 # each file (and llama-batched-bench) before the other steps;
 # CHECK_ENVS (one `bench_dev --check 8` on the 1B Q4_K_M file each);
+# GEN_FILES (default "M4 M7 M8 M15": the random files written);
 # TEST_TIMEOUT, SAN_TIMEOUT (s, default 90 and 60: a test_cuda run, a sanitizer run).
 # PREBUILT=FILE.tar.xz: test_cuda, bench_dev and bench_engine_dev built
 # beforehand (same flags, on the development machine: its nvcc is the same
@@ -94,9 +95,14 @@ gen() { # shape type file
         -o "$3" > /dev/null 2>&1
     echo "random_model $1 $2 rc $?"
 }
-(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-7b q4_k_m "$M7"; gen llama-3.2-1b q8_0 "$M8"
- gen qwen2.5-1.5b q4_k_m "$M15") \
-    > "$W/models.log" 2>&1 &
+(for mv in ${GEN_FILES:-M4 M7 M8 M15}; do
+    case $mv in
+    M4) gen llama-3.2-1b q4_k_m "$M4" ;;
+    M7) gen qwen2.5-7b q4_k_m "$M7" ;;
+    M8) gen llama-3.2-1b q8_0 "$M8" ;;
+    M15) gen qwen2.5-1.5b q4_k_m "$M15" ;;
+    esac
+ done) > "$W/models.log" 2>&1 &
 models_pid=$!
 FIXT=()
 for m in llama llama3 qwen2 qwen3; do for t in f32 f16 q8_0; do FIXT+=("build-ffix/fixtures/$m-$t.gguf"); done; done

@@ -134,6 +134,13 @@ struct cuda_state {
     size_t pf_cap;
     struct pf_ent *pf_tab; /* PF_TAB entries, open addressing */
     int pf_prev;           /* the last product's entry, -1: none */
+    int pf_min;            /* OMNI_CUDA_L2NEXT_MIN: only after products of this many rows+ */
+    /* OMNI_CUDA_L2NEXT_SIDE=1: the prefetch kernel on a stream of its own
+     * (forked at the product by pf_fork, joined back at a graph's end), so
+     * that the kernels after the product do not wait for it */
+    cudaStream_t pf_side;
+    cudaEvent_t pf_fork, pf_join;
+    bool pf_forked; /* pf_side holds work a capture must join */
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -1268,7 +1275,24 @@ static void pf_product(struct cuda_state *s, const void *key, int n, const struc
     if (!chunks)
         return;
     const unsigned g = (unsigned)(chunks / 32 + 1 < 256 ? chunks / 32 + 1 : 256);
+    if (n < s->pf_min)
+        return;
+    if (s->pf_side && cudaEventRecord(s->pf_fork, s->stream) == cudaSuccess &&
+        cudaStreamWaitEvent(s->pf_side, s->pf_fork, 0) == cudaSuccess) {
+        k_l2_next<<<g, 32, 0, s->pf_side>>>(ps);
+        s->pf_forked = true;
+        return;
+    }
+    cudaGetLastError();
     launch_pdl(k_l2_next, dim3(g), dim3(32), s->stream, ps);
+}
+
+/* A capture's end: the side stream's prefetches joined into the stream. */
+static void pf_join_side(struct cuda_state *s)
+{
+    if (s->pf_side && s->pf_forked && cudaEventRecord(s->pf_join, s->pf_side) == cudaSuccess)
+        cudaStreamWaitEvent(s->stream, s->pf_join, 0);
+    s->pf_forked = false;
 }
 
 static void pf_forget(struct cuda_state *s)
@@ -3973,6 +3997,7 @@ static int cuda_graph_begin(struct omni_backend *be)
     tail_flush(be);
     s->nh_valid = false; /* a graph converts its own inputs */
     s->n_capture++;
+    s->pf_forked = false; /* (what the side stream holds now is outside the capture) */
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
     s->capturing = rc == 0;
     return rc;
@@ -3985,6 +4010,7 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
     cudaGraphExec_t exec = NULL;
     *graph = NULL;
     tail_flush(be); /* into the graph */
+    pf_join_side(s);
     s->capturing = false;
     int rc = chk(cudaStreamEndCapture(s->stream, &g), "graph end");
     if (rc == 0)
@@ -4051,6 +4077,12 @@ static void cuda_destroy(struct omni_backend *be)
         cudaFree(s->gc);
         free(s->f16);
         free(s->pf_tab);
+        if (s->pf_side) {
+            cudaStreamSynchronize(s->pf_side);
+            cudaStreamDestroy(s->pf_side);
+            cudaEventDestroy(s->pf_fork);
+            cudaEventDestroy(s->pf_join);
+        }
         if (s->blas)
             cublasDestroy(s->blas);
         if (s->stream)
@@ -4137,6 +4169,10 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->pf_prev = -1;
     if (s->pf_cap)
         s->pf_tab = (struct pf_ent *)calloc(PF_TAB, sizeof *s->pf_tab); /* NULL: none */
+    const char *lm = getenv("OMNI_CUDA_L2NEXT_MIN");
+    s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
+    const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");
+    const bool pf_side = s->pf_tab && lsd && !strcmp(lsd, "1");
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
@@ -4149,6 +4185,16 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         return NULL;
     }
     s->n_sm = prop.multiProcessorCount;
+    if (pf_side && (cudaStreamCreateWithFlags(&s->pf_side, cudaStreamNonBlocking) != cudaSuccess ||
+                    cudaEventCreateWithFlags(&s->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
+                    cudaEventCreateWithFlags(&s->pf_join, cudaEventDisableTiming) != cudaSuccess)) {
+        cudaGetLastError();
+        if (s->pf_side)
+            cudaStreamDestroy(s->pf_side);
+        if (s->pf_fork)
+            cudaEventDestroy(s->pf_fork);
+        s->pf_side = NULL; /* the prefetch on the stream itself */
+    }
     if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
