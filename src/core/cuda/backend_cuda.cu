@@ -130,14 +130,17 @@ struct cuda_state {
      * product which came after it last time read (pf_tab, learned as the
      * products come: a step's order repeats) are sent to L2 by a small
      * kernel, up to pf_cap bytes, so that the norms, RoPE and attention in
-     * between overlap that product's DRAM reads (see pf_product) */
+     * between overlap that product's DRAM reads (see pf_product). H100
+     * job f_e1: tg128 -19..-22% (the next kernel waits for the prefetch
+     * kernel), bench-engine at 64 sequences +9.5% at 32 MB (2 runs of 3) */
     size_t pf_cap;
     struct pf_ent *pf_tab; /* PF_TAB entries, open addressing */
     int pf_prev;           /* the last product's entry, -1: none */
     int pf_min;            /* OMNI_CUDA_L2NEXT_MIN: only after products of this many rows+ */
     /* OMNI_CUDA_L2NEXT_SIDE=1: the prefetch kernel on a stream of its own
      * (forked at the product by pf_fork, joined back at a graph's end), so
-     * that the kernels after the product do not wait for it */
+     * that the kernels after the product do not wait for it. Not yet run
+     * on a GPU (docs/gpu.md, session of 2026-11-27: job f_e2's command) */
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     bool pf_forked; /* pf_side holds work a capture must join */
@@ -1319,7 +1322,8 @@ static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
  * the rows of the block H half-waves after it (a wave: the blocks resident
  * at once, n_sm x 8 for k_mv2 / k_mv2_seg, n_sm x 2 for k_mv2_glu_q16), so
  * that the next wave's loads hit L2 and the DRAM has the next wave's bytes
- * in flight while this one computes. */
+ * in flight while this one computes. H100 job f_e1: tg128 -5.3% (H 2) and
+ * -4.0% (H 4) on 7B Q4_K_M, within -1.3% on 1B. */
 static int mv2_l2pf;
 
 /* m.pfr for blocks of rpb rows, bps blocks an SM (mv2_l2pf). */
