@@ -576,6 +576,32 @@ TEST(conv1d_kernels_every_level)
                 worst = fmax(worst, fabs(y[i] - fref[i]) / fbound[i]);
             CHECK_MSG(worst <= 1, "level %s threads %d: fused off by %g bounds",
                       omni_cpu_level_name(lvl), nth, worst);
+            /* three output channels (the narrow path): the first three of the above */
+            {
+                float *wp3 = malloc(sizeof(float) * omni_conv1d_packed_floats(3, CI, K));
+                float *y3 = malloc(sizeof(float) * TO * 3), *xp3 = calloc((size_t)(T + 2 * PAD) * CI,
+                                                                          sizeof *xp3);
+                float *s3 = malloc(sizeof(float) * (T + 2 * PAD) * CI);
+                CHECK(wp3 && y3 && xp3 && s3);
+                omni_conv1d_pack(w, 3, CI, K, wp3);
+                memcpy(xp3 + PAD * CI, x, sizeof(float) * T * CI);
+                for (int t = 0; t < TO; t++)
+                    for (int o = 0; o < 3; o++)
+                        y3[t * 3 + o] = res[t * CO + o];
+                struct omni_conv1d c3 = { .c_in = CI, .c_out = 3, .k = K, .dilation = DIL,
+                                          .w = wp3, .b = b };
+                struct omni_conv_fuse f3 = { .snake_in = ai, .snake_out = ao, .resid = y3 };
+                rc = omni_conv1d_valid(tp, &c3, xp3, T + 2 * PAD, s3, y3, &f3);
+                worst = 0;
+                for (int t = 0; t < TO; t++)
+                    for (int o = 0; o < 3; o++)
+                        worst = fmax(worst, fabs(y3[t * 3 + o] - fref[t * CO + o]) /
+                                                fbound[t * CO + o]);
+                free(wp3), free(y3), free(xp3), free(s3);
+                CHECK(rc == 0);
+                CHECK_MSG(worst <= 1, "level %s threads %d: 3 channels off by %g bounds",
+                          omni_cpu_level_name(lvl), nth, worst);
+            }
             /* transposed: whole, then in three ranges from the rows each reads */
             CHECK(omni_conv_t1d_run(tp, &tc, tx, TT, tscr, ty) == 0);
             worst = 0;

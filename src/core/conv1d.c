@@ -49,9 +49,9 @@ void omni_conv1d_pack(const float *w_torch, int c_out, int c_in, int k, float *o
 {
     const size_t K = (size_t)k * c_in;
     memset(out, 0, omni_conv1d_packed_floats(c_out, c_in, k) * sizeof(float));
-    for (int o = 0; o < c_out; o++)
-        for (int i = 0; i < c_in; i++)
-            for (int j = 0; j < k; j++)
+    for (int j = 0; j < k; j++)
+        for (int i = 0; i < c_in; i++)   /* o innermost: the writes run along a group */
+            for (int o = 0; o < c_out; o++)
                 out[((size_t)(o / PK) * K + (size_t)j * c_in + i) * PK + o % PK] =
                     w_torch[((size_t)o * c_in + i) * k + j];
 }
@@ -69,8 +69,8 @@ void omni_conv_t1d_pack(const float *w_torch, int c_in, int c_out, int k, int st
             const int j = p + (T - 1 - m) * stride;
             if (j >= k)
                 continue;
-            for (int o = 0; o < c_out; o++)
-                for (int i = 0; i < c_in; i++)
+            for (int i = 0; i < c_in; i++)   /* o innermost: the writes run along a group */
+                for (int o = 0; o < c_out; o++)
                     out[p * per + ((size_t)(o / PK) * K + (size_t)m * c_in + i) * PK + o % PK] =
                         w_torch[((size_t)i * c_out + o) * k + j];
         }

@@ -26,7 +26,7 @@ typedef int32_t vi __attribute__((vector_size(VW * 4)));
 
 #define NR (2 * VW)              /* columns per register tile */
 #define PK OMNI_CONV_NR          /* packed group width */
-#define KC 512                   /* K values per slab (an A tile of MR rows: MR * 2 KB) */
+#define KC 1024                  /* most K values per slab (an A tile of MR rows: MR * 4 KB) */
 #define SLAB_BYTES (384 * 1024)  /* a group's slab of weights in L2 */
 
 static inline vf ld(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
@@ -154,7 +154,11 @@ static inline __attribute__((always_inline)) void tile_store(const struct omni_c
 
 /* mr (constant after inlining) rows x NR columns over the slab's segments.
  * The accumulators are named variables (ROWS below), not an array, so that
- * they stay in registers. */
+ * they stay in registers. Every SUB k steps they are added into partial
+ * sums in L1 and restart from zero: short chains of float additions (the
+ * rounding error of a chain grows with its length), for a few loads and
+ * stores every SUB * 2 * MR multiply-adds. */
+#define SUB 128
 #define ACC_DECL(r) vf c##r##0 = { 0 }, c##r##1 = { 0 };
 #define ACC_FMA(r) \
     if (r < mr) { \
@@ -162,9 +166,24 @@ static inline __attribute__((always_inline)) void tile_store(const struct omni_c
         c##r##0 += x * b0; \
         c##r##1 += x * b1; \
     }
+#define ACC_FLUSH(r) \
+    if (r < mr) { \
+        if (flushed) { \
+            c##r##0 += ld(part + (2 * r) * VW); \
+            c##r##1 += ld(part + (2 * r + 1) * VW); \
+        } \
+        st(part + (2 * r) * VW, c##r##0); \
+        st(part + (2 * r + 1) * VW, c##r##1); \
+        c##r##0 = c##r##1 = (vf){ 0 }; \
+    }
 #define ACC_STORE(r) \
-    if (r < mr) \
-        tile_store(g, m + r, n0, nc, c##r##0, c##r##1, first, last, inv);
+    if (r < mr) { \
+        if (flushed) { \
+            c##r##0 += ld(part + (2 * r) * VW); \
+            c##r##1 += ld(part + (2 * r + 1) * VW); \
+        } \
+        tile_store(g, m + r, n0, nc, c##r##0, c##r##1, first, last, inv); \
+    }
 
 static inline __attribute__((always_inline)) void tile(const int mr,
                                                        const struct omni_conv_gemm *g,
@@ -174,14 +193,25 @@ static inline __attribute__((always_inline)) void tile(const int mr,
                                                        const float *inv)
 {
     ROWS(ACC_DECL)
+    float part[2 * MR * VW];
+    int flushed = 0, left = SUB;
     const int64_t lda = g->lda;
     const float *arow = g->a + m * lda;
     for (int s = 0; s < n_seg; s++) {
         const float *a = arow + sg[s].off;
         const int len = sg[s].len;
-        for (int i = 0; i < len; i++, b += PK) {
-            const vf b0 = ld(b), b1 = ld(b + VW);
-            ROWS(ACC_FMA)
+        for (int i = 0; i < len;) {
+            const int e = len - i < left ? len : i + left;
+            left -= e - i;
+            for (; i < e; i++, b += PK) {
+                const vf b0 = ld(b), b1 = ld(b + VW);
+                ROWS(ACC_FMA)
+            }
+            if (left == 0) {
+                ROWS(ACC_FLUSH)
+                flushed = 1;
+                left = SUB;
+            }
         }
     }
     ROWS(ACC_STORE)
@@ -192,21 +222,68 @@ static inline __attribute__((always_inline)) void tile(const int mr,
         tile(R, g, m, n, nc, sg, n_seg, b, first, last, iv); \
         break;
 
+/* A few output channels (DAC's conv_out has one): per row and channel a
+ * dot product over the taps' contiguous rows, the channel's weights
+ * gathered once from the packed groups, instead of a 32-wide tile of
+ * mostly zero columns. */
+#define NARROW_MAX_N 4
+#define NARROW_MAX_K 8192
+
+static void gemm_narrow(const struct omni_conv_gemm *g, int64_t m0, int64_t m1, int n0, int n1)
+{
+    const int ci = g->c_in;
+    const int64_t K = (int64_t)g->n_taps * ci;
+    float w[NARROW_MAX_K];
+    for (int o = n0; o < n1; o++) {
+        const float *b = g->b + (size_t)(o / PK) * (size_t)K * PK + o % PK;
+        for (int64_t k = 0; k < K; k++)
+            w[k] = b[k * PK];
+        const float inv = g->snake_out ? 1.0f / (g->snake_out[o] + 1e-9f) : 0.0f;
+        for (int64_t r = m0; r < m1; r++) {
+            vf acc = { 0 };
+            for (int j = 0; j < g->n_taps; j++) {
+                const float *a = g->a + r * g->lda + g->tap_off[j], *wj = w + (size_t)j * ci;
+                int i = 0;
+                for (; i + VW <= ci; i += VW)
+                    acc += ld(a + i) * ld(wj + i);
+                if (i < ci)
+                    acc += ld_part(a + i, ci - i) * ld_part(wj + i, ci - i);
+            }
+            float sum = 0.0f;
+            for (int l = 0; l < VW; l++)
+                sum += acc[l];
+            if (g->bias)
+                sum += g->bias[o];
+            if (g->resid)
+                sum += g->resid[r * g->ldr + o];
+            if (g->snake_out)
+                sum = vsnake(splat(sum), splat(g->snake_out[o]), splat(inv))[0];
+            g->c[r * g->ldc + o] = sum;
+        }
+    }
+}
+
 static void gemm_simd(const struct omni_conv_gemm *g, int64_t m0, int64_t m1, int n0, int n1)
 {
+    if (g->n <= NARROW_MAX_N && (int64_t)g->n_taps * g->c_in <= NARROW_MAX_K) {
+        gemm_narrow(g, m0, m1, n0, n1);
+        return;
+    }
     const int64_t K = (int64_t)g->n_taps * g->c_in;
     /* columns per group: the slab (KC x NC floats) in L2 */
     int NCg = SLAB_BYTES / (KC * 4) / PK * PK;
     if (NCg < PK)
         NCg = PK;
+    /* slabs of equal size, at most KC */
+    const int64_t kc = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
     float inv[SLAB_BYTES / (KC * 4) + PK];
     for (int g0 = n0; g0 < n1; g0 += NCg) {
         const int g1 = g0 + NCg < n1 ? g0 + NCg : n1;
         if (g->snake_out)
             for (int o = g0; o < g1; o++)
                 inv[o - g0] = 1.0f / (g->snake_out[o] + 1e-9f);
-        for (int64_t k0 = 0; k0 < K; k0 += KC) {
-            const int64_t k1 = k0 + KC < K ? k0 + KC : K;
+        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+            const int64_t k1 = k0 + kc < K ? k0 + kc : K;
             struct seg sg[OMNI_CONV_MAX_TAPS];   /* a slab meets each tap once at most */
             int n_seg = 0;
             for (int64_t kk = k0; kk < k1;) {
