@@ -234,9 +234,12 @@ struct stage {
 };
 
 #define DAC_MAX_STAGES (2 + 4 * DAC_MAX_BLOCKS)
-/* frames per pipeline run: bounds the stages' buffers (the last stage's
- * rows: hop per frame) and keeps a run's activations in cache */
+/* frames' worth of rows per piece of a stage: bounds the stages' buffers
+ * (the last stage's rows: hop per frame) and keeps a piece's activations in
+ * cache */
 #define DAC_FEED_FRAMES 32
+/* most frames a run feeds the first stage (the one-shot decode's runs) */
+#define DAC_RUN_FRAMES 128
 
 static int n_stages(const struct dac_model *m) { return 2 + 4 * m->info.n_blocks; }
 
@@ -322,6 +325,8 @@ struct stage_buf {
     int64_t base, n, cap;   /* cap in rows */
     int64_t out_next;       /* next output step */
     bool closed;            /* end padding appended: the input is complete */
+    bool done;              /* closed and every output computed */
+    int64_t t_in, t_out;    /* once closed: the signal's input and output steps */
 };
 
 struct dac_stream {
@@ -427,33 +432,56 @@ static int stage_run(struct dac_stream *s, struct tpool *tp, int i, int64_t o0, 
     return omni_conv1d_valid(tp, S->conv2, s->z, rows, NULL, y, &f2);
 }
 
-/* Run every stage as far as its input goes; with closing, the input of the
- * whole signal is in and each stage gets its end padding. Samples go to
- * s->out. */
-static int pipeline_run(struct dac_stream *s, struct tpool *tp, bool closing)
+/* Rows a stage's GEMM takes per piece (its output rows; a transposed
+ * conv's per phase): DAC_FEED_FRAMES frames' worth, and at least
+ * DAC_MIN_ROWS, so that conv_in and the first upsampler, whose weights
+ * (44 and 75 MB for DAC.speech) stream from memory, get enough rows per
+ * pass when a run brings more frames (the one-shot decode). */
+#define DAC_MIN_ROWS 128
+
+static int64_t piece_rows(const struct dac_stream *s, int i)
 {
-    for (int i = 0; i < s->n_st; i++) {
-        const struct stage *S = &s->st[i];
-        struct stage_buf *B = &s->buf[i];
-        int64_t t_in = -1;
-        if (closing) {
-            t_in = B->base + B->n;
-            if (!B->closed) {
-                /* zeros for the steps past the end that the last outputs read */
-                int64_t last = S->kind == ST_UP ? omni_conv_t1d_out_len(S->up, t_in) : t_in;
-                int64_t need = last > 0 ? (S->kind == ST_UP
-                                           ? (last - 1 + S->up->pad) / S->up->stride + 1
-                                           : last + S->p) : t_in;
-                int rc = buf_zeros(s, i, need - t_in);
-                if (rc)
-                    return rc;
-                B->closed = true;
-            }
-            t_in = B->closed ? t_in : -1;
-        }
-        int64_t o0 = B->out_next, o1 = stage_avail(S, B->base + B->n, t_in);
+    int64_t per_frame = 1;   /* the stage's input rows per frame */
+    for (int j = 0; j < i; j++)
+        if (s->st[j].kind == ST_UP)
+            per_frame *= s->st[j].up->stride;
+    int64_t m = per_frame * DAC_FEED_FRAMES;
+    if (m < DAC_MIN_ROWS)
+        m = DAC_MIN_ROWS;
+    return s->st[i].kind == ST_UP ? m * s->st[i].up->stride : m;
+}
+
+/* Run stage i as far as its input goes, a piece at a time, each piece
+ * carried on through the later stages before the next (depth first: a
+ * piece's activations are still in cache when the next stage reads them).
+ * With closing, the whole signal's frames are in: a stage whose input is
+ * complete gets its end padding. Samples go to s->out. */
+static int run_from(struct dac_stream *s, struct tpool *tp, int i, bool closing)
+{
+    const struct stage *S = &s->st[i];
+    struct stage_buf *B = &s->buf[i];
+    if (closing && !B->closed && (i == 0 || s->buf[i - 1].done)) {
+        /* zeros for the steps past the end that the last outputs read */
+        B->t_in = B->base + B->n;
+        B->t_out = S->kind == ST_UP ? omni_conv_t1d_out_len(S->up, B->t_in) : B->t_in;
+        int64_t need = B->t_out > 0 ? (S->kind == ST_UP
+                                       ? (B->t_out - 1 + S->up->pad) / S->up->stride + 1
+                                       : B->t_out + S->p) : B->t_in;
+        int rc = buf_zeros(s, i, need - B->t_in);
+        if (rc)
+            return rc;
+        B->closed = true;
+    }
+    const int64_t cap = piece_rows(s, i);
+    bool ran = false;
+    for (;;) {
+        int64_t o0 = B->out_next, o1 = stage_avail(S, B->base + B->n, B->closed ? B->t_in : -1);
+        if (B->closed && o0 >= B->t_out)
+            B->done = true;
         if (o1 <= o0)
-            continue;
+            break;
+        if (o1 - o0 > cap)
+            o1 = o0 + cap;
         float *y;
         if (i + 1 < s->n_st) {
             int rc = buf_reserve(s, i + 1, o1 - o0);
@@ -473,6 +501,8 @@ static int pipeline_run(struct dac_stream *s, struct tpool *tp, bool closing)
         else
             s->n_out += (size_t)(o1 - o0);
         B->out_next = o1;
+        if (B->closed && o1 >= B->t_out)
+            B->done = true;
         /* drop the rows no later output reads */
         int64_t drop = stage_first_read(S, o1) - B->base;
         if (drop > B->n)
@@ -483,8 +513,17 @@ static int pipeline_run(struct dac_stream *s, struct tpool *tp, bool closing)
             B->base += drop;
             B->n -= drop;
         }
+        ran = true;
+        if (i + 1 < s->n_st && (rc = run_from(s, tp, i + 1, closing)))
+            return rc;
     }
-    return 0;
+    /* nothing new here: the later stages may still close or have input left */
+    return !ran && i + 1 < s->n_st ? run_from(s, tp, i + 1, closing) : 0;
+}
+
+static int pipeline_run(struct dac_stream *s, struct tpool *tp, bool closing)
+{
+    return run_from(s, tp, 0, closing);
 }
 
 /* Feed n pending frames (the latent rows: sums of the codebooks' projected
@@ -493,8 +532,8 @@ static int feed(struct dac_stream *s, struct tpool *tp, int64_t n)
 {
     const struct dac_model *m = s->m;
     const int H = m->info.hidden_size, n_q = s->n_q;
-    for (int64_t f0 = 0; f0 < n; f0 += DAC_FEED_FRAMES) {
-        int64_t nf = n - f0 < DAC_FEED_FRAMES ? n - f0 : DAC_FEED_FRAMES;
+    for (int64_t f0 = 0; f0 < n; f0 += DAC_RUN_FRAMES) {
+        int64_t nf = n - f0 < DAC_RUN_FRAMES ? n - f0 : DAC_RUN_FRAMES;
         int rc = buf_reserve(s, 0, nf);
         if (rc)
             return rc;
@@ -664,9 +703,9 @@ int dac_decode(const struct dac_model *m, struct tpool *tp, const int32_t *codes
     int64_t n = dac_samples_for_frames(m, n_frames);
     int32_t *fm = malloc((size_t)n_frames * n_q * sizeof *fm);
     float *pcm = malloc((size_t)(n > 0 ? n : 1) * sizeof *pcm);
-    /* the stream, fed in runs of DAC_FEED_FRAMES: the same samples, memory bounded */
-    struct dac_stream_params p = { .first_chunk_frames = DAC_FEED_FRAMES,
-                                   .chunk_frames = DAC_FEED_FRAMES };
+    /* the stream, fed in runs of DAC_RUN_FRAMES: the same samples, memory bounded */
+    struct dac_stream_params p = { .first_chunk_frames = DAC_RUN_FRAMES,
+                                   .chunk_frames = DAC_RUN_FRAMES };
     struct dac_stream *s = fm && pcm ? dac_stream_new(m, &p, n_q, err, errlen) : NULL;
     if (!s) {
         free(fm);
@@ -679,8 +718,8 @@ int dac_decode(const struct dac_model *m, struct tpool *tp, const int32_t *codes
             fm[f * n_q + q] = codes[q * n_frames + f];
     int64_t got = 0, k = 0;
     const float *chunk;
-    for (int64_t f = 0; f < n_frames && !rc; f += DAC_FEED_FRAMES) {
-        int nf = (int)(n_frames - f < DAC_FEED_FRAMES ? n_frames - f : DAC_FEED_FRAMES);
+    for (int64_t f = 0; f < n_frames && !rc; f += DAC_RUN_FRAMES) {
+        int nf = (int)(n_frames - f < DAC_RUN_FRAMES ? n_frames - f : DAC_RUN_FRAMES);
         rc = dac_stream_push(s, tp, fm + f * n_q, nf, &chunk, &k, err, errlen);
         if (!rc && got + k <= n && k > 0) /* chunk is NULL while nothing is ready */
             memcpy(pcm + got, chunk, (size_t)k * sizeof(float));
