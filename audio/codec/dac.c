@@ -237,7 +237,7 @@ struct stage {
 /* frames' worth of rows per piece of a stage: bounds the stages' buffers
  * (the last stage's rows: hop per frame) and keeps a piece's activations in
  * cache */
-#define DAC_FEED_FRAMES 32
+#define DAC_PIECE_FRAMES 32
 /* most frames a run feeds the first stage (the one-shot decode's runs) */
 #define DAC_RUN_FRAMES 128
 
@@ -433,7 +433,7 @@ static int stage_run(struct dac_stream *s, struct tpool *tp, int i, int64_t o0, 
 }
 
 /* Rows a stage's GEMM takes per piece (its output rows; a transposed
- * conv's per phase): DAC_FEED_FRAMES frames' worth, and at least
+ * conv's per phase): DAC_PIECE_FRAMES frames' worth, and at least
  * DAC_MIN_ROWS, so that conv_in and the first upsampler, whose weights
  * (44 and 75 MB for DAC.speech) stream from memory, get enough rows per
  * pass when a run brings more frames (the one-shot decode). */
@@ -445,7 +445,7 @@ static int64_t piece_rows(const struct dac_stream *s, int i)
     for (int j = 0; j < i; j++)
         if (s->st[j].kind == ST_UP)
             per_frame *= s->st[j].up->stride;
-    int64_t m = per_frame * DAC_FEED_FRAMES;
+    int64_t m = per_frame * DAC_PIECE_FRAMES;
     if (m < DAC_MIN_ROWS)
         m = DAC_MIN_ROWS;
     return s->st[i].kind == ST_UP ? m * s->st[i].up->stride : m;
