@@ -1382,6 +1382,20 @@ static void kv_rows(const struct attn_job *job, const void *base, const struct l
     }
 }
 
+/* F16 K or V rows of positions j0 .. j0+n-1 of a sequence, in place: the
+ * attention kernels convert them in registers (converting each row into a
+ * buffer first cost more than the products: two calls a key and head). */
+static void kv_rows_f16(const struct llm_kv *kv, const void *base, const struct llm_seq_view *sv,
+                        int j0, int n, int off, const uint16_t **rows)
+{
+    for (int j = 0; j < n; j++) {
+        const int pos = j0 + j;
+        rows[j] = (const uint16_t *)base +
+                  ((int64_t)sv->block_table[pos / kv->block_size] * kv->block_size +
+                   pos % kv->block_size) * kv->kv_dim + off;
+    }
+}
+
 /* First key position a query at pos sees: 0, or pos - n_swa + 1 in a
  * sliding-window layer (HF and llama.cpp: a key is masked when pos - j >= n_swa). */
 static int attn_first_key(const struct attn_job *j, int pos)
@@ -1428,6 +1442,8 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_rep = hp->n_head / hp->n_head_kv, groups_per_token = hp->n_head / j->group;
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
+    const uint16_t *khrows[ATTN_CHUNK], *vhrows[ATTN_CHUNK];
+    const bool f16 = kv->type == GGML_TYPE_F16;
     const struct omni_ops *op = omni_ops();
 
     for (int64_t item = ith; item < j->n_items; item += nth) {
@@ -1446,12 +1462,20 @@ static void attn_worker(void *arg, int ith, int nth)
         const int last = attn_keys(j, t, pos, &first);
         for (int j0 = first; j0 <= last; j0 += ATTN_CHUNK) {
             const int n = last + 1 - j0 < ATTN_CHUNK ? last + 1 - j0 : ATTN_CHUNK;
-            kv_rows(j, kv->k[j->layer], sv, j0, n, kvh * hd, hd, s->k, krows);
-            kv_rows(j, kv->v[j->layer], sv, j0, n, kvh * hd, hd, s->v, vrows);
+            if (f16) {
+                kv_rows_f16(kv, kv->k[j->layer], sv, j0, n, kvh * hd, khrows);
+                kv_rows_f16(kv, kv->v[j->layer], sv, j0, n, kvh * hd, vhrows);
+            } else {
+                kv_rows(j, kv->k[j->layer], sv, j0, n, kvh * hd, hd, s->k, krows);
+                kv_rows(j, kv->v[j->layer], sv, j0, n, kvh * hd, hd, s->v, vrows);
+            }
             for (int r = 0; r < j->group; r++) {
                 float *sc = s->score + (size_t)r * ATTN_CHUNK, *acc = s->acc + (size_t)r * hd;
                 float cmax = -INFINITY;
-                op->attn_scores(sc, q + (size_t)r * hd, krows, n, hd, scale);
+                if (f16)
+                    op->attn_scores_f16(sc, q + (size_t)r * hd, khrows, n, hd, scale);
+                else
+                    op->attn_scores(sc, q + (size_t)r * hd, krows, n, hd, scale);
                 if (cap > 0)
                     omni_softcap(sc, n, cap); /* gemma2 */
                 for (int i = 0; i < n; i++)
@@ -1467,7 +1491,10 @@ static void attn_worker(void *arg, int ith, int nth)
                 op->exp(sc, sc, n);
                 for (int i = 0; i < n; i++)
                     s->sum[r] += sc[i];
-                op->attn_wsum(acc, sc, vrows, n, hd);
+                if (f16)
+                    op->attn_wsum_f16(acc, sc, vhrows, n, hd);
+                else
+                    op->attn_wsum(acc, sc, vrows, n, hd);
             }
         }
         float *out = ctx->att + (size_t)t * q_dim + (size_t)h0 * hd;
