@@ -20,25 +20,12 @@
 #include <string.h>
 
 #include "conv_x86.h"
-
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
+#include "src/core/arch/x86/vec_simd.h"
 
 #define NR (2 * VW)              /* columns per register tile */
 #define PK OMNI_CONV_NR          /* packed group width */
 #define KC 1024                  /* most K values per slab (an A tile of MR rows: MR * 4 KB) */
 #define SLAB_BYTES (384 * 1024)  /* a group's slab of weights in L2 */
-
-static inline vf ld(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void st(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf ld_part(const float *p, int k)
-{
-    vf v = { 0 };
-    memcpy(&v, p, (size_t)k * sizeof(float));
-    return v;
-}
-static inline void st_part(float *p, vf v, int k) { memcpy(p, &v, (size_t)k * sizeof(float)); }
-static inline vf splat(float x) { return (vf){ 0 } + x; }
 
 // ---- Snake ----
 

@@ -16,19 +16,7 @@
 
 #include "src/core/ops_impl.h"
 
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-static inline vf ld(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void st(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf ld_part(const float *p, int64_t k)
-{
-    vf v = { 0 };
-    memcpy(&v, p, (size_t)k * sizeof(float));
-    return v;
-}
-static inline void st_part(float *p, vf v, int64_t k) { memcpy(p, &v, (size_t)k * sizeof(float)); }
-static inline vf splat(float x) { return (vf){ 0 } + x; }
+#include "src/core/arch/x86/vec_simd.h"
 static inline float hsum(vf v)
 {
     float s = 0.0f;
