@@ -56,14 +56,6 @@ struct sampler_params sampler_default_params(void)
 
 // ---- random numbers: splitmix64 expands the seed, xoshiro256** draws ----
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t xoshiro_next(uint64_t s[4])
@@ -86,7 +78,7 @@ static void rng_seed(struct sampler *s)
 {
     uint64_t x = s->seed;
     for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+        s->rng[i] = omni_splitmix64(&x);
 }
 
 // ---- construction ----
@@ -163,7 +155,7 @@ struct sampler *sampler_new(const struct sampler_params *params, int n_vocab, ch
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t x = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
         x ^= (uint64_t)getpid() << 32;
-        s->seed = splitmix64(&x);
+        s->seed = omni_splitmix64(&x);
         if (s->seed == SAMPLER_SEED_RANDOM) /* keep the report re-usable as --seed */
             s->seed = 0;
     } else {

@@ -368,9 +368,12 @@ static void sb_num(struct sbuf *b, double v)
         sb_fmt(b, "%.17g", v);
 }
 
-static void add_word(struct sbuf *b, const struct outetts_word *w, const char *suffix)
+/* A word as the format writes it; start: with its <|word_start|> (the
+ * prompt's last one ends in it, so the model's first word comes without). */
+static void add_word(struct sbuf *b, const struct outetts_word *w, const char *suffix, bool start)
 {
-    sb_str(b, "<|word_start|>");
+    if (start)
+        sb_str(b, "<|word_start|>");
     sb_str(b, w->text);
     sb_str(b, suffix);
     sb_str(b, "<|features|>");
@@ -449,7 +452,7 @@ char *outetts_prompt(const char *text, const struct outetts_speaker *spk, char *
         for (int i = 0; i < spk->n_words; i++) {
             if (i)
                 sb_str(&b, "\n");
-            add_word(&b, &spk->words[i], i == spk->n_words - 1 ? sep : "");
+            add_word(&b, &spk->words[i], i == spk->n_words - 1 ? sep : "", true);
         }
         sb_str(&b, "\n<|word_start|>");
     }
@@ -460,15 +463,6 @@ char *outetts_prompt(const char *text, const struct outetts_speaker *spk, char *
         return NULL;
     }
     return b.p;
-}
-
-/* splitmix64: the script's codes, reproducible from the seed */
-static uint64_t script_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 char *outetts_script(const char *text, bool after_word_start, uint64_t seed, int *n_words,
@@ -491,19 +485,13 @@ char *outetts_script(const char *text, bool after_word_start, uint64_t seed, int
         int n = (int)lround(dur * OUTETTS_FRAME_RATE_HZ);
         n = n < 1 ? 1 : n > OUTETTS_MAX_WORD_FRAMES - 1 ? OUTETTS_MAX_WORD_FRAMES - 1 : n;
         for (int i = 0; i < 2 * n; i++)
-            codes[i] = (int32_t)(script_rand(&rs) % OUTETTS_CODEBOOK_SIZE);
+            codes[i] = (int32_t)(omni_splitmix64(&rs) % OUTETTS_CODEBOOK_SIZE);
         struct outetts_word ow = { .text = w, .duration_s = n / (double)OUTETTS_FRAME_RATE_HZ,
                                    .energy = 50, .spectral_centroid = 50, .pitch = 50,
                                    .n = n, .c1 = codes, .c2 = codes + n };
         if (words)
             sb_str(&b, "\n");
-        size_t at = b.len;
-        add_word(&b, &ow, "");
-        if (!words && after_word_start && !b.oom) {   /* the prompt wrote this one */
-            size_t k = strlen("<|word_start|>");
-            memmove(b.p + at, b.p + at + k, b.len - at - k + 1);
-            b.len -= k;
-        }
+        add_word(&b, &ow, "", words > 0 || !after_word_start);
         words++;
         frames += n;
     }

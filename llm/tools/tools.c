@@ -231,10 +231,7 @@ static void tools_make_id(struct tools_parser *p, char id[32])
     memcpy(id, "call_", 5);
     for (int i = 0; i < 24; i++) {
         /* splitmix64: ids only need to be unique, not secret */
-        uint64_t z = (p->rng += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        const uint64_t z = omni_splitmix64(&p->rng);
         id[5 + i] = al[z % (sizeof al - 1)];
     }
     id[29] = 0;

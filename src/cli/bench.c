@@ -158,15 +158,6 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     return 0;
 }
 
-/* splitmix64: a seeded stream for the prompt's token ids. */
-static uint64_t bench_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Prefill o->n_prompt tokens of sequence s (seq ids: one per token, all s)
  * in chunks of o->batch; logits of the last token. Returns the seconds spent
  * in llm_forward, or -1 with a message on failure. */
@@ -385,7 +376,7 @@ static int bench_threads(struct llm_model *m, const struct bench_opts *opts, int
     }
     uint64_t state = o.seed;
     for (int i = 0; i < o.n_prompt; i++)
-        prompt[i] = (int32_t)(bench_rand(&state) % (uint64_t)hp->n_vocab);
+        prompt[i] = (int32_t)(omni_splitmix64(&state) % (uint64_t)hp->n_vocab);
     for (int i = 0; i < n_blocks * n_seqs; i++)
         table[i] = i;
     for (int s = 0; s < n_seqs; s++)

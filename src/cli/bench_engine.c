@@ -246,12 +246,9 @@ static void be_event(void *user, const struct engine_event *ev)
 static void be_prompt(const struct be_opts *o, int level, int i, int n_vocab, int32_t *ids)
 {
     for (int p = 0; p < o->n_prompt; p++) {
-        uint64_t z = o->seed * 0x9e3779b97f4a7c15ull +
-                     (p < o->shared_prefix ? 0 : (uint64_t)(level * 1000 + i + 1) << 32) +
-                     (uint64_t)p;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        const uint64_t z = omni_mix64(
+            o->seed * 0x9e3779b97f4a7c15ull +
+            (p < o->shared_prefix ? 0 : (uint64_t)(level * 1000 + i + 1) << 32) + (uint64_t)p);
         ids[p] = (int32_t)(z % (uint64_t)n_vocab);
     }
 }

@@ -41,6 +41,20 @@ static inline int omni_add_size(size_t a, size_t b, size_t *out)
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* splitmix64 (Steele, Lea, Flood 2014): omni_mix64 is its finalizer, a
+ * cheap full-avalanche 64-bit mix; omni_splitmix64 advances the state *s
+ * and returns the next number of its seeded stream. */
+static inline uint64_t omni_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline uint64_t omni_splitmix64(uint64_t *s)
+{
+    return omni_mix64(*s += 0x9e3779b97f4a7c15ull);
+}
+
 /* Make the realloc'd buffer *buf of *cap bytes hold at least need bytes,
  * doubling from 256. Returns 0, or OMNI_ERR_NOMEM with *buf and *cap
  * unchanged (the old buffer still belongs to the caller). */

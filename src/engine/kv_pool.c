@@ -491,27 +491,17 @@ int kv_pool_check(const struct kv_pool *p, char *err, size_t errlen)
 
 // ---- prefix hashing ------------------------------------------------------------
 
-/* splitmix64's finalizer: a cheap full-avalanche 64-bit mix. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 uint64_t kv_hash_block(uint64_t parent, const uint64_t *keys, int n)
 {
-    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    uint64_t h = omni_mix64(parent ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < n; i++)
-        h = mix64(h ^ keys[i]) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-    return mix64(h ^ (uint64_t)n);
+        h = omni_mix64(h ^ keys[i]) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    return omni_mix64(h ^ (uint64_t)n);
 }
 
 uint64_t kv_hash_media_key(uint64_t media_hash, int offset)
 {
     /* the top bit keeps media keys apart from token ids (< 2^31) */
-    return mix64(media_hash + (uint64_t)offset * 0x9e3779b97f4a7c15ull) | (1ull << 63);
+    return omni_mix64(media_hash + (uint64_t)offset * 0x9e3779b97f4a7c15ull) | (1ull << 63);
 }
