@@ -765,11 +765,9 @@ struct mv2m {
     size_t qrb;
     int srb, drb, type;
     int na; /* OMNI_CUDA_MV2_NA=1: quant bytes loaded without L1 allocation */
-    int pfr; /* OMNI_CUDA_L2PF: a block first sends the rows pfr rows after its
-              * own to L2 (0: none; see mv2_pf_rows) */
 };
 
-// ---- L2 prefetch (OMNI_CUDA_L2PF, OMNI_CUDA_L2NEXT) --------------------------
+// ---- L2 prefetch (OMNI_CUDA_L2NEXT) -------------------------------------------
 /* cp.async.bulk.prefetch.L2 (sm_90): bytes [p, p + n) into L2, no
  * registers held and nothing to wait for (a hint: the loads that follow
  * hit L2 or join the fill in flight instead of a DRAM round trip each).
@@ -792,29 +790,6 @@ __device__ __forceinline__ void l2_prefetch_range(const uint8_t *p, size_t n, in
     const size_t len = e - a;
     for (size_t o = (size_t)t * PF_CHUNK; o < len; o += (size_t)nt * PF_CHUNK)
         l2_prefetch((const void *)(a + o), (uint32_t)(len - o < PF_CHUNK ? len - o : PF_CHUNK));
-}
-
-/* Rows [r0, r1) of m (quant bytes, and Q6_K's scales) into L2 by this
- * block's threads. */
-__device__ __forceinline__ void mv2_pf_rows(const mv2m &m, int r0, int r1)
-{
-    if (r1 <= r0)
-        return;
-    l2_prefetch_range(m.q + (size_t)r0 * m.qrb, (size_t)(r1 - r0) * m.qrb, threadIdx.x, blockDim.x);
-    if (m.type == GGML_TYPE_Q6_K)
-        l2_prefetch_range(m.sc + (size_t)r0 * m.srb, (size_t)(r1 - r0) * m.srb,
-                          threadIdx.x, blockDim.x);
-}
-
-/* The prefetch ahead of a block of rows [r0, r0 + nr) of a rows-row matrix:
- * the rows pfr further on (a later block's, about a wave later: see
- * mv2_pf_dist), sent before this block's own loads. */
-__device__ __forceinline__ void mv2_pf_ahead(const mv2m &m, int r0, int nr, int rows)
-{
-    if (m.pfr <= 0)
-        return;
-    const int a = r0 + m.pfr, b = a + nr < rows ? a + nr : rows;
-    mv2_pf_rows(m, a, b);
 }
 
 /* 16 weight bytes: through the read-only path, or (na) without allocating
@@ -1018,7 +993,6 @@ __global__ void __launch_bounds__(MV2_BLOCK, MINB)
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
-    mv2_pf_ahead(m, blockIdx.x * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -1053,7 +1027,6 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     const int rows = k == 0 ? sg.rows[0] : k == 1 ? sg.rows[1] : sg.rows[2];
     const int b0 = k == 0 ? sg.b0[0] : k == 1 ? sg.b0[1] : sg.b0[2];
     float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
-    mv2_pf_ahead(m, ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -1108,8 +1081,6 @@ __global__ void __launch_bounds__(512, MINB)
 {
     __shared__ float vals[32];
     pdl_trigger();
-    mv2_pf_ahead(mg, blockIdx.x * 32, 32, gridDim.x * 32);
-    mv2_pf_ahead(mu, blockIdx.x * 32, 32, gridDim.x * 32);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
     float a[4];
@@ -1318,20 +1289,6 @@ static bool mv2_glu16;    /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q)
  * pieces a stream in flight (=512u2) */
 static int mv2_glu_v = 1;
 static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
-/* OMNI_CUDA_L2PF=H (0, the default: off): each mv2 block first sends to L2
- * the rows of the block H half-waves after it (a wave: the blocks resident
- * at once, n_sm x 8 for k_mv2 / k_mv2_seg, n_sm x 2 for k_mv2_glu_q16), so
- * that the next wave's loads hit L2 and the DRAM has the next wave's bytes
- * in flight while this one computes. H100 job f_e1: tg128 -5.3% (H 2) and
- * -4.0% (H 4) on 7B Q4_K_M, within -1.3% on 1B. */
-static int mv2_l2pf;
-
-/* m.pfr for blocks of rpb rows, bps blocks an SM (mv2_l2pf). */
-static void mv2_set_pf(const struct cuda_state *s, mv2m *m, int rpb, int bps)
-{
-    m->pfr = mv2_l2pf > 0 ? mv2_l2pf * s->n_sm * bps / 2 * rpb : 0;
-}
-
 /* Threads a row for np pieces: mv2_tmin (16, 32) up to 128. Fewer
  * threads a row give each more pieces, so more bytes in flight a thread. */
 static int mv2_tpr(int np)
@@ -1821,7 +1778,6 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         }
         struct pf_set cur = {};
         if (n == 1 && mv2_of(s, w, &m)) {
-            mv2_set_pf(s, &m, MV2_BLOCK / mv2_tpr(cols / 32), 8);
             switch (w->type) {
             case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
@@ -1978,7 +1934,6 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         sg2.n = nw;
         struct pf_set cur = {};
         for (int i = 0; i < nw; i++) {
-            mv2_set_pf(s, &sg2.m[i], MV2_BLOCK / tpr, 8);
             pf_add_mv2(&cur, sg2.m[i], (int)w[i]->rows);
         }
         for (int i = 0; i < 3; i++) {
@@ -2127,8 +2082,6 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
             const int np = cols / 32;
             /* half the distance each: gate's and up's rows go together */
-            mv2_set_pf(s, &mg, 32, mv2_glu16 ? 1 : 0);
-            mv2_set_pf(s, &mu, 32, mv2_glu16 ? 1 : 0);
             pf_add_mv2(&cur, mg, rows);
             pf_add_mv2(&cur, mu, rows);
             if (mv2_glu16) {
@@ -2938,7 +2891,6 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
-    mv2_pf_ahead(m, blockIdx.x * (MV2_BLOCK / TPR), MV2_BLOCK / TPR, rows);
     const int i = threadIdx.x % TPR;
     const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
     float acc = 0.0f;
@@ -4166,8 +4118,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->splitk = sk && !strcmp(sk, "auto") ? -1 : sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
-    const char *lp = getenv("OMNI_CUDA_L2PF");
-    mv2_l2pf = lp && atoi(lp) > 0 && atoi(lp) <= 16 ? atoi(lp) : 0;
     const char *ln = getenv("OMNI_CUDA_L2NEXT");
     s->pf_cap = ln && atoi(ln) > 0 && atoi(ln) <= 1024 ? (size_t)atoi(ln) << 20 : 0;
     s->pf_prev = -1;
