@@ -516,6 +516,96 @@ TEST(backend_gemm_groups)
     free(w), free(x), free(ya), free(yb), free(q);
 }
 
+/* K-quant products of 9-64 rows (cuda: the int8 tensor-core kernels of
+ * src/core/cuda/mmq.cu, activations quantized per 256 values) against the
+ * product with the dequantized weights, with K split over 1, 2 and 4
+ * warps (OMNI_CUDA_MMQ_KS) and the backend's own choice: rows that are
+ * not a multiple of the 16-row tile, batches that are not a multiple of
+ * the 8-row n-tile. Q6_K after prepare (its repacked copy), Q4_K with and
+ * without. */
+TEST(backend_mmq_ranges)
+{
+    enum { ROWS = 72, COLS = 1024, NMAX = 64 };
+    static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
+    static const int ns[] = { 9, 16, 17, 40, 63, 64 };
+    static const char *const splits[] = { NULL, "1", "2", "4" };
+    float *w = malloc((size_t)ROWS * COLS * sizeof(float));
+    float *wd = malloc((size_t)ROWS * COLS * sizeof(float));
+    float *x = malloc((size_t)NMAX * COLS * sizeof(float));
+    float *y = malloc((size_t)NMAX * ROWS * sizeof(float));
+    double *ref = malloc((size_t)NMAX * ROWS * sizeof(double));
+    void *q = malloc((size_t)ROWS * COLS * sizeof(float));
+    CHECK(w && wd && x && y && ref && q);
+    rng_state = 31;
+    for (int i = 0; i < NMAX * COLS; i++)
+        x[i] = frand() * (i % 97 == 0 ? 4.0f : 1.0f); /* a few outliers per 256 */
+    const char *old = getenv("OMNI_CUDA_MMQ_KS");
+    char *saved = old ? strdup(old) : NULL;
+    for (size_t si = 0; si < sizeof splits / sizeof *splits; si++) {
+        if (splits[si])
+            setenv("OMNI_CUDA_MMQ_KS", splits[si], 1);
+        else
+            unsetenv("OMNI_CUDA_MMQ_KS");
+        char err[256];
+        struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+        CHECK_MSG(be, "%s", err);
+        if (!be)
+            break;
+        float *dx = be->alloc(be, (size_t)NMAX * COLS * sizeof(float));
+        float *dy = be->alloc(be, (size_t)NMAX * ROWS * sizeof(float));
+        void *dw = be->alloc(be, (size_t)ROWS * COLS * sizeof(float));
+        CHECK(dx && dy && dw && be->upload(be, dx, x, (size_t)NMAX * COLS * sizeof(float)) == 0);
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+            const int type = types[ti];
+            const size_t rb = ggml_row_size(type, COLS);
+            for (int i = 0; i < ROWS * COLS; i++)
+                w[i] = frand() * 0.1f;
+            for (int r = 0; r < ROWS; r++) {
+                CHECK(quantize_row(type, w + (size_t)r * COLS, (char *)q + r * rb, COLS) == 0);
+                CHECK(dequantize_row(type, (char *)q + r * rb, wd + (size_t)r * COLS, COLS) == 0);
+            }
+            for (int b = 0; b < NMAX; b++)
+                for (int r = 0; r < ROWS; r++) {
+                    double acc = 0;
+                    for (int c = 0; c < COLS; c++)
+                        acc += (double)wd[(size_t)r * COLS + c] * x[(size_t)b * COLS + c];
+                    ref[(size_t)b * ROWS + r] = acc;
+                }
+            CHECK(be->upload(be, dw, q, rb * ROWS) == 0);
+            const struct omni_btensor t = { type, COLS, ROWS, dw };
+            for (int prep = 0; prep < 2; prep++) {
+                if (prep && be->prepare)
+                    CHECK(be->prepare(be, &t) == 0);
+                for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                    const int n = ns[ni];
+                    CHECK(be->matmul(be, &t, dx, n, dy) == 0);
+                    CHECK(be->download(be, y, dy, (size_t)n * ROWS * sizeof(float)) == 0);
+                    double max_err = 0, max_ref = 0;
+                    for (int i = 0; i < n * ROWS; i++) {
+                        max_err = fmax(max_err, fabs(ref[i] - y[i]));
+                        max_ref = fmax(max_ref, fabs(ref[i]));
+                    }
+                    CHECK_MSG(max_err <= 2e-2 * max_ref,
+                              "%s n=%d prepared=%d split=%s: max error %.3g of max |y| %.3g",
+                              ggml_type_name(type), n, prep, splits[si] ? splits[si] : "auto",
+                              max_err, max_ref);
+                }
+            }
+        }
+        be->free(be, dx);
+        be->free(be, dy);
+        be->free(be, dw);
+        omni_backend_free(be);
+    }
+    if (saved) {
+        setenv("OMNI_CUDA_MMQ_KS", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("OMNI_CUDA_MMQ_KS");
+    }
+    free(w), free(wd), free(x), free(y), free(ref), free(q);
+}
+
 static const char *golden(const char *name)
 {
     return test_golden(name);

@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/core/cuda/mmq.h"
+
 extern "C" {
 #include "src/core/backend.h"
 #include "src/core/omni.h"
@@ -144,6 +146,17 @@ struct cuda_state {
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     bool pf_forked; /* pf_side holds work a capture must join */
+    /* Q4_K / Q6_K products of int8_rows_k + 1 .. mmq_max rows on the int8
+     * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, default 64; 0: the
+     * F16 GEMM as before), K split over mmq_ks warps (OMNI_CUDA_MMQ_KS,
+     * 0: per shape). xm holds their quantized activations, standing for
+     * nm_x (nm_n rows of nm_cols) while nm_valid (dropped as nq_valid is). */
+    int mmq_max, mmq_ks;
+    void *xm;
+    size_t xm_cap;
+    bool nm_valid;
+    const float *nm_x;
+    int nm_n, nm_cols;
 };
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
@@ -159,6 +172,7 @@ static void touch(struct omni_backend *be)
     tail_flush(be);
     st(be)->nq_valid = false;
     st(be)->nh_valid = false;
+    st(be)->nm_valid = false;
 }
 
 /* For src/core/cuda/whisper_ops.cu: the stream of be's ops (which write
@@ -1523,6 +1537,7 @@ static void wrote(struct cuda_state *s, const float *y, int64_t n)
         s->nq_valid = false;
     if (s->nh_valid && y < s->nh_x + (int64_t)s->nh_n * s->nh_cols && s->nh_x < y + n)
         s->nh_valid = false;
+        s->nm_valid = false;
 }
 
 /* prepare's entry for matrix w (same data, shape and type), or NULL. */
@@ -1599,6 +1614,68 @@ static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
     return 0;
 }
 
+/* Where mmq.cu reads matrix w: Q4_K its GGUF rows, Q6_K prepare's repacked
+ * copy (the mv2 one); false: not there (unprepared Q6_K, another type). */
+static bool mmq_of(const struct cuda_state *s, const struct omni_btensor *w, struct mmq_w *m)
+{
+    memset(m, 0, sizeof *m);
+    m->type = w->type;
+    if (w->type == GGML_TYPE_Q4_K) {
+        m->q = (const uint8_t *)w->data;
+        m->qrb = ggml_row_size(w->type, w->cols);
+        return ((uintptr_t)m->q & 15) == 0;
+    }
+    const struct f16_copy *c = w->type == GGML_TYPE_Q6_K ? find_copy(s, w) : NULL;
+    if (!c || !c->rp)
+        return false;
+    const size_t nb = (size_t)w->rows * (w->cols / 256);
+    m->q = (const uint8_t *)c->rp;
+    m->sc = (const int8_t *)(m->q + nb * 192);
+    m->d = (const uint16_t *)(m->q + nb * 208);
+    m->qrb = (size_t)(w->cols / 256) * 192;
+    return true;
+}
+
+static int int8_max(const struct cuda_state *s, int type);
+
+/* Whether matmul_impl multiplies w by n rows on mmq.cu's kernels. */
+static bool mmq_takes(const struct cuda_state *s, const struct omni_btensor *w, int n)
+{
+    struct mmq_w m;
+    return n <= s->mmq_max && n > int8_max(s, w->type) && !s->f32_act &&
+           mmq_shape_ok(w->type, w->rows, w->cols, n) && mmq_of(s, w, &m);
+}
+
+/* y = w x on mmq.cu's kernels (mmq_takes said yes), the activations
+ * quantized once for the products on the same x. */
+static int mmq_run(struct cuda_state *s, const struct omni_btensor *w, const float *x, int n,
+                   float *y)
+{
+    const int cols = (int)w->cols;
+    if (!(s->nm_valid && s->nm_x == x && s->nm_n == n && s->nm_cols == cols)) {
+        s->nm_valid = false;
+        if (((uintptr_t)x & 15) != 0)
+            return OMNI_ERR_UNSUPPORTED;
+        int rc = grow_bytes(s, &s->xm, &s->xm_cap, mmq_act_bytes(n, cols));
+        if (rc < 0)
+            return rc;
+        if ((rc = chk(mmq_quantize(x, n, cols, s->xm, s->stream), "mmq quantize")) < 0)
+            return rc;
+        s->nm_valid = true;
+        s->nm_x = x;
+        s->nm_n = n;
+        s->nm_cols = cols;
+    }
+    struct mmq_w m;
+    mmq_of(s, w, &m);
+    int rc = chk(mmq_product(&m, (int)w->rows, cols, n, s->xm, y, s->n_sm, s->mmq_ks, s->stream),
+                 "mmq product");
+    struct pf_set cur = {};
+    pf_add(&cur, m.q, (size_t)w->rows * m.qrb);
+    pf_product(s, w->data, n, cur);
+    return rc;
+}
+
 /* The most rows a product with weights of type takes on the int8 matvec. */
 static int int8_max(const struct cuda_state *s, int type)
 {
@@ -1610,7 +1687,8 @@ static int int8_max(const struct cuda_state *s, int type)
  * int8 or F32 matvecs). */
 static bool gemm_path(const struct cuda_state *s, const struct omni_btensor *w, int n)
 {
-    return is_quant(w->type) && (n > int8_max(s, w->type) || s->f32_act) && n > MATVEC_MAX;
+    return is_quant(w->type) && (n > int8_max(s, w->type) || s->f32_act) && n > MATVEC_MAX &&
+           !mmq_takes(s, w, n);
 }
 
 /* The F16 copies of w[0..nw) when a prepare_group put them in one
@@ -1761,6 +1839,11 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
     const int rows = (int)w->rows, cols = (int)w->cols;
     const size_t rb = ggml_row_size(w->type, w->cols);
     const uint8_t *W = (const uint8_t *)w->data;
+    if (mmq_takes(s, w, n)) {
+        const int rc = mmq_run(s, w, x, n, y);
+        if (rc != OMNI_ERR_UNSUPPORTED)
+            return rc;
+    }
     if (is_quant(w->type) && n <= int8_max(s, w->type) && !s->f32_act) {
         /* as the CPU below its BLAS switch point: Q8_0 activations, integer dots */
         int8_t *xq;
@@ -3002,6 +3085,7 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
     p->kind = 0;
     s->nq_valid = false;
     s->nh_valid = false;
+    s->nm_valid = false;
     int8_t *q;
     float *qd;
     if (norm_quant(s, 1, dim, &q, &qd)) {
@@ -3030,6 +3114,7 @@ static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r
     p->kind = 0;
     s->nq_valid = false;
     s->nh_valid = false;
+    s->nm_valid = false;
     const int half = hd / 2;
     unsigned *c = s->tail_count + 1;
     const dim3 g(p->blocks), b(MV2_BLOCK);
@@ -3951,7 +4036,8 @@ static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
-    s->nh_valid = false; /* a graph converts its own inputs */
+    s->nh_valid = false;
+    s->nm_valid = false; /* a graph converts its own inputs */
     s->n_capture++;
     s->pf_forked = false; /* (what the side stream holds now is outside the capture) */
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
@@ -4014,6 +4100,8 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->xh);
         if (s->xq)
             cudaFree(s->xq);
+        if (s->xm)
+            cudaFree(s->xm);
         if (s->xq2)
             cudaFree(s->xq2);
         if (s->am_pv)
@@ -4125,6 +4213,10 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         s->pf_tab = (struct pf_ent *)calloc(PF_TAB, sizeof *s->pf_tab); /* NULL: none */
     const char *lm = getenv("OMNI_CUDA_L2NEXT_MIN");
     s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
+    const char *mq = getenv("OMNI_CUDA_MMQ");
+    s->mmq_max = !mq ? MMQ_MAX_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
+    const char *mk = getenv("OMNI_CUDA_MMQ_KS");
+    s->mmq_ks = mk && (atoi(mk) == 1 || atoi(mk) == 2 || atoi(mk) == 4) ? atoi(mk) : 0;
     const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");
     const bool pf_side = s->pf_tab && lsd && !strcmp(lsd, "1");
     be->destroy = cuda_destroy;
