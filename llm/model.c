@@ -38,6 +38,9 @@
 
 /* Positions of one (token, head) attention handled per softmax rescale. */
 #define ATTN_CHUNK 64
+/* Positions per attn_online_f16 call (row pointers on the stack; the
+ * kernel prefetches ahead within a call). */
+#define ATTN_F16_CHUNK 256
 /* Prefill attention in blocks: up to ATTN_QBLOCK consecutive tokens of one
  * sequence against ATTN_KBLOCK keys at a time, as two GEMMs; runs shorter
  * than ATTN_QBLOCK_MIN tokens (decode steps) go token by token. */
@@ -1384,15 +1387,22 @@ static void kv_rows(const struct attn_job *job, const void *base, const struct l
 
 /* F16 K or V rows of positions j0 .. j0+n-1 of a sequence, in place: the
  * attention kernels convert them in registers (converting each row into a
- * buffer first cost more than the products: two calls a key and head). */
+ * buffer first cost more than the products: two calls a key and head).
+ * Slot by slot through the blocks: one division a call, not two a row. */
 static void kv_rows_f16(const struct llm_kv *kv, const void *base, const struct llm_seq_view *sv,
                         int j0, int n, int off, const uint16_t **rows)
 {
+    const int bs = kv->block_size;
+    const int64_t row = kv->kv_dim;
+    int b = j0 / bs, slot = j0 % bs;
+    const uint16_t *p = (const uint16_t *)base + ((int64_t)sv->block_table[b] * bs + slot) * row + off;
     for (int j = 0; j < n; j++) {
-        const int pos = j0 + j;
-        rows[j] = (const uint16_t *)base +
-                  ((int64_t)sv->block_table[pos / kv->block_size] * kv->block_size +
-                   pos % kv->block_size) * kv->kv_dim + off;
+        rows[j] = p;
+        p += row;
+        if (++slot == bs && j + 1 < n) {
+            slot = 0;
+            p = (const uint16_t *)base + (int64_t)sv->block_table[++b] * bs * row + off;
+        }
     }
 }
 
@@ -1442,7 +1452,7 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_rep = hp->n_head / hp->n_head_kv, groups_per_token = hp->n_head / j->group;
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const float *krows[ATTN_CHUNK], *vrows[ATTN_CHUNK];
-    const uint16_t *khrows[ATTN_CHUNK], *vhrows[ATTN_CHUNK];
+    const uint16_t *khrows[ATTN_F16_CHUNK], *vhrows[ATTN_F16_CHUNK];
     const bool f16 = kv->type == GGML_TYPE_F16;
     const struct omni_ops *op = omni_ops();
 
@@ -1460,7 +1470,15 @@ static void attn_worker(void *arg, int ith, int nth)
         }
         int first;
         const int last = attn_keys(j, t, pos, &first);
-        for (int j0 = first; j0 <= last; j0 += ATTN_CHUNK) {
+        /* F16 without a softcap: the fused kernel, all the group's heads in
+         * one pass over each row (ops.h attn_online_f16) */
+        for (int j0 = first; f16 && cap <= 0 && j0 <= last; j0 += ATTN_F16_CHUNK) {
+            const int n = last + 1 - j0 < ATTN_F16_CHUNK ? last + 1 - j0 : ATTN_F16_CHUNK;
+            kv_rows_f16(kv, kv->k[j->layer], sv, j0, n, kvh * hd, khrows);
+            kv_rows_f16(kv, kv->v[j->layer], sv, j0, n, kvh * hd, vhrows);
+            op->attn_online_f16(s->acc, s->max, s->sum, q, j->group, khrows, vhrows, n, hd, scale);
+        }
+        for (int j0 = first; !(f16 && cap <= 0) && j0 <= last; j0 += ATTN_CHUNK) {
             const int n = last + 1 - j0 < ATTN_CHUNK ? last + 1 - j0 : ATTN_CHUNK;
             if (f16) {
                 kv_rows_f16(kv, kv->k[j->layer], sv, j0, n, kvh * hd, khrows);

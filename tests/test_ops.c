@@ -209,6 +209,65 @@ static void check_level(const struct omni_ops *op)
     }
 }
 
+/* attn_online_f16 against the reference: paged rows (blocks of 16 slots of
+ * a wider row, in shuffled order), head sizes on and off the unrolled
+ * kernels, key counts around the vector width and the block size, 1 to 9
+ * query heads, the keys in one call or two (the state carried). */
+static void check_attn_online(const struct omni_ops *op)
+{
+    const struct omni_ops *ref = omni_ops_reference();
+    enum { BS = 16, NB = 24, MAXK = NB * BS, MAXG = 9 };
+    const int heads[] = { 7, 32, 64, 80, 128, 256 };
+    const int keys[] = { 1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 100, 257, MAXK };
+    const int groups[] = { 1, 2, 3, 4, 9 };
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+        const int d = heads[hi], row = 2 * d + 16; /* two heads and a gap per slot */
+        uint16_t *K = malloc(2 * (size_t)NB * BS * row), *V = malloc(2 * (size_t)NB * BS * row);
+        float *q = malloc(sizeof(float) * MAXG * d), *acc0 = malloc(sizeof(float) * MAXG * d);
+        float *acc1 = malloc(sizeof(float) * MAXG * d);
+        const uint16_t **kr = malloc(sizeof *kr * MAXK), **vr = malloc(sizeof *vr * MAXK);
+        CHECK(K && V && q && acc0 && acc1 && kr && vr);
+        rng_state = 7u + (unsigned)d;
+        for (int i = 0; i < NB * BS * row; i++) {
+            K[i] = omni_fp32_to_fp16(frand() * 2.0f);
+            V[i] = omni_fp32_to_fp16(frand());
+        }
+        fill(q, MAXG * d, 1.0f);
+        for (int j = 0; j < MAXK; j++) { /* block j / BS of the sequence lives in block 7 j' mod NB */
+            const int blk = (7 * (j / BS) + 5) % NB;
+            kr[j] = K + ((size_t)blk * BS + j % BS) * row + d; /* the second head of the slot */
+            vr[j] = V + ((size_t)blk * BS + j % BS) * row + d;
+        }
+        for (size_t ki = 0; ki < sizeof keys / sizeof keys[0]; ki++)
+            for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+                for (int split = 0; split < 2; split++) {
+                    const int n = keys[ki], g = groups[gi], n1 = split ? n / 3 : n;
+                    float m0[MAXG], l0[MAXG], m1[MAXG], l1[MAXG];
+                    for (int r = 0; r < g; r++)
+                        m0[r] = m1[r] = -INFINITY, l0[r] = l1[r] = 0.0f;
+                    memset(acc0, 0, sizeof(float) * g * d);
+                    memset(acc1, 0, sizeof(float) * g * d);
+                    const float scale = 1.0f / sqrtf((float)d) * 4.0f; /* peaked weights */
+                    ref->attn_online_f16(acc0, m0, l0, q, g, kr, vr, n, d, scale);
+                    op->attn_online_f16(acc1, m1, l1, q, g, kr, vr, n1, d, scale);
+                    op->attn_online_f16(acc1, m1, l1, q, g, kr + n1, vr + n1, n - n1, d, scale);
+                    for (int r = 0; r < g; r++) {
+                        CHECK_MSG(fabsf(m1[r] - m0[r]) <= 1e-5f * (1.0f + fabsf(m0[r])),
+                                  "level %s, attn_online_f16 d %d n %d g %d: max %g, want %g",
+                                  op->name, d, n, g, m1[r], m0[r]);
+                        for (int e = 0; e < d; e++) { /* the outputs acc / l */
+                            acc0[r * d + e] /= l0[r];
+                            acc1[r * d + e] /= l1[r];
+                        }
+                    }
+                    char what[64];
+                    snprintf(what, sizeof what, "attn_online_f16 d %d g %d split %d", d, g, split);
+                    CHECK_CLOSE(acc1, acc0, g * d, 1e-4, 1e-5, what);
+                }
+        free(K), free(V), free(q), free(acc0), free(acc1), free(kr), free(vr);
+    }
+}
+
 TEST(ops_every_level_matches_reference)
 {
     const int max_level = omni_cpu()->max_level;
@@ -219,6 +278,7 @@ TEST(ops_every_level_matches_reference)
         CHECK_EQ(omni_cpu_set_level(lvl), lvl);
         CHECK(omni_ops() == omni_ops_at(lvl));
         check_level(omni_ops());
+        check_attn_online(omni_ops());
         printf(" [%s]", omni_ops()->name);
     }
     /* above what the CPU has: the best table it has */
@@ -226,6 +286,7 @@ TEST(ops_every_level_matches_reference)
     CHECK(omni_ops_at(-5) == omni_ops_at(OMNI_CPU_SCALAR));
     /* the reference against itself: the checker's own sanity */
     check_level(omni_ops_reference());
+    check_attn_online(omni_ops_reference());
 }
 
 /* every half (subnormals, infinities, NaNs) widens to the same float at every level */

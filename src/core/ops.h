@@ -90,6 +90,20 @@ struct omni_ops {
     /* acc += sum_i w[i] v[i] */
     void (*attn_wsum)(float *acc, const float *w, const float *const *v, int n, int d);
     void (*attn_wsum_f16)(float *acc, const float *w, const uint16_t *const *v, int n, int d);
+    /* Online-softmax attention of g query heads sharing one K/V head (a
+     * decode step's heads of one kv head), over n F16 key and value rows,
+     * continuing a running state: for each head r (query q[r], d floats),
+     *   s_i = (q[r] . k[i]) scale,  m' = max(m[r], max_i s_i),
+     *   acc[r] = acc[r] e^(m[r] - m') + sum_i e^(s_i - m') v[i],
+     *   l[r] = l[r] e^(m[r] - m') + sum_i e^(s_i - m'),  m[r] = m'.
+     * Start from m = -INFINITY, l = 0, acc = 0; the output is acc[r] / l[r].
+     * q and acc are [g][d]. Calls over consecutive key ranges compose; the
+     * SIMD versions rescale per block of keys (the same result up to
+     * rounding), widen each row once for all g heads and prefetch the rows
+     * ahead. */
+    void (*attn_online_f16)(float *acc, float *m, float *l, const float *q, int g,
+                            const uint16_t *const *k, const uint16_t *const *v, int n, int d,
+                            float scale);
 
     /* ---- linear attention ---- */
     /* The gated delta rule (Gated DeltaNet, llm/deltanet.c) for one token of

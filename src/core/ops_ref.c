@@ -287,6 +287,33 @@ static void attn_wsum_f16_ref(float *acc, const float *w, const uint16_t *const 
         axpy_f16_ref(acc, w[i], v[i], d);
 }
 
+/* Two passes over the keys (the scores computed twice: nothing allocated):
+ * the call's max, then the weights against it. */
+static void attn_online_f16_ref(float *acc, float *m, float *l, const float *q, int g,
+                                const uint16_t *const *k, const uint16_t *const *v, int n, int d,
+                                float scale)
+{
+    for (int r = 0; r < g; r++) {
+        const float *qr = q + (size_t)r * d;
+        float *ar = acc + (size_t)r * d, mx = m[r];
+        for (int i = 0; i < n; i++) {
+            const float s = dot_f16_ref(qr, k[i], d) * scale;
+            mx = s > mx ? s : mx;
+        }
+        if (n < 1)
+            continue;
+        const float c = expf(m[r] - mx); /* 0 when m[r] is -INFINITY */
+        l[r] *= c;
+        scale_ref(ar, c, d);
+        for (int i = 0; i < n; i++) {
+            const float p = omni_ref_expf1(dot_f16_ref(qr, k[i], d) * scale - mx);
+            l[r] += p;
+            axpy_f16_ref(ar, p, v[i], d);
+        }
+        m[r] = mx;
+    }
+}
+
 static void delta_rule_ref(float *S, const float *q, const float *k, const float *v, float decay,
                            float beta, int dk, int dv, float *o)
 {
@@ -345,5 +372,6 @@ const struct omni_ops omni_ops_ref = {
     .attn_scores_f16 = attn_scores_f16_ref,
     .attn_wsum = attn_wsum_ref,
     .attn_wsum_f16 = attn_wsum_f16_ref,
+    .attn_online_f16 = attn_online_f16_ref,
     .delta_rule = delta_rule_ref,
 };

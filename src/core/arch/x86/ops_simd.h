@@ -462,6 +462,262 @@ static void attn_wsum_f16_simd(float *acc, const float *w, const uint16_t *const
         axpy_f16_simd(acc, w[i], v[i], d);
 }
 
+// ---- decode attention: online softmax over F16 rows --------------------------
+
+/* All lanes = the largest lane of v: halves, quarters, ... swapped and compared. */
+static inline vf vmax_all(vf v)
+{
+#if VW == 16
+    const vi p[4] = { { 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7 },
+                      { 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11 },
+                      { 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13 },
+                      { 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14 } };
+#elif VW == 8
+    const vi p[3] = { { 4, 5, 6, 7, 0, 1, 2, 3 }, { 2, 3, 0, 1, 6, 7, 4, 5 }, { 1, 0, 3, 2, 5, 4, 7, 6 } };
+#else
+    const vi p[2] = { { 2, 3, 0, 1 }, { 1, 0, 3, 2 } };
+#endif
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        const vf t = __builtin_shuffle(v, p[i]);
+        v = sel(v > t, v, t);
+    }
+    return v;
+}
+
+/* One level of a transpose-and-add tree: lane pairs of x and y picked by
+ * lo and hi, added. */
+#define TREE_LEVEL(x, y, lo, hi) (__builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi))
+
+/* a[i] and b[i] (i < VW/2): per key i, the lanes of head 0's and head 1's
+ * products with it. Returns head 0's VW/2 sums in lanes [0, VW/2) and head
+ * 1's in [VW/2, VW): transpose and add, so one tree serves VW sums instead
+ * of a horizontal reduction per key. */
+static inline vf sum_lanes_pair(const vf *a, const vf *b)
+{
+#if VW == 16
+    const vi l1lo = { 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29 };
+    const vi l1hi = { 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31 };
+    const vi l2lo = { 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 };
+    const vi l2hi = { 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 };
+    const vi l3lo = { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 };
+    const vi l3hi = { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 };
+    vf e[2];
+    for (int h = 0; h < 2; h++) {
+        const vf *x = h ? b : a;
+        const vf b0 = TREE_LEVEL(x[0], x[1], l1lo, l1hi), b1 = TREE_LEVEL(x[2], x[3], l1lo, l1hi);
+        const vf b2 = TREE_LEVEL(x[4], x[5], l1lo, l1hi), b3 = TREE_LEVEL(x[6], x[7], l1lo, l1hi);
+        /* each 128-bit lane: keys 0-3 (c0) or 4-7 (c1), one partial sum each */
+        const vf c0 = TREE_LEVEL(b0, b1, l2lo, l2hi), c1 = TREE_LEVEL(b2, b3, l2lo, l2hi);
+        e[h] = TREE_LEVEL(c0, c1, l3lo, l3hi);
+    }
+    return TREE_LEVEL(e[0], e[1], l3lo, l3hi);
+#elif VW == 8
+    const vi l1lo = { 0, 8, 1, 9, 4, 12, 5, 13 }, l1hi = { 2, 10, 3, 11, 6, 14, 7, 15 };
+    const vi l2lo = { 0, 1, 8, 9, 4, 5, 12, 13 }, l2hi = { 2, 3, 10, 11, 6, 7, 14, 15 };
+    const vi l3lo = { 0, 1, 2, 3, 8, 9, 10, 11 }, l3hi = { 4, 5, 6, 7, 12, 13, 14, 15 };
+    vf c[2];
+    for (int h = 0; h < 2; h++) {
+        const vf *x = h ? b : a;
+        const vf b0 = TREE_LEVEL(x[0], x[1], l1lo, l1hi), b1 = TREE_LEVEL(x[2], x[3], l1lo, l1hi);
+        c[h] = TREE_LEVEL(b0, b1, l2lo, l2hi);
+    }
+    return TREE_LEVEL(c[0], c[1], l3lo, l3hi);
+#else
+    const vi l1lo = { 0, 4, 1, 5 }, l1hi = { 2, 6, 3, 7 }, l2lo = { 0, 1, 4, 5 }, l2hi = { 2, 3, 6, 7 };
+    const vf b0 = TREE_LEVEL(a[0], a[1], l1lo, l1hi), b1 = TREE_LEVEL(b[0], b[1], l1lo, l1hi);
+    return TREE_LEVEL(b0, b1, l2lo, l2hi);
+#endif
+}
+
+/* lanes [0, VW/2) of x then of y (*lo); lanes [VW/2, VW) of x then of y (*hi) */
+static inline void split_halves(vf x, vf y, vf *lo, vf *hi)
+{
+#if VW == 16
+    const vi ml = { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 };
+    const vi mh = { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 };
+#elif VW == 8
+    const vi ml = { 0, 1, 2, 3, 8, 9, 10, 11 }, mh = { 4, 5, 6, 7, 12, 13, 14, 15 };
+#else
+    const vi ml = { 0, 1, 4, 5 }, mh = { 2, 3, 6, 7 };
+#endif
+    *lo = __builtin_shuffle(x, y, ml);
+    *hi = __builtin_shuffle(x, y, mh);
+}
+
+enum {
+    ATTN_MAX_NV = 16,   /* head_dim / VW the unrolled kernel handles (8 vectors on AVX-512 at 128) */
+    ATTN_MAX_HEADS = 16, /* query heads per call kept in registers' reach (more: in slices) */
+    ATTN_PREFETCH = 16, /* keys ahead whose rows are prefetched (see attn_online_f16_simd) */
+};
+
+/* Products of keys kb[0 .. VW/2) (the first nb of them real) with the query
+ * heads q0 and q1, summed: lanes as sum_lanes_pair. Each key's vectors are
+ * widened once for both heads. */
+static inline __attribute__((always_inline)) vf
+attn_dots_pair(const float *q0, const float *q1, const uint16_t *const *kb, int nb, const int nv)
+{
+    vf a[VW / 2], b[VW / 2];
+#pragma GCC unroll 8
+    for (int i = 0; i < VW / 2; i++) {
+        vf s0 = { 0 }, s1 = { 0 };
+        if (i < nb) {
+            const uint16_t *kr = kb[i];
+#pragma GCC unroll 16
+            for (int c = 0; c < nv; c++) {
+                const vf x = LOAD_F16(kr + c * VW);
+                s0 += ld(q0 + c * VW) * x;
+                s1 += ld(q1 + c * VW) * x;
+            }
+        }
+        a[i] = s0, b[i] = s1;
+    }
+    return sum_lanes_pair(a, b);
+}
+
+/* acc0 (and acc1 when two) += sum_i w0[i] (w1[i]) v[i] over nb keys, the
+ * accumulators in registers for the block, each row widened once */
+static inline __attribute__((always_inline)) void
+attn_wsum_pair(float *acc0, float *acc1, const float *w0, const float *w1,
+               const uint16_t *const *vb, int nb, const int nv, bool two)
+{
+    vf A0[ATTN_MAX_NV], A1[ATTN_MAX_NV];
+#pragma GCC unroll 16
+    for (int c = 0; c < nv; c++) {
+        A0[c] = ld(acc0 + c * VW);
+        A1[c] = two ? ld(acc1 + c * VW) : (vf){ 0 };
+    }
+    for (int i = 0; i < nb; i++) {
+        const vf x0 = splat(w0[i]), x1 = splat(w1[i]);
+        const uint16_t *vr = vb[i];
+#pragma GCC unroll 16
+        for (int c = 0; c < nv; c++) {
+            const vf x = LOAD_F16(vr + c * VW);
+            A0[c] += x0 * x;
+            if (two)
+                A1[c] += x1 * x;
+        }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < nv; c++) {
+        st(acc0 + c * VW, A0[c]);
+        if (two)
+            st(acc1 + c * VW, A1[c]);
+    }
+}
+
+/* Softmax step of one head over a block's scores s (lanes past nb
+ * ignored): the running max m and sum lv (a vector: one horizontal sum at
+ * the end) and acc (d floats) rescaled when the max grows; the block's
+ * weights into w. */
+static inline __attribute__((always_inline)) void
+attn_softmax_block(vf s, int nb, float *m, vf *lv, float *acc, int d, float *w)
+{
+    for (int i = nb; i < VW; i++)
+        s[i] = -INFINITY;
+    const float bm = vmax_all(s)[0];
+    if (bm > *m) {
+        const float c = expf(*m - bm); /* 0 on the first block */
+        *lv *= c;
+        scale_simd(acc, c, d);
+        *m = bm;
+    }
+    vf e = vexp(s - *m);
+    for (int i = nb; i < VW; i++)
+        e[i] = 0.0f;
+    *lv += e;
+    st(w, e);
+}
+
+/* attn_online_f16 for head_dim = nv VW (nv a constant after inlining):
+ * blocks of VW keys; per pair of query heads, the VW dot products as two
+ * trees of VW/2 keys, the softmax step, then the weighted sum of V. */
+static inline __attribute__((always_inline)) void
+attn_online_f16_nv(float *acc, float *m, float *l, const float *q, int g, const uint16_t *const *k,
+                   const uint16_t *const *v, int n, float scale, const int nv)
+{
+    const int d = nv * VW;
+    vf lv[ATTN_MAX_HEADS];
+    for (int r = 0; r < g; r++) {
+        lv[r] = (vf){ 0 };
+        lv[r][0] = l[r];
+    }
+    for (int i0 = 0; i0 < n; i0 += VW) {
+        const int nb = n - i0 < VW ? n - i0 : VW;
+        /* the rows are paged (each key's row of this head apart from the
+         * next by a whole slot, blocks anywhere), which the hardware
+         * prefetchers follow poorly: ask for the rows ATTN_PREFETCH keys on */
+        for (int i = i0 + ATTN_PREFETCH; i < n && i < i0 + ATTN_PREFETCH + VW; i++)
+            for (int c = 0; c < d * 2; c += 64) {
+                __builtin_prefetch((const char *)k[i] + c);
+                __builtin_prefetch((const char *)v[i] + c);
+            }
+        for (int r0 = 0; r0 < g; r0 += 2) {
+            const bool two = r0 + 1 < g;
+            const int r1 = two ? r0 + 1 : r0; /* an odd last head: scored twice, summed once */
+            const float *q0 = q + (size_t)r0 * d, *q1 = q + (size_t)r1 * d;
+            const vf x = attn_dots_pair(q0, q1, k + i0, nb, nv);
+            const vf y = attn_dots_pair(q0, q1, k + i0 + VW / 2, nb - VW / 2, nv);
+            vf s0, s1;
+            split_halves(x, y, &s0, &s1);
+            float w[2][VW];
+            attn_softmax_block(s0 * scale, nb, &m[r0], &lv[r0], acc + (size_t)r0 * d, d, w[0]);
+            if (two)
+                attn_softmax_block(s1 * scale, nb, &m[r1], &lv[r1], acc + (size_t)r1 * d, d, w[1]);
+            if (two)
+                attn_wsum_pair(acc + (size_t)r0 * d, acc + (size_t)r1 * d, w[0], w[1], v + i0, nb,
+                               nv, true);
+            else
+                attn_wsum_pair(acc + (size_t)r0 * d, NULL, w[0], w[0], v + i0, nb, nv, false);
+        }
+    }
+    for (int r = 0; r < g; r++)
+        l[r] = hsum(lv[r]);
+}
+
+/* Other head sizes: a key at a time through the dot and axpy kernels, the
+ * softmax step per block of VW keys as above. */
+static void attn_online_f16_any(float *acc, float *m, float *l, const float *q, int g,
+                                const uint16_t *const *k, const uint16_t *const *v, int n, int d,
+                                float scale)
+{
+    for (int r = 0; r < g; r++) {
+        const float *qr = q + (size_t)r * d;
+        float *ar = acc + (size_t)r * d;
+        vf lv = { 0 };
+        lv[0] = l[r];
+        for (int i0 = 0; i0 < n; i0 += VW) {
+            const int nb = n - i0 < VW ? n - i0 : VW;
+            vf s = { 0 };
+            float w[VW];
+            for (int i = 0; i < nb; i++)
+                s[i] = dot_f16_simd(qr, k[i0 + i], d) * scale;
+            attn_softmax_block(s, nb, &m[r], &lv, ar, d, w);
+            for (int i = 0; i < nb; i++)
+                axpy_f16_simd(ar, w[i], v[i0 + i], d);
+        }
+        l[r] = hsum(lv);
+    }
+}
+
+static void attn_online_f16_simd(float *acc, float *m, float *l, const float *q, int g,
+                                 const uint16_t *const *k, const uint16_t *const *v, int n, int d,
+                                 float scale)
+{
+    for (; g > ATTN_MAX_HEADS; g -= ATTN_MAX_HEADS) { /* in slices of heads */
+        attn_online_f16_simd(acc, m, l, q, ATTN_MAX_HEADS, k, v, n, d, scale);
+        acc += (size_t)ATTN_MAX_HEADS * d, q += (size_t)ATTN_MAX_HEADS * d;
+        m += ATTN_MAX_HEADS, l += ATTN_MAX_HEADS;
+    }
+    if (d == 8 * VW)
+        attn_online_f16_nv(acc, m, l, q, g, k, v, n, scale, 8);
+    else if (d == 4 * VW)
+        attn_online_f16_nv(acc, m, l, q, g, k, v, n, scale, 4);
+    else if (d == 16 * VW)
+        attn_online_f16_nv(acc, m, l, q, g, k, v, n, scale, 16);
+    else
+        attn_online_f16_any(acc, m, l, q, g, k, v, n, d, scale);
+}
+
 // ---- linear attention ---------------------------------------------------------
 
 /* Columns [j, j + nv VW) of the delta rule (nv <= 4: 8 independent FMA
@@ -550,5 +806,6 @@ void OPS_FILL(struct omni_ops *o)
     o->attn_scores_f16 = attn_scores_f16_simd;
     o->attn_wsum = attn_wsum_simd;
     o->attn_wsum_f16 = attn_wsum_f16_simd;
+    o->attn_online_f16 = attn_online_f16_simd;
     o->delta_rule = delta_rule_simd;
 }
