@@ -40,7 +40,7 @@
 #define ATTN_CHUNK 64
 /* Positions per attn_online_f16 call (row pointers on the stack; the
  * kernel prefetches ahead within a call). */
-#define ATTN_F16_CHUNK 256
+#define ATTN_F16_CHUNK 1024
 /* Prefill attention in blocks: up to ATTN_QBLOCK consecutive tokens of one
  * sequence against ATTN_KBLOCK keys at a time, as two GEMMs; runs shorter
  * than ATTN_QBLOCK_MIN tokens (decode steps) go token by token. */
