@@ -211,15 +211,15 @@ static void check_level(const struct omni_ops *op)
 
 /* attn_online_f16 against the reference: paged rows (blocks of 16 slots of
  * a wider row, in shuffled order), head sizes on and off the unrolled
- * kernels, key counts around the vector width and the block size, 1 to 9
+ * kernels, key counts around the vector width and the block size, 1 to 17
  * query heads, the keys in one call or two (the state carried). */
 static void check_attn_online(const struct omni_ops *op)
 {
     const struct omni_ops *ref = omni_ops_reference();
-    enum { BS = 16, NB = 24, MAXK = NB * BS, MAXG = 9 };
+    enum { BS = 16, NB = 24, MAXK = NB * BS, MAXG = 17 };
     const int heads[] = { 7, 32, 64, 80, 128, 256 };
     const int keys[] = { 1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 100, 257, MAXK };
-    const int groups[] = { 1, 2, 3, 4, 9 };
+    const int groups[] = { 1, 2, 3, 4, 9, 17 }; /* 17: past ATTN_MAX_HEADS, in slices */
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
         const int d = heads[hi], row = 2 * d + 16; /* two heads and a gap per slot */
         uint16_t *K = malloc(2 * (size_t)NB * BS * row), *V = malloc(2 * (size_t)NB * BS * row);
