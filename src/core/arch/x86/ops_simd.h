@@ -656,13 +656,16 @@ attn_online_f16_nv(float *acc, float *m, float *l, const float *q, int g, const 
          * the rows ATTN_PREFETCH keys on, one key's at a time (spread out,
          * not a burst a block) */
         const int ahead = n - i0 - ATTN_PREFETCH, npf = ahead < 0 ? 0 : ahead < nb ? ahead : nb;
-        const uint16_t *const *pk = k + i0 + ATTN_PREFETCH, *const *pv = v + i0 + ATTN_PREFETCH;
+        /* (pointers formed only inside the arrays) */
+        const uint16_t *const *pk = npf ? k + i0 + ATTN_PREFETCH : k;
+        const uint16_t *const *pv = npf ? v + i0 + ATTN_PREFETCH : v;
+        const uint16_t *const *k2 = nb > VW / 2 ? k + i0 + VW / 2 : k + i0;
         for (int r0 = 0; r0 < g; r0 += 2) {
             const bool two = r0 + 1 < g;
             const int r1 = two ? r0 + 1 : r0; /* an odd last head: scored twice, summed once */
             const float *q0 = q + (size_t)r0 * d, *q1 = q + (size_t)r1 * d;
             const vf x = attn_dots_pair(q0, q1, k + i0, nb, nv);
-            const vf y = attn_dots_pair(q0, q1, k + i0 + VW / 2, nb - VW / 2, nv);
+            const vf y = attn_dots_pair(q0, q1, k2, nb - VW / 2, nv); /* zeros past nb */
             vf s0, s1;
             split_halves(x, y, &s0, &s1);
             float w[2][VW];
