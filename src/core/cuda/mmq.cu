@@ -198,36 +198,43 @@ static __device__ __forceinline__ int min_dot(const int4 &s, uint32_t mlo, uint3
     return __dp2a_hi(s.w, (int)mhi, r);
 }
 
-/* One super-block of Q4_K rows a, b against n-tile activations: the
- * int32 sums of scale x dot for (a, t0) (a, t1) (b, t0) (b, t1). */
-static __device__ __forceinline__ void q4k_tile(const q4k_raw &r, const int8_t *__restrict__ xb,
-                                                int *ia)
+/* One super-block of Q4_K rows a, b against the NT n-tiles: ia[j] = the
+ * int32 sums of scale x dot for (a, t0) (a, t1) (b, t0) (b, t1) of n-tile
+ * j. Sub-blocks outside, n-tiles inside: a sub-block's A fragments and
+ * scales are made once for all n-tiles. xr[j]: n-tile j's activation row
+ * of this lane at the super-block (+ 8 tig). */
+template <int NT>
+static __device__ __forceinline__ void q4k_tiles(const q4k_raw &r, const int8_t *const *xr,
+                                                 int (*ia)[4])
 {
     const uint32_t sal = r.ha.y & 0x3f3f3f3fu, sah = (r.ha.w & M4) | ((r.ha.y >> 2) & 0x30303030u);
     const uint32_t sbl = r.hb.y & 0x3f3f3f3fu, sbh = (r.hb.w & M4) | ((r.hb.y >> 2) & 0x30303030u);
-    ia[0] = ia[1] = ia[2] = ia[3] = 0;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
         const int p = c >> 1, sh = (c & 1) * 4;
         const int a0 = (int)((r.qa[p].x >> sh) & M4), a2 = (int)((r.qa[p].y >> sh) & M4);
         const int a1 = (int)((r.qb[p].x >> sh) & M4), a3 = (int)((r.qb[p].y >> sh) & M4);
-        const int2 b = __ldg((const int2 *)(xb + 32 * c));
-        int d[4];
-        mma_k32(d, a0, a1, a2, a3, b.x, b.y);
         const int sa = ubyte(c < 4 ? sal : sah, c & 3), sb = ubyte(c < 4 ? sbl : sbh, c & 3);
-        ia[0] += sa * d[0];
-        ia[1] += sa * d[1];
-        ia[2] += sb * d[2];
-        ia[3] += sb * d[3];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int2 b = __ldg((const int2 *)(xr[j] + 32 * c));
+            int d[4];
+            mma_k32(d, a0, a1, a2, a3, b.x, b.y);
+            ia[j][0] += sa * d[0];
+            ia[j][1] += sa * d[1];
+            ia[j][2] += sb * d[2];
+            ia[j][3] += sb * d[3];
+        }
     }
 }
 
-static __device__ __forceinline__ void q6k_tile(const q6k_raw &r, const int8_t *__restrict__ xb,
-                                                int *ia)
+/* The same for Q6_K: 16-value sub-blocks (xr[j] + 4 tig). */
+template <int NT>
+static __device__ __forceinline__ void q6k_tiles(const q6k_raw &r, const int8_t *const *xr,
+                                                 int (*ia)[4])
 {
     const uint32_t sa[4] = { r.sa.x, r.sa.y, r.sa.z, r.sa.w };
     const uint32_t sb[4] = { r.sb.x, r.sb.y, r.sb.z, r.sb.w };
-    ia[0] = ia[1] = ia[2] = ia[3] = 0;
 #pragma unroll
     for (int s = 0; s < 16; s++) {
         /* values 128h + 32k + 16e + 0..15, scale s = 8h + 2k + e */
@@ -238,14 +245,17 @@ static __device__ __forceinline__ void q6k_tile(const q6k_raw &r, const int8_t *
                                  0x20202020);
         const int a1 = __vsubss4((int)(((r.lb[li] >> lsh) & M4) | (((r.hb[hi] >> hsh) & 0x03030303u) << 4)),
                                  0x20202020);
-        const int b = __ldg((const int *)(xb + 128 * h + 32 * k + 16 * e));
-        int d[4];
-        mma_k16(d, a0, a1, b);
         const int ca = sbyte(sa[s >> 2], s & 3), cb = sbyte(sb[s >> 2], s & 3);
-        ia[0] += ca * d[0];
-        ia[1] += ca * d[1];
-        ia[2] += cb * d[2];
-        ia[3] += cb * d[3];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int b = __ldg((const int *)(xr[j] + 128 * h + 32 * k + 16 * e));
+            int d[4];
+            mma_k16(d, a0, a1, b);
+            ia[j][0] += ca * d[0];
+            ia[j][1] += ca * d[1];
+            ia[j][2] += cb * d[2];
+            ia[j][3] += cb * d[3];
+        }
     }
 }
 
@@ -288,14 +298,23 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
         } else {
             load(cur, sb);
         }
+        int ia[NT][4];
+        const int8_t *xr[NT];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const int tb = min(8 * j + g, n - 1);
+            ia[j][0] = ia[j][1] = ia[j][2] = ia[j][3] = 0;
+            xr[j] = x.q + (size_t)min(8 * j + g, n - 1) * cols + sb * 256 +
+                    (T == GGML_TYPE_Q4_K ? 8 : 4) * tig;
+        }
+        if constexpr (T == GGML_TYPE_Q4_K)
+            q4k_tiles<NT>(cur, xr, ia);
+        else
+            q6k_tiles<NT>(cur, xr, ia);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
             const int t0 = min(8 * j + 2 * tig, n - 1), t1 = min(8 * j + 2 * tig + 1, n - 1);
-            int ia[4];
             const float x0 = __ldg(x.d + (size_t)t0 * nsb + sb), x1 = __ldg(x.d + (size_t)t1 * nsb + sb);
             if constexpr (T == GGML_TYPE_Q4_K) {
-                q4k_tile(cur, x.q + (size_t)tb * cols + sb * 256 + 8 * tig, ia);
                 const uint32_t mal = cur.ha.z & 0x3f3f3f3fu,
                                mah = ((cur.ha.w >> 4) & M4) | ((cur.ha.z >> 2) & 0x30303030u);
                 const uint32_t mbl = cur.hb.z & 0x3f3f3f3fu,
@@ -304,17 +323,16 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
                 const int4 s1 = __ldg((const int4 *)(x.s + (size_t)t1 * ncs + sb * 8));
                 const float da = mmq_h2f(cur.ha.x), dma = mmq_h2f(cur.ha.x >> 16);
                 const float db = mmq_h2f(cur.hb.x), dmb = mmq_h2f(cur.hb.x >> 16);
-                acc[j][0] += x0 * (da * (float)ia[0] - dma * (float)min_dot(s0, mal, mah));
-                acc[j][1] += x1 * (da * (float)ia[1] - dma * (float)min_dot(s1, mal, mah));
-                acc[j][2] += x0 * (db * (float)ia[2] - dmb * (float)min_dot(s0, mbl, mbh));
-                acc[j][3] += x1 * (db * (float)ia[3] - dmb * (float)min_dot(s1, mbl, mbh));
+                acc[j][0] += x0 * (da * (float)ia[j][0] - dma * (float)min_dot(s0, mal, mah));
+                acc[j][1] += x1 * (da * (float)ia[j][1] - dma * (float)min_dot(s1, mal, mah));
+                acc[j][2] += x0 * (db * (float)ia[j][2] - dmb * (float)min_dot(s0, mbl, mbh));
+                acc[j][3] += x1 * (db * (float)ia[j][3] - dmb * (float)min_dot(s1, mbl, mbh));
             } else {
-                q6k_tile(cur, x.q + (size_t)tb * cols + sb * 256 + 4 * tig, ia);
                 const float da = mmq_h2f(cur.da), db = mmq_h2f(cur.db);
-                acc[j][0] += x0 * (da * (float)ia[0]);
-                acc[j][1] += x1 * (da * (float)ia[1]);
-                acc[j][2] += x0 * (db * (float)ia[2]);
-                acc[j][3] += x1 * (db * (float)ia[3]);
+                acc[j][0] += x0 * (da * (float)ia[j][0]);
+                acc[j][1] += x1 * (da * (float)ia[j][1]);
+                acc[j][2] += x0 * (db * (float)ia[j][2]);
+                acc[j][3] += x1 * (db * (float)ia[j][3]);
             }
         }
         if (MMQ_DB && sb + 1 < sb1)
