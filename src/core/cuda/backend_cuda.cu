@@ -147,9 +147,13 @@ struct cuda_state {
     cudaEvent_t pf_fork, pf_join;
     bool pf_forked; /* pf_side holds work a capture must join */
     /* Q4_K / Q6_K products of int8_rows_k + 1 .. mmq_max rows on the int8
-     * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, default 64; 0: the
-     * F16 GEMM as before), K split over mmq_ks warps (OMNI_CUDA_MMQ_KS,
-     * 0: per shape). xm holds their quantized activations, standing for
+     * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, at most 64; default
+     * 32; 0: the F16 GEMM as before), K split over mmq_ks warps
+     * (OMNI_CUDA_MMQ_KS, 0: per shape). H100 job f_g2, bench-engine 1B
+     * Q4_K_M at 16 / 64 sequences: 9,477 / 17,634 tok/s with 32, 7,743 /
+     * 15,647 with 0, 9,503 / 14,863 with 64 (at 64 rows the kernels are
+     * slower than cuBLAS on the F16 copy: 36 us for 8192 x 2048 against
+     * 22). xm holds their quantized activations, standing for
      * nm_x (nm_n rows of nm_cols) while nm_valid (dropped as nq_valid is). */
     int mmq_max, mmq_ks;
     void *xm;
@@ -4214,7 +4218,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *lm = getenv("OMNI_CUDA_L2NEXT_MIN");
     s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
     const char *mq = getenv("OMNI_CUDA_MMQ");
-    s->mmq_max = !mq ? MMQ_MAX_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
+    s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
     const char *mk = getenv("OMNI_CUDA_MMQ_KS");
     s->mmq_ks = mk && (atoi(mk) == 1 || atoi(mk) == 2 || atoi(mk) == 4) ? atoi(mk) : 0;
     const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");

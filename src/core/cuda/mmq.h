@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MMQ_MAX_ROWS 64 /* activation rows a product takes at most */
+#define MMQ_MAX_ROWS 64     /* activation rows a product takes at most */
+#define MMQ_DEFAULT_ROWS 32 /* backend_cuda.cu's default (OMNI_CUDA_MMQ) */
 
 /* A matrix as the kernels read it. Q4_K: q = the GGUF rows (144-byte
  * super-blocks, qrb bytes a row). Q6_K: prepare's repacked copy (the mv2
