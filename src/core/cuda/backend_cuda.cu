@@ -158,11 +158,6 @@ struct cuda_state {
     int mmq_max, mmq_ks;
     void *xm;
     size_t xm_cap;
-    /* OMNI_CUDA_MMQ_SMEM=1: mmq_product_s (activations in shared memory,
-     * K split over blocks, their parts in mp) */
-    bool mmq_smem;
-    void *mp;
-    size_t mp_cap;
     bool nm_valid;
     const float *nm_x;
     int nm_n, nm_cols;
@@ -1677,18 +1672,8 @@ static int mmq_run(struct cuda_state *s, const struct omni_btensor *w, const flo
     }
     struct mmq_w m;
     mmq_of(s, w, &m);
-    int rc;
-    if (s->mmq_smem) {
-        const size_t np = mmq_part_floats((int)w->rows, cols, n, s->n_sm);
-        if (np && (rc = grow_bytes(s, &s->mp, &s->mp_cap, np * sizeof(float))) < 0)
-            return rc;
-        rc = chk(mmq_product_s(&m, (int)w->rows, cols, n, s->xm, y, (float *)s->mp, s->n_sm,
-                               s->stream),
+    int rc = chk(mmq_product(&m, (int)w->rows, cols, n, s->xm, y, s->n_sm, s->mmq_ks, s->stream),
                  "mmq product");
-    } else {
-        rc = chk(mmq_product(&m, (int)w->rows, cols, n, s->xm, y, s->n_sm, s->mmq_ks, s->stream),
-                 "mmq product");
-    }
     struct pf_set cur = {};
     pf_add(&cur, m.q, (size_t)w->rows * m.qrb);
     pf_product(s, w->data, n, cur);
@@ -4121,8 +4106,6 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->xq);
         if (s->xm)
             cudaFree(s->xm);
-        if (s->mp)
-            cudaFree(s->mp);
         if (s->xq2)
             cudaFree(s->xq2);
         if (s->am_pv)
@@ -4236,8 +4219,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
-    const char *msm = getenv("OMNI_CUDA_MMQ_SMEM");
-    s->mmq_smem = msm && !strcmp(msm, "1");
     const char *mk = getenv("OMNI_CUDA_MMQ_KS");
     s->mmq_ks = mk && (atoi(mk) == 1 || atoi(mk) == 2 || atoi(mk) == 4) ? atoi(mk) : 0;
     const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");

@@ -20,8 +20,15 @@
  * comes in one 8-byte load. A block is 4 warps: 4 row tiles, or 2 row tiles
  * x 2 halves of K, or 1 row tile x 4 quarters of K (summed in shared
  * memory at the end), so that a product of few rows still fills the SMs.
- * The next super-block's weight bytes are loaded while the current one is
- * multiplied. */
+ * Each warp loads its super-block's weight bytes and multiplies them; the
+ * other warps of the SM (3 blocks of 168 registers) hide the latency.
+ *
+ * On an H100 (docs/gpu.md, jobs f_g1-f_g3) this beats cuBLAS on the F16
+ * copy up to 32 rows (bench-engine at 16 sequences +23%) but not at 64:
+ * there each mma carries 4 integer scale steps and the kernels are bound
+ * by issue, not by the bytes they read (8192 x 2048 at 64 rows: 36 us
+ * against 22 for the F16 GEMM; 28 us with the activations shared through
+ * shared memory, a form dropped after measuring, 69c576b). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -34,9 +41,6 @@ extern "C" {
 }
 
 #define MMQ_WARPS 4
-#ifndef MMQ_DB
-#define MMQ_DB 0
-#endif
 #ifndef MMQ_MINB
 #define MMQ_MINB 3 /* blocks an SM: 168 registers (4: 128, with spills at 6-8 n-tiles) */
 #endif
@@ -203,17 +207,7 @@ static __device__ __forceinline__ int min_dot(const int4 &s, uint32_t mlo, uint3
  * j. Sub-blocks outside, n-tiles inside: a sub-block's A fragments and
  * scales are made once for all n-tiles. xr[j]: n-tile j's activation row
  * of this lane at the super-block (+ 8 tig). */
-template <bool SM, typename V> static __device__ __forceinline__ V ldx(const int8_t *p)
-{
-    if constexpr (SM)
-        return *(const V *)p;
-    else
-        return __ldg((const V *)p);
-}
-
-/* (SM: the activations from the block's shared tile, sub-block c at
- * xr[j] + c * CS; else from global memory, CS = 32) */
-template <int NT, bool SM = false, int CS = 32>
+template <int NT>
 static __device__ __forceinline__ void q4k_tiles(const q4k_raw &r, const int8_t *const *xr,
                                                  int (*ia)[4])
 {
@@ -227,7 +221,7 @@ static __device__ __forceinline__ void q4k_tiles(const q4k_raw &r, const int8_t 
         const int sa = ubyte(c < 4 ? sal : sah, c & 3), sb = ubyte(c < 4 ? sbl : sbh, c & 3);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const int2 b = ldx<SM, int2>(xr[j] + CS * c);
+            const int2 b = __ldg((const int2 *)(xr[j] + 32 * c));
             int d[4];
             mma_k32(d, a0, a1, a2, a3, b.x, b.y);
             ia[j][0] += sa * d[0];
@@ -239,7 +233,7 @@ static __device__ __forceinline__ void q4k_tiles(const q4k_raw &r, const int8_t 
 }
 
 /* The same for Q6_K: 16-value sub-blocks (xr[j] + 4 tig). */
-template <int NT, bool SM = false, int CS = 16>
+template <int NT>
 static __device__ __forceinline__ void q6k_tiles(const q6k_raw &r, const int8_t *const *xr,
                                                  int (*ia)[4])
 {
@@ -258,7 +252,7 @@ static __device__ __forceinline__ void q6k_tiles(const q6k_raw &r, const int8_t 
         const int ca = sbyte(sa[s >> 2], s & 3), cb = sbyte(sb[s >> 2], s & 3);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const int b = ldx<SM, int>(xr[j] + CS * s); /* (global: 128h + 32k + 16e) */
+            const int b = __ldg((const int *)(xr[j] + 16 * s)); /* 128h + 32k + 16e */
             int d[4];
             mma_k16(d, a0, a1, b);
             ia[j][0] += ca * d[0];
@@ -288,7 +282,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     using raw_t = typename std::conditional<T == GGML_TYPE_Q4_K, q4k_raw, q6k_raw>::type;
-    raw_t cur, nxt;
+    raw_t cur;
     auto load = [&](raw_t &r, int sb) {
         if constexpr (T == GGML_TYPE_Q4_K) {
             q4k_load(r, w.q + (size_t)ra * w.qrb + (size_t)sb * 144,
@@ -300,14 +294,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
         }
     };
     for (int sb = sb0; sb < sb1; sb++) {
-        if constexpr (MMQ_DB) {
-            if (sb == sb0)
-                load(cur, sb0);
-            if (sb + 1 < sb1)
-                load(nxt, sb + 1);
-        } else {
-            load(cur, sb);
-        }
+        load(cur, sb);
         int ia[NT][4];
         const int8_t *xr[NT];
 #pragma unroll
@@ -345,8 +332,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
                 acc[j][3] += x1 * (db * (float)ia[j][3]);
             }
         }
-        if (MMQ_DB && sb + 1 < sb1)
-            cur = nxt;
     }
     if constexpr (KS > 1) {
         if (ks > 0) {
@@ -378,204 +363,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
             if (r < rows && t < n)
                 y[(size_t)t * rows + r] = acc[j][e];
         }
-}
-
-// ---- the same with the activations staged in shared memory (OMNI_CUDA_MMQ_SMEM) ------
-/* Each warp of k_mmq reads its activations from global memory (L1): a
- * fragment load touches 8 rows 2 KB apart, and the 4 warps of a block read
- * the same bytes. Here the 4 warps are 4 row tiles (64 rows) on one K range
- * and share a tile of one super-block's activations in shared memory,
- * filled by cp.async while the previous super-block is multiplied (two
- * buffers). The tile is in fragment order: piece p (8 bytes for Q4_K,
- * sub-block p / 4, lane tig = p % 4; 4 bytes for Q6_K, sub-block p / 4) of
- * token t at p * TS + t * PB, TS padded by 32 bytes so that the 4 tig rows
- * of a load fall in different banks. K is split over blocks (grid.y): each
- * writes its part of y into part[ks], and k_mmq_sum adds the parts in a
- * fixed order. */
-template <int T, int NT> struct mmq_tile {
-    static constexpr int NTOK = 8 * NT;
-    static constexpr int PB = T == GGML_TYPE_Q4_K ? 8 : 4;
-    static constexpr int NP = 256 / PB;
-    static constexpr int TS = NTOK * PB + 32;
-    static constexpr int BYTES = NP * TS;
-};
-
-static __device__ __forceinline__ void cp_async(void *dst, const void *src, int bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if (bytes == 8)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
-
-template <int T, int NT>
-static __device__ __forceinline__ void tile_fill(uint8_t *tile, const int8_t *__restrict__ xq,
-                                                 int cols, int n, int sb)
-{
-    using L = mmq_tile<T, NT>;
-    for (int i = threadIdx.x; i < L::NTOK * L::NP; i += MMQ_WARPS * 32) {
-        const int t = i / L::NP, p = i % L::NP;
-        cp_async(tile + p * L::TS + t * L::PB,
-                 xq + (size_t)min(t, n - 1) * cols + sb * 256 + p * L::PB, L::PB);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-template <int T, int NT>
-__global__ void __launch_bounds__(MMQ_WARPS * 32, MMQ_MINB)
-    k_mmq_s(const mmq_w w, int rows, int nsb, int n, const mmq_act x, float *__restrict__ y,
-            float *__restrict__ part)
-{
-    using L = mmq_tile<T, NT>;
-    __shared__ __align__(16) uint8_t tiles[2][L::BYTES];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const int KS = gridDim.y, ks = blockIdx.y;
-    const int row0 = ((int)blockIdx.x * MMQ_WARPS + warp) * 16;
-    const int ra = min(row0 + g, rows - 1), rb = min(row0 + g + 8, rows - 1);
-    const int cols = nsb * 256, ncs = nsb * 8;
-    const int sb0 = ks * nsb / KS, sb1 = (ks + 1) * nsb / KS;
-    float acc[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    using raw_t = typename std::conditional<T == GGML_TYPE_Q4_K, q4k_raw, q6k_raw>::type;
-    raw_t cur;
-    if (sb0 < sb1)
-        tile_fill<T, NT>(tiles[0], x.q, cols, n, sb0);
-    for (int sb = sb0; sb < sb1; sb++) {
-        const int bi = (sb - sb0) & 1;
-        if (sb + 1 < sb1)
-            tile_fill<T, NT>(tiles[bi ^ 1], x.q, cols, n, sb + 1);
-        else
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        if constexpr (T == GGML_TYPE_Q4_K) {
-            q4k_load(cur, w.q + (size_t)ra * w.qrb + (size_t)sb * 144,
-                     w.q + (size_t)rb * w.qrb + (size_t)sb * 144, tig);
-        } else {
-            const size_t ia = (size_t)ra * nsb + sb, ib = (size_t)rb * nsb + sb;
-            q6k_load(cur, w.q + ia * 192, w.q + ib * 192, w.sc + ia * 16, w.sc + ib * 16, w.d + ia,
-                     w.d + ib, tig);
-        }
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-        __syncthreads();
-        int ia[NT][4];
-        const int8_t *xr[NT];
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            ia[j][0] = ia[j][1] = ia[j][2] = ia[j][3] = 0;
-            xr[j] = (const int8_t *)tiles[bi] + tig * L::TS + (8 * j + g) * L::PB;
-        }
-        if constexpr (T == GGML_TYPE_Q4_K)
-            q4k_tiles<NT, true, 4 * L::TS>(cur, xr, ia);
-        else
-            q6k_tiles<NT, true, 4 * L::TS>(cur, xr, ia);
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const int t0 = min(8 * j + 2 * tig, n - 1), t1 = min(8 * j + 2 * tig + 1, n - 1);
-            const float x0 = __ldg(x.d + (size_t)t0 * nsb + sb), x1 = __ldg(x.d + (size_t)t1 * nsb + sb);
-            if constexpr (T == GGML_TYPE_Q4_K) {
-                const uint32_t mal = cur.ha.z & 0x3f3f3f3fu,
-                               mah = ((cur.ha.w >> 4) & M4) | ((cur.ha.z >> 2) & 0x30303030u);
-                const uint32_t mbl = cur.hb.z & 0x3f3f3f3fu,
-                               mbh = ((cur.hb.w >> 4) & M4) | ((cur.hb.z >> 2) & 0x30303030u);
-                const int4 s0 = __ldg((const int4 *)(x.s + (size_t)t0 * ncs + sb * 8));
-                const int4 s1 = __ldg((const int4 *)(x.s + (size_t)t1 * ncs + sb * 8));
-                const float da = mmq_h2f(cur.ha.x), dma = mmq_h2f(cur.ha.x >> 16);
-                const float db = mmq_h2f(cur.hb.x), dmb = mmq_h2f(cur.hb.x >> 16);
-                acc[j][0] += x0 * (da * (float)ia[j][0] - dma * (float)min_dot(s0, mal, mah));
-                acc[j][1] += x1 * (da * (float)ia[j][1] - dma * (float)min_dot(s1, mal, mah));
-                acc[j][2] += x0 * (db * (float)ia[j][2] - dmb * (float)min_dot(s0, mbl, mbh));
-                acc[j][3] += x1 * (db * (float)ia[j][3] - dmb * (float)min_dot(s1, mbl, mbh));
-            } else {
-                const float da = mmq_h2f(cur.da), db = mmq_h2f(cur.db);
-                acc[j][0] += x0 * (da * (float)ia[j][0]);
-                acc[j][1] += x1 * (da * (float)ia[j][1]);
-                acc[j][2] += x0 * (db * (float)ia[j][2]);
-                acc[j][3] += x1 * (db * (float)ia[j][3]);
-            }
-        }
-        __syncthreads(); /* the tile is refilled two super-blocks on */
-    }
-    float *out = KS > 1 ? part + (size_t)ks * n * rows : y;
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = row0 + g + (e >> 1) * 8, t = 8 * j + 2 * tig + (e & 1);
-            if (r < rows && t < n)
-                out[(size_t)t * rows + r] = acc[j][e];
-        }
-}
-
-__global__ void k_mmq_sum(const float *__restrict__ part, int S, int64_t m, float *__restrict__ y)
-{
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= m)
-        return;
-    float v = part[i];
-    for (int k = 1; k < S; k++)
-        v += part[(size_t)k * m + i];
-    y[i] = v;
-}
-
-/* K-splits over blocks for k_mmq_s: the fewest (up to 8) that give every
- * SM a block while each keeps 2+ super-blocks. */
-static int ks_blocks(int rows, int nsb, int n_sm)
-{
-    const int blocks = (rows + 16 * MMQ_WARPS - 1) / (16 * MMQ_WARPS);
-    int ks = 1;
-    while (ks < 8 && blocks * ks < n_sm && nsb >= 4 * ks)
-        ks *= 2;
-    return ks;
-}
-
-size_t mmq_part_floats(int rows, int cols, int n, int n_sm)
-{
-    const int ks = ks_blocks(rows, cols / 256, n_sm);
-    return ks > 1 ? (size_t)ks * n * rows : 0;
-}
-
-template <int T, int NT>
-static void launch_s(const mmq_w &w, int rows, int nsb, int n, const mmq_act &x, float *y,
-                     float *part, int ks, cudaStream_t st)
-{
-    const dim3 grid((unsigned)((rows + 16 * MMQ_WARPS - 1) / (16 * MMQ_WARPS)), (unsigned)ks);
-    k_mmq_s<T, NT><<<grid, MMQ_WARPS * 32, 0, st>>>(w, rows, nsb, n, x, y, part);
-    if (ks > 1) {
-        const int64_t m = (int64_t)n * rows;
-        k_mmq_sum<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(part, ks, m, y);
-    }
-}
-
-template <int T>
-static void launch_st(const mmq_w &w, int rows, int nsb, int n, const mmq_act &x, float *y,
-                      float *part, int ks, cudaStream_t st)
-{
-    if (n <= 16)
-        launch_s<T, 2>(w, rows, nsb, n, x, y, part, ks, st);
-    else if (n <= 32)
-        launch_s<T, 4>(w, rows, nsb, n, x, y, part, ks, st);
-    else if (n <= 48)
-        launch_s<T, 6>(w, rows, nsb, n, x, y, part, ks, st);
-    else
-        launch_s<T, 8>(w, rows, nsb, n, x, y, part, ks, st);
-}
-
-cudaError_t mmq_product_s(const struct mmq_w *w, int rows, int cols, int n, const void *act,
-                          float *y, float *part, int n_sm, cudaStream_t st)
-{
-    if (!mmq_shape_ok(w->type, rows, cols, n))
-        return cudaErrorInvalidValue;
-    const int nsb = cols / 256, ks = ks_blocks(rows, nsb, n_sm);
-    if (ks > 1 && !part)
-        return cudaErrorInvalidValue;
-    const mmq_act x = act_parts(act, n, cols);
-    if (w->type == GGML_TYPE_Q4_K)
-        launch_st<GGML_TYPE_Q4_K>(*w, rows, nsb, n, x, y, part, ks, st);
-    else
-        launch_st<GGML_TYPE_Q6_K>(*w, rows, nsb, n, x, y, part, ks, st);
-    return cudaGetLastError();
 }
 
 bool mmq_shape_ok(int type, int64_t rows, int64_t cols, int n)

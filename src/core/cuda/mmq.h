@@ -41,11 +41,4 @@ cudaError_t mmq_quantize(const float *x, int n, int cols, void *act, cudaStream_
 cudaError_t mmq_product(const struct mmq_w *w, int rows, int cols, int n, const void *act,
                         float *y, int n_sm, int ks, cudaStream_t st);
 
-/* The same with the activations staged in shared memory and K split over
- * blocks (mmq.cu: k_mmq_s), the parts summed from part
- * (mmq_part_floats of the same shape; NULL when that is 0). */
-size_t mmq_part_floats(int rows, int cols, int n, int n_sm);
-cudaError_t mmq_product_s(const struct mmq_w *w, int rows, int cols, int n, const void *act,
-                          float *y, float *part, int n_sm, cudaStream_t st);
-
 #endif
