@@ -464,29 +464,66 @@ static void attn_wsum_f16_simd(float *acc, const float *w, const uint16_t *const
 
 // ---- decode attention: online softmax over F16 rows --------------------------
 
+/* Lane permutations as constant index lists for __builtin_shufflevector
+ * (GCC 12+ and clang; GCC's __builtin_shuffle is not in clang, which the
+ * fuzz build uses). SHUF(x, y, IDX...) picks lanes of x ++ y. */
+#define SHUF(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#if VW == 16
+#define SW8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define SW4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define SW2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define SW1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define L1LO 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
+#define L1HI 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
+#define L2LO 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define L2HI 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define L3LO 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define L3HI 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define HALF_LO 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HALF_HI 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#elif VW == 8
+#define SW4 4, 5, 6, 7, 0, 1, 2, 3
+#define SW2 2, 3, 0, 1, 6, 7, 4, 5
+#define SW1 1, 0, 3, 2, 5, 4, 7, 6
+#define L1LO 0, 8, 1, 9, 4, 12, 5, 13
+#define L1HI 2, 10, 3, 11, 6, 14, 7, 15
+#define L2LO 0, 1, 8, 9, 4, 5, 12, 13
+#define L2HI 2, 3, 10, 11, 6, 7, 14, 15
+#define L3LO 0, 1, 2, 3, 8, 9, 10, 11
+#define L3HI 4, 5, 6, 7, 12, 13, 14, 15
+#define HALF_LO 0, 1, 2, 3, 8, 9, 10, 11
+#define HALF_HI 4, 5, 6, 7, 12, 13, 14, 15
+#else
+#define SW2 2, 3, 0, 1
+#define SW1 1, 0, 3, 2
+#define L1LO 0, 4, 1, 5
+#define L1HI 2, 6, 3, 7
+#define L2LO 0, 1, 4, 5
+#define L2HI 2, 3, 6, 7
+#define HALF_LO 0, 1, 4, 5
+#define HALF_HI 2, 3, 6, 7
+#endif
+
+/* v and the lanes of v permuted by IDX, the larger of each pair */
+#define VMAX_STEP(v, IDX) ((v) = sel((v) > SHUF(v, v, IDX), (v), SHUF(v, v, IDX)))
+
 /* All lanes = the largest lane of v: halves, quarters, ... swapped and compared. */
 static inline vf vmax_all(vf v)
 {
 #if VW == 16
-    const vi p[4] = { { 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7 },
-                      { 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11 },
-                      { 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13 },
-                      { 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14 } };
-#elif VW == 8
-    const vi p[3] = { { 4, 5, 6, 7, 0, 1, 2, 3 }, { 2, 3, 0, 1, 6, 7, 4, 5 }, { 1, 0, 3, 2, 5, 4, 7, 6 } };
-#else
-    const vi p[2] = { { 2, 3, 0, 1 }, { 1, 0, 3, 2 } };
+    VMAX_STEP(v, SW8);
 #endif
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
-        const vf t = __builtin_shuffle(v, p[i]);
-        v = sel(v > t, v, t);
-    }
+#if VW >= 8
+    VMAX_STEP(v, SW4);
+#endif
+    VMAX_STEP(v, SW2);
+    VMAX_STEP(v, SW1);
     return v;
 }
 
 /* One level of a transpose-and-add tree: lane pairs of x and y picked by
- * lo and hi, added. */
-#define TREE_LEVEL(x, y, lo, hi) (__builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi))
+ * LO and HI, added. */
+#define TREE_LEVEL(x, y, LO, HI) (SHUF(x, y, LO) + SHUF(x, y, HI))
 
 /* a[i] and b[i] (i < VW/2): per key i, the lanes of head 0's and head 1's
  * products with it. Returns head 0's VW/2 sums in lanes [0, VW/2) and head
@@ -495,53 +532,35 @@ static inline vf vmax_all(vf v)
 static inline vf sum_lanes_pair(const vf *a, const vf *b)
 {
 #if VW == 16
-    const vi l1lo = { 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29 };
-    const vi l1hi = { 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31 };
-    const vi l2lo = { 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 };
-    const vi l2hi = { 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 };
-    const vi l3lo = { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 };
-    const vi l3hi = { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 };
     vf e[2];
     for (int h = 0; h < 2; h++) {
         const vf *x = h ? b : a;
-        const vf b0 = TREE_LEVEL(x[0], x[1], l1lo, l1hi), b1 = TREE_LEVEL(x[2], x[3], l1lo, l1hi);
-        const vf b2 = TREE_LEVEL(x[4], x[5], l1lo, l1hi), b3 = TREE_LEVEL(x[6], x[7], l1lo, l1hi);
+        const vf b0 = TREE_LEVEL(x[0], x[1], L1LO, L1HI), b1 = TREE_LEVEL(x[2], x[3], L1LO, L1HI);
+        const vf b2 = TREE_LEVEL(x[4], x[5], L1LO, L1HI), b3 = TREE_LEVEL(x[6], x[7], L1LO, L1HI);
         /* each 128-bit lane: keys 0-3 (c0) or 4-7 (c1), one partial sum each */
-        const vf c0 = TREE_LEVEL(b0, b1, l2lo, l2hi), c1 = TREE_LEVEL(b2, b3, l2lo, l2hi);
-        e[h] = TREE_LEVEL(c0, c1, l3lo, l3hi);
+        const vf c0 = TREE_LEVEL(b0, b1, L2LO, L2HI), c1 = TREE_LEVEL(b2, b3, L2LO, L2HI);
+        e[h] = TREE_LEVEL(c0, c1, L3LO, L3HI);
     }
-    return TREE_LEVEL(e[0], e[1], l3lo, l3hi);
+    return TREE_LEVEL(e[0], e[1], L3LO, L3HI);
 #elif VW == 8
-    const vi l1lo = { 0, 8, 1, 9, 4, 12, 5, 13 }, l1hi = { 2, 10, 3, 11, 6, 14, 7, 15 };
-    const vi l2lo = { 0, 1, 8, 9, 4, 5, 12, 13 }, l2hi = { 2, 3, 10, 11, 6, 7, 14, 15 };
-    const vi l3lo = { 0, 1, 2, 3, 8, 9, 10, 11 }, l3hi = { 4, 5, 6, 7, 12, 13, 14, 15 };
     vf c[2];
     for (int h = 0; h < 2; h++) {
         const vf *x = h ? b : a;
-        const vf b0 = TREE_LEVEL(x[0], x[1], l1lo, l1hi), b1 = TREE_LEVEL(x[2], x[3], l1lo, l1hi);
-        c[h] = TREE_LEVEL(b0, b1, l2lo, l2hi);
+        const vf b0 = TREE_LEVEL(x[0], x[1], L1LO, L1HI), b1 = TREE_LEVEL(x[2], x[3], L1LO, L1HI);
+        c[h] = TREE_LEVEL(b0, b1, L2LO, L2HI);
     }
-    return TREE_LEVEL(c[0], c[1], l3lo, l3hi);
+    return TREE_LEVEL(c[0], c[1], L3LO, L3HI);
 #else
-    const vi l1lo = { 0, 4, 1, 5 }, l1hi = { 2, 6, 3, 7 }, l2lo = { 0, 1, 4, 5 }, l2hi = { 2, 3, 6, 7 };
-    const vf b0 = TREE_LEVEL(a[0], a[1], l1lo, l1hi), b1 = TREE_LEVEL(b[0], b[1], l1lo, l1hi);
-    return TREE_LEVEL(b0, b1, l2lo, l2hi);
+    const vf b0 = TREE_LEVEL(a[0], a[1], L1LO, L1HI), b1 = TREE_LEVEL(b[0], b[1], L1LO, L1HI);
+    return TREE_LEVEL(b0, b1, L2LO, L2HI);
 #endif
 }
 
 /* lanes [0, VW/2) of x then of y (*lo); lanes [VW/2, VW) of x then of y (*hi) */
 static inline void split_halves(vf x, vf y, vf *lo, vf *hi)
 {
-#if VW == 16
-    const vi ml = { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 };
-    const vi mh = { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 };
-#elif VW == 8
-    const vi ml = { 0, 1, 2, 3, 8, 9, 10, 11 }, mh = { 4, 5, 6, 7, 12, 13, 14, 15 };
-#else
-    const vi ml = { 0, 1, 4, 5 }, mh = { 2, 3, 6, 7 };
-#endif
-    *lo = __builtin_shuffle(x, y, ml);
-    *hi = __builtin_shuffle(x, y, mh);
+    *lo = SHUF(x, y, HALF_LO);
+    *hi = SHUF(x, y, HALF_HI);
 }
 
 enum {
