@@ -141,8 +141,8 @@ struct cuda_state {
     int pf_min;            /* OMNI_CUDA_L2NEXT_MIN: only after products of this many rows+ */
     /* OMNI_CUDA_L2NEXT_SIDE=1: the prefetch kernel on a stream of its own
      * (forked at the product by pf_fork, joined back at a graph's end), so
-     * that the kernels after the product do not wait for it. Not yet run
-     * on a GPU (docs/gpu.md, session of 2026-11-27: job f_e2's command) */
+     * that the kernels after the product do not wait for it. H100 job
+     * f_g1: tg128 on the 7B file 0.896x with L2NEXT=16 (docs/gpu.md) */
     cudaStream_t pf_side;
     cudaEvent_t pf_fork, pf_join;
     bool pf_forked; /* pf_side holds work a capture must join */
