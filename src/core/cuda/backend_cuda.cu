@@ -1541,6 +1541,7 @@ static void wrote(struct cuda_state *s, const float *y, int64_t n)
         s->nq_valid = false;
     if (s->nh_valid && y < s->nh_x + (int64_t)s->nh_n * s->nh_cols && s->nh_x < y + n)
         s->nh_valid = false;
+    if (s->nm_valid && y < s->nm_x + (int64_t)s->nm_n * s->nm_cols && s->nm_x < y + n)
         s->nm_valid = false;
 }
 
@@ -4040,8 +4041,8 @@ static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
-    s->nh_valid = false;
-    s->nm_valid = false; /* a graph converts its own inputs */
+    s->nh_valid = false; /* a graph converts its own inputs */
+    s->nm_valid = false;
     s->n_capture++;
     s->pf_forked = false; /* (what the side stream holds now is outside the capture) */
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
