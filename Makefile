@@ -352,7 +352,7 @@ CUDA_ARCH ?= 90a
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA_SRCS := $(sort $(wildcard src/core/cuda/*.cu))
 CUDA_OBJS := $(if $(CUDA),$(CUDA_SRCS:%.cu=$(BUILD)/%.o))
-CUDA_LIBS := $(if $(CUDA),-L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -ldl -lrt)
+CUDA_LIBS := $(if $(CUDA),-L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl -lrt)
 ifneq ($(CUDA),)
 CFLAGS    += -DOMNI_HAVE_CUDA
 LDLIBS    += $(CUDA_LIBS)

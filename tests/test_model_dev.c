@@ -522,7 +522,9 @@ TEST(backend_gemm_groups)
  * warps (OMNI_CUDA_MMQ_KS) and the backend's own choice: rows that are
  * not a multiple of the 16-row tile, batches that are not a multiple of
  * the 8-row n-tile. Q6_K after prepare (its repacked copy), Q4_K with and
- * without. */
+ * without. Past the mmq range (40, 63, 64 rows) prepared matrices take the
+ * F16 GEMM with the cuBLASLt algorithm prepare timed (gemm_lt.h; 63 rows
+ * on the one timed at 64). */
 TEST(backend_mmq_ranges)
 {
     enum { ROWS = 72, COLS = 1024, NMAX = 64 };

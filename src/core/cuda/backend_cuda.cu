@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/core/cuda/gemm_lt.h"
 #include "src/core/cuda/mmq.h"
 
 extern "C" {
@@ -79,6 +80,11 @@ struct cuda_state {
     int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices
                         * (-1, =auto: S per shape, see splitk_for) */
     int n_sm;          /* the device's SMs */
+    /* OMNI_CUDA_LT=N (default 64; 0 off): F16 GEMMs of 2..N activation rows
+     * through cuBLASLt with the algorithm timed per shape at prepare
+     * (gemm_lt.h) */
+    struct gemm_lt *lt;
+    int lt_max;
     float *sk;         /* their partial products (S x n x rows floats), never moved */
     size_t sk_cap;     /* floats */
     const float *nh_x;
@@ -1756,6 +1762,8 @@ __global__ void k_swiglu_cat(const float *__restrict__ c, int rows, int64_t coun
  * S is OMNI_CUDA_SPLITK's fixed value, or with =auto the most (up to 8)
  * that keep the tiles times S within the SMs' count, K-slices of at least
  * 512; 1: none. */
+#define LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's split-K partial sums */
+
 static int splitk_for(const struct cuda_state *s, int rows, int n, int cols)
 {
     if (n > 64 || !s->splitk)
@@ -1769,13 +1777,18 @@ static int splitk_for(const struct cuda_state *s, int rows, int n, int cols)
     return S;
 }
 
-/* y[n][rows] = x . A^T through cuBLAS on F16 (x in xh: f16_input), split
- * over K where splitk_for says. The split's scratch is made outside a
+/* y[n][rows] = x . A^T through cuBLAS on F16 (x in xh: f16_input): up to
+ * lt_max rows with the cuBLASLt algorithm timed for the shape at prepare
+ * (gemm_lt.h), else cublasGemmEx, split over K where splitk_for says. The split's scratch is made outside a
  * graph capture and never moves; a capture that would need more runs the
  * plain GEMM. */
 static int gemm_f16(struct cuda_state *s, const __half *A, int rows, int n, int cols, float *y)
 {
     const float one = 1.0f, zero = 0.0f;
+    if (s->lt && n >= 2 && n <= s->lt_max) {
+        if (gemm_lt_run(s->lt, s->stream, A, rows, n, cols, s->xh, y))
+            return 0;
+    }
     const int S = splitk_for(s, rows, n, cols);
     if (S > 1) {
         const size_t need = (size_t)S * n * rows;
@@ -2310,7 +2323,7 @@ static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __hal
     c->cols = w->cols;
     c->type = w->type;
     c->mv2 = mv2;
-    return 0;
+    return h && s->lt ? gemm_lt_tune(s->lt, s->stream, h, rows, cols, s->lt_max) : 0;
 }
 
 static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
@@ -2368,7 +2381,8 @@ static int cuda_prepare_group(struct omni_backend *be, int nw,
         }
         at += w[i]->rows * w[i]->cols;
     }
-    return 0;
+    /* the one GEMM over the group's rows (gemm_cat_run) */
+    return s->lt ? gemm_lt_tune(s->lt, s->stream, base, (int)total, (int)w[0]->cols, s->lt_max) : 0;
 }
 
 static size_t cuda_mem_available(struct omni_backend *be)
@@ -4097,6 +4111,12 @@ static void cuda_destroy(struct omni_backend *be)
         if (stats && !strcmp(stats, "1"))
             fprintf(stderr, "backend: cuda: graphs: %ld captures, %ld made, %ld replays\n",
                     s->n_capture, s->n_capture_ok, s->n_replay);
+        if (stats && !strcmp(stats, "1") && s->lt) {
+            int shapes, changed;
+            gemm_lt_stats(s->lt, &shapes, &changed);
+            fprintf(stderr, "backend: cuda: cuBLASLt: %d shapes timed, %d on another algorithm than the first\n",
+                    shapes, changed);
+        }
         if (s->wh)
             cudaFree(s->wh);
         if (s->sk)
@@ -4132,6 +4152,7 @@ static void cuda_destroy(struct omni_backend *be)
             cudaEventDestroy(s->pf_fork);
             cudaEventDestroy(s->pf_join);
         }
+        gemm_lt_free(s->lt);
         if (s->blas)
             cublasDestroy(s->blas);
         if (s->stream)
@@ -4220,6 +4241,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
+    const char *lt = getenv("OMNI_CUDA_LT");
+    s->lt_max = !lt ? 64 : atoi(lt) > 0 ? atoi(lt) : 0;
     const char *mk = getenv("OMNI_CUDA_MMQ_KS");
     s->mmq_ks = mk && (atoi(mk) == 1 || atoi(mk) == 2 || atoi(mk) == 4) ? atoi(mk) : 0;
     const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");
@@ -4252,6 +4275,9 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         cuda_destroy(be);
         return NULL;
     }
+    /* cuBLASLt for the batched steps' GEMMs (without it, cublasGemmEx) */
+    if (s->lt_max)
+        s->lt = gemm_lt_new(LT_WORKSPACE);
     /* the sliced argmax's scratch (small; without it, k_argmax) */
     if (cudaMalloc((void **)&s->am_pv, AM_ROWS * AM_SLICES * sizeof(float)) != cudaSuccess ||
         cudaMalloc((void **)&s->am_pi, AM_ROWS * AM_SLICES * sizeof(int)) != cudaSuccess ||
