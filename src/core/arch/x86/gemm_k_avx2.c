@@ -439,6 +439,10 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     uint64_t sc, mn;
     k4_scales(b->scales, &sc, &mn);
+    /* the 8 scales and 8 mins as int16 in both halves: int16 j of sc16 is
+     * scale j, dword p of mn16 the pair (m[2p], m[2p + 1]) */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    const __m256i mn16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)));
     const __m256i *A = (const __m256i *)o;
     __m256i sum03 = _mm256_setzero_si256(), sum47 = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -455,8 +459,11 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
                 s03 = _mm256_add_epi16(s03, A8_MADD(W, Aj, k));
                 s47 = _mm256_add_epi16(s47, A8_MADD(W, Aj + 4, k));
             }
-            const uint32_t scj = (uint32_t)(sc >> (8 * j)) & 0xff;
-            const __m256i scv = _mm256_set1_epi32((int)(scj | scj << 16));
+            const char l = (char)(2 * j);
+            const __m256i scv = _mm256_shuffle_epi8(sc16, _mm256_setr_epi8(l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                                                           l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                                                           l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                                                           l, l + 1, l, l + 1, l, l + 1, l, l + 1));
             sum03 = _mm256_add_epi32(sum03, _mm256_madd_epi16(s03, scv));
             sum47 = _mm256_add_epi32(sum47, _mm256_madd_epi16(s47, scv));
             KEEP_CHAIN(sum03);
@@ -467,11 +474,9 @@ static inline __m256 a8_q4k(const block_q4_K *b, const uint8_t *o, __m256 acc)
     /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]), two sub-blocks per vpmaddwd */
     __m256i summ = _mm256_setzero_si256();
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        const uint32_t m2 = (uint32_t)(mn >> (16 * p)) & 0xff, m2b = (uint32_t)(mn >> (16 * p + 8)) & 0xff;
-        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_set1_epi32((int)(m2 | m2b << 16)),
+    for (int p = 0; p < 4; p++)
+        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(BCAST_DW(mn16, p),
                                                         _mm256_load_si256((const __m256i *)(o + A8_BS) + p)));
-    }
     const __m256 v = _mm256_fmsub_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), _mm256_cvtepi32_ps(sumi),
                                      _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->dmin)), _mm256_cvtepi32_ps(summ)));
     return _mm256_fmadd_ps(_mm256_load_ps((const float *)(o + A8_D)), v, acc);
@@ -484,6 +489,13 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i *A = (const __m256i *)o;
+    /* the 16 scales as int16, scales 8h..8h+7 in both halves of sch[h]:
+     * one vpshufb per 32 elements gives the pair (s, s + 1) below, one
+     * vpshufd per two scales the offset's pairs (a scalar build and
+     * vmovd + vpshufd + vinserti128 per pair before: Qwen2.5-0.5B Q4_K_M's
+     * q6_K rows at 8 rows, one thread, see the commit) */
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
     __m256i sum03 = _mm256_setzero_si256(), sum47 = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
@@ -495,14 +507,13 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
             const __m256i lo = _mm256_srli_epi16(g & 1 ? ql1 : ql0, 4 * (g >> 1));
             const __m256i W = _mm256_or_si256(_mm256_and_si256(lo, m4), q6_hbits(qh, g));
             const __m256i *Ac = A + 8 * (4 * h + g);
-            const int s = 8 * h + 2 * g;
-            /* the low half's dwords are elements 0-15 (scale s), the high
-             * half's 16-31 (scale s + 1) */
-            const __m256i sv = _mm256_setr_epi32(
-                (int)((uint16_t)(int16_t)b->scales[s] * 0x10001u), (int)((uint16_t)(int16_t)b->scales[s] * 0x10001u),
-                (int)((uint16_t)(int16_t)b->scales[s] * 0x10001u), (int)((uint16_t)(int16_t)b->scales[s] * 0x10001u),
-                (int)((uint16_t)(int16_t)b->scales[s + 1] * 0x10001u), (int)((uint16_t)(int16_t)b->scales[s + 1] * 0x10001u),
-                (int)((uint16_t)(int16_t)b->scales[s + 1] * 0x10001u), (int)((uint16_t)(int16_t)b->scales[s + 1] * 0x10001u));
+            /* the low half's dwords are elements 0-15 (scale s = 8h + 2g,
+             * int16 2g of sch[h]), the high half's 16-31 (scale s + 1) */
+            const char l = (char)(4 * g), u = (char)(4 * g + 2);
+            const __m256i sv = _mm256_shuffle_epi8(sch[h], _mm256_setr_epi8(l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                                                             l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                                                             u, u + 1, u, u + 1, u, u + 1, u, u + 1,
+                                                                             u, u + 1, u, u + 1, u, u + 1, u, u + 1));
             /* pair sums reach 2 * 63 * 127: two of them fit int16 */
 #pragma GCC unroll 2
             for (int k = 0; k < 4; k += 2) {
@@ -516,14 +527,13 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
         }
     }
     const __m256i sumi = a8_halves(sum03, sum47);
-    /* the -32 offset: 32 * sum_s sc[s] * bsums[s], two scales per vpmaddwd */
+    /* the -32 offset: 32 * sum_s sc[s] * bsums[s], two scales per vpmaddwd
+     * (dword p of sc16 is the pair (sc[2p], sc[2p + 1])) */
     __m256i off = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) {
-        const uint32_t pr = (uint32_t)(uint16_t)(int16_t)b->scales[2 * p] | (uint32_t)(uint16_t)(int16_t)b->scales[2 * p + 1] << 16;
-        off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_set1_epi32((int)pr),
+    for (int p = 0; p < 8; p++)
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(BCAST_DW(sch[p / 4], p),
                                                       _mm256_load_si256((const __m256i *)(o + A8_BS) + p)));
-    }
     const __m256i si = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),
                            _mm256_mul_ps(_mm256_load_ps((const float *)(o + A8_D)), _mm256_set1_ps(_cvtsh_ss(b->d))), acc);
