@@ -56,8 +56,6 @@ struct f16_copy {
     bool mv2;
 };
 
-struct pf_ent;
-
 struct cuda_state {
     int device;
     cudaStream_t stream;
@@ -134,24 +132,6 @@ struct cuda_state {
     long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
     struct tail_pend *tp;
     unsigned *tail_count; /* last-block counters (zero between launches); NULL: no fusion */
-    /* OMNI_CUDA_L2NEXT=MB (off: 0): after each product, the bytes that the
-     * product which came after it last time read (pf_tab, learned as the
-     * products come: a step's order repeats) are sent to L2 by a small
-     * kernel, up to pf_cap bytes, so that the norms, RoPE and attention in
-     * between overlap that product's DRAM reads (see pf_product). H100
-     * job f_e1: tg128 -19..-22% (the next kernel waits for the prefetch
-     * kernel), bench-engine at 64 sequences +9.5% at 32 MB (2 runs of 3) */
-    size_t pf_cap;
-    struct pf_ent *pf_tab; /* PF_TAB entries, open addressing */
-    int pf_prev;           /* the last product's entry, -1: none */
-    int pf_min;            /* OMNI_CUDA_L2NEXT_MIN: only after products of this many rows+ */
-    /* OMNI_CUDA_L2NEXT_SIDE=1: the prefetch kernel on a stream of its own
-     * (forked at the product by pf_fork, joined back at a graph's end), so
-     * that the kernels after the product do not wait for it. H100 job
-     * f_g1: tg128 on the 7B file 0.896x with L2NEXT=16 (docs/gpu.md) */
-    cudaStream_t pf_side;
-    cudaEvent_t pf_fork, pf_join;
-    bool pf_forked; /* pf_side holds work a capture must join */
     /* Q4_K / Q6_K products of int8_rows_k + 1 .. mmq_max rows on the int8
      * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, at most 64; default
      * 32; 0: the F16 GEMM as before), K split over mmq_ks warps
@@ -791,31 +771,6 @@ struct mv2m {
     int na; /* OMNI_CUDA_MV2_NA=1: quant bytes loaded without L1 allocation */
 };
 
-// ---- L2 prefetch (OMNI_CUDA_L2NEXT) -------------------------------------------
-/* cp.async.bulk.prefetch.L2 (sm_90): bytes [p, p + n) into L2, no
- * registers held and nothing to wait for (a hint: the loads that follow
- * hit L2 or join the fill in flight instead of a DRAM round trip each).
- * p is rounded down and the end down to 16 bytes, as the instruction asks. */
-#define PF_CHUNK 16384 /* bytes a prefetch instruction */
-
-__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-#endif
-}
-
-/* Range [p, p + n) in PF_CHUNK pieces over threads t of nt. */
-__device__ __forceinline__ void l2_prefetch_range(const uint8_t *p, size_t n, int t, int nt)
-{
-    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
-    if (e <= a)
-        return;
-    const size_t len = e - a;
-    for (size_t o = (size_t)t * PF_CHUNK; o < len; o += (size_t)nt * PF_CHUNK)
-        l2_prefetch((const void *)(a + o), (uint32_t)(len - o < PF_CHUNK ? len - o : PF_CHUNK));
-}
-
 /* 16 weight bytes: through the read-only path, or (na) without allocating
  * in L1, which then keeps the activations every row of the block reads. */
 __device__ __forceinline__ uint4 ldw16(const uint8_t *p, int na)
@@ -1180,124 +1135,6 @@ template <typename... KArgs, typename... Args>
 static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args)
 {
     launch_pdl_at(1, k, grid, block, s, args...);
-}
-
-/* The bytes a product reads (its weights, as the chosen path reads them),
- * as up to PF_SET_MAX ranges: what OMNI_CUDA_L2NEXT prefetches. */
-#define PF_SET_MAX 6
-struct pf_set {
-    const uint8_t *p[PF_SET_MAX];
-    unsigned long long n[PF_SET_MAX];
-    int nr;
-};
-
-/* A product as the successor table knows it: its first weight and rows of
- * activations (one-token and batched steps read other copies), and the
- * bytes of the product that came after it last time. */
-struct pf_ent {
-    const void *key; /* NULL: free slot */
-    int n;
-    bool has;
-    struct pf_set next;
-};
-#define PF_TAB 4096 /* entries (a power of two) */
-
-static void pf_add(struct pf_set *ps, const void *p, size_t n)
-{
-    if (ps->nr < PF_SET_MAX && p && n) {
-        ps->p[ps->nr] = (const uint8_t *)p;
-        ps->n[ps->nr++] = n;
-    }
-}
-
-static void pf_add_mv2(struct pf_set *ps, const mv2m &m, int rows)
-{
-    pf_add(ps, m.q, (size_t)rows * m.qrb);
-    if (m.type == GGML_TYPE_Q6_K)
-        pf_add(ps, m.sc, (size_t)rows * m.srb);
-}
-
-/* Sends ps's ranges to L2 (PF_CHUNK bytes a thread), then waits for the
- * kernel before it as every programmatic launch after it expects (the next
- * kernel's griddepcontrol.wait covers this one only). */
-__global__ void __launch_bounds__(32) k_l2_next(const struct pf_set ps)
-{
-    pdl_trigger();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
-    for (int i = 0; i < ps.nr; i++)
-        l2_prefetch_range(ps.p[i], ps.n[i], t, nt);
-    pdl_wait();
-}
-
-/* After a product's launch: learn it as the successor of the product
- * before, and prefetch (up to pf_cap bytes, each range its share) what came
- * after it last time. Any free forgets the table (pf_forget): a range must
- * never outlive its allocation. */
-static void pf_product(struct cuda_state *s, const void *key, int n, const struct pf_set &cur)
-{
-    if (!s->pf_tab || !key)
-        return;
-    const uint64_t h0 = ((uint64_t)(uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull + (uint64_t)n;
-    int idx = -1;
-    for (int k = 0; k < PF_TAB; k++) {
-        const int i = (int)((h0 >> 40) + k) & (PF_TAB - 1);
-        struct pf_ent *e = &s->pf_tab[i];
-        if (e->key == key && e->n == n) {
-            idx = i;
-            break;
-        }
-        if (!e->key) {
-            e->key = key;
-            e->n = n;
-            e->has = false;
-            idx = i;
-            break;
-        }
-    }
-    if (s->pf_prev >= 0) {
-        s->pf_tab[s->pf_prev].next = cur;
-        s->pf_tab[s->pf_prev].has = cur.nr > 0;
-    }
-    s->pf_prev = idx;
-    if (idx < 0 || !s->pf_tab[idx].has)
-        return;
-    struct pf_set ps = s->pf_tab[idx].next;
-    unsigned long long total = 0, chunks = 0;
-    for (int i = 0; i < ps.nr; i++)
-        total += ps.n[i];
-    for (int i = 0; i < ps.nr; i++) {
-        if (total > s->pf_cap)
-            ps.n[i] = (unsigned long long)((double)ps.n[i] * (double)s->pf_cap / (double)total);
-        chunks += (ps.n[i] + PF_CHUNK - 1) / PF_CHUNK;
-    }
-    if (!chunks)
-        return;
-    const unsigned g = (unsigned)(chunks / 32 + 1 < 256 ? chunks / 32 + 1 : 256);
-    if (n < s->pf_min)
-        return;
-    if (s->pf_side && cudaEventRecord(s->pf_fork, s->stream) == cudaSuccess &&
-        cudaStreamWaitEvent(s->pf_side, s->pf_fork, 0) == cudaSuccess) {
-        k_l2_next<<<g, 32, 0, s->pf_side>>>(ps);
-        s->pf_forked = true;
-        return;
-    }
-    cudaGetLastError();
-    launch_pdl(k_l2_next, dim3(g), dim3(32), s->stream, ps);
-}
-
-/* A capture's end: the side stream's prefetches joined into the stream. */
-static void pf_join_side(struct cuda_state *s)
-{
-    if (s->pf_side && s->pf_forked && cudaEventRecord(s->pf_join, s->pf_side) == cudaSuccess)
-        cudaStreamWaitEvent(s->stream, s->pf_join, 0);
-    s->pf_forked = false;
-}
-
-static void pf_forget(struct cuda_state *s)
-{
-    if (s->pf_tab)
-        memset(s->pf_tab, 0, PF_TAB * sizeof *s->pf_tab);
-    s->pf_prev = -1;
 }
 
 static int mv2_ppt = 2;  /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
@@ -1681,9 +1518,6 @@ static int mmq_run(struct cuda_state *s, const struct omni_btensor *w, const flo
     mmq_of(s, w, &m);
     int rc = chk(mmq_product(&m, (int)w->rows, cols, n, s->xm, y, s->n_sm, s->mmq_ks, s->stream),
                  "mmq product");
-    struct pf_set cur = {};
-    pf_add(&cur, m.q, (size_t)w->rows * m.qrb);
-    pf_product(s, w->data, n, cur);
     return rc;
 }
 
@@ -1877,15 +1711,12 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
                                          .np = cols / 32, .xq = xq, .xd = xd };
             return 0;
         }
-        struct pf_set cur = {};
         if (n == 1 && mv2_of(s, w, &m)) {
             switch (w->type) {
             case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             default: launch_mv2<GGML_TYPE_Q8_0>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             }
-            pf_add_mv2(&cur, m, rows);
-            pf_product(s, w->data, n, cur);
             return chk_launch("matvec mv2");
         }
         for (int r0 = 0; r0 < n; r0 += MATVEC_Q8_MAX) {
@@ -1900,8 +1731,6 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
             case GGML_TYPE_Q6_K: launch_matvec_q8<GGML_TYPE_Q6_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
             }
         }
-        pf_add(&cur, W, (size_t)rows * rb);
-        pf_product(s, w->data, n, cur);
         return chk_launch("matvec q8");
     }
     if (n <= MATVEC_MAX) {
@@ -1913,9 +1742,6 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         case GGML_TYPE_Q4_K: launch_matvec_q<GGML_TYPE_Q4_K>(W, rb, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q6_K: launch_matvec_q<GGML_TYPE_Q6_K>(W, rb, rows, cols, x, n, y, s->stream); break;
         }
-        struct pf_set cur = {};
-        pf_add(&cur, W, (size_t)rows * rb);
-        pf_product(s, w->data, n, cur);
         return chk_launch("matvec");
     }
     const float one = 1.0f, zero = 0.0f;
@@ -1924,9 +1750,6 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         const int rc = chk_blas(cublasSgemm(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one,
                                             (const float *)W, cols, x, cols, &zero, y, rows),
                                 "sgemm");
-        struct pf_set cur = {};
-        pf_add(&cur, W, (size_t)rows * cols * sizeof(float));
-        pf_product(s, w->data, n, cur);
         return rc;
     }
     int rc;
@@ -1954,10 +1777,6 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
     if ((rc = f16_input(s, x, n, cols)) < 0)
         return rc;
     rc = gemm_f16(s, A, rows, n, cols, y);
-    struct pf_set cur = {};
-    if (A != s->wh) /* (the scratch moves as it grows) */
-        pf_add(&cur, A, (size_t)rows * cols * sizeof(__half));
-    pf_product(s, w->data, n, cur);
     return rc;
 }
 
@@ -2003,9 +1822,6 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
             k_uncat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, total, count, o);
             for (int i = 0; i < nw; i++)
                 wrote(s, y[i], (int64_t)n * w[i]->rows);
-            struct pf_set cur = {};
-            pf_add(&cur, h0, (size_t)total * cols * sizeof(__half));
-            pf_product(s, w[0]->data, n, cur);
             return chk_launch("gemm cat split");
         }
         if (rc != OMNI_ERR_UNSUPPORTED)
@@ -2033,10 +1849,6 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         const int np = cols / 32, tpr = mv2_tpr(np);
         int b = 0;
         sg2.n = nw;
-        struct pf_set cur = {};
-        for (int i = 0; i < nw; i++) {
-            pf_add_mv2(&cur, sg2.m[i], (int)w[i]->rows);
-        }
         for (int i = 0; i < 3; i++) {
             if (i >= nw)
                 sg2.m[i] = sg2.m[0];
@@ -2056,7 +1868,6 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         launch_mv2_seg(sg2, (unsigned)b, tpr, np, (const int8_t *)xq, (const float *)xd, s->stream);
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
-        pf_product(s, w[0]->data, n, cur);
         return chk_launch("matvec mv2 q/k/v");
     }
     mv_segs sg;
@@ -2077,12 +1888,8 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         MV_CASES(C)
 #undef C
     }
-    struct pf_set cur = {};
-    for (int i = 0; i < nw; i++) {
+    for (int i = 0; i < nw; i++)
         wrote(s, y[i], (int64_t)n * w[i]->rows);
-        pf_add(&cur, w[i]->data, (size_t)w[i]->rows * sg.s[i].rb);
-    }
-    pf_product(s, w[0]->data, n, cur);
     return chk_launch("matvec q/k/v");
 }
 
@@ -2142,9 +1949,6 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             const int64_t count = (int64_t)n * rows;
             k_swiglu_cat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, rows, count, y);
             wrote(s, y, count);
-            struct pf_set cur = {};
-            pf_add(&cur, h0, (size_t)2 * rows * cols * sizeof(__half));
-            pf_product(s, wg->data, n, cur);
             return chk_launch("gemm cat swiglu");
         }
         if (rc != OMNI_ERR_UNSUPPORTED)
@@ -2179,12 +1983,8 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         float *oqd = (float *)(oq + rows);
         const unsigned g = (unsigned)(rows / 32);
         mv2m mg, mu;
-        struct pf_set cur = {};
         if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
             const int np = cols / 32;
-            /* half the distance each: gate's and up's rows go together */
-            pf_add_mv2(&cur, mg, rows);
-            pf_add_mv2(&cur, mu, rows);
             if (mv2_glu16) {
                 const dim3 gd(g), bd(512);
                 const int8_t *cq = xq;
@@ -2212,10 +2012,7 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             }
-            pf_add(&cur, Wg, (size_t)rows * rb);
-            pf_add(&cur, Wu, (size_t)rows * rb);
         }
-        pf_product(s, wg->data, n, cur);
         s->nq_valid = true;
         s->nq_x = y;
         s->nq_n = 1;
@@ -2230,10 +2027,6 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
     case GGML_TYPE_Q6_K: launch_glu<GGML_TYPE_Q6_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
     }
     wrote(s, y, (int64_t)n * rows);
-    struct pf_set cur = {};
-    pf_add(&cur, Wg, (size_t)rows * rb);
-    pf_add(&cur, Wu, (size_t)rows * rb);
-    pf_product(s, wg->data, n, cur);
     return chk_launch("matvec glu");
 }
 
@@ -3990,7 +3783,6 @@ static void cuda_free(struct omni_backend *be, void *p)
 {
     struct cuda_state *s = st(be);
     tail_flush(be);
-    pf_forget(s); /* no prefetch of what may be freed */
     /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
@@ -4058,7 +3850,6 @@ static int cuda_graph_begin(struct omni_backend *be)
     s->nh_valid = false; /* a graph converts its own inputs */
     s->nm_valid = false;
     s->n_capture++;
-    s->pf_forked = false; /* (what the side stream holds now is outside the capture) */
     int rc = chk(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeRelaxed), "graph begin");
     s->capturing = rc == 0;
     return rc;
@@ -4071,7 +3862,6 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
     cudaGraphExec_t exec = NULL;
     *graph = NULL;
     tail_flush(be); /* into the graph */
-    pf_join_side(s);
     s->capturing = false;
     int rc = chk(cudaStreamEndCapture(s->stream, &g), "graph end");
     if (rc == 0)
@@ -4145,13 +3935,6 @@ static void cuda_destroy(struct omni_backend *be)
         }
         cudaFree(s->gc);
         free(s->f16);
-        free(s->pf_tab);
-        if (s->pf_side) {
-            cudaStreamSynchronize(s->pf_side);
-            cudaStreamDestroy(s->pf_side);
-            cudaEventDestroy(s->pf_fork);
-            cudaEventDestroy(s->pf_join);
-        }
         gemm_lt_free(s->lt);
         if (s->blas)
             cublasDestroy(s->blas);
@@ -4232,21 +4015,12 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->splitk = sk && !strcmp(sk, "auto") ? -1 : sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
-    const char *ln = getenv("OMNI_CUDA_L2NEXT");
-    s->pf_cap = ln && atoi(ln) > 0 && atoi(ln) <= 1024 ? (size_t)atoi(ln) << 20 : 0;
-    s->pf_prev = -1;
-    if (s->pf_cap)
-        s->pf_tab = (struct pf_ent *)calloc(PF_TAB, sizeof *s->pf_tab); /* NULL: none */
-    const char *lm = getenv("OMNI_CUDA_L2NEXT_MIN");
-    s->pf_min = lm && atoi(lm) > 0 ? atoi(lm) : 0;
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
     const char *lt = getenv("OMNI_CUDA_LT");
     s->lt_max = !lt ? 64 : atoi(lt) > 0 ? atoi(lt) : 0;
     const char *mk = getenv("OMNI_CUDA_MMQ_KS");
     s->mmq_ks = mk && (atoi(mk) == 1 || atoi(mk) == 2 || atoi(mk) == 4) ? atoi(mk) : 0;
-    const char *lsd = getenv("OMNI_CUDA_L2NEXT_SIDE");
-    const bool pf_side = s->pf_tab && lsd && !strcmp(lsd, "1");
     be->destroy = cuda_destroy;
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
@@ -4259,16 +4033,6 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         return NULL;
     }
     s->n_sm = prop.multiProcessorCount;
-    if (pf_side && (cudaStreamCreateWithFlags(&s->pf_side, cudaStreamNonBlocking) != cudaSuccess ||
-                    cudaEventCreateWithFlags(&s->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
-                    cudaEventCreateWithFlags(&s->pf_join, cudaEventDisableTiming) != cudaSuccess)) {
-        cudaGetLastError();
-        if (s->pf_side)
-            cudaStreamDestroy(s->pf_side);
-        if (s->pf_fork)
-            cudaEventDestroy(s->pf_fork);
-        s->pf_side = NULL; /* the prefetch on the stream itself */
-    }
     if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
