@@ -965,57 +965,40 @@ __device__ __forceinline__ float mv2_reduce(float v, float *red)
     return v;
 }
 
-/* y[r] = W[r] . x for one activation row; MV2_BLOCK / TPR rows a block.
- * MINB > 1 (OMNI_CUDA_MV2_MINB) asks the compiler for that many blocks an
- * SM (fewer registers: Q6_K takes 72 at MINB 1, 7 blocks an SM). */
-template <int T, int TPR, int MINB>
+/* y[r] = W[r] . x for one activation row; NR x MV2_BLOCK / TPR rows a
+ * block. NR 2 (the default, see mv2_r2): each thread group takes rows r
+ * and r + MV2_BLOCK / TPR, each piece's activations (and their scales)
+ * loaded once for both, half the pieces in flight a row (the same
+ * registers); a row's sum has NR 1's order. MINB > 1
+ * (OMNI_CUDA_MV2_MINB) asks the compiler for that many blocks an SM (fewer
+ * registers: Q6_K takes 72 at MINB 1, 7 blocks an SM). */
+template <int T, int TPR, int MINB, int NR>
 __global__ void __launch_bounds__(MV2_BLOCK, MINB)
     k_mv2(const mv2m m, int rows, int np, const int8_t *__restrict__ xq,
           const float *__restrict__ xd, float *__restrict__ y)
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
-    const int i = threadIdx.x % TPR;
-    const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
-    float acc = 0.0f;
-    if (r < rows)
-        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc);
-    else
-        pdl_wait();
-    acc = mv2_reduce<TPR>(acc, red);
-    if (i == 0 && r < rows)
-        y[r] = acc;
-}
-
-/* k_mv2 with two rows a thread group (the default; see mv2_r2): rows r
- * and r + MV2_BLOCK / TPR, each piece's activations (and their scales)
- * loaded once for both, half the pieces in flight a row (the same
- * registers). A row's sum has k_mv2's order. */
-template <int T, int TPR, int MINB>
-__global__ void __launch_bounds__(MV2_BLOCK, MINB)
-    k_mv2r2(const mv2m m, int rows, int np, const int8_t *__restrict__ xq,
-            const float *__restrict__ xd, float *__restrict__ y)
-{
-    __shared__ float red[MV2_BLOCK / 32];
-    pdl_trigger();
     constexpr int RPB = MV2_BLOCK / TPR;
     const int i = threadIdx.x % TPR;
-    const int r = blockIdx.x * 2 * RPB + threadIdx.x / TPR, r2 = r + RPB;
+    const int r = blockIdx.x * NR * RPB + threadIdx.x / TPR, r2 = r + RPB;
     float acc[2] = { 0.0f, 0.0f };
-    if (r2 < rows)
+    if (NR == 2 && r2 < rows)
         mv2_rows<T, TPR, MV2_U / 2, 2, true>(m, m, r, r2, i, np, xq, xd, acc);
     else if (r < rows)
         mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, acc);
     else
         pdl_wait();
     const float a0 = mv2_reduce<TPR>(acc[0], red);
-    if (TPR > 32)
-        __syncthreads(); /* red is reused */
-    const float a1 = mv2_reduce<TPR>(acc[1], red);
     if (i == 0 && r < rows)
         y[r] = a0;
-    if (i == 0 && r2 < rows)
-        y[r2] = a1;
+    if constexpr (NR == 2) {
+        if (TPR > 32)
+            __syncthreads(); /* red is reused */
+        const float a1 = mv2_reduce<TPR>(acc[1], red);
+        if (i == 0 && r2 < rows)
+            y[r2] = a1;
+    }
 }
 
 /* q, k, v (up to 3 matrices of equal cols, each of its own type) in one
@@ -1184,8 +1167,8 @@ static bool mv2_glu16;    /* k_mv2_glu_q16 (OMNI_CUDA_MV2_GLU=1024: k_mv2_glu_q)
  * pieces a stream in flight (=512u2) */
 static int mv2_glu_v = 1;
 static int mv2_na;        /* see ldw16 (OMNI_CUDA_MV2_NA=0: through L1) */
-/* k_mv2r2 for the one-row products of launch_mv2 (o, down, output;
- * OMNI_CUDA_MV2_R2=0: k_mv2). H100 job f_h5: tg128 1.019x on 1B Q4_K_M,
+/* k_mv2 with NR 2 for the one-row products of launch_mv2 (o, down, output;
+ * OMNI_CUDA_MV2_R2=0: NR 1). H100 job f_h5: tg128 1.019x on 1B Q4_K_M,
  * 0.998x on 7B; per op the output product 11-13% faster, 7B's Q4_K down
  * 8%. */
 static bool mv2_r2 = true;
@@ -1203,23 +1186,17 @@ template <int T, int MINB>
 static void launch_mv2_b(const mv2m &m, int rows, int np, const int8_t *xq, const float *xd,
                          float *y, cudaStream_t s)
 {
-    const int tpr = mv2_tpr(np);
-    if (mv2_r2) {
-        const dim3 grid(blocks_for(rows, 2 * (MV2_BLOCK / tpr))), block(MV2_BLOCK);
-        switch (tpr) {
-        case 16: launch_pdl(k_mv2r2<T, 16, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-        case 32: launch_pdl(k_mv2r2<T, 32, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-        case 64: launch_pdl(k_mv2r2<T, 64, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-        default: launch_pdl(k_mv2r2<T, 128, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-        }
-        return;
-    }
-    const dim3 grid(blocks_for(rows, MV2_BLOCK / tpr)), block(MV2_BLOCK);
-    switch (tpr) {
-    case 16: launch_pdl(k_mv2<T, 16, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-    case 32: launch_pdl(k_mv2<T, 32, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-    case 64: launch_pdl(k_mv2<T, 64, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
-    default: launch_pdl(k_mv2<T, 128, MINB>, grid, block, s, m, rows, np, xq, xd, y); break;
+    const int tpr = mv2_tpr(np), nr = mv2_r2 ? 2 : 1;
+    const dim3 grid(blocks_for(rows, nr * (MV2_BLOCK / tpr))), block(MV2_BLOCK);
+    switch (nr * 1000 + tpr) {
+    case 1016: launch_pdl(k_mv2<T, 16, MINB, 1>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 1032: launch_pdl(k_mv2<T, 32, MINB, 1>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 1064: launch_pdl(k_mv2<T, 64, MINB, 1>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 1128: launch_pdl(k_mv2<T, 128, MINB, 1>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 2016: launch_pdl(k_mv2<T, 16, MINB, 2>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 2032: launch_pdl(k_mv2<T, 32, MINB, 2>, grid, block, s, m, rows, np, xq, xd, y); break;
+    case 2064: launch_pdl(k_mv2<T, 64, MINB, 2>, grid, block, s, m, rows, np, xq, xd, y); break;
+    default: launch_pdl(k_mv2<T, 128, MINB, 2>, grid, block, s, m, rows, np, xq, xd, y); break;
     }
 }
 
