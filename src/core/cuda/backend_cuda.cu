@@ -797,13 +797,12 @@ __device__ __forceinline__ void q4k_sm(const uint4 &hdr, int j, int *s, int *m)
 {
     const int sh = 8 * (j & 3);
     const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
-    if (j < 4) {
-        *s = by & 63;
-        *m = bz & 63;
-    } else {
-        *s = (bw & 0x0f) | ((by >> 6) << 4);
-        *m = (bw >> 4) | ((bz >> 6) << 4);
-    }
+    /* both forms, then a select: the lanes of a warp take both j < 4 and
+     * j >= 4, which as a branch runs both paths one after the other */
+    const int s_lo = by & 63, m_lo = bz & 63;
+    const int s_hi = (bw & 0x0f) | ((by >> 6) << 4), m_hi = (bw >> 4) | ((bz >> 6) << 4);
+    *s = j < 4 ? s_lo : s_hi;
+    *m = j < 4 ? m_lo : m_hi;
 }
 
 template <int T>
@@ -840,37 +839,66 @@ __device__ __forceinline__ int dp4a4(int a0, int a1, int a2, int a3, const int4 
     return __dp4a(a3, x.w, acc);
 }
 
-/* Piece p's contribution to the row's dot with the Q8_0 activations. */
+/* What piece p's dot takes from the activations, loaded (and for Q4_K
+ * summed) once for all the rows that use piece p (mv2_rows' streams): the
+ * two 16-value halves, their scales, and for Q4_K's min term their sums. */
+struct mv2act {
+    int4 A, B;
+    float da, db;
+    int sa, sb;
+};
+
 template <int T>
-__device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const int8_t *__restrict__ xq,
-                                         const float *__restrict__ xd)
+__device__ __forceinline__ void mv2_act(int p, const int8_t *__restrict__ xq,
+                                        const float *__restrict__ xd, mv2act &a)
 {
     if constexpr (T == GGML_TYPE_Q4_K) {
         const int sb = p >> 3, g = (p & 7) >> 1, h = p & 1;
         const int8_t *xa = xq + 256 * sb + 64 * g + 16 * h; /* low nibbles: sub-block 2g */
-        const int4 A = __ldg((const int4 *)xa), B = __ldg((const int4 *)(xa + 32));
-        const float da = __ldg(xd + 8 * sb + 2 * g), db = __ldg(xd + 8 * sb + 2 * g + 1);
+        a.A = __ldg((const int4 *)xa);
+        a.B = __ldg((const int4 *)(xa + 32));
+        a.da = __ldg(xd + 8 * sb + 2 * g);
+        a.db = __ldg(xd + 8 * sb + 2 * g + 1);
+        const int one = 0x01010101;
+        a.sa = dp4a4(one, one, one, one, a.A, 0);
+        a.sb = dp4a4(one, one, one, one, a.B, 0);
+    } else if constexpr (T == GGML_TYPE_Q6_K) {
+        const int sb = p >> 3, t = p & 7, h = t >> 2, ha = (t >> 1) & 1, k = t & 1;
+        /* low nibbles: values 128h + 32a + 16k + 0..15 (activation block 4h + a),
+         * high: 64 further (block 4h + 2 + a) */
+        const int8_t *xa = xq + 256 * sb + 128 * h + 32 * ha + 16 * k;
+        a.A = __ldg((const int4 *)xa);
+        a.B = __ldg((const int4 *)(xa + 64));
+        a.da = __ldg(xd + 8 * sb + 4 * h + ha);
+        a.db = __ldg(xd + 8 * sb + 4 * h + 2 + ha);
+    } else {
+        const int4 *xp = (const int4 *)(xq + 32 * (size_t)p);
+        a.A = __ldg(xp);
+        a.B = __ldg(xp + 1);
+        a.da = __ldg(xd + p);
+    }
+}
+
+/* Piece p's contribution to the row's dot with the Q8_0 activations (a:
+ * mv2_act of piece p). */
+template <int T>
+__device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a)
+{
+    if constexpr (T == GGML_TYPE_Q4_K) {
+        const int g = (p & 7) >> 1;
         const uint32_t m4 = 0x0f0f0f0fu;
         const int lo = dp4a4((int)(w.a.x & m4), (int)(w.a.y & m4), (int)(w.a.z & m4),
-                             (int)(w.a.w & m4), A, 0);
+                             (int)(w.a.w & m4), a.A, 0);
         const int hi = dp4a4((int)((w.a.x >> 4) & m4), (int)((w.a.y >> 4) & m4),
-                             (int)((w.a.z >> 4) & m4), (int)((w.a.w >> 4) & m4), B, 0);
-        const int one = 0x01010101;
-        const int sa = dp4a4(one, one, one, one, A, 0), sbx = dp4a4(one, one, one, one, B, 0);
+                             (int)((w.a.z >> 4) & m4), (int)((w.a.w >> 4) & m4), a.B, 0);
         int s0, m0, s1, m1;
         q4k_sm(w.b, 2 * g, &s0, &m0);
         q4k_sm(w.b, 2 * g + 1, &s1, &m1);
         const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
-        return da * (d * (float)s0 * (float)lo - dmin * (float)m0 * (float)sa) +
-               db * (d * (float)s1 * (float)hi - dmin * (float)m1 * (float)sbx);
+        return a.da * (d * (float)s0 * (float)lo - dmin * (float)m0 * (float)a.sa) +
+               a.db * (d * (float)s1 * (float)hi - dmin * (float)m1 * (float)a.sb);
     } else if constexpr (T == GGML_TYPE_Q6_K) {
-        const int sb = p >> 3, t = p & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
-        /* low nibbles: values 128h + 32a + 16k + 0..15 (activation block 4h + a),
-         * high: 64 further (block 4h + 2 + a) */
-        const int8_t *xa = xq + 256 * sb + 128 * h + 32 * a + 16 * k;
-        const int4 A = __ldg((const int4 *)xa), B = __ldg((const int4 *)(xa + 64));
-        const float da = __ldg(xd + 8 * sb + 4 * h + a), db = __ldg(xd + 8 * sb + 4 * h + 2 + a);
-        const int hs = 2 * a;
+        const int hs = 2 * (((p & 7) >> 1) & 1);
         const uint32_t l[4] = { w.a.x, w.a.y, w.a.z, w.a.w }, hb[4] = { w.b.x, w.b.y, w.b.z, w.b.w };
         int qa[4], qb[4];
 #pragma unroll
@@ -881,17 +909,15 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const int8_t *_
                                     (((hb[i] >> (hs + 4)) & 0x03030303u) << 4)),
                               0x20202020);
         }
-        const int lo = dp4a4(qa[0], qa[1], qa[2], qa[3], A, 0);
-        const int hi = dp4a4(qb[0], qb[1], qb[2], qb[3], B, 0);
+        const int lo = dp4a4(qa[0], qa[1], qa[2], qa[3], a.A, 0);
+        const int hi = dp4a4(qb[0], qb[1], qb[2], qb[3], a.B, 0);
         const float d = h2f((uint16_t)(w.e >> 16));
         const float sa = (float)(int8_t)(w.e & 0xff), sbs = (float)(int8_t)((w.e >> 8) & 0xff);
-        return da * (d * sa) * (float)lo + db * (d * sbs) * (float)hi;
+        return a.da * (d * sa) * (float)lo + a.db * (d * sbs) * (float)hi;
     } else {
-        const int4 *xp = (const int4 *)(xq + 32 * (size_t)p);
-        const int4 A = __ldg(xp), B = __ldg(xp + 1);
-        int s = dp4a4((int)w.a.x, (int)w.a.y, (int)w.a.z, (int)w.a.w, A, 0);
-        s = dp4a4((int)w.b.x, (int)w.b.y, (int)w.b.z, (int)w.b.w, B, s);
-        return (float)s * (h2f((uint16_t)w.e) * __ldg(xd + p)); /* the CPU's order in a block */
+        int s = dp4a4((int)w.a.x, (int)w.a.y, (int)w.a.z, (int)w.a.w, a.A, 0);
+        s = dp4a4((int)w.b.x, (int)w.b.y, (int)w.b.z, (int)w.b.w, a.B, s);
+        return (float)s * (h2f((uint16_t)w.e) * a.da); /* the CPU's order in a block */
     }
 }
 
@@ -922,10 +948,13 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
     for (;;) {
 #pragma unroll
         for (int u = 0; u < U; u++)
+            if (p + u * TPR < np) {
+                mv2act a; /* once for the R streams */
+                mv2_act<T>(p + u * TPR, xq, xd, a);
 #pragma unroll
-            for (int k = 0; k < R; k++)
-                if (p + u * TPR < np)
-                    acc[k] += mv2_dot<T>(w[k][u], p + u * TPR, xq, xd);
+                for (int k = 0; k < R; k++)
+                    acc[k] += mv2_dot<T>(w[k][u], p + u * TPR, a);
+            }
         p += U * TPR;
         if (p >= np)
             break;
