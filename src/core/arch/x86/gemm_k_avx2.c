@@ -544,8 +544,9 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
 /* How far ahead of the super-block being read a8_rows prefetches, in bytes
  * (the thread's weight rows are one stream, read in order; 0: none). Each
  * block prefetches the lines that start within its own bytes that far on.
- * Without it the 8-row decode waited on memory here (perf: a8_rows 19% of
- * a batched Qwen2.5-0.5B Q4_K_M decode for 9% of its multiply-adds).
+ * Without it the 8-row decode waited on memory here (perf of Qwen2.5-0.5B
+ * Q4_K_M's 8-sequence decode steps: a8_rows 24% of the samples for 21% of
+ * the multiply-adds, q5_0's wt8 39% for 51%; with it 15% against 44%).
  * OMNI_CPU=avx2 on Zen 5, 2 threads, `bench --batch-decode 8`, A B A B:
  * Qwen2.5-0.5B Q4_K_M 313 -> 345-353 tok/s, Llama-3.2-1B Q4_K_M 118-120
  * -> 164-166 (1024 bytes: 338-342 / 151; 8192: 347 / 153-165). */
