@@ -792,17 +792,24 @@ struct mv2raw {
     uint32_t e;
 };
 
-/* Q4_K scale and min of sub-block j from the header (d, dmin, 12 bytes). */
-__device__ __forceinline__ void q4k_sm(const uint4 &hdr, int j, int *s, int *m)
+/* Q4_K scales and mins of sub-blocks 2g and 2g + 1 from the header (d,
+ * dmin, then 12 bytes of 6-bit fields): the two come as the byte pair at
+ * 16 (g & 1) of the y, z, w words, unpacked two at a time; both forms
+ * (g < 2, g >= 2) made, then selected, since the lanes of a warp take
+ * both. */
+__device__ __forceinline__ void q4k_sm2(const uint4 &hdr, int g, int *s0, int *m0, int *s1,
+                                        int *m1)
 {
-    const int sh = 8 * (j & 3);
-    const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
-    /* both forms, then a select: the lanes of a warp take both j < 4 and
-     * j >= 4, which as a branch runs both paths one after the other */
-    const int s_lo = by & 63, m_lo = bz & 63;
-    const int s_hi = (bw & 0x0f) | ((by >> 6) << 4), m_hi = (bw >> 4) | ((bz >> 6) << 4);
-    *s = j < 4 ? s_lo : s_hi;
-    *m = j < 4 ? m_lo : m_hi;
+    const int sh = 16 * (g & 1);
+    const uint32_t y = (hdr.y >> sh) & 0xffffu, z = (hdr.z >> sh) & 0xffffu,
+                   w = (hdr.w >> sh) & 0xffffu;
+    const uint32_t s_hi = (w & 0x0f0fu) | ((y >> 2) & 0x3030u);
+    const uint32_t m_hi = ((w >> 4) & 0x0f0fu) | ((z >> 2) & 0x3030u);
+    const uint32_t sp = g < 2 ? y & 0x3f3fu : s_hi, mp = g < 2 ? z & 0x3f3fu : m_hi;
+    *s0 = (int)(sp & 0xffu);
+    *s1 = (int)(sp >> 8);
+    *m0 = (int)(mp & 0xffu);
+    *m1 = (int)(mp >> 8);
 }
 
 template <int T>
@@ -892,8 +899,7 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
         const int hi = dp4a4((int)((w.a.x >> 4) & m4), (int)((w.a.y >> 4) & m4),
                              (int)((w.a.z >> 4) & m4), (int)((w.a.w >> 4) & m4), a.B, 0);
         int s0, m0, s1, m1;
-        q4k_sm(w.b, 2 * g, &s0, &m0);
-        q4k_sm(w.b, 2 * g + 1, &s1, &m1);
+        q4k_sm2(w.b, g, &s0, &m0, &s1, &m1);
         const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
         return a.da * (d * (float)s0 * (float)lo - dmin * (float)m0 * (float)a.sa) +
                a.db * (d * (float)s1 * (float)hi - dmin * (float)m1 * (float)a.sb);
