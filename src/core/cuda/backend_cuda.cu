@@ -838,6 +838,14 @@ __device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
     }
 }
 
+/* dp4a of unsigned bytes a with signed bytes b (PTX dp4a.u32.s32) */
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c)
+{
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 __device__ __forceinline__ int dp4a4(int a0, int a1, int a2, int a3, const int4 &x, int acc)
 {
     acc = __dp4a(a0, x.x, acc);
@@ -878,6 +886,9 @@ __device__ __forceinline__ void mv2_act(int p, const int8_t *__restrict__ xq,
         a.B = __ldg((const int4 *)(xa + 64));
         a.da = __ldg(xd + 8 * sb + 4 * h + ha);
         a.db = __ldg(xd + 8 * sb + 4 * h + 2 + ha);
+        const int one = 0x01010101; /* for the -32 of every quant (mv2_dot) */
+        a.sa = dp4a4(one, one, one, one, a.A, 0);
+        a.sb = dp4a4(one, one, one, one, a.B, 0);
     } else {
         const int4 *xp = (const int4 *)(xq + 32 * (size_t)p);
         a.A = __ldg(xp);
@@ -906,17 +917,18 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
     } else if constexpr (T == GGML_TYPE_Q6_K) {
         const int hs = 2 * (((p & 7) >> 1) & 1);
         const uint32_t l[4] = { w.a.x, w.a.y, w.a.z, w.a.w }, hb[4] = { w.b.x, w.b.y, w.b.z, w.b.w };
-        int qa[4], qb[4];
+        /* the 6-bit quants q as unsigned bytes; sum (q - 32) x as sum q x
+         * - 32 sum x (the same integers: no byte saturates) */
+        int lo = 0, hi = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            qa[i] = __vsubss4((int)((l[i] & 0x0f0f0f0fu) | (((hb[i] >> hs) & 0x03030303u) << 4)),
-                              0x20202020);
-            qb[i] = __vsubss4((int)(((l[i] >> 4) & 0x0f0f0f0fu) |
-                                    (((hb[i] >> (hs + 4)) & 0x03030303u) << 4)),
-                              0x20202020);
+            const uint32_t qa = (l[i] & 0x0f0f0f0fu) | (((hb[i] >> hs) & 0x03030303u) << 4);
+            const uint32_t qb = ((l[i] >> 4) & 0x0f0f0f0fu) | (((hb[i] >> (hs + 4)) & 0x03030303u) << 4);
+            lo = dp4a_us(qa, i == 0 ? a.A.x : i == 1 ? a.A.y : i == 2 ? a.A.z : a.A.w, lo);
+            hi = dp4a_us(qb, i == 0 ? a.B.x : i == 1 ? a.B.y : i == 2 ? a.B.z : a.B.w, hi);
         }
-        const int lo = dp4a4(qa[0], qa[1], qa[2], qa[3], a.A, 0);
-        const int hi = dp4a4(qb[0], qb[1], qb[2], qb[3], a.B, 0);
+        lo -= 32 * a.sa;
+        hi -= 32 * a.sb;
         const float d = h2f((uint16_t)(w.e >> 16));
         const float sa = (float)(int8_t)(w.e & 0xff), sbs = (float)(int8_t)((w.e >> 8) & 0xff);
         return a.da * (d * sa) * (float)lo + a.db * (d * sbs) * (float)hi;
