@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/core/cuda/byte_ops.h"
 #include "src/core/cuda/gemm_lt.h"
 #include "src/core/cuda/mmq.h"
 
@@ -464,8 +465,8 @@ template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q4_0>(const uint8_t *
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const uint32_t u = ld16(b + 2 + 4 * i) | (ld16(b + 4 + 4 * i) << 16);
-        wq[i] = __vsubss4((int)(u & 0x0f0f0f0fu), 0x08080808);            /* values 4i .. */
-        wq[4 + i] = __vsubss4((int)((u >> 4) & 0x0f0f0f0fu), 0x08080808); /* values 16 + 4i .. */
+        wq[i] = bytes_minus(u & 0x0f0f0f0fu, 0x08080808u);            /* values 4i .. */
+        wq[4 + i] = bytes_minus((u >> 4) & 0x0f0f0f0fu, 0x08080808u); /* values 16 + 4i .. */
     }
     return h2f((uint16_t)ld16(b));
 }
@@ -535,7 +536,7 @@ __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *
         const uint32_t l4 = __funnelshift_r(L[i], L[i + 1], fs);
         const uint32_t h4 = __funnelshift_r(H[i], H[i + 1], fs);
         const uint32_t q = ((l4 >> lshift) & 0x0f0f0f0fu) | (((h4 >> hshift) & 0x03030303u) << 4);
-        wq[i] = __vsubss4((int)q, 0x20202020);
+        wq[i] = bytes_minus(q, 0x20202020u);
     }
 }
 

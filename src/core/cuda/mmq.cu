@@ -34,6 +34,7 @@
 
 #include <type_traits>
 
+#include "src/core/cuda/byte_ops.h"
 #include "src/core/cuda/mmq.h"
 
 extern "C" {
@@ -245,10 +246,10 @@ static __device__ __forceinline__ void q6k_tiles(const q6k_raw &r, const int8_t 
         const int h = s >> 3, k = (s >> 1) & 3, e = s & 1;
         const int li = 4 * h + 2 * (k & 1) + e, hi = 2 * h + e;
         const int lsh = (k >> 1) * 4, hsh = 2 * k;
-        const int a0 = __vsubss4((int)(((r.la[li] >> lsh) & M4) | (((r.ha[hi] >> hsh) & 0x03030303u) << 4)),
-                                 0x20202020);
-        const int a1 = __vsubss4((int)(((r.lb[li] >> lsh) & M4) | (((r.hb[hi] >> hsh) & 0x03030303u) << 4)),
-                                 0x20202020);
+        const int a0 = bytes_minus(((r.la[li] >> lsh) & M4) | (((r.ha[hi] >> hsh) & 0x03030303u) << 4),
+                                   0x20202020u);
+        const int a1 = bytes_minus(((r.lb[li] >> lsh) & M4) | (((r.hb[hi] >> hsh) & 0x03030303u) << 4),
+                                   0x20202020u);
         const int ca = sbyte(sa[s >> 2], s & 3), cb = sbyte(sb[s >> 2], s & 3);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
