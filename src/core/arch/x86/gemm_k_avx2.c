@@ -359,6 +359,14 @@ void omni_x86_gemm_k_run(omni_x86_gemm_k_tiles_fn tiles, int wtype, const void *
  * took 0.17-0.22 ms per activation row for q6_K against 0.09-0.10 in one
  * pass, q4_K 0.077-0.114 against 0.069-0.072. */
 #define A8_SB 32
+/* ... but the pack of a super-block is 2.3 KB: rows of more than A8_SB_L1
+ * (the pack past L1's 48 KB; Llama-3.2-1B's 8192-wide ffn_down: 75 KB)
+ * go in passes of at most A8_SB_PASS super-blocks (OMNI_CPU=avx2, 2
+ * threads, `bench --batch-decode 8`, A B x3: Llama-3.2-1B Q4_K_M 178-180
+ * -> 183-191 tok/s in two passes of 16; Qwen2.5-0.5B's 19-super-block
+ * rows in two passes measured within noise, so they stay in one) */
+#define A8_SB_L1 24
+#define A8_SB_PASS 16
 #define A8_BYTES (64 * 32 + 8 * 4 + 8 * 32)     /* per super-block: qs, d, bsums */
 #define A8_D 2048                               /* offset of the 8 rows' d */
 #define A8_BS 2080                              /* offset of the bsums registers */
@@ -553,11 +561,11 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
 #ifndef A8_PF_DIST
 #define A8_PF_DIST 4096
 #endif
-static inline void a8_prefetch(const uint8_t *block, size_t bytes)
+static inline void a8_prefetch(const uint8_t *block, size_t bytes, size_t dist)
 {
     if (A8_PF_DIST <= 0)
         return;
-    const uintptr_t p = (uintptr_t)block + A8_PF_DIST;
+    const uintptr_t p = (uintptr_t)block + dist;
     for (uintptr_t l = (p + 63) & ~(uintptr_t)63; l < p + bytes; l += 64)
         _mm_prefetch((const char *)l, _MM_HINT_T0);
 }
@@ -571,8 +579,13 @@ static void a8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int
         const int nc = n_batch - c0 < KG_ROWS ? (int)(n_batch - c0) : KG_ROWS;
         const uint8_t *xc = xq + (size_t)c0 * xq_row;
         float *yc = y + c0 * n_out;
-        for (int64_t i0 = 0; i0 < nsb; i0 += A8_SB) {
-            const int64_t ni = nsb - i0 < A8_SB ? nsb - i0 : A8_SB;
+        /* rows of more than A8_SB_L1 super-blocks in passes of at most
+         * A8_SB_PASS, each prefetching the next row's part of its pass */
+        const int64_t nch = nsb > A8_SB_L1 ? (nsb + A8_SB_PASS - 1) / A8_SB_PASS : 1;
+        const int64_t chunk = (nsb + nch - 1) / nch;
+        const size_t dist = nch > 1 ? w_row : (size_t)A8_PF_DIST;
+        for (int64_t i0 = 0; i0 < nsb; i0 += chunk) {
+            const int64_t ni = nsb - i0 < chunk ? nsb - i0 : chunk;
             for (int64_t i = 0; i < ni; i++)
                 a8_pack(wtype, xc, xq_row, nc, i0 + i, apk + (size_t)i * A8_BYTES);
             for (int64_t r = r0; r < r1; r++) {
@@ -587,13 +600,13 @@ static void a8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int
                 if (wtype == GGML_TYPE_Q6_K)
                     for (int64_t i = 0; i < ni; i++) {
                         const block_q6_K *b = (const block_q6_K *)wr + i0 + i;
-                        a8_prefetch((const uint8_t *)b, sizeof *b);
+                        a8_prefetch((const uint8_t *)b, sizeof *b, dist);
                         acc = a8_q6k(b, apk + (size_t)i * A8_BYTES, acc);
                     }
                 else
                     for (int64_t i = 0; i < ni; i++) {
                         const block_q4_K *b = (const block_q4_K *)wr + i0 + i;
-                        a8_prefetch((const uint8_t *)b, sizeof *b);
+                        a8_prefetch((const uint8_t *)b, sizeof *b, dist);
                         acc = a8_q4k(b, apk + (size_t)i * A8_BYTES, acc);
                     }
                 float out[KG_ROWS];
