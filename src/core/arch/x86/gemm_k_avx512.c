@@ -253,6 +253,23 @@ static inline void k4_scales(const uint8_t *q, uint64_t *sc, uint64_t *mn)
 
 typedef int32_t a8k_i32u __attribute__((aligned(1), may_alias));
 
+/* How far ahead of the super-block being read a8k_tile prefetches each
+ * row's stream, in bytes (0: none): the AVX2 twin's a8_prefetch, which
+ * took the 8-row decode there from waiting on memory (docs/benchmarks.md,
+ * "AVX2 level on Zen 5"). Each block prefetches the lines that start
+ * within its own bytes that far on. */
+#ifndef A8K_PF_DIST
+#define A8K_PF_DIST 4096
+#endif
+static inline void a8k_prefetch(const uint8_t *block, size_t bytes)
+{
+    if (A8K_PF_DIST <= 0)
+        return;
+    const uintptr_t p = (uintptr_t)block + A8K_PF_DIST;
+    for (uintptr_t l = (p + 63) & ~(uintptr_t)63; l < p + bytes; l += 64)
+        _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
+
 /* acc[r] (8 activation rows) += super-blocks [0, n) of the pack for NR
  * weight rows (row r at w + r * w_row, super-block i0 + j). */
 static inline __attribute__((always_inline)) void
@@ -269,8 +286,11 @@ a8k_tile(const int WT, const uint8_t *w, size_t w_row, int64_t i0, int64_t n, co
         const uint8_t *o = apk + (size_t)j * A8_BYTES;
         const __m256i *A = (const __m256i *)o;
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            a8k_unpack(WT, w + (size_t)r * w_row + (size_t)(i0 + j) * bsz, st[r]);
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * w_row + (size_t)(i0 + j) * bsz;
+            a8k_prefetch(blk, bsz);
+            a8k_unpack(WT, blk, st[r]);
+        }
         /* the barrier keeps GCC from turning the broadcast loads back into
          * extracts of the registers just stored */
         __asm__ volatile("" : : "r"(st) : "memory");
