@@ -7,6 +7,20 @@
 #ifndef OMNI_GEMM_ACT8_INL_H
 #define OMNI_GEMM_ACT8_INL_H
 
+/* Prefetches into L1 the cache lines that start within [block + dist,
+ * block + dist + bytes): the K-quant 8-row kernels (gemm_k_avx2.c,
+ * gemm_k_avx512.c) read their weight rows as one stream and call it for
+ * each block they read; dist 0: nothing. */
+static inline __attribute__((always_inline)) void act8_prefetch_ahead(const uint8_t *block, size_t bytes,
+                                                                      size_t dist)
+{
+    if (!dist)
+        return;
+    const uintptr_t p = (uintptr_t)block + dist;
+    for (uintptr_t l = (p + 63) & ~(uintptr_t)63; l < p + bytes; l += 64)
+        _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
+
 /* 8x8 transpose of 32-bit elements: v[L] dword k -> v[k] dword L. */
 static inline __attribute__((always_inline)) void transpose8_epi32(__m256i v[8])
 {

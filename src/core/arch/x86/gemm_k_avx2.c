@@ -563,11 +563,7 @@ static inline __m256 a8_q6k(const block_q6_K *b, const uint8_t *o, __m256 acc)
 #endif
 static inline void a8_prefetch(const uint8_t *block, size_t bytes, size_t dist)
 {
-    if (A8_PF_DIST <= 0)
-        return;
-    const uintptr_t p = (uintptr_t)block + dist;
-    for (uintptr_t l = (p + 63) & ~(uintptr_t)63; l < p + bytes; l += 64)
-        _mm_prefetch((const char *)l, _MM_HINT_T0);
+    act8_prefetch_ahead(block, bytes, A8_PF_DIST > 0 ? dist : 0);
 }
 
 static void a8_rows(int wtype, const uint8_t *w, size_t w_row, int64_t n_in, int64_t n_out, const uint8_t *xq,

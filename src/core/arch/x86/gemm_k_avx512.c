@@ -261,14 +261,6 @@ typedef int32_t a8k_i32u __attribute__((aligned(1), may_alias));
 #ifndef A8K_PF_DIST
 #define A8K_PF_DIST 4096
 #endif
-static inline void a8k_prefetch(const uint8_t *block, size_t bytes)
-{
-    if (A8K_PF_DIST <= 0)
-        return;
-    const uintptr_t p = (uintptr_t)block + A8K_PF_DIST;
-    for (uintptr_t l = (p + 63) & ~(uintptr_t)63; l < p + bytes; l += 64)
-        _mm_prefetch((const char *)l, _MM_HINT_T0);
-}
 
 /* acc[r] (8 activation rows) += super-blocks [0, n) of the pack for NR
  * weight rows (row r at w + r * w_row, super-block i0 + j). */
@@ -288,7 +280,7 @@ a8k_tile(const int WT, const uint8_t *w, size_t w_row, int64_t i0, int64_t n, co
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * w_row + (size_t)(i0 + j) * bsz;
-            a8k_prefetch(blk, bsz);
+            act8_prefetch_ahead(blk, bsz, A8K_PF_DIST > 0 ? (size_t)A8K_PF_DIST : 0);
             a8k_unpack(WT, blk, st[r]);
         }
         /* the barrier keeps GCC from turning the broadcast loads back into
