@@ -625,10 +625,6 @@ static inline uint32_t load_u32(const uint8_t *p)
     return v;
 }
 
-#ifndef WT8_HBITS_PAIRED /* 0: a shuffle per register (a benchmark variant) */
-#define WT8_HBITS_PAIRED 1
-#endif
-
 /* The blocks at b[0..7] (one per weight row): W[k] lane r = unsigned
  * elements 4k..4k+3 of b[r] (q4_0: 0..15, q5_0: 0..31); *dw lane r = its
  * scale. */
@@ -670,7 +666,6 @@ wt8_unpack(const int WT, const uint8_t *const b[8], __m256i W[8], __m256 *dw)
     *dw = _mm256_cvtph_ps(_mm_setr_epi16(D16(0), D16(1), D16(2), D16(3), D16(4), D16(5), D16(6), D16(7)));
 #undef D16
     if (WT == GGML_TYPE_Q5_0) {
-#if WT8_HBITS_PAIRED
         /* bit 4k + b of row r's qh is the 0x10 of byte b of W[k] lane r
          * (k = 0..7): byte k/2 of qh to the 4 bytes of each lane, one
          * shuffle for W[k] and W[k + 1] (k even); bit b kept for W[k]
@@ -691,25 +686,6 @@ wt8_unpack(const int WT, const uint8_t *const b[8], __m256i W[8], __m256 *dw)
             W[k] = _mm256_or_si256(W[k], _mm256_shuffle_epi8(to10, _mm256_and_si256(x, lo_bits)));
             W[k + 1] = _mm256_or_si256(W[k + 1], _mm256_min_epu8(_mm256_and_si256(x, hi_bits), b5));
         }
-#else
-        /* bit 4k + b of row r's qh is the 0x10 of byte b of W[k] lane r
-         * (k = 0..7): byte k/2 of qh, its low (k even) or high nibble, to
-         * the 4 bytes of each lane, bit b of byte b kept (one-hot: 0, 1,
-         * 2, 4 or 8), which a table lookup turns into 0x10 or 0 */
-        const __m256i n4 = _mm256_set1_epi8(0x0f);
-        const __m256i Qn[2] = { _mm256_and_si256(Q, n4), _mm256_and_si256(_mm256_srli_epi16(Q, 4), n4) };
-        const __m256i bit = _mm256_set1_epi32(0x08040201);
-        const __m256i to10 = _mm256_setr_epi8(0, 0x10, 0x10, 0, 0x10, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
-                                              0x10, 0, 0x10, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const __m256i sh = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0,
-                                                                0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12),
-                                               _mm256_set1_epi8((char)(k / 2)));
-            const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(Qn[k & 1], sh), bit);
-            W[k] = _mm256_or_si256(W[k], _mm256_shuffle_epi8(to10, v));
-        }
-#endif
     }
 }
 
