@@ -30,6 +30,8 @@
 # beforehand (same flags, on the development machine: its nvcc is the same
 # 13.0) unpacked into build-fcuda/ and used when they start there (ldd finds
 # every library); else built as usual. TG_REPS (default 2): tg128 rounds.
+# A variant BIN=PATH runs that bench_dev (e.g. the previous commit's,
+# unpacked by the command) in the tg128 rounds instead of build-fcuda's.
 # DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
@@ -208,13 +210,16 @@ for l in sys.stdin:
     fi
     RUN_LLAMA=0
 }
-tag() { sed "s/^{/{\"label\":\"$1\",/" | tee -a "$RES"; }
+tag() { local l=${1//\//_}; sed "s/^{/{\"label\":\"$l\",/" | tee -a "$RES"; }
 bd() { # label env... -- args
     local label=$1; shift
-    local envs=()
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    local envs=() bin=build-fcuda/bench_dev
+    while [ "$1" != "--" ]; do
+        case $1 in BIN=*) bin=${1#BIN=} ;; *) envs+=("$1") ;; esac
+        shift
+    done
     shift
-    env "${envs[@]}" timeout "$(cap 60)" build-fcuda/bench_dev "$@" 2> "$W/bd.err" | tag "$label" |
+    env "${envs[@]}" timeout "$(cap 60)" "$bin" "$@" 2> "$W/bd.err" | tag "$label" |
         python3 -c '
 import json, sys
 for l in sys.stdin:

@@ -166,6 +166,27 @@ static void touch(struct omni_backend *be)
     st(be)->nm_valid = false;
 }
 
+/* OMNI_CUDA_SKIP (bits; for measuring only: the results are wrong): ops
+ * that return at once, so that a graph-mode step shows what the others
+ * cost with the programmatic-launch overlap that per-op timing cannot
+ * show (docs/gpu.md "Where a 7B step goes"). 1 attention, 2 rmsnorm /
+ * add_rmsnorm / add, 4 rope / rope_kv / kv_store, 8 the products. The
+ * buffers keep their last values. */
+static int skip_ops;
+#define SKIP_ATT 1
+#define SKIP_NORM 2
+#define SKIP_ROPE 4
+#define SKIP_MM 8
+
+static bool skipped(struct omni_backend *be, int bit)
+{
+    if (!(skip_ops & bit))
+        return false;
+    tail_flush(be);
+    touch(be);
+    return true;
+}
+
 /* For src/core/cuda/whisper_ops.cu: the stream of be's ops (which write
  * device memory: touched), and the call that adds Whisper's ops
  * (layernorm, gelu, im2col_k3, attention_dense). */
@@ -813,29 +834,32 @@ __device__ __forceinline__ void q4k_sm2(const uint4 &hdr, int g, int *s0, int *m
     *m1 = (int)(mp >> 8);
 }
 
+/* (offsets within a matrix in 32 bits: mv2_of takes matrices under 2 GiB;
+ * 64-bit products a load cost the loops instructions they are short of) */
 template <int T>
 __device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
 {
+    const uint32_t ur = (uint32_t)r, up = (uint32_t)p;
     if constexpr (T == GGML_TYPE_Q4_K) {
         /* piece t of a super-block: qs bytes 16t .. 16t + 15 */
-        const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)(p >> 3) * 144;
+        const uint8_t *blk = m.q + (ur * (uint32_t)m.qrb + (up >> 3) * 144u);
         w.b = __ldg((const uint4 *)blk);
-        w.a = ldw16(blk + 16 + 16 * (p & 7), m.na);
+        w.a = ldw16(blk + 16 + 16 * (up & 7), m.na);
         w.e = 0;
     } else if constexpr (T == GGML_TYPE_Q6_K) {
         /* piece t = 4h + 2a + k: ql bytes 16t .., qh bytes 128 + 32h + 16k .. */
-        const int sb = p >> 3, t = p & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
-        const uint8_t *blk = m.q + (size_t)r * m.qrb + (size_t)sb * 192;
+        const uint32_t sb = up >> 3, t = up & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
+        const uint8_t *blk = m.q + (ur * (uint32_t)m.qrb + sb * 192u);
         w.a = ldw16(blk + 16 * t, m.na);
         w.b = __ldg((const uint4 *)(blk + 128 + 32 * h + 16 * k));
-        const uint8_t *sc = m.sc + (size_t)r * m.srb + 16 * sb + 8 * h + 2 * a + k;
+        const uint8_t *sc = m.sc + (ur * (uint32_t)m.srb + 16 * sb + 8 * h + 2 * a + k);
         w.e = (uint32_t)__ldg(sc) | ((uint32_t)__ldg(sc + 4) << 8) |
-              ((uint32_t)__ldg(m.d + (size_t)r * m.drb + sb) << 16);
+              ((uint32_t)__ldg(m.d + (ur * (uint32_t)m.drb + sb)) << 16);
     } else { /* Q8_0: 32 quants of block p, then its scale */
-        const uint8_t *q = m.q + (size_t)r * m.qrb + 32 * (size_t)p;
+        const uint8_t *q = m.q + (ur * (uint32_t)m.qrb + 32 * up);
         w.a = ldw16(q, m.na);
         w.b = ldw16(q + 16, m.na);
-        w.e = __ldg(m.d + (size_t)r * m.drb + p);
+        w.e = __ldg(m.d + (ur * (uint32_t)m.drb + up));
     }
 }
 
@@ -900,6 +924,17 @@ __device__ __forceinline__ void mv2_act(int p, const int8_t *__restrict__ xq,
 
 /* Piece p's contribution to the row's dot with the Q8_0 activations (a:
  * mv2_act of piece p). */
+/* The dot of the high nibbles of w, left in place (16 q: no shifts), with
+ * x: 16 times the dot, exactly. */
+__device__ __forceinline__ int q4_hi16(const uint4 &w, const int4 &x)
+{
+    const uint32_t m = 0xf0f0f0f0u;
+    int acc = dp4a_us(w.x & m, x.x, 0);
+    acc = dp4a_us(w.y & m, x.y, acc);
+    acc = dp4a_us(w.z & m, x.z, acc);
+    return dp4a_us(w.w & m, x.w, acc);
+}
+
 template <int T>
 __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a)
 {
@@ -908,8 +943,7 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
         const uint32_t m4 = 0x0f0f0f0fu;
         const int lo = dp4a4((int)(w.a.x & m4), (int)(w.a.y & m4), (int)(w.a.z & m4),
                              (int)(w.a.w & m4), a.A, 0);
-        const int hi = dp4a4((int)((w.a.x >> 4) & m4), (int)((w.a.y >> 4) & m4),
-                             (int)((w.a.z >> 4) & m4), (int)((w.a.w >> 4) & m4), a.B, 0);
+        const int hi = q4_hi16(w.a, a.B) >> 4;
         int s0, m0, s1, m1;
         q4k_sm2(w.b, g, &s0, &m0, &s1, &m1);
         const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
@@ -1482,6 +1516,8 @@ static bool mv2_of(const struct cuda_state *s, const struct omni_btensor *w, mv2
     if (!c || !c->mv2)
         return false;
     const int64_t nb = w->cols / 32, nsb = w->cols / 256;
+    if ((int64_t)ggml_row_size(w->type, w->cols) * w->rows >= ((int64_t)1 << 31))
+        return false; /* mv2_ld's offsets are 32-bit */
     memset(m, 0, sizeof *m);
     m->type = w->type;
     m->na = mv2_na;
@@ -1747,6 +1783,8 @@ static int gemm_cat_run(struct cuda_state *s, const __half *h0, int total, int c
 static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, const float *x, int n,
                        float *y)
 {
+    if (skipped(be, SKIP_MM))
+        return 0;
     tail_flush(be);
     const int rc = matmul_impl(be, w, x, n, y);
     wrote(st(be), y, (int64_t)n * w->rows);
@@ -1869,6 +1907,8 @@ static bool fused_ok(const struct cuda_state *s, const struct omni_btensor *w, i
 static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_btensor *const *w,
                              const float *x, int n, float *const *y)
 {
+    if (skipped(be, SKIP_MM))
+        return 0;
     struct cuda_state *s = st(be);
     tail_flush(be);
     if (nw < 1 || nw > 3)
@@ -2007,6 +2047,8 @@ static void launch_glu(const uint8_t *Wg, const uint8_t *Wu, size_t rb, int rows
 static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *wg,
                            const struct omni_btensor *wu, const float *x, int n, float *y)
 {
+    if (skipped(be, SKIP_MM))
+        return 0;
     struct cuda_state *s = st(be);
     tail_flush(be);
     if (n < 1)
@@ -2458,6 +2500,8 @@ static void norm_quant_done(struct cuda_state *s, const float *y, int rows, int 
 static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const float *w, int rows,
                         int dim, float eps)
 {
+    if (skipped(be, SKIP_NORM))
+        return 0;
     if (rows < 1)
         return 0;
     struct cuda_state *s = st(be);
@@ -2524,6 +2568,8 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
 static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
                             const float *w, int rows, int dim, float eps)
 {
+    if (skipped(be, SKIP_NORM))
+        return 0;
     if (tail_try_norm(be, x, dx, y, w, rows, dim, eps))
         return chk_launch("mv2 + add_rmsnorm");
     if (rows < 1)
@@ -2552,6 +2598,8 @@ __global__ void k_add(float *y, const float *x, const float *b, int64_t n, int d
 static int cuda_add(struct omni_backend *be, float *y, const float *x, const float *b, int rows,
                     int dim)
 {
+    if (skipped(be, SKIP_NORM))
+        return 0;
     touch(be);
     const int64_t n = (int64_t)rows * dim;
     if (n < 1)
@@ -2583,6 +2631,8 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_tok, int
 static int cuda_rope(struct omni_backend *be, float *x, const int32_t *pos, int n_tok, int n_head,
                      int head_dim, int n_rot, const float *inv_freq, float attn_factor, bool neox)
 {
+    if (skipped(be, SKIP_ROPE))
+        return 0;
     touch(be);
     const int64_t n = (int64_t)n_tok * n_head * (n_rot / 2);
     if (n < 1)
@@ -2632,6 +2682,8 @@ __global__ void k_kv_store(const float *__restrict__ k, const float *__restrict_
 static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v, void *kc,
                          void *vc, int kv_type, const int64_t *slot, int n, int kv_dim)
 {
+    if (skipped(be, SKIP_ROPE))
+        return 0;
     touch(be);
     const int64_t total = (int64_t)n * kv_dim;
     if (total < 1)
@@ -3024,6 +3076,8 @@ static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r
 
 static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
 {
+    if (skipped(be, SKIP_ROPE))
+        return 0;
     if (tail_try_rope(be, r))
         return chk_launch("mv2 q/k/v + rope_kv");
     touch(be);
@@ -3678,6 +3732,8 @@ static void launch_attention(const struct omni_battn *a, bool split, int8_t *q, 
 
 static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
 {
+    if (skipped(be, SKIP_ATT))
+        return 0;
     touch(be);
     if (a->head_dim > 256 || a->head_dim % 2 || a->n_head % a->n_head_kv)
         return OMNI_ERR_UNSUPPORTED;
@@ -4079,6 +4135,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 7;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
     att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
+    const char *sk_ops = getenv("OMNI_CUDA_SKIP");
+    skip_ops = sk_ops ? atoi(sk_ops) & 15 : 0;
     const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
     s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 7 ? atoi(ft) : 0;
     if (mv2_tmin < 32)
