@@ -852,9 +852,12 @@ __device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
         const uint8_t *blk = m.q + (ur * (uint32_t)m.qrb + sb * 192u);
         w.a = ldw16(blk + 16 * t, m.na);
         w.b = __ldg((const uint4 *)(blk + 128 + 32 * h + 16 * k));
-        const uint8_t *sc = m.sc + (ur * (uint32_t)m.srb + 16 * sb + 8 * h + 2 * a + k);
-        w.e = (uint32_t)__ldg(sc) | ((uint32_t)__ldg(sc + 4) << 8) |
-              ((uint32_t)__ldg(m.d + (ur * (uint32_t)m.drb + sb)) << 16);
+        /* the scales of values 16 (2a + k) and 64 further: bytes 2a + k and
+         * 2a + k + 4 of the half super-block's 8 (one 8-byte load) */
+        const uint2 sc = __ldg((const uint2 *)(m.sc + (ur * (uint32_t)m.srb + 16 * sb + 8 * h)));
+        const uint32_t j = 2 * a + k;
+        w.e = __byte_perm(sc.x, sc.y, j | (j + 4) << 4) & 0xffffu;
+        w.e |= (uint32_t)__ldg(m.d + (ur * (uint32_t)m.drb + sb)) << 16;
     } else { /* Q8_0: 32 quants of block p, then its scale */
         const uint8_t *q = m.q + (ur * (uint32_t)m.qrb + 32 * up);
         w.a = ldw16(q, m.na);
@@ -947,8 +950,11 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
         int s0, m0, s1, m1;
         q4k_sm2(w.b, g, &s0, &m0, &s1, &m1);
         const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
-        return a.da * (d * (float)s0 * (float)lo - dmin * (float)m0 * (float)a.sa) +
-               a.db * (d * (float)s1 * (float)hi - dmin * (float)m1 * (float)a.sb);
+        /* the integer products first (exact: under 2^24), then d and dmin
+         * once: fewer conversions and float steps a piece */
+        const float t = fmaf(a.db, (float)(s1 * hi), a.da * (float)(s0 * lo));
+        const float u = fmaf(a.db, (float)(m1 * a.sb), a.da * (float)(m0 * a.sa));
+        return fmaf(d, t, -dmin * u);
     } else if constexpr (T == GGML_TYPE_Q6_K) {
         const int hs = 2 * (((p & 7) >> 1) & 1);
         const uint32_t l[4] = { w.a.x, w.a.y, w.a.z, w.a.w }, hb[4] = { w.b.x, w.b.y, w.b.z, w.b.w };
@@ -957,16 +963,17 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
         int lo = 0, hi = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t qa = (l[i] & 0x0f0f0f0fu) | (((hb[i] >> hs) & 0x03030303u) << 4);
-            const uint32_t qb = ((l[i] >> 4) & 0x0f0f0f0fu) | (((hb[i] >> (hs + 4)) & 0x03030303u) << 4);
+            const uint32_t h = hb[i] >> hs; /* this piece's two high bits at 0-1 and 4-5 */
+            const uint32_t qa = (l[i] & 0x0f0f0f0fu) | ((h << 4) & 0x30303030u);
+            const uint32_t qb = ((l[i] >> 4) & 0x0f0f0f0fu) | (h & 0x30303030u);
             lo = dp4a_us(qa, i == 0 ? a.A.x : i == 1 ? a.A.y : i == 2 ? a.A.z : a.A.w, lo);
             hi = dp4a_us(qb, i == 0 ? a.B.x : i == 1 ? a.B.y : i == 2 ? a.B.z : a.B.w, hi);
         }
         lo -= 32 * a.sa;
         hi -= 32 * a.sb;
         const float d = h2f((uint16_t)(w.e >> 16));
-        const float sa = (float)(int8_t)(w.e & 0xff), sbs = (float)(int8_t)((w.e >> 8) & 0xff);
-        return a.da * (d * sa) * (float)lo + a.db * (d * sbs) * (float)hi;
+        const int sa = (int8_t)(w.e & 0xff), sbs = (int8_t)((w.e >> 8) & 0xff);
+        return d * fmaf(a.db, (float)(sbs * hi), a.da * (float)(sa * lo));
     } else {
         int s = dp4a4((int)w.a.x, (int)w.a.y, (int)w.a.z, (int)w.a.w, a.A, 0);
         s = dp4a4((int)w.b.x, (int)w.b.y, (int)w.b.z, (int)w.b.w, a.B, s);
