@@ -2370,6 +2370,9 @@ static bool norm_stage = true; /* OMNI_CUDA_NORM_STAGE=0: the strided loop (read
  * H100 job f_c2: tg128 +10.5% (1B Q4_K_M), +10.2% (Q8_0), +10.2% (7B).
  * OMNI_CUDA_NORM_WPRE=0: after the barrier, as before. */
 static bool norm_wpre = true;
+/* The norms' Q8_0 blocks a thread a block from a shared copy (norm_q8_smem;
+ * OMNI_CUDA_NORM_QS=0: a warp maximum per value, norm_out) */
+static bool norm_qs_on = true;
 /* OMNI_CUDA_PRE (bits, default 7): loads that do not depend on the kernel
  * before go out before griddepcontrol.wait, so that their DRAM round trip
  * overlaps that kernel's tail: 1 the norms' weights, 2 rope_kv's angles
@@ -2385,10 +2388,47 @@ static int pre_bits = 7;
  * k_add_rmsnorm has a store in each iteration, so each iteration waits for
  * its loads in turn: a chain of dim / blockDim L2 round trips for one
  * block. The sums, their order and the values written are the same. */
+#define NORM_QS_MAX 8192 /* the widest row whose Q8_0 blocks norm_q8_smem makes */
+#define NORM_QS_STRIDE 36 /* floats a 32-value block takes in its shared copy */
+
+/* The Q8_0 form of the dim values in sv (block b at NORM_QS_STRIDE b: the
+ * padding keeps the 16-byte loads of 8 threads in distinct banks), a thread
+ * a block of 32, as norm_out makes it. */
+__device__ __forceinline__ void norm_q8_smem(const float *sv, int dim, int8_t *q, float *qd)
+{
+    for (int b = threadIdx.x; b < dim / 32; b += blockDim.x) {
+        float4 t[8];
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            t[j] = *(const float4 *)(sv + NORM_QS_STRIDE * b + 4 * j);
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(t[j].x), fabsf(t[j].y)),
+                                     fmaxf(fabsf(t[j].z), fabsf(t[j].w))));
+        }
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        uint32_t wq[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            wq[j] = ((uint32_t)(uint8_t)(int8_t)roundf(t[j].x * id)) |
+                    ((uint32_t)(uint8_t)(int8_t)roundf(t[j].y * id) << 8) |
+                    ((uint32_t)(uint8_t)(int8_t)roundf(t[j].z * id) << 16) |
+                    ((uint32_t)(uint8_t)(int8_t)roundf(t[j].w * id) << 24);
+        *(uint4 *)(q + 32 * b) = make_uint4(wq[0], wq[1], wq[2], wq[3]);
+        *(uint4 *)(q + 32 * b + 16) = make_uint4(wq[4], wq[5], wq[6], wq[7]);
+        qd[b] = __half2float(__float2half_rn(dd));
+    }
+}
+
+/* sv: with Q and dim <= NORM_QS_MAX, shared memory of NORM_QS_MAX / 32
+ * blocks of NORM_QS_STRIDE floats: the Q8_0 blocks are then made a thread
+ * a block (norm_q8_smem) instead of by a warp maximum per value a thread
+ * holds (a chain of shuffles the next product waits for). */
 template <bool Q, bool ADD, int V>
 __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, float *yr,
                                                 const float *__restrict__ w, int dim, float eps,
-                                                int8_t *q, float *qd, bool wpre, bool wait)
+                                                int8_t *q, float *qd, bool wpre, bool wait,
+                                                float *sv = NULL)
 {
     __shared__ float part[32];
     float v[V], wv[V];
@@ -2430,6 +2470,20 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
     }
     __syncthreads();
     const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    if (Q && sv && dim <= NORM_QS_MAX) {
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < dim) {
+                const float y = v[k] * inv * (wpre ? wv[k] : w[i]);
+                yr[i] = y;
+                sv[NORM_QS_STRIDE * (i >> 5) + (i & 31)] = y;
+            }
+        }
+        __syncthreads();
+        norm_q8_smem(sv, dim, q, qd);
+        return;
+    }
     /* (a warp's 32 values are all in the row or all past it: dim % 32 == 0
      * where Q needs whole warps) */
 #pragma unroll
@@ -2444,17 +2498,19 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
-                          int8_t *q, float *qd, bool stage, bool wpre, bool pre)
+                          int8_t *q, float *qd, bool stage, bool wpre, bool pre, bool norm_qs)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
     if (!(staged && pre))
         pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's output */
     if (staged) {
+        __shared__ __align__(16) float sv[Q ? NORM_QS_MAX / 32 * NORM_QS_STRIDE : 4];
         norm_row_staged<Q, false, NORM_V>((float *)x + (size_t)blockIdx.x * dim, NULL,
                                           y + (size_t)blockIdx.x * dim, w, dim, eps,
                                           Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre);
+                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre,
+                                          norm_qs ? sv : NULL);
         return;
     }
     __shared__ float part[32];
@@ -2517,10 +2573,10 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0);
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
     }
     return chk_launch("rmsnorm");
 }
@@ -2531,17 +2587,19 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
 template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
                               int dim, float eps, int8_t *q, float *qd, bool stage, bool wpre,
-                              bool pre)
+                              bool pre, bool norm_qs)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
     if (!(staged && pre))
         pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's output */
     if (staged) {
+        __shared__ __align__(16) float sv[Q ? NORM_QS_MAX / 32 * NORM_QS_STRIDE : 4];
         norm_row_staged<Q, true, NORM_V>(x + (size_t)blockIdx.x * dim, dx + (size_t)blockIdx.x * dim,
                                          y + (size_t)blockIdx.x * dim, w, dim, eps,
                                          Q ? q + (size_t)blockIdx.x * dim : NULL,
-                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre);
+                                         Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre,
+                                         norm_qs ? sv : NULL);
         return;
     }
     __shared__ float part[32];
@@ -2587,10 +2645,10 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0);
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
     }
     return chk_launch("add_rmsnorm");
 }
@@ -4134,6 +4192,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_r2 = !(r2e && !strcmp(r2e, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
     norm_stage = !(ns && !strcmp(ns, "0"));
+    const char *nqs = getenv("OMNI_CUDA_NORM_QS");
+    norm_qs_on = !(nqs && !strcmp(nqs, "0"));
     const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
     norm_wpre = !(nw && !strcmp(nw, "0"));
     const char *ag = getenv("OMNI_CUDA_ATT_GQA");
