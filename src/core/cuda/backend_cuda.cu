@@ -2373,6 +2373,9 @@ static bool norm_wpre = true;
 /* The norms' Q8_0 blocks a thread a block from a shared copy (norm_q8_smem;
  * OMNI_CUDA_NORM_QS=0: a warp maximum per value, norm_out) */
 static bool norm_qs_on = true;
+/* threads of a one-row norm block (OMNI_CUDA_NORM_THREADS=128|256|512;
+ * 1024 would exceed the register file at the staged norm's 80) */
+static int norm_nt = 256;
 /* OMNI_CUDA_PRE (bits, default 7): loads that do not depend on the kernel
  * before go out before griddepcontrol.wait, so that their DRAM round trip
  * overlaps that kernel's tail: 1 the norms' weights, 2 rope_kv's angles
@@ -2569,7 +2572,7 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
         return 0;
     struct cuda_state *s = st(be);
     touch(be);
-    const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
+    const int threads = dim >= norm_nt ? norm_nt : (dim + 31) / 32 * 32;
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
@@ -2641,7 +2644,7 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
         return 0;
     struct cuda_state *s = st(be);
     touch(be);
-    const int threads = dim >= 256 ? 256 : (dim + 31) / 32 * 32;
+    const int threads = dim >= norm_nt ? norm_nt : (dim + 31) / 32 * 32;
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
@@ -4192,6 +4195,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     mv2_r2 = !(r2e && !strcmp(r2e, "0"));
     const char *ns = getenv("OMNI_CUDA_NORM_STAGE");
     norm_stage = !(ns && !strcmp(ns, "0"));
+    const char *nnt = getenv("OMNI_CUDA_NORM_THREADS");
+    norm_nt = nnt && (atoi(nnt) == 128 || atoi(nnt) == 256 || atoi(nnt) == 512) ? atoi(nnt) : 256;
     const char *nqs = getenv("OMNI_CUDA_NORM_QS");
     norm_qs_on = !(nqs && !strcmp(nqs, "0"));
     const char *nw = getenv("OMNI_CUDA_NORM_WPRE");
