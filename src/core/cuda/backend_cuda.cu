@@ -239,14 +239,23 @@ __device__ __forceinline__ float warp_max(float v)
 /* y = v, and with Q its Q8_0 form as k_quant_q8_0 makes it (row r of
  * [rows][dim] int8 q, scales qd [rows][dim / 32]); the 32 lanes of the warp
  * hold one 32-value block (dim a multiple of 32, whole warps per row). */
+/* A Q8_0 block's scale for its largest magnitude amax (quant.h's rule),
+ * and in *id the factor that quantizes (0 for an all-zero block). */
+__device__ __forceinline__ float q8_scale(float amax, float *id)
+{
+    const float dd = amax / 127.0f;
+    *id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    return dd;
+}
+
 template <bool Q>
 __device__ __forceinline__ void norm_out(float *yr, int i, float v, int8_t *q, float *qd)
 {
     yr[i] = v;
     if (Q) {
         const float amax = warp_max(fabsf(v));
-        const float dd = amax / 127.0f;
-        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        float id;
+        const float dd = q8_scale(amax, &id);
         q[i] = (int8_t)roundf(v * id);
         if ((i & 31) == 0)
             qd[i >> 5] = __half2float(__float2half_rn(dd));
@@ -460,8 +469,8 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, int64_t n_blocks, int8
         return;
     const float v = x[b * 32 + lane];
     const float amax = warp_max(fabsf(v));
-    const float dd = amax / 127.0f;
-    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    float id;
+    const float dd = q8_scale(amax, &id);
     q[b * 32 + lane] = (int8_t)roundf(v * id);
     if (lane == 0)
         d[b] = __half2float(__float2half_rn(dd));
@@ -2408,8 +2417,8 @@ __device__ __forceinline__ void norm_q8_smem(const float *sv, int dim, int8_t *q
             amax = fmaxf(amax, fmaxf(fmaxf(fabsf(t[j].x), fabsf(t[j].y)),
                                      fmaxf(fabsf(t[j].z), fabsf(t[j].w))));
         }
-        const float dd = amax / 127.0f;
-        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        float id;
+        const float dd = q8_scale(amax, &id);
         uint32_t wq[8];
 #pragma unroll
         for (int j = 0; j < 8; j++)
