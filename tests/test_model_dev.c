@@ -432,6 +432,118 @@ TEST(backend_fused_ops)
     free(w), free(x), free(ya), free(yb), free(q);
 }
 
+/* The residual add + RMSNorm right after a one-row product (cuda: fused
+ * into it, OMNI_CUDA_NORM_FUSE; its 1 / rms then applied by the q/k/v and
+ * gate/up products after it) against the same ops with a sync between
+ * (nothing fused): the residual, the normed row (written by those
+ * products, or by a plain norm when another op reads it first) and the
+ * products of it. The fused products scale their integer sums by 1 / rms
+ * instead of quantizing the scaled row: equal to 2e-3 of max |y|, the
+ * rest exactly or to 1e-5. The "o" product in each weight type. */
+static void fused_norm_pass(struct omni_backend *be, const struct omni_btensor *o,
+                            const struct omni_btensor *const *qkv,
+                            const struct omni_btensor *gate, const struct omni_btensor *up,
+                            const float *x0, bool plain, bool read_first,
+                            float **dev, float **host, const int *len)
+{
+    /* dev: a, x, xn, norm weight, q, k, v, glu out; host: x, xn, q, k, v, glu */
+    CHECK(be->upload(be, dev[1], x0, (size_t)len[0] * sizeof(float)) == 0);
+    CHECK(be->matmul(be, o, dev[0], 1, dev[2]) == 0);
+    if (plain)
+        CHECK(be->sync(be) == 0);
+    CHECK(be->add_rmsnorm(be, dev[1], dev[2], dev[2], dev[3], 1, len[0], 1e-5f) == 0);
+    if (read_first)
+        CHECK(be->download(be, host[1], dev[2], (size_t)len[0] * sizeof(float)) == 0);
+    float *const y3[3] = { dev[4], dev[5], dev[6] };
+    CHECK(be->matmul_multi(be, 3, qkv, dev[2], 1, y3) == 0);
+    CHECK(be->matmul_glu(be, gate, up, dev[2], 1, dev[7]) == 0);
+    CHECK(be->download(be, host[0], dev[1], (size_t)len[0] * sizeof(float)) == 0);
+    if (!read_first)
+        CHECK(be->download(be, host[1], dev[2], (size_t)len[0] * sizeof(float)) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(be->download(be, host[2 + i], dev[4 + i], (size_t)len[1 + i] * sizeof(float)) == 0);
+}
+
+TEST(backend_fused_norm)
+{
+    char err[256];
+    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+    CHECK_MSG(be, "%s", err);
+    if (!be)
+        return;
+    test_defer(free_backend, be);
+    if (!be->matmul_multi || !be->matmul_glu || !be->prepare)
+        SKIP("the backend has no fused ops");
+    enum { DIM = 256, IN = 512, KV = 64, FF = 128, NT = 6 };
+    /* o [DIM x IN]; q [DIM x DIM], k, v [KV x DIM]; gate, up [FF x DIM] */
+    const int rows[NT] = { DIM, DIM, KV, KV, FF, FF }, cols[NT] = { IN, DIM, DIM, DIM, DIM, DIM };
+    int types[NT] = { GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K,
+                      GGML_TYPE_Q4_K, GGML_TYPE_Q4_K };
+    const int len[5] = { DIM, DIM, KV, KV, FF };
+    float *w = malloc((size_t)DIM * IN * sizeof(float));
+    void *q = malloc((size_t)DIM * IN * sizeof(float));
+    float *a = malloc(IN * sizeof(float)), *x0 = malloc(DIM * sizeof(float));
+    float *nw = malloc(DIM * sizeof(float));
+    float *host[2][6];
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 6; i++)
+            host[p][i] = malloc(DIM * sizeof(float));
+    CHECK(w && q && a && x0 && nw);
+    rng_state = 23;
+    for (int i = 0; i < IN; i++)
+        a[i] = frand();
+    for (int i = 0; i < DIM; i++) {
+        x0[i] = frand() * 2.0f;
+        nw[i] = 0.5f + frand() * 0.25f;
+    }
+    float *dev[8];
+    const int dlen[8] = { IN, DIM, DIM, DIM, DIM, KV, KV, FF };
+    for (int i = 0; i < 8; i++) {
+        dev[i] = be->alloc(be, (size_t)dlen[i] * sizeof(float));
+        CHECK(dev[i]);
+    }
+    CHECK(be->upload(be, dev[0], a, IN * sizeof(float)) == 0);
+    CHECK(be->upload(be, dev[3], nw, DIM * sizeof(float)) == 0);
+    static const int o_types[3] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0 };
+    for (int ot = 0; ot < 3; ot++) {
+        types[0] = o_types[ot];
+        struct omni_btensor t[NT];
+        for (int m = 0; m < NT; m++) {
+            for (int i = 0; i < rows[m] * cols[m]; i++)
+                w[i] = frand() * 0.1f;
+            const size_t rb = ggml_row_size(types[m], cols[m]);
+            for (int r = 0; r < rows[m]; r++)
+                CHECK(quantize_row(types[m], w + (size_t)r * cols[m], (char *)q + r * rb, cols[m]) == 0);
+            void *dw = be->alloc(be, rb * rows[m]);
+            CHECK(dw && be->upload(be, dw, q, rb * rows[m]) == 0);
+            t[m] = (struct omni_btensor){ types[m], cols[m], rows[m], dw };
+            CHECK(be->prepare(be, &t[m]) == 0);
+        }
+        const struct omni_btensor *qkv[3] = { &t[1], &t[2], &t[3] };
+        for (int read_first = 0; read_first < 2; read_first++) {
+            for (int p = 0; p < 2; p++)
+                fused_norm_pass(be, &t[0], qkv, &t[4], &t[5], x0, p == 1, read_first, dev,
+                                host[p], len);
+            static const char *what[6] = { "x", "xn", "q", "k", "v", "glu" };
+            const int hl[6] = { DIM, DIM, DIM, KV, KV, FF };
+            for (int i = 0; i < 6; i++) {
+                const double d = test_max_diff(host[0][i], host[1][i], hl[i]);
+                const double tol = (i < 2 ? 1e-5 : 2e-3) * (1 + max_abs(host[1][i], hl[i]));
+                CHECK_MSG(d <= tol, "fused norm after %s, %s%s: %.3g", ggml_type_name(o_types[ot]),
+                          what[i], read_first ? " (read first)" : "", d);
+            }
+        }
+        for (int m = 0; m < NT; m++)
+            be->free(be, (void *)t[m].data);
+    }
+    for (int i = 0; i < 8; i++)
+        be->free(be, dev[i]);
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 6; i++)
+            free(host[p][i]);
+    free(w), free(q), free(a), free(x0), free(nw);
+}
+
 /* prepare_group's one GEMM over q/k/v-like matrices (three types) and
  * over gate/up against the plain products on the same backend: the same
  * F16 copies and inputs, only the GEMM's tiling may differ (1e-4 of max

@@ -57,6 +57,18 @@ struct f16_copy {
     bool mv2;
 };
 
+/* A one-row RMSNorm y = x / rms(x) * w whose 1 / rms is left to the
+ * products of y (norm fusion, see its section): the Q8_0 blocks they read
+ * are those of x * w, ss holds x's sum of squares a 32-value group, and
+ * their blocks write y between them. ss NULL: a plain norm's blocks. */
+struct nscale {
+    const float *ss;
+    const float *x, *w;
+    float *y;
+    int dim;
+    float eps;
+};
+
 struct cuda_state {
     int device;
     cudaStream_t stream;
@@ -102,6 +114,7 @@ struct cuda_state {
      * the products right after reuse it; any op that may write device
      * memory drops it (touch) */
     bool nq_valid;
+    struct nscale nq_ns; /* while nq_valid: xq's blocks lack this norm's 1 / rms (ss set) */
     const float *nq_x;
     int nq_n, nq_cols;
     int8_t *nq_buf;    /* where: xq, or xq2 (the fused gate/up's output: its
@@ -123,16 +136,19 @@ struct cuda_state {
     float *am_pv;
     int *am_pi;
     unsigned *am_count;
-    /* OMNI_CUDA_FUSE_TAIL (bits): 1 the residual add + RMSNorm after a
-     * one-row o / down product made by that product's last block, 2 RoPE +
-     * K/V store after the q/k/v product by the last block of each head, 4
-     * bit 1's counter in two levels (tail_last2).
-     * Such a product is held back (tp) until the next op shows whether it
-     * fuses; every other op launches it first (tail_flush). */
-    int fuse_tail;
-    long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
+    /* Norm fusion (OMNI_CUDA_NORM_FUSE, default on; see its section): a
+     * one-row o / down product is held back (tp) until the next op shows
+     * whether it is the residual add + RMSNorm of its output, which it then
+     * takes in; every other op launches it first (tail_flush). nf_ss: the
+     * sums of squares of its 32-value groups, nf_q their Q8_0 blocks of x *
+     * w (NF_GROUPS groups; tp NULL: no fusion). pn_on: the fused norm's y
+     * is not written yet (pn says where from; norm_flush writes it). */
     struct tail_pend *tp;
-    unsigned *tail_count; /* last-block counters (zero between launches); NULL: no fusion */
+    float *nf_ss;
+    int8_t *nf_q;
+    bool pn_on;
+    struct nscale pn;
+    long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
     /* Q4_K / Q6_K products of int8_rows_k + 1 .. mmq_max rows on the int8
      * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, at most 64; default
      * 32; 0: the F16 GEMM as before), K split over mmq_ks warps
@@ -153,14 +169,25 @@ struct cuda_state {
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
 
 static void tail_flush(struct omni_backend *be);
+static void norm_flush(struct omni_backend *be);
+static void norm_flush(struct cuda_state *s);
+static bool pn_hits(const struct cuda_state *s, const float *p, int64_t n);
 static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, float *y,
                           const float *w, int rows, int dim, float eps);
 
-/* An op that may write device memory: xq no longer stands for its x (and
- * a held-back product goes first). */
-static void touch(struct omni_backend *be)
+/* What may read or write device memory waits for nothing held back: the
+ * held-back product is launched, a fused norm's y written. */
+static void flush_pending(struct omni_backend *be)
 {
     tail_flush(be);
+    norm_flush(be);
+}
+
+/* An op that may write device memory: xq no longer stands for its x (and
+ * what is held back goes first). */
+static void touch(struct omni_backend *be)
+{
+    flush_pending(be);
     st(be)->nq_valid = false;
     st(be)->nh_valid = false;
     st(be)->nm_valid = false;
@@ -182,7 +209,6 @@ static bool skipped(struct omni_backend *be, int bit)
 {
     if (!(skip_ops & bit))
         return false;
-    tail_flush(be);
     touch(be);
     return true;
 }
@@ -236,9 +262,6 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
-/* y = v, and with Q its Q8_0 form as k_quant_q8_0 makes it (row r of
- * [rows][dim] int8 q, scales qd [rows][dim / 32]); the 32 lanes of the warp
- * hold one 32-value block (dim a multiple of 32, whole warps per row). */
 /* A Q8_0 block's scale for its largest magnitude amax (quant.h's rule),
  * and in *id the factor that quantizes (0 for an all-zero block). */
 __device__ __forceinline__ float q8_scale(float amax, float *id)
@@ -247,6 +270,10 @@ __device__ __forceinline__ float q8_scale(float amax, float *id)
     *id = dd != 0.0f ? 1.0f / dd : 0.0f;
     return dd;
 }
+
+/* y = v, and with Q its Q8_0 form as k_quant_q8_0 makes it (row r of
+ * [rows][dim] int8 q, scales qd [rows][dim / 32]); the 32 lanes of the warp
+ * hold one 32-value block (dim a multiple of 32, whole warps per row). */
 
 template <bool Q>
 __device__ __forceinline__ void norm_out(float *yr, int i, float v, int8_t *q, float *qd)
@@ -990,15 +1017,22 @@ __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a
     }
 }
 
+struct mv2_nopre {
+    __device__ void operator()() const {}
+};
+
 /* acc[k] = thread i's part of a row over np pieces, TPR threads a row,
  * for k < R streams: row r of m0 (R = 1); and of m1 (R = 2: gate and up);
  * and row r2 of m0 and of m1 (R = 4). U pieces of each stream are loaded,
  * then dotted; the first loads go out before pdl_wait. A row's sum has the
- * same order whatever U and R. */
-template <int T, int TPR, int U, int R, bool RM = false>
+ * same order whatever U and R. pre() runs right after pdl_wait: loads of
+ * what the previous kernel wrote that the caller needs only at its end
+ * (their latency then hides behind the row's). */
+template <int T, int TPR, int U, int R, bool RM = false, typename P = mv2_nopre>
 __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, int r2, int i,
                                          int np, const int8_t *__restrict__ xq,
-                                         const float *__restrict__ xd, float *acc)
+                                         const float *__restrict__ xd, float *acc,
+                                         const P &pre = P())
 {
     /* RM (R 2): rows r and r2 of m0, which share each piece's activations */
     mv2raw w[R][U];
@@ -1014,6 +1048,7 @@ __device__ __forceinline__ void mv2_rows(const mv2m &m0, const mv2m &m1, int r, 
                 mv2_ld<T>(RM ? m0 : k & 1 ? m1 : m0, RM ? (k ? r2 : r) : k < 2 ? r : r2,
                           p + u * TPR, w[k][u]);
     pdl_wait();
+    pre();
     for (;;) {
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -1063,6 +1098,66 @@ __device__ __forceinline__ float mv2_reduce(float v, float *red)
     return v;
 }
 
+#define NS_SH 128 /* groups' sums copied to shared memory early: rows up to 4096 */
+
+/* What a product of a fused norm's y (struct nscale) loads: w[i] before
+ * the wait (constant); x[i] and the groups' sums of squares right after
+ * it (pre: the sums as asynchronous copies into shared memory, so that
+ * no registers wait for them); then 1 / rms (the sums in a fixed order:
+ * every block gets the same) and y[i] written at its end. i: the thread's
+ * value of y (blockIdx.x * blockDim.x + threadIdx.x: the first blocks
+ * write y). */
+struct nscale_ld {
+    float w, x;
+    int i;
+    __device__ void init(const nscale &ns)
+    {
+        i = blockIdx.x * blockDim.x + threadIdx.x;
+        w = ns.ss && i < ns.dim ? __ldg(ns.w + i) : 0.0f;
+        x = 0.0f;
+    }
+    __device__ void after_wait(const nscale &ns, float *sh)
+    {
+        if (!ns.ss)
+            return;
+        const int ng = ns.dim / 32 < NS_SH ? ns.dim / 32 : NS_SH;
+        if (threadIdx.x < 32) {
+            for (int k = threadIdx.x; k < ng / 4; k += 32) /* 16 bytes, through L2 */
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(sh + 4 * k)),
+                             "l"(ns.ss + 4 * k));
+            for (int g = ng / 4 * 4 + threadIdx.x; g < ng; g += 32)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint32_t)__cvta_generic_to_shared(sh + g)),
+                             "l"(ns.ss + g));
+            asm volatile("cp.async.commit_group;");
+        }
+        if (i < ns.dim)
+            x = __ldcg(ns.x + i);
+    }
+    /* 1 / rms (1 without a fused norm), y[i] written; every thread of the
+     * block calls it, with after_wait's sh */
+    __device__ float finish(const nscale &ns, float *sh) const
+    {
+        __shared__ float rs;
+        if (!ns.ss)
+            return 1.0f;
+        if (threadIdx.x < 32)
+            asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
+        if (threadIdx.x < 32) {
+            float t = 0.0f;
+            for (int g = threadIdx.x; g < ns.dim / 32; g += 32)
+                t += g < NS_SH ? sh[g] : __ldcg(ns.ss + g);
+            t = warp_sum(t);
+            if (threadIdx.x == 0)
+                rs = 1.0f / sqrtf(t / (float)ns.dim + ns.eps);
+        }
+        __syncthreads();
+        if (i < ns.dim)
+            ns.y[i] = x * rs * w;
+        return rs;
+    }
+};
+
 /* y[r] = W[r] . x for one activation row; NR x MV2_BLOCK / TPR rows a
  * block. NR 2 (the default, see mv2_r2): each thread group takes rows r
  * and r + MV2_BLOCK / TPR, each piece's activations (and their scales)
@@ -1100,7 +1195,8 @@ __global__ void __launch_bounds__(MV2_BLOCK, MINB)
 }
 
 /* q, k, v (up to 3 matrices of equal cols, each of its own type) in one
- * launch: matrix k takes blocks b0[k] .. of the grid. */
+ * launch: matrix k takes blocks b0[k] .. of the grid. ns: a fused norm's
+ * 1 / rms to apply (ns.ss NULL: none). */
 struct mv2_segs {
     mv2m m[3];
     float *y[3];
@@ -1109,9 +1205,9 @@ struct mv2_segs {
 };
 
 template <int TPR>
-__global__ void __launch_bounds__(MV2_BLOCK)
+__global__ void __launch_bounds__(MV2_BLOCK, 8) /* (64 registers, as without a fused norm) */
     k_mv2_seg(const mv2_segs sg, int np, const int8_t *__restrict__ xq,
-              const float *__restrict__ xd)
+              const float *__restrict__ xd, const nscale ns)
 {
     __shared__ float red[MV2_BLOCK / 32];
     pdl_trigger();
@@ -1123,17 +1219,22 @@ __global__ void __launch_bounds__(MV2_BLOCK)
     float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
     const int i = threadIdx.x % TPR;
     const int r = ((int)blockIdx.x - b0) * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
+    __shared__ __align__(16) float nsh[NS_SH];
+    nscale_ld nl;
+    nl.init(ns);
+    const auto pre = [&]() { nl.after_wait(ns, nsh); };
     float acc = 0.0f;
     if (r < rows) {
         switch (m.type) {
-        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
+        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
         }
     } else {
         pdl_wait();
+        pre();
     }
-    acc = mv2_reduce<TPR>(acc, red);
+    acc = mv2_reduce<TPR>(acc, red) * nl.finish(ns, nsh);
     if (i == 0 && r < rows)
         y[r] = acc;
 }
@@ -1166,21 +1267,26 @@ __global__ void __launch_bounds__(1024)
  * 1024 threads does; but Q4_K takes 65 registers at MINB 1, so only one
  * fits: OMNI_CUDA_MV2_GLU=512b2 asks for 2, 64 registers). U pieces of
  * each of the 4 streams in flight a lane (OMNI_CUDA_MV2_GLU=512u2: U 2,
- * all of a 1B row's pieces at once; 128 registers, one block an SM). */
+ * all of a 1B row's pieces at once; 128 registers, one block an SM). ns:
+ * as k_mv2_seg's. */
 template <int T, int U, int MINB>
 __global__ void __launch_bounds__(512, MINB)
     k_mv2_glu_q16(const mv2m mg, const mv2m mu, int np, const int8_t *__restrict__ xq,
                   const float *__restrict__ xd, float *__restrict__ y, int8_t *__restrict__ oq,
-                  float *__restrict__ oqd)
+                  float *__restrict__ oqd, const nscale ns)
 {
     __shared__ float vals[32];
     pdl_trigger();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int r = blockIdx.x * 32 + wid;
+    __shared__ __align__(16) float nsh[NS_SH];
+    nscale_ld nl;
+    nl.init(ns);
     float a[4];
-    mv2_rows<T, 32, U, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a);
-    const float g0 = warp_sum(a[0]), u0 = warp_sum(a[1]);
-    const float g1 = warp_sum(a[2]), u1 = warp_sum(a[3]);
+    mv2_rows<T, 32, U, 4>(mg, mu, r, r + 16, lane, np, xq, xd, a, [&]() { nl.after_wait(ns, nsh); });
+    const float rs = nl.finish(ns, nsh);
+    const float g0 = warp_sum(a[0]) * rs, u0 = warp_sum(a[1]) * rs;
+    const float g1 = warp_sum(a[2]) * rs, u1 = warp_sum(a[3]) * rs;
     if (lane == 0) {
         vals[wid] = u0 * (g0 / (1.0f + expf(-g0)));
         vals[wid + 16] = u1 * (g1 / (1.0f + expf(-g1)));
@@ -1310,26 +1416,24 @@ static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const 
 
 /* k_mv2_seg over blocks blocks at tpr threads a row (q/k/v, plain or held back). */
 static void launch_mv2_seg(const mv2_segs &sg, unsigned blocks, int tpr, int np, const int8_t *xq,
-                           const float *xd, cudaStream_t s)
+                           const float *xd, const nscale &ns, cudaStream_t s)
 {
     const dim3 grid(blocks), block(MV2_BLOCK);
     switch (tpr) {
-    case 16: launch_pdl(k_mv2_seg<16>, grid, block, s, sg, np, xq, xd); break;
-    case 32: launch_pdl(k_mv2_seg<32>, grid, block, s, sg, np, xq, xd); break;
-    case 64: launch_pdl(k_mv2_seg<64>, grid, block, s, sg, np, xq, xd); break;
-    default: launch_pdl(k_mv2_seg<128>, grid, block, s, sg, np, xq, xd); break;
+    case 16: launch_pdl(k_mv2_seg<16>, grid, block, s, sg, np, xq, xd, ns); break;
+    case 32: launch_pdl(k_mv2_seg<32>, grid, block, s, sg, np, xq, xd, ns); break;
+    case 64: launch_pdl(k_mv2_seg<64>, grid, block, s, sg, np, xq, xd, ns); break;
+    default: launch_pdl(k_mv2_seg<128>, grid, block, s, sg, np, xq, xd, ns); break;
     }
 }
 
-/* A one-row mv2 product held back by OMNI_CUDA_FUSE_TAIL (see the tail
- * section): kind 1 a k_mv2 of one matrix (o, down), 2 the q/k/v k_mv2_seg. */
+/* A one-row mv2 product (o, down) held back for the norm fusion (see its
+ * section); kind 0: none. */
 struct tail_pend {
     int kind;
-    mv2m m;      /* kind 1 */
+    mv2m m;
     int type, rows;
     float *y;
-    mv2_segs sg; /* kind 2 */
-    int blocks, tpr;
     int np;
     const int8_t *xq;
     const float *xd;
@@ -1471,18 +1575,29 @@ static int quant_chunk_ok(const struct omni_btensor *w)
 
 /* x (n rows of cols) as Q8_0 activations in xq (int8 [n][cols], then a
  * scale per 32): reused when xq already holds them (nq_valid), else
- * quantized now and remembered. */
+ * quantized now and remembered. ns: a product that applies a fused norm's
+ * 1 / rms (struct nscale) gets it there, and may take blocks that lack it;
+ * NULL: blocks of x as it is. */
 static int quant_act(struct cuda_state *s, const float *x, int n, int cols, int8_t **xq,
-                     float **xd)
+                     float **xd, struct nscale *ns = NULL)
 {
     const int64_t nb = (int64_t)n * cols / 32;
-    if (s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols) {
+    if (ns)
+        memset(ns, 0, sizeof *ns);
+    const bool held = s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols;
+    if (s->pn_on && s->pn.y == x && !(held && ns))
+        norm_flush(s); /* y (not written yet) and its blocks from a plain norm */
+    if (s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols &&
+        (!s->nq_ns.ss || ns)) {
+        if (ns)
+            *ns = s->nq_ns;
         *xq = s->nq_buf;
         *xd = (float *)(*xq + nb * 32);
         return 0;
     }
     {
         s->nq_valid = false;
+        s->nq_ns.ss = NULL;
         int rc = grow_bytes(s, &s->xq, &s->xq_cap, (size_t)nb * 32 + (size_t)nb * sizeof(float));
         if (rc < 0)
             return rc;
@@ -1801,7 +1916,7 @@ static int cuda_matmul(struct omni_backend *be, const struct omni_btensor *w, co
 {
     if (skipped(be, SKIP_MM))
         return 0;
-    tail_flush(be);
+    flush_pending(be); /* (a fused norm's y: only matmul_multi / _glu apply its 1 / rms) */
     const int rc = matmul_impl(be, w, x, n, y);
     wrote(st(be), y, (int64_t)n * w->rows);
     return rc;
@@ -1832,11 +1947,10 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         if (rc < 0)
             return rc;
         mv2m m;
-        if (n == 1 && mv2_of(s, w, &m) && s->tp && (s->fuse_tail & 1)) {
+        if (n == 1 && mv2_of(s, w, &m) && s->tp) {
             /* held back: an add_rmsnorm of y next takes it into its launch */
             *s->tp = (struct tail_pend){ .kind = 1, .m = m, .type = w->type, .rows = rows,
-                                         .y = y, .sg = {}, .blocks = 0, .tpr = 0,
-                                         .np = cols / 32, .xq = xq, .xd = xd };
+                                         .y = y, .np = cols / 32, .xq = xq, .xd = xd };
             return 0;
         }
         if (n == 1 && mv2_of(s, w, &m)) {
@@ -1935,6 +2049,12 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
     bool one = true;
     for (int i = 0; i < nw; i++)
         one = one && fused_ok(s, w[i], cols, n);
+    mv2_segs sg2;
+    bool two = one && n == 1; /* the one-row mv2 kernel: it applies a fused norm's 1 / rms */
+    for (int i = 0; two && i < nw; i++)
+        two = mv2_of(s, w[i], &sg2.m[i]) && !pn_hits(s, y[i], (int64_t)n * w[i]->rows);
+    if (!two || (s->pn_on && x != s->pn.y))
+        norm_flush(be);
     int rc = 0;
     const __half *h0 = !one && (s->gemm_cat & 2) && nw > 1 ? cat_copies(s, nw, w, n) : NULL;
     if (h0) { /* one GEMM over the matrices' rows, then each its part */
@@ -1969,12 +2089,9 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
     }
     int8_t *xq;
     float *xd;
-    if ((rc = quant_act(s, x, n, cols, &xq, &xd)) < 0)
+    nscale ns;
+    if ((rc = quant_act(s, x, n, cols, &xq, &xd, two ? &ns : NULL)) < 0)
         return rc;
-    mv2_segs sg2;
-    bool two = n == 1;
-    for (int i = 0; two && i < nw; i++)
-        two = mv2_of(s, w[i], &sg2.m[i]);
     if (two) {
         const int np = cols / 32, tpr = mv2_tpr(np);
         int b = 0;
@@ -1987,15 +2104,9 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
             sg2.b0[i] = b;
             b += i < nw ? (int)blocks_for(w[i]->rows, MV2_BLOCK / tpr) : 0;
         }
-        if (s->tp && (s->fuse_tail & 2) && nw == 3) { /* held back for rope_kv */
-            *s->tp = (struct tail_pend){ .kind = 2, .m = {}, .type = 0, .rows = 0, .y = NULL,
-                                         .sg = sg2, .blocks = b, .tpr = tpr, .np = np,
-                                         .xq = xq, .xd = xd };
-            for (int i = 0; i < nw; i++)
-                wrote(s, y[i], (int64_t)n * w[i]->rows);
-            return 0;
-        }
-        launch_mv2_seg(sg2, (unsigned)b, tpr, np, (const int8_t *)xq, (const float *)xd, s->stream);
+        launch_mv2_seg(sg2, (unsigned)b, tpr, np, (const int8_t *)xq, (const float *)xd, ns, s->stream);
+        if (ns.ss && s->pn_on && s->pn.y == ns.y)
+            s->pn_on = false; /* its blocks write y */
         for (int i = 0; i < nw; i++)
             wrote(s, y[i], (int64_t)n * w[i]->rows);
         return chk_launch("matvec mv2 q/k/v");
@@ -2076,6 +2187,7 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
                            ? cat_copies(s, 2, wgu, n) : NULL;
     if (h0) { /* gate and up as one GEMM, then SwiGLU from its output */
         const int rows = (int)wg->rows;
+        norm_flush(be);
         rc = gemm_cat_run(s, h0, 2 * rows, cols, x, n);
         if (rc >= 0) {
             const int64_t count = (int64_t)n * rows;
@@ -2092,10 +2204,6 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
          * plain ops with y as the gate */
         return OMNI_ERR_UNSUPPORTED;
     }
-    int8_t *xq;
-    float *xd;
-    if ((rc = quant_act(s, x, n, cols, &xq, &xd)) < 0)
-        return rc;
     const uint8_t *Wg = (const uint8_t *)wg->data, *Wu = (const uint8_t *)wu->data;
     const size_t rb = ggml_row_size(wg->type, wg->cols);
     const int rows = (int)wg->rows;
@@ -2110,27 +2218,38 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             cudaGetLastError(); /* no room: the plain path below */
         }
     }
-    if (n == 1 && rows % 32 == 0 && s->xq2 && need <= s->xq2_cap && xq != (int8_t *)s->xq2) {
+    const bool q8out = n == 1 && rows % 32 == 0 && s->xq2 && need <= s->xq2_cap;
+    mv2m mg, mu;
+    const bool two = q8out && mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu);
+    /* k_mv2_glu_q16 applies a fused norm's 1 / rms; the others want y */
+    const bool scales = two && mv2_glu16 && !pn_hits(s, y, rows);
+    if (!scales || (s->pn_on && x != s->pn.y))
+        norm_flush(be);
+    int8_t *xq;
+    float *xd;
+    nscale ns;
+    if ((rc = quant_act(s, x, n, cols, &xq, &xd, scales ? &ns : NULL)) < 0)
+        return rc;
+    if (q8out && xq != (int8_t *)s->xq2) {
         int8_t *oq = (int8_t *)s->xq2;
         float *oqd = (float *)(oq + rows);
         const unsigned g = (unsigned)(rows / 32);
-        mv2m mg, mu;
-        if (mv2_of(s, wg, &mg) && mv2_of(s, wu, &mu)) {
+        if (two) {
             const int np = cols / 32;
             if (mv2_glu16) {
                 const dim3 gd(g), bd(512);
                 const int8_t *cq = xq;
                 const float *cd = xd;
                 switch (wg->type * 4 + mv2_glu_v) {
-                case GGML_TYPE_Q4_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q4_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q4_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q6_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q6_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q6_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q8_0 * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                case GGML_TYPE_Q8_0 * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
-                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd); break;
+                case GGML_TYPE_Q4_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q4_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q4_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q6_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q6_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q6_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q8_0 * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q8_0 * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                default: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q8_0, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 }
             } else switch (wg->type) {
             case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
@@ -2145,7 +2264,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             }
         }
+        if (ns.ss && s->pn_on && s->pn.y == ns.y)
+            s->pn_on = false; /* its blocks write y */
         s->nq_valid = true;
+        s->nq_ns.ss = NULL;
         s->nq_x = y;
         s->nq_n = 1;
         s->nq_cols = rows;
@@ -2254,7 +2376,7 @@ static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __hal
 static int cuda_prepare(struct omni_backend *be, const struct omni_btensor *w)
 {
     struct cuda_state *s = st(be);
-    tail_flush(be);
+    flush_pending(be);
     return preparable(s, w) ? prepare_one(s, w, NULL, NULL) : 0;
 }
 
@@ -2266,7 +2388,7 @@ static int cuda_prepare_group(struct omni_backend *be, int nw,
                               const struct omni_btensor *const *w)
 {
     struct cuda_state *s = st(be);
-    tail_flush(be);
+    flush_pending(be);
     if (nw < 2 || s->f16_off)
         return 0;
 #ifdef OMNI_CUDA_NO_F16_CACHE
@@ -2567,6 +2689,7 @@ static void norm_quant_done(struct cuda_state *s, const float *y, int rows, int 
 {
     s->nq_buf = (int8_t *)s->xq;
     s->nq_valid = true;
+    s->nq_ns.ss = NULL;
     s->nq_x = y;
     s->nq_n = rows;
     s->nq_cols = dim;
@@ -2908,136 +3031,71 @@ __global__ void k_rope_kv(const struct omni_brope_kv r, int half, int64_t total,
         rope_kv_item<KT>(r, half, i);
 }
 
-// ---- tail fusion (OMNI_CUDA_FUSE_TAIL) ---------------------------------------------
-/* A one-row step has small kernels between its products: the residual add
- * + RMSNorm (+ Q8_0) after the o and down products, RoPE + K/V store after
- * q/k/v. Each is a launch whose own work is a few microseconds on one or a
- * few SMs. Here the product does it: every block writes its rows, and the
- * last block to finish (an atomic counter, as k_argmax_sliced) runs the
- * op over what all of them wrote - the whole row for the norm, one head
- * for RoPE (a counter per head: the heads' tails run in parallel). The
- * product is held back at matmul / matmul_multi (tail_pend) and launched
- * fused by the add_rmsnorm / rope_kv that follows with matching buffers;
- * any other op launches it plain first (tail_flush).
- *
- * Measured slower (H100 job f_c2, tg128 with the staged norms and the
- * attention unroll: 1B Q4_K_M 1,171 tok/s plain, 905 with bit 1, 1,135
- * with bit 2; 7B 297 / 251 / 292), so it stays off. The likely cost is the
- * one counter of bit 1 that every block of a product bumps (512-3,584
- * atomics on one address, serialized at L2); a counter per group of
- * blocks would be the next thing to try. */
+// ---- norm fusion (OMNI_CUDA_NORM_FUSE) ---------------------------------------------
+/* A one-token step runs the residual add + RMSNorm twice a layer, between
+ * products (after o, after down). As a kernel of its own it costs a launch
+ * and a grid-wide wait: about 4.7 us each of a 7B step's 86 us a layer
+ * (H100 job f_i12, docs/gpu.md), mostly the product before draining and
+ * the next one filling, not the norm's own work. Here it has no launch:
+ * - the product before (k_mv2_addg, a block of 32 rows) adds its rows into
+ *   x and makes its group's Q8_0 block of x * w and sum of squares;
+ * - the 1 / rms, which needs every group, is left to the products after:
+ *   a Q8_0 block of x * w has the quants of one of x * w / rms, its scale
+ *   times rms, so the q/k/v and gate/up products multiply their sums by
+ *   1 / rms (struct nscale: each block sums the groups' squares itself,
+ *   copied in early), and their blocks write the normed row y between them.
+ * The product is held back at matmul (tail_pend) until the add_rmsnorm of
+ * its output comes; any other op launches it plain first (tail_flush).
+ * Until such a product has written y, every other op first gets y from a
+ * plain norm (norm_flush).
+ * H100 jobs f_j1-f_j5, tg128: 1B Q4_K_M 1.13x, Q8_0 1.08x, Qwen2.5-1.5B
+ * 1.04x, 7B 1.03x. Measured and dropped there: blocks of k_mv2's shape
+ * with a counter a 32-row group (the group's last block made its Q8_0
+ * block; 1-2% slower), the row's sum made once by the product's last
+ * group and read by the products after (1-6% slower: a longer chain at
+ * the product's end), the products' sums loaded after their rows instead
+ * of copied in early (7B 0.97x). The earlier form, the product's last
+ * block doing the whole norm (FUSE_TAIL, jobs f_c2, f_i6), was slower
+ * still: one counter bumped by every block, and the norm on one SM. */
 
-#define TAIL_COUNTERS 1024 /* [0] the norm, [1 + head] RoPE of q, k, v heads, [512 + g] */
-#define TAIL_GROUPS 512    /* the norm's groups of 32 blocks (OMNI_CUDA_FUSE_TAIL bit 4) */
-#define TAIL_NORM_V 32     /* the norm's row in registers: dim <= 32 * MV2_BLOCK */
+#define NF_GROUPS 1024 /* 32-value groups of a fused norm: rows up to 32768 */
 
-/* True in every thread of the block that arrives last of `of` at *count;
- * the other blocks' writes before their arrival are visible to it, and
- * *count is 0 again after. Every thread of the block calls it. */
-__device__ __forceinline__ bool tail_last(unsigned *count, unsigned of)
+/* k_mv2 of one row into dx, x += dx, and per 32-row group the Q8_0 block
+ * of x * w (oq, oqd) and x's sum of squares (ss[g]): a block a group, 32
+ * rows a warp each (1024 threads), so that no block waits for another's
+ * rows. rows % 32 == 0. */
+template <int T>
+__global__ void __launch_bounds__(1024, 1)
+    k_mv2_addg(const mv2m m, const int np, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, float *dx, float *x, const float *__restrict__ w,
+               int8_t *oq, float *oqd, float *ss)
 {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(count, 1u) == of - 1;
-        if (last)
-            *count = 0;
-    }
-    __syncthreads();
-    if (last)
-        __threadfence();
-    return last;
-}
-
-/* tail_last in two levels (grp not NULL): the last block of each group of
- * 32 (by blockIdx) bumps *count, so that no address takes more than 32
- * atomics of the grid. */
-__device__ __forceinline__ bool tail_last2(unsigned *count, unsigned *grp, unsigned of)
-{
-    if (!grp)
-        return tail_last(count, of);
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned g = blockIdx.x >> 5, ng = (of + 31) >> 5;
-        const unsigned in_g = of - 32 * g < 32 ? of - 32 * g : 32;
-        bool l = atomicAdd(grp + g, 1u) == in_g - 1;
-        if (l) {
-            grp[g] = 0;
-            __threadfence();
-            l = atomicAdd(count, 1u) == ng - 1;
-            if (l)
-                *count = 0;
-        }
-        last = l;
-    }
-    __syncthreads();
-    if (last)
-        __threadfence();
-    return last;
-}
-
-/* k_mv2 into y, then in the last block x += y, yn = rmsnorm(x) * nw (and
- * its Q8_0 form with Q). yn may be y. */
-template <int T, int TPR, bool Q>
-__global__ void __launch_bounds__(MV2_BLOCK, 8) /* (the staged row would take 90-120 registers) */
-    k_mv2_addnorm(const mv2m m, int rows, int np, const int8_t *xq, const float *xd, float *y,
-                  float *x, float *yn, const float *nw, float eps, int8_t *oq, float *oqd,
-                  unsigned *count, unsigned *grp)
-{
-    __shared__ float red[MV2_BLOCK / 32];
+    __shared__ float vals[32];
     pdl_trigger();
-    const int i = threadIdx.x % TPR;
-    const int r = blockIdx.x * (MV2_BLOCK / TPR) + threadIdx.x / TPR;
-    float acc = 0.0f;
-    if (r < rows)
-        mv2_rows<T, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc);
-    else
-        pdl_wait();
-    acc = mv2_reduce<TPR>(acc, red);
-    if (i == 0 && r < rows)
-        y[r] = acc;
-    if (tail_last2(count, grp, gridDim.x))
-        norm_row_staged<Q, true, TAIL_NORM_V>(x, y, yn, nw, rows, eps, oq, oqd, false, false);
-}
-
-/* k_mv2_seg over q, k, v, then rope_kv of each head by the last of its
- * blocks (a block's rows lie in one head: head_dim % rows-a-block == 0). */
-template <int TPR, typename KT>
-__global__ void __launch_bounds__(MV2_BLOCK)
-    k_mv2_seg_rope(const mv2_segs sg, int np, const int8_t *xq, const float *xd,
-                   const struct omni_brope_kv rk, int half, unsigned *count)
-{
-    __shared__ float red[MV2_BLOCK / 32];
-    pdl_trigger();
-    const int k = sg.n > 2 && (int)blockIdx.x >= sg.b0[2] ? 2
-                  : sg.n > 1 && (int)blockIdx.x >= sg.b0[1] ? 1 : 0;
-    const mv2m m = k == 0 ? sg.m[0] : k == 1 ? sg.m[1] : sg.m[2];
-    const int rows = k == 0 ? sg.rows[0] : k == 1 ? sg.rows[1] : sg.rows[2];
-    const int b0 = k == 0 ? sg.b0[0] : k == 1 ? sg.b0[1] : sg.b0[2];
-    float *y = k == 0 ? sg.y[0] : k == 1 ? sg.y[1] : sg.y[2];
-    const int i = threadIdx.x % TPR, rpb = MV2_BLOCK / TPR;
-    const int r = ((int)blockIdx.x - b0) * rpb + threadIdx.x / TPR;
-    float acc = 0.0f;
-    if (r < rows) {
-        switch (m.type) {
-        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc); break;
-        }
-    } else {
-        pdl_wait();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int g = blockIdx.x, e = 32 * g + lane;
+    const float wv = wid == 0 ? __ldg(w + e) : 0.0f; /* (constant: before the wait) */
+    float xv = 0.0f;
+    float acc;
+    mv2_rows<T, 32, MV2_U, 1>(m, m, 32 * g + wid, 32 * g + wid, lane, np, xq, xd, &acc,
+                              [&]() { if (wid == 0) xv = __ldcg(x + e); });
+    acc = warp_sum(acc);
+    if (lane == 0)
+        vals[wid] = acc;
+    __syncthreads();
+    if (wid)
+        return;
+    const float a = vals[lane], v = xv + a, t = v * wv;
+    dx[e] = a;
+    x[e] = v;
+    const float s2 = warp_sum(v * v);
+    float id;
+    const float dd = q8_scale(warp_max(fabsf(t)), &id);
+    oq[e] = (int8_t)roundf(t * id);
+    if (lane == 0) { /* (the scale not rounded to F16: the products scale it again) */
+        oqd[g] = dd;
+        ss[g] = s2;
     }
-    acc = mv2_reduce<TPR>(acc, red);
-    if (i == 0 && r < rows)
-        y[r] = acc;
-    const int h = ((int)blockIdx.x - b0) * rpb / rk.head_dim;
-    const int hh = (k == 0 ? 0 : k == 1 ? rk.n_head : rk.n_head + rk.n_head_kv) + h;
-    if (tail_last(count + hh, (unsigned)(rk.head_dim / rpb)))
-        for (int p = threadIdx.x; p < half; p += blockDim.x)
-            rope_kv_item<KT>(rk, half, (int64_t)hh * half + p);
 }
 
 /* The held-back product, launched as it would have been. */
@@ -3048,115 +3106,85 @@ static void tail_flush(struct omni_backend *be)
         return;
     const struct tail_pend p = *s->tp;
     s->tp->kind = 0;
-    if (p.kind == 1) {
-        switch (p.type) {
-        case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
-        case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
-        default: launch_mv2<GGML_TYPE_Q8_0>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
-        }
-        return;
-    }
-    launch_mv2_seg(p.sg, (unsigned)p.blocks, p.tpr, p.np, p.xq, p.xd, s->stream);
-}
-
-template <int T, bool Q>
-static void launch_mv2_addnorm(const struct tail_pend &p, float *x, float *yn, const float *w,
-                               float eps, int8_t *q, float *qd, unsigned *count, bool grouped,
-                               cudaStream_t s)
-{
-    const int tpr = mv2_tpr(p.np);
-    const unsigned nb = blocks_for(p.rows, MV2_BLOCK / tpr);
-    const dim3 grid(nb), block(MV2_BLOCK);
-    unsigned *grp = grouped && nb <= 32u * TAIL_GROUPS ? count + TAIL_COUNTERS - TAIL_GROUPS : NULL;
-    switch (tpr) {
-    case 32: launch_pdl(k_mv2_addnorm<T, 32, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
-    case 64: launch_pdl(k_mv2_addnorm<T, 64, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
-    default: launch_pdl(k_mv2_addnorm<T, 128, Q>, grid, block, s, p.m, p.rows, p.np, p.xq, p.xd, p.y, x, yn, w, eps, q, qd, count, grp); break;
-    }
-}
-
-template <bool Q>
-static void launch_mv2_addnorm_t(const struct tail_pend &p, float *x, float *yn, const float *w,
-                                 float eps, int8_t *q, float *qd, unsigned *count, bool grouped,
-                                 cudaStream_t s)
-{
     switch (p.type) {
-    case GGML_TYPE_Q4_K: launch_mv2_addnorm<GGML_TYPE_Q4_K, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
-    case GGML_TYPE_Q6_K: launch_mv2_addnorm<GGML_TYPE_Q6_K, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
-    default: launch_mv2_addnorm<GGML_TYPE_Q8_0, Q>(p, x, yn, w, eps, q, qd, count, grouped, s); break;
+    case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+    case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+    default: launch_mv2<GGML_TYPE_Q8_0>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
     }
 }
 
-/* add_rmsnorm(x, dx, y) right after the held-back product of dx: one
- * launch. False (nothing queued) when it does not fit. */
+/* add_rmsnorm(x, dx, y) right after the held-back product of dx: the
+ * product fused with the add and the norm's groups; y is left to the
+ * products of it (nscale). False (nothing queued) when it does not fit. */
 static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, float *y,
                           const float *w, int rows, int dim, float eps)
 {
     struct cuda_state *s = st(be);
     struct tail_pend *p = s->tp;
-    if (!p || p->kind != 1 || dx != p->y || rows != 1 || dim != p->rows || !s->tail_count ||
-        dim % 32 || dim > TAIL_NORM_V * MV2_BLOCK)
+    if (!p || p->kind != 1 || dx != p->y || rows != 1 || dim != p->rows || dim % 32 ||
+        dim / 32 > NF_GROUPS || s->pn_on)
         return false;
     p->kind = 0;
-    s->nq_valid = false;
+    int8_t *oq = s->nf_q;
+    float *oqd = (float *)(oq + dim);
+    const dim3 grid(dim / 32), block(1024);
+    switch (p->type) {
+    case GGML_TYPE_Q4_K: launch_pdl(k_mv2_addg<GGML_TYPE_Q4_K>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
+    case GGML_TYPE_Q6_K: launch_pdl(k_mv2_addg<GGML_TYPE_Q6_K>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
+    default: launch_pdl(k_mv2_addg<GGML_TYPE_Q8_0>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
+    }
     s->nh_valid = false;
     s->nm_valid = false;
-    int8_t *q;
-    float *qd;
-    if (norm_quant(s, 1, dim, &q, &qd)) {
-        launch_mv2_addnorm_t<true>(*p, x, y, w, eps, q, qd, s->tail_count, s->fuse_tail & 4, s->stream);
-        norm_quant_done(s, y, 1, dim);
-    } else {
-        launch_mv2_addnorm_t<false>(*p, x, y, w, eps, NULL, NULL, s->tail_count, s->fuse_tail & 4, s->stream);
-    }
+    s->pn = (struct nscale){ s->nf_ss, x, w, y, dim, eps };
+    s->pn_on = true;
+    s->nq_valid = true;
+    s->nq_ns = s->pn;
+    s->nq_x = y;
+    s->nq_n = 1;
+    s->nq_cols = dim;
+    s->nq_buf = oq;
     return true;
 }
 
-/* rope_kv right after the held-back q/k/v product of its q, k, v. */
-static bool tail_try_rope(struct omni_backend *be, const struct omni_brope_kv *r)
+/* The pending fused norm's y (and xq's Q8_0 blocks of it) from a plain
+ * norm of its x: for an op that is not one of the products that apply
+ * its 1 / rms. */
+static void norm_flush(struct cuda_state *s)
 {
-    struct cuda_state *s = st(be);
-    struct tail_pend *p = s->tp;
-    if (!p || p->kind != 2 || !s->tail_count || r->n_tok != 1 || r->n_rot != r->head_dim ||
-        r->head_dim % 2 || p->sg.n != 3 || r->q != p->sg.y[0] || r->k != p->sg.y[1] ||
-        r->v != p->sg.y[2] || (r->kv_type != GGML_TYPE_F16 && r->kv_type != GGML_TYPE_F32))
-        return false;
-    const int rpb = MV2_BLOCK / p->tpr, hd = r->head_dim;
-    if (hd % rpb || p->sg.rows[0] != r->n_head * hd || p->sg.rows[1] != r->n_head_kv * hd ||
-        p->sg.rows[2] != r->n_head_kv * hd ||
-        1 + r->n_head + 2 * r->n_head_kv > TAIL_COUNTERS - TAIL_GROUPS)
-        return false;
-    p->kind = 0;
-    s->nq_valid = false;
-    s->nh_valid = false;
-    s->nm_valid = false;
-    const int half = hd / 2;
-    unsigned *c = s->tail_count + 1;
-    const dim3 g(p->blocks), b(MV2_BLOCK);
-    const int8_t *xq = p->xq;
-    const float *xd = p->xd;
-    if (r->kv_type == GGML_TYPE_F16) {
-        switch (p->tpr) {
-        case 32: launch_pdl(k_mv2_seg_rope<32, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        case 64: launch_pdl(k_mv2_seg_rope<64, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        default: launch_pdl(k_mv2_seg_rope<128, __half>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        }
+    if (!s || !s->pn_on)
+        return;
+    s->pn_on = false;
+    const struct nscale n = s->pn;
+    const int threads = n.dim >= norm_nt ? norm_nt : (n.dim + 31) / 32 * 32;
+    int8_t *q;
+    float *qd;
+    if (norm_quant(s, 1, n.dim, &q, &qd)) {
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(1), dim3(threads), s->stream, n.y, n.x, n.w, n.dim, n.eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        norm_quant_done(s, n.y, 1, n.dim);
     } else {
-        switch (p->tpr) {
-        case 32: launch_pdl(k_mv2_seg_rope<32, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        case 64: launch_pdl(k_mv2_seg_rope<64, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        default: launch_pdl(k_mv2_seg_rope<128, float>, g, b, s->stream, p->sg, p->np, xq, xd, *r, half, c); break;
-        }
+        k_rmsnorm<false><<<1, threads, 0, s->stream>>>(n.y, n.x, n.w, n.dim, n.eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        if (s->nq_valid && s->nq_ns.ss)
+            s->nq_valid = false;
     }
-    return true;
+}
+
+static void norm_flush(struct omni_backend *be) { norm_flush(st(be)); }
+
+/* Whether a product reading or writing [p, p + n) must wait for the
+ * pending norm's y: it touches that norm's x, w or y. */
+static bool pn_hits(const struct cuda_state *s, const float *p, int64_t n)
+{
+    if (!s->pn_on || !p)
+        return false;
+    const struct nscale &c = s->pn;
+    return (p < c.x + c.dim && c.x < p + n) || (p < c.y + c.dim && c.y < p + n) ||
+           (p < c.w + c.dim && c.w < p + n);
 }
 
 static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
 {
     if (skipped(be, SKIP_ROPE))
         return 0;
-    if (tail_try_rope(be, r))
-        return chk_launch("mv2 q/k/v + rope_kv");
     touch(be);
     if (r->n_rot != r->head_dim || r->head_dim % 2 || r->n_tok < 0)
         return OMNI_ERR_UNSUPPORTED;
@@ -3989,7 +4017,7 @@ static void *cuda_alloc(struct omni_backend *be, size_t bytes)
 static void cuda_free(struct omni_backend *be, void *p)
 {
     struct cuda_state *s = st(be);
-    tail_flush(be);
+    flush_pending(be);
     /* a matrix freed: its copies go too (the address may come back) */
     for (int i = 0; p && i < s->n_f16; i++)
         if (s->f16[i].w == p) {
@@ -4015,7 +4043,7 @@ static int cuda_upload(struct omni_backend *be, void *dst, const void *src, size
 static int cuda_download(struct omni_backend *be, void *dst, const void *src, size_t bytes)
 {
     struct cuda_state *s = st(be);
-    tail_flush(be);
+    flush_pending(be);
     int rc = chk(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream), "download");
     return rc ? rc : chk(cudaStreamSynchronize(s->stream), "download sync");
 }
@@ -4028,7 +4056,7 @@ static int cuda_memset0(struct omni_backend *be, void *dst, size_t bytes)
 
 static int cuda_sync(struct omni_backend *be)
 {
-    tail_flush(be);
+    flush_pending(be);
     return chk(cudaStreamSynchronize(st(be)->stream), "sync");
 }
 
@@ -4053,7 +4081,7 @@ static void cuda_host_free(struct omni_backend *be, void *p)
 static int cuda_graph_begin(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
-    tail_flush(be);
+    flush_pending(be);
     s->nh_valid = false; /* a graph converts its own inputs */
     s->nm_valid = false;
     s->n_capture++;
@@ -4068,7 +4096,7 @@ static int cuda_graph_end(struct omni_backend *be, void **graph)
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     *graph = NULL;
-    tail_flush(be); /* into the graph */
+    flush_pending(be); /* into the graph */
     s->capturing = false;
     int rc = chk(cudaStreamEndCapture(s->stream, &g), "graph end");
     if (rc == 0)
@@ -4101,7 +4129,7 @@ static void cuda_destroy(struct omni_backend *be)
 {
     struct cuda_state *s = st(be);
     if (s) {
-        tail_flush(be);
+        flush_pending(be);
         if (s->stream)
             cudaStreamSynchronize(s->stream);
         const char *stats = getenv("OMNI_CUDA_STATS");
@@ -4132,8 +4160,8 @@ static void cuda_destroy(struct omni_backend *be)
             cudaFree(s->am_pi);
         if (s->am_count)
             cudaFree(s->am_count);
-        if (s->tail_count)
-            cudaFree(s->tail_count);
+        cudaFree(s->nf_ss);
+        cudaFree(s->nf_q);
         free(s->tp);
         for (int i = 0; i < s->n_f16; i++) {
             if (s->f16[i].base == s->f16[i].h)
@@ -4218,10 +4246,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     att_unroll = au && (!strcmp(au, "0") || !strcmp(au, "1") || !strcmp(au, "2")) ? atoi(au) : -1;
     const char *sk_ops = getenv("OMNI_CUDA_SKIP");
     skip_ops = sk_ops ? atoi(sk_ops) & 15 : 0;
-    const char *ft = getenv("OMNI_CUDA_FUSE_TAIL");
-    s->fuse_tail = ft && atoi(ft) >= 0 && atoi(ft) <= 7 ? atoi(ft) : 0;
-    if (mv2_tmin < 32)
-        s->fuse_tail = 0; /* its kernels take 32-128 threads a row only */
+    const char *nf = getenv("OMNI_CUDA_NORM_FUSE");
+    const bool norm_fuse = !(nf && !strcmp(nf, "0"));
     const char *fr = getenv("OMNI_CUDA_F16_REUSE");
     s->nh_on = !(fr && !strcmp(fr, "0"));
     const char *gc = getenv("OMNI_CUDA_GEMM_CAT");
@@ -4270,14 +4296,16 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         s->am_pi = NULL;
         s->am_count = NULL;
     }
-    /* the tail fusion's counters (without them, no fusion) */
-    if (s->fuse_tail) {
+    /* the norm fusion's counters and buffers (without them, no fusion) */
+    if (norm_fuse) {
         s->tp = (struct tail_pend *)calloc(1, sizeof *s->tp);
-        if (!s->tp || cudaMalloc((void **)&s->tail_count, TAIL_COUNTERS * sizeof(unsigned)) != cudaSuccess ||
-            cudaMemset(s->tail_count, 0, TAIL_COUNTERS * sizeof(unsigned)) != cudaSuccess) {
+        if (!s->tp || cudaMalloc((void **)&s->nf_ss, NF_GROUPS * sizeof(float)) != cudaSuccess ||
+            cudaMalloc((void **)&s->nf_q, NF_GROUPS * (32 + sizeof(float))) != cudaSuccess) {
             cudaGetLastError();
-            cudaFree(s->tail_count);
-            s->tail_count = NULL;
+            cudaFree(s->nf_ss);
+            cudaFree(s->nf_q);
+            s->nf_ss = NULL;
+            s->nf_q = NULL;
             free(s->tp);
             s->tp = NULL;
         }
