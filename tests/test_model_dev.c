@@ -59,6 +59,20 @@ static float frand(void)
 }
 
 static void free_backend(void *be) { omni_backend_free(be); }
+
+/* The backend under test, freed at the test's end; NULL (the test failed)
+ * when it cannot be made. */
+static struct omni_backend *test_backend(void)
+{
+    char err[256];
+    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
+    if (!be) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return NULL;
+    }
+    test_defer(free_backend, be);
+    return be;
+}
 static void free_model(void *m) { llm_model_free(m); }
 static void free_dev(void *d) { llm_dev_free(d); }
 static void free_ctx(void *c) { llm_ctx_free(c); }
@@ -80,10 +94,9 @@ TEST(backend_unknown_and_missing)
  * backend has it) against the product with the dequantized weights. */
 TEST(backend_matmul_types)
 {
-    char err[256];
-    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
-    CHECK_MSG(be, "%s", err);
-    test_defer(free_backend, be);
+    struct omni_backend *be = test_backend();
+    if (!be)
+        return;
     static const int types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,
                                  GGML_TYPE_Q4_K, GGML_TYPE_Q6_K };
     static const int batches[] = { 1, 2, 5, 8, 9, 16, 33 };
@@ -342,12 +355,9 @@ static double max_abs(const float *x, int n)
 
 TEST(backend_fused_ops)
 {
-    char err[256];
-    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
-    CHECK_MSG(be, "%s", err);
+    struct omni_backend *be = test_backend();
     if (!be)
         return;
-    test_defer(free_backend, be);
     if (!be->matmul_multi || !be->matmul_glu || !be->rope_kv)
         SKIP("the backend has no fused ops");
     enum { COLS = 512, R0 = 96, R1 = 32, R2 = 40, NMAX = 16 };
@@ -466,12 +476,9 @@ static void fused_norm_pass(struct omni_backend *be, const struct omni_btensor *
 
 TEST(backend_fused_norm)
 {
-    char err[256];
-    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
-    CHECK_MSG(be, "%s", err);
+    struct omni_backend *be = test_backend();
     if (!be)
         return;
-    test_defer(free_backend, be);
     if (!be->matmul_multi || !be->matmul_glu || !be->prepare)
         SKIP("the backend has no fused ops");
     enum { DIM = 256, IN = 512, KV = 64, FF = 128, NT = 6 };
@@ -552,12 +559,9 @@ TEST(backend_fused_norm)
  * has no prepare_group. */
 TEST(backend_gemm_groups)
 {
-    char err[256];
-    struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
-    CHECK_MSG(be, "%s", err);
+    struct omni_backend *be = test_backend();
     if (!be)
         return;
-    test_defer(free_backend, be);
     if (!be->prepare_group || !be->matmul_multi || !be->matmul_glu)
         SKIP("the backend has no prepare_group");
     enum { COLS = 1024, RMAX = 96, NMAX = 64, NM = 5 };
