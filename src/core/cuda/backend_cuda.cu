@@ -1703,6 +1703,31 @@ static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
     return 0;
 }
 
+/* Where an op writing rows x cols of F32 that a batched product may take
+ * next also writes their F16 form, so that the product's f16_input has it
+ * already (one conversion launch less a product): xh when it has room
+ * (it never grows here: a graph may be recording) and the rows are past
+ * the int8 paths; NULL: none. f16_done records it after the launch. */
+static bool f16_out_on = true; /* OMNI_CUDA_F16_OUT=0: the products convert (read at creation) */
+
+static __half *f16_out(struct cuda_state *s, int rows, int cols)
+{
+    if (!f16_out_on || !s->nh_on || s->f32_act || rows <= s->int8_rows ||
+        (size_t)rows * cols > s->xh_cap)
+        return NULL;
+    return s->xh;
+}
+
+static void f16_done(struct cuda_state *s, const __half *h, const float *y, int rows, int cols)
+{
+    if (!h)
+        return;
+    s->nh_valid = true;
+    s->nh_x = y;
+    s->nh_n = rows;
+    s->nh_cols = cols;
+}
+
 /* Where mmq.cu reads matrix w: Q4_K its GGUF rows, Q6_K prepare's repacked
  * copy (the mv2 one); false: not there (unprepared Q6_K, another type). */
 static bool mmq_of(const struct cuda_state *s, const struct omni_btensor *w, struct mmq_w *m)
@@ -1819,7 +1844,7 @@ __global__ void k_uncat(const float *__restrict__ c, int total, int64_t count, s
 /* y = silu(gate) * up from the concatenated output c ([n][2 rows]: gate's
  * rows, then up's), the expression of k_swiglu */
 __global__ void k_swiglu_cat(const float *__restrict__ c, int rows, int64_t count,
-                             float *__restrict__ y)
+                             float *__restrict__ y, __half *h)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count)
@@ -1827,7 +1852,10 @@ __global__ void k_swiglu_cat(const float *__restrict__ c, int rows, int64_t coun
     const int64_t t = i / rows;
     const int j = (int)(i % rows);
     const float g = c[t * 2 * rows + j];
-    y[i] = c[t * 2 * rows + rows + j] * (g / (1.0f + expf(-g)));
+    const float v = c[t * 2 * rows + rows + j] * (g / (1.0f + expf(-g)));
+    y[i] = v;
+    if (h)
+        h[i] = __float2half_rn(v);
 }
 
 /* Split-K (OMNI_CUDA_SPLITK): a batched step's GEMM has few output tiles
@@ -2191,8 +2219,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
         rc = gemm_cat_run(s, h0, 2 * rows, cols, x, n);
         if (rc >= 0) {
             const int64_t count = (int64_t)n * rows;
-            k_swiglu_cat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, rows, count, y);
+            __half *h = f16_out(s, n, rows);
+            k_swiglu_cat<<<blocks_for(count, 256), 256, 0, s->stream>>>(s->gc, rows, count, y, h);
             wrote(s, y, count);
+            f16_done(s, h, y, n, rows);
             return chk_launch("gemm cat swiglu");
         }
         if (rc != OMNI_ERR_UNSUPPORTED)
@@ -2562,7 +2592,7 @@ template <bool Q, bool ADD, int V>
 __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, float *yr,
                                                 const float *__restrict__ w, int dim, float eps,
                                                 int8_t *q, float *qd, bool wpre, bool wait,
-                                                float *sv = NULL)
+                                                float *sv = NULL, __half *h = NULL)
 {
     __shared__ float part[32];
     float v[V], wv[V];
@@ -2623,8 +2653,12 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        if (i < dim)
-            norm_out<Q>(yr, i, v[k] * inv * (wpre ? wv[k] : w[i]), q, qd);
+        if (i < dim) {
+            const float y = v[k] * inv * (wpre ? wv[k] : w[i]);
+            norm_out<Q>(yr, i, y, q, qd);
+            if (h)
+                h[i] = __float2half_rn(y);
+        }
     }
 }
 
@@ -2632,7 +2666,8 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
 __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int dim, float eps,
-                          int8_t *q, float *qd, bool stage, bool wpre, bool pre, bool norm_qs)
+                          int8_t *q, float *qd, bool stage, bool wpre, bool pre, bool norm_qs,
+                          __half *h)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
@@ -2644,7 +2679,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
                                           y + (size_t)blockIdx.x * dim, w, dim, eps,
                                           Q ? q + (size_t)blockIdx.x * dim : NULL,
                                           Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre,
-                                          norm_qs ? sv : NULL);
+                                          norm_qs ? sv : NULL, h ? h + (size_t)blockIdx.x * dim : NULL);
         return;
     }
     __shared__ float part[32];
@@ -2667,8 +2702,13 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
     const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
     int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
     float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        norm_out<Q>(yr, i, xr[i] * inv * w[i], qr, qdr);
+    __half *hr = h ? h + (size_t)blockIdx.x * dim : NULL;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] * inv * w[i];
+        norm_out<Q>(yr, i, v, qr, qdr);
+        if (hr)
+            hr[i] = __float2half_rn(v);
+    }
 }
 
 /* Whether a norm of rows x dim writes its Q8_0 form into xq on the way (the
@@ -2708,10 +2748,12 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, y, x, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, (__half *)NULL);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        __half *h = f16_out(s, rows, dim);
+        k_rmsnorm<false><<<rows, threads, 0, s->stream>>>(y, x, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, h);
+        f16_done(s, h, y, rows, dim);
     }
     return chk_launch("rmsnorm");
 }
@@ -2722,7 +2764,7 @@ static int cuda_rmsnorm(struct omni_backend *be, float *y, const float *x, const
 template <bool Q>
 __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *__restrict__ w,
                               int dim, float eps, int8_t *q, float *qd, bool stage, bool wpre,
-                              bool pre, bool norm_qs)
+                              bool pre, bool norm_qs, __half *h)
 {
     pdl_trigger(); /* the product after it may start loading its weights */
     const bool staged = stage && dim <= NORM_V * (int)blockDim.x;
@@ -2734,7 +2776,7 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
                                          y + (size_t)blockIdx.x * dim, w, dim, eps,
                                          Q ? q + (size_t)blockIdx.x * dim : NULL,
                                          Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL, wpre || pre, pre,
-                                         norm_qs ? sv : NULL);
+                                         norm_qs ? sv : NULL, h ? h + (size_t)blockIdx.x * dim : NULL);
         return;
     }
     __shared__ float part[32];
@@ -2761,8 +2803,13 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
     const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
     int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
     float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        norm_out<Q>(yr, i, xr[i] * inv * w[i], qr, qdr);
+    __half *hr = h ? h + (size_t)blockIdx.x * dim : NULL;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] * inv * w[i];
+        norm_out<Q>(yr, i, v, qr, qdr);
+        if (hr)
+            hr[i] = __float2half_rn(v);
+    }
 }
 
 static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
@@ -2780,10 +2827,12 @@ static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, 
     int8_t *q;
     float *qd;
     if (norm_quant(s, rows, dim, &q, &qd)) {
-        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        launch_pdl_at(2, k_add_rmsnorm<true>, dim3(rows), dim3(threads), s->stream, x, dx, y, w, dim, eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, (__half *)NULL);
         norm_quant_done(s, y, rows, dim);
     } else {
-        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        __half *h = f16_out(s, rows, dim);
+        k_add_rmsnorm<false><<<rows, threads, 0, s->stream>>>(x, dx, y, w, dim, eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, h);
+        f16_done(s, h, y, rows, dim);
     }
     return chk_launch("add_rmsnorm");
 }
@@ -3159,10 +3208,10 @@ static void norm_flush(struct cuda_state *s)
     int8_t *q;
     float *qd;
     if (norm_quant(s, 1, n.dim, &q, &qd)) {
-        launch_pdl_at(2, k_rmsnorm<true>, dim3(1), dim3(threads), s->stream, n.y, n.x, n.w, n.dim, n.eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        launch_pdl_at(2, k_rmsnorm<true>, dim3(1), dim3(threads), s->stream, n.y, n.x, n.w, n.dim, n.eps, q, qd, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, (__half *)NULL);
         norm_quant_done(s, n.y, 1, n.dim);
     } else {
-        k_rmsnorm<false><<<1, threads, 0, s->stream>>>(n.y, n.x, n.w, n.dim, n.eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on);
+        k_rmsnorm<false><<<1, threads, 0, s->stream>>>(n.y, n.x, n.w, n.dim, n.eps, NULL, NULL, norm_stage, norm_wpre, (pre_bits & 1) != 0, norm_qs_on, (__half *)NULL);
         if (s->nq_valid && s->nq_ns.ss)
             s->nq_valid = false;
     }
@@ -4250,6 +4299,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const bool norm_fuse = !(nf && !strcmp(nf, "0"));
     const char *fr = getenv("OMNI_CUDA_F16_REUSE");
     s->nh_on = !(fr && !strcmp(fr, "0"));
+    const char *fo = getenv("OMNI_CUDA_F16_OUT");
+    f16_out_on = !(fo && !strcmp(fo, "0"));
     const char *gc = getenv("OMNI_CUDA_GEMM_CAT");
     s->gemm_cat = gc && atoi(gc) >= 0 && atoi(gc) <= 3 ? atoi(gc) : 3;
     const char *sk = getenv("OMNI_CUDA_SPLITK");
