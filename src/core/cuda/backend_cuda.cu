@@ -2552,6 +2552,26 @@ static int pre_bits = 7;
  * k_add_rmsnorm has a store in each iteration, so each iteration waits for
  * its loads in turn: a chain of dim / blockDim L2 round trips for one
  * block. The sums, their order and the values written are the same. */
+/* The block's sum of each thread's v, in every thread (blockDim.x a
+ * multiple of 32; once a kernel: its shared slots are not fenced for a
+ * second call). */
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        t = warp_sum(t);
+        if (threadIdx.x == 0)
+            part[0] = t;
+    }
+    __syncthreads();
+    return part[0];
+}
+
 #define NORM_QS_MAX 8192 /* the widest row whose Q8_0 blocks norm_q8_smem makes */
 #define NORM_QS_STRIDE 36 /* floats a 32-value block takes in its shared copy */
 
@@ -2594,7 +2614,6 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
                                                 int8_t *q, float *qd, bool wpre, bool wait,
                                                 float *sv = NULL, __half *h = NULL)
 {
-    __shared__ float part[32];
     float v[V], wv[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
@@ -2622,18 +2641,7 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
             ss += v[k] * v[k];
         }
     }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float t = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        t = warp_sum(t);
-        if (threadIdx.x == 0)
-            part[0] = t;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
     if (Q && sv && dim <= NORM_QS_MAX) {
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -2662,6 +2670,26 @@ __device__ __forceinline__ void norm_row_staged(float *xr, const float *dr, floa
     }
 }
 
+/* The strided norm's end, row blockIdx.x: the block's sum of squares from
+ * each thread's ss, then y = x / rms * w (and its Q8_0 form with Q, its
+ * F16 form into h when h is set). */
+template <bool Q>
+__device__ __forceinline__ void norm_strided_out(float ss, const float *xr, float *yr,
+                                                 const float *__restrict__ w, int dim, float eps,
+                                                 int8_t *q, float *qd, __half *h)
+{
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
+    float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
+    __half *hr = h ? h + (size_t)blockIdx.x * dim : NULL;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] * inv * w[i];
+        norm_out<Q>(yr, i, v, qr, qdr);
+        if (hr)
+            hr[i] = __float2half_rn(v);
+    }
+}
+
 /* A block of 256 threads per row: sum of squares, then scale (y may be x);
  * Q: the output as Q8_0 too, into q / qd (norm_out). */
 template <bool Q>
@@ -2682,33 +2710,12 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *__restrict__ w,
                                           norm_qs ? sv : NULL, h ? h + (size_t)blockIdx.x * dim : NULL);
         return;
     }
-    __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         ss += xr[i] * xr[i];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
-    int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
-    float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
-    __half *hr = h ? h + (size_t)blockIdx.x * dim : NULL;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = xr[i] * inv * w[i];
-        norm_out<Q>(yr, i, v, qr, qdr);
-        if (hr)
-            hr[i] = __float2half_rn(v);
-    }
+    norm_strided_out<Q>(ss, xr, yr, w, dim, eps, q, qd, h);
 }
 
 /* Whether a norm of rows x dim writes its Q8_0 form into xq on the way (the
@@ -2779,7 +2786,6 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
                                          norm_qs ? sv : NULL, h ? h + (size_t)blockIdx.x * dim : NULL);
         return;
     }
-    __shared__ float part[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *dr = dx + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -2789,27 +2795,7 @@ __global__ void k_add_rmsnorm(float *x, const float *dx, float *y, const float *
         xr[i] = v;
         ss += v * v;
     }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
-    int8_t *qr = Q ? q + (size_t)blockIdx.x * dim : NULL;
-    float *qdr = Q ? qd + (size_t)blockIdx.x * (dim >> 5) : NULL;
-    __half *hr = h ? h + (size_t)blockIdx.x * dim : NULL;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = xr[i] * inv * w[i];
-        norm_out<Q>(yr, i, v, qr, qdr);
-        if (hr)
-            hr[i] = __float2half_rn(v);
-    }
+    norm_strided_out<Q>(ss, xr, yr, w, dim, eps, q, qd, h);
 }
 
 static int cuda_add_rmsnorm(struct omni_backend *be, float *x, const float *dx, float *y,
