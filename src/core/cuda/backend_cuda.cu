@@ -2938,9 +2938,8 @@ static int cuda_kv_store(struct omni_backend *be, const float *k, const float *v
 /* rope_kv (backend.h): one thread per (token, pair) over the q heads, the
  * k heads and the v heads of a row; the same expressions as k_add, k_rope
  * and k_kv_store one after the other. rope_kv_item is work item i (a
- * rotated pair of q or k, or two values of v); q, k, v are read through L2
- * (__ldcg) because the tail fusion runs it in the last block of the
- * product that wrote them. */
+ * rotated pair of q or k, or two values of v); q, k, v, which the kernel
+ * before wrote, are read through L2 (__ldcg). */
 template <typename KT>
 __device__ __forceinline__ void rope_kv_item(const struct omni_brope_kv &r, int half, int64_t i)
 {
