@@ -274,7 +274,6 @@ __device__ __forceinline__ float q8_scale(float amax, float *id)
 /* y = v, and with Q its Q8_0 form as k_quant_q8_0 makes it (row r of
  * [rows][dim] int8 q, scales qd [rows][dim / 32]); the 32 lanes of the warp
  * hold one 32-value block (dim a multiple of 32, whole warps per row). */
-
 template <bool Q>
 __device__ __forceinline__ void norm_out(float *yr, int i, float v, int8_t *q, float *qd)
 {
@@ -1573,6 +1572,12 @@ static int quant_chunk_ok(const struct omni_btensor *w)
  * activation blocks where the CPU uses Q8_K's 256. */
 #define Q8_ACT_MAX 32
 
+/* Whether xq holds x (n rows of cols) as Q8_0. */
+static bool nq_holds(const struct cuda_state *s, const float *x, int n, int cols)
+{
+    return s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols;
+}
+
 /* x (n rows of cols) as Q8_0 activations in xq (int8 [n][cols], then a
  * scale per 32): reused when xq already holds them (nq_valid), else
  * quantized now and remembered. ns: a product that applies a fused norm's
@@ -1584,11 +1589,9 @@ static int quant_act(struct cuda_state *s, const float *x, int n, int cols, int8
     const int64_t nb = (int64_t)n * cols / 32;
     if (ns)
         memset(ns, 0, sizeof *ns);
-    const bool held = s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols;
-    if (s->pn_on && s->pn.y == x && !(held && ns))
+    if (s->pn_on && s->pn.y == x && !(nq_holds(s, x, n, cols) && ns))
         norm_flush(s); /* y (not written yet) and its blocks from a plain norm */
-    if (s->nq_valid && s->nq_x == x && s->nq_n == n && s->nq_cols == cols &&
-        (!s->nq_ns.ss || ns)) {
+    if (nq_holds(s, x, n, cols) && (!s->nq_ns.ss || ns)) {
         if (ns)
             *ns = s->nq_ns;
         *xq = s->nq_buf;
@@ -1703,13 +1706,13 @@ static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
     return 0;
 }
 
+static bool f16_out_on = true; /* OMNI_CUDA_F16_OUT=0: the products convert (read at creation) */
+
 /* Where an op writing rows x cols of F32 that a batched product may take
  * next also writes their F16 form, so that the product's f16_input has it
  * already (one conversion launch less a product): xh when it has room
  * (it never grows here: a graph may be recording) and the rows are past
  * the int8 paths; NULL: none. f16_done records it after the launch. */
-static bool f16_out_on = true; /* OMNI_CUDA_F16_OUT=0: the products convert (read at creation) */
-
 static __half *f16_out(struct cuda_state *s, int rows, int cols)
 {
     if (!f16_out_on || !s->nh_on || s->f32_act || rows <= s->int8_rows ||
@@ -2546,12 +2549,6 @@ static int norm_nt = 256;
  * +5.7% on 1B Q4_K_M, +1.4% on 7B; test_cuda passed with it. */
 static int pre_bits = 7;
 
-/* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
- * registers, V values a thread (dim <= V * blockDim.x): every load is
- * issued before the first store. The strided loop of k_rmsnorm /
- * k_add_rmsnorm has a store in each iteration, so each iteration waits for
- * its loads in turn: a chain of dim / blockDim L2 round trips for one
- * block. The sums, their order and the values written are the same. */
 /* The block's sum of each thread's v, in every thread (blockDim.x a
  * multiple of 32; once a kernel: its shared slots are not fenced for a
  * second call). */
@@ -2572,6 +2569,12 @@ __device__ __forceinline__ float block_sum(float v)
     return part[0];
 }
 
+/* One row's RMSNorm (ADD: x += dx first, written back) with the row held in
+ * registers, V values a thread (dim <= V * blockDim.x): every load is
+ * issued before the first store. The strided loop of k_rmsnorm /
+ * k_add_rmsnorm has a store in each iteration, so each iteration waits for
+ * its loads in turn: a chain of dim / blockDim L2 round trips for one
+ * block. The sums, their order and the values written are the same. */
 #define NORM_QS_MAX 8192 /* the widest row whose Q8_0 blocks norm_q8_smem makes */
 #define NORM_QS_STRIDE 36 /* floats a 32-value block takes in its shared copy */
 
