@@ -551,6 +551,162 @@ TEST(backend_fused_norm)
     free(w), free(q), free(a), free(x0), free(nw);
 }
 
+/* rope_kv then the attention of a one-token step (cuda: the rope done
+ * inside the attention kernel, OMNI_CUDA_ATT_ROPE) against the same ops
+ * with a sync between (nothing fused): the attention's output to 1e-5 of
+ * its largest value (the newest key's term is merged in last), the
+ * rotated q and both pools (the newest key and value stored) exactly. Per
+ * KV type and head_dim 64 / 128, neox or not, with or without biases, at
+ * positions 0 (the newest key alone), 5 and 40 (the third block of a
+ * shuffled table). */
+static void rope_att_pass(struct omni_backend *be, const struct omni_brope_kv *r,
+                          const struct omni_battn *a, bool plain, const float *const *src,
+                          float **host, size_t pool_bytes)
+{
+    CHECK(be->upload(be, r->q, src[0], (size_t)r->n_head * r->head_dim * sizeof(float)) == 0);
+    CHECK(be->upload(be, r->k, src[1], (size_t)r->n_head_kv * r->head_dim * sizeof(float)) == 0);
+    CHECK(be->upload(be, r->v, src[2], (size_t)r->n_head_kv * r->head_dim * sizeof(float)) == 0);
+    CHECK(be->rope_kv(be, r) == 0);
+    if (plain)
+        CHECK(be->sync(be) == 0);
+    CHECK(be->attention(be, a) == 0);
+    CHECK(be->download(be, host[0], a->out, (size_t)a->n_head * a->head_dim * sizeof(float)) == 0);
+    CHECK(be->download(be, host[1], r->q, (size_t)a->n_head * a->head_dim * sizeof(float)) == 0);
+    CHECK(be->download(be, host[2], r->kc, pool_bytes) == 0);
+    CHECK(be->download(be, host[3], r->vc, pool_bytes) == 0);
+}
+
+TEST(backend_fused_rope_attention)
+{
+    struct omni_backend *be = test_backend();
+    if (!be)
+        return;
+    if (!be->rope_kv)
+        SKIP("the backend has no rope_kv");
+    enum { NH = 8, NKV = 2, PBS = 16, NB = 4, SLOTS = NB * PBS, HDM = 128 };
+    const int32_t table[NB] = { 2, 0, 3, 1 }, zero = 0;
+    const int qn = NH * HDM, kvn = NKV * HDM, pool = SLOTS * kvn;
+    float *src[3], *bias[3], *fill[2], *host[2][4];
+    for (int i = 0; i < 3; i++) {
+        src[i] = malloc(qn * sizeof(float));
+        bias[i] = malloc(qn * sizeof(float));
+        CHECK(src[i] && bias[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        fill[i] = malloc(pool * sizeof(float));
+        CHECK(fill[i]);
+        for (int j = 0; j < 4; j++) {
+            host[i][j] = malloc(pool * sizeof(float));
+            CHECK(host[i][j]);
+        }
+    }
+    rng_state = 31;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < qn; j++) {
+            src[i][j] = frand();
+            bias[i][j] = frand() * 0.5f;
+        }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < pool; j++)
+            fill[i][j] = frand();
+    /* device: per pass q, k, v, out, K pool, V pool; shared biases, fill, ints */
+    float *dv[2][4], *dbias[3], *dfill[2], *dfreq;
+    void *dpool[2][2];
+    int32_t *dint = be->alloc(be, (NB + 3) * sizeof(int32_t)); /* pos, seq, table */
+    int64_t *dslot = be->alloc(be, SLOTS * sizeof(int64_t)), *dnew = be->alloc(be, sizeof(int64_t));
+    CHECK(dint && dslot && dnew);
+    for (int p = 0; p < 2; p++) {
+        for (int i = 0; i < 4; i++)
+            CHECK((dv[p][i] = be->alloc(be, qn * sizeof(float))) != NULL);
+        for (int i = 0; i < 2; i++)
+            CHECK((dpool[p][i] = be->alloc(be, pool * sizeof(float))) != NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK((dbias[i] = be->alloc(be, qn * sizeof(float))) != NULL);
+        CHECK(be->upload(be, dbias[i], bias[i], qn * sizeof(float)) == 0);
+    }
+    for (int i = 0; i < 2; i++)
+        CHECK((dfill[i] = be->alloc(be, pool * sizeof(float))) != NULL);
+    CHECK((dfreq = be->alloc(be, HDM / 2 * sizeof(float))) != NULL);
+    int64_t slots[SLOTS];
+    for (int i = 0; i < SLOTS; i++)
+        slots[i] = i;
+    CHECK(be->upload(be, dslot, slots, sizeof slots) == 0);
+    CHECK(be->upload(be, dint + 1, &zero, sizeof zero) == 0);
+    CHECK(be->upload(be, dint + 2, table, sizeof table) == 0);
+    static const int kv_types[2] = { GGML_TYPE_F16, GGML_TYPE_F32 }, hds[2] = { 64, 128 };
+    static const int positions[3] = { 0, 5, 40 };
+    for (int c = 0; c < 16; c++) {
+        const int kvt = kv_types[c & 1], hd = hds[(c >> 1) & 1], kv_dim = NKV * hd;
+        const bool neox = (c >> 2) & 1, biased = (c >> 3) & 1;
+        const size_t pool_bytes = (size_t)SLOTS * kv_dim * (kvt == GGML_TYPE_F16 ? 2 : 4);
+        float freq[HDM / 2];
+        for (int i = 0; i < hd / 2; i++)
+            freq[i] = powf(10000.0f, -2.0f * i / hd);
+        CHECK(be->upload(be, dfreq, freq, hd / 2 * sizeof(float)) == 0);
+        for (int i = 0; i < 2; i++)
+            CHECK(be->upload(be, dfill[i], fill[i], (size_t)SLOTS * kv_dim * sizeof(float)) == 0);
+        for (int p = 0; p < 2; p++)
+            CHECK(be->kv_store(be, dfill[0], dfill[1], dpool[p][0], dpool[p][1], kvt, dslot, SLOTS,
+                               kv_dim) == 0);
+        for (int pi = 0; pi < 3; pi++) {
+            const int pos = positions[pi];
+            const int64_t slot = (int64_t)table[pos / PBS] * PBS + pos % PBS;
+            CHECK(be->upload(be, dint, &pos, sizeof pos) == 0);
+            CHECK(be->upload(be, dnew, &slot, sizeof slot) == 0);
+            for (int p = 0; p < 2; p++) {
+                const struct omni_brope_kv r = {
+                    .q = dv[p][0], .k = dv[p][1], .v = dv[p][2], .bq = biased ? dbias[0] : NULL,
+                    .bk = biased ? dbias[1] : NULL, .bv = biased ? dbias[2] : NULL, .pos = dint,
+                    .n_tok = 1, .n_head = NH, .n_head_kv = NKV, .head_dim = hd, .n_rot = hd,
+                    .inv_freq = dfreq, .attn_factor = 1.0f, .neox = neox, .kc = dpool[p][0],
+                    .vc = dpool[p][1], .kv_type = kvt, .slot = dnew,
+                };
+                const struct omni_battn a = {
+                    .out = dv[p][3], .q = dv[p][0], .k = dpool[p][0], .v = dpool[p][1],
+                    .kv_type = kvt, .n_tok = 1, .pos = dint, .seq = dint + 1, .tables = dint + 2,
+                    .max_blocks = NB, .block_size = PBS, .n_head = NH, .n_head_kv = NKV,
+                    .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                };
+                rope_att_pass(be, &r, &a, p == 1, (const float *const *)src, host[p], pool_bytes);
+            }
+            const int n = NH * hd;
+            const double d = test_max_diff(host[0][0], host[1][0], n);
+            CHECK_MSG(d <= 1e-5 * (1 + max_abs(host[1][0], n)),
+                      "attention after rope_kv, %s hd %d neox %d bias %d pos %d: %.3g",
+                      ggml_type_name(kvt), hd, neox, biased, pos, d);
+            CHECK_MSG(memcmp(host[0][1], host[1][1], n * sizeof(float)) == 0,
+                      "rotated q, %s hd %d neox %d bias %d pos %d", ggml_type_name(kvt), hd, neox,
+                      biased, pos);
+            for (int i = 2; i < 4; i++)
+                CHECK_MSG(memcmp(host[0][i], host[1][i], pool_bytes) == 0,
+                          "%s pool, %s hd %d neox %d bias %d pos %d", i == 2 ? "K" : "V",
+                          ggml_type_name(kvt), hd, neox, biased, pos);
+        }
+    }
+    for (int p = 0; p < 2; p++) {
+        for (int i = 0; i < 4; i++)
+            be->free(be, dv[p][i]);
+        for (int i = 0; i < 2; i++)
+            be->free(be, dpool[p][i]);
+    }
+    for (int i = 0; i < 3; i++)
+        be->free(be, dbias[i]);
+    for (int i = 0; i < 2; i++)
+        be->free(be, dfill[i]);
+    be->free(be, dfreq);
+    be->free(be, dint);
+    be->free(be, dslot);
+    be->free(be, dnew);
+    for (int i = 0; i < 3; i++)
+        free(src[i]), free(bias[i]);
+    for (int i = 0; i < 2; i++) {
+        free(fill[i]);
+        for (int j = 0; j < 4; j++)
+            free(host[i][j]);
+    }
+}
+
 /* prepare_group's one GEMM over q/k/v-like matrices (three types) and
  * over gate/up against the plain products on the same backend: the same
  * F16 copies and inputs, only the GEMM's tiling may differ (1e-4 of max

@@ -85,8 +85,10 @@ struct omni_bdense {
 
 /* rope_kv: the step after q/k/v in one op - biases added (bq/bk/bv, each
  * may be NULL), q and k rotated as rope() does, then k and v stored into
- * slots slot[i] of the pools as kv_store() does (k keeps its rotated
- * values too). */
+ * slots slot[i] of the pools as kv_store() does. q keeps its rotated
+ * values; the k and v rows are scratch afterwards (cuda may do a one-token
+ * step's rope_kv inside the attention after it and leave them as they
+ * were). */
 struct omni_brope_kv {
     float *q, *k, *v;           /* [n_tok][n_head * head_dim], [n_tok][n_head_kv * head_dim] */
     const float *bq, *bk, *bv;

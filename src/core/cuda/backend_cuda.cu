@@ -148,6 +148,10 @@ struct cuda_state {
     int8_t *nf_q;
     bool pn_on;
     struct nscale pn;
+    /* a one-token step's rope_kv held back for the attention after it
+     * (OMNI_CUDA_ATT_ROPE, att_rope_takes; rope_flush launches it) */
+    bool rk_on;
+    struct omni_brope_kv rk;
     long n_capture, n_capture_ok, n_replay; /* graphs (OMNI_CUDA_STATS=1 prints them) */
     /* Q4_K / Q6_K products of int8_rows_k + 1 .. mmq_max rows on the int8
      * tensor-core kernels of mmq.cu (OMNI_CUDA_MMQ=N, at most 64; default
@@ -168,6 +172,7 @@ struct cuda_state {
 
 static struct cuda_state *st(struct omni_backend *be) { return (struct cuda_state *)be->impl; }
 
+static void rope_flush(struct omni_backend *be);
 static void tail_flush(struct omni_backend *be);
 static void norm_flush(struct omni_backend *be);
 static void norm_flush(struct cuda_state *s);
@@ -179,6 +184,7 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
  * held-back product is launched, a fused norm's y written. */
 static void flush_pending(struct omni_backend *be)
 {
+    rope_flush(be);
     tail_flush(be);
     norm_flush(be);
 }
@@ -3218,25 +3224,67 @@ static bool pn_hits(const struct cuda_state *s, const float *p, int64_t n)
            (p < c.w + c.dim && c.w < p + n);
 }
 
+/* OMNI_CUDA_ATT_ROPE (default on; 0 off): a one-token step's rope_kv is
+ * held back (rk_on) and done inside the attention right after it
+ * (att_rope), one launch and one grid-wide wait less a layer. */
+static bool att_rope_on = true;
+
+static void launch_rope_kv(cudaStream_t s, const struct omni_brope_kv *r, int half, int64_t total)
+{
+    if (r->kv_type == GGML_TYPE_F16)
+        launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
+    else
+        launch_pdl_at(2, k_rope_kv<float>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
+}
+
 static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
 {
     if (skipped(be, SKIP_ROPE))
         return 0;
     touch(be);
-    if (r->n_rot != r->head_dim || r->head_dim % 2 || r->n_tok < 0)
+    if (r->n_rot != r->head_dim || r->head_dim % 2 || r->n_tok < 0 ||
+        (r->kv_type != GGML_TYPE_F16 && r->kv_type != GGML_TYPE_F32) || r->n_head_kv < 1 ||
+        r->n_head % r->n_head_kv)
         return OMNI_ERR_UNSUPPORTED;
     const int half = r->head_dim / 2;
     const int64_t total = (int64_t)r->n_tok * (r->n_head + 2 * r->n_head_kv) * half;
     if (total < 1)
         return 0;
-    cudaStream_t s = st(be)->stream;
-    if (r->kv_type == GGML_TYPE_F16)
-        launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
-    else if (r->kv_type == GGML_TYPE_F32)
-        launch_pdl_at(2, k_rope_kv<float>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
-    else
-        return OMNI_ERR_UNSUPPORTED;
+    struct cuda_state *s = st(be);
+    if (att_rope_on && r->n_tok == 1 && r->head_dim <= 128) { /* for the attention after it */
+        s->rk = *r;
+        s->rk_on = true;
+        return 0;
+    }
+    launch_rope_kv(s->stream, r, half, total);
     return chk_launch("rope_kv");
+}
+
+/* The held-back rope_kv, launched as it would have been. */
+static void rope_flush(struct omni_backend *be)
+{
+    struct cuda_state *s = st(be);
+    if (!s || !s->rk_on)
+        return;
+    s->rk_on = false;
+    const struct omni_brope_kv &r = s->rk;
+    launch_rope_kv(s->stream, &r, r.head_dim / 2, (int64_t)(r.n_head + 2 * r.n_head_kv) * (r.head_dim / 2));
+}
+
+/* Whether the held-back rope_kv is this attention's (one token, its q,
+ * its pools, its positions and heads): then it is taken out (*r) for the
+ * attention kernel to do; otherwise it stays for touch to launch. */
+static bool att_rope_takes(struct cuda_state *s, const struct omni_battn *a,
+                           struct omni_brope_kv *r)
+{
+    const struct omni_brope_kv &k = s->rk;
+    if (!s->rk_on || a->n_tok != 1 || k.q != a->q || k.kc != a->k || k.vc != a->v ||
+        k.kv_type != a->kv_type || k.pos != a->pos || k.n_head != a->n_head ||
+        k.n_head_kv != a->n_head_kv || k.head_dim != a->head_dim || k.q == a->out)
+        return false;
+    *r = k;
+    s->rk_on = false;
+    return true;
 }
 
 __device__ __forceinline__ float2 ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
@@ -3384,25 +3432,140 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
     }
 }
 
+#define ATT_SPLIT 8
+#define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
+
+/* A one-token step's key and value rows of j < pos sent towards the SM
+ * before pdl_wait (k_attention_split's pre & 6): lane j's rows of every
+ * tile of its warp, the key row past what kpre holds (from_kpre), as
+ * prefetches (no registers held): to L1 (l1) or L2. */
+template <typename KT>
+__device__ __forceinline__ void att_prefetch(const KT *K, const KT *V, const int32_t *table,
+                                             int block_size, int64_t kv_dim, int kvh, int hd,
+                                             int j, int pos, bool from_kpre, bool l1)
+{
+    const int row = hd * (int)sizeof(KT);
+    for (bool first_tile = true; j < pos; j += 32 * ATT_SPLIT, first_tile = false) {
+        const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+        const int64_t base = slot * kv_dim + (int64_t)kvh * hd;
+        const char *kb = (const char *)(K + base), *vb = (const char *)(V + base);
+        for (int o = first_tile && from_kpre ? 64 * (int)sizeof(KT) : 0; o < row; o += 128) {
+            if (l1)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(kb + o));
+            else
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(kb + o));
+        }
+        for (int o = 0; o < row; o += 128) {
+            if (l1)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(vb + o));
+            else
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(vb + o));
+        }
+    }
+}
+
+__device__ __forceinline__ float kv_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float kv_f(float v) { return v; }
+
+/* rope_kv of a one-token step inside its attention (OMNI_CUDA_ATT_ROPE;
+ * k_attention_split with RK, head_dim <= 128: a thread an item). Thread
+ * i < hd / 2 rotates pair i of the block's query head (into qs, scaled,
+ * and back into r.q, which only this block touches); hd / 2 <= i < hd
+ * pair i - hd / 2 of its K/V head's key, as the cache holds it (KT), into
+ * ks; hd <= i < 2 hd value i - hd of v (+ bias) into vs. The group's first
+ * query head's block stores that key and value into the cache for the
+ * steps after (the other blocks of the group do not read them there).
+ * What does not depend on the product before (angles, biases, the slot)
+ * is read before pdl_wait; the same expressions as rope_kv_item. */
+template <typename KT>
+struct att_rope {
+    int kind, a, c; /* kind 0 q pair, 1 k pair, 2 v value, 3 nothing */
+    float cs, sn, b0, b1;
+    int64_t at; /* the newest key's row in the cache */
+    __device__ void init(const struct omni_brope_kv &r, int h, int kvh, int hd)
+    {
+        const int i = threadIdx.x, half = hd / 2;
+        kind = i < half ? 0 : i < hd ? 1 : i < 2 * hd ? 2 : 3;
+        b0 = b1 = cs = sn = 0.0f;
+        a = c = 0;
+        if (kind < 2) {
+            const int p = kind ? i - half : i, hh = kind ? kvh : h;
+            a = r.neox ? p : 2 * p;
+            c = r.neox ? p + half : 2 * p + 1;
+            const float *b = kind ? r.bk : r.bq;
+            if (b) {
+                b0 = b[hh * hd + a];
+                b1 = b[hh * hd + c];
+            }
+            const float angle = (float)r.pos[0] * r.inv_freq[p];
+            cs = cosf(angle) * r.attn_factor;
+            sn = sinf(angle) * r.attn_factor;
+        } else if (kind == 2) {
+            a = i - hd;
+            if (r.bv)
+                b0 = r.bv[kvh * hd + a];
+        }
+        at = r.slot[0] * ((int64_t)r.n_head_kv * hd) + (int64_t)kvh * hd;
+    }
+    __device__ void run(const struct omni_brope_kv &r, int h, int kvh, int hd, float scale,
+                        float *qs, float *ks, float *vs) const
+    {
+        const bool owner = h % (r.n_head / r.n_head_kv) == 0;
+        if (kind < 2) {
+            float *x = kind ? r.k + (size_t)kvh * hd : r.q + (size_t)h * hd;
+            float x0 = __ldcg(x + a), x1 = __ldcg(x + c);
+            const float *b = kind ? r.bk : r.bq;
+            if (b) {
+                x0 += b0;
+                x1 += b1;
+            }
+            const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+            if (kind == 0) {
+                x[a] = y0;
+                x[c] = y1;
+                qs[a] = y0 * scale;
+                qs[c] = y1 * scale;
+            } else {
+                const KT k0 = to_kv<KT>(y0), k1 = to_kv<KT>(y1);
+                ks[a] = kv_f(k0);
+                ks[c] = kv_f(k1);
+                if (owner) {
+                    ((KT *)r.kc)[at + a] = k0;
+                    ((KT *)r.kc)[at + c] = k1;
+                }
+            }
+        } else if (kind == 2) {
+            float v = __ldcg(r.v + (size_t)kvh * hd + a);
+            if (r.bv)
+                v += b0;
+            const KT vk = to_kv<KT>(v);
+            vs[a] = kv_f(vk);
+            if (owner)
+                ((KT *)r.vc)[at + a] = vk;
+        }
+    }
+};
+
 /* Decode steps (few tokens): a block of ATT_SPLIT warps per (token, query
  * head), warp w taking the 32-key tiles w, w + ATT_SPLIT, ... with its own
  * online softmax (k_attention's loop), then the warps' maxima, sums and
  * outputs merged in shared memory. A one-token step of 32 heads otherwise
  * has 32 warps walking the whole context one tile after the other. */
-#define ATT_SPLIT 8
-#define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
 /* U (OMNI_CUDA_ATT_UNROLL; the default for head_dim <= 64): a tile's V rows 8 keys at a time, their
  * loads issued together (a short context's step is one tile a warp, and
  * one key after the other is a chain of L2 round trips); the sums keep
  * the same order. */
-template <typename KT, int DPL2, bool Q, int U>
+template <typename KT, int DPL2, bool Q, int U, bool RK = false>
 __global__ void __launch_bounds__(ATT_SPLIT * 32)
-    k_attention_split(struct omni_battn a, int8_t *oq, float *oqd, bool pre)
+    k_attention_split(struct omni_battn a, int8_t *oq, float *oqd, int pre,
+                      const struct omni_brope_kv r)
 {
     pdl_trigger(); /* the output projection may start loading its weights */
+    constexpr int NE = ATT_SPLIT + (RK ? 1 : 0); /* RK: entry ATT_SPLIT is the newest key */
     __shared__ float qs[256];
-    __shared__ float sm_m[ATT_SPLIT], sm_l[ATT_SPLIT], sm_f[ATT_SPLIT];
-    __shared__ float sm_acc[ATT_SPLIT][256];
+    __shared__ float ks[RK ? 128 : 1];
+    __shared__ float sm_m[NE], sm_l[NE], sm_f[NE];
+    __shared__ float sm_acc[NE][256];
     const int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int item = blockIdx.x;
     const int t = item / a.n_head, h = item % a.n_head, hd = a.head_dim;
@@ -3410,16 +3573,22 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
     const int pos = a.pos[t];
     const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
+    const int last = RK ? pos - 1 : pos; /* the keys read from the cache */
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
     const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
-    /* (OMNI_CUDA_PRE bit 4) a one-token step's first tile of keys before
-     * pdl_wait: every key but the newest (pos) was stored by earlier
-     * steps; the block table and positions were uploaded before the step */
+    att_rope<KT> rk;
+    if constexpr (RK)
+        rk.init(r, h, kvh, hd);
+    /* (OMNI_CUDA_PRE bit 4: pre & 1) a one-token step's first tile of keys
+     * before pdl_wait: every key but the newest (pos) was stored by earlier
+     * steps; the block table and positions were uploaded before the step.
+     * pre & 6 (OMNI_CUDA_ATT_PF): the rest of those key rows and their
+     * value rows sent to L2 (2) or L1 (4) too, every tile of the warp. */
     kraw8<KT> kpre[8];
     bool have_pre = false;
     if constexpr (U == 2) {
         const int j = first + 32 * wid + lane;
-        if (pre && a.n_tok == 1 && (hd & 7) == 0 && j < pos) {
+        if ((pre & 1) && a.n_tok == 1 && (hd & 7) == 0 && j < pos) {
             const int64_t slot = (int64_t)table[j / a.block_size] * a.block_size + j % a.block_size;
             const KT *kr = K + slot * kv_dim + (int64_t)kvh * hd;
 #pragma unroll
@@ -3428,21 +3597,40 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
                     ldk8(kpre[c], kr + 8 * c);
             have_pre = true;
         }
+        if ((pre & 6) && a.n_tok == 1)
+            att_prefetch(K, V, table, a.block_size, kv_dim, kvh, hd, j, pos, (pre & 1) != 0,
+                         (pre & 4) != 0);
     }
     pdl_wait(); /* (OMNI_CUDA_PDL=2) the previous kernel's q, K, V */
-    const float *q = a.q + (size_t)item * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        qs[d] = q[d] * a.scale;
+    if constexpr (RK) {
+        rk.run(r, h, kvh, hd, a.scale, qs, ks, sm_acc[ATT_SPLIT]);
+    } else {
+        const float *q = a.q + (size_t)item * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            qs[d] = q[d] * a.scale;
+    }
     __syncthreads();
+    if constexpr (RK) { /* the newest key's score, by the warp that starts last */
+        if (wid == ATT_SPLIT - 1) {
+            float sn = 0.0f;
+            for (int d = lane; d < hd; d += 32)
+                sn += qs[d] * ks[d];
+            sn = warp_sum(sn);
+            if (lane == 0) {
+                sm_m[ATT_SPLIT] = sn;
+                sm_l[ATT_SPLIT] = 1.0f;
+            }
+        }
+    }
     const bool vec8 = (hd & 7) == 0;
     float m = -INFINITY, l = 0.0f;
     float2 acc[DPL2];
 #pragma unroll
     for (int i = 0; i < DPL2; i++)
         acc[i] = make_float2(0.0f, 0.0f);
-    for (int j0 = first + 32 * wid; j0 <= pos; j0 += 32 * ATT_SPLIT) {
+    for (int j0 = first + 32 * wid; j0 <= last; j0 += 32 * ATT_SPLIT) {
         const int j = j0 + lane;
-        const bool valid = j <= pos;
+        const bool valid = j <= last;
         int64_t base = 0;
         float s = -INFINITY;
         if (valid) {
@@ -3488,7 +3676,7 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
             acc[i].x *= corr;
             acc[i].y *= corr;
         }
-        const int n_valid = pos - j0 + 1 < 32 ? pos - j0 + 1 : 32;
+        const int n_valid = last - j0 + 1 < 32 ? last - j0 + 1 : 32;
         int k0 = 0;
         if constexpr (U == 2) { /* all pairs of 8 keys loaded, then accumulated (same order) */
             for (; k0 + 8 <= n_valid; k0 += 8) {
@@ -3561,7 +3749,8 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
         have_pre = false; /* the first tile only */
     }
     /* merge: a warp without keys has m = -inf, l = 0 and weighs 0 (warp 0
-     * always has key `first`) */
+     * always has key `first`, or RK's entry the newest key: m its score,
+     * l 1, its value row in sm_acc) */
     if (lane == 0) {
         sm_m[wid] = m;
         sm_l[wid] = l;
@@ -3575,15 +3764,15 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
         }
     }
     __syncthreads();
-    if (threadIdx.x < ATT_SPLIT) {
+    if (threadIdx.x < NE) {
         float mx = sm_m[0];
-        for (int w = 1; w < ATT_SPLIT; w++)
+        for (int w = 1; w < NE; w++)
             mx = fmaxf(mx, sm_m[w]);
         sm_f[threadIdx.x] = sm_l[threadIdx.x] > 0.0f ? expf(sm_m[threadIdx.x] - mx) : 0.0f;
     }
     __syncthreads();
     float lsum = 0.0f;
-    for (int w = 0; w < ATT_SPLIT; w++)
+    for (int w = 0; w < NE; w++)
         lsum += sm_f[w] * sm_l[w];
     const float inv = 1.0f / lsum;
     float *out = a.out + (size_t)item * hd;
@@ -3593,7 +3782,7 @@ __global__ void __launch_bounds__(ATT_SPLIT * 32)
     float *q8d = Q ? oqd + (size_t)item * (hd >> 5) : NULL;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int w = 0; w < ATT_SPLIT; w++)
+        for (int w = 0; w < NE; w++)
             o += sm_f[w] * sm_acc[w][d];
         norm_out<Q>(out, d, o * inv, q8, q8d);
     }
@@ -3794,6 +3983,12 @@ static int att_unroll = -1;
  * 32; below 8: 8; 0: never). H100 job f_d1, bench-engine 1B Q4_K_M with
  * 8+: +4.8% at 64 sequences, -2.8% at 16. */
 static int att_gqa_min = 32;
+/* OMNI_CUDA_ATT_PF: a one-token step's key and value rows prefetched
+ * before pdl_wait (att_prefetch): 1 to L2, 2 to L1, 0 not */
+static int att_pf = 1;
+
+/* k_attention_split's pre bits (OMNI_CUDA_PRE bit 4, OMNI_CUDA_ATT_PF) */
+static int att_pre(void) { return ((pre_bits & 4) ? 1 : 0) | (att_pf == 1 ? 2 : att_pf == 2 ? 4 : 0); }
 
 /* k_attention_gqa when it takes the shape (head_dim <= 128, G of 2, 4, 6,
  * 7 or 8 query heads a K/V head: 2 for the golden fixtures); false: not
@@ -3826,12 +4021,26 @@ static void launch_attention_split_u(const struct omni_battn *a, int8_t *q, floa
                                      cudaStream_t s)
 {
     const unsigned g = (unsigned)((int64_t)a->n_tok * a->n_head);
+    const int pre = att_pre();
+    const struct omni_brope_kv none = {};
     if (a->head_dim <= 64)
-        launch_pdl_at(2, k_attention_split<KT, 1, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
+        launch_pdl_at(2, k_attention_split<KT, 1, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, pre, none);
     else if (a->head_dim <= 128)
-        launch_pdl_at(2, k_attention_split<KT, 2, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
+        launch_pdl_at(2, k_attention_split<KT, 2, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, pre, none);
     else
-        launch_pdl_at(2, k_attention_split<KT, 4, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, (pre_bits & 4) != 0);
+        launch_pdl_at(2, k_attention_split<KT, 4, Q, U>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, pre, none);
+}
+
+/* k_attention_split with the step's rope_kv inside (att_rope_takes) */
+template <typename KT, bool Q>
+static void launch_attention_rope(const struct omni_battn *a, const struct omni_brope_kv *r,
+                                  int8_t *q, float *qd, cudaStream_t s)
+{
+    const unsigned g = (unsigned)a->n_head;
+    if (a->head_dim <= 64)
+        launch_pdl_at(2, k_attention_split<KT, 1, Q, 2, true>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, att_pre(), *r);
+    else
+        launch_pdl_at(2, k_attention_split<KT, 2, Q, 2, true>, dim3(g), dim3(ATT_SPLIT * 32), s, *a, q, qd, att_pre(), *r);
 }
 
 template <typename KT, bool Q>
@@ -3849,11 +4058,18 @@ static void launch_attention_split(const struct omni_battn *a, int8_t *q, float 
 }
 
 /* split: k_attention_split (decode steps), whose output is also written
- * as Q8_0 into q / qd when q is not NULL */
+ * as Q8_0 into q / qd when q is not NULL; r: the step's rope_kv inside it */
 template <typename KT>
 static void launch_attention(const struct omni_battn *a, bool split, int8_t *q, float *qd,
-                             cudaStream_t s)
+                             const struct omni_brope_kv *r, cudaStream_t s)
 {
+    if (r) {
+        if (q)
+            launch_attention_rope<KT, true>(a, r, q, qd, s);
+        else
+            launch_attention_rope<KT, false>(a, r, NULL, NULL, s);
+        return;
+    }
     if (split) {
         if (q) {
             if (!launch_attention_gqa<KT, true>(a, q, qd, s))
@@ -3876,7 +4092,6 @@ static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
 {
     if (skipped(be, SKIP_ATT))
         return 0;
-    touch(be);
     if (a->head_dim > 256 || a->head_dim % 2 || a->n_head % a->n_head_kv)
         return OMNI_ERR_UNSUPPORTED;
     if (a->n_tok < 1)
@@ -3884,14 +4099,17 @@ static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
     struct cuda_state *cs = st(be);
     cudaStream_t s = cs->stream;
     const bool split = a->n_tok <= ATT_SPLIT_MAX_TOK && !cs->att_split_off;
+    struct omni_brope_kv r;
+    const bool with_rope = split && att_rope_takes(cs, a, &r);
+    touch(be); /* (a held-back rope_kv that does not fit goes first) */
     const int q_dim = a->n_head * a->head_dim;
     int8_t *q = NULL;
     float *qd = NULL;
     const bool quant = split && a->head_dim % 32 == 0 && norm_quant(cs, a->n_tok, q_dim, &q, &qd);
     if (a->kv_type == GGML_TYPE_F16)
-        launch_attention<__half>(a, split, q, qd, s);
+        launch_attention<__half>(a, split, q, qd, with_rope ? &r : NULL, s);
     else if (a->kv_type == GGML_TYPE_F32)
-        launch_attention<float>(a, split, q, qd, s);
+        launch_attention<float>(a, split, q, qd, with_rope ? &r : NULL, s);
     else
         return OMNI_ERR_UNSUPPORTED;
     if (quant)
@@ -4277,6 +4495,10 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     norm_wpre = !(nw && !strcmp(nw, "0"));
     const char *ag = getenv("OMNI_CUDA_ATT_GQA");
     att_gqa_min = !ag ? 32 : atoi(ag) <= 0 ? 0 : atoi(ag) < 8 ? 8 : atoi(ag);
+    const char *apf = getenv("OMNI_CUDA_ATT_PF");
+    att_pf = apf && atoi(apf) >= 0 && atoi(apf) <= 2 ? atoi(apf) : 1;
+    const char *aro = getenv("OMNI_CUDA_ATT_ROPE");
+    att_rope_on = !(aro && !strcmp(aro, "0"));
     const char *pb = getenv("OMNI_CUDA_PRE");
     pre_bits = pb && atoi(pb) >= 0 && atoi(pb) <= 7 ? atoi(pb) : 7;
     const char *au = getenv("OMNI_CUDA_ATT_UNROLL");
