@@ -2852,6 +2852,23 @@ static int cuda_add(struct omni_backend *be, float *y, const float *x, const flo
     return chk_launch("add");
 }
 
+/* RoPE pair p of a head of head_dim = 2 half: the two values it rotates
+ * (*a, *c: adjacent, or p and p + half for neox), and cos / sin of its
+ * angle at position pos times attn_factor. Every RoPE kernel uses these. */
+__device__ __forceinline__ void rope_pair(bool neox, int p, int half, int *a, int *c)
+{
+    *a = neox ? p : 2 * p;
+    *c = neox ? p + half : 2 * p + 1;
+}
+
+__device__ __forceinline__ void rope_cs(int32_t pos, const float *inv_freq, int p, float attn_factor,
+                                        float *cs, float *sn)
+{
+    const float angle = (float)pos * inv_freq[p];
+    *cs = cosf(angle) * attn_factor;
+    *sn = sinf(angle) * attn_factor;
+}
+
 /* One thread per (token, head, rotated pair). */
 __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_tok, int n_head,
                        int head_dim, int half, const float *__restrict__ inv_freq,
@@ -2863,10 +2880,11 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_tok, int
     const int p = (int)(i % half);
     const int64_t th = i / half; /* token * n_head + head */
     const int t = (int)(th / n_head);
-    const float angle = (float)pos[t] * inv_freq[p];
-    const float c = cosf(angle) * attn_factor, s = sinf(angle) * attn_factor;
+    float c, s;
+    rope_cs(pos[t], inv_freq, p, attn_factor, &c, &s);
     float *v = x + th * head_dim;
-    const int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
+    int a, b;
+    rope_pair(neox, p, half, &a, &b);
     const float x0 = v[a], x1 = v[b];
     v[a] = x0 * c - x1 * s;
     v[b] = x0 * s + x1 * c;
@@ -2978,14 +2996,15 @@ __device__ __forceinline__ void rope_kv_item(const struct omni_brope_kv &r, int 
     const int h = u / half, p = u % half;
     float *x = is_q ? r.q + ((size_t)t * r.n_head + h) * hd : r.k + (size_t)t * kv_dim + h * hd;
     const float *b = is_q ? r.bq : r.bk;
-    const int a = r.neox ? p : 2 * p, c = r.neox ? p + half : 2 * p + 1;
+    int a, c;
+    rope_pair(r.neox, p, half, &a, &c);
     float x0 = __ldcg(x + a), x1 = __ldcg(x + c);
     if (b) {
         x0 += b[h * hd + a];
         x1 += b[h * hd + c];
     }
-    const float angle = (float)r.pos[t] * r.inv_freq[p];
-    const float cs = cosf(angle) * r.attn_factor, sn = sinf(angle) * r.attn_factor;
+    float cs, sn;
+    rope_cs(r.pos[t], r.inv_freq, p, r.attn_factor, &cs, &sn);
     const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
     x[a] = y0;
     x[c] = y1;
@@ -3034,14 +3053,15 @@ __device__ __forceinline__ void rope_kv_item_pre(const struct omni_brope_kv &r, 
         u -= r.n_head * half;
     const int h = u / half, p = u % half;
     const float *b = is_q ? r.bq : r.bk;
-    const int a = r.neox ? p : 2 * p, c = r.neox ? p + half : 2 * p + 1;
+    int a, c;
+    rope_pair(r.neox, p, half, &a, &c);
     float ba = 0.0f, bc = 0.0f;
     if (b) {
         ba = b[h * hd + a];
         bc = b[h * hd + c];
     }
-    const float angle = (float)r.pos[t] * r.inv_freq[p];
-    const float cs = cosf(angle) * r.attn_factor, sn = sinf(angle) * r.attn_factor;
+    float cs, sn;
+    rope_cs(r.pos[t], r.inv_freq, p, r.attn_factor, &cs, &sn);
     pdl_wait(); /* q, k of the product before */
     float *x = is_q ? r.q + ((size_t)t * r.n_head + h) * hd : r.k + (size_t)t * kv_dim + h * hd;
     float x0 = __ldcg(x + a), x1 = __ldcg(x + c);
@@ -3229,8 +3249,11 @@ static bool pn_hits(const struct cuda_state *s, const float *p, int64_t n)
  * (att_rope), one launch and one grid-wide wait less a layer. */
 static bool att_rope_on = true;
 
-static void launch_rope_kv(cudaStream_t s, const struct omni_brope_kv *r, int half, int64_t total)
+/* k_rope_kv over all of r's items (r checked by cuda_rope_kv) */
+static void launch_rope_kv(cudaStream_t s, const struct omni_brope_kv *r)
 {
+    const int half = r->head_dim / 2;
+    const int64_t total = (int64_t)r->n_tok * (r->n_head + 2 * r->n_head_kv) * half;
     if (r->kv_type == GGML_TYPE_F16)
         launch_pdl_at(2, k_rope_kv<__half>, dim3(blocks_for(total, 256)), dim3(256), s, *r, half, total, (pre_bits & 2) != 0);
     else
@@ -3246,9 +3269,7 @@ static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
         (r->kv_type != GGML_TYPE_F16 && r->kv_type != GGML_TYPE_F32) || r->n_head_kv < 1 ||
         r->n_head % r->n_head_kv)
         return OMNI_ERR_UNSUPPORTED;
-    const int half = r->head_dim / 2;
-    const int64_t total = (int64_t)r->n_tok * (r->n_head + 2 * r->n_head_kv) * half;
-    if (total < 1)
+    if (r->n_tok < 1 || r->head_dim < 2) /* nothing to do */
         return 0;
     struct cuda_state *s = st(be);
     if (att_rope_on && r->n_tok == 1 && r->head_dim <= 128) { /* for the attention after it */
@@ -3256,7 +3277,7 @@ static int cuda_rope_kv(struct omni_backend *be, const struct omni_brope_kv *r)
         s->rk_on = true;
         return 0;
     }
-    launch_rope_kv(s->stream, r, half, total);
+    launch_rope_kv(s->stream, r);
     return chk_launch("rope_kv");
 }
 
@@ -3267,8 +3288,7 @@ static void rope_flush(struct omni_backend *be)
     if (!s || !s->rk_on)
         return;
     s->rk_on = false;
-    const struct omni_brope_kv &r = s->rk;
-    launch_rope_kv(s->stream, &r, r.head_dim / 2, (int64_t)(r.n_head + 2 * r.n_head_kv) * (r.head_dim / 2));
+    launch_rope_kv(s->stream, &s->rk);
 }
 
 /* Whether the held-back rope_kv is this attention's (one token, its q,
@@ -3435,6 +3455,14 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(struct omni_battn 
 #define ATT_SPLIT 8          /* warps a block of k_attention_split (below) */
 #define ATT_SPLIT_MAX_TOK 64 /* steps of up to this many tokens */
 
+__device__ __forceinline__ void prefetch_line(const char *p, bool l1)
+{
+    if (l1)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    else
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* A one-token step's key and value rows of j < pos sent towards the SM
  * before pdl_wait (k_attention_split's pre & 6): lane j's rows of every
  * tile of its warp, the key row past what kpre holds (from_kpre), as
@@ -3449,18 +3477,10 @@ __device__ __forceinline__ void att_prefetch(const KT *K, const KT *V, const int
         const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
         const int64_t base = slot * kv_dim + (int64_t)kvh * hd;
         const char *kb = (const char *)(K + base), *vb = (const char *)(V + base);
-        for (int o = first_tile && from_kpre ? 64 * (int)sizeof(KT) : 0; o < row; o += 128) {
-            if (l1)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(kb + o));
-            else
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(kb + o));
-        }
-        for (int o = 0; o < row; o += 128) {
-            if (l1)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(vb + o));
-            else
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(vb + o));
-        }
+        for (int o = first_tile && from_kpre ? 64 * (int)sizeof(KT) : 0; o < row; o += 128)
+            prefetch_line(kb + o, l1);
+        for (int o = 0; o < row; o += 128)
+            prefetch_line(vb + o, l1);
     }
 }
 
@@ -3490,16 +3510,13 @@ struct att_rope {
         a = c = 0;
         if (kind < 2) {
             const int p = kind ? i - half : i, hh = kind ? kvh : h;
-            a = r.neox ? p : 2 * p;
-            c = r.neox ? p + half : 2 * p + 1;
+            rope_pair(r.neox, p, half, &a, &c);
             const float *b = kind ? r.bk : r.bq;
             if (b) {
                 b0 = b[hh * hd + a];
                 b1 = b[hh * hd + c];
             }
-            const float angle = (float)r.pos[0] * r.inv_freq[p];
-            cs = cosf(angle) * r.attn_factor;
-            sn = sinf(angle) * r.attn_factor;
+            rope_cs(r.pos[0], r.inv_freq, p, r.attn_factor, &cs, &sn);
         } else if (kind == 2) {
             a = i - hd;
             if (r.bv)
