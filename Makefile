@@ -370,7 +370,7 @@ ENGINE_DEV_LIB_SRCS := src/engine/engine.c src/engine/kv_pool.c src/engine/prefi
 DEV_LIB_SRCS := llm/model.c llm/model_dev.c llm/moe.c llm/tokenizer.c llm/unicode.c $(wildcard llm/deltanet.c) \
 	$(filter-out src/core/download.c,$(sort $(wildcard src/core/*.c))) \
 	$(sort $(wildcard src/core/arch/x86/*.c))
-DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_engine_dev.o \
+DEV_TEST_OBJS := $(BUILD)/tests/test_model_dev.o $(BUILD)/tests/test_engine_dev.o $(BUILD)/tests/test_attention_dev.o \
 	$(BUILD)/tests/test_main.o $(ENGINE_DEV_LIB_SRCS:%.c=$(BUILD)/%.o) \
 	$(DEV_LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(BLAS_SHIM),$(BUILD)/tests/cuda/blas_shim.o) $(CUDA_OBJS)
 DEV_LIBS ?= $(shell pkg-config --libs libpcre2-8 openblas 2>/dev/null) -lm -pthread

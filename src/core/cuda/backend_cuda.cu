@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "src/core/cuda/byte_ops.h"
+#include "src/core/cuda/flash_attn.h"
 #include "src/core/cuda/gemm_lt.h"
 #include "src/core/cuda/mmq.h"
 
@@ -122,6 +123,7 @@ struct cuda_state {
     void *xq2;         /* allocated once, never moved (graphs use it) */
     size_t xq2_cap;
     bool att_split_off; /* OMNI_CUDA_ATT_SPLIT=0: decode attention one warp per head */
+    bool fa_off;        /* OMNI_CUDA_FA=0: prompt attention one warp per (token, head) */
     int int8_rows;      /* quantized products of up to this many rows take the int8
                          * matvec (OMNI_CUDA_INT8_ROWS, default Q8_ACT_MAX - 1);
                          * more: the F16 GEMM */
@@ -4128,6 +4130,8 @@ static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
     int8_t *q = NULL;
     float *qd = NULL;
     const bool quant = split && a->head_dim % 32 == 0 && norm_quant(cs, a->n_tok, q_dim, &q, &qd);
+    if (!split && !cs->fa_off && flash_attn_launch(a, s))
+        return chk_launch("flash attention");
     if (a->kv_type == GGML_TYPE_F16)
         launch_attention<__half>(a, split, q, qd, with_rope ? &r : NULL, s);
     else if (a->kv_type == GGML_TYPE_F32)
@@ -4539,6 +4543,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->splitk = sk && !strcmp(sk, "auto") ? -1 : sk && atoi(sk) >= 2 && atoi(sk) <= 8 ? atoi(sk) : 0;
     const char *as = getenv("OMNI_CUDA_ATT_SPLIT");
     s->att_split_off = as && !strcmp(as, "0");
+    const char *fa = getenv("OMNI_CUDA_FA");
+    s->fa_off = fa && !strcmp(fa, "0");
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
     const char *lt = getenv("OMNI_CUDA_LT");
