@@ -324,7 +324,8 @@ struct llm_dev *llm_dev_new(const struct llm_model *m, const struct llm_dev_para
         const struct omni_btensor *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo,
                                               &L->w_gate, &L->w_up, &L->w_down, &d->output };
         for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
-            if (mats[i]->type == GGML_TYPE_F32 || mats[i]->type == GGML_TYPE_F16)
+            if (mats[i]->type == GGML_TYPE_F32 || mats[i]->type == GGML_TYPE_F16 ||
+                mats[i]->type == GGML_TYPE_BF16)
                 d->all_quant = false;
     }
     const size_t half = (size_t)hp->n_rot / 2;
@@ -810,7 +811,7 @@ int llm_dev_forward_rows(struct llm_dev *d, const struct llm_batch *batch,
     const struct llm_hparams *hp = &d->hp;
     const int n = batch->n_tokens;
     /* a short step of tokens with no hidden states: a graph of its shape,
-     * with tables of a bucketed width (F32/F16 matrices: only where they
+     * with tables of a bucketed width (F32/F16/BF16 matrices: only where they
      * stay on the matvec path, 8 rows) */
     bool any_hidden = false;
     for (int i = 0; batch->want_hidden && i < n; i++)

@@ -22,6 +22,7 @@
  * per-call dequantization stays. OMNI_CUDA_NO_F16_CACHE at build time, or
  * OMNI_CUDA_F16_CACHE=0 at run time, turns it off. */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -83,6 +84,7 @@ struct cuda_state {
      * (OMNI_CUDA_F16_REUSE=0: every GEMM converts; H100 job f_c1: reuse
      * took bench-engine at 64 sequences from 12,805 to 15,361 tok/s) */
     bool nh_on, nh_valid;
+    bool nh_bf;        /* while nh_valid: xh holds x as BF16 (bf16_input), not F16 */
     /* OMNI_CUDA_GEMM_CAT (bits, default 3): a batched step's products over
      * a prepare_group's matrices as one GEMM: 1 gate and up, 2 q, k and v */
     int gemm_cat;
@@ -127,8 +129,8 @@ struct cuda_state {
     int int8_rows;      /* quantized products of up to this many rows take the int8
                          * matvec (OMNI_CUDA_INT8_ROWS, default Q8_ACT_MAX - 1);
                          * more: the F16 GEMM */
-    /* the same for Q4_K / Q6_K (OMNI_CUDA_INT8_ROWS_K, default 8, at most
-     * int8_rows): their int8 dots do not match the CPU's anyway (32-value
+    /* the same for Q4_K / Q5_K / Q6_K (OMNI_CUDA_INT8_ROWS_K, default 8, at
+     * most int8_rows): their int8 dots do not match the CPU's anyway (32-value
      * activation blocks against Q8_K's 256), and F16 activations lose
      * less than int8 ones. H100 job f_d2, bench-engine 1B Q4_K_M at 16
      * sequences with the grouped GEMMs: 5,695 -> 7,718 tok/s. */
@@ -377,6 +379,101 @@ template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q6_K>(const uint8_t *
     }
 }
 
+/* Q5_0 and Q5_1 keep the 5th bit of value j at bit j of a 32-bit qh;
+ * spread4 puts bits 0-3 of b at bit 4 of bytes 0-3 (for values 4i .. 4i+3,
+ * whose low nibbles are the 4 bytes of one word of qs). */
+__device__ __forceinline__ uint32_t spread4(uint32_t b)
+{
+    return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+/* Blocks of Q4_1 (20 bytes) and Q5_1 (24) are 4-byte aligned: word loads. */
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_1>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)c * 20;
+    const uint32_t dm = ld32(b);
+    const float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld32(b + 4 + 4 * i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[4 * i + k] = d * (float)((u >> (8 * k)) & 15) + m;
+            w[4 * i + k + 16] = d * (float)((u >> (8 * k + 4)) & 15) + m;
+        }
+    }
+}
+
+/* Q5_0: d | qh[4] | qs[16], value j = d * ((nibble | bit j of qh << 4) - 16)
+ * (low nibbles values 0-15, high 16-31); 22-byte blocks: 16-bit loads. */
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q5_0>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)c * 22;
+    const float d = h2f((uint16_t)ld16(b));
+    const uint32_t qh = ld16(b + 2) | (ld16(b + 4) << 16);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t u = ld16(b + 6 + 2 * i);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int j = 2 * i + k, q = (int)((u >> (8 * k)) & 0xff);
+            w[j] = d * (float)(((q & 15) | (((qh >> j) & 1) << 4)) - 16);
+            w[j + 16] = d * (float)(((q >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        }
+    }
+}
+
+/* Q5_1: d | m | qh[4] | qs[16], value = d * q + m with q as Q5_0's */
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q5_1>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)c * 24;
+    const uint32_t dm = ld32(b), qh = ld32(b + 4);
+    const float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld32(b + 8 + 4 * i);
+        const uint32_t lo = (u & 0x0f0f0f0fu) | spread4(qh >> (4 * i));
+        const uint32_t hi = ((u >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i));
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[4 * i + k] = d * (float)((lo >> (8 * k)) & 31) + m;
+            w[4 * i + k + 16] = d * (float)((hi >> (8 * k)) & 31) + m;
+        }
+    }
+}
+
+/* Q5_K: Q4_K's header (d, dmin, 12 bytes of scales and mins), then qh[32]
+ * and qs[128]: value l of sub-block j has its 5th bit at bit j of qh[l]. */
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q5_K>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 176;
+    const int j = c & 7;
+    const float d = h2f((uint16_t)ld16(b)), dmin = h2f((uint16_t)ld16(b + 2));
+    const uint8_t *sc = b + 4;
+    int s, m;
+    if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+    } else {
+        s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+    const float d1 = d * (float)s, m1 = dmin * (float)m;
+    const uint32_t *q = (const uint32_t *)(b + 48 + 32 * (j >> 1));
+    const uint32_t *qh = (const uint32_t *)(b + 16);
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t u = ((q[i] >> shift) & 0x0f0f0f0fu) | (((qh[i] >> j) & 0x01010101u) << 4);
+        w[4 * i] = d1 * (float)(u & 31) - m1;
+        w[4 * i + 1] = d1 * (float)((u >> 8) & 31) - m1;
+        w[4 * i + 2] = d1 * (float)((u >> 16) & 31) - m1;
+        w[4 * i + 3] = d1 * (float)((u >> 24) & 31) - m1;
+    }
+}
+
 // ---- matmul ---------------------------------------------------------------------
 
 #define MV_WARPS 4 /* rows (warps) per block of the matvec kernels */
@@ -422,8 +519,12 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 
 __device__ __forceinline__ float ldw(const float *p, size_t i) { return __ldg(p + i); }
 __device__ __forceinline__ float ldw(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ldw(const __nv_bfloat16 *p, size_t i)
+{
+    return __bfloat162float(p[i]);
+}
 
-/* F32 / F16 rows of any length: lanes stride over the elements. */
+/* F32 / F16 / BF16 rows of any length: lanes stride over the elements. */
 template <typename WT, int N>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_matvec_f(const WT *__restrict__ W, int rows, int cols, const float *__restrict__ x,
@@ -488,6 +589,13 @@ __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y
         y[i] = __float2half_rn(x[i]);
 }
 
+__global__ void k_f32_to_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
 static unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 /* Activation rows as Q8_0 the way quant.c's quantize_row_q8_0_ref makes
@@ -535,10 +643,59 @@ template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q4_0>(const uint8_t *
     return h2f((uint16_t)ld16(b));
 }
 
+template <> __device__ __forceinline__ float q8w<GGML_TYPE_Q5_0>(const uint8_t *row, int c, int *wq)
+{
+    const uint8_t *b = row + (size_t)c * 22;
+    const uint32_t qh = ld16(b + 2) | (ld16(b + 4) << 16);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld16(b + 6 + 4 * i) | (ld16(b + 8 + 4 * i) << 16);
+        wq[i] = bytes_minus((u & 0x0f0f0f0fu) | spread4(qh >> (4 * i)), 0x10101010u);
+        wq[4 + i] = bytes_minus(((u >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i)),
+                                0x10101010u);
+    }
+    return h2f((uint16_t)ld16(b));
+}
+
+/* Block c of a Q4_1 / Q5_1 row as 8 words of 4 unsigned bytes (0..15 /
+ * 0..31) with its scale a and offset b: value = a * q + b. */
+template <int T> __device__ __forceinline__ void q1w(const uint8_t *row, int c, int *wq, float *a,
+                                                     float *b);
+
+template <> __device__ __forceinline__ void q1w<GGML_TYPE_Q4_1>(const uint8_t *row, int c, int *wq,
+                                                                float *a, float *b)
+{
+    const uint8_t *blk = row + (size_t)c * 20;
+    const uint32_t dm = ld32(blk);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld32(blk + 4 + 4 * i);
+        wq[i] = (int)(u & 0x0f0f0f0fu);
+        wq[4 + i] = (int)((u >> 4) & 0x0f0f0f0fu);
+    }
+    *a = h2f((uint16_t)(dm & 0xffff));
+    *b = h2f((uint16_t)(dm >> 16));
+}
+
+template <> __device__ __forceinline__ void q1w<GGML_TYPE_Q5_1>(const uint8_t *row, int c, int *wq,
+                                                                float *a, float *b)
+{
+    const uint8_t *blk = row + (size_t)c * 24;
+    const uint32_t dm = ld32(blk), qh = ld32(blk + 4);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = ld32(blk + 8 + 4 * i);
+        wq[i] = (int)((u & 0x0f0f0f0fu) | spread4(qh >> (4 * i)));
+        wq[4 + i] = (int)(((u >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i)));
+    }
+    *a = h2f((uint16_t)(dm & 0xffff));
+    *b = h2f((uint16_t)(dm >> 16));
+}
+
 /* K-quant chunks for the same integer dots: 8 words of 4 unsigned (Q4_K,
- * 0..15) or signed (Q6_K, q - 32) bytes and the chunk's float parameters:
- * Q4_K value = a * q - b (a = d * scale, b = dmin * min); Q6_K values 0-15
- * have scale a, 16-31 scale b. */
+ * 0..15; Q5_K, 0..31) or signed (Q6_K, q - 32) bytes and the chunk's float
+ * parameters: Q4_K / Q5_K value = a * q - b (a = d * scale, b = dmin *
+ * min); Q6_K values 0-15 have scale a, 16-31 scale b. */
 __device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *a, float *b)
 {
     /* 16-byte loads: a super-block is 144 bytes and rows start 16-byte
@@ -573,6 +730,36 @@ __device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *
     wq[7] = (int)((q1.w >> shift) & 0x0f0f0f0fu);
 }
 
+/* Q5_K: Q4_K's header and nibbles 32 bytes further on (qh[32] between),
+ * the 5th bits (bit j of qh[l] for value l of sub-block j) in two more
+ * 16-byte loads; 176-byte super-blocks keep rows 16-byte aligned. */
+__device__ __forceinline__ void q5kw(const uint8_t *row, int c, int *wq, float *a, float *b)
+{
+    const uint8_t *blk = row + (size_t)(c >> 3) * 176;
+    const int j = c & 7, sh = 8 * (j & 3);
+    const uint4 hdr = __ldg((const uint4 *)blk);
+    const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
+    const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
+    int s, m;
+    if (j < 4) {
+        s = by & 63;
+        m = bz & 63;
+    } else {
+        s = (bw & 0x0f) | ((by >> 6) << 4);
+        m = (bw >> 4) | ((bz >> 6) << 4);
+    }
+    *a = d * (float)s;
+    *b = dmin * (float)m;
+    const uint4 *h = (const uint4 *)(blk + 16), *q = (const uint4 *)(blk + 48 + 32 * (j >> 1));
+    const uint4 h0 = __ldg(h), h1 = __ldg(h + 1), q0 = __ldg(q), q1 = __ldg(q + 1);
+    const int shift = (j & 1) * 4;
+    const uint32_t hw[8] = { h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w };
+    const uint32_t qw[8] = { q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w };
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        wq[i] = (int)(((qw[i] >> shift) & 0x0f0f0f0fu) | (((hw[i] >> j) & 0x01010101u) << 4));
+}
+
 __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *a, float *b)
 {
     const uint8_t *blk = row + (size_t)(c >> 3) * 210;
@@ -604,6 +791,19 @@ __device__ __forceinline__ void q6kw(const uint8_t *row, int c, int *wq, float *
     }
 }
 
+/* The sum of the 32 signed bytes of a and b (an activation block). */
+__device__ __forceinline__ int sum_i8(const int4 a, const int4 b)
+{
+    int sx = __dp4a(0x01010101, a.x, 0);
+    sx = __dp4a(0x01010101, a.y, sx);
+    sx = __dp4a(0x01010101, a.z, sx);
+    sx = __dp4a(0x01010101, a.w, sx);
+    sx = __dp4a(0x01010101, b.x, sx);
+    sx = __dp4a(0x01010101, b.y, sx);
+    sx = __dp4a(0x01010101, b.z, sx);
+    return __dp4a(0x01010101, b.w, sx);
+}
+
 /* acc[t] += weight row `row` (type T, nb = cols / 32 chunks) dotted with
  * activation row t < N as Q8_0 (xq int8 [N][cols], xd scales [N][nb]):
  * lanes over chunks lane, lane + 32, ...; per chunk an integer dot (dp4a)
@@ -621,8 +821,12 @@ __device__ __forceinline__ void dot_q8(const uint8_t *__restrict__ row, int nb, 
         float pa = 0.0f, pb = 0.0f;
         if constexpr (T == GGML_TYPE_Q4_K)
             q4kw(row, c, wq, &pa, &pb);
+        else if constexpr (T == GGML_TYPE_Q5_K)
+            q5kw(row, c, wq, &pa, &pb);
         else if constexpr (T == GGML_TYPE_Q6_K)
             q6kw(row, c, wq, &pa, &pb);
+        else if constexpr (T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1)
+            q1w<T>(row, c, wq, &pa, &pb);
         else
             pa = q8w<T>(row, c, wq);
 #pragma unroll
@@ -638,17 +842,16 @@ __device__ __forceinline__ void dot_q8(const uint8_t *__restrict__ row, int nb, 
             hi = __dp4a(wq[6], b.z, hi);
             hi = __dp4a(wq[7], b.w, hi);
             const float dx = __ldg(xd + (size_t)t * nb + c);
-            if constexpr (T == GGML_TYPE_Q4_K) {
+            if constexpr (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) {
                 /* sum of the activation integers, for the min term */
-                int sx = __dp4a(0x01010101, a.x, 0);
-                sx = __dp4a(0x01010101, a.y, sx);
-                sx = __dp4a(0x01010101, a.z, sx);
-                sx = __dp4a(0x01010101, a.w, sx);
-                sx = __dp4a(0x01010101, b.x, sx);
-                sx = __dp4a(0x01010101, b.y, sx);
-                sx = __dp4a(0x01010101, b.z, sx);
-                sx = __dp4a(0x01010101, b.w, sx);
+                const int sx = sum_i8(a, b);
                 acc[t] += dx * (pa * (float)(lo + hi) - pb * (float)sx);
+            } else if constexpr (T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1) {
+                /* the CPU's Q8_1 activations carry s = sum(q) * d as F16
+                 * (d unrounded there, its F16 value here: s can differ in
+                 * its last bit) */
+                const float sy = __half2float(__float2half_rn((float)sum_i8(a, b) * dx));
+                acc[t] += (float)(lo + hi) * (pa * dx) + pb * sy;
             } else if constexpr (T == GGML_TYPE_Q6_K) {
                 acc[t] += dx * (pa * (float)lo + pb * (float)hi);
             } else {
@@ -660,8 +863,9 @@ __device__ __forceinline__ void dot_q8(const uint8_t *__restrict__ row, int nb, 
 
 /* dot_q8 with the weight type chosen at run time (the fused launches mix
  * matrices of different types: a Q4_K_M file's attn_v is Q6_K in some
- * layers). */
-template <int N>
+ * layers). X: also Q5_K, Q5_0, Q4_1 and Q5_1 (a kernel of its own, so
+ * that the others' registers stay as they were: 8 more at 2 rows). */
+template <int N, bool X>
 __device__ __forceinline__ void dot_q8_any(int type, const uint8_t *__restrict__ row, int nb,
                                            int cols, const int8_t *__restrict__ xq,
                                            const float *__restrict__ xd, float *acc, int lane)
@@ -670,7 +874,19 @@ __device__ __forceinline__ void dot_q8_any(int type, const uint8_t *__restrict__
     case GGML_TYPE_Q4_K: dot_q8<GGML_TYPE_Q4_K, N>(row, nb, cols, xq, xd, acc, lane); break;
     case GGML_TYPE_Q6_K: dot_q8<GGML_TYPE_Q6_K, N>(row, nb, cols, xq, xd, acc, lane); break;
     case GGML_TYPE_Q8_0: dot_q8<GGML_TYPE_Q8_0, N>(row, nb, cols, xq, xd, acc, lane); break;
-    default: dot_q8<GGML_TYPE_Q4_0, N>(row, nb, cols, xq, xd, acc, lane); break;
+    default:
+        if constexpr (!X) {
+            dot_q8<GGML_TYPE_Q4_0, N>(row, nb, cols, xq, xd, acc, lane);
+        } else {
+            switch (type) {
+            case GGML_TYPE_Q4_0: dot_q8<GGML_TYPE_Q4_0, N>(row, nb, cols, xq, xd, acc, lane); break;
+            case GGML_TYPE_Q5_K: dot_q8<GGML_TYPE_Q5_K, N>(row, nb, cols, xq, xd, acc, lane); break;
+            case GGML_TYPE_Q5_0: dot_q8<GGML_TYPE_Q5_0, N>(row, nb, cols, xq, xd, acc, lane); break;
+            case GGML_TYPE_Q4_1: dot_q8<GGML_TYPE_Q4_1, N>(row, nb, cols, xq, xd, acc, lane); break;
+            default: dot_q8<GGML_TYPE_Q5_1, N>(row, nb, cols, xq, xd, acc, lane); break;
+            }
+        }
+        break;
     }
 }
 
@@ -738,7 +954,7 @@ struct mv_segs {
     int n;
 };
 
-template <int N>
+template <int N, bool X>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_matvec_seg(const mv_segs sg, int cols, const int8_t *__restrict__ xq,
                  const float *__restrict__ xd)
@@ -755,8 +971,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 #pragma unroll
     for (int t = 0; t < N; t++)
         acc[t] = 0.0f;
-    dot_q8_any<N>(sg.s[i].type, sg.s[i].W + (size_t)r * sg.s[i].rb, cols >> 5, cols, xq, xd, acc,
-                  lane);
+    dot_q8_any<N, X>(sg.s[i].type, sg.s[i].W + (size_t)r * sg.s[i].rb, cols >> 5, cols, xq, xd,
+                     acc, lane);
     float *y = sg.s[i].y;
 #pragma unroll
     for (int t = 0; t < N; t++) {
@@ -1515,16 +1731,27 @@ static void launch_matvec_f(const WT *W, int rows, int cols, const float *x, int
     }
 }
 
+/* The block types: the int8 matvec (dot_q8), dq32 for the F32-activation
+ * matvec, get_rows and the F16 copies. */
 static bool is_quant(int type)
 {
     return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q6_K;
+           type == GGML_TYPE_Q6_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q5_0 ||
+           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
+}
+
+/* The K-quants: rows of 256-value super-blocks, activation blocks of 32
+ * values where the CPU's Q8_K has 256 (int8_max). */
+static bool is_kquant(int type)
+{
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 static bool cuda_supports(const struct omni_backend *be, int type)
 {
     (void)be;
-    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || is_quant(type);
+    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
+           is_quant(type);
 }
 
 /* Scratch of at least n elements (grown, never shrunk). */
@@ -1560,9 +1787,8 @@ static int grow_bytes(struct cuda_state *s, void **p, size_t *cap, size_t n)
 
 static int quant_chunk_ok(const struct omni_btensor *w)
 {
-    return !is_quant(w->type) || (w->cols % 32 == 0 &&
-                                  ((w->type != GGML_TYPE_Q4_K && w->type != GGML_TYPE_Q6_K) ||
-                                   w->cols % 256 == 0));
+    return !is_quant(w->type) ||
+           (w->cols % 32 == 0 && (!is_kquant(w->type) || w->cols % 256 == 0));
 }
 
 #define MATVEC_MAX 8 /* rows of activations through the matvec kernels */
@@ -1693,7 +1919,7 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
  * conversion while nh_valid says it stands for x */
 static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
 {
-    if (s->nh_valid && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)
+    if (s->nh_valid && !s->nh_bf && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)
         return 0;
     const int64_t nx = (int64_t)n * cols;
     int rc;
@@ -1707,6 +1933,34 @@ static int f16_input(struct cuda_state *s, const float *x, int n, int cols)
         return rc;
     if (s->nh_on) {
         s->nh_valid = true;
+        s->nh_bf = false;
+        s->nh_x = x;
+        s->nh_n = n;
+        s->nh_cols = cols;
+    }
+    return 0;
+}
+
+/* x (n rows of cols) as BF16 in xh (the same 2 bytes a value, so the room
+ * sized for F16 at load serves) for the BF16 GEMM, kept while nh_valid
+ * and nh_bf say it stands for x. */
+static int bf16_input(struct cuda_state *s, const float *x, int n, int cols)
+{
+    if (s->nh_valid && s->nh_bf && s->nh_x == x && s->nh_n == n && s->nh_cols == cols)
+        return 0;
+    const int64_t nx = (int64_t)n * cols;
+    int rc;
+    s->nh_valid = false;
+    if ((size_t)nx > s->xh_cap && s->capturing)
+        return OMNI_ERR_LIMIT;
+    if ((rc = grow(&s->xh, &s->xh_cap, (size_t)nx)) < 0)
+        return rc;
+    k_f32_to_bf16<<<blocks_for(nx, 256), 256, 0, s->stream>>>(x, (__nv_bfloat16 *)s->xh, nx);
+    if ((rc = chk_launch("f32_to_bf16")) < 0)
+        return rc;
+    if (s->nh_on) {
+        s->nh_valid = true;
+        s->nh_bf = true;
         s->nh_x = x;
         s->nh_n = n;
         s->nh_cols = cols;
@@ -1734,6 +1988,7 @@ static void f16_done(struct cuda_state *s, const __half *h, const float *y, int 
     if (!h)
         return;
     s->nh_valid = true;
+    s->nh_bf = false;
     s->nh_x = y;
     s->nh_n = rows;
     s->nh_cols = cols;
@@ -1801,8 +2056,7 @@ static int mmq_run(struct cuda_state *s, const struct omni_btensor *w, const flo
 /* The most rows a product with weights of type takes on the int8 matvec. */
 static int int8_max(const struct cuda_state *s, int type)
 {
-    const bool k = type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
-    return k && s->int8_rows_k < s->int8_rows ? s->int8_rows_k : s->int8_rows;
+    return is_kquant(type) && s->int8_rows_k < s->int8_rows ? s->int8_rows_k : s->int8_rows;
 }
 
 /* Whether matmul_impl multiplies w by n rows through the F16 GEMM (not the
@@ -1937,6 +2191,27 @@ static int gemm_f16(struct cuda_state *s, const __half *A, int rows, int n, int 
                     "gemm f16");
 }
 
+/* y[n][rows] = x . W^T for BF16 weights W through cuBLAS on BF16 inputs
+ * (x rounded to BF16 by bf16_input), F32 accumulation. Not through an F16
+ * copy as the quantized types: BF16 has F32's exponent range, so a weight
+ * beyond F16's 65504 would become inf there (and one below 2^-24 zero),
+ * and clamping would change the model. Read as it is, the GGUF data needs
+ * no copy and no memory beyond the weights; the price is the activations'
+ * precision (8 significant bits where F16 keeps 11: a relative error of up
+ * to 2^-9 each; the CPU multiplies F32 activations, dequantize + sgemm). */
+static int gemm_bf16(struct cuda_state *s, const __nv_bfloat16 *W, int rows, int n, int cols,
+                     const float *x, float *y)
+{
+    int rc = bf16_input(s, x, n, cols);
+    if (rc < 0)
+        return rc;
+    const float one = 1.0f, zero = 0.0f;
+    return chk_blas(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W,
+                                 CUDA_R_16BF, cols, s->xh, CUDA_R_16BF, cols, &zero, y, CUDA_R_32F,
+                                 rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "gemm bf16");
+}
+
 /* One GEMM of n rows over the nw matrices of w (cat_copies' h0, total
  * rows) into gc; OMNI_ERR_UNSUPPORTED when gc is too small. */
 static int gemm_cat_run(struct cuda_state *s, const __half *h0, int total, int cols,
@@ -2010,6 +2285,10 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
             case GGML_TYPE_Q4_0: launch_matvec_q8<GGML_TYPE_Q4_0>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
             case GGML_TYPE_Q4_K: launch_matvec_q8<GGML_TYPE_Q4_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
             case GGML_TYPE_Q6_K: launch_matvec_q8<GGML_TYPE_Q6_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q5_K: launch_matvec_q8<GGML_TYPE_Q5_K>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q5_0: launch_matvec_q8<GGML_TYPE_Q5_0>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q4_1: launch_matvec_q8<GGML_TYPE_Q4_1>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
+            case GGML_TYPE_Q5_1: launch_matvec_q8<GGML_TYPE_Q5_1>(W, rb, rows, cols, q, d, m, yr, s->stream); break;
             }
         }
         return chk_launch("matvec q8");
@@ -2018,10 +2297,15 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         switch (w->type) {
         case GGML_TYPE_F32: launch_matvec_f((const float *)W, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_F16: launch_matvec_f((const __half *)W, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_BF16: launch_matvec_f((const __nv_bfloat16 *)W, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q4_0: launch_matvec_q<GGML_TYPE_Q4_0>(W, rb, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q8_0: launch_matvec_q<GGML_TYPE_Q8_0>(W, rb, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q4_K: launch_matvec_q<GGML_TYPE_Q4_K>(W, rb, rows, cols, x, n, y, s->stream); break;
         case GGML_TYPE_Q6_K: launch_matvec_q<GGML_TYPE_Q6_K>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q5_K: launch_matvec_q<GGML_TYPE_Q5_K>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q5_0: launch_matvec_q<GGML_TYPE_Q5_0>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q4_1: launch_matvec_q<GGML_TYPE_Q4_1>(W, rb, rows, cols, x, n, y, s->stream); break;
+        case GGML_TYPE_Q5_1: launch_matvec_q<GGML_TYPE_Q5_1>(W, rb, rows, cols, x, n, y, s->stream); break;
         }
         return chk_launch("matvec");
     }
@@ -2033,6 +2317,8 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
                                 "sgemm");
         return rc;
     }
+    if (w->type == GGML_TYPE_BF16)
+        return gemm_bf16(s, (const __nv_bfloat16 *)W, rows, n, cols, x, y);
     int rc;
     const __half *A = (const __half *)W;
     const struct f16_copy *fc = w->type != GGML_TYPE_F16 ? find_copy(s, w) : NULL;
@@ -2050,6 +2336,10 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
         case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
         case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q5_K: k_dequant_f16<GGML_TYPE_Q5_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q5_0: k_dequant_f16<GGML_TYPE_Q5_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q4_1: k_dequant_f16<GGML_TYPE_Q4_1><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
+        case GGML_TYPE_Q5_1: k_dequant_f16<GGML_TYPE_Q5_1><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, s->wh); break;
         }
         if ((rc = chk_launch("dequant")) < 0)
             return rc;
@@ -2154,7 +2444,10 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
     memset(&sg, 0, sizeof sg);
     sg.n = nw;
     int blocks = 0;
+    bool ext = false; /* a type beyond Q4_0 / Q8_0 / Q4_K / Q6_K */
     for (int i = 0; i < nw; i++) {
+        ext = ext || (w[i]->type != GGML_TYPE_Q4_0 && w[i]->type != GGML_TYPE_Q8_0 &&
+                      w[i]->type != GGML_TYPE_Q4_K && w[i]->type != GGML_TYPE_Q6_K);
         sg.s[i].W = (const uint8_t *)w[i]->data;
         sg.s[i].rb = ggml_row_size(w[i]->type, w[i]->cols);
         sg.s[i].y = y[i];
@@ -2164,7 +2457,12 @@ static int cuda_matmul_multi(struct omni_backend *be, int nw, const struct omni_
         blocks += (int)blocks_for(w[i]->rows, MV_WARPS);
     }
     switch (n) {
-#define C(N) case N: k_matvec_seg<N><<<blocks, MV_WARPS * 32, 0, s->stream>>>(sg, cols, xq, xd); break;
+#define C(N) case N: \
+        if (ext) \
+            k_matvec_seg<N, true><<<blocks, MV_WARPS * 32, 0, s->stream>>>(sg, cols, xq, xd); \
+        else \
+            k_matvec_seg<N, false><<<blocks, MV_WARPS * 32, 0, s->stream>>>(sg, cols, xq, xd); \
+        break;
         MV_CASES(C)
 #undef C
     }
@@ -2303,6 +2601,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
             case GGML_TYPE_Q4_0: k_matvec_glu_q<GGML_TYPE_Q4_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             case GGML_TYPE_Q4_K: k_matvec_glu_q<GGML_TYPE_Q4_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             case GGML_TYPE_Q6_K: k_matvec_glu_q<GGML_TYPE_Q6_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q5_K: k_matvec_glu_q<GGML_TYPE_Q5_K><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q5_0: k_matvec_glu_q<GGML_TYPE_Q5_0><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q4_1: k_matvec_glu_q<GGML_TYPE_Q4_1><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
+            case GGML_TYPE_Q5_1: k_matvec_glu_q<GGML_TYPE_Q5_1><<<g, 1024, 0, s->stream>>>(Wg, Wu, rb, rows, cols, xq, xd, y, oq, oqd); break;
             }
         }
         if (ns.ss && s->pn_on && s->pn.y == ns.y)
@@ -2320,6 +2622,10 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
     case GGML_TYPE_Q4_0: launch_glu<GGML_TYPE_Q4_0>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
     case GGML_TYPE_Q4_K: launch_glu<GGML_TYPE_Q4_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
     case GGML_TYPE_Q6_K: launch_glu<GGML_TYPE_Q6_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q5_K: launch_glu<GGML_TYPE_Q5_K>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q5_0: launch_glu<GGML_TYPE_Q5_0>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q4_1: launch_glu<GGML_TYPE_Q4_1>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
+    case GGML_TYPE_Q5_1: launch_glu<GGML_TYPE_Q5_1>(Wg, Wu, rb, rows, cols, xq, xd, n, y, s->stream); break;
     }
     wrote(s, y, (int64_t)n * rows);
     return chk_launch("matvec glu");
@@ -2369,6 +2675,10 @@ static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __hal
             case GGML_TYPE_Q8_0: k_dequant_f16<GGML_TYPE_Q8_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
             case GGML_TYPE_Q4_K: k_dequant_f16<GGML_TYPE_Q4_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
             case GGML_TYPE_Q6_K: k_dequant_f16<GGML_TYPE_Q6_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q5_K: k_dequant_f16<GGML_TYPE_Q5_K><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q5_0: k_dequant_f16<GGML_TYPE_Q5_0><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q4_1: k_dequant_f16<GGML_TYPE_Q4_1><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
+            case GGML_TYPE_Q5_1: k_dequant_f16<GGML_TYPE_Q5_1><<<g, 256, 0, s->stream>>>(W, rb, rows, cols, h); break;
             }
             rc = chk_launch("prepare f16");
         }
@@ -2526,10 +2836,15 @@ static int cuda_get_rows(struct omni_backend *be, const struct omni_btensor *w, 
     switch (w->type) {
     case GGML_TYPE_F32: k_get_rows_f<<<n, 256, 0, s>>>((const float *)W, cols, ids, out); break;
     case GGML_TYPE_F16: k_get_rows_f<<<n, 256, 0, s>>>((const __half *)W, cols, ids, out); break;
+    case GGML_TYPE_BF16: k_get_rows_f<<<n, 256, 0, s>>>((const __nv_bfloat16 *)W, cols, ids, out); break;
     case GGML_TYPE_Q4_0: k_get_rows_q<GGML_TYPE_Q4_0><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
     case GGML_TYPE_Q8_0: k_get_rows_q<GGML_TYPE_Q8_0><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
     case GGML_TYPE_Q4_K: k_get_rows_q<GGML_TYPE_Q4_K><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
     case GGML_TYPE_Q6_K: k_get_rows_q<GGML_TYPE_Q6_K><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q5_K: k_get_rows_q<GGML_TYPE_Q5_K><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q5_0: k_get_rows_q<GGML_TYPE_Q5_0><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q4_1: k_get_rows_q<GGML_TYPE_Q4_1><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
+    case GGML_TYPE_Q5_1: k_get_rows_q<GGML_TYPE_Q5_1><<<n, 64, 0, s>>>(W, rb, cols, ids, out); break;
     }
     return chk_launch("get_rows");
 }
