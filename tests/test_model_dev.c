@@ -49,7 +49,7 @@ static double logprob_tol(const char *path)
         return 3e-2;
     /* the K-quant mixes of fixture_gguf: the same neighbouring-integer
      * rounding on the cpu backend (Q8_0 / Q8_K activations on both sides;
-     * 5.5e-3 on a draft of the q4_K-320 file); cuda's int8 dots take the
+     * 5.5e-3 on a draft of the q4_K fallback file); cuda's int8 dots take the
      * K-quants' activations in 32-value blocks where the CPU's Q8_K has
      * 256, and its F16 GEMM (9+ rows) and mmq kernels others again */
     if (strstr(path, "dev-q"))
@@ -1046,7 +1046,7 @@ TEST(model_dev_stories260k) { compare_model(golden("stories260K.gguf")); }
 // ---- random fixtures of the K-quant mixes and BF16 ------------------------------
 /* The golden llama's keys and vocabulary with other shapes and random
  * weights, written by the test into its temporary directory: n_embd 256
- * (every matrix in its K-quant) or 320 (rows not a multiple of 256: the
+ * (every matrix in its K-quant) or 384 (rows not a multiple of 256: the
  * 32-value fallbacks), 2 layers, n_ff 512, head_dim 64, the per-tensor
  * types tools/random_model gives a Q5_K_M / Q4_K_M file (llama.cpp's:
  * output Q6_K, or Q8_0 where its rows do not fit; attn_v and ffn_down Q6_K
@@ -1056,7 +1056,7 @@ TEST(model_dev_stories260k) { compare_model(golden("stories260K.gguf")); }
  * Random weights give nearly flat next-token distributions whose greedy
  * token flips with any rounding (docs/gpu.md's random 1B files). Here the
  * output matrix is the token embedding times 0.06, so the current token
- * leads the logits (log-prob -1.3 .. -2.2, the next token 2.3 nats or more
+ * leads the logits (log-prob -0.9 .. -2.2, the next token 2.4 nats or more
  * below on the CPU) while the layers move every log-prob by about as much:
  * the greedy check is about the paths, the top-5 log-probs carry the
  * numbers. */
@@ -1135,7 +1135,7 @@ struct fix_tensor {
     size_t nbytes;
 };
 
-/* Writes the fixture of base type base and width n_embd (256 or 320) and
+/* Writes the fixture of base type base and width n_embd (256 or 384) and
  * returns its path (a static buffer per call slot), or NULL when the
  * golden llama is missing. counts[type] += matrices of each type. */
 static const char *fixture_gguf(int base, int n_embd, int counts[GGML_TYPE_COUNT])
@@ -1148,7 +1148,7 @@ static const char *fixture_gguf(int base, int n_embd, int counts[GGML_TYPE_COUNT
     if (!g)
         return NULL;
     const int n_layer = 2, n_ff = 512, head_dim = 64, n_head = n_embd / head_dim;
-    const int n_head_kv = n_head % 2 ? 1 : 2, n_vocab = 377;
+    const int n_head_kv = n_head / 2, n_vocab = 377; /* 2 query heads a KV head */
     const struct { const char *key; uint32_t v; } set[] = {
         { "llama.embedding_length", (uint32_t)n_embd },
         { "llama.feed_forward_length", (uint32_t)n_ff },
@@ -1318,16 +1318,16 @@ TEST(model_dev_q5_k_m)
 {
     compare_fixture(GGML_TYPE_Q5_K, 256, (const int[]){ GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, -1 });
 }
-/* Q5_K_M with 320-value rows: Q5_1 and Q8_0 beside ffn_down's Q5_K / Q6_K */
+/* Q5_K_M with 384-value rows: Q5_1 and Q8_0 beside ffn_down's Q5_K / Q6_K */
 TEST(model_dev_q5_k_m_fallback)
 {
-    compare_fixture(GGML_TYPE_Q5_K, 320, (const int[]){ GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+    compare_fixture(GGML_TYPE_Q5_K, 384, (const int[]){ GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
                                                         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, -1 });
 }
-/* Q4_K_M with 320-value rows: Q5_0 and Q8_0 beside ffn_down's Q4_K / Q6_K */
+/* Q4_K_M with 384-value rows: Q5_0 and Q8_0 beside ffn_down's Q4_K / Q6_K */
 TEST(model_dev_q4_k_m_fallback)
 {
-    compare_fixture(GGML_TYPE_Q4_K, 320, (const int[]){ GGML_TYPE_Q5_0, GGML_TYPE_Q8_0,
+    compare_fixture(GGML_TYPE_Q4_K, 384, (const int[]){ GGML_TYPE_Q5_0, GGML_TYPE_Q8_0,
                                                         GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, -1 });
 }
 TEST(model_dev_bf16) { compare_fixture(GGML_TYPE_BF16, 256, (const int[]){ GGML_TYPE_BF16, -1 }); }
