@@ -1,22 +1,28 @@
 #!/bin/bash
-# cuda_fa_run.sh - one GPU job for the prompt attention (docs/gpu.md "Prompt
-# attention"): test_cuda's backend_prompt_attention with the FlashAttention
-# kernel and without (OMNI_CUDA_FA=0), the whole test_cuda, compute-sanitizer
-# on the attention test, bench_dev --check on a real-shape file (a 100-token
-# prompt against the CPU), then bench_dev pp at growing prompt lengths with
-# the kernel and without, interleaved (A B A B).
+# cuda_fa_run.sh - one GPU job for the attention kernels of flash_attn.cu
+# (docs/gpu.md "Prompt attention", "Decode over long contexts"): test_cuda's
+# attention tests with the kernels and without (OMNI_CUDA_FA=0,
+# OMNI_CUDA_FD=0), the whole test_cuda, compute-sanitizer (memcheck and
+# racecheck) on them, bench_dev --check on a real-shape file (a 100-token
+# prompt against the CPU), bench_dev pp at growing prompt lengths and tg64
+# at growing depths with each variant, interleaved (A B A B); RUN_LLAMA=1:
+# llama.cpp's llama-bench (CUDA, flash attention on) on the same files and
+# lengths, built in the job from $DEV/llama_src.tgz while the tests run.
 # Run from the repository root on the GPU machine with the carried dir
 # (PREBUILT bins.tar.xz: test_cuda, bench_dev; pcre2/; the vocabulary):
 #   OUT=/tmp/o NAME=f_fa1 DEV=build-cucar PREBUILT=build-cucar/bins.tar.xz bash tools/cuda_fa_run.sh
 # Variables: PP_M4 (prompt lengths on the 1B Q4_K_M file, default "512 2048
 # 8192 16384"), PP_M7 (7B, default "512 4096 8192"), PP_M15 (Qwen2.5-1.5B,
 # default "4096"), ROUNDS (default 2), ENVS (the variants timed, default
-# "X=1 OMNI_CUDA_FA=0"), DEADLINE_S (default 280), TEST_FILTER (default all).
+# "X=1 OMNI_CUDA_FA=0"), TG_M4 / TG_M7 (depths of tg64, default "0 4096
+# 16384" / "0 4096 16384"), TG_ENVS (default "X=1 OMNI_CUDA_FD=0"),
+# DEADLINE_S (default 280), TEST_FILTER (default all).
 set -u
 DEV=${DEV:-build-cucar}
 NAME=${NAME:-f_fa}
 DEADLINE_S=${DEADLINE_S:-280}
 ENVS=${ENVS:-X=1 OMNI_CUDA_FA=0}
+TG_ENVS=${TG_ENVS:-X=1 OMNI_CUDA_FD=0}
 O=${OUT:-/tmp/out}/$NAME
 W=/tmp/cuda_fa_work
 mkdir -p "$O" "$W"
@@ -44,6 +50,17 @@ FIXT=()
 for m in llama llama3 qwen2 qwen3; do for t in f32 f16 q8_0; do FIXT+=("build-ffix/fixtures/$m-$t.gguf"); done; done
 (make -j3 BUILD=build-ffix PYTHON=python3 "${FIXT[@]}" > "$W/fixtures.log" 2>&1) &
 fix_pid=$!
+LB="$DEV/llama-build/bin"
+if [ "${RUN_LLAMA:-0}" = 1 ] && [ ! -x "$LB/llama-bench" ]; then
+    (tar xzf "$DEV/llama_src.tgz" -C "$DEV" &&
+     cmake -S "$DEV/llama.cpp" -B "$DEV/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DBUILD_SHARED_LIBS=OFF &&
+     cmake --build "$DEV/llama-build" --target llama-bench -j 12
+     echo "llama.cpp build rc $?") > "$W/llama_build.log" 2>&1 &
+    llama_pid=$!
+fi
 mkdir -p build-fcuda && tar xJf "${PREBUILT:-$DEV/bins.tar.xz}" -C build-fcuda
 for t in test_cuda bench_dev; do
     ldd "build-fcuda/$t" | grep "not found" && say "build-fcuda/$t: missing libraries"
@@ -59,14 +76,16 @@ tc() { # label env... -- test_cuda args
     say "test_cuda $label rc $?: $(grep -E 'passed' "$W/tc.txt" | tail -1)"
     grep -E "FAIL|fail|diff" "$W/tc.txt" | head -8 | tee -a "$SUM"
 }
-tc "prompt attention" X=1 -- backend_prompt_attention
-tc "prompt attention, FA=0" OMNI_CUDA_FA=0 -- backend_prompt_attention
-OMNI_DEV_BACKEND=cuda timeout "$(cap 60)" compute-sanitizer --tool memcheck --error-exitcode 9 \
-    build-fcuda/test_cuda backend_prompt_attention > "$W/san.txt" 2>&1
-say "sanitizer backend_prompt_attention rc $?: $(grep -E 'ERROR SUMMARY' "$W/san.txt")"
-OMNI_DEV_BACKEND=cuda timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 9 \
-    build-fcuda/test_cuda backend_prompt_attention > "$W/race.txt" 2>&1
-say "racecheck backend_prompt_attention rc $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$W/race.txt")"
+for t in backend_prompt_attention backend_long_decode_attention; do
+    tc "$t" X=1 -- $t
+    tc "$t, FA=0 FD=0" OMNI_CUDA_FA=0 OMNI_CUDA_FD=0 -- $t
+    tc "$t, FD=1" OMNI_CUDA_FD=1 -- $t
+    for tool in memcheck racecheck; do
+        OMNI_DEV_BACKEND=cuda timeout "$(cap 60)" compute-sanitizer --tool $tool --error-exitcode 9 \
+            build-fcuda/test_cuda $t > "$W/san.txt" 2>&1
+        say "$tool $t rc $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$W/san.txt" | tr '\n' ' ')"
+    done
+done
 wait "$fix_pid"
 tc "all" X=1 -- ${TEST_FILTER:-}
 wait "$models_pid"
@@ -87,7 +106,41 @@ bd() { # file P
         done
     done
 }
+tg() { # file depth
+    for r in $(seq "${ROUNDS:-2}"); do
+        for ev in $TG_ENVS; do
+            [ "$(left)" -gt 20 ] || return 0
+            local line
+            line=$(env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$1" -p 1 -n 64 -d "$2" -r 2 \
+                2>/dev/null | grep '"tg')
+            say "tg64 d$2 $(basename "$1" .gguf) $ev round $r: $line"
+        done
+    done
+}
+for d in ${TG_M4-0 4096 16384}; do tg "$M4" "$d"; done
+for d in ${TG_M7-0 4096 16384}; do tg "$M7" "$d"; done
 for p in ${PP_M4-512 2048 8192 16384}; do bd "$M4" "$p"; done
 for p in ${PP_M15-4096}; do bd "$M15" "$p"; done
 for p in ${PP_M7-512 4096 8192}; do bd "$M7" "$p"; done
+if [ "${RUN_LLAMA:-0}" = 1 ]; then
+    [ -n "${llama_pid:-}" ] && wait "$llama_pid"
+    say "llama.cpp: $(tail -1 "$W/llama_build.log" 2>/dev/null) at $(el) s"
+    for M in "$M4" "$M7"; do
+        [ "$(left)" -gt 30 ] && [ -x "$LB/llama-bench" ] || break
+        timeout "$(cap 120)" "$LB/llama-bench" -m "$M" -fa 1 -p "${LLAMA_PP:-512,4096,16384}" -n 0 -r 2 \
+            -o jsonl 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("llama.cpp pp%d fa on %s: %.1f tok/s" % (r["n_prompt"], r["model_filename"].split("/")[-1], r["avg_ts"]))' |
+            tee -a "$SUM"
+        timeout "$(cap 120)" "$LB/llama-bench" -m "$M" -fa 1 -p 0 -n 64 -d "${LLAMA_DEPTHS:-0,4096,16384}" -r 2 \
+            -o jsonl 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("llama.cpp tg%d d%d fa on %s: %.1f tok/s" % (r["n_gen"], r["n_depth"], r["model_filename"].split("/")[-1], r["avg_ts"]))' |
+            tee -a "$SUM"
+    done
+fi
 say "done at $(el) s"

@@ -126,6 +126,10 @@ struct cuda_state {
     size_t xq2_cap;
     bool att_split_off; /* OMNI_CUDA_ATT_SPLIT=0: decode attention one warp per head */
     bool fa_off;        /* OMNI_CUDA_FA=0: prompt attention one warp per (token, head) */
+    /* decode steps whose block tables hold fd_min+ keys take flash_attn.cu's
+     * flash decoding (OMNI_CUDA_FD=N, 0 off); fd_scratch: its partials */
+    int fd_min;
+    void *fd_scratch;
     int int8_rows;      /* quantized products of up to this many rows take the int8
                          * matvec (OMNI_CUDA_INT8_ROWS, default Q8_ACT_MAX - 1);
                          * more: the F16 GEMM */
@@ -4438,6 +4442,12 @@ static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
     struct cuda_state *cs = st(be);
     cudaStream_t s = cs->stream;
     const bool split = a->n_tok <= ATT_SPLIT_MAX_TOK && !cs->att_split_off;
+    const int fd_ns = split ? flash_decode_splits(a, cs->n_sm, cs->fd_min) : 0;
+    if (fd_ns) {
+        touch(be); /* a held-back rope_kv goes first */
+        if (flash_decode_launch(a, fd_ns, cs->n_sm, cs->capturing, &cs->fd_scratch, s))
+            return chk_launch("flash decoding");
+    }
     struct omni_brope_kv r;
     const bool with_rope = split && att_rope_takes(cs, a, &r);
     touch(be); /* (a held-back rope_kv that does not fit goes first) */
@@ -4740,6 +4750,8 @@ static void cuda_destroy(struct omni_backend *be)
         }
         if (s->wh)
             cudaFree(s->wh);
+        if (s->fd_scratch)
+            cudaFree(s->fd_scratch);
         if (s->sk)
             cudaFree(s->sk);
         if (s->xh)
@@ -4860,6 +4872,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->att_split_off = as && !strcmp(as, "0");
     const char *fa = getenv("OMNI_CUDA_FA");
     s->fa_off = fa && !strcmp(fa, "0");
+    const char *fd = getenv("OMNI_CUDA_FD");
+    s->fd_min = fd ? (atoi(fd) > 0 ? atoi(fd) : 0) : FD_DEFAULT_MIN_KEYS;
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
     const char *lt = getenv("OMNI_CUDA_LT");

@@ -75,19 +75,20 @@ __device__ __forceinline__ void cp8_f32(__half *dst, const float *src, bool ok)
     *(uint4 *)dst = u;
 }
 
-/* One tile's key and value rows k0 .. k0 + FA_BK - 1 of a sequence (rows
- * outside kmin .. kmax become zeros: a pool slot that was never written may
- * hold anything, and a masked key's probability 0 times a NaN value would
- * still be NaN) into Ks / Vs, rows RS halves apart. */
-template <typename KT, int D>
+/* Key and value rows k0 .. k0 + NK - 1 of a sequence into Ks / Vs (rows
+ * D + 8 halves apart) by threads tid, tid + nthr, ...; rows outside kmin ..
+ * kmax become zeros (a pool slot that was never written may hold anything,
+ * and a masked key's probability 0 times a NaN value would still be NaN).
+ * Ends a cp.async group. */
+template <typename KT, int D, int NK>
 __device__ __forceinline__ void fa_load_tile(const struct omni_battn &a, const int32_t *table,
                                              int kvh, int k0, int kmin, int kmax, __half *Ks,
-                                             __half *Vs)
+                                             __half *Vs, int tid, int nthr)
 {
     constexpr int RS = D + 8, CPR = D / 8;
     const int64_t kv_dim = (int64_t)a.n_head_kv * D;
     const KT *K = (const KT *)a.k, *V = (const KT *)a.v;
-    for (int c = threadIdx.x; c < FA_BK * CPR; c += FA_WARPS * 32) {
+    for (int c = tid; c < NK * CPR; c += nthr) {
         const int kr = c / CPR, cc = c % CPR, j = k0 + kr;
         const bool ok = j >= kmin && j <= kmax;
         int64_t off = 0;
@@ -105,10 +106,151 @@ __device__ __forceinline__ void fa_load_tile(const struct omni_battn &a, const i
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+/* A lane's two query rows (g and g + 8 of its warp's 16) as m16n8k16 A
+ * fragments, scaled by scale * log2(e) so that the softmax can use exp2;
+ * a row that is not there (NULL) is zeros. */
+template <int D>
+__device__ __forceinline__ void fa_load_q(uint32_t (&qf)[D / 16][4], const float *qlo,
+                                          const float *qhi, float scale)
+{
+    const float qs = scale * 1.4426950408889634f;
+    const int t4 = threadIdx.x & 3;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        const int c = ks * 16 + 2 * t4;
+        const float2 z = make_float2(0.0f, 0.0f);
+        const float2 a0 = qlo ? *(const float2 *)(qlo + c) : z;
+        const float2 a1 = qhi ? *(const float2 *)(qhi + c) : z;
+        const float2 a2 = qlo ? *(const float2 *)(qlo + c + 8) : z;
+        const float2 a3 = qhi ? *(const float2 *)(qhi + c + 8) : z;
+        qf[ks][0] = pack_h2(a0.x * qs, a0.y * qs);
+        qf[ks][1] = pack_h2(a1.x * qs, a1.y * qs);
+        qf[ks][2] = pack_h2(a2.x * qs, a2.y * qs);
+        qf[ks][3] = pack_h2(a3.x * qs, a3.y * qs);
+    }
+}
+
+/* What a lane's two rows see: in (the row takes part in this pass), keys
+ * first .. pos. */
+struct fa_rows {
+    bool in_lo, in_hi;
+    int first_lo, pos_lo, first_hi, pos_hi;
+};
+
+/* A warp's online-softmax state: its 16 rows' outputs (C fragments of the
+ * D / 8 n-tiles), maxima (shared by the row's 4 lanes) and this lane's part
+ * of the sums. */
+template <int D> struct fa_acc {
+    float o[D / 8][4];
+    float m_lo, m_hi, l_lo, l_hi;
+    __device__ void init()
+    {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        m_lo = m_hi = -INFINITY;
+        l_lo = l_hi = 0.0f;
+    }
+};
+
+/* One warp, one tile of NT * 8 keys from k0 (Kb / Vb in shared memory):
+ * S = q k^T, masked, the online softmax, O += P v. */
+template <int D, int NT>
+__device__ __forceinline__ void fa_tile(const uint32_t (&qf)[D / 16][4], const __half *Kb,
+                                        const __half *Vb, int k0, const fa_rows &rw,
+                                        fa_acc<D> &st)
+{
+    constexpr int RS = D + 8, KS = D / 16, DT = D / 8;
+    const int lane = threadIdx.x & 31, t4 = lane & 3, mi = lane >> 3, mr = lane & 7;
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks += 2) {
+            uint32_t b[4];
+            ldsm4<false>(b, Kb + (n * 8 + mr) * RS + ks * 16 + mi * 8);
+            mma_f16(s[n], qf[ks], b[0], b[1]);
+            mma_f16(s[n], qf[ks + 1], b[2], b[3]);
+        }
+    }
+    float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = k0 + n * 8 + 2 * t4 + (e & 1);
+            const bool ok = e < 2 ? rw.in_lo && j >= rw.first_lo && j <= rw.pos_lo
+                                  : rw.in_hi && j >= rw.first_hi && j <= rw.pos_hi;
+            s[n][e] = ok ? s[n][e] : -INFINITY;
+        }
+        mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
+        mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int sh = 1; sh <= 2; sh <<= 1) {
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, sh));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, sh));
+    }
+    const float mn_lo = fmaxf(st.m_lo, mx_lo), mn_hi = fmaxf(st.m_hi, mx_hi);
+    /* a row with no key yet keeps m = -inf: its factors stay 1 and its
+     * probabilities 0 */
+    const float c_lo = mn_lo == -INFINITY ? 1.0f : exp2f(st.m_lo - mn_lo);
+    const float c_hi = mn_hi == -INFINITY ? 1.0f : exp2f(st.m_hi - mn_hi);
+    const float b_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
+    const float b_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
+    st.m_lo = mn_lo;
+    st.m_hi = mn_hi;
+    float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        s[n][0] = exp2f(s[n][0] - b_lo);
+        s[n][1] = exp2f(s[n][1] - b_lo);
+        s[n][2] = exp2f(s[n][2] - b_hi);
+        s[n][3] = exp2f(s[n][3] - b_hi);
+        sum_lo += s[n][0] + s[n][1];
+        sum_hi += s[n][2] + s[n][3];
+    }
+    st.l_lo = st.l_lo * c_lo + sum_lo;
+    st.l_hi = st.l_hi * c_hi + sum_hi;
+#pragma unroll
+    for (int i = 0; i < DT; i++) {
+        st.o[i][0] *= c_lo;
+        st.o[i][1] *= c_lo;
+        st.o[i][2] *= c_hi;
+        st.o[i][3] *= c_hi;
+    }
+    /* O += P v: the S fragments of key groups 2u and 2u + 1 are P's A
+     * fragment for keys 16u .. 16u + 15 */
+#pragma unroll
+    for (int u = 0; u < NT / 2; u++) {
+        const uint32_t pa[4] = {pack_h2(s[2 * u][0], s[2 * u][1]), pack_h2(s[2 * u][2], s[2 * u][3]),
+                                pack_h2(s[2 * u + 1][0], s[2 * u + 1][1]),
+                                pack_h2(s[2 * u + 1][2], s[2 * u + 1][3])};
+#pragma unroll
+        for (int dn = 0; dn < DT; dn += 2) {
+            uint32_t b[4];
+            ldsm4<true>(b, Vb + (u * 16 + (mi & 1) * 8 + mr) * RS + dn * 8 + (mi >> 1) * 8);
+            mma_f16(st.o[dn], pa, b[0], b[1]);
+            mma_f16(st.o[dn + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* The row sums' four lane parts together (after a warp's last tile). */
+template <int D> __device__ __forceinline__ void fa_sum_lanes(fa_acc<D> &st)
+{
+#pragma unroll
+    for (int sh = 1; sh <= 2; sh <<= 1) {
+        st.l_lo += __shfl_xor_sync(0xffffffffu, st.l_lo, sh);
+        st.l_hi += __shfl_xor_sync(0xffffffffu, st.l_hi, sh);
+    }
+}
+
 template <typename KT, int D>
 __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_battn a)
 {
-    constexpr int RS = D + 8, KS = D / 16, NT = FA_BK / 8, DT = D / 8;
+    constexpr int RS = D + 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     __half *Ks = (__half *)fa_sm; /* [2][FA_BK][RS] */
     __half *Vs = Ks + 2 * FA_BK * RS;
@@ -125,41 +267,20 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_bat
         mpos[r] = p;
         mfirst[r] = a.n_swa > 0 && p >= a.n_swa ? p - a.n_swa + 1 : 0;
     }
-
-    /* this lane's two rows (g and g + 8 of the warp's 16) as A fragments,
-     * scaled by scale * log2(e) so that the softmax can use exp2 */
     const int rlo = wid * 16 + g, rhi = rlo + 8;
-    const float qs = a.scale * 1.4426950408889634f;
     const size_t qrow = (size_t)a.n_head * D;
-    uint32_t qf[KS][4];
-    {
-        const float *qlo = a.q + (size_t)(t0 + rlo) * qrow + (size_t)h * D;
-        const float *qhi = a.q + (size_t)(t0 + rhi) * qrow + (size_t)h * D;
-        const bool lo_ok = rlo < nrows, hi_ok = rhi < nrows;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            const int c = ks * 16 + 2 * t4;
-            const float2 z = make_float2(0.0f, 0.0f);
-            const float2 a0 = lo_ok ? *(const float2 *)(qlo + c) : z;
-            const float2 a1 = hi_ok ? *(const float2 *)(qhi + c) : z;
-            const float2 a2 = lo_ok ? *(const float2 *)(qlo + c + 8) : z;
-            const float2 a3 = hi_ok ? *(const float2 *)(qhi + c + 8) : z;
-            qf[ks][0] = pack_h2(a0.x * qs, a0.y * qs);
-            qf[ks][1] = pack_h2(a1.x * qs, a1.y * qs);
-            qf[ks][2] = pack_h2(a2.x * qs, a2.y * qs);
-            qf[ks][3] = pack_h2(a3.x * qs, a3.y * qs);
-        }
-    }
+    uint32_t qf[D / 16][4];
+    fa_load_q<D>(qf, rlo < nrows ? a.q + (size_t)(t0 + rlo) * qrow + (size_t)h * D : NULL,
+                 rhi < nrows ? a.q + (size_t)(t0 + rhi) * qrow + (size_t)h * D : NULL, a.scale);
     __syncthreads();
 
-    const int pos_lo = mpos[rlo], pos_hi = mpos[rhi];
-    const int first_lo = mfirst[rlo], first_hi = mfirst[rhi];
-    float o[DT][4];
-#pragma unroll
-    for (int i = 0; i < DT; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
-
+    fa_rows rw;
+    rw.pos_lo = mpos[rlo];
+    rw.pos_hi = mpos[rhi];
+    rw.first_lo = mfirst[rlo];
+    rw.first_hi = mfirst[rhi];
+    fa_acc<D> st;
+    st.init();
     for (int r0 = 0; r0 < nrows;) {
         /* the run of rows r0 .. r1 - 1 of one sequence, and the keys any of
          * them sees */
@@ -170,17 +291,18 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_bat
             kmax = max(kmax, mpos[r1]);
             r1++;
         }
-        const bool in_lo = rlo >= r0 && rlo < r1, in_hi = rhi >= r0 && rhi < r1;
+        rw.in_lo = rlo >= r0 && rlo < r1;
+        rw.in_hi = rhi >= r0 && rhi < r1;
         /* the keys this warp's rows of the run see (a warp above the
          * diagonal skips the tile's products) */
         int wmin = INT_MAX, wmax = -1;
-        if (in_lo) {
-            wmin = first_lo;
-            wmax = pos_lo;
+        if (rw.in_lo) {
+            wmin = rw.first_lo;
+            wmax = rw.pos_lo;
         }
-        if (in_hi) {
-            wmin = min(wmin, first_hi);
-            wmax = max(wmax, pos_hi);
+        if (rw.in_hi) {
+            wmin = min(wmin, rw.first_hi);
+            wmax = max(wmax, rw.pos_hi);
         }
 #pragma unroll
         for (int sh = 16; sh > 0; sh >>= 1) {
@@ -189,116 +311,268 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_bat
         }
         const int32_t *table = a.tables + (size_t)sq * a.max_blocks;
         const int kbeg = kmin / FA_BK * FA_BK, ntile = (kmax - kbeg) / FA_BK + 1;
-        fa_load_tile<KT, D>(a, table, kvh, kbeg, kmin, kmax, Ks, Vs);
+        const int nthr = FA_WARPS * 32;
+        fa_load_tile<KT, D, FA_BK>(a, table, kvh, kbeg, kmin, kmax, Ks, Vs, threadIdx.x, nthr);
         for (int it = 0; it < ntile; it++) {
             const int buf = it & 1, k0 = kbeg + it * FA_BK;
             if (it + 1 < ntile) {
-                fa_load_tile<KT, D>(a, table, kvh, k0 + FA_BK, kmin, kmax, Ks + (buf ^ 1) * FA_BK * RS,
-                                    Vs + (buf ^ 1) * FA_BK * RS);
+                fa_load_tile<KT, D, FA_BK>(a, table, kvh, k0 + FA_BK, kmin, kmax,
+                                           Ks + (buf ^ 1) * FA_BK * RS, Vs + (buf ^ 1) * FA_BK * RS,
+                                           threadIdx.x, nthr);
                 asm volatile("cp.async.wait_group 1;" ::: "memory");
             } else {
                 asm volatile("cp.async.wait_group 0;" ::: "memory");
             }
             __syncthreads();
-            if (wmax >= k0 && wmin < k0 + FA_BK) {
-                const __half *Kb = Ks + buf * FA_BK * RS, *Vb = Vs + buf * FA_BK * RS;
-                const int mi = lane >> 3, mr = lane & 7;
-                float s[NT][4];
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-                    for (int ks = 0; ks < KS; ks += 2) {
-                        uint32_t b[4];
-                        ldsm4<false>(b, Kb + (n * 8 + mr) * RS + ks * 16 + mi * 8);
-                        mma_f16(s[n], qf[ks], b[0], b[1]);
-                        mma_f16(s[n], qf[ks + 1], b[2], b[3]);
-                    }
-                }
-                /* mask, then the online softmax of the two rows */
-                float mx_lo = -INFINITY, mx_hi = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int j = k0 + n * 8 + 2 * t4 + (e & 1);
-                        const bool ok = e < 2 ? in_lo && j >= first_lo && j <= pos_lo
-                                              : in_hi && j >= first_hi && j <= pos_hi;
-                        s[n][e] = ok ? s[n][e] : -INFINITY;
-                    }
-                    mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
-                    mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
-                }
-#pragma unroll
-                for (int sh = 1; sh <= 2; sh <<= 1) {
-                    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, sh));
-                    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, sh));
-                }
-                const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-                /* a row with no key yet keeps m = -inf: its factors stay 1
-                 * and its probabilities 0 */
-                const float c_lo = mn_lo == -INFINITY ? 1.0f : exp2f(m_lo - mn_lo);
-                const float c_hi = mn_hi == -INFINITY ? 1.0f : exp2f(m_hi - mn_hi);
-                const float b_lo = mn_lo == -INFINITY ? 0.0f : mn_lo;
-                const float b_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-                m_lo = mn_lo;
-                m_hi = mn_hi;
-                float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    s[n][0] = exp2f(s[n][0] - b_lo);
-                    s[n][1] = exp2f(s[n][1] - b_lo);
-                    s[n][2] = exp2f(s[n][2] - b_hi);
-                    s[n][3] = exp2f(s[n][3] - b_hi);
-                    sum_lo += s[n][0] + s[n][1];
-                    sum_hi += s[n][2] + s[n][3];
-                }
-                l_lo = l_lo * c_lo + sum_lo;
-                l_hi = l_hi * c_hi + sum_hi;
-#pragma unroll
-                for (int i = 0; i < DT; i++) {
-                    o[i][0] *= c_lo;
-                    o[i][1] *= c_lo;
-                    o[i][2] *= c_hi;
-                    o[i][3] *= c_hi;
-                }
-                /* O += P v: the S fragments of key tiles 2u and 2u + 1 are
-                 * P's A fragment for keys 16u .. 16u + 15 */
-#pragma unroll
-                for (int u = 0; u < NT / 2; u++) {
-                    const uint32_t pa[4] = {pack_h2(s[2 * u][0], s[2 * u][1]),
-                                            pack_h2(s[2 * u][2], s[2 * u][3]),
-                                            pack_h2(s[2 * u + 1][0], s[2 * u + 1][1]),
-                                            pack_h2(s[2 * u + 1][2], s[2 * u + 1][3])};
-#pragma unroll
-                    for (int dn = 0; dn < DT; dn += 2) {
-                        uint32_t b[4];
-                        ldsm4<true>(b, Vb + (u * 16 + (mi & 1) * 8 + mr) * RS + dn * 8 + (mi >> 1) * 8);
-                        mma_f16(o[dn], pa, b[0], b[1]);
-                        mma_f16(o[dn + 1], pa, b[2], b[3]);
-                    }
-                }
-            }
+            if (wmax >= k0 && wmin < k0 + FA_BK)
+                fa_tile<D, FA_BK / 8>(qf, Ks + buf * FA_BK * RS, Vs + buf * FA_BK * RS, k0, rw, st);
             __syncthreads(); /* the next iteration loads into the buffer just read */
         }
         r0 = r1;
     }
-
-#pragma unroll
-    for (int sh = 1; sh <= 2; sh <<= 1) {
-        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, sh);
-        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, sh);
-    }
-    const float i_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, i_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
+    fa_sum_lanes<D>(st);
+    const float i_lo = st.l_lo > 0.0f ? 1.0f / st.l_lo : 0.0f;
+    const float i_hi = st.l_hi > 0.0f ? 1.0f / st.l_hi : 0.0f;
     float *olo = a.out + (size_t)(t0 + rlo) * qrow + (size_t)h * D + 2 * t4;
     float *ohi = a.out + (size_t)(t0 + rhi) * qrow + (size_t)h * D + 2 * t4;
 #pragma unroll
     for (int i = 0; i < DT; i++) {
         if (rlo < nrows)
-            *(float2 *)(olo + i * 8) = make_float2(o[i][0] * i_lo, o[i][1] * i_lo);
+            *(float2 *)(olo + i * 8) = make_float2(st.o[i][0] * i_lo, st.o[i][1] * i_lo);
         if (rhi < nrows)
-            *(float2 *)(ohi + i * 8) = make_float2(o[i][2] * i_hi, o[i][3] * i_hi);
+            *(float2 *)(ohi + i * 8) = make_float2(st.o[i][2] * i_hi, st.o[i][3] * i_hi);
     }
+}
+
+/* ---- decode over long contexts (flash decoding) ---------------------------
+ * A one- or few-token step: a block per (token, K/V head, slice of the
+ * keys). Its rows are the group's query heads (up to 16, one warp's mma
+ * rows), each of its 4 warps takes every 4th 32-key tile of the slice, and
+ * the warps' states are merged in shared memory; with several slices each
+ * block leaves its (max, sum, unnormalized output) in the scratch, and the
+ * last block of the (token, K/V head) to finish merges them. So a long
+ * context is read by 2 blocks an SM whatever the step's heads, where
+ * backend_cuda.cu's decode kernels take a block per (token, query head). */
+#define FD_WARPS 4
+#define FD_BK 32           /* keys a warp's tile */
+#define FD_MAX_SPLIT 64    /* slices of a (token, K/V head) at most */
+#define FD_PART(D) (32 + 16 * (D)) /* floats a block leaves: m[16], l[16], o[16][D] */
+
+template <typename KT, int D>
+__global__ void __launch_bounds__(FD_WARPS * 32) k_flash_decode(struct omni_battn a, int chunk,
+                                                                float *part, int *count)
+{
+    constexpr int RS = D + 8, DT = D / 8, PS = FD_PART(D);
+    extern __shared__ __align__(16) unsigned char fd_sm[];
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int item = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
+    const int t = item / a.n_head_kv, kvh = item % a.n_head_kv, G = a.n_head / a.n_head_kv;
+    const int pos = a.pos[t];
+    const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
+    const int cbeg = first + split * chunk, cend = min(pos, cbeg + chunk - 1);
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
+    const size_t qrow = (size_t)a.n_head * D;
+    const float *q0 = a.q + (size_t)t * qrow + (size_t)kvh * G * D;
+    uint32_t qf[D / 16][4];
+    fa_load_q<D>(qf, g < G ? q0 + (size_t)g * D : NULL, g + 8 < G ? q0 + (size_t)(g + 8) * D : NULL,
+                 a.scale);
+    /* every row sees the slice's keys (the tiles past it are zeros) */
+    const fa_rows rw = {g < G, g + 8 < G, cbeg, cend, cbeg, cend};
+    fa_acc<D> st;
+    st.init();
+    __half *Kb = (__half *)fd_sm + wid * 2 * FD_BK * RS, *Vb = Kb + FD_BK * RS;
+    for (int k0 = cbeg + wid * FD_BK; k0 <= cend; k0 += FD_WARPS * FD_BK) {
+        fa_load_tile<KT, D, FD_BK>(a, table, kvh, k0, cbeg, cend, Kb, Vb, lane, 32);
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncwarp();
+        fa_tile<D, FD_BK / 8>(qf, Kb, Vb, k0, rw, st);
+        __syncwarp(); /* the next tile goes where this one was read */
+    }
+    fa_sum_lanes<D>(st);
+    __syncthreads(); /* the tiles' memory holds the warps' states from here */
+    float *wm = (float *)fd_sm, *wl = wm + FD_WARPS * 16, *wo = wl + FD_WARPS * 16;
+    const int rlo = wid * 16 + g, rhi = rlo + 8;
+    if (t4 == 0) {
+        wm[rlo] = st.m_lo;
+        wm[rhi] = st.m_hi;
+        wl[rlo] = st.l_lo;
+        wl[rhi] = st.l_hi;
+    }
+#pragma unroll
+    for (int i = 0; i < DT; i++) {
+        *(float2 *)(wo + (size_t)rlo * D + i * 8 + 2 * t4) = make_float2(st.o[i][0], st.o[i][1]);
+        *(float2 *)(wo + (size_t)rhi * D + i * 8 + 2 * t4) = make_float2(st.o[i][2], st.o[i][3]);
+    }
+    __syncthreads();
+    float *out = a.out + (size_t)t * qrow + (size_t)kvh * G * D;
+    float *mine = part + ((size_t)item * nsplit + split) * PS;
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+        const int r = e / D, d = e % D;
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int w = 0; w < FD_WARPS; w++)
+            M = fmaxf(M, wm[w * 16 + r]);
+        for (int w = 0; w < FD_WARPS; w++) {
+            const float f = wm[w * 16 + r] == -INFINITY ? 0.0f : exp2f(wm[w * 16 + r] - M);
+            L += f * wl[w * 16 + r];
+            O += f * wo[(size_t)(w * 16 + r) * D + d];
+        }
+        if (nsplit == 1) {
+            out[(size_t)r * D + d] = L > 0.0f ? O / L : 0.0f;
+        } else {
+            mine[32 + r * D + d] = O;
+            if (d == 0) {
+                mine[r] = M;
+                mine[16 + r] = L;
+            }
+        }
+    }
+    if (nsplit == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&count[item], 1) == nsplit - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    /* the last block merges the slices: their maxima and sums into shared
+     * memory in one go (the warps' states there are read), each slice's
+     * factor, then the outputs in float4 pieces with 8 slices' loads in
+     * flight (one thread reading slice after slice is a chain of L2 round
+     * trips: 45 us a layer at 33 slices) */
+    const float *all = part + (size_t)item * nsplit * PS;
+    float *sf = (float *)fd_sm, *sl = sf + FD_MAX_SPLIT * 16, *sL = sl + FD_MAX_SPLIT * 16;
+    for (int i = threadIdx.x; i < nsplit * 16; i += blockDim.x) {
+        sf[i] = __ldcg(all + (size_t)(i >> 4) * PS + (i & 15));
+        sl[i] = __ldcg(all + (size_t)(i >> 4) * PS + 16 + (i & 15));
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const int r = threadIdx.x;
+        float M = -INFINITY, L = 0.0f;
+        for (int sp = 0; sp < nsplit; sp++)
+            M = fmaxf(M, sf[sp * 16 + r]);
+        for (int sp = 0; sp < nsplit; sp++) {
+            const float m = sf[sp * 16 + r], f = m == -INFINITY ? 0.0f : exp2f(m - M);
+            sf[sp * 16 + r] = f;
+            L += f * sl[sp * 16 + r];
+        }
+        sL[r] = L > 0.0f ? 1.0f / L : 0.0f;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < G * D / 4; c += blockDim.x) {
+        const int r = c * 4 / D;
+        const float4 *o4 = (const float4 *)(all + 32) + c;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int sp = 0;
+        for (; sp + 8 <= nsplit; sp += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = __ldcg(o4 + (size_t)(sp + u) * (PS / 4));
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float f = sf[(sp + u) * 16 + r];
+                acc.x += f * v[u].x;
+                acc.y += f * v[u].y;
+                acc.z += f * v[u].z;
+                acc.w += f * v[u].w;
+            }
+        }
+        for (; sp < nsplit; sp++) {
+            const float4 v = __ldcg(o4 + (size_t)sp * (PS / 4));
+            const float f = sf[sp * 16 + r];
+            acc.x += f * v.x;
+            acc.y += f * v.y;
+            acc.z += f * v.z;
+            acc.w += f * v.w;
+        }
+        const float inv = sL[r];
+        *(float4 *)(out + (size_t)c * 4) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    }
+    if (threadIdx.x == 0)
+        count[item] = 0; /* ready for the next step (and a graph's replay) */
+}
+
+/* The scratch of the decode kernel: partials and counters for 4 blocks an SM */
+static size_t fd_scratch_bytes(int n_sm, int *n_part)
+{
+    *n_part = 4 * n_sm;
+    return (size_t)*n_part * FD_PART(128) * sizeof(float) + (size_t)*n_part * sizeof(int);
+}
+
+/* keys a slice, whole rounds of the block's warps' tiles */
+static int64_t fd_chunk(int64_t keys, int ns)
+{
+    const int r = FD_WARPS * FD_BK;
+    return ((keys + ns - 1) / ns + r - 1) / r * r;
+}
+
+int flash_decode_splits(const struct omni_battn *a, int n_sm, int min_keys)
+{
+    if (min_keys <= 0 || a->n_tok < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv ||
+        a->n_head / a->n_head_kv > 16 || (a->head_dim != 64 && a->head_dim != 128) ||
+        (a->kv_type != GGML_TYPE_F16 && a->kv_type != GGML_TYPE_F32))
+        return 0;
+    const int64_t keys = (int64_t)a->max_blocks * a->block_size; /* a sequence's most */
+    const int items = a->n_tok * a->n_head_kv;
+    if (keys < min_keys || items >= 2 * n_sm)
+        return 0;
+    int ns = (2 * n_sm + items - 1) / items;
+    ns = ns < FD_MAX_SPLIT ? ns : FD_MAX_SPLIT;
+    while (ns > 1 && (int64_t)items * ns > 4 * n_sm)
+        ns--;
+    const int64_t chunk = fd_chunk(keys, ns);
+    ns = (int)((keys + chunk - 1) / chunk);
+    return ns >= 2 ? ns : 0;
+}
+
+template <typename KT, int D>
+static bool fd_launch(const struct omni_battn *a, int ns, float *part, int *count, cudaStream_t s)
+{
+    constexpr size_t tiles = (size_t)FD_WARPS * 2 * FD_BK * (D + 8) * sizeof(__half);
+    constexpr size_t merge = (size_t)(FD_WARPS * 32 + FD_WARPS * 16 * D) * sizeof(float);
+    constexpr size_t smem = tiles > merge ? tiles : merge;
+    static_assert(smem >= (2 * FD_MAX_SPLIT * 16 + 16) * sizeof(float), "the slices' merge fits");
+    static bool attr; /* the same value from any thread: a race is harmless */
+    if (!attr) {
+        if (cudaFuncSetAttribute(k_flash_decode<KT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) != cudaSuccess)
+            return false;
+        attr = true;
+    }
+    const int chunk = (int)fd_chunk((int64_t)a->max_blocks * a->block_size, ns);
+    k_flash_decode<KT, D><<<dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns), FD_WARPS * 32, smem, s>>>(
+        *a, chunk, part, count);
+    return true;
+}
+
+bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capturing,
+                         void **scratch, cudaStream_t s)
+{
+    int n_part;
+    const size_t bytes = fd_scratch_bytes(n_sm, &n_part);
+    if (!*scratch) {
+        if (capturing || cudaMalloc(scratch, bytes) != cudaSuccess) {
+            *scratch = NULL;
+            return false;
+        }
+        if (cudaMemset(*scratch, 0, bytes) != cudaSuccess) {
+            cudaFree(*scratch);
+            *scratch = NULL;
+            return false;
+        }
+    }
+    if ((int64_t)a->n_tok * a->n_head_kv * ns > n_part)
+        return false;
+    float *part = (float *)*scratch;
+    int *count = (int *)(part + (size_t)n_part * FD_PART(128));
+    const bool f16 = a->kv_type == GGML_TYPE_F16;
+    if (a->head_dim == 64)
+        return f16 ? fd_launch<__half, 64>(a, ns, part, count, s) : fd_launch<float, 64>(a, ns, part, count, s);
+    return f16 ? fd_launch<__half, 128>(a, ns, part, count, s) : fd_launch<float, 128>(a, ns, part, count, s);
 }
 
 template <typename KT, int D> static bool fa_launch(const struct omni_battn *a, cudaStream_t s)
