@@ -51,9 +51,11 @@ static double logprob_tol(const char *path)
      * rounding on the cpu backend (Q8_0 / Q8_K activations on both sides;
      * 5.5e-3 on a draft of the q4_K fallback file); cuda's int8 dots take the
      * K-quants' activations in 32-value blocks where the CPU's Q8_K has
-     * 256, and its F16 GEMM (9+ rows) and mmq kernels others again */
+     * 256, and its F16 GEMM (9+ rows) and mmq kernels others again
+     * (H100: 0.033 q5_K_M, 0.044 its Q5_1 fallback file, 0.054 the Q4_K_M
+     * file with Q5_0 fallbacks) */
     if (strstr(path, "dev-q"))
-        return on_cpu() ? 3e-2 : 5e-2;
+        return on_cpu() ? 3e-2 : 8e-2;
     /* BF16 matrices: F32 activations on the CPU; on cuda too up to 8 rows,
      * the prompt's BF16 GEMM rounds them to BF16 (8 significant bits) */
     if (strstr(path, "bf16"))

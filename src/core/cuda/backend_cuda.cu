@@ -423,8 +423,9 @@ template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q5_0>(const uint8_t *
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int j = 2 * i + k, q = (int)((u >> (8 * k)) & 0xff);
-            w[j] = d * (float)(((q & 15) | (((qh >> j) & 1) << 4)) - 16);
-            w[j + 16] = d * (float)(((q >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+            const int h0 = (int)((qh >> j) & 1), h1 = (int)((qh >> (j + 16)) & 1); /* signed: q - 16 < 0 */
+            w[j] = d * (float)(((q & 15) | (h0 << 4)) - 16);
+            w[j + 16] = d * (float)(((q >> 4) | (h1 << 4)) - 16);
         }
     }
 }
