@@ -16,7 +16,11 @@
 # default "4096"), ROUNDS (default 2), ENVS (the variants timed, default
 # "X=1 OMNI_CUDA_FA=0"), TG_M4 / TG_M7 (depths of tg64, default "0 4096
 # 16384" / "0 4096 16384"), TG_ENVS (default "X=1 OMNI_CUDA_FD=0"),
-# DEADLINE_S (default 280), TEST_FILTER (default all).
+# DEADLINE_S (default 280), TEST_FILTER (default all), LLAMA_FILES (default
+# "M4 M7"; M5: Llama-3.2-1B Q5_K_M, written when listed here or with TG5=1),
+# TG5=1 (pp512 / tg128 of the Q5_K_M file), ENGINE_LONG=1 (bench_engine_dev
+# --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 on the 1B file per
+# ENGINE_ENVS, default "X=1 OMNI_CUDA_FA=0,OMNI_CUDA_FD=0").
 set -u
 DEV=${DEV:-build-cucar}
 NAME=${NAME:-f_fa}
@@ -40,11 +44,13 @@ say "$NAME: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), load
 M4="$DEV/llama-3.2-1b-q4_k_m.gguf"
 M7="$DEV/qwen2.5-7b-q4_k_m.gguf"
 M15="$DEV/qwen2.5-1.5b-q4_k_m.gguf"
+M5="$DEV/llama-3.2-1b-q5_k_m.gguf"
 gen() { # shape type file
     [ -f "$3" ] || python3 tools/random_model --shape "$1" --type "$2" \
         --vocab "$DEV/ggml-vocab-llama-bpe.gguf" -o "$3" > /dev/null 2>&1
 }
-(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-1.5b q4_k_m "$M15"; gen qwen2.5-7b q4_k_m "$M7") &
+(gen llama-3.2-1b q4_k_m "$M4"; gen qwen2.5-1.5b q4_k_m "$M15"; gen qwen2.5-7b q4_k_m "$M7"
+ case " ${LLAMA_FILES:-} ${TG5:-} " in *" M5 "*|*" 1 "*) gen llama-3.2-1b q5_k_m "$M5" ;; esac) &
 models_pid=$!
 FIXT=()
 for m in llama llama3 qwen2 qwen3; do for t in f32 f16 q8_0; do FIXT+=("build-ffix/fixtures/$m-$t.gguf"); done; done
@@ -122,11 +128,26 @@ for d in ${TG_M7-0 4096 16384}; do tg "$M7" "$d"; done
 for p in ${PP_M4-512 2048 8192 16384}; do bd "$M4" "$p"; done
 for p in ${PP_M15-4096}; do bd "$M15" "$p"; done
 for p in ${PP_M7-512 4096 8192}; do bd "$M7" "$p"; done
+if [ "${TG5:-0}" = 1 ] && [ -f "$M5" ]; then
+    for r in 1 2; do
+        say "$(basename "$M5" .gguf) round $r: $(timeout "$(cap 60)" build-fcuda/bench_dev -m "$M5" -p 512 -n 128 -r 3 \
+            2>/dev/null | grep test | tr '\n' ' ')"
+    done
+fi
+if [ "${ENGINE_LONG:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ]; then
+    for ev in ${ENGINE_ENVS:-X=1 OMNI_CUDA_FA=0,OMNI_CUDA_FD=0}; do
+        [ "$(left)" -gt 60 ] || break
+        env ${ev//,/ } timeout "$(cap 120)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
+            --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 > "$W/engine.txt" 2>&1
+        say "engine 4096+64 $ev rc $?: $(grep -iE 'tok/s|ttft|prompt' "$W/engine.txt" | tr '\n' ' ' | cut -c1-600)"
+    done
+fi
 if [ "${RUN_LLAMA:-0}" = 1 ]; then
     [ -n "${llama_pid:-}" ] && wait "$llama_pid"
     say "llama.cpp: $(tail -1 "$W/llama_build.log" 2>/dev/null) at $(el) s"
-    for M in "$M4" "$M7"; do
-        [ "$(left)" -gt 30 ] && [ -x "$LB/llama-bench" ] || break
+    for mv in ${LLAMA_FILES:-M4 M7}; do
+        M=${!mv}
+        [ "$(left)" -gt 30 ] && [ -x "$LB/llama-bench" ] && [ -f "$M" ] || break
         timeout "$(cap 120)" "$LB/llama-bench" -m "$M" -fa 1 -p "${LLAMA_PP:-512,4096,16384}" -n 0 -r 2 \
             -o jsonl 2>/dev/null | python3 -c '
 import json, sys
