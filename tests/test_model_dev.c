@@ -587,6 +587,109 @@ TEST(backend_fused_ops_types)
     free(w), free(x), free(ya), free(yb), free(q);
 }
 
+/* One activation row on prepared matrices (cuda: the mv2 kernels; Q5_K
+ * from prepare's repacked copy) against the same row before prepare
+ * (cuda: k_matvec_q8, the same Q8_0 activations and integers: 1e-5 of max
+ * |y|) and against the dequantized product (2e-2), at widths whose rows
+ * take 32, 64 and 128 threads (256; 2304: 72 pieces, not a multiple of
+ * the threads; 8192) and 37 rows (an odd last pair of k_mv2's NR 2). Then
+ * q/k/v sets in one launch against the plain products of the same
+ * prepared matrices (both mv2: 1e-5): a Q5_K_M file's Q5_K, Q5_K, Q6_K; a
+ * Q4_K_S file's first layers' Q4_K, Q4_K, Q5_K; Q5_K, Q8_0, Q4_K. The
+ * backend without prepare: the first part alone, unprepared. */
+TEST(backend_one_row_prepared)
+{
+    struct omni_backend *be = test_backend();
+    if (!be)
+        return;
+    enum { ROWS = 37, CMAX = 8192, QR = 96 };
+    static const int types[] = { GGML_TYPE_Q5_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0 };
+    static const int widths[] = { 256, 2304, 8192 };
+    float *w = malloc((size_t)QR * CMAX * sizeof(float));
+    float *wd = malloc((size_t)ROWS * CMAX * sizeof(float));
+    float *x = malloc(CMAX * sizeof(float));
+    float *y0 = malloc(QR * sizeof(float)), *y1 = malloc(QR * sizeof(float));
+    void *q = malloc((size_t)QR * CMAX * sizeof(float));
+    CHECK(w && wd && x && y0 && y1 && q);
+    rng_state = 29;
+    for (int i = 0; i < CMAX; i++)
+        x[i] = frand();
+    float *dx = be->alloc(be, CMAX * sizeof(float));
+    float *dy[3];
+    for (int i = 0; i < 3; i++)
+        CHECK((dy[i] = be->alloc(be, QR * sizeof(float))) != NULL);
+    float *dz = be->alloc(be, QR * sizeof(float));
+    CHECK(dx && dz && be->upload(be, dx, x, CMAX * sizeof(float)) == 0);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+            const int type = types[ti], cols = widths[wi];
+            const size_t rb = ggml_row_size(type, cols);
+            for (int i = 0; i < ROWS * cols; i++)
+                w[i] = frand() * 0.1f;
+            for (int r = 0; r < ROWS; r++) {
+                CHECK(quantize_row(type, w + (size_t)r * cols, (char *)q + r * rb, cols) == 0);
+                CHECK(dequantize_row(type, (char *)q + r * rb, wd + (size_t)r * cols, cols) == 0);
+            }
+            void *dw = be->alloc(be, rb * ROWS);
+            CHECK(dw && be->upload(be, dw, q, rb * ROWS) == 0);
+            const struct omni_btensor t = { type, cols, ROWS, dw };
+            for (int prep = 0; prep < (be->prepare ? 2 : 1); prep++) {
+                if (prep)
+                    CHECK(be->prepare(be, &t) == 0);
+                CHECK(be->matmul(be, &t, dx, 1, dy[0]) == 0);
+                float *y = prep ? y1 : y0;
+                CHECK(be->download(be, y, dy[0], ROWS * sizeof(float)) == 0);
+                double max_err, max_ref;
+                ref_err(wd, x, y, ROWS, cols, 1, &max_err, &max_ref);
+                CHECK_MSG(max_err <= 2e-2 * max_ref, "%s cols=%d%s: max error %.3g of max |y| %.3g",
+                          ggml_type_name(type), cols, prep ? " prepared" : "", max_err, max_ref);
+            }
+            if (be->prepare) {
+                const double d = test_max_diff(y0, y1, ROWS);
+                CHECK_MSG(d <= 1e-5 * (1 + max_abs(y0, ROWS)), "%s cols=%d: prepared %.3g off",
+                          ggml_type_name(type), cols, d);
+            }
+            be->free(be, dw);
+        }
+    if (be->prepare && be->matmul_multi) {
+        static const int sets[3][3] = { { GGML_TYPE_Q5_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K },
+                                        { GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K },
+                                        { GGML_TYPE_Q5_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K } };
+        const int rows[3] = { QR, 32, 40 }, cols = 2304;
+        for (int set = 0; set < 3; set++) {
+            struct omni_btensor t[3];
+            for (int k = 0; k < 3; k++) {
+                const size_t rb = ggml_row_size(sets[set][k], cols);
+                for (int i = 0; i < rows[k] * cols; i++)
+                    w[i] = frand() * 0.1f;
+                for (int r = 0; r < rows[k]; r++)
+                    CHECK(quantize_row(sets[set][k], w + (size_t)r * cols, (char *)q + r * rb, cols) == 0);
+                void *dw = be->alloc(be, rb * rows[k]);
+                CHECK(dw && be->upload(be, dw, q, rb * rows[k]) == 0);
+                t[k] = (struct omni_btensor){ sets[set][k], cols, rows[k], dw };
+                CHECK(be->prepare(be, &t[k]) == 0);
+            }
+            const struct omni_btensor *tw[3] = { &t[0], &t[1], &t[2] };
+            CHECK(be->matmul_multi(be, 3, tw, dx, 1, dy) == 0);
+            for (int k = 0; k < 3; k++) {
+                CHECK(be->matmul(be, &t[k], dx, 1, dz) == 0);
+                CHECK(be->download(be, y0, dz, rows[k] * sizeof(float)) == 0);
+                CHECK(be->download(be, y1, dy[k], rows[k] * sizeof(float)) == 0);
+                const double d = test_max_diff(y0, y1, rows[k]);
+                CHECK_MSG(d <= 1e-5 * (1 + max_abs(y0, rows[k])), "set %d matrix %d (%s): %.3g",
+                          set, k, ggml_type_name(sets[set][k]), d);
+            }
+            for (int k = 0; k < 3; k++)
+                be->free(be, (void *)t[k].data);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        be->free(be, dy[i]);
+    be->free(be, dz);
+    be->free(be, dx);
+    free(w), free(wd), free(x), free(y0), free(y1), free(q);
+}
+
 /* The residual add + RMSNorm right after a one-row product (cuda: fused
  * into it, OMNI_CUDA_NORM_FUSE; its 1 / rms then applied by the q/k/v and
  * gate/up products after it) against the same ops with a sync between
@@ -594,7 +697,8 @@ TEST(backend_fused_ops_types)
  * products, or by a plain norm when another op reads it first) and the
  * products of it. The fused products scale their integer sums by 1 / rms
  * instead of quantizing the scaled row: equal to 2e-3 of max |y|, the
- * rest exactly or to 1e-5. The "o" product in each weight type. */
+ * rest exactly or to 1e-5. The "o" product in each weight type; after
+ * the Q5_K one, the products of a Q5_K_M file's types. */
 static void fused_norm_pass(struct omni_backend *be, const struct omni_btensor *o,
                             const struct omni_btensor *const *qkv,
                             const struct omni_btensor *gate, const struct omni_btensor *up,
@@ -656,9 +760,13 @@ TEST(backend_fused_norm)
     }
     CHECK(be->upload(be, dev[0], a, IN * sizeof(float)) == 0);
     CHECK(be->upload(be, dev[3], nw, DIM * sizeof(float)) == 0);
-    static const int o_types[3] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0 };
-    for (int ot = 0; ot < 3; ot++) {
+    static const int o_types[4] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q5_K };
+    for (int ot = 0; ot < 4; ot++) {
         types[0] = o_types[ot];
+        if (o_types[ot] == GGML_TYPE_Q5_K) { /* a Q5_K_M file's: q, k, gate, up Q5_K, v Q6_K */
+            types[1] = types[2] = types[4] = types[5] = GGML_TYPE_Q5_K;
+            types[3] = GGML_TYPE_Q6_K;
+        }
         struct omni_btensor t[NT];
         for (int m = 0; m < NT; m++) {
             for (int i = 0; i < rows[m] * cols[m]; i++)

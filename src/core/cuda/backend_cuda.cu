@@ -47,9 +47,10 @@ extern "C" {
 
 /* prepare's copies of a quantized matrix, found by its data pointer and
  * shape: an F16 copy (h, for the GEMM path; NULL without one) and, for the
- * one-row matvec (mv2), a repacked copy (rp: Q6_K, Q8_0) or the GGUF
- * layout itself (Q4_K: mv2 set, rp NULL). base: the allocation h lies in
- * (h itself, or the first copy of a prepare_group's one allocation). */
+ * one-row matvec (mv2), a repacked copy (rp: Q5_K, Q6_K, Q8_0) or the
+ * GGUF layout itself (Q4_K: mv2 set, rp NULL). base: the allocation h
+ * lies in (h itself, or the first copy of a prepare_group's one
+ * allocation). */
 struct f16_copy {
     const void *w;
     __half *h, *base;
@@ -1019,8 +1020,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
  * about bytes in flight. A "piece" is 32 weights whose quant bytes come in
  * 16-byte loads: Q4_K in its GGUF layout (144-byte super-blocks stay 16-byte
  * aligned; a piece is 16 qs bytes, the low nibbles one 32-value sub-block's
- * 16 values, the high nibbles the next one's), Q6_K and Q8_0 from prepare's
- * repacked copy (quant bytes apart from their scales, so that they are
+ * 16 values, the high nibbles the next one's), Q5_K, Q6_K and Q8_0 from
+ * prepare's repacked copy (Q5_K: Q4_K's pieces with the 5th bits in a word
+ * each; Q6_K, Q8_0: quant bytes apart from their scales, so that they are
  * aligned: see k_repack_*). A group of TPR threads (32, 64 or 128) takes a
  * row, thread i pieces i, i + TPR, ...; each thread first issues the loads
  * of U pieces, then does their int8 dots (dp4a) against the Q8_0
@@ -1070,8 +1072,19 @@ __device__ __forceinline__ uint4 ldw16(const uint8_t *p, int na)
     return v;
 }
 
-/* One piece's weight bytes as loaded (a: quants; b: Q4_K the super-block
- * header, Q6_K the high bits, Q8_0 the second 16 quants; e: Q6_K the two
+/* The same for a 4-byte word. */
+__device__ __forceinline__ uint32_t ldw4(const uint8_t *p, int na)
+{
+    if (!na)
+        return __ldg((const uint32_t *)p);
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+/* One piece's weight bytes as loaded (a: quants; b: Q4_K / Q5_K the
+ * super-block header, Q6_K the high bits, Q8_0 the second 16 quants; e:
+ * Q5_K the two low bits of its 16 high values (k_repack_q5k), Q6_K the two
  * 16-value scales and d, Q8_0 d). */
 struct mv2raw {
     uint4 a, b;
@@ -1110,6 +1123,13 @@ __device__ __forceinline__ void mv2_ld(const mv2m &m, int r, int p, mv2raw &w)
         w.b = __ldg((const uint4 *)blk);
         w.a = ldw16(blk + 16 + 16 * (up & 7), m.na);
         w.e = 0;
+    } else if constexpr (T == GGML_TYPE_Q5_K) {
+        /* repacked (k_repack_q5k): piece t's quant bytes at 48 + 16t, its
+         * word of bits at 16 + 4t, the header as Q4_K's */
+        const uint8_t *blk = m.q + (ur * (uint32_t)m.qrb + (up >> 3) * 176u);
+        w.b = __ldg((const uint4 *)blk);
+        w.a = ldw16(blk + 48 + 16 * (up & 7), m.na);
+        w.e = ldw4(blk + 16 + 4 * (up & 7), m.na);
     } else if constexpr (T == GGML_TYPE_Q6_K) {
         /* piece t = 4h + 2a + k: ql bytes 16t .., qh bytes 128 + 32h + 16k .. */
         const uint32_t sb = up >> 3, t = up & 7, h = t >> 2, a = (t >> 1) & 1, k = t & 1;
@@ -1148,7 +1168,8 @@ __device__ __forceinline__ int dp4a4(int a0, int a1, int a2, int a3, const int4 
 
 /* What piece p's dot takes from the activations, loaded (and for Q4_K
  * summed) once for all the rows that use piece p (mv2_rows' streams): the
- * two 16-value halves, their scales, and for Q4_K's min term their sums. */
+ * two 16-value halves, their scales, and for Q4_K's (Q5_K's) min term
+ * their sums. */
 struct mv2act {
     int4 A, B;
     float da, db;
@@ -1159,7 +1180,7 @@ template <int T>
 __device__ __forceinline__ void mv2_act(int p, const int8_t *__restrict__ xq,
                                         const float *__restrict__ xd, mv2act &a)
 {
-    if constexpr (T == GGML_TYPE_Q4_K) {
+    if constexpr (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) { /* (the same pieces) */
         const int sb = p >> 3, g = (p & 7) >> 1, h = p & 1;
         const int8_t *xa = xq + 256 * sb + 64 * g + 16 * h; /* low nibbles: sub-block 2g */
         a.A = __ldg((const int4 *)xa);
@@ -1202,15 +1223,36 @@ __device__ __forceinline__ int q4_hi16(const uint4 &w, const int4 &x)
     return dp4a_us(w.w & m, x.w, acc);
 }
 
+/* Q5_K's repacked piece (k_repack_q5k): the dot of its 16 high values
+ * with x, each as 8 q (bits 5-7 of its quant byte, bits 3-4 from e's
+ * pair of bits for it: word i's at bits 2i, 2i + 1 of each byte): 8
+ * times the dot, exactly (8 q <= 248, an unsigned byte). */
+__device__ __forceinline__ int q5_hi8(const uint4 &w, uint32_t e, const int4 &x)
+{
+    const uint32_t m = 0xe0e0e0e0u, mb = 0x18181818u;
+    int acc = dp4a_us((w.x & m) | ((e << 3) & mb), x.x, 0);
+    acc = dp4a_us((w.y & m) | ((e << 1) & mb), x.y, acc);
+    acc = dp4a_us((w.z & m) | ((e >> 1) & mb), x.z, acc);
+    return dp4a_us((w.w & m) | ((e >> 3) & mb), x.w, acc);
+}
+
 template <int T>
 __device__ __forceinline__ float mv2_dot(const mv2raw &w, int p, const mv2act &a)
 {
-    if constexpr (T == GGML_TYPE_Q4_K) {
+    if constexpr (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) {
         const int g = (p & 7) >> 1;
-        const uint32_t m4 = 0x0f0f0f0fu;
-        const int lo = dp4a4((int)(w.a.x & m4), (int)(w.a.y & m4), (int)(w.a.z & m4),
-                             (int)(w.a.w & m4), a.A, 0);
-        const int hi = q4_hi16(w.a, a.B) >> 4;
+        int lo, hi;
+        if constexpr (T == GGML_TYPE_Q4_K) {
+            const uint32_t m4 = 0x0f0f0f0fu;
+            lo = dp4a4((int)(w.a.x & m4), (int)(w.a.y & m4), (int)(w.a.z & m4), (int)(w.a.w & m4),
+                       a.A, 0);
+            hi = q4_hi16(w.a, a.B) >> 4;
+        } else { /* low values whole in bits 0-4 of their bytes */
+            const uint32_t m5 = 0x1f1f1f1fu;
+            lo = dp4a4((int)(w.a.x & m5), (int)(w.a.y & m5), (int)(w.a.z & m5), (int)(w.a.w & m5),
+                       a.A, 0);
+            hi = q5_hi8(w.a, w.e, a.B) >> 3;
+        }
         int s0, m0, s1, m1;
         q4k_sm2(w.b, g, &s0, &m0, &s1, &m1);
         const float d = h2f((uint16_t)(w.b.x & 0xffff)), dmin = h2f((uint16_t)(w.b.x >> 16));
@@ -1424,7 +1466,11 @@ __global__ void __launch_bounds__(MV2_BLOCK, MINB)
 
 /* q, k, v (up to 3 matrices of equal cols, each of its own type) in one
  * launch: matrix k takes blocks b0[k] .. of the grid. ns: a fused norm's
- * 1 / rms to apply (ns.ss NULL: none). */
+ * 1 / rms to apply (ns.ss NULL: none). The weight types a kernel takes
+ * (X, each a kernel of its own so that the others' registers stay as they
+ * were): 0 Q4_K, Q6_K, Q8_0; 1 Q5_K, Q6_K, Q8_0 (a Q5_K_M file's q/k/v);
+ * 2 all four, for a set of both Q4_K and Q5_K (a Q4_K_S file's first
+ * layers: 4 bytes of spill, where 0 and 1 have none). */
 struct mv2_segs {
     mv2m m[3];
     float *y[3];
@@ -1432,7 +1478,7 @@ struct mv2_segs {
     int n;
 };
 
-template <int TPR>
+template <int TPR, int X>
 __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (64 registers, as without a fused norm) */
     k_mv2_seg(const mv2_segs sg, int np, const int8_t *__restrict__ xq,
               const float *__restrict__ xd, const nscale ns)
@@ -1453,10 +1499,25 @@ __global__ void __launch_bounds__(MV2_BLOCK, 8) /* (64 registers, as without a f
     const auto pre = [&]() { nl.after_wait(ns, nsh); };
     float acc = 0.0f;
     if (r < rows) {
-        switch (m.type) {
-        case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
-        case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
-        default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+        if constexpr (X == 2) {
+            switch (m.type) {
+            case GGML_TYPE_Q5_K: mv2_rows<GGML_TYPE_Q5_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            }
+        } else if constexpr (X == 1) {
+            switch (m.type) {
+            case GGML_TYPE_Q5_K: mv2_rows<GGML_TYPE_Q5_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            }
+        } else {
+            switch (m.type) {
+            case GGML_TYPE_Q4_K: mv2_rows<GGML_TYPE_Q4_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            case GGML_TYPE_Q6_K: mv2_rows<GGML_TYPE_Q6_K, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            default: mv2_rows<GGML_TYPE_Q8_0, TPR, MV2_U, 1>(m, m, r, r, i, np, xq, xd, &acc, pre); break;
+            }
         }
     } else {
         pdl_wait();
@@ -1541,6 +1602,40 @@ __global__ void k_repack_q6k(const uint8_t *__restrict__ W, int64_t n, uint8_t *
     for (int j = 0; j < 16; j++)
         sc[i * 16 + j] = b[192 + j];
     d[i] = (uint16_t)(b[208] | (b[209] << 8));
+}
+
+/* Q5_K super-blocks as the header (d, dmin, scales: 16 bytes), 8 words of
+ * bits and 8 pieces of 16 quant bytes (Q4_K's pieces: piece t = 2g + h
+ * holds values 16h .. 16h + 15 of sub-blocks 2g (lo) and 2g + 1 (hi)).
+ * Byte k of piece t: lo (all 5 bits) in bits 0-4, hi >> 2 in bits 5-7;
+ * hi & 3 in bits 2i, 2i + 1 of byte k & 3 of word t (i = k >> 2: the
+ * piece's word i of quant bytes): mv2_dot takes a low value with one mask
+ * (Q4_K's step), a high one with a shift, a mask and an or (q5_hi8),
+ * where reading qh itself would take a shift and a mask for each and 16
+ * bytes more in flight a piece. One thread a super-block; 176 bytes as
+ * GGUF's. */
+__global__ void k_repack_q5k(const uint8_t *__restrict__ W, int64_t n, uint8_t *__restrict__ out)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint8_t *b = W + i * 176, *qh = b + 16, *qs = b + 48;
+    uint8_t *o = out + i * 176;
+    for (int j = 0; j < 16; j++)
+        o[j] = b[j];
+    for (int t = 0; t < 8; t++) {
+        const int g = t >> 1, h = t & 1;
+        uint32_t e = 0;
+        for (int k = 0; k < 16; k++) {
+            const int ql = qs[16 * t + k], hb = qh[16 * h + k];
+            const int lo = (ql & 15) | ((hb >> (2 * g)) & 1) << 4;
+            const int hi = (ql >> 4) | ((hb >> (2 * g + 1)) & 1) << 4;
+            o[48 + 16 * t + k] = (uint8_t)(lo | (hi >> 2) << 5);
+            e |= (uint32_t)(hi & 3) << (8 * (k & 3) + 2 * (k >> 2));
+        }
+        for (int j = 0; j < 4; j++)
+            o[16 + 4 * t + j] = (uint8_t)(e >> (8 * j));
+    }
 }
 
 __global__ void k_repack_q8_0(const uint8_t *__restrict__ W, int64_t n, uint8_t *__restrict__ q,
@@ -1642,17 +1737,35 @@ static void launch_mv2(const mv2m &m, int rows, int np, const int8_t *xq, const 
         launch_mv2_b<T, 1>(m, rows, np, xq, xd, y, s);
 }
 
-/* k_mv2_seg over blocks blocks at tpr threads a row (q/k/v, plain or held back). */
-static void launch_mv2_seg(const mv2_segs &sg, unsigned blocks, int tpr, int np, const int8_t *xq,
-                           const float *xd, const nscale &ns, cudaStream_t s)
+/* k_mv2_seg<., X> over blocks blocks at tpr threads a row (q/k/v, plain
+ * or held back). */
+template <int X>
+static void launch_mv2_seg_x(const mv2_segs &sg, unsigned blocks, int tpr, int np,
+                             const int8_t *xq, const float *xd, const nscale &ns, cudaStream_t s)
 {
     const dim3 grid(blocks), block(MV2_BLOCK);
     switch (tpr) {
-    case 16: launch_pdl(k_mv2_seg<16>, grid, block, s, sg, np, xq, xd, ns); break;
-    case 32: launch_pdl(k_mv2_seg<32>, grid, block, s, sg, np, xq, xd, ns); break;
-    case 64: launch_pdl(k_mv2_seg<64>, grid, block, s, sg, np, xq, xd, ns); break;
-    default: launch_pdl(k_mv2_seg<128>, grid, block, s, sg, np, xq, xd, ns); break;
+    case 16: launch_pdl(k_mv2_seg<16, X>, grid, block, s, sg, np, xq, xd, ns); break;
+    case 32: launch_pdl(k_mv2_seg<32, X>, grid, block, s, sg, np, xq, xd, ns); break;
+    case 64: launch_pdl(k_mv2_seg<64, X>, grid, block, s, sg, np, xq, xd, ns); break;
+    default: launch_pdl(k_mv2_seg<128, X>, grid, block, s, sg, np, xq, xd, ns); break;
     }
+}
+
+static void launch_mv2_seg(const mv2_segs &sg, unsigned blocks, int tpr, int np, const int8_t *xq,
+                           const float *xd, const nscale &ns, cudaStream_t s)
+{
+    bool q4 = false, q5 = false;
+    for (int i = 0; i < sg.n; i++) {
+        q4 = q4 || sg.m[i].type == GGML_TYPE_Q4_K;
+        q5 = q5 || sg.m[i].type == GGML_TYPE_Q5_K;
+    }
+    if (!q5)
+        launch_mv2_seg_x<0>(sg, blocks, tpr, np, xq, xd, ns, s);
+    else if (!q4)
+        launch_mv2_seg_x<1>(sg, blocks, tpr, np, xq, xd, ns, s);
+    else
+        launch_mv2_seg_x<2>(sg, blocks, tpr, np, xq, xd, ns, s);
 }
 
 /* A one-row mv2 product (o, down) held back for the norm fusion (see its
@@ -1898,6 +2011,10 @@ static bool mv2_of(const struct cuda_state *s, const struct omni_btensor *w, mv2
     case GGML_TYPE_Q4_K:
         m->q = (const uint8_t *)w->data;
         m->qrb = (size_t)nsb * 144;
+        return true;
+    case GGML_TYPE_Q5_K:
+        m->q = (const uint8_t *)c->rp;
+        m->qrb = (size_t)nsb * 176;
         return true;
     case GGML_TYPE_Q6_K:
         m->q = (const uint8_t *)c->rp;
@@ -2275,6 +2392,7 @@ static int matmul_impl(struct omni_backend *be, const struct omni_btensor *w, co
         if (n == 1 && mv2_of(s, w, &m)) {
             switch (w->type) {
             case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
+            case GGML_TYPE_Q5_K: launch_mv2<GGML_TYPE_Q5_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             default: launch_mv2<GGML_TYPE_Q8_0>(m, rows, cols / 32, xq, xd, y, s->stream); break;
             }
@@ -2588,6 +2706,9 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
                 case GGML_TYPE_Q4_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 case GGML_TYPE_Q4_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 case GGML_TYPE_Q4_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q4_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q5_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q5_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q5_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q5_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
+                case GGML_TYPE_Q5_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q5_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 case GGML_TYPE_Q6_K * 4 + 1: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 2>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 case GGML_TYPE_Q6_K * 4 + 2: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 2, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
                 case GGML_TYPE_Q6_K * 4: launch_pdl(k_mv2_glu_q16<GGML_TYPE_Q6_K, 1, 1>, gd, bd, s->stream, mg, mu, np, cq, cd, y, oq, oqd, ns); break;
@@ -2597,6 +2718,7 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
                 }
             } else switch (wg->type) {
             case GGML_TYPE_Q4_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q4_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
+            case GGML_TYPE_Q5_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q5_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             case GGML_TYPE_Q6_K: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q6_K>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             default: launch_pdl(k_mv2_glu_q<GGML_TYPE_Q8_0>, dim3(g), dim3(1024), s->stream, mg, mu, np, (const int8_t *)xq, (const float *)xd, y, oq, oqd); break;
             }
@@ -2638,8 +2760,8 @@ static int cuda_matmul_glu(struct omni_backend *be, const struct omni_btensor *w
 
 /* prepare: for quantized matrix w, an F16 copy for the GEMM path (see the
  * top; not with OMNI_CUDA_NO_F16_CACHE / OMNI_CUDA_F16_CACHE=0) and the
- * one-row matvec's repacked copy (Q6_K, Q8_0; Q4_K needs none); 0 also
- * when there is no memory for them (the per-call paths stay). */
+ * one-row matvec's repacked copy (Q5_K, Q6_K, Q8_0; Q4_K needs none); 0
+ * also when there is no memory for them (the per-call paths stay). */
 static bool preparable(const struct cuda_state *s, const struct omni_btensor *w)
 {
     return is_quant(w->type) && quant_chunk_ok(w) && w->rows <= INT32_MAX &&
@@ -2689,7 +2811,8 @@ static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __hal
         }
     }
 #endif
-    const bool repack = w->type == GGML_TYPE_Q6_K || w->type == GGML_TYPE_Q8_0;
+    const bool repack = w->type == GGML_TYPE_Q5_K || w->type == GGML_TYPE_Q6_K ||
+                        w->type == GGML_TYPE_Q8_0;
     if (rc >= 0 && repack) {
         if (cudaMalloc(&rp, rb * rows) != cudaSuccess) {
             cudaGetLastError(); /* no room: k_matvec_q8 on the GGUF layout */
@@ -2700,6 +2823,10 @@ static int prepare_one(struct cuda_state *s, const struct omni_btensor *w, __hal
             k_repack_q6k<<<blocks_for(n, 256), 256, 0, s->stream>>>(
                 W, n, q, q + n * 192, (uint16_t *)(q + n * 208));
             rc = chk_launch("prepare repack q6_k");
+        } else if (w->type == GGML_TYPE_Q5_K) {
+            const int64_t n = (int64_t)rows * (cols / 256);
+            k_repack_q5k<<<blocks_for(n, 256), 256, 0, s->stream>>>(W, n, (uint8_t *)rp);
+            rc = chk_launch("prepare repack q5_k");
         } else {
             const int64_t n = (int64_t)rows * (cols / 32);
             uint8_t *q = (uint8_t *)rp;
@@ -3493,6 +3620,7 @@ static void tail_flush(struct omni_backend *be)
     s->tp->kind = 0;
     switch (p.type) {
     case GGML_TYPE_Q4_K: launch_mv2<GGML_TYPE_Q4_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
+    case GGML_TYPE_Q5_K: launch_mv2<GGML_TYPE_Q5_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
     case GGML_TYPE_Q6_K: launch_mv2<GGML_TYPE_Q6_K>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
     default: launch_mv2<GGML_TYPE_Q8_0>(p.m, p.rows, p.np, p.xq, p.xd, p.y, s->stream); break;
     }
@@ -3515,6 +3643,7 @@ static bool tail_try_norm(struct omni_backend *be, float *x, const float *dx, fl
     const dim3 grid(dim / 32), block(1024);
     switch (p->type) {
     case GGML_TYPE_Q4_K: launch_pdl(k_mv2_addg<GGML_TYPE_Q4_K>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
+    case GGML_TYPE_Q5_K: launch_pdl(k_mv2_addg<GGML_TYPE_Q5_K>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
     case GGML_TYPE_Q6_K: launch_pdl(k_mv2_addg<GGML_TYPE_Q6_K>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
     default: launch_pdl(k_mv2_addg<GGML_TYPE_Q8_0>, grid, block, s->stream, p->m, p->np, p->xq, p->xd, p->y, x, w, oq, oqd, s->nf_ss); break;
     }
