@@ -63,7 +63,7 @@ if [ "${RUN_LLAMA:-0}" = 1 ] && [ ! -x "$LB/llama-bench" ]; then
         -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DBUILD_SHARED_LIBS=OFF &&
-     cmake --build "$DEV/llama-build" --target llama-bench -j 12
+     cmake --build "$DEV/llama-build" --target llama-bench -j "${LLAMA_JOBS:-16}"
      echo "llama.cpp build rc $?") > "$W/llama_build.log" 2>&1 &
     llama_pid=$!
 fi
@@ -139,7 +139,8 @@ if [ "${ENGINE_LONG:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ]; then
         [ "$(left)" -gt 60 ] || break
         env ${ev//,/ } timeout "$(cap 120)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
             --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 > "$W/engine.txt" 2>&1
-        say "engine 4096+64 $ev rc $?: $(grep -iE 'tok/s|ttft|prompt' "$W/engine.txt" | tr '\n' ' ' | cut -c1-600)"
+        say "engine 4096+64 $ev rc $?:"
+        tail -4 "$W/engine.txt" | tee -a "$SUM"
     done
 fi
 if [ "${RUN_LLAMA:-0}" = 1 ]; then
