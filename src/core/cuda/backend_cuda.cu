@@ -333,10 +333,10 @@ template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q8_0>(const uint8_t *
     }
 }
 
-template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_K>(const uint8_t *row, int c, float *w)
+/* Sub-block j's scale and min of a Q4_K / Q5_K super-block b (their
+ * headers are alike: d, dmin, 12 bytes of 6-bit scales and mins). */
+__device__ __forceinline__ void kq_scale_min(const uint8_t *b, int j, float *d1, float *m1)
 {
-    const uint8_t *b = row + (size_t)(c >> 3) * 144;
-    const int j = c & 7;
     const float d = h2f((uint16_t)ld16(b)), dmin = h2f((uint16_t)ld16(b + 2));
     const uint8_t *sc = b + 4;
     int s, m;
@@ -347,7 +347,16 @@ template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_K>(const uint8_t *
         s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
         m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
     }
-    const float d1 = d * (float)s, m1 = dmin * (float)m;
+    *d1 = d * (float)s;
+    *m1 = dmin * (float)m;
+}
+
+template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q4_K>(const uint8_t *row, int c, float *w)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 144;
+    const int j = c & 7;
+    float d1, m1;
+    kq_scale_min(b, j, &d1, &m1);
     /* sub-blocks 2g and 2g+1 share qs[32g .. 32g+31]: low, then high nibbles */
     const uint32_t *q = (const uint32_t *)(b + 16 + 32 * (j >> 1));
     const int shift = (j & 1) * 4;
@@ -456,17 +465,8 @@ template <> __device__ __forceinline__ void dq32<GGML_TYPE_Q5_K>(const uint8_t *
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 176;
     const int j = c & 7;
-    const float d = h2f((uint16_t)ld16(b)), dmin = h2f((uint16_t)ld16(b + 2));
-    const uint8_t *sc = b + 4;
-    int s, m;
-    if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-    } else {
-        s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-    const float d1 = d * (float)s, m1 = dmin * (float)m;
+    float d1, m1;
+    kq_scale_min(b, j, &d1, &m1);
     const uint32_t *q = (const uint32_t *)(b + 48 + 32 * (j >> 1));
     const uint32_t *qh = (const uint32_t *)(b + 16);
     const int shift = (j & 1) * 4;
