@@ -698,19 +698,11 @@ template <> __device__ __forceinline__ void q1w<GGML_TYPE_Q5_1>(const uint8_t *r
     *b = h2f((uint16_t)(dm >> 16));
 }
 
-/* K-quant chunks for the same integer dots: 8 words of 4 unsigned (Q4_K,
- * 0..15; Q5_K, 0..31) or signed (Q6_K, q - 32) bytes and the chunk's float
- * parameters: Q4_K / Q5_K value = a * q - b (a = d * scale, b = dmin *
- * min); Q6_K values 0-15 have scale a, 16-31 scale b. */
-__device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *a, float *b)
+/* a = d * scale and b = dmin * min of sub-block j from a Q4_K / Q5_K
+ * super-block header loaded in one 16-byte load (d, dmin, 12 scale bytes) */
+__device__ __forceinline__ void kq_hdr_scale(uint4 hdr, int j, float *a, float *b)
 {
-    /* 16-byte loads: a super-block is 144 bytes and rows start 16-byte
-     * aligned (device allocations, rows of whole super-blocks): the header
-     * (d, dmin, 12 scale bytes) in one load, the chunk's 32 quant bytes in
-     * two */
-    const uint8_t *blk = row + (size_t)(c >> 3) * 144;
-    const int j = c & 7, sh = 8 * (j & 3);
-    const uint4 hdr = __ldg((const uint4 *)blk);
+    const int sh = 8 * (j & 3);
     const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
     const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
     int s, m;
@@ -723,6 +715,21 @@ __device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *
     }
     *a = d * (float)s;
     *b = dmin * (float)m;
+}
+
+/* K-quant chunks for the same integer dots: 8 words of 4 unsigned (Q4_K,
+ * 0..15; Q5_K, 0..31) or signed (Q6_K, q - 32) bytes and the chunk's float
+ * parameters: Q4_K / Q5_K value = a * q - b (a = d * scale, b = dmin *
+ * min); Q6_K values 0-15 have scale a, 16-31 scale b. */
+__device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *a, float *b)
+{
+    /* 16-byte loads: a super-block is 144 bytes and rows start 16-byte
+     * aligned (device allocations, rows of whole super-blocks): the header
+     * (d, dmin, 12 scale bytes) in one load, the chunk's 32 quant bytes in
+     * two */
+    const uint8_t *blk = row + (size_t)(c >> 3) * 144;
+    const int j = c & 7;
+    kq_hdr_scale(__ldg((const uint4 *)blk), j, a, b);
     const uint4 *q = (const uint4 *)(blk + 16 + 32 * (j >> 1));
     const uint4 q0 = __ldg(q), q1 = __ldg(q + 1);
     const int shift = (j & 1) * 4;
@@ -742,20 +749,8 @@ __device__ __forceinline__ void q4kw(const uint8_t *row, int c, int *wq, float *
 __device__ __forceinline__ void q5kw(const uint8_t *row, int c, int *wq, float *a, float *b)
 {
     const uint8_t *blk = row + (size_t)(c >> 3) * 176;
-    const int j = c & 7, sh = 8 * (j & 3);
-    const uint4 hdr = __ldg((const uint4 *)blk);
-    const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
-    const int by = (hdr.y >> sh) & 0xff, bz = (hdr.z >> sh) & 0xff, bw = (hdr.w >> sh) & 0xff;
-    int s, m;
-    if (j < 4) {
-        s = by & 63;
-        m = bz & 63;
-    } else {
-        s = (bw & 0x0f) | ((by >> 6) << 4);
-        m = (bw >> 4) | ((bz >> 6) << 4);
-    }
-    *a = d * (float)s;
-    *b = dmin * (float)m;
+    const int j = c & 7;
+    kq_hdr_scale(__ldg((const uint4 *)blk), j, a, b);
     const uint4 *h = (const uint4 *)(blk + 16), *q = (const uint4 *)(blk + 48 + 32 * (j >> 1));
     const uint4 h0 = __ldg(h), h1 = __ldg(h + 1), q0 = __ldg(q), q1 = __ldg(q + 1);
     const int shift = (j & 1) * 4;
