@@ -529,6 +529,19 @@ int flash_decode_splits(const struct omni_battn *a, int n_sm, int min_keys)
     return ns >= 2 ? ns : 0;
 }
 
+/* Lets kernel k take smem bytes of dynamic shared memory (past the
+ * default 48 KiB), once: *done keeps that it did (the same value from any
+ * thread, so a race is harmless). */
+static bool smem_allowed(const void *k, size_t smem, bool *done)
+{
+    if (!*done) {
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+            return false;
+        *done = true;
+    }
+    return true;
+}
+
 template <typename KT, int D>
 static bool fd_launch(const struct omni_battn *a, int ns, float *part, int *count, cudaStream_t s)
 {
@@ -536,13 +549,9 @@ static bool fd_launch(const struct omni_battn *a, int ns, float *part, int *coun
     constexpr size_t merge = (size_t)(FD_WARPS * 32 + FD_WARPS * 16 * D) * sizeof(float);
     constexpr size_t smem = tiles > merge ? tiles : merge;
     static_assert(smem >= (2 * FD_MAX_SPLIT * 16 + 16) * sizeof(float), "the slices' merge fits");
-    static bool attr; /* the same value from any thread: a race is harmless */
-    if (!attr) {
-        if (cudaFuncSetAttribute(k_flash_decode<KT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem) != cudaSuccess)
-            return false;
-        attr = true;
-    }
+    static bool attr;
+    if (!smem_allowed((const void *)k_flash_decode<KT, D>, smem, &attr))
+        return false;
     const int chunk = (int)fd_chunk((int64_t)a->max_blocks * a->block_size, ns);
     k_flash_decode<KT, D><<<dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns), FD_WARPS * 32, smem, s>>>(
         *a, chunk, part, count);
@@ -578,13 +587,9 @@ bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capt
 template <typename KT, int D> static bool fa_launch(const struct omni_battn *a, cudaStream_t s)
 {
     constexpr size_t smem = (size_t)2 * 2 * FA_BK * (D + 8) * sizeof(__half) + 3 * FA_BQ * sizeof(int);
-    static bool attr; /* the same value from any thread: a race is harmless */
-    if (!attr) {
-        if (cudaFuncSetAttribute(k_flash_attn<KT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem) != cudaSuccess)
-            return false;
-        attr = true;
-    }
+    static bool attr;
+    if (!smem_allowed((const void *)k_flash_attn<KT, D>, smem, &attr))
+        return false;
     const dim3 grid((unsigned)((a->n_tok + FA_BQ - 1) / FA_BQ), (unsigned)a->n_head);
     k_flash_attn<KT, D><<<grid, FA_WARPS * 32, smem, s>>>(*a);
     return true;
