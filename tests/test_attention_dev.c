@@ -205,3 +205,30 @@ TEST(backend_long_decode_attention)
     const struct att_shape c = { .nh = 14, .nkv = 2, .nb = 320, .n_tok = 3, .pos = pos, .seq = seq };
     att_check(&c, swa);
 }
+
+TEST(backend_wide_decode_attention)
+{
+    /* 40 decode tokens of two sequences over short contexts (8 blocks a
+     * sequence), 4 query heads a K/V head: on cuda the unsplit flash
+     * decoding (OMNI_CUDA_FDW=8) and the many-token decode kernel it
+     * replaces (k_attention_gqa, OMNI_CUDA_FDW=0) */
+    enum { N = 40 };
+    int32_t pos[N], seq[N];
+    for (int t = 0; t < N; t++) {
+        seq[t] = t & 1;
+        pos[t] = t & 1 ? 127 - t : 3 * t + 1; /* 1..118 and 126..88 */
+    }
+    static const int swa[2] = { 0, 50 };
+    const struct att_shape c = { .nh = 16, .nkv = 4, .nb = 8, .n_tok = N, .pos = pos, .seq = seq };
+    const char *was = getenv("OMNI_CUDA_FDW");
+    char *saved = was ? strdup(was) : NULL;
+    for (int round = 0; round < 2; round++) {
+        setenv("OMNI_CUDA_FDW", round ? "0" : "8", 1);
+        att_check(&c, swa);
+    }
+    if (saved)
+        setenv("OMNI_CUDA_FDW", saved, 1);
+    else
+        unsetenv("OMNI_CUDA_FDW");
+    free(saved);
+}

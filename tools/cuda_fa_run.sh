@@ -20,7 +20,11 @@
 # "M4 M7"; M5: Llama-3.2-1B Q5_K_M, written when listed here or with TG5=1),
 # TG5=1 (pp512 / tg128 of the Q5_K_M file), ENGINE_LONG=1 (bench_engine_dev
 # --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 on the 1B file per
-# ENGINE_ENVS, default "X=1 OMNI_CUDA_FA=0,OMNI_CUDA_FD=0").
+# ENGINE_ENVS, default "X=1 OMNI_CUDA_FA=0,OMNI_CUDA_FD=0"), ENGINE_SHORT=1
+# (bench_engine_dev --concurrency 1,16,64 --prompt-tokens 128 --gen-tokens
+# 64 on the 1B file per SHORT_ENVS, ROUNDS times interleaved). A variant's
+# B=DIR takes that variant's binaries from DIR (OLD_PREBUILT=FILE.tar.xz is
+# unpacked into build-fold/ for B=build-fold).
 set -u
 DEV=${DEV:-build-cucar}
 NAME=${NAME:-f_fa}
@@ -68,6 +72,12 @@ if [ "${RUN_LLAMA:-0}" = 1 ] && [ ! -x "$LB/llama-bench" ]; then
     llama_pid=$!
 fi
 mkdir -p build-fcuda && tar xJf "${PREBUILT:-$DEV/bins.tar.xz}" -C build-fcuda
+[ -n "${OLD_PREBUILT:-}" ] && mkdir -p build-fold && tar xJf "$OLD_PREBUILT" -C build-fold
+bin() { # variant name: the variant's binary (B=DIR in the variant, else build-fcuda)
+    local d=build-fcuda
+    case ",$1," in *,B=*) d=${1#*B=}; d=${d%%,*} ;; esac
+    echo "$d/$2"
+}
 for t in test_cuda bench_dev; do
     ldd "build-fcuda/$t" | grep "not found" && say "build-fcuda/$t: missing libraries"
 done
@@ -82,7 +92,7 @@ tc() { # label env... -- test_cuda args
     say "test_cuda $label rc $?: $(grep -E 'passed' "$W/tc.txt" | tail -1)"
     grep -E "FAIL|fail|diff" "$W/tc.txt" | head -8 | tee -a "$SUM"
 }
-for t in backend_prompt_attention backend_long_decode_attention; do
+for t in backend_prompt_attention backend_long_decode_attention backend_wide_decode_attention; do
     tc "$t" X=1 -- $t
     tc "$t, FA=0 FD=0" OMNI_CUDA_FA=0 OMNI_CUDA_FD=0 -- $t
     tc "$t, FD=1" OMNI_CUDA_FD=1 -- $t
@@ -106,7 +116,7 @@ bd() { # file P
         for ev in $ENVS; do
             [ "$(left)" -gt 20 ] || return 0
             local line
-            line=$(env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$1" -p "$2" -n 1 -r 3 2>/dev/null |
+            line=$(env ${ev//,/ } timeout "$(cap 60)" "$(bin "$ev" bench_dev)" -m "$1" -p "$2" -n 1 -r 3 2>/dev/null |
                 grep '"pp')
             say "pp$2 $(basename "$1" .gguf) $ev round $r: $line"
         done
@@ -117,7 +127,7 @@ tg() { # file depth
         for ev in $TG_ENVS; do
             [ "$(left)" -gt 20 ] || return 0
             local line
-            line=$(env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$1" -p 1 -n 64 -d "$2" -r 2 \
+            line=$(env ${ev//,/ } timeout "$(cap 60)" "$(bin "$ev" bench_dev)" -m "$1" -p 1 -n "${TG_N:-64}" -d "$2" -r 2 \
                 2>/dev/null | grep '"tg')
             say "tg64 d$2 $(basename "$1" .gguf) $ev round $r: $line"
         done
@@ -141,6 +151,17 @@ if [ "${ENGINE_LONG:-0}" = 1 ] && [ -x build-fcuda/bench_engine_dev ]; then
             --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 > "$W/engine.txt" 2>&1
         say "engine 4096+64 $ev rc $?:"
         tail -4 "$W/engine.txt" | tee -a "$SUM"
+    done
+fi
+if [ "${ENGINE_SHORT:-0}" = 1 ]; then
+    for r in $(seq "${ROUNDS:-2}"); do
+        for ev in ${SHORT_ENVS:-X=1}; do
+            [ "$(left)" -gt 40 ] || break
+            env ${ev//,/ } timeout "$(cap 90)" "$(bin "$ev" bench_engine_dev)" -m "$M4" --device cuda \
+                --concurrency 1,16,64 --prompt-tokens 128 --gen-tokens 64 > "$W/engine.txt" 2>&1
+            say "engine 128+64 $ev round $r rc $?: $(grep -E '^ *(1|16|64) ' "$W/engine.txt" | awk '{printf "%s: %s tok/s, step %s ms, decode %s ms; ", $1, $2, $9, $10}')"
+            tail -5 "$W/engine.txt" >> "$O/engine_short.txt"
+        done
     done
 fi
 if [ "${RUN_LLAMA:-0}" = 1 ]; then

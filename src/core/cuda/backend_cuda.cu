@@ -130,6 +130,9 @@ struct cuda_state {
     /* decode steps whose block tables hold fd_min+ keys take flash_attn.cu's
      * flash decoding (OMNI_CUDA_FD=N, 0 off); fd_scratch: its partials */
     int fd_min;
+    int fd_wide; /* OMNI_CUDA_FDW=N: decode steps of N+ tokens take it unsplit (0 off) */
+    bool fd_pf;  /* its key / value rows sent to L2 before its wait (OMNI_CUDA_FD_PF=0: not;
+                  * H100 job f_w2: +2.1% at 64 sequences) */
     void *fd_scratch;
     int int8_rows;      /* quantized products of up to this many rows take the int8
                          * matvec (OMNI_CUDA_INT8_ROWS, default Q8_ACT_MAX - 1);
@@ -4567,10 +4570,11 @@ static int cuda_attention(struct omni_backend *be, const struct omni_battn *a)
     struct cuda_state *cs = st(be);
     cudaStream_t s = cs->stream;
     const bool split = a->n_tok <= ATT_SPLIT_MAX_TOK && !cs->att_split_off;
-    const int fd_ns = split ? flash_decode_splits(a, cs->n_sm, cs->fd_min) : 0;
+    const int fd_ns = split ? flash_decode_splits(a, cs->n_sm, cs->fd_min, cs->fd_wide) : 0;
     if (fd_ns) {
         touch(be); /* a held-back rope_kv goes first */
-        if (flash_decode_launch(a, fd_ns, cs->n_sm, cs->capturing, &cs->fd_scratch, s))
+        if (flash_decode_launch(a, fd_ns, cs->n_sm, cs->capturing,
+                                pdl_level < 2 ? 0 : cs->fd_pf ? 2 : 1, &cs->fd_scratch, s))
             return chk_launch("flash decoding");
     }
     struct omni_brope_kv r;
@@ -4999,6 +5003,10 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     s->fa_off = fa && !strcmp(fa, "0");
     const char *fd = getenv("OMNI_CUDA_FD");
     s->fd_min = fd ? (atoi(fd) > 0 ? atoi(fd) : 0) : FD_DEFAULT_MIN_KEYS;
+    const char *fdw = getenv("OMNI_CUDA_FDW");
+    s->fd_wide = fdw ? (atoi(fdw) > 0 ? atoi(fdw) : 0) : FD_DEFAULT_WIDE_TOKENS;
+    const char *fdp = getenv("OMNI_CUDA_FD_PF");
+    s->fd_pf = !(fdp && !strcmp(fdp, "0"));
     const char *mq = getenv("OMNI_CUDA_MMQ");
     s->mmq_max = !mq ? MMQ_DEFAULT_ROWS : atoi(mq) <= 0 ? 0 : atoi(mq) < MMQ_MAX_ROWS ? atoi(mq) : MMQ_MAX_ROWS;
     const char *lt = getenv("OMNI_CUDA_LT");

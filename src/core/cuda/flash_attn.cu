@@ -360,18 +360,40 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_bat
 
 template <typename KT, int D>
 __global__ void __launch_bounds__(FD_WARPS * 32) k_flash_decode(struct omni_battn a, int chunk,
-                                                                float *part, int *count)
+                                                                float *part, int *count, bool pf)
 {
     constexpr int RS = D + 8, DT = D / 8, PS = FD_PART(D);
     extern __shared__ __align__(16) unsigned char fd_sm[];
     __shared__ int last;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* launched programmatically: the next kernel may start loading its
+     * weights */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int item = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
     const int t = item / a.n_head_kv, kvh = item % a.n_head_kv, G = a.n_head / a.n_head_kv;
-    const int pos = a.pos[t];
+    const int pos = a.pos[t]; /* positions and tables came by copies before the step */
     const int first = a.n_swa > 0 && pos >= a.n_swa ? pos - a.n_swa + 1 : 0;
     const int cbeg = first + split * chunk, cend = min(pos, cbeg + chunk - 1);
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.max_blocks;
+    if (pf) { /* the slice's key and value rows on their way to L2 while the
+               * previous kernel finishes (hints: the rows it writes too) */
+        const int64_t kv_dim = (int64_t)a.n_head_kv * D;
+        for (int j = cbeg + (int)threadIdx.x; j <= cend; j += blockDim.x) {
+            const int64_t off = ((int64_t)table[j / a.block_size] * a.block_size + j % a.block_size) * kv_dim +
+                                (int64_t)kvh * D;
+            const char *kr = (const char *)((const KT *)a.k + off), *vr = (const char *)((const KT *)a.v + off);
+#pragma unroll
+            for (int b = 0; b < D * (int)sizeof(KT); b += 128) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + b));
+            }
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous kernel's q, K and V */
+#endif
     const size_t qrow = (size_t)a.n_head * D;
     const float *q0 = a.q + (size_t)t * qrow + (size_t)kvh * G * D;
     uint32_t qf[D / 16][4];
@@ -510,23 +532,25 @@ static int64_t fd_chunk(int64_t keys, int ns)
     return ((keys + ns - 1) / ns + r - 1) / r * r;
 }
 
-int flash_decode_splits(const struct omni_battn *a, int n_sm, int min_keys)
+int flash_decode_splits(const struct omni_battn *a, int n_sm, int min_keys, int wide_min)
 {
-    if (min_keys <= 0 || a->n_tok < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv ||
-        a->n_head / a->n_head_kv > 16 || (a->head_dim != 64 && a->head_dim != 128) ||
+    if ((min_keys <= 0 && wide_min <= 0) || a->n_tok < 1 || a->n_head_kv < 1 ||
+        a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > 16 ||
+        (a->head_dim != 64 && a->head_dim != 128) ||
         (a->kv_type != GGML_TYPE_F16 && a->kv_type != GGML_TYPE_F32))
         return 0;
     const int64_t keys = (int64_t)a->max_blocks * a->block_size; /* a sequence's most */
     const int items = a->n_tok * a->n_head_kv;
-    if (keys < min_keys || items >= 2 * n_sm)
-        return 0;
+    const int unsplit = wide_min > 0 && a->n_tok >= wide_min ? 1 : 0;
+    if (min_keys <= 0 || keys < min_keys || items >= 2 * n_sm)
+        return unsplit;
     int ns = (2 * n_sm + items - 1) / items;
     ns = ns < FD_MAX_SPLIT ? ns : FD_MAX_SPLIT;
     while (ns > 1 && (int64_t)items * ns > 4 * n_sm)
         ns--;
     const int64_t chunk = fd_chunk(keys, ns);
     ns = (int)((keys + chunk - 1) / chunk);
-    return ns >= 2 ? ns : 0;
+    return ns >= 2 ? ns : unsplit;
 }
 
 /* Lets kernel k take smem bytes of dynamic shared memory (past the
@@ -543,7 +567,7 @@ static bool smem_allowed(const void *k, size_t smem, bool *done)
 }
 
 template <typename KT, int D>
-static bool fd_launch(const struct omni_battn *a, int ns, float *part, int *count, cudaStream_t s)
+static bool fd_launch(const struct omni_battn *a, int ns, int pdl, float *part, int *count, cudaStream_t s)
 {
     constexpr size_t tiles = (size_t)FD_WARPS * 2 * FD_BK * (D + 8) * sizeof(__half);
     constexpr size_t merge = (size_t)(FD_WARPS * 32 + FD_WARPS * 16 * D) * sizeof(float);
@@ -553,14 +577,28 @@ static bool fd_launch(const struct omni_battn *a, int ns, float *part, int *coun
     if (!smem_allowed((const void *)k_flash_decode<KT, D>, smem, &attr))
         return false;
     const int chunk = (int)fd_chunk((int64_t)a->max_blocks * a->block_size, ns);
-    k_flash_decode<KT, D><<<dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns), FD_WARPS * 32, smem, s>>>(
-        *a, chunk, part, count);
-    return true;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns);
+    cfg.blockDim = dim3(FD_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k_flash_decode<KT, D>, *a, chunk, part, count, pdl > 1) == cudaSuccess;
 }
 
-bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capturing,
+bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capturing, int pdl,
                          void **scratch, cudaStream_t s)
 {
+    const bool f16 = a->kv_type == GGML_TYPE_F16;
+    if (ns == 1) /* unsplit: no partials, no counters */
+        return a->head_dim == 64 ? (f16 ? fd_launch<__half, 64>(a, 1, pdl, NULL, NULL, s)
+                                        : fd_launch<float, 64>(a, 1, pdl, NULL, NULL, s))
+                                 : (f16 ? fd_launch<__half, 128>(a, 1, pdl, NULL, NULL, s)
+                                        : fd_launch<float, 128>(a, 1, pdl, NULL, NULL, s));
     int n_part;
     const size_t bytes = fd_scratch_bytes(n_sm, &n_part);
     if (!*scratch) {
@@ -578,10 +616,9 @@ bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capt
         return false;
     float *part = (float *)*scratch;
     int *count = (int *)(part + (size_t)n_part * FD_PART(128));
-    const bool f16 = a->kv_type == GGML_TYPE_F16;
     if (a->head_dim == 64)
-        return f16 ? fd_launch<__half, 64>(a, ns, part, count, s) : fd_launch<float, 64>(a, ns, part, count, s);
-    return f16 ? fd_launch<__half, 128>(a, ns, part, count, s) : fd_launch<float, 128>(a, ns, part, count, s);
+        return f16 ? fd_launch<__half, 64>(a, ns, pdl, part, count, s) : fd_launch<float, 64>(a, ns, pdl, part, count, s);
+    return f16 ? fd_launch<__half, 128>(a, ns, pdl, part, count, s) : fd_launch<float, 128>(a, ns, pdl, part, count, s);
 }
 
 template <typename KT, int D> static bool fa_launch(const struct omni_battn *a, cudaStream_t s)
