@@ -9,7 +9,7 @@
  * backend reuses it) with a single sync at the end. One JSON line a matrix:
  * microseconds a product and GB/s of weights read. Small matrices measure
  * the launch rate more than the kernel.
- *   bench_mv [--backend cuda] [--iters 200] [--only 1b|7b] */
+ *   bench_mv [--backend cuda] [--iters 200] [--only 1b|7b] [--matrix ffn_gate] */
 #include "src/core/backend.h"
 #include "src/core/tensor.h"
 
@@ -53,15 +53,16 @@ static const struct shape shapes[] = {
 
 int main(int argc, char **argv)
 {
-    const char *backend = "cuda", *only = NULL;
+    const char *backend = "cuda", *only = NULL, *matrix = NULL;
     int iters = 200;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--backend") && v) backend = v, i++;
         else if (!strcmp(argv[i], "--iters") && v) iters = atoi(v), i++;
         else if (!strcmp(argv[i], "--only") && v) only = v, i++;
+        else if (!strcmp(argv[i], "--matrix") && v) matrix = v, i++;
         else {
-            fprintf(stderr, "usage: bench_mv [--backend cuda] [--iters N] [--only 1b|7b]\n");
+            fprintf(stderr, "usage: bench_mv [--backend cuda] [--iters N] [--only 1b|7b] [--matrix NAME]\n");
             return 2;
         }
     }
@@ -77,7 +78,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes && rc == 0; si++) {
         const struct shape *sh = &shapes[si];
-        if (only && strcmp(only, sh->model))
+        if ((only && strcmp(only, sh->model)) || (matrix && strcmp(matrix, sh->name)))
             continue;
         const size_t rb = ggml_row_size(sh->type, sh->cols), bytes = rb * (size_t)sh->rows;
         enum { MAXC = 512 };
@@ -125,6 +126,33 @@ int main(int argc, char **argv)
                        (long long)sh->cols, bytes / 1048576.0, nc, us, bytes / us * 1e-3);
             else
                 fprintf(stderr, "bench_mv: %s %s: error %d\n", sh->model, sh->name, rc);
+            /* gate and up of the FFN: the fused product (two copies as gate
+             * and up) against the two plain products it replaces */
+            if (rc == 0 && !strcmp(sh->name, "ffn_gate") && be->matmul_glu && nc >= 2) {
+                for (int form = 0; form < 2 && rc == 0; form++) {
+                    const double g0 = now_s();
+                    for (int i = 0; rc == 0 && i < iters; i++) {
+                        const struct omni_btensor *wg = &t[(2 * i) % nc], *wu = &t[(2 * i + 1) % nc];
+                        if (form == 0) {
+                            rc = be->matmul_glu(be, wg, wu, dx, 1, dy);
+                        } else {
+                            rc = be->matmul(be, wg, dx, 1, dy);
+                            if (rc == 0)
+                                rc = be->matmul(be, wu, dx, 1, dy);
+                        }
+                    }
+                    if (rc == 0)
+                        rc = be->sync(be);
+                    const double gus = (now_s() - g0) / iters * 1e6;
+                    if (rc == 0)
+                        printf("{\"bench\":\"mv\",\"model\":\"%s\",\"matrix\":\"ffn_gate_up_%s\",\"type\":\"%s\","
+                               "\"rows\":%lld,\"cols\":%lld,\"mib\":%.2f,\"us\":%.2f,\"gb_s\":%.1f}\n",
+                               sh->model, form ? "two" : "glu", ggml_type_name(sh->type), (long long)sh->rows,
+                               (long long)sh->cols, 2 * bytes / 1048576.0, gus, 2 * bytes / gus * 1e-3);
+                    else
+                        rc = 0; /* not fused for this type: nothing to time */
+                }
+            }
             fflush(stdout);
         }
         for (int c = 0; c < nc; c++)
