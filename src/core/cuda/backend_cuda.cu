@@ -35,6 +35,7 @@
 #include "src/core/cuda/byte_ops.h"
 #include "src/core/cuda/flash_attn.h"
 #include "src/core/cuda/gemm_lt.h"
+#include "src/core/cuda/launch.h"
 #include "src/core/cuda/mmq.h"
 
 extern "C" {
@@ -1661,16 +1662,7 @@ template <typename... KArgs, typename... Args>
 static void launch_pdl_at(int level, void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s,
                           Args... args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl_level >= level ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, args...);
+    launch_kernel(k, grid, block, 0, s, pdl_level >= level, args...);
 }
 
 template <typename... KArgs, typename... Args>

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "src/core/cuda/flash_attn.h"
+#include "src/core/cuda/launch.h"
 
 extern "C" {
 #include "src/core/tensor.h"
@@ -577,17 +578,8 @@ static bool fd_launch(const struct omni_battn *a, int ns, int pdl, float *part, 
     if (!smem_allowed((const void *)k_flash_decode<KT, D>, smem, &attr))
         return false;
     const int chunk = (int)fd_chunk((int64_t)a->max_blocks * a->block_size, ns);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns);
-    cfg.blockDim = dim3(FD_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k_flash_decode<KT, D>, *a, chunk, part, count, pdl > 1) == cudaSuccess;
+    return launch_kernel(k_flash_decode<KT, D>, dim3((unsigned)(a->n_tok * a->n_head_kv), (unsigned)ns),
+                         dim3(FD_WARPS * 32), smem, s, pdl != 0, *a, chunk, part, count, pdl > 1) == cudaSuccess;
 }
 
 bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capturing, int pdl,
