@@ -126,33 +126,6 @@ int main(int argc, char **argv)
                        (long long)sh->cols, bytes / 1048576.0, nc, us, bytes / us * 1e-3);
             else
                 fprintf(stderr, "bench_mv: %s %s: error %d\n", sh->model, sh->name, rc);
-            /* gate and up of the FFN: the fused product (two copies as gate
-             * and up) against the two plain products it replaces */
-            if (rc == 0 && !strcmp(sh->name, "ffn_gate") && be->matmul_glu && nc >= 2) {
-                for (int form = 0; form < 2 && rc == 0; form++) {
-                    const double g0 = now_s();
-                    for (int i = 0; rc == 0 && i < iters; i++) {
-                        const struct omni_btensor *wg = &t[(2 * i) % nc], *wu = &t[(2 * i + 1) % nc];
-                        if (form == 0) {
-                            rc = be->matmul_glu(be, wg, wu, dx, 1, dy);
-                        } else {
-                            rc = be->matmul(be, wg, dx, 1, dy);
-                            if (rc == 0)
-                                rc = be->matmul(be, wu, dx, 1, dy);
-                        }
-                    }
-                    if (rc == 0)
-                        rc = be->sync(be);
-                    const double gus = (now_s() - g0) / iters * 1e6;
-                    if (rc == 0)
-                        printf("{\"bench\":\"mv\",\"model\":\"%s\",\"matrix\":\"ffn_gate_up_%s\",\"type\":\"%s\","
-                               "\"rows\":%lld,\"cols\":%lld,\"mib\":%.2f,\"us\":%.2f,\"gb_s\":%.1f}\n",
-                               sh->model, form ? "two" : "glu", ggml_type_name(sh->type), (long long)sh->rows,
-                               (long long)sh->cols, 2 * bytes / 1048576.0, gus, 2 * bytes / gus * 1e-3);
-                    else
-                        rc = 0; /* not fused for this type: nothing to time */
-                }
-            }
             fflush(stdout);
         }
         for (int c = 0; c < nc; c++)
