@@ -12,7 +12,11 @@
  * of a block are taken in runs of one sequence, and each row masks the keys
  * outside its own range (first .. pos, as struct omni_battn says), so a
  * step that packs several prompts' chunks gets the same result as one
- * prompt at a time. */
+ * prompt at a time.
+ *
+ * Decode steps take the flash decoding kernel further down: over long
+ * contexts with the keys split in slices, and for steps of many tokens
+ * unsplit (docs/gpu.md "Flash decoding for many sequences"). */
 #include <cuda_fp16.h>
 #include <limits.h>
 #include <math.h>
@@ -345,9 +349,10 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2) k_flash_attn(struct omni_bat
     }
 }
 
-/* ---- decode over long contexts (flash decoding) ---------------------------
- * A one- or few-token step: a block per (token, K/V head, slice of the
- * keys). Its rows are the group's query heads (up to 16, one warp's mma
+/* ---- decode steps (flash decoding) -----------------------------------------
+ * Over long contexts, a one- or few-token step: a block per (token, K/V
+ * head, slice of the keys); a step of many tokens takes it with one slice
+ * (a block per (token, K/V head), no merge). Its rows are the group's query heads (up to 16, one warp's mma
  * rows), each of its 4 warps takes every 4th 32-key tile of the slice, and
  * the warps' states are merged in shared memory; with several slices each
  * block leaves its (max, sum, unnormalized output) in the scratch, and the
@@ -582,15 +587,20 @@ static bool fd_launch(const struct omni_battn *a, int ns, int pdl, float *part, 
                          dim3(FD_WARPS * 32), smem, s, pdl != 0, *a, chunk, part, count, pdl > 1) == cudaSuccess;
 }
 
+/* fd_launch for a's pool type and head_dim */
+static bool fd_dispatch(const struct omni_battn *a, int ns, int pdl, float *part, int *count, cudaStream_t s)
+{
+    const bool f16 = a->kv_type == GGML_TYPE_F16;
+    if (a->head_dim == 64)
+        return f16 ? fd_launch<__half, 64>(a, ns, pdl, part, count, s) : fd_launch<float, 64>(a, ns, pdl, part, count, s);
+    return f16 ? fd_launch<__half, 128>(a, ns, pdl, part, count, s) : fd_launch<float, 128>(a, ns, pdl, part, count, s);
+}
+
 bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capturing, int pdl,
                          void **scratch, cudaStream_t s)
 {
-    const bool f16 = a->kv_type == GGML_TYPE_F16;
     if (ns == 1) /* unsplit: no partials, no counters */
-        return a->head_dim == 64 ? (f16 ? fd_launch<__half, 64>(a, 1, pdl, NULL, NULL, s)
-                                        : fd_launch<float, 64>(a, 1, pdl, NULL, NULL, s))
-                                 : (f16 ? fd_launch<__half, 128>(a, 1, pdl, NULL, NULL, s)
-                                        : fd_launch<float, 128>(a, 1, pdl, NULL, NULL, s));
+        return fd_dispatch(a, 1, pdl, NULL, NULL, s);
     int n_part;
     const size_t bytes = fd_scratch_bytes(n_sm, &n_part);
     if (!*scratch) {
@@ -607,10 +617,7 @@ bool flash_decode_launch(const struct omni_battn *a, int ns, int n_sm, bool capt
     if ((int64_t)a->n_tok * a->n_head_kv * ns > n_part)
         return false;
     float *part = (float *)*scratch;
-    int *count = (int *)(part + (size_t)n_part * FD_PART(128));
-    if (a->head_dim == 64)
-        return f16 ? fd_launch<__half, 64>(a, ns, pdl, part, count, s) : fd_launch<float, 64>(a, ns, pdl, part, count, s);
-    return f16 ? fd_launch<__half, 128>(a, ns, pdl, part, count, s) : fd_launch<float, 128>(a, ns, pdl, part, count, s);
+    return fd_dispatch(a, ns, pdl, part, (int *)(part + (size_t)n_part * FD_PART(128)), s);
 }
 
 template <typename KT, int D> static bool fa_launch(const struct omni_battn *a, cudaStream_t s)
