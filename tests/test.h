@@ -49,16 +49,17 @@ void test_release(void *arg);
 /* ../shared (or $OMNI_SHARED) if it exists, else NULL: tests that need real
  * data call SKIP_IF_NO_SHARED() first. */
 const char *test_shared_dir(void);
-/* Path of a file under tests/fixtures (static buffer per call slot). */
+/* Path of a file under tests/fixtures (a buffer of the calling thread's
+ * ring of 8: valid for the next 7 such calls on that thread). */
 const char *test_fixture(const char *rel);
-/* Path under ../shared (static buffer per call slot). */
+/* Path under ../shared (the same ring). */
 const char *test_shared(const char *rel);
 /* A fresh temporary directory for this test run (created once). */
 const char *test_tmpdir(void);
 /* Read a whole file; caller frees. NULL if missing. */
 char *test_read_file(const char *path, size_t *len);
 /* Path of a generated golden fixture: $OMNI_GOLDEN_DIR/rel, else
- * build/fixtures/rel (make golden-fixtures); static buffer per call slot. */
+ * build/fixtures/rel (make golden-fixtures); the same ring. */
 const char *test_golden(const char *rel);
 /* A file of exactly n native floats; caller frees. NULL if missing or of
  * another size. */

@@ -134,27 +134,33 @@ static void run_cleanups(void *unused)
     }
 }
 
-const char *test_shared_dir(void)
+static char shared_dir[1024];
+
+static void probe_shared_dir(void)
 {
-    static char dir[1024];
-    static int probed;
-    if (!probed) {
-        probed = 1;
-        const char *env = getenv("OMNI_SHARED");
-        snprintf(dir, sizeof dir, "%s", env ? env : "../shared");
-        struct stat st;
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            dir[0] = 0;
-    }
-    return dir[0] ? dir : NULL;
+    const char *env = getenv("OMNI_SHARED");
+    snprintf(shared_dir, sizeof shared_dir, "%s", env ? env : "../shared");
+    struct stat st;
+    if (stat(shared_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        shared_dir[0] = 0;
 }
 
+const char *test_shared_dir(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT; /* tests call it from their threads too */
+    pthread_once(&once, probe_shared_dir);
+    return shared_dir[0] ? shared_dir : NULL;
+}
+
+/* A ring of 8 path buffers per thread: a test's threads each get their own
+ * (one ring shared by all handed two threads one buffer: see
+ * whisper_batch_espeak_transcripts' history). */
 static const char *slot_path(const char *base, const char *rel)
 {
-    static char bufs[8][1024];
-    static int next;
+    static _Thread_local char bufs[8][2048];
+    static _Thread_local int next;
     char *b = bufs[next++ % 8];
-    snprintf(b, 1024, "%s/%s", base ? base : ".", rel);
+    snprintf(b, sizeof bufs[0], "%s/%s", base ? base : ".", rel);
     return b;
 }
 
