@@ -36,6 +36,20 @@ __global__ void k_read(const uint4 *p, size_t n, unsigned *sink, int unroll)
         sink[0] = acc;
 }
 
+static const size_t flush_bytes = (size_t)200 << 20; /* written before each run: L2 emptied */
+
+/* The buffer read (bytes, set), the loads' sink and the flush buffer */
+static bool buffers(size_t bytes, void **buf, unsigned **sink, char **flush)
+{
+    if (cudaMalloc(buf, bytes) != cudaSuccess || cudaMalloc((void **)sink, 4) != cudaSuccess ||
+        cudaMalloc((void **)flush, flush_bytes) != cudaSuccess) {
+        fprintf(stderr, "cuda_stream_probe: cannot allocate %zu MB on the GPU\n", (bytes + flush_bytes) >> 20);
+        return false;
+    }
+    cudaMemset(*buf, 1, bytes);
+    return true;
+}
+
 /* One product of the chain: every thread's first 4 loads go out before
  * the wait for the previous kernel (the weights do not depend on it). */
 __global__ void k_read_link(const uint4 *p, size_t n, unsigned *sink)
@@ -76,15 +90,10 @@ static int chain(int sms)
     len[n++] = (size_t)(out * 1e6) / 256 * 256;
     for (int i = 0; i < n; i++)
         total += len[i];
-    const size_t flush_bytes = (size_t)200 << 20;
     char *buf, *flush;
     unsigned *sink;
-    if (cudaMalloc(&buf, total) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess ||
-        cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
-        fprintf(stderr, "cuda_stream_probe: cannot allocate %zu MB on the GPU\n", (total + flush_bytes) >> 20);
+    if (!buffers(total, (void **)&buf, &sink, &flush))
         return 1;
-    }
-    cudaMemset(buf, 1, total);
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     cudaEvent_t t0, t1;
@@ -147,16 +156,12 @@ int main(int argc, char **argv)
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
         return chain(sms);
     }
-    const size_t max_bytes = (size_t)1 << 30, flush_bytes = (size_t)200 << 20;
+    const size_t max_bytes = (size_t)1 << 30;
     uint4 *buf;
     unsigned *sink;
     char *flush;
-    if (cudaMalloc(&buf, max_bytes) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess ||
-        cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
-        fprintf(stderr, "cuda_stream_probe: cannot allocate %zu MB on the GPU\n", (max_bytes + flush_bytes) >> 20);
+    if (!buffers(max_bytes, (void **)&buf, &sink, &flush))
         return 1;
-    }
-    cudaMemset(buf, 1, max_bytes);
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaEvent_t t0, t1;
