@@ -54,6 +54,11 @@ const char *test_shared_dir(void);
 const char *test_fixture(const char *rel);
 /* Path under ../shared (the same ring). */
 const char *test_shared(const char *rel);
+/* Environment switches read when something is made (a backend): the
+ * current value of name as a copy (NULL: unset), and name put back to it
+ * (unset for NULL; frees saved). */
+char *test_env_save(const char *name);
+void test_env_restore(const char *name, char *saved);
 /* A fresh temporary directory for this test run (created once). */
 const char *test_tmpdir(void);
 /* Read a whole file; caller frees. NULL if missing. */

@@ -220,15 +220,10 @@ TEST(backend_wide_decode_attention)
     }
     static const int swa[2] = { 0, 50 };
     const struct att_shape c = { .nh = 16, .nkv = 4, .nb = 8, .n_tok = N, .pos = pos, .seq = seq };
-    const char *was = getenv("OMNI_CUDA_FDW");
-    char *saved = was ? strdup(was) : NULL;
+    char *saved = test_env_save("OMNI_CUDA_FDW");
     for (int round = 0; round < 2; round++) {
         setenv("OMNI_CUDA_FDW", round ? "0" : "8", 1);
         att_check(&c, swa);
     }
-    if (saved)
-        setenv("OMNI_CUDA_FDW", saved, 1);
-    else
-        unsetenv("OMNI_CUDA_FDW");
-    free(saved);
+    test_env_restore("OMNI_CUDA_FDW", saved);
 }

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -171,6 +172,21 @@ const char *test_golden(const char *rel)
 {
     const char *dir = getenv("OMNI_GOLDEN_DIR");
     return slot_path(dir ? dir : "build/fixtures", rel);
+}
+
+char *test_env_save(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? strdup(v) : NULL;
+}
+
+void test_env_restore(const char *name, char *saved)
+{
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
 }
 
 const char *test_tmpdir(void)

@@ -231,17 +231,11 @@ TEST(backend_matmul_types_f32_act)
 {
     if (on_cpu())
         SKIP("OMNI_CUDA_ACT is cuda's");
-    const char *old = getenv("OMNI_CUDA_ACT");
-    char *saved = old ? strdup(old) : NULL;
+    char *saved = test_env_save("OMNI_CUDA_ACT");
     setenv("OMNI_CUDA_ACT", "f32", 1);
     char err[256];
     struct omni_backend *be = omni_backend_new(backend_name(), 0, err, sizeof err);
-    if (saved) {
-        setenv("OMNI_CUDA_ACT", saved, 1);
-        free(saved);
-    } else {
-        unsetenv("OMNI_CUDA_ACT");
-    }
+    test_env_restore("OMNI_CUDA_ACT", saved);
     CHECK_MSG(be, "%s", err);
     test_defer(free_backend, be);
     matmul_types_pass(be, true);
@@ -1066,8 +1060,7 @@ TEST(backend_mmq_ranges)
     rng_state = 31;
     for (int i = 0; i < NMAX * COLS; i++)
         x[i] = frand() * (i % 97 == 0 ? 4.0f : 1.0f); /* a few outliers per 256 */
-    const char *old = getenv("OMNI_CUDA_MMQ_KS");
-    char *saved = old ? strdup(old) : NULL;
+    char *saved = test_env_save("OMNI_CUDA_MMQ_KS");
     for (size_t si = 0; si < sizeof splits / sizeof *splits; si++) {
         if (splits[si])
             setenv("OMNI_CUDA_MMQ_KS", splits[si], 1);
@@ -1124,12 +1117,7 @@ TEST(backend_mmq_ranges)
         be->free(be, dw);
         omni_backend_free(be);
     }
-    if (saved) {
-        setenv("OMNI_CUDA_MMQ_KS", saved, 1);
-        free(saved);
-    } else {
-        unsetenv("OMNI_CUDA_MMQ_KS");
-    }
+    test_env_restore("OMNI_CUDA_MMQ_KS", saved);
     free(w), free(wd), free(x), free(y), free(ref), free(q);
 }
 

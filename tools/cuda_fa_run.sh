@@ -22,9 +22,8 @@
 # --concurrency 1,16 --prompt-tokens 4096 --gen-tokens 64 on the 1B file per
 # ENGINE_ENVS, default "X=1 OMNI_CUDA_FA=0,OMNI_CUDA_FD=0"), ENGINE_SHORT=1
 # (bench_engine_dev --concurrency 1,16,64 --prompt-tokens 128 --gen-tokens
-# 64 on the 1B file per SHORT_ENVS, ROUNDS times interleaved). A variant's
-# B=DIR takes that variant's binaries from DIR (OLD_PREBUILT=FILE.tar.xz is
-# unpacked into build-fold/ for B=build-fold).
+# 64 on the 1B file per SHORT_ENVS, ROUNDS times interleaved), TG_N (the
+# tokens of the tg runs, default 64).
 set -u
 DEV=${DEV:-build-cucar}
 NAME=${NAME:-f_fa}
@@ -72,12 +71,6 @@ if [ "${RUN_LLAMA:-0}" = 1 ] && [ ! -x "$LB/llama-bench" ]; then
     llama_pid=$!
 fi
 mkdir -p build-fcuda && tar xJf "${PREBUILT:-$DEV/bins.tar.xz}" -C build-fcuda
-[ -n "${OLD_PREBUILT:-}" ] && mkdir -p build-fold && tar xJf "$OLD_PREBUILT" -C build-fold
-bin() { # variant name: the variant's binary (B=DIR in the variant, else build-fcuda)
-    local d=build-fcuda
-    case ",$1," in *,B=*) d=${1#*B=}; d=${d%%,*} ;; esac
-    echo "$d/$2"
-}
 for t in test_cuda bench_dev; do
     ldd "build-fcuda/$t" | grep "not found" && say "build-fcuda/$t: missing libraries"
 done
@@ -116,7 +109,7 @@ bd() { # file P
         for ev in $ENVS; do
             [ "$(left)" -gt 20 ] || return 0
             local line
-            line=$(env ${ev//,/ } timeout "$(cap 60)" "$(bin "$ev" bench_dev)" -m "$1" -p "$2" -n 1 -r 3 2>/dev/null |
+            line=$(env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$1" -p "$2" -n 1 -r 3 2>/dev/null |
                 grep '"pp')
             say "pp$2 $(basename "$1" .gguf) $ev round $r: $line"
         done
@@ -127,9 +120,9 @@ tg() { # file depth
         for ev in $TG_ENVS; do
             [ "$(left)" -gt 20 ] || return 0
             local line
-            line=$(env ${ev//,/ } timeout "$(cap 60)" "$(bin "$ev" bench_dev)" -m "$1" -p 1 -n "${TG_N:-64}" -d "$2" -r 2 \
+            line=$(env ${ev//,/ } timeout "$(cap 60)" build-fcuda/bench_dev -m "$1" -p 1 -n "${TG_N:-64}" -d "$2" -r 2 \
                 2>/dev/null | grep '"tg')
-            say "tg64 d$2 $(basename "$1" .gguf) $ev round $r: $line"
+            say "tg${TG_N:-64} d$2 $(basename "$1" .gguf) $ev round $r: $line"
         done
     done
 }
@@ -157,7 +150,7 @@ if [ "${ENGINE_SHORT:-0}" = 1 ]; then
     for r in $(seq "${ROUNDS:-2}"); do
         for ev in ${SHORT_ENVS:-X=1}; do
             [ "$(left)" -gt 40 ] || break
-            env ${ev//,/ } timeout "$(cap 90)" "$(bin "$ev" bench_engine_dev)" -m "$M4" --device cuda \
+            env ${ev//,/ } timeout "$(cap 90)" build-fcuda/bench_engine_dev -m "$M4" --device cuda \
                 --concurrency 1,16,64 --prompt-tokens 128 --gen-tokens 64 > "$W/engine.txt" 2>&1
             say "engine 128+64 $ev round $r rc $?: $(grep -E '^ *(1|16|64) ' "$W/engine.txt" | awk '{printf "%s: %s tok/s, step %s ms, decode %s ms; ", $1, $2, $9, $10}')"
             tail -5 "$W/engine.txt" >> "$O/engine_short.txt"
