@@ -98,7 +98,8 @@ KVARIANTS=${KVARIANTS:-gk_off}
 AVARIANTS=${AVARIANTS:-amx_old}
 MVARIANTS=${MVARIANTS:-}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
-# q8u: with -DOMNI_X86_Q8_U=1;
+# q8u: with -DOMNI_X86_Q8_U=1; q40old: the VNNI q4_0 decode dot a block at a
+# time (-DOMNI_X86_Q40_W4=0, before four blocks a register);
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
@@ -108,6 +109,7 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     case $1 in
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
+    q40old) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q40_W4=0" ;;
     ms1|ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
     s*d*) local sv=${1#s}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${sv%%d*} -DOMNI_X86_PF_DIST=${1##*d}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;

@@ -11,7 +11,8 @@
 #   OUT=/tmp/o bash tools/device_intel_pass.sh      (from the repo root)
 # Needs build-h7dev/ carried: llama_src.tgz (llama.cpp's source from the npm
 # package node-llama-cpp), pcre2/ (Debian's static libpcre2-8), the Llama 3 and
-# Qwen2 vocabularies. Knobs: CORES (14,15), SHAPES, TYPES, DEADLINE (570 s).
+# Qwen2 vocabularies. Knobs: CORES (14,15: the engine runs), PAIRS (core pairs
+# for tg, space-separated; default CORES), SHAPES, TYPES, DEADLINE (570 s).
 # Writes $OUT/ipass/: log.txt, ours.jsonl, llama.jsonl, engine.jsonl.
 set -u
 O=${OUT:-/tmp/out}/ipass
@@ -69,24 +70,29 @@ tail -1 "$O/llama_build.log"
 stamp "llama.cpp built"
 LB=/tmp/ip_llcpu/bin/llama-bench
 
-# 3. per file: tg (ours, llama.cpp), pp (ours, llama.cpp), in the same minute
+# 3. per file: tg (ours, llama.cpp) on each core pair of PAIRS, then pp
+# (ours, llama.cpp) on the first, all in the same minute
 pick() { grep -o "$1" | head -1 | sed 's/.*: //'; }
+PAIRS=${PAIRS:-$CORES}
 for s in $SHAPES; do
     for t in $TYPES; do
         F=/tmp/ip_$s-$t.gguf; [ -s $F ] || continue
         [ "$(left)" -gt 40 ] || break
-        o=$(timeout 90 taskset -c $CORES /tmp/ip_bench -m $F --threads 2 -p 16 -n 64 --reps 2 --json 2>/dev/null | grep '^{')
-        echo "$o" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"tg\", /" >> "$O/ours.jsonl"
-        l=$(timeout 90 taskset -c $CORES $LB -m $F -t 2 -p 0 -n 64 -r 2 -o jsonl 2>/dev/null | grep '^{')
-        echo "$l" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"tg\", /" >> "$O/llama.jsonl"
-        op=$(timeout 90 taskset -c $CORES /tmp/ip_bench -m $F --threads 2 -p 512 -n 1 --reps 2 --no-bandwidth --json 2>/dev/null | grep '^{')
-        echo "$op" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"pp\", /" >> "$O/ours.jsonl"
-        lp=$(timeout 90 taskset -c $CORES $LB -m $F -t 2 -p 512 -n 0 -r 2 -o jsonl 2>/dev/null | grep '^{')
-        echo "$lp" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"pp\", /" >> "$O/llama.jsonl"
-        echo "RESULT $s $t: tg ours $(echo "$o" | pick '"tg_tok_s": [0-9.]*') llama $(echo "$l" | pick '"avg_ts": [0-9.]*')" \
-             "bwf $(echo "$o" | pick '"bandwidth_fraction": [0-9.]*') bw $(echo "$o" | pick '"bandwidth_gb_s": [0-9.]*')" \
-             "| pp ours $(echo "$op" | pick '"pp_tok_s": [0-9.]*') llama $(echo "$lp" | pick '"avg_ts": [0-9.]*')" \
-             "| cpu $(echo "$o" | pick '"cpu": "[a-z0-9]*"')"
+        for c in $PAIRS; do
+            o=$(timeout 90 taskset -c $c /tmp/ip_bench -m $F --threads 2 -p 16 -n 64 --reps 2 --json 2>/dev/null | grep '^{')
+            echo "$o" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"tg\", \"cores\": \"$c\", /" >> "$O/ours.jsonl"
+            l=$(timeout 90 taskset -c $c $LB -m $F -t 2 -p 0 -n 64 -r 2 -o jsonl 2>/dev/null | grep '^{')
+            echo "$l" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"tg\", \"cores\": \"$c\", /" >> "$O/llama.jsonl"
+            echo "RESULT $s $t cores $c: tg ours $(echo "$o" | pick '"tg_tok_s": [0-9.]*') llama $(echo "$l" | pick '"avg_ts": [0-9.]*')" \
+                 "bwf $(echo "$o" | pick '"bandwidth_fraction": [0-9.]*') bw $(echo "$o" | pick '"bandwidth_gb_s": [0-9.]*')" \
+                 "| cpu $(echo "$o" | pick '"cpu": "[a-z0-9]*"')"
+        done
+        c=${PAIRS%% *}
+        op=$(timeout 90 taskset -c $c /tmp/ip_bench -m $F --threads 2 -p 512 -n 1 --reps 2 --no-bandwidth --json 2>/dev/null | grep '^{')
+        echo "$op" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"pp\", \"cores\": \"$c\", /" >> "$O/ours.jsonl"
+        lp=$(timeout 90 taskset -c $c $LB -m $F -t 2 -p 512 -n 0 -r 2 -o jsonl 2>/dev/null | grep '^{')
+        echo "$lp" | sed "s/^{/{\"shape\": \"$s\", \"type\": \"$t\", \"test\": \"pp\", \"cores\": \"$c\", /" >> "$O/llama.jsonl"
+        echo "RESULT $s $t cores $c: pp ours $(echo "$op" | pick '"pp_tok_s": [0-9.]*') llama $(echo "$lp" | pick '"avg_ts": [0-9.]*')"
     done
 done
 stamp "bench"

@@ -712,6 +712,122 @@ static inline __attribute__((always_inline)) void dot_prep_vnni(int64_t n, const
         dot(n, &wr, a, prep, variant, 1, &y[r]);                                           \
     }
 
+/* q4_0 decode, four blocks a register (OMNI_X86_Q40_W4 1, the default; 0:
+ * dot_prep_vnni's block at a time). The one-block form spends most of its
+ * instructions per block on the block's own scale: a float conversion and a
+ * multiply-add of 8 partial sums, a broadcast of the scale product, the f16
+ * scales gathered by scalar loads. Here blocks i..i+3 of a row go into the
+ * four 128-bit lanes of one zmm (a load and three inserts of their 16 quant
+ * bytes), their four f16 scales come from one 64-byte load of the same
+ * bytes by one vpermw straight into the lanes' pattern (block k's scale in
+ * lanes 4k..4k+3), and one conversion and multiply-add take the 16 partial
+ * sums of the four blocks. The activation is laid out to match once per
+ * call (struct q40w4_act: blocks' low and high 16 quants by lanes, their
+ * scales and sums in the same pattern). Each row's sums have their own
+ * fixed order (lanes, then the tail blocks one at a time), whatever its
+ * neighbours: S rows in lockstep give each row the bits it has alone. */
+#ifndef OMNI_X86_Q40_W4
+#define OMNI_X86_Q40_W4 1
+#endif
+#define Q40W4_MAX_N 32768 /* the laid-out activation on the stack: 8 KB a 1024 values */
+
+struct q40w4_act { /* blocks 4g .. 4g + 3 of the activation */
+    _Alignas(64) int8_t lo[64]; /* lane k: block 4g + k's quants 0-15 (the low nibbles') */
+    int8_t hi[64];              /* its quants 16-31 (the high nibbles') */
+    float dy[16];               /* its scale, in lanes 4k .. 4k + 3 */
+    int32_t off[16];            /* -8 x the sum of the quants lane 4k + j's dot takes (q4_0's offset) */
+};
+
+static void q40w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, struct q40w4_act *g)
+{
+    for (int64_t i = 0; i < ng; i++)
+        for (int k = 0; k < 4; k++) {
+            const int64_t b = 4 * i + k;
+            memcpy(g[i].lo + 16 * k, y[b].qs, 16);
+            memcpy(g[i].hi + 16 * k, y[b].qs + 16, 16);
+            for (int l = 0; l < 4; l++) {
+                int sum = 0;
+                for (int j = 0; j < 4; j++)
+                    sum += y[b].qs[4 * l + j] + y[b].qs[16 + 4 * l + j];
+                g[i].dy[4 * k + l] = prep[b];
+                g[i].off[4 * k + l] = -8 * sum;
+            }
+        }
+}
+
+/* y[s] = the dot of q4_0 row w[s] with the activation, s < S */
+static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const uint8_t *const *w,
+                                                             const struct q40w4_act *g, const void *a,
+                                                             const float *prep, const int S, float *out)
+{
+    const int64_t nb = n / QK8_0, ng = nb / 4;
+    const block_q8_0 *y = a;
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    /* the scales of the four blocks at bytes 0, 18, 36, 54: words 0, 9, 18, 27 */
+    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27, 27, 18,
+                                          18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        acc[s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < ng; i++) {
+        const struct q40w4_act *ga = &g[i];
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const uint8_t *p = w[s] + 72 * i;
+            if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) {
+                _mm_prefetch((const char *)p + OMNI_X86_PF_DIST, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+                _mm_prefetch((const char *)p + OMNI_X86_PF_DIST + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+            }
+            __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 2)));
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 20)), 1);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 38)), 2);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 56)), 3);
+            const __m512 dw = _mm512_cvtph_ps(
+                _mm512_castsi512_si256(_mm512_permutexvar_epi16(sidx, _mm512_loadu_si512((const void *)p))));
+            const __m512i lo = _mm512_and_si512(q, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m0f);
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->off), lo,
+                                              _mm512_load_si512((const void *)ga->lo));
+            dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512((const void *)ga->hi));
+            acc[s] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(ga->dy)), _mm512_cvtepi32_ps(dot), acc[s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        float t = _mm512_reduce_add_ps(acc[s]);
+        for (int64_t i = 4 * ng; i < nb; i++) { /* the last 1-3 blocks one at a time */
+            const block_q4_0 *x = (const block_q4_0 *)(w[s] + i * sizeof(block_q4_0));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+            const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(x->qs), qy),
+                                                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), qy));
+            t += h2f(x->d) * prep[i] * (float)hsum_epi32_256(dot);
+        }
+        out[s] = t;
+    }
+}
+
+static void vec_dot_prep_q4_0_w4(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                 const float *prep, float *y)
+{
+    const int64_t ng = n / QK8_0 / 4;
+    struct q40w4_act g[ng > 0 ? ng : 1];
+    q40w4_layout(ng, a, prep, g);
+    const int64_t per = n_rows / 4;
+    for (int64_t r = 0; r < per; r++) {
+        const uint8_t *ws[4];
+        float o[4];
+        for (int s = 0; s < 4; s++)
+            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
+        q40w4_rows(n, ws, g, a, prep, 4, o);
+        for (int s = 0; s < 4; s++)
+            y[r + s * per] = o[s];
+    }
+    for (int64_t r = 4 * per; r < n_rows; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
+        q40w4_rows(n, &wr, g, a, prep, 1, &y[r]);
+    }
+}
+
 static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
@@ -721,6 +837,10 @@ static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64
 static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
+    if (OMNI_X86_Q40_W4 && n >= 4 * QK8_0 && n <= Q40W4_MAX_N) {
+        vec_dot_prep_q4_0_w4(n, w, w_row, n_rows, a, prep, y);
+        return;
+    }
     DOT_PREP_ROWS_PF(dot_prep_vnni, 1)
 }
 
