@@ -13,7 +13,7 @@
 # Makefile's portable build (-O2 -march=x86-64-v2); tools/bench_only's
 # plain sgemm replaced by tools/bench_only/sgemm_fast.c where it exists.
 # Knobs: STEPS (tests asan dots vdots stream tg lv pp matmul bd engine mmb), CFX (extra cc flags),
-# CORES (14,15), TYPES, DEADLINE (195 s), SHAPE (llama-3.2-1b: random_model's shape of the
+# CORES (14,15), TYPES, VOCAB (the files' vocabulary: Llama 3's), DEADLINE (195 s), SHAPE (llama-3.2-1b: random_model's shape of the
 # files), TEST_LEVELS (every level), ASAN_LEVEL (amx), LV_LEVELS and DOT_LEVELS (avx2 avxvnni
 # avx512vnni: the levels steps lv and vdots compare), ENGLEVELS (amx avx512vnni), WAIT_TESTS, MM_RUNS
 # (level:type:shape:batches runs of bench_matmul for step matmul instead of its default set).
@@ -56,7 +56,7 @@ fi
 if has tg || has lv || has pp || has bd || has engine; then
     for t in $TYPES; do
         taskset -c 12,13 python3 tools/random_model --shape $SHAPE --type $t \
-            --vocab $DEV/ggml-vocab-llama-bpe.gguf -o /tmp/i_$SHAPE-$t.gguf > "$O/model_$t.log" 2>&1 &
+            --vocab ${VOCAB:-$DEV/ggml-vocab-llama-bpe.gguf} -o /tmp/i_$SHAPE-$t.gguf > "$O/model_$t.log" 2>&1 &
     done
 fi
 
@@ -98,8 +98,9 @@ KVARIANTS=${KVARIANTS:-gk_off}
 AVARIANTS=${AVARIANTS:-amx_old}
 MVARIANTS=${MVARIANTS:-}
 # pf<V>_<D>: quants_avx512.c with -DOMNI_X86_PF=V -DOMNI_X86_PF_DIST=D;
-# q8u: with -DOMNI_X86_Q8_U=1; q40old: the VNNI q4_0 decode dot a block at a
-# time (-DOMNI_X86_Q40_W4=0, before four blocks a register);
+# q8u: with -DOMNI_X86_Q8_U=1; q40old / q50old / w4old: the VNNI q4_0 / q5_0
+# / both decode dots a block at a time (-DOMNI_X86_Q40_W4=0,
+# -DOMNI_X86_Q50_W4=0: before four blocks a register);
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
@@ -110,6 +111,8 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     pf*) local pv=${1#pf}; pv=${pv%%_*}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_PF=$pv -DOMNI_X86_PF_DIST=${1##*_}" ;;
     q8u) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q8_U=1" ;;
     q40old) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q40_W4=0" ;;
+    q50old) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q50_W4=0" ;;
+    w4old) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q40_W4=0 -DOMNI_X86_Q50_W4=0" ;;
     ms1|ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
     s*d*) local sv=${1#s}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${sv%%d*} -DOMNI_X86_PF_DIST=${1##*d}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;

@@ -729,16 +729,19 @@ static inline __attribute__((always_inline)) void dot_prep_vnni(int64_t n, const
 #ifndef OMNI_X86_Q40_W4
 #define OMNI_X86_Q40_W4 1
 #endif
+#ifndef OMNI_X86_Q50_W4 /* the same for q5_0 (0: a block at a time) */
+#define OMNI_X86_Q50_W4 1
+#endif
 #define Q40W4_MAX_N 32768 /* the laid-out activation on the stack: 8 KB a 1024 values */
 
 struct q40w4_act { /* blocks 4g .. 4g + 3 of the activation */
     _Alignas(64) int8_t lo[64]; /* lane k: block 4g + k's quants 0-15 (the low nibbles') */
     int8_t hi[64];              /* its quants 16-31 (the high nibbles') */
     float dy[16];               /* its scale, in lanes 4k .. 4k + 3 */
-    int32_t off[16];            /* -8 x the sum of the quants lane 4k + j's dot takes (q4_0's offset) */
+    int32_t off[16];            /* -8 (q4_0) or -16 (q5_0) x the sum of the quants lane 4k + j's dot takes */
 };
 
-static void q40w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, struct q40w4_act *g)
+static void q40w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, int offset, struct q40w4_act *g)
 {
     for (int64_t i = 0; i < ng; i++)
         for (int k = 0; k < 4; k++) {
@@ -750,22 +753,37 @@ static void q40w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, str
                 for (int j = 0; j < 4; j++)
                     sum += y[b].qs[4 * l + j] + y[b].qs[16 + 4 * l + j];
                 g[i].dy[4 * k + l] = prep[b];
-                g[i].off[4 * k + l] = -8 * sum;
+                g[i].off[4 * k + l] = -offset * sum;
             }
         }
 }
 
-/* y[s] = the dot of q4_0 row w[s] with the activation, s < S */
+/* y[s] = the dot of q4_0 (five 0) or q5_0 (five 1) row w[s] with the
+ * activation, s < S. q5_0's blocks are 22 bytes (scale, 32 bits of 5th
+ * bits, quants): its scales and bit words come from two 64-byte loads by two
+ * vpermw into one register, the bits of each block's low and high quants
+ * go through a mask register into the quants (a masked byte add of 16). */
 static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const uint8_t *const *w,
                                                              const struct q40w4_act *g, const void *a,
-                                                             const float *prep, const int S, float *out)
+                                                             const float *prep, const int five, const int S,
+                                                             float *out)
 {
     const int64_t nb = n / QK8_0, ng = nb / 4;
+    const size_t bx = five ? sizeof(block_q5_0) : sizeof(block_q4_0), qo = five ? 6 : 2;
     const block_q8_0 *y = a;
-    const __m512i m0f = _mm512_set1_epi8(0x0f);
-    /* the scales of the four blocks at bytes 0, 18, 36, 54: words 0, 9, 18, 27 */
-    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27, 27, 18,
-                                          18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    const __m512i m0f = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
+    /* q4_0: the scales of the four blocks at bytes 0, 18, 36, 54: words 0,
+     * 9, 18, 27. q5_0: at bytes 0, 22, 44 of the first load (words 0, 11,
+     * 22) and 66 (word 21 of the second, at byte 24), the bit words after
+     * each (words 1-2, 12-13, 23-24; 22-23 of the second) into words 16-23 */
+    const __m512i sidx = five ? _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 23, 22, 24, 23, 13, 12, 2, 1, 21, 21,
+                                                 21, 21, 22, 22, 22, 22, 11, 11, 11, 11, 0, 0, 0, 0)
+                              : _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27, 27,
+                                                 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    /* the words the second load gives (q5_0's fourth block) */
+    const __mmask32 second = (__mmask32)0x00c0f000u;
+    /* the four bit words' low halves into bytes 0-7, high halves 8-15 */
+    const __m128i hsplit = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int s = 0; s < S; s++)
@@ -774,18 +792,24 @@ static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const ui
         const struct q40w4_act *ga = &g[i];
 #pragma GCC unroll 4
         for (int s = 0; s < S; s++) {
-            const uint8_t *p = w[s] + 72 * i;
+            const uint8_t *p = w[s] + 4 * bx * i;
             if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) {
                 _mm_prefetch((const char *)p + OMNI_X86_PF_DIST, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
                 _mm_prefetch((const char *)p + OMNI_X86_PF_DIST + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
             }
-            __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 2)));
-            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 20)), 1);
-            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 38)), 2);
-            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + 56)), 3);
-            const __m512 dw = _mm512_cvtph_ps(
-                _mm512_castsi512_si256(_mm512_permutexvar_epi16(sidx, _mm512_loadu_si512((const void *)p))));
-            const __m512i lo = _mm512_and_si512(q, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m0f);
+            __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + qo)));
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + qo + bx)), 1);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + qo + 2 * bx)), 2);
+            q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + qo + 3 * bx)), 3);
+            __m512i sw = _mm512_permutexvar_epi16(sidx, _mm512_loadu_si512((const void *)p));
+            __m512i lo = _mm512_and_si512(q, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m0f);
+            if (five) {
+                sw = _mm512_mask_permutexvar_epi16(sw, second, sidx, _mm512_loadu_si512((const void *)(p + 24)));
+                const __m128i h = _mm_shuffle_epi8(_mm512_extracti32x4_epi32(sw, 2), hsplit);
+                lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(h)), lo, b16);
+                hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64((uint64_t)_mm_extract_epi64(h, 1)), hi, b16);
+            }
+            const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(sw));
             __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->off), lo,
                                               _mm512_load_si512((const void *)ga->lo));
             dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512((const void *)ga->hi));
@@ -796,35 +820,38 @@ static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const ui
     for (int s = 0; s < S; s++) {
         float t = _mm512_reduce_add_ps(acc[s]);
         for (int64_t i = 4 * ng; i < nb; i++) { /* the last 1-3 blocks one at a time */
-            const block_q4_0 *x = (const block_q4_0 *)(w[s] + i * sizeof(block_q4_0));
+            const uint8_t *x = w[s] + i * bx;
             const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-            const __m256i dot = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(x->qs), qy),
-                                                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), qy));
-            t += h2f(x->d) * prep[i] * (float)hsum_epi32_256(dot);
+            const __m256i dot = _mm256_sub_epi32(block_prep_vnni(x, qy, five ? 2 : 1, 1),
+                                                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(five ? 16 : 8), qy));
+            ggml_half hd;
+            memcpy(&hd, x, sizeof hd);
+            t += h2f(hd) * prep[i] * (float)hsum_epi32_256(dot);
         }
         out[s] = t;
     }
 }
 
-static void vec_dot_prep_q4_0_w4(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                 const float *prep, float *y)
+static inline __attribute__((always_inline)) void q40w4_prep(int64_t n, const void *w, size_t w_row,
+                                                             int64_t n_rows, const void *a, const float *prep,
+                                                             const int five, float *y)
 {
     const int64_t ng = n / QK8_0 / 4;
     struct q40w4_act g[ng > 0 ? ng : 1];
-    q40w4_layout(ng, a, prep, g);
+    q40w4_layout(ng, a, prep, five ? 16 : 8, g);
     const int64_t per = n_rows / 4;
     for (int64_t r = 0; r < per; r++) {
         const uint8_t *ws[4];
         float o[4];
         for (int s = 0; s < 4; s++)
             ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
-        q40w4_rows(n, ws, g, a, prep, 4, o);
+        q40w4_rows(n, ws, g, a, prep, five, 4, o);
         for (int s = 0; s < 4; s++)
             y[r + s * per] = o[s];
     }
     for (int64_t r = 4 * per; r < n_rows; r++) {
         const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
-        q40w4_rows(n, &wr, g, a, prep, 1, &y[r]);
+        q40w4_rows(n, &wr, g, a, prep, five, 1, &y[r]);
     }
 }
 
@@ -838,7 +865,7 @@ static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64
                                     const float *prep, float *y)
 {
     if (OMNI_X86_Q40_W4 && n >= 4 * QK8_0 && n <= Q40W4_MAX_N) {
-        vec_dot_prep_q4_0_w4(n, w, w_row, n_rows, a, prep, y);
+        q40w4_prep(n, w, w_row, n_rows, a, prep, 0, y);
         return;
     }
     DOT_PREP_ROWS_PF(dot_prep_vnni, 1)
@@ -847,6 +874,10 @@ static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64
 static void vec_dot_prep_q5_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
+    if (OMNI_X86_Q50_W4 && n >= 4 * QK8_0 && n <= Q40W4_MAX_N) {
+        q40w4_prep(n, w, w_row, n_rows, a, prep, 1, y);
+        return;
+    }
     DOT_PREP_ROWS_PF(dot_prep_vnni, 2)
 }
 
