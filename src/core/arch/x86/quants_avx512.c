@@ -4,8 +4,11 @@
  * AVX512: float weights (16 lanes, masked tails) and q6_K (a half block's
  * 64 elements per register, also for several activation rows at once).
  * AVX512VNNI adds the int8 dots decode runs: q8_0, q4_0, q5_0 (vpdpbusd on
- * 256 bits: 512-bit integer work shuts vector port 1 and measured slower for
- * q5_0 on Sapphire Rapids), q4_K/q5_K (vpdpwssd folds the scale products'
+ * 256 bits, a block at a time: 512-bit integer work shuts vector port 1 and
+ * a block a 256-bit half measured slower for q5_0 on Sapphire Rapids; but
+ * decode's q4_0/q5_0 vec_dot_prep takes four blocks a 512-bit register,
+ * which cuts the per-block scale work and measured 1.3-1.9x faster there),
+ * q4_K/q5_K (vpdpwssd folds the scale products'
  * add), and q8_0 for several rows (32 registers of accumulators). Each keeps
  * the integer lanes, scale products and accumulation order of its AVX2 twin
  * in quants_avx2.c, so the results have the same bits as at level AVX2
