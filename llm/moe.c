@@ -13,8 +13,9 @@
  * once, and their down rows a second pass, instead of 3k separate products
  * of a few hundred rows each (every one a quantization of its input and a
  * pool wake-up). The dots are omni_matmul's for one row (same quantizer,
- * same vec_dot), and the outputs are summed in expert order as below, so the
- * result has the same bits as the product-by-product path.
+ * the same vec_dot_prep on the activation's prepared block data where the
+ * type has one, else vec_dot), and the outputs are summed in expert order
+ * as below, so the result has the same bits as the product-by-product path.
  *
  * Several tokens with a pool (prefill, batched decode): each thread takes
  * whole experts (largest batch first) and runs their three products on its
@@ -56,6 +57,8 @@ struct moe_ctx {
     int n_mat;
     uint8_t *xq[2];        /* [n_embd * 4] x in the gate's and the up's dot types */
     uint8_t *aq;           /* [(n_used + 1) * ff * 4] down inputs in the dot type */
+    float *prep;           /* [n_used + 3][prep_n] their act_prep data (x's two, then aq's) */
+    size_t prep_n;         /* OMNI_ACT_PREP_FLOATS of the widest input */
     float *dg, *du;        /* [(n_used + 1) * ff] gate / up (then SwiGLU) outputs */
     float *dy;             /* [(n_used + 1) * n_embd] down outputs */
     /* several tokens on a pool: whole experts per thread */
@@ -82,6 +85,7 @@ struct dec_mat {
     size_t w_row;
     int64_t n_in, rows;
     const void *a;         /* the input in op->dot_type (floats when F32) */
+    const float *prep;     /* op->act_prep of a for op->vec_dot_prep, or NULL: vec_dot */
     float *y;              /* [rows] */
 };
 
@@ -132,12 +136,14 @@ struct moe_ctx *moe_ctx_new(const struct moe_params *p, int max_tokens, char *er
     c->xq[0] = malloc((size_t)p->n_embd * sizeof(float));
     c->xq[1] = malloc((size_t)p->n_embd * sizeof(float));
     c->aq = malloc(slots * ff * sizeof(float));
+    c->prep_n = OMNI_ACT_PREP_FLOATS((size_t)p->n_embd > ff ? (size_t)p->n_embd : ff);
+    c->prep = malloc((slots + 2) * c->prep_n * sizeof(float));
     c->dg = malloc(slots * ff * sizeof(float));
     c->du = malloc(slots * ff * sizeof(float));
     c->dy = malloc(slots * p->n_embd * sizeof(float));
     if (!c->logits || !c->idx || !c->w || !c->count || !c->start || !c->order || !c->xg ||
         !c->g || !c->u || !c->sh || !c->mat || !c->mat_start || !c->xq[0] || !c->xq[1] ||
-        !c->aq || !c->dg || !c->du || !c->dy)
+        !c->aq || !c->prep || !c->dg || !c->du || !c->dy)
         goto nomem;
     return c;
 nomem:
@@ -165,6 +171,7 @@ void moe_ctx_free(struct moe_ctx *c)
     free(c->xq[0]);
     free(c->xq[1]);
     free(c->aq);
+    free(c->prep);
     free(c->dg);
     free(c->du);
     free(c->dy);
@@ -352,6 +359,12 @@ static void dec_worker(void *arg, int ith, int nth)
         const int64_t b0 = lo - c->mat_start[m], b1 = hi - c->mat_start[m], wr_b = (int64_t)M->w_row;
         const int64_t r0 = b0 > 0 ? (b0 + wr_b - 1) / wr_b : 0;
         const int64_t r1 = b1 > 0 ? ((b1 + wr_b - 1) / wr_b < M->rows ? (b1 + wr_b - 1) / wr_b : M->rows) : 0;
+        if (M->prep) { /* the kernel's own row loop and prefetches, as omni_matmul's */
+            if (r0 < r1)
+                M->op->vec_dot_prep(M->n_in, M->w + (size_t)r0 * M->w_row, M->w_row, r1 - r0, M->a, M->prep,
+                                    M->y + r0);
+            continue;
+        }
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = M->w + (size_t)r * M->w_row;
             if (r + DEC_PREFETCH_ROWS < r1) {
@@ -364,15 +377,17 @@ static void dec_worker(void *arg, int ith, int nth)
     }
 }
 
-/* Append y = W a to the pass; 0, or -1 when W's type has no dot kernel. */
-static int dec_add(struct moe_ctx *c, const struct omni_tensor *w, const void *a, float *y)
+/* Append y = W a to the pass (prep: a's act_prep data, see dec_input); 0,
+ * or -1 when W's type has no dot kernel. */
+static int dec_add(struct moe_ctx *c, const struct omni_tensor *w, const void *a, const float *prep, float *y)
 {
     const struct omni_quant_ops *op = omni_quant_ops(w->type);
     const size_t w_row = ggml_row_size(w->type, w->ne[0]);
     if (!op || !op->vec_dot || !w_row)
         return -1;
     c->mat[c->n_mat] = (struct dec_mat){ .op = op, .w = w->data, .w_row = w_row, .n_in = w->ne[0],
-                                         .rows = w->ne[1], .a = a, .y = y };
+                                         .rows = w->ne[1], .a = a, .prep = op->vec_dot_prep ? prep : NULL,
+                                         .y = y };
     c->mat_start[c->n_mat + 1] = c->mat_start[c->n_mat] + w->ne[1] * (int64_t)w_row;
     c->n_mat++;
     return 0;
@@ -387,14 +402,19 @@ static void dec_run(struct moe_ctx *c)
 }
 
 /* a[n] as W's activation (W's dot type, as omni_matmul quantizes it) in
- * buf, or a itself for float dots. */
-static const void *dec_input(int w_type, const float *a, int64_t n, uint8_t *buf)
+ * buf, or a itself for float dots; with its act_prep data in prep where the
+ * type has a vec_dot_prep (omni_matmul's one-row path). */
+static const void *dec_input(int w_type, const float *a, int64_t n, uint8_t *buf, float *prep)
 {
     const struct omni_quant_ops *op = omni_quant_ops(w_type);
-    if (!op || !op->from_float)
-        return a;
-    op->from_float(a, buf, n);
-    return buf;
+    const void *in = a;
+    if (op && op->from_float) {
+        op->from_float(a, buf, n);
+        in = buf;
+    }
+    if (op && op->vec_dot_prep)
+        op->act_prep(in, prep, n);
+    return in;
 }
 
 /* One token's experts (already routed: idx/w of token 0) and shared expert
@@ -421,19 +441,20 @@ static int moe_one_token(struct moe_ctx *c, const struct moe_layer *L, const flo
     }
     /* pass 1: gate and up rows of every chosen expert (and the shared one),
      * x quantized once per dot type */
-    const void *xg = dec_input(L->gate.type, x, d, c->xq[0]);
-    const void *xu = L->up.type == L->gate.type ? xg : dec_input(L->up.type, x, d, c->xq[1]);
+    float *pg = c->prep, *pu = L->up.type == L->gate.type ? pg : c->prep + c->prep_n;
+    const void *xg = dec_input(L->gate.type, x, d, c->xq[0], pg);
+    const void *xu = L->up.type == L->gate.type ? xg : dec_input(L->up.type, x, d, c->xq[1], pu);
     c->n_mat = 0;
     c->mat_start[0] = 0;
     for (int s = 0; s < k; s++) {
         const int e = c->idx[ord[s]];
         const struct omni_tensor g = moe_expert(&L->gate, e), u = moe_expert(&L->up, e);
-        if (dec_add(c, &g, xg, c->dg + s * F) || dec_add(c, &u, xu, c->du + s * F))
+        if (dec_add(c, &g, xg, pg, c->dg + s * F) || dec_add(c, &u, xu, pu, c->du + s * F))
             return -1;
     }
     if (sff && (L->sh_gate.type != L->gate.type || L->sh_up.type != L->up.type ||
-                dec_add(c, &L->sh_gate, xg, c->dg + k * F) ||
-                dec_add(c, &L->sh_up, xu, c->du + k * F)))
+                dec_add(c, &L->sh_gate, xg, pg, c->dg + k * F) ||
+                dec_add(c, &L->sh_up, xu, pu, c->du + k * F)))
         return -1;
     /* every type checked before the first product: pass 2's are checked here */
     if (!omni_quant_ops(L->down.type) || (sff && !omni_quant_ops(L->sh_down.type)))
@@ -457,16 +478,17 @@ static int moe_one_token(struct moe_ctx *c, const struct moe_layer *L, const flo
             omni_swiglu_oai(g, u, w, 1.702f, p->swiglu_limit);
         else
             omni_swiglu(g, u, w);
-        a[s] = dec_input(s < k ? L->down.type : L->sh_down.type, u, w, c->aq + s * aq_row);
+        a[s] = dec_input(s < k ? L->down.type : L->sh_down.type, u, w, c->aq + s * aq_row,
+                         c->prep + (size_t)(2 + s) * c->prep_n);
     }
     /* pass 2: the down rows */
     c->n_mat = 0;
     for (int s = 0; s < k; s++) {
         const struct omni_tensor dn = moe_expert(&L->down, c->idx[ord[s]]);
-        dec_add(c, &dn, a[s], c->dy + (size_t)s * d);
+        dec_add(c, &dn, a[s], c->prep + (size_t)(2 + s) * c->prep_n, c->dy + (size_t)s * d);
     }
     if (sff)
-        dec_add(c, &L->sh_down, a[k], c->dy + (size_t)k * d);
+        dec_add(c, &L->sh_down, a[k], c->prep + (size_t)(2 + k) * c->prep_n, c->dy + (size_t)k * d);
     dec_run(c);
 
     /* weighted sum in expert order, then the shared expert */

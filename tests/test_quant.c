@@ -626,15 +626,18 @@ TEST(quant_vec_dot_prep_rows_independent)
 }
 
 /* The K-quants' and f16's vec_dot_prep (decode's rows in streams: act_prep
- * does nothing) gives every row vec_dot's bits, for any row count and split
- * (rows in 4 lockstep sub-ranges plus a remainder), a stride wider than the
- * row honoured and nothing written past the last row. */
+ * does nothing) gives every row the bits it has alone, for any row count and
+ * split (rows in 4 lockstep sub-ranges plus a remainder), a stride wider than
+ * the row honoured and nothing written past the last row; those bits are
+ * vec_dot's, except q4_K's from the AVX-512 VNNI level on (its 512-bit
+ * decode form, quants_avx512.c's q4kw_rows: other lanes, so within the dot
+ * tolerance of the reference). */
 TEST(quant_k_vec_dot_prep_is_vec_dot)
 {
     enum { N = 1024, ROWS = 13, PAD = 48 };
     static const int types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16 };
     static uint8_t w[ROWS * (2 * N + PAD)], a[N * 4]; /* f16 rows, f32 activations */
-    static float xf[N], prep[OMNI_ACT_PREP_FLOATS(N)];
+    static float xf[N], prep[OMNI_ACT_PREP_FLOATS(N)], wdeq[N];
     rng_state = 99;
     int tested = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
@@ -655,18 +658,36 @@ TEST(quant_k_vec_dot_prep_is_vec_dot)
             if (!op->vec_dot_prep || !level_present(level))
                 continue;
             tested++;
+            const bool own_bits = type == GGML_TYPE_Q4_K && level >= OMNI_CPU_AVX512VNNI;
             op->act_prep(a, prep, N);
+            float alone[ROWS];
+            for (int r = 0; r < ROWS; r++) {
+                op->vec_dot_prep(N, w + (size_t)r * stride, stride, 1, a, prep, &alone[r]);
+                const float one = op->vec_dot(N, w + (size_t)r * stride, a);
+                if (!own_bits) {
+                    CHECK_MSG(memcmp(&alone[r], &one, sizeof one) == 0, "%s level %s row %d: %.9g, vec_dot %.9g",
+                              ggml_type_name(type), omni_cpu_level_name(level), r, alone[r], one);
+                    continue;
+                }
+                CHECK_EQ(dequantize_row(type, w + (size_t)r * stride, wdeq, N), 0);
+                double mag = 0;
+                for (int i = 0; i < N; i++)
+                    mag += fabs((double)wdeq[i] * xf[i]);
+                const float s_ref = ref->vec_dot(N, w + (size_t)r * stride, a);
+                CHECK_MSG(fabs((double)alone[r] - s_ref) <= TOL_DOT_REL * mag + 1e-30,
+                          "%s level %s row %d: %.9g vs ref %.9g", ggml_type_name(type),
+                          omni_cpu_level_name(level), r, alone[r], s_ref);
+            }
             for (int first = 0; first < 2; first++)
                 for (int n_rows = 1; first + n_rows <= ROWS; n_rows++) {
                     float y[ROWS + 1];
                     y[n_rows] = 777.0f;
                     op->vec_dot_prep(N, w + (size_t)first * stride, stride, n_rows, a, prep, y);
                     CHECK(y[n_rows] == 777.0f);
-                    for (int r = 0; r < n_rows; r++) {
-                        const float one = op->vec_dot(N, w + (size_t)(first + r) * stride, a);
-                        CHECK_MSG(memcmp(&y[r], &one, sizeof one) == 0, "%s level %s rows %d+%d: row %d %.9g, vec_dot %.9g",
-                                  ggml_type_name(type), omni_cpu_level_name(level), first, n_rows, r, y[r], one);
-                    }
+                    for (int r = 0; r < n_rows; r++)
+                        CHECK_MSG(memcmp(&y[r], &alone[first + r], sizeof(float)) == 0,
+                                  "%s level %s rows %d+%d: row %d %.9g, alone %.9g", ggml_type_name(type),
+                                  omni_cpu_level_name(level), first, n_rows, r, y[r], alone[first + r]);
                 }
         }
     }

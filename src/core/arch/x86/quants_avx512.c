@@ -979,11 +979,122 @@ static float vec_dot_q5_K_q8_K_vnni(int64_t n, const void *w, const void *a)
     return r;
 }
 
+/* q4_K decode in 512 bits (OMNI_X86_Q4K_W 1, the default; 0: the AVX2
+ * twin's steps above). A super-block's 128 quant bytes are two zmm; the
+ * low nibbles of the first hold sub-blocks 0 and 2, its high nibbles 1 and
+ * 3, the second's 4, 6 and 5, 7. The activation is laid out to match once
+ * per call (struct q4kw_act: its 256 quants in those 32-byte chunks, the
+ * sums of its 8 sub-blocks, its scale), so a super-block takes 4 vpmaddubsw
+ * and 4 vpdpwssd with the sub-block scales spread by 4 vpermw (one int32
+ * sum, one conversion and multiply-add), where the 256-bit steps take twice
+ * the integer instructions and convert 8 lanes twice. Other bits than
+ * vec_dot (the sums in other lanes): within the dot tolerance; each row's
+ * order is fixed whatever its neighbours. */
+#ifndef OMNI_X86_Q4K_W
+#define OMNI_X86_Q4K_W 1
+#endif
+#define Q4KW_MAX_N 32768 /* the laid-out activation on the stack: 320 bytes a super-block */
+
+struct q4kw_act { /* one super-block of the activation */
+    _Alignas(64) int8_t q[256]; /* values 0-31 64-95 | 32-63 96-127 | 128-159 192-223 | 160-191 224-255 */
+    int16_t sums[8];            /* the sums of its 8 sub-blocks of 32 */
+    float d;
+    char pad[44];
+};
+
+static void q4kw_layout(int64_t nsb, const block_q8_K *y, struct q4kw_act *g)
+{
+    static const int16_t from[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };
+    for (int64_t i = 0; i < nsb; i++) {
+        for (int c = 0; c < 8; c++)
+            memcpy(g[i].q + 32 * c, y[i].qs + from[c], 32);
+        for (int j = 0; j < 8; j++)
+            g[i].sums[j] = (int16_t)(y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        g[i].d = y[i].d;
+    }
+}
+
+static inline __attribute__((always_inline)) void q4kw_rows(int64_t n, const uint8_t *const *w,
+                                                            const struct q4kw_act *g, const int S, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* sub-block scales (words 0-7) into 16-word halves: (0, 2) (1, 3) (4, 6) (5, 7) */
+    const __m512i p02 = _mm512_set_epi64(0x0002000200020002ll, 0x0002000200020002ll, 0x0002000200020002ll,
+                                         0x0002000200020002ll, 0, 0, 0, 0);
+    const __m512i p13 = _mm512_add_epi16(p02, _mm512_set1_epi16(1));
+    const __m512i p46 = _mm512_add_epi16(p02, _mm512_set1_epi16(4));
+    const __m512i p57 = _mm512_add_epi16(p02, _mm512_set1_epi16(5));
+    __m512 acc[K_STREAMS_MAX];
+    __m128 acc_m[K_STREAMS_MAX];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        acc[s] = _mm512_setzero_ps();
+        acc_m[s] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct q4kw_act *ga = &g[i];
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const block_q4_K *x = (const block_q4_K *)w[s] + i;
+            k_prefetch(x, sizeof *x);
+            uint64_t sc, mn;
+            unpack_k4_scales(x->scales, &sc, &mn);
+            const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            const __m512i q0 = _mm512_loadu_si512((const void *)x->qs);
+            const __m512i q1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+            const __m512i l0 = _mm512_and_si512(q0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+            const __m512i l1 = _mm512_and_si512(q1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+            __m512i sumi = _mm512_madd_epi16(_mm512_maddubs_epi16(l0, _mm512_load_si512((const void *)ga->q)),
+                                             _mm512_permutexvar_epi16(p02, sc16));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(h0, _mm512_load_si512((const void *)(ga->q + 64))),
+                                       _mm512_permutexvar_epi16(p13, sc16));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(l1, _mm512_load_si512((const void *)(ga->q + 128))),
+                                       _mm512_permutexvar_epi16(p46, sc16));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(h1, _mm512_load_si512((const void *)(ga->q + 192))),
+                                       _mm512_permutexvar_epi16(p57, sc16));
+            const __m128 dd = k4_dd_vnni(&x->d, ga->d); /* d * y.d, dmin * y.d */
+            acc[s] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sumi), acc[s]);
+            const __m128i mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)),
+                                                _mm_loadu_si128((const __m128i *)ga->sums));
+            acc_m[s] = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(mins), acc_m[s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        out[s] = _mm512_reduce_add_ps(acc[s]) - hsum_ps128(acc_m[s]);
+}
+
+static void vec_dot_prep_q4_K_w(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                float *y)
+{
+    const int64_t nsb = n / QK_K;
+    struct q4kw_act g[nsb > 0 ? nsb : 1];
+    q4kw_layout(nsb, a, g);
+    const int64_t per = K_STREAMS_MAX > 1 ? n_rows / K_STREAMS_MAX : 0;
+    for (int64_t r = 0; r < per; r++) {
+        const uint8_t *ws[K_STREAMS_MAX];
+        float o[K_STREAMS_MAX];
+        for (int s = 0; s < K_STREAMS_MAX; s++)
+            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
+        q4kw_rows(n, ws, g, K_STREAMS_MAX, o);
+        for (int s = 0; s < K_STREAMS_MAX; s++)
+            y[r + s * per] = o[s];
+    }
+    for (int64_t r = (K_STREAMS_MAX > 1 ? K_STREAMS_MAX : 0) * per; r < n_rows; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
+        q4kw_rows(n, &wr, g, 1, &y[r]);
+    }
+}
+
 #define Q4K_ROWS_VNNI(ws, S, o) dot_q45_K_rows_vnni(n, ws, a, 0, S, 1, o)
 #define Q5K_ROWS_VNNI(ws, S, o) dot_q45_K_rows_vnni(n, ws, a, 1, S, 1, o)
 static void vec_dot_prep_q4_K_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                    const float *prep, float *y)
 {
+    if (OMNI_X86_Q4K_W && n <= Q4KW_MAX_N) {
+        vec_dot_prep_q4_K_w(n, w, w_row, n_rows, a, y);
+        return;
+    }
     K_STREAM_ROWS_512(Q4K_ROWS_VNNI)
 }
 
