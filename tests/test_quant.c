@@ -658,7 +658,7 @@ TEST(quant_k_vec_dot_prep_is_vec_dot)
             if (!op->vec_dot_prep || !level_present(level))
                 continue;
             tested++;
-            const bool own_bits = type == GGML_TYPE_Q4_K && level >= OMNI_CPU_AVX512VNNI;
+            const bool own_bits = (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K) && level >= OMNI_CPU_AVX512VNNI;
             op->act_prep(a, prep, N);
             float alone[ROWS];
             for (int r = 0; r < ROWS; r++) {

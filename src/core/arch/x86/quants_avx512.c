@@ -1086,6 +1086,71 @@ static void vec_dot_prep_q4_K_w(int64_t n, const void *w, size_t w_row, int64_t 
     }
 }
 
+/* q6_K decode at the VNNI level (OMNI_X86_Q6K_W 1, the default; 0: level
+ * AVX512's dot_q6_K_rows_avx512 above): its integer steps with each scale
+ * product and its add as one vpdpwssd, the -32 offset (sum of scale x
+ * sub-block sums) subtracted in the integer lanes, and the super-block's
+ * sum converted and scaled in 16 float lanes, where the one-row form sums
+ * two vectors horizontally per super-block and scales on the scalar side.
+ * Other bits than vec_dot (float lanes), within the dot tolerance; each
+ * row's order is fixed whatever its neighbours. */
+#ifndef OMNI_X86_Q6K_W
+#define OMNI_X86_Q6K_W 1
+#endif
+
+static inline __attribute__((always_inline)) void q6kw_rows(int64_t n, const uint8_t *const *w, const void *a,
+                                                            const int S, float *out)
+{
+    const block_q8_K *y = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
+    /* sub-blocks s0 .. s0 + 3 (8 int16 lanes each) for s0 = 0, 4, 8, 12 */
+    const __m512i i0 = _mm512_set_epi64(0x0003000300030003ll, 0x0003000300030003ll, 0x0002000200020002ll,
+                                        0x0002000200020002ll, 0x0001000100010001ll, 0x0001000100010001ll, 0, 0);
+    const __m512i idx[4] = { i0, _mm512_add_epi16(i0, _mm512_set1_epi16(4)), _mm512_add_epi16(i0, _mm512_set1_epi16(8)),
+                             _mm512_add_epi16(i0, _mm512_set1_epi16(12)) };
+    __m512 acc[K_STREAMS_MAX];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        acc[s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const block_q6_K *x = (const block_q6_K *)w[s] + i;
+            k_prefetch(x, sizeof *x);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            const __m512i sc512 = _mm512_castsi256_si512(sc16);
+            __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
+                const __m256i qh256 = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+                const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(qh256), _mm256_srli_epi16(qh256, 2), 1);
+                const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+                const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q0, _mm512_loadu_si512(y[i].qs + 128 * h)),
+                                           _mm512_permutexvar_epi16(idx[2 * h], sc512));
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q1, _mm512_loadu_si512(y[i].qs + 128 * h + 64)),
+                                           _mm512_permutexvar_epi16(idx[2 * h + 1], sc512));
+            }
+            /* - 32 x sum of sc x (the sub-block's activation sum), in lanes 0-7 */
+            sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), 5)));
+            const float dd = y[i].d * h2f(x->d);
+            acc[s] = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sumi), acc[s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        out[s] = _mm512_reduce_add_ps(acc[s]);
+}
+
+#define Q6KW_ROWS(ws, S, o) q6kw_rows(n, ws, a, S, o)
+static void vec_dot_prep_q6_K_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
+                                   const float *prep, float *y)
+{
+    K_STREAM_ROWS_512(Q6KW_ROWS)
+}
+
 #define Q4K_ROWS_VNNI(ws, S, o) dot_q45_K_rows_vnni(n, ws, a, 0, S, 1, o)
 #define Q5K_ROWS_VNNI(ws, S, o) dot_q45_K_rows_vnni(n, ws, a, 1, S, 1, o)
 static void vec_dot_prep_q4_K_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
@@ -1119,6 +1184,8 @@ void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT])
         ops[GGML_TYPE_Q4_K].act_prep = ops[GGML_TYPE_Q5_K].act_prep = act_prep_none_512;
         ops[GGML_TYPE_Q4_K].vec_dot_prep = vec_dot_prep_q4_K_vnni;
         ops[GGML_TYPE_Q5_K].vec_dot_prep = vec_dot_prep_q5_K_vnni;
+        if (OMNI_X86_Q6K_W) /* (act_prep: level AVX512's) */
+            ops[GGML_TYPE_Q6_K].vec_dot_prep = vec_dot_prep_q6_K_vnni;
     }
 }
 
