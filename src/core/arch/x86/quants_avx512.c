@@ -5,15 +5,16 @@
  * 64 elements per register, also for several activation rows at once).
  * AVX512VNNI adds the int8 dots decode runs: q8_0, q4_0, q5_0 (vpdpbusd on
  * 256 bits, a block at a time: 512-bit integer work shuts vector port 1 and
- * a block a 256-bit half measured slower for q5_0 on Sapphire Rapids; but
- * decode's q4_0/q5_0 vec_dot_prep takes four blocks a 512-bit register,
- * which cuts the per-block scale work and measured 1.3-1.9x faster there),
- * q4_K/q5_K (vpdpwssd folds the scale products'
- * add), and q8_0 for several rows (32 registers of accumulators). Each keeps
- * the integer lanes, scale products and accumulation order of its AVX2 twin
- * in quants_avx2.c, so the results have the same bits as at level AVX2
- * (except the q4_0/q5_0 vec_dot_prep: the AVX2 one now pairs rows, these
- * follow its one-row form); all differ from the scalar _ref twins only in
+ * a block a 256-bit half measured slower for q5_0 on Sapphire Rapids),
+ * q4_K/q5_K (vpdpwssd folds the scale products' add), and q8_0 for several
+ * rows (32 registers of accumulators). Each keeps the integer lanes, scale
+ * products and accumulation order of its AVX2 twin in quants_avx2.c, so the
+ * results have the same bits as at level AVX2. Decode's one-row products
+ * (vec_dot_prep) of q4_0/q5_0 (four blocks a 512-bit register), q4_K (two
+ * registers a super-block) and q6_K (its scaling in 16 float lanes) are
+ * their own forms with their own bits: they cut the per-block scale work,
+ * which bound them (1.3-1.9x on Sapphire Rapids for q4_0/q5_0,
+ * docs/benchmarks.md). All differ from the scalar _ref twins only in
  * float summation order. */
 #if defined(__x86_64__)
 
