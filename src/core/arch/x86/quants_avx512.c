@@ -788,7 +788,7 @@ static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const ui
     const __mmask32 second = (__mmask32)0x00c0f000u;
     /* the four bit words' low halves into bytes 0-7, high halves 8-15 */
     const __m128i hsplit = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-    __m512 acc[4];
+    __m512 acc[K_STREAMS_MAX];
 #pragma GCC unroll 4
     for (int s = 0; s < S; s++)
         acc[s] = _mm512_setzero_ps();
@@ -843,20 +843,9 @@ static inline __attribute__((always_inline)) void q40w4_prep(int64_t n, const vo
     const int64_t ng = n / QK8_0 / 4;
     struct q40w4_act g[ng > 0 ? ng : 1];
     q40w4_layout(ng, a, prep, five ? 16 : 8, g);
-    const int64_t per = n_rows / 4;
-    for (int64_t r = 0; r < per; r++) {
-        const uint8_t *ws[4];
-        float o[4];
-        for (int s = 0; s < 4; s++)
-            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
-        q40w4_rows(n, ws, g, a, prep, five, 4, o);
-        for (int s = 0; s < 4; s++)
-            y[r + s * per] = o[s];
-    }
-    for (int64_t r = 4 * per; r < n_rows; r++) {
-        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
-        q40w4_rows(n, &wr, g, a, prep, five, 1, &y[r]);
-    }
+#define Q40W4_ROWS(ws, S, o) q40w4_rows(n, ws, g, a, prep, five, S, o)
+    K_STREAM_ROWS_512(Q40W4_ROWS)
+#undef Q40W4_ROWS
 }
 
 static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
@@ -1065,28 +1054,6 @@ static inline __attribute__((always_inline)) void q4kw_rows(int64_t n, const uin
         out[s] = _mm512_reduce_add_ps(acc[s]) - hsum_ps128(acc_m[s]);
 }
 
-static void vec_dot_prep_q4_K_w(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                float *y)
-{
-    const int64_t nsb = n / QK_K;
-    struct q4kw_act g[nsb > 0 ? nsb : 1];
-    q4kw_layout(nsb, a, g);
-    const int64_t per = K_STREAMS_MAX > 1 ? n_rows / K_STREAMS_MAX : 0;
-    for (int64_t r = 0; r < per; r++) {
-        const uint8_t *ws[K_STREAMS_MAX];
-        float o[K_STREAMS_MAX];
-        for (int s = 0; s < K_STREAMS_MAX; s++)
-            ws[s] = (const uint8_t *)w + (size_t)(r + s * per) * w_row;
-        q4kw_rows(n, ws, g, K_STREAMS_MAX, o);
-        for (int s = 0; s < K_STREAMS_MAX; s++)
-            y[r + s * per] = o[s];
-    }
-    for (int64_t r = (K_STREAMS_MAX > 1 ? K_STREAMS_MAX : 0) * per; r < n_rows; r++) {
-        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_row;
-        q4kw_rows(n, &wr, g, 1, &y[r]);
-    }
-}
-
 /* q6_K decode at the VNNI level (OMNI_X86_Q6K_W 1, the default; 0: level
  * AVX512's dot_q6_K_rows_avx512 above): its integer steps with each scale
  * product and its add as one vpdpwssd, the -32 offset (sum of scale x
@@ -1158,7 +1125,11 @@ static void vec_dot_prep_q4_K_vnni(int64_t n, const void *w, size_t w_row, int64
                                    const float *prep, float *y)
 {
     if (OMNI_X86_Q4K_W && n <= Q4KW_MAX_N) {
-        vec_dot_prep_q4_K_w(n, w, w_row, n_rows, a, y);
+        struct q4kw_act g[n / QK_K > 0 ? n / QK_K : 1];
+        q4kw_layout(n / QK_K, a, g);
+#define Q4KW_ROWS(ws, S, o) q4kw_rows(n, ws, g, S, o)
+        K_STREAM_ROWS_512(Q4KW_ROWS)
+#undef Q4KW_ROWS
         return;
     }
     K_STREAM_ROWS_512(Q4K_ROWS_VNNI)
