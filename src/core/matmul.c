@@ -510,9 +510,10 @@ static int kernel_id(int type, int64_t n, int level)
 {
     if (n < OMNI_MATMUL_QUANT_MAX) {
         /* one row through vec_dot_prep: q4_0/q5_0 subtract their offset per
-         * block there (other bits than vec_dot); q8_0's are vec_dot's */
+         * block there, and at AVX-512 VNNI q8_0/q4_0/q5_0/q4_K/q6_K take
+         * 512-bit forms of their own (other bits than vec_dot) */
         const struct omni_quant_ops *op = omni_quant_ops_at(type, level);
-        return n == 1 && op && op->vec_dot_prep && type != GGML_TYPE_Q8_0 ? 6 : 0;
+        return n == 1 && op && op->vec_dot_prep ? 6 : 0;
     }
     if (use_amx(type, n))
         return 1;

@@ -159,9 +159,11 @@ typedef void (*omni_vec_dot_n_fn)(int64_t n, const void *w, const void *a, size_
  * the sum of its 32 int8s), and vec_dot_prep uses them with n_rows weight
  * rows w + r * w_row (weight offsets applied once per block, not per
  * element), y[r] for each, prefetching OMNI_PREFETCH_ROWS rows ahead within
- * them. Each y[r] equals vec_dot within the dot tolerance (q8_0: the same
- * bits). The K-quants and f16 may have them too (the AVX2 q4_K/q6_K/f16:
- * the rows in row streams, vec_dot's bits; act_prep does nothing). */
+ * them. Each y[r] equals vec_dot within the dot tolerance (q8_0 below
+ * AVX-512 VNNI: the same bits), and has the same bits whatever rows it is
+ * called with. The K-quants and f16 may have them too (the rows in row
+ * streams, act_prep does nothing; vec_dot's bits except q4_K/q6_K at
+ * AVX-512 VNNI). */
 #define OMNI_ACT_PREP_FLOATS(n) (2 * ((n) / 32) + 8)
 #define OMNI_PREFETCH_ROWS 4
 typedef void (*omni_act_prep_fn)(const void *a, float *prep, int64_t n);

@@ -848,9 +848,106 @@ static inline __attribute__((always_inline)) void q40w4_prep(int64_t n, const vo
 #undef Q40W4_ROWS
 }
 
+/* q8_0 decode in the same form (OMNI_X86_Q80_W4 1, the default; 0:
+ * dot_prep_vnni, vec_dot's bits): blocks i, i + 1 and i + 2, i + 3 of a row
+ * as two zmm of their 32 quants, made unsigned (w + 128, so one vpdpbusd
+ * each instead of vpabsb + vpsignb + vpdpbusd) with the -128 x sum started
+ * in the integer lanes, their four scales from two 64-byte loads by one
+ * vpermw into the lanes' pattern, one conversion and multiply-add of 16
+ * lanes per two blocks. Its own bits (within the dot tolerance). */
+#ifndef OMNI_X86_Q80_W4
+#define OMNI_X86_Q80_W4 1
+#endif
+
+struct q80w4_act { /* blocks 4g .. 4g + 3 of the activation */
+    _Alignas(64) int8_t q[128]; /* their 32 quants each, in order */
+    float dy[32];               /* block k's scale in lanes 8k .. 8k + 7 */
+    int32_t off[32];            /* -128 x the sum of the 4 quants lane j's dot takes */
+};
+
+static void q80w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, struct q80w4_act *g)
+{
+    for (int64_t i = 0; i < ng; i++)
+        for (int k = 0; k < 4; k++) {
+            const int64_t b = 4 * i + k;
+            memcpy(g[i].q + 32 * k, y[b].qs, 32);
+            for (int l = 0; l < 8; l++) {
+                int sum = 0;
+                for (int j = 0; j < 4; j++)
+                    sum += y[b].qs[4 * l + j];
+                g[i].dy[8 * k + l] = prep[b];
+                g[i].off[8 * k + l] = -128 * sum;
+            }
+        }
+}
+
+static inline __attribute__((always_inline)) void q80w4_rows(int64_t n, const uint8_t *const *w,
+                                                             const struct q80w4_act *g, const void *a,
+                                                             const float *prep, const int S, float *out)
+{
+    const int64_t nb = n / QK8_0, ng = nb / 4;
+    const block_q8_0 *y = a;
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    /* scales at bytes 0, 34 (words 0, 17 of the first load) and 68, 102
+     * (words 2, 19 of the second, at byte 64), 8 lanes each */
+    const __m512i sidx = _mm512_set_epi16(19, 19, 19, 19, 19, 19, 19, 19, 2, 2, 2, 2, 2, 2, 2, 2, 17, 17, 17, 17,
+                                          17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc[K_STREAMS_MAX];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++)
+        acc[s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < ng; i++) {
+        const struct q80w4_act *ga = &g[i];
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const uint8_t *p = w[s] + 4 * sizeof(block_q8_0) * i;
+            if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) {
+                const char *f = (const char *)p + OMNI_X86_PF_DIST;
+                _mm_prefetch(f, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+                _mm_prefetch(f + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+                _mm_prefetch(f + 128, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+            }
+            const __m512i q0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))),
+                                                  _mm256_loadu_si256((const __m256i *)(p + 36)), 1);
+            const __m512i q1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 70))),
+                                                  _mm256_loadu_si256((const __m256i *)(p + 104)), 1);
+            const __m512i sw = _mm512_mask_permutexvar_epi16(
+                _mm512_permutexvar_epi16(sidx, _mm512_loadu_si512((const void *)p)), (__mmask32)0xffff0000u, sidx,
+                _mm512_loadu_si512((const void *)(p + 64)));
+            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)ga->off), _mm512_xor_si512(q0, sign),
+                                                   _mm512_load_si512((const void *)ga->q));
+            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(ga->off + 16)),
+                                                   _mm512_xor_si512(q1, sign), _mm512_load_si512((const void *)(ga->q + 64)));
+            const __m512 w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(sw)), w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sw, 1));
+            acc[s] = _mm512_fmadd_ps(_mm512_mul_ps(w0, _mm512_load_ps(ga->dy)), _mm512_cvtepi32_ps(d0), acc[s]);
+            acc[s] = _mm512_fmadd_ps(_mm512_mul_ps(w1, _mm512_load_ps(ga->dy + 16)), _mm512_cvtepi32_ps(d1), acc[s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        float t = _mm512_reduce_add_ps(acc[s]);
+        for (int64_t i = 4 * ng; i < nb; i++) { /* the last 1-3 blocks one at a time */
+            const block_q8_0 *x = (const block_q8_0 *)(w[s] + i * sizeof(block_q8_0));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+            const __m256i dot = block_prep_vnni((const uint8_t *)x, qy, 0, 1);
+            t += h2f(x->d) * prep[i] * (float)hsum_epi32_256(dot);
+        }
+        out[s] = t;
+    }
+}
+
 static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
                                     const float *prep, float *y)
 {
+    if (OMNI_X86_Q80_W4 && n >= 4 * QK8_0 && n <= Q40W4_MAX_N) {
+        const int64_t ng = n / QK8_0 / 4;
+        struct q80w4_act g[ng];
+        q80w4_layout(ng, a, prep, g);
+#define Q80W4_ROWS(ws, S, o) q80w4_rows(n, ws, g, a, prep, S, o)
+        K_STREAM_ROWS_512(Q80W4_ROWS)
+#undef Q80W4_ROWS
+        return;
+    }
     DOT_PREP_ROWS_PF(dot_prep_vnni, 0)
 }
 
