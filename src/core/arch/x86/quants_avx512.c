@@ -738,6 +738,16 @@ static inline __attribute__((always_inline)) void dot_prep_vnni(int64_t n, const
 #endif
 #define Q40W4_MAX_N 32768 /* the laid-out activation on the stack: 8 KB a 1024 values */
 
+/* The decode stream's prefetch (OMNI_X86_PF 1 or 4): lines 64-byte lines
+ * OMNI_X86_PF_DIST bytes ahead of p */
+static inline __attribute__((always_inline)) void stream_prefetch(const uint8_t *p, const int lines)
+{
+    if (OMNI_X86_PF != 1 && OMNI_X86_PF != 4)
+        return;
+    for (int l = 0; l < lines; l++)
+        _mm_prefetch((const char *)p + OMNI_X86_PF_DIST + 64 * l, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
+}
+
 struct q40w4_act { /* blocks 4g .. 4g + 3 of the activation */
     _Alignas(64) int8_t lo[64]; /* lane k: block 4g + k's quants 0-15 (the low nibbles') */
     int8_t hi[64];              /* its quants 16-31 (the high nibbles') */
@@ -797,10 +807,7 @@ static inline __attribute__((always_inline)) void q40w4_rows(int64_t n, const ui
 #pragma GCC unroll 4
         for (int s = 0; s < S; s++) {
             const uint8_t *p = w[s] + 4 * bx * i;
-            if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) {
-                _mm_prefetch((const char *)p + OMNI_X86_PF_DIST, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-                _mm_prefetch((const char *)p + OMNI_X86_PF_DIST + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-            }
+            stream_prefetch(p, 2);
             __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + qo)));
             q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + qo + bx)), 1);
             q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + qo + 2 * bx)), 2);
@@ -901,12 +908,7 @@ static inline __attribute__((always_inline)) void q80w4_rows(int64_t n, const ui
 #pragma GCC unroll 4
         for (int s = 0; s < S; s++) {
             const uint8_t *p = w[s] + 4 * sizeof(block_q8_0) * i;
-            if (OMNI_X86_PF == 1 || OMNI_X86_PF == 4) {
-                const char *f = (const char *)p + OMNI_X86_PF_DIST;
-                _mm_prefetch(f, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-                _mm_prefetch(f + 64, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-                _mm_prefetch(f + 128, OMNI_X86_PF == 1 ? _MM_HINT_T0 : _MM_HINT_T1);
-            }
+            stream_prefetch(p, 3);
             const __m512i q0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))),
                                                   _mm256_loadu_si256((const __m256i *)(p + 36)), 1);
             const __m512i q1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 70))),
