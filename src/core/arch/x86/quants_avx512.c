@@ -736,7 +736,7 @@ static inline __attribute__((always_inline)) void dot_prep_vnni(int64_t n, const
 #ifndef OMNI_X86_Q50_W4 /* the same for q5_0 (0: a block at a time) */
 #define OMNI_X86_Q50_W4 1
 #endif
-#define Q40W4_MAX_N 32768 /* the laid-out activation on the stack: 8 KB a 1024 values */
+#define Q40W4_MAX_N 32768 /* the laid-out activation on the stack: 2 KB (q8_0: 3 KB) a 1024 values */
 
 /* The decode stream's prefetch (OMNI_X86_PF 1 or 4): lines 64-byte lines
  * OMNI_X86_PF_DIST bytes ahead of p */
@@ -1082,7 +1082,7 @@ static float vec_dot_q5_K_q8_K_vnni(int64_t n, const void *w, const void *a)
 #ifndef OMNI_X86_Q4K_W
 #define OMNI_X86_Q4K_W 1
 #endif
-#define Q4KW_MAX_N 32768 /* the laid-out activation on the stack: 320 bytes a super-block */
+#define Q4KW_MAX_N 32768 /* the laid-out activation on the stack: 320 bytes a super-block (40 KB at most) */
 
 struct q4kw_act { /* one super-block of the activation */
     _Alignas(64) int8_t q[256]; /* values 0-31 64-95 | 32-63 96-127 | 128-159 192-223 | 160-191 224-255 */
