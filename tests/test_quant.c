@@ -630,9 +630,9 @@ TEST(quant_vec_dot_prep_rows_independent)
  * does nothing) gives every row the bits it has alone, for any row count and
  * split (rows in 4 lockstep sub-ranges plus a remainder), a stride wider than
  * the row honoured and nothing written past the last row; those bits are
- * vec_dot's, except q4_K's from the AVX-512 VNNI level on (its 512-bit
- * decode form, quants_avx512.c's q4kw_rows: other lanes, so within the dot
- * tolerance of the reference). */
+ * vec_dot's, except q4_K's and q6_K's from the AVX-512 VNNI level on
+ * (their own decode forms, quants_avx512.c's q4kw_rows and q6kw_rows: other
+ * lanes, so within the dot tolerance of the reference). */
 TEST(quant_k_vec_dot_prep_is_vec_dot)
 {
     enum { N = 1024, ROWS = 13, PAD = 48 };
