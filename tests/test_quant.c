@@ -1,6 +1,7 @@
 /* test_quant.c - block (de)quantizers against llama.cpp's gguf-py, and every
  * SIMD kernel against its scalar _ref twin at every CPU level available.
  * Fixtures: tests/fixtures/quant/<type>.bin, made by tools/make_quant_fixtures.py. */
+#include "src/core/arch/x86/x86.h"
 #include "src/core/cpu.h"
 #include "src/core/matmul.h"
 #include "src/core/quant.h"
@@ -11,6 +12,8 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* SIMD dots sum in another order than the scalar reference; the integer
  * parts are exact, so only float rounding of the partial sums differs. The
@@ -626,8 +629,58 @@ TEST(quant_vec_dot_prep_rows_independent)
         CHECK(tested > 0);
 }
 
+#if defined(__x86_64__)
+/* The AVX-512 VNNI level's q4_0/q5_0 decode form with VBMI's byte permutes
+ * and BITALG's bit shuffle gives the bits of the form without them (it only
+ * moves the same bytes), for any row count, and neither reads past the last
+ * row's end: the rows end at a page the test made unreadable. */
+TEST(quant_q40w4_vbmi_same_bits)
+{
+    enum { ROWS = 7 };
+    if (!level_present(OMNI_CPU_AVX512VNNI))
+        SKIP("no AVX-512 VNNI on this CPU");
+    const bool vbmi = omni_cpu()->avx512_vbmi && omni_cpu()->avx512_bitalg;
+    static const int types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q5_0 };
+    static const int64_t lens[] = { 128, 800, 896, 4864 };
+    static float xf[4864], prep[OMNI_ACT_PREP_FLOATS(4864)];
+    static uint8_t a[4864 * 2];
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), span = 16 * page;
+    uint8_t *map = mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED)
+        return;
+    CHECK_EQ(mprotect(map + span, page, PROT_NONE), 0);
+    rng_state = 4040;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int type = types[ti], five = type == GGML_TYPE_Q5_0;
+            const int64_t n = lens[li];
+            const size_t row = ggml_row_size(type, n);
+            uint8_t *w = map + span - ROWS * row; /* the last row ends at the unreadable page */
+            for (int r = 0; r < ROWS; r++)
+                random_weights(type, w + (size_t)r * row, n);
+            for (int64_t i = 0; i < n; i++)
+                xf[i] = frand();
+            const struct omni_quant_ops *op = omni_quant_ops_at(type, OMNI_CPU_AVX512VNNI);
+            op->from_float(xf, a, n);
+            op->act_prep(a, prep, n);
+            for (int first = 0; first < ROWS; first++) {
+                float plain[ROWS], fast[ROWS];
+                omni_x86_q40w4_rows(five, 0, n, w + (size_t)first * row, row, ROWS - first, a, prep, plain);
+                if (!vbmi)
+                    continue;
+                omni_x86_q40w4_rows(five, 1, n, w + (size_t)first * row, row, ROWS - first, a, prep, fast);
+                CHECK_MSG(memcmp(plain, fast, sizeof(float) * (size_t)(ROWS - first)) == 0,
+                          "%s n=%lld rows %d..%d: vbmi %.9g, plain %.9g", ggml_type_name(type), (long long)n, first,
+                          ROWS - 1, fast[0], plain[0]);
+            }
+        }
+    munmap(map, span + page);
+}
+#endif
+
 /* The K-quants' and f16's vec_dot_prep (decode's rows in streams: act_prep
- * does nothing) gives every row the bits it has alone, for any row count and
+ * does nothing or lays the activation out) gives every row the bits it has alone, for any row count and
  * split (rows in 4 lockstep sub-ranges plus a remainder), a stride wider than
  * the row honoured and nothing written past the last row; those bits are
  * vec_dot's, except q4_K's and q6_K's from the AVX-512 VNNI level on

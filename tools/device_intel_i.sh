@@ -103,6 +103,9 @@ MVARIANTS=${MVARIANTS:-}
 # -DOMNI_X86_Q50_W4=0: before four blocks a register); q4kold: the VNNI
 # q4_K decode dot in the AVX2 twin's 256-bit steps (-DOMNI_X86_Q4K_W=0);
 # q6kold / q80old: level AVX512's q6_K / vec_dot's q8_0 decode dots;
+# novbmi: the q4_0/q5_0 four-block forms without VBMI's byte permutes
+# (-DOMNI_X86_Q40_VBMI=0); even: decode's one-row products split evenly
+# between the threads instead of taken as they go (-DOMNI_MATMUL_GUIDED=0);
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
@@ -118,6 +121,8 @@ vsrc() { # variant -> "source flags" (the source whose object the variant replac
     q4kold) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q4K_W=0" ;;
     q6kold) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q6K_W=0" ;;
     q80old) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q80_W4=0" ;;
+    novbmi) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_Q40_VBMI=0" ;;
+    even) echo "src/core/matmul.c -DOMNI_MATMUL_GUIDED=0" ;;
     ms1|ms2|ms4) echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${1#ms}" ;;
     s*d*) local sv=${1#s}; echo "src/core/arch/x86/quants_avx512.c -DOMNI_X86_STREAMS=${sv%%d*} -DOMNI_X86_PF_DIST=${1##*d}" ;;
     amx_old) echo "src/core/arch/x86/amx.c -DOMNI_X86_AMX_SMALL=1" ;;

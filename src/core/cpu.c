@@ -55,6 +55,8 @@ static void detect_x86(struct omni_cpu_features *f)
         f->avx512bw = b & (1u << 30);
         f->avx512vl = b & (1u << 31);
         f->avx512_vnni = c & (1u << 11);
+        f->avx512_vbmi = c & (1u << 1);
+        f->avx512_bitalg = c & (1u << 12);
         f->amx_bf16 = d & (1u << 22);
         f->amx_tile = d & (1u << 24);
         f->amx_int8 = d & (1u << 25);
@@ -197,6 +199,7 @@ void omni_cpu_describe(char *buf, size_t len)
         { f->avx512f && f->os_zmm, "AVX512" },
         { f->avx512_vnni && f->os_zmm, "VNNI" },
         { f->avx512_bf16 && f->os_zmm, "BF16" },
+        { f->avx512_vbmi && f->avx512_bitalg && f->os_zmm, "VBMI+BITALG" },
         { f->amx_tile && f->amx_int8 && f->os_amx && f->amx_permitted, "AMX" },
     };
     size_t pos = 0;

@@ -8,7 +8,7 @@
  * benchmarks use it to exercise every path on one machine).
  *
  *   char line[128];
- *   omni_cpu_describe(line, sizeof line);   // "AVX2 FMA F16C AVX-VNNI AVX512 VNNI BF16 AMX"
+ *   omni_cpu_describe(line, sizeof line);   // "AVX2 FMA F16C AVX-VNNI AVX512 VNNI BF16 VBMI+BITALG AMX"
  *   if (omni_cpu_level() >= OMNI_CPU_AVX512) ...
  *
  * Thread safety: detection runs once (pthread_once); omni_cpu_set_level must
@@ -50,6 +50,9 @@ struct omni_cpu_features {
     /* CPUID bits */
     bool avx, avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512_vnni, avx512_bf16;
+    bool avx512_vbmi, avx512_bitalg; /* no level of their own: the VNNI level's
+                                      * q4_0/q5_0 decode takes byte permutes
+                                      * where they exist (the same bits) */
     bool avx_vnni, amx_tile, amx_int8, amx_bf16;
     /* XGETBV / arch_prctl: what the OS lets us use */
     bool os_ymm, os_zmm, os_amx, amx_permitted;

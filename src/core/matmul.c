@@ -171,6 +171,7 @@ struct mm_job {
     int reuse_xq;        /* quant_each: the thread's scratch already holds x in the
                           * dot type (and its prep): omni_matmul_multi's later products */
     float *x_pack;       /* F16 GEMM: x in its panels (omni_x86_gemm_f16_pack_x) */
+    _Atomic int64_t next; /* one row through vec_dot_prep: the first row no thread took yet */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -188,6 +189,11 @@ static void quantize_rows(void *arg, int ith, int nth)
     for (int64_t b = b0; b < b1; b++)
         j->op->from_float(j->x + b * j->n_in, j->xq + (size_t)b * j->xq_row, j->n_in);
 }
+
+#define PREP_GRAB_BYTES (64 << 10) /* the least a thread takes at once of a one-row product's weights */
+#ifndef OMNI_MATMUL_GUIDED /* 0: one-row products split evenly (benchmark variant) */
+#define OMNI_MATMUL_GUIDED 1
+#endif
 
 static void dot_rows(void *arg, int ith, int nth)
 {
@@ -221,8 +227,30 @@ static void dot_rows(void *arg, int ith, int nth)
         prep = p;
     }
     if (prep) { /* the kernel's own row loop and prefetches */
-        if (r0 < r1)
-            j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
+        if (nth == 1 || !OMNI_MATMUL_GUIDED) {
+            if (r0 < r1)
+                j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
+            return;
+        }
+        /* Rows taken as they go (guided): a thread takes its share of what
+         * is left, never less than PREP_GRAB_BYTES of weights. Two cores of a
+         * shared machine do not stream at the same speed (the neighbours'
+         * memory traffic, interrupts): with an even split one thread spent
+         * 5-30% of decode waiting at products' ends. Smaller grabs (a half
+         * share, 32 KB) measured slower: each call starts its row streams
+         * cold. Each row's bits do not depend on which call computes it. */
+        int64_t min_rows = (int64_t)(PREP_GRAB_BYTES / j->w_row);
+        if (min_rows < 1)
+            min_rows = 1;
+        for (;;) {
+            const int64_t left = j->n_out - atomic_load_explicit(&j->next, memory_order_relaxed);
+            const int64_t take = left / nth > min_rows ? left / nth : min_rows;
+            const int64_t r = atomic_fetch_add_explicit(&j->next, take, memory_order_relaxed);
+            if (r >= j->n_out)
+                break;
+            const int64_t e = r + take < j->n_out ? r + take : j->n_out;
+            j->op->vec_dot_prep(j->n_in, j->w + (size_t)r * j->w_row, j->w_row, e - r, xq, prep, j->y + r);
+        }
         return;
     }
     /* rows ahead into L1 at the start of each row, unless the dot streams

@@ -156,15 +156,17 @@ typedef void (*omni_vec_dot_n_fn)(int64_t n, const void *w, const void *a, size_
 /* Decode's one-row dots for weights whose dot type is Q8_0: act_prep
  * fills OMNI_ACT_PREP_FLOATS(n) floats from the activation row a once
  * (block i: prep[i] = its f16 scale as a float, prep[n/32 + i] = that times
- * the sum of its 32 int8s), and vec_dot_prep uses them with n_rows weight
+ * the sum of its 32 int8s; after them a level's kernel may keep the row laid
+ * out as it reads it, up to 24 floats a block from the next 64-byte
+ * boundary), and vec_dot_prep uses them with n_rows weight
  * rows w + r * w_row (weight offsets applied once per block, not per
  * element), y[r] for each, prefetching OMNI_PREFETCH_ROWS rows ahead within
  * them. Each y[r] equals vec_dot within the dot tolerance (q8_0 below
  * AVX-512 VNNI: the same bits), and has the same bits whatever rows it is
  * called with. The K-quants and f16 may have them too (the rows in row
- * streams, act_prep does nothing; vec_dot's bits except q4_K/q6_K at
- * AVX-512 VNNI). */
-#define OMNI_ACT_PREP_FLOATS(n) (2 * ((n) / 32) + 8)
+ * streams, act_prep does nothing or only the layout; vec_dot's bits except
+ * q4_K/q6_K at AVX-512 VNNI). */
+#define OMNI_ACT_PREP_FLOATS(n) (26 * ((n) / 32) + 24)
 #define OMNI_PREFETCH_ROWS 4
 typedef void (*omni_act_prep_fn)(const void *a, float *prep, int64_t n);
 typedef void (*omni_vec_dot_prep_fn)(int64_t n, const void *w, size_t w_row, int64_t n_rows,

@@ -27,6 +27,12 @@ void omni_x86_register_lowbit_avxvnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]
 /* AVX-512 F/BW/VL/DQ kernels, then those that also need VNNI. */
 void omni_x86_register_avx512(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
 void omni_x86_register_avx512vnni(struct omni_quant_ops ops[GGML_TYPE_COUNT]);
+/* The VNNI level's q4_0 (five 0) / q5_0 (five 1) one-row decode form for
+ * tests: vbmi 1 with the byte permutes and bit shuffle (only where
+ * omni_cpu() has avx512_vbmi and avx512_bitalg), 0 without; both the same
+ * bits. As vec_dot_prep, with prep from that level's act_prep. */
+void omni_x86_q40w4_rows(int five, int vbmi, int64_t n, const void *w, size_t w_row, int64_t n_rows,
+                         const void *a, const float *prep, float *y);
 
 /* AMX int8 (level OMNI_CPU_AMX). Weight types it takes: q8_0, q4_0, q5_0,
  * q4_1, q5_1, q4_K, q5_K, q6_K (omni_amx_min_batch), with activations xq in
