@@ -104,8 +104,9 @@ MVARIANTS=${MVARIANTS:-}
 # q4_K decode dot in the AVX2 twin's 256-bit steps (-DOMNI_X86_Q4K_W=0);
 # q6kold / q80old: level AVX512's q6_K / vec_dot's q8_0 decode dots;
 # novbmi: the q4_0/q5_0 four-block forms without VBMI's byte permutes
-# (-DOMNI_X86_Q40_VBMI=0); even: decode's one-row products split evenly
-# between the threads instead of taken as they go (-DOMNI_MATMUL_GUIDED=0);
+# (-DOMNI_X86_Q40_VBMI=0); even: decode's products (one row, and the int8
+# GEMM below 32 rows) split evenly between the threads instead of taken as
+# they go (-DOMNI_MATMUL_GUIDED=0);
 # g_min64 / g_r4 / g_pf0: gemm_avx512.c with -DOMNI_X86_ACT8_MIN=64 (the
 # 4 x 4 tiles only) / -DOMNI_X86_ACT8_R=4 / -DOMNI_X86_ACT8_PF=0; gk_off /
 # gk_r2: gemm_k_avx512.c without its a8 form / with 2-row tiles; amx_old:
@@ -385,11 +386,14 @@ if has tg || has lv || has pp || has bd || has engine; then
     fi
     if has bd; then
         # 8 sequences decoded together (aggregate tok/s) at B rows: level amx
-        # (AMX from 16 rows) vs amx_old (AMX from 2-6), and avx512vnni
+        # (AMX from 16 rows) vs amx_old (AMX from 2-6), and avx512vnni (BDV,
+        # BDV512: the variants at each)
         for t in $BDTYPES; do
             for B in ${BDROWS:-8 16 4}; do
-                for v in base amx_old; do ours bd$B $t $v -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth; done
-                LVL=avx512vnni ours bd$B $t base -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth
+                for v in ${BDV:-base amx_old}; do ours bd$B $t $v -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth; done
+                for v in ${BDV512:-base}; do
+                    LVL=avx512vnni ours bd$B $t $v -p 1 -n 16 --batch-decode $B --reps 1 --no-bandwidth
+                done
             done
         done
     fi

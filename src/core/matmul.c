@@ -171,7 +171,7 @@ struct mm_job {
     int reuse_xq;        /* quant_each: the thread's scratch already holds x in the
                           * dot type (and its prep): omni_matmul_multi's later products */
     float *x_pack;       /* F16 GEMM: x in its panels (omni_x86_gemm_f16_pack_x) */
-    _Atomic int64_t next; /* one row through vec_dot_prep: the first row no thread took yet */
+    _Atomic int64_t next; /* decode's products: the first row no thread took yet (grab_rows) */
     _Atomic int failed;  /* a thread could not get scratch */
 };
 
@@ -190,10 +190,28 @@ static void quantize_rows(void *arg, int ith, int nth)
         j->op->from_float(j->x + b * j->n_in, j->xq + (size_t)b * j->xq_row, j->n_in);
 }
 
-#define PREP_GRAB_BYTES (64 << 10) /* the least a thread takes at once of a one-row product's weights */
-#ifndef OMNI_MATMUL_GUIDED /* 0: one-row products split evenly (benchmark variant) */
+#ifndef OMNI_MATMUL_GUIDED /* 0: decode's products split evenly (benchmark variant) */
 #define OMNI_MATMUL_GUIDED 1
 #endif
+#define GRAB_MIN_BYTES (64 << 10) /* the least a thread takes at once of a decode product's weights */
+
+/* The next rows [*r0, end) a thread takes of job j's (guided: its share of
+ * what is left, at least GRAB_MIN_BYTES of weights, in multiples of align
+ * rows); the end, or 0 when none are left. Smaller grabs (half shares, 32
+ * KB) measured slower: each call starts its row streams cold and lays its
+ * activation out again. */
+static int64_t grab_rows(struct mm_job *j, int nth, int64_t align, int64_t *r0)
+{
+    const int64_t min_rows = (int64_t)(GRAB_MIN_BYTES / j->w_row) + 1;
+    const int64_t left = j->n_out - atomic_load_explicit(&j->next, memory_order_relaxed);
+    int64_t take = left / nth > min_rows ? left / nth : min_rows;
+    take = (take + align - 1) / align * align;
+    const int64_t r = atomic_fetch_add_explicit(&j->next, take, memory_order_relaxed);
+    if (r >= j->n_out)
+        return 0;
+    *r0 = r;
+    return r + take < j->n_out ? r + take : j->n_out;
+}
 
 static void dot_rows(void *arg, int ith, int nth)
 {
@@ -232,25 +250,14 @@ static void dot_rows(void *arg, int ith, int nth)
                 j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
             return;
         }
-        /* Rows taken as they go (guided): a thread takes its share of what
-         * is left, never less than PREP_GRAB_BYTES of weights. Two cores of a
-         * shared machine do not stream at the same speed (the neighbours'
-         * memory traffic, interrupts): with an even split one thread spent
-         * 5-30% of decode waiting at products' ends. Smaller grabs (a half
-         * share, 32 KB) measured slower: each call starts its row streams
-         * cold. Each row's bits do not depend on which call computes it. */
-        int64_t min_rows = (int64_t)(PREP_GRAB_BYTES / j->w_row);
-        if (min_rows < 1)
-            min_rows = 1;
-        for (;;) {
-            const int64_t left = j->n_out - atomic_load_explicit(&j->next, memory_order_relaxed);
-            const int64_t take = left / nth > min_rows ? left / nth : min_rows;
-            const int64_t r = atomic_fetch_add_explicit(&j->next, take, memory_order_relaxed);
-            if (r >= j->n_out)
-                break;
-            const int64_t e = r + take < j->n_out ? r + take : j->n_out;
-            j->op->vec_dot_prep(j->n_in, j->w + (size_t)r * j->w_row, j->w_row, e - r, xq, prep, j->y + r);
-        }
+        /* Rows taken as they go (guided_rows): two cores of a shared
+         * machine do not stream at the same speed (the neighbours' memory
+         * traffic, interrupts), and with an even split one thread spent
+         * 5-30% of decode waiting at products' ends. Each row's bits do not
+         * depend on which call computes it. */
+        int64_t r;
+        while ((r1 = grab_rows(j, nth, 1, &r)) > 0)
+            j->op->vec_dot_prep(j->n_in, j->w + (size_t)r * j->w_row, j->w_row, r1 - r, xq, prep, j->y + r);
         return;
     }
     /* rows ahead into L1 at the start of each row, unless the dot streams
@@ -368,28 +375,14 @@ static void amx_rows(void *arg, int ith, int nth)
 
 #if defined(__x86_64__)
 /* Every batch row times W rows of this thread through the int8 GEMM. */
-static void gemm_rows(void *arg, int ith, int nth)
+/* One range of output rows through the job's int8 GEMM kernel (scratch:
+ * the prompt kernel's or the AVX2 kernels' own, NULL for the others). */
+static void gemm_kernel(struct mm_job *j, int64_t r0, int64_t r1, void *scratch)
 {
-    struct mm_job *j = arg;
-    int64_t r0, r1;
-    if (j->gemm_prompt) { /* whole 16-row panels per thread */
-        int64_t g0, g1;
-        split((j->n_out + 15) / 16, ith, nth, &g0, &g1);
-        r0 = g0 * 16;
-        r1 = g1 * 16 < j->n_out ? g1 * 16 : j->n_out;
-    } else
-        split(j->n_out, ith, nth, &r0, &r1);
-    if (r0 >= r1)
-        return;
-    if (j->gemm_prompt) {
-        void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_prompt_avx512_scratch(j->n_in, j->n_batch));
-        if (!scratch) {
-            atomic_store(&j->failed, 1);
-            return;
-        }
+    if (j->gemm_prompt)
         omni_x86_gemm_prompt_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->ad,
                                     j->corr, j->n_batch, j->y, r0, r1, scratch);
-    } else if (j->gemm_k) {
+    else if (j->gemm_k) {
         if (j->gemm_avx512)
             omni_x86_gemm_k_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                    j->n_batch, j->y, r0, r1);
@@ -399,16 +392,41 @@ static void gemm_rows(void *arg, int ith, int nth)
     } else if (j->gemm_avx512)
         omni_x86_gemm_q8_0_avx512(j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row,
                                   j->ad, j->corr, j->n_batch, j->y, r0, r1);
-    else {
-        void *scratch = scratch_get(SCRATCH_DEQUANT, omni_x86_gemm_q8_0_avx2_scratch(j->n_in));
+    else
+        (j->gemm_avxvnni ? omni_x86_gemm_q8_0_avxvnni : omni_x86_gemm_q8_0_avx2)(
+            j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->ad, j->corr, j->n_batch,
+            j->y, r0, r1, scratch);
+}
+
+static void gemm_rows(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    void *scratch = NULL;
+    if (j->gemm_prompt || (!j->gemm_k && !j->gemm_avx512)) {
+        scratch = scratch_get(SCRATCH_DEQUANT, j->gemm_prompt
+                                                   ? omni_x86_gemm_prompt_avx512_scratch(j->n_in, j->n_batch)
+                                                   : omni_x86_gemm_q8_0_avx2_scratch(j->n_in));
         if (!scratch) {
             atomic_store(&j->failed, 1);
             return;
         }
-        (j->gemm_avxvnni ? omni_x86_gemm_q8_0_avxvnni : omni_x86_gemm_q8_0_avx2)(
-            j->w_type, j->w, j->w_row, j->n_in, j->n_out, j->xq, j->xq_row, j->ad, j->corr, j->n_batch,
-            j->y, r0, r1, scratch);
     }
+    int64_t r0, r1;
+    if (j->gemm_prompt) { /* whole 16-row panels per thread */
+        int64_t g0, g1;
+        split((j->n_out + 15) / 16, ith, nth, &g0, &g1);
+        r0 = g0 * 16;
+        r1 = g1 * 16 < j->n_out ? g1 * 16 : j->n_out;
+    } else if (OMNI_MATMUL_GUIDED && nth > 1 && j->n_batch < OMNI_MATMUL_BLAS_MIN) {
+        /* a few sequences' decode step: rows as the threads go, as
+         * dot_rows, in whole 16-row groups (the kernels' tiles) */
+        while ((r1 = grab_rows(j, nth, 16, &r0)) > 0)
+            gemm_kernel(j, r0, r1, scratch);
+        return;
+    } else
+        split(j->n_out, ith, nth, &r0, &r1);
+    if (r0 < r1)
+        gemm_kernel(j, r0, r1, scratch);
 }
 #endif
 
