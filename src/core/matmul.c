@@ -250,7 +250,7 @@ static void dot_rows(void *arg, int ith, int nth)
                 j->op->vec_dot_prep(j->n_in, j->w + (size_t)r0 * j->w_row, j->w_row, r1 - r0, xq, prep, j->y + r0);
             return;
         }
-        /* Rows taken as they go (guided_rows): two cores of a shared
+        /* Rows taken as they go (grab_rows): two cores of a shared
          * machine do not stream at the same speed (the neighbours' memory
          * traffic, interrupts), and with an even split one thread spent
          * 5-30% of decode waiting at products' ends. Each row's bits do not
@@ -374,7 +374,6 @@ static void amx_rows(void *arg, int ith, int nth)
 #endif
 
 #if defined(__x86_64__)
-/* Every batch row times W rows of this thread through the int8 GEMM. */
 /* One range of output rows through the job's int8 GEMM kernel (scratch:
  * the prompt kernel's or the AVX2 kernels' own, NULL for the others). */
 static void gemm_kernel(struct mm_job *j, int64_t r0, int64_t r1, void *scratch)
@@ -398,6 +397,7 @@ static void gemm_kernel(struct mm_job *j, int64_t r0, int64_t r1, void *scratch)
             j->y, r0, r1, scratch);
 }
 
+/* Every batch row times W rows of this thread through the int8 GEMM. */
 static void gemm_rows(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
