@@ -796,7 +796,7 @@ static void q40w4_layout(int64_t ng, const block_q8_0 *y, const float *prep, int
 }
 
 #define Q40W4_VBMI 0
-#include "quants_q40w4_inl.h" /* q40w4_rows, q40w4_prep */
+#include "quants_q40w4_inl.h" /* vec_dot_prep_q4_0_vnni, vec_dot_prep_q5_0_vnni */
 #undef Q40W4_VBMI
 
 static void act_prep_q4_0_w4(const void *a, float *prep, int64_t n)
@@ -916,56 +916,14 @@ static void vec_dot_prep_q8_0_vnni(int64_t n, const void *w, size_t w_row, int64
     DOT_PREP_ROWS_PF(dot_prep_vnni, 0)
 }
 
-static void vec_dot_prep_q4_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                    const float *prep, float *y)
-{
-    if (OMNI_X86_Q40_W4 && n >= 4 * QK8_0) {
-        q40w4_prep(n, w, w_row, n_rows, a, prep, 0, y);
-        return;
-    }
-    DOT_PREP_ROWS_PF(dot_prep_vnni, 1)
-}
-
-
-static void vec_dot_prep_q5_0_vnni(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                    const float *prep, float *y)
-{
-    if (OMNI_X86_Q50_W4 && n >= 4 * QK8_0) {
-        q40w4_prep(n, w, w_row, n_rows, a, prep, 1, y);
-        return;
-    }
-    DOT_PREP_ROWS_PF(dot_prep_vnni, 2)
-}
-
-
 /* The same forms with VBMI's byte permutes and BITALG's bit shuffle, for
  * the CPUs that have them (q40w4_vbmi): on Zen 5, q5_0 1.2-1.3x and q4_0
  * 1.1x one core in cache */
 #pragma GCC push_options
 #pragma GCC target("avx512vbmi,avx512bitalg")
 #define Q40W4_VBMI 1
-#include "quants_q40w4_inl.h" /* q40w4_rows_vbmi, q40w4_prep_vbmi */
+#include "quants_q40w4_inl.h" /* vec_dot_prep_q4_0_vbmi, vec_dot_prep_q5_0_vbmi */
 #undef Q40W4_VBMI
-
-static void vec_dot_prep_q4_0_vbmi(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                   const float *prep, float *y)
-{
-    if (n >= 4 * QK8_0) {
-        q40w4_prep_vbmi(n, w, w_row, n_rows, a, prep, 0, y);
-        return;
-    }
-    DOT_PREP_ROWS_PF(dot_prep_vnni, 1)
-}
-
-static void vec_dot_prep_q5_0_vbmi(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a,
-                                   const float *prep, float *y)
-{
-    if (n >= 4 * QK8_0) {
-        q40w4_prep_vbmi(n, w, w_row, n_rows, a, prep, 1, y);
-        return;
-    }
-    DOT_PREP_ROWS_PF(dot_prep_vnni, 2)
-}
 #pragma GCC pop_options
 
 void omni_x86_q40w4_rows(int five, int vbmi, int64_t n, const void *w, size_t w_row, int64_t n_rows,

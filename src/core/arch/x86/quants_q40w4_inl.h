@@ -2,14 +2,21 @@
  * a 512-bit register (quants_avx512.c includes it twice: Q40W4_VBMI 0 for
  * every AVX-512 VNNI CPU, Q40W4_VBMI 1 under VBMI and BITALG's target for
  * those that have them: Ice Lake, Sapphire Rapids, Zen 4 and later, not
- * Cascade Lake). Defines Q40W4_ROWS_FN and Q40W4_PREP_FN: q40w4_rows /
- * q40w4_prep, or with _vbmi. No include guard, on purpose. */
+ * Cascade Lake). Defines the level's vec_dot_prep of q4_0 and q5_0:
+ * vec_dot_prep_q4_0_vnni / _q5_0_vnni, or _vbmi (and their q40w4_rows,
+ * q40w4_prep). No include guard, on purpose. */
 #if Q40W4_VBMI
 #define Q40W4_ROWS_FN q40w4_rows_vbmi
 #define Q40W4_PREP_FN q40w4_prep_vbmi
+#define Q40W4_DOT_FN q40w4_dot_vbmi
+#define Q40W4_Q4_0_FN vec_dot_prep_q4_0_vbmi
+#define Q40W4_Q5_0_FN vec_dot_prep_q5_0_vbmi
 #else
 #define Q40W4_ROWS_FN q40w4_rows
 #define Q40W4_PREP_FN q40w4_prep
+#define Q40W4_DOT_FN q40w4_dot
+#define Q40W4_Q4_0_FN vec_dot_prep_q4_0_vnni
+#define Q40W4_Q5_0_FN vec_dot_prep_q5_0_vnni
 #endif
 
 /* y[s] = the dot of q4_0 (five 0) or q5_0 (five 1) row w[s] with the
@@ -138,5 +145,33 @@ static inline __attribute__((always_inline)) void Q40W4_PREP_FN(int64_t n, const
 #undef Q40W4_ROWS
 }
 
+/* vec_dot_prep: the form from four blocks on (never with its switch,
+ * OMNI_X86_Q40_W4 / _Q50_W4, off), dot_prep_vnni a block at a time below */
+static inline __attribute__((always_inline)) void Q40W4_DOT_FN(int64_t n, const void *w, size_t w_row,
+                                                               int64_t n_rows, const void *a, const float *prep,
+                                                               const int five, float *y)
+{
+    if ((five ? OMNI_X86_Q50_W4 : OMNI_X86_Q40_W4) && n >= 4 * QK8_0) {
+        Q40W4_PREP_FN(n, w, w_row, n_rows, a, prep, five, y);
+        return;
+    }
+    DOT_PREP_ROWS_PF(dot_prep_vnni, five ? 2 : 1)
+}
+
+static void Q40W4_Q4_0_FN(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a, const float *prep,
+                          float *y)
+{
+    Q40W4_DOT_FN(n, w, w_row, n_rows, a, prep, 0, y);
+}
+
+static void Q40W4_Q5_0_FN(int64_t n, const void *w, size_t w_row, int64_t n_rows, const void *a, const float *prep,
+                          float *y)
+{
+    Q40W4_DOT_FN(n, w, w_row, n_rows, a, prep, 1, y);
+}
+
 #undef Q40W4_ROWS_FN
 #undef Q40W4_PREP_FN
+#undef Q40W4_DOT_FN
+#undef Q40W4_Q4_0_FN
+#undef Q40W4_Q5_0_FN
