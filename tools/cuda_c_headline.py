@@ -8,7 +8,9 @@ import json
 import re
 import sys
 
-BW_GBS = 3350.0  # H100 SXM nominal
+# nominal DRAM bandwidth of the card named on the summary's first line
+# (GB/s): H100 SXM 3.35 TB/s, H200 4.8 TB/s
+CARDS = (("H200", 4800.0), ("H100", 3350.0))
 
 
 def main():
@@ -31,6 +33,7 @@ def main():
             f = re.sub(r"\.gguf$", "", r.get("model_filename", "").split("/")[-1])
             llama[(f, t)] = r["avg_ts"]
     print("HEADLINE: %s" % summ[0])
+    bw_gbs = next((b for name, b in CARDS if name in summ[0]), 3350.0)
     for (f, t), rs in sorted(ours.items()):
         ts = sorted(r["tok_s"] for r in rs)
         mean = sum(ts) / len(ts)
@@ -38,7 +41,7 @@ def main():
         bws = [r["weights_gb_s"] for r in rs if r.get("weights_gb_s")]
         if bws and t == "tg128":
             bw = sum(bws) / len(bws)
-            s += " %4.0f GB/s = %4.1f%% of 3.35 TB/s" % (bw, 100 * bw / BW_GBS)
+            s += " %4.0f GB/s = %4.1f%% of %.2f TB/s" % (bw, 100 * bw / bw_gbs, bw_gbs / 1000)
         if (f, t) in llama:
             s += "  llama.cpp %9.1f  ours/llama %.2fx" % (llama[(f, t)], mean / llama[(f, t)])
         print(s)

@@ -32,7 +32,9 @@
 # every library); else built as usual. TG_REPS (default 2): tg128 rounds.
 # A variant BIN=PATH runs that bench_dev (e.g. the previous commit's,
 # unpacked by the command) in the tg128 rounds instead of build-fcuda's.
-# DEADLINE_S (default 290: no new step after it). M15 is Qwen2.5-1.5B
+# DEADLINE_S (default 290: no new step after it). SAVE_BINS=1: the three
+# binaries as $OUT/$NAME/bins.tar.xz; PROBE=1: tools/cuda_stream_probe.cu
+# (single kernels and the 7B chain) into probe.jsonl at the end. M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
 set -u
@@ -131,6 +133,8 @@ if [ $pre_ok = 0 ]; then
     rm -f "${TARGETS[@]}"
     timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
     say "build rc $? at $(el) s"
+    # SAVE_BINS=1: the binaries come back in $OUT for a later PREBUILT
+    [ "${SAVE_BINS:-0}" = 1 ] && tar cJf "$O/bins.tar.xz" -C build-fcuda test_cuda bench_dev bench_engine_dev
     grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
 fi
 
@@ -344,6 +348,13 @@ if [ "$RUN_LLAMA" = 1 ] && [ -n "${llama_pid:-}" ]; then
 fi
 llama_runs
 san
+# PROBE=1: what one kernel can read on this card, and the 7B step's reads
+# as pure streams (tools/cuda_stream_probe.cu)
+if [ "${PROBE:-0}" = 1 ] && [ "$(left)" -gt 40 ]; then
+    nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$W/probe" tools/cuda_stream_probe.cu &&
+        { timeout "$(cap 30)" "$W/probe"; timeout "$(cap 30)" "$W/probe" chain; } > "$O/probe.jsonl" 2>&1
+    say "stream probe rc $?: $(wc -l < "$O/probe.jsonl") lines in probe.jsonl"
+fi
 stamp "done"
 [ -n "${llama_pid:-}" ] && kill "$llama_pid" 2>/dev/null
 # the headline: ours (defaults, best run) against llama.cpp on each file, first in summary.txt
