@@ -96,6 +96,7 @@ struct cuda_state {
     int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices
                         * (-1, =auto: S per shape, see splitk_for) */
     int n_sm;          /* the device's SMs */
+    double dram_gb_s;  /* nominal DRAM bandwidth (GB/s), from the memory clock and bus width */
     /* OMNI_CUDA_LT=N (default 64; 0 off): F16 GEMMs of 2..N activation rows
      * through cuBLASLt with the algorithm timed per shape at prepare
      * (gemm_lt.h) */
@@ -1671,7 +1672,16 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t 
     launch_pdl_at(1, k, grid, block, s, args...);
 }
 
-static int mv2_ppt = 2;  /* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads */
+/* OMNI_CUDA_MV2_PPT: pieces a thread before a row gets more threads.
+ * Default from the card's nominal DRAM bandwidth (mv2_ppt_for): a faster
+ * memory needs more bytes in flight a thread to cover the same latency.
+ * H200 (4.8 TB/s) job g_h4: 4 against 2 tg128 7B 1.047x, 1B 1.001x; H100
+ * (3.35 TB/s) job f_i11: 7B 1.000x, 1B 0.972x, so 2 there. */
+static int mv2_ppt = 2;
+static int mv2_ppt_for(double dram_gb_s)
+{
+    return dram_gb_s >= 4000.0 ? 4 : 2;
+}
 static int mv2_tmin = 32; /* OMNI_CUDA_MV2_TMIN: the fewest threads a row (16 or 32) */
 /* k_mv2 at 64 registers (8 blocks an SM; Q6_K takes 83 without the cap);
  * OMNI_CUDA_MV2_MINB=1: no cap. H100 job f_c1: tg128 +4.0% (1B Q4_K_M),
@@ -4947,7 +4957,7 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     const char *pd = getenv("OMNI_CUDA_PDL");
     pdl_level = pd && atoi(pd) >= 0 && atoi(pd) <= 2 ? atoi(pd) : 2;
     const char *pp = getenv("OMNI_CUDA_MV2_PPT");
-    mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 2;
+    mv2_ppt = pp && atoi(pp) > 0 && atoi(pp) <= 64 ? atoi(pp) : 0; /* 0: from the card, below */
     const char *mg = getenv("OMNI_CUDA_MV2_GLU");
     mv2_glu16 = !(mg && !strcmp(mg, "1024"));
     mv2_glu_v = mg && !strcmp(mg, "512") ? 0 : mg && !strcmp(mg, "512u2") ? 2 : 1;
@@ -5017,6 +5027,13 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
         return NULL;
     }
     s->n_sm = prop.multiProcessorCount;
+    /* nominal DRAM bandwidth: 2 transfers a memory clock (kHz) over the bus */
+    int mem_khz = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess)
+        mem_khz = 0;
+    s->dram_gb_s = 2.0 * mem_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
+    if (!mv2_ppt)
+        mv2_ppt = mv2_ppt_for(s->dram_gb_s);
     if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
