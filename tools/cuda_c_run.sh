@@ -32,8 +32,7 @@
 # every library); else built as usual. TG_REPS (default 2): tg128 rounds.
 # A variant BIN=PATH runs that bench_dev (e.g. the previous commit's,
 # unpacked by the command) in the tg128 rounds instead of build-fcuda's.
-# DEADLINE_S (default 290: no new step after it). SAVE_BINS=1: the three
-# binaries as $OUT/$NAME/bins.tar.xz; PROBE=1: tools/cuda_stream_probe.cu
+# DEADLINE_S (default 290: no new step after it). PROBE=1: tools/cuda_stream_probe.cu
 # (single kernels and the 7B chain) into probe.jsonl at the end. M15 is Qwen2.5-1.5B
 # Q4_K_M. The headline (ours vs llama.cpp, bandwidth, engine 64/1) is
 # written at the top of summary.txt at the end (headline.txt alone too).
@@ -133,8 +132,6 @@ if [ $pre_ok = 0 ]; then
     rm -f "${TARGETS[@]}"
     timeout 200 "${MK[@]}" "${TARGETS[@]}" > "$W/build.log" 2>&1
     say "build rc $? at $(el) s"
-    # SAVE_BINS=1: the binaries come back in $OUT for a later PREBUILT
-    [ "${SAVE_BINS:-0}" = 1 ] && tar cJf "$O/bins.tar.xz" -C build-fcuda test_cuda bench_dev bench_engine_dev
     grep -E "error|warning" "$W/build.log" | grep -v "missing initializer" | head -30 | tee -a "$SUM"
 fi
 

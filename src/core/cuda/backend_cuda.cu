@@ -96,7 +96,6 @@ struct cuda_state {
     int splitk;        /* OMNI_CUDA_SPLITK=S: batched GEMMs of up to 64 rows as S K-slices
                         * (-1, =auto: S per shape, see splitk_for) */
     int n_sm;          /* the device's SMs */
-    double dram_gb_s;  /* nominal DRAM bandwidth (GB/s), from the memory clock and bus width */
     /* OMNI_CUDA_LT=N (default 64; 0 off): F16 GEMMs of 2..N activation rows
      * through cuBLASLt with the algorithm timed per shape at prepare
      * (gemm_lt.h) */
@@ -5031,9 +5030,8 @@ extern "C" struct omni_backend *omni_backend_cuda_new(int device, char *err, siz
     int mem_khz = 0;
     if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess)
         mem_khz = 0;
-    s->dram_gb_s = 2.0 * mem_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
     if (!mv2_ppt)
-        mv2_ppt = mv2_ppt_for(s->dram_gb_s);
+        mv2_ppt = mv2_ppt_for(2.0 * mem_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9);
     if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS) {
         omni_fail(err, errlen, OMNI_ERR_IO, "backend: cuda: cuBLAS initialisation failed");
